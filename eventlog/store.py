@@ -1,0 +1,66 @@
+"""The `EventStore` protocol and the commit checks every implementation shares.
+
+A thread's *version* is the stream sequence of its last commit (0 for a thread with none).
+`append(commit, expected_version)` succeeds only if the thread is still at `expected_version`;
+`expected_version=None` skips the check (use it only for writers that cannot race, e.g. imports).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol, runtime_checkable
+
+from .errors import InvalidCommit
+from .events import AppendResult, Commit, RunStarted, StoredCommit
+from .ids import validate_id, validate_run_id
+
+
+@runtime_checkable
+class EventStore(Protocol):
+    async def append(self, commit: Commit, expected_version: int | None) -> AppendResult:
+        """Append atomically under per-thread OCC; a retry of the same `commit_id` is a no-op
+        that returns the original sequence with `duplicate=True`."""
+        ...
+
+    def read_thread(self, thread_id: str, after: int = 0) -> AsyncIterator[StoredCommit]:
+        """Commits of a thread with seq > `after`, in log order, up to the end at call time."""
+        ...
+
+    def read_run(self, run_id: str, after: int = 0) -> AsyncIterator[StoredCommit]:
+        """Commits of one run with seq > `after`, in log order."""
+        ...
+
+    def follow(self, thread_id: str | None = None, after: int = 0) -> AsyncIterator[StoredCommit]:
+        """Commits with seq > `after` (of one thread, or of all threads), then tail new ones
+        forever; survives reconnects without gaps or repeats. Stop by breaking out / cancelling."""
+        ...
+
+    async def thread_version(self, thread_id: str) -> int:
+        """Sequence of the thread's last commit, 0 if it has none."""
+        ...
+
+    async def last_seq(self) -> int:
+        """Sequence of the last commit in the whole log, 0 if empty."""
+        ...
+
+
+def check_commit(commit: Commit) -> None:
+    """Reject a commit that breaks the envelope's invariants, before anything is published."""
+    validate_id(commit.commit_id, "commit_id")
+    validate_id(commit.thread_id, "thread_id")
+    if commit.run_id is not None:
+        validate_run_id(commit.run_id)
+    if not commit.events:
+        raise InvalidCommit("a commit holds at least one event")
+    for event in commit.events:
+        if isinstance(event, RunStarted):
+            validate_run_id(event.run_id)
+            if event.run_id != commit.run_id:
+                raise InvalidCommit(
+                    f"RunStarted for run {event.run_id!r} in a commit of run {commit.run_id!r}"
+                )
+            validate_id(event.agent_id, "agent_id")
+
+
+async def collect(commits: AsyncIterator[StoredCommit]) -> list[StoredCommit]:
+    return [c async for c in commits]
