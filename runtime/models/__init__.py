@@ -1,0 +1,39 @@
+"""Models: the streaming `Model` protocol and its implementations (scripted, OpenAI-compatible)."""
+
+from .base import (
+    Model,
+    ModelChunk,
+    ModelDone,
+    ModelError,
+    ModelProtocolError,
+    ModelRequest,
+    ModelRequestRejected,
+    ModelResponse,
+    ModelUnavailable,
+    TextDelta,
+    ToolCallDelta,
+    ToolSpec,
+    complete,
+)
+from .scripted import ScriptedCall, ScriptedModel, ScriptExhausted, Turn, last_tool_result
+
+__all__ = [
+    "Model",
+    "ModelChunk",
+    "ModelDone",
+    "ModelError",
+    "ModelProtocolError",
+    "ModelRequest",
+    "ModelRequestRejected",
+    "ModelResponse",
+    "ModelUnavailable",
+    "ScriptExhausted",
+    "ScriptedCall",
+    "ScriptedModel",
+    "TextDelta",
+    "ToolCallDelta",
+    "ToolSpec",
+    "Turn",
+    "complete",
+    "last_tool_result",
+]
