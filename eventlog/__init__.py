@@ -16,6 +16,7 @@ from .errors import (
 )
 from .events import *  # noqa: F403  (the vocabulary is the public surface)
 from .events import AppendResult, Commit, Position, StoredCommit
+from .jetstream import JetStreamEventStore
 from .ids import is_valid_id, new_id, now_ms, validate_id, validate_run_id
 from .memory import MemoryEventStore
 from .server import EmbeddedNatsServer
@@ -23,7 +24,7 @@ from .store import EventStore, collect
 
 __all__ = [
     "AgentlogError", "AppendResult", "CodecError", "Commit", "CommitTooLarge", "EmbeddedNatsServer",
-    "EventStore", "InvalidCommit", "InvalidId", "MemoryEventStore", "NatsServerNotFound", "Position",
+    "EventStore", "InvalidCommit", "InvalidId", "JetStreamEventStore", "MemoryEventStore", "NatsServerNotFound", "Position",
     "ServerTooOld", "StoreUnavailable", "StoredCommit", "UnknownEventType", "UnsupportedSchemaVersion",
     "VersionConflict", "collect", "decode_commit", "decode_event", "encode_commit", "encode_event",
     "is_valid_id", "new_id", "now_ms", "validate_id", "validate_run_id",
