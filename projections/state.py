@@ -1,0 +1,95 @@
+"""Thread/run/tool-call state: a JSON object changed by RFC 6902 ops (the `jsonpatch` library).
+
+`validate_patch` is the single implementation used both by the runtime (before it appends a
+`StatePatched`, so the log never holds a patch that cannot be applied) and by the folds. It never
+mutates its input: the document is copied (a msgspec JSON round trip, cheaper than deepcopy and
+a proof that the document is JSON) and the ops are applied in place to the copy, one by one, so a
+failure names the op that failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jsonpatch
+import jsonpointer
+import msgspec
+
+from .errors import InvalidPatch
+
+JSONDoc = dict[str, Any]
+
+_OPS = frozenset({"add", "remove", "replace", "move", "copy", "test"})
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder()
+
+
+def json_copy(doc: Any) -> Any:
+    """Deep copy of a JSON value (raises msgspec.EncodeError/TypeError if it is not JSON)."""
+    return _decoder.decode(_encoder.encode(doc))
+
+
+def _check_op(index: int, op: Any) -> None:
+    if not isinstance(op, Mapping):
+        raise InvalidPatch("an op must be a JSON object", op_index=index, op=op)
+    kind = op.get("op")
+    if kind not in _OPS:
+        raise InvalidPatch(f"unknown op {kind!r}; expected one of {sorted(_OPS)}", op_index=index, op=op)
+    path = op.get("path")
+    if not isinstance(path, str):
+        raise InvalidPatch("'path' must be a JSON pointer string", op_index=index, op=op)
+    if kind in ("add", "replace", "test") and "value" not in op:
+        raise InvalidPatch(f"'{kind}' needs a 'value'", op_index=index, op=op)
+    if kind in ("move", "copy") and not isinstance(op.get("from"), str):
+        raise InvalidPatch(f"'{kind}' needs a 'from' JSON pointer string", op_index=index, op=op)
+
+
+def validate_patch(state: Mapping[str, Any] | None, ops: Sequence[Any]) -> JSONDoc:
+    """Return the state after applying `ops` (RFC 6902) to `state`, or raise `InvalidPatch`.
+
+    `state` (None means `{}`) is not modified. The result must still be a JSON object: state
+    documents are objects so that scopes and views can hold them uniformly.
+    """
+    if isinstance(ops, (str, bytes)) or not isinstance(ops, Sequence):
+        raise InvalidPatch(f"ops must be a list of RFC 6902 operations, got {type(ops).__name__}")
+    for index, op in enumerate(ops):
+        _check_op(index, op)
+    try:
+        # One round trip copies both (the ops' values end up inside the new document, so they
+        # must be private too) and proves they are JSON.
+        doc, op_list = json_copy((state if state is not None else {}, ops))
+    except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as exc:
+        raise InvalidPatch(f"state and ops must be JSON: {exc}") from None
+    try:
+        doc = jsonpatch.JsonPatch(op_list).apply(doc, in_place=True)
+    except Exception:
+        # Slow path, only for bad patches: replay op by op on a fresh copy to name the failing op.
+        _diagnose(state, ops)
+        raise InvalidPatch("the patch cannot be applied") from None
+    if not isinstance(doc, dict):
+        raise InvalidPatch(f"the state must stay a JSON object, the patch made it a {type(doc).__name__}")
+    return doc
+
+
+def _diagnose(state: Mapping[str, Any] | None, ops: Sequence[Any]) -> None:
+    doc, op_list = json_copy((state if state is not None else {}, ops))
+    for index, op in enumerate(op_list):
+        try:
+            doc = jsonpatch.apply_patch(doc, [op], in_place=True)
+        except jsonpatch.JsonPatchTestFailed as exc:
+            raise InvalidPatch(f"test failed: {exc}", op_index=index, op=op) from None
+        except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
+            raise InvalidPatch(str(exc), op_index=index, op=op) from None
+        except Exception as exc:  # jsonpatch lets some KeyError/TypeError/IndexError through
+            raise InvalidPatch(f"{type(exc).__name__}: {exc}", op_index=index, op=op) from None
+
+
+def validate_state(state: Any) -> JSONDoc:
+    """Check a whole replacement state (`StateReplaced`): a JSON object. Returns a private copy."""
+    if not isinstance(state, Mapping):
+        raise InvalidPatch(f"a replacement state must be a JSON object, got {type(state).__name__}")
+    try:
+        return json_copy(dict(state))
+    except (msgspec.EncodeError, TypeError, ValueError) as exc:
+        raise InvalidPatch(f"a replacement state must be JSON: {exc}") from None

@@ -1,0 +1,314 @@
+"""Pure folds: derived run status (table), scopes of state, thread/run bookkeeping, purity, and
+properties over generated histories (batch fold == per-event fold, apply-once)."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from eventlog.events import (
+    Commit,
+    InferenceCompleted,
+    Message,
+    MessageAppended,
+    RunCancelRequested,
+    RunFinished,
+    RunStarted,
+    StatePatched,
+    StateReplaced,
+    StepFinished,
+    StepStarted,
+    StoredCommit,
+    SuspendTicket,
+    Termination,
+    ThreadCreated,
+    ThreadDeleted,
+    ThreadMetadataUpdated,
+    ToolCallCompleted,
+    ToolCallDecided,
+    ToolCallDecision,
+    ToolCallGated,
+    ToolCallResuming,
+    ToolCallStarted,
+    ToolCallSuspended,
+    Usage,
+)
+from projections import (
+    CallView,
+    Folder,
+    RunView,
+    ThreadView,
+    decode_run,
+    decode_thread,
+    derive_status,
+    encode_view,
+    fold_commits,
+    fold_messages,
+    fold_run,
+    fold_thread,
+)
+from projections.synth import generate_history, stored
+
+T0 = 1_700_000_000_000
+
+
+def run_of(events, run_id="r1", thread_id="t1") -> RunView:
+    view = RunView(run_id=run_id, thread_id=thread_id)
+    for seq, event in enumerate(events, start=1):
+        view = fold_run(view, event, seq, T0 + seq)
+    return view
+
+
+def thread_of(commits) -> ThreadView:
+    view = ThreadView(thread_id="t1")
+    for seq, (run_id, events) in enumerate(commits, start=1):
+        for event in events:
+            view = fold_thread(view, event, seq, T0 + seq, run_id)
+    return view
+
+
+START = RunStarted(run_id="r1", agent_id="a")
+
+
+def started(c):
+    return ToolCallStarted(call_id=c, name="tool", arguments={"c": c})
+
+
+def suspended(c):
+    return ToolCallSuspended(call_id=c, ticket=SuspendTicket(id=f"k{c}"))
+
+
+def decided(c, action="resume"):
+    return ToolCallDecided(call_id=c, decision=ToolCallDecision(target_id=c, decision_id=f"d{c}", action=action))
+
+
+def resuming(c):
+    return ToolCallResuming(call_id=c, mode="replay_tool_call")
+
+
+def completed(c, outcome="succeeded"):
+    return ToolCallCompleted(call_id=c, outcome=outcome, result={"c": c})
+
+
+FINISHED = RunFinished(termination=Termination(type="natural_end"))
+
+# (case, events after RunStarted, expected run status, expected call statuses)
+STATUS_TABLE = [
+    ("no calls", [], "running", {}),
+    ("no calls, steps", [StepStarted(step=1), StepFinished(step=1)], "running", {}),
+    ("gated only", [ToolCallGated(call_id="a", verdict="allow")], "running", {"a": "new"}),
+    ("one running", [started("a")], "running", {"a": "running"}),
+    ("one suspended", [started("a"), suspended("a")], "waiting", {"a": "suspended"}),
+    ("suspended + running", [started("a"), suspended("a"), started("b")], "running",
+     {"a": "suspended", "b": "running"}),
+    ("suspended + succeeded", [started("a"), suspended("a"), started("b"), completed("b")], "waiting",
+     {"a": "suspended", "b": "succeeded"}),
+    ("decided, not resumed yet", [started("a"), suspended("a"), decided("a")], "waiting",
+     {"a": "suspended"}),
+    ("partial decisions", [started("a"), suspended("a"), started("b"), suspended("b"), decided("a")],
+     "waiting", {"a": "suspended", "b": "suspended"}),
+    ("partial: one resuming", [started("a"), suspended("a"), started("b"), suspended("b"), decided("a"),
+                               resuming("a")], "running", {"a": "resuming", "b": "suspended"}),
+    ("partial: one replayed, other waits", [started("a"), suspended("a"), started("b"), suspended("b"),
+                                            decided("a"), resuming("a"), completed("a")], "waiting",
+     {"a": "succeeded", "b": "suspended"}),
+    ("all decided and done", [started("a"), suspended("a"), decided("a"), resuming("a"), completed("a")],
+     "running", {"a": "succeeded"}),
+    ("failed call", [started("a"), completed("a", "failed")], "running", {"a": "failed"}),
+    ("cancelled by decision", [started("a"), suspended("a"), decided("a", "cancel"),
+                               completed("a", "cancelled")], "running", {"a": "cancelled"}),
+    ("finished", [FINISHED], "done", {}),
+    ("finished while suspended", [started("a"), suspended("a"), FINISHED], "done", {"a": "suspended"}),
+    ("finished, then late event", [started("a"), FINISHED, completed("a")], "done", {"a": "succeeded"}),
+    ("cancel requested still running", [started("a"), RunCancelRequested()], "running", {"a": "running"}),
+    ("cancelled run", [started("a"), suspended("a"), RunCancelRequested(), completed("a", "cancelled"),
+                       RunFinished(termination=Termination(type="cancelled"))], "done", {"a": "cancelled"}),
+]
+
+
+@pytest.mark.parametrize(("case", "events", "status", "calls"), STATUS_TABLE, ids=[r[0] for r in STATUS_TABLE])
+def test_run_status_table(case, events, status, calls):
+    view = run_of([START, *events])
+    assert view.status == status
+    assert {c: v.status for c, v in view.calls.items()} == calls
+    assert derive_status(view.calls, view.termination is not None) == status
+
+
+def test_call_details_are_recorded():
+    view = run_of([START, ToolCallGated(call_id="a", verdict="ask", rule="rm*"), started("a"), suspended("a"),
+                   decided("a"), resuming("a"), completed("a")])
+    call = view.calls["a"]
+    assert call == CallView(
+        call_id="a", status="succeeded", name="tool", arguments={"c": "a"}, result={"c": "a"},
+        ticket=SuspendTicket(id="ka"), decision=ToolCallDecision(target_id="a", decision_id="da", action="resume"),
+        resume_mode="replay_tool_call", verdict="ask", rule="rm*", created=T0 + 2, updated=T0 + 7,
+    )
+
+
+def test_run_bookkeeping_and_usage():
+    events = [
+        RunStarted(run_id="r1", agent_id="a", parent_run_id="r0", parent_thread_id="t0", origin="api"),
+        StepStarted(step=1),
+        MessageAppended(message=Message(id="m1", role="assistant")),
+        InferenceCompleted(model="m", usage=Usage(input_tokens=3, output_tokens=4)),
+        StepFinished(step=1),
+        StepStarted(step=2),
+        InferenceCompleted(model="m", usage=Usage(input_tokens=1, output_tokens=1)),
+    ]
+    live = run_of(events)
+    assert (live.agent_id, live.parent_run_id, live.parent_thread_id, live.origin) == ("a", "r0", "t0", "api")
+    assert (live.steps, live.last_step, live.inferences, live.message_count) == (2, 2, 2, 1)
+    assert live.usage == live.inference_usage == Usage(input_tokens=4, output_tokens=5)
+    assert (live.created, live.updated, live.last_seq) == (T0 + 1, T0 + 7, 7)
+    # RunFinished.usage, when given, is authoritative; the inference sum stays available.
+    done = run_of([*events, RunFinished(termination=Termination(type="natural_end"), usage=Usage(input_tokens=10))])
+    assert done.usage == Usage(input_tokens=10)
+    assert done.inference_usage == Usage(input_tokens=4, output_tokens=5)
+    assert done.termination == Termination(type="natural_end")
+    # Without a figure in RunFinished, the sum is the total.
+    assert run_of([*events, FINISHED]).usage == Usage(input_tokens=4, output_tokens=5)
+
+
+def test_run_and_call_scope_state_are_cleared_at_their_end():
+    view = run_of([
+        START,
+        StatePatched(ops=[{"op": "add", "path": "/r", "value": 1}], scope="run"),
+        started("a"),
+        StatePatched(ops=[{"op": "add", "path": "/c", "value": 2}], scope="tool_call", call_id="a"),
+        StatePatched(ops=[{"op": "add", "path": "/t", "value": 3}], scope="thread"),  # not the run's
+    ])
+    assert view.state == {"r": 1}
+    assert view.calls["a"].state == {"c": 2}
+    after_call = fold_run(view, completed("a"), 6, T0 + 6)
+    assert after_call.calls["a"].state == {}
+    assert after_call.state == {"r": 1}
+    assert view.calls["a"].state == {"c": 2}, "the input view must not change"
+    after_run = fold_run(after_call, FINISHED, 7, T0 + 7)
+    assert after_run.state == {}
+    replaced = run_of([START, StateReplaced(state={"x": 1}, scope="run"),
+                       StateReplaced(state={"y": 2}, scope="tool_call", call_id="b")])
+    assert replaced.state == {"x": 1}
+    assert replaced.calls["b"].state == {"y": 2}
+
+
+def test_thread_fold():
+    view = thread_of([
+        (None, [ThreadCreated(resource_id="res", parent_thread_id="t0", metadata={"a": 1, "b": 2})]),
+        (None, [ThreadMetadataUpdated(metadata={"a": None, "c": 3})]),
+        ("r1", [RunStarted(run_id="r1", agent_id="x"), MessageAppended(message=Message(id="m", role="user")),
+                StatePatched(ops=[{"op": "add", "path": "/k", "value": [1]}]),
+                StatePatched(ops=[{"op": "add", "path": "/runonly", "value": 1}], scope="run")]),
+        ("r1", [FINISHED]),
+        ("r2", [RunStarted(run_id="r2", agent_id="x")]),
+    ])
+    assert view == ThreadView(
+        thread_id="t1", resource_id="res", parent_thread_id="t0", metadata={"b": 2, "c": 3},
+        created=T0 + 1, updated=T0 + 5, version=5, message_count=1, state={"k": [1]},
+        run_ids=["r1", "r2"], active_run_id="r2",
+    )
+    replaced = fold_thread(view, StateReplaced(state={"new": True}), 6, T0 + 6)
+    assert replaced.state == {"new": True}
+    deleted = fold_thread(replaced, ThreadDeleted(), 7, T0 + 7)
+    assert deleted.deleted and not replaced.deleted
+
+
+def test_thread_state_survives_runs_but_unapplicable_patches_are_skipped_and_counted():
+    view = thread_of([
+        ("r1", [RunStarted(run_id="r1", agent_id="x"), StatePatched(ops=[{"op": "add", "path": "/a", "value": 1}])]),
+        ("r1", [FINISHED]),
+        ("r2", [RunStarted(run_id="r2", agent_id="x"), StatePatched(ops=[{"op": "remove", "path": "/nope"}])]),
+    ])
+    assert view.state == {"a": 1}
+    assert view.rejected_patches == 1
+
+
+def test_fold_messages_is_pure():
+    m1 = Message(id="1", role="user", content="hi")
+    empty: list = []
+    one = fold_messages(empty, MessageAppended(message=m1))
+    assert one == [m1] and empty == []
+    assert fold_messages(one, StepStarted(step=1)) is one
+
+
+def test_views_round_trip_through_json():
+    history = stored(generate_history(random.Random(7), threads=3))
+    views = fold_commits(history)
+    for view in views.threads.values():
+        assert decode_thread(encode_view(view)) == view
+    for run in views.runs.values():
+        assert decode_run(encode_view(run)) == run
+        msgspec.json.decode(encode_view(run))  # plain JSON
+
+
+histories = st.randoms(use_true_random=False).map(lambda rng: stored(generate_history(rng, threads=3)))
+
+
+def per_event_fold(commits: list[StoredCommit]):
+    threads: dict[str, ThreadView] = {}
+    runs: dict[str, RunView] = {}
+    for sc in commits:
+        c = sc.commit
+        for event in c.events:
+            t = threads.get(c.thread_id) or ThreadView(thread_id=c.thread_id)
+            threads[c.thread_id] = fold_thread(t, event, sc.seq, c.ts, c.run_id)
+            if c.run_id:
+                r = runs.get(c.run_id) or RunView(run_id=c.run_id, thread_id=c.thread_id)
+                runs[c.run_id] = fold_run(r, event, sc.seq, c.ts)
+    return threads, runs
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories)
+def test_batch_fold_equals_per_event_fold(commits):
+    snapshot = copy.deepcopy(commits)
+    views = fold_commits(commits)
+    threads, runs = per_event_fold(commits)
+    assert views.threads == threads
+    assert views.runs == runs
+    assert commits == snapshot, "folding must not mutate the events"
+    for run in views.runs.values():
+        assert run.status == derive_status(run.calls, run.termination is not None)
+        if run.status == "done":
+            assert run.state == {}
+        for call in run.calls.values():
+            if call.status in ("succeeded", "failed", "cancelled"):
+                assert call.state == {}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories, st.data())
+def test_any_batching_and_redelivery_gives_the_same_views(commits, data):
+    """Apply-once: replaying any earlier commits again (a redelivery) and freezing/thawing between
+    arbitrary batches (a restart) changes nothing."""
+    expected = fold_commits(commits)
+    threads: dict = {}
+    runs: dict = {}
+    i = 0
+    while i < len(commits):
+        step = data.draw(st.integers(1, 8))
+        back = data.draw(st.integers(0, min(i, 5)))
+        batch = commits[i - back : i + step]  # `back` already-applied commits come again
+        views = fold_commits(batch, threads, runs)
+        threads, runs = views.threads, views.runs
+        i += step
+    assert threads == expected.threads
+    assert runs == expected.runs
+
+
+def test_folder_touched_sets():
+    commits = stored([
+        Commit(commit_id="c1", thread_id="t1", ts=T0, events=[ThreadCreated()]),
+        Commit(commit_id="c2", thread_id="t1", run_id="r1", ts=T0, events=[RunStarted(run_id="r1", agent_id="a")]),
+    ])
+    folder = Folder()
+    for sc in commits:
+        folder.apply(sc)
+    touched = folder.take_touched()
+    assert set(touched.threads) == {"t1"} and set(touched.runs) == {"r1"}
+    folder.apply(commits[1])  # already applied: skipped
+    assert folder.take_touched() == ({}, {})
