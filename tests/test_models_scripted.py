@@ -24,7 +24,8 @@ from runtime.models import (
 
 
 def req(*messages: Message, model: str = "m") -> ModelRequest:
-    return ModelRequest(model=model, messages=list(messages) or [Message(id="u1", role="user", content="hello there")])
+    default = [Message(id="u1", role="user", content="hello there")]
+    return ModelRequest(model=model, messages=list(messages) or default)
 
 
 async def collect(model: Model, request: ModelRequest) -> list:
@@ -113,7 +114,8 @@ async def test_records_requests() -> None:
 
 
 async def test_default_usage_counts_words_and_override() -> None:
-    model = ScriptedModel([Turn.text("a b c"), Turn.text("x", usage=Usage(input_tokens=100, output_tokens=7))])
+    fixed = Usage(input_tokens=100, output_tokens=7)
+    model = ScriptedModel([Turn.text("a b c"), Turn.text("x", usage=fixed)])
     r1 = await complete(model, req(Message(id="u", role="user", content="one two three four")))
     assert r1.usage == Usage(input_tokens=4, output_tokens=3)
     r2 = await complete(model, req())

@@ -15,6 +15,7 @@ from .base import (
     ToolSpec,
     complete,
 )
+from .openai import OpenAIChatModel, RetryPolicy
 from .scripted import ScriptedCall, ScriptedModel, ScriptExhausted, Turn, last_tool_result
 
 __all__ = [
@@ -27,6 +28,8 @@ __all__ = [
     "ModelRequestRejected",
     "ModelResponse",
     "ModelUnavailable",
+    "OpenAIChatModel",
+    "RetryPolicy",
     "ScriptExhausted",
     "ScriptedCall",
     "ScriptedModel",
