@@ -69,7 +69,14 @@ def _decode_slow(data: bytes, first_error: msgspec.DecodeError | None) -> Commit
         upcast = UPCASTERS.get(version)
         if upcast is None:
             raise UnsupportedSchemaVersion(f"no upcaster from schema version {version}")
-        raw = upcast(raw)
+        try:
+            raw = upcast(raw)
+        except CodecError:
+            raise
+        except Exception as exc:  # a broken upcaster must surface as a codec error, not a crash
+            raise CodecError(f"upcaster from schema version {version} failed: {exc!r}") from exc
+        if not isinstance(raw, dict):
+            raise CodecError(f"upcaster from schema version {version} returned {type(raw).__name__}")
         version += 1
         raw["v"] = version
     try:
