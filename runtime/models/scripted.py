@@ -83,7 +83,8 @@ class Turn:
         usage: Usage | None = None,
         gate: asyncio.Event | None = None,
     ) -> Turn:
-        return cls(content=text, calls=(ScriptedCall(name, dict(arguments or {}), id),), usage=usage, gate=gate)
+        call = ScriptedCall(name, dict(arguments or {}), id)
+        return cls(content=text, calls=(call,), usage=usage, gate=gate)
 
     @classmethod
     def tools(
@@ -207,7 +208,8 @@ class ScriptedModel:
         ]
         usage = turn.usage or Usage(
             input_tokens=sum(_words(m) for m in request.messages),
-            output_tokens=len(turn.content.split()) + sum(1 + len(_dumps(c.arguments).split()) for c in calls),
+            output_tokens=len(turn.content.split())
+            + sum(1 + len(_dumps(c.arguments).split()) for c in calls),
         )
         return ModelResponse(
             model=request.model or self.name,
