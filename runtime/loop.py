@@ -1,0 +1,844 @@
+"""The phase loop of DESIGN 4.2, with its decisions pure and its I/O at the edges.
+
+    RunStart -> [StepStart -> BeforeInference -> inference -> AfterInference ->
+                 (BeforeToolExecute -> execute -> AfterToolExecute per call) -> StepEnd]* -> RunEnd
+
+Three layers, so that verified replay (next issue) can re-run the same code against a recorded log:
+
+- `RunContext` + `apply_event`: the run's working state is a *fold* of events. The loop stages
+  every event through `apply_event` before committing it, and a resumed run builds the same
+  context by folding the log: one function, both paths.
+- Pure decisions: `plan_call`, `resolve_gate`, `build_request`, `classify_result`,
+  `stop.evaluate_stop` -- functions of (AgentSpec, RunContext, latest inputs) only.
+- `RunLoop`: the driver. It is the only place that touches the store, the model, the tools and the
+  live sink, and the only place that reads the `Entropy` (ids, timestamps).
+
+Commit points (each one eventlog commit under per-thread OCC, see `RunLoop._flush`):
+run start; after inference (step start, assistant message, inference record, plus gate verdicts
+and `ToolCallStarted` of the calls that start now); at each tool call's completion (its result,
+message, state patch; the next sequential call's start rides along); and the run end, which rides
+in the last commit when nothing else happens in between. A finished tool's completion is committed
+as it finishes, so it never runs again after a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import structlog
+
+from eventlog.errors import AgentlogError, VersionConflict
+from eventlog.events import (
+    AnyEvent,
+    Commit,
+    InferenceCompleted,
+    Message,
+    MessageAppended,
+    RunCancelRequested,
+    RunFinished,
+    RunStarted,
+    RunSuspended,
+    StatePatched,
+    StateReplaced,
+    StepFinished,
+    StepStarted,
+    StoredCommit,
+    SuspendTicket,
+    Termination,
+    ThreadCreated,
+    ThreadMetadataUpdated,
+    ToolCall,
+    ToolCallCompleted,
+    ToolCallGated,
+    ToolCallStarted,
+    ToolCallSuspended,
+    Usage,
+)
+from eventlog.store import EventStore
+from projections.errors import InvalidPatch
+from projections.state import validate_patch, validate_state
+
+from .agent import AgentSpec, ModelRegistry
+from .entropy import Entropy
+from .live import LiveSink
+from .models.base import (
+    ModelDone,
+    ModelError,
+    ModelProtocolError,
+    ModelRequest,
+    ModelResponse,
+    TextDelta,
+    ToolCallDelta,
+    ToolSpec,
+)
+from .plugins import (
+    Action,
+    AddContext,
+    AddUserMessage,
+    Block,
+    ExcludeTools,
+    Gate,
+    IncludeOnlyTools,
+    OverrideInference,
+    PatchState,
+    PhaseContext,
+    Plugin,
+    SetResult,
+    Suspend,
+    Terminate,
+    overrides,
+    run_hook,
+)
+from .stop import StopInput, evaluate_stop
+from .tools import InvalidToolArguments, Tool, ToolContext, ToolResult
+
+_json = msgspec.json.Encoder()
+
+
+class RunConflict(AgentlogError):
+    """Another writer changed the thread under a running run (not a cancel request). Nothing of
+    ours was written by the failed append; a worker can re-read the log and re-evaluate."""
+
+    code = "run_conflict"
+
+
+# == the run context: a fold ======================================================================
+
+
+@dataclass(slots=True)
+class RunContext:
+    """Everything the loop's decisions read, built only by folding events (`apply_event`).
+
+    Thread-wide parts (messages, state, version) come from the whole thread; run-scoped parts are
+    reset by the run's `RunStarted`.
+    """
+
+    thread_id: str
+    run_id: str
+    thread_exists: bool = False
+    messages: list[Message] = field(default_factory=list)
+    state: dict[str, Any] = field(default_factory=dict)
+    # run-scoped
+    started_ms: int = 0
+    step: int = 0
+    step_open: bool = False
+    usage: Usage = Usage()
+    step_text: str = ""
+    #: Call ids of the current step's assistant message, and those that got a completion.
+    step_calls: list[str] = field(default_factory=list)
+    answered: set[str] = field(default_factory=set)
+    step_failed: int = 0
+    step_succeeded: int = 0
+    round_tools: list[tuple[str, ...]] = field(default_factory=list)
+    consecutive_errors: int = 0
+    #: Started, not yet completed calls (call_id -> tool name).
+    running: dict[str, str] = field(default_factory=dict)
+    suspended: dict[str, SuspendTicket] = field(default_factory=dict)
+    cancel_requested: bool = False
+    waiting: bool = False
+    finished: Termination | None = None
+
+
+def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None) -> None:
+    """Fold one event (of a commit of `run_id`, committed at `ts`) into `ctx`.
+
+    Raises `InvalidPatch` for a state patch that does not apply: the loop stages its own events
+    through here, so that check runs before anything is appended.
+    """
+    t = type(event)
+    ours = run_id == ctx.run_id
+    if t is MessageAppended:
+        msg = event.message  # type: ignore[union-attr]
+        ctx.messages.append(msg)
+        if ours and msg.role == "assistant":
+            ctx.step_text = msg.content
+            calls = msg.tool_calls or []
+            ctx.step_calls = [c.id for c in calls]
+            ctx.answered = set()
+            if calls:
+                ctx.round_tools.append(tuple(c.name for c in calls))
+    elif t is StatePatched:
+        if event.scope == "thread":  # type: ignore[union-attr]
+            ctx.state = validate_patch(ctx.state, event.ops)  # type: ignore[union-attr]
+    elif not ours:
+        if t is ThreadCreated:
+            ctx.thread_exists = True
+        elif t is StateReplaced and event.scope == "thread":  # type: ignore[union-attr]
+            ctx.state = validate_state(event.state)  # type: ignore[union-attr]
+    elif t is ToolCallCompleted:
+        call_id = event.call_id  # type: ignore[union-attr]
+        ctx.running.pop(call_id, None)
+        ctx.suspended.pop(call_id, None)
+        ctx.answered.add(call_id)
+        if event.outcome == "succeeded":  # type: ignore[union-attr]
+            ctx.step_succeeded += 1
+        else:
+            ctx.step_failed += 1
+    elif t is ToolCallStarted:
+        ctx.running[event.call_id] = event.name  # type: ignore[union-attr]
+    elif t is StepStarted:
+        ctx.step = event.step  # type: ignore[union-attr]
+        ctx.step_open = True
+        ctx.step_text = ""
+        ctx.step_calls = []
+        ctx.answered = set()
+        ctx.step_failed = ctx.step_succeeded = 0
+    elif t is InferenceCompleted:
+        ctx.usage = ctx.usage + event.usage  # type: ignore[union-attr]
+    elif t is StepFinished:
+        ctx.step_open = False
+        if ctx.step_failed or ctx.step_succeeded:
+            ctx.consecutive_errors = ctx.consecutive_errors + 1 if not ctx.step_succeeded else 0
+    elif t is ToolCallSuspended:
+        ctx.suspended[event.call_id] = event.ticket  # type: ignore[union-attr]
+    elif t is ThreadCreated:
+        ctx.thread_exists = True
+    elif t is RunStarted:
+        ctx.started_ms = ts
+        ctx.step = 0
+        ctx.usage = Usage()
+        ctx.round_tools = []
+        ctx.consecutive_errors = 0
+        ctx.running = {}
+        ctx.suspended = {}
+        ctx.finished = None
+    elif t is RunCancelRequested:
+        ctx.cancel_requested = True
+    elif t is RunSuspended:
+        ctx.waiting = True
+    elif t is RunFinished:
+        ctx.finished = event.termination  # type: ignore[union-attr]
+        ctx.waiting = False
+    elif t is StateReplaced and event.scope == "thread":  # type: ignore[union-attr]
+        ctx.state = validate_state(event.state)  # type: ignore[union-attr]
+
+
+def fold_context(ctx: RunContext, commits: Sequence[StoredCommit]) -> RunContext:
+    for sc in commits:
+        for ev in sc.commit.events:
+            apply_event(ctx, ev, sc.commit.ts, sc.commit.run_id)
+    return ctx
+
+
+# == pure decisions ===============================================================================
+
+
+@dataclass(frozen=True, slots=True)
+class CallPlan:
+    """A requested call, checked: `failure` says why it cannot run (unknown tool, bad args)."""
+
+    call: ToolCall
+    tool: Tool | None
+    failure: str | None = None
+
+
+def plan_call(call: ToolCall, tools: Mapping[str, Tool]) -> CallPlan:
+    tool = tools.get(call.name)
+    if tool is None:
+        available = ", ".join(sorted(tools)) or "none"
+        return CallPlan(call, None, f"unknown tool {call.name!r}; available tools: {available}")
+    try:
+        tool.validate(call.arguments)
+    except InvalidToolArguments as exc:
+        return CallPlan(call, tool, str(exc))
+    return CallPlan(call, tool)
+
+
+@dataclass(frozen=True, slots=True)
+class GateDecision:
+    """What BeforeToolExecute decided for one call: `run`, `fail`, `result` or `suspend`."""
+
+    kind: str
+    events: tuple[AnyEvent, ...] = ()
+    reason: str | None = None
+    result: ToolResult | None = None
+    ticket: SuspendTicket | None = None
+
+
+def resolve_gate(call_id: str, actions: Sequence[Action]) -> GateDecision:
+    """Combine BeforeToolExecute actions: block/deny > suspend/ask > set result > run. Every gate
+    verdict is recorded (`ToolCallGated`), whichever wins."""
+    gated: list[AnyEvent] = []
+    block: str | None = None
+    ticket: SuspendTicket | None = None
+    result: ToolResult | None = None
+    for action in actions:
+        if isinstance(action, Gate):
+            gated.append(ToolCallGated(call_id=call_id, verdict=action.verdict, rule=action.rule))
+            if action.verdict == "deny" and block is None:
+                block = action.reason or f"denied by permission rule {action.rule or 'default'}"
+            elif action.verdict == "ask" and ticket is None:
+                ticket = action.ticket or SuspendTicket(id=call_id, message=action.reason)
+        elif isinstance(action, Block) and block is None:
+            block = action.reason
+        elif isinstance(action, Suspend) and ticket is None:
+            ticket = action.ticket
+        elif isinstance(action, SetResult) and result is None:
+            result = action.result
+    events = tuple(gated)
+    if block is not None:
+        return GateDecision("fail", events, reason=block)
+    if ticket is not None:
+        return GateDecision("suspend", events, ticket=ticket)
+    if result is not None:
+        return GateDecision("result", events, result=result)
+    return GateDecision("run", events)
+
+
+def tool_specs(spec: AgentSpec, tools: Mapping[str, Tool], actions: Sequence[Action]) -> list[ToolSpec]:
+    names = list(spec.tools)
+    for action in actions:
+        if isinstance(action, ExcludeTools):
+            names = [n for n in names if n not in action.names]
+        elif isinstance(action, IncludeOnlyTools):
+            names = [n for n in names if n in action.names]
+    return [tools[n].spec for n in names if n in tools]
+
+
+def build_request(
+    spec: AgentSpec, ctx: RunContext, tools: list[ToolSpec], actions: Sequence[Action]
+) -> ModelRequest:
+    """The model request for this step: system prompt (+ plugin context), the thread's
+    conversation, the tools on offer, options (+ overrides)."""
+    system = spec.system_prompt
+    options = spec.model_options
+    model_name = spec.model_name
+    for action in actions:
+        if isinstance(action, AddContext):
+            system = f"{system}\n\n{action.text}" if system else action.text
+        elif isinstance(action, OverrideInference):
+            if action.model:
+                model_name = action.model
+            if action.options:
+                options = {**options, **action.options}
+    messages = [Message(id="system", role="system", content=system), *ctx.messages] if system else list(ctx.messages)
+    return ModelRequest(model=model_name, messages=messages, tools=tools, options=options)
+
+
+def classify_result(result: ToolResult) -> tuple[str, Any, str]:
+    """(outcome, recorded result, message content for the model) of a finished call."""
+    if result.status == "success":
+        value = result.value
+        return "succeeded", value, value if isinstance(value, str) else _json.encode(value).decode()
+    if result.status == "error":
+        error = result.error or "tool failed"
+        recorded: dict[str, Any] = {"error": error}
+        if result.value is not None:
+            recorded["value"] = result.value
+        return "failed", recorded, f"Error: {error}"
+    raise ValueError(f"a {result.status!r} result does not complete a call")
+
+
+def stop_input(ctx: RunContext, now_ms: int) -> StopInput:
+    return StopInput(
+        rounds=ctx.step,
+        elapsed_ms=now_ms - ctx.started_ms,
+        total_tokens=ctx.usage.total_tokens,
+        consecutive_errors=ctx.consecutive_errors,
+        round_tools=ctx.round_tools,
+        text=ctx.step_text,
+    )
+
+
+# == the driver ===================================================================================
+
+
+class _Cancelled(Exception):
+    """Internal: the run was cancelled (signal or a RunCancelRequested found in the log)."""
+
+
+@dataclass(slots=True)
+class _Running:
+    plan: CallPlan
+    cancel: asyncio.Event
+    ctx: ToolContext | None = None
+
+
+class RunLoop:
+    """Drives one run. Build it with a context folded from the thread's log, call `begin()`
+    (the run-start commit) and then `run()`; `request_cancel()` from anywhere."""
+
+    def __init__(
+        self,
+        *,
+        spec: AgentSpec,
+        ctx: RunContext,
+        version: int,
+        store: EventStore,
+        tools: Mapping[str, Tool],
+        models: ModelRegistry,
+        live: LiveSink,
+        entropy: Entropy,
+        on_commit: Callable[[StoredCommit], None] = lambda sc: None,
+    ) -> None:
+        self.spec = spec
+        self.ctx = ctx
+        self.version = version
+        self.store = store
+        self.tools = tools
+        self.models = models
+        self.live = live
+        self.entropy = entropy
+        self.on_commit = on_commit
+        self.log = structlog.get_logger("agentlog.runtime").bind(thread_id=ctx.thread_id, run_id=ctx.run_id)
+        self._pending: list[AnyEvent] = []
+        self._pending_ts = 0
+        self._cancel = asyncio.Event()
+        self._cancel_waiter: asyncio.Future[Any] | None = None
+        self._running: dict[str, _Running] = {}
+        self._queued_user: list[str] = []
+        self._stop_conditions = spec.effective_stop_conditions()
+        self._hooks = {
+            hook: [p for p in spec.plugins if overrides(p, hook)]
+            for hook in (
+                "run_start", "step_start", "before_inference", "after_inference",
+                "before_tool_execute", "after_tool_execute", "step_end", "run_end",
+            )
+        }
+        self._agent_tools = {n: tools[n] for n in spec.tools if n in tools}
+        self._base_tool_specs = tool_specs(spec, self._agent_tools, ())
+        self._live_on = live.enabled
+
+    # -- staging and committing ----------------------------------------------------------------
+
+    def _emit(self, event: AnyEvent) -> None:
+        """Stage an event: fold it into the context now (so decisions see it; raises
+        InvalidPatch before anything is appended), commit it at the next flush."""
+        if not self._pending:
+            self._pending_ts = self.entropy.now_ms()
+        apply_event(self.ctx, event, self._pending_ts, self.ctx.run_id)
+        self._pending.append(event)
+
+    async def _flush(self) -> None:
+        """Append the staged events as one commit at the thread version we hold."""
+        if not self._pending:
+            return
+        commit = Commit(
+            commit_id=self.entropy.new_id(),
+            thread_id=self.ctx.thread_id,
+            run_id=self.ctx.run_id,
+            ts=self._pending_ts,
+            events=self._pending,
+        )
+        self._pending = []
+        cancelled = False
+        while True:
+            try:
+                res = await self.store.append(commit, self.version)
+                break
+            except VersionConflict:
+                cancelled = await self._absorb_conflict() or cancelled
+        self.version = res.seq
+        self.on_commit(StoredCommit(res.seq, commit))
+        if cancelled and self.ctx.finished is None:
+            raise _Cancelled()
+
+    async def _absorb_conflict(self) -> bool:
+        """Read what others appended; fold in what we can live with. Returns True if it holds a
+        cancel request for this run; raises RunConflict for anything else."""
+        new = [sc async for sc in self.store.read_thread(self.ctx.thread_id, after=self.version)]
+        cancel = False
+        for sc in new:
+            for ev in sc.commit.events:
+                if type(ev) is RunCancelRequested and sc.commit.run_id == self.ctx.run_id:
+                    cancel = True
+                elif type(ev) is not ThreadMetadataUpdated:
+                    raise RunConflict(
+                        f"thread {self.ctx.thread_id!r} changed under run {self.ctx.run_id!r}: "
+                        f"commit {sc.commit.commit_id!r} (seq {sc.seq}, run {sc.commit.run_id!r}) "
+                        f"appended {type(ev).__name__}; re-read the log and re-evaluate"
+                    )
+        for sc in new:
+            for ev in sc.commit.events:
+                apply_event(self.ctx, ev, sc.commit.ts, sc.commit.run_id)
+            if sc.commit.run_id == self.ctx.run_id:
+                self.on_commit(sc)
+        if new:
+            self.version = new[-1].seq
+        if cancel:
+            self.log.info("run.cancel_seen_in_log")
+            self._cancel.set()
+        return cancel
+
+    # -- plugins -------------------------------------------------------------------------------
+
+    def _phase(self) -> PhaseContext:
+        return PhaseContext(
+            agent=self.spec, thread_id=self.ctx.thread_id, run_id=self.ctx.run_id,
+            step=self.ctx.step, state=self.ctx.state, messages=self.ctx.messages,
+        )
+
+    async def _hook(self, hook: str, *args: Any) -> list[Action]:
+        plugins = self._hooks[hook]
+        if not plugins:
+            return []
+        return await run_hook(plugins, hook, self._phase(), *args)
+
+    def _apply_patches(self, actions: Sequence[Action], source: str) -> None:
+        for action in actions:
+            if isinstance(action, PatchState):
+                self._emit(StatePatched(ops=list(action.ops), source=source))
+
+    @staticmethod
+    def _terminate(actions: Sequence[Action]) -> Termination | None:
+        for action in actions:
+            if isinstance(action, Terminate):
+                return Termination(type="behavior_requested", code=action.code, detail=action.detail)
+        return None
+
+    # -- cancellation --------------------------------------------------------------------------
+
+    def request_cancel(self) -> None:
+        self._cancel.set()
+
+    def _waiter(self) -> asyncio.Future[Any]:
+        if self._cancel_waiter is None:
+            self._cancel_waiter = asyncio.ensure_future(self._cancel.wait())
+        return self._cancel_waiter
+
+    async def _race(self, coro: Any, on_cancel: asyncio.Event | None = None) -> Any:
+        """Await `coro` unless the run is cancelled first (then set `on_cancel` so a cooperative
+        tool sees it, cancel the task, raise _Cancelled)."""
+        if self._cancel.is_set():
+            coro.close()
+            raise _Cancelled()
+        task = asyncio.ensure_future(coro)
+        waiter = self._waiter()
+        await asyncio.wait((task, waiter), return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        if on_cancel is not None:
+            on_cancel.set()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise _Cancelled()
+
+    # -- the run -------------------------------------------------------------------------------
+
+    async def begin(self, messages: Sequence[Message], *, parent_run_id: str | None, origin: str,
+                    thread_metadata: dict[str, Any] | None = None, resource_id: str | None = None) -> None:
+        """The run-start commit: [ThreadCreated] + RunStarted + the new messages (+ RunStart
+        plugin patches). Raises VersionConflict if the thread moved since it was folded."""
+        if not self.ctx.thread_exists:
+            self._emit(ThreadCreated(resource_id=resource_id, metadata=thread_metadata or {}))
+        self._emit(RunStarted(run_id=self.ctx.run_id, agent_id=self.spec.id, parent_run_id=parent_run_id, origin=origin))
+        for m in messages:
+            self._emit(MessageAppended(message=m))
+        actions = await self._hook("run_start")
+        self._apply_patches(actions, "plugin")
+        self._start_termination = self._terminate(actions)
+        commit = Commit(
+            commit_id=self.entropy.new_id(), thread_id=self.ctx.thread_id, run_id=self.ctx.run_id,
+            ts=self._pending_ts, events=self._pending,
+        )
+        self._pending = []
+        res = await self.store.append(commit, self.version)  # a conflict here fails the start
+        self.version = res.seq
+        self.on_commit(StoredCommit(res.seq, commit))
+        self.log.info("run.started", agent_id=self.spec.id, parent_run_id=parent_run_id, seq=res.seq)
+
+    async def run(self) -> RunContext:
+        """Run to the end (or to `waiting`). Returns the final context; raises RunConflict."""
+        try:
+            try:
+                if self._start_termination is not None:
+                    await self._finish(self._start_termination)
+                else:
+                    await self._steps()
+            except _Cancelled:
+                await self._finish_cancelled()
+            except (RunConflict, asyncio.CancelledError):
+                raise
+            except Exception as exc:  # plugin bugs, invalid plugin patches, store errors...
+                if self.ctx.finished is not None:
+                    raise
+                self.log.exception("run.error")
+                code = getattr(exc, "code", None) or "internal_error"
+                self._pending = []
+                await self._finish(Termination(type="error", code=code, detail=f"{type(exc).__name__}: {exc}"))
+        finally:
+            if self._cancel_waiter is not None:
+                self._cancel_waiter.cancel()
+        term = self.ctx.finished
+        self.log.info(
+            "run.waiting" if term is None else "run.finished",
+            termination=None if term is None else term.type, code=None if term is None else term.code,
+            steps=self.ctx.step, seq=self.version,
+        )
+        return self.ctx
+
+    async def _steps(self) -> None:
+        while True:
+            step = self.ctx.step + 1
+            self._emit(StepStarted(step=step))
+            actions = await self._hook("step_start")
+            self._apply_patches(actions, "plugin")
+            term = self._terminate(actions)
+            if term is not None:
+                return await self._finish(term)
+            actions = await self._hook("before_inference")
+            self._apply_patches(actions, "plugin")
+            term = self._terminate(actions)
+            if term is not None:
+                return await self._finish(term)
+            specs = self._base_tool_specs
+            if any(isinstance(a, (ExcludeTools, IncludeOnlyTools)) for a in actions):
+                specs = tool_specs(self.spec, self._agent_tools, actions)
+            request = build_request(self.spec, self.ctx, specs, actions)
+            t0 = self.entropy.now_ms()
+            try:
+                response = await self._race(self._infer(request))
+            except ModelError as exc:
+                self.log.warning("run.model_error", error=str(exc))
+                return await self._finish(Termination(type="error", code=exc.code, detail=str(exc)))
+            message = Message(
+                id=self.entropy.new_id(), role="assistant", content=response.text,
+                tool_calls=list(response.tool_calls) or None,
+            )
+            self._emit(MessageAppended(message=message))
+            self._emit(InferenceCompleted(
+                model=response.model, usage=response.usage, duration_ms=self.entropy.now_ms() - t0,
+                stop_reason=response.stop_reason, message_id=message.id,
+            ))
+            actions = await self._hook("after_inference", response)
+            self._apply_patches(actions, "plugin")
+            term = self._terminate(actions)
+            if term is not None:
+                return await self._finish(term)
+            if not response.tool_calls:
+                return await self._finish(Termination(type="natural_end"))
+            plans = [plan_call(c, self._agent_tools) for c in response.tool_calls]
+            if self.spec.tool_execution_mode == "sequential":
+                await self._round_sequential(plans)
+            else:
+                await self._round_parallel(plans)
+            if await self._step_end():
+                return
+
+    # -- tool rounds ---------------------------------------------------------------------------
+
+    async def _gate(self, plan: CallPlan) -> GateDecision:
+        """BeforeToolExecute for one call, staged. Pre-failed calls get no hooks."""
+        if plan.failure is not None:
+            return GateDecision("fail", reason=plan.failure)
+        actions = await self._hook("before_tool_execute", plan.call)
+        decision = resolve_gate(plan.call.id, actions)
+        for ev in decision.events:
+            self._emit(ev)
+        self._apply_patches(actions, "plugin")
+        return decision
+
+    async def _settle(self, plan: CallPlan, decision: GateDecision) -> bool:
+        """Stage the outcome of a call that does not run. Returns True if it suspended."""
+        if decision.kind == "suspend":
+            self._emit(ToolCallSuspended(call_id=plan.call.id, ticket=decision.ticket))  # type: ignore[arg-type]
+            return True
+        result = decision.result if decision.kind == "result" else ToolResult.failure(decision.reason or "blocked")
+        await self._complete(plan, result, [])  # type: ignore[arg-type]
+        return False
+
+    def _start(self, plan: CallPlan) -> _Running:
+        self._emit(ToolCallStarted(call_id=plan.call.id, name=plan.call.name, arguments=plan.call.arguments))
+        running = _Running(plan, asyncio.Event())
+        self._running[plan.call.id] = running
+        return running
+
+    async def _execute(self, running: _Running) -> tuple[ToolResult, list[dict[str, Any]]]:
+        plan = running.plan
+        call_id = plan.call.id
+        progress = None
+        if self._live_on:
+            thread_id, run_id, live = self.ctx.thread_id, self.ctx.run_id, self.live
+
+            def progress(data: Any) -> None:
+                live.publish(thread_id, run_id, {"type": "tool_progress", "call_id": call_id, "data": data})
+
+        tctx = ToolContext(
+            thread_id=self.ctx.thread_id, run_id=self.ctx.run_id, call_id=call_id, agent_id=self.spec.id,
+            tool_name=plan.call.name, state=self.ctx.state, progress=progress, cancelled=running.cancel,
+        )
+        running.ctx = tctx
+        result = await plan.tool.invoke(plan.call.arguments, tctx)  # type: ignore[union-attr]
+        return result, tctx.ops
+
+    async def _complete(self, plan: CallPlan, result: ToolResult, ops: list[dict[str, Any]]) -> bool:
+        """Stage a finished call: its state edits (validated), completion and result message,
+        AfterToolExecute actions. A pending result suspends the call instead. Returns True if
+        it suspended."""
+        call = plan.call
+        self._running.pop(call.id, None)
+        if ops:
+            try:
+                self._emit(StatePatched(ops=ops, source=f"tool:{call.name}"))
+            except InvalidPatch as exc:
+                result = ToolResult.failure(f"tool {call.name!r} made an invalid state edit: {exc}")
+        actions = await self._hook("after_tool_execute", call, result)
+        self._apply_patches(actions, "plugin")
+        self._queued_user.extend(a.text for a in actions if isinstance(a, AddUserMessage))
+        if result.status == "pending":
+            self._emit(ToolCallSuspended(call_id=call.id, ticket=result.ticket))  # type: ignore[arg-type]
+            return True
+        outcome, value, content = classify_result(result)
+        message_id = self.entropy.new_id()
+        self._emit(ToolCallCompleted(call_id=call.id, outcome=outcome, result=value, message_id=message_id))  # type: ignore[arg-type]
+        self._emit(MessageAppended(message=Message(id=message_id, role="tool", content=content, tool_call_id=call.id)))
+        return False
+
+    async def _round_sequential(self, plans: list[CallPlan]) -> None:
+        """One call at a time, in order; each completion commits with the next call's start.
+        Stops at the first suspension (the rest stay unstarted until it is decided)."""
+        for plan in plans:
+            decision = await self._gate(plan)
+            if decision.kind != "run":
+                if await self._settle(plan, decision):
+                    return
+                continue
+            running = self._start(plan)
+            await self._flush()
+            result, ops = await self._race(self._execute(running), running.cancel)
+            if await self._complete(plan, result, ops):
+                return
+
+    async def _round_parallel(self, plans: list[CallPlan]) -> None:
+        """All calls of the step at once; each completion is committed as it finishes (the last
+        one carries the step end). Simultaneous completions are staged in call order."""
+        to_run: list[_Running] = []
+        for plan in plans:
+            decision = await self._gate(plan)
+            if decision.kind == "run":
+                to_run.append(self._start(plan))
+            else:
+                await self._settle(plan, decision)
+        if not to_run:
+            return
+        await self._flush()
+        order = {r.plan.call.id: i for i, r in enumerate(to_run)}
+        tasks = {asyncio.ensure_future(self._execute(r)): r for r in to_run}
+        waiter = self._waiter()
+        try:
+            while tasks:
+                if self._cancel.is_set():
+                    raise _Cancelled()
+                done, _ = await asyncio.wait((*tasks, waiter), return_when=asyncio.FIRST_COMPLETED)
+                finished = sorted((t for t in done if t in tasks), key=lambda t: order[tasks[t].plan.call.id])
+                if not finished:
+                    raise _Cancelled()
+                for task in finished:
+                    running = tasks.pop(task)
+                    result, ops = task.result()
+                    await self._complete(running.plan, result, ops)
+                if tasks:
+                    await self._flush()
+        except BaseException:
+            for task, running in tasks.items():
+                running.cancel.set()
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+    async def _step_end(self) -> bool:
+        """StepEnd: queued user messages, plugin actions, StepFinished, then the verdict: finish
+        (terminate / stop condition), wait (suspended calls), or go on. Returns True when the
+        run loop should exit. Everything rides in the commit of the step's last completion."""
+        for text in self._queued_user:
+            self._emit(MessageAppended(message=Message(id=self.entropy.new_id(), role="user", content=text)))
+        self._queued_user = []
+        actions = await self._hook("step_end")
+        self._apply_patches(actions, "plugin")
+        if self.ctx.suspended and not self.ctx.running:
+            self._emit(StepFinished(step=self.ctx.step))
+            self._emit(RunSuspended(call_ids=list(self.ctx.suspended)))
+            await self._flush()
+            return True
+        term = self._terminate(actions)
+        if term is None:
+            self._emit(StepFinished(step=self.ctx.step))
+            term = evaluate_stop(self._stop_conditions, stop_input(self.ctx, self.entropy.now_ms()))
+        if term is not None:
+            await self._finish(term)
+            return True
+        await self._flush()
+        return False
+
+    # -- the end -------------------------------------------------------------------------------
+
+    async def _finish(self, termination: Termination) -> None:
+        """RunEnd: answer any unanswered call of the current step (cancelled), close the step,
+        RunFinished with the summed usage; one commit with whatever is still staged."""
+        ctx = self.ctx
+        for call_id in ctx.step_calls:
+            if call_id not in ctx.answered:
+                self._emit_cancelled(call_id)
+        if ctx.step_open:
+            self._emit(StepFinished(step=ctx.step))
+        actions = await self._hook("run_end")
+        self._apply_patches(actions, "plugin")
+        self._emit(RunFinished(termination=termination, usage=ctx.usage))
+        await self._flush()
+
+    def _emit_cancelled(self, call_id: str) -> None:
+        message_id = self.entropy.new_id()
+        self._emit(ToolCallCompleted(call_id=call_id, outcome="cancelled", result={"error": "cancelled"}, message_id=message_id))
+        self._emit(MessageAppended(message=Message(
+            id=message_id, role="tool", content="Error: the call was cancelled", tool_call_id=call_id,
+        )))
+
+    async def _finish_cancelled(self) -> None:
+        for running in self._running.values():
+            running.cancel.set()
+        self._running.clear()
+        if self.ctx.finished is None:
+            await self._finish(Termination(type="cancelled", detail="cancel requested"))
+
+    # -- inference -----------------------------------------------------------------------------
+
+    async def _infer(self, request: ModelRequest) -> ModelResponse:
+        """Primary model with retries of retryable errors, then each fallback model in turn."""
+        retry = self.spec.retry
+        names: list[Any] = [request.model if request.model != self.spec.model_name else self.spec.model]
+        names += self.spec.fallback_models
+        last: ModelError | None = None
+        for name in names:
+            model = self.models.resolve(name)
+            req = request if name is names[0] else msgspec.structs.replace(request, model=str(name))
+            delay = retry.backoff_ms / 1000
+            for attempt in range(retry.max_attempts):
+                try:
+                    return await self._stream(model, req)
+                except ModelError as exc:
+                    last = exc
+                    self.log.warning("model.failed", model=req.model, attempt=attempt + 1, error=str(exc))
+                    if not exc.retryable:
+                        break
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a broken model is a model error, not a crash
+                    last = ModelError(f"model {req.model!r} failed: {type(exc).__name__}: {exc}")
+                    break
+                if attempt + 1 < retry.max_attempts:
+                    await asyncio.sleep(delay)  # backoff between provider attempts, not synchronisation
+                    delay *= retry.backoff_multiplier
+        assert last is not None
+        raise last
+
+    async def _stream(self, model: Any, request: ModelRequest) -> ModelResponse:
+        live_on = self._live_on
+        step = self.ctx.step
+        for_live = (self.ctx.thread_id, self.ctx.run_id)
+        async for chunk in model.stream(request):
+            t = type(chunk)
+            if t is ModelDone:
+                return chunk.response
+            if live_on:
+                if t is TextDelta:
+                    self.live.publish(*for_live, {"type": "text_delta", "step": step, "text": chunk.text})
+                elif t is ToolCallDelta:
+                    self.live.publish(*for_live, {
+                        "type": "tool_call_delta", "step": step, "index": chunk.index,
+                        "call_id": chunk.call_id, "name": chunk.name, "arguments_delta": chunk.arguments_delta,
+                    })
+        raise ModelProtocolError(f"model {request.model!r} ended its stream without a final response")

@@ -1,0 +1,302 @@
+"""`Runtime`: start, follow, cancel and continue runs. The I/O shell around `loop.RunLoop`.
+
+A run is started by folding its thread's log (so a continuation sees the whole conversation and
+state), committing the run start, and driving the loop in a task. The caller gets a `RunHandle`:
+`events()` streams the run's committed events in log order (from an in-process broadcaster fed by
+the loop after each append), `result()` gives the termination and the final `RunView` (the
+projections' fold over exactly those commits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import structlog
+
+from eventlog.errors import AgentlogError, VersionConflict
+from eventlog.events import (
+    AnyEvent,
+    Commit,
+    Message,
+    Position,
+    RunCancelRequested,
+    RunFinished,
+    StoredCommit,
+    Termination,
+)
+from eventlog.ids import validate_id, validate_run_id
+from eventlog.store import EventStore
+from projections.fold import fold_commits
+from projections.views import RunView, ThreadView
+
+from .agent import AgentRegistry, AgentSpec, ModelRegistry
+from .entropy import SYSTEM_ENTROPY, Entropy
+from .live import LiveSink, NullLiveSink
+from .loop import RunConflict, RunContext, RunLoop, fold_context
+from .models.base import Model
+from .tools import Tool, ToolRegistry
+
+_log = structlog.get_logger("agentlog.runtime")
+
+
+class RunNotFound(AgentlogError, LookupError):
+    code = "run_not_found"
+
+
+class CommittedEvent(NamedTuple):
+    """One event of a run as committed: its position in the log and the commit's timestamp."""
+
+    position: Position
+    event: AnyEvent
+    ts: int
+
+
+class RunResult(NamedTuple):
+    """How a run ended. `termination` is None while the run is `waiting` (suspended calls)."""
+
+    run_id: str
+    thread_id: str
+    status: str
+    termination: Termination | None
+    run: RunView
+
+
+class RunHandle:
+    """A started run. Its commits are collected as the loop appends them, so `events()` can be
+    iterated any number of times, from the start, while the run goes on or after it ended."""
+
+    def __init__(self, run_id: str, thread_id: str, agent_id: str) -> None:
+        self.run_id = run_id
+        self.thread_id = thread_id
+        self.agent_id = agent_id
+        self.commits: list[StoredCommit] = []
+        self._changed = asyncio.Event()
+        self._done = False
+        self._task: asyncio.Task[RunContext] | None = None
+
+    def _on_commit(self, stored: StoredCommit) -> None:
+        self.commits.append(stored)
+        self._changed.set()
+
+    def _close(self, _task: Any = None) -> None:
+        self._done = True
+        self._changed.set()
+
+    async def events(self) -> AsyncIterator[CommittedEvent]:
+        """The run's committed events in log order; ends when the run finishes or waits."""
+        index = 0
+        while True:
+            while index < len(self.commits):
+                sc = self.commits[index]
+                index += 1
+                for i, ev in enumerate(sc.commit.events):
+                    yield CommittedEvent(Position(sc.seq, i), ev, sc.commit.ts)
+            if self._done:
+                return
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def result(self) -> RunResult:
+        """Wait for the run to finish (or suspend); raises what ended it abnormally
+        (e.g. `RunConflict`)."""
+        assert self._task is not None
+        ctx = await asyncio.shield(self._task)
+        run = self.view()
+        return RunResult(self.run_id, self.thread_id, run.status, ctx.finished, run)
+
+    def view(self) -> RunView:
+        """The run view so far: the projections' fold over this run's commits."""
+        return fold_commits(self.commits).runs[self.run_id]
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+
+def _as_messages(messages: str | Message | Mapping[str, Any] | Sequence[Any], entropy: Entropy) -> list[Message]:
+    """Input messages: a string (one user message), `Message`s, or `{"role", "content"}` dicts."""
+    if isinstance(messages, (str, Message, Mapping)):
+        messages = [messages]
+    out: list[Message] = []
+    for m in messages:
+        if isinstance(m, str):
+            out.append(Message(id=entropy.new_id(), role="user", content=m))
+        elif isinstance(m, Message):
+            out.append(m)
+        elif isinstance(m, Mapping):
+            role = m.get("role", "user")
+            if role not in ("user", "system", "assistant", "tool"):
+                raise ValueError(f"invalid message role {role!r}")
+            out.append(Message(
+                id=m.get("id") or entropy.new_id(), role=role, content=str(m.get("content", "")),
+                tool_call_id=m.get("tool_call_id"), visibility=m.get("visibility", "all"),
+            ))
+        else:
+            raise TypeError(f"a message must be a str, Message or dict, not {type(m).__name__}")
+    return out
+
+
+class Runtime:
+    """Agents, tools and models wired to one event store.
+
+    `Runtime(store, agents=[...], tools=[...], models={"name": model}, live=..., entropy=...)`.
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        *,
+        agents: Iterable[AgentSpec] = (),
+        tools: Iterable[Tool] | ToolRegistry = (),
+        models: Mapping[str, Model] | ModelRegistry | None = None,
+        live: LiveSink | None = None,
+        entropy: Entropy | None = None,
+    ) -> None:
+        self.store = store
+        self.agents = AgentRegistry(agents)
+        self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+        self.models = models if isinstance(models, ModelRegistry) else ModelRegistry(models)
+        self.live: LiveSink = live or NullLiveSink()
+        self.entropy: Entropy = entropy or SYSTEM_ENTROPY
+        self._active: dict[str, tuple[RunLoop, RunHandle]] = {}
+
+    # -- starting ------------------------------------------------------------------------------
+
+    async def start(
+        self,
+        agent_id: str,
+        messages: str | Message | Mapping[str, Any] | Sequence[Any] = (),
+        *,
+        thread_id: str | None = None,
+        parent_run_id: str | None = None,
+        run_id: str | None = None,
+        resource_id: str | None = None,
+        origin: str = "user",
+    ) -> RunHandle:
+        """Commit the start of a run and drive it in the background.
+
+        A new thread unless `thread_id` names one; `parent_run_id` continues a finished (or
+        waiting) run on its thread (lineage in `RunStarted`). Returns once the run start is in
+        the log. Raises `RunConflict` if the thread has an active run.
+        """
+        spec = self.agents.get(agent_id)
+        missing = [n for n in spec.tools if n not in self.tools]
+        if missing:
+            raise LookupError(f"agent {agent_id!r} lists unknown tools: {', '.join(missing)}")
+        self.models.resolve(spec.model)  # fail now, not at the first inference
+        if parent_run_id is not None:
+            validate_run_id(parent_run_id)
+            if thread_id is None:
+                thread_id = await self._thread_of(parent_run_id)
+        thread_id = validate_id(thread_id, "thread_id") if thread_id is not None else self.entropy.new_id()
+        run_id = validate_run_id(run_id) if run_id is not None else self.entropy.new_id()
+        history = [sc async for sc in self.store.read_thread(thread_id)]
+        thread = self._check_thread(thread_id, history, parent_run_id, run_id)
+        msgs = _as_messages(messages, self.entropy)
+        ctx = fold_context(RunContext(thread_id=thread_id, run_id=run_id), history)
+        handle = RunHandle(run_id, thread_id, agent_id)
+        loop = RunLoop(
+            spec=spec, ctx=ctx, version=thread.version if thread else 0, store=self.store,
+            tools=self._tools_for(spec), models=self.models, live=self.live, entropy=self.entropy,
+            on_commit=handle._on_commit,
+        )
+        try:
+            await loop.begin(msgs, parent_run_id=parent_run_id, origin=origin, resource_id=resource_id)
+        except VersionConflict as exc:
+            raise RunConflict(f"thread {thread_id!r} changed while run {run_id!r} was starting: {exc}") from None
+        self._active[run_id] = (loop, handle)
+        task = asyncio.get_running_loop().create_task(loop.run(), name=f"agentlog-run-{run_id}")
+        handle._task = task
+        task.add_done_callback(handle._close)
+        task.add_done_callback(lambda _t: self._active.pop(run_id, None))
+        return handle
+
+    async def run(self, agent_id: str, messages: Any = (), **kwargs: Any) -> RunResult:
+        """Start a run and wait for its result."""
+        handle = await self.start(agent_id, messages, **kwargs)
+        return await handle.result()
+
+    def _tools_for(self, spec: AgentSpec) -> dict[str, Tool]:
+        return {n: t for n in spec.tools if (t := self.tools.get(n)) is not None}
+
+    @staticmethod
+    def _check_thread(
+        thread_id: str, history: list[StoredCommit], parent_run_id: str | None, run_id: str
+    ) -> ThreadView | None:
+        if not history:
+            if parent_run_id is not None:
+                raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")
+            return None
+        views = fold_commits(history)
+        thread = views.threads[thread_id]
+        if thread.deleted:
+            raise AgentlogError(f"thread {thread_id!r} is deleted")
+        if run_id in thread.run_ids:
+            raise RunConflict(f"run {run_id!r} already exists on thread {thread_id!r}")
+        if thread.active_run_id is not None and views.runs[thread.active_run_id].status == "running":
+            raise RunConflict(
+                f"thread {thread_id!r} has an active run {thread.active_run_id!r}; cancel it or wait"
+            )
+        if parent_run_id is not None and parent_run_id not in thread.run_ids:
+            raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")
+        return thread
+
+    async def _thread_of(self, run_id: str) -> str:
+        async for sc in self.store.read_run(run_id):
+            return sc.commit.thread_id
+        raise RunNotFound(f"unknown run {run_id!r}")
+
+    # -- cancelling ----------------------------------------------------------------------------
+
+    async def cancel(self, run_id: str, reason: str | None = None) -> bool:
+        """Append `RunCancelRequested` and signal the run if it runs in this process. Returns
+        False if the run had already finished (nothing appended)."""
+        validate_run_id(run_id)
+        active = self._active.get(run_id)
+        thread_id = active[1].thread_id if active else await self._thread_of(run_id)
+        for _ in range(20):
+            # Version first: if the run finishes after this read, our append conflicts and we
+            # look again, so a cancel request never lands after RunFinished.
+            version = await self.store.thread_version(thread_id)
+            finished = False
+            async for sc in self.store.read_run(run_id):
+                finished = finished or any(type(e) is RunFinished for e in sc.commit.events)
+            if finished:
+                return False
+            commit = Commit(
+                commit_id=self.entropy.new_id(), thread_id=thread_id, run_id=run_id,
+                ts=self.entropy.now_ms(), events=[RunCancelRequested(reason=reason)],
+            )
+            try:
+                await self.store.append(commit, version)
+            except VersionConflict:
+                continue  # the run moved on; look again (it may have finished meanwhile)
+            _log.info("run.cancel_requested", thread_id=thread_id, run_id=run_id)
+            if active:
+                active[0].request_cancel()
+            return True
+        raise RunConflict(f"could not append a cancel request for run {run_id!r}: the thread keeps moving")
+
+    # -- views ---------------------------------------------------------------------------------
+
+    async def thread_view(self, thread_id: str) -> ThreadView:
+        """The thread view folded from the log (projections' pure fold)."""
+        commits = [sc async for sc in self.store.read_thread(thread_id)]
+        return fold_commits(commits).threads.get(thread_id) or ThreadView(thread_id=thread_id)
+
+    async def run_view(self, run_id: str) -> RunView:
+        commits = [sc async for sc in self.store.read_run(run_id)]
+        if not commits:
+            raise RunNotFound(f"unknown run {run_id!r}")
+        return fold_commits(commits).runs[run_id]
+
+    async def aclose(self) -> None:
+        """Cancel every run still going in this process and wait for them to finish."""
+        for run_id, (_loop, handle) in list(self._active.items()):
+            await self.cancel(run_id, reason="runtime closing")
+            try:
+                await handle.result()
+            except Exception:  # noqa: BLE001
+                pass
