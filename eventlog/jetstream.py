@@ -42,7 +42,7 @@ from nats.aio.msg import Msg
 from .codec import decode_commit, encode_commit
 from .errors import AgentlogError, CommitTooLarge, ServerTooOld, StoreUnavailable, VersionConflict
 from .events import AppendResult, Commit, StoredCommit
-from .ids import new_id, validate_id
+from .ids import validate_id
 from .store import check_commit
 from .subjects import EVENTS_STREAM, EVENTS_SUBJECTS, event_subject, run_filter, thread_filter
 
@@ -160,16 +160,28 @@ async def _quiet_error_cb(exc: Exception) -> None:
     log.debug("nats: %s", exc)
 
 
+class _Waiter:
+    """A request waiting for its single reply."""
+
+    __slots__ = ("done", "deadline")
+
+    def __init__(self, deadline: float) -> None:
+        self.done: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
+        self.deadline = deadline
+
+
 class _Batch:
     """Collects the replies of one batched Direct Get, up to its end-of-batch status."""
 
-    __slots__ = ("done", "items", "pending", "error")
+    __slots__ = ("done", "deadline", "items", "pending", "error", "progressed")
 
-    def __init__(self) -> None:
+    def __init__(self, deadline: float) -> None:
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.deadline = deadline
         self.items: list[tuple[int, Msg]] = []
         self.pending = 0
         self.error: str | None = None
+        self.progressed = False
 
 
 # -- the store ------------------------------------------------------------------------------------
@@ -199,9 +211,15 @@ class JetStreamEventStore:
         self.read_batch = read_batch
         self.read_max_bytes = read_max_bytes
         self._direct_subject = f"$JS.API.DIRECT.GET.{stream}"
+        # One wildcard reply subscription for every request we make (appends, API calls, direct
+        # gets): token -> waiter. Timeouts come from one sweeper task rather than a timer per
+        # request, which is what makes pipelined appends cheap.
         self._reply_prefix = ""
         self._reply_sub: Any = None
-        self._batches: dict[str, _Batch] = {}
+        self._reply_lock = asyncio.Lock()
+        self._next_token = 0
+        self._waiters: dict[str, _Waiter | _Batch] = {}
+        self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -273,10 +291,12 @@ class JetStreamEventStore:
         if self._closed:
             return
         self._closed = True
-        for batch in self._batches.values():
-            if not batch.done.done():
-                batch.done.set_exception(StoreUnavailable("the event store was closed"))
-        self._batches.clear()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        for waiter in self._waiters.values():
+            if not waiter.done.done():
+                waiter.done.set_exception(StoreUnavailable("the event store was closed"))
+        self._waiters.clear()
         if self._reply_sub is not None and not self._nc.is_closed:
             try:
                 await self._reply_sub.unsubscribe()
@@ -439,25 +459,37 @@ class JetStreamEventStore:
             await asyncio.sleep(0.02)
 
     async def _request(self, subject: str, payload: bytes, headers: dict[str, str] | None, what: str) -> Msg:
+        """One request/reply, bounded by `request_timeout`, every failure a `StoreUnavailable`."""
+        if self._reply_sub is None:
+            await self._ensure_reply_sub()
         deadline = time.monotonic() + self.request_timeout
-        await self._wait_connected(deadline, what)
-        timeout = max(deadline - time.monotonic(), 0.001)
+        if not self._nc.is_connected:
+            await self._wait_connected(deadline, what)
+        self._next_token += 1
+        token = str(self._next_token)
+        waiter = _Waiter(deadline)
+        self._waiters[token] = waiter
         try:
-            return await self._nc.request(subject, payload, timeout=timeout, headers=headers)
-        except nats.errors.TimeoutError:
-            raise StoreUnavailable(
-                f"{what}: JetStream did not answer within {self.request_timeout:g}s "
-                "(server down or overloaded); retrying the same commit is safe"
-            ) from None
-        except nats.errors.NoRespondersError:
-            raise StoreUnavailable(
-                f"{what}: no JetStream responder on {subject!r} (JetStream disabled or stream "
-                f"{self.stream} missing)"
-            ) from None
+            await self._nc.publish(subject, payload, reply=self._reply_prefix + token, headers=headers)
+            reply = await waiter.done
         except nats.errors.ConnectionClosedError:
             raise StoreUnavailable(f"{what}: the NATS connection is closed") from None
         except nats.errors.Error as exc:
             raise StoreUnavailable(f"{what}: NATS error: {exc or type(exc).__name__}") from None
+        except asyncio.TimeoutError:
+            raise StoreUnavailable(
+                f"{what}: JetStream did not answer within {self.request_timeout:g}s "
+                "(server down or overloaded); retrying the same commit is safe"
+            ) from None
+        finally:
+            self._waiters.pop(token, None)
+        headers_in = reply.headers
+        if headers_in and not reply.data and headers_in.get(_HDR_STATUS) == "503":
+            raise StoreUnavailable(
+                f"{what}: no JetStream responder on {subject!r} (JetStream disabled or stream "
+                f"{self.stream} missing)"
+            )
+        return reply
 
     async def _api(self, subject: str, payload: bytes) -> _ApiResponse:
         reply = await self._request(subject, payload, None, subject)
@@ -481,18 +513,40 @@ class JetStreamEventStore:
     # -- internals: batched direct get --------------------------------------------------------
 
     async def _ensure_reply_sub(self) -> None:
-        if self._reply_sub is None:
-            self._reply_prefix = f"{self._nc.new_inbox()}."
-            self._reply_sub = await self._nc.subscribe(f"{self._reply_prefix}*", cb=self._on_reply)
+        async with self._reply_lock:
+            if self._reply_sub is None:
+                prefix = f"{self._nc.new_inbox()}."
+                self._reply_sub = await self._nc.subscribe(f"{prefix}*", cb=self._on_reply)
+                self._reply_prefix = prefix
+                self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        """Fail waiters whose deadline passed (a batch that is still flowing gets more time)."""
+        tick = min(0.05, self.request_timeout / 4)
+        while True:
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            for waiter in list(self._waiters.values()):
+                if now >= waiter.deadline and not waiter.done.done():
+                    if isinstance(waiter, _Batch) and waiter.progressed:
+                        waiter.progressed = False
+                        waiter.deadline = now + self.request_timeout
+                        continue
+                    waiter.done.set_exception(asyncio.TimeoutError())
 
     async def _on_reply(self, msg: Msg) -> None:
-        batch = self._batches.get(msg.subject[len(self._reply_prefix) :])
-        if batch is None or batch.done.done():
+        waiter = self._waiters.get(msg.subject[len(self._reply_prefix) :])
+        if waiter is None or waiter.done.done():
             return
+        if type(waiter) is _Waiter:
+            waiter.done.set_result(msg)
+            return
+        batch: _Batch = waiter  # type: ignore[assignment]
         headers = msg.headers
         status = headers.get(_HDR_STATUS) if headers else None
         if status is None:
             batch.items.append((int(headers[_HDR_SEQUENCE]), msg))  # type: ignore[index]
+            batch.progressed = True
             return
         if status == "204":  # end of batch
             batch.pending = int(headers.get(_HDR_NUM_PENDING, "0"))  # type: ignore[union-attr]
@@ -501,12 +555,17 @@ class JetStreamEventStore:
         batch.done.set_result(None)
 
     async def _get_batch(self, subject_filter: str, start: int) -> _Batch:
-        await self._ensure_reply_sub()
+        """One batched Direct Get: up to `read_batch` messages / `read_max_bytes` from `start`."""
+        if self._reply_sub is None:
+            await self._ensure_reply_sub()
         deadline = time.monotonic() + self.request_timeout
-        await self._wait_connected(deadline, "read")
-        token = new_id()
-        batch = _Batch()
-        self._batches[token] = batch
+        what = f"read of {subject_filter!r}"
+        if not self._nc.is_connected:
+            await self._wait_connected(deadline, what)
+        self._next_token += 1
+        token = str(self._next_token)
+        batch = _Batch(deadline)
+        self._waiters[token] = batch
         request = {
             "seq": start,
             "next_by_subj": subject_filter,
@@ -517,26 +576,15 @@ class JetStreamEventStore:
             await self._nc.publish(
                 self._direct_subject, _json_encoder.encode(request), reply=self._reply_prefix + token
             )
-            # Bounded per batch: a batch that stops flowing (server died) fails, a big one that
-            # keeps flowing does not.
-            while True:
-                seen = len(batch.items)
-                try:
-                    await asyncio.wait_for(asyncio.shield(batch.done), max(deadline - time.monotonic(), 0.001))
-                    break
-                except asyncio.TimeoutError:
-                    if len(batch.items) == seen:
-                        raise StoreUnavailable(
-                            f"read of {subject_filter!r}: JetStream did not answer within "
-                            f"{self.request_timeout:g}s"
-                        ) from None
-                    deadline = time.monotonic() + self.request_timeout
+            await batch.done
+        except asyncio.TimeoutError:
+            raise StoreUnavailable(f"{what}: JetStream did not answer within {self.request_timeout:g}s") from None
         except nats.errors.Error as exc:
-            raise StoreUnavailable(f"read of {subject_filter!r}: NATS error: {exc or type(exc).__name__}") from None
+            raise StoreUnavailable(f"{what}: NATS error: {exc or type(exc).__name__}") from None
         finally:
-            self._batches.pop(token, None)
+            self._waiters.pop(token, None)
         if batch.error is not None:
-            raise StoreUnavailable(f"read of {subject_filter!r}: direct get failed: {batch.error}")
+            raise StoreUnavailable(f"{what}: direct get failed: {batch.error}")
         return batch
 
     async def _scan(self, subject_filter: str, after: int) -> AsyncIterator[tuple[int, Msg]]:

@@ -232,3 +232,31 @@ async def test_context_manager_closes_an_owned_connection(nats_server: EmbeddedN
         await store.append(commit("t"), 0)
         nc = store.nc
     assert nc.is_closed
+
+
+async def test_unanswered_requests_fail_within_the_request_timeout(nats_server: EmbeddedNatsServer) -> None:
+    """A frozen server keeps the TCP connection up but answers nothing: every pending request,
+    including concurrent ones, must fail with StoreUnavailable instead of hanging."""
+    import os
+    import signal
+
+    store = await connect(nats_server, request_timeout=0.5)
+    pid = nats_server._proc.pid  # type: ignore[union-attr]
+    try:
+        v = (await store.append(commit("t"), 0)).seq
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            async with asyncio.timeout(WAIT):
+                results = await asyncio.gather(
+                    *(store.append(commit("t"), v) for _ in range(5)),
+                    collect(store.read_thread("t")),
+                    store.thread_version("t"),
+                    return_exceptions=True,
+                )
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert all(isinstance(r, StoreUnavailable) for r in results), results
+        async with asyncio.timeout(WAIT):
+            assert await store.thread_version("t") >= v
+    finally:
+        await store.close()
