@@ -516,7 +516,11 @@ class JetStreamEventStore:
         async with self._reply_lock:
             if self._reply_sub is None:
                 prefix = f"{self._nc.new_inbox()}."
-                self._reply_sub = await self._nc.subscribe(f"{prefix}*", cb=self._on_reply)
+                # No client-side pending limits: a dropped reply would be a silently missing
+                # commit in a read. Memory is bounded by the requests in flight (read_max_bytes).
+                self._reply_sub = await self._nc.subscribe(
+                    f"{prefix}*", cb=self._on_reply, pending_msgs_limit=0, pending_bytes_limit=0
+                )
                 self._reply_prefix = prefix
                 self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
 
@@ -641,7 +645,8 @@ class _Follower:
             }
             request = {"stream_name": self.store.stream, "config": config}
             try:
-                self.sub = await nc.subscribe(inbox, cb=self._on_msg)
+                # Flow control bounds what is in flight; a drop would only cost a recreate.
+                self.sub = await nc.subscribe(inbox, cb=self._on_msg, pending_msgs_limit=0, pending_bytes_limit=0)
                 answer = await self.store._api(
                     f"$JS.API.CONSUMER.CREATE.{self.store.stream}", _json_encoder.encode(request)
                 )

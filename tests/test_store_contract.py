@@ -314,3 +314,48 @@ async def _append_when_back(store: EventStore, c: Commit, expected: int) -> Appe
             return await store.append(c, expected)
         except StoreUnavailable:
             continue
+
+
+async def test_long_reads_cross_batches(harness: Harness) -> None:
+    store = harness.store
+    if isinstance(store, JetStreamEventStore):
+        store.read_batch = 7  # force many batched direct gets, some cut by bytes
+        store.read_max_bytes = 1_000
+    version, expected = 0, []
+    for i in range(60):
+        c = commit("long")
+        version = (await store.append(c, version)).seq
+        expected.append((version, c))
+        if i % 4 == 0:
+            await store.append(commit("noise"), None)
+    got = await thread_commits(store, "long")
+    assert [(sc.seq, sc.commit) for sc in got] == expected
+    assert [sc.seq for sc in await thread_commits(store, "long", after=expected[29][0])] == [
+        seq for seq, _ in expected[30:]
+    ]
+
+
+async def test_racing_writers_form_one_linear_history(harness: Harness) -> None:
+    """Writers that race on one thread under OCC: each commit lands exactly once, every loser
+    gets a VersionConflict and retries at the new version, nobody's order is broken."""
+    store = harness.store
+
+    async def writer(name: str) -> list[str]:
+        mine = []
+        for i in range(5):
+            c = commit("race", None, StepStarted(step=i))
+            while True:
+                try:
+                    await store.append(c, await store.thread_version("race"))
+                    break
+                except VersionConflict:
+                    continue
+            mine.append(c.commit_id)
+        return mine
+
+    async with asyncio.timeout(WAIT):
+        per_writer = await asyncio.gather(*(writer(f"w{n}") for n in range(8)))
+    log = [sc.commit.commit_id for sc in await thread_commits(store, "race")]
+    assert len(log) == len(set(log)) == 40
+    for mine in per_writer:
+        assert [cid for cid in log if cid in set(mine)] == mine
