@@ -194,6 +194,7 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None) -
         if ctx.step_failed or ctx.step_succeeded:
             ctx.consecutive_errors = ctx.consecutive_errors + 1 if not ctx.step_succeeded else 0
     elif t is ToolCallSuspended:
+        ctx.running.pop(event.call_id, None)  # type: ignore[union-attr]
         ctx.suspended[event.call_id] = event.ticket  # type: ignore[union-attr]
     elif t is ThreadCreated:
         ctx.thread_exists = True
