@@ -1,0 +1,390 @@
+"""The `agentlog` command line (DESIGN 5.3): read-only tools over the log.
+
+Every command takes the same connection options (`--nats URL`, `--creds`, `--token`,
+`--data-dir`, `--timeout`); without a URL the embedded nats-server runs for the duration of the
+command. Every answer is computed from the log itself (the only source of truth), so the CLI
+shows the same thing whichever process wrote the log and whether or not a projection runner is
+running. Errors are one red line `error [<code>]: <message>` on stderr, exit 1, or 2 for usage
+errors (bad ids, unknown run); never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, Optional
+
+import msgspec
+import structlog
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from eventlog.errors import AgentlogError, InvalidId
+from eventlog.events import AnyEvent, Position, StoredCommit
+from eventlog.ids import validate_id, validate_run_id
+from eventlog.jetstream import JetStreamEventStore
+from eventlog.server import DEFAULT_DATA_DIR
+from projections import RunView, ThreadView, fold_commits
+
+from .connection import NATS_URL_ENV, ConnectionOptions, open_store
+from .timeline import (
+    InvalidEventId,
+    ReplayReport,
+    UnknownRun,
+    build_replay,
+    event_data,
+    event_summary,
+    learn_call_names,
+    parse_event_id,
+)
+
+log = structlog.get_logger("agentlog.cli")
+
+#: Errors caused by what the user typed: exit code 2, like click's own usage errors.
+USAGE_ERRORS: tuple[type[AgentlogError], ...] = (InvalidId, InvalidEventId, UnknownRun)
+
+app = typer.Typer(
+    name="agentlog",
+    help="agentlog: an event-sourced agent runtime on NATS JetStream.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+events_app = typer.Typer(help="Read the event log.", no_args_is_help=True)
+app.add_typer(events_app, name="events")
+
+
+# -- shared options -------------------------------------------------------------------------------
+
+NatsOpt = Annotated[Optional[str], typer.Option(
+    "--nats", envvar=NATS_URL_ENV, metavar="URL",
+    help="NATS server URL(s), comma separated. Without it an embedded nats-server runs for this command.")]
+CredsOpt = Annotated[Optional[Path], typer.Option(
+    "--creds", envvar="AGENTLOG_NATS_CREDS", dir_okay=False, help="NATS .creds file.")]
+TokenOpt = Annotated[Optional[str], typer.Option("--token", envvar="AGENTLOG_NATS_TOKEN", help="NATS token.")]
+DataDirOpt = Annotated[Path, typer.Option(
+    "--data-dir", envvar="AGENTLOG_DATA_DIR", help="Data directory of the embedded nats-server.")]
+TimeoutOpt = Annotated[float, typer.Option(
+    "--timeout", min=0.1, help="Seconds to wait for NATS to connect / answer before failing.")]
+
+
+def _options(nats: str | None, creds: Path | None, token: str | None, data_dir: Path, timeout: float) -> ConnectionOptions:
+    return ConnectionOptions(nats_url=nats, creds=creds, token=token, data_dir=data_dir, timeout=timeout)
+
+
+# -- logging, output, errors ----------------------------------------------------------------------
+
+
+def configure_logging(level: str) -> None:
+    """structlog to stderr with the console renderer; stdout stays clean for data (and --json)."""
+    number = logging.getLevelNamesMapping().get(level.upper())
+    if number is None:
+        raise typer.BadParameter(f"unknown log level {level!r}", param_hint="--log-level")
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="%H:%M:%S"),
+            structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(number),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def _out() -> Console:
+    """stdout console. soft_wrap: timeline lines are never cut or re-wrapped. When piped (no
+    terminal, no $COLUMNS) tables get 200 columns instead of rich's 80, so ids stay unfolded."""
+    piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    return Console(soft_wrap=True, highlight=False, width=200 if piped else None)
+
+
+def _fail(exc: AgentlogError) -> NoReturn:
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err.print(Text(f"error [{exc.code}]: {exc}", style="bold red"))
+    raise typer.Exit(2 if isinstance(exc, USAGE_ERRORS) else 1)
+
+
+def _print_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def _run(options: ConnectionOptions, body: Callable[[JetStreamEventStore], Awaitable[None]]) -> None:
+    """Run `body` against the store; map errors to one line and an exit code; Ctrl-C exits 0."""
+
+    async def main() -> None:
+        async with open_store(options) as store:
+            await body(store)
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        log.debug("interrupted")
+        raise typer.Exit(0) from None
+    except BrokenPipeError:  # `agentlog events tail | head`: the reader left, nothing to report
+        raise typer.Exit(0) from None
+    except AgentlogError as exc:
+        _fail(exc)
+    except typer.Exit:
+        raise
+    except Exception as exc:  # a bug: one line for the user, the traceback at debug level
+        log.debug("unexpected error", exc_info=True)
+        err = Console(stderr=True, highlight=False, soft_wrap=True)
+        err.print(Text(f"error [internal]: {type(exc).__name__}: {exc} (--log-level debug shows the traceback)",
+                       style="bold red"))
+        raise typer.Exit(1) from None
+
+
+def _guard(check: Callable[[], Any]) -> Any:
+    """Validate an argument before any server is started or contacted."""
+    try:
+        return check()
+    except AgentlogError as exc:
+        _fail(exc)
+
+
+async def read_to_end(store: JetStreamEventStore, thread_id: str | None = None, after: int = 0) -> AsyncIterator[StoredCommit]:
+    """Commits with seq > `after` up to the end of the log as it is now (all threads, or one)."""
+    if thread_id is not None:
+        async for stored in store.read_thread(thread_id, after):
+            yield stored
+        return
+    last = await store.last_seq()
+    if last <= after:
+        return
+    async with aclosing(store.follow(None, after)) as commits:
+        async for stored in commits:
+            yield stored
+            if stored.seq >= last:
+                return
+
+
+def _time(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S") if ms else "-"
+
+
+@app.callback()
+def _main(
+    log_level: Annotated[str, typer.Option("--log-level", envvar="AGENTLOG_LOG_LEVEL",
+                                           help="debug, info, warning, error.")] = "warning",
+) -> None:
+    configure_logging(log_level)
+
+
+# -- events tail ----------------------------------------------------------------------------------
+
+
+def _event_line(stored: StoredCommit, position: Position, event: AnyEvent, names: dict[str, str]) -> Text:
+    commit = stored.commit
+    line = Text()
+    line.append(f"{position!s:>8}", style="cyan")
+    line.append(f"  {commit.thread_id}  {commit.run_id or '-'}  ")
+    line.append(type(event).__name__, style="bold")
+    line.append("  " + event_summary(event, names))
+    return line
+
+
+def _event_json(stored: StoredCommit, position: Position, event: AnyEvent) -> dict[str, Any]:
+    commit = stored.commit
+    return {"id": str(position), "thread_id": commit.thread_id, "run_id": commit.run_id,
+            "commit_id": commit.commit_id, "ts": commit.ts, "type": type(event).__name__,
+            "event": event_data(event)}
+
+
+@events_app.command("tail")
+def events_tail(
+    thread: Annotated[Optional[str], typer.Option("--thread", help="Only this thread.")] = None,
+    from_: Annotated[Optional[str], typer.Option(
+        "--from", metavar="EVENT_ID|SEQ", help="Start at this event (inclusive); a bare SEQ means SEQ:0.")] = None,
+    follow: Annotated[bool, typer.Option("--follow/--no-follow", "-f",
+                                         help="Keep printing new events until Ctrl-C.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per event per line.")] = False,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """Print events (id `seq:index`, thread, run, type, key fields) from the log."""
+    start: Position | None = _guard(lambda: parse_event_id(from_)) if from_ else None
+    if thread is not None:
+        _guard(lambda: validate_id(thread, "thread_id"))
+    after = start.seq - 1 if start else 0
+
+    async def body(store: JetStreamEventStore) -> None:
+        out = _out()
+        names: dict[str, str] = {}
+        source = store.follow(thread, after) if follow else read_to_end(store, thread, after)
+        async with aclosing(source) as commits:
+            async for stored in commits:
+                for position, event in stored.positioned():
+                    if start is not None and position < start:
+                        continue
+                    learn_call_names(event, names)
+                    if as_json:
+                        _print_json(_event_json(stored, position, event))
+                    else:
+                        out.print(_event_line(stored, position, event, names))
+
+    _run(_options(nats, creds, token, data_dir, timeout), body)
+
+
+# -- listings -------------------------------------------------------------------------------------
+
+
+async def _views(store: JetStreamEventStore, thread_id: str | None = None) -> tuple[dict[str, ThreadView], dict[str, RunView]]:
+    """Fold the views from the log (see the README: the KV views are only as fresh as a runner)."""
+    async with aclosing(read_to_end(store, thread_id)) as commits:
+        views = fold_commits([c async for c in commits])
+    return views.threads, views.runs
+
+
+@app.command("threads")
+def threads_cmd(
+    limit: Annotated[int, typer.Option("--limit", min=1, max=10_000)] = 50,
+    offset: Annotated[int, typer.Option("--offset", min=0)] = 0,
+    resource_id: Annotated[Optional[str], typer.Option("--resource-id")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="A JSON array of thread views.")] = False,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """List threads, newest first (deleted threads are hidden)."""
+
+    async def body(store: JetStreamEventStore) -> None:
+        threads, _ = await _views(store)
+        rows = [t for t in threads.values() if not t.deleted and (resource_id is None or t.resource_id == resource_id)]
+        rows.sort(key=lambda t: (t.created, t.thread_id), reverse=True)
+        rows = rows[offset : offset + limit]
+        if as_json:
+            _print_json(msgspec.to_builtins(rows))
+            return
+        table = Table(title=f"threads ({len(rows)})", title_justify="left")
+        for column in ("thread", "resource", "parent", "runs", "active run", "messages", "version", "updated"):
+            table.add_column(column, overflow="fold")
+        for t in rows:
+            table.add_row(t.thread_id, t.resource_id or "-", t.parent_thread_id or "-", str(len(t.run_ids)),
+                          t.active_run_id or "-", str(t.message_count), str(t.version), _time(t.updated))
+        _out().print(table)
+
+    _run(_options(nats, creds, token, data_dir, timeout), body)
+
+
+@app.command("runs")
+def runs_cmd(
+    thread: Annotated[Optional[str], typer.Option("--thread", help="Only runs of this thread.")] = None,
+    status: Annotated[Optional[str], typer.Option("--status", help="running, waiting or done.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=10_000)] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="A JSON array of run views.")] = False,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """List runs, newest first."""
+    if status is not None and status not in ("running", "waiting", "done"):
+        raise typer.BadParameter("expected running, waiting or done", param_hint="--status")
+    if thread is not None:
+        _guard(lambda: validate_id(thread, "thread_id"))
+
+    async def body(store: JetStreamEventStore) -> None:
+        _, runs = await _views(store, thread)
+        rows = [r for r in runs.values() if status is None or r.status == status]
+        rows.sort(key=lambda r: (r.created, r.run_id), reverse=True)
+        rows = rows[:limit]
+        if as_json:
+            _print_json(msgspec.to_builtins(rows))
+            return
+        table = Table(title=f"runs ({len(rows)})", title_justify="left")
+        for column in ("run", "thread", "agent", "status", "termination", "steps", "parent run", "tokens", "updated"):
+            table.add_column(column, overflow="fold")
+        for r in rows:
+            table.add_row(r.run_id, r.thread_id, r.agent_id or "-", r.status,
+                          r.termination.type if r.termination else "-", str(r.steps), r.parent_run_id or "-",
+                          str(r.usage.total_tokens), _time(r.updated))
+        _out().print(table)
+
+    _run(_options(nats, creds, token, data_dir, timeout), body)
+
+
+# -- replay ---------------------------------------------------------------------------------------
+
+
+def _render_replay(report: ReplayReport) -> None:
+    out = _out()
+    run, now = report.run, report.run_as_of
+    head = Text()
+    head.append(f"run {run.run_id}", style="bold")
+    head.append(f"  thread {run.thread_id}  agent {run.agent_id or '-'}  origin {run.origin or '-'}")
+    out.print(head)
+    out.print(Text(f"lineage: parent run {run.parent_run_id or '-'}  parent thread {run.parent_thread_id or '-'}"
+                   f"  continued by {', '.join(report.continued_by) or '-'}"))
+    as_of = f"as of {report.to}" if report.to else "end of log"
+    out.print(Text(f"status: {now.status if now else 'not started'} ({as_of})"))
+    for group in report.groups:
+        out.print(Text(f"── {group.label} ──", style="bold magenta"))
+        for item in group.events:
+            line = Text("  ")
+            line.append(f"{item.position!s:>8}", style="cyan")
+            line.append(f"  {type(item.event).__name__:<20}", style="bold")
+            line.append(f" {item.summary}")
+            out.print(line)
+        if group.state_diff:
+            out.print(Text("  state diff:", style="yellow"))
+            for op in group.state_diff:
+                value = f" {json.dumps(op['value'], ensure_ascii=False)}" if "value" in op else ""
+                source = f" from {op['from']}" if "from" in op else ""
+                out.print(Text(f"    {op['op']} {op['path']}{source}{value}"))
+    if now is not None and now.termination is not None:
+        t = now.termination
+        detail = "".join(f" {k}={v}" for k, v in (("code", t.code), ("detail", t.detail)) if v)
+        out.print(Text(f"termination: {t.type}{detail}  usage: in={now.usage.input_tokens} "
+                       f"out={now.usage.output_tokens}", style="bold green"))
+    else:
+        out.print(Text(f"termination: none ({as_of})", style="bold"))
+    out.print(Text(f"state ({as_of}):", style="bold"))
+    out.print(Text(json.dumps(report.state, ensure_ascii=False, indent=2, sort_keys=True)))
+
+
+@app.command("replay")
+def replay_cmd(
+    run_id: Annotated[str, typer.Argument(help="The run to show.")],
+    to: Annotated[Optional[str], typer.Option(
+        "--to", metavar="EVENT_ID", help="Stop the timeline at this event (seq:index) and show the state as of it.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One machine-readable JSON document.")] = False,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """Debug one run from the log alone: lineage, timeline by step, state diffs, termination."""
+    _guard(lambda: validate_run_id(run_id))
+    position: Position | None = _guard(lambda: parse_event_id(to)) if to else None
+
+    async def body(store: JetStreamEventStore) -> None:
+        first: StoredCommit | None = None
+        async with aclosing(store.read_run(run_id)) as commits:
+            async for first in commits:
+                break
+        if first is None:
+            raise UnknownRun(run_id)
+        thread_commits = [c async for c in store.read_thread(first.commit.thread_id)]
+        report = build_replay(run_id, thread_commits, position)
+        if as_json:
+            _print_json(report.to_json())
+        else:
+            _render_replay(report)
+
+    _run(_options(nats, creds, token, data_dir, timeout), body)
+
+
+def main() -> None:
+    """Console-script entry point (`agentlog`)."""
+    app(prog_name="agentlog")
+
+
+if __name__ == "__main__":
+    main()
