@@ -69,7 +69,7 @@ NatsOpt = Annotated[Optional[str], typer.Option(
     "--nats", envvar=NATS_URL_ENV, metavar="URL",
     help="NATS server URL(s), comma separated. Without it an embedded nats-server runs for this command.")]
 CredsOpt = Annotated[Optional[Path], typer.Option(
-    "--creds", envvar="AGENTLOG_NATS_CREDS", dir_okay=False, help="NATS .creds file.")]
+    "--creds", envvar="AGENTLOG_NATS_CREDS", exists=True, dir_okay=False, help="NATS .creds file.")]
 TokenOpt = Annotated[Optional[str], typer.Option("--token", envvar="AGENTLOG_NATS_TOKEN", help="NATS token.")]
 DataDirOpt = Annotated[Path, typer.Option(
     "--data-dir", envvar="AGENTLOG_DATA_DIR", help="Data directory of the embedded nats-server.")]
