@@ -388,6 +388,7 @@ class RunLoop:
         self.log = structlog.get_logger("agentlog.runtime").bind(thread_id=ctx.thread_id, run_id=ctx.run_id)
         self._pending: list[AnyEvent] = []
         self._pending_ts = 0
+        self._inflight: asyncio.Future[None] | None = None
         self._cancel = asyncio.Event()
         self._cancel_waiter: asyncio.Future[Any] | None = None
         self._running: dict[str, _Running] = {}
@@ -414,8 +415,15 @@ class RunLoop:
         apply_event(self.ctx, event, self._pending_ts, self.ctx.run_id)
         self._pending.append(event)
 
-    async def _flush(self) -> None:
-        """Append the staged events as one commit at the thread version we hold."""
+    async def _flush(self, wait: bool = True) -> None:
+        """Append the staged events as one commit at the thread version we hold.
+
+        `wait=False` pipelines: the append is sent now and its ack awaited at the next flush, so
+        a step-end commit's round trip overlaps the next inference. Safe because nothing outside
+        the process depends on that ack before then: the next commit (and any tool run) waits
+        for it, and a failed append surfaces there and ends the run as it would have here.
+        """
+        await self._drain()
         if not self._pending:
             return
         commit = Commit(
@@ -426,6 +434,18 @@ class RunLoop:
             events=self._pending,
         )
         self._pending = []
+        if wait:
+            await self._append(commit)
+        else:
+            self._inflight = asyncio.ensure_future(self._append(commit))
+
+    async def _drain(self) -> None:
+        task = self._inflight
+        if task is not None:
+            self._inflight = None
+            await task
+
+    async def _append(self, commit: Commit) -> None:
         cancelled = False
         while True:
             try:
@@ -559,9 +579,12 @@ class RunLoop:
                     raise
                 self.log.exception("run.error")
                 code = getattr(exc, "code", None) or "internal_error"
-                self._pending = []
+                # staged events stay: an invalid event never gets staged (the fold raises first)
                 await self._finish(Termination(type="error", code=code, detail=f"{type(exc).__name__}: {exc}"))
         finally:
+            if self._inflight is not None:  # only left over when an exception escaped
+                self._inflight.cancel()
+                await asyncio.gather(self._inflight, return_exceptions=True)
             if self._cancel_waiter is not None:
                 self._cancel_waiter.cancel()
         term = self.ctx.finished
@@ -762,7 +785,7 @@ class RunLoop:
         if term is not None:
             await self._finish(term)
             return True
-        await self._flush()
+        await self._flush(wait=False)  # the round trip overlaps the next inference
         return False
 
     # -- the end -------------------------------------------------------------------------------

@@ -119,6 +119,9 @@ async def main() -> None:
     console = Console(stderr=False)
 
     figures: dict[str, Any] = {"bench": "runtime", "quick": args.quick, "runs": runs, "steps_per_run": STEPS}
+    rounds = 3 if args.quick else 5
+    per_round = max(1, runs // rounds)
+    mem = MemoryEventStore()
     with tempfile.TemporaryDirectory(prefix="agentlog-bench-") as tmp:
         server = EmbeddedNatsServer(Path(tmp) / "nats")
         server.start()
@@ -126,7 +129,15 @@ async def main() -> None:
             store = await JetStreamEventStore.connect(server.url)
             try:
                 await run_many(store, 2)  # warm up (connections, stream, code paths)
-                js_s, js_steps, js_commits = await run_many(store, runs)
+                await run_many(mem, 2)
+                # Interleave the two stores in rounds and keep each one's best round: this 2-core
+                # machine is shared, and interleaving exposes both to the same background load.
+                js_best = mem_best = (float("inf"), 1, 1)
+                for _ in range(rounds):
+                    js_best = min(js_best, await run_many(store, per_round), key=lambda r: r[0] / r[1])
+                    mem_best = min(mem_best, await run_many(mem, per_round), key=lambda r: r[0] / r[1])
+                js_s, js_steps, js_commits = js_best
+                mem_s, mem_steps, mem_commits = mem_best
                 raw = await raw_publish(store, 500 if args.quick else 2000)
                 areas: list[tuple[str, float]] = []
                 top_text = ""
@@ -144,13 +155,11 @@ async def main() -> None:
         finally:
             server.stop()
 
-    mem = MemoryEventStore()
-    await run_many(mem, 2)
-    mem_s, mem_steps, mem_commits = await run_many(mem, runs)
-
     js_rate = js_steps / js_s
     mem_rate = mem_steps / mem_s
     figures.update(
+        rounds=rounds,
+        runs_per_round=per_round,
         durable_steps_per_s=round(js_rate, 1),
         durable_ms_per_step=round(1000 * js_s / js_steps, 3),
         memory_steps_per_s=round(mem_rate, 1),
@@ -165,7 +174,8 @@ async def main() -> None:
         durable_vs_peer_ratio=round(js_rate / 250, 2),
     )
 
-    table = Table(title=f"runtime: {STEPS}-step tool runs x {runs} (ScriptedModel, sequential, 1 tool/step)")
+    table = Table(title=f"runtime: {STEPS}-step tool runs, best of {rounds} interleaved rounds x {per_round} runs "
+                        "(ScriptedModel, sequential, 1 tool/step)")
     table.add_column("store")
     table.add_column("steps/s", justify="right")
     table.add_column("ms/step", justify="right")
