@@ -86,7 +86,6 @@ from .plugins import (
     OverrideInference,
     PatchState,
     PhaseContext,
-    Plugin,
     SetResult,
     Suspend,
     Terminate,

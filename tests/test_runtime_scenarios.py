@@ -11,7 +11,6 @@ import nats
 import pytest
 
 from eventlog.events import Message, ToolCall
-from projections.fold import fold_commits
 from runtime import (
     AgentSpec,
     DeterministicEntropy,
