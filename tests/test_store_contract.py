@@ -18,6 +18,7 @@ from eventlog import (
     InvalidId,
     MemoryEventStore,
     StoredCommit,
+    StoreUnavailable,
     VersionConflict,
     collect,
     new_id,
@@ -307,8 +308,6 @@ async def test_follow_survives_server_restart(harness: Harness) -> None:
 
 async def _append_when_back(store: EventStore, c: Commit, expected: int) -> AppendResult:
     """Retry an append while the client reconnects; retrying the same commit is always safe."""
-    from eventlog import StoreUnavailable
-
     while True:
         try:
             return await store.append(c, expected)
