@@ -1,0 +1,184 @@
+"""`KVViewStore`: views in JetStream KV buckets, with a generation pointer for rebuilds.
+
+Layout (prefix "agentlog"): generation 0 lives in `agentlog_threads` / `agentlog_runs` (the
+names of DESIGN 3); a rebuild writes generation n into `agentlog_threads_<n>` / `agentlog_runs_<n>`
+and, only once complete, flips the pointer key `generation` in bucket `agentlog_projections`.
+Readers open whatever the pointer names and `refresh()` to follow a flip, so a half-built
+generation is never visible. Buckets are created idempotently with explicit config (file storage,
+history 1, direct gets on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.errors import BadRequestError, BucketNotFoundError, KeyNotFoundError, NotFoundError
+from nats.js.kv import KeyValue
+
+from .errors import ProjectionError
+from .views import RunView, ThreadView, decode_run, decode_thread, encode_view
+
+POINTER_KEY = "generation"
+PUT_CONCURRENCY = 512
+
+
+def bucket_names(prefix: str, generation: int) -> tuple[str, str]:
+    suffix = "" if generation == 0 else f"_{generation}"
+    return f"{prefix}_threads{suffix}", f"{prefix}_runs{suffix}"
+
+
+async def ensure_bucket(js: JetStreamContext, bucket: str, *, replicas: int = 1, description: str = "") -> KeyValue:
+    """Create the bucket with our config, or adopt an existing one (its config is the operator's)."""
+    config = KeyValueConfig(
+        bucket=bucket, description=description, history=1, storage=StorageType.FILE,
+        replicas=replicas, direct=True,
+    )
+    try:
+        return await js.create_key_value(config)
+    except BadRequestError:
+        try:
+            return await js.key_value(bucket)
+        except BucketNotFoundError:
+            raise ProjectionError(f"cannot create or open KV bucket {bucket!r}") from None
+
+
+class KVViewStore:
+    """`ViewStore` on JetStream KV. Build with `await KVViewStore.open(nc)`."""
+
+    def __init__(
+        self, js: JetStreamContext, meta: KeyValue, threads: KeyValue, runs: KeyValue,
+        *, prefix: str, generation: int, replicas: int,
+    ) -> None:
+        self.js = js
+        self.meta = meta
+        self.threads = threads
+        self.runs = runs
+        self.prefix = prefix
+        self.generation = generation
+        self.replicas = replicas
+
+    @classmethod
+    async def open(cls, nc: NATS | JetStreamContext, *, prefix: str = "agentlog", replicas: int = 1) -> KVViewStore:
+        js = nc if isinstance(nc, JetStreamContext) else nc.jetstream()
+        meta = await ensure_bucket(js, f"{prefix}_projections", replicas=replicas,
+                                   description="agentlog projections: generation pointer")
+        generation = await read_generation(meta)
+        threads, runs = await cls._buckets(js, prefix, generation, replicas)
+        return cls(js, meta, threads, runs, prefix=prefix, generation=generation, replicas=replicas)
+
+    @staticmethod
+    async def _buckets(js: JetStreamContext, prefix: str, generation: int, replicas: int) -> tuple[KeyValue, KeyValue]:
+        tname, rname = bucket_names(prefix, generation)
+        threads = await ensure_bucket(js, tname, replicas=replicas, description="agentlog thread views")
+        runs = await ensure_bucket(js, rname, replicas=replicas, description="agentlog run views")
+        return threads, runs
+
+    async def refresh(self) -> bool:
+        """Follow a generation flip made by a rebuild (here or in another process). True if changed."""
+        generation = await read_generation(self.meta)
+        if generation == self.generation:
+            return False
+        self.threads, self.runs = await self._buckets(self.js, self.prefix, generation, self.replicas)
+        self.generation = generation
+        return True
+
+    async def new_generation(self) -> KVViewStore:
+        """Empty buckets for the next generation (not yet visible to readers)."""
+        generation = self.generation + 1
+        tname, rname = bucket_names(self.prefix, generation)
+        for name in (tname, rname):  # leftovers of an interrupted rebuild
+            try:
+                await self.js.delete_key_value(name)
+            except (NotFoundError, BucketNotFoundError):
+                pass
+        threads, runs = await self._buckets(self.js, self.prefix, generation, self.replicas)
+        return KVViewStore(self.js, self.meta, threads, runs, prefix=self.prefix, generation=generation,
+                           replicas=self.replicas)
+
+    async def activate(self, *, drop_previous: bool = True) -> None:
+        """Point readers at this generation; then drop the generation it replaced."""
+        previous = await read_generation(self.meta)
+        await self.meta.put(POINTER_KEY, str(self.generation).encode())
+        if drop_previous and previous != self.generation:
+            for name in bucket_names(self.prefix, previous):
+                try:
+                    await self.js.delete_key_value(name)
+                except (NotFoundError, BucketNotFoundError):
+                    pass
+
+    # -- ViewStore ----------------------------------------------------------------------------
+
+    async def get_thread(self, thread_id: str) -> ThreadView | None:
+        data = await _get(self.threads, thread_id)
+        return decode_thread(data) if data is not None else None
+
+    async def get_run(self, run_id: str) -> RunView | None:
+        data = await _get(self.runs, run_id)
+        return decode_run(data) if data is not None else None
+
+    async def put_views(self, threads: Iterable[ThreadView], runs: Iterable[RunView]) -> None:
+        """Pipelined puts (many in flight, each acked), one per view."""
+        writes = [(self.threads, t.thread_id, encode_view(t)) for t in threads]
+        writes += [(self.runs, r.run_id, encode_view(r)) for r in runs]
+        for i in range(0, len(writes), PUT_CONCURRENCY):
+            await asyncio.gather(*(kv.put(key, value) for kv, key, value in writes[i : i + PUT_CONCURRENCY]))
+
+    async def list_threads(self) -> list[ThreadView]:
+        return sorted((decode_thread(v) for v in await _values(self.threads, self.js)), key=lambda t: t.thread_id)
+
+    async def list_runs(self) -> list[RunView]:
+        return sorted((decode_run(v) for v in await _values(self.runs, self.js)), key=lambda r: r.run_id)
+
+
+async def read_generation(meta: KeyValue) -> int:
+    try:
+        entry = await meta.get(POINTER_KEY)
+    except KeyNotFoundError:
+        return 0
+    try:
+        return int(entry.value or b"0")
+    except ValueError:
+        raise ProjectionError(f"bad generation pointer {entry.value!r} in {meta._name}") from None
+
+
+async def _get(kv: KeyValue, key: str) -> bytes | None:
+    try:
+        entry = await kv.get(key)
+    except KeyNotFoundError:
+        return None
+    return entry.value
+
+
+async def _values(kv: KeyValue, js: JetStreamContext, timeout: float = 10.0) -> list[bytes]:
+    """Latest value of every key, through one ordered watcher (no per-key round trips).
+
+    The watcher's "initial values done" marker can come early (it is computed from consumer
+    info racing with delivery), so we also count: with history 1 and no deletes, the bucket's
+    stream holds exactly one message per key.
+    """
+    info = await js.stream_info(kv._stream)
+    wanted = info.state.messages
+    values: dict[str, bytes] = {}
+    if wanted == 0:
+        return []
+    watcher = await kv.watchall(ignore_deletes=True)
+    try:
+        async with asyncio.timeout(timeout):
+            while len(values) < wanted:
+                entry = await watcher.updates(timeout=timeout)
+                if entry is not None and entry.value:
+                    values[entry.key] = entry.value
+                elif entry is None and len(values) >= wanted:
+                    break
+    except TimeoutError:
+        raise ProjectionError(f"listing bucket {kv._name!r} timed out ({len(values)}/{wanted} keys)") from None
+    finally:
+        await watcher.stop()
+    return list(values.values())
+
+
+__all__ = ["KVViewStore", "bucket_names", "ensure_bucket", "read_generation"]

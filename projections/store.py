@@ -1,0 +1,57 @@
+"""Where the views live: the `ViewStore` protocol and an in-memory implementation.
+
+Every view carries the seq of the last commit applied to it (`ThreadView.version`,
+`RunView.last_seq`); that is what makes the runner's apply-once check possible after a restart,
+with no separate checkpoint to keep consistent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol, runtime_checkable
+
+from .views import RunView, ThreadView
+
+
+@runtime_checkable
+class ViewStore(Protocol):
+    async def get_thread(self, thread_id: str) -> ThreadView | None: ...
+
+    async def get_run(self, run_id: str) -> RunView | None: ...
+
+    async def put_views(self, threads: Iterable[ThreadView], runs: Iterable[RunView]) -> None:
+        """Write many views (one write per view); each carries its last applied seq."""
+        ...
+
+    async def list_threads(self) -> list[ThreadView]: ...
+
+    async def list_runs(self) -> list[RunView]: ...
+
+
+class MemoryViewStore:
+    """Dict-backed `ViewStore`, for pure unit tests (never a default)."""
+
+    def __init__(self) -> None:
+        self.threads: dict[str, ThreadView] = {}
+        self.runs: dict[str, RunView] = {}
+        self.puts = 0
+
+    async def get_thread(self, thread_id: str) -> ThreadView | None:
+        return self.threads.get(thread_id)
+
+    async def get_run(self, run_id: str) -> RunView | None:
+        return self.runs.get(run_id)
+
+    async def put_views(self, threads: Iterable[ThreadView], runs: Iterable[RunView]) -> None:
+        for t in threads:
+            self.threads[t.thread_id] = t
+            self.puts += 1
+        for r in runs:
+            self.runs[r.run_id] = r
+            self.puts += 1
+
+    async def list_threads(self) -> list[ThreadView]:
+        return sorted(self.threads.values(), key=lambda t: t.thread_id)
+
+    async def list_runs(self) -> list[RunView]:
+        return sorted(self.runs.values(), key=lambda r: r.run_id)
