@@ -13,12 +13,11 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import msgspec
-import structlog
 
 from eventlog.subjects import live_subject
 
 _encode = msgspec.json.Encoder().encode
-_log = structlog.get_logger("agentlog.live")
+
 
 
 @runtime_checkable
@@ -68,6 +67,7 @@ class NatsLiveSink:
         self._queue: asyncio.Queue[tuple[str, bytes] | None] = asyncio.Queue(max_queue)
         self._task: asyncio.Task[None] | None = None
         self.dropped = 0
+        self.failed = 0
 
     def start(self) -> None:
         if self._task is None:
@@ -105,5 +105,5 @@ class NatsLiveSink:
                 return
             try:
                 await self._nc.publish(item[0], item[1])
-            except Exception as exc:  # noqa: BLE001 - never let live output break a run
-                _log.warning("live.publish_failed", subject=item[0], error=str(exc))
+            except Exception:  # noqa: BLE001 - never let live output break a run
+                self.failed += 1

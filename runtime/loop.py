@@ -98,6 +98,34 @@ from .tools import InvalidToolArguments, Tool, ToolContext, ToolResult
 _json = msgspec.json.Encoder()
 
 
+class SafeLog:
+    """A structlog logger whose failures (a closed stream, a broken processor) are swallowed:
+    logging is a side channel and must never end a run."""
+
+    __slots__ = ("_log",)
+
+    def __init__(self, log: Any) -> None:
+        self._log = log
+
+    def bind(self, **kw: Any) -> SafeLog:
+        return SafeLog(self._log.bind(**kw))
+
+    def __getattr__(self, level: str) -> Callable[..., None]:
+        method = getattr(self._log, level)
+
+        def call(*args: Any, **kw: Any) -> None:
+            try:
+                method(*args, **kw)
+            except Exception:  # noqa: BLE001
+                pass
+
+        return call
+
+
+def get_logger(name: str = "agentlog.runtime", **bind: Any) -> SafeLog:
+    return SafeLog(structlog.get_logger(name).bind(**bind))
+
+
 class RunConflict(AgentlogError):
     """Another writer changed the thread under a running run (not a cancel request). Nothing of
     ours was written by the failed append; a worker can re-read the log and re-evaluate."""
@@ -384,7 +412,7 @@ class RunLoop:
         self.live = live
         self.entropy = entropy
         self.on_commit = on_commit
-        self.log = structlog.get_logger("agentlog.runtime").bind(thread_id=ctx.thread_id, run_id=ctx.run_id)
+        self.log = get_logger(thread_id=ctx.thread_id, run_id=ctx.run_id)
         self._pending: list[AnyEvent] = []
         self._pending_ts = 0
         self._inflight: asyncio.Future[None] | None = None

@@ -13,8 +13,6 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-import structlog
-
 from eventlog.errors import AgentlogError, VersionConflict
 from eventlog.events import (
     AnyEvent,
@@ -34,11 +32,11 @@ from projections.views import RunView, ThreadView
 from .agent import AgentRegistry, AgentSpec, ModelRegistry
 from .entropy import SYSTEM_ENTROPY, Entropy
 from .live import LiveSink, NullLiveSink
-from .loop import RunConflict, RunContext, RunLoop, fold_context
+from .loop import RunConflict, RunContext, RunLoop, fold_context, get_logger
 from .models.base import Model
 from .tools import Tool, ToolRegistry
 
-_log = structlog.get_logger("agentlog.runtime")
+_log = get_logger()
 
 
 class RunNotFound(AgentlogError, LookupError):
