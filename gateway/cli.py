@@ -22,18 +22,21 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn, Optional
 
 import msgspec
+import nats.errors
 import structlog
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from eventlog.errors import AgentlogError, InvalidId
+from eventlog.errors import AgentlogError, InvalidId, StoreUnavailable
 from eventlog.events import AnyEvent, Position, StoredCommit
 from eventlog.ids import validate_id, validate_run_id
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import DEFAULT_DATA_DIR
 from projections import RunView, ThreadView, fold_commits
+from projections.rebuild import rebuild
 
 from .connection import NATS_URL_ENV, ConnectionOptions, open_store
 from .timeline import (
@@ -61,6 +64,8 @@ app = typer.Typer(
 )
 events_app = typer.Typer(help="Read the event log.", no_args_is_help=True)
 app.add_typer(events_app, name="events")
+projections_app = typer.Typer(help="Maintain the KV views (projections) of the log.", no_args_is_help=True)
+app.add_typer(projections_app, name="projections")
 
 
 # -- shared options -------------------------------------------------------------------------------
@@ -97,9 +102,23 @@ def configure_logging(level: str) -> None:
             structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(number),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=_StderrLogger,
         cache_logger_on_first_use=False,
     )
+
+
+class _StderrLogger:
+    """Writes to whatever `sys.stderr` is *now*. structlog's PrintLogger binds the stream at
+    creation, so a CLI run inside a test (CliRunner swaps and then closes stderr) would leave
+    every later logger in the process writing into a closed stream."""
+
+    def __init__(self, *_: Any) -> None:
+        pass
+
+    def msg(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    log = debug = info = warning = warn = error = critical = exception = fatal = msg
 
 
 def _out() -> Console:
@@ -136,6 +155,8 @@ def _run(options: ConnectionOptions, body: Callable[[JetStreamEventStore], Await
         raise typer.Exit(0) from None
     except AgentlogError as exc:
         _fail(exc)
+    except (nats.errors.Error, TimeoutError) as exc:  # raw nats-py calls (KV) outside the store
+        _fail(StoreUnavailable(f"NATS did not answer: {type(exc).__name__}: {exc}"))
     except typer.Exit:
         raise
     except Exception as exc:  # a bug: one line for the user, the traceback at debug level
@@ -379,6 +400,44 @@ def replay_cmd(
             _render_replay(report)
 
     _run(_options(nats, creds, token, data_dir, timeout), body)
+
+
+# -- projections rebuild --------------------------------------------------------------------------
+
+
+@projections_app.command("rebuild")
+def projections_rebuild(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the rebuild result as JSON.")] = False,
+    nats_url: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """Rebuild the thread and run views from seq 1 into a fresh KV generation, then swap it in.
+
+    Readers keep the old views until the swap; a runner in another process follows it on its
+    next batch. The progress bar (stderr) is driven by the rebuild's progress callback."""
+
+    async def body(store: JetStreamEventStore) -> None:
+        err = Console(stderr=True)
+        columns = (TextColumn("rebuilding views"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("seq"), TimeElapsedColumn())
+        with Progress(*columns, console=err) as bar:
+            task = bar.add_task("rebuild", total=None)
+
+            def progress(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            result = await rebuild(store.nc, progress=progress)
+            bar.update(task, completed=result.last_seq, total=result.last_seq)
+        if as_json:
+            _print_json(msgspec.to_builtins(result))
+        else:
+            _out().print(Text(
+                f"rebuilt generation {result.generation}: {result.commits} commits, {result.events} events "
+                f"-> {result.threads} threads, {result.runs} runs up to seq {result.last_seq}"
+                + (f" ({result.skipped} undecodable commits skipped)" if result.skipped else "")
+                + f" in {result.seconds:.2f}s"))
+
+    _run(_options(nats_url, creds, token, data_dir, timeout), body)
 
 
 def main() -> None:

@@ -17,10 +17,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import nats
 import pytest
+import structlog
 from typer.testing import CliRunner
 
-from eventlog import Commit, EmbeddedNatsServer, JetStreamEventStore, new_id
+from eventlog import Commit, EmbeddedNatsServer, JetStreamEventStore, collect, new_id
 from eventlog.events import (
     InferenceCompleted,
     Message,
@@ -40,6 +42,8 @@ from eventlog.events import (
 )
 from eventlog.server import free_port
 from gateway.cli import app
+from projections import fold_commits
+from projections.kv import KVViewStore
 
 AGENTLOG = str(Path(sys.executable).parent / "agentlog")
 runner = CliRunner()
@@ -97,6 +101,14 @@ async def _seed(url: str) -> dict[str, int]:
     finally:
         await store.close()
     return seqs
+
+
+@pytest.fixture(autouse=True)
+def _keep_structlog_config():
+    """The CLI configures structlog for its process; inside pytest, give other tests theirs back."""
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)
 
 
 @pytest.fixture
@@ -324,6 +336,39 @@ def test_runs_listing(seeded: Log) -> None:
     assert "r1" in table.stdout and "natural_end" in table.stdout and "cancelled" in table.stdout
     bad = cli(seeded, "runs", "--status", "sleeping")
     assert bad.exit_code == 2
+
+
+# -- projections rebuild --------------------------------------------------------------------------
+
+
+def test_projections_rebuild_writes_kv_views_equal_to_the_fold(seeded: Log) -> None:
+    result = cli(seeded, "projections", "rebuild", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert (doc["last_seq"], doc["commits"], doc["events"], doc["threads"], doc["runs"]) == (9, 9, 24, 2, 3)
+    assert "9/9" in result.stderr  # the progress bar, driven by the rebuild's callback, reached the end
+
+    async def check() -> None:
+        nc = await nats.connect(seeded.url)
+        try:
+            store = await JetStreamEventStore.connect(nc)
+            views = fold_commits([c for t in ("t1", "t2") for c in await collect(store.read_thread(t))])
+            kv = await KVViewStore.open(nc)
+            assert kv.generation == doc["generation"]
+            assert {r.run_id: r for r in await kv.list_runs()} == views.runs
+            assert {t.thread_id: t for t in await kv.list_threads()} == views.threads
+        finally:
+            await nc.close()
+
+    asyncio.run(check())
+    again = cli(seeded, "projections", "rebuild")
+    assert again.exit_code == 0 and "2 threads, 3 runs up to seq 9" in again.stdout
+
+
+def test_projections_rebuild_of_an_empty_log(nats_server: EmbeddedNatsServer) -> None:
+    result = runner.invoke(app, ["projections", "rebuild", "--json", "--nats", nats_server.url])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["commits"] == 0
 
 
 # -- the installed entry point and the embedded default -------------------------------------------
