@@ -36,6 +36,7 @@ from eventlog.ids import validate_id, validate_run_id
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import DEFAULT_DATA_DIR
 from projections import RunView, ThreadView, fold_commits
+from projections.kv import KVViewStore
 from projections.rebuild import rebuild
 
 from .connection import NATS_URL_ENV, ConnectionOptions, open_store
@@ -261,11 +262,26 @@ def events_tail(
 # -- listings -------------------------------------------------------------------------------------
 
 
-async def _views(store: JetStreamEventStore, thread_id: str | None = None) -> tuple[dict[str, ThreadView], dict[str, RunView]]:
-    """Fold the views from the log (see the README: the KV views are only as fresh as a runner)."""
+SourceOpt = Annotated[str, typer.Option(
+    "--source", help="log: fold the log now (exact, reads every commit); "
+                     "views: the KV projections (fast, as fresh as the projection runner).")]
+
+
+async def _views(store: JetStreamEventStore, source: str, thread_id: str | None = None) -> tuple[list[ThreadView], list[RunView]]:
+    """Threads and runs from the log by default: the log is the truth and the KV views are only as
+    up to date as a projection runner, which a one-shot CLI cannot assume is running."""
+    if source == "views":
+        kv = await KVViewStore.open(store.nc)
+        runs = [r for r in await kv.list_runs() if thread_id is None or r.thread_id == thread_id]
+        return await kv.list_threads(), runs
     async with aclosing(read_to_end(store, thread_id)) as commits:
         views = fold_commits([c async for c in commits])
-    return views.threads, views.runs
+    return list(views.threads.values()), list(views.runs.values())
+
+
+def _check_source(source: str) -> None:
+    if source not in ("log", "views"):
+        raise typer.BadParameter("expected log or views", param_hint="--source")
 
 
 @app.command("threads")
@@ -274,14 +290,16 @@ def threads_cmd(
     offset: Annotated[int, typer.Option("--offset", min=0)] = 0,
     resource_id: Annotated[Optional[str], typer.Option("--resource-id")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="A JSON array of thread views.")] = False,
+    source: SourceOpt = "log",
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
     """List threads, newest first (deleted threads are hidden)."""
+    _check_source(source)
 
     async def body(store: JetStreamEventStore) -> None:
-        threads, _ = await _views(store)
-        rows = [t for t in threads.values() if not t.deleted and (resource_id is None or t.resource_id == resource_id)]
+        threads, _ = await _views(store, source)
+        rows = [t for t in threads if not t.deleted and (resource_id is None or t.resource_id == resource_id)]
         rows.sort(key=lambda t: (t.created, t.thread_id), reverse=True)
         rows = rows[offset : offset + limit]
         if as_json:
@@ -304,18 +322,20 @@ def runs_cmd(
     status: Annotated[Optional[str], typer.Option("--status", help="running, waiting or done.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=10_000)] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="A JSON array of run views.")] = False,
+    source: SourceOpt = "log",
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
     """List runs, newest first."""
+    _check_source(source)
     if status is not None and status not in ("running", "waiting", "done"):
         raise typer.BadParameter("expected running, waiting or done", param_hint="--status")
     if thread is not None:
         _guard(lambda: validate_id(thread, "thread_id"))
 
     async def body(store: JetStreamEventStore) -> None:
-        _, runs = await _views(store, thread)
-        rows = [r for r in runs.values() if status is None or r.status == status]
+        _, runs = await _views(store, source, thread)
+        rows = [r for r in runs if status is None or r.status == status]
         rows.sort(key=lambda r: (r.created, r.run_id), reverse=True)
         rows = rows[:limit]
         if as_json:

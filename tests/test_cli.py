@@ -363,6 +363,13 @@ def test_projections_rebuild_writes_kv_views_equal_to_the_fold(seeded: Log) -> N
     asyncio.run(check())
     again = cli(seeded, "projections", "rebuild")
     assert again.exit_code == 0 and "2 threads, 3 runs up to seq 9" in again.stdout
+    # the listings read the same views from KV with --source views
+    for command in (["runs", "--json"], ["threads", "--json"], ["runs", "--json", "--thread", "t1"]):
+        from_log = cli(seeded, *command)
+        from_views = cli(seeded, *command, "--source", "views")
+        assert from_views.exit_code == 0, from_views.output
+        assert json.loads(from_views.stdout) == json.loads(from_log.stdout)
+    assert cli(seeded, "runs", "--source", "cache").exit_code == 2
 
 
 def test_projections_rebuild_of_an_empty_log(nats_server: EmbeddedNatsServer) -> None:
