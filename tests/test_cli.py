@@ -275,7 +275,9 @@ def test_events_tail_bad_from_exits_2() -> None:
 
 def test_events_tail_follow_prints_new_commits_and_exits_cleanly_on_sigint(seeded: Log) -> None:
     proc = subprocess.Popen(
-        ["timeout", "60", AGENTLOG, "events", "tail", "--follow", "--json", "--thread", "t2", "--nats", seeded.url],
+        # --foreground: plain `timeout` forwards our SIGINT to the child AND to its process group,
+        # i.e. twice, and a second Ctrl-C during clean-up is (rightly) a hard abort.
+        ["timeout", "--foreground", "60", AGENTLOG, "events", "tail", "--follow", "--json", "--thread", "t2", "--nats", seeded.url],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
