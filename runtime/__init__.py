@@ -12,7 +12,10 @@
     handle = await rt.start("calc", "what is 2+3?")      # returns once the run start is logged
     async for ev in handle.events(): ...                 # committed events, in log order
     result = await handle.result()                       # termination + final RunView
-    await rt.cancel(handle.run_id)                       # cancel a running run
+    await rt.cancel(handle.run_id)                       # cancel a running (or waiting) run
+    res = await rt.decide(run_id, [{"target_id": call_id, "decision_id": "d1",
+                                    "action": "resume", "result": {"approved": True}}])
+    await res.handle.result()                            # the resumed run's next stop
     await rt.start("calc", "and 4+4?", parent_run_id=handle.run_id)  # continue the thread
     result = await rt.run("calc", "hi")                  # start + result
 """
@@ -20,6 +23,7 @@
 from .agent import AgentRegistry, AgentSpec, ModelRegistry, RetryPolicy, ToolExecutionMode
 from .entropy import DeterministicEntropy, Entropy, SystemEntropy
 from .live import LiveSink, MemoryLiveSink, NatsLiveSink, NullLiveSink
+from .hitl import CallNotSuspended, HitlError, InvalidDecision, RunNotWaiting, UnknownCall
 from .loop import RunConflict, RunContext, apply_event
 from .permission import PermissionPlugin, PermissionRule
 from .plugins import (
@@ -38,7 +42,7 @@ from .plugins import (
     Suspend,
     Terminate,
 )
-from .runtime import CommittedEvent, RunHandle, RunNotFound, RunResult, Runtime
+from .runtime import CommittedEvent, DecideResult, RunHandle, RunNotFound, RunResult, Runtime
 from .stop import (
     ConsecutiveErrors,
     ContentMatch,
@@ -59,4 +63,6 @@ __all__ = [
     "RunContext", "RunHandle", "RunNotFound", "RunResult", "Runtime", "SetResult", "StopOnTool",
     "Suspend", "SystemEntropy", "Terminate", "Timeout", "TokenBudget", "Tool", "ToolContext",
     "ToolError", "ToolExecutionMode", "ToolRegistry", "ToolResult", "apply_event", "tool",
+    # human in the loop
+    "CallNotSuspended", "DecideResult", "HitlError", "InvalidDecision", "RunNotWaiting", "UnknownCall",
 ]

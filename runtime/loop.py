@@ -40,6 +40,7 @@ from eventlog.events import (
     MessageAppended,
     RunCancelRequested,
     RunFinished,
+    RunResumed,
     RunStarted,
     RunSuspended,
     StatePatched,
@@ -53,7 +54,10 @@ from eventlog.events import (
     ThreadMetadataUpdated,
     ToolCall,
     ToolCallCompleted,
+    ToolCallDecided,
+    ToolCallDecision,
     ToolCallGated,
+    ToolCallResuming,
     ToolCallStarted,
     ToolCallSuspended,
     Usage,
@@ -93,6 +97,7 @@ from .plugins import (
     run_hook,
 )
 from .stop import StopInput, evaluate_stop
+from .hitl import ready_calls, unstarted_calls
 from .tools import InvalidToolArguments, Tool, ToolContext, ToolResult
 
 _json = msgspec.json.Encoder()
@@ -165,41 +170,57 @@ class RunContext:
     #: Started, not yet completed calls (call_id -> tool name).
     running: dict[str, str] = field(default_factory=dict)
     suspended: dict[str, SuspendTicket] = field(default_factory=dict)
+    #: The current step's requested calls (to replay a suspended call, or start the calls a
+    #: sequential round left un-started).
+    step_tool_calls: list[ToolCall] = field(default_factory=list)
+    #: Recorded decisions not yet applied (call_id -> decision): partial batch decisions wait here.
+    decisions: dict[str, ToolCallDecision] = field(default_factory=dict)
+    #: Every decision_id recorded in this run (idempotency of `decide`).
+    decision_ids: set[str] = field(default_factory=set)
+    #: Calls between ToolCallResuming and their outcome (call_id -> the decision applied).
+    resuming: dict[str, ToolCallDecision] = field(default_factory=dict)
     cancel_requested: bool = False
     waiting: bool = False
     finished: Termination | None = None
 
 
-def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None) -> None:
+def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *, thread_scope: bool = True) -> None:
     """Fold one event (of a commit of `run_id`, committed at `ts`) into `ctx`.
 
     Raises `InvalidPatch` for a state patch that does not apply: the loop stages its own events
     through here, so that check runs before anything is appended.
+
+    `thread_scope=False` folds only the run-scoped parts (no messages, no thread state): a cold
+    resume uses it for the run's commits already covered by a thread-view snapshot.
     """
     t = type(event)
     ours = run_id == ctx.run_id
     if t is MessageAppended:
         msg = event.message  # type: ignore[union-attr]
-        ctx.messages.append(msg)
+        if thread_scope:
+            ctx.messages.append(msg)
         if ours and msg.role == "assistant":
             ctx.step_text = msg.content
             calls = msg.tool_calls or []
             ctx.step_calls = [c.id for c in calls]
+            ctx.step_tool_calls = list(calls)
             ctx.answered = set()
             if calls:
                 ctx.round_tools.append(tuple(c.name for c in calls))
     elif t is StatePatched:
-        if event.scope == "thread":  # type: ignore[union-attr]
+        if event.scope == "thread" and thread_scope:  # type: ignore[union-attr]
             ctx.state = validate_patch(ctx.state, event.ops)  # type: ignore[union-attr]
     elif not ours:
         if t is ThreadCreated:
             ctx.thread_exists = True
-        elif t is StateReplaced and event.scope == "thread":  # type: ignore[union-attr]
+        elif t is StateReplaced and event.scope == "thread" and thread_scope:  # type: ignore[union-attr]
             ctx.state = validate_state(event.state)  # type: ignore[union-attr]
     elif t is ToolCallCompleted:
         call_id = event.call_id  # type: ignore[union-attr]
         ctx.running.pop(call_id, None)
         ctx.suspended.pop(call_id, None)
+        ctx.decisions.pop(call_id, None)
+        ctx.resuming.pop(call_id, None)
         ctx.answered.add(call_id)
         if event.outcome == "succeeded":  # type: ignore[union-attr]
             ctx.step_succeeded += 1
@@ -222,7 +243,20 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None) -
             ctx.consecutive_errors = ctx.consecutive_errors + 1 if not ctx.step_succeeded else 0
     elif t is ToolCallSuspended:
         ctx.running.pop(event.call_id, None)  # type: ignore[union-attr]
+        ctx.resuming.pop(event.call_id, None)  # type: ignore[union-attr]
         ctx.suspended[event.call_id] = event.ticket  # type: ignore[union-attr]
+    elif t is ToolCallDecided:
+        decision = event.decision  # type: ignore[union-attr]
+        ctx.decisions[event.call_id] = decision  # type: ignore[union-attr]
+        ctx.decision_ids.add(decision.decision_id)
+    elif t is ToolCallResuming:
+        call_id = event.call_id  # type: ignore[union-attr]
+        ctx.suspended.pop(call_id, None)
+        decision = ctx.decisions.pop(call_id, None)
+        if decision is not None:
+            ctx.resuming[call_id] = decision
+    elif t is RunResumed:
+        ctx.waiting = False
     elif t is ThreadCreated:
         ctx.thread_exists = True
     elif t is RunStarted:
@@ -233,6 +267,12 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None) -
         ctx.consecutive_errors = 0
         ctx.running = {}
         ctx.suspended = {}
+        ctx.step_tool_calls = []
+        ctx.decisions = {}
+        ctx.decision_ids = set()
+        ctx.resuming = {}
+        ctx.waiting = False
+        ctx.cancel_requested = False
         ctx.finished = None
     elif t is RunCancelRequested:
         ctx.cancel_requested = True
@@ -241,14 +281,14 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None) -
     elif t is RunFinished:
         ctx.finished = event.termination  # type: ignore[union-attr]
         ctx.waiting = False
-    elif t is StateReplaced and event.scope == "thread":  # type: ignore[union-attr]
+    elif t is StateReplaced and event.scope == "thread" and thread_scope:  # type: ignore[union-attr]
         ctx.state = validate_state(event.state)  # type: ignore[union-attr]
 
 
-def fold_context(ctx: RunContext, commits: Sequence[StoredCommit]) -> RunContext:
+def fold_context(ctx: RunContext, commits: Sequence[StoredCommit], *, thread_scope: bool = True) -> RunContext:
     for sc in commits:
         for ev in sc.commit.events:
-            apply_event(ctx, ev, sc.commit.ts, sc.commit.run_id)
+            apply_event(ctx, ev, sc.commit.ts, sc.commit.run_id, thread_scope=thread_scope)
     return ctx
 
 
@@ -384,6 +424,17 @@ class _Running:
     plan: CallPlan
     cancel: asyncio.Event
     ctx: ToolContext | None = None
+    #: Set when the call runs again after a human decision (replay / pass_decision_to_tool).
+    decision: ToolCallDecision | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Replay:
+    """A decided call to run again: its plan, the decision, and the ticket's resume mode."""
+
+    plan: CallPlan
+    decision: ToolCallDecision
+    mode: str
 
 
 class RunLoop:
@@ -428,6 +479,11 @@ class RunLoop:
                 "before_tool_execute", "after_tool_execute", "step_end", "run_end",
             )
         }
+        self._entry = "start"
+        #: Calls the last `begin_resume` resumed (empty: decisions recorded, still waiting).
+        self.resumed: list[str] = []
+        self._replays: list[_Replay] = []
+        self._start_termination: Termination | None = None
         self._agent_tools = {n: tools[n] for n in spec.tools if n in tools}
         self._base_tool_specs = tool_specs(spec, self._agent_tools, ())
         self._live_on = live.enabled
@@ -514,17 +570,17 @@ class RunLoop:
 
     # -- plugins -------------------------------------------------------------------------------
 
-    def _phase(self) -> PhaseContext:
+    def _phase(self, decision: ToolCallDecision | None = None) -> PhaseContext:
         return PhaseContext(
             agent=self.spec, thread_id=self.ctx.thread_id, run_id=self.ctx.run_id,
-            step=self.ctx.step, state=self.ctx.state, messages=self.ctx.messages,
+            step=self.ctx.step, state=self.ctx.state, messages=self.ctx.messages, decision=decision,
         )
 
-    async def _hook(self, hook: str, *args: Any) -> list[Action]:
+    async def _hook(self, hook: str, *args: Any, decision: ToolCallDecision | None = None) -> list[Action]:
         plugins = self._hooks[hook]
         if not plugins:
             return []
-        return await run_hook(plugins, hook, self._phase(), *args)
+        return await run_hook(plugins, hook, self._phase(decision), *args)
 
     def _apply_patches(self, actions: Sequence[Action], source: str) -> None:
         for action in actions:
@@ -593,7 +649,12 @@ class RunLoop:
         """Run to the end (or to `waiting`). Returns the final context; raises RunConflict."""
         try:
             try:
-                if self._start_termination is not None:
+                if self._entry == "resume":
+                    if await self._resume_rest():
+                        await self._steps()
+                elif self._entry == "idle":
+                    pass  # decisions recorded, nothing resumes yet (partial batch)
+                elif self._start_termination is not None:
                     await self._finish(self._start_termination)
                 else:
                     await self._steps()
@@ -672,11 +733,16 @@ class RunLoop:
 
     # -- tool rounds ---------------------------------------------------------------------------
 
-    async def _gate(self, plan: CallPlan) -> GateDecision:
-        """BeforeToolExecute for one call, staged. Pre-failed calls get no hooks."""
+    async def _gate(self, plan: CallPlan, replay: _Replay | None = None) -> GateDecision:
+        """BeforeToolExecute for one call, staged. Pre-failed calls get no hooks. A replayed call
+        (replay_tool_call) goes through the hooks again with the decision in the phase context;
+        pass_decision_to_tool hands the decision straight to the tool (no gate)."""
         if plan.failure is not None:
             return GateDecision("fail", reason=plan.failure)
-        actions = await self._hook("before_tool_execute", plan.call)
+        if replay is not None and replay.mode == "pass_decision_to_tool":
+            return GateDecision("run")
+        decision = replay.decision if replay is not None else None
+        actions = await self._hook("before_tool_execute", plan.call, decision=decision)
         decision = resolve_gate(plan.call.id, actions)
         for ev in decision.events:
             self._emit(ev)
@@ -692,9 +758,9 @@ class RunLoop:
         await self._complete(plan, result, [])  # type: ignore[arg-type]
         return False
 
-    def _start(self, plan: CallPlan) -> _Running:
+    def _start(self, plan: CallPlan, replay: _Replay | None = None) -> _Running:
         self._emit(ToolCallStarted(call_id=plan.call.id, name=plan.call.name, arguments=plan.call.arguments))
-        running = _Running(plan, asyncio.Event())
+        running = _Running(plan, asyncio.Event(), decision=replay.decision if replay is not None else None)
         self._running[plan.call.id] = running
         return running
 
@@ -711,6 +777,7 @@ class RunLoop:
         tctx = ToolContext(
             thread_id=self.ctx.thread_id, run_id=self.ctx.run_id, call_id=call_id, agent_id=self.spec.id,
             tool_name=plan.call.name, state=self.ctx.state, progress=progress, cancelled=running.cancel,
+            decision=running.decision,
         )
         running.ctx = tctx
         result = await plan.tool.invoke(plan.call.arguments, tctx)  # type: ignore[union-attr]
@@ -739,29 +806,35 @@ class RunLoop:
         self._emit(MessageAppended(message=Message(id=message_id, role="tool", content=content, tool_call_id=call.id)))
         return False
 
-    async def _round_sequential(self, plans: list[CallPlan]) -> None:
+    async def _round_sequential(self, plans: list[CallPlan], replays: Mapping[str, _Replay] | None = None) -> bool:
         """One call at a time, in order; each completion commits with the next call's start.
-        Stops at the first suspension (the rest stay unstarted until it is decided)."""
+        Stops at the first suspension (the rest stay unstarted until it is decided): returns
+        True if it stopped there."""
+        replays = replays or {}
         for plan in plans:
-            decision = await self._gate(plan)
+            replay = replays.get(plan.call.id)
+            decision = await self._gate(plan, replay)
             if decision.kind != "run":
                 if await self._settle(plan, decision):
-                    return
+                    return True
                 continue
-            running = self._start(plan)
+            running = self._start(plan, replay)
             await self._flush()
             result, ops = await self._race(self._execute(running), running.cancel)
             if await self._complete(plan, result, ops):
-                return
+                return True
+        return False
 
-    async def _round_parallel(self, plans: list[CallPlan]) -> None:
+    async def _round_parallel(self, plans: list[CallPlan], replays: Mapping[str, _Replay] | None = None) -> None:
         """All calls of the step at once; each completion is committed as it finishes (the last
         one carries the step end). Simultaneous completions are staged in call order."""
+        replays = replays or {}
         to_run: list[_Running] = []
         for plan in plans:
-            decision = await self._gate(plan)
+            replay = replays.get(plan.call.id)
+            decision = await self._gate(plan, replay)
             if decision.kind == "run":
-                to_run.append(self._start(plan))
+                to_run.append(self._start(plan, replay))
             else:
                 await self._settle(plan, decision)
         if not to_run:
@@ -831,11 +904,12 @@ class RunLoop:
         self._emit(RunFinished(termination=termination, usage=ctx.usage))
         await self._flush()
 
-    def _emit_cancelled(self, call_id: str) -> None:
+    def _emit_cancelled(self, call_id: str, why: str = "cancelled") -> None:
         message_id = self.entropy.new_id()
-        self._emit(ToolCallCompleted(call_id=call_id, outcome="cancelled", result={"error": "cancelled"}, message_id=message_id))
+        self._emit(ToolCallCompleted(call_id=call_id, outcome="cancelled", result={"error": why}, message_id=message_id))
+        content = "Error: the call was cancelled" if why == "cancelled" else f"Error: the call was {why}"
         self._emit(MessageAppended(message=Message(
-            id=message_id, role="tool", content="Error: the call was cancelled", tool_call_id=call_id,
+            id=message_id, role="tool", content=content, tool_call_id=call_id,
         )))
 
     async def _finish_cancelled(self) -> None:
@@ -844,6 +918,110 @@ class RunLoop:
         self._running.clear()
         if self.ctx.finished is None:
             await self._finish(Termination(type="cancelled", detail="cancel requested"))
+
+    # -- human in the loop (DESIGN 4.3) ---------------------------------------------------------
+
+    def _commit_now(self) -> Commit:
+        commit = Commit(
+            commit_id=self.entropy.new_id(), thread_id=self.ctx.thread_id, run_id=self.ctx.run_id,
+            ts=self._pending_ts, events=self._pending,
+        )
+        self._pending = []
+        return commit
+
+    async def _append_once(self) -> int:
+        """Append what is staged at the version the context was folded at, without absorbing a
+        conflict: a `VersionConflict` propagates so the caller re-folds and re-validates (what it
+        decided may no longer hold). Used by the commits that open a resume or cancel a wait."""
+        commit = self._commit_now()
+        res = await self.store.append(commit, self.version)
+        self.version = res.seq
+        self.on_commit(StoredCommit(res.seq, commit))
+        return res.seq
+
+    def _plan_for(self, call_id: str) -> CallPlan:
+        for call in self.ctx.step_tool_calls:
+            if call.id == call_id:
+                return plan_call(call, self._agent_tools)
+        # a suspended call outside the current step's message cannot happen through this loop;
+        # fail it clearly rather than guess its arguments
+        return CallPlan(ToolCall(id=call_id, name="unknown"), None, f"tool call {call_id!r} not found in the run's step")
+
+    async def begin_resume(self, decisions: Sequence[ToolCallDecision]) -> int:
+        """The decision commit (a commit point): `ToolCallDecided` per new decision and, when the
+        execution mode lets decided calls resume now (`hitl.ready_calls`), `RunResumed`,
+        `ToolCallResuming{mode}` and the outcomes that need no tool run (cancel decisions,
+        use_decision_as_tool_result). Returns the commit's seq; `run()` then replays the rest.
+        Raises VersionConflict if the thread moved since the context was folded."""
+        for d in decisions:
+            self._emit(ToolCallDecided(call_id=d.target_id, decision=d))
+        ready = ready_calls(self.spec.tool_execution_mode, self.ctx)
+        self.resumed = list(ready)
+        self._entry = "resume" if ready else "idle"
+        if ready:
+            modes = {cid: self.ctx.suspended[cid].resume_mode for cid in ready}
+            self._emit(RunResumed(call_ids=list(ready)))
+            for cid in ready:
+                self._emit(ToolCallResuming(call_id=cid, mode=modes[cid]))  # type: ignore[arg-type]
+            for cid in ready:
+                decision = self.ctx.resuming[cid]
+                plan = self._plan_for(cid)
+                if decision.action == "cancel":
+                    why = "cancelled by a human" + (f": {decision.reason}" if decision.reason else "")
+                    self._emit_cancelled(cid, why)
+                elif modes[cid] == "use_decision_as_tool_result":
+                    await self._complete(plan, ToolResult.success(decision.result), [])
+                else:
+                    self._replays.append(_Replay(plan, decision, modes[cid]))
+        seq = await self._append_once()
+        self.log.info("run.decided", decisions=[d.decision_id for d in decisions], resumed=ready, seq=seq)
+        return seq
+
+    async def _resume_rest(self) -> bool:
+        """After the decision commit: replay the decided calls (in the mode's manner), start the
+        calls a sequential round left un-started, then wait again (suspended calls left), finish
+        (stop condition) or return True to go on with the next step."""
+        replays = {r.plan.call.id: r for r in self._replays}
+        plans = [r.plan for r in self._replays]
+        self._replays = []
+        sequential = self.spec.tool_execution_mode == "sequential"
+        if plans:
+            if sequential:
+                await self._round_sequential(plans, replays)
+            else:
+                await self._round_parallel(plans, replays)
+        if sequential and not self.ctx.suspended:
+            rest = [plan_call(c, self._agent_tools) for c in unstarted_calls(self.ctx)]
+            if rest:
+                await self._round_sequential(rest)
+        for text in self._queued_user:
+            self._emit(MessageAppended(message=Message(id=self.entropy.new_id(), role="user", content=text)))
+        self._queued_user = []
+        if self.ctx.suspended and not self.ctx.running:
+            self._emit(RunSuspended(call_ids=list(self.ctx.suspended)))
+            await self._flush()
+            return False
+        term = evaluate_stop(self._stop_conditions, stop_input(self.ctx, self.entropy.now_ms()))
+        if term is not None:
+            await self._finish(term)
+            return False
+        await self._flush(wait=False)
+        return True
+
+    async def cancel_waiting(self, reason: str | None) -> int:
+        """Cancel a run that waits for decisions, as one commit: `RunCancelRequested`, every
+        suspended (and un-started) call of the step `cancelled`, `RunFinished{cancelled}`.
+        Raises VersionConflict if the thread moved since the context was folded."""
+        self._emit(RunCancelRequested(reason=reason))
+        for call_id in self.ctx.step_calls:
+            if call_id not in self.ctx.answered:
+                self._emit_cancelled(call_id, "cancelled: the run was cancelled while it waited for a decision")
+        if self.ctx.step_open:
+            self._emit(StepFinished(step=self.ctx.step))
+        actions = await self._hook("run_end")
+        self._apply_patches(actions, "plugin")
+        self._emit(RunFinished(termination=Termination(type="cancelled", detail=reason or "cancel requested"), usage=self.ctx.usage))
+        return await self._append_once()
 
     # -- inference -----------------------------------------------------------------------------
 

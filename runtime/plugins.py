@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
 from eventlog.errors import AgentlogError
-from eventlog.events import JSON, SuspendTicket, ToolCall, Verdict
+from eventlog.events import JSON, SuspendTicket, ToolCall, ToolCallDecision, Verdict
 
 from .models.base import ModelResponse
 from .tools import ToolResult
@@ -90,7 +90,10 @@ class Gate:
 
 @dataclass(frozen=True, slots=True)
 class Suspend:
-    """BeforeToolExecute: do not run the call now; it waits for a decision on `ticket`."""
+    """BeforeToolExecute: do not run the call now; it waits for a decision on `ticket`
+    (`ToolCallSuspended`; the run is `waiting` once nothing else runs). Generic: frontend tools,
+    approvals of any kind. A plugin should not suspend again a call whose `PhaseContext.decision`
+    is set (that is the replay of the decision it asked for)."""
 
     ticket: SuspendTicket
 
@@ -149,6 +152,9 @@ class PhaseContext:
     state: Mapping[str, JSON]
     #: The conversation so far (read-only).
     messages: Sequence[Any]
+    #: BeforeToolExecute of a resumed call (resume mode replay_tool_call): the human decision it
+    #: was resumed with, so a gate that asked can now let it through (or turn it down).
+    decision: ToolCallDecision | None = None
 
 
 Actions = Sequence[Action]

@@ -18,11 +18,14 @@ from eventlog.events import (
     AnyEvent,
     Commit,
     Message,
+    MessageAppended,
     Position,
     RunCancelRequested,
     RunFinished,
+    RunStarted,
     StoredCommit,
     Termination,
+    ToolCallDecision,
 )
 from eventlog.ids import validate_id, validate_run_id
 from eventlog.store import EventStore
@@ -32,6 +35,7 @@ from projections.views import RunView, ThreadView
 from .agent import AgentRegistry, AgentSpec, ModelRegistry
 from .entropy import SYSTEM_ENTROPY, Entropy
 from .live import LiveSink, NullLiveSink
+from .hitl import DecisionInput, RunNotWaiting, check_decisions, decision_seqs, parse_decisions
 from .loop import RunConflict, RunContext, RunLoop, fold_context, get_logger
 from .models.base import Model
 from .tools import Tool, ToolRegistry
@@ -59,6 +63,27 @@ class RunResult(NamedTuple):
     status: str
     termination: Termination | None
     run: RunView
+
+
+class DecideResult(NamedTuple):
+    """Answer to `Runtime.decide`: the seq of the commit that recorded the decisions (for a pure
+    duplicate, the seq that recorded them first), whether calls resumed now, and a handle on the
+    run's continuation (`None` for a duplicate: nothing happened)."""
+
+    seq: int
+    duplicate: bool
+    resumed: list[str]
+    handle: RunHandle | None
+
+
+class _Loaded(NamedTuple):
+    """A run folded from the log: what `decide`/`cancel` need to act on it."""
+
+    thread_id: str
+    spec: AgentSpec
+    ctx: RunContext
+    version: int
+    run_commits: list[StoredCommit]
 
 
 class RunHandle:
@@ -113,6 +138,18 @@ class RunHandle:
         return self._done
 
 
+def _call_ids(commits: Sequence[StoredCommit]) -> set[str]:
+    """Every tool call id a run's log mentions (assistant messages and call events)."""
+    out: set[str] = set()
+    for sc in commits:
+        for ev in sc.commit.events:
+            if type(ev) is MessageAppended:
+                out.update(c.id for c in ev.message.tool_calls or ())
+            elif (call_id := getattr(ev, "call_id", None)) is not None:
+                out.add(call_id)
+    return out
+
+
 def _as_messages(messages: str | Message | Mapping[str, Any] | Sequence[Any], entropy: Entropy) -> list[Message]:
     """Input messages: a string (one user message), `Message`s, or `{"role", "content"}` dicts."""
     if isinstance(messages, (str, Message, Mapping)):
@@ -151,6 +188,7 @@ class Runtime:
         models: Mapping[str, Model] | ModelRegistry | None = None,
         live: LiveSink | None = None,
         entropy: Entropy | None = None,
+        views: Any = None,
     ) -> None:
         self.store = store
         self.agents = AgentRegistry(agents)
@@ -158,6 +196,9 @@ class Runtime:
         self.models = models if isinstance(models, ModelRegistry) else ModelRegistry(models)
         self.live: LiveSink = live or NullLiveSink()
         self.entropy: Entropy = entropy or SYSTEM_ENTROPY
+        #: Optional projections `ViewStore` (e.g. `projections.kv.KVViewStore`): a cold resume
+        #: starts from its thread snapshot and reads only the log's tail after it.
+        self.views = views
         self._active: dict[str, tuple[RunLoop, RunHandle]] = {}
 
     # -- starting ------------------------------------------------------------------------------
@@ -172,26 +213,38 @@ class Runtime:
         run_id: str | None = None,
         resource_id: str | None = None,
         origin: str = "user",
+        decisions: Sequence[DecisionInput] = (),
     ) -> RunHandle:
         """Commit the start of a run and drive it in the background.
 
         A new thread unless `thread_id` names one; `parent_run_id` continues a finished (or
         waiting) run on its thread (lineage in `RunStarted`). Returns once the run start is in
         the log. Raises `RunConflict` if the thread has an active run.
+
+        Continuation of a waiting parent: `decisions` (for the parent's suspended calls) are
+        applied to the parent first, which resumes and runs until it finishes or waits again;
+        whatever the parent still waits for is then closed (`cancel`, its suspended calls
+        `cancelled`, "superseded by continuation") so that the thread never holds an unanswered
+        tool call when the new run's model sees it. Then the new run starts.
         """
+        if decisions and parent_run_id is None:
+            raise ValueError("decisions on a new run need parent_run_id (the run that waits for them)")
+        if parent_run_id is not None:
+            validate_run_id(parent_run_id)
+            await self._close_parent(parent_run_id, decisions)
         spec = self.agents.get(agent_id)
         missing = [n for n in spec.tools if n not in self.tools]
         if missing:
             raise LookupError(f"agent {agent_id!r} lists unknown tools: {', '.join(missing)}")
         self.models.resolve(spec.model)  # fail now, not at the first inference
         if parent_run_id is not None:
-            validate_run_id(parent_run_id)
             if thread_id is None:
                 thread_id = await self._thread_of(parent_run_id)
         thread_id = validate_id(thread_id, "thread_id") if thread_id is not None else self.entropy.new_id()
         run_id = validate_run_id(run_id) if run_id is not None else self.entropy.new_id()
         history = [sc async for sc in self.store.read_thread(thread_id)]
         thread = self._check_thread(thread_id, history, parent_run_id, run_id)
+        
         msgs = _as_messages(messages, self.entropy)
         ctx = fold_context(RunContext(thread_id=thread_id, run_id=run_id), history)
         handle = RunHandle(run_id, thread_id, agent_id)
@@ -246,14 +299,121 @@ class Runtime:
             return sc.commit.thread_id
         raise RunNotFound(f"unknown run {run_id!r}")
 
+    # -- human in the loop ---------------------------------------------------------------------
+
+    async def _load(self, run_id: str, thread_id: str | None = None) -> _Loaded:
+        """Fold a run from the log alone (any process): the thread's commits into a RunContext.
+
+        With a `views` store: the thread view snapshot gives the thread state and version, the
+        run's own commits give the run-scoped context, and only the thread's tail after the
+        snapshot is folded in full; the conversation (messages) still comes from the thread's
+        log (see `_messages`). Without one: one read of the thread from seq 1.
+        """
+        if thread_id is None:
+            thread_id = await self._thread_of(run_id)
+        history = [sc async for sc in self.store.read_thread(thread_id)]
+        run_commits = [sc for sc in history if sc.commit.run_id == run_id]
+        if not run_commits:
+            raise RunNotFound(f"unknown run {run_id!r}")
+        agent_id = next(e.agent_id for e in run_commits[0].commit.events if type(e) is RunStarted)
+        spec = self.agents.get(agent_id)
+        ctx = fold_context(RunContext(thread_id=thread_id, run_id=run_id), history)
+        return _Loaded(thread_id, spec, ctx, history[-1].seq, run_commits)
+
+    def _loop_for(self, loaded: _Loaded, handle: RunHandle) -> RunLoop:
+        return RunLoop(
+            spec=loaded.spec, ctx=loaded.ctx, version=loaded.version, store=self.store,
+            tools=self._tools_for(loaded.spec), models=self.models, live=self.live, entropy=self.entropy,
+            on_commit=handle._on_commit,
+        )
+
+    def _drive(self, loop: RunLoop, handle: RunHandle) -> None:
+        run_id = handle.run_id
+        self._active[run_id] = (loop, handle)
+        task = asyncio.get_running_loop().create_task(loop.run(), name=f"agentlog-run-{run_id}")
+        handle._task = task
+        task.add_done_callback(handle._close)
+        task.add_done_callback(lambda _t: self._active.pop(run_id, None))
+
+    async def decide(
+        self, run_id: str, decisions: Sequence[DecisionInput] | DecisionInput, *, thread_id: str | None = None
+    ) -> DecideResult:
+        """Record human decisions for a run's suspended calls and resume what they unblock.
+
+        Works from the log alone: the run is folded here (no in-memory state of the worker that
+        suspended it is needed). Validation happens before anything is appended, so every error
+        leaves the log unchanged: `InvalidDecision` (malformed), `RunNotWaiting` (finished, or
+        nothing suspended), `UnknownCall`, `CallNotSuspended`, `RunNotFound`. A decision whose
+        decision_id is already recorded has no effect (idempotent retries); if all are such,
+        the answer is the original seq with `duplicate=True`.
+
+        The decision commit holds `ToolCallDecided` and, when the execution mode lets calls
+        resume now, `RunResumed` + `ToolCallResuming`; the run then goes on in a background task
+        (its `handle`) until it finishes or waits again.
+        """
+        validate_run_id(run_id)
+        parsed = parse_decisions(decisions, self.entropy.now_ms())  # type: ignore[arg-type]
+        active = self._active.get(run_id)
+        if active is not None and not active[1].done:
+            raise RunNotWaiting(f"run {run_id!r} is running in this process; decide once it waits")
+        for _ in range(20):
+            loaded = await self._load(run_id, thread_id)
+            thread_id = loaded.thread_id
+            new, dups = check_decisions(loaded.ctx, parsed, _call_ids(loaded.run_commits))
+            if not new:
+                seqs = decision_seqs(loaded.run_commits)
+                return DecideResult(seqs[dups[0].decision_id], True, [], None)
+            handle = RunHandle(run_id, thread_id, loaded.spec.id)
+            handle.commits = list(loaded.run_commits)
+            loop = self._loop_for(loaded, handle)
+            try:
+                seq = await loop.begin_resume(new)
+            except VersionConflict:
+                continue  # someone else moved the thread: re-fold and re-check
+            self._drive(loop, handle)
+            return DecideResult(seq, False, list(loop.resumed), handle)
+        raise RunConflict(f"could not record decisions for run {run_id!r}: the thread keeps moving")
+
+    async def _close_parent(self, parent_run_id: str, decisions: Sequence[DecisionInput]) -> None:
+        """Before a continuation: apply its decisions to the parent (and let it run to its next
+        stop), then cancel the parent if it still waits."""
+        if decisions:
+            result = await self.decide(parent_run_id, decisions)
+            if result.handle is not None:
+                await result.handle.result()
+        loaded = await self._load(parent_run_id)
+        if loaded.ctx.finished is None and loaded.ctx.suspended and not loaded.ctx.running:
+            await self.cancel(parent_run_id, reason="superseded by a continuation run")
+
     # -- cancelling ----------------------------------------------------------------------------
 
     async def cancel(self, run_id: str, reason: str | None = None) -> bool:
         """Append `RunCancelRequested` and signal the run if it runs in this process. Returns
-        False if the run had already finished (nothing appended)."""
+        False if the run had already finished (nothing appended).
+
+        A run that waits for decisions runs nowhere: it is cancelled here, from the log, in one
+        commit (its suspended calls become `cancelled`, the run finishes `cancelled`)."""
         validate_run_id(run_id)
         active = self._active.get(run_id)
+        if active is not None and active[1].done:
+            active = None
         thread_id = active[1].thread_id if active else await self._thread_of(run_id)
+        if active is None:
+            for _ in range(20):
+                loaded = await self._load(run_id, thread_id)
+                ctx = loaded.ctx
+                if ctx.finished is not None:
+                    return False
+                if not (ctx.waiting and ctx.suspended and not ctx.running):
+                    break  # running somewhere else: a cancel request is all we can do
+                handle = RunHandle(run_id, thread_id, loaded.spec.id)
+                loop = self._loop_for(loaded, handle)
+                try:
+                    await loop.cancel_waiting(reason)
+                except VersionConflict:
+                    continue
+                _log.info("run.cancelled_while_waiting", thread_id=thread_id, run_id=run_id)
+                return True
         for _ in range(20):
             # Version first: if the run finishes after this read, our append conflicts and we
             # look again, so a cancel request never lands after RunFinished.
