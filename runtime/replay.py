@@ -1,0 +1,795 @@
+"""Verified replay (DESIGN 4.4): re-execute a recorded run against its own log and prove the loop
+still writes exactly what it wrote then.
+
+The loop is a deterministic function of (AgentSpec, log) plus what enters through its injection
+points, so replay is built purely from those points -- nothing in `loop.py`/`runtime.py` knows it
+is being replayed:
+
+- `VerifyingStore` (store): instead of appending, compares each commit the loop would write with
+  the next commit the loop recorded for that run, event by event, and answers with the recorded
+  seq, so OCC versions, positions and `on_commit` are exactly as they were. Reads answer from the
+  recorded thread up to the current point. Commits another party wrote in between (a cancel
+  request; later, HITL decisions) are made visible right after the loop commit they followed, so
+  the loop meets them as it did: on its next append's `VersionConflict`, or -- when the recording
+  shows the loop was idle until the cancel (its next commit is the bare cancel finish) -- through
+  the in-process cancel signal as well.
+- `ReplayModel` (models): answers the k-th inference from the recorded assistant message +
+  `InferenceCompleted`; it also checks the *request* (system prompt, plugin context, tools,
+  options, conversation) against a recorded digest, because those change what the model was asked
+  without changing any committed event.
+- `ReplayEntropy` (entropy): ids and timestamps from the log, in the order the loop asks for them.
+- tools (tools): re-executed for real by default, so a tool that now returns another value
+  diverges at its `ToolCallCompleted`; `tools_from_log` answers chosen (side-effecting) tools from
+  the recorded results instead, like Temporal activities. Either way a finished result is held
+  until its recorded turn: in parallel modes the recording proves the calls were in flight
+  together, so completion order is timing, and replay reproduces the recorded timing instead of
+  tolerating a different order.
+
+The first difference raises `NonDeterminismError(position, expected, actual)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from eventlog.errors import AgentlogError, VersionConflict
+from eventlog.events import (
+    AnyEvent,
+    AppendResult,
+    Commit,
+    InferenceCompleted,
+    Message,
+    MessageAppended,
+    Position,
+    RunCancelRequested,
+    RunFinished,
+    RunStarted,
+    StatePatched,
+    StoredCommit,
+    Termination,
+    ThreadCreated,
+    ThreadMetadataUpdated,
+    ToolCallCompleted,
+    ToolCallDecided,
+    ToolCallStarted,
+    ToolCallSuspended,
+)
+from eventlog.store import EventStore
+
+from .agent import AgentRegistry, AgentSpec, ModelRegistry
+from .models.base import Model, ModelChunk, ModelDone, ModelError, ModelRequest, ModelResponse
+from .runtime import Runtime
+from .tools import Tool, ToolContext, ToolRegistry, ToolResult
+
+__all__ = [
+    "NonDeterminismError", "RecordingModel", "ReplayApp", "ReplayEntropy", "ReplayModel", "ReplayPlan",
+    "ReplayReport", "UnknownReplayRun", "VerifyingStore", "plan_replay", "request_digest", "verify_run",
+]
+
+#: Event types only other parties write (cancel requests, human decisions, metadata edits). A
+#: commit made only of these is not the loop's, even when it carries the run's id.
+EXTERNAL_EVENT_TYPES: tuple[type, ...] = (RunCancelRequested, ToolCallDecided, ThreadMetadataUpdated)
+
+_enc = msgspec.json.Encoder(order="deterministic")
+
+
+# == errors =======================================================================================
+
+
+def describe(event: AnyEvent | None, limit: int = 240) -> str:
+    """`Type{fields}` of an event as JSON, bounded: enough to see what differs in a message."""
+    if event is None:
+        return "nothing"
+    text = _enc.encode(event).decode()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class NonDeterminismError(AgentlogError):
+    """Replay diverged from the recording. `position` is where (in the recorded log, or one past
+    the run's last commit for an extra one), `expected` the recorded event (None: the loop wrote
+    more than was recorded), `actual` the event the loop would write (None: it wrote less, or the
+    divergence is in something not committed, e.g. the model request)."""
+
+    code = "non_determinism"
+
+    def __init__(
+        self, position: Position, expected: AnyEvent | None, actual: AnyEvent | None,
+        detail: str | None = None, *, run_id: str | None = None,
+    ) -> None:
+        self.position = position
+        self.expected = expected
+        self.actual = actual
+        self.detail = detail
+        self.run_id = run_id
+        run = f"run {run_id!r} " if run_id else ""
+        text = (
+            f"{run}replay diverged at {position}: expected {describe(expected)}, "
+            f"actual {describe(actual)}"
+        )
+        super().__init__(text + (f" ({detail})" if detail else ""))
+
+
+class UnknownReplayRun(AgentlogError, LookupError):
+    code = "run_not_found"
+
+
+# == request digests ==============================================================================
+
+
+def request_digest(request: ModelRequest) -> str:
+    """sha256 of the canonical JSON of a model request (model, messages incl. system prompt,
+    tools, options). What `InferenceCompleted.request_digest` should hold (see module notes)."""
+    return hashlib.sha256(_enc.encode(request)).hexdigest()
+
+
+class RecordingModel:
+    """Wraps a model and keeps the request of every inference that completed, in order.
+
+    Stop-gap for the missing `InferenceCompleted.request_digest`: record with it, then pass
+    `requests=recorder.requests` to `verify_run` so request changes are caught."""
+
+    def __init__(self, inner: Model) -> None:
+        self.inner = inner
+        self.name = str(getattr(inner, "name", type(inner).__name__))
+        self.requests: list[ModelRequest] = []
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        async for chunk in self.inner.stream(request):
+            if isinstance(chunk, ModelDone):
+                self.requests.append(request)
+            yield chunk
+
+
+def _request_difference(expected: ModelRequest, actual: ModelRequest) -> str:
+    """Name the first part of two requests that differs (for the error message)."""
+    if expected.model != actual.model:
+        return f"model {expected.model!r} != {actual.model!r}"
+    exp_sys = [m.content for m in expected.messages if m.role == "system"]
+    act_sys = [m.content for m in actual.messages if m.role == "system"]
+    if exp_sys != act_sys:
+        return f"system prompt {exp_sys!r} != {act_sys!r}"
+    for i, (a, b) in enumerate(zip(expected.messages, actual.messages)):
+        if a != b:
+            return f"messages[{i}] {describe(a)} != {describe(b)}"  # type: ignore[arg-type]
+    if len(expected.messages) != len(actual.messages):
+        return f"{len(expected.messages)} messages != {len(actual.messages)}"
+    if expected.tools != actual.tools:
+        return f"tools {[t.name for t in expected.tools]} != {[t.name for t in actual.tools]}"
+    return f"options {expected.options!r} != {actual.options!r}"
+
+
+# == the plan: a pure reading of the recorded log =================================================
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedOutcome:
+    """How one execution of a call ended in the recording: in loop commit `loop_index`."""
+
+    loop_index: int
+    event: ToolCallCompleted | ToolCallSuspended
+    ops: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def cancelled(self) -> bool:
+        return isinstance(self.event, ToolCallCompleted) and self.event.outcome == "cancelled"
+
+    def as_result(self) -> ToolResult:
+        ev = self.event
+        if isinstance(ev, ToolCallSuspended):
+            t = ev.ticket
+            return ToolResult(status="pending", ticket=t)
+        if ev.outcome == "succeeded":
+            return ToolResult.success(ev.result)
+        res = ev.result if isinstance(ev.result, dict) else {"error": str(ev.result)}
+        return ToolResult.failure(str(res.get("error", "tool failed")), value=res.get("value"))
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedInference:
+    position: Position
+    message: Message
+    record: InferenceCompleted
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """Everything replay needs, read once from the recorded thread. Pure and immutable."""
+
+    run_id: str
+    thread_id: str
+    agent_id: str
+    parent_run_id: str | None
+    origin: str
+    resource_id: str | None
+    #: The run's input messages (from its start commit), passed back as-is (ids included).
+    messages: tuple[Message, ...]
+    #: Thread commits before the run's start: what the loop folds before it begins.
+    history: tuple[StoredCommit, ...]
+    #: Thread commits from the run's start to its last loop commit (loop + external), in order.
+    segment: tuple[StoredCommit, ...]
+    #: The commits the loop wrote, in order.
+    loop: tuple[StoredCommit, ...]
+    inferences: tuple[RecordedInference, ...]
+    #: Per call id, its recorded executions' outcomes, in order.
+    outcomes: Mapping[str, tuple[RecordedOutcome, ...]]
+    #: Per loop-commit index, the started calls whose outcome it holds (completion groups).
+    groups: Mapping[int, frozenset[str]]
+    #: Ids in the order the loop asks its entropy for them, and commit id -> next commit's ts.
+    ids: tuple[str, ...]
+    next_ts: Mapping[str, int]
+    termination: Termination | None
+    has_cancel: bool
+
+    @property
+    def events(self) -> int:
+        return sum(len(sc.commit.events) for sc in self.loop)
+
+
+def is_external(sc: StoredCommit, run_id: str) -> bool:
+    """A commit of the run's segment the loop did not write."""
+    if sc.commit.run_id != run_id:
+        return True
+    return all(isinstance(e, EXTERNAL_EVENT_TYPES) for e in sc.commit.events)
+
+
+def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
+    """Read a run's recording out of its thread's commits (any superset of them in log order)."""
+    start = next(
+        (i for i, sc in enumerate(commits)
+         if sc.commit.run_id == run_id and any(isinstance(e, RunStarted) for e in sc.commit.events)),
+        None,
+    )
+    if start is None:
+        raise UnknownReplayRun(f"no RunStarted for run {run_id!r} in the log")
+    thread_id = commits[start].commit.thread_id
+    thread = [sc for sc in commits if sc.commit.thread_id == thread_id]
+    start = next(i for i, sc in enumerate(thread) if sc is commits[start])
+    last = max(i for i, sc in enumerate(thread) if sc.commit.run_id == run_id and not is_external(sc, run_id))
+    segment = tuple(thread[start:last + 1])
+    loop = tuple(sc for sc in segment if not is_external(sc, run_id))
+
+    first = loop[0].commit
+    started = next(e for e in first.events if isinstance(e, RunStarted))
+    created = next((e for e in first.events if isinstance(e, ThreadCreated)), None)
+    messages = tuple(e.message for e in first.events if isinstance(e, MessageAppended))
+
+    ids: list[str] = [first.commit_id]
+    next_ts: dict[str, int] = {}
+    inferences: list[RecordedInference] = []
+    outcomes: dict[str, list[RecordedOutcome]] = {}
+    groups: dict[int, set[str]] = {}
+    started_calls: set[str] = set()
+    for k, sc in enumerate(loop):
+        if k:
+            for ev in sc.commit.events:
+                mid = (ev.message.id if isinstance(ev, MessageAppended)
+                       else ev.message_id if isinstance(ev, ToolCallCompleted) else None)
+                if mid is not None and (not ids or ids[-1] != mid):
+                    ids.append(mid)
+            ids.append(sc.commit.commit_id)
+        if k + 1 < len(loop):
+            next_ts[sc.commit.commit_id] = loop[k + 1].commit.ts
+        tool_ops: list[dict[str, Any]] = []
+        assistant: Message | None = None
+        for i, ev in enumerate(sc.commit.events):
+            if isinstance(ev, MessageAppended) and ev.message.role == "assistant":
+                assistant = ev.message
+            elif isinstance(ev, InferenceCompleted) and assistant is not None:
+                inferences.append(RecordedInference(Position(sc.seq, i), assistant, ev))
+            elif isinstance(ev, ToolCallStarted):
+                started_calls.add(ev.call_id)
+            elif isinstance(ev, StatePatched) and (ev.source or "").startswith("tool:"):
+                tool_ops = list(ev.ops)
+            elif isinstance(ev, (ToolCallCompleted, ToolCallSuspended)):
+                outcomes.setdefault(ev.call_id, []).append(RecordedOutcome(k, ev, tuple(tool_ops)))
+                tool_ops = []
+                if ev.call_id in started_calls and not (
+                    isinstance(ev, ToolCallCompleted) and ev.outcome == "cancelled"
+                ):
+                    groups.setdefault(k, set()).add(ev.call_id)
+    termination = next(
+        (e.termination for sc in loop for e in sc.commit.events if isinstance(e, RunFinished)), None
+    )
+    has_cancel = any(
+        isinstance(e, RunCancelRequested) for sc in segment if sc.commit.run_id == run_id for e in sc.commit.events
+    )
+    return ReplayPlan(
+        run_id=run_id, thread_id=thread_id, agent_id=started.agent_id, parent_run_id=started.parent_run_id,
+        origin=started.origin, resource_id=created.resource_id if created else None, messages=messages,
+        history=tuple(thread[:start]), segment=segment, loop=loop, inferences=tuple(inferences),
+        outcomes={k: tuple(v) for k, v in outcomes.items()},
+        groups={k: frozenset(v) for k, v in groups.items()}, ids=tuple(ids), next_ts=next_ts,
+        termination=termination, has_cancel=has_cancel,
+    )
+
+
+def _signals_cancel(plan: ReplayPlan, external: StoredCommit, next_loop: StoredCommit | None) -> bool:
+    """Must the loop get the in-process cancel signal for this external commit, or only meet it on
+    its next append? The recording tells: if the loop's next commit is the bare cancel finish (no
+    inference, no tool result), the loop was idle (awaiting a tool or the model) until signalled;
+    otherwise it kept working and saw the request on its append's VersionConflict."""
+    if not any(isinstance(e, RunCancelRequested) for e in external.commit.events):
+        return False
+    if external.commit.run_id != plan.run_id or next_loop is None:
+        return False
+    evs = next_loop.commit.events
+    finished = any(isinstance(e, RunFinished) and e.termination.type == "cancelled" for e in evs)
+    worked = any(
+        isinstance(e, InferenceCompleted)
+        or (isinstance(e, ToolCallCompleted) and e.outcome != "cancelled")
+        or isinstance(e, ToolCallSuspended)
+        for e in evs
+    )
+    return finished and not worked
+
+
+# == the session: shared replay state =============================================================
+
+
+class _Session:
+    """What the store, model, entropy and tools share: progress, the first divergence, and the
+    release events that hold tool results until their recorded turn."""
+
+    def __init__(self, plan: ReplayPlan, parallel: bool) -> None:
+        self.plan = plan
+        self.parallel = parallel
+        self.verified = 0  # loop commits verified
+        self.error: NonDeterminismError | None = None
+        self.diverged = asyncio.Event()
+        self.ready: set[str] = set()
+        self._released: dict[int, asyncio.Event] = {}
+        self._executions: dict[str, int] = {}
+        self.executed = 0
+        self.from_log = 0
+
+    def diverge(self, error: NonDeterminismError) -> NonDeterminismError:
+        if self.error is None:
+            self.error = error
+            self.diverged.set()
+            for ev in self._released.values():
+                ev.set()
+        return self.error
+
+    def next_outcome(self, call_id: str) -> RecordedOutcome | None:
+        n = self._executions.get(call_id, 0)
+        self._executions[call_id] = n + 1
+        recorded = self.plan.outcomes.get(call_id, ())
+        return recorded[n] if n < len(recorded) else None
+
+    def _group(self, outcome: RecordedOutcome, call_id: str) -> frozenset[str]:
+        if not self.parallel:
+            return frozenset((call_id,))
+        return self.plan.groups.get(outcome.loop_index, frozenset((call_id,)))
+
+    def _maybe_release(self, index: int, group: frozenset[str]) -> None:
+        event = self._released.setdefault(index, asyncio.Event())
+        if not event.is_set() and self.verified >= index and group <= self.ready:
+            # call_soon: every member is awaiting by then, so all wake in one loop iteration and
+            # the loop's asyncio.wait sees them complete together, as recorded
+            asyncio.get_running_loop().call_soon(event.set)
+
+    def on_verified(self) -> None:
+        self.verified += 1
+        for index, event in list(self._released.items()):
+            if not event.is_set():
+                self._maybe_release(index, self.plan.groups.get(index, frozenset()) if self.parallel
+                                    else frozenset())
+
+    async def hold(self, call_id: str, outcome: RecordedOutcome | None) -> None:
+        """Hold a finished call's result until its recorded turn: after the loop commit before
+        its completion is verified and, in parallel modes, with the calls it completed with."""
+        if outcome is None or outcome.cancelled:
+            if self.plan.has_cancel:  # it was still running when the run was cancelled
+                await self.diverged.wait()
+            return
+        group = self._group(outcome, call_id)
+        self.ready.add(call_id)
+        event = self._released.setdefault(outcome.loop_index, asyncio.Event())
+        self._maybe_release(outcome.loop_index, group)
+        await event.wait()
+
+
+# == entropy ======================================================================================
+
+
+class ReplayEntropy:
+    """Ids and timestamps from the log.
+
+    Ids: a queue of the recorded ids in the order the loop asks for them, which the loop fixes
+    per commit: the ids of the commit's new messages (assistant, tool results, queued user
+    messages) in event order, then its commit id at flush. The run's own ids (thread, run, input
+    messages) are passed to `Runtime.start` instead. A different asking pattern is not hidden: the
+    handed-out ids then land in other fields and the commit comparison reports it.
+
+    Clock: the ts of the commit being built. Handing out commit k's id moves the clock to commit
+    k+1's ts; an inference moves it by its recorded `duration_ms` (the model is called between the
+    two readings the loop takes around it), so durations and stop-condition clocks come back as
+    recorded. A stop condition read after an inference in the same commit sees ts + duration.
+    """
+
+    def __init__(self, plan: ReplayPlan) -> None:
+        self._ids = deque(plan.ids)
+        self._next_ts = plan.next_ts
+        self._base = plan.loop[0].commit.ts
+        self._offset = 0
+        self._extra = 0
+
+    def new_id(self) -> str:
+        if not self._ids:
+            self._extra += 1
+            return f"unrecorded-{self._extra}"
+        value = self._ids.popleft()
+        ts = self._next_ts.get(value)
+        if ts is not None:
+            self._base, self._offset = ts, 0
+        return value
+
+    def now_ms(self) -> int:
+        return self._base + self._offset
+
+    def inference(self, duration_ms: int) -> None:
+        self._offset = duration_ms
+
+
+# == model ========================================================================================
+
+
+class _RecordedModelError(ModelError):
+    """The recorded run's inference failed: fail the same way (code and message)."""
+
+    def __init__(self, code: str | None, detail: str | None) -> None:
+        super().__init__(detail or "model failed")
+        self.code = code or "model_error"
+
+
+class ReplayModel:
+    """Answers every inference from the recording, in order, after checking its request."""
+
+    def __init__(
+        self, plan: ReplayPlan, session: _Session, entropy: ReplayEntropy,
+        requests: Sequence[ModelRequest | str] | None = None, name: str = "replay",
+    ) -> None:
+        self.plan = plan
+        self.session = session
+        self.entropy = entropy
+        self.requests = requests
+        self.name = name
+        self.calls = 0
+
+    def _check(self, index: int, request: ModelRequest) -> None:
+        rec = self.plan.inferences[index]
+        recorded: ModelRequest | str | None = getattr(rec.record, "request_digest", None)
+        if recorded is None and self.requests is not None and index < len(self.requests):
+            recorded = self.requests[index]
+        if recorded is None:
+            return
+        want = recorded if isinstance(recorded, str) else request_digest(recorded)
+        if want == request_digest(request):
+            return
+        detail = "the model request differs from the recorded one"
+        if isinstance(recorded, ModelRequest):
+            detail += ": " + _request_difference(recorded, request)
+        raise self.session.diverge(NonDeterminismError(
+            rec.position, rec.record, None, detail, run_id=self.plan.run_id,
+        ))
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        index = self.calls
+        plan = self.plan
+        if self.session.error is not None:
+            raise self.session.error
+        if index < len(plan.inferences):
+            self._check(index, request)
+            self.calls += 1
+            rec = plan.inferences[index]
+            self.entropy.inference(rec.record.duration_ms)
+            yield ModelDone(ModelResponse(
+                model=rec.record.model, text=rec.message.content, tool_calls=list(rec.message.tool_calls or []),
+                usage=rec.record.usage, stop_reason=rec.record.stop_reason,
+            ))
+            return
+        term = plan.termination
+        if term is not None and term.type == "error":
+            raise _RecordedModelError(term.code, term.detail)
+        if plan.has_cancel:  # the recorded run was cancelled during this inference
+            await self.session.diverged.wait()
+            raise self.session.error or ModelError("replay ended")
+        raise ModelError(f"replay: the log records no inference #{index + 1} for run {plan.run_id!r}")
+
+
+class _ReplayModels(ModelRegistry):
+    """Every model name (and model instance in a spec) resolves to the replay model."""
+
+    def __init__(self, model: ReplayModel) -> None:
+        super().__init__()
+        self.model = model
+
+    def resolve(self, model: str | Model) -> Model:
+        return self.model
+
+
+# == tools ========================================================================================
+
+
+class _ReplayTool(Tool):
+    """The app's tool, re-executed (or answered from the log), its result held until its turn."""
+
+    _inner: Tool
+    _session: _Session
+    _from_log: bool
+
+    @classmethod
+    def wrap(cls, inner: Tool, session: _Session, from_log: bool) -> _ReplayTool:
+        obj = cls.__new__(cls)
+        obj.__dict__.update(inner.__dict__)
+        obj._inner, obj._session, obj._from_log = inner, session, from_log
+        return obj
+
+    async def invoke(self, arguments: Any, ctx: ToolContext) -> ToolResult:
+        session = self._session
+        outcome = session.next_outcome(ctx.call_id)
+        if self._from_log:
+            self.validate(arguments)
+            session.from_log += 1
+            if outcome is None:
+                result = ToolResult.failure(f"replay: no recorded result for call {ctx.call_id!r}")
+            elif outcome.cancelled:
+                await session.diverged.wait()  # it ran until the run was cancelled
+                result = ToolResult.failure("replay ended")
+            else:
+                ctx.patch(outcome.ops)
+                result = outcome.as_result()
+        else:
+            session.executed += 1
+            result = await self._inner.invoke(arguments, ctx)
+        await session.hold(ctx.call_id, outcome)
+        return result
+
+
+# == the verifying store ==========================================================================
+
+
+class VerifyingStore:
+    """An `EventStore` over one recorded run that verifies instead of appending.
+
+    `append` compares the commit with the next recorded loop commit (events one by one, then the
+    envelope: commit id, ts, run) and answers the recorded seq. Reads see the thread as it was at
+    that point: the history before the run, the verified commits, and the external commits that
+    followed them (so OCC sends the loop down its recorded `VersionConflict` path).
+    """
+
+    def __init__(self, plan: ReplayPlan, session: _Session) -> None:
+        self.plan = plan
+        self.session = session
+        self.visible: list[StoredCommit] = list(plan.history)
+        self.version = plan.history[-1].seq if plan.history else 0
+        self.events_verified = 0
+        self._segment_at = 0
+        #: Called with the run id when a recorded cancel must reach the loop in-process.
+        self.on_cancel: Any = None
+        self.external = 0
+
+    @property
+    def verified(self) -> int:
+        return self.session.verified
+
+    def _diverge(self, position: Position, expected: AnyEvent | None, actual: AnyEvent | None,
+                 detail: str | None = None) -> NonDeterminismError:
+        return self.session.diverge(NonDeterminismError(position, expected, actual, detail, run_id=self.plan.run_id))
+
+    async def append(self, commit: Commit, expected_version: int | None) -> AppendResult:
+        if self.session.error is not None:
+            raise self.session.error
+        if expected_version is not None and expected_version != self.version:
+            raise VersionConflict(commit.thread_id, expected_version, self.version)
+        plan = self.plan
+        index = self.session.verified
+        if index >= len(plan.loop):
+            after = plan.segment[-1].seq + 1
+            raise self._diverge(Position(after, 0), None, commit.events[0] if commit.events else None,
+                                f"the loop wrote {index - len(plan.loop) + 1} commit(s) more than recorded")
+        rec = plan.loop[index]
+        expected = rec.commit
+        for i in range(max(len(expected.events), len(commit.events))):
+            want = expected.events[i] if i < len(expected.events) else None
+            got = commit.events[i] if i < len(commit.events) else None
+            if want != got:
+                raise self._diverge(Position(rec.seq, i), want, got)
+        for name in ("thread_id", "run_id", "commit_id", "ts"):
+            if getattr(expected, name) != getattr(commit, name):
+                raise self._diverge(
+                    Position(rec.seq, 0), expected.events[0], commit.events[0],
+                    f"commit {name} {getattr(expected, name)!r} != {getattr(commit, name)!r}",
+                )
+        self.visible.append(rec)
+        self.version = rec.seq
+        self.events_verified += len(expected.events)
+        self.session.on_verified()
+        self._reveal_external(rec)
+        return AppendResult(rec.seq)
+
+    def _reveal_external(self, after: StoredCommit) -> None:
+        """Make the external commits recorded right after `after` visible, as they were."""
+        segment = self.plan.segment
+        while self._segment_at < len(segment) and segment[self._segment_at].seq <= after.seq:
+            self._segment_at += 1
+        while self._segment_at < len(segment) and is_external(segment[self._segment_at], self.plan.run_id):
+            ext = segment[self._segment_at]
+            self._segment_at += 1
+            self.visible.append(ext)
+            self.version = ext.seq
+            self.external += 1
+            nxt = self.session.verified
+            next_loop = self.plan.loop[nxt] if nxt < len(self.plan.loop) else None
+            if _signals_cancel(self.plan, ext, next_loop) and self.on_cancel is not None:
+                self.on_cancel()
+
+    async def read_thread(self, thread_id: str, after: int = 0) -> AsyncIterator[StoredCommit]:
+        for sc in list(self.visible):
+            if sc.seq > after and sc.commit.thread_id == thread_id:
+                yield sc
+
+    async def read_run(self, run_id: str, after: int = 0) -> AsyncIterator[StoredCommit]:
+        for sc in list(self.visible):
+            if sc.seq > after and sc.commit.run_id == run_id:
+                yield sc
+
+    async def follow(self, thread_id: str | None = None, after: int = 0) -> AsyncIterator[StoredCommit]:
+        """Replay has no live tail: the visible commits, then nothing (a reader must not wait)."""
+        for sc in list(self.visible):
+            if sc.seq > after and (thread_id is None or sc.commit.thread_id == thread_id):
+                yield sc
+
+    async def thread_version(self, thread_id: str) -> int:
+        return self.version if thread_id == self.plan.thread_id else 0
+
+    async def last_seq(self) -> int:
+        return self.version
+
+
+# == the entry point ==============================================================================
+
+
+@dataclass(frozen=True)
+class ReplayApp:
+    """What replay needs from the user's app: its agents and tools (models, store, entropy and
+    live sink always come from the replay)."""
+
+    agents: Iterable[AgentSpec] | AgentRegistry
+    tools: Iterable[Tool] | ToolRegistry = ()
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """The outcome of a verified replay. `ok` is False only with `raise_on_divergence=False`."""
+
+    run_id: str
+    thread_id: str
+    agent_id: str
+    commits_verified: int
+    events_verified: int
+    commits_recorded: int
+    external_commits: int
+    inferences: int
+    tools_executed: int
+    tools_from_log: int
+    termination: Termination | None
+    status: str
+    ok: bool = True
+    divergence: NonDeterminismError | None = field(default=None, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in (
+            "run_id", "thread_id", "agent_id", "commits_verified", "events_verified", "commits_recorded",
+            "external_commits", "inferences", "tools_executed", "tools_from_log", "status", "ok")}
+        out["termination"] = msgspec.to_builtins(self.termination)
+        if self.divergence is not None:
+            d = self.divergence
+            out["divergence"] = {"position": str(d.position), "expected": msgspec.to_builtins(d.expected),
+                                 "actual": msgspec.to_builtins(d.actual), "detail": d.detail, "message": str(d)}
+        return out
+
+
+async def load_run_log(store: EventStore, run_id: str) -> list[StoredCommit]:
+    """The commits of the thread holding `run_id`, in log order."""
+    thread_id = None
+    async for sc in store.read_run(run_id):
+        thread_id = sc.commit.thread_id
+        break
+    if thread_id is None:
+        raise UnknownReplayRun(f"unknown run {run_id!r}")
+    return [sc async for sc in store.read_thread(thread_id)]
+
+
+def _agents_and_tools(app: Runtime | ReplayApp) -> tuple[AgentRegistry, list[Tool]]:
+    agents = app.agents if isinstance(app.agents, AgentRegistry) else AgentRegistry(app.agents)
+    tools = list(app.tools) if not isinstance(app.tools, ToolRegistry) else list(app.tools)
+    return agents, tools
+
+
+async def verify_run(
+    log: EventStore | Sequence[StoredCommit],
+    run_id: str,
+    app: Runtime | ReplayApp,
+    *,
+    tools_from_log: bool | Iterable[str] = False,
+    requests: Sequence[ModelRequest | str] | None = None,
+    raise_on_divergence: bool = True,
+    timeout_s: float = 60.0,
+) -> ReplayReport:
+    """Re-execute run `run_id` of `log` with the app's agents and tools and verify every commit.
+
+    `app`: the user's `Runtime` (only its agents and tools are used) or a `ReplayApp`.
+    `tools_from_log`: True, or names of tools, to answer from the recorded results instead of
+    running them (side-effecting tools). `requests`: the recorded model requests (or their
+    digests) in inference order, e.g. `RecordingModel.requests`, until the log records them.
+    Raises `NonDeterminismError` at the first difference (or returns a report with `ok=False`).
+    """
+    commits = await load_run_log(log, run_id) if not isinstance(log, Sequence) else list(log)
+    plan = plan_replay(commits, run_id)
+    agents, app_tools = _agents_and_tools(app)
+    spec = agents.get(plan.agent_id)
+    session = _Session(plan, parallel=spec.tool_execution_mode != "sequential")
+    entropy = ReplayEntropy(plan)
+    model = ReplayModel(plan, session, entropy, requests, name=spec.model_name)
+    store = VerifyingStore(plan, session)
+    names = set(t.name for t in app_tools) if tools_from_log is True else set(tools_from_log or ())
+    tools = [_ReplayTool.wrap(t, session, t.name in names) for t in app_tools]
+    rt = Runtime(store, agents=[spec], tools=tools, models=_ReplayModels(model), entropy=entropy)
+
+    pending_cancel: list[bool] = []
+
+    def signal_cancel() -> None:
+        # Seam: the runtime has no public "signal this run's loop" without appending a request
+        # (Runtime.cancel appends one, with fresh entropy); reach the loop through `_active`.
+        active = rt._active.get(plan.run_id)  # noqa: SLF001
+        if active is None:
+            pending_cancel.append(True)  # during begin(): signalled as soon as start returns
+        else:
+            active[0].request_cancel()
+
+    store.on_cancel = signal_cancel
+    result = None
+    try:
+        async with asyncio.timeout(timeout_s):
+            handle = await rt.start(
+                plan.agent_id, list(plan.messages), thread_id=plan.thread_id, run_id=plan.run_id,
+                parent_run_id=plan.parent_run_id, resource_id=plan.resource_id, origin=plan.origin,
+            )
+            if pending_cancel:
+                signal_cancel()
+            result = await handle.result()
+    except TimeoutError:
+        if session.error is None:
+            k = session.verified
+            want = plan.loop[k].commit.events[0] if k < len(plan.loop) else None
+            session.diverge(NonDeterminismError(
+                Position(plan.loop[k].seq if k < len(plan.loop) else plan.segment[-1].seq + 1, 0), want, None,
+                f"the loop made no progress for {timeout_s}s after {k} verified commit(s)", run_id=run_id,
+            ))
+    except Exception:  # noqa: BLE001 - a divergence surfaces as whatever the loop made of it
+        if session.error is None:
+            raise
+    if session.error is None and session.verified < len(plan.loop):
+        nxt = plan.loop[session.verified]
+        session.diverge(NonDeterminismError(
+            Position(nxt.seq, 0), nxt.commit.events[0], None,
+            f"the loop stopped after {session.verified} of {len(plan.loop)} recorded commits", run_id=run_id,
+        ))
+    error = session.error
+    if error is not None and raise_on_divergence:
+        raise error
+    return ReplayReport(
+        run_id=run_id, thread_id=plan.thread_id, agent_id=plan.agent_id, commits_verified=session.verified,
+        events_verified=store.events_verified, commits_recorded=len(plan.loop), external_commits=store.external,
+        inferences=model.calls, tools_executed=session.executed, tools_from_log=session.from_log,
+        termination=plan.termination, status=result.status if result is not None else "diverged",
+        ok=error is None, divergence=error,
+    )
