@@ -70,7 +70,8 @@ from .tools import Tool, ToolContext, ToolRegistry, ToolResult
 
 __all__ = [
     "NonDeterminismError", "RecordingModel", "ReplayApp", "ReplayEntropy", "ReplayModel", "ReplayPlan",
-    "ReplayReport", "UnknownReplayRun", "VerifyingStore", "plan_replay", "request_digest", "verify_run",
+    "ReplayReport", "ReplayThroughput", "UnknownReplayRun", "VerifyingStore", "plan_replay", "replay_throughput",
+    "request_digest", "verify_run",
 ]
 
 #: Event types only other parties write (cancel requests, human decisions, metadata edits). A
@@ -793,3 +794,35 @@ async def verify_run(
         termination=plan.termination, status=result.status if result is not None else "diverged",
         ok=error is None, divergence=error,
     )
+
+
+# == bench hook ===================================================================================
+
+
+@dataclass(frozen=True)
+class ReplayThroughput:
+    runs: int
+    commits: int
+    events: int
+    seconds: float
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.seconds if self.seconds else 0.0
+
+
+async def replay_throughput(
+    log: EventStore | Sequence[StoredCommit], run_ids: Sequence[str], app: Runtime | ReplayApp,
+    **options: Any,
+) -> ReplayThroughput:
+    """Verify `run_ids` one after another and time it (for scripts/bench_replay.py). Raises the
+    first divergence: a benchmark of a replay that does not verify measures nothing."""
+    import time
+
+    commits = events = 0
+    t0 = time.perf_counter()
+    for run_id in run_ids:
+        report = await verify_run(log, run_id, app, **options)
+        commits += report.commits_verified
+        events += report.events_verified
+    return ReplayThroughput(len(run_ids), commits, events, time.perf_counter() - t0)
