@@ -136,10 +136,10 @@ def check_decisions(
     suspended call; each new decision must target a suspended, not yet decided call.
 
     `ctx` is a `loop.RunContext` (typed loosely to keep this module free of the loop)."""
-    if ctx.finished is not None:
-        raise RunNotWaiting(f"run {ctx.run_id!r} is finished ({ctx.finished.type}); it takes no decisions")
     dups = [d for d in decisions if d.decision_id in ctx.decision_ids]
     new = [d for d in decisions if d.decision_id not in ctx.decision_ids]
+    if new and ctx.finished is not None:
+        raise RunNotWaiting(f"run {ctx.run_id!r} is finished ({ctx.finished.type}); it takes no decisions")
     if new and not ctx.suspended:
         raise RunNotWaiting(f"run {ctx.run_id!r} has no suspended call waiting for a decision")
     known = set(known_calls)
