@@ -8,6 +8,10 @@ object with every figure: {"bench": "runtime", ...}.
     scripts/bench_runtime.py            # default run (figures for closing notes)
     scripts/bench_runtime.py --quick    # < 60 s
     scripts/bench_runtime.py --profile  # + cProfile of the durable step path
+
+Cold resume (DESIGN 4.4): a run waits on a pending tool in a thread with 10 or 1,000 prior events;
+a freshly constructed Runtime (new objects, nothing in memory) takes the decision: latency from
+`decide()` being called to the replayed tool starting, p50/p95 over many waiting runs.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from rich.table import Table  # noqa: E402
 from eventlog import MemoryEventStore  # noqa: E402
 from eventlog.jetstream import JetStreamEventStore  # noqa: E402
 from eventlog.server import EmbeddedNatsServer  # noqa: E402
-from runtime import AgentSpec, Runtime, ToolContext, tool  # noqa: E402
+from eventlog.events import Commit, Message, MessageAppended, RunFinished, RunStarted, Termination, ThreadCreated  # noqa: E402
+from runtime import AgentSpec, Runtime, ToolContext, ToolResult, tool  # noqa: E402
 from runtime.models import ScriptedModel, Turn  # noqa: E402
 
 STEPS = 20
@@ -95,6 +100,66 @@ async def run_many(store: Any, runs: int) -> tuple[float, int, int]:
     return time.perf_counter() - t0, steps, commits
 
 
+_tool_started: list[float] = []
+
+
+@tool
+def approve(ctx: ToolContext) -> Any:
+    """Pending until decided; records when its replay starts (the cold-resume latency's end)."""
+    if ctx.decision is None:
+        return ToolResult.pending(f"t-{ctx.call_id}", resume_mode="pass_decision_to_tool")
+    _tool_started.append(time.perf_counter())
+    return "approved"
+
+
+def resume_runtime(store: Any) -> Runtime:
+    model = ScriptedModel([lambda req: "ok" if req.messages[-1].role == "tool" else Turn.tool("approve")], loop=True)
+    agent = AgentSpec(id="cold", model=model, tools=["approve"], tool_execution_mode="sequential")
+    return Runtime(store, agents=[agent], tools=[approve])
+
+
+async def prefill(store: Any, thread_id: str, events: int) -> None:
+    """A thread with `events` prior events: a finished earlier run, messages 8 per commit."""
+    seq = 0
+    evs: list[Any] = [ThreadCreated(), RunStarted(run_id=f"{thread_id}-r0", agent_id="cold")]
+    n = 0
+    while len(evs) + n < events - 1:
+        role = "user" if n % 2 == 0 else "assistant"
+        evs.append(MessageAppended(message=Message(id=f"{thread_id}-m{n}", role=role, content=f"message {n} " * 8)))
+        n += 1
+        if len(evs) == 8:
+            seq = (await store.append(Commit(commit_id=f"{thread_id}-c{n}", thread_id=thread_id,
+                                             run_id=f"{thread_id}-r0", ts=1, events=evs), seq)).seq
+            evs = []
+    evs.append(RunFinished(termination=Termination(type="natural_end")))
+    await store.append(Commit(commit_id=f"{thread_id}-end", thread_id=thread_id, run_id=f"{thread_id}-r0",
+                              ts=1, events=evs), seq)
+
+
+async def cold_resume(store: Any, history: int, samples: int) -> list[float]:
+    """Latencies (ms) from decide() on a brand-new Runtime to the replayed tool starting."""
+    out: list[float] = []
+    for i in range(samples):
+        thread_id = f"cold{history}x{i}"
+        await prefill(store, thread_id, history)
+        waiting = await resume_runtime(store).run("cold", "go", thread_id=thread_id, parent_run_id=f"{thread_id}-r0")
+        assert waiting.status == "waiting", waiting
+        _tool_started.clear()
+        t0 = time.perf_counter()
+        fresh = resume_runtime(store)  # new objects: nothing of the waiting run in memory
+        res = await fresh.decide(waiting.run_id, [{"target_id": "call_0_0", "decision_id": f"d{i}",
+                                                   "action": "resume", "result": {"ok": True}}])
+        done = await res.handle.result()  # type: ignore[union-attr]
+        assert done.status == "done" and _tool_started, done
+        out.append(1000 * (_tool_started[0] - t0))
+    return out
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
 async def raw_publish(store: JetStreamEventStore, n: int) -> float:
     """Baseline: plain JetStream publish+ack of a small payload, one at a time (seconds per op)."""
     js = store.nc.jetstream()
@@ -139,6 +204,9 @@ async def main() -> None:
                 js_s, js_steps, js_commits = js_best
                 mem_s, mem_steps, mem_commits = mem_best
                 raw = await raw_publish(store, 500 if args.quick else 2000)
+                samples = 15 if args.quick else 50
+                await cold_resume(store, 10, 3)  # warm up
+                cold = {h: await cold_resume(store, h, samples) for h in (10, 1000)}
                 areas: list[tuple[str, float]] = []
                 top_text = ""
                 if not args.no_profile:
@@ -187,6 +255,22 @@ async def main() -> None:
                   f"{js_commits / js_steps:.2f}", f"{js_rate / mem_rate:.2f}")
     table.add_row("raw JetStream publish+ack", f"{1 / raw:,.0f} ops/s", f"{raw * 1000:.3f}", "", "")
     console.print(table)
+    cold_table = Table(title=f"cold resume: decide() on a new Runtime -> replayed tool starts ({samples} waiting runs each)")
+    cold_table.add_column("prior events in thread", justify="right")
+    cold_table.add_column("p50 ms", justify="right")
+    cold_table.add_column("p95 ms", justify="right")
+    cold_table.add_column("target p50", justify="right")
+    cold_table.add_column("p50 in raw publishes", justify="right")
+    for h, target in ((10, 10.0), (1000, 15.0)):
+        p50, p95 = pct(cold[h], 0.5), pct(cold[h], 0.95)
+        figures[f"cold_resume_{h}_p50_ms"] = round(p50, 3)
+        figures[f"cold_resume_{h}_p95_ms"] = round(p95, 3)
+        figures[f"cold_resume_{h}_target_p50_ms"] = target
+        figures[f"cold_resume_{h}_p50_in_raw_publishes"] = round(p50 / (raw * 1000), 2)
+        cold_table.add_row(f"{h:,}", f"{p50:.2f}", f"{p95:.2f}", f"<= {target:.0f}", f"{p50 / (raw * 1000):.1f}")
+    figures["cold_resume_1000_vs_10_p50_ratio"] = round(figures["cold_resume_1000_p50_ms"] / figures["cold_resume_10_p50_ms"], 2)
+    figures["cold_resume_samples"] = samples
+    console.print(cold_table)
     verdict = "meets" if js_rate >= 750 and js_rate / mem_rate >= 0.5 else "misses"
     console.print(
         f"durable: {js_rate:,.0f} steps/s ({verdict} targets >= 750 steps/s and ratio >= 0.5); "
