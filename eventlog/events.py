@@ -159,11 +159,15 @@ class MessageAppended(Event):
 
 
 class InferenceCompleted(Event):
+    """One model call. `request_digest` (sha256 of the canonical request) lets verified replay
+    notice a changed prompt, tool list or plugin context, which never shows in the other events."""
+
     model: str
     usage: Usage = Usage()
     duration_ms: int = 0
     stop_reason: str | None = None
     message_id: str | None = None
+    request_digest: str | None = None
 
 
 # -- tool calls -----------------------------------------------------------------------------------
