@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+from pathlib import Path
 
 import nats
 import pytest
@@ -237,15 +240,16 @@ async def test_context_manager_closes_an_owned_connection(nats_server: EmbeddedN
 async def test_unanswered_requests_fail_within_the_request_timeout(nats_server: EmbeddedNatsServer) -> None:
     """A frozen server keeps the TCP connection up but answers nothing: every pending request,
     including concurrent ones, must fail with StoreUnavailable instead of hanging."""
-    import os
-    import signal
-
     store = await connect(nats_server, request_timeout=0.5)
     pid = nats_server._proc.pid  # type: ignore[union-attr]
     try:
         v = (await store.append(commit("t"), 0)).seq
         os.kill(pid, signal.SIGSTOP)
         try:
+            # kill() returns before the stop takes effect: on a busy machine the server answered
+            # a request sent right after it (a flake). Wait until it really is frozen.
+            async with asyncio.timeout(WAIT):
+                await _until_stopped(pid)
             async with asyncio.timeout(WAIT):
                 results = await asyncio.gather(
                     *(store.append(commit("t"), v) for _ in range(5)),
@@ -260,3 +264,22 @@ async def test_unanswered_requests_fail_within_the_request_timeout(nats_server: 
             assert await store.thread_version("t") >= v
     finally:
         await store.close()
+
+
+async def _until_stopped(pid: int) -> None:
+    """Return once every thread of `pid` is in the stopped state (Linux /proc), polling."""
+    tasks = Path(f"/proc/{pid}/task")
+    if not tasks.is_dir():
+        pytest.skip("needs Linux /proc to know when SIGSTOP has taken effect")
+
+    def stopped() -> bool:
+        states = []
+        for stat in tasks.glob("*/stat"):
+            try:
+                states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+            except (OSError, IndexError):
+                continue  # a thread that just exited
+        return bool(states) and all(state in ("T", "t") for state in states)
+
+    while not stopped():
+        await asyncio.sleep(0.001)  # polling an observable condition, not a timed wait
