@@ -3,11 +3,20 @@ on a free loopback port, its data in a directory we own.
 
 The child's output goes to `<data_dir>/nats-server.log`, never to our stdout: a child that
 inherits a pipe keeps it open after we die and wedges whoever reads it.
+
+"Accepts connections on the port" does not prove the server is ours: a port picked by
+`free_port()` is free only until someone else binds it (other test processes on a busy machine
+do), and then our child dies with "address already in use" while a *foreign* server answers on
+that port. So the server is ready only when it has written its ports file
+(`<data_dir>/run/<exe>_<pid>.ports`, written once its client listener is up) naming our port. A
+port lost to such a race is replaced by a fresh one on the first start (when we chose it); a
+restart, or a port the caller asked for, fails loudly instead.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -51,6 +60,10 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+class _PortTaken(Exception):
+    """Our nats-server could not bind its port (someone else holds it)."""
+
+
 class EmbeddedNatsServer:
     """Start/stop one nats-server. Restartable on the same port and data dir (for tests of
     durability and reconnects)."""
@@ -70,6 +83,8 @@ class EmbeddedNatsServer:
         self.max_payload = max_payload
         self.binary = binary or find_nats_server()
         self._proc: subprocess.Popen[bytes] | None = None
+        # We may move to another port only if we picked it and no client has seen it serve yet.
+        self._port_movable = port is None
 
     @property
     def url(self) -> str:
@@ -86,6 +101,7 @@ class EmbeddedNatsServer:
             f'host: "{self.host}"',
             f"port: {self.port}",
             f'jetstream {{ store_dir: "{self.data_dir / "jetstream"}" }}',
+            f'ports_file_dir: "{self._ports_dir}"',
         ]
         if self.max_payload is not None:
             lines.append(f"max_payload: {self.max_payload}")
@@ -93,12 +109,37 @@ class EmbeddedNatsServer:
         path.write_text("\n".join(lines) + "\n")
         return path
 
+    @property
+    def _ports_dir(self) -> Path:
+        return self.data_dir / "run"
+
     def start(self, timeout: float = 10.0) -> None:
-        """Start the server and block until it accepts connections (or raise)."""
+        """Start the server and block until it is up *and* is the process we started (or raise)."""
         if self.running:
             return
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._start_once(deadline, timeout)
+            except _PortTaken:
+                if not self._port_movable or time.monotonic() >= deadline:
+                    raise StoreUnavailable(
+                        f"nats-server could not listen on {self.url}: the port is taken by another "
+                        f"process; see {self.data_dir / 'nats-server.log'}"
+                    ) from None
+                self.port = free_port(self.host)  # lost a free_port() race: take another one
+                continue
+            self._port_movable = False
+            return
+
+    def _start_once(self, deadline: float, timeout: float) -> None:
         config = self._write_config()
-        log = open(self.data_dir / "nats-server.log", "ab")
+        self._ports_dir.mkdir(parents=True, exist_ok=True)
+        for stale in self._ports_dir.glob("*.ports"):  # left by a killed server
+            stale.unlink(missing_ok=True)
+        log_path = self.data_dir / "nats-server.log"
+        log = open(log_path, "ab")
+        log_start = log.tell()
         try:
             self._proc = subprocess.Popen(
                 [self.binary, "-c", str(config)],
@@ -108,20 +149,39 @@ class EmbeddedNatsServer:
             )
         finally:
             log.close()
-        deadline = time.monotonic() + timeout
+        proc = self._proc
         while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
+            if proc.poll() is not None:
+                self._proc = None
+                with open(log_path, "rb") as f:
+                    f.seek(log_start)
+                    output = f.read().decode(errors="replace")
+                if "address already in use" in output:
+                    raise _PortTaken(self.port)
                 raise StoreUnavailable(
-                    f"nats-server exited with status {self._proc.returncode} at start; "
-                    f"see {self.data_dir / 'nats-server.log'}"
+                    f"nats-server exited with status {proc.returncode} at start; see {log_path}"
                 )
-            try:
-                with socket.create_connection((self.host, self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.02)
+            if self._listening_as_ours(proc.pid):
+                return
+            time.sleep(0.02)
         self.stop()
         raise StoreUnavailable(f"nats-server did not accept connections on {self.url} in {timeout}s")
+
+    def _listening_as_ours(self, pid: int) -> bool:
+        """True once our process has written its ports file naming our port and the port answers."""
+        for path in self._ports_dir.glob(f"*_{pid}.ports"):
+            try:
+                urls = json.loads(path.read_text()).get("nats", [])
+            except (OSError, ValueError):
+                return False  # being written
+            if not any(url.endswith(f":{self.port}") for url in urls):
+                raise StoreUnavailable(f"nats-server {pid} listens on {urls}, not on port {self.port}")
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.2):
+                    return True
+            except OSError:
+                return False
+        return False
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop gracefully (SIGTERM flushes JetStream), kill if it will not go."""

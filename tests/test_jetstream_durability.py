@@ -283,3 +283,39 @@ async def _until_stopped(pid: int) -> None:
 
     while not stopped():
         await asyncio.sleep(0.001)  # polling an observable condition, not a timed wait
+
+
+async def test_a_taken_port_is_refused_not_mistaken_for_our_server(
+    nats_server: EmbeddedNatsServer, tmp_path: Path
+) -> None:
+    """Another process listening on the port must not pass for our server (it did: start()
+    only checked that the port answered, so tests ran against a foreign server and its data)."""
+    other = EmbeddedNatsServer(tmp_path / "other", port=nats_server.port)
+    with pytest.raises(StoreUnavailable, match="taken"):
+        await other.astart()
+    assert not other.running
+
+
+async def test_a_picked_port_lost_to_a_race_is_replaced(nats_server: EmbeddedNatsServer, tmp_path: Path) -> None:
+    store = await connect(nats_server)
+    try:
+        await store.append(commit("theirs"), 0)
+    finally:
+        await store.close()
+    ours = EmbeddedNatsServer(tmp_path / "ours")
+    ours.port = nats_server.port  # as if someone bound the port free_port() gave us before we did
+    await ours.astart()
+    try:
+        assert ours.running and ours.port != nats_server.port
+        store = await connect(ours)
+        try:
+            assert await store.last_seq() == 0  # our own, empty server, not the other one
+        finally:
+            await store.close()
+        # A restart keeps the port (clients reconnect to it).
+        port = ours.port
+        await ours.astop()
+        await ours.astart()
+        assert ours.port == port
+    finally:
+        await ours.astop()
