@@ -4,14 +4,23 @@ The main property: for generated thread histories, the KV views equal the pure f
 however the work is cut: appends interleaved with batches of any size, restarts (cold cache),
 crashes before the ack (redelivery), crashes between the puts of one batch, and a consumer reset
 that redelivers everything from seq 1. Apply-once holds throughout.
+
+Each hypothesis example gets its own nats-server. Sharing one (the function-scoped fixture lives
+across examples) and deleting the events stream between examples was flaky: a file-backed stream
+re-created right after its deletion can come back holding the deleted stream's messages (seen
+with nats-server 2.15: STREAM.INFO says "not found", the CREATE succeeds, and the new stream has
+an earlier example's commits), so an example started on leftover data and its first append got a
+VersionConflict. For the same reason a consumer reset takes a new durable name instead of
+re-creating the deleted one. A server costs ~25 ms to start.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import random
+import tempfile
+from pathlib import Path
 
 import nats
 import pytest
@@ -20,6 +29,7 @@ from hypothesis import strategies as st
 
 from eventlog import Commit, collect
 from eventlog.codec import encode_commit
+from eventlog.server import EmbeddedNatsServer
 from eventlog.events import Message, MessageAppended, RunStarted, StepStarted, ThreadCreated
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.subjects import EVENTS_STREAM, event_subject
@@ -27,9 +37,6 @@ from projections import ProjectionTimeout, fold_commits
 from projections.kv import KVViewStore
 from projections.runner import ProjectionRunner
 from projections.synth import generate_history
-
-_examples = itertools.count()
-
 
 class Crash(Exception):
     pass
@@ -83,26 +90,20 @@ actions = st.lists(
 
 
 async def scenario(url: str, history: list[Commit], plan: list[tuple[str, int]]) -> None:
-    prefix = f"ex{next(_examples)}"
     nc = await nats.connect(url)
     js = nc.jetstream()
-    try:
-        await js.delete_stream(EVENTS_STREAM)
-    except nats.js.errors.NotFoundError:
-        pass
     store = await JetStreamEventStore.connect(nc)
     assert await store.last_seq() == 0, "a fresh log per example"
-    views = await KVViewStore.open(nc, prefix=prefix)
+    views = await KVViewStore.open(nc, prefix="ex")
     versions: dict[str, int] = {}
     pending = list(history)
     last = 0
-
-    # A short ack_wait: a batch left at a "dead" runner comes back quickly (correctness does not
-    # depend on it: the runner applies strictly in stream order and waits for gaps to fill).
-    config = dict(durable=f"{prefix}_d", batch=8, fetch_timeout=0.5, ack_wait=1.0)
+    resets = 0
 
     def new_runner(store=views) -> ProjectionRunner:
-        return ProjectionRunner(nc, store, **config)
+        # A short ack_wait: a batch left at a "dead" runner comes back quickly (correctness does
+        # not depend on it: the runner applies strictly in stream order and waits for gaps).
+        return ProjectionRunner(nc, store, durable=f"ex_d{resets}", batch=8, fetch_timeout=0.5, ack_wait=1.0)
 
     async def until_crash(r: ProjectionRunner, limit: int | None = None) -> None:
         """Step until the injected crash fires (a step may fetch nothing while a batch is away)."""
@@ -146,8 +147,10 @@ async def scenario(url: str, history: list[Commit], plan: list[tuple[str, int]])
                     runner = new_runner()
                 elif action == "reset_consumer":
                     await runner.stop()
-                    await js.delete_consumer(EVENTS_STREAM, f"{prefix}_d")
+                    await js.delete_consumer(EVENTS_STREAM, runner.durable)
+                    resets += 1  # a new consumer, delivering everything from seq 1
                     runner = new_runner()
+                    assert runner.applied_seq == 0
                     await runner.step(n)
             if pending:
                 last = await append_all(store, pending, versions)
@@ -169,11 +172,12 @@ async def scenario(url: str, history: list[Commit], plan: list[tuple[str, int]])
 
 
 @settings(max_examples=int(os.environ.get("PROJ_EXAMPLES", "20")), deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.randoms(use_true_random=False), actions)
-def test_runner_views_equal_the_pure_fold_however_the_stream_is_cut(nats_server, rng, plan):
+def test_runner_views_equal_the_pure_fold_however_the_stream_is_cut(rng, plan):
     history = generate_history(rng, threads=2, max_runs=2, max_steps=2)
-    asyncio.run(scenario(nats_server.url, history, plan))
+    with tempfile.TemporaryDirectory(prefix="agentlog-runner-") as tmp, EmbeddedNatsServer(Path(tmp)) as server:
+        asyncio.run(scenario(server.url, history, plan))
 
 
 def commit(i: int, thread: str, run: str | None, events) -> Commit:
