@@ -96,6 +96,10 @@ class KVViewStore:
             except (NotFoundError, BucketNotFoundError):
                 pass
         threads, runs = await self._buckets(self.js, self.prefix, generation, self.replicas)
+        # And purge: a file-backed stream re-created right after its deletion can come back with
+        # the deleted one's messages (seen with the events stream on nats-server 2.15).
+        for kv in (threads, runs):
+            await self.js.purge_stream(kv._stream)
         return KVViewStore(self.js, self.meta, threads, runs, prefix=self.prefix, generation=generation,
                            replicas=self.replicas)
 
