@@ -191,10 +191,17 @@ async def test_invalid_ids_are_rejected_before_publishing(harness: Harness, bad:
         await store.append(commit("ok", bad), None)
     with pytest.raises(InvalidId):
         await store.append(commit("ok", commit_id=bad), None)
-    with pytest.raises(InvalidId):
-        await collect(store.read_thread(bad))
-    with pytest.raises(InvalidId):
-        await store.thread_version(bad)
+    async with asyncio.timeout(WAIT):
+        with pytest.raises(InvalidId):
+            await collect(store.read_thread(bad))
+        with pytest.raises(InvalidId):
+            await collect(store.read_run(bad))
+        with pytest.raises(InvalidId):
+            await store.thread_version(bad)
+        follower = store.follow(bad)
+        with pytest.raises(InvalidId):
+            await anext(follower)
+        await follower.aclose()
     assert await store.last_seq() == last
     assert len(await thread_commits(store, "ok")) == 1
 
