@@ -664,9 +664,10 @@ class _Follower:
             self.next_dseq = 1
             return
 
-    async def _drop(self) -> None:
-        """Forget the current consumer and delete it on the server (briefly bounded; if that
-        fails it expires by itself after `inactive_threshold`)."""
+    async def _drop(self, timeout: float | None = None) -> None:
+        """Forget the current consumer and delete it on the server, bounded by `timeout` (default:
+        briefly, as a recreate must not wait long on a server that is in trouble); if that fails
+        it expires by itself after `inactive_threshold`."""
         nc = self.store.nc
         sub, self.sub = self.sub, None
         consumer, self.consumer = self.consumer, None
@@ -680,7 +681,7 @@ class _Follower:
                 await nc.request(
                     f"$JS.API.CONSUMER.DELETE.{self.store.stream}.{consumer}",
                     b"",
-                    timeout=min(1.0, self.store.request_timeout),
+                    timeout=min(1.0, self.store.request_timeout) if timeout is None else timeout,
                 )
         except nats.errors.Error:
             pass
@@ -735,7 +736,9 @@ class _Follower:
 
     async def stop(self) -> None:
         try:
-            await self._drop()
+            # The full request timeout: a loaded server that answers in over a second must still
+            # see the consumer go (the caller is done with it and may count consumers).
+            await self._drop(self.store.request_timeout)
         except Exception:  # noqa: BLE001 - closing must not mask the reason the follow ended
             log.debug("follow: cleanup failed", exc_info=True)
 
