@@ -401,6 +401,25 @@ def classify_result(result: ToolResult) -> tuple[str, Any, str]:
     raise ValueError(f"a {result.status!r} result does not complete a call")
 
 
+def digest_of(request: ModelRequest) -> str:
+    """sha256 of the canonical encoding of the model request, for
+    `InferenceCompleted.request_digest`. The one implementation lives in `runtime.replay` (verified
+    replay compares against it); imported on first use because replay imports this module.
+
+    The digest is of the request the loop built (`build_request`), not of a fallback model's
+    copy: the two differ only by the model name, which `InferenceCompleted.model` records, and a
+    replay (whose first attempt always answers) rebuilds exactly this one."""
+    global _request_digest
+    if _request_digest is None:
+        from .replay import request_digest
+
+        _request_digest = request_digest
+    return _request_digest(request)
+
+
+_request_digest: Callable[[ModelRequest], str] | None = None
+
+
 def stop_input(ctx: RunContext, now_ms: int) -> StopInput:
     return StopInput(
         rounds=ctx.step,
@@ -715,6 +734,7 @@ class RunLoop:
             self._emit(InferenceCompleted(
                 model=response.model, usage=response.usage, duration_ms=self.entropy.now_ms() - t0,
                 stop_reason=response.stop_reason, message_id=message.id,
+                request_digest=digest_of(request),
             ))
             actions = await self._hook("after_inference", response)
             self._apply_patches(actions, "plugin")
