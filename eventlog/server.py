@@ -161,8 +161,12 @@ class EmbeddedNatsServer:
                 raise StoreUnavailable(
                     f"nats-server exited with status {proc.returncode} at start; see {log_path}"
                 )
-            if self._listening_as_ours(proc.pid):
-                return
+            try:
+                if self._listening_as_ours(proc.pid):
+                    return
+            except StoreUnavailable:
+                self.stop()
+                raise
             time.sleep(0.02)
         self.stop()
         raise StoreUnavailable(f"nats-server did not accept connections on {self.url} in {timeout}s")
