@@ -35,7 +35,7 @@ import hashlib
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -65,18 +65,23 @@ from eventlog.store import EventStore
 
 from .agent import AgentRegistry, AgentSpec, ModelRegistry
 from .models.base import Model, ModelChunk, ModelDone, ModelError, ModelRequest, ModelResponse
-from .runtime import Runtime
 from .tools import Tool, ToolContext, ToolRegistry, ToolResult
 
+if TYPE_CHECKING:  # imported lazily: loop.py imports `request_digest` from here, runtime.py imports loop.py
+    from .runtime import RunResult, Runtime
+
 __all__ = [
-    "NonDeterminismError", "RecordingModel", "ReplayApp", "ReplayEntropy", "ReplayModel", "ReplayPlan",
+    "AgentsAndTools", "NonDeterminismError", "RecordingModel", "ReplayApp", "ReplayEntropy", "ReplayModel", "ReplayPlan",
     "ReplayReport", "ReplayThroughput", "UnknownReplayRun", "VerifyingStore", "plan_replay", "replay_throughput",
     "request_digest", "verify_run",
 ]
 
-#: Event types only other parties write (cancel requests, human decisions, metadata edits). A
-#: commit made only of these is not the loop's, even when it carries the run's id.
-EXTERNAL_EVENT_TYPES: tuple[type, ...] = (RunCancelRequested, ToolCallDecided, ThreadMetadataUpdated)
+#: Event types only other parties write while the loop runs (cancel requests, metadata edits). A
+#: commit made only of these is not the loop's, even when it carries the run's id. Decision
+#: commits (`ToolCallDecided`, written by `Runtime.decide`) are *not* external: replay re-drives
+#: them through `decide()` with the recorded decisions, so what the runtime derived from them
+#: (`RunResumed`, `ToolCallResuming`, outcomes needing no tool run) is verified too.
+EXTERNAL_EVENT_TYPES: tuple[type, ...] = (RunCancelRequested, ThreadMetadataUpdated)
 
 _enc = msgspec.json.Encoder(order="deterministic")
 
@@ -266,7 +271,7 @@ def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
     inferences: list[RecordedInference] = []
     outcomes: dict[str, list[RecordedOutcome]] = {}
     groups: dict[int, set[str]] = {}
-    started_calls: set[str] = set()
+    in_flight: set[str] = set()
     for k, sc in enumerate(loop):
         if k:
             for ev in sc.commit.events:
@@ -285,16 +290,18 @@ def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
             elif isinstance(ev, InferenceCompleted) and assistant is not None:
                 inferences.append(RecordedInference(Position(sc.seq, i), assistant, ev))
             elif isinstance(ev, ToolCallStarted):
-                started_calls.add(ev.call_id)
+                in_flight.add(ev.call_id)
             elif isinstance(ev, StatePatched) and (ev.source or "").startswith("tool:"):
                 tool_ops = list(ev.ops)
             elif isinstance(ev, (ToolCallCompleted, ToolCallSuspended)):
-                outcomes.setdefault(ev.call_id, []).append(RecordedOutcome(k, ev, tuple(tool_ops)))
+                # Only the outcome of an execution (a start before it) answers a tool run: a
+                # permission `ask` suspension, a denial or a decision-made result runs no tool.
+                if ev.call_id in in_flight:
+                    in_flight.discard(ev.call_id)
+                    outcomes.setdefault(ev.call_id, []).append(RecordedOutcome(k, ev, tuple(tool_ops)))
+                    if not (isinstance(ev, ToolCallCompleted) and ev.outcome == "cancelled"):
+                        groups.setdefault(k, set()).add(ev.call_id)
                 tool_ops = []
-                if ev.call_id in started_calls and not (
-                    isinstance(ev, ToolCallCompleted) and ev.outcome == "cancelled"
-                ):
-                    groups.setdefault(k, set()).add(ev.call_id)
     termination = next(
         (e.termination for sc in loop for e in sc.commit.events if isinstance(e, RunFinished)), None
     )
@@ -465,18 +472,19 @@ class ReplayModel:
         self.calls = 0
 
     def _check(self, index: int, request: ModelRequest) -> None:
+        """The request must match the recorded `InferenceCompleted.request_digest` (or, for logs
+        from before it existed, the caller's `requests`). A full recorded request, when given,
+        only serves to name what differs."""
         rec = self.plan.inferences[index]
-        recorded: ModelRequest | str | None = getattr(rec.record, "request_digest", None)
-        if recorded is None and self.requests is not None and index < len(self.requests):
-            recorded = self.requests[index]
-        if recorded is None:
-            return
-        want = recorded if isinstance(recorded, str) else request_digest(recorded)
-        if want == request_digest(request):
+        given = self.requests[index] if self.requests is not None and index < len(self.requests) else None
+        want = rec.record.request_digest
+        if want is None and given is not None:
+            want = given if isinstance(given, str) else request_digest(given)
+        if want is None or want == request_digest(request):
             return
         detail = "the model request differs from the recorded one"
-        if isinstance(recorded, ModelRequest):
-            detail += ": " + _request_difference(recorded, request)
+        if isinstance(given, ModelRequest):
+            detail += ": " + _request_difference(given, request)
         raise self.session.diverge(NonDeterminismError(
             rec.position, rec.record, None, detail, run_id=self.plan.run_id,
         ))
@@ -709,16 +717,69 @@ async def load_run_log(store: EventStore, run_id: str) -> list[StoredCommit]:
     return [sc async for sc in store.read_thread(thread_id)]
 
 
-def _agents_and_tools(app: Runtime | ReplayApp) -> tuple[AgentRegistry, list[Tool]]:
+class AgentsAndTools(Protocol):
+    """The part of an app replay uses: a `Runtime`, a `ReplayApp`, `gateway.app_loader.App`."""
+
+    @property
+    def agents(self) -> Any: ...
+
+    @property
+    def tools(self) -> Any: ...
+
+
+def _agents_and_tools(app: AgentsAndTools) -> tuple[AgentRegistry, list[Tool]]:
     agents = app.agents if isinstance(app.agents, AgentRegistry) else AgentRegistry(app.agents)
     tools = list(app.tools) if not isinstance(app.tools, ToolRegistry) else list(app.tools)
     return agents, tools
 
 
+def next_session(plan: ReplayPlan, verified: int) -> tuple[str, Any] | None:
+    """What restarted the recorded run after its loop stopped (waiting, or gone), read from the
+    next recorded loop commit: ("decide", decisions) for a decision commit, ("cancel", reason)
+    for a cancel while waiting, ("resume", None) for anything else (a run continued from the log
+    after its process went away). None: nothing is left to verify."""
+    if verified >= len(plan.loop):
+        return None
+    events = plan.loop[verified].commit.events
+    decisions = [e.decision for e in events if isinstance(e, ToolCallDecided)]
+    if decisions:
+        return "decide", decisions
+    if events and isinstance(events[0], RunCancelRequested):
+        return "cancel", events[0].reason
+    return "resume", None
+
+
+async def _drive(rt: Runtime, plan: ReplayPlan, session: _Session, first: RunResult) -> RunResult | None:
+    """Drive the run through every session the recording holds, the way the recording's parties
+    did: each time the loop stops short of the recorded end, apply what came next through the
+    runtime's public API -- `decide()` with the recorded decisions, `cancel()` with the recorded
+    reason, or `resume()` -- against the verifying store, so the commits they write are verified
+    like any other (nothing is appended anywhere)."""
+    result: RunResult | None = first
+    while session.error is None and result is not None and result.termination is None:
+        step = next_session(plan, session.verified)
+        if step is None:
+            break
+        kind, arg = step
+        if kind == "decide":
+            res = await rt.decide(plan.run_id, arg, thread_id=plan.thread_id)
+            result = await res.handle.result() if res.handle is not None else None
+        elif kind == "cancel":
+            await rt.cancel(plan.run_id, reason=arg)
+            result = None
+        else:
+            resume = getattr(rt, "resume", None)
+            if resume is None:  # a runtime without resume(): reported as "the loop stopped"
+                break
+            handle = await resume(plan.run_id)
+            result = await handle.result()
+    return result
+
+
 async def verify_run(
     log: EventStore | Sequence[StoredCommit],
     run_id: str,
-    app: Runtime | ReplayApp,
+    app: AgentsAndTools,
     *,
     tools_from_log: bool | Iterable[str] = False,
     requests: Sequence[ModelRequest | str] | None = None,
@@ -727,12 +788,21 @@ async def verify_run(
 ) -> ReplayReport:
     """Re-execute run `run_id` of `log` with the app's agents and tools and verify every commit.
 
-    `app`: the user's `Runtime` (only its agents and tools are used) or a `ReplayApp`.
-    `tools_from_log`: True, or names of tools, to answer from the recorded results instead of
-    running them (side-effecting tools). `requests`: the recorded model requests (or their
-    digests) in inference order, e.g. `RecordingModel.requests`, until the log records them.
+    `app`: the user's `Runtime` (only its agents and tools are used), a `ReplayApp`, or anything
+    with `agents` and `tools`. `tools_from_log`: True, or names of tools, to answer from the
+    recorded results instead of running them (side-effecting tools). `requests`: the recorded
+    model requests (or their digests) in inference order, for logs written before
+    `InferenceCompleted.request_digest` existed (a recorded digest wins).
+
+    Human in the loop: a run that waited is verified across its decisions, a cancel while it
+    waited, and continuations from the log (see `_drive`); a continuation run (`parent_run_id`)
+    is verified on its own, its parent's decisions belong to the parent's verification.
     Raises `NonDeterminismError` at the first difference (or returns a report with `ok=False`).
     """
+    from projections.fold import fold_commits
+
+    from .runtime import Runtime
+
     commits = await load_run_log(log, run_id) if not isinstance(log, Sequence) else list(log)
     plan = plan_replay(commits, run_id)
     agents, app_tools = _agents_and_tools(app)
@@ -757,7 +827,6 @@ async def verify_run(
             active[0].request_cancel()
 
     store.on_cancel = signal_cancel
-    result = None
     try:
         async with asyncio.timeout(timeout_s):
             handle = await rt.start(
@@ -766,7 +835,7 @@ async def verify_run(
             )
             if pending_cancel:
                 signal_cancel()
-            result = await handle.result()
+            await _drive(rt, plan, session, await handle.result())
     except TimeoutError:
         if session.error is None:
             k = session.verified
@@ -787,12 +856,15 @@ async def verify_run(
     error = session.error
     if error is not None and raise_on_divergence:
         raise error
+    status = "diverged"
+    if error is None:
+        view = fold_commits(store.visible).runs.get(run_id)
+        status = view.status if view is not None else "diverged"
     return ReplayReport(
         run_id=run_id, thread_id=plan.thread_id, agent_id=plan.agent_id, commits_verified=session.verified,
         events_verified=store.events_verified, commits_recorded=len(plan.loop), external_commits=store.external,
         inferences=model.calls, tools_executed=session.executed, tools_from_log=session.from_log,
-        termination=plan.termination, status=result.status if result is not None else "diverged",
-        ok=error is None, divergence=error,
+        termination=plan.termination, status=status, ok=error is None, divergence=error,
     )
 
 
@@ -812,7 +884,7 @@ class ReplayThroughput:
 
 
 async def replay_throughput(
-    log: EventStore | Sequence[StoredCommit], run_ids: Sequence[str], app: Runtime | ReplayApp,
+    log: EventStore | Sequence[StoredCommit], run_ids: Sequence[str], app: AgentsAndTools,
     **options: Any,
 ) -> ReplayThroughput:
     """Verify `run_ids` one after another and time it (for scripts/bench_replay.py). Raises the

@@ -111,7 +111,8 @@ def add(a: int, b: int, ctx: ToolContext) -> int:
 
 @tool(name="add")
 def add_off_by_one(a: int, b: int, ctx: ToolContext) -> int:
-    """Same schema, another value: a changed tool."""
+    """Add two integers and remember the last sum."""
+    # Same name, schema and description as `add` (so the model request is unchanged), another value.
     ctx.set("/last_sum", a + b + 1)
     return a + b + 1
 
@@ -187,7 +188,8 @@ async def test_a_tool_returning_another_value_diverges_at_its_completion(store: 
 async def test_a_tool_returning_another_value_diverges_at_tool_call_completed(store: Any) -> None:
     @tool(name="add")
     def add_plain(a: int, b: int) -> int:
-        """No state edit: the completion itself is the first difference."""
+        """As recorded."""
+        # No state edit: the completion itself is the first difference.
         return a + b + 1
 
     @tool(name="add")

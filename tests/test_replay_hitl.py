@@ -1,0 +1,94 @@
+"""Verified replay of human-in-the-loop runs recorded on a real nats-server.
+
+Each HITL scenario (`test_hitl_support.SCENARIOS`: ask approve/deny, every resume mode, two calls
+per execution mode, cancel while waiting, continuation carrying decisions) is recorded exactly as
+`test_hitl_scenarios` records it -- every phase applied by a freshly built Runtime -- and then every
+run on the thread is verified against the log: replay re-drives the recorded decisions and
+cancels through `Runtime.decide()` / `Runtime.cancel()` on the verifying store, so the decision
+commits are checked too. A tampered tool in a HITL run diverges where its result is committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import test_hitl_support as S
+from eventlog.events import ToolCallCompleted
+from runtime import AgentSpec, PermissionPlugin, tool
+from runtime.models import ScriptedModel
+from runtime.replay import NonDeterminismError, ReplayApp, next_session, plan_replay, verify_run
+from test_hitl_scenarios import resume_in_process, start_waiting
+from test_runtime_support import store, thread_log  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.asyncio
+
+
+async def record(store: Any, name: str) -> list[Any]:
+    await start_waiting(store, name)
+    await resume_in_process(store, name)
+    return await thread_log(store, S.THREAD)
+
+
+@pytest.mark.parametrize("name", list(S.SCENARIOS))
+async def test_every_hitl_scenario_verifies(store: Any, name: str) -> None:
+    log = await record(store, name)
+    runs = list(dict.fromkeys(sc.commit.run_id for sc in log if sc.commit.run_id))
+    assert runs == ([S.RUN, "r2"] if name == "continuation" else [S.RUN])
+    for run_id in runs:
+        plan = plan_replay(log, run_id)
+        async with asyncio.timeout(30):
+            report = await verify_run(store, run_id, S.build(store, name, 0))
+        assert report.ok, report.divergence
+        assert report.commits_verified == report.commits_recorded == len(plan.loop)
+        assert report.events_verified == plan.events
+        assert report.termination == plan.termination and report.status == "done"
+        # the phases were all re-driven: decision and cancel commits are among the verified ones
+        assert next_session(plan, len(plan.loop)) is None
+
+
+async def test_a_decision_commit_is_verified_not_trusted(store: Any) -> None:
+    """The decision commit holds what the runtime derived from the decision (RunResumed,
+    ToolCallResuming, a cancelled call's completion): verified like any loop commit."""
+    log = await record(store, "cancel_decision")
+    plan = plan_replay(log, S.RUN)
+    kinds = [next_session(plan, k) for k in range(len(plan.loop))]
+    decided = [k for k, s in enumerate(kinds) if s is not None and s[0] == "decide"]
+    assert len(decided) == 1 and [type(e).__name__ for e in plan.loop[decided[0]].commit.events][:3] == [
+        "ToolCallDecided", "RunResumed", "ToolCallResuming"]
+    async with asyncio.timeout(30):
+        report = await verify_run(log, S.RUN, S.build(store, "cancel_decision", 0))
+    assert report.ok and report.tools_executed == 0  # a cancel decision runs no tool
+
+
+@tool(name="deploy")
+def deploy_elsewhere(env: str) -> str:
+    """Deploy to an environment (guarded by a permission `ask` rule)."""
+    return f"deployed {env} (staging)"
+
+
+def tampered(name: str) -> ReplayApp:
+    sc = S.SCENARIOS[name]
+    tools = [deploy_elsewhere, *(t for t in S.TOOLS if t.name != "deploy")]
+    agent = AgentSpec(id="agent", model=ScriptedModel(sc.script, position="conversation"),
+                      tools=[t.name for t in S.TOOLS], plugins=[PermissionPlugin(ask=sc.ask)],
+                      tool_execution_mode=sc.mode, max_rounds=10)
+    return ReplayApp(agents=[agent], tools=tools)
+
+
+@pytest.mark.parametrize("name", ["ask_approve", "two_batch", "two_streaming", "continuation"])
+async def test_a_tampered_tool_in_a_hitl_run_diverges_after_the_decision(store: Any, name: str) -> None:
+    log = await record(store, name)
+    completed = next((p, e) for sc in log if sc.commit.run_id == S.RUN for p, e in sc.positioned()
+                     if isinstance(e, ToolCallCompleted) and e.outcome == "succeeded")
+    with pytest.raises(NonDeterminismError) as info:
+        async with asyncio.timeout(30):
+            await verify_run(store, S.RUN, tampered(name))
+    err = info.value
+    assert err.position == completed[0] and err.expected == completed[1]
+    assert isinstance(err.actual, ToolCallCompleted) and "(staging)" in str(err.actual.result)
+    # answered from the log, the tampered tool does not matter
+    async with asyncio.timeout(30):
+        assert (await verify_run(store, S.RUN, tampered(name), tools_from_log=["deploy"])).ok
