@@ -15,8 +15,8 @@ import json
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import aclosing, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, Optional
@@ -39,6 +39,7 @@ from projections import RunView, ThreadView, fold_commits
 from projections.kv import KVViewStore
 from projections.rebuild import rebuild
 
+from .app_loader import AppLoadError, load_app, resolve_app
 from .connection import NATS_URL_ENV, ConnectionOptions, open_store
 from .timeline import (
     InvalidEventId,
@@ -54,7 +55,7 @@ from .timeline import (
 log = structlog.get_logger("agentlog.cli")
 
 #: Errors caused by what the user typed: exit code 2, like click's own usage errors.
-USAGE_ERRORS: tuple[type[AgentlogError], ...] = (InvalidId, InvalidEventId, UnknownRun)
+USAGE_ERRORS: tuple[type[AgentlogError], ...] = (InvalidId, InvalidEventId, UnknownRun, AppLoadError)
 
 app = typer.Typer(
     name="agentlog",
@@ -90,11 +91,16 @@ def _options(nats: str | None, creds: Path | None, token: str | None, data_dir: 
 # -- logging, output, errors ----------------------------------------------------------------------
 
 
+_log_level = logging.WARNING
+
+
 def configure_logging(level: str) -> None:
     """structlog to stderr with the console renderer; stdout stays clean for data (and --json)."""
+    global _log_level
     number = logging.getLevelNamesMapping().get(level.upper())
     if number is None:
         raise typer.BadParameter(f"unknown log level {level!r}", param_hint="--log-level")
+    _log_level = number
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -132,7 +138,7 @@ def _out() -> Console:
 def _fail(exc: AgentlogError) -> NoReturn:
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     err.print(Text(f"error [{exc.code}]: {exc}", style="bold red"))
-    raise typer.Exit(2 if isinstance(exc, USAGE_ERRORS) else 1)
+    raise typer.Exit(2 if isinstance(exc, (*USAGE_ERRORS, AppMismatch)) else 1)
 
 
 def _print_json(doc: Any) -> None:
@@ -392,18 +398,72 @@ def _render_replay(report: ReplayReport) -> None:
     out.print(Text(json.dumps(report.state, ensure_ascii=False, indent=2, sort_keys=True)))
 
 
+def _render_verified(report: Any) -> None:
+    """One green line: what was verified and how the run ended."""
+    t = report.termination
+    end = f"termination {t.type}" + (f" ({t.code})" if t and t.code else "") if t else f"status {report.status}"
+    tools = f"{report.tools_executed} tool run(s) re-executed, {report.tools_from_log} answered from the log"
+    _out().print(Text(
+        f"verified run {report.run_id}: {report.commits_verified} commits, {report.events_verified} events "
+        f"match the log ({report.external_commits} external); {end}; {report.inferences} inference(s), {tools}",
+        style="bold green"))
+
+
+def _render_divergence(report: Any) -> None:
+    """The diverging event: where (`seq:index`), the recorded event, the replayed one, why."""
+    from runtime.replay import describe
+
+    d = report.divergence
+    assert d is not None
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err.print(Text(f"replay of run {report.run_id} diverged at {d.position} after {report.commits_verified} of "
+                   f"{report.commits_recorded} verified commits", style="bold red"))
+    for label, event in (("expected (log)", d.expected), ("actual (replay)", d.actual)):
+        line = Text(f"  {label:<16} ")
+        if event is None:
+            line.append("nothing", style="dim")
+        else:
+            line.append(type(event).__name__, style="bold")
+            line.append(" " + describe(event, limit=2000))
+        err.print(line)
+    if d.detail:
+        err.print(Text(f"  detail           {d.detail}"))
+
+
 @app.command("replay")
 def replay_cmd(
     run_id: Annotated[str, typer.Argument(help="The run to show.")],
     to: Annotated[Optional[str], typer.Option(
         "--to", metavar="EVENT_ID", help="Stop the timeline at this event (seq:index) and show the state as of it.")] = None,
+    verify: Annotated[bool, typer.Option(
+        "--verify", help="Re-execute the run with --app's agents and tools and check every commit against the "
+                         "log; exit 1 at the first difference.")] = False,
+    app_spec: Annotated[Optional[str], typer.Option(
+        "--app", metavar="MODULE:ATTR", help="The application for --verify: an App, a Runtime, or factory(store).")] = None,
+    tools_from_log: Annotated[Optional[list[str]], typer.Option(
+        "--tools-from-log", metavar="NAME",
+        help="With --verify: answer this tool from its recorded results instead of running it (repeatable; "
+             "'*' for every tool).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One machine-readable JSON document.")] = False,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
-    """Debug one run from the log alone: lineage, timeline by step, state diffs, termination."""
+    """Debug one run from the log alone: lineage, timeline by step, state diffs, termination.
+    With --verify: prove the app still makes exactly the recorded run (exit 1 if not)."""
     _guard(lambda: validate_run_id(run_id))
     position: Position | None = _guard(lambda: parse_event_id(to)) if to else None
+    if verify:
+        if to is not None:
+            raise typer.BadParameter("--verify checks the whole run; drop --to", param_hint="--to")
+        if app_spec is None:
+            raise typer.BadParameter("--verify needs the app that made the run", param_hint="--app")
+        source = _guard(lambda: load_app(app_spec))
+        from_log: bool | list[str] = True if tools_from_log and "*" in tools_from_log else list(tools_from_log or ())
+        _run(_options(nats, creds, token, data_dir, timeout),
+             lambda store: _verify(store, run_id, app_spec, source, from_log, as_json))
+        return
+    if app_spec is not None or tools_from_log:
+        raise typer.BadParameter("only with --verify", param_hint="--app/--tools-from-log")
 
     async def body(store: JetStreamEventStore) -> None:
         first: StoredCommit | None = None
@@ -420,6 +480,60 @@ def replay_cmd(
             _render_replay(report)
 
     _run(_options(nats, creds, token, data_dir, timeout), body)
+
+
+class AppMismatch(AgentlogError):
+    """The app given to --verify cannot replay this run (no such agent, no such tool)."""
+
+    code = "app_mismatch"
+
+
+async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: Any,
+                  from_log: bool | list[str], as_json: bool) -> None:
+    """Verified replay (runtime.replay) of one run; exit 1 with the diverging event if it differs.
+
+    `runtime` is imported here, not at the top: its module-level loggers bind the structlog
+    config that exists when it is imported, which must be the CLI's (stderr), not the default
+    (stdout, which would corrupt --json)."""
+    from runtime.agent import UnknownAgent
+    from runtime.replay import UnknownReplayRun, verify_run
+
+    user_app = resolve_app(source, store, spec)
+    if isinstance(from_log, list):
+        names = {t.name for t in user_app.tools}
+        unknown = [n for n in from_log if n not in names]
+        if unknown:
+            raise AppMismatch(f"--tools-from-log names tools {spec} does not have: {', '.join(unknown)}")
+    try:
+        with _replay_logs_quiet():
+            report = await verify_run(store, run_id, user_app, tools_from_log=from_log, raise_on_divergence=False)
+    except UnknownReplayRun:
+        raise UnknownRun(run_id) from None
+    except UnknownAgent as exc:  # the log's agent is not in the app
+        raise AppMismatch(f"{spec} cannot replay run {run_id!r}: {exc}") from None
+    if as_json:
+        _print_json(report.to_json())
+    elif report.ok:
+        _render_verified(report)
+    else:
+        _render_divergence(report)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@contextmanager
+def _replay_logs_quiet() -> Iterator[None]:
+    """The replayed loop logs as if it ran (e.g. a diverging tool shows up as `run.model_error`
+    warnings): noise beside the report, so only `--log-level debug` shows them."""
+    if _log_level <= logging.DEBUG:
+        yield
+        return
+    saved = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)
 
 
 # -- projections rebuild --------------------------------------------------------------------------

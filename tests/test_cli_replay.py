@@ -1,0 +1,229 @@
+"""`agentlog replay RUN --verify --app module:attr` against runs recorded on a real nats-server.
+
+Runs are recorded with `tests/replay_app.py:app` (and the HITL scenarios of `test_hitl_support`)
+through `JetStreamEventStore`; the CLI then re-executes them with the app named by `--app` and
+checks every commit. Unchanged apps exit 0 with a success line; changed apps (a tool value, the
+system prompt, a plugin adding context) exit 1 and print the diverging event; `--app` mistakes
+exit 2 with one red line. Most cases use CliRunner; one goes through the installed script.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+from typer.testing import CliRunner
+
+import replay_app
+import test_hitl_support as S
+from eventlog.events import InferenceCompleted, StatePatched, StoredCommit
+from eventlog.jetstream import JetStreamEventStore
+from eventlog.server import EmbeddedNatsServer
+from gateway.cli import app as cli_app
+from runtime import DeterministicEntropy
+from test_hitl_scenarios import resume_in_process, start_waiting
+
+AGENTLOG = str(Path(sys.executable).parent / "agentlog")
+ROOT = Path(__file__).resolve().parent.parent
+APP = "tests.replay_app"
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _keep_structlog_config():
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)
+
+
+class Recorded:
+    def __init__(self, url: str, run_id: str, log: list[StoredCommit]) -> None:
+        self.url, self.run_id, self.log = url, run_id, log
+
+    def position(self, kind: type, where: Any = lambda e: True) -> str:
+        return next(str(p) for sc in self.log for p, e in sc.positioned() if isinstance(e, kind) and where(e))
+
+
+async def _record(url: str) -> tuple[str, list[StoredCommit]]:
+    store = await JetStreamEventStore.connect(url)
+    try:
+        rt = replay_app.app.runtime(store, entropy=DeterministicEntropy())
+        async with asyncio.timeout(20):
+            result = await rt.run("calc", "compute")
+        assert result.termination.type == "natural_end"
+        return result.run_id, [sc async for sc in store.read_thread(result.thread_id)]
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+def recorded(nats_server: EmbeddedNatsServer) -> Recorded:
+    run_id, log = asyncio.run(_record(nats_server.url))
+    return Recorded(nats_server.url, run_id, log)
+
+
+def verify(url: str, run_id: str, attr: str, *extra: str) -> Any:
+    return runner.invoke(cli_app, ["replay", run_id, "--verify", "--app", f"{APP}:{attr}", *extra,
+                                   "--nats", url, "--timeout", "5"])
+
+
+# -- verified -------------------------------------------------------------------------------------
+
+
+def test_unchanged_app_verifies_with_a_success_line(recorded: Recorded) -> None:
+    result = verify(recorded.url, recorded.run_id, "app")
+    assert result.exit_code == 0, result.output
+    events = sum(len(sc.commit.events) for sc in recorded.log)
+    line = result.stdout.strip()
+    assert line.startswith(f"verified run {recorded.run_id}: {len(recorded.log)} commits, {events} events match")
+    assert "termination natural_end" in line and "3 tool run(s) re-executed" in line
+
+
+def test_json_report(recorded: Recorded) -> None:
+    result = verify(recorded.url, recorded.run_id, "app", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["ok"] is True and doc["run_id"] == recorded.run_id and doc["status"] == "done"
+    assert doc["commits_verified"] == doc["commits_recorded"] == len(recorded.log)
+    assert doc["termination"] == {"type": "natural_end"} and "divergence" not in doc
+
+
+def test_a_factory_and_a_runtime_are_apps_too(recorded: Recorded) -> None:
+    assert verify(recorded.url, recorded.run_id, "factory").exit_code == 0
+
+
+# -- diverged -------------------------------------------------------------------------------------
+
+
+def test_a_changed_tool_value_diverges_and_prints_the_event(recorded: Recorded) -> None:
+    result = verify(recorded.url, recorded.run_id, "app_tool_changed")
+    assert result.exit_code == 1, result.output
+    # the tool's state edit is committed first in its completion commit: the first difference
+    where = recorded.position(StatePatched, lambda e: (e.source or "").startswith("tool"))
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith(f"replay of run {recorded.run_id} diverged at {where}")
+    assert lines[1].split()[:3] == ["expected", "(log)", "StatePatched"] and '"value":3' in lines[1]
+    assert lines[2].split()[:3] == ["actual", "(replay)", "StatePatched"] and '"value":4' in lines[2]
+    assert "Traceback" not in result.output
+    doc = json.loads(verify(recorded.url, recorded.run_id, "app_tool_changed", "--json").stdout)
+    assert doc["ok"] is False and doc["divergence"]["position"] == where
+    assert doc["divergence"]["expected"]["ops"][0]["value"] == 3
+
+
+def test_tools_from_log_answer_a_changed_tool(recorded: Recorded) -> None:
+    result = verify(recorded.url, recorded.run_id, "app_tool_changed", "--tools-from-log", "add")
+    assert result.exit_code == 0, result.output
+    assert "2 tool run(s) re-executed, 1 answered from the log" in result.stdout
+    assert verify(recorded.url, recorded.run_id, "app_tool_changed", "--tools-from-log", "*").exit_code == 0
+
+
+def test_a_plugin_adding_context_diverges_at_the_first_inference(recorded: Recorded) -> None:
+    _needs_request_digest(recorded)
+    result = verify(recorded.url, recorded.run_id, "app_with_context")
+    assert result.exit_code == 1, result.output
+    assert f"diverged at {recorded.position(InferenceCompleted)}" in result.stderr
+    assert "the model request differs from the recorded one" in result.stderr
+
+
+def test_a_changed_system_prompt_diverges_from_the_log_alone(recorded: Recorded) -> None:
+    """No sidecar: the recorded `InferenceCompleted.request_digest` is all replay has."""
+    _needs_request_digest(recorded)
+    result = verify(recorded.url, recorded.run_id, "app_prompt_changed")
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.splitlines()
+    assert f"diverged at {recorded.position(InferenceCompleted)}" in lines[0]
+    assert "InferenceCompleted" in lines[1] and "nothing" in lines[2]
+    assert "request differs" in lines[3]
+
+
+def test_another_execution_mode_diverges(recorded: Recorded) -> None:
+    result = verify(recorded.url, recorded.run_id, "app_sequential")
+    assert result.exit_code == 1 and "diverged at" in result.stderr
+
+
+def _needs_request_digest(recorded: Recorded) -> None:
+    digests = [e.request_digest for sc in recorded.log for e in sc.commit.events if isinstance(e, InferenceCompleted)]
+    if not all(digests):
+        pytest.xfail("the loop does not record InferenceCompleted.request_digest yet (runtime/loop.py)")
+
+
+# -- HITL -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["ask_approve", "pending_replay", "two_batch", "cancel_waiting", "continuation"])
+def test_hitl_runs_verify(nats_server: EmbeddedNatsServer, name: str) -> None:
+    async def record() -> None:
+        store = await JetStreamEventStore.connect(nats_server.url)
+        try:
+            await start_waiting(store, name)
+            await resume_in_process(store, name)
+        finally:
+            await store.close()
+
+    asyncio.run(record())
+    for run_id in ([S.RUN, "r2"] if name == "continuation" else [S.RUN]):
+        result = verify(nats_server.url, run_id, f"hitl_{name}")
+        assert result.exit_code == 0, result.output
+        # (in this process the runtime's module logger predates the CLI's logging config and may
+        # print to stdout; the installed script imports the runtime after configuring it)
+        assert result.stdout.splitlines()[-1].startswith(f"verified run {run_id}:")
+    changed = verify(nats_server.url, S.RUN, f"hitl_changed_{name}")
+    if name in ("ask_approve", "two_batch", "continuation"):  # deploy ran after a decision
+        assert changed.exit_code == 1 and "(staging)" in changed.stderr, changed.output
+    else:  # deploy never ran (another tool; or cancelled while waiting)
+        assert changed.exit_code == 0, changed.output
+
+
+# -- usage errors ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec, code, text", [
+    ("tests.no_such_module:app", "app_module_not_found", "no module named 'tests.no_such_module'"),
+    (f"{APP}:nope", "app_attribute_missing", "has no attribute 'nope'"),
+    (f"{APP}:not_an_app", "app_wrong_type", "is a int; expected an agentlog App"),
+    (f"{APP}:bad_factory", "app_wrong_type", "returned a int"),
+    ("tests.replay_app", "invalid_app_spec", "module:attr"),
+    (f"{APP}:hitl_ask_approve", "app_mismatch", "unknown agent 'calc'"),
+])
+def test_app_errors_are_one_red_line_and_exit_2(recorded: Recorded, spec: str, code: str, text: str) -> None:
+    result = runner.invoke(cli_app, ["replay", recorded.run_id, "--verify", "--app", spec,
+                                     "--nats", recorded.url, "--timeout", "5"])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error [{code}]: ") and text in lines[0], lines
+    assert "Traceback" not in result.output
+
+
+def test_verify_usage(recorded: Recorded) -> None:
+    def run(*args: str) -> Any:
+        return runner.invoke(cli_app, ["replay", *args, "--nats", recorded.url, "--timeout", "5"])
+
+    assert run(recorded.run_id, "--verify").exit_code == 2  # no --app
+    assert run(recorded.run_id, "--verify", "--app", f"{APP}:app", "--to", "1:0").exit_code == 2
+    assert run(recorded.run_id, "--app", f"{APP}:app").exit_code == 2  # --app without --verify
+    missing = run("nope", "--verify", "--app", f"{APP}:app")
+    assert missing.exit_code == 2 and "error [unknown_run]" in missing.stderr
+    unknown_tool = run(recorded.run_id, "--verify", "--app", f"{APP}:app", "--tools-from-log", "nope")
+    assert unknown_tool.exit_code == 2 and "error [app_mismatch]" in unknown_tool.stderr
+
+
+def test_installed_script_exit_codes(recorded: Recorded) -> None:
+    """The real entry point, in a new process, from the project root (`tests.replay_app` resolves
+    from the current directory)."""
+    def run(attr: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["timeout", "60", AGENTLOG, "replay", recorded.run_id, "--verify", "--app", f"{APP}:{attr}",
+             "--nats", recorded.url], cwd=ROOT, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+        )
+
+    ok = run("app")
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.startswith(f"verified run {recorded.run_id}:")
+    bad = run("app_tool_changed")
+    assert bad.returncode == 1 and "diverged at" in bad.stderr and "Traceback" not in bad.stderr
