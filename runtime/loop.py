@@ -179,8 +179,13 @@ class RunContext:
     decision_ids: set[str] = field(default_factory=set)
     #: Calls between ToolCallResuming and their outcome (call_id -> the decision applied).
     resuming: dict[str, ToolCallDecision] = field(default_factory=dict)
+    #: The resume mode of each `resuming` call (from its ToolCallResuming), to re-drive it.
+    resume_modes: dict[str, str] = field(default_factory=dict)
     cancel_requested: bool = False
     waiting: bool = False
+    #: Between a `RunResumed` and the end of that resume (the run waits again, finishes, or
+    #: starts its next step): a resume from the log finishes the decision's resume first.
+    resume_open: bool = False
     finished: Termination | None = None
 
 
@@ -221,6 +226,7 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.suspended.pop(call_id, None)
         ctx.decisions.pop(call_id, None)
         ctx.resuming.pop(call_id, None)
+        ctx.resume_modes.pop(call_id, None)
         ctx.answered.add(call_id)
         if event.outcome == "succeeded":  # type: ignore[union-attr]
             ctx.step_succeeded += 1
@@ -231,6 +237,7 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
     elif t is StepStarted:
         ctx.step = event.step  # type: ignore[union-attr]
         ctx.step_open = True
+        ctx.resume_open = False
         ctx.step_text = ""
         ctx.step_calls = []
         ctx.answered = set()
@@ -244,6 +251,7 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
     elif t is ToolCallSuspended:
         ctx.running.pop(event.call_id, None)  # type: ignore[union-attr]
         ctx.resuming.pop(event.call_id, None)  # type: ignore[union-attr]
+        ctx.resume_modes.pop(event.call_id, None)  # type: ignore[union-attr]
         ctx.suspended[event.call_id] = event.ticket  # type: ignore[union-attr]
     elif t is ToolCallDecided:
         decision = event.decision  # type: ignore[union-attr]
@@ -255,8 +263,10 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         decision = ctx.decisions.pop(call_id, None)
         if decision is not None:
             ctx.resuming[call_id] = decision
+            ctx.resume_modes[call_id] = event.mode  # type: ignore[union-attr]
     elif t is RunResumed:
         ctx.waiting = False
+        ctx.resume_open = True
     elif t is ThreadCreated:
         ctx.thread_exists = True
     elif t is RunStarted:
@@ -271,16 +281,20 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.decisions = {}
         ctx.decision_ids = set()
         ctx.resuming = {}
+        ctx.resume_modes = {}
         ctx.waiting = False
+        ctx.resume_open = False
         ctx.cancel_requested = False
         ctx.finished = None
     elif t is RunCancelRequested:
         ctx.cancel_requested = True
     elif t is RunSuspended:
         ctx.waiting = True
+        ctx.resume_open = False
     elif t is RunFinished:
         ctx.finished = event.termination  # type: ignore[union-attr]
         ctx.waiting = False
+        ctx.resume_open = False
     elif t is StateReplaced and event.scope == "thread" and thread_scope:  # type: ignore[union-attr]
         ctx.state = validate_state(event.state)  # type: ignore[union-attr]
 
@@ -501,7 +515,6 @@ class RunLoop:
         self._entry = "start"
         #: Calls the last `begin_resume` resumed (empty: decisions recorded, still waiting).
         self.resumed: list[str] = []
-        self._replays: list[_Replay] = []
         self._start_termination: Termination | None = None
         self._agent_tools = {n: tools[n] for n in spec.tools if n in tools}
         self._base_tool_specs = tool_specs(spec, self._agent_tools, ())
@@ -668,9 +681,8 @@ class RunLoop:
         """Run to the end (or to `waiting`). Returns the final context; raises RunConflict."""
         try:
             try:
-                if self._entry == "resume":
-                    if await self._resume_rest():
-                        await self._steps()
+                if self._entry == "continue":
+                    await self._continue()
                 elif self._entry == "idle":
                     pass  # decisions recorded, nothing resumes yet (partial batch)
                 elif self._start_termination is not None:
@@ -784,6 +796,14 @@ class RunLoop:
         self._running[plan.call.id] = running
         return running
 
+    def _rerun(self, plan: CallPlan, decision: ToolCallDecision | None) -> _Running:
+        """A call whose `ToolCallStarted` is committed but whose outcome is not (its worker died):
+        it runs again under the same call_id, with no new event, so the log reads as if it ran
+        once (at-least-once execution; the call_id is the tool's idempotency key)."""
+        running = _Running(plan, asyncio.Event(), decision=decision)
+        self._running[plan.call.id] = running
+        return running
+
     async def _execute(self, running: _Running) -> tuple[ToolResult, list[dict[str, Any]]]:
         plan = running.plan
         call_id = plan.call.id
@@ -826,31 +846,47 @@ class RunLoop:
         self._emit(MessageAppended(message=Message(id=message_id, role="tool", content=content, tool_call_id=call.id)))
         return False
 
-    async def _round_sequential(self, plans: list[CallPlan], replays: Mapping[str, _Replay] | None = None) -> bool:
+    async def _round_sequential(
+        self, plans: list[CallPlan], replays: Mapping[str, _Replay] | None = None,
+        started: Mapping[str, ToolCallDecision | None] | None = None,
+    ) -> bool:
         """One call at a time, in order; each completion commits with the next call's start.
         Stops at the first suspension (the rest stay unstarted until it is decided): returns
-        True if it stopped there."""
+        True if it stopped there. `started`: calls whose start is already committed (a resume
+        after a crash) run again without gate or new event."""
         replays = replays or {}
+        started = started or {}
         for plan in plans:
-            replay = replays.get(plan.call.id)
-            decision = await self._gate(plan, replay)
-            if decision.kind != "run":
-                if await self._settle(plan, decision):
-                    return True
-                continue
-            running = self._start(plan, replay)
+            if plan.call.id in started:
+                running = self._rerun(plan, started[plan.call.id])
+            else:
+                replay = replays.get(plan.call.id)
+                decision = await self._gate(plan, replay)
+                if decision.kind != "run":
+                    if await self._settle(plan, decision):
+                        return True
+                    continue
+                running = self._start(plan, replay)
             await self._flush()
             result, ops = await self._race(self._execute(running), running.cancel)
             if await self._complete(plan, result, ops):
                 return True
         return False
 
-    async def _round_parallel(self, plans: list[CallPlan], replays: Mapping[str, _Replay] | None = None) -> None:
+    async def _round_parallel(
+        self, plans: list[CallPlan], replays: Mapping[str, _Replay] | None = None,
+        started: Mapping[str, ToolCallDecision | None] | None = None,
+    ) -> None:
         """All calls of the step at once; each completion is committed as it finishes (the last
-        one carries the step end). Simultaneous completions are staged in call order."""
+        one carries the step end). Simultaneous completions are staged in call order.
+        `started`: as in `_round_sequential`."""
         replays = replays or {}
+        started = started or {}
         to_run: list[_Running] = []
         for plan in plans:
+            if plan.call.id in started:
+                to_run.append(self._rerun(plan, started[plan.call.id]))
+                continue
             replay = replays.get(plan.call.id)
             decision = await self._gate(plan, replay)
             if decision.kind == "run":
@@ -977,7 +1013,7 @@ class RunLoop:
             self._emit(ToolCallDecided(call_id=d.target_id, decision=d))
         ready = ready_calls(self.spec.tool_execution_mode, self.ctx)
         self.resumed = list(ready)
-        self._entry = "resume" if ready else "idle"
+        self._entry = "continue" if ready else "idle"
         if ready:
             modes = {cid: self.ctx.suspended[cid].resume_mode for cid in ready}
             self._emit(RunResumed(call_ids=list(ready)))
@@ -985,35 +1021,84 @@ class RunLoop:
                 self._emit(ToolCallResuming(call_id=cid, mode=modes[cid]))  # type: ignore[arg-type]
             for cid in ready:
                 decision = self.ctx.resuming[cid]
-                plan = self._plan_for(cid)
                 if decision.action == "cancel":
                     why = "cancelled by a human" + (f": {decision.reason}" if decision.reason else "")
                     self._emit_cancelled(cid, why)
                 elif modes[cid] == "use_decision_as_tool_result":
-                    await self._complete(plan, ToolResult.success(decision.result), [])
-                else:
-                    self._replays.append(_Replay(plan, decision, modes[cid]))
+                    await self._complete(self._plan_for(cid), ToolResult.success(decision.result), [])
+                # replay_tool_call / pass_decision_to_tool calls stay `resuming` in the context:
+                # `run()` re-drives them from there (`_continue`), as a resume from the log does
         seq = await self._append_once()
         self.log.info("run.decided", decisions=[d.decision_id for d in decisions], resumed=ready, seq=seq)
         return seq
 
-    async def _resume_rest(self) -> bool:
-        """After the decision commit: replay the decided calls (in the mode's manner), start the
-        calls a sequential round left un-started, then wait again (suspended calls left), finish
-        (stop condition) or return True to go on with the next step."""
-        replays = {r.plan.call.id: r for r in self._replays}
-        plans = [r.plan for r in self._replays]
-        self._replays = []
+    def prepare_continue(self) -> None:
+        """Make `run()` continue the run from its folded context (a resume from the log, after a
+        crash or on another worker): nothing is appended before the loop's next commit point."""
+        self._entry = "continue"
+
+    def _pending_calls(self) -> tuple[list[CallPlan], dict[str, _Replay], dict[str, ToolCallDecision | None]]:
+        """The current step's calls with work left at the last commit point, in the model's
+        order: started but not completed (run again, `started`), and resuming after a decision
+        but not yet started (gate + start per resume mode, `replays`)."""
+        ctx = self.ctx
+        order = [c.id for c in ctx.step_tool_calls]
+        order += [cid for cid in (*ctx.running, *ctx.resuming) if cid not in order]
+        plans: list[CallPlan] = []
+        replays: dict[str, _Replay] = {}
+        started: dict[str, ToolCallDecision | None] = {}
+        for cid in order:
+            if cid in ctx.answered or (cid not in ctx.running and cid not in ctx.resuming):
+                continue
+            plan = self._plan_for(cid)
+            if cid in ctx.running:
+                started[cid] = ctx.resuming.get(cid)
+            else:
+                replays[cid] = _Replay(plan, ctx.resuming[cid], ctx.resume_modes.get(cid, "replay_tool_call"))
+            plans.append(plan)
+        return plans, replays, started
+
+    async def _continue(self) -> None:
+        """Go on from the last commit point, whatever it was: a cancel request finishes the run;
+        calls in flight run again, decided calls are re-driven, un-started sequential calls
+        start; then the step ends as it would have (mid-step), or the decision's resume finishes
+        (step already closed at the suspension), and the run steps on. An open step with
+        nothing left in flight just ends; a closed one goes to the next inference (an
+        inference that was not committed is redone)."""
+        ctx = self.ctx
+        if ctx.cancel_requested:
+            raise _Cancelled()
+        if ctx.step_open or ctx.resume_open:
+            mid_step = ctx.step_open
+            if not await self._resume_calls():
+                return
+            if mid_step:
+                if await self._step_end():
+                    return
+            elif not await self._after_resume():
+                return
+        # else: the last commit closed a step (or started the run): the next inference
+        await self._steps()
+
+    async def _resume_calls(self) -> bool:
+        """Run the calls with work left (see `_pending_calls`), in the execution mode's manner,
+        then the calls a sequential round left un-started. Returns False if the run ended."""
+        plans, replays, started = self._pending_calls()
         sequential = self.spec.tool_execution_mode == "sequential"
         if plans:
             if sequential:
-                await self._round_sequential(plans, replays)
+                await self._round_sequential(plans, replays, started)
             else:
-                await self._round_parallel(plans, replays)
+                await self._round_parallel(plans, replays, started)
         if sequential and not self.ctx.suspended:
             rest = [plan_call(c, self._agent_tools) for c in unstarted_calls(self.ctx)]
             if rest:
                 await self._round_sequential(rest)
+        return self.ctx.finished is None
+
+    async def _after_resume(self) -> bool:
+        """After the decided calls of a closed step: wait again (suspended calls left), finish
+        (stop condition) or return True to go on with the next step."""
         for text in self._queued_user:
             self._emit(MessageAppended(message=Message(id=self.entropy.new_id(), role="user", content=text)))
         self._queued_user = []

@@ -35,7 +35,7 @@ from projections.views import RunView, ThreadView
 from .agent import AgentRegistry, AgentSpec, ModelRegistry
 from .entropy import SYSTEM_ENTROPY, Entropy
 from .live import LiveSink, NullLiveSink
-from .hitl import DecisionInput, RunNotWaiting, check_decisions, decision_seqs, parse_decisions
+from .hitl import DecisionInput, RunNotWaiting, check_decisions, decision_seqs, parse_decisions, ready_calls
 from .loop import RunConflict, RunContext, RunLoop, fold_context, get_logger
 from .models.base import Model
 from .tools import Tool, ToolRegistry
@@ -98,6 +98,17 @@ class RunHandle:
         self._changed = asyncio.Event()
         self._done = False
         self._task: asyncio.Task[RunContext] | None = None
+        self._loop: RunLoop | None = None
+
+    def request_cancel(self) -> bool:
+        """Signal the run's loop in this process to cancel, without appending anything (the
+        loop commits its cancelled finish itself). For callers that already have the cancel in
+        the log, e.g. verified replay feeding a recorded `RunCancelRequested`. Returns False if
+        the run is not being driven here (done, or a handle without a loop)."""
+        if self._loop is None or self._done:
+            return False
+        self._loop.request_cancel()
+        return True
 
     def _on_commit(self, stored: StoredCommit) -> None:
         self.commits.append(stored)
@@ -257,11 +268,7 @@ class Runtime:
             await loop.begin(msgs, parent_run_id=parent_run_id, origin=origin, resource_id=resource_id)
         except VersionConflict as exc:
             raise RunConflict(f"thread {thread_id!r} changed while run {run_id!r} was starting: {exc}") from None
-        self._active[run_id] = (loop, handle)
-        task = asyncio.get_running_loop().create_task(loop.run(), name=f"agentlog-run-{run_id}")
-        handle._task = task
-        task.add_done_callback(handle._close)
-        task.add_done_callback(lambda _t: self._active.pop(run_id, None))
+        self._drive(loop, handle)
         return handle
 
     async def run(self, agent_id: str, messages: Any = (), **kwargs: Any) -> RunResult:
@@ -331,10 +338,81 @@ class Runtime:
     def _drive(self, loop: RunLoop, handle: RunHandle) -> None:
         run_id = handle.run_id
         self._active[run_id] = (loop, handle)
+        handle._loop = loop
         task = asyncio.get_running_loop().create_task(loop.run(), name=f"agentlog-run-{run_id}")
         handle._task = task
         task.add_done_callback(handle._close)
-        task.add_done_callback(lambda _t: self._active.pop(run_id, None))
+        task.add_done_callback(lambda _t: self._forget(run_id, handle))
+
+    def _forget(self, run_id: str, handle: RunHandle) -> None:
+        active = self._active.get(run_id)
+        if active is not None and active[1] is handle:
+            del self._active[run_id]
+
+    def signal_cancel(self, run_id: str) -> bool:
+        """Signal a run driven by this process to cancel, without appending a cancel request
+        (see `RunHandle.request_cancel`). Returns False if it is not running here."""
+        active = self._active.get(run_id)
+        return active is not None and active[1].request_cancel()
+
+    async def resume(self, run_id: str, *, thread_id: str | None = None) -> RunHandle | None:
+        """Continue an unfinished run from the log alone, on any worker, in any process.
+
+        Nothing is appended before the loop's first commit point:
+        - waiting, with recorded decisions that the execution mode lets resume now (appended by
+          another process, or by one that crashed before resuming): they are applied as
+          `decide` would (`RunResumed` + `ToolCallResuming` commit, then the replays);
+        - running, its worker gone: it goes on from its last commit: calls started but not
+          completed run again with the same call_id (at-least-once: the call_id is the
+          idempotency key), un-started calls start, `resuming` calls are re-driven, an
+          inference that was not committed is redone; a recorded cancel request finishes it.
+        Returns the run's handle (its `commits` hold the run's log so far), the handle of the
+        in-process loop if this Runtime drives it already, or None when there is nothing to
+        drive: finished, or waiting with no applicable decision.
+
+        Do not resume a run whose worker is alive elsewhere: per-thread OCC makes one of the two
+        fail with `RunConflict`, but a call in flight may have run twice.
+        """
+        validate_run_id(run_id)
+        active = self._active.get(run_id)
+        if active is not None and not active[1].done:
+            return active[1]
+        for _ in range(20):
+            loaded = await self._load(run_id, thread_id)
+            thread_id = loaded.thread_id
+            handle = self._handle_for(loaded)
+            loop = self._loop_for(loaded, handle)
+            try:
+                if not await self._begin_continue(loaded, loop):
+                    return None
+            except VersionConflict:
+                continue  # the thread moved: re-fold and look again
+            self._drive(loop, handle)
+            return handle
+        raise RunConflict(f"could not resume run {run_id!r}: the thread keeps moving")
+
+    @staticmethod
+    def _handle_for(loaded: _Loaded) -> RunHandle:
+        handle = RunHandle(loaded.ctx.run_id, loaded.thread_id, loaded.spec.id)
+        handle.commits = list(loaded.run_commits)
+        return handle
+
+    @staticmethod
+    async def _begin_continue(loaded: _Loaded, loop: RunLoop, decisions: Sequence[ToolCallDecision] = ()) -> bool:
+        """Get `loop` ready to continue the folded run: record `decisions` and/or apply the
+        recorded ones (a waiting run: the decision commit), or continue from the last commit
+        point (a running run). Shared by `decide` and `resume`, so both take the same path,
+        entropy draws included. False if there is nothing to drive. Raises VersionConflict."""
+        ctx = loaded.ctx
+        if ctx.finished is not None:
+            return False
+        if decisions or (ctx.waiting and not ctx.running and not ctx.resuming):
+            if not decisions and not ready_calls(loaded.spec.tool_execution_mode, ctx):
+                return False
+            await loop.begin_resume(decisions)
+            return True
+        loop.prepare_continue()
+        return True
 
     async def decide(
         self, run_id: str, decisions: Sequence[DecisionInput] | DecisionInput, *, thread_id: str | None = None
@@ -364,15 +442,14 @@ class Runtime:
             if not new:
                 seqs = decision_seqs(loaded.run_commits)
                 return DecideResult(seqs[dups[0].decision_id], True, [], None)
-            handle = RunHandle(run_id, thread_id, loaded.spec.id)
-            handle.commits = list(loaded.run_commits)
+            handle = self._handle_for(loaded)
             loop = self._loop_for(loaded, handle)
             try:
-                seq = await loop.begin_resume(new)
+                await self._begin_continue(loaded, loop, new)
             except VersionConflict:
                 continue  # someone else moved the thread: re-fold and re-check
             self._drive(loop, handle)
-            return DecideResult(seq, False, list(loop.resumed), handle)
+            return DecideResult(loop.version, False, list(loop.resumed), handle)
         raise RunConflict(f"could not record decisions for run {run_id!r}: the thread keeps moving")
 
     async def _close_parent(self, parent_run_id: str, decisions: Sequence[DecisionInput]) -> None:

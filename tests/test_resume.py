@@ -1,0 +1,238 @@
+"""`Runtime.resume`: a crashed or handed-over run continues from the log alone.
+
+Kill points are simulated by building the log a crash would leave: the run is driven through a
+store wrapper that lets the first k commits through and then fails every append (the process
+"dies" after commit k). A brand-new Runtime (new tools, new model, nothing in memory) then
+resumes the run on the real JetStream store. The resulting log must equal, commit for commit
+(ids and timestamps included), the log of an uninterrupted control run of the same agent with
+`DeterministicEntropy`; no commit appears twice; no tool whose completion was committed runs
+again; every tool runs at least once.
+
+The resumer's entropy continues where the crashed process's *committed* draws ended: the last
+id drawn before a commit is that commit's id, so its counter is the highest committed id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from eventlog.events import Commit, StoredCommit
+from eventlog.memory import MemoryEventStore
+from runtime import AgentSpec, DeterministicEntropy, Runtime, ToolContext, ToolResult, tool
+from runtime.models.scripted import ScriptedCall, ScriptedModel, Turn
+
+from test_runtime_support import shape, store, thread_log  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.asyncio
+
+THREAD, RUN = "t-resume", "r-resume"
+
+
+class Crash(Exception):
+    """The simulated death of the process that drove the run."""
+
+
+class AppStore:
+    """Passes through to the real store; tells the app when c1's completion is committed, and
+    with `after` set, lets that many appends through and then fails every append (a crash)."""
+
+    def __init__(self, inner: Any, app: App, after: int | None = None) -> None:
+        self.inner = inner
+        self.app = app
+        self.after = after
+        self.appended = 0
+
+    async def append(self, commit: Commit, expected_version: int | None) -> Any:
+        if self.after is not None and self.appended >= self.after:
+            raise Crash(f"crashed after commit {self.after}")
+        res = await self.inner.append(commit, expected_version)
+        self.appended += 1
+        if "c1" in completed_in([StoredCommit(res.seq, commit)]):
+            self.app.c1_committed.set()
+        return res
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class App:
+    """One process's worth of agent wiring: its own tools (counting executions), model, entropy."""
+
+    def __init__(self, mode: str, *, pending: bool = False) -> None:
+        self.runs: Counter[str] = Counter()
+        self.pending = pending
+        #: In parallel modes c2 finishes only once c1's completion is committed, so that the
+        #: commit points do not depend on timing (two completions in one wake-up share a commit).
+        self.c1_committed = asyncio.Event()
+        parallel = mode != "sequential"
+
+        @tool
+        async def add(a: int, b: int, ctx: ToolContext) -> Any:
+            """Add two integers (suspends first when the app says so)."""
+            self.runs[ctx.call_id] += 1
+            if parallel and ctx.call_id == "c2":
+                await self.c1_committed.wait()
+            if self.pending and ctx.call_id == "c1" and ctx.decision is None:
+                return ToolResult.pending(f"t-{ctx.call_id}")
+            ctx.set(f"/sum_{ctx.call_id}", a + b)
+            return a + b
+
+        def script(req: Any) -> Turn:
+            if any(m.role == "tool" for m in req.messages):
+                return Turn.text("done")
+            return Turn.tools(ScriptedCall("add", {"a": 1, "b": 2}, id="c1"),
+                              ScriptedCall("add", {"a": 3, "b": 4}, id="c2"))
+
+        self.tool = add
+        self.spec = AgentSpec(id="calc", model=ScriptedModel([script], loop=True), tools=["add"],
+                              tool_execution_mode=mode)  # type: ignore[arg-type]
+
+    def runtime(self, store: Any, entropy: DeterministicEntropy | None = None, crash_after: int | None = None) -> Runtime:
+        return Runtime(AppStore(store, self, crash_after), agents=[self.spec], tools=[self.tool],
+                       entropy=entropy or DeterministicEntropy())
+
+
+def entropy_after(commits: list[StoredCommit]) -> DeterministicEntropy:
+    entropy = DeterministicEntropy()
+    entropy._counter = max(int(sc.commit.commit_id[2:]) for sc in commits)  # noqa: SLF001
+    return entropy
+
+
+async def control(mode: str, *, pending: bool = False) -> tuple[list[StoredCommit], App]:
+    """The uninterrupted run (memory store: the same code, the same ids, seqs from 1)."""
+    app = App(mode, pending=pending)
+    mem = MemoryEventStore()
+    rt = app.runtime(mem)
+    result = await rt.run("calc", "add please", thread_id=THREAD, run_id=RUN)
+    if pending:
+        assert result.status == "waiting"
+        res = await rt.decide(RUN, [{"target_id": "c1", "decision_id": "d1", "action": "resume", "updated_at": 1}])
+        assert res.handle is not None
+        result = await res.handle.result()
+    assert result.status == "done", result
+    return await thread_log(mem, THREAD), app
+
+
+def completed_in(commits: list[StoredCommit]) -> set[str]:
+    return {e.call_id for sc in commits for e in sc.commit.events if type(e).__name__ == "ToolCallCompleted"}
+
+
+async def crash_then_resume(store: Any, mode: str, after: int, *, pending: bool = False) -> None:
+    want, control_app = await control(mode, pending=pending)
+    assert 0 < after < len(want)
+    crashed_app = App(mode, pending=pending)
+    rt = crashed_app.runtime(store, crash_after=after)
+    async with asyncio.timeout(30):
+        if pending and after > 2:  # the crash comes after the suspension: decide, then crash
+            waiting = await rt.run("calc", "add please", thread_id=THREAD, run_id=RUN)
+            assert waiting.status == "waiting"
+            try:
+                res = await rt.decide(RUN, [{"target_id": "c1", "decision_id": "d1", "action": "resume",
+                                             "updated_at": 1}])
+                assert res.handle is not None
+                await res.handle.result()
+            except Crash:
+                pass
+        else:
+            with pytest.raises(Crash):
+                await rt.run("calc", "add please", thread_id=THREAD, run_id=RUN)
+    prefix = await thread_log(store, THREAD)
+    assert prefix == want[:after], "the crash left exactly the first k commits"
+    done_before = completed_in(prefix)
+
+    fresh_app = App(mode, pending=pending)
+    if "c1" in done_before:
+        fresh_app.c1_committed.set()
+    fresh = fresh_app.runtime(store, entropy_after(prefix))
+    async with asyncio.timeout(30):
+        handle = await fresh.resume(RUN)
+        if handle is None:  # died right after the suspension: waiting, nothing to resume
+            assert pending and after == 3
+            result = None
+        else:
+            result = await handle.result()
+        if result is None or result.status == "waiting":  # crashed before the decision: decide now
+            res = await fresh.decide(RUN, [{"target_id": "c1", "decision_id": "d1", "action": "resume",
+                                            "updated_at": 1}])
+            assert res.handle is not None
+            result = await res.handle.result()
+    assert result.status == "done"
+    got = await thread_log(store, THREAD)
+    assert shape(got) == shape(want)
+    assert got == want, "the resumed log equals the uninterrupted one, ids and timestamps included"
+    assert len({sc.commit.commit_id for sc in got}) == len(got), "no commit twice"
+    assert not done_before & set(fresh_app.runs), "a tool whose completion was committed never runs again"
+    every = crashed_app.runs + fresh_app.runs
+    assert set(every) == set(control_app.runs) == {"c1", "c2"}, "every tool ran at least once"
+    assert await fresh.resume(RUN) is None, "a finished run has nothing to resume"
+
+
+@pytest.mark.parametrize("mode", ["sequential", "parallel_streaming"])
+async def test_crash_after_the_run_start_commit(store: Any, mode: str) -> None:
+    await crash_then_resume(store, mode, 1)
+
+
+@pytest.mark.parametrize("mode", ["sequential", "parallel_streaming", "parallel_batch_approval"])
+async def test_crash_after_the_inference_commit_with_tools_started(store: Any, mode: str) -> None:
+    await crash_then_resume(store, mode, 2)
+
+
+async def test_crash_between_two_tool_completions_sequential(store: Any) -> None:
+    # commit 3 = c1 completed + c2 started; c2's completion never made it
+    await crash_then_resume(store, "sequential", 3)
+
+
+async def test_crash_between_two_tool_completions_parallel(store: Any) -> None:
+    # both started at commit 2; the first completion (commit 3) is in, the second is not
+    await crash_then_resume(store, "parallel_streaming", 3)
+
+
+@pytest.mark.parametrize("after", [3, 4])
+async def test_crash_mid_resume(store: Any, after: int) -> None:
+    # sequential, c1 returns pending: 1 start, 2 inference + start c1, 3 suspended + waiting;
+    # decide: 4 decision commit (ToolCallDecided + RunResumed + ToolCallResuming), 5 replay start...
+    # after=3: the process dies right after the suspension (the resumer decides);
+    # after=4: it dies right after the decision commit (the resumer re-drives the resuming call)
+    await crash_then_resume(store, "sequential", after, pending=True)
+
+
+async def test_crash_after_the_replayed_call_started(store: Any) -> None:
+    await crash_then_resume(store, "sequential", 5, pending=True)
+
+
+async def test_resume_applies_a_decision_recorded_by_another_process(store: Any) -> None:
+    """A decision appended without resuming (an API process that died before it resumed): a
+    fresh Runtime's resume applies it as decide() would have."""
+    want, _ = await control("sequential", pending=True)
+    app = App("sequential", pending=True)
+    rt = app.runtime(store)
+    async with asyncio.timeout(30):
+        waiting = await rt.run("calc", "add please", thread_id=THREAD, run_id=RUN)
+        assert waiting.status == "waiting"
+        # the decision commit as decide() writes it, minus the resume: only ToolCallDecided
+        decided = [e for e in want[3].commit.events if type(e).__name__ == "ToolCallDecided"]
+        log = await thread_log(store, THREAD)
+        await store.append(Commit(commit_id="ext-1", thread_id=THREAD, run_id=RUN, ts=1, events=decided), log[-1].seq)
+        fresh = App("sequential", pending=True)
+        handle = await fresh.runtime(store, DeterministicEntropy(prefix="x")).resume(RUN)
+        assert handle is not None
+        result = await handle.result()
+    assert result.status == "done"
+    got = await thread_log(store, THREAD)
+    assert shape(got)[4][:2] == ["RunResumed", "ToolCallResuming"]
+    assert shape(got)[5:] == shape(want)[4:]
+    assert fresh.runs["c1"] == 1 and fresh.runs["c2"] == 1
+
+
+async def test_resume_of_a_waiting_run_without_decisions_is_none(store: Any) -> None:
+    app = App("sequential", pending=True)
+    async with asyncio.timeout(30):
+        waiting = await app.runtime(store).run("calc", "add please", thread_id=THREAD, run_id=RUN)
+        assert waiting.status == "waiting"
+        before = await thread_log(store, THREAD)
+        assert await App("sequential", pending=True).runtime(store).resume(RUN) is None
+    assert await thread_log(store, THREAD) == before, "resume appends nothing when there is nothing to do"
