@@ -1,0 +1,635 @@
+"""Workers (DESIGN 4.5): take commands from the `AGENTLOG_COMMANDS` work queue and run them.
+
+    worker = Worker(store, app=my_app, concurrency=4)   # app(store) -> Runtime (sync or async)
+    await worker.start(); ...; await worker.stop()
+    # or, as a process:  python -m runtime.worker --nats nats://127.0.0.1:4222 --app pkg.mod:app
+
+Guarantees, and how:
+
+- **Ack after effects.** A command is acked only once what it asked for is committed to the log:
+  a start/continue/decide when its run finished or waits, a cancel once it is recorded. While a
+  run is active the worker sends `in_progress()` heartbeats, so `ack_wait` only expires for a
+  worker that died (or froze); the command is then redelivered and the next worker **resumes the
+  run from the log** (`Runtime.resume`, or this module's fallback `resume_from_log`).
+- **At-least-once tools.** A call that started but did not complete before a crash runs again
+  with the same `call_id` (its idempotency key); a completed call (its `ToolCallCompleted` is
+  committed) never runs again.
+- **Per-thread order.** Commands of a thread share the subject `agentlog.cmd.<thread_id>`. Before
+  a start/continue/decide runs, the worker checks that no earlier command of that thread is still
+  in the queue (work-queue retention deletes acked commands; acks are synchronous); if one is, the
+  command is nak'ed with a short delay. Inside one worker, commands of a thread also queue on a
+  per-thread lock. Cancels skip the order (they must reach a running run).
+- **Races.** Per-thread OCC keeps two workers from interleaving. A worker that loses a race
+  (`VersionConflict`/`RunConflict`) re-reads the log and re-evaluates its command (the run
+  exists -> resume it; it finished or waits -> ack; the thread is busy with another run -> nak
+  with delay) instead of failing it.
+- **Live control.** Decisions and cancels are also published on core NATS
+  `agentlog.ctl.<run_id>` (`CommandClient`); the worker driving that run applies them at once.
+- **Graceful stop.** `stop(timeout)` stops fetching, lets in-flight commands finish for up to
+  `timeout` seconds, then naks what is left (the runs are in the log; another worker resumes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import inspect
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import msgspec
+
+from eventlog.errors import AgentlogError, StoreUnavailable, VersionConflict
+from eventlog.events import RunFinished, RunStarted, StoredCommit, ToolCallResuming, ToolCallStarted
+from eventlog.subjects import command_subject
+
+from .commands import (
+    COMMANDS_STREAM,
+    COMMANDS_SUBJECTS,
+    WORKER_CONSUMER,
+    Cancel,
+    Command,
+    ContinueRun,
+    Decide,
+    InvalidCommand,
+    StartRun,
+    control_subject,
+    decode_command,
+    ensure_commands_stream,
+)
+from .hitl import HitlError, RunNotWaiting, ready_calls
+from .loop import RunConflict, RunLoop, _Cancelled, _Replay, _Running, get_logger, plan_call
+from .runtime import RunHandle, RunNotFound, Runtime
+
+_log = get_logger("agentlog.worker")
+
+App = Callable[[Any], "Runtime | Awaitable[Runtime]"]
+
+#: What to do with a command's message once handled.
+ACK, NAK, TERM = "ack", "nak", "term"
+
+
+# == resume fallback ==============================================================================
+
+
+class _ResumeLoop(RunLoop):
+    """A RunLoop that first re-runs the calls a dead worker started but never completed (same
+    call_id, no second `ToolCallStarted`), then goes on like a resume after decisions."""
+
+    _orphans: list[tuple[Any, Any]]
+
+    async def _resume_rest(self) -> bool:  # type: ignore[override]
+        orphans, self._orphans = getattr(self, "_orphans", []), []
+        if orphans:
+            await self._rerun(orphans)
+        return await super()._resume_rest()
+
+    async def _rerun(self, orphans: list[tuple[Any, Any]]) -> None:
+        runs = []
+        for plan, decision in orphans:
+            running = _Running(plan, asyncio.Event(), decision=decision)
+            self._running[plan.call.id] = running
+            runs.append(running)
+        order = {r.plan.call.id: i for i, r in enumerate(runs)}
+        tasks = {asyncio.ensure_future(self._execute(r)): r for r in runs}
+        waiter = self._waiter()
+        try:
+            while tasks:
+                if self._cancel.is_set():
+                    raise _Cancelled()
+                done, _ = await asyncio.wait((*tasks, waiter), return_when=asyncio.FIRST_COMPLETED)
+                finished = sorted((t for t in done if t in tasks), key=lambda t: order[tasks[t].plan.call.id])
+                if not finished:
+                    raise _Cancelled()
+                for task in finished:
+                    running = tasks.pop(task)
+                    result, ops = task.result()
+                    await self._complete(running.plan, result, ops)
+                await self._flush()
+        except BaseException:
+            for task, running in tasks.items():
+                running.cancel.set()
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+
+async def resume_from_log(rt: Runtime, run_id: str, thread_id: str | None = None) -> RunHandle | None:
+    """Continue an unfinished run from the log alone; None if it is finished or just waits.
+
+    Fallback for runtimes without `Runtime.resume` (uses RunLoop internals): started-not-completed
+    calls re-run with the same call_id, decided-and-resuming calls replay, recorded-but-unapplied
+    decisions are applied, an uncommitted inference is redone (the next step simply runs)."""
+    loaded = await rt._load(run_id, thread_id)
+    ctx = loaded.ctx
+    if ctx.finished is not None:
+        return None
+    mode = loaded.spec.tool_execution_mode
+    if ctx.waiting and not ctx.running and not ctx.resuming and not ready_calls(mode, ctx):
+        return None
+    handle = RunHandle(run_id, loaded.thread_id, loaded.spec.id)
+    handle.commits = list(loaded.run_commits)
+    loop = _ResumeLoop(
+        spec=loaded.spec, ctx=ctx, version=loaded.version, store=rt.store,
+        tools=rt._tools_for(loaded.spec), models=rt.models, live=rt.live, entropy=rt.entropy,
+        on_commit=handle._on_commit,
+    )
+    if ctx.waiting and not ctx.running and not ctx.resuming:
+        try:
+            await loop.begin_resume([])  # recorded decisions the log never applied
+        except VersionConflict:
+            raise RunConflict(f"run {run_id!r} moved while resuming") from None
+    else:
+        modes: dict[str, str] = {}
+        for sc in loaded.run_commits:
+            for ev in sc.commit.events:
+                if type(ev) is ToolCallResuming:
+                    modes[ev.call_id] = ev.mode
+        orphans = []
+        for call_id in ctx.running:
+            orphans.append((loop._plan_for(call_id), ctx.resuming.get(call_id)))
+        loop._orphans = orphans
+        loop._replays = [
+            _Replay(loop._plan_for(cid), decision, modes.get(cid, "replay_tool_call"))
+            for cid, decision in ctx.resuming.items() if cid not in ctx.running
+        ]
+        loop._entry = "resume"
+    rt._drive(loop, handle)
+    return handle
+
+
+# == the worker ===================================================================================
+
+
+def load_app(spec: str) -> Any:
+    """`"package.module:attr"` -> the attribute."""
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise ValueError(f"--app must look like 'module:attr', not {spec!r}")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+class Worker:
+    """Executes commands from the work queue with a `Runtime` (see the module doc)."""
+
+    def __init__(
+        self,
+        store: Any,
+        *,
+        app: App | None = None,
+        runtime: Runtime | None = None,
+        concurrency: int = 4,
+        ack_wait: float = 30.0,
+        max_deliver: int = -1,
+        heartbeat: float | None = None,
+        nak_delay: float = 0.05,
+        max_nak_delay: float = 1.0,
+        shutdown_timeout: float = 10.0,
+        consumer: str = WORKER_CONSUMER,
+        fetch_timeout: float = 0.5,
+    ) -> None:
+        if (app is None) == (runtime is None):
+            raise ValueError("give exactly one of app= (store -> Runtime) or runtime=")
+        self.store = store
+        self.nc = store.nc
+        self.js = self.nc.jetstream(timeout=5.0)
+        self._app = app
+        self.runtime: Runtime | None = runtime
+        self.concurrency = max(1, concurrency)
+        self.ack_wait = ack_wait
+        self.max_deliver = max_deliver
+        self.heartbeat = heartbeat or max(0.05, ack_wait / 4)
+        self.nak_delay = nak_delay
+        self.max_nak_delay = max_nak_delay
+        self.shutdown_timeout = shutdown_timeout
+        self.consumer = consumer
+        self.fetch_timeout = fetch_timeout
+        self._sub: Any = None
+        self._slots = asyncio.Semaphore(self.concurrency)
+        self._tasks: dict[asyncio.Task[None], Any] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._stopping = asyncio.Event()
+        self._fetcher: asyncio.Task[None] | None = None
+        self.log = _log.bind(consumer=consumer, pid=os.getpid())
+        #: Counters (for tests and `bench_workers`).
+        self.stats = {"acked": 0, "naked": 0, "termed": 0, "resumed": 0, "reevaluated": 0}
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+        from nats.js.errors import BadRequestError
+
+        if self.runtime is None:
+            assert self._app is not None
+            rt = self._app(self.store)
+            self.runtime = await rt if inspect.isawaitable(rt) else rt
+        await ensure_commands_stream(self.js)
+        config = ConsumerConfig(
+            durable_name=self.consumer, ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
+            ack_wait=self.ack_wait, max_deliver=self.max_deliver, max_ack_pending=10_000,
+            filter_subject=COMMANDS_SUBJECTS,
+        )
+        try:
+            await self.js.add_consumer(COMMANDS_STREAM, config)
+        except BadRequestError:
+            pass  # exists with another config (another worker's settings win); bind to it
+        self._sub = await self.js.pull_subscribe_bind(self.consumer, COMMANDS_STREAM)
+        self._fetcher = asyncio.get_running_loop().create_task(self._fetch_loop(), name="agentlog-worker-fetch")
+        self.log.info("worker.started", concurrency=self.concurrency, ack_wait=self.ack_wait)
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop fetching; let in-flight commands finish within `timeout`, then nak the rest."""
+        timeout = self.shutdown_timeout if timeout is None else timeout
+        self._stopping.set()
+        if self._fetcher is not None:
+            await asyncio.gather(self._fetcher, return_exceptions=True)
+        pending = list(self._tasks)
+        if pending:
+            _done, late = await asyncio.wait(pending, timeout=timeout)
+            for task in late:
+                task.cancel()  # its handler naks the message
+            await asyncio.gather(*late, return_exceptions=True)
+        rt = self.runtime
+        if rt is not None:  # runs nobody holds a command for any more: stop them uncommitted
+            for _loop, handle in list(rt._active.values()):
+                if handle._task is not None and not handle._task.done():
+                    handle._task.cancel()
+                    await asyncio.gather(handle._task, return_exceptions=True)
+        if self._sub is not None:
+            try:
+                await self._sub.unsubscribe()
+            except Exception:  # noqa: BLE001
+                pass
+        self.log.info("worker.stopped", **self.stats)
+
+    async def __aenter__(self) -> Worker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- fetching ------------------------------------------------------------------------------
+
+    async def _fetch_loop(self) -> None:
+        import nats.errors
+
+        backoff = 0.05
+        while not self._stopping.is_set():
+            await self._slots.acquire()
+            free = 1
+            while free < self.concurrency and not self._slots.locked():
+                await self._slots.acquire()
+                free += 1
+            try:
+                msgs = await self._sub.fetch(free, timeout=self.fetch_timeout)
+                backoff = 0.05
+            except (asyncio.TimeoutError, nats.errors.TimeoutError):
+                msgs = []
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - disconnected: back off, the client reconnects
+                self.log.warning("worker.fetch_failed", error=f"{type(exc).__name__}: {exc}")
+                msgs = []
+                await asyncio.sleep(backoff)  # retry pacing while NATS is away, not synchronisation
+                backoff = min(1.0, backoff * 2)
+            for _ in range(free - len(msgs)):
+                self._slots.release()
+            for msg in msgs:
+                task = asyncio.get_running_loop().create_task(self._handle(msg))
+                self._tasks[task] = msg
+                task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.pop(task, None)
+        self._slots.release()
+
+    # -- one command ---------------------------------------------------------------------------
+
+    async def _handle(self, msg: Any) -> None:
+        try:
+            cmd = decode_command(msg.data)
+        except InvalidCommand as exc:
+            self.log.error("command.invalid", error=str(exc), subject=msg.subject)
+            await self._settle(msg, TERM)
+            return
+        meta = msg.metadata
+        log = self.log.bind(
+            command_id=cmd.command_id, command=type(cmd).__name__, thread_id=cmd.thread_id,
+            run_id=cmd.run_id, delivery=meta.num_delivered, queue_seq=meta.sequence.stream,
+        )
+        beat = asyncio.get_running_loop().create_task(self._heartbeat(msg))
+        outcome, delay = NAK, 0.0
+        try:
+            if isinstance(cmd, Cancel):
+                outcome = await self._cancel(cmd, log)
+            else:
+                lock = self._locks.setdefault(cmd.thread_id, asyncio.Lock())
+                async with lock:
+                    if await self._earlier_pending(cmd.thread_id, meta.sequence.stream):
+                        outcome = NAK
+                        log.debug("command.behind_earlier")
+                    elif isinstance(cmd, StartRun):
+                        outcome = await self._start(cmd, log)
+                    else:
+                        outcome = await self._decide(cmd, log)
+                if not lock.locked() and not lock._waiters:  # type: ignore[attr-defined]
+                    self._locks.pop(cmd.thread_id, None)
+            if outcome == NAK:
+                delay = min(self.max_nak_delay, self.nak_delay * (2 ** min(meta.num_delivered - 1, 6)))
+        except asyncio.CancelledError:
+            log.info("command.interrupted")
+            outcome, delay = NAK, 0.0
+            beat.cancel()
+            await self._settle(msg, NAK, 0.0)
+            raise
+        except StoreUnavailable as exc:
+            log.warning("command.store_unavailable", error=str(exc))
+            outcome, delay = NAK, self.max_nak_delay
+        except Exception as exc:  # noqa: BLE001 - never lose a command to a bug: retry later
+            log.exception("command.failed", error=f"{type(exc).__name__}: {exc}")
+            outcome, delay = NAK, self.max_nak_delay
+        finally:
+            beat.cancel()
+        await self._settle(msg, outcome, delay, log)
+
+    async def _settle(self, msg: Any, outcome: str, delay: float = 0.0, log: Any = None) -> None:
+        for attempt in range(50):
+            try:
+                if outcome == ACK:
+                    await msg.ack_sync(timeout=2.0)  # synchronous: the next command of the thread sees it gone
+                elif outcome == TERM:
+                    await msg.term()
+                else:
+                    await msg.nak(delay=delay or None)
+                break
+            except Exception as exc:  # noqa: BLE001
+                if "already acknowledged" in str(exc).lower():
+                    break
+                (log or self.log).warning("command.settle_failed", outcome=outcome, error=str(exc))
+                if outcome != ACK or self._stopping.is_set() and attempt > 3:
+                    break  # a lost nak/term is redelivered after ack_wait anyway
+                await asyncio.sleep(min(1.0, 0.05 * 2 ** attempt))  # retry pacing while reconnecting
+        self.stats[{"ack": "acked", "nak": "naked", "term": "termed"}[outcome]] += 1
+        if log is not None:
+            log.debug("command.settled", outcome=outcome)
+
+    async def _heartbeat(self, msg: Any) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat)  # pacing of in-progress signals
+            try:
+                await msg.in_progress()
+            except Exception:  # noqa: BLE001 - disconnected: the next beat retries
+                pass
+
+    async def _earlier_pending(self, thread_id: str, seq: int) -> bool:
+        """Is an earlier command of this thread still in the queue (not yet acked)?"""
+        req = msgspec.json.encode({"seq": 1, "next_by_subj": command_subject(thread_id)})
+        resp = await self.nc.request(f"$JS.API.STREAM.MSG.GET.{COMMANDS_STREAM}", req, timeout=5.0)
+        data = msgspec.json.decode(resp.data)
+        message = data.get("message")
+        if not message:
+            return False
+        return int(message["seq"]) < seq
+
+    # -- start / continue ------------------------------------------------------------------------
+
+    async def _run_started(self, run_id: str) -> bool:
+        async for sc in self.store.read_run(run_id):
+            return any(type(e) is RunStarted for e in sc.commit.events)
+        return False
+
+    async def _start(self, cmd: StartRun, log: Any) -> str:
+        rt = self.runtime
+        assert rt is not None
+        for _ in range(20):
+            active = rt._active.get(cmd.run_id)
+            if active is not None and not active[1].done:
+                handle: RunHandle | None = active[1]  # redelivered to the worker that runs it
+            elif await self._run_started(cmd.run_id):
+                try:
+                    handle = await self._resume(cmd.run_id, cmd.thread_id, log)
+                except RunConflict as exc:
+                    log.info("command.reevaluate", reason=str(exc))
+                    self.stats["reevaluated"] += 1
+                    continue
+            else:
+                try:
+                    handle = await rt.start(
+                        cmd.agent_id, cmd.messages, thread_id=cmd.thread_id, run_id=cmd.run_id,
+                        parent_run_id=cmd.parent_run_id, decisions=cmd.decisions, origin=cmd.origin,
+                    )
+                    log.info("run.started_by_worker")
+                except RunConflict as exc:
+                    self.stats["reevaluated"] += 1
+                    if await self._run_started(cmd.run_id):
+                        continue  # someone else (or an earlier delivery) started it: resume
+                    log.info("command.thread_busy", reason=str(exc))
+                    return NAK  # another run is active on the thread
+                except (HitlError, RunNotFound, LookupError, ValueError, TypeError) as exc:
+                    log.error("command.rejected", error=f"{type(exc).__name__}: {exc}")
+                    return TERM
+            if handle is None:
+                return ACK  # finished or waiting: nothing left to do
+            try:
+                await self._follow(handle, log)
+                return ACK
+            except RunConflict as exc:
+                log.info("command.reevaluate", reason=str(exc))
+                self.stats["reevaluated"] += 1
+                continue
+        return NAK
+
+    async def _resume(self, run_id: str, thread_id: str | None, log: Any) -> RunHandle | None:
+        rt = self.runtime
+        assert rt is not None
+        resume = getattr(rt, "resume", None)
+        if resume is not None:
+            handle = await resume(run_id, thread_id=thread_id)
+        else:
+            handle = await resume_from_log(rt, run_id, thread_id)
+        if handle is not None:
+            self.stats["resumed"] += 1
+            log.info("run.resumed_from_log")
+        return handle
+
+    async def _follow(self, handle: RunHandle, log: Any) -> None:
+        """Wait until the run finishes or waits, applying live control messages meanwhile. If a
+        live decision resumed it again in this process, follow that continuation too."""
+        rt = self.runtime
+        assert rt is not None
+        sub = await self.nc.subscribe(control_subject(handle.run_id), cb=self._on_control)
+        try:
+            while True:
+                result = await handle.result()
+                nxt = rt._active.get(handle.run_id)
+                if nxt is not None and nxt[1] is not handle and not nxt[1].done:
+                    handle = nxt[1]
+                    continue
+                log.info("run.settled", status=result.status,
+                         termination=None if result.termination is None else result.termination.type)
+                return
+        finally:
+            try:
+                await sub.unsubscribe()
+            except Exception:  # noqa: BLE001
+                pass
+
+    async def _on_control(self, msg: Any) -> None:
+        rt = self.runtime
+        assert rt is not None
+        try:
+            cmd = decode_command(msg.data)
+        except InvalidCommand:
+            return
+        try:
+            if isinstance(cmd, Cancel):
+                await rt.cancel(cmd.run_id, reason=cmd.reason)
+            elif isinstance(cmd, Decide):
+                active = rt._active.get(cmd.run_id)
+                if active is not None and not active[1].done:
+                    # only takes effect if the runtime delivers decisions into a running loop;
+                    # otherwise RunNotWaiting and the queued command applies it once the run waits
+                    await rt.decide(cmd.run_id, cmd.decisions, thread_id=cmd.thread_id)
+        except (HitlError, AgentlogError) as exc:
+            _log.debug("control.not_applied", run_id=cmd.run_id, error=str(exc))
+        except Exception as exc:  # noqa: BLE001
+            _log.warning("control.failed", run_id=cmd.run_id, error=f"{type(exc).__name__}: {exc}")
+
+    # -- decide / cancel -------------------------------------------------------------------------
+
+    async def _decide(self, cmd: Decide, log: Any) -> str:
+        rt = self.runtime
+        assert rt is not None
+        for _ in range(20):
+            active = rt._active.get(cmd.run_id)
+            if active is not None and not active[1].done:
+                await self._follow(active[1], log)  # runs here: decide once it waits
+            try:
+                res = await rt.decide(cmd.run_id, cmd.decisions, thread_id=cmd.thread_id)
+            except RunNotWaiting as exc:
+                view = await rt.run_view(cmd.run_id)
+                if view.status == "done":
+                    log.warning("command.decision_after_finish", error=str(exc))
+                    return TERM
+                if rt._active.get(cmd.run_id) is not None:
+                    continue
+                log.info("command.run_busy_elsewhere", status=view.status)
+                return NAK  # running on another worker: apply once it waits
+            except RunConflict as exc:
+                self.stats["reevaluated"] += 1
+                log.info("command.reevaluate", reason=str(exc))
+                continue
+            except (HitlError, RunNotFound) as exc:
+                log.error("command.rejected", error=f"{type(exc).__name__}: {exc}")
+                return TERM
+            handle = res.handle
+            if handle is None:
+                # Recorded before: by an earlier delivery of this command whose worker may have
+                # died mid-way (the decision moved the run, nobody drives it now): resume it.
+                try:
+                    handle = await self._resume(cmd.run_id, cmd.thread_id, log)
+                except RunConflict as exc:
+                    self.stats["reevaluated"] += 1
+                    log.info("command.reevaluate", reason=str(exc))
+                    continue
+                if handle is None:
+                    return ACK  # finished or waiting: the decision's effects are committed
+            try:
+                await self._follow(handle, log)
+            except RunConflict as exc:
+                self.stats["reevaluated"] += 1
+                log.info("command.reevaluate", reason=str(exc))
+                continue  # the decision is recorded: the next round resumes the run
+            return ACK
+        return NAK
+
+    async def _cancel(self, cmd: Cancel, log: Any) -> str:
+        rt = self.runtime
+        assert rt is not None
+        try:
+            done = await rt.cancel(cmd.run_id, reason=cmd.reason)
+        except RunNotFound as exc:
+            log.error("command.rejected", error=str(exc))
+            return TERM
+        except RunConflict:
+            return NAK
+        log.info("run.cancel_command", appended=done)
+        return ACK
+
+
+# == entry points =================================================================================
+
+
+async def run_worker(
+    url: str | Sequence[str],
+    app: App | str,
+    *,
+    concurrency: int = 4,
+    ack_wait: float = 30.0,
+    max_deliver: int = -1,
+    shutdown_timeout: float = 10.0,
+    stop: asyncio.Event | None = None,
+    ready: Callable[[Worker], None] | None = None,
+    **connect: Any,
+) -> None:
+    """Connect, run a worker until `stop` is set (or SIGTERM/SIGINT when `stop` is None), stop
+    gracefully. Used by `agentlog worker` and `agentlog serve`."""
+    from eventlog.jetstream import JetStreamEventStore
+
+    if isinstance(app, str):
+        app = load_app(app)
+    store = await JetStreamEventStore.connect(url, name="agentlog-worker", **connect)
+    worker = Worker(store, app=app, concurrency=concurrency, ack_wait=ack_wait,  # type: ignore[arg-type]
+                    max_deliver=max_deliver, shutdown_timeout=shutdown_timeout)
+    own_signals = stop is None
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    if own_signals:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+            except (NotImplementedError, RuntimeError):
+                pass
+    try:
+        await worker.start()
+        if ready is not None:
+            ready(worker)
+        await stop.wait()
+    finally:
+        await worker.stop()
+        await store.close()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m runtime.worker", description="Run an agentlog worker.")
+    p.add_argument("--nats", required=True, help="NATS URL")
+    p.add_argument("--app", required=True, help="module:attr, a callable store -> Runtime")
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--ack-wait", type=float, default=30.0)
+    p.add_argument("--max-deliver", type=int, default=-1)
+    p.add_argument("--shutdown-timeout", type=float, default=10.0)
+    p.add_argument("--ready-file", help="write this file once the worker is consuming (for tests)")
+    args = p.parse_args(argv)
+
+    def ready(_w: Worker) -> None:
+        if args.ready_file:
+            with open(args.ready_file, "w") as f:
+                f.write(str(os.getpid()))
+
+    asyncio.run(run_worker(
+        args.nats, args.app, concurrency=args.concurrency, ack_wait=args.ack_wait,
+        max_deliver=args.max_deliver, shutdown_timeout=args.shutdown_timeout, ready=ready,
+    ))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""Helpers for the worker tests (no tests here; `test_` only so it belongs to the worker suite): worker subprocesses, a log watcher, comparisons."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from eventlog.events import StoredCommit
+from projections.fold import fold_commits
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+
+APPROVE = {"target_id": "call_2_1", "decision_id": "approve-deploy", "action": "resume", "result": {"approved": True}}
+
+
+async def spawn_worker(url: str, logdir: Path, name: str, *, env: dict[str, str] | None = None,
+                       ack_wait: float = 1.0, concurrency: int = 4) -> asyncio.subprocess.Process:
+    """A `python -m runtime.worker` subprocess; its output goes to `<logdir>/<name>.log`."""
+    out = open(logdir / f"{name}.log", "wb")
+    try:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "runtime.worker", "--nats", url, "--app", "worker_app:app",
+            "--ack-wait", str(ack_wait), "--concurrency", str(concurrency), "--shutdown-timeout", "5",
+            stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, cwd=str(REPO),
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)]), **(env or {})},
+        )
+    finally:
+        out.close()
+
+
+async def kill_all(procs: list[asyncio.subprocess.Process]) -> None:
+    for p in procs:
+        if p.returncode is None:
+            try:
+                p.kill()
+            except ProcessLookupError:
+                pass
+    for p in procs:
+        try:
+            async with asyncio.timeout(10):
+                await p.wait()
+        except TimeoutError:
+            pass
+
+
+class Watch:
+    """Follows one thread's log (live) and folds it; `until(pred)` waits for a condition."""
+
+    def __init__(self, store: Any, thread_id: str) -> None:
+        self.store = store
+        self.thread_id = thread_id
+        self.commits: list[StoredCommit] = []
+        self._changed = asyncio.Condition()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        async for sc in self.store.follow(self.thread_id):
+            self.commits.append(sc)
+            async with self._changed:
+                self._changed.notify_all()
+
+    def run_status(self, run_id: str) -> str | None:
+        runs = fold_commits(self.commits).runs
+        return runs[run_id].status if run_id in runs else None
+
+    async def until(self, pred: Callable[[Watch], bool]) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: pred(self) or self._task.done())
+        if self._task.done() and not pred(self):
+            self._task.result()
+            raise AssertionError("the follow ended before the condition held")
+
+    async def status_in(self, run_id: str, statuses: set[str]) -> str:
+        await self.until(lambda w: w.run_status(run_id) in statuses)
+        return self.run_status(run_id)  # type: ignore[return-value]
+
+    async def close(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
+def message_list(commits: list[StoredCommit], thread_id: str) -> list[tuple[Any, ...]]:
+    """The thread's messages without their generated ids."""
+    thread = fold_commits(commits).threads[thread_id]
+    del thread
+    out = []
+    for sc in commits:
+        for ev in sc.commit.events:
+            if type(ev).__name__ == "MessageAppended":
+                m = ev.message
+                calls = tuple((c.id, c.name, repr(c.arguments)) for c in m.tool_calls or ())
+                out.append((m.role, m.content, m.tool_call_id, calls))
+    return out
+
+
+def thread_state(commits: list[StoredCommit], thread_id: str) -> Any:
+    return fold_commits(commits).threads[thread_id].state
+
+
+def read_lines(path: Path) -> list[tuple[int, str]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        pid, _, rest = line.partition(" ")
+        out.append((int(pid), rest))
+    return out

@@ -1,0 +1,147 @@
+"""Test app for worker subprocesses: `python -m runtime.worker --nats URL --app worker_app:app`.
+
+Agents:
+- `crashy` (parallel_streaming, `deploy` needs approval): 5 steps with two parallel `work` calls,
+  a single `work`, `work` + `deploy` (suspends), a single `work`, then a final text.
+- `quick`: `work` then a text answer, forever (the turn comes from the conversation, so any run
+  on a thread continues the script; call ids stay unique per thread).
+- `held`: one `hold` call that blocks until the test answers a request on
+  `worker_app.release.<call_id>`, then a text answer.
+
+Deterministic hooks (env):
+- `WORKER_APP_EXEC_LOG`: every tool execution appends `<pid> <call_id>` (one O_APPEND write).
+- `WORKER_APP_COMMIT_LOG`: every append appends `<pid> <seq>`.
+- `WORKER_APP_CRASH`: SIGKILL this process at one point: `model:<turn>` (in the inference of that
+  turn, before its commit), `tool:<call_id>` (inside that call, after it was recorded as
+  started), `after:<EventType>[:<call_id or n-th>]` (right after the commit holding it is acked).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from typing import Any
+
+from runtime import AgentSpec, PermissionPlugin, Runtime, ToolContext, tool
+from runtime.models.scripted import ScriptedModel, Turn
+
+_CRASH = os.environ.get("WORKER_APP_CRASH", "")
+_EXEC_LOG = os.environ.get("WORKER_APP_EXEC_LOG")
+_COMMIT_LOG = os.environ.get("WORKER_APP_COMMIT_LOG")
+_seen: dict[str, int] = {}
+_NC: Any = None  # the worker's connection (set by app)
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _record(path: str | None, line: str) -> None:
+    if path:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)
+
+
+def _executed(ctx: ToolContext) -> None:
+    _record(_EXEC_LOG, f"{os.getpid()} {ctx.call_id}")
+    if _CRASH == f"tool:{ctx.call_id}":
+        _die()
+
+
+@tool
+async def work(k: int, ctx: ToolContext) -> str:
+    """Do unit of work k (records its execution, bumps state.done)."""
+    _executed(ctx)
+    ctx.set("/w" + str(k), k * k)
+    return f"worked {k}"
+
+
+@tool
+async def deploy(env: str, ctx: ToolContext) -> str:
+    """Deploy to an environment (needs approval)."""
+    _executed(ctx)
+    return f"deployed {env}"
+
+
+@tool
+async def hold(ctx: ToolContext) -> str:
+    """Block until the test releases this call."""
+    _executed(ctx)
+    released = asyncio.Event()
+
+    async def on_msg(msg: Any) -> None:
+        await msg.respond(b"ok")
+        released.set()
+
+    sub = await _NC.subscribe(f"worker_app.release.{ctx.call_id}", cb=on_msg)
+    try:
+        await released.wait()
+    finally:
+        await sub.unsubscribe()
+    return "released"
+
+
+def _turn(index: int, turn: Turn) -> Any:
+    def play(_request: Any) -> Turn:
+        if _CRASH == f"model:{index}":
+            _die()
+        return turn
+
+    return play
+
+
+CRASHY_SCRIPT = [
+    _turn(0, Turn.tools(("work", {"k": 1}), ("work", {"k": 2}), text="two at once")),
+    _turn(1, Turn.tool("work", {"k": 3})),
+    _turn(2, Turn.tools(("work", {"k": 4}), ("deploy", {"env": "prod"}), text="work and deploy")),
+    _turn(3, Turn.tool("work", {"k": 5})),
+    _turn(4, Turn.text("all done")),
+]
+
+
+class _CrashingStore:
+    """Delegates to the real store; records appends and dies after the configured commit."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def append(self, commit: Any, expected_version: Any) -> Any:
+        res = await self._store.append(commit, expected_version)
+        _record(_COMMIT_LOG, f"{os.getpid()} {res.seq}")
+        if _CRASH.startswith("after:"):
+            _, kind, *rest = _CRASH.split(":")
+            for ev in commit.events:
+                if type(ev).__name__ != kind:
+                    continue
+                if rest and not rest[0].isdigit():
+                    if getattr(ev, "call_id", None) == rest[0]:
+                        _die()
+                    continue
+                _seen[kind] = _seen.get(kind, 0) + 1
+                if _seen[kind] == int(rest[0] if rest else 1):
+                    _die()
+        return res
+
+
+def app(store: Any) -> Runtime:
+    global _NC
+    _NC = store.nc
+    agents = [
+        AgentSpec(id="crashy", model="crashy", tools=["work", "deploy"], max_rounds=20,
+                  tool_execution_mode="parallel_streaming", plugins=[PermissionPlugin(ask=["deploy"])]),
+        AgentSpec(id="quick", model="quick", tools=["work"], max_rounds=5),
+        AgentSpec(id="held", model="held", tools=["hold"], max_rounds=5),
+    ]
+    models = {
+        "crashy": ScriptedModel(CRASHY_SCRIPT, position="conversation"),
+        "quick": ScriptedModel([Turn.tool("work", {"k": 7}), Turn.text("ok")], loop=True, position="conversation"),
+        "held": ScriptedModel([Turn.tool("hold"), Turn.text("after hold")], loop=True, position="conversation"),
+    }
+    return Runtime(_CrashingStore(store), agents=agents, tools=[work, deploy, hold], models=models)
