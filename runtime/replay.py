@@ -76,12 +76,12 @@ __all__ = [
     "request_digest", "verify_run",
 ]
 
-#: Event types only other parties write while the loop runs (cancel requests, metadata edits). A
-#: commit made only of these is not the loop's, even when it carries the run's id. Decision
-#: commits (`ToolCallDecided`, written by `Runtime.decide`) are *not* external: replay re-drives
-#: them through `decide()` with the recorded decisions, so what the runtime derived from them
-#: (`RunResumed`, `ToolCallResuming`, outcomes needing no tool run) is verified too.
-EXTERNAL_EVENT_TYPES: tuple[type, ...] = (RunCancelRequested, ThreadMetadataUpdated)
+#: Event types other parties write beside the loop (cancel requests, metadata edits, decisions). A
+#: commit made only of these is not the loop's, even when it carries the run's id: replay makes it
+#: visible where it was recorded. A decision commit that also holds what the runtime derived from
+#: the decisions (`RunResumed`, `ToolCallResuming`, outcomes needing no tool run) *is* the loop's:
+#: replay re-drives it through `Runtime.decide()` with the recorded decisions and verifies it.
+EXTERNAL_EVENT_TYPES: tuple[type, ...] = (RunCancelRequested, ToolCallDecided, ThreadMetadataUpdated)
 
 _enc = msgspec.json.Encoder(order="deterministic")
 
@@ -735,9 +735,10 @@ def _agents_and_tools(app: AgentsAndTools) -> tuple[AgentRegistry, list[Tool]]:
 
 def next_session(plan: ReplayPlan, verified: int) -> tuple[str, Any] | None:
     """What restarted the recorded run after its loop stopped (waiting, or gone), read from the
-    next recorded loop commit: ("decide", decisions) for a decision commit, ("cancel", reason)
-    for a cancel while waiting, ("resume", None) for anything else (a run continued from the log
-    after its process went away). None: nothing is left to verify."""
+    next recorded loop commit: ("decide", decisions) for a decision commit that resumed calls,
+    ("cancel", reason) for a cancel while waiting, ("resume", None) for anything else: decisions
+    recorded on their own (a partial batch, or another process's) applied by `Runtime.resume`, or
+    a run continued from the log after its process went away. None: nothing left to verify."""
     if verified >= len(plan.loop):
         return None
     events = plan.loop[verified].commit.events
@@ -749,31 +750,32 @@ def next_session(plan: ReplayPlan, verified: int) -> tuple[str, Any] | None:
     return "resume", None
 
 
-async def _drive(rt: Runtime, plan: ReplayPlan, session: _Session, first: RunResult) -> RunResult | None:
+async def _drive(rt: Runtime, plan: ReplayPlan, session: _Session, first: RunResult) -> None:
     """Drive the run through every session the recording holds, the way the recording's parties
-    did: each time the loop stops short of the recorded end, apply what came next through the
-    runtime's public API -- `decide()` with the recorded decisions, `cancel()` with the recorded
-    reason, or `resume()` -- against the verifying store, so the commits they write are verified
-    like any other (nothing is appended anywhere)."""
+    did: each time the loop stops short of the recorded end (waiting), apply what came next
+    through the runtime's public API -- `decide()` with the recorded decisions, `cancel()` with
+    the recorded reason, or `resume()` -- against the verifying store, so the commits they write
+    are verified like any other (nothing is appended anywhere).
+
+    A run whose process died and was continued by `Runtime.resume` needs nothing here: resume
+    writes exactly the commits the uninterrupted loop would have (same ids, same timestamps), so
+    the one replayed loop verifies them as it goes."""
     result: RunResult | None = first
     while session.error is None and result is not None and result.termination is None:
         step = next_session(plan, session.verified)
         if step is None:
-            break
+            return
         kind, arg = step
         if kind == "decide":
             res = await rt.decide(plan.run_id, arg, thread_id=plan.thread_id)
             result = await res.handle.result() if res.handle is not None else None
         elif kind == "cancel":
             await rt.cancel(plan.run_id, reason=arg)
-            result = None
+            return
         else:
             resume = getattr(rt, "resume", None)
-            if resume is None:  # a runtime without resume(): reported as "the loop stopped"
-                break
-            handle = await resume(plan.run_id)
-            result = await handle.result()
-    return result
+            handle = await resume(plan.run_id, thread_id=plan.thread_id) if resume is not None else None
+            result = await handle.result() if handle is not None else None
 
 
 async def verify_run(
@@ -818,11 +820,16 @@ async def verify_run(
     pending_cancel: list[bool] = []
 
     def signal_cancel() -> None:
-        # Seam: the runtime has no public "signal this run's loop" without appending a request
-        # (Runtime.cancel appends one, with fresh entropy); reach the loop through `_active`.
-        active = rt._active.get(plan.run_id)  # noqa: SLF001
+        # The recorded cancel request is already in the (verifying) log: signal the loop without
+        # appending one (`Runtime.cancel` would append another, with fresh entropy).
+        signal = getattr(rt, "signal_cancel", None)
+        if signal is not None:
+            if not signal(plan.run_id):
+                pending_cancel.append(True)  # during begin(): signalled as soon as start returns
+            return
+        active = rt._active.get(plan.run_id)  # noqa: SLF001 - runtimes without signal_cancel()
         if active is None:
-            pending_cancel.append(True)  # during begin(): signalled as soon as start returns
+            pending_cancel.append(True)
         else:
             active[0].request_cancel()
 

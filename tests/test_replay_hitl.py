@@ -1,4 +1,5 @@
-"""Verified replay of human-in-the-loop runs recorded on a real nats-server.
+"""Verified replay of human-in-the-loop runs, and of runs resumed after a crash, recorded on a
+real nats-server.
 
 Each HITL scenario (`test_hitl_support.SCENARIOS`: ask approve/deny, every resume mode, two calls
 per execution mode, cancel while waiting, continuation carrying decisions) is recorded exactly as
@@ -17,8 +18,8 @@ import pytest
 
 import test_hitl_support as S
 from eventlog.events import ToolCallCompleted
-from runtime import AgentSpec, PermissionPlugin, tool
-from runtime.models import ScriptedModel
+from runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime, ToolContext, tool
+from runtime.models import ScriptedModel, Turn
 from runtime.replay import NonDeterminismError, ReplayApp, next_session, plan_replay, verify_run
 from test_hitl_scenarios import resume_in_process, start_waiting
 from test_runtime_support import store, thread_log  # noqa: F401  (fixture)
@@ -92,3 +93,72 @@ async def test_a_tampered_tool_in_a_hitl_run_diverges_after_the_decision(store: 
     # answered from the log, the tampered tool does not matter
     async with asyncio.timeout(30):
         assert (await verify_run(store, S.RUN, tampered(name), tools_from_log=["deploy"])).ok
+
+
+# == runs continued after their process died ======================================================
+
+
+class Crash(Exception):
+    """The simulated death of the process driving the run."""
+
+
+class CrashingStore:
+    """Lets `after` appends through to the real store, then fails every append: the process
+    "dies" after commit `after` (what it had in flight is lost)."""
+
+    def __init__(self, inner: Any, after: int) -> None:
+        self.inner, self.after, self.appended = inner, after, 0
+
+    async def append(self, commit: Any, expected_version: int | None) -> Any:
+        if self.appended >= self.after:
+            raise Crash(f"died after commit {self.after}")
+        self.appended += 1
+        return await self.inner.append(commit, expected_version)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@tool
+def double(x: int, ctx: ToolContext) -> int:
+    """Double a number and remember it."""
+    ctx.set(f"/double_{x}", 2 * x)
+    return 2 * x
+
+
+def crash_agent() -> AgentSpec:
+    script = [Turn.tool("double", {"x": 1}), Turn.tools(("double", {"x": 2}), ("double", {"x": 3})), "done"]
+    return AgentSpec(id="agent", model=ScriptedModel(script, position="conversation"), tools=["double"],
+                     tool_execution_mode="sequential", max_rounds=10)
+
+
+@pytest.mark.parametrize("after", [1, 2, 3, 4, 5])
+async def test_a_run_resumed_after_its_process_died_verifies(store: Any, after: int) -> None:
+    rt = Runtime(CrashingStore(store, after), agents=[crash_agent()], tools=[double], entropy=DeterministicEntropy())
+    with pytest.raises(Crash):
+        async with asyncio.timeout(30):
+            await rt.run("agent", "double things", thread_id="tc", run_id="rc")
+    prefix = await thread_log(store, "tc")
+    assert len(prefix) == after
+    entropy = DeterministicEntropy()
+    entropy._counter = max(int(sc.commit.commit_id[2:]) for sc in prefix)  # noqa: SLF001 - go on from the log
+    fresh = Runtime(store, agents=[crash_agent()], tools=[double], entropy=entropy)
+    async with asyncio.timeout(30):
+        handle = await fresh.resume("rc")
+        assert handle is not None and (await handle.result()).status == "done"
+    log = await thread_log(store, "tc")
+    assert len(log) > after
+    async with asyncio.timeout(30):
+        report = await verify_run(store, "rc", ReplayApp(agents=[crash_agent()], tools=[double]))
+    assert report.ok and report.commits_verified == len(log) and report.termination.type == "natural_end"
+    # and a changed tool still diverges in a resumed run
+    with pytest.raises(NonDeterminismError):
+        async with asyncio.timeout(30):
+            await verify_run(store, "rc", ReplayApp(agents=[crash_agent()], tools=[triple]))
+
+
+@tool(name="double")
+def triple(x: int, ctx: ToolContext) -> int:
+    """Double a number and remember it."""
+    ctx.set(f"/double_{x}", 3 * x)
+    return 3 * x
