@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import tempfile
 from pathlib import Path
 
