@@ -162,3 +162,26 @@ def triple(x: int, ctx: ToolContext) -> int:
     """Double a number and remember it."""
     ctx.set(f"/double_{x}", 3 * x)
     return 3 * x
+
+
+async def test_a_decision_recorded_alone_then_resumed_verifies(store: Any) -> None:
+    """Decisions appended by one process (which died before resuming), applied by another's
+    `Runtime.resume`: replay reveals the decision commit where it was recorded and resumes."""
+    from eventlog.events import Commit, ToolCallDecision, ToolCallDecided
+
+    await start_waiting(store, "ask_approve")
+    log = await thread_log(store, S.THREAD)
+    decision = ToolCallDecision(target_id="call_0_0", decision_id="d1", action="resume", result=S.YES, updated_at=7)
+    await store.append(Commit(commit_id="ext-1", thread_id=S.THREAD, run_id=S.RUN, ts=log[-1].commit.ts + 5,
+                              events=[ToolCallDecided(call_id="call_0_0", decision=decision)]), log[-1].seq)
+    async with asyncio.timeout(30):
+        handle = await S.build(store, "ask_approve", 1).resume(S.RUN)
+        assert handle is not None and (await handle.result()).status == "done"
+    log = await thread_log(store, S.THREAD)
+    assert [type(e).__name__ for e in log[3].commit.events][:2] == ["RunResumed", "ToolCallResuming"]
+    async with asyncio.timeout(30):
+        report = await verify_run(store, S.RUN, S.build(store, "ask_approve", 0))
+    assert report.ok and report.external_commits == 1 and report.commits_verified == len(log) - 1
+    with pytest.raises(NonDeterminismError):
+        async with asyncio.timeout(30):
+            await verify_run(store, S.RUN, tampered("ask_approve"))
