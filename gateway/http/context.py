@@ -1,0 +1,106 @@
+"""What handlers share: the services the app was built with, its settings, and the reads every
+route needs (read-your-writes waits, tenant-checked thread lookups).
+
+Two sources, on purpose: lists and single views come from the KV projections (cheap, maybe a
+little behind: `min_seq` closes that gap); anything that must be exact at a position (messages,
+time travel, event streams, and the checks before a write) folds the log itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from eventlog.events import StoredCommit
+from eventlog.jetstream import JetStreamEventStore
+from projections.fold import Folder
+from projections.store import ViewStore
+from projections.views import RunView, ThreadView
+
+from .auth import Principal
+from .errors import not_found
+from .metrics import Metrics
+
+
+class Runner(Protocol):
+    """The part of `ProjectionRunner` the gateway uses."""
+
+    applied_seq: int
+
+    async def wait_for(self, seq: int, timeout: float = 5.0) -> None: ...
+
+    async def lag(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class Settings:
+    #: Upper bound of a read-your-writes wait (`min_seq`) and of pre-write projection catch-up.
+    read_wait: float = 5.0
+    #: Seconds between SSE heartbeat comments while the log is quiet.
+    sse_heartbeat: float = 15.0
+    #: Frames buffered per SSE client before it is dropped as too slow.
+    sse_queue: int = 1000
+    #: Largest accepted request body (bytes); bigger -> 413.
+    max_body: int = 1024 * 1024
+
+
+@dataclass
+class Services:
+    store: JetStreamEventStore
+    views: ViewStore
+    runner: Runner
+    metrics: Metrics
+    settings: Settings = field(default_factory=Settings)
+    #: The runtime (start/cancel) for the write routes; None on a read-only gateway.
+    runtime: Any = None
+
+
+SERVICES = web.AppKey("agentlog.services", Services)
+
+
+def services(request: web.Request) -> Services:
+    return request.app[SERVICES]
+
+
+async def wait_min_seq(svc: Services, min_seq: int | None) -> None:
+    """Read-your-writes: bounded wait until the views include `min_seq` (503 on timeout)."""
+    if min_seq:
+        await svc.runner.wait_for(min_seq, timeout=svc.settings.read_wait)
+
+
+async def visible_thread(svc: Services, who: Principal, thread_id: str) -> ThreadView:
+    """The thread's view, or 404 if unknown, deleted or outside the caller's tenant."""
+    view = await svc.views.get_thread(thread_id)
+    if view is None or view.deleted or not who.can_see(view.resource_id):
+        raise not_found("thread", thread_id)
+    return view
+
+
+async def visible_run(svc: Services, who: Principal, run_id: str) -> RunView:
+    view = await svc.views.get_run(run_id)
+    if view is None:
+        raise not_found("run", run_id)
+    if who.tenant is not None:
+        thread = await svc.views.get_thread(view.thread_id)
+        if thread is None or not who.can_see(thread.resource_id):
+            raise not_found("run", run_id)
+    return view
+
+
+async def thread_from_log(svc: Services, who: Principal, thread_id: str) -> tuple[list[StoredCommit], ThreadView]:
+    """Every commit of the thread and its fold: exact, not subject to projection lag.
+    404 if it has no commits, is deleted or is outside the caller's tenant."""
+    commits = [c async for c in svc.store.read_thread(thread_id)]
+    folder = Folder()
+    for stored in commits:
+        folder.apply_commit(stored.seq, stored.commit)
+    view = folder.thread(thread_id)
+    if view is None or view.deleted or not who.can_see(view.resource_id):
+        raise not_found("thread", thread_id)
+    return commits, view
+
+
+__all__ = ["SERVICES", "Services", "Settings", "services", "thread_from_log", "visible_run", "visible_thread",
+           "wait_min_seq"]

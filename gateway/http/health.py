@@ -1,0 +1,79 @@
+"""Health, liveness, metrics and the OpenAPI document: open routes (no token), for probes,
+scrapers and clients discovering the API.
+
+`/health/live` says the process answers (restart me if not); `/health` says it can serve
+(NATS connected, projection lag known): 503 when NATS is unreachable so a load balancer stops
+sending traffic that would only get 503s anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+from .context import Services, services
+from .replies import reply
+from .routing import Route
+
+#: Bound of the lag probe, so a health check never hangs on a dead server.
+PROBE_TIMEOUT = 2.0
+
+
+async def _lag(svc: Services) -> int | None:
+    try:
+        return await asyncio.wait_for(svc.runner.lag(), PROBE_TIMEOUT)
+    except Exception:  # noqa: BLE001 - unknown lag is reported as null, the reason is NATS state
+        return None
+
+
+async def health(request: web.Request) -> web.Response:
+    svc = services(request)
+    connected = bool(svc.store.nc.is_connected)
+    lag = await _lag(svc) if connected else None
+    applied = svc.runner.applied_seq
+    svc.metrics.projection_applied.set(applied)
+    if lag is not None:
+        svc.metrics.projection_lag.set(lag)
+    ok = connected and lag is not None
+    body: dict[str, Any] = {
+        "status": "ok" if ok else "unavailable",
+        "nats": {"connected": connected},
+        "projection": {"applied_seq": applied, "lag": lag},
+    }
+    return reply(body, status=200 if ok else 503)
+
+
+async def live(request: web.Request) -> web.Response:
+    return reply({"status": "ok"})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    svc = services(request)
+    svc.metrics.projection_applied.set(svc.runner.applied_seq)
+    if svc.store.nc.is_connected:
+        lag = await _lag(svc)
+        if lag is not None:
+            svc.metrics.projection_lag.set(lag)
+    response = web.Response(body=svc.metrics.render())
+    response.headers["Content-Type"] = svc.metrics.content_type
+    return response
+
+
+_HEALTH = {"type": "object", "properties": {
+    "status": {"type": "string", "enum": ["ok", "unavailable"]},
+    "nats": {"type": "object", "properties": {"connected": {"type": "boolean"}}},
+    "projection": {"type": "object", "properties": {"applied_seq": {"type": "integer"},
+                                                    "lag": {"type": ["integer", "null"]}}},
+}}
+
+ROUTES: list[Route] = [
+    Route("GET", "/health", health, "Readiness: NATS connected and projection lag", "health",
+          response=_HEALTH, auth=False, errors=(503,)),
+    Route("GET", "/health/live", live, "Liveness", "health",
+          response={"type": "object", "properties": {"status": {"type": "string"}}}, auth=False),
+    Route("GET", "/metrics", metrics, "Prometheus metrics", "health", content_type="text/plain", auth=False),
+]
+
+__all__ = ["ROUTES"]

@@ -1,0 +1,103 @@
+"""Run read routes (DESIGN 5.1): list, get, and the run's event stream.
+
+The write routes (`POST /v1/runs`, `/v1/runs/{id}/inputs`, `/v1/runs/{id}/cancel`) belong to the
+runtime issue: they are added by passing their `Route`s to `create_app(extra_routes=...)`, and
+reach the runtime through `services(request).runtime`.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from eventlog.events import AnyEvent, RunFinished, RunSuspended, StoredCommit
+from projections.fold import Folder
+
+from . import sse
+from .auth import Principal, principal
+from .context import Services, services, visible_run, wait_min_seq
+from .errors import not_found
+from .models import EventsQuery, GetViewQuery, ListRunsQuery
+from .replies import page, reply
+from .routing import Route, parse_query, path_id
+from .threads import last_seq, resume_point
+
+
+async def list_runs(request: web.Request) -> web.Response:
+    svc, who = services(request), principal(request)
+    q = parse_query(request, ListRunsQuery)
+    await wait_min_seq(svc, q.min_seq)
+    runs = await svc.views.list_runs()
+    if who.tenant is not None:
+        mine = {t.thread_id for t in await svc.views.list_threads() if who.can_see(t.resource_id)}
+        runs = [r for r in runs if r.thread_id in mine]
+    items = [
+        r for r in runs
+        if (q.thread_id is None or r.thread_id == q.thread_id)
+        and (q.status is None or r.status == q.status)
+        and (q.agent_id is None or r.agent_id == q.agent_id)
+        and (q.parent_run_id is None or r.parent_run_id == q.parent_run_id)
+    ]
+    return reply(page(items, limit=q.limit, offset=q.offset, key="runs"))
+
+
+async def get_run(request: web.Request) -> web.Response:
+    svc, who = services(request), principal(request)
+    run_id = path_id(request, kind="run_id")
+    q = parse_query(request, GetViewQuery)
+    await wait_min_seq(svc, q.min_seq)
+    return reply(await visible_run(svc, who, run_id))
+
+
+def _pauses(event: AnyEvent) -> bool:
+    """A followed run stream ends when the run finishes or suspends (waits for a human)."""
+    return isinstance(event, (RunFinished, RunSuspended))
+
+
+async def _run_from_log(svc: Services, who: Principal, run_id: str) -> tuple[list[StoredCommit], str, bool]:
+    """The run's commits, its thread, and whether it is live (not done, not waiting)."""
+    commits = [c async for c in svc.store.read_run(run_id)]
+    if not commits:
+        raise not_found("run", run_id)
+    thread_id = commits[0].commit.thread_id
+    if who.tenant is not None:
+        await wait_min_seq(svc, commits[0].seq)  # the thread's creation precedes its runs
+        thread = await svc.views.get_thread(thread_id)
+        if thread is None or not who.can_see(thread.resource_id):
+            raise not_found("run", run_id)
+    folder = Folder()
+    for stored in commits:
+        folder.apply_commit(stored.seq, stored.commit)
+    view = folder.run(run_id)
+    return commits, thread_id, view is not None and view.status == "running"
+
+
+async def run_events(request: web.Request) -> web.StreamResponse:
+    svc, who = services(request), principal(request)
+    run_id = path_id(request, kind="run_id")
+    q = parse_query(request, EventsQuery)
+    after = resume_point(request, q)
+    commits, thread_id, running = await _run_from_log(svc, who, run_id)
+    live = None
+    if q.follow and running:
+        live = svc.store.follow(thread_id, after=last_seq(commits, after))
+    frames = sse.positioned_events(commits, live, after, keep=lambda c: c.commit.run_id == run_id,
+                                   stop=_pauses)
+    return await sse.stream(request, frames, queue_size=svc.settings.sse_queue,
+                            heartbeat=svc.settings.sse_heartbeat)
+
+
+_RUN = {"$ref": "#/components/schemas/RunView"}
+
+ROUTES: list[Route] = [
+    Route("GET", "/v1/runs", list_runs, "List runs (from the views)", "runs", query=ListRunsQuery,
+          response={"type": "object", "properties": {"runs": {"type": "array", "items": _RUN},
+                                                     "total": {"type": "integer"}, "limit": {"type": "integer"},
+                                                     "offset": {"type": "integer"}}}),
+    Route("GET", "/v1/runs/{id}", get_run, "One run (from the views)", "runs", query=GetViewQuery,
+          response=_RUN, errors=(404,)),
+    Route("GET", "/v1/runs/{id}/events", run_events,
+          "Event stream (SSE) of a run, from the log; with follow, until it finishes or suspends", "runs",
+          query=EventsQuery, content_type="text/event-stream", errors=(404,)),
+]
+
+__all__ = ["ROUTES"]

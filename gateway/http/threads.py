@@ -1,0 +1,255 @@
+"""Thread routes (DESIGN 5.1): create, list, get, patch metadata, delete, messages, state, events.
+
+Writes (create/patch/delete) are commits of thread-level events appended under per-thread OCC;
+their answers carry the commit `seq` for read-your-writes (`min_seq`). The view they return is
+the fold of the log up to that commit, so it is exact even while the projection catches up.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from eventlog.errors import VersionConflict
+from eventlog.events import (
+    Commit,
+    Position,
+    StoredCommit,
+    ThreadCreated,
+    ThreadDeleted,
+    ThreadMetadataUpdated,
+)
+from eventlog.ids import new_id, now_ms
+from projections.fold import Folder, fold_messages
+from projections.timetravel import state_at
+from projections.views import ThreadView
+
+from . import sse
+from .auth import Principal, principal
+from .context import Services, services, thread_from_log, visible_thread, wait_min_seq
+from .errors import ApiError
+from .models import (
+    CreateThread,
+    DeleteThreadQuery,
+    EventsQuery,
+    GetViewQuery,
+    ListThreadsQuery,
+    MessagesQuery,
+    StateQuery,
+    UpdateThread,
+)
+from .replies import page, reply
+from .routing import Route, parse_body, parse_query, path_id
+
+
+def _conflict(message: str) -> ApiError:
+    return ApiError(409, "thread_exists", message)
+
+
+async def _append(svc: Services, thread_id: str, events: list[Any], version: int) -> tuple[int, Commit]:
+    commit = Commit(commit_id=new_id(), thread_id=thread_id, run_id=None, ts=now_ms(), events=events)
+    result = await svc.store.append(commit, expected_version=version)
+    return result.seq, commit
+
+
+def _after(view: ThreadView | None, seq: int, commit: Commit) -> ThreadView | None:
+    folder = Folder({view.thread_id: view} if view is not None else None)
+    folder.apply_commit(seq, commit)
+    return folder.thread(commit.thread_id)
+
+
+async def create_thread(request: web.Request) -> web.Response:
+    svc, who = services(request), principal(request)
+    body = await parse_body(request, CreateThread)
+    if not who.can_see(body.resource_id):
+        raise ApiError(403, "tenant_mismatch",
+                       f"this token may only create threads whose resource_id starts with {who.tenant!r}")
+    if body.parent_thread_id is not None:
+        await _check_parent(svc, who, body.parent_thread_id)
+    thread_id = body.thread_id or new_id()
+    if await svc.store.thread_version(thread_id) != 0:
+        raise _conflict(f"thread {thread_id!r} already exists")
+    event = ThreadCreated(resource_id=body.resource_id, parent_thread_id=body.parent_thread_id,
+                          metadata=body.metadata)
+    try:
+        seq, commit = await _append(svc, thread_id, [event], 0)
+    except VersionConflict:
+        raise _conflict(f"thread {thread_id!r} already exists") from None
+    return reply({"thread": _after(None, seq, commit), "seq": seq}, status=201)
+
+
+async def _check_parent(svc: Services, who: Principal, parent_id: str) -> None:
+    """The parent must exist (in the log) and, for a tenant, be one of its own threads."""
+    version = await svc.store.thread_version(parent_id)
+    if version == 0:
+        raise ApiError(404, "thread_not_found", f"parent thread {parent_id!r} not found")
+    if who.tenant is not None:
+        await wait_min_seq(svc, version)
+        await visible_thread(svc, who, parent_id)
+
+
+async def list_threads(request: web.Request) -> web.Response:
+    svc, who = services(request), principal(request)
+    q = parse_query(request, ListThreadsQuery)
+    await wait_min_seq(svc, q.min_seq)
+    items = [
+        t for t in await svc.views.list_threads()
+        if not t.deleted and who.can_see(t.resource_id)
+        and (q.resource_id is None or t.resource_id == q.resource_id)
+        and (q.parent_thread_id is None or t.parent_thread_id == q.parent_thread_id)
+    ]
+    return reply(page(items, limit=q.limit, offset=q.offset, key="threads"))
+
+
+async def get_thread(request: web.Request) -> web.Response:
+    svc, who = services(request), principal(request)
+    thread_id = path_id(request)
+    q = parse_query(request, GetViewQuery)
+    await wait_min_seq(svc, q.min_seq)
+    return reply(await visible_thread(svc, who, thread_id))
+
+
+async def _current(svc: Services, who: Principal, thread_id: str, expected: int | None) -> tuple[ThreadView, int]:
+    """The thread as of its latest commit, for a write: the log gives the version, the view
+    (caught up to that version, bounded) gives tenancy and the tombstone."""
+    version = await svc.store.thread_version(thread_id)
+    if version == 0:
+        raise ApiError(404, "thread_not_found", f"thread {thread_id!r} not found")
+    await wait_min_seq(svc, version)
+    view = await visible_thread(svc, who, thread_id)
+    if expected is not None and expected != version:
+        raise VersionConflict(thread_id, expected, version)
+    return view, version
+
+
+async def update_thread(request: web.Request) -> web.Response:
+    svc, who = services(request), principal(request)
+    thread_id = path_id(request)
+    body = await parse_body(request, UpdateThread)
+    view, version = await _current(svc, who, thread_id, body.expected_version)
+    seq, commit = await _append(svc, thread_id, [ThreadMetadataUpdated(metadata=body.metadata)], version)
+    return reply({"thread": _after(view, seq, commit), "seq": seq})
+
+
+async def delete_thread(request: web.Request) -> web.Response:
+    svc, who = services(request), principal(request)
+    thread_id = path_id(request)
+    q = parse_query(request, DeleteThreadQuery)
+    _view, version = await _current(svc, who, thread_id, q.expected_version)
+    seq, _commit = await _append(svc, thread_id, [ThreadDeleted(reason=q.reason)], version)
+    return reply({"thread_id": thread_id, "deleted": True, "seq": seq})
+
+
+async def thread_messages(request: web.Request) -> web.Response:
+    """Messages in log order, each with the event id that appended it (the `after` cursor)."""
+    svc, who = services(request), principal(request)
+    thread_id = path_id(request)
+    q = parse_query(request, MessagesQuery)
+    commits, _view = await thread_from_log(svc, who, thread_id)
+    after = Position.parse(q.after) if q.after else None
+    items: list[dict[str, Any]] = []
+    for stored in commits:
+        run_id = stored.commit.run_id
+        for position, event in stored.positioned():
+            # The fold decides what appends a message; folding onto () keeps this linear.
+            appended = fold_messages((), event)
+            if not appended:
+                continue
+            message = appended[-1]
+            if after is not None and position <= after:
+                continue
+            if q.run_id is not None and run_id != q.run_id:
+                continue
+            if q.visibility is not None and message.visibility != q.visibility:
+                continue
+            items.append({"event_id": str(position), "run_id": run_id, "message": message})
+    shown = items[: q.limit]
+    more = len(items) > q.limit
+    return reply({"messages": shown, "next_after": shown[-1]["event_id"] if more else None})
+
+
+async def thread_state(request: web.Request) -> web.Response:
+    svc, who = services(request), principal(request)
+    thread_id = path_id(request)
+    q = parse_query(request, StateQuery)
+    commits, view = await thread_from_log(svc, who, thread_id)
+    if q.at is None:
+        return reply({"thread_id": thread_id, "at": None, "version": view.version, "state": view.state})
+    at = Position.parse(q.at)
+    return reply({"thread_id": thread_id, "at": str(at), "version": view.version,
+                  "state": state_at(commits, thread_id, at)})
+
+
+def resume_point(request: web.Request, q: EventsQuery) -> Position | None:
+    """`Last-Event-ID` (what browsers send on reconnect) wins over `after`."""
+    header = request.headers.get("Last-Event-ID")
+    text = header if header is not None and header.strip() else q.after
+    if text is None:
+        return None
+    try:
+        return Position.parse(text)
+    except ValueError as exc:
+        raise ApiError(400, "invalid_event_id", str(exc),
+                       [{"field": "Last-Event-ID" if header else "after", "message": str(exc),
+                         "type": "invalid_event_id"}]) from None
+
+
+def last_seq(commits: list[StoredCommit], after: Position | None) -> int:
+    """Where a live tail starts so it continues both the history and the resume point."""
+    floor = after.seq - 1 if after is not None else 0
+    return max(commits[-1].seq if commits else 0, floor)
+
+
+async def thread_events(request: web.Request) -> web.StreamResponse:
+    svc, who = services(request), principal(request)
+    thread_id = path_id(request)
+    q = parse_query(request, EventsQuery)
+    after = resume_point(request, q)
+    commits, _view = await thread_from_log(svc, who, thread_id)
+    live = svc.store.follow(thread_id, after=last_seq(commits, after)) if q.follow else None
+    frames = sse.positioned_events(commits, live, after)
+    return await sse.stream(request, frames, queue_size=svc.settings.sse_queue,
+                            heartbeat=svc.settings.sse_heartbeat)
+
+
+_THREAD = {"$ref": "#/components/schemas/ThreadView"}
+_WRITE = {"type": "object", "properties": {"thread": _THREAD, "seq": {"type": "integer"}},
+          "required": ["thread", "seq"]}
+
+ROUTES: list[Route] = [
+    Route("POST", "/v1/threads", create_thread, "Create a thread (ThreadCreated)", "threads",
+          body=CreateThread, response=_WRITE, status=201, errors=(403, 409, 413)),
+    Route("GET", "/v1/threads", list_threads, "List threads (from the views)", "threads",
+          query=ListThreadsQuery,
+          response={"type": "object", "properties": {"threads": {"type": "array", "items": _THREAD},
+                                                     "total": {"type": "integer"}, "limit": {"type": "integer"},
+                                                     "offset": {"type": "integer"}}}),
+    Route("GET", "/v1/threads/{id}", get_thread, "One thread (from the views)", "threads",
+          query=GetViewQuery, response=_THREAD, errors=(404,)),
+    Route("PATCH", "/v1/threads/{id}", update_thread, "Merge metadata (ThreadMetadataUpdated)", "threads",
+          body=UpdateThread, response=_WRITE, errors=(404, 409)),
+    Route("DELETE", "/v1/threads/{id}", delete_thread, "Delete (ThreadDeleted tombstone)", "threads",
+          query=DeleteThreadQuery,
+          response={"type": "object", "properties": {"thread_id": {"type": "string"},
+                                                     "deleted": {"type": "boolean"}, "seq": {"type": "integer"}}},
+          errors=(404, 409)),
+    Route("GET", "/v1/threads/{id}/messages", thread_messages, "Messages, from the log", "threads",
+          query=MessagesQuery,
+          response={"type": "object", "properties": {
+              "messages": {"type": "array", "items": {"type": "object", "properties": {
+                  "event_id": {"type": "string"}, "run_id": {"type": ["string", "null"]},
+                  "message": {"$ref": "#/components/schemas/Message"}}}},
+              "next_after": {"type": ["string", "null"]}}},
+          errors=(404,)),
+    Route("GET", "/v1/threads/{id}/state", thread_state, "Thread state, now or as of an event id",
+          "threads", query=StateQuery,
+          response={"type": "object", "properties": {"thread_id": {"type": "string"},
+                                                     "at": {"type": ["string", "null"]},
+                                                     "version": {"type": "integer"}, "state": {"type": "object"}}},
+          errors=(404,)),
+    Route("GET", "/v1/threads/{id}/events", thread_events, "Event stream (SSE) of a thread, from the log",
+          "threads", query=EventsQuery, content_type="text/event-stream", errors=(404,)),
+]
+
+__all__ = ["ROUTES", "last_seq", "resume_point"]
