@@ -10,7 +10,7 @@ Guarantees, and how:
   a start/continue/decide when its run finished or waits, a cancel once it is recorded. While a
   run is active the worker sends `in_progress()` heartbeats, so `ack_wait` only expires for a
   worker that died (or froze); the command is then redelivered and the next worker **resumes the
-  run from the log** (`Runtime.resume`, or this module's fallback `resume_from_log`).
+  run from the log** (`Runtime.resume`).
 - **At-least-once tools.** A call that started but did not complete before a crash runs again
   with the same `call_id` (its idempotency key); a completed call (its `ToolCallCompleted` is
   committed) never runs again.
@@ -37,14 +37,13 @@ import importlib
 import inspect
 import os
 import signal
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import msgspec
 
-from eventlog.errors import AgentlogError, StoreUnavailable, VersionConflict
-from eventlog.events import RunFinished, RunStarted, StoredCommit, ToolCallResuming, ToolCallStarted
+from eventlog.errors import AgentlogError, StoreUnavailable
+from eventlog.events import RunStarted
 from eventlog.subjects import command_subject
 
 from .commands import (
@@ -52,8 +51,6 @@ from .commands import (
     COMMANDS_SUBJECTS,
     WORKER_CONSUMER,
     Cancel,
-    Command,
-    ContinueRun,
     Decide,
     InvalidCommand,
     StartRun,
@@ -61,8 +58,8 @@ from .commands import (
     decode_command,
     ensure_commands_stream,
 )
-from .hitl import HitlError, RunNotWaiting, ready_calls
-from .loop import RunConflict, RunLoop, _Cancelled, _Replay, _Running, get_logger, plan_call
+from .hitl import HitlError, RunNotWaiting
+from .loop import RunConflict, get_logger
 from .runtime import RunHandle, RunNotFound, Runtime
 
 _log = get_logger("agentlog.worker")
@@ -71,95 +68,6 @@ App = Callable[[Any], "Runtime | Awaitable[Runtime]"]
 
 #: What to do with a command's message once handled.
 ACK, NAK, TERM = "ack", "nak", "term"
-
-
-# == resume fallback ==============================================================================
-
-
-class _ResumeLoop(RunLoop):
-    """A RunLoop that first re-runs the calls a dead worker started but never completed (same
-    call_id, no second `ToolCallStarted`), then goes on like a resume after decisions."""
-
-    _orphans: list[tuple[Any, Any]]
-
-    async def _resume_rest(self) -> bool:  # type: ignore[override]
-        orphans, self._orphans = getattr(self, "_orphans", []), []
-        if orphans:
-            await self._rerun(orphans)
-        return await super()._resume_rest()
-
-    async def _rerun(self, orphans: list[tuple[Any, Any]]) -> None:
-        runs = []
-        for plan, decision in orphans:
-            running = _Running(plan, asyncio.Event(), decision=decision)
-            self._running[plan.call.id] = running
-            runs.append(running)
-        order = {r.plan.call.id: i for i, r in enumerate(runs)}
-        tasks = {asyncio.ensure_future(self._execute(r)): r for r in runs}
-        waiter = self._waiter()
-        try:
-            while tasks:
-                if self._cancel.is_set():
-                    raise _Cancelled()
-                done, _ = await asyncio.wait((*tasks, waiter), return_when=asyncio.FIRST_COMPLETED)
-                finished = sorted((t for t in done if t in tasks), key=lambda t: order[tasks[t].plan.call.id])
-                if not finished:
-                    raise _Cancelled()
-                for task in finished:
-                    running = tasks.pop(task)
-                    result, ops = task.result()
-                    await self._complete(running.plan, result, ops)
-                await self._flush()
-        except BaseException:
-            for task, running in tasks.items():
-                running.cancel.set()
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
-
-
-async def resume_from_log(rt: Runtime, run_id: str, thread_id: str | None = None) -> RunHandle | None:
-    """Continue an unfinished run from the log alone; None if it is finished or just waits.
-
-    Fallback for runtimes without `Runtime.resume` (uses RunLoop internals): started-not-completed
-    calls re-run with the same call_id, decided-and-resuming calls replay, recorded-but-unapplied
-    decisions are applied, an uncommitted inference is redone (the next step simply runs)."""
-    loaded = await rt._load(run_id, thread_id)
-    ctx = loaded.ctx
-    if ctx.finished is not None:
-        return None
-    mode = loaded.spec.tool_execution_mode
-    if ctx.waiting and not ctx.running and not ctx.resuming and not ready_calls(mode, ctx):
-        return None
-    handle = RunHandle(run_id, loaded.thread_id, loaded.spec.id)
-    handle.commits = list(loaded.run_commits)
-    loop = _ResumeLoop(
-        spec=loaded.spec, ctx=ctx, version=loaded.version, store=rt.store,
-        tools=rt._tools_for(loaded.spec), models=rt.models, live=rt.live, entropy=rt.entropy,
-        on_commit=handle._on_commit,
-    )
-    if ctx.waiting and not ctx.running and not ctx.resuming:
-        try:
-            await loop.begin_resume([])  # recorded decisions the log never applied
-        except VersionConflict:
-            raise RunConflict(f"run {run_id!r} moved while resuming") from None
-    else:
-        modes: dict[str, str] = {}
-        for sc in loaded.run_commits:
-            for ev in sc.commit.events:
-                if type(ev) is ToolCallResuming:
-                    modes[ev.call_id] = ev.mode
-        orphans = []
-        for call_id in ctx.running:
-            orphans.append((loop._plan_for(call_id), ctx.resuming.get(call_id)))
-        loop._orphans = orphans
-        loop._replays = [
-            _Replay(loop._plan_for(cid), decision, modes.get(cid, "replay_tool_call"))
-            for cid, decision in ctx.resuming.items() if cid not in ctx.running
-        ]
-        loop._entry = "resume"
-    rt._drive(loop, handle)
-    return handle
 
 
 # == the worker ===================================================================================
@@ -451,11 +359,7 @@ class Worker:
     async def _resume(self, run_id: str, thread_id: str | None, log: Any) -> RunHandle | None:
         rt = self.runtime
         assert rt is not None
-        resume = getattr(rt, "resume", None)
-        if resume is not None:
-            handle = await resume(run_id, thread_id=thread_id)
-        else:
-            handle = await resume_from_log(rt, run_id, thread_id)
+        handle = await rt.resume(run_id, thread_id=thread_id)
         if handle is not None:
             self.stats["resumed"] += 1
             log.info("run.resumed_from_log")
@@ -492,7 +396,8 @@ class Worker:
             return
         try:
             if isinstance(cmd, Cancel):
-                await rt.cancel(cmd.run_id, reason=cmd.reason)
+                # signal only: the queued Cancel command records it (or finds the run finished)
+                rt.signal_cancel(cmd.run_id)
             elif isinstance(cmd, Decide):
                 active = rt._active.get(cmd.run_id)
                 if active is not None and not active[1].done:
