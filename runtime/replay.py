@@ -51,6 +51,7 @@ from eventlog.events import (
     RunCancelRequested,
     RunFinished,
     RunStarted,
+    RunSuspended,
     StatePatched,
     StoredCommit,
     Termination,
@@ -124,6 +125,10 @@ class NonDeterminismError(AgentlogError):
 
 class UnknownReplayRun(AgentlogError, LookupError):
     code = "run_not_found"
+
+
+class _EndOfRecording(Exception):
+    """The replayed loop reached the end of an open recording (`ReplayPlan.open`): stop it."""
 
 
 # == request digests ==============================================================================
@@ -236,6 +241,13 @@ class ReplayPlan:
     @property
     def events(self) -> int:
         return sum(len(sc.commit.events) for sc in self.loop)
+
+    @property
+    def open(self) -> bool:
+        """The recording stops mid-run: not finished and not waiting (the run is going on
+        elsewhere, or its process died and nobody resumed it yet). Replay verifies what is
+        recorded and stops where the recording does; going on would be guessing."""
+        return self.termination is None and not any(isinstance(e, RunSuspended) for e in self.loop[-1].commit.events)
 
 
 def is_external(sc: StoredCommit, run_id: str) -> bool:
@@ -504,6 +516,8 @@ class ReplayModel:
                 usage=rec.record.usage, stop_reason=rec.record.stop_reason,
             ))
             return
+        if plan.open:
+            raise _EndOfRecording()
         term = plan.termination
         if term is not None and term.type == "error":
             raise _RecordedModelError(term.code, term.detail)
@@ -544,6 +558,8 @@ class _ReplayTool(Tool):
     async def invoke(self, arguments: Any, ctx: ToolContext) -> ToolResult:
         session = self._session
         outcome = session.next_outcome(ctx.call_id)
+        if outcome is None and session.plan.open:
+            raise _EndOfRecording()  # never run a tool past the end of the recording
         if self._from_log:
             self.validate(arguments)
             session.from_log += 1
@@ -601,6 +617,8 @@ class VerifyingStore:
         plan = self.plan
         index = self.session.verified
         if index >= len(plan.loop):
+            if plan.open:
+                raise _EndOfRecording()
             after = plan.segment[-1].seq + 1
             raise self._diverge(Position(after, 0), None, commit.events[0] if commit.events else None,
                                 f"the loop wrote {index - len(plan.loop) + 1} commit(s) more than recorded")
@@ -851,6 +869,8 @@ async def verify_run(
                 Position(plan.loop[k].seq if k < len(plan.loop) else plan.segment[-1].seq + 1, 0), want, None,
                 f"the loop made no progress for {timeout_s}s after {k} verified commit(s)", run_id=run_id,
             ))
+    except _EndOfRecording:
+        pass  # an open recording fully verified; the loop was stopped where it ends
     except Exception:  # noqa: BLE001 - a divergence surfaces as whatever the loop made of it
         if session.error is None:
             raise

@@ -227,3 +227,25 @@ def test_installed_script_exit_codes(recorded: Recorded) -> None:
     assert ok.stdout.startswith(f"verified run {recorded.run_id}:")
     bad = run("app_tool_changed")
     assert bad.returncode == 1 and "diverged at" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_installed_script_json_stays_clean_for_a_cancelled_hitl_run(nats_server: EmbeddedNatsServer) -> None:
+    """Cancelling while waiting logs at info level inside the runtime: with --json, stdout must
+    still be exactly one JSON document (the runtime logs to stderr, at the CLI's level)."""
+    async def record() -> None:
+        store = await JetStreamEventStore.connect(nats_server.url)
+        try:
+            await start_waiting(store, "cancel_waiting")
+            await resume_in_process(store, "cancel_waiting")
+        finally:
+            await store.close()
+
+    asyncio.run(record())
+    proc = subprocess.run(
+        ["timeout", "60", AGENTLOG, "--log-level", "info", "replay", S.RUN, "--verify", "--app",
+         f"{APP}:hitl_cancel_waiting", "--json", "--nats", nats_server.url],
+        cwd=ROOT, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["ok"] is True and doc["termination"]["type"] == "cancelled" and doc["status"] == "done"

@@ -140,6 +140,22 @@ async def test_a_run_resumed_after_its_process_died_verifies(store: Any, after: 
             await rt.run("agent", "double things", thread_id="tc", run_id="rc")
     prefix = await thread_log(store, "tc")
     assert len(prefix) == after
+    # before anyone resumes it, the run's recording is open: verified as far as it goes
+    runs: list[int] = []
+
+    @tool(name="double")
+    def counted(x: int, ctx: ToolContext) -> int:
+        """Double a number and remember it."""
+        runs.append(x)
+        ctx.set(f"/double_{x}", 2 * x)
+        return 2 * x
+
+    async with asyncio.timeout(30):
+        report = await verify_run(store, "rc", ReplayApp(agents=[crash_agent()], tools=[counted]))
+    assert report.ok and report.commits_verified == after and report.status == "running"
+    assert report.termination is None
+    completed = sum(isinstance(e, ToolCallCompleted) for sc in prefix for e in sc.commit.events)
+    assert len(runs) == completed, "no tool runs past the end of the recording"
     entropy = DeterministicEntropy()
     entropy._counter = max(int(sc.commit.commit_id[2:]) for sc in prefix)  # noqa: SLF001 - go on from the log
     fresh = Runtime(store, agents=[crash_agent()], tools=[double], entropy=entropy)
