@@ -4,7 +4,9 @@ Every command takes the same connection options (`--nats URL`, `--creds`, `--tok
 `--data-dir`, `--timeout`); without a URL the embedded nats-server runs for the duration of the
 command. Every answer is computed from the log itself (the only source of truth), so the CLI
 shows the same thing whichever process wrote the log and whether or not a projection runner is
-running. Errors are one red line `error [<code>]: <message>` on stderr, exit 1, or 2 for usage
+running. `replay RUN --verify --app module:attr` is the one command that runs user code: it
+re-executes the run with the app's agents and tools against the log (runtime.replay) and exits 1
+at the first difference. Errors are one red line `error [<code>]: <message>` on stderr, exit 1, or 2 for usage
 errors (bad ids, unknown run); never a traceback.
 """
 

@@ -9,14 +9,21 @@ is being replayed:
   the next commit the loop recorded for that run, event by event, and answers with the recorded
   seq, so OCC versions, positions and `on_commit` are exactly as they were. Reads answer from the
   recorded thread up to the current point. Commits another party wrote in between (a cancel
-  request; later, HITL decisions) are made visible right after the loop commit they followed, so
-  the loop meets them as it did: on its next append's `VersionConflict`, or -- when the recording
-  shows the loop was idle until the cancel (its next commit is the bare cancel finish) -- through
-  the in-process cancel signal as well.
+  request, decisions recorded on their own, metadata edits) are made visible right after the
+  loop commit they followed, so the loop meets them as it did: on its next append's
+  `VersionConflict`, or -- when the recording shows the loop was idle until the cancel (its next
+  commit is the bare cancel finish) -- through `Runtime.signal_cancel` (no append).
+- Sessions (human in the loop): when the replayed loop stops short of the recording's end
+  (waiting), replay applies what the recording shows came next through the runtime's own API on
+  the verifying store: `decide()` with the recorded decisions (the decision commit, with what the
+  runtime derived from it, is verified), `cancel()` with the recorded reason, `resume()` for
+  decisions recorded alone. A run resumed after its process died needs no seam: `resume()` writes
+  what the uninterrupted loop would have, ids and timestamps included.
 - `ReplayModel` (models): answers the k-th inference from the recorded assistant message +
   `InferenceCompleted`; it also checks the *request* (system prompt, plugin context, tools,
-  options, conversation) against a recorded digest, because those change what the model was asked
-  without changing any committed event.
+  options, conversation) against the recorded `InferenceCompleted.request_digest`, because those
+  change what the model was asked without changing any other committed event. (Logs written
+  before the digest existed: pass `requests=`, e.g. from `RecordingModel`.)
 - `ReplayEntropy` (entropy): ids and timestamps from the log, in the order the loop asks for them.
 - tools (tools): re-executed for real by default, so a tool that now returns another value
   diverges at its `ToolCallCompleted`; `tools_from_log` answers chosen (side-effecting) tools from
@@ -143,8 +150,9 @@ def request_digest(request: ModelRequest) -> str:
 class RecordingModel:
     """Wraps a model and keeps the request of every inference that completed, in order.
 
-    Stop-gap for the missing `InferenceCompleted.request_digest`: record with it, then pass
-    `requests=recorder.requests` to `verify_run` so request changes are caught."""
+    For logs without `InferenceCompleted.request_digest`, and for tests that want the full
+    request in the error: pass `requests=recorder.requests` to `verify_run` (a recorded digest
+    still decides; the full request only names what differs)."""
 
     def __init__(self, inner: Model) -> None:
         self.inner = inner
