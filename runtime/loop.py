@@ -24,7 +24,7 @@ as it finishes, so it never runs again after a crash.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -486,6 +486,7 @@ class RunLoop:
         live: LiveSink,
         entropy: Entropy,
         on_commit: Callable[[StoredCommit], None] = lambda sc: None,
+        older_messages: Callable[[], Awaitable[list[Message]]] | None = None,
     ) -> None:
         self.spec = spec
         self.ctx = ctx
@@ -519,6 +520,34 @@ class RunLoop:
         self._agent_tools = {n: tools[n] for n in spec.tools if n in tools}
         self._base_tool_specs = tool_specs(spec, self._agent_tools, ())
         self._live_on = live.enabled
+        #: A context folded from a snapshot lacks the messages before it: they are loaded by
+        #: this (started early by `prefetch_messages`, awaited before anything reads them).
+        self._older_factory = older_messages
+        self._older: asyncio.Future[list[Message]] | None = None
+
+    # -- messages from before a snapshot ---------------------------------------------------------
+
+    def prefetch_messages(self) -> None:
+        """Start loading the messages older than the snapshot, concurrently with whatever the
+        loop does first (a replayed tool does not need them; the next inference does)."""
+        if self._older_factory is not None and self._older is None:
+            self._older = asyncio.ensure_future(self._older_factory())
+
+    async def _messages_ready(self) -> None:
+        """Make `ctx.messages` the whole conversation (older + folded tail) before it is read."""
+        if self._older_factory is None:
+            return
+        self.prefetch_messages()
+        older = await self._older  # type: ignore[misc]
+        self._older_factory = None
+        self._older = None
+        self.ctx.messages[:0] = older
+
+    async def _drop_prefetch(self) -> None:
+        task, self._older = self._older, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     # -- staging and committing ----------------------------------------------------------------
 
@@ -612,6 +641,7 @@ class RunLoop:
         plugins = self._hooks[hook]
         if not plugins:
             return []
+        await self._messages_ready()
         return await run_hook(plugins, hook, self._phase(decision), *args)
 
     def _apply_patches(self, actions: Sequence[Action], source: str) -> None:
@@ -706,6 +736,7 @@ class RunLoop:
                 await asyncio.gather(self._inflight, return_exceptions=True)
             if self._cancel_waiter is not None:
                 self._cancel_waiter.cancel()
+            await self._drop_prefetch()
         term = self.ctx.finished
         self.log.info(
             "run.waiting" if term is None else "run.finished",
@@ -731,6 +762,7 @@ class RunLoop:
             specs = self._base_tool_specs
             if any(isinstance(a, (ExcludeTools, IncludeOnlyTools)) for a in actions):
                 specs = tool_specs(self.spec, self._agent_tools, actions)
+            await self._messages_ready()
             request = build_request(self.spec, self.ctx, specs, actions)
             t0 = self.entropy.now_ms()
             try:

@@ -10,7 +10,8 @@ projections' fold over exactly those commits).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from eventlog.errors import AgentlogError, VersionConflict
@@ -77,13 +78,15 @@ class DecideResult(NamedTuple):
 
 
 class _Loaded(NamedTuple):
-    """A run folded from the log: what `decide`/`cancel` need to act on it."""
+    """A run folded from the log: what `decide`/`cancel` need to act on it. `older_messages`
+    is set when the context came from a snapshot: it loads the messages the snapshot covers."""
 
     thread_id: str
     spec: AgentSpec
     ctx: RunContext
     version: int
     run_commits: list[StoredCommit]
+    older_messages: Callable[[], Awaitable[list[Message]]] | None = None
 
 
 class RunHandle:
@@ -207,8 +210,8 @@ class Runtime:
         self.models = models if isinstance(models, ModelRegistry) else ModelRegistry(models)
         self.live: LiveSink = live or NullLiveSink()
         self.entropy: Entropy = entropy or SYSTEM_ENTROPY
-        #: Optional projections `ViewStore` (e.g. `projections.kv.KVViewStore`), reserved for the
-        #: snapshot + tail cold resume; accepted but not used yet (`_load` folds from seq 1).
+        #: Optional projections `ViewStore` (e.g. `projections.kv.KVViewStore`): when given, a
+        #: cold resume starts from the thread view snapshot (see `_load`). Never written here.
         self.views = views
         self._active: dict[str, tuple[RunLoop, RunHandle]] = {}
 
@@ -309,14 +312,22 @@ class Runtime:
     # -- human in the loop ---------------------------------------------------------------------
 
     async def _load(self, run_id: str, thread_id: str | None = None) -> _Loaded:
-        """Fold a run from the log alone (any process): the thread's commits into a RunContext.
+        """Fold a run from the log alone (any process) into a RunContext.
 
-        Today: one read of the whole thread from seq 1 (the fold itself is ~0.2 ms per 1,000
-        events; the read is what grows with history). Planned (not yet built): with `views`,
-        start from the thread view snapshot (state, version), fold only this run's commits
-        with `thread_scope=False` plus the thread's tail after the snapshot, and load older
-        messages off the critical path (they are needed by the next inference, not the replay).
+        Without `views`: one read of the whole thread from seq 1 (the read grows with history).
+        With `views` (flat in history): the run's own commits (`read_run`) and the thread view
+        snapshot (state + the seq it covers) concurrently, then the thread's tail after that
+        seq. The run's commits the snapshot covers are folded run-scoped only
+        (`thread_scope=False`: the snapshot holds their thread state), the tail in full. The
+        messages the snapshot covers are not in a view: the loop loads them concurrently and
+        awaits them only before it reads them (next inference, plugin hooks), so a replayed
+        tool starts without them. A missing or lagging snapshot only lengthens the tail.
         """
+        if self.views is not None:
+            loaded = await self._load_from_snapshot(run_id, thread_id)
+            if loaded is not None:
+                return loaded
+            thread_id = thread_id or await self._thread_of(run_id)
         if thread_id is None:
             thread_id = await self._thread_of(run_id)
         history = [sc async for sc in self.store.read_thread(thread_id)]
@@ -328,17 +339,61 @@ class Runtime:
         ctx = fold_context(RunContext(thread_id=thread_id, run_id=run_id), history)
         return _Loaded(thread_id, spec, ctx, history[-1].seq, run_commits)
 
+    async def _load_from_snapshot(self, run_id: str, thread_id: str | None) -> _Loaded | None:
+        """`_load` from the thread view snapshot; None if there is no usable snapshot."""
+        store = self.store
+
+        async def run_commits() -> list[StoredCommit]:
+            return [sc async for sc in store.read_run(run_id)]
+
+        if thread_id is None:
+            commits = await run_commits()
+            if not commits:
+                raise RunNotFound(f"unknown run {run_id!r}")
+            thread_id = commits[0].commit.thread_id
+            snap = await self.views.get_thread(thread_id)  # type: ignore[union-attr]
+        else:
+            commits, snap = await asyncio.gather(run_commits(), self.views.get_thread(thread_id))  # type: ignore[union-attr]
+            if not commits:
+                raise RunNotFound(f"unknown run {run_id!r}")
+        if snap is None or snap.version <= 0 or snap.deleted:
+            return None
+        base = snap.version
+        tail = [sc async for sc in store.read_thread(thread_id, after=base)]
+        covered = [sc for sc in commits if sc.seq <= base]
+        ctx = RunContext(thread_id=thread_id, run_id=run_id, thread_exists=True, state=dict(snap.state))
+        fold_context(ctx, covered, thread_scope=False)
+        fold_context(ctx, tail)
+        run_commits_all = covered + [sc for sc in tail if sc.commit.run_id == run_id]
+        if not run_commits_all:
+            return None
+        agent_id = next(e.agent_id for e in run_commits_all[0].commit.events if type(e) is RunStarted)
+        spec = self.agents.get(agent_id)
+        version = tail[-1].seq if tail else base
+
+        async def older_messages() -> list[Message]:
+            out: list[Message] = []
+            async with contextlib.aclosing(store.read_thread(thread_id)) as commits_:
+                async for sc in commits_:
+                    if sc.seq > base:
+                        break
+                    out.extend(e.message for e in sc.commit.events if type(e) is MessageAppended)
+            return out
+
+        return _Loaded(thread_id, spec, ctx, version, run_commits_all, older_messages)
+
     def _loop_for(self, loaded: _Loaded, handle: RunHandle) -> RunLoop:
         return RunLoop(
             spec=loaded.spec, ctx=loaded.ctx, version=loaded.version, store=self.store,
             tools=self._tools_for(loaded.spec), models=self.models, live=self.live, entropy=self.entropy,
-            on_commit=handle._on_commit,
+            on_commit=handle._on_commit, older_messages=loaded.older_messages,
         )
 
     def _drive(self, loop: RunLoop, handle: RunHandle) -> None:
         run_id = handle.run_id
         self._active[run_id] = (loop, handle)
         handle._loop = loop
+        loop.prefetch_messages()
         task = asyncio.get_running_loop().create_task(loop.run(), name=f"agentlog-run-{run_id}")
         handle._task = task
         task.add_done_callback(handle._close)

@@ -41,6 +41,8 @@ from eventlog.server import EmbeddedNatsServer  # noqa: E402
 from eventlog.events import Commit, Message, MessageAppended, RunFinished, RunStarted, Termination, ThreadCreated  # noqa: E402
 from runtime import AgentSpec, Runtime, ToolContext, ToolResult, tool  # noqa: E402
 from runtime.models import ScriptedModel, Turn  # noqa: E402
+from projections.fold import fold_commits  # noqa: E402
+from projections.kv import KVViewStore  # noqa: E402
 
 STEPS = 20
 
@@ -112,10 +114,10 @@ def approve(ctx: ToolContext) -> Any:
     return "approved"
 
 
-def resume_runtime(store: Any) -> Runtime:
+def resume_runtime(store: Any, views: Any = None) -> Runtime:
     model = ScriptedModel([lambda req: "ok" if req.messages[-1].role == "tool" else Turn.tool("approve")], loop=True)
     agent = AgentSpec(id="cold", model=model, tools=["approve"], tool_execution_mode="sequential")
-    return Runtime(store, agents=[agent], tools=[approve])
+    return Runtime(store, agents=[agent], tools=[approve], views=views)
 
 
 async def prefill(store: Any, thread_id: str, events: int) -> None:
@@ -136,19 +138,26 @@ async def prefill(store: Any, thread_id: str, events: int) -> None:
                               ts=1, events=evs), seq)
 
 
-async def cold_resume(store: Any, history: int, samples: int) -> list[float]:
-    """Latencies (ms) from decide() on a brand-new Runtime to the replayed tool starting."""
+async def cold_resume(store: Any, history: int, samples: int, views: Any = None) -> list[float]:
+    """Latencies (ms) from decide() on a brand-new Runtime to the replayed tool starting.
+
+    With `views` (a KVViewStore), the thread view snapshot is written after the prefill, as a
+    caught-up projection runner would have; the waiting run's own commits are the tail."""
     out: list[float] = []
     for i in range(samples):
         thread_id = f"cold{history}x{i}"
         await prefill(store, thread_id, history)
+        if views is not None:
+            prior = [sc async for sc in store.read_thread(thread_id)]
+            await views.put_views(fold_commits(prior).threads.values(), [])
         waiting = await resume_runtime(store).run("cold", "go", thread_id=thread_id, parent_run_id=f"{thread_id}-r0")
         assert waiting.status == "waiting", waiting
         _tool_started.clear()
         t0 = time.perf_counter()
-        fresh = resume_runtime(store)  # new objects: nothing of the waiting run in memory
+        fresh = resume_runtime(store, views)  # new objects: nothing of the waiting run in memory
         res = await fresh.decide(waiting.run_id, [{"target_id": "call_0_0", "decision_id": f"d{i}",
-                                                   "action": "resume", "result": {"ok": True}}])
+                                                   "action": "resume", "result": {"ok": True}}],
+                                 thread_id=thread_id)
         done = await res.handle.result()  # type: ignore[union-attr]
         assert done.status == "done" and _tool_started, done
         out.append(1000 * (_tool_started[0] - t0))
@@ -205,8 +214,9 @@ async def main() -> None:
                 mem_s, mem_steps, mem_commits = mem_best
                 raw = await raw_publish(store, 500 if args.quick else 2000)
                 samples = 15 if args.quick else 50
-                await cold_resume(store, 10, 3)  # warm up
-                cold = {h: await cold_resume(store, h, samples) for h in (10, 1000)}
+                views = await KVViewStore.open(store.nc)
+                await cold_resume(store, 10, 3, views)  # warm up
+                cold = {h: await cold_resume(store, h, samples, views) for h in (10, 1000)}
                 areas: list[tuple[str, float]] = []
                 top_text = ""
                 if not args.no_profile:

@@ -81,8 +81,11 @@ class App:
             ctx.set(f"/sum_{ctx.call_id}", a + b)
             return a + b
 
+        self.requests: list[Any] = []
+
         def script(req: Any) -> Turn:
-            if any(m.role == "tool" for m in req.messages):
+            self.requests.append(req)
+            if req.messages[-1].role != "user":
                 return Turn.text("done")
             return Turn.tools(ScriptedCall("add", {"a": 1, "b": 2}, id="c1"),
                               ScriptedCall("add", {"a": 3, "b": 4}, id="c2"))
@@ -236,3 +239,59 @@ async def test_resume_of_a_waiting_run_without_decisions_is_none(store: Any) -> 
         before = await thread_log(store, THREAD)
         assert await App("sequential", pending=True).runtime(store).resume(RUN) is None
     assert await thread_log(store, THREAD) == before, "resume appends nothing when there is nothing to do"
+
+
+async def test_cold_resume_from_a_views_snapshot_writes_the_same_log(store: Any) -> None:
+    """With `views`, resume folds the thread view snapshot + the run's commits + the tail; the
+    older messages arrive concurrently. The log (incl. the next inference's request digest,
+    which covers every message) equals what a resume folding the whole thread writes."""
+    from projections.fold import fold_commits
+    from projections.kv import KVViewStore
+
+    views = await KVViewStore.open(store.nc)
+
+    async def scenario(thread: str, run: str, with_views: bool) -> list[StoredCommit]:
+        app = App("sequential", pending=True)
+        rt = app.runtime(store, DeterministicEntropy(prefix=f"p{run[2:]}"))  # commit ids are dedup keys
+        first = await rt.run("calc", "earlier question", thread_id=thread, run_id=f"{run}-0")
+        assert first.status == "waiting"
+        await rt.cancel(first.run_id)
+        prior = await thread_log(store, thread)
+        await views.put_views(fold_commits(prior).threads.values(), [])  # the projector caught up here
+        waiting = await rt.run("calc", "add please", thread_id=thread, run_id=run, parent_run_id=f"{run}-0")
+        assert waiting.status == "waiting"
+        fresh_app = App("sequential", pending=True)
+        fresh = fresh_app.runtime(store, DeterministicEntropy(prefix=f"q{run[2:]}"))
+        if with_views:
+            fresh.views = views
+        res = await fresh.decide(run, [{"target_id": "c1", "decision_id": "d1", "action": "resume", "updated_at": 1}],
+                                 thread_id=thread)
+        assert res.handle is not None
+        assert (await res.handle.result()).status == "done"
+        seen.append([(m.role, m.content, m.tool_call_id) for r in fresh_app.requests for m in r.messages])
+        return await thread_log(store, thread)
+
+    seen: list[Any] = []
+
+    async with asyncio.timeout(30):
+        plain = await scenario("t-plain", "r-plain", False)
+        snap = await scenario("t-snap", "r-snap", True)
+
+    def strip(commits: list[StoredCommit]) -> list[Any]:
+        import msgspec
+        out = []
+        for sc in commits:
+            text = msgspec.json.encode([
+                msgspec.structs.replace(e, request_digest=None) if type(e).__name__ == "InferenceCompleted" else e
+                for e in sc.commit.events
+            ]).decode()
+            for a, b in (("t-plain", "T"), ("t-snap", "T"), ("r-plain", "R"), ("r-snap", "R"), ("pplain", "P"),
+                         ("psnap", "P"), ("qplain", "Q"), ("qsnap", "Q")):
+                text = text.replace(a, b)
+            out.append(text)
+        return out
+
+    assert strip(snap) == strip(plain)
+    assert seen[0] == seen[1] and len(seen[1]) >= 7, "the next inference saw the whole conversation"
+    digests = [e.request_digest for sc in snap for e in sc.commit.events if type(e).__name__ == "InferenceCompleted"]
+    assert len(digests) == 3 and all(digests)
