@@ -98,7 +98,7 @@ class Worker:
         max_deliver: int = -1,
         heartbeat: float | None = None,
         nak_delay: float = 0.05,
-        max_nak_delay: float = 1.0,
+        max_nak_delay: float = 0.25,
         shutdown_timeout: float = 10.0,
         consumer: str = WORKER_CONSUMER,
         fetch_timeout: float = 0.5,
