@@ -243,6 +243,22 @@ async def test_a_different_system_prompt_diverges_at_the_first_inference(store: 
     assert info.value.actual is None and "request differs" in str(info.value)
 
 
+async def test_a_different_system_prompt_diverges_from_the_log_alone(store: Any) -> None:
+    """No `requests=`: the recorded `InferenceCompleted.request_digest` is enough."""
+    result, recorder, log, spec = await record(store)
+    position, inference = position_of(log, "InferenceCompleted")
+    assert inference.request_digest == request_digest(recorder.requests[0])
+    with pytest.raises(NonDeterminismError) as info:
+        async with asyncio.timeout(10):
+            await verify_run(store, result.run_id, app(recorder, **{**spec, "system_prompt": "Be creative."}))
+    assert info.value.position == position and info.value.expected == inference and info.value.actual is None
+    # and the same app with a plugin adding context, without any sidecar either
+    with pytest.raises(NonDeterminismError) as info:
+        async with asyncio.timeout(10):
+            await verify_run(store, result.run_id, app(recorder, plugins=[_Context()], **spec))
+    assert info.value.position == position
+
+
 async def test_a_different_tool_execution_mode_diverges_where_the_calls_start(store: Any) -> None:
     result, recorder, log, spec = await record(store)
     changed = {**spec, "tool_execution_mode": "parallel_streaming"}
