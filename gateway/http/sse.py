@@ -122,7 +122,10 @@ class Pump:
     async def _consume(self) -> None:
         while True:
             try:
-                item = await asyncio.wait_for(self.queue.get(), self.heartbeat)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that races
+                # a completed get, and then this task would write on after being told to stop.
+                async with asyncio.timeout(self.heartbeat):
+                    item = await self.queue.get()
             except TimeoutError:
                 await self.write(HEARTBEAT)
                 continue

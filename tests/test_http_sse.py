@@ -1,0 +1,156 @@
+"""SSE from the log: frame shape, exact resume after every event (mid-commit too), live follow
+with heartbeats, run streams that end when the run finishes or suspends, and the bounded
+per-client queue (a slow client is dropped, never waited for)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from eventlog.events import RunFinished, RunStarted, StepStarted, Termination
+from gateway.http.sse import Pump
+from test_http_support import TIMEOUT, Api, api, error, recorded_thread, sse_events  # noqa: F401
+
+pytestmark = pytest.mark.asyncio
+
+
+async def _all(api: Api, path: str, **headers: str):
+    async with api.client.get(path, headers=headers) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/event-stream")
+        return await sse_events(resp)
+
+
+async def test_frames_carry_position_type_and_ids(api: Api) -> None:
+    async with asyncio.timeout(TIMEOUT):
+        await recorded_thread(api, "t1", "r1")
+        events = await _all(api, "/v1/threads/t1/events")
+        assert [e.id for e in events] == ["1:0", "2:0", "2:1", "2:2", "3:0", "3:1", "4:0", "5:0", "5:1"]
+        assert events[0].event == "ThreadCreated" and events[0].data["run_id"] is None
+        assert events[1].event == "RunStarted" and events[1].data["run_id"] == "r1"
+        assert all(e.data["thread_id"] == "t1" and e.data["event"]["type"] == e.event for e in events)
+        run = await _all(api, "/v1/runs/r1/events")
+        assert [e.id for e in run] == [e.id for e in events[1:]]
+
+
+async def test_resume_after_every_event_gives_exactly_the_rest(api: Api) -> None:
+    """For every k: read k events of a live stream, drop the connection, reconnect with
+    Last-Event-ID (or ?after=) and get exactly events k.. — no gap, no repeat."""
+    async with asyncio.timeout(TIMEOUT):
+        await recorded_thread(api, "t1", "r1")
+        full = await _all(api, "/v1/threads/t1/events")
+        ids = [e.id for e in full]
+        for k in range(len(full) + 1):
+            async with api.client.get("/v1/threads/t1/events", params={"follow": "true"}) as resp:
+                first = await sse_events(resp, k)
+            assert [e.id for e in first] == ids[:k]
+            headers = {"Last-Event-ID": first[-1].id} if k else {}
+            rest = await _all(api, "/v1/threads/t1/events", **headers)
+            assert [e.id for e in rest] == ids[k:], k
+            assert [e.data for e in rest] == [e.data for e in full[k:]]
+            if k:
+                by_query = await _all(api, f"/v1/threads/t1/events?after={first[-1].id}")
+                assert [e.id for e in by_query] == ids[k:]
+                run_rest = await _all(api, "/v1/runs/r1/events", **headers)
+                assert [e.id for e in run_rest] == [i for i in ids[k:] if i != "1:0"]
+
+
+async def test_last_event_id_wins_and_bad_ids_are_400(api: Api) -> None:
+    async with asyncio.timeout(TIMEOUT):
+        await recorded_thread(api, "t1", "r1")
+        rest = await _all(api, "/v1/threads/t1/events?after=1:0", **{"Last-Event-ID": "5:0"})
+        assert [e.id for e in rest] == ["5:1"]
+        for bad in ("nope", "0:0", "3:-1"):
+            await error(await api.client.get("/v1/threads/t1/events", headers={"Last-Event-ID": bad}),
+                        400, "invalid_event_id")
+        await error(await api.client.get("/v1/threads/t1/events", params={"after": "x"}), 400, "invalid_input")
+        await error(await api.client.get("/v1/threads/t1/events", params={"follow": "maybe"}), 400, "invalid_input")
+        await error(await api.client.get("/v1/threads/none/events"), 404, "thread_not_found")
+
+
+async def test_follow_tails_live_commits_with_heartbeats(api: Api) -> None:
+    async with asyncio.timeout(TIMEOUT):
+        await recorded_thread(api, "t1", "r1")
+        comments: list[str] = []
+        async with api.client.get("/v1/threads/t1/events", params={"follow": "true"},
+                                  headers={"Last-Event-ID": "5:0"}) as resp:
+            assert [e.id for e in await sse_events(resp, 1)] == ["5:1"]
+            seq = await api.append("t1", "r9", [RunStarted(run_id="r9", agent_id="a"), StepStarted(step=1)])
+            live = await sse_events(resp, 2, comments=comments)
+            assert [e.id for e in live] == [f"{seq}:0", f"{seq}:1"]
+            raw = await resp.content.readline()  # the log is quiet now: only heartbeats come
+            assert raw.startswith(b":"), raw
+
+
+async def test_followed_run_stream_ends_when_the_run_finishes(api: Api) -> None:
+    async with asyncio.timeout(TIMEOUT):
+        await api.append("t1", "r1", [RunStarted(run_id="r1", agent_id="a")])
+        async with api.client.get("/v1/runs/r1/events", params={"follow": "true"}) as resp:
+            assert [e.event for e in await sse_events(resp, 1)] == ["RunStarted"]
+            await api.append("t1", "other", [RunStarted(run_id="other", agent_id="a")])
+            seq = await api.append("t1", "r1", [StepStarted(step=1),
+                                                RunFinished(termination=Termination(type="natural_end"))])
+            rest = await sse_events(resp)  # to the end of the stream: the server closes it
+            assert [e.id for e in rest] == [f"{seq}:0", f"{seq}:1"]
+
+
+async def test_followed_run_stream_of_a_waiting_run_ends_after_history(api: Api) -> None:
+    async with asyncio.timeout(TIMEOUT):
+        await recorded_thread(api, "t1", "r1", finish=False)
+        async with api.client.get("/v1/runs/r1/events", params={"follow": "true"}) as resp:
+            events = await sse_events(resp)
+        assert events[-1].event == "RunSuspended"
+
+
+async def _frames(n: int, closed: list[bool]) -> AsyncIterator[bytes]:
+    try:
+        for i in range(n):
+            yield b"data: %d\n\n" % i
+    finally:
+        closed.append(True)
+
+
+async def test_slow_client_is_dropped_not_waited_for() -> None:
+    async with asyncio.timeout(TIMEOUT):
+        stuck = asyncio.Event()
+
+        async def never_drains(_data: bytes) -> None:
+            await stuck.wait()
+
+        closed: list[bool] = []
+        pump = Pump(_frames(100, closed), never_drains, queue_size=3, heartbeat=60)
+        assert await pump.run() == "overflow"
+        assert closed == [True]
+
+
+async def test_gone_client_ends_the_producer() -> None:
+    async with asyncio.timeout(TIMEOUT):
+        async def reset(_data: bytes) -> None:
+            raise ConnectionResetError("client went away")
+
+        async def endless(closed: list[bool]) -> AsyncIterator[bytes]:
+            try:
+                while True:
+                    yield b"data: x\n\n"
+                    await asyncio.sleep(0)
+            finally:
+                closed.append(True)
+
+        closed: list[bool] = []
+        pump = Pump(endless(closed), reset, queue_size=10, heartbeat=60)
+        assert await pump.run() == "client_gone"
+        assert closed == [True]
+
+
+async def test_pump_delivers_everything_in_order() -> None:
+    async with asyncio.timeout(TIMEOUT):
+        got: list[bytes] = []
+
+        async def write(data: bytes) -> None:
+            got.append(data)
+
+        closed: list[bool] = []
+        assert await Pump(_frames(50, closed), write, queue_size=100).run() == "end"
+        assert got == [b"data: %d\n\n" % i for i in range(50)]
