@@ -9,8 +9,6 @@ import pytest
 from eventlog.events import RunStarted
 from test_http_support import TIMEOUT, Api, api, body, error, recorded_thread  # noqa: F401
 
-pytestmark = pytest.mark.asyncio
-
 
 async def _runs(api: Api) -> int:
     await recorded_thread(api, "t1", "r1")

@@ -13,8 +13,6 @@ from eventlog.events import RunFinished, RunStarted, StepStarted, Termination
 from gateway.http.sse import Pump
 from test_http_support import TIMEOUT, Api, api, error, recorded_thread, sse_events  # noqa: F401
 
-pytestmark = pytest.mark.asyncio
-
 
 async def _all(api: Api, path: str, **headers: str):
     async with api.client.get(path, headers=headers) as resp:

@@ -75,7 +75,9 @@ async def open_api(server: EmbeddedNatsServer, *, tokens: str = "", settings: Se
     finally:
         await client.close()
         await stop_runner(runner)
-        await store.close()
+        # nats-py may raise "connection lost" while flushing on close after a server restart.
+        with contextlib.suppress(ConnectionError):
+            await store.close()
 
 
 async def stop_runner(runner: ProjectionRunner) -> None:

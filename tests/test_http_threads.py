@@ -8,8 +8,6 @@ import pytest
 
 from test_http_support import TIMEOUT, Api, api, body, error, recorded_thread  # noqa: F401
 
-pytestmark = pytest.mark.asyncio
-
 
 async def test_create_get_list_roundtrip(api: Api) -> None:
     async with asyncio.timeout(TIMEOUT):

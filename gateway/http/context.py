@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from eventlog.errors import StoreUnavailable
 from eventlog.events import StoredCommit
 from eventlog.jetstream import JetStreamEventStore
 from projections.fold import Folder
@@ -65,7 +66,11 @@ def services(request: web.Request) -> Services:
 
 
 async def wait_min_seq(svc: Services, min_seq: int | None) -> None:
-    """Read-your-writes: bounded wait until the views include `min_seq` (503 on timeout)."""
+    """Before a view read: fail fast with 503 if NATS is down (a KV read would otherwise sit out
+    nats-py's own timeout), then read-your-writes: bounded wait until the views include
+    `min_seq` (503 on timeout)."""
+    if not svc.store.nc.is_connected:
+        raise StoreUnavailable("not connected to NATS (reconnecting); retry shortly")
     if min_seq:
         await svc.runner.wait_for(min_seq, timeout=svc.settings.read_wait)
 

@@ -1,0 +1,91 @@
+"""Bearer tokens and tenant isolation: 401 without a token, 403 with a wrong one; a token scoped
+to a resource_id prefix sees only its tenant (everything else is 404, as if unknown)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gateway.http.auth import parse_tokens, resolve_tokens
+from test_http_support import TIMEOUT, Api, body, error, open_api, recorded_thread
+
+TOKENS = "admin, ta:tenantA, tb:tenantB"
+
+
+def _h(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_parse_tokens() -> None:
+    assert parse_tokens(TOKENS) == {"admin": None, "ta": "tenantA", "tb": "tenantB"}
+    assert parse_tokens("") == {}
+    for bad in ("tok:", ":tenant"):
+        with pytest.raises(ValueError):
+            parse_tokens(bad)
+
+
+def test_tokens_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTLOG_TOKENS", "x,y:t")
+    assert resolve_tokens(None) == {"x": None, "y": "t"}
+    assert resolve_tokens("") == {}
+
+
+async def test_missing_and_wrong_tokens(nats_server) -> None:
+    async with asyncio.timeout(TIMEOUT), open_api(nats_server, tokens=TOKENS) as api:
+        c = api.client
+        for method, path in (("GET", "/v1/threads"), ("POST", "/v1/threads"), ("GET", "/v1/runs"),
+                             ("GET", "/v1/threads/x/events"), ("DELETE", "/v1/threads/x")):
+            await error(await c.request(method, path), 401, "unauthorized")
+            await error(await c.request(method, path, headers={"Authorization": "Basic YWRtaW4="}), 401)
+            await error(await c.request(method, path, headers=_h("nope")), 403, "forbidden")
+        for open_path in ("/health", "/health/live", "/metrics", "/openapi.json"):
+            assert (await c.get(open_path)).status == 200
+        await body(await c.get("/v1/threads", headers=_h("admin")), 200)
+
+
+async def _seed(api: Api) -> int:
+    c = api.client
+    await body(await c.post("/v1/threads", json={"thread_id": "a1", "resource_id": "tenantA/u1"},
+                            headers=_h("ta")), 201)
+    await body(await c.post("/v1/threads", json={"thread_id": "b1", "resource_id": "tenantB/u1"},
+                            headers=_h("tb")), 201)
+    await error(await c.post("/v1/threads", json={"thread_id": "x", "resource_id": "tenantB/u2"},
+                             headers=_h("ta")), 403, "tenant_mismatch")
+    await error(await c.post("/v1/threads", json={"thread_id": "x"}, headers=_h("ta")), 403, "tenant_mismatch")
+    await error(await c.post("/v1/threads", json={"thread_id": "x", "resource_id": "tenantA/u2",
+                                                  "parent_thread_id": "b1"}, headers=_h("ta")),
+                404, "thread_not_found")
+    return await recorded_thread(api, "b2", "rb", resource_id="tenantB/u2")
+
+
+async def test_tenant_isolation(nats_server) -> None:
+    async with asyncio.timeout(TIMEOUT), open_api(nats_server, tokens=TOKENS) as api:
+        c = api.client
+        seq = await _seed(api)
+        await api.synced(seq)
+        listed = await body(await c.get("/v1/threads", headers=_h("ta")), 200)
+        assert [t["thread_id"] for t in listed["threads"]] == ["a1"]
+        listed = await body(await c.get("/v1/threads", headers=_h("tb")), 200)
+        assert [t["thread_id"] for t in listed["threads"]] == ["b1", "b2"]
+        listed = await body(await c.get("/v1/threads", headers=_h("admin")), 200)
+        assert [t["thread_id"] for t in listed["threads"]] == ["a1", "b1", "b2"]
+        # A tenant asking for another tenant's resource_id gets nothing, not an error.
+        other = await body(await c.get("/v1/threads", params={"resource_id": "tenantB/u1"}, headers=_h("ta")), 200)
+        assert other["threads"] == []
+        for path in ("/v1/threads/b2", "/v1/threads/b2/messages", "/v1/threads/b2/state", "/v1/threads/b2/events"):
+            await error(await c.get(path, headers=_h("ta")), 404, "thread_not_found")
+            assert (await c.get(path, headers=_h("tb"))).status == 200
+        await error(await c.patch("/v1/threads/b1", json={"metadata": {"x": 1}}, headers=_h("ta")),
+                    404, "thread_not_found")
+        await error(await c.delete("/v1/threads/b1", headers=_h("ta")), 404, "thread_not_found")
+        for path in ("/v1/runs/rb", "/v1/runs/rb/events"):
+            await error(await c.get(path, headers=_h("ta")), 404, "run_not_found")
+            assert (await c.get(path, headers=_h("tb"))).status == 200
+        runs = await body(await c.get("/v1/runs", headers=_h("ta")), 200)
+        assert runs["runs"] == []
+        runs = await body(await c.get("/v1/runs", headers=_h("tb")), 200)
+        assert [r["run_id"] for r in runs["runs"]] == ["rb"]
+        # Admin patches across tenants; tenant B still owns its thread afterwards.
+        await body(await c.patch("/v1/threads/b1", json={"metadata": {"x": 1}}, headers=_h("admin")), 200)
+        await body(await c.delete("/v1/threads/b1", headers=_h("tb")), 200)
