@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 
 from eventlog.events import RunStarted
 from test_http_support import TIMEOUT, Api, api, body, error, recorded_thread  # noqa: F401

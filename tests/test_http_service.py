@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.http import Route, create_app

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-import pytest
 
 from eventlog.events import RunFinished, RunStarted, StepStarted, Termination
 from gateway.http.sse import Pump
