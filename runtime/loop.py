@@ -502,6 +502,7 @@ class RunLoop:
         self._pending_ts = 0
         self._inflight: asyncio.Future[None] | None = None
         self._cancel = asyncio.Event()
+        self._poked = asyncio.Event()
         self._cancel_waiter: asyncio.Future[Any] | None = None
         self._running: dict[str, _Running] = {}
         self._queued_user: list[str] = []
@@ -608,9 +609,12 @@ class RunLoop:
         new = [sc async for sc in self.store.read_thread(self.ctx.thread_id, after=self.version)]
         cancel = False
         for sc in new:
+            ours = sc.commit.run_id == self.ctx.run_id
             for ev in sc.commit.events:
-                if type(ev) is RunCancelRequested and sc.commit.run_id == self.ctx.run_id:
+                if type(ev) is RunCancelRequested and ours:
                     cancel = True
+                elif type(ev) is ToolCallDecided and ours and ev.call_id in self.ctx.suspended:
+                    pass  # a live decision (DESIGN 4.3): folded below, applied by the round
                 elif type(ev) is not ThreadMetadataUpdated:
                     raise RunConflict(
                         f"thread {self.ctx.thread_id!r} changed under run {self.ctx.run_id!r}: "
@@ -660,6 +664,18 @@ class RunLoop:
 
     def request_cancel(self) -> None:
         self._cancel.set()
+
+    def poke(self) -> None:
+        """Tell the loop the thread has new commits for it (a decision recorded in this process
+        for one of its suspended calls): it reads them at once instead of at its next append."""
+        self._poked.set()
+
+    async def _absorb_poke(self) -> None:
+        if self._poked.is_set():
+            self._poked.clear()
+            await self._drain()
+            if await self._absorb_conflict() and self.ctx.finished is None:
+                raise _Cancelled()
 
     def _waiter(self) -> asyncio.Future[Any]:
         if self._cancel_waiter is None:
@@ -925,24 +941,34 @@ class RunLoop:
                 to_run.append(self._start(plan, replay))
             else:
                 await self._settle(plan, decision)
+        to_run += await self._live_replays()
         if not to_run:
             return
         await self._flush()
         order = {r.plan.call.id: i for i, r in enumerate(to_run)}
         tasks = {asyncio.ensure_future(self._execute(r)): r for r in to_run}
         waiter = self._waiter()
+        poked: asyncio.Future[Any] | None = None
         try:
             while tasks:
                 if self._cancel.is_set():
                     raise _Cancelled()
-                done, _ = await asyncio.wait((*tasks, waiter), return_when=asyncio.FIRST_COMPLETED)
-                finished = sorted((t for t in done if t in tasks), key=lambda t: order[tasks[t].plan.call.id])
-                if not finished:
+                if poked is None or poked.done():
+                    poked = asyncio.ensure_future(self._poked.wait())
+                done, _ = await asyncio.wait((*tasks, waiter, poked), return_when=asyncio.FIRST_COMPLETED)
+                if self._cancel.is_set():
                     raise _Cancelled()
+                finished = sorted((t for t in done if t in tasks), key=lambda t: order[tasks[t].plan.call.id])
                 for task in finished:
                     running = tasks.pop(task)
                     result, ops = task.result()
                     await self._complete(running.plan, result, ops)
+                if poked in done:
+                    await self._absorb_poke()
+                # decisions that arrived (poke, or folded by a flush's conflict) start now
+                for running in await self._live_replays():
+                    order[running.plan.call.id] = len(order)
+                    tasks[asyncio.ensure_future(self._execute(running))] = running
                 if tasks:
                     await self._flush()
         except BaseException:
@@ -951,6 +977,9 @@ class RunLoop:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
+        finally:
+            if poked is not None and not poked.done():
+                poked.cancel()
 
     async def _step_end(self) -> bool:
         """StepEnd: queued user messages, plugin actions, StepFinished, then the verdict: finish
@@ -962,10 +991,14 @@ class RunLoop:
         actions = await self._hook("step_end")
         self._apply_patches(actions, "plugin")
         if self.ctx.suspended and not self.ctx.running:
+            await self._absorb_poke()
+            while self.ctx.suspended and self._live_ready():  # decided while the others ran
+                await self._round_parallel([])
+        if self.ctx.suspended and not self.ctx.running:
             self._emit(StepFinished(step=self.ctx.step))
             self._emit(RunSuspended(call_ids=list(self.ctx.suspended)))
             await self._flush()
-            return True
+            return await self._resume_if_decided()
         term = self._terminate(actions)
         if term is None:
             self._emit(StepFinished(step=self.ctx.step))
@@ -1047,22 +1080,58 @@ class RunLoop:
         self.resumed = list(ready)
         self._entry = "continue" if ready else "idle"
         if ready:
-            modes = {cid: self.ctx.suspended[cid].resume_mode for cid in ready}
-            self._emit(RunResumed(call_ids=list(ready)))
-            for cid in ready:
-                self._emit(ToolCallResuming(call_id=cid, mode=modes[cid]))  # type: ignore[arg-type]
-            for cid in ready:
-                decision = self.ctx.resuming[cid]
-                if decision.action == "cancel":
-                    why = "cancelled by a human" + (f": {decision.reason}" if decision.reason else "")
-                    self._emit_cancelled(cid, why)
-                elif modes[cid] == "use_decision_as_tool_result":
-                    await self._complete(self._plan_for(cid), ToolResult.success(decision.result), [])
-                # replay_tool_call / pass_decision_to_tool calls stay `resuming` in the context:
-                # `run()` re-drives them from there (`_continue`), as a resume from the log does
+            await self._stage_resumes(ready, run_resumed=True)
         seq = await self._append_once()
         self.log.info("run.decided", decisions=[d.decision_id for d in decisions], resumed=ready, seq=seq)
         return seq
+
+    async def _stage_resumes(self, ready: Sequence[str], *, run_resumed: bool) -> None:
+        """Apply recorded decisions: [`RunResumed` when the run waited] + `ToolCallResuming{mode}`
+        per call, and the outcomes that need no tool run (cancel decisions,
+        use_decision_as_tool_result). replay_tool_call / pass_decision_to_tool calls stay
+        `resuming` in the context: the loop re-drives them from there (`_pending_calls`), the
+        same way a resume from the log does."""
+        modes = {cid: self.ctx.suspended[cid].resume_mode for cid in ready}
+        if run_resumed:
+            self._emit(RunResumed(call_ids=list(ready)))
+        for cid in ready:
+            self._emit(ToolCallResuming(call_id=cid, mode=modes[cid]))  # type: ignore[arg-type]
+        for cid in ready:
+            decision = self.ctx.resuming[cid]
+            if decision.action == "cancel":
+                why = "cancelled by a human" + (f": {decision.reason}" if decision.reason else "")
+                self._emit_cancelled(cid, why)
+            elif modes[cid] == "use_decision_as_tool_result":
+                await self._complete(self._plan_for(cid), ToolResult.success(decision.result), [])
+
+    def _live_ready(self) -> list[str]:
+        """Decided calls a running (not waiting) run applies now: parallel_streaming each as it
+        arrives, parallel_batch_approval once the whole batch is decided (`ready_calls`);
+        sequential never has a call in flight next to a suspended one."""
+        if self.spec.tool_execution_mode == "sequential":
+            return []
+        return ready_calls(self.spec.tool_execution_mode, self.ctx)
+
+    async def _live_replays(self) -> list[_Running]:
+        """Stage the live decisions' resumes and start the decided calls that need a tool run
+        (gated again for replay_tool_call). Their commit is the caller's next flush."""
+        ready = self._live_ready()
+        if not ready:
+            return []
+        await self._stage_resumes(ready, run_resumed=False)
+        started: list[_Running] = []
+        for cid in ready:
+            if cid not in self.ctx.resuming:
+                continue  # answered by the decision itself
+            plan = self._plan_for(cid)
+            replay = _Replay(plan, self.ctx.resuming[cid], self.ctx.resume_modes.get(cid, "replay_tool_call"))
+            gate = await self._gate(plan, replay)
+            if gate.kind == "run":
+                started.append(self._start(plan, replay))
+            else:
+                await self._settle(plan, gate)
+        self.log.info("run.live_decisions", resumed=ready)
+        return started
 
     def prepare_continue(self) -> None:
         """Make `run()` continue the run from its folded context (a resume from the log, after a
@@ -1112,12 +1181,23 @@ class RunLoop:
         # else: the last commit closed a step (or started the run): the next inference
         await self._steps()
 
+    async def _resume_if_decided(self) -> bool:
+        """After the commit that made the run wait: a decision folded in by that commit's
+        conflict (recorded just before it) is applied here, as a resume from the log would.
+        Returns True (the loop exits: the run waits, or was driven to its end here)."""
+        ready = ready_calls(self.spec.tool_execution_mode, self.ctx)
+        if ready and self.ctx.waiting:
+            await self._stage_resumes(ready, run_resumed=True)
+            await self._continue()
+        return True
+
     async def _resume_calls(self) -> bool:
         """Run the calls with work left (see `_pending_calls`), in the execution mode's manner,
         then the calls a sequential round left un-started. Returns False if the run ended."""
         plans, replays, started = self._pending_calls()
         sequential = self.spec.tool_execution_mode == "sequential"
-        if plans:
+        # decisions recorded mid-step (live) that no loop applied yet: the round applies them
+        if plans or (self.ctx.step_open and self._live_ready()):
             if sequential:
                 await self._round_sequential(plans, replays, started)
             else:
@@ -1137,7 +1217,7 @@ class RunLoop:
         if self.ctx.suspended and not self.ctx.running:
             self._emit(RunSuspended(call_ids=list(self.ctx.suspended)))
             await self._flush()
-            return False
+            return not await self._resume_if_decided()
         term = evaluate_stop(self._stop_conditions, stop_input(self.ctx, self.entropy.now_ms()))
         if term is not None:
             await self._finish(term)

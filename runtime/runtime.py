@@ -26,6 +26,7 @@ from eventlog.events import (
     RunStarted,
     StoredCommit,
     Termination,
+    ToolCallDecided,
     ToolCallDecision,
 )
 from eventlog.ids import validate_id, validate_run_id
@@ -481,15 +482,23 @@ class Runtime:
         decision_id is already recorded has no effect (idempotent retries); if all are such,
         the answer is the original seq with `duplicate=True`.
 
-        The decision commit holds `ToolCallDecided` and, when the execution mode lets calls
-        resume now, `RunResumed` + `ToolCallResuming`; the run then goes on in a background task
-        (its `handle`) until it finishes or waits again.
+        A waiting run: the decision commit holds `ToolCallDecided` and, when the execution mode
+        lets calls resume now, `RunResumed` + `ToolCallResuming`; the run then goes on in a
+        background task (its `handle`) until it finishes or waits again (`decide` = that commit
+        + the continue path of `resume`).
+
+        A running run with a suspended call (parallel modes: other calls still in flight): the
+        decisions are recorded (a commit of `ToolCallDecided` only) and the running loop applies
+        them as they arrive (parallel_streaming; parallel_batch_approval once the batch is
+        decided): told at once through `RunLoop.poke` when it runs in this Runtime (the answer's
+        `handle` is then its handle), else at its next append (OCC conflict path), or by
+        whoever `resume`s it if its worker died. `resumed` is empty: the loop resumes them.
         """
         validate_run_id(run_id)
         parsed = parse_decisions(decisions, self.entropy.now_ms())  # type: ignore[arg-type]
         active = self._active.get(run_id)
-        if active is not None and not active[1].done:
-            raise RunNotWaiting(f"run {run_id!r} is running in this process; decide once it waits")
+        if thread_id is None and active is not None:
+            thread_id = active[1].thread_id
         for _ in range(20):
             loaded = await self._load(run_id, thread_id)
             thread_id = loaded.thread_id
@@ -497,6 +506,22 @@ class Runtime:
             if not new:
                 seqs = decision_seqs(loaded.run_commits)
                 return DecideResult(seqs[dups[0].decision_id], True, [], None)
+            ctx = loaded.ctx
+            if not (ctx.waiting and not ctx.running and not ctx.resuming):
+                commit = Commit(
+                    commit_id=self.entropy.new_id(), thread_id=thread_id, run_id=run_id, ts=self.entropy.now_ms(),
+                    events=[ToolCallDecided(call_id=d.target_id, decision=d) for d in new],
+                )
+                try:
+                    res = await self.store.append(commit, loaded.version)
+                except VersionConflict:
+                    continue
+                active = self._active.get(run_id)
+                live = active[1] if active is not None and not active[1].done else None
+                if live is not None:  # the loop folds the commit (and hands it to its handle)
+                    active[0].poke()  # type: ignore[index]
+                _log.info("run.decided_live", thread_id=thread_id, run_id=run_id, seq=res.seq, here=live is not None)
+                return DecideResult(res.seq, False, [], live)
             handle = self._handle_for(loaded)
             loop = self._loop_for(loaded, handle)
             try:
