@@ -16,6 +16,9 @@
     res = await rt.decide(run_id, [{"target_id": call_id, "decision_id": "d1",
                                     "action": "resume", "result": {"approved": True}}])
     await res.handle.result()                            # the resumed run's next stop
+    handle = await rt.resume(run_id)                     # continue an unfinished run from the log
+                                                         # (any process; None if nothing to do)
+    rt.signal_cancel(run_id)                             # cancel an in-process run, no append
     await rt.start("calc", "and 4+4?", parent_run_id=handle.run_id)  # continue the thread
     result = await rt.run("calc", "hi")                  # start + result
 """

@@ -173,3 +173,18 @@ async def test_resume_applies_a_live_decision_its_dead_worker_never_saw(store: A
     kinds = [k for commit in shape(log) for k in commit]
     assert "RunSuspended" not in kinds and kinds.count("ToolCallCompleted") == 2
     assert fresh.runs == Counter({"c1": 1, "c2": 1}), "c2 re-run (never committed), c1 replayed"
+
+
+async def test_signal_cancel_stops_an_in_process_run_without_appending_a_request(store: Any) -> None:
+    app = App("parallel_streaming", pending=())
+    rt = app.runtime(store)
+    async with asyncio.timeout(30):
+        handle = await rt.start("w", "go")
+        events = handle.events()
+        await until(events, "ToolCallStarted", "c2")
+        assert rt.signal_cancel(handle.run_id) is True
+        result = await handle.result()
+        assert rt.signal_cancel(handle.run_id) is False and handle.request_cancel() is False
+    assert result.status == "done" and result.termination is not None and result.termination.type == "cancelled"
+    kinds = [k for commit in shape(await thread_log(store, handle.thread_id)) for k in commit]
+    assert "RunCancelRequested" not in kinds and kinds[-1] == "RunFinished"
