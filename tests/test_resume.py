@@ -295,3 +295,9 @@ async def test_cold_resume_from_a_views_snapshot_writes_the_same_log(store: Any)
     assert seen[0] == seen[1] and len(seen[1]) >= 7, "the next inference saw the whole conversation"
     digests = [e.request_digest for sc in snap for e in sc.commit.events if type(e).__name__ == "InferenceCompleted"]
     assert len(digests) == 3 and all(digests)
+
+
+@pytest.mark.parametrize("mode", ["sequential", "parallel_streaming"])
+async def test_crash_after_the_step_end_commit_redoes_the_uncommitted_inference(store: Any, mode: str) -> None:
+    # commit 4 = c2's completion + StepFinished; the final inference (commit 5) never made it
+    await crash_then_resume(store, mode, 4)
