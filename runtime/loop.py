@@ -529,8 +529,8 @@ class RunLoop:
     # -- messages from before a snapshot ---------------------------------------------------------
 
     def prefetch_messages(self) -> None:
-        """Start loading the messages older than the snapshot, concurrently with whatever the
-        loop does first (a replayed tool does not need them; the next inference does)."""
+        """Start loading the messages older than the snapshot, concurrently with the first tool
+        run (a replayed tool does not need them; the next inference does)."""
         if self._older_factory is not None and self._older is None:
             self._older = asyncio.ensure_future(self._older_factory())
 
@@ -868,7 +868,14 @@ class RunLoop:
             decision=running.decision,
         )
         running.ctx = tctx
-        result = await plan.tool.invoke(plan.call.arguments, tctx)  # type: ignore[union-attr]
+        if self._older_factory is not None and self._older is None:
+            # after a snapshot resume: the older messages load while the tool runs (not before
+            # it starts: their read and decode would compete with the replay's start)
+            invocation = asyncio.ensure_future(plan.tool.invoke(plan.call.arguments, tctx))  # type: ignore[union-attr]
+            self.prefetch_messages()
+            result = await invocation
+        else:
+            result = await plan.tool.invoke(plan.call.arguments, tctx)  # type: ignore[union-attr]
         return result, tctx.ops
 
     async def _complete(self, plan: CallPlan, result: ToolResult, ops: list[dict[str, Any]]) -> bool:

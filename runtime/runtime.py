@@ -394,7 +394,6 @@ class Runtime:
         run_id = handle.run_id
         self._active[run_id] = (loop, handle)
         handle._loop = loop
-        loop.prefetch_messages()
         task = asyncio.get_running_loop().create_task(loop.run(), name=f"agentlog-run-{run_id}")
         handle._task = task
         task.add_done_callback(handle._close)
