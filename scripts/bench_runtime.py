@@ -10,8 +10,10 @@ object with every figure: {"bench": "runtime", ...}.
     scripts/bench_runtime.py --profile  # + cProfile of the durable step path
 
 Cold resume (DESIGN 4.4): a run waits on a pending tool in a thread with 10 or 1,000 prior events;
-a freshly constructed Runtime (new objects, nothing in memory) takes the decision: latency from
-`decide()` being called to the replayed tool starting, p50/p95 over many waiting runs.
+a freshly constructed Runtime (new objects, nothing in memory, `views=KVViewStore` holding the
+thread view snapshot a caught-up projection runner would have written after the prior events)
+takes the decision: latency from `decide(..., thread_id=)` being called to the replayed tool
+starting, p50/p95 over many waiting runs.
 """
 
 from __future__ import annotations
