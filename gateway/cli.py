@@ -155,8 +155,15 @@ def _run(options: ConnectionOptions, body: Callable[[JetStreamEventStore], Await
         async with open_store(options) as store:
             await body(store)
 
+    _run_main(main)
+
+
+def _run_main(main: Callable[[], Awaitable[int | None]]) -> None:
+    """asyncio.run(main()) with the CLI's error mapping; an int result is the exit code."""
     try:
-        asyncio.run(main())
+        code = asyncio.run(main())  # type: ignore[arg-type]
+        if code:
+            raise typer.Exit(code)
     except KeyboardInterrupt:
         log.debug("interrupted")
         raise typer.Exit(0) from None
@@ -574,6 +581,151 @@ def projections_rebuild(
                 + f" in {result.seconds:.2f}s"))
 
     _run(_options(nats_url, creds, token, data_dir, timeout), body)
+
+
+# -- serve / gateway / worker / demo ------------------------------------------------------------
+
+HostOpt = Annotated[str, typer.Option("--host", envvar="AGENTLOG_HOST", help="HTTP listen address.")]
+PortOpt = Annotated[int, typer.Option("--port", envvar="AGENTLOG_PORT", min=0, max=65535,
+                                      help="HTTP port (0: any free port).")]
+AppOpt = Annotated[Optional[str], typer.Option(
+    "--app", metavar="MODULE:ATTR", help="The application: an App, a Runtime, or factory(store). "
+                                         "Default: the built-in demo agent.")]
+TokensOpt = Annotated[Optional[str], typer.Option(
+    "--tokens", envvar="AGENTLOG_TOKENS", help="API bearer tokens 'tok1,tok2:tenant' (empty: no auth).")]
+ConcurrencyOpt = Annotated[int, typer.Option("--concurrency", min=1, help="Commands a worker runs at once.")]
+
+
+def _server_config(role: str, app_spec: str | None, host: str, port: int, tokens: str | None,
+                   options: ConnectionOptions, concurrency: int = 4, app_obj: Any = None) -> Any:
+    from .server import ServerConfig
+
+    source = app_obj if app_obj is not None else (_guard(lambda: load_app(app_spec)) if app_spec else None)
+    return ServerConfig(role=role, app=source, app_spec=app_spec, host=host, port=port, tokens=tokens,  # type: ignore[arg-type]
+                        connection=options, worker_concurrency=concurrency)
+
+
+def _banner(server: Any) -> None:
+    """The addresses a user needs, once the server listens."""
+    table = Table(title=f"agentlog {server.config.role}", title_justify="left", show_header=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    if server.http_url:
+        table.add_row("HTTP", server.http_url)
+        table.add_row("API docs", f"{server.http_url}/openapi.json")
+        table.add_row("health", f"{server.http_url}/health")
+    table.add_row("NATS", server.nats_url + ("  (embedded, data in " + str(server.config.connection.data_dir)
+                                             + ")" if server.embedded is not None else ""))
+    table.add_row("parts", ", ".join(server.parts) or "-")
+    _out().print(table)
+    _out().print(Text("Ctrl-C stops it (in order: HTTP, worker, runs, views, NATS).", style="dim"))
+
+
+def _serve_role(role: str, app_spec: str | None, host: str, port: int, tokens: str | None,
+                options: ConnectionOptions, concurrency: int) -> None:
+    from .server import run_until_stopped
+
+    config = _server_config(role, app_spec, host, port, tokens, options, concurrency)
+    _run_main(lambda: run_until_stopped(config, on_ready=_banner))
+
+
+@app.command("serve")
+def serve_cmd(
+    app_spec: AppOpt = None, host: HostOpt = "127.0.0.1", port: PortOpt = 8480, tokens: TokensOpt = None,
+    concurrency: ConcurrencyOpt = 4,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """Gateway + worker in one process: HTTP API, NATS service, projections and the runtime."""
+    _serve_role("serve", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout), concurrency)
+
+
+@app.command("gateway")
+def gateway_cmd(
+    app_spec: AppOpt = None, host: HostOpt = "127.0.0.1", port: PortOpt = 8480, tokens: TokensOpt = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """The gateway alone (HTTP + NATS service); commands are queued for `agentlog worker`s."""
+    _serve_role("gateway", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout), 1)
+
+
+@app.command("worker")
+def worker_cmd(
+    app_spec: AppOpt = None, concurrency: ConcurrencyOpt = 4,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """A worker alone: takes commands from the JetStream work queue (runtime.worker.run_worker)."""
+    options = _options(nats, creds, token, data_dir, timeout)
+    source = _guard(lambda: load_app(app_spec)) if app_spec else None
+
+    async def main() -> None:
+        from eventlog.server import EmbeddedNatsServer
+        from runtime import NatsLiveSink
+        from runtime.worker import run_worker
+
+        from .demo import app as demo_factory
+        from .server import build_runtime
+
+        def factory(store: Any) -> Any:
+            return build_runtime(source or demo_factory, store, views=None, live=NatsLiveSink(store.nc))
+
+        def ready(_worker: Any) -> None:
+            _out().print(Text(f"agentlog worker consuming commands from {url}", style="bold"))
+
+        embedded = EmbeddedNatsServer(options.data_dir) if options.embedded else None
+        if embedded is not None:
+            await embedded.astart(timeout=max(options.timeout, 10.0))
+        url = embedded.url if embedded is not None else options.servers()
+        try:
+            await run_worker(url, factory, concurrency=concurrency, ready=ready, creds=options.creds,
+                             token=options.token, connect_timeout=options.timeout,
+                             request_timeout=options.timeout)
+        finally:
+            if embedded is not None:
+                await embedded.astop()
+
+    _run_main(main)
+
+
+@app.command("demo")
+def demo_cmd(
+    auto_approve: Annotated[bool, typer.Option("--auto-approve", help="Approve the run over HTTP yourself "
+                                                                      "(prints the curl first). For CI.")] = False,
+    keep_running: Annotated[bool, typer.Option("--keep-running", help="Keep the server up after the run.")] = False,
+    host: HostOpt = "127.0.0.1", port: PortOpt = 8480, tokens: TokensOpt = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """Start a server with a demo agent whose deploy waits for your approval (a curl), then show
+    the finished run."""
+    options = _options(nats, creds, token, data_dir, timeout)
+
+    async def main() -> int:
+        from .demo import app as demo_factory
+        from .demo import run_demo
+        from .http.auth import resolve_tokens
+        from .server import serve
+
+        config = _server_config("serve", None, host, port, tokens, options, app_obj=demo_factory)
+        try:
+            server_cm = serve(config)
+            server = await server_cm.__aenter__()
+        except OSError as exc:  # the port is taken (another serve?): any free port will do
+            if port == 0:
+                raise
+            log.debug("port taken, using a free one", port=port, error=str(exc))
+            server_cm = serve(config.__class__(**{**config.__dict__, "port": 0}))
+            server = await server_cm.__aenter__()
+        try:
+            api_token = next(iter(resolve_tokens(tokens)), None)
+            return await run_demo(server, auto_approve=auto_approve, keep_running=keep_running,
+                                  console=_out(), token=api_token)
+        finally:
+            await server_cm.__aexit__(None, None, None)
+
+    _run_main(main)
 
 
 def main() -> None:

@@ -1,0 +1,382 @@
+"""Assemble one running agentlog process: `agentlog serve`, `gateway` and `worker` (DESIGN 4.5).
+
+    async with serve(ServerConfig(role="serve", app_spec="pkg.agents:app", port=0)) as server:
+        print(server.http_url, server.nats_url)
+
+Why one assembler for three commands: the parts (NATS, the store, the KV views and their runner,
+the runtime, the dispatcher, the worker, the HTTP app, the NATS micro service) depend on each
+other in one fixed order, and a process that stops must undo them in exactly the reverse order
+(stop taking requests before the runtime goes, stop the runtime before the store closes, close
+the store before the embedded nats-server exits). Keeping that order in one place is what makes
+"stop the process while a run waits, start another, approve" safe: nothing but the log survives,
+and nothing half-written is left in it.
+
+Roles:
+- `serve`: gateway + worker in one process. The dispatcher is in-process (commands go straight
+  to this process's `Runtime`), and a `Worker` also takes commands queued by other gateways.
+- `gateway`: HTTP + NATS service only; commands go to the JetStream work queue (`QueueDispatcher`)
+  for `agentlog worker` processes.
+- `worker`: a `Worker` only (no HTTP).
+
+The write routes (`gateway.http.write`), the dispatchers (`gateway.dispatch`), the protocol
+adapters and the NATS micro service (`gateway.nats_service`) are wired in when their modules are
+present; until then `serve` registers a minimal decisions-only `POST /v1/runs/{id}/inputs`
+(`_fallback_routes`), so the human-in-the-loop round trip works end to end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import inspect
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import structlog
+from aiohttp import web
+
+from eventlog.jetstream import JetStreamEventStore
+from eventlog.server import EmbeddedNatsServer
+
+from .app_loader import AppSource, load_app, resolve_app
+from .connection import ConnectionOptions
+
+log = structlog.get_logger("agentlog.server")
+
+Role = Literal["serve", "gateway", "worker"]
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8480
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything a server process needs. `app` (an already loaded app source) wins over
+    `app_spec` (`module:attr`); with neither, the built-in demo app is served."""
+
+    role: Role = "serve"
+    app_spec: str | None = None
+    app: AppSource | None = None
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    connection: ConnectionOptions = field(default_factory=ConnectionOptions)
+    #: API tokens (`"tok1,tok2:tenant"`); None reads AGENTLOG_TOKENS; "" means no auth.
+    tokens: str | None = None
+    worker_concurrency: int = 4
+    worker_shutdown_timeout: float = 10.0
+    #: gateway.http Settings (None: defaults).
+    settings: Any = None
+    #: Start the NATS micro service when `gateway.nats_service` exists.
+    nats_service: bool = True
+
+
+def _optional(module: str) -> Any | None:
+    """Import a sibling module that another part of the project may not have landed yet."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and module.startswith(exc.name):
+            return None
+        raise
+
+
+def _load_source(config: ServerConfig) -> AppSource:
+    if config.app is not None:
+        return config.app
+    if config.app_spec:
+        return load_app(config.app_spec)
+    from .demo import app as demo_factory
+
+    return demo_factory
+
+
+def build_runtime(source: AppSource, store: JetStreamEventStore, *, views: Any, live: Any) -> Any:
+    """The user's app as a `Runtime` on this process's store, with the views snapshot (fast cold
+    resume) and the live sink. A ready-made `Runtime` is used as is (its own wiring wins)."""
+    from runtime import Runtime
+
+    obj = resolve_app(source, store)
+    if isinstance(obj, Runtime):
+        return obj
+    return Runtime(store, agents=obj.agents, tools=obj.tools, models=dict(getattr(obj, "models", {}) or {}),
+                   views=views, live=live)
+
+
+def _stop_runs(runtime: Any) -> list[asyncio.Task[Any]]:
+    """Cancel the in-process run tasks without committing anything: an interrupted run is
+    resumed from the log by the next process (a cancel event would end it for good)."""
+    tasks = []
+    for _loop, handle in list(getattr(runtime, "_active", {}).values()):
+        task = getattr(handle, "_task", None)
+        if task is not None and not task.done():
+            task.cancel()
+            tasks.append(task)
+    return tasks
+
+
+class Server:
+    """One process's parts, started in dependency order by `start()` and stopped in reverse by
+    `stop()` (idempotent; safe after a failed start)."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.embedded: EmbeddedNatsServer | None = None
+        self.store: JetStreamEventStore | None = None
+        self.views: Any = None
+        self.runner: Any = None
+        self.live: Any = None
+        self.runtime: Any = None
+        self.dispatcher: Any = None
+        self.worker: Any = None
+        self.service: Any = None
+        self.web_runner: web.AppRunner | None = None
+        self.app: web.Application | None = None
+        self.port: int | None = None
+        #: Which optional parts were wired (for the banner and tests).
+        self.parts: list[str] = []
+
+    # -- addresses -----------------------------------------------------------------------------
+
+    @property
+    def nats_url(self) -> str:
+        return self.embedded.url if self.embedded is not None else (self.config.connection.nats_url or "")
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.config.host}:{self.port}" if self.port is not None else ""
+
+    @property
+    def has_http(self) -> bool:
+        return self.config.role in ("serve", "gateway")
+
+    @property
+    def has_worker(self) -> bool:
+        return self.config.role in ("serve", "worker")
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> Server:
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def _start(self) -> None:
+        from projections.kv import KVViewStore
+        from projections.runner import ProjectionRunner
+        from runtime import NatsLiveSink
+
+        opts = self.config.connection
+        source = _load_source(self.config)  # fail on a bad --app before anything starts
+        if opts.embedded:
+            self.embedded = EmbeddedNatsServer(opts.data_dir)
+            await self.embedded.astart(timeout=max(opts.timeout, 10.0))
+            servers = [self.embedded.url]
+        else:
+            servers = opts.servers()
+        self.store = await JetStreamEventStore.connect(
+            servers, creds=opts.creds, token=opts.token, name=f"agentlog-{self.config.role}",
+            connect_timeout=opts.timeout, request_timeout=opts.timeout)
+        nc = self.store.nc
+        self.views = await KVViewStore.open(nc)
+        if self.has_http:
+            self.runner = ProjectionRunner(nc, self.views)
+            await self.runner.start()
+        if self.has_worker:
+            self.live = NatsLiveSink(nc)
+            self.live.start()
+            self.runtime = build_runtime(source, self.store, views=self.views, live=self.live)
+        if self.has_http:
+            self.dispatcher = self._dispatcher()
+        if self.has_worker:
+            from runtime.worker import Worker
+
+            self.worker = Worker(self.store, runtime=self.runtime, concurrency=self.config.worker_concurrency,
+                                 shutdown_timeout=self.config.worker_shutdown_timeout)
+            await self.worker.start()
+            self.parts.append("worker")
+        if self.has_http:
+            await self._start_http()
+            if self.config.nats_service:
+                await self._start_service()
+        log.info("server.started", role=self.config.role, http=self.http_url, nats=self.nats_url, parts=self.parts)
+
+    def _dispatcher(self) -> Any:
+        """In-process when this process runs the worker, else the work queue."""
+        dispatch = _optional("gateway.dispatch")
+        if dispatch is None:
+            return None
+        assert self.store is not None
+        if self.runtime is not None:
+            self.parts.append("dispatch:inprocess")
+            return dispatch.InProcessDispatcher(self.runtime)
+        self.parts.append("dispatch:queue")
+        return dispatch.QueueDispatcher(self.store.nc, self.store)
+
+    def _routes(self) -> list[Any]:
+        routes: list[Any] = []
+        write = _optional("gateway.http.write")
+        if write is not None:
+            routes += list(write.ROUTES)
+            self.parts.append("write")
+        else:
+            routes += _fallback_routes()
+            self.parts.append("write:fallback-inputs")
+        for name in ("gateway.adapters.routes", "gateway.adapters.agui_routes", "gateway.adapters.aisdk_routes"):
+            module = _optional(name)
+            if module is not None and hasattr(module, "ROUTES"):
+                routes += list(module.ROUTES)
+                self.parts.append(name.rsplit(".", 1)[1])
+        return routes
+
+    async def _start_http(self) -> None:
+        from .http import Settings, create_app
+
+        assert self.store is not None
+        self.app = create_app(self.store, self.views, self.runner, auth_tokens=self.config.tokens,
+                              runtime=self.dispatcher if self.dispatcher is not None else self.runtime,
+                              extra_routes=self._routes(), settings=self.config.settings or Settings())
+        self.app[SERVER] = self
+        self.web_runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await self.web_runner.setup()
+        site = web.TCPSite(self.web_runner, self.config.host, self.config.port, reuse_address=True)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None) or []  # noqa: SLF001 - the bound port
+        self.port = sockets[0].getsockname()[1] if sockets else self.config.port
+
+    async def _start_service(self) -> None:
+        module = _optional("gateway.nats_service")
+        if module is None:
+            return
+        start = getattr(module, "start_service", None)
+        if start is None:
+            return
+        assert self.store is not None
+        service = start(self.store.nc, store=self.store, views=self.views, runner=self.runner,
+                        dispatcher=self.dispatcher)
+        self.service = await service if inspect.isawaitable(service) else service
+        self.parts.append("nats-service")
+
+    async def stop(self) -> None:
+        """Reverse order: stop taking requests (HTTP, NATS service), let the worker finish or hand
+        back its commands, stop in-process runs uncommitted, flush live output, stop the
+        projection runner, close the store, stop the embedded nats-server."""
+        if self.web_runner is not None:
+            with contextlib.suppress(Exception):
+                await self.web_runner.cleanup()
+            self.web_runner = None
+        if self.service is not None:
+            stop = getattr(self.service, "stop", None)
+            if stop is not None:
+                with contextlib.suppress(Exception):
+                    await stop()
+            self.service = None
+        if self.worker is not None:
+            with contextlib.suppress(Exception):
+                await self.worker.stop()
+            self.worker = None
+        if self.runtime is not None:
+            await asyncio.gather(*_stop_runs(self.runtime), return_exceptions=True)
+        close = getattr(self.dispatcher, "aclose", None) or getattr(self.dispatcher, "close", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                result = close()
+                if inspect.isawaitable(result):
+                    await result
+        self.dispatcher = None
+        if self.live is not None:
+            with contextlib.suppress(Exception):
+                await self.live.close()
+            self.live = None
+        if self.runner is not None:
+            with contextlib.suppress(Exception):
+                await self.runner.stop()
+            self.runner = None
+        if self.store is not None:
+            with contextlib.suppress(Exception):
+                await self.store.close()
+            self.store = None
+        if self.embedded is not None:
+            await self.embedded.astop()
+            self.embedded = None
+        log.info("server.stopped", role=self.config.role)
+
+    async def __aenter__(self) -> Server:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+SERVER = web.AppKey("agentlog.server", Server)
+
+
+@contextlib.asynccontextmanager
+async def serve(config: ServerConfig) -> AsyncIterator[Server]:
+    """A started `Server`, stopped (in order) on exit."""
+    server = Server(config)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+async def run_until_stopped(config: ServerConfig, on_ready: Any = None, stop: asyncio.Event | None = None) -> None:
+    """Run a server until SIGINT/SIGTERM (or `stop` is set): the body of `agentlog serve`."""
+    from .demo import wait_for_signal
+
+    async with serve(config) as server:
+        if on_ready is not None:
+            on_ready(server)
+        if stop is not None:
+            await stop.wait()
+        else:
+            await wait_for_signal()
+
+
+# -- the fallback inputs route (until gateway.http.write lands) ----------------------------------
+
+
+def _fallback_routes() -> Sequence[Any]:
+    """`POST /v1/runs/{id}/inputs` with `{"decisions": [...]}` only: decided in this process's
+    `Runtime` when it has one, else queued for a worker (`Decide` command)."""
+    from pydantic import BaseModel
+
+    from .http import Route, parse_body, path_id, services
+    from .http.context import visible_run
+
+    class InputsBody(BaseModel):
+        decisions: list[dict[str, Any]]
+
+    async def post_inputs(request: web.Request) -> web.Response:
+        from runtime import Runtime
+        from runtime.commands import CommandClient, Decide
+
+        from .http import principal
+        from .http.replies import reply
+
+        svc = services(request)
+        run_id = path_id(request, kind="run_id")
+        body = await parse_body(request, InputsBody)
+        server = request.app[SERVER]
+        runtime = server.runtime
+        if isinstance(runtime, Runtime):
+            res = await runtime.decide(run_id, body.decisions)
+            return reply({"run_id": run_id, "seq": res.seq, "duplicate": res.duplicate,
+                          "resumed": list(res.resumed)}, status=202)
+        run = await visible_run(svc, principal(request), run_id)
+        sub = await CommandClient(svc.store.nc).submit(Decide(thread_id=run.thread_id, run_id=run_id,
+                                                              decisions=body.decisions))
+        return reply({"run_id": run_id, "command_id": sub.command_id, "queued_seq": sub.seq}, status=202)
+
+    return [Route("POST", "/v1/runs/{id}/inputs", post_inputs, "Decisions for a waiting run (fallback)", "runs",
+                  body=InputsBody, response={"type": "object"}, status=202, errors=(404, 409))]
+
+
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "Role", "SERVER", "Server", "ServerConfig", "build_runtime",
+           "run_until_stopped", "serve"]
