@@ -42,6 +42,17 @@ STATUS_BY_CODE: dict[str, int] = {
     "run_not_found": 404,
     "store_unavailable": 503,
     "projection_timeout": 503,
+    # write side (runtime.hitl, gateway.dispatch)
+    "invalid_decision": 400,
+    "unknown_call": 400,
+    "invalid_input": 400,
+    "invalid_command": 400,
+    "run_not_waiting": 409,
+    "call_not_suspended": 409,
+    "run_finished": 409,
+    "agent_not_found": 404,
+    "thread_not_found": 404,
+    "dispatch_timeout": 503,
 }
 
 _HTTP_CODES: dict[int, str] = {
