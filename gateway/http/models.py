@@ -134,7 +134,84 @@ class ListRunsQuery(_Query):
     min_seq: MinSeq = None
 
 
+# -- run writes (gateway.http.write, gateway.nats_service) -----------------------------------
+
+MAX_ITEMS = 1000
+
+
+class InputMessage(_Model):
+    """One input message; a bare string is shorthand for `{"role": "user", "content": ...}`."""
+
+    role: Literal["user", "system", "assistant", "tool"] = "user"
+    content: str = ""
+    tool_call_id: Id | None = None
+
+
+Messages = Annotated[str | list[InputMessage | str], Field(
+    description="a string (one user message) or a list of {role, content} objects / strings")]
+
+
+class DecisionIn(_Model):
+    """A human decision for a suspended tool call (DESIGN 4.3); idempotent on decision_id."""
+
+    target_id: Id = Field(description="the suspended call id")
+    decision_id: Id = Field(description="idempotency key of the decision")
+    action: Literal["resume", "cancel"]
+    result: Any = None
+    reason: str | None = Field(default=None, max_length=10_000)
+    updated_at: int = Field(default=0, ge=0, description="unix ms; the server's clock when 0")
+
+
+class StartRunBody(_Model):
+    agent_id: Id
+    thread_id: Id | None = Field(default=None, description="a new thread when absent")
+    run_id: RunId | None = Field(default=None, description="generated when absent")
+    messages: Messages = Field(default_factory=list)
+    parent_run_id: RunId | None = Field(default=None, description="continue after this run (lineage)")
+    decisions: list[DecisionIn] = Field(default_factory=list, max_length=MAX_ITEMS,
+                                        description="for the waiting parent run's suspended calls")
+    resource_id: ResourceId | None = Field(default=None, description="owner of a new thread (tenant scoping)")
+
+
+class RunInputsBody(_Model):
+    decisions: list[DecisionIn] = Field(default_factory=list, max_length=MAX_ITEMS)
+    messages: Messages = Field(default_factory=list, description="non-empty: a continuation run")
+
+    def model_post_init(self, _context: Any) -> None:
+        if not self.decisions and not self.messages:
+            raise ValueError("give decisions and/or messages")
+
+
+class CancelRunBody(_Model):
+    reason: str | None = Field(default=None, max_length=1000)
+
+
+# -- NATS request bodies: the HTTP inputs plus the path ids ------------------------------------
+
+
+class RunRef(GetViewQuery):
+    run_id: RunId
+
+
+class ThreadRef(GetViewQuery):
+    thread_id: Id
+
+
+class RunInputsRequest(RunInputsBody):
+    run_id: RunId
+
+
+class CancelRunRequest(CancelRunBody):
+    run_id: RunId
+
+
+class ThreadMessagesRequest(MessagesQuery):
+    thread_id: Id
+
+
 __all__ = [
+    "CancelRunBody", "CancelRunRequest", "DecisionIn", "InputMessage", "RunInputsBody", "RunInputsRequest",
+    "RunRef", "StartRunBody", "ThreadMessagesRequest", "ThreadRef",
     "CreateThread", "DeleteThreadQuery", "EventsQuery", "GetViewQuery", "ListRunsQuery", "ListThreadsQuery",
     "MAX_LIMIT", "MessagesQuery", "StateQuery", "UpdateThread",
 ]
