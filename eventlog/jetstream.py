@@ -24,6 +24,7 @@ Design notes (the why behind the code):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -303,7 +304,9 @@ class JetStreamEventStore:
             except nats.errors.Error:
                 pass
         if self._owns_connection and not self._nc.is_closed:
-            await self._nc.close()
+            # nats-py flushes on close; after a server restart the socket may already be reset.
+            with contextlib.suppress(OSError, nats.errors.Error):
+                await self._nc.close()
 
     async def __aenter__(self) -> JetStreamEventStore:
         return self
@@ -807,6 +810,6 @@ async def _open_connection(
             pass
         raise StoreUnavailable(
             f"cannot connect to NATS at {', '.join(servers)} within {connect_timeout:g}s: "
-            f"{exc or type(exc).__name__}"
+            f"{str(exc) or type(exc).__name__}"
         ) from None
     return nc

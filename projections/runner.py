@@ -81,6 +81,7 @@ class ProjectionRunner:
         self._runs: OrderedDict[str, RunView] = OrderedDict()
         self._psub: JetStreamContext.PullSubscription | None = None
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._advanced = asyncio.Condition()
         self._lock = asyncio.Lock()  # one batch (or rebuild swap) at a time
         #: Test hook: called after the KV puts of a batch, before its ack. Raising simulates a
@@ -109,14 +110,21 @@ class ProjectionRunner:
     async def start(self) -> None:
         if self._psub is None:
             await self.open()
+        self._stopping = False
         self._task = asyncio.create_task(self._loop(), name="projection-runner")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        """Stop the loop and wait for it. On Python 3.11 nats-py's fetch (`wait_for` inside) can
+        swallow a cancel that lands as its timeout fires, so the loop also checks a flag and we
+        cancel again until the task has really ended."""
+        self._stopping = True
+        task, self._task = self._task, None
+        if task is not None:
+            while not task.done():
+                task.cancel()
+                await asyncio.wait({task}, timeout=self.fetch_timeout)
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                task.result()
         if self._psub is not None:
             with contextlib.suppress(Exception):
                 await self._psub.unsubscribe()
@@ -130,7 +138,7 @@ class ProjectionRunner:
         await self.stop()
 
     async def _loop(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await self.step()
             except asyncio.CancelledError:

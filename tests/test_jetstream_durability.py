@@ -107,8 +107,11 @@ async def test_append_while_server_down_fails_then_succeeds_after_restart(
 
 async def test_connect_to_nothing_is_store_unavailable() -> None:
     async with asyncio.timeout(WAIT):
-        with pytest.raises(StoreUnavailable):
+        with pytest.raises(StoreUnavailable) as info:
             await JetStreamEventStore.connect(f"nats://127.0.0.1:{free_port()}", connect_timeout=1.0)
+    # The reason after the colon names what went wrong, even when nats-py's exception has no text.
+    reason = str(info.value).rsplit(": ", 1)[-1]
+    assert reason.strip(), str(info.value)
 
 
 async def test_stream_setup_is_idempotent_and_explicit(nats_server: EmbeddedNatsServer) -> None:
