@@ -145,7 +145,10 @@ async def run_demo(server: Any, *, auto_approve: bool, keep_running: bool, conso
                       f"docs  {server.http_url}/openapi.json"),
         border_style="magenta"))
     run_id, thread_id = new_id(), new_id()
-    await server.runtime.start(DEMO_AGENT, DEMO_PROMPT, run_id=run_id, thread_id=thread_id)
+    if server.dispatcher is not None:  # the same path as POST /v1/runs
+        await server.dispatcher.start_run(DEMO_AGENT, DEMO_PROMPT, run_id=run_id, thread_id=thread_id)
+    else:
+        await server.runtime.start(DEMO_AGENT, DEMO_PROMPT, run_id=run_id, thread_id=thread_id)
     console.print(Text.assemble("started run ", (run_id, "bold"), f" of agent {DEMO_AGENT!r} on thread {thread_id}: ",
                                 (repr(DEMO_PROMPT), "italic")))
     names: dict[str, str] = {}

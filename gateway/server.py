@@ -191,7 +191,7 @@ class Server:
             self.live.start()
             self.runtime = build_runtime(source, self.store, views=self.views, live=self.live)
         if self.has_http:
-            self.dispatcher = self._dispatcher()
+            self.dispatcher = self._dispatcher(source)
         if self.has_worker:
             from runtime.worker import Worker
 
@@ -205,32 +205,43 @@ class Server:
                 await self._start_service()
         log.info("server.started", role=self.config.role, http=self.http_url, nats=self.nats_url, parts=self.parts)
 
-    def _dispatcher(self) -> Any:
-        """In-process when this process runs the worker, else the work queue."""
+    def _dispatcher(self, source: AppSource) -> Any:
+        """In-process when this process runs the worker, else the work queue (which refuses
+        agents the app does not have, when the app is known here)."""
         dispatch = _optional("gateway.dispatch")
         if dispatch is None:
             return None
         assert self.store is not None
         if self.runtime is not None:
-            self.parts.append("dispatch:inprocess")
+            self.parts.append("dispatch:in-process")
             return dispatch.InProcessDispatcher(self.runtime)
         self.parts.append("dispatch:queue")
-        return dispatch.QueueDispatcher(self.store.nc, self.store)
+        agents = None
+        if self.config.app is not None or self.config.app_spec:
+            agents = [spec.id for spec in resolve_app(source, self.store).agents]
+        return dispatch.QueueDispatcher(self.store.nc, self.store, agents=agents)
 
     def _routes(self) -> list[Any]:
         routes: list[Any] = []
         write = _optional("gateway.http.write")
-        if write is not None:
-            routes += list(write.ROUTES)
+        if write is not None and self.dispatcher is not None:
+            routes += list(write.write_routes(self.dispatcher))
             self.parts.append("write")
         else:
             routes += _fallback_routes()
             self.parts.append("write:fallback-inputs")
         for name in ("gateway.adapters.routes", "gateway.adapters.agui_routes", "gateway.adapters.aisdk_routes"):
             module = _optional(name)
-            if module is not None and hasattr(module, "ROUTES"):
+            if module is None:
+                continue
+            make = getattr(module, "adapter_routes", None)
+            if make is not None:
+                routes += list(make(self.dispatcher))
+            elif hasattr(module, "ROUTES"):
                 routes += list(module.ROUTES)
-                self.parts.append(name.rsplit(".", 1)[1])
+            else:
+                continue
+            self.parts.append(name.rsplit(".", 1)[1])
         return routes
 
     async def _start_http(self) -> None:
@@ -238,7 +249,7 @@ class Server:
 
         assert self.store is not None
         self.app = create_app(self.store, self.views, self.runner, auth_tokens=self.config.tokens,
-                              runtime=self.dispatcher if self.dispatcher is not None else self.runtime,
+                              runtime=self.runtime,
                               extra_routes=self._routes(), settings=self.config.settings or Settings())
         self.app[SERVER] = self
         self.web_runner = web.AppRunner(self.app, access_log=None, handle_signals=False)

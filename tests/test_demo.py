@@ -1,0 +1,66 @@
+"""`agentlog demo --auto-approve` and `scripts/demo` end to end: the run waits, the printed curl
+names the real run and call ids, the demo approves through that very HTTP request, the run
+finishes, exit 0. Subprocesses (the installed script), each bounded by `timeout`, data in tmp."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+AGENTLOG = Path(sys.executable).parent / "agentlog"
+CURL = re.compile(r"curl -sS -X POST http://127\.0\.0\.1:(\d+)/v1/runs/(\w+)/inputs "
+                  r"-H 'Content-Type: application/json' -d '(\{.*\})'")
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
+    env.update(AGENTLOG_DATA_DIR=str(tmp_path / "data"), COLUMNS="300", NO_COLOR="1")
+    return env
+
+
+def _check_output(out: str) -> None:
+    match = CURL.search(out)
+    assert match, out
+    _port, run_id, body = match.groups()
+    assert f"started run {run_id}" in out
+    assert '"action":"resume"' in body and '"approved":true' in body
+    call_id = re.search(r'"target_id":"([^"]+)"', body).group(1)  # type: ignore[union-attr]
+    assert f"ToolCallSuspended    deploy suspended" in out and f"call={call_id}" in out
+    assert f"is waiting for approval of deploy (call {call_id})" in out
+    assert re.search(rf"--auto-approve: POST \S+/v1/runs/{run_id}/inputs -> 202", out), out
+    # the run goes on after the decision: the deploy runs, then the final answer
+    after = out[match.end():]
+    assert "ToolCallDecided" in after and "deploy succeeded" in after
+    assert f"run {run_id} finished: natural_end after 3 step(s)" in after
+    assert '"deployed": {"env": "staging", "release": "1.4.2"}' in after
+
+
+@pytest.mark.timeout(200)
+def test_agentlog_demo_auto_approve(tmp_path: Path) -> None:
+    proc = subprocess.run(["timeout", "150", str(AGENTLOG), "demo", "--auto-approve", "--port", "0"],
+                          cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _check_output(proc.stdout)
+    assert not (tmp_path / ".agentlog").exists()  # the data dir option was honoured
+    assert (tmp_path / "data" / "jetstream").is_dir()
+
+
+@pytest.mark.timeout(320)
+def test_scripts_demo_end_to_end(tmp_path: Path) -> None:
+    if not (ROOT / ".venv" / "bin" / "python").exists():
+        pytest.skip("no .venv (scripts/test creates it); not creating one inside the test")
+    if shutil.which("timeout") is None:
+        pytest.skip("needs coreutils timeout")
+    env = _env(tmp_path)
+    env["AGENTLOG_DEMO_ARGS"] = "--auto-approve --port 0"
+    proc = subprocess.run(["timeout", "300", str(ROOT / "scripts" / "demo")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _check_output(proc.stdout)
