@@ -79,7 +79,11 @@ def _optional(module: str) -> Any | None:
     except ModuleNotFoundError as exc:
         if exc.name and module.startswith(exc.name):
             return None
-        raise
+        log.warning("optional part failed to import; running without it", module=module, error=str(exc))
+        return None
+    except ImportError as exc:  # a sibling mid-change: serve what works, say what is missing
+        log.warning("optional part failed to import; running without it", module=module, error=str(exc))
+        return None
 
 
 def _load_source(config: ServerConfig) -> AppSource:
