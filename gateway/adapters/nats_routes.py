@@ -1,0 +1,140 @@
+"""The protocol adapters over NATS request/reply: the same sessions as the HTTP routes.
+
+    agentlog.ag-ui.runs    body: RunAgentInput         header Agentlog-Agent: <agent id>
+    agentlog.ai-sdk.runs   body: useChat request        header Agentlog-Agent: <agent id>
+
+The requester subscribes to its reply inbox first, then publishes with `reply=inbox`. The inbox
+receives the encoded events one message each (the AG-UI event JSON / the AI SDK part JSON, as
+the HTTP `data:` lines carry them), then one empty-body message that ends the stream (SSE has the
+connection end / `[DONE]` for that; NATS has no stream end of its own). An invalid request gets
+exactly one error event (RUN_ERROR / `error` part) and the end marker; nothing is written.
+Without the header the runtime's only agent is used (a multi-agent gateway needs the header).
+
+Why a queue group: any number of gateways can serve the subjects; each request is handled once.
+Why a task per request: a long run must not hold up the subscription's other requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import structlog
+
+from eventlog.errors import AgentlogError
+
+from . import aisdk, session
+from .common import AdapterInputError
+
+log = structlog.get_logger("agentlog.adapters.nats")
+
+AGUI_SUBJECT = "agentlog.ag-ui.runs"
+AISDK_SUBJECT = "agentlog.ai-sdk.runs"
+AGENT_HEADER = "Agentlog-Agent"
+QUEUE = "agentlog-adapters"
+END = b""
+
+
+def _agui_bytes(ev: Any) -> bytes:
+    return ev.model_dump_json(by_alias=True, exclude_none=True).encode()
+
+
+def _part_bytes(p: Any) -> bytes:
+    return aisdk.encode(p)[len("data: "):-2].encode()
+
+
+class AdapterService:
+    """Serves both subjects on `nc` for `backend` (`session.Backend`). `start()`/`stop()`, or
+    `async with`. `agent_ids`: the agents to default to when a request names none."""
+
+    def __init__(self, nc: Any, backend: session.Backend, *, default_agent: str | None = None) -> None:
+        self.nc = nc
+        self.backend = backend
+        self.default_agent = default_agent
+        self._subs: list[Any] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self._subs.append(await self.nc.subscribe(AGUI_SUBJECT, queue=QUEUE, cb=self._on_agui))
+        self._subs.append(await self.nc.subscribe(AISDK_SUBJECT, queue=QUEUE, cb=self._on_aisdk))
+        await self.nc.flush()
+
+    async def stop(self) -> None:
+        for sub in self._subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        self._subs.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def __aenter__(self) -> AdapterService:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- per request -----------------------------------------------------------------------------
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _on_agui(self, msg: Any) -> None:
+        self._spawn(self._serve(msg, self._agui, _agui_bytes, session.agui_error_event))
+
+    async def _on_aisdk(self, msg: Any) -> None:
+        self._spawn(self._serve(msg, self._aisdk, _part_bytes, session.aisdk_error_part))
+
+    def _agent(self, msg: Any) -> str:
+        agent = (msg.headers or {}).get(AGENT_HEADER) or self.default_agent
+        if not agent:
+            raise AdapterInputError(f"name the agent in the {AGENT_HEADER} header", AGENT_HEADER)
+        return agent
+
+    def _agui(self, msg: Any) -> AsyncIterator[Any]:
+        req = session.agui_parse(_body(msg.data))
+        return session.agui_events(self.backend, self._agent(msg), req)
+
+    def _aisdk(self, msg: Any) -> AsyncIterator[Any]:
+        req = aisdk.parse_chat_request(_body(msg.data))
+        return session.aisdk_events(self.backend, self._agent(msg), req)
+
+    async def _serve(self, msg: Any, open_events: Callable[[Any], AsyncIterator[Any]],
+                     encode: Callable[[Any], bytes], error: Callable[[BaseException], Any]) -> None:
+        if not msg.reply:
+            return  # a publish without a reply inbox has nowhere to stream to
+        events: AsyncIterator[Any] | None = None
+        try:
+            try:
+                events = open_events(msg)
+                async for ev in events:
+                    await self.nc.publish(msg.reply, encode(ev))
+            except (AdapterInputError, AgentlogError) as exc:  # before the first event
+                await self.nc.publish(msg.reply, encode(error(exc)))
+            except Exception as exc:  # noqa: BLE001 - the requester must never hang
+                log.error("adapter request failed", exc_info=exc)
+                await self.nc.publish(msg.reply, encode(error(RuntimeError("internal error"))))
+            await self.nc.publish(msg.reply, END)
+        except Exception as exc:  # noqa: BLE001 - the connection went away mid-answer
+            log.warning("adapter reply failed", error=str(exc))
+        finally:
+            if events is not None:
+                with contextlib.suppress(Exception):
+                    await events.aclose()  # type: ignore[attr-defined]
+
+
+def _body(data: bytes) -> Any:
+    try:
+        return json.loads(data) if data else None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise AdapterInputError(f"the body is not valid JSON: {exc}") from None
+
+
+__all__ = ["AGENT_HEADER", "AGUI_SUBJECT", "AISDK_SUBJECT", "AdapterService", "END"]

@@ -1,0 +1,169 @@
+"""HTTP routes of the protocol adapters (DESIGN 5.1), plugged in with
+`create_app(..., extra_routes=adapters.routes.ROUTES)`.
+
+    POST /v1/ag-ui/agents/{agent_id}/runs     RunAgentInput -> AG-UI events (SSE, official encoder)
+    GET  /v1/ag-ui/threads/{id}/messages      the thread as AG-UI messages
+    POST /v1/ai-sdk/agents/{agent_id}/runs    useChat body -> UI message stream (SSE, [DONE])
+    GET  /v1/ai-sdk/runs/{id}/stream          the run's current turn replayed from the log
+    GET  /v1/ai-sdk/threads/{id}/messages     the thread as AI SDK UI messages
+
+The handlers only parse, pull the first event (so an unknown / other-tenant thread is still a
+404 JSON answer, not a 200 stream), then encode and write; what a request does is decided in
+`session` so the NATS transport (`nats_routes`) behaves the same. Invalid bodies are 400 with
+field detail; everything after the headers (resume mismatches, run conflicts, failed runs) is a
+protocol error event inside the stream. Streams go through `gateway.http.sse.Pump`: a bounded
+queue (a stalled client is dropped, the run goes on) and heartbeat comments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from ag_ui.encoder import EventEncoder
+from aiohttp import web
+
+from gateway.http.auth import principal
+from gateway.http.context import services
+from gateway.http.errors import ApiError
+from gateway.http.replies import reply
+from gateway.http.routing import Route, path_id
+from gateway.http.sse import Pump
+
+from . import aisdk, session
+from .common import AdapterInputError
+
+_ENCODER = EventEncoder()
+
+
+async def _json_body(request: web.Request) -> Any:
+    raw = await request.read()
+    try:
+        return json.loads(raw) if raw else None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(400, "invalid_json", f"body is not valid JSON: {exc}") from None
+
+
+def _bad_input(exc: AdapterInputError) -> ApiError:
+    return ApiError(400, exc.code, str(exc), detail=[{"field": exc.field, "message": str(exc), "type": exc.code}])
+
+
+async def _stream(request: web.Request, events: AsyncIterator[Any], encode: Callable[[Any], str],
+                  headers: dict[str, str], tail: bytes = b"") -> web.StreamResponse:
+    """Pull the first event (errors before it are JSON answers), then stream the rest."""
+    try:
+        first = await events.__anext__()
+    except StopAsyncIteration:
+        first = None
+    except AdapterInputError as exc:
+        raise _bad_input(exc) from None
+
+    async def frames() -> AsyncIterator[bytes]:
+        try:
+            if first is not None:
+                yield encode(first).encode()
+            async for ev in events:
+                yield encode(ev).encode()
+            if tail:
+                yield tail
+        finally:
+            with contextlib.suppress(Exception):
+                await events.aclose()  # type: ignore[attr-defined]
+
+    svc = services(request)
+    response = web.StreamResponse(headers=headers)
+    await response.prepare(request)
+    outcome = await Pump(frames(), response.write, queue_size=svc.settings.sse_queue,
+                         heartbeat=svc.settings.sse_heartbeat).run()
+    if outcome != "end" and request.transport is not None:
+        request.transport.close()
+        return response
+    with contextlib.suppress(ConnectionError):
+        await response.write_eof()
+    return response
+
+
+_SSE = {"Content-Type": _ENCODER.get_content_type(), "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+# -- AG-UI ---------------------------------------------------------------------------------------
+
+
+async def agui_run(request: web.Request) -> web.StreamResponse:
+    svc, who = services(request), principal(request)
+    agent_id = path_id(request, "agent_id", "agent_id")
+    try:
+        req = session.agui_parse(await _json_body(request))
+    except AdapterInputError as exc:
+        raise _bad_input(exc) from None
+    backend = session.backend_of(svc.store, svc.runtime)
+    return await _stream(request, session.agui_events(backend, agent_id, req, who), _ENCODER.encode, _SSE)
+
+
+async def agui_messages(request: web.Request) -> web.Response:
+    svc, who = services(request), principal(request)
+    thread_id = path_id(request)
+    thread = await session.load_thread(svc.store, thread_id, who)
+    if thread.view is None:
+        raise ApiError(404, "thread_not_found", f"thread {thread_id!r} not found")
+    return reply({"thread_id": thread_id, "messages": session.agui_history(thread)})
+
+
+# -- AI SDK --------------------------------------------------------------------------------------
+
+
+def _part(p: Any) -> str:
+    return aisdk.encode(p)
+
+
+async def aisdk_run(request: web.Request) -> web.StreamResponse:
+    svc, who = services(request), principal(request)
+    agent_id = path_id(request, "agent_id", "agent_id")
+    try:
+        req = aisdk.parse_chat_request(await _json_body(request))
+    except AdapterInputError as exc:
+        raise _bad_input(exc) from None
+    backend = session.backend_of(svc.store, svc.runtime)
+    return await _stream(request, session.aisdk_events(backend, agent_id, req, who), _part,
+                         dict(aisdk.HEADERS), aisdk.DONE.encode())
+
+
+async def aisdk_stream(request: web.Request) -> web.StreamResponse:
+    svc, who = services(request), principal(request)
+    run_id = path_id(request, kind="run_id")
+    backend = session.backend_of(svc.store, svc.runtime)
+    return await _stream(request, session.aisdk_replay(backend, run_id, who), _part,
+                         dict(aisdk.HEADERS), aisdk.DONE.encode())
+
+
+async def aisdk_messages(request: web.Request) -> web.Response:
+    svc, who = services(request), principal(request)
+    thread_id = path_id(request)
+    thread = await session.load_thread(svc.store, thread_id, who)
+    if thread.view is None:
+        raise ApiError(404, "thread_not_found", f"thread {thread_id!r} not found")
+    return reply({"thread_id": thread_id, "messages": session.aisdk_history(thread)})
+
+
+_MESSAGES = {"type": "object", "properties": {"thread_id": {"type": "string"},
+                                              "messages": {"type": "array", "items": {"type": "object"}}}}
+
+ROUTES: list[Route] = [
+    Route("POST", "/v1/ag-ui/agents/{agent_id}/runs", agui_run,
+          "AG-UI: run an agent on RunAgentInput (new messages, or resume[] for the waiting run); "
+          "AG-UI events as SSE", "ag-ui", content_type="text/event-stream", errors=(404,)),
+    Route("GET", "/v1/ag-ui/threads/{id}/messages", agui_messages, "AG-UI: the thread's messages",
+          "ag-ui", response=_MESSAGES, errors=(404,)),
+    Route("POST", "/v1/ai-sdk/agents/{agent_id}/runs", aisdk_run,
+          "AI SDK v6: chat request -> UI message stream (SSE, ends with [DONE])", "ai-sdk",
+          content_type="text/event-stream", errors=(404,)),
+    Route("GET", "/v1/ai-sdk/runs/{id}/stream", aisdk_stream,
+          "AI SDK v6: the run's current turn replayed from the log (resume-stream)", "ai-sdk",
+          content_type="text/event-stream", errors=(404,)),
+    Route("GET", "/v1/ai-sdk/threads/{id}/messages", aisdk_messages, "AI SDK v6: the thread as UI messages",
+          "ai-sdk", response=_MESSAGES, errors=(404,)),
+]
+
+__all__ = ["ROUTES"]

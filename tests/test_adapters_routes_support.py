@@ -1,0 +1,167 @@
+"""Fixtures of the adapter route tests (no tests here): the real stack (nats-server, JetStream
+store, KV views + runner, an in-process Runtime behind the Dispatcher with live deltas on core
+NATS, the aiohttp app with the adapter routes, the NATS adapter service) and one `Transport`
+interface over HTTP and NATS so every scenario runs on both."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import nats
+from aiohttp.test_utils import TestClient, TestServer
+
+from eventlog.jetstream import JetStreamEventStore
+from eventlog.server import EmbeddedNatsServer
+from gateway.adapters import nats_routes, routes
+from gateway.adapters.agui_verify import parse_sse
+from gateway.adapters.aisdk_verify import parse_ui_sse
+from gateway.adapters.frontend import frontend_tool
+from gateway.adapters.session import Backend
+from gateway.dispatch import InProcessDispatcher
+from gateway.http import Settings, create_app
+from projections.kv import KVViewStore
+from projections.runner import ProjectionRunner
+from runtime import AgentSpec, NatsLiveSink, Runtime
+from runtime.models import ScriptedModel
+
+from test_adapters_support import ALL_TOOLS
+from test_http_support import stop_runner
+
+TIMEOUT = 30
+confirm_action = frontend_tool("confirm_action", "Ask the user to confirm", {
+    "type": "object", "properties": {"text": {"type": "string"}}})
+TOOLS = [*ALL_TOOLS, confirm_action]
+
+
+@dataclass
+class Stack:
+    client: TestClient
+    store: JetStreamEventStore
+    runtime: Runtime
+    nc: Any  # a separate client connection for NATS requests
+
+    async def last_seq(self) -> int:
+        return await self.store.last_seq()
+
+    async def events_of(self, thread_id: str) -> list[Any]:
+        return [e async for sc in self.store.read_thread(thread_id) for e in sc.commit.events]
+
+
+@contextlib.asynccontextmanager
+async def open_stack(server: EmbeddedNatsServer, turns: list[Any], *, mode: str = "sequential",
+                     plugins: tuple[Any, ...] = ()) -> AsyncIterator[Stack]:
+    store = await JetStreamEventStore.connect(server.url, request_timeout=2.0, connect_timeout=5.0)
+    views = await KVViewStore.open(store.nc)
+    runner = ProjectionRunner(store.nc, views, fetch_timeout=0.2)
+    await runner.start()
+    live = NatsLiveSink(store.nc)
+    live.start()
+    agent = AgentSpec(id="agent", model=ScriptedModel(turns, chunk_words=2), tools=[t.name for t in TOOLS],
+                      tool_execution_mode=mode, plugins=list(plugins))
+    rt = Runtime(store, agents=[agent], tools=TOOLS, live=live)
+    dispatcher = InProcessDispatcher(rt)
+    app = create_app(store, views, runner, auth_tokens="", runtime=dispatcher, extra_routes=routes.ROUTES,
+                     settings=Settings(read_wait=5.0, sse_heartbeat=5.0))
+    client = TestClient(TestServer(app, host="127.0.0.1"))
+    await client.start_server()
+    service = nats_routes.AdapterService(store.nc, Backend(store, dispatcher, store.nc), default_agent="agent")
+    await service.start()
+    nc = await nats.connect(server.url)
+    try:
+        yield Stack(client, store, rt, nc)
+    finally:
+        await nc.close()
+        await service.stop()
+        await client.close()
+        await rt.aclose()
+        await live.close()
+        await stop_runner(runner)
+        with contextlib.suppress(ConnectionError):
+            await store.close()
+
+
+@dataclass
+class Answer:
+    """What a client received: the events/parts, whether the body was rejected before any
+    stream (HTTP 400 JSON / NATS exactly one error event), and for AI SDK whether it ended
+    with `[DONE]` (HTTP) or the end marker (NATS)."""
+
+    events: list[dict[str, Any]]
+    rejected: dict[str, Any] | None = None
+    done: bool = True
+
+
+class Transport:
+    name = "?"
+
+    async def agui(self, stack: Stack, body: Any, agent: str = "agent") -> Answer:
+        raise NotImplementedError
+
+    async def aisdk(self, stack: Stack, body: Any, agent: str = "agent") -> Answer:
+        raise NotImplementedError
+
+
+class Http(Transport):
+    name = "http"
+
+    async def _post(self, stack: Stack, path: str, body: Any) -> tuple[int, dict[str, str], str]:
+        async with asyncio.timeout(TIMEOUT):
+            resp = await stack.client.post(path, data=json.dumps(body))
+            return resp.status, dict(resp.headers), await resp.text()
+
+    async def agui(self, stack: Stack, body: Any, agent: str = "agent") -> Answer:
+        status, headers, text = await self._post(stack, f"/v1/ag-ui/agents/{agent}/runs", body)
+        if status != 200:
+            return Answer([], json.loads(text) | {"status": status})
+        assert headers["Content-Type"].startswith("text/event-stream")
+        return Answer(parse_sse(text))
+
+    async def aisdk(self, stack: Stack, body: Any, agent: str = "agent") -> Answer:
+        status, headers, text = await self._post(stack, f"/v1/ai-sdk/agents/{agent}/runs", body)
+        if status != 200:
+            return Answer([], json.loads(text) | {"status": status})
+        assert headers["x-vercel-ai-ui-message-stream"] == "v1"
+        parts, done = parse_ui_sse(text)
+        return Answer(parts, done=done)
+
+
+class Nats(Transport):
+    name = "nats"
+
+    async def _request(self, stack: Stack, subject: str, body: Any, agent: str) -> list[dict[str, Any]]:
+        inbox = stack.nc.new_inbox()
+        sub = await stack.nc.subscribe(inbox)
+        out: list[dict[str, Any]] = []
+        try:
+            await stack.nc.publish(subject, json.dumps(body).encode(), reply=inbox,
+                                   headers={nats_routes.AGENT_HEADER: agent})
+            async with asyncio.timeout(TIMEOUT):
+                async for msg in sub.messages:
+                    if not msg.data:
+                        break
+                    out.append(json.loads(msg.data))
+        finally:
+            await sub.unsubscribe()
+        return out
+
+    @staticmethod
+    def _answer(events: list[dict[str, Any]], error_type: str) -> Answer:
+        if len(events) == 1 and events[0]["type"] == error_type:
+            return Answer(events, rejected=events[0])
+        return Answer(events)
+
+    async def agui(self, stack: Stack, body: Any, agent: str = "agent") -> Answer:
+        return self._answer(await self._request(stack, nats_routes.AGUI_SUBJECT, body, agent), "RUN_ERROR")
+
+    async def aisdk(self, stack: Stack, body: Any, agent: str = "agent") -> Answer:
+        return self._answer(await self._request(stack, nats_routes.AISDK_SUBJECT, body, agent), "error")
+
+
+TRANSPORTS = [Http(), Nats()]
+
+__all__ = ["Answer", "Http", "Nats", "Stack", "TIMEOUT", "TRANSPORTS", "Transport", "open_stack"]
