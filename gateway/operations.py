@@ -21,6 +21,7 @@ from .http.context import Services, thread_from_log, visible_run, visible_thread
 from .http.errors import ApiError, not_found
 from .http.models import (
     CancelRunBody,
+    CreateThread,
     DecisionIn,
     GetViewQuery,
     InputMessage,
@@ -138,6 +139,12 @@ async def list_runs(svc: Services, who: Principal, q: ListRunsQuery) -> dict[str
     return page(items, limit=q.limit, offset=q.offset, key="runs")
 
 
+async def create_thread(svc: Services, who: Principal, body: CreateThread) -> dict[str, Any]:
+    from .http import threads  # the thread write helpers live with the thread routes
+
+    return await threads.create(svc, who, body)
+
+
 async def get_thread(svc: Services, who: Principal, thread_id: str, q: GetViewQuery) -> Any:
     await wait_min_seq(svc, q.min_seq)
     return await visible_thread(svc, who, thread_id)
@@ -180,6 +187,6 @@ async def thread_messages(svc: Services, who: Principal, thread_id: str, q: Mess
 
 
 __all__ = [
-    "accepted", "cancel_run", "check_run_access", "check_thread_access", "get_run", "get_thread", "list_runs",
+    "accepted", "cancel_run", "create_thread", "check_run_access", "check_thread_access", "get_run", "get_thread", "list_runs",
     "list_threads", "run_inputs", "start_run", "thread_messages",
 ]

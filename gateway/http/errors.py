@@ -109,30 +109,38 @@ def _json_error(status: int, body: dict[str, Any], headers: dict[str, str] | Non
     return web.json_response(body, status=status, headers=headers)
 
 
-def to_response(exc: BaseException, request: web.Request) -> web.Response:
-    """The JSON answer for `exc` (logged when it is our fault)."""
+def answer(exc: BaseException, ids: dict[str, Any] | None = None) -> tuple[int, dict[str, Any], dict[str, str] | None]:
+    """(status, JSON body, extra headers) for `exc`, for any transport (HTTP here, the NATS
+    micro service too); logged when it is our fault, with `ids` bound."""
+    ids = ids or {}
     if isinstance(exc, ApiError):
-        return _json_error(exc.status, error_body(exc.message, exc.code, exc.detail), exc.headers)
+        return exc.status, error_body(exc.message, exc.code, exc.detail), exc.headers
     if isinstance(exc, ValidationError):
-        return _json_error(400, error_body("invalid input", "invalid_input", validation_detail(exc)))
+        return 400, error_body("invalid input", "invalid_input", validation_detail(exc)), None
     if isinstance(exc, InvalidId):
         detail = [{"field": exc.kind, "message": str(exc), "type": "invalid_id"}]
-        return _json_error(400, error_body(str(exc), exc.code, detail))
+        return 400, error_body(str(exc), exc.code, detail), None
     if isinstance(exc, AgentlogError):
         status = status_of(exc)
         if status >= 500:
-            log.warning("request failed", status=status, code=exc.code, error=str(exc), **_ids(request))
+            log.warning("request failed", status=status, code=exc.code, error=str(exc), **ids)
         headers = {"Retry-After": "1"} if status == 503 else None
-        return _json_error(status, error_body(str(exc), exc.code), headers)
+        return status, error_body(str(exc), exc.code), headers
     if isinstance(exc, nats.errors.Error):  # a KV/JetStream call outside the store's own mapping
-        log.warning("NATS unavailable", error=str(exc) or type(exc).__name__, **_ids(request))
-        return _json_error(503, error_body(f"NATS unavailable: {exc or type(exc).__name__}", "store_unavailable"),
-                           {"Retry-After": "1"})
+        log.warning("NATS unavailable", error=str(exc) or type(exc).__name__, **ids)
+        return (503, error_body(f"NATS unavailable: {exc or type(exc).__name__}", "store_unavailable"),
+                {"Retry-After": "1"})
     if isinstance(exc, web.HTTPException):
         code = _HTTP_CODES.get(exc.status, "http_error")
-        return _json_error(exc.status, error_body(exc.reason or code, code))
-    log.error("unhandled error", exc_info=exc, **_ids(request))
-    return _json_error(500, error_body("internal error", "internal"))
+        return exc.status, error_body(exc.reason or code, code), None
+    log.error("unhandled error", exc_info=exc, **ids)
+    return 500, error_body("internal error", "internal"), None
+
+
+def to_response(exc: BaseException, request: web.Request) -> web.Response:
+    """The JSON answer for `exc` (logged when it is our fault)."""
+    status, body, headers = answer(exc, _ids(request))
+    return _json_error(status, body, headers)
 
 
 def _ids(request: web.Request) -> dict[str, Any]:
@@ -160,4 +168,4 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     return response
 
 
-__all__ = ["ApiError", "STATUS_BY_CODE", "error_middleware", "error_body", "not_found", "to_response"]
+__all__ = ["ApiError", "answer", "STATUS_BY_CODE", "error_middleware", "error_body", "not_found", "to_response"]

@@ -12,40 +12,27 @@ from aiohttp import web
 from eventlog.events import AnyEvent, RunFinished, RunSuspended, StoredCommit
 from projections.fold import Folder
 
+from gateway import operations as ops
+
 from . import sse
 from .auth import Principal, principal
-from .context import Services, services, visible_run, wait_min_seq
+from .context import Services, services, wait_min_seq
 from .errors import not_found
 from .models import EventsQuery, GetViewQuery, ListRunsQuery
-from .replies import page, reply
+from .replies import reply
 from .routing import Route, parse_query, path_id
 from .threads import last_seq, resume_point
 
 
 async def list_runs(request: web.Request) -> web.Response:
-    svc, who = services(request), principal(request)
     q = parse_query(request, ListRunsQuery)
-    await wait_min_seq(svc, q.min_seq)
-    runs = await svc.views.list_runs()
-    if who.tenant is not None:
-        mine = {t.thread_id for t in await svc.views.list_threads() if who.can_see(t.resource_id)}
-        runs = [r for r in runs if r.thread_id in mine]
-    items = [
-        r for r in runs
-        if (q.thread_id is None or r.thread_id == q.thread_id)
-        and (q.status is None or r.status == q.status)
-        and (q.agent_id is None or r.agent_id == q.agent_id)
-        and (q.parent_run_id is None or r.parent_run_id == q.parent_run_id)
-    ]
-    return reply(page(items, limit=q.limit, offset=q.offset, key="runs"))
+    return reply(await ops.list_runs(services(request), principal(request), q))
 
 
 async def get_run(request: web.Request) -> web.Response:
-    svc, who = services(request), principal(request)
     run_id = path_id(request, kind="run_id")
     q = parse_query(request, GetViewQuery)
-    await wait_min_seq(svc, q.min_seq)
-    return reply(await visible_run(svc, who, run_id))
+    return reply(await ops.get_run(services(request), principal(request), run_id, q))
 
 
 def _pauses(event: AnyEvent) -> bool:

@@ -21,9 +21,11 @@ from eventlog.events import (
     ThreadMetadataUpdated,
 )
 from eventlog.ids import new_id, now_ms
-from projections.fold import Folder, fold_messages
+from projections.fold import Folder
 from projections.timetravel import state_at
 from projections.views import ThreadView
+
+from gateway import operations as ops
 
 from . import sse
 from .auth import Principal, principal
@@ -39,7 +41,7 @@ from .models import (
     StateQuery,
     UpdateThread,
 )
-from .replies import page, reply
+from .replies import reply
 from .routing import Route, parse_body, parse_query, path_id
 
 
@@ -60,8 +62,12 @@ def _after(view: ThreadView | None, seq: int, commit: Commit) -> ThreadView | No
 
 
 async def create_thread(request: web.Request) -> web.Response:
-    svc, who = services(request), principal(request)
     body = await parse_body(request, CreateThread)
+    return reply(await create(services(request), principal(request), body), status=201)
+
+
+async def create(svc: Services, who: Principal, body: CreateThread) -> dict[str, Any]:
+    """Create a thread (HTTP and NATS `threads.create`): `{"thread": view, "seq": seq}`."""
     if not who.can_see(body.resource_id):
         raise ApiError(403, "tenant_mismatch",
                        f"this token may only create threads whose resource_id starts with {who.tenant!r}")
@@ -76,7 +82,7 @@ async def create_thread(request: web.Request) -> web.Response:
         seq, commit = await _append(svc, thread_id, [event], 0)
     except VersionConflict:
         raise _conflict(f"thread {thread_id!r} already exists") from None
-    return reply({"thread": _after(None, seq, commit), "seq": seq}, status=201)
+    return {"thread": _after(None, seq, commit), "seq": seq}
 
 
 async def _check_parent(svc: Services, who: Principal, parent_id: str) -> None:
@@ -90,24 +96,14 @@ async def _check_parent(svc: Services, who: Principal, parent_id: str) -> None:
 
 
 async def list_threads(request: web.Request) -> web.Response:
-    svc, who = services(request), principal(request)
     q = parse_query(request, ListThreadsQuery)
-    await wait_min_seq(svc, q.min_seq)
-    items = [
-        t for t in await svc.views.list_threads()
-        if not t.deleted and who.can_see(t.resource_id)
-        and (q.resource_id is None or t.resource_id == q.resource_id)
-        and (q.parent_thread_id is None or t.parent_thread_id == q.parent_thread_id)
-    ]
-    return reply(page(items, limit=q.limit, offset=q.offset, key="threads"))
+    return reply(await ops.list_threads(services(request), principal(request), q))
 
 
 async def get_thread(request: web.Request) -> web.Response:
-    svc, who = services(request), principal(request)
     thread_id = path_id(request)
     q = parse_query(request, GetViewQuery)
-    await wait_min_seq(svc, q.min_seq)
-    return reply(await visible_thread(svc, who, thread_id))
+    return reply(await ops.get_thread(services(request), principal(request), thread_id, q))
 
 
 async def _current(svc: Services, who: Principal, thread_id: str, expected: int | None) -> tuple[ThreadView, int]:
@@ -143,30 +139,9 @@ async def delete_thread(request: web.Request) -> web.Response:
 
 async def thread_messages(request: web.Request) -> web.Response:
     """Messages in log order, each with the event id that appended it (the `after` cursor)."""
-    svc, who = services(request), principal(request)
     thread_id = path_id(request)
     q = parse_query(request, MessagesQuery)
-    commits, _view = await thread_from_log(svc, who, thread_id)
-    after = Position.parse(q.after) if q.after else None
-    items: list[dict[str, Any]] = []
-    for stored in commits:
-        run_id = stored.commit.run_id
-        for position, event in stored.positioned():
-            # The fold decides what appends a message; folding onto () keeps this linear.
-            appended = fold_messages((), event)
-            if not appended:
-                continue
-            message = appended[-1]
-            if after is not None and position <= after:
-                continue
-            if q.run_id is not None and run_id != q.run_id:
-                continue
-            if q.visibility is not None and message.visibility != q.visibility:
-                continue
-            items.append({"event_id": str(position), "run_id": run_id, "message": message})
-    shown = items[: q.limit]
-    more = len(items) > q.limit
-    return reply({"messages": shown, "next_after": shown[-1]["event_id"] if more else None})
+    return reply(await ops.thread_messages(services(request), principal(request), thread_id, q))
 
 
 async def thread_state(request: web.Request) -> web.Response:

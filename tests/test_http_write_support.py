@@ -1,0 +1,108 @@
+"""Fixtures of the write-side tests (no tests here): a small scripted app, and the gateway stack
+with either dispatcher (in-process runtime, or queue + an in-process `Worker`).
+
+Agents of `write_app(store)`:
+- `approver`: calls `deploy` (PermissionPlugin ask -> suspends), then answers "deployed"; loops,
+  so every run on a thread plays the script again from the conversation.
+- `quick`: answers "hi" at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from eventlog.jetstream import JetStreamEventStore
+from eventlog.server import EmbeddedNatsServer
+from gateway.dispatch import Dispatcher, InProcessDispatcher, QueueDispatcher
+from gateway.http import Settings, create_app
+from gateway.http.write import write_routes
+from projections.kv import KVViewStore
+from projections.runner import ProjectionRunner
+from runtime import AgentSpec, PermissionPlugin, Runtime, ToolContext, tool
+from runtime.models.scripted import ScriptedModel, Turn
+from runtime.worker import Worker
+from test_http_support import Api, stop_runner
+from aiohttp.test_utils import TestClient, TestServer
+
+AGENTS = ("approver", "quick")
+
+
+@tool
+async def deploy(env: str, ctx: ToolContext) -> str:
+    """Deploy to an environment (needs approval)."""
+    return f"deployed {env}"
+
+
+def write_app(store: Any) -> Runtime:
+    agents = [
+        AgentSpec(id="approver", model="approver", tools=["deploy"], max_rounds=5,
+                  plugins=[PermissionPlugin(ask=["deploy"])]),
+        AgentSpec(id="quick", model="quick", tools=[], max_rounds=3),
+    ]
+    models = {
+        "approver": ScriptedModel([Turn.tool("deploy", {"env": "prod"}), Turn.text("deployed")], loop=True,
+                                  position="conversation"),
+        "quick": ScriptedModel([Turn.text("hi")], loop=True, position="conversation"),
+    }
+    return Runtime(store, agents=agents, tools=[deploy], models=models)
+
+
+@dataclass
+class Stack(Api):
+    dispatcher: Dispatcher = None  # type: ignore[assignment]
+    runtime: Runtime | None = None
+    worker: Worker | None = None
+    mode: str = "inprocess"
+
+
+@contextlib.asynccontextmanager
+async def open_stack(server: EmbeddedNatsServer, mode: str = "inprocess", *, tokens: str = "",
+                     timeout: float = 10.0) -> AsyncIterator[Stack]:
+    """The whole gateway on one connection: store, views, runner, dispatcher (+ worker), app."""
+    store = await JetStreamEventStore.connect(server.url, request_timeout=1.0, connect_timeout=5.0)
+    views = await KVViewStore.open(store.nc)
+    runner = ProjectionRunner(store.nc, views, fetch_timeout=0.2)
+    await runner.start()
+    runtime = write_app(store)
+    worker: Worker | None = None
+    dispatcher: Dispatcher
+    if mode == "inprocess":
+        dispatcher = InProcessDispatcher(runtime)
+    else:
+        worker = Worker(store, runtime=runtime, ack_wait=5.0, fetch_timeout=0.2, shutdown_timeout=2.0)
+        await worker.start()
+        dispatcher = QueueDispatcher(store.nc, store, agents=AGENTS, timeout=timeout)
+    app = create_app(store, views, runner, auth_tokens=tokens, runtime=runtime,
+                     extra_routes=write_routes(dispatcher),
+                     settings=Settings(read_wait=5.0, sse_heartbeat=0.2, max_body=64 * 1024))
+    client = TestClient(TestServer(app, host="127.0.0.1"))
+    await client.start_server()
+    try:
+        yield Stack(client, store, views, runner, server, dispatcher=dispatcher, runtime=runtime,
+                    worker=worker, mode=mode)
+    finally:
+        await client.close()
+        if worker is not None:
+            await worker.stop(timeout=2.0)
+        with contextlib.suppress(Exception):
+            await runtime.aclose()
+        await stop_runner(runner)
+        with contextlib.suppress(ConnectionError):
+            await store.close()
+
+
+async def last_seq(store: JetStreamEventStore) -> int:
+    return await store.last_seq()
+
+
+def suspended_call(run: dict[str, Any]) -> str:
+    """The one suspended call of a run view (JSON)."""
+    calls = [cid for cid, call in run["calls"].items() if call["status"] == "suspended"]
+    assert len(calls) == 1, run["calls"]
+    return calls[0]
+
+
+__all__ = ["AGENTS", "Stack", "last_seq", "open_stack", "suspended_call", "write_app"]
