@@ -19,9 +19,10 @@ Roles:
 - `worker`: a `Worker` only (no HTTP).
 
 The write routes (`gateway.http.write`), the dispatchers (`gateway.dispatch`), the protocol
-adapters and the NATS micro service (`gateway.nats_service`) are wired in when their modules are
-present; until then `serve` registers a minimal decisions-only `POST /v1/runs/{id}/inputs`
-(`_fallback_routes`), so the human-in-the-loop round trip works end to end.
+adapters (`gateway.adapters.routes` / `nats_routes`) and the NATS micro service
+(`gateway.nats_service`) are wired in when their modules import; without the write side `serve`
+registers a minimal decisions-only `POST /v1/runs/{id}/inputs` (`_fallback_routes`), so the
+human-in-the-loop round trip still works end to end.
 """
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ class Server:
         self.dispatcher: Any = None
         self.worker: Any = None
         self.service: Any = None
+        self.adapter_service: Any = None
         self.web_runner: web.AppRunner | None = None
         self.app: web.Application | None = None
         self.port: int | None = None
@@ -234,18 +236,10 @@ class Server:
         else:
             routes += _fallback_routes()
             self.parts.append("write:fallback-inputs")
-        for name in ("gateway.adapters.routes", "gateway.adapters.agui_routes", "gateway.adapters.aisdk_routes"):
-            module = _optional(name)
-            if module is None:
-                continue
-            make = getattr(module, "adapter_routes", None)
-            if make is not None:
-                routes += list(make(self.dispatcher))
-            elif hasattr(module, "ROUTES"):
-                routes += list(module.ROUTES)
-            else:
-                continue
-            self.parts.append(name.rsplit(".", 1)[1])
+        adapters = _optional("gateway.adapters.routes")
+        if adapters is not None and hasattr(adapters, "ROUTES"):
+            routes += list(adapters.ROUTES)
+            self.parts.append("adapters")
         return routes
 
     async def _start_http(self) -> None:
@@ -253,7 +247,7 @@ class Server:
 
         assert self.store is not None
         self.app = create_app(self.store, self.views, self.runner, auth_tokens=self.config.tokens,
-                              runtime=self.runtime,
+                              runtime=self.dispatcher if self.dispatcher is not None else self.runtime,
                               extra_routes=self._routes(), settings=self.config.settings or Settings())
         self.app[SERVER] = self
         self.web_runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
@@ -264,17 +258,24 @@ class Server:
         self.port = sockets[0].getsockname()[1] if sockets else self.config.port
 
     async def _start_service(self) -> None:
-        module = _optional("gateway.nats_service")
-        if module is None:
-            return
-        start = getattr(module, "start_service", None)
-        if start is None:
-            return
+        """The `agentlog` NATS micro service (DESIGN 5.2) and the adapters' NATS subjects, on the
+        store's connection, when those modules are present and there is a dispatcher."""
         assert self.store is not None
-        service = start(self.store.nc, store=self.store, views=self.views, runner=self.runner,
-                        dispatcher=self.dispatcher)
-        self.service = await service if inspect.isawaitable(service) else service
-        self.parts.append("nats-service")
+        if self.dispatcher is None:
+            return
+        module = _optional("gateway.nats_service")
+        if module is not None and hasattr(module, "start_nats_service"):
+            self.service = await module.start_nats_service(
+                self.store, self.views, self.runner, self.dispatcher, auth_tokens=self.config.tokens,
+                settings=self.config.settings)
+            self.parts.append("nats-service")
+        nats_routes = _optional("gateway.adapters.nats_routes")
+        session = _optional("gateway.adapters.session")
+        if nats_routes is not None and session is not None and hasattr(nats_routes, "AdapterService"):
+            backend = session.backend_of(self.store, self.dispatcher)
+            self.adapter_service = nats_routes.AdapterService(self.store.nc, backend)
+            await self.adapter_service.start()
+            self.parts.append("adapters-nats")
 
     async def stop(self) -> None:
         """Reverse order: stop taking requests (HTTP, NATS service), let the worker finish or hand
@@ -284,12 +285,12 @@ class Server:
             with contextlib.suppress(Exception):
                 await self.web_runner.cleanup()
             self.web_runner = None
-        if self.service is not None:
-            stop = getattr(self.service, "stop", None)
-            if stop is not None:
+        for part in ("adapter_service", "service"):
+            obj = getattr(self, part)
+            if obj is not None:
                 with contextlib.suppress(Exception):
-                    await stop()
-            self.service = None
+                    await obj.stop()
+                setattr(self, part, None)
         if self.worker is not None:
             with contextlib.suppress(Exception):
                 await self.worker.stop()

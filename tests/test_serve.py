@@ -6,6 +6,7 @@ to the new one over HTTP, and the run finishes. Gateway and worker as separate r
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from pathlib import Path
 from typing import Any
@@ -42,14 +43,20 @@ async def test_serve_answers_and_stops_cleanly(tmp_path: Path) -> None:
         server = await Server(_config(tmp_path)).start()
         port, nats = server.port, server.embedded
         assert port and nats is not None and nats.running
-        assert {"worker", "dispatch:in-process", "write"} <= set(server.parts)
+        assert {"worker", "dispatch:in-process", "write", "nats-service", "adapters"} <= set(server.parts)
         try:
+            assert server.store is not None  # the micro service answers discovery on the same NATS
+            pong = await server.store.nc.request("$SRV.PING.agentlog", b"", timeout=5)
+            assert json.loads(pong.data)["name"] == "agentlog"
+            got = await server.store.nc.request("agentlog.api.runs.list", b"{}", timeout=5)
+            assert "runs" in json.loads(got.data)
             async with aiohttp.ClientSession(server.http_url) as http:
                 async with http.get("/health") as r:
                     assert r.status == 200
                 async with http.get("/openapi.json") as r:
                     paths = (await r.json())["paths"]
-                assert {"/v1/runs", "/v1/runs/{id}", "/v1/runs/{id}/inputs", "/v1/threads"} <= set(paths)
+                assert {"/v1/runs", "/v1/runs/{id}", "/v1/runs/{id}/inputs", "/v1/threads",
+                        "/v1/ag-ui/agents/{agent_id}/runs", "/v1/ai-sdk/agents/{agent_id}/runs"} <= set(paths)
                 async with http.post("/v1/runs", json={"agent_id": DEMO_AGENT, "messages": "ship it"}) as r:
                     assert r.status == 202, await r.text()
                     started = await r.json()
