@@ -142,3 +142,38 @@ async def test_gateway_and_worker_roles_apart(tmp_path: Path, nats: EmbeddedNats
                 _, end = await _until(gateway.store, thread_id, run_id, seq)
                 assert any(isinstance(e, RunFinished) for e in end.commit.events)
         assert nats.running  # a URL server is the user's: never stopped by us
+
+
+async def test_agentlog_serve_command_prints_urls_and_stops_on_sigterm(tmp_path: Path) -> None:
+    """The installed `agentlog serve`: the banner names HTTP, docs and NATS; SIGTERM stops it
+    in order with exit 0 and takes the embedded nats-server with it."""
+    import re
+    import signal
+    import sys
+
+    agentlog = str(Path(sys.executable).parent / "agentlog")
+    env = {"COLUMNS": "200", "NO_COLOR": "1", "PATH": "/usr/bin:/bin"}
+    proc = await asyncio.create_subprocess_exec(
+        "timeout", "120", agentlog, "serve", "--port", "0", "--data-dir", str(tmp_path / "data"), "--tokens", "",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, stdin=asyncio.subprocess.DEVNULL, env=env)
+    assert proc.stdout is not None
+    try:
+        async with asyncio.timeout(LIMIT):
+            banner = ""
+            while "NATS" not in banner:
+                line = (await proc.stdout.readline()).decode()
+                assert line, banner
+                banner += line
+            http = re.search(r"HTTP\s+│\s+(http://127\.0\.0\.1:\d+)", banner)
+            nats_port = re.search(r"nats://127\.0\.0\.1:(\d+)\s+\(embedded", banner)
+            assert http and nats_port and f"{http.group(1)}/openapi.json" in banner, banner
+            async with aiohttp.ClientSession() as client:
+                async with client.get(f"{http.group(1)}/health") as r:
+                    assert r.status == 200
+            proc.send_signal(signal.SIGTERM)  # timeout(1) forwards it to agentlog
+            assert await proc.wait() == 0
+        assert _closed(int(http.group(1).rsplit(":", 1)[1])) and _closed(int(nats_port.group(1)))
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
