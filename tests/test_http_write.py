@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from gateway.http.context import SERVICES
 from test_http_support import TIMEOUT, body, error, sse_events
 from test_http_write_support import Stack, open_stack, suspended_call
 
@@ -199,3 +200,19 @@ async def test_openapi_documents_write_routes(nats_server: Any) -> None:
         assert "post" in doc["paths"]["/v1/runs"]
         assert "post" in doc["paths"]["/v1/runs/{id}/inputs"]
         assert "post" in doc["paths"]["/v1/runs/{id}/cancel"]
+
+
+async def test_run_metrics_from_the_log(nats_server: Any) -> None:
+    async with asyncio.timeout(TIMEOUT), open_stack(nats_server, "queue") as s:
+        a = await body(await s.client.post("/v1/runs", json={"agent_id": "quick", "messages": "hi"}), 202)
+        await until_status(s, a["run_id"], {"done"})
+        b = await body(await s.client.post("/v1/runs", json={"agent_id": "approver", "messages": "go"}), 202)
+        await until_status(s, b["run_id"], {"waiting"})
+        runs = s.client.app[SERVICES].metrics.runs  # type: ignore[union-attr]
+        # the watcher follows the same log: wait until it has seen both (bounded by the test timeout)
+        await runs.wait_until(lambda: runs.started._value.get() >= 2
+                              and runs.finished.labels("natural_end")._value.get() >= 1)
+        text = await (await s.client.get("/metrics")).text()
+        assert "agentlog_runs_started_total 2.0" in text
+        assert 'agentlog_runs_finished_total{termination="natural_end"} 1.0' in text
+        assert "agentlog_runs_active 1.0" in text

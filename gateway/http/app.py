@@ -53,13 +53,15 @@ def create_app(
     extra_routes: Sequence[Route] = (),
     settings: Settings | None = None,
     metrics: Metrics | None = None,
+    count_runs: bool = True,
 ) -> web.Application:
     """Build the app.
 
     `auth_tokens`: `"tok1,tok2:tenantA"` or `{token: tenant_prefix_or_None}`; None reads
     `AGENTLOG_TOKENS`; empty means no auth. `runtime` is what the write routes (`extra_routes`,
     from the runtime issue) use via `services(request).runtime`. `metrics.registry` is where
-    other parts register their own collectors.
+    other parts register their own collectors. `count_runs`: follow the log to count runs
+    started/finished/active (`metrics.RunMetrics`).
     """
     settings = settings or Settings()
     metrics = metrics or Metrics()
@@ -75,7 +77,26 @@ def create_app(
         app.router.add_route(route.method, route.path, route.handler)
     app[ROUTES] = table
     app[OPENAPI] = openapi.build(table)
+    if count_runs:
+        app.cleanup_ctx.append(_run_metrics(store, metrics))
     return app
+
+
+def _run_metrics(store: JetStreamEventStore, metrics: Metrics) -> Any:
+    """Count runs from the log while the app runs (see `metrics.RunMetrics`)."""
+
+    async def ctx(_app: web.Application) -> Any:
+        import asyncio
+        import contextlib
+
+        task = metrics.runs.start(store)
+        yield
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            async with asyncio.timeout(2):
+                await task
+
+    return ctx
 
 
 __all__ = ["OPENAPI_ROUTE", "create_app", "route_table"]

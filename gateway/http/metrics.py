@@ -11,7 +11,13 @@ from __future__ import annotations
 import time
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, Histogram, generate_latest
+import asyncio
+import contextlib
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from eventlog.events import RunFinished, RunStarted
 
 from .errors import Handler
 
@@ -32,6 +38,8 @@ class Metrics:
         self.projection_applied = Gauge(
             "agentlog_projection_applied_seq", "Highest log seq folded into the views", registry=self.registry,
         )
+
+        self.runs = RunMetrics(self.registry)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -59,4 +67,54 @@ class Metrics:
         return middleware
 
 
-__all__ = ["Metrics"]
+class RunMetrics:
+    """Runs started / finished (by termination) and active, counted from the LOG, not from the
+    routes: whoever starts a run (HTTP, NATS, an adapter, a worker continuing it) and wherever it
+    executes (this process or a worker), its `RunStarted`/`RunFinished` commits are the truth.
+    Counted from when the gateway started following (`watch`); `active` is the runs seen started
+    and not yet seen finished since then (a run started before the gateway does not show)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.started = Counter("agentlog_runs_started_total", "Runs started (RunStarted seen in the log)",
+                               registry=registry)
+        self.finished = Counter("agentlog_runs_finished_total", "Runs finished, by termination type",
+                                ["termination"], registry=registry)
+        self.active = Gauge("agentlog_runs_active", "Runs started and not finished (seen by this gateway)",
+                            registry=registry)
+        self._active: set[str] = set()
+        self._changed = asyncio.Event()
+
+    async def wait_until(self, pred: Any) -> None:
+        """Wait until `pred()` holds after some observed commit (tests; no polling)."""
+        while True:
+            self._changed.clear()
+            if pred():
+                return
+            await self._changed.wait()
+
+    def observe(self, commit: Any) -> None:
+        for event in commit.events:
+            if type(event) is RunStarted:
+                self.started.inc()
+                self._active.add(event.run_id)
+            elif type(event) is RunFinished:
+                self.finished.labels(event.termination.type).inc()
+                self._active.discard(commit.run_id)
+        self.active.set(len(self._active))
+        self._changed.set()
+
+    async def watch(self, store: Any) -> None:
+        """Follow the whole log from its current end; reconnects are the store's job."""
+        after = await store.last_seq()
+        async for stored in store.follow(None, after=after):
+            self.observe(stored.commit)
+
+    def start(self, store: Any) -> asyncio.Task[None]:
+        return asyncio.get_running_loop().create_task(self._watch_logged(store), name="agentlog-run-metrics")
+
+    async def _watch_logged(self, store: Any) -> None:
+        with contextlib.suppress(Exception):  # metrics must never take the gateway down
+            await self.watch(store)
+
+
+__all__ = ["Metrics", "RunMetrics"]
