@@ -65,6 +65,8 @@ async def test_serve_answers_and_stops_cleanly(tmp_path: Path) -> None:
                     assert [x["run_id"] for x in (await r.json())["runs"]] == [started["run_id"]]
                 async with http.get("/v1/runs/nope.bad") as r:
                     assert r.status == 400
+                async with http.get("/metrics") as r:
+                    assert r.status == 200 and "agentlog_runs_started_total" in await r.text()
         finally:
             await server.stop()
         assert _closed(port)
