@@ -111,12 +111,19 @@ async def test_read_your_writes_with_min_seq(api: Api) -> None:
             assert {"n": i} in [t["metadata"] for t in listed["threads"] if t["thread_id"] == f"ryw{i}"]
 
 
-async def test_min_seq_beyond_the_log_times_out_as_503(nats_server) -> None:
+async def test_min_seq_beyond_the_log_is_400_and_a_lagging_view_is_503(nats_server) -> None:
+    """A seq the log does not have is the client's mistake (400, nothing to wait for); a seq the
+    log has but the views have not reached within `read_wait` is a 503 to retry."""
+    from eventlog.events import ThreadCreated
     from gateway.http import Settings
-    from test_http_support import open_api
+    from test_http_support import open_api, stop_runner
 
     async with asyncio.timeout(TIMEOUT), open_api(nats_server, settings=Settings(read_wait=0.05)) as api:
-        await error(await api.client.get("/v1/threads", params={"min_seq": 10**9}), 503, "projection_timeout")
+        data = await error(await api.client.get("/v1/threads", params={"min_seq": 10**9}), 400, "min_seq_ahead")
+        assert data["detail"]["min_seq"] == 10**9
+        await stop_runner(api.runner)
+        seq = await api.append("lagging", None, [ThreadCreated()])
+        await error(await api.client.get("/v1/threads", params={"min_seq": seq}), 503, "projection_timeout")
 
 
 async def test_patch_merges_and_occ(api: Api) -> None:

@@ -21,7 +21,7 @@ from projections.store import ViewStore
 from projections.views import RunView, ThreadView
 
 from .auth import Principal
-from .errors import not_found
+from .errors import ApiError, not_found
 from .metrics import Metrics
 
 
@@ -68,10 +68,20 @@ def services(request: web.Request) -> Services:
 async def wait_min_seq(svc: Services, min_seq: int | None) -> None:
     """Before a view read: fail fast with 503 if NATS is down (a KV read would otherwise sit out
     nats-py's own timeout), then read-your-writes: bounded wait until the views include
-    `min_seq` (503 on timeout)."""
+    `min_seq` (503 on timeout).
+
+    A `min_seq` beyond the log's head names a commit that does not exist (every seq a write
+    returns is already in the log), so waiting for it could only end in a 503 that blames the
+    server: it is a 400 `min_seq_ahead` instead. The head is read only when the views are behind
+    `min_seq`, so the usual read-your-writes path costs nothing extra."""
     if not svc.store.nc.is_connected:
         raise StoreUnavailable("not connected to NATS (reconnecting); retry shortly")
     if min_seq:
+        if svc.runner.applied_seq < min_seq:
+            head = await svc.store.last_seq()
+            if min_seq > head:
+                raise ApiError(400, "min_seq_ahead", f"min_seq {min_seq} is beyond the log's last seq {head}",
+                               detail={"min_seq": min_seq, "last_seq": head})
         await svc.runner.wait_for(min_seq, timeout=svc.settings.read_wait)
 
 
