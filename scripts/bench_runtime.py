@@ -283,10 +283,11 @@ async def main() -> None:
     figures["cold_resume_1000_vs_10_p50_ratio"] = round(figures["cold_resume_1000_p50_ms"] / figures["cold_resume_10_p50_ms"], 2)
     figures["cold_resume_samples"] = samples
     console.print(cold_table)
-    verdict = "meets" if js_rate >= 750 and js_rate / mem_rate >= 0.5 else "misses"
+    rate_ok = "meets" if js_rate >= 750 else "MISSES"
+    ratio_ok = "meets" if js_rate / mem_rate >= 0.5 else "MISSES"
     console.print(
-        f"durable: {js_rate:,.0f} steps/s ({verdict} targets >= 750 steps/s and ratio >= 0.5); "
-        f"{js_rate / 250:.1f}x the best peer's ~250 steps/s"
+        f"durable: {js_rate:,.0f} steps/s ({rate_ok} target >= 750 steps/s), ratio to memory "
+        f"{js_rate / mem_rate:.2f} ({ratio_ok} target >= 0.5); {js_rate / 250:.1f}x the best peer's ~250 steps/s"
     )
     if areas:
         total = sum(t for _, t in areas)
