@@ -119,11 +119,17 @@ class ThreadDeleted(Event):
 
 
 class RunStarted(Event):
+    """`frontend_tools`: tools the client executes (AG-UI `RunAgentInput.tools`), each
+    `{name, description, parameters}`, offered to the model for this run only. Recorded here so
+    that resume and verified replay rebuild them from the log alone; omitted when empty, so logs
+    written before the field existed (and runs without frontend tools) encode as before."""
+
     run_id: str
     agent_id: str
     parent_run_id: str | None = None
     parent_thread_id: str | None = None
     origin: str = "user"
+    frontend_tools: list[dict[str, JSON]] = []
 
 
 class RunSuspended(Event):

@@ -28,6 +28,7 @@ from eventlog.events import RunCancelRequested, RunFinished, RunStarted, StoredC
 from eventlog.ids import new_id, validate_id, validate_run_id
 from projections.fold import fold_commits
 from runtime.commands import Cancel, CommandClient, ContinueRun, Decide, StartRun
+from runtime.frontend import InvalidFrontendTools, normalize_frontend_tools
 from runtime.hitl import check_decisions, decision_seqs, parse_decisions
 from runtime.loop import RunConflict, RunContext, fold_context
 from runtime.runtime import RunNotFound, Runtime, _call_ids
@@ -91,6 +92,7 @@ class Dispatcher(Protocol):
         parent_run_id: str | None = None,
         decisions: Sequence[Mapping[str, Any]] | None = None,
         resource_id: str | None = None,
+        frontend_tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> Accepted: ...
 
     async def submit_inputs(
@@ -151,6 +153,7 @@ class InProcessDispatcher:
         self, agent_id: str, messages: Messages = (), *, thread_id: str | None = None,
         run_id: str | None = None, parent_run_id: str | None = None,
         decisions: Sequence[Mapping[str, Any]] | None = None, resource_id: str | None = None,
+        frontend_tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> Accepted:
         _check_ids(thread_id, run_id, parent_run_id, agent_id)
         if agent_id not in self.runtime.agents:
@@ -160,7 +163,7 @@ class InProcessDispatcher:
         try:
             handle = await self.runtime.start(
                 agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
-                decisions=list(decisions or ()), resource_id=resource_id,
+                decisions=list(decisions or ()), resource_id=resource_id, frontend_tools=frontend_tools,
             )
         except AgentlogError:
             raise
@@ -229,6 +232,7 @@ class QueueDispatcher:
         self, agent_id: str, messages: Messages = (), *, thread_id: str | None = None,
         run_id: str | None = None, parent_run_id: str | None = None,
         decisions: Sequence[Mapping[str, Any]] | None = None, resource_id: str | None = None,
+        frontend_tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> Accepted:
         _check_ids(thread_id, run_id, parent_run_id, agent_id)
         if self.agents is not None and agent_id not in self.agents:
@@ -237,6 +241,10 @@ class QueueDispatcher:
         if decisions and parent_run_id is None:
             raise InvalidInput("decisions on a new run need parent_run_id (the run that waits for them)")
         _check_messages(messages)
+        try:  # the names are checked here; a clash with the agent's tools only a worker can see
+            frontend = normalize_frontend_tools(frontend_tools)
+        except InvalidFrontendTools as exc:
+            raise InvalidInput(str(exc)) from None
         if parent_run_id is not None:
             parent = await _run_commits(self.store, parent_run_id)
             parent_thread = parent[0].commit.thread_id
@@ -251,7 +259,7 @@ class QueueDispatcher:
         version = await self._check_start(thread_id, run_id)
         cls = ContinueRun if parent_run_id is not None else StartRun
         cmd = cls(thread_id=thread_id, run_id=run_id, agent_id=agent_id, messages=_wire_messages(messages),
-                  parent_run_id=parent_run_id, decisions=decisions)
+                  parent_run_id=parent_run_id, decisions=decisions, frontend_tools=frontend)
         if resource_id is not None:
             # The command has no resource_id: create the thread here, so the worker's run joins it.
             version = await self._create_thread(thread_id, resource_id, version)

@@ -26,6 +26,8 @@ from eventlog.errors import AgentlogError, InvalidId
 from eventlog.ids import new_id, validate_id
 from eventlog.subjects import PREFIX, command_subject
 
+from .frontend import InvalidFrontendTools, normalize_frontend_tools
+
 COMMANDS_STREAM = "AGENTLOG_COMMANDS"
 COMMANDS_SUBJECTS = f"{PREFIX}.cmd.>"
 WORKER_CONSUMER = "agentlog-workers"
@@ -48,9 +50,12 @@ class _Base(msgspec.Struct, kw_only=True, tag_field="type", forbid_unknown_field
     thread_id: str
 
 
-class StartRun(_Base, tag="start", kw_only=True):
+class StartRun(_Base, tag="start", kw_only=True, omit_defaults=True):
     """Start run `run_id` of `agent_id` on `thread_id` with `messages` (str or role/content dicts).
-    With `parent_run_id` it is a continuation; `decisions` then go to the waiting parent first."""
+    With `parent_run_id` it is a continuation; `decisions` then go to the waiting parent first.
+    `frontend_tools`: the run's client-executed tools (`{name, description, parameters}`, see
+    `runtime.frontend`), recorded by the worker's `Runtime.start`. Defaults are omitted on the
+    wire, so a command without frontend tools is still readable by workers that predate them."""
 
     run_id: str = msgspec.field(default_factory=new_id)
     agent_id: str
@@ -58,6 +63,7 @@ class StartRun(_Base, tag="start", kw_only=True):
     parent_run_id: str | None = None
     decisions: list[dict[str, Any]] = msgspec.field(default_factory=list)
     origin: str = "user"
+    frontend_tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
 
 
 class ContinueRun(StartRun, tag="continue", kw_only=True):
@@ -97,6 +103,10 @@ def validate_command(cmd: Command) -> Command:
                 raise InvalidCommand("a continue command needs parent_run_id")
             if cmd.decisions and cmd.parent_run_id is None:
                 raise InvalidCommand("decisions on a start command need parent_run_id (the waiting run)")
+            try:
+                normalize_frontend_tools(cmd.frontend_tools)
+            except InvalidFrontendTools as exc:
+                raise InvalidCommand(str(exc)) from None
         if isinstance(cmd, Decide) and not cmd.decisions:
             raise InvalidCommand("a decide command needs at least one decision")
     except InvalidId as exc:

@@ -96,6 +96,7 @@ from .plugins import (
     overrides,
     run_hook,
 )
+from .frontend import frontend_specs, frontend_ticket
 from .stop import StopInput, evaluate_stop
 from .hitl import ready_calls, unstarted_calls
 from .tools import InvalidToolArguments, Tool, ToolContext, ToolResult
@@ -187,6 +188,9 @@ class RunContext:
     #: starts its next step): a resume from the log finishes the decision's resume first.
     resume_open: bool = False
     finished: Termination | None = None
+    #: This run's frontend tools (name -> spec), from its `RunStarted`: offered to the model, and
+    #: a call to one suspends for the client instead of running here (`runtime.frontend`).
+    frontend_tools: dict[str, ToolSpec] = field(default_factory=dict)
 
 
 def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *, thread_scope: bool = True) -> None:
@@ -286,6 +290,7 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.resume_open = False
         ctx.cancel_requested = False
         ctx.finished = None
+        ctx.frontend_tools = frontend_specs(event.frontend_tools)  # type: ignore[union-attr]
     elif t is RunCancelRequested:
         ctx.cancel_requested = True
     elif t is RunSuspended:
@@ -311,17 +316,24 @@ def fold_context(ctx: RunContext, commits: Sequence[StoredCommit], *, thread_sco
 
 @dataclass(frozen=True, slots=True)
 class CallPlan:
-    """A requested call, checked: `failure` says why it cannot run (unknown tool, bad args)."""
+    """A requested call, checked: `failure` says why it cannot run (unknown tool, bad args).
+    `frontend`: a call to one of the run's frontend tools (no backend `tool`; it suspends for
+    the client once its gate lets it through)."""
 
     call: ToolCall
     tool: Tool | None
     failure: str | None = None
+    frontend: bool = False
 
 
-def plan_call(call: ToolCall, tools: Mapping[str, Tool]) -> CallPlan:
+def plan_call(call: ToolCall, tools: Mapping[str, Tool], frontend: Mapping[str, ToolSpec] | None = None) -> CallPlan:
+    """Check a requested call against the agent's tools, then the run's frontend tools (whose
+    arguments go to the client as given: the client validates them)."""
     tool = tools.get(call.name)
+    if tool is None and frontend and call.name in frontend:
+        return CallPlan(call, None, frontend=True)
     if tool is None:
-        available = ", ".join(sorted(tools)) or "none"
+        available = ", ".join(sorted([*tools, *(frontend or ())])) or "none"
         return CallPlan(call, None, f"unknown tool {call.name!r}; available tools: {available}")
     try:
         tool.validate(call.arguments)
@@ -371,14 +383,18 @@ def resolve_gate(call_id: str, actions: Sequence[Action]) -> GateDecision:
     return GateDecision("run", events)
 
 
-def tool_specs(spec: AgentSpec, tools: Mapping[str, Tool], actions: Sequence[Action]) -> list[ToolSpec]:
-    names = list(spec.tools)
+def tool_specs(spec: AgentSpec, tools: Mapping[str, Tool], actions: Sequence[Action],
+               frontend: Mapping[str, ToolSpec] | None = None) -> list[ToolSpec]:
+    """The tools offered to the model: the agent's, then the run's frontend tools (recorded
+    order), both filtered by the plugins' exclude / include-only actions."""
+    frontend = frontend or {}
+    names = [*spec.tools, *(n for n in frontend if n not in tools)]
     for action in actions:
         if isinstance(action, ExcludeTools):
             names = [n for n in names if n not in action.names]
         elif isinstance(action, IncludeOnlyTools):
             names = [n for n in names if n in action.names]
-    return [tools[n].spec for n in names if n in tools]
+    return [tools[n].spec if n in tools else frontend[n] for n in names if n in tools or n in frontend]
 
 
 def build_request(
@@ -519,7 +535,7 @@ class RunLoop:
         self.resumed: list[str] = []
         self._start_termination: Termination | None = None
         self._agent_tools = {n: tools[n] for n in spec.tools if n in tools}
-        self._base_tool_specs = tool_specs(spec, self._agent_tools, ())
+        self._base_tool_specs = tool_specs(spec, self._agent_tools, (), ctx.frontend_tools)
         self._live_on = live.enabled
         #: A context folded from a snapshot lacks the messages before it: they are loaded by
         #: this (started early by `prefetch_messages`, awaited before anything reads them).
@@ -702,12 +718,17 @@ class RunLoop:
     # -- the run -------------------------------------------------------------------------------
 
     async def begin(self, messages: Sequence[Message], *, parent_run_id: str | None, origin: str,
-                    thread_metadata: dict[str, Any] | None = None, resource_id: str | None = None) -> None:
-        """The run-start commit: [ThreadCreated] + RunStarted + the new messages (+ RunStart
-        plugin patches). Raises VersionConflict if the thread moved since it was folded."""
+                    thread_metadata: dict[str, Any] | None = None, resource_id: str | None = None,
+                    frontend_tools: Sequence[dict[str, Any]] = ()) -> None:
+        """The run-start commit: [ThreadCreated] + RunStarted (with the run's frontend tools,
+        already normalised by the caller) + the new messages (+ RunStart plugin patches).
+        Raises VersionConflict if the thread moved since it was folded."""
         if not self.ctx.thread_exists:
             self._emit(ThreadCreated(resource_id=resource_id, metadata=thread_metadata or {}))
-        self._emit(RunStarted(run_id=self.ctx.run_id, agent_id=self.spec.id, parent_run_id=parent_run_id, origin=origin))
+        self._emit(RunStarted(run_id=self.ctx.run_id, agent_id=self.spec.id, parent_run_id=parent_run_id,
+                              origin=origin, frontend_tools=list(frontend_tools)))
+        # the run's frontend tools are folded now: offer them from the first inference on
+        self._base_tool_specs = tool_specs(self.spec, self._agent_tools, (), self.ctx.frontend_tools)
         for m in messages:
             self._emit(MessageAppended(message=m))
         actions = await self._hook("run_start")
@@ -777,7 +798,7 @@ class RunLoop:
                 return await self._finish(term)
             specs = self._base_tool_specs
             if any(isinstance(a, (ExcludeTools, IncludeOnlyTools)) for a in actions):
-                specs = tool_specs(self.spec, self._agent_tools, actions)
+                specs = tool_specs(self.spec, self._agent_tools, actions, self.ctx.frontend_tools)
             await self._messages_ready()
             request = build_request(self.spec, self.ctx, specs, actions)
             t0 = self.entropy.now_ms()
@@ -803,7 +824,7 @@ class RunLoop:
                 return await self._finish(term)
             if not response.tool_calls:
                 return await self._finish(Termination(type="natural_end"))
-            plans = [plan_call(c, self._agent_tools) for c in response.tool_calls]
+            plans = [self._plan(c) for c in response.tool_calls]
             if self.spec.tool_execution_mode == "sequential":
                 await self._round_sequential(plans)
             else:
@@ -813,7 +834,20 @@ class RunLoop:
 
     # -- tool rounds ---------------------------------------------------------------------------
 
+    def _plan(self, call: ToolCall) -> CallPlan:
+        return plan_call(call, self._agent_tools, self.ctx.frontend_tools)
+
     async def _gate(self, plan: CallPlan, replay: _Replay | None = None) -> GateDecision:
+        """BeforeToolExecute, then: a frontend tool call the gate lets run never runs here: it
+        suspends for the client (`frontend_ticket`), whose result the decision carries. So
+        permission rules (deny / ask) apply to frontend tools too, and an approved `ask` on
+        one (replay_tool_call) comes back here and suspends for the client."""
+        decision = await self._gate_hooks(plan, replay)
+        if plan.frontend and decision.kind == "run":
+            return GateDecision("suspend", decision.events, ticket=frontend_ticket(plan.call))
+        return decision
+
+    async def _gate_hooks(self, plan: CallPlan, replay: _Replay | None = None) -> GateDecision:
         """BeforeToolExecute for one call, staged. Pre-failed calls get no hooks. A replayed call
         (replay_tool_call) goes through the hooks again with the decision in the phase context;
         pass_decision_to_tool hands the decision straight to the tool (no gate)."""
@@ -1070,7 +1104,7 @@ class RunLoop:
     def _plan_for(self, call_id: str) -> CallPlan:
         for call in self.ctx.step_tool_calls:
             if call.id == call_id:
-                return plan_call(call, self._agent_tools)
+                return self._plan(call)
         # a suspended call outside the current step's message cannot happen through this loop;
         # fail it clearly rather than guess its arguments
         return CallPlan(ToolCall(id=call_id, name="unknown"), None, f"tool call {call_id!r} not found in the run's step")
@@ -1210,7 +1244,7 @@ class RunLoop:
             else:
                 await self._round_parallel(plans, replays, started)
         if sequential and not self.ctx.suspended:
-            rest = [plan_call(c, self._agent_tools) for c in unstarted_calls(self.ctx)]
+            rest = [self._plan(c) for c in unstarted_calls(self.ctx)]
             if rest:
                 await self._round_sequential(rest)
         return self.ctx.finished is None

@@ -245,6 +245,8 @@ class ReplayPlan:
     next_ts: Mapping[str, int]
     termination: Termination | None
     has_cancel: bool
+    #: The run's frontend tools as recorded in its `RunStarted` (passed back to `start`).
+    frontend_tools: tuple[dict[str, Any], ...] = ()
 
     @property
     def events(self) -> int:
@@ -334,7 +336,7 @@ def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
         history=tuple(thread[:start]), segment=segment, loop=loop, inferences=tuple(inferences),
         outcomes={k: tuple(v) for k, v in outcomes.items()},
         groups={k: frozenset(v) for k, v in groups.items()}, ids=tuple(ids), next_ts=next_ts,
-        termination=termination, has_cancel=has_cancel,
+        termination=termination, has_cancel=has_cancel, frontend_tools=tuple(started.frontend_tools),
     )
 
 
@@ -865,6 +867,7 @@ async def verify_run(
             handle = await rt.start(
                 plan.agent_id, list(plan.messages), thread_id=plan.thread_id, run_id=plan.run_id,
                 parent_run_id=plan.parent_run_id, resource_id=plan.resource_id, origin=plan.origin,
+                frontend_tools=list(plan.frontend_tools),
             )
             if pending_cancel:
                 signal_cancel()

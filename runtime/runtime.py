@@ -36,10 +36,11 @@ from projections.views import RunView, ThreadView
 
 from .agent import AgentRegistry, AgentSpec, ModelRegistry
 from .entropy import SYSTEM_ENTROPY, Entropy
+from .frontend import check_no_conflict, is_frontend_stub, normalize_frontend_tools
 from .live import LiveSink, NullLiveSink
 from .hitl import DecisionInput, RunNotWaiting, check_decisions, decision_seqs, parse_decisions, ready_calls
 from .loop import RunConflict, RunContext, RunLoop, fold_context, get_logger
-from .models.base import Model
+from .models.base import Model, ToolSpec
 from .tools import Tool, ToolRegistry
 
 _log = get_logger()
@@ -229,6 +230,7 @@ class Runtime:
         resource_id: str | None = None,
         origin: str = "user",
         decisions: Sequence[DecisionInput] = (),
+        frontend_tools: Sequence[ToolSpec | Mapping[str, Any]] | None = None,
     ) -> RunHandle:
         """Commit the start of a run and drive it in the background.
 
@@ -241,7 +243,17 @@ class Runtime:
         whatever the parent still waits for is then closed (`cancel`, its suspended calls
         `cancelled`, "superseded by continuation") so that the thread never holds an unanswered
         tool call when the new run's model sees it. Then the new run starts.
+
+        `frontend_tools` (`ToolSpec`s or `{name, description, parameters}`): tools the client
+        executes, for this run only (`runtime.frontend`). They are recorded in `RunStarted`, so
+        resume and verified replay need nothing but the log; a continuation inherits none of
+        them (pass them again: an AG-UI client sends its tools with every request). Checked
+        before anything is written: `InvalidFrontendTools` (name not an id, duplicate, shape),
+        `FrontendToolConflict` (the name of one of the agent's backend tools). A name the agent
+        already declares as a frontend stub (`gateway.adapters.frontend.frontend_tool`) is not
+        a conflict: the stub keeps handling it and the declaration is not recorded again.
         """
+        frontend = self._frontend_tools_for(agent_id, frontend_tools)  # before any write
         if decisions and parent_run_id is None:
             raise ValueError("decisions on a new run need parent_run_id (the run that waits for them)")
         if parent_run_id is not None:
@@ -269,7 +281,8 @@ class Runtime:
             on_commit=handle._on_commit,
         )
         try:
-            await loop.begin(msgs, parent_run_id=parent_run_id, origin=origin, resource_id=resource_id)
+            await loop.begin(msgs, parent_run_id=parent_run_id, origin=origin, resource_id=resource_id,
+                             frontend_tools=frontend)
         except VersionConflict as exc:
             raise RunConflict(f"thread {thread_id!r} changed while run {run_id!r} was starting: {exc}") from None
         self._drive(loop, handle)
@@ -279,6 +292,20 @@ class Runtime:
         """Start a run and wait for its result."""
         handle = await self.start(agent_id, messages, **kwargs)
         return await handle.result()
+
+    def _frontend_tools_for(
+        self, agent_id: str, frontend_tools: Sequence[ToolSpec | Mapping[str, Any]] | None
+    ) -> list[dict[str, Any]]:
+        """The frontend tools to record for a run of `agent_id` (see `start`); raises
+        `InvalidFrontendTools` / `FrontendToolConflict` (and `LookupError` for an unknown agent)."""
+        frontend = normalize_frontend_tools(frontend_tools)
+        if not frontend:
+            return frontend
+        spec = self.agents.get(agent_id)
+        stubs = {n for n in spec.tools if is_frontend_stub(self.tools.get(n))}
+        frontend = [t for t in frontend if t["name"] not in stubs]
+        check_no_conflict(frontend, spec.tools)
+        return frontend
 
     def _tools_for(self, spec: AgentSpec) -> dict[str, Tool]:
         return {n: t for n in spec.tools if (t := self.tools.get(n)) is not None}

@@ -20,7 +20,6 @@ from eventlog.server import EmbeddedNatsServer
 from gateway.adapters import nats_routes, routes
 from gateway.adapters.agui_verify import parse_sse
 from gateway.adapters.aisdk_verify import parse_ui_sse
-from gateway.adapters.frontend import frontend_tool
 from gateway.adapters.session import Backend
 from gateway.dispatch import InProcessDispatcher
 from gateway.http import Settings, create_app
@@ -33,9 +32,9 @@ from test_adapters_support import ALL_TOOLS
 from test_http_support import stop_runner
 
 TIMEOUT = 30
-confirm_action = frontend_tool("confirm_action", "Ask the user to confirm", {
-    "type": "object", "properties": {"text": {"type": "string"}}})
-TOOLS = [*ALL_TOOLS, confirm_action]
+#: The backend tools. Frontend tools are not declared here: AG-UI requests list them (`tools`),
+#: and the run records them (`RunStarted.frontend_tools`).
+TOOLS = list(ALL_TOOLS)
 
 
 @dataclass
@@ -54,16 +53,18 @@ class Stack:
 
 @contextlib.asynccontextmanager
 async def open_stack(server: EmbeddedNatsServer, turns: list[Any], *, mode: str = "sequential",
-                     plugins: tuple[Any, ...] = ()) -> AsyncIterator[Stack]:
+                     plugins: tuple[Any, ...] = (), tools: list[Any] | None = None) -> AsyncIterator[Stack]:
+    """`tools`: the backend tools (default `TOOLS`)."""
+    tools = TOOLS if tools is None else tools
     store = await JetStreamEventStore.connect(server.url, request_timeout=2.0, connect_timeout=5.0)
     views = await KVViewStore.open(store.nc)
     runner = ProjectionRunner(store.nc, views, fetch_timeout=0.2)
     await runner.start()
     live = NatsLiveSink(store.nc)
     live.start()
-    agent = AgentSpec(id="agent", model=ScriptedModel(turns, chunk_words=2), tools=[t.name for t in TOOLS],
+    agent = AgentSpec(id="agent", model=ScriptedModel(turns, chunk_words=2), tools=[t.name for t in tools],
                       tool_execution_mode=mode, plugins=list(plugins))
-    rt = Runtime(store, agents=[agent], tools=TOOLS, live=live)
+    rt = Runtime(store, agents=[agent], tools=tools, live=live)
     dispatcher = InProcessDispatcher(rt)
     app = create_app(store, views, runner, auth_tokens="", runtime=dispatcher, extra_routes=routes.ROUTES,
                      settings=Settings(read_wait=5.0, sse_heartbeat=5.0))

@@ -577,6 +577,10 @@ def parse_run_input(body: Any, *, known_ids: Iterable[str] | None = None) -> Agu
         for t in inp.tools or ()
     ]
     names = [t.name for t in tools]
+    for i, name in enumerate(names):  # they become recorded frontend tool names: ids
+        if not is_valid_id(name):
+            raise AdapterInputError("tool names must be 1-128 characters of A-Z, a-z, 0-9, '_' or '-'",
+                                    f"tools[{i}].name")
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise AdapterInputError(f"duplicate tool name(s) {', '.join(dup)}", "tools")

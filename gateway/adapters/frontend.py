@@ -1,14 +1,15 @@
-"""Frontend tools (AG-UI `RunAgentInput.tools`, tools the client executes): backend stubs.
+"""Frontend tool stubs: backend declarations of tools the client executes.
 
-Why stubs registered up front rather than per-run tools: the `Runtime` has no per-run tool list
-(the loop offers and runs exactly `AgentSpec.tools`, and a call to any other name fails as
-"unknown tool" before any plugin hook sees it), and a run must be resumable by any worker from
-the log alone, so its tools cannot live in one request's memory. An app therefore declares the
-frontend tools its agents may call: `frontend_tool(name, description, parameters)` builds a
-`Tool` that never runs anything; it suspends the call (`ToolResult.pending`, action
-`frontend_tool`, resume mode `use_decision_as_tool_result`). The AG-UI run ends with an
-interrupt on that call; the client's result comes back as a `resume[]` entry (or a `role: tool`
-message) and becomes the decision whose payload IS the tool result; the run continues.
+Superseded for AG-UI: a tool listed in `RunAgentInput.tools` is recorded with the run
+(`RunStarted.frontend_tools`, see `runtime.frontend`) and needs no declaration here. A stub is
+still useful where the protocol carries no tool list (AI SDK `useChat`, plain `/v1/runs`): an app
+declares the frontend tools its agents may call, and `frontend_tool(name, description,
+parameters)` builds a `Tool` that never runs anything; it suspends the call
+(`ToolResult.pending`, action `frontend_tool`, resume mode `use_decision_as_tool_result`), and
+the client's result comes back as the decision whose payload IS the tool result.
+
+Backward compatible: a request that also lists a stubbed name in its `tools` is not a conflict
+(`Runtime.start` leaves that name to the stub, marked `frontend_stub`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,7 @@ from typing import Any
 import pydantic
 
 from runtime import Tool, ToolContext, ToolResult
-
-#: The ticket action of a frontend tool call (AG-UI interrupt reason `agentlog:frontend_tool`).
-ACTION = "frontend_tool"
+from runtime.frontend import ACTION
 
 
 def frontend_tool(name: str, description: str = "", parameters: dict[str, Any] | None = None) -> Tool:
@@ -34,6 +33,7 @@ def frontend_tool(name: str, description: str = "", parameters: dict[str, Any] |
 
     t = Tool(name, description or f"{name} (runs in the client)", args, suspend, "ctx")
     t.parameters = dict(parameters) if parameters else {"type": "object", "properties": {}}
+    t.frontend_stub = True  # type: ignore[attr-defined]  # see runtime.frontend.is_frontend_stub
     return t
 
 

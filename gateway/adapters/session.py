@@ -200,13 +200,19 @@ async def agui_events(backend: Backend, agent_id: str, req: agui.AguiRunRequest,
         for ev in bare.finish(exc, code=exc.code):
             yield ev
         return
-    async for ev in _drive(backend, tr, thread, agent_id, req.messages, run_id, after, action, who):
+    # A new run records the request's tools as its frontend tools (resume requests carry them
+    # too, but the waiting run has its own in its RunStarted: they are not needed there).
+    frontend = [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in req.tools]
+    async for ev in _drive(backend, tr, thread, agent_id, req.messages, run_id, after, action, who,
+                           frontend_tools=frontend):
         yield ev
 
 
 async def _drive(backend: Backend, tr: Any, thread: ThreadLog, agent_id: str, messages: list[Any],
-                 run_id: str, after: int, action: tuple[str, Any], who: Any) -> AsyncIterator[Any]:
-    """Subscribe live, act (start / decide / nothing for a replay), follow, translate."""
+                 run_id: str, after: int, action: tuple[str, Any], who: Any,
+                 frontend_tools: list[dict[str, Any]] | None = None) -> AsyncIterator[Any]:
+    """Subscribe live, act (start / decide / nothing for a replay), follow, translate.
+    `frontend_tools`: recorded with a started run (AG-UI `tools`)."""
     src = RunSource(backend.store, backend.nc, thread.thread_id, run_id)
     try:
         await src.subscribe()
@@ -216,7 +222,8 @@ async def _drive(backend: Backend, tr: Any, thread: ThreadLog, agent_id: str, me
                 tenant = getattr(who, "tenant", None)
                 await backend.dispatcher.start_run(
                     agent_id, messages, thread_id=thread.thread_id, run_id=run_id, parent_run_id=arg,
-                    resource_id=tenant if thread.view is None else None)
+                    resource_id=tenant if thread.view is None else None,
+                    **({"frontend_tools": frontend_tools} if frontend_tools else {}))
             elif kind == "decide":
                 accepted = await backend.dispatcher.submit_inputs(run_id, decisions=arg)
                 if accepted.duplicate:  # a retried answer: replay from where it was recorded
