@@ -594,22 +594,6 @@ class JetStreamEventStore:
             raise StoreUnavailable(f"{what}: direct get failed: {batch.error}")
         return batch
 
-    async def read_raw(
-        self, after: int = 0, upto: int | None = None, subject_filter: str = EVENTS_SUBJECTS
-    ) -> AsyncIterator[list[tuple[int, bytes]]]:
-        """Undecoded `(seq, data)` of every commit with `after < seq <= upto`, one chunk per
-        batched Direct Get, in order. For bulk readers that decode and fold themselves (the
-        projection rebuild): no consumer to create, about twice an ordered consumer's rate."""
-        start = after + 1
-        while upto is None or start <= upto:
-            batch = await self._get_batch(subject_filter, start)
-            chunk = [(seq, msg.data) for seq, msg in batch.items if upto is None or seq <= upto]
-            if chunk:
-                yield chunk
-            if not batch.items or batch.pending == 0 or len(chunk) < len(batch.items):
-                return
-            start = batch.items[-1][0] + 1
-
     async def _scan(self, subject_filter: str, after: int) -> AsyncIterator[tuple[int, Msg]]:
         """(seq, raw message) of every message matching the filter with seq > after, in order,
         up to what was in the stream when the last batch was served."""
