@@ -1,7 +1,7 @@
 """Full rebuild of the views from seq 1, into a fresh KV generation swapped in when complete.
 
-Fast by construction: the log is read with batched Direct Gets (`JetStreamEventStore.read_raw`,
-no consumer to set up, ~2x an ordered consumer), every commit is folded in memory (`Folder`: no per-event copies, no I/O), and
+Fast by construction: the log is read with one ordered push consumer (no acks, flow-controlled
+by the server), every commit is folded in memory (`Folder`: no per-event copies, no I/O), and
 each view is written exactly once at the end, pipelined. Readers keep using the old generation
 until the pointer flips, so they never see a half-built one.
 
@@ -26,7 +26,6 @@ from nats.js.errors import NotFoundError
 
 from eventlog.codec import decode_commit
 from eventlog.errors import CodecError
-from eventlog.jetstream import JetStreamEventStore
 from eventlog.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 
 from .errors import ProjectionError
@@ -97,12 +96,12 @@ async def read_range(
 
 
 async def _fold_range(
-    reader: JetStreamEventStore, folder: Folder, start: int, end: int, total: int,
-    counts: list[int], progress: Progress | None, subjects: str,
+    js: JetStreamContext, folder: Folder, start: int, end: int, total: int, counts: list[int],
+    progress: Progress | None, stream: str, subjects: str,
 ) -> None:
     decode = decode_commit
     apply = folder.apply_commit
-    async for part in reader.read_raw(start - 1, end, subjects):
+    async for part in read_range(js, start, end, stream=stream, subjects=subjects):
         for seq, data in part:
             try:
                 commit = decode(data)
@@ -134,25 +133,21 @@ async def rebuild(
     current = runner.store if runner is not None and isinstance(runner.store, KVViewStore) else None
     if current is None:
         current = await KVViewStore.open(nc, prefix=prefix, replicas=replicas)
-    reader = JetStreamEventStore(nc, stream=stream)  # borrows nc: closing it leaves nc open
-    try:
-        folder = Folder()
-        counts = [0, 0, 0]  # commits, events, skipped
-        last = await stream_last_seq(js, stream)
-        await _fold_range(reader, folder, 1, last, last, counts, progress, subjects)
-        lock = runner._lock if runner is not None else contextlib.nullcontext()
-        async with lock:  # type: ignore[attr-defined]
-            tail_end = await stream_last_seq(js, stream)  # what arrived meanwhile
-            await _fold_range(reader, folder, last + 1, tail_end, tail_end, counts, progress, subjects)
-            views = folder.views()
-            fresh = await current.new_generation()
-            await fresh.put_views(views.threads.values(), views.runs.values())
-            await fresh.activate()
-            if runner is not None:
-                runner.store = fresh
-                runner.forget_cache()
-    finally:
-        await reader.close()
+    folder = Folder()
+    counts = [0, 0, 0]  # commits, events, skipped
+    last = await stream_last_seq(js, stream)
+    await _fold_range(js, folder, 1, last, last, counts, progress, stream, subjects)
+    lock = runner._lock if runner is not None else contextlib.nullcontext()
+    async with lock:  # type: ignore[attr-defined]
+        tail_end = await stream_last_seq(js, stream)  # what arrived meanwhile
+        await _fold_range(js, folder, last + 1, tail_end, tail_end, counts, progress, stream, subjects)
+        views = folder.views()
+        fresh = await current.new_generation()
+        await fresh.put_views(views.threads.values(), views.runs.values())
+        await fresh.activate()
+        if runner is not None:
+            runner.store = fresh
+            runner.forget_cache()
     if progress is not None:
         progress(tail_end, tail_end)
     return RebuildResult(

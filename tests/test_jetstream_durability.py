@@ -20,7 +20,6 @@ from eventlog import (
     ServerTooOld,
     StoreUnavailable,
     collect,
-    decode_commit,
     new_id,
     now_ms,
 )
@@ -323,25 +322,3 @@ async def test_a_picked_port_lost_to_a_race_is_replaced(nats_server: EmbeddedNat
         assert ours.port == port
     finally:
         await ours.astop()
-
-
-async def test_read_raw_yields_every_commit_in_bounded_chunks(nats_server: EmbeddedNatsServer) -> None:
-    store = await connect(nats_server)
-    store.read_batch = 7  # force several Direct Get batches
-    try:
-        seqs = []
-        for i in range(30):
-            result = await store.append(commit(f"t{i % 3}"), None)
-            seqs.append(result.seq)
-        async with asyncio.timeout(WAIT):
-            chunks = [chunk async for chunk in store.read_raw(after=4, upto=25)]
-        got = [seq for chunk in chunks for seq, _ in chunk]
-        assert got == [s for s in seqs if 4 < s <= 25]
-        assert all(len(chunk) <= 7 for chunk in chunks) and len(chunks) >= 3
-        # The bytes are the commits as appended (decodable, in order).
-        assert [decode_commit(data).thread_id for chunk in chunks for _, data in chunk] == [
-            f"t{(s - 1) % 3}" for s in got
-        ]
-        assert [c async for c in store.read_raw(after=30)] == []
-    finally:
-        await store.close()
