@@ -5,6 +5,8 @@ log alone; a clash or a bad name is refused before anything is written."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -12,8 +14,9 @@ import msgspec
 import pytest
 
 from eventlog.codec import decode_commit, encode_commit
-from eventlog.events import Commit, RunStarted, ToolCallDecided, ToolCallDecision
+from eventlog.events import Commit, RunFinished, RunStarted, RunSuspended, ToolCallDecided, ToolCallDecision
 from gateway.adapters.frontend import frontend_tool
+from gateway.dispatch import InvalidInput, QueueDispatcher
 from runtime import AgentSpec, PermissionPlugin, Runtime, tool
 from runtime.commands import InvalidCommand, StartRun, decode_command, encode_command
 from runtime.frontend import (
@@ -25,6 +28,7 @@ from runtime.frontend import (
 from runtime.models import ToolSpec
 from runtime.models.scripted import ScriptedModel, Turn, last_tool_result
 from runtime.replay import ReplayApp, verify_run
+from runtime.worker import Worker
 
 from test_runtime_support import shape, store, thread_log  # noqa: F401  (fixture)
 
@@ -229,3 +233,42 @@ async def test_stub_still_works_and_is_no_conflict(store: Any) -> None:
     done = await decided.handle.result()  # type: ignore[union-attr]
     assert done.termination.type == "natural_end"  # type: ignore[union-attr]
     assert (await verify_run(store, "r1", ReplayApp(agents=rt.agents, tools=[add, stub]))).ok
+
+
+# -- through the work queue: StartRun carries them to a worker -------------------------------------
+
+
+async def until_event(store: Any, thread_id: str, kind: type, after: int = 0) -> int:
+    """Follow the thread's log until a commit holds an event of `kind`; its seq."""
+    async with contextlib.aclosing(store.follow(thread_id, after=after)) as commits:
+        async for sc in commits:
+            if any(type(e) is kind for e in sc.commit.events):
+                return sc.seq
+    raise AssertionError("the log ended")
+
+
+@pytest.mark.asyncio
+async def test_queue_dispatcher_and_worker(store: Any) -> None:
+    rt, model = make_runtime(store, [Turn.tool("confirm", {"text": "really?"}), echo_result])
+    worker = Worker(store, runtime=rt, ack_wait=5.0, fetch_timeout=0.2, shutdown_timeout=2.0)
+    await worker.start()
+    dispatcher = QueueDispatcher(store.nc, store, agents=["agent"], timeout=10.0)
+    try:
+        async with asyncio.timeout(30):
+            with pytest.raises(InvalidInput):  # names are checked at the gateway: nothing queued
+                await dispatcher.start_run("agent", "go", thread_id="t1", run_id="r1",
+                                           frontend_tools=[{"name": "bad name"}])
+            assert await store.last_seq() == 0
+            await dispatcher.start_run("agent", "go", thread_id="t1", run_id="r1", frontend_tools=[CONFIRM])
+            seq = await until_event(store, "t1", RunSuspended)
+            view = await rt.run_view("r1")
+            (call_id,) = view.calls
+            assert view.calls[call_id].ticket.action == ACTION  # type: ignore[union-attr]
+            await dispatcher.submit_inputs("r1", decisions=[
+                {"target_id": call_id, "decision_id": "d1", "action": "resume", "result": "yes"}])
+            await until_event(store, "t1", RunFinished, after=seq)
+    finally:
+        await worker.stop(timeout=2.0)
+    assert [t.name for t in model.requests[0].tools] == ["add", "confirm"]
+    assert last_tool_result(model.requests[1]) == "yes"
+    assert (await verify_run(store, "r1", ReplayApp(agents=rt.agents, tools=[add]))).ok
