@@ -19,7 +19,7 @@ from aiohttp import web
 from eventlog.jetstream import JetStreamEventStore
 from projections.store import ViewStore
 
-from . import health, openapi, runs, threads
+from . import health, openapi, runs, sse, threads
 from .auth import Authenticator, auth_middleware, resolve_tokens
 from .context import SERVICES, Runner, Services, Settings
 from .errors import error_middleware
@@ -77,6 +77,9 @@ def create_app(
         app.router.add_route(route.method, route.path, route.handler)
     app[ROUTES] = table
     app[OPENAPI] = openapi.build(table)
+    # one shared log follow per followed thread for every SSE client of this app (sse.FollowHub)
+    hub = app[sse.HUB] = sse.FollowHub(store, queue_size=settings.sse_queue)
+    app.on_cleanup.append(lambda _app: hub.close())
     if count_runs:
         app.cleanup_ctx.append(_run_metrics(store, metrics))
     return app

@@ -21,7 +21,7 @@ from .errors import not_found
 from .models import EventsQuery, GetViewQuery, ListRunsQuery
 from .replies import reply
 from .routing import Route, parse_query, path_id
-from .threads import last_seq, resume_point
+from .threads import resume_point
 
 
 async def list_runs(request: web.Request) -> web.Response:
@@ -51,11 +51,34 @@ async def _run_from_log(svc: Services, who: Principal, run_id: str) -> tuple[lis
         thread = await svc.views.get_thread(thread_id)
         if thread is None or not who.can_see(thread.resource_id):
             raise not_found("run", run_id)
+    return commits, thread_id, _running(commits, run_id)
+
+
+def _running(commits: list[StoredCommit], run_id: str) -> bool:
     folder = Folder()
     for stored in commits:
         folder.apply_commit(stored.seq, stored.commit)
     view = folder.run(run_id)
-    return commits, thread_id, view is not None and view.status == "running"
+    return view is not None and view.status == "running"
+
+
+async def _follow_run(request: web.Request, svc: Services, run_id: str, thread_id: str,
+                      commits: list[StoredCommit]) -> sse.Membership | None:
+    """Join the thread's shared feed, then read the run's commits appended since `commits` (so
+    the history ends after the join: no gap). Extends `commits`; None (and left) if the run
+    stopped running meanwhile (its end is then in the history, and nothing live would end the
+    stream)."""
+    live = await sse.hub_of(request).join(thread_id)
+    try:
+        tail = [c async for c in svc.store.read_run(run_id, after=commits[-1].seq)]
+    except BaseException:
+        await live.aclose()
+        raise
+    commits.extend(tail)
+    if tail and not _running(commits, run_id):
+        await live.aclose()
+        return None
+    return live
 
 
 async def run_events(request: web.Request) -> web.StreamResponse:
@@ -64,9 +87,7 @@ async def run_events(request: web.Request) -> web.StreamResponse:
     q = parse_query(request, EventsQuery)
     after = resume_point(request, q)
     commits, thread_id, running = await _run_from_log(svc, who, run_id)
-    live = None
-    if q.follow and running:
-        live = svc.store.follow(thread_id, after=last_seq(commits, after))
+    live = await _follow_run(request, svc, run_id, thread_id, commits) if q.follow and running else None
     frames = sse.positioned_events(commits, live, after, keep=lambda c: c.commit.run_id == run_id,
                                    stop=_pauses)
     return await sse.stream(request, frames, queue_size=svc.settings.sse_queue,

@@ -181,8 +181,14 @@ async def thread_events(request: web.Request) -> web.StreamResponse:
     thread_id = path_id(request)
     q = parse_query(request, EventsQuery)
     after = resume_point(request, q)
-    commits, _view = await thread_from_log(svc, who, thread_id)
-    live = svc.store.follow(thread_id, after=last_seq(commits, after)) if q.follow else None
+    # join the shared feed before reading the history (see gateway.http.sse: no gap, no dup)
+    live = await sse.hub_of(request).join(thread_id) if q.follow else None
+    try:
+        commits, _view = await thread_from_log(svc, who, thread_id)
+    except BaseException:
+        if live is not None:
+            await live.aclose()
+        raise
     frames = sse.positioned_events(commits, live, after)
     return await sse.stream(request, frames, queue_size=svc.settings.sse_queue,
                             heartbeat=svc.settings.sse_heartbeat)

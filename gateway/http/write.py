@@ -23,8 +23,7 @@ from .context import services
 from .models import CancelRunBody, RunInputsBody, StartRunBody
 from .replies import reply
 from .routing import Route, parse_body, path_id
-from .runs import _pauses, _run_from_log
-from .threads import last_seq
+from .runs import _follow_run, _pauses, _run_from_log
 
 _ACCEPTED = {
     "type": "object",
@@ -48,7 +47,7 @@ def write_routes(dispatcher: Dispatcher) -> list[Route]:
         if not wants_sse(request):
             return reply(ops.accepted(done), status=202)
         commits, thread_id, running = await _run_from_log(svc, who, done.run_id)
-        live = svc.store.follow(thread_id, after=last_seq(commits, None)) if running else None
+        live = await _follow_run(request, svc, done.run_id, thread_id, commits) if running else None
         frames = sse.positioned_events(commits, live, None, keep=lambda c: c.commit.run_id == done.run_id,
                                        stop=_pauses)
         return await sse.stream(request, frames, queue_size=svc.settings.sse_queue,
