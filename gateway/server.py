@@ -20,16 +20,15 @@ Roles:
 
 The write routes (`gateway.http.write`), the dispatchers (`gateway.dispatch`), the protocol
 adapters (`gateway.adapters.routes` / `nats_routes`) and the NATS micro service
-(`gateway.nats_service`) are wired in when their modules import; without the write side `serve`
-registers a minimal decisions-only `POST /v1/runs/{id}/inputs` (`_fallback_routes`), so the
-human-in-the-loop round trip still works end to end.
+(`gateway.nats_service`) are imported at the top like any other dependency: a broken module fails
+the process loudly at start instead of serving a quietly smaller API (they used to be optional
+while the parts were developed in parallel).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import inspect
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -42,8 +41,13 @@ from aiohttp import web
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
 
+from . import dispatch, nats_service
+from .adapters import nats_routes as adapter_nats_routes
+from .adapters import routes as adapter_routes
+from .adapters import session as adapter_session
 from .app_loader import AppSource, load_app, resolve_app
 from .connection import ConnectionOptions
+from .http.write import write_routes
 
 log = structlog.get_logger("agentlog.server")
 
@@ -69,22 +73,8 @@ class ServerConfig:
     worker_shutdown_timeout: float = 10.0
     #: gateway.http Settings (None: defaults).
     settings: Any = None
-    #: Start the NATS micro service when `gateway.nats_service` exists.
+    #: Start the NATS micro service (and the adapters' NATS subjects).
     nats_service: bool = True
-
-
-def _optional(module: str) -> Any | None:
-    """Import a sibling module that another part of the project may not have landed yet."""
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name and module.startswith(exc.name):
-            return None
-        log.warning("optional part failed to import; running without it", module=module, error=str(exc))
-        return None
-    except ImportError as exc:  # a sibling mid-change: serve what works, say what is missing
-        log.warning("optional part failed to import; running without it", module=module, error=str(exc))
-        return None
 
 
 def _load_source(config: ServerConfig) -> AppSource:
@@ -214,9 +204,6 @@ class Server:
     def _dispatcher(self, source: AppSource) -> Any:
         """In-process when this process runs the worker, else the work queue (which refuses
         agents the app does not have, when the app is known here)."""
-        dispatch = _optional("gateway.dispatch")
-        if dispatch is None:
-            return None
         assert self.store is not None
         if self.runtime is not None:
             self.parts.append("dispatch:in-process")
@@ -228,19 +215,9 @@ class Server:
         return dispatch.QueueDispatcher(self.store.nc, self.store, agents=agents)
 
     def _routes(self) -> list[Any]:
-        routes: list[Any] = []
-        write = _optional("gateway.http.write")
-        if write is not None and self.dispatcher is not None:
-            routes += list(write.write_routes(self.dispatcher))
-            self.parts.append("write")
-        else:
-            routes += _fallback_routes()
-            self.parts.append("write:fallback-inputs")
-        adapters = _optional("gateway.adapters.routes")
-        if adapters is not None and hasattr(adapters, "ROUTES"):
-            routes += list(adapters.ROUTES)
-            self.parts.append("adapters")
-        return routes
+        assert self.dispatcher is not None
+        self.parts += ["write", "adapters"]
+        return [*write_routes(self.dispatcher), *adapter_routes.ROUTES]
 
     async def _start_http(self) -> None:
         from .http import Settings, create_app
@@ -259,23 +236,16 @@ class Server:
 
     async def _start_service(self) -> None:
         """The `agentlog` NATS micro service (DESIGN 5.2) and the adapters' NATS subjects, on the
-        store's connection, when those modules are present and there is a dispatcher."""
-        assert self.store is not None
-        if self.dispatcher is None:
-            return
-        module = _optional("gateway.nats_service")
-        if module is not None and hasattr(module, "start_nats_service"):
-            self.service = await module.start_nats_service(
-                self.store, self.views, self.runner, self.dispatcher, auth_tokens=self.config.tokens,
-                settings=self.config.settings)
-            self.parts.append("nats-service")
-        nats_routes = _optional("gateway.adapters.nats_routes")
-        session = _optional("gateway.adapters.session")
-        if nats_routes is not None and session is not None and hasattr(nats_routes, "AdapterService"):
-            backend = session.backend_of(self.store, self.dispatcher)
-            self.adapter_service = nats_routes.AdapterService(self.store.nc, backend)
-            await self.adapter_service.start()
-            self.parts.append("adapters-nats")
+        store's connection."""
+        assert self.store is not None and self.dispatcher is not None
+        self.service = await nats_service.start_nats_service(
+            self.store, self.views, self.runner, self.dispatcher, auth_tokens=self.config.tokens,
+            settings=self.config.settings)
+        self.parts.append("nats-service")
+        backend = adapter_session.backend_of(self.store, self.dispatcher)
+        self.adapter_service = adapter_nats_routes.AdapterService(self.store.nc, backend)
+        await self.adapter_service.start()
+        self.parts.append("adapters-nats")
 
     async def stop(self) -> None:
         """Reverse order: stop taking requests (HTTP, NATS service), let the worker finish or hand
@@ -353,45 +323,6 @@ async def run_until_stopped(config: ServerConfig, on_ready: Any = None, stop: as
             await stop.wait()
         else:
             await wait_for_signal()
-
-
-# -- the fallback inputs route (until gateway.http.write lands) ----------------------------------
-
-
-def _fallback_routes() -> Sequence[Any]:
-    """`POST /v1/runs/{id}/inputs` with `{"decisions": [...]}` only: decided in this process's
-    `Runtime` when it has one, else queued for a worker (`Decide` command)."""
-    from pydantic import BaseModel
-
-    from .http import Route, parse_body, path_id, services
-    from .http.context import visible_run
-
-    class InputsBody(BaseModel):
-        decisions: list[dict[str, Any]]
-
-    async def post_inputs(request: web.Request) -> web.Response:
-        from runtime import Runtime
-        from runtime.commands import CommandClient, Decide
-
-        from .http import principal
-        from .http.replies import reply
-
-        svc = services(request)
-        run_id = path_id(request, kind="run_id")
-        body = await parse_body(request, InputsBody)
-        server = request.app[SERVER]
-        runtime = server.runtime
-        if isinstance(runtime, Runtime):
-            res = await runtime.decide(run_id, body.decisions)
-            return reply({"run_id": run_id, "seq": res.seq, "duplicate": res.duplicate,
-                          "resumed": list(res.resumed)}, status=202)
-        run = await visible_run(svc, principal(request), run_id)
-        sub = await CommandClient(svc.store.nc).submit(Decide(thread_id=run.thread_id, run_id=run_id,
-                                                              decisions=body.decisions))
-        return reply({"run_id": run_id, "command_id": sub.command_id, "queued_seq": sub.seq}, status=202)
-
-    return [Route("POST", "/v1/runs/{id}/inputs", post_inputs, "Decisions for a waiting run (fallback)", "runs",
-                  body=InputsBody, response={"type": "object"}, status=202, errors=(404, 409))]
 
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "Role", "SERVER", "Server", "ServerConfig", "build_runtime",
