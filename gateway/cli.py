@@ -41,6 +41,7 @@ from projections import RunView, ThreadView, fold_commits
 from projections.kv import KVViewStore
 from projections.rebuild import rebuild
 
+from . import logging as agentlog_logging
 from .app_loader import AppLoadError, load_app, resolve_app
 from .connection import NATS_URL_ENV, ConnectionOptions, open_store
 from .timeline import (
@@ -93,41 +94,13 @@ def _options(nats: str | None, creds: Path | None, token: str | None, data_dir: 
 # -- logging, output, errors ----------------------------------------------------------------------
 
 
-_log_level = logging.WARNING
-
-
 def configure_logging(level: str) -> None:
-    """structlog to stderr with the console renderer; stdout stays clean for data (and --json)."""
-    global _log_level
-    number = logging.getLevelNamesMapping().get(level.upper())
-    if number is None:
-        raise typer.BadParameter(f"unknown log level {level!r}", param_hint="--log-level")
-    _log_level = number
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="%H:%M:%S"),
-            structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(number),
-        logger_factory=_StderrLogger,
-        cache_logger_on_first_use=False,
-    )
-
-
-class _StderrLogger:
-    """Writes to whatever `sys.stderr` is *now*. structlog's PrintLogger binds the stream at
-    creation, so a CLI run inside a test (CliRunner swaps and then closes stderr) would leave
-    every later logger in the process writing into a closed stream."""
-
-    def __init__(self, *_: Any) -> None:
-        pass
-
-    def msg(self, message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
-
-    log = debug = info = warning = warn = error = critical = exception = fatal = msg
+    """Logging for every command: `gateway.logging.configure` (stderr; stdout stays clean for
+    data and --json)."""
+    try:
+        agentlog_logging.configure(level)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--log-level") from None
 
 
 def _out() -> Console:
@@ -501,9 +474,8 @@ async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: An
                   from_log: bool | list[str], as_json: bool) -> None:
     """Verified replay (runtime.replay) of one run; exit 1 with the diverging event if it differs.
 
-    `runtime` is imported here, not at the top: its module-level loggers bind the structlog
-    config that exists when it is imported, which must be the CLI's (stderr), not the default
-    (stdout, which would corrupt --json)."""
+    `runtime` is imported here, not at the top, so the CLI starts fast; its loggers log to
+    stderr whatever the import order (`gateway.logging`)."""
     from runtime.agent import UnknownAgent
     from runtime.replay import UnknownReplayRun, verify_run
 
@@ -534,15 +506,11 @@ async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: An
 def _replay_logs_quiet() -> Iterator[None]:
     """The replayed loop logs as if it ran (e.g. a diverging tool shows up as `run.model_error`
     warnings): noise beside the report, so only `--log-level debug` shows them."""
-    if _log_level <= logging.DEBUG:
+    if agentlog_logging.current_level() <= logging.DEBUG:
         yield
         return
-    saved = structlog.get_config()
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
-    try:
+    with agentlog_logging.quiet():
         yield
-    finally:
-        structlog.configure(**saved)
 
 
 # -- projections rebuild --------------------------------------------------------------------------
