@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Literal
 
@@ -58,6 +59,28 @@ def error_frame(exc: AgentlogError) -> bytes:
     return b"event: error\ndata: %s\n\n" % _encode({"error": str(exc), "code": exc.code})
 
 
+_FRAMES_CACHED = 2048
+_frames: OrderedDict[tuple[str, int], list[tuple[Position, AnyEvent, bytes]]] = OrderedDict()
+
+
+def commit_frames(stored: StoredCommit) -> list[tuple[Position, AnyEvent, bytes]]:
+    """Every event of a commit with its encoded frame, encoded once per process for all the
+    followers that receive it (a hub delivers the same commit to each of them): an LRU of the
+    last `_FRAMES_CACHED` commits, keyed by commit id and seq (unique even across stores)."""
+    key = (stored.commit.commit_id, stored.seq)
+    cached = _frames.get(key)
+    if cached is not None:
+        _frames.move_to_end(key)
+        return cached
+    commit = stored.commit
+    cached = [(position, event, frame(position, commit.thread_id, commit.run_id, event))
+              for position, event in stored.positioned()]
+    _frames[key] = cached
+    if len(_frames) > _FRAMES_CACHED:
+        _frames.popitem(last=False)
+    return cached
+
+
 async def positioned_events(
     history: Iterable[StoredCommit],
     live: AsyncIterator[StoredCommit] | None,
@@ -76,11 +99,10 @@ async def positioned_events(
         out: list[bytes] = []
         if not keep(stored):
             return out, False
-        commit = stored.commit
-        for position, event in stored.positioned():
+        for position, event, data in commit_frames(stored):
             if after is not None and position <= after:
                 continue
-            out.append(frame(position, commit.thread_id, commit.run_id, event))
+            out.append(data)
             if stop(event):
                 return out, True
         return out, False
