@@ -37,7 +37,7 @@ import msgspec
 import structlog
 from aiohttp import web
 
-from eventlog.errors import AgentlogError
+from eventlog.errors import AgentlogError, StoreUnavailable
 from eventlog.events import AnyEvent, Position, StoredCommit
 from eventlog.jetstream import JetStreamEventStore
 
@@ -216,7 +216,9 @@ class _Feed:
             raise
         except BaseException as exc:  # noqa: BLE001 - every member is told, then the feed is gone
             log.warning("event feed failed", thread_id=self.thread_id, error=str(exc))
-            self._end(exc)
+            # an AgentlogError, so each member's pump sends an error frame and ends the stream
+            self._end(exc if isinstance(exc, AgentlogError)
+                      else StoreUnavailable(f"following thread {self.thread_id!r} failed: {exc!r}"))
         finally:
             with contextlib.suppress(BaseException):
                 await follow.aclose()
