@@ -44,7 +44,7 @@ from .codec import decode_commit, encode_commit
 from .errors import AgentlogError, CommitTooLarge, ServerTooOld, StoreUnavailable, VersionConflict
 from .events import AppendResult, Commit, StoredCommit
 from .ids import validate_id
-from .store import check_commit
+from .store import encode_checked
 from .subjects import EVENTS_STREAM, EVENTS_SUBJECTS, event_subject, run_filter, thread_filter
 
 log = logging.getLogger(__name__)
@@ -384,10 +384,9 @@ class JetStreamEventStore:
     # -- EventStore ---------------------------------------------------------------------------
 
     async def append(self, commit: Commit, expected_version: int | None) -> AppendResult:
-        check_commit(commit)
         if expected_version is not None and expected_version < 0:
             raise ValueError(f"expected_version must be >= 0 or None, not {expected_version}")
-        data = encode_commit(commit)
+        data = encode_checked(commit)
         thread = commit.thread_id
         headers = {_HDR_MSG_ID: commit.commit_id}
         if expected_version is not None:

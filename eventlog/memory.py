@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from .codec import decode_commit, encode_commit
+from .codec import decode_commit
 from .errors import CommitTooLarge, VersionConflict
 from .events import AppendResult, Commit, StoredCommit
 from .ids import validate_id
-from .store import check_commit
+from .store import encode_checked
 
 
 class MemoryEventStore:
@@ -25,8 +25,7 @@ class MemoryEventStore:
         self._changed = asyncio.Condition()
 
     async def append(self, commit: Commit, expected_version: int | None) -> AppendResult:
-        check_commit(commit)
-        data = encode_commit(commit)
+        data = encode_checked(commit)
         if len(data) > self.max_payload:
             raise CommitTooLarge(len(data), self.max_payload)
         if commit.commit_id in self._by_commit_id:

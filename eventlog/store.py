@@ -10,7 +10,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol, runtime_checkable
 
-from .errors import InvalidCommit
+import msgspec
+
+from .codec import decode_commit, encode_commit
+from .errors import CodecError, InvalidCommit
 from .events import AppendResult, Commit, RunStarted, StoredCommit
 from .ids import validate_id, validate_run_id
 
@@ -60,6 +63,26 @@ def check_commit(commit: Commit) -> None:
                     f"RunStarted for run {event.run_id!r} in a commit of run {commit.run_id!r}"
                 )
             validate_id(event.agent_id, "agent_id")
+
+
+def encode_checked(commit: Commit) -> bytes:
+    """`check_commit`, encode, and prove the bytes decode back before anything is published.
+
+    msgspec does not validate field types when a Struct is constructed, so a commit built with a
+    value outside its type (a role or outcome not in its Literal, a non-JSON value) would otherwise
+    reach the log and break every reader after it. One extra decode per append buys "every commit
+    in the log can be read".
+    """
+    check_commit(commit)
+    try:
+        data = encode_commit(commit)
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise InvalidCommit(f"commit {commit.commit_id!r} cannot be encoded: {exc}") from None
+    try:
+        decode_commit(data)
+    except CodecError as exc:
+        raise InvalidCommit(f"commit {commit.commit_id!r} would not decode: {exc}") from None
+    return data
 
 
 async def collect(commits: AsyncIterator[StoredCommit]) -> list[StoredCommit]:

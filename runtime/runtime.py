@@ -14,6 +14,8 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+import msgspec
+
 from eventlog.errors import AgentlogError, VersionConflict
 from eventlog.events import (
     AnyEvent,
@@ -189,6 +191,29 @@ def _as_messages(messages: str | Message | Mapping[str, Any] | Sequence[Any], en
     return out
 
 
+class _PlaceholderIds:
+    """Entropy stand-in for validating input messages without drawing real ids (the ids a run
+    draws, and their order, are part of what replay reproduces)."""
+
+    def new_id(self) -> str:
+        return "placeholder"
+
+    def now_ms(self) -> int:
+        return 0
+
+
+def _check_messages(messages: Any) -> None:
+    """Reject input messages that could not be committed: bad role, visibility or id."""
+    for m in _as_messages(messages, _PlaceholderIds()):  # type: ignore[arg-type]
+        try:
+            msgspec.convert(msgspec.to_builtins(m), Message)
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"invalid message: {exc}") from None
+        validate_id(m.id, "message id")
+        if m.tool_call_id is not None:
+            validate_id(m.tool_call_id, "tool_call_id")
+
+
 class Runtime:
     """Agents, tools and models wired to one event store.
 
@@ -253,20 +278,32 @@ class Runtime:
         already declares as a frontend stub (`gateway.adapters.frontend.frontend_tool`) is not
         a conflict: the stub keeps handling it and the declaration is not recorded again.
         """
-        frontend = self._frontend_tools_for(agent_id, frontend_tools)  # before any write
+        # Everything that can reject the request is checked before the first write: closing a
+        # waiting parent appends, so a continuation that is going to fail must fail before it.
+        frontend = self._frontend_tools_for(agent_id, frontend_tools)
         if decisions and parent_run_id is None:
             raise ValueError("decisions on a new run need parent_run_id (the run that waits for them)")
-        if parent_run_id is not None:
-            validate_run_id(parent_run_id)
-            await self._close_parent(parent_run_id, decisions)
         spec = self.agents.get(agent_id)
         missing = [n for n in spec.tools if n not in self.tools]
         if missing:
             raise LookupError(f"agent {agent_id!r} lists unknown tools: {', '.join(missing)}")
         self.models.resolve(spec.model)  # fail now, not at the first inference
+        _check_messages(messages)
+        if thread_id is not None:
+            validate_id(thread_id, "thread_id")
+        if run_id is not None:
+            validate_run_id(run_id)
         if parent_run_id is not None:
-            if thread_id is None:
-                thread_id = await self._thread_of(parent_run_id)
+            validate_run_id(parent_run_id)
+            parent_thread = await self._thread_of(parent_run_id)
+            if thread_id is not None and thread_id != parent_thread:
+                raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")
+            thread_id = parent_thread
+            if run_id is not None:
+                history = [sc async for sc in self.store.read_thread(thread_id)]
+                if run_id in fold_commits(history).threads[thread_id].run_ids:
+                    raise RunConflict(f"run {run_id!r} already exists on thread {thread_id!r}")
+            await self._close_parent(parent_run_id, decisions)
         thread_id = validate_id(thread_id, "thread_id") if thread_id is not None else self.entropy.new_id()
         run_id = validate_run_id(run_id) if run_id is not None else self.entropy.new_id()
         history = [sc async for sc in self.store.read_thread(thread_id)]

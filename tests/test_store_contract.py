@@ -15,6 +15,7 @@ from eventlog import (
     CommitTooLarge,
     EmbeddedNatsServer,
     EventStore,
+    InvalidCommit,
     InvalidId,
     MemoryEventStore,
     StoredCommit,
@@ -24,7 +25,15 @@ from eventlog import (
     new_id,
     now_ms,
 )
-from eventlog.events import AnyEvent, Message, MessageAppended, RunStarted, StepFinished, StepStarted
+from eventlog.events import (
+    AnyEvent,
+    Message,
+    MessageAppended,
+    RunStarted,
+    StepFinished,
+    StepStarted,
+    ToolCallCompleted,
+)
 from eventlog.jetstream import JetStreamEventStore
 
 WAIT = 20.0  # upper bound for anything that could hang; never a sleep
@@ -365,3 +374,26 @@ async def test_racing_writers_form_one_linear_history(harness: Harness) -> None:
     assert len(log) == len(set(log)) == 40
     for mine in per_writer:
         assert [cid for cid in log if cid in set(mine)] == mine
+
+
+# msgspec does not validate Literal fields or JSON-ness at construction: these commits can be
+# built in Python but could never be read back, so the store must refuse them before publishing.
+UNREADABLE = [
+    MessageAppended(message=Message(id="m1", role="robot", content="hi")),  # type: ignore[arg-type]
+    MessageAppended(message=Message(id="m1", role="user", visibility="secret")),  # type: ignore[arg-type]
+    ToolCallCompleted(call_id="c1", outcome="maybe", result=1),  # type: ignore[arg-type]
+    ToolCallCompleted(call_id="c1", outcome="succeeded", result=object()),
+]
+
+
+@pytest.mark.parametrize("event", UNREADABLE, ids=["role", "visibility", "outcome", "non_json"])
+async def test_commits_that_would_not_decode_are_rejected_before_publishing(
+    harness: Harness, event: AnyEvent
+) -> None:
+    store = harness.store
+    await store.append(commit("ok"), 0)
+    last = await store.last_seq()
+    with pytest.raises(InvalidCommit):
+        await store.append(commit("ok", None, event), None)
+    assert await store.last_seq() == last
+    assert [c.seq for c in await thread_commits(store, "ok")] == [last]
