@@ -129,7 +129,10 @@ class SafeLog:
 
 
 def get_logger(name: str = "agentlog.runtime", **bind: Any) -> SafeLog:
-    return SafeLog(structlog.get_logger(name).bind(**bind))
+    """A lazy logger: `structlog.get_logger` with initial values resolves the configuration at
+    the first log call, so a module-level logger created at import still honours the logging
+    set up later by the CLI or the server (calling `.bind()` here would freeze it at import)."""
+    return SafeLog(structlog.get_logger(name, **bind))
 
 
 class RunConflict(AgentlogError):
