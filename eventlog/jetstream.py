@@ -812,3 +812,16 @@ async def _open_connection(
             f"{str(exc) or type(exc).__name__}"
         ) from None
     return nc
+
+
+async def flush_subscriptions(nc: NATS, timeout: float = 10.0) -> None:
+    """Return once every subscription made so far on `nc` is known to the server.
+
+    A single `nc.flush()` does not promise that: nats-py writes its PING straight to the socket,
+    ahead of commands (such as a fresh SUB) still queued for its flusher task, so the PONG can
+    come back before the SUB was sent, and a request from another connection in that window gets
+    "no responders". The first flush lets the flusher write the queue; the second PING is then
+    written after it, so its PONG proves the server has processed the SUB.
+    """
+    await nc.flush(timeout)
+    await nc.flush(timeout)

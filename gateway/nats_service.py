@@ -29,6 +29,7 @@ from nats.micro.request import Request
 from nats.micro.service import Service
 from pydantic import BaseModel
 
+from eventlog.jetstream import flush_subscriptions
 from gateway import operations as ops
 from gateway.dispatch import Dispatcher
 
@@ -165,6 +166,7 @@ async def start_nats_service(
     service = await add_service(nc or store.nc, name=SERVICE_NAME, version=version,
                                 description="agentlog API over NATS request/reply (DESIGN 5.2)")
     await api.register(service)
+    await flush_subscriptions(nc or store.nc)  # requests from other connections must find us
     return service
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import structlog
 
 from eventlog.errors import AgentlogError
+from eventlog.jetstream import flush_subscriptions
 
 from . import aisdk, session
 from .common import AdapterInputError
@@ -60,7 +61,7 @@ class AdapterService:
     async def start(self) -> None:
         self._subs.append(await self.nc.subscribe(AGUI_SUBJECT, queue=QUEUE, cb=self._on_agui))
         self._subs.append(await self.nc.subscribe(AISDK_SUBJECT, queue=QUEUE, cb=self._on_aisdk))
-        await self.nc.flush()
+        await flush_subscriptions(self.nc)  # requests from other connections must find us
 
     async def stop(self) -> None:
         for sub in self._subs:

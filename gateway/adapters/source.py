@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from eventlog.events import RunFinished, RunSuspended, StepStarted, StoredCommit, ToolCallCompleted
+from eventlog.jetstream import flush_subscriptions
 from eventlog.subjects import live_subject
 from runtime import CommittedEvent
 
@@ -63,7 +64,7 @@ class RunSource:
         self._sub = await self.nc.subscribe(live_subject(self.thread_id, self.run_id), cb=on_msg)
         # the subscription must be on the server before the run publishes anything
         with contextlib.suppress(Exception):
-            await self.nc.flush()
+            await flush_subscriptions(self.nc)
 
     def follow(self, after: int) -> None:
         """Start reading the run's commits after seq `after` (history first, then live)."""
