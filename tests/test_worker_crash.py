@@ -1,5 +1,7 @@
-"""Crash-resume: a worker subprocess is SIGKILLed at a deterministic point of a ~14-commit run
-(parallel tools, an approval) and a second worker completes it from the log.
+"""Crash-resume: a worker subprocess is SIGKILLed at a deterministic point of a 20-step run
+(`worker_app`'s `long` agent: 20 inferences, 28 tool calls with parallel pairs/triples throughout
+(parallel_streaming), a `deploy` that waits for an approval at step 9) and a second worker completes
+it from the log.
 
 For every kill point: the final messages and thread state equal an uninterrupted control run's,
 no commit id appears twice, every call completes exactly once, every tool ran at least once and
@@ -24,34 +26,42 @@ from eventlog.server import EmbeddedNatsServer
 from runtime.commands import CommandClient, Decide, StartRun
 
 import worker_app
-from test_worker_support import APPROVE, Watch, kill_all, message_list, read_lines, spawn_worker, thread_state
+from test_worker_support import Watch, kill_all, message_list, read_lines, spawn_worker, thread_state
 
 pytestmark = pytest.mark.asyncio
 
-#: (kill point, does the run wait for the approval before the crash?)
+AGENT = "long"
+STEPS = len(worker_app.LONG_SCRIPT)  # 20 inferences
+CALLS = worker_app.LONG_CALLS  # call_<step>_<i>, 28 calls
+APPROVAL_CALL = f"call_{worker_app.LONG_APPROVAL_STEP}_1"  # the deploy of step 9
+APPROVE = {"target_id": APPROVAL_CALL, "decision_id": "approve-deploy", "action": "resume", "result": {"approved": True}}
+
+#: Kill points over the 20 steps: early, middle, around the approval (step 9), late.
 KILL_POINTS = [
-    "model:0",                              # in the first inference, before its commit
-    "after:InferenceCompleted:1",           # inference committed, two parallel calls started
-    "tool:call_0_1",                        # inside the second parallel call
-    "tool:call_1_0",                        # inside a single call
-    "after:ToolCallCompleted:call_1_0",     # a completion committed, before the next step
-    "after:RunSuspended:1",                 # waiting for the approval (start not yet acked)
-    "after:ToolCallResuming:1",             # decision committed, replay not started
-    "tool:call_2_1",                        # inside the approved (replayed) call
-    "model:3",                              # in the inference after the resume
-    "after:InferenceCompleted:5",           # the final answer committed with RunFinished
+    "model:0",                              # step 0: in the first inference, before its commit
+    "after:InferenceCompleted:1",           # step 0: inference committed, two parallel calls started
+    "tool:call_2_1",                        # step 2: inside the middle one of three parallel calls
+    "after:ToolCallCompleted:call_6_0",     # step 6: a completion committed, before step 7
+    "after:RunSuspended:1",                 # step 9: waiting for the approval (start not yet acked)
+    "after:ToolCallResuming:1",             # step 9: decision committed, replay not started
+    f"tool:{APPROVAL_CALL}",                # step 9: inside the approved (replayed) call
+    "model:10",                             # step 10: in the inference after the resume
+    "tool:call_17_1",                       # step 17: inside the second of two parallel calls
+    f"after:InferenceCompleted:{STEPS}",    # step 19: the final answer committed with RunFinished
 ]
-CALLS = ["call_0_0", "call_0_1", "call_1_0", "call_2_0", "call_2_1", "call_3_0"]
 
 
 async def control_run(store: Any) -> tuple[list[Any], Any]:
     rt = worker_app.app(store)
-    h = await rt.start("crashy", "go", thread_id="control", run_id="control-run")
+    h = await rt.start(AGENT, "go", thread_id="control", run_id="control-run")
     assert (await h.result()).status == "waiting"
     res = await rt.decide("control-run", [APPROVE])
     result = await res.handle.result()
     assert result.status == "done" and result.termination.type == "natural_end"
     commits = [sc async for sc in store.read_thread("control")]
+    kinds = Counter(type(e).__name__ for sc in commits for e in sc.commit.events)
+    assert kinds["InferenceCompleted"] == STEPS == 20 and kinds["RunSuspended"] == 1, kinds
+    assert kinds["ToolCallCompleted"] == len(CALLS), kinds
     return message_list(commits, "control"), thread_state(commits, "control")
 
 
@@ -68,7 +78,7 @@ async def one_kill_point(tmp: Path, point: str, control: tuple[list[Any], Any]) 
             client = CommandClient(store.nc)
             w1 = await spawn_worker(server.url, tmp, "w1", env={**env, "WORKER_APP_CRASH": point})
             procs.append(w1)
-            await client.submit(StartRun(thread_id="t1", run_id="r1", agent_id="crashy", messages=["go"]))
+            await client.submit(StartRun(thread_id="t1", run_id="r1", agent_id=AGENT, messages=["go"]))
             died = asyncio.ensure_future(w1.wait())
             waiting = asyncio.ensure_future(watch.status_in("r1", {"waiting", "done"}))
             await asyncio.wait((died, waiting), return_when=asyncio.FIRST_COMPLETED)
@@ -125,7 +135,8 @@ async def test_crash_at_every_kill_point_then_another_worker_completes(nats_serv
             control = await control_run(store)
     finally:
         await store.close()
-    assert len(control[0]) == 12 and control[1]  # user, 5 assistant, 6 tool results; state from the tools
+    # user, 20 assistant, 28 tool results; state from the tools
+    assert len(control[0]) == 1 + STEPS + len(CALLS) and len(control[0]) == 49 and control[1]
     limit = asyncio.Semaphore(3)
 
     async def guarded(i: int, point: str) -> None:

@@ -3,6 +3,9 @@
 Agents:
 - `crashy` (parallel_streaming, `deploy` needs approval): 5 steps with two parallel `work` calls,
   a single `work`, `work` + `deploy` (suspends), a single `work`, then a final text.
+- `long` (same tools and plugins): the 20-step (20 inferences) run of the crash test, see
+  `LONG_SCRIPT`: 19 tool steps (28 calls; parallel pairs/triples throughout) with `work` + `deploy`
+  (suspends for approval, call `call_9_1`) at step 9, then a final text at step 19.
 - `quick`: `work` then a text answer, forever (the turn comes from the conversation, so any run
   on a thread continues the script; call ids stay unique per thread).
 - `held`: one `hold` call that blocks until the test answers a request on
@@ -103,6 +106,32 @@ CRASHY_SCRIPT = [
 ]
 
 
+def _long_steps() -> list[list[tuple[str, dict[str, Any]]]]:
+    """Per step (= inference) of `long`, its tool calls; `work` units are numbered 1.. in order."""
+    steps: list[list[tuple[str, dict[str, Any]]]] = []
+    k = 0
+    for shape in [2, 1, 3, 1, 1, 2, 1, 1, 2, "approval", 1, 2, 1, 1, 2, 1, 1, 2, 1]:
+        if shape == "approval":
+            k += 1
+            steps.append([("work", {"k": k}), ("deploy", {"env": "prod"})])
+        else:
+            assert isinstance(shape, int)
+            steps.append([("work", {"k": k + i + 1}) for i in range(shape)])
+            k += shape
+    return steps
+
+
+#: Steps 0-18 call tools (step 19, the 20th inference, answers with text).
+LONG_STEPS = _long_steps()
+#: The step whose `deploy` needs the approval, and the call ids of the whole run (call_<step>_<i>).
+LONG_APPROVAL_STEP = 9
+LONG_CALLS = [f"call_{step}_{i}" for step, calls in enumerate(LONG_STEPS) for i in range(len(calls))]
+LONG_SCRIPT = [
+    _turn(step, Turn.tools(*calls, text=f"step {step}") if len(calls) > 1 else Turn.tool(*calls[0]))
+    for step, calls in enumerate(LONG_STEPS)
+] + [_turn(len(LONG_STEPS), Turn.text("all done"))]
+
+
 class _CrashingStore:
     """Delegates to the real store; records appends and dies after the configured commit."""
 
@@ -136,11 +165,14 @@ def app(store: Any) -> Runtime:
     agents = [
         AgentSpec(id="crashy", model="crashy", tools=["work", "deploy"], max_rounds=20,
                   tool_execution_mode="parallel_streaming", plugins=[PermissionPlugin(ask=["deploy"])]),
+        AgentSpec(id="long", model="long", tools=["work", "deploy"], max_rounds=25,
+                  tool_execution_mode="parallel_streaming", plugins=[PermissionPlugin(ask=["deploy"])]),
         AgentSpec(id="quick", model="quick", tools=["work"], max_rounds=5),
         AgentSpec(id="held", model="held", tools=["hold"], max_rounds=5),
     ]
     models = {
         "crashy": ScriptedModel(CRASHY_SCRIPT, position="conversation"),
+        "long": ScriptedModel(LONG_SCRIPT, position="conversation"),
         "quick": ScriptedModel([Turn.tool("work", {"k": 7}), Turn.text("ok")], loop=True, position="conversation"),
         "held": ScriptedModel([Turn.tool("hold"), Turn.text("after hold")], loop=True, position="conversation"),
     }
