@@ -17,7 +17,7 @@ from gateway.dispatch import Accepted, Dispatcher
 from projections.fold import fold_messages
 
 from .http.auth import Principal
-from .http.context import Services, thread_from_log, visible_run, visible_thread, wait_min_seq
+from .http.context import Services, get_thread_view, thread_from_log, visible_run, visible_thread, wait_min_seq
 from .http.errors import ApiError, not_found
 from .http.models import (
     CancelRunBody,
@@ -75,7 +75,7 @@ async def check_run_access(svc: Services, who: Principal, run_id: str) -> None:
     if who.tenant is None:
         return
     await wait_min_seq(svc, first.seq)
-    thread = await svc.views.get_thread(first.commit.thread_id)
+    thread = await get_thread_view(svc, first.commit.thread_id)
     if thread is None or not who.can_see(thread.resource_id):
         raise not_found("run", run_id)
 

@@ -211,6 +211,11 @@ class ProjectionRunner:
             folder.apply_commit(seq, commit)
         touched = folder.take_touched()
         if touched.threads or touched.runs:
+            # While the puts are in flight KV may already hold the new values: drop the cached
+            # (older) ones first, so `cached_*` never answers older than KV (see `cached_run`).
+            for cache, keys in ((self._threads, touched.threads), (self._runs, touched.runs)):
+                for key in keys:
+                    cache.pop(key, None)
             await self.store.put_views(touched.threads.values(), touched.runs.values())
             self.puts += len(touched.threads) + len(touched.runs)
         self._remember(touched.threads, touched.runs)
@@ -243,6 +248,22 @@ class ProjectionRunner:
                 cache.move_to_end(key)
             while len(cache) > self.cache_size:
                 cache.popitem(last=False)
+
+    # -- the cache as a read path --------------------------------------------------------------
+
+    def cached_run(self, run_id: str) -> RunView | None:
+        """The run's view as this runner last wrote it to `self.store`, or None (not cached: read
+        the store). Never older than the store: an entry is only (re)added once its put has
+        succeeded, is dropped before a put that changes it and on a failed batch, and the whole
+        cache is dropped when the store changes (a rebuild's swap, a generation flip). So with
+        ONE runner per view set (the rule above) a hit equals what the store would answer, and
+        a read after `wait_for(seq)` sees every commit up to `seq`, like a store read.
+        LRU order is left alone: reads must not keep views the runner no longer writes."""
+        return self._runs.get(run_id)
+
+    def cached_thread(self, thread_id: str) -> ThreadView | None:
+        """Like `cached_run`, for a thread view."""
+        return self._threads.get(thread_id)
 
     def forget_cache(self) -> None:
         self._threads.clear()

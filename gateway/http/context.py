@@ -85,20 +85,52 @@ async def wait_min_seq(svc: Services, min_seq: int | None) -> None:
         await svc.runner.wait_for(min_seq, timeout=svc.settings.read_wait)
 
 
+def _cache_of(svc: Services) -> Any:
+    """The in-process projection runner, when it writes the very views this app reads: its cache
+    (`ProjectionRunner.cached_run`) holds what it last wrote there, never older than the store,
+    so a hit saves a KV round trip without changing what a read (with or without `min_seq`)
+    may answer. None otherwise (a runner of another store, after a rebuild swapped it, or a
+    test double): read the store."""
+    runner = svc.runner
+    if getattr(runner, "store", None) is svc.views and hasattr(runner, "cached_run"):
+        return runner
+    return None
+
+
+async def get_run_view(svc: Services, run_id: str) -> RunView | None:
+    """The run's view: the in-process runner's cache, else the store."""
+    cache = _cache_of(svc)
+    if cache is not None:
+        view = cache.cached_run(run_id)
+        if view is not None:
+            return view
+    return await svc.views.get_run(run_id)
+
+
+async def get_thread_view(svc: Services, thread_id: str) -> ThreadView | None:
+    """The thread's view: the in-process runner's cache, else the store."""
+    cache = _cache_of(svc)
+    if cache is not None:
+        view = cache.cached_thread(thread_id)
+        if view is not None:
+            return view
+    return await svc.views.get_thread(thread_id)
+
+
 async def visible_thread(svc: Services, who: Principal, thread_id: str) -> ThreadView:
     """The thread's view, or 404 if unknown, deleted or outside the caller's tenant."""
-    view = await svc.views.get_thread(thread_id)
+    view = await get_thread_view(svc, thread_id)
     if view is None or view.deleted or not who.can_see(view.resource_id):
         raise not_found("thread", thread_id)
     return view
 
 
 async def visible_run(svc: Services, who: Principal, run_id: str) -> RunView:
-    view = await svc.views.get_run(run_id)
+    view = await get_run_view(svc, run_id)
     if view is None:
         raise not_found("run", run_id)
     if who.tenant is not None:
-        thread = await svc.views.get_thread(view.thread_id)
+        thread = await get_thread_view(svc, view.thread_id)
         if thread is None or not who.can_see(thread.resource_id):
             raise not_found("run", run_id)
     return view
@@ -117,5 +149,5 @@ async def thread_from_log(svc: Services, who: Principal, thread_id: str) -> tupl
     return commits, view
 
 
-__all__ = ["SERVICES", "Services", "Settings", "services", "thread_from_log", "visible_run", "visible_thread",
+__all__ = ["SERVICES", "Services", "Settings", "get_run_view", "get_thread_view", "services", "thread_from_log", "visible_run", "visible_thread",
            "wait_min_seq"]

@@ -47,6 +47,11 @@ class Metrics:
     content_type = CONTENT_TYPE_LATEST
 
     def middleware(self) -> object:
+        # The labelled child per (method, route template, status), looked up once: `labels()`
+        # validates and takes a lock on every call. Bounded like the labels themselves.
+        children: dict[tuple[str, str, int], Any] = {}
+        labels = self.http_latency.labels
+
         @web.middleware
         async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
             started = time.perf_counter()
@@ -61,8 +66,11 @@ class Metrics:
             finally:
                 info = request.match_info
                 route = info.route.resource.canonical if info.route.resource is not None else "unmatched"
-                self.http_latency.labels(request.method, route, str(status)).observe(
-                    time.perf_counter() - started)
+                key = (request.method, route, status)
+                child = children.get(key)
+                if child is None:
+                    child = children[key] = labels(request.method, route, str(status))
+                child.observe(time.perf_counter() - started)
 
         return middleware
 

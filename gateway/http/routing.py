@@ -43,8 +43,21 @@ class Route:
     errors: tuple[int, ...] = field(default=())
 
 
+#: The validated empty query of each model that accepts one (query models are frozen, so one
+#: instance can be shared); most reads have no query string, and validating `{}` each time is
+#: the same work with the same answer.
+_EMPTY: dict[type[BaseModel], BaseModel] = {}
+
+
 def parse_query(request: web.Request, model: type[M]) -> M:
     """Validate the query string (last value wins for repeated keys)."""
+    if not request.query_string:
+        empty = _EMPTY.get(model)
+        if empty is None:
+            empty = model.model_validate({})  # raises (not cached) if the model needs a parameter
+            if model.model_config.get("frozen"):
+                _EMPTY[model] = empty
+        return empty  # type: ignore[return-value]
     return model.model_validate(dict(request.query))
 
 

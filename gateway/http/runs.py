@@ -16,7 +16,7 @@ from gateway import operations as ops
 
 from . import sse
 from .auth import Principal, principal
-from .context import Services, services, wait_min_seq
+from .context import Services, get_thread_view, services, wait_min_seq
 from .errors import not_found
 from .models import EventsQuery, GetViewQuery, ListRunsQuery
 from .replies import reply
@@ -48,7 +48,7 @@ async def _run_from_log(svc: Services, who: Principal, run_id: str) -> tuple[lis
     thread_id = commits[0].commit.thread_id
     if who.tenant is not None:
         await wait_min_seq(svc, commits[0].seq)  # the thread's creation precedes its runs
-        thread = await svc.views.get_thread(thread_id)
+        thread = await get_thread_view(svc, thread_id)
         if thread is None or not who.can_see(thread.resource_id):
             raise not_found("run", run_id)
     return commits, thread_id, _running(commits, run_id)
