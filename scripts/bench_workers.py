@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from eventlog.jetstream import JetStreamEventStore  # noqa: E402
+from gateway.logging import configure as configure_logging  # noqa: E402
 from eventlog.server import EmbeddedNatsServer  # noqa: E402
 from runtime import AgentSpec, Runtime, tool  # noqa: E402
 from runtime.commands import CommandClient, StartRun  # noqa: E402
@@ -168,4 +169,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    configure_logging("warning")  # run logs would drown the table (workers log to their own files)
     asyncio.run(main())
