@@ -53,6 +53,7 @@ from eventlog.ids import is_valid_id
 from runtime.models.base import ToolSpec
 
 from .common import (
+    int_or,
     AdapterInputError,
     Decision,
     as_item,
@@ -242,7 +243,7 @@ class AguiTranslator:
         kind = p.get("type")
         out: list[Any] = []
         if kind == "text_delta":
-            step = _int(p.get("step"), self._max_step)
+            step = int_or(p.get("step"), self._max_step)
             text = p.get("text")
             if not isinstance(text, str) or not text:
                 return []
@@ -254,8 +255,8 @@ class AguiTranslator:
             self._text.text += text
             out.append(ag.TextMessageContentEvent(message_id=self._text.message_id, delta=text))
         elif kind == "tool_call_delta":
-            step = _int(p.get("step"), self._max_step)
-            index = _int(p.get("index"), 0)
+            step = int_or(p.get("step"), self._max_step)
+            index = int_or(p.get("index"), 0)
             out += self._open_step(step)
             call = self._live_calls.get((step, index))
             if call is None:
@@ -480,10 +481,6 @@ class AguiTranslator:
             thread_id=self.thread_id, run_id=self.run_id, outcome=outcome, result=result, usage=usage,
         ))
         return out
-
-
-def _int(value: Any, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def translate(

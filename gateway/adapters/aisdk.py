@@ -50,6 +50,7 @@ from eventlog.events import (
 from eventlog.ids import is_valid_id
 
 from .common import (
+    int_or,
     AdapterInputError,
     Decision,
     as_item,
@@ -132,7 +133,7 @@ class AiSdkTranslator:
         out: list[dict[str, Any]] = []
         if kind == "text_delta":
             text = p.get("text")
-            step = _int(p.get("step"), self._max_step)
+            step = int_or(p.get("step"), self._max_step)
             if not isinstance(text, str) or not text:
                 return []
             out += self._open_step(step)
@@ -143,8 +144,8 @@ class AiSdkTranslator:
             self._text = (self._text[0], step, self._text[2] + text)
             out.append({"type": "text-delta", "id": self._text[0], "delta": text})
         elif kind == "tool_call_delta":
-            step = _int(p.get("step"), self._max_step)
-            index = _int(p.get("index"), 0)
+            step = int_or(p.get("step"), self._max_step)
+            index = int_or(p.get("index"), 0)
             out += self._open_step(step)
             call = self._live_calls.get((step, index))
             if call is None:
@@ -280,10 +281,6 @@ class AiSdkTranslator:
             out.append({"type": "finish-step"})
             self._step = None
         return out
-
-
-def _int(value: Any, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def translate(thread_id: str, run_id: str, items: Iterable[Any], **kwargs: Any) -> list[dict[str, Any]]:

@@ -163,3 +163,8 @@ def safe_id(value: Any) -> str | None:
 def json_text(value: Any) -> str:
     """Compact JSON text (tool arguments as AG-UI carries them: a JSON-encoded string)."""
     return msgspec.json.encode(value).decode()
+
+
+def int_or(value: Any, default: int) -> int:
+    """`value` if it is a real int (not a bool), else `default`: live payloads come off the wire."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
