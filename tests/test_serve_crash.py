@@ -124,3 +124,34 @@ async def test_a_stopped_serve_process_strands_no_run(nats_server: EmbeddedNatsS
                 p.kill()
                 await p.wait()
         await store.close()
+
+
+async def test_cancel_finishes_a_run_that_no_command_holds(nats_server: EmbeddedNatsServer, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run `running` in the log that nobody drives and no queued command leases (started
+    in-process by a serve of before the fix, or its command given up on): a cancel must finish
+    it `cancelled`, not just record a request nobody acts on."""
+    import serve_app
+
+    from gateway.dispatch import QueueDispatcher
+    from runtime.worker import Worker
+
+    (tmp_path / "hold").mkdir()
+    monkeypatch.setenv("SERVE_APP_HOLD_DIR", str(tmp_path / "hold"))
+    store = await JetStreamEventStore.connect(nats_server.url)
+    worker = Worker(store, runtime=serve_app.app(store), ack_wait=5)
+    try:
+        async with asyncio.timeout(LIMIT):
+            crashed = serve_app.app(store)  # the process that started the run, outside the queue
+            handle = await crashed.start("held", "go", thread_id="to")
+            await until(store, "to", lambda sc: any(isinstance(e, ToolCallStarted) for e in sc.commit.events))
+            assert handle._task is not None
+            handle._task.cancel()  # it dies: nothing more is committed
+            await asyncio.gather(handle._task, return_exceptions=True)
+            await worker.start()
+            accepted = await QueueDispatcher(store.nc, store).cancel(handle.run_id)
+            assert accepted.run_id == handle.run_id
+            assert termination(await until(store, "to", finished(handle.run_id))) == "cancelled"
+    finally:
+        await worker.stop(timeout=2)
+        await store.close()
