@@ -78,7 +78,9 @@ async def through_outage(op: Callable[[], Awaitable[T]], policy: OutagePolicy, l
                             deadline_s=policy.deadline, error=str(exc))
                 raise
             attempt += 1
-            log.warning("store.waiting", what=what, attempt=attempt, waited_s=round(waited, 3), error=str(exc))
+            # once at warning (an outage began), then at debug: a long outage must not flood the log
+            (log.warning if attempt == 1 else log.debug)(
+                "store.waiting", what=what, attempt=attempt, waited_s=round(waited, 3), error=str(exc))
             await asyncio.sleep(min(delay, max(0.0, policy.deadline - waited)))  # retry pacing, not sync
             delay = min(policy.max_retry, delay * 2)
             continue
