@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,8 @@ STEP_S = 0.3
 OUTAGE_S = 6.0
 #: How long the lease of a killed serve process's commands lasts in the crash section.
 ACK_WAIT_S = 2.0
+#: Bound on every wait of a section (a run not finished by then counts as lost).
+LIMIT_S = 60.0
 
 
 # == the app (also loaded by the `agentlog serve` subprocesses: --app bench_reliability:app) =========
@@ -197,45 +199,67 @@ async def _post_runs(url: str, n: int, tag: str) -> dict[str, str]:
         return dict(await asyncio.gather(*(one(i) for i in range(n))))
 
 
-async def crash(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
-    n = runs or (20 if quick else 100)
-    limit = 60.0
-    with tempfile.TemporaryDirectory(prefix="agentlog-bench-crash-") as tmp:
+@contextlib.asynccontextmanager
+async def _testbed(name: str) -> AsyncIterator[tuple[Path, EmbeddedNatsServer, JetStreamEventStore, Progress]]:
+    """A fresh nats-server in a temp dir, a store on it and a `Progress` over its whole log."""
+    with tempfile.TemporaryDirectory(prefix=f"agentlog-bench-{name}-") as tmp:
         server = EmbeddedNatsServer(Path(tmp) / "nats")
         await server.astart()
         store = await JetStreamEventStore.connect(server.url)
         progress = Progress(store)
-        procs: list[asyncio.subprocess.Process] = []
         try:
-            first, url = await _spawn_serve(server.url, Path(tmp), "first")
-            procs.append(first)
-            t0 = time.perf_counter()
-            calm = await _post_runs(url, n, "calm")
-            await progress.until(lambda p: calm.keys() <= p.finished, limit)
-            baseline_s = time.perf_counter() - t0
+            yield Path(tmp), server, store, progress
+        finally:
+            await progress.close()
+            await store.close()
+            await server.astop()
 
-            t0 = time.perf_counter()
-            chaos = await _post_runs(url, n, "chaos")
-            # kill -9 once every run is past its first call: all of them are mid-run
-            await progress.until(lambda p: all(p.completed[r] >= 1 for r in chaos), limit)
-            first.send_signal(signal.SIGKILL)
-            await first.wait()
-            killed = time.perf_counter()
-            second, _url = await _spawn_serve(server.url, Path(tmp), "second")
-            procs.append(second)
-            await progress.until(lambda p: chaos.keys() <= p.finished, limit)
-            done = time.perf_counter()
-            figures = _finish_figures(await tally(store, chaos), baseline_s, done - t0)
-            figures["recovery_s"] = round(done - killed, 3)
-            figures["ack_wait_s"] = ACK_WAIT_S
+
+async def _calm_then_chaos(submit: Callable[[str], Awaitable[dict[str, str]]],
+                           fault: Callable[[], Awaitable[tuple[float, Figures]]],
+                           store: JetStreamEventStore, progress: Progress) -> Figures:
+    """The same load twice: without a fault (the baseline), then with `fault()` injected once every
+    run is past its first call (all mid-run). `fault` returns when its damage is done and whatever
+    it measured, with the instant recovery starts from (`recovery_s` = then -> all finished)."""
+    t0 = time.perf_counter()
+    calm = await submit("calm")
+    await progress.until(lambda p: calm.keys() <= p.finished, LIMIT_S)
+    baseline_s = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    chaos = await submit("chaos")
+    await progress.until(lambda p: all(p.completed[r] >= 1 for r in chaos), LIMIT_S)
+    mark, extra = await fault()
+    await progress.until(lambda p: chaos.keys() <= p.finished, LIMIT_S)
+    done = time.perf_counter()
+    figures = _finish_figures(await tally(store, chaos), baseline_s, done - t0)
+    figures["recovery_s"] = round(done - mark, 3)
+    figures.update(extra)
+    return figures
+
+
+async def crash(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
+    n = runs or (20 if quick else 100)
+    procs: list[asyncio.subprocess.Process] = []
+    async with _testbed("crash") as (tmp, server, store, progress):
+        try:
+            first, url = await _spawn_serve(server.url, tmp, "first")
+            procs.append(first)
+
+            async def kill_and_restart() -> tuple[float, Figures]:
+                first.send_signal(signal.SIGKILL)
+                await first.wait()
+                killed = time.perf_counter()
+                second, _url = await _spawn_serve(server.url, tmp, "second")
+                procs.append(second)
+                return killed, {"ack_wait_s": ACK_WAIT_S}
+
+            figures = await _calm_then_chaos(lambda tag: _post_runs(url, n, tag), kill_and_restart, store, progress)
         finally:
             for p in procs:
                 if p.returncode is None:
                     p.kill()
                     await p.wait()
-            await progress.close()
-            await store.close()
-            await server.astop()
     rows = chaos_rows(figures) + [("kill -9 -> all finished s", f"{figures['recovery_s']:.2f}"),
                                   ("command lease (ack_wait) s", f"{ACK_WAIT_S:g}")]
     return rows, figures
@@ -249,12 +273,7 @@ async def outage(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
     from runtime.worker import Worker
 
     n = runs or (20 if quick else 100)
-    limit = 60.0
-    with tempfile.TemporaryDirectory(prefix="agentlog-bench-outage-") as tmp:
-        server = EmbeddedNatsServer(Path(tmp) / "nats")
-        await server.astart()
-        store = await JetStreamEventStore.connect(server.url)
-        progress = Progress(store)
+    async with _testbed("outage") as (_tmp, server, store, progress):
         worker = Worker(store, runtime=app(store), concurrency=n)
         try:
             await worker.start()
@@ -265,29 +284,20 @@ async def outage(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
                 await asyncio.gather(*(client.submit(c) for c in cmds))
                 return {c.run_id: c.thread_id for c in cmds}
 
-            t0 = time.perf_counter()
-            calm = await submit("calm")
-            await progress.until(lambda p: calm.keys() <= p.finished, limit)
-            baseline_s = time.perf_counter() - t0
+            async def stop_nats() -> tuple[float, Figures]:
+                await server.astop()
+                down = time.perf_counter()
+                await asyncio.sleep(OUTAGE_S)  # the outage itself (the scenario, not synchronisation)
+                await server.astart()  # same port, same data dir
+                up = time.perf_counter()
+                return up, {"outage_s": round(up - down, 3)}
 
-            t0 = time.perf_counter()
-            chaos = await submit("chaos")
-            await progress.until(lambda p: all(p.completed[r] >= 1 for r in chaos), limit)
-            await server.astop()
-            down = time.perf_counter()
-            await asyncio.sleep(OUTAGE_S)  # the outage itself (the scenario, not synchronisation)
-            await server.astart()  # same port, same data dir
-            outage_s = time.perf_counter() - down
-            await progress.until(lambda p: chaos.keys() <= p.finished, limit)
-            done = time.perf_counter()
-            figures = _finish_figures(await tally(store, chaos), baseline_s, done - t0)
-            figures["outage_s"] = round(outage_s, 3)
+            figures = await _calm_then_chaos(submit, stop_nats, store, progress)
         finally:
             await worker.stop(timeout=2)
-            await progress.close()
-            await store.close()
-            await server.astop()
-    return chaos_rows(figures) + [("NATS down s", f"{figures['outage_s']:.2f}")], figures
+    rows = chaos_rows(figures) + [("NATS down s", f"{figures['outage_s']:.2f}"),
+                                  ("NATS back -> all finished s", f"{figures['recovery_s']:.2f}")]
+    return rows, figures
 
 
 # == the report =====================================================================================
