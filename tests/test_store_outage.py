@@ -199,3 +199,36 @@ def test_outage_policy_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
         OutagePolicy.from_env()
     with pytest.raises(ValueError):
         OutagePolicy.from_env(-1)
+
+
+async def test_through_outage_retries_the_same_operation_until_the_deadline() -> None:
+    """The retry helper alone (no NATS): an operation failing `StoreUnavailable` is called again
+    until it answers; past the deadline the last error is raised; other errors pass at once."""
+    from runtime.loop import get_logger
+    from runtime.outage import through_outage
+
+    log = get_logger("test")
+    calls: list[int] = []
+
+    async def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 4:
+            raise StoreUnavailable(f"down {len(calls)}")
+        return "ok"
+
+    assert await through_outage(flaky, OutagePolicy(deadline=30, first_retry=0.001, max_retry=0.002), log) == "ok"
+    assert len(calls) == 4
+
+    calls.clear()
+    with pytest.raises(StoreUnavailable, match="down 1"):
+        await through_outage(flaky, OutagePolicy(deadline=0), log)
+    assert len(calls) == 1
+
+    async def broken() -> str:
+        calls.append(1)
+        raise ValueError("a bug, not an outage")
+
+    calls.clear()
+    with pytest.raises(ValueError):
+        await through_outage(broken, OutagePolicy(deadline=30), log)
+    assert len(calls) == 1
