@@ -35,16 +35,19 @@ REPO = TESTS.parent
 LIMIT = 60
 
 
-async def spawn_serve(nats_url: str, tmp_path: Path, name: str) -> tuple[asyncio.subprocess.Process, str]:
-    """`agentlog serve --app serve_app:app` on any free port; returns the process and its HTTP URL
-    (read from the banner). A 2 s command lease keeps the SIGKILL case short."""
+async def spawn_serve(nats_url: str | None, tmp_path: Path, name: str) -> tuple[asyncio.subprocess.Process, str]:
+    """`agentlog serve --app serve_app:app` on any free port, against `nats_url` or (None) its
+    embedded nats-server on `tmp_path/data`; returns the process and its HTTP URL (from the
+    banner; `banner_nats[proc.pid]` keeps its NATS URL). A 2 s command lease keeps the SIGKILL
+    case short."""
     agentlog = str(Path(sys.executable).parent / "agentlog")
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1",
            "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)]), "SERVE_APP_HOLD_DIR": str(tmp_path / "hold"),
            "AGENTLOG_WORKER_ACK_WAIT": "2", "AGENTLOG_SHUTDOWN_TIMEOUT": "1"}
     log = open(tmp_path / f"{name}.log", "wb")
     proc = await asyncio.create_subprocess_exec(
-        agentlog, "serve", "--app", "serve_app:app", "--port", "0", "--tokens", "", "--nats", nats_url,
+        agentlog, "serve", "--app", "serve_app:app", "--port", "0", "--tokens", "",
+        *(["--nats", nats_url] if nats_url else ["--data-dir", str(tmp_path / "data")]),
         stdout=asyncio.subprocess.PIPE, stderr=log, stdin=asyncio.subprocess.DEVNULL, env=env, cwd=str(REPO))
     log.close()
     assert proc.stdout is not None
@@ -54,8 +57,14 @@ async def spawn_serve(nats_url: str, tmp_path: Path, name: str) -> tuple[asyncio
         assert line, f"serve exited before its banner: {banner}"
         banner += line
     found = re.search(r"HTTP\s+│\s+(http://127\.0\.0\.1:\d+)", banner)
-    assert found, banner
+    nats = re.search(r"NATS\s+│\s+(nats://127\.0\.0\.1:\d+)", banner)
+    assert found and nats, banner
+    banner_nats[proc.pid] = nats.group(1)
     return proc, found.group(1)
+
+
+#: pid of a spawned serve -> the NATS URL its banner named.
+banner_nats: dict[int, str] = {}
 
 
 async def until(store: Any, thread_id: str, pred: Callable[[StoredCommit], bool]) -> StoredCommit:
@@ -155,3 +164,44 @@ async def test_cancel_finishes_a_run_that_no_command_holds(nats_server: Embedded
     finally:
         await worker.stop(timeout=2)
         await store.close()
+
+
+async def test_sigterm_with_the_embedded_server_hands_the_run_to_the_next_process(tmp_path: Path) -> None:
+    """The default deployment: `agentlog serve` with its embedded nats-server. SIGTERM stops it
+    in order (runs handed back to the queue, then NATS); a new `serve` on the same data dir
+    finishes the run, and the thread takes new runs."""
+    (tmp_path / "hold").mkdir()
+    procs: list[asyncio.subprocess.Process] = []
+    stores: list[JetStreamEventStore] = []
+    try:
+        async with asyncio.timeout(LIMIT):
+            first, url = await spawn_serve(None, tmp_path, "first")
+            procs.append(first)
+            stores.append(await JetStreamEventStore.connect(banner_nats[first.pid]))
+            async with aiohttp.ClientSession(url) as http:
+                run_a = await start_run(http, "ta")
+            await until(stores[-1], "ta", lambda sc: any(isinstance(e, ToolCallStarted) for e in sc.commit.events))
+            await stores.pop().close()
+            first.send_signal(signal.SIGTERM)
+            assert await first.wait() == 0
+
+            (tmp_path / "hold" / "ta").touch()
+            second, url = await spawn_serve(None, tmp_path, "second")
+            procs.append(second)
+            stores.append(await JetStreamEventStore.connect(banner_nats[second.pid]))
+            assert termination(await until(stores[-1], "ta", finished(run_a))) == "natural_end"
+            async with aiohttp.ClientSession(url) as http:
+                run_c = await start_run(http, "ta")
+            assert termination(await until(stores[-1], "ta", finished(run_c))) == "natural_end"
+    finally:
+        for store in stores:
+            await store.close()
+        for p in procs:
+            if p.returncode is None:
+                p.send_signal(signal.SIGTERM)  # stops its embedded nats-server too
+                try:
+                    async with asyncio.timeout(20):
+                        await p.wait()
+                except TimeoutError:
+                    p.kill()
+                    await p.wait()
