@@ -63,6 +63,19 @@ async def spawn_serve(nats_url: str | None, tmp_path: Path, name: str) -> tuple[
     return proc, found.group(1)
 
 
+async def stop_all(procs: list[asyncio.subprocess.Process]) -> None:
+    """SIGTERM what still runs (a serve stops its embedded nats-server with it), SIGKILL after 20 s."""
+    for p in procs:
+        if p.returncode is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                async with asyncio.timeout(20):
+                    await p.wait()
+            except TimeoutError:
+                p.kill()
+                await p.wait()
+
+
 #: pid of a spawned serve -> the NATS URL its banner named.
 banner_nats: dict[int, str] = {}
 
@@ -128,10 +141,7 @@ async def test_a_stopped_serve_process_strands_no_run(nats_server: EmbeddedNatsS
                            if any(isinstance(e, RunFinished) for e in sc.commit.events)) == \
                 ({run_a: 1, run_c: 1} if thread == "ta" else {run_b: 1})
     finally:
-        for p in procs:
-            if p.returncode is None:
-                p.kill()
-                await p.wait()
+        await stop_all(procs)
         await store.close()
 
 
@@ -196,12 +206,4 @@ async def test_sigterm_with_the_embedded_server_hands_the_run_to_the_next_proces
     finally:
         for store in stores:
             await store.close()
-        for p in procs:
-            if p.returncode is None:
-                p.send_signal(signal.SIGTERM)  # stops its embedded nats-server too
-                try:
-                    async with asyncio.timeout(20):
-                        await p.wait()
-                except TimeoutError:
-                    p.kill()
-                    await p.wait()
+        await stop_all(procs)
