@@ -562,15 +562,25 @@ AppOpt = Annotated[Optional[str], typer.Option(
 TokensOpt = Annotated[Optional[str], typer.Option(
     "--tokens", envvar="AGENTLOG_TOKENS", help="API bearer tokens 'tok1,tok2:tenant' (empty: no auth).")]
 ConcurrencyOpt = Annotated[int, typer.Option("--concurrency", min=1, help="Commands a worker runs at once.")]
+ServeConcurrencyOpt = Annotated[Optional[int], typer.Option(
+    "--concurrency", min=1, help="Runs this process drives at once (default 64).")]
+AckWaitOpt = Annotated[Optional[float], typer.Option(
+    "--ack-wait", envvar="AGENTLOG_WORKER_ACK_WAIT", min=0.1,
+    help="Command lease in seconds: a dead worker's runs are redelivered after it (default 30).")]
+ShutdownOpt = Annotated[Optional[float], typer.Option(
+    "--shutdown-timeout", envvar="AGENTLOG_SHUTDOWN_TIMEOUT", min=0.0,
+    help="On SIGTERM, seconds to let runs finish before handing them back to the queue (default 10).")]
 
 
 def _server_config(role: str, app_spec: str | None, host: str, port: int, tokens: str | None,
-                   options: ConnectionOptions, concurrency: int = 4, app_obj: Any = None) -> Any:
+                   options: ConnectionOptions, concurrency: int | None = None, app_obj: Any = None,
+                   ack_wait: float | None = None, shutdown_timeout: float | None = None) -> Any:
     from .server import ServerConfig
 
     source = app_obj if app_obj is not None else (_guard(lambda: load_app(app_spec)) if app_spec else None)
     return ServerConfig(role=role, app=source, app_spec=app_spec, host=host, port=port, tokens=tokens,  # type: ignore[arg-type]
-                        connection=options, worker_concurrency=concurrency)
+                        connection=options, worker_concurrency=concurrency, worker_ack_wait=ack_wait,
+                        worker_shutdown_timeout=shutdown_timeout)
 
 
 def _banner(server: Any) -> None:
@@ -590,22 +600,26 @@ def _banner(server: Any) -> None:
 
 
 def _serve_role(role: str, app_spec: str | None, host: str, port: int, tokens: str | None,
-                options: ConnectionOptions, concurrency: int) -> None:
+                options: ConnectionOptions, concurrency: int | None, ack_wait: float | None = None,
+                shutdown_timeout: float | None = None) -> None:
     from .server import run_until_stopped
 
-    config = _server_config(role, app_spec, host, port, tokens, options, concurrency)
+    config = _server_config(role, app_spec, host, port, tokens, options, concurrency,
+                            ack_wait=ack_wait, shutdown_timeout=shutdown_timeout)
     _run_main(lambda: run_until_stopped(config, on_ready=_banner))
 
 
 @app.command("serve")
 def serve_cmd(
     app_spec: AppOpt = None, host: HostOpt = "127.0.0.1", port: PortOpt = 8480, tokens: TokensOpt = None,
-    concurrency: ConcurrencyOpt = 4,
+    concurrency: ServeConcurrencyOpt = None, ack_wait: AckWaitOpt = None, shutdown_timeout: ShutdownOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
-    """Gateway + worker in one process: HTTP API, NATS service, projections and the runtime."""
-    _serve_role("serve", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout), concurrency)
+    """Gateway + worker in one process: HTTP API, NATS service, projections and the runtime.
+    Every run goes through the durable command queue, so a stopped or killed process strands none."""
+    _serve_role("serve", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout), concurrency,
+                ack_wait, shutdown_timeout)
 
 
 @app.command("gateway")
@@ -621,6 +635,7 @@ def gateway_cmd(
 @app.command("worker")
 def worker_cmd(
     app_spec: AppOpt = None, concurrency: ConcurrencyOpt = 4,
+    ack_wait: AckWaitOpt = None, shutdown_timeout: ShutdownOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
@@ -648,6 +663,8 @@ def worker_cmd(
         url = embedded.url if embedded is not None else options.servers()
         try:
             await run_worker(url, factory, concurrency=concurrency, ready=ready, creds=options.creds,
+                             ack_wait=30.0 if ack_wait is None else ack_wait,
+                             shutdown_timeout=10.0 if shutdown_timeout is None else shutdown_timeout,
                              token=options.token, connect_timeout=options.timeout,
                              request_timeout=options.timeout)
         finally:

@@ -12,8 +12,12 @@ the store before the embedded nats-server exits). Keeping that order in one plac
 and nothing half-written is left in it.
 
 Roles:
-- `serve`: gateway + worker in one process. The dispatcher is in-process (commands go straight
-  to this process's `Runtime`), and a `Worker` also takes commands queued by other gateways.
+- `serve`: gateway + worker in one process. Every run goes through the durable command path:
+  the dispatcher queues commands (`QueueDispatcher`) and this process's `Worker` takes them, so
+  a run is always held by an unacked command (the lease) and a process that dies (SIGKILL) or
+  stops (SIGTERM: drain, then nak) hands its runs to the next worker, which resumes them from
+  the log (issue #12 item 1). A run started in-process, outside the queue, had no such lease and
+  stayed `running` forever after a crash.
 - `gateway`: HTTP + NATS service only; commands go to the JetStream work queue (`QueueDispatcher`)
   for `agentlog worker` processes.
 - `worker`: a `Worker` only (no HTTP).
@@ -30,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import os
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +59,8 @@ log = structlog.get_logger("agentlog.server")
 Role = Literal["serve", "gateway", "worker"]
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8480
+#: Default worker concurrency of `serve`: it drives every run its HTTP API accepts.
+SERVE_CONCURRENCY = 64
 
 
 @dataclass(frozen=True)
@@ -69,8 +76,15 @@ class ServerConfig:
     connection: ConnectionOptions = field(default_factory=ConnectionOptions)
     #: API tokens (`"tok1,tok2:tenant"`); None reads AGENTLOG_TOKENS; "" means no auth.
     tokens: str | None = None
-    worker_concurrency: int = 4
-    worker_shutdown_timeout: float = 10.0
+    #: Commands (= runs being driven) a worker runs at once. None: 64 in `serve`, whose worker
+    #: drives every run the process accepts (runs are I/O-bound tasks), 4 in `worker`.
+    worker_concurrency: int | None = None
+    #: Seconds a worker may drain in-flight commands on stop before it naks them. None reads
+    #: AGENTLOG_SHUTDOWN_TIMEOUT, else 10.
+    worker_shutdown_timeout: float | None = None
+    #: The command lease: a command whose worker stops heartbeating is redelivered after this
+    #: many seconds (JetStream ack_wait). None reads AGENTLOG_WORKER_ACK_WAIT, else 30.
+    worker_ack_wait: float | None = None
     #: gateway.http Settings (None: defaults).
     settings: Any = None
     #: Start the NATS micro service (and the adapters' NATS subjects).
@@ -97,6 +111,21 @@ def build_runtime(source: AppSource, store: JetStreamEventStore, *, views: Any, 
         return obj
     return Runtime(store, agents=obj.agents, tools=obj.tools, models=dict(getattr(obj, "models", {}) or {}),
                    views=views, live=live)
+
+
+ENV_ACK_WAIT = "AGENTLOG_WORKER_ACK_WAIT"
+ENV_SHUTDOWN_TIMEOUT = "AGENTLOG_SHUTDOWN_TIMEOUT"
+
+
+def _seconds(value: float | None, env: str, default: float) -> float:
+    """`value`, else the environment variable `env` (seconds), else `default`."""
+    if value is not None:
+        return value
+    raw = os.environ.get(env, "").strip()
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        raise ValueError(f"{env} must be a number of seconds, not {raw!r}") from None
 
 
 def _stop_runs(runtime: Any) -> list[asyncio.Task[Any]]:
@@ -191,8 +220,11 @@ class Server:
         if self.has_worker:
             from runtime.worker import Worker
 
-            self.worker = Worker(self.store, runtime=self.runtime, concurrency=self.config.worker_concurrency,
-                                 shutdown_timeout=self.config.worker_shutdown_timeout)
+            self.worker = Worker(
+                self.store, runtime=self.runtime, concurrency=self.config.worker_concurrency
+                or (SERVE_CONCURRENCY if self.config.role == "serve" else 4),
+                ack_wait=_seconds(self.config.worker_ack_wait, ENV_ACK_WAIT, 30.0),
+                shutdown_timeout=_seconds(self.config.worker_shutdown_timeout, ENV_SHUTDOWN_TIMEOUT, 10.0))
             await self.worker.start()
             self.parts.append("worker")
         if self.has_http:
@@ -202,15 +234,15 @@ class Server:
         log.info("server.started", role=self.config.role, http=self.http_url, nats=self.nats_url, parts=self.parts)
 
     def _dispatcher(self, source: AppSource) -> Any:
-        """In-process when this process runs the worker, else the work queue (which refuses
-        agents the app does not have, when the app is known here)."""
+        """Always the work queue, also in `serve` (its own worker takes the commands): a run
+        is never driven outside a leased command. Unknown agents are refused here when the app
+        is known (always in `serve`; with --app in `gateway`)."""
         assert self.store is not None
-        if self.runtime is not None:
-            self.parts.append("dispatch:in-process")
-            return dispatch.InProcessDispatcher(self.runtime)
         self.parts.append("dispatch:queue")
         agents = None
-        if self.config.app is not None or self.config.app_spec:
+        if self.runtime is not None:
+            agents = [spec.id for spec in self.runtime.agents]
+        elif self.config.app is not None or self.config.app_spec:
             agents = [spec.id for spec in resolve_app(source, self.store).agents]
         return dispatch.QueueDispatcher(self.store.nc, self.store, agents=agents)
 

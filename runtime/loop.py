@@ -31,7 +31,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from eventlog.errors import AgentlogError, VersionConflict
+from eventlog.errors import AgentlogError, StoreUnavailable, VersionConflict
 from eventlog.events import (
     AnyEvent,
     Commit,
@@ -69,6 +69,7 @@ from projections.state import validate_patch, validate_state
 from .agent import AgentSpec, ModelRegistry
 from .entropy import Entropy
 from .live import LiveSink
+from .outage import OutagePolicy, through_outage
 from .models.base import (
     ModelDone,
     ModelError,
@@ -506,8 +507,11 @@ class RunLoop:
         entropy: Entropy,
         on_commit: Callable[[StoredCommit], None] = lambda sc: None,
         older_messages: Callable[[], Awaitable[list[Message]]] | None = None,
+        outage: OutagePolicy = OutagePolicy(),
     ) -> None:
         self.spec = spec
+        #: How long a store operation waits through a NATS outage (see `runtime.outage`).
+        self.outage = outage
         self.ctx = ctx
         self.version = version
         self.store = store
@@ -613,7 +617,7 @@ class RunLoop:
         cancelled = False
         while True:
             try:
-                res = await self.store.append(commit, self.version)
+                res = await self._store_append(commit)
                 break
             except VersionConflict:
                 cancelled = await self._absorb_conflict() or cancelled
@@ -622,10 +626,19 @@ class RunLoop:
         if cancelled and self.ctx.finished is None:
             raise _Cancelled()
 
+    async def _store_append(self, commit: Commit) -> Any:
+        """Append at the version we hold, waiting through a store outage (bounded by
+        `self.outage`); the retried commit is the same one, so it lands at most once."""
+        version = self.version
+        return await through_outage(lambda: self.store.append(commit, version), self.outage, self.log)
+
     async def _absorb_conflict(self) -> bool:
         """Read what others appended; fold in what we can live with. Returns True if it holds a
         cancel request for this run; raises RunConflict for anything else."""
-        new = [sc async for sc in self.store.read_thread(self.ctx.thread_id, after=self.version)]
+        async def read() -> list[StoredCommit]:
+            return [sc async for sc in self.store.read_thread(self.ctx.thread_id, after=self.version)]
+
+        new = await through_outage(read, self.outage, self.log, "read")
         cancel = False
         for sc in new:
             ours = sc.commit.run_id == self.ctx.run_id
@@ -763,7 +776,12 @@ class RunLoop:
                 await self._finish_cancelled()
             except (RunConflict, asyncio.CancelledError):
                 raise
-            except Exception as exc:  # plugin bugs, invalid plugin patches, store errors...
+            except StoreUnavailable:
+                # Still down past the outage deadline: stop WITHOUT committing (no error finish,
+                # no call recorded cancelled). The run stays resumable; the worker redelivers.
+                self.log.warning("run.store_unavailable_left_resumable", seq=self.version)
+                raise
+            except Exception as exc:  # plugin bugs, invalid plugin patches...
                 if self.ctx.finished is not None:
                     raise
                 self.log.exception("run.error")

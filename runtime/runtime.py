@@ -42,6 +42,7 @@ from .frontend import check_no_conflict, is_frontend_stub, normalize_frontend_to
 from .live import LiveSink, NullLiveSink
 from .hitl import DecisionInput, RunNotWaiting, check_decisions, decision_seqs, parse_decisions, ready_calls
 from .loop import RunConflict, RunContext, RunLoop, fold_context, get_logger
+from .outage import OutagePolicy
 from .models.base import Model, ToolSpec
 from .tools import Tool, ToolRegistry
 
@@ -230,8 +231,12 @@ class Runtime:
         live: LiveSink | None = None,
         entropy: Entropy | None = None,
         views: Any = None,
+        store_outage_deadline: float | None = None,
     ) -> None:
         self.store = store
+        #: A run waits this long through a NATS outage before it stops uncommitted (resumable);
+        #: None: $AGENTLOG_STORE_OUTAGE_DEADLINE, else 60 s (`runtime.outage`).
+        self.outage = OutagePolicy.from_env(store_outage_deadline)
         self.agents = AgentRegistry(agents)
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.models = models if isinstance(models, ModelRegistry) else ModelRegistry(models)
@@ -315,7 +320,7 @@ class Runtime:
         loop = RunLoop(
             spec=spec, ctx=ctx, version=thread.version if thread else 0, store=self.store,
             tools=self._tools_for(spec), models=self.models, live=self.live, entropy=self.entropy,
-            on_commit=handle._on_commit,
+            on_commit=handle._on_commit, outage=self.outage,
         )
         try:
             await loop.begin(msgs, parent_run_id=parent_run_id, origin=origin, resource_id=resource_id,
@@ -451,7 +456,7 @@ class Runtime:
         return RunLoop(
             spec=loaded.spec, ctx=loaded.ctx, version=loaded.version, store=self.store,
             tools=self._tools_for(loaded.spec), models=self.models, live=self.live, entropy=self.entropy,
-            on_commit=handle._on_commit, older_messages=loaded.older_messages,
+            on_commit=handle._on_commit, older_messages=loaded.older_messages, outage=self.outage,
         )
 
     def _drive(self, loop: RunLoop, handle: RunHandle) -> None:

@@ -238,7 +238,7 @@ class Worker:
         outcome, delay = NAK, 0.0
         try:
             if isinstance(cmd, Cancel):
-                outcome = await self._cancel(cmd, log)
+                outcome = await self._cancel(cmd, log, meta.sequence.stream)
             else:
                 lock = self._locks.setdefault(cmd.thread_id, asyncio.Lock())
                 async with lock:
@@ -300,13 +300,16 @@ class Worker:
 
     async def _earlier_pending(self, thread_id: str, seq: int) -> bool:
         """Is an earlier command of this thread still in the queue (not yet acked)?"""
-        req = msgspec.json.encode({"seq": 1, "next_by_subj": command_subject(thread_id)})
+        first = await self._next_pending(thread_id, 1)
+        return first is not None and first < seq
+
+    async def _next_pending(self, thread_id: str, from_seq: int) -> int | None:
+        """Queue seq of the first command of this thread at or after `from_seq` still in the
+        queue (work-queue retention: acked commands are gone), or None."""
+        req = msgspec.json.encode({"seq": from_seq, "next_by_subj": command_subject(thread_id)})
         resp = await self.nc.request(f"$JS.API.STREAM.MSG.GET.{COMMANDS_STREAM}", req, timeout=5.0)
-        data = msgspec.json.decode(resp.data)
-        message = data.get("message")
-        if not message:
-            return False
-        return int(message["seq"]) < seq
+        message = msgspec.json.decode(resp.data).get("message")
+        return int(message["seq"]) if message else None
 
     # -- start / continue ------------------------------------------------------------------------
 
@@ -458,7 +461,7 @@ class Worker:
             return ACK
         return NAK
 
-    async def _cancel(self, cmd: Cancel, log: Any) -> str:
+    async def _cancel(self, cmd: Cancel, log: Any, queue_seq: int) -> str:
         rt = self.runtime
         assert rt is not None
         try:
@@ -469,7 +472,32 @@ class Worker:
         except RunConflict:
             return NAK
         log.info("run.cancel_command", appended=done)
+        if done and await self._orphaned(cmd, queue_seq):
+            # Nobody holds the run: its cancel request would never be acted on. Resume it here;
+            # the loop meets the recorded request and finishes the run `cancelled`.
+            log.info("run.cancel_orphan")
+            try:
+                handle = await self._resume(cmd.run_id, cmd.thread_id, log)
+                if handle is not None:
+                    await self._follow(handle, log)
+            except RunConflict as exc:  # someone else moved it on: it is not ours to finish
+                log.info("command.reevaluate", reason=str(exc))
         return ACK
+
+    async def _orphaned(self, cmd: Cancel, queue_seq: int) -> bool:
+        """Is the run driven by nobody? Not here, and no other command of its thread is in the
+        queue: a run being driven always has its (unacked) command there, the lease of the
+        worker driving it. A run started outside the queue, or whose command was given up on,
+        has none."""
+        rt = self.runtime
+        assert rt is not None
+        active = rt._active.get(cmd.run_id)
+        if active is not None and not active[1].done:
+            return False
+        first = await self._next_pending(cmd.thread_id, 1)
+        if first == queue_seq:
+            first = await self._next_pending(cmd.thread_id, queue_seq + 1)
+        return first is None
 
 
 # == entry points =================================================================================

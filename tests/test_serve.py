@@ -43,7 +43,7 @@ async def test_serve_answers_and_stops_cleanly(tmp_path: Path) -> None:
         server = await Server(_config(tmp_path)).start()
         port, nats = server.port, server.embedded
         assert port and nats is not None and nats.running
-        assert {"worker", "dispatch:in-process", "write", "nats-service", "adapters"} <= set(server.parts)
+        assert {"worker", "dispatch:queue", "write", "nats-service", "adapters"} <= set(server.parts)
         try:
             assert server.store is not None  # the micro service answers discovery on the same NATS
             pong = await server.store.nc.request("$SRV.PING.agentlog", b"", timeout=5)

@@ -1,0 +1,370 @@
+"""Reliability report (issue #12): chaos and scale, one section per item.
+
+    python scripts/bench_reliability.py [--quick] [--only crash,outage,list,cluster] [--runs N]
+
+Sections (each `async def run(quick) -> (rows, figures)`; rows are label -> value for the table,
+figures go in the last-line JSON with the section name as key prefix):
+
+- `crash` (item 1): N runs through a real `agentlog serve` process, which is SIGKILLed while the
+  runs are mid-tool; a second `agentlog serve` starts on the same NATS. Reports runs finished /
+  failed / lost, duplicated commits, calls completed twice, and the time from the kill until the
+  last run finished (bounded by the command lease, `AGENTLOG_WORKER_ACK_WAIT`).
+- `outage` (item 2): N runs on an in-process worker; the real nats-server is stopped for longer
+  than the store's 5 s request timeout mid-load and restarted on the same port and data dir.
+  Reports runs finished / failed (any non-natural end) / lost and duplicates.
+- `list` (item 12) and `cluster` (item 13): `scripts/reliability_list.py` and
+  `scripts/reliability_cluster.py`, imported only when selected (other branches provide them).
+
+Both chaos sections first run the same load without a fault, as the baseline of their wall-time
+ratio (`*_wall_ratio` = faulty wall / fault-free wall, same run, same machine). Prints a table per
+section and, as the very last line, one JSON object with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import json
+import os
+import re
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "scripts"
+sys.path[:0] = [str(ROOT), str(SCRIPTS)]
+
+from eventlog.events import RunFinished, StoredCommit, ToolCallCompleted  # noqa: E402
+from eventlog.jetstream import JetStreamEventStore  # noqa: E402
+from eventlog.server import EmbeddedNatsServer  # noqa: E402
+from runtime import AgentSpec, Runtime, tool  # noqa: E402
+from runtime.models.scripted import ScriptedModel, Turn  # noqa: E402
+
+Rows = list[tuple[str, str]]
+Figures = dict[str, Any]
+Section = Callable[[bool], Awaitable[tuple[Rows, Figures]]]
+
+#: Each run: STEPS tool steps of one `work` call (STEP_S seconds each), then a text answer.
+STEPS = 3
+STEP_S = 0.3
+#: The outage: longer than the store's default 5 s request timeout (the failure the issue reports).
+OUTAGE_S = 6.0
+#: How long the lease of a killed serve process's commands lasts in the crash section.
+ACK_WAIT_S = 2.0
+#: Bound on every wait of a section (a run not finished by then counts as lost).
+LIMIT_S = 60.0
+
+
+# == the app (also loaded by the `agentlog serve` subprocesses: --app bench_reliability:app) =========
+
+
+@tool
+async def work(k: int) -> str:
+    """A unit of work that takes a while (so faults land mid-tool)."""
+    await asyncio.sleep(STEP_S)  # the workload itself
+    return f"worked {k}"
+
+
+def app(store: Any) -> Runtime:
+    agent = AgentSpec(id="steady", model="steady", tools=["work"], max_rounds=STEPS + 2)
+    turns = [Turn.tool("work", {"k": i}) for i in range(STEPS)] + [Turn.text("done")]
+    model = ScriptedModel(turns, loop=True, position="conversation")
+    return Runtime(store, agents=[agent], tools=[work], models={"steady": model})
+
+
+# == shared: watching and tallying runs ==============================================================
+
+
+class Progress:
+    """Follows the whole log; counts per run the completed calls and whether it finished."""
+
+    def __init__(self, store: JetStreamEventStore) -> None:
+        self.store = store
+        self.completed: Counter[str] = Counter()
+        self.finished: set[str] = set()
+        self.changed = asyncio.Condition()
+        self._task = asyncio.ensure_future(self._follow())
+
+    async def _follow(self) -> None:
+        async with contextlib.aclosing(self.store.follow(None, 0)) as commits:
+            async for sc in commits:
+                run = sc.commit.run_id or ""
+                for e in sc.commit.events:
+                    if isinstance(e, ToolCallCompleted):
+                        self.completed[run] += 1
+                    elif isinstance(e, RunFinished):
+                        self.finished.add(run)
+                async with self.changed:
+                    self.changed.notify_all()
+
+    async def until(self, pred: Callable[[Progress], bool], timeout: float) -> bool:
+        """Wait (bounded) until `pred` holds; False on timeout."""
+        try:
+            async with asyncio.timeout(timeout):
+                async with self.changed:
+                    await self.changed.wait_for(lambda: pred(self))
+            return True
+        except TimeoutError:
+            return False
+
+    async def close(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
+async def tally(store: JetStreamEventStore, runs: dict[str, str]) -> Figures:
+    """runs: run_id -> thread_id. From the log: finished naturally / failed (another termination)
+    / lost (no finish), duplicated commits, calls completed more than once."""
+    figures = {"runs": len(runs), "finished": 0, "failed": 0, "lost": 0, "duplicated_commits": 0,
+               "duplicated_completions": 0}
+    for thread in sorted(set(runs.values())):
+        commits: list[StoredCommit] = [sc async for sc in store.read_thread(thread)]
+        ids = [sc.commit.commit_id for sc in commits]
+        figures["duplicated_commits"] += len(ids) - len(set(ids))
+        completions = Counter((sc.commit.run_id, e.call_id) for sc in commits for e in sc.commit.events
+                              if isinstance(e, ToolCallCompleted))
+        figures["duplicated_completions"] += sum(n - 1 for n in completions.values())
+        ends = {sc.commit.run_id: e.termination.type for sc in commits for e in sc.commit.events
+                if isinstance(e, RunFinished)}
+        for run_id in (r for r, t in runs.items() if t == thread):
+            end = ends.get(run_id)
+            figures["lost" if end is None else "finished" if end == "natural_end" else "failed"] += 1
+    return figures
+
+
+def chaos_rows(figures: Figures) -> Rows:
+    return [
+        ("runs", str(figures["runs"])),
+        ("finished (natural end)", str(figures["finished"])),
+        ("failed (other termination)", str(figures["failed"])),
+        ("lost (never finished)", str(figures["lost"])),
+        ("duplicated commits", str(figures["duplicated_commits"])),
+        ("calls completed twice", str(figures["duplicated_completions"])),
+        ("fault-free wall s", f"{figures['baseline_wall_s']:.2f}"),
+        ("faulty wall s", f"{figures['wall_s']:.2f}"),
+        ("wall ratio (faulty / fault-free)", f"{figures['wall_ratio']:.2f}"),
+    ]
+
+
+def _finish_figures(figures: Figures, baseline_s: float, wall_s: float) -> Figures:
+    figures.update(baseline_wall_s=round(baseline_s, 3), wall_s=round(wall_s, 3),
+                   wall_ratio=round(wall_s / baseline_s, 3) if baseline_s else None)
+    return figures
+
+
+# == crash (item 1) =================================================================================
+
+
+async def _spawn_serve(nats_url: str, logdir: Path, name: str) -> tuple[asyncio.subprocess.Process, str]:
+    agentlog = str(Path(sys.executable).parent / "agentlog")
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "AGENTLOG_LOG_LEVEL": "warning",
+           "PYTHONPATH": os.pathsep.join([str(SCRIPTS), str(ROOT)]), "AGENTLOG_WORKER_ACK_WAIT": str(ACK_WAIT_S)}
+    with open(logdir / f"{name}.log", "wb") as log:
+        proc = await asyncio.create_subprocess_exec(
+            agentlog, "serve", "--app", "bench_reliability:app", "--port", "0", "--tokens", "", "--nats", nats_url,
+            stdout=asyncio.subprocess.PIPE, stderr=log, stdin=asyncio.subprocess.DEVNULL, env=env, cwd=str(ROOT))
+    assert proc.stdout is not None
+    banner = ""
+    while "NATS" not in banner:
+        line = (await proc.stdout.readline()).decode()
+        if not line:
+            raise RuntimeError(f"agentlog serve exited before its banner (see {logdir / name}.log)")
+        banner += line
+    found = re.search(r"HTTP\s+│\s+(http://127\.0\.0\.1:\d+)", banner)
+    if not found:
+        raise RuntimeError(f"no HTTP address in the serve banner: {banner!r}")
+    return proc, found.group(1)
+
+
+async def _post_runs(url: str, n: int, tag: str) -> dict[str, str]:
+    import aiohttp
+
+    async with aiohttp.ClientSession(url) as http:
+        async def one(i: int) -> tuple[str, str]:
+            body = {"agent_id": "steady", "messages": "go", "thread_id": f"{tag}{i}"}
+            async with http.post("/v1/runs", json=body) as r:
+                if r.status != 202:
+                    raise RuntimeError(f"POST /v1/runs answered {r.status}: {await r.text()}")
+                got = await r.json()
+                return got["run_id"], got["thread_id"]
+
+        return dict(await asyncio.gather(*(one(i) for i in range(n))))
+
+
+@contextlib.asynccontextmanager
+async def _testbed(name: str) -> AsyncIterator[tuple[Path, EmbeddedNatsServer, JetStreamEventStore, Progress]]:
+    """A fresh nats-server in a temp dir, a store on it and a `Progress` over its whole log."""
+    with tempfile.TemporaryDirectory(prefix=f"agentlog-bench-{name}-") as tmp:
+        server = EmbeddedNatsServer(Path(tmp) / "nats")
+        await server.astart()
+        store = await JetStreamEventStore.connect(server.url)
+        progress = Progress(store)
+        try:
+            yield Path(tmp), server, store, progress
+        finally:
+            await progress.close()
+            await store.close()
+            await server.astop()
+
+
+async def _calm_then_chaos(submit: Callable[[str], Awaitable[dict[str, str]]],
+                           fault: Callable[[], Awaitable[tuple[float, Figures]]],
+                           store: JetStreamEventStore, progress: Progress) -> Figures:
+    """The same load twice: without a fault (the baseline), then with `fault()` injected once every
+    run is past its first call (all mid-run). `fault` returns when its damage is done and whatever
+    it measured, with the instant recovery starts from (`recovery_s` = then -> all finished)."""
+    t0 = time.perf_counter()
+    calm = await submit("calm")
+    await progress.until(lambda p: calm.keys() <= p.finished, LIMIT_S)
+    baseline_s = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    chaos = await submit("chaos")
+    await progress.until(lambda p: all(p.completed[r] >= 1 for r in chaos), LIMIT_S)
+    mark, extra = await fault()
+    await progress.until(lambda p: chaos.keys() <= p.finished, LIMIT_S)
+    done = time.perf_counter()
+    figures = _finish_figures(await tally(store, chaos), baseline_s, done - t0)
+    figures["recovery_s"] = round(done - mark, 3)
+    figures.update(extra)
+    return figures
+
+
+async def crash(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
+    n = runs or (20 if quick else 100)
+    procs: list[asyncio.subprocess.Process] = []
+    async with _testbed("crash") as (tmp, server, store, progress):
+        try:
+            first, url = await _spawn_serve(server.url, tmp, "first")
+            procs.append(first)
+
+            async def kill_and_restart() -> tuple[float, Figures]:
+                first.send_signal(signal.SIGKILL)
+                await first.wait()
+                killed = time.perf_counter()
+                second, _url = await _spawn_serve(server.url, tmp, "second")
+                procs.append(second)
+                return killed, {"ack_wait_s": ACK_WAIT_S}
+
+            figures = await _calm_then_chaos(lambda tag: _post_runs(url, n, tag), kill_and_restart, store, progress)
+        finally:
+            for p in procs:
+                if p.returncode is None:
+                    p.kill()
+                    await p.wait()
+    rows = chaos_rows(figures) + [("kill -9 -> all finished s", f"{figures['recovery_s']:.2f}"),
+                                  ("command lease (ack_wait) s", f"{ACK_WAIT_S:g}")]
+    return rows, figures
+
+
+# == outage (item 2) ================================================================================
+
+
+async def outage(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
+    from runtime.commands import CommandClient, StartRun
+    from runtime.worker import Worker
+
+    n = runs or (20 if quick else 100)
+    async with _testbed("outage") as (_tmp, server, store, progress):
+        worker = Worker(store, runtime=app(store), concurrency=n)
+        try:
+            await worker.start()
+            client = CommandClient(store.nc)
+
+            async def submit(tag: str) -> dict[str, str]:
+                cmds = [StartRun(thread_id=f"{tag}{i}", agent_id="steady", messages=["go"]) for i in range(n)]
+                await asyncio.gather(*(client.submit(c) for c in cmds))
+                return {c.run_id: c.thread_id for c in cmds}
+
+            async def stop_nats() -> tuple[float, Figures]:
+                await server.astop()
+                down = time.perf_counter()
+                await asyncio.sleep(OUTAGE_S)  # the outage itself (the scenario, not synchronisation)
+                await server.astart()  # same port, same data dir
+                up = time.perf_counter()
+                return up, {"outage_s": round(up - down, 3)}
+
+            figures = await _calm_then_chaos(submit, stop_nats, store, progress)
+        finally:
+            await worker.stop(timeout=2)
+    rows = chaos_rows(figures) + [("NATS down s", f"{figures['outage_s']:.2f}"),
+                                  ("NATS back -> all finished s", f"{figures['recovery_s']:.2f}")]
+    return rows, figures
+
+
+# == the report =====================================================================================
+
+
+def _external(module: str) -> Section:
+    """A section another branch provides as `scripts/<module>.py` (`async def run(quick)`),
+    imported only when selected."""
+
+    async def run(quick: bool) -> tuple[Rows, Figures]:
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            return [("status", f"not available (scripts/{module}.py missing)")], {"available": False}
+        return await mod.run(quick)
+
+    return run
+
+
+def sections(runs: int | None) -> dict[str, Section]:
+    return {
+        "crash": lambda quick: crash(quick, runs),
+        "outage": lambda quick: outage(quick, runs),
+        "list": _external("reliability_list"),
+        "cluster": _external("reliability_cluster"),
+    }
+
+
+def prefixed(name: str, figures: Figures) -> Figures:
+    """Section figures under `<name>_` (kept as is when a module already prefixed them)."""
+    return {(k if k.startswith(f"{name}_") else f"{name}_{k}"): v for k, v in figures.items()}
+
+
+def print_table(name: str, rows: Iterable[tuple[str, str]], seconds: float) -> None:
+    rows = list(rows)
+    width = max([len(label) for label, _ in rows] + [20])
+    print(f"\n[{name}]  ({seconds:.1f} s)")
+    for label, value in rows:
+        print(f"  {label:<{width}}  {value:>12}")
+
+
+async def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes: finishes in well under a minute")
+    ap.add_argument("--only", help="comma-separated sections (crash, outage, list, cluster); default all")
+    ap.add_argument("--runs", type=int, help="runs per chaos section (default 20 quick, 100 full)")
+    args = ap.parse_args(argv)
+    available = sections(args.runs)
+    chosen = [s.strip() for s in args.only.split(",")] if args.only else list(available)
+    unknown = [s for s in chosen if s not in available]
+    if unknown:
+        ap.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(available)}")
+
+    from gateway.logging import configure as configure_logging
+
+    configure_logging("error")
+    out: Figures = {"bench": "reliability", "quick": args.quick, "sections": chosen}
+    print(f"bench_reliability: sections {', '.join(chosen)}{' (quick)' if args.quick else ''}, {os.cpu_count()} CPUs")
+    for name in chosen:
+        t0 = time.perf_counter()
+        rows, figures = await available[name](args.quick)
+        print_table(name, rows, time.perf_counter() - t0)
+        out.update(prefixed(name, figures))
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
