@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from eventlog.events import ToolCallDecided
-from gateway.adapters.agui_verify import event_types, verify_agui_stream
-from gateway.adapters.aisdk_verify import part_types, verify_ui_stream
+from protocol_verify.agui import event_types, verify_agui_stream
+from protocol_verify.aisdk import part_types, verify_ui_stream
 from runtime import PermissionPlugin
 from runtime.models import ModelRequestRejected, Turn
 

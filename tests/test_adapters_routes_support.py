@@ -18,8 +18,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
 from gateway.adapters import nats_routes, routes
-from gateway.adapters.agui_verify import parse_sse
-from gateway.adapters.aisdk_verify import parse_ui_sse
+from protocol_verify.agui import parse_sse
+from protocol_verify.aisdk import parse_ui_sse
 from gateway.adapters.session import Backend
 from gateway.dispatch import InProcessDispatcher
 from gateway.http import Settings, create_app

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gateway.adapters.agui_verify import event_types, verify_agui_stream
+from protocol_verify.agui import event_types, verify_agui_stream
 from runtime.models import ToolSpec, Turn
 from runtime.models.scripted import last_tool_result
 from runtime.replay import ReplayApp, verify_run
