@@ -8,9 +8,11 @@ import json
 import pathlib
 from typing import Any
 
+import pytest
+
 from gateway.adapters import nats_routes
 
-from test_adapters_routes_support import nats_request, open_stack
+from test_adapters_routes_support import TRANSPORTS, Transport, nats_request, open_stack
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -71,3 +73,26 @@ async def test_nats_adapters_check_tokens_and_tenants(nats_server: Any) -> None:
         # an unscoped token sees everything
         events = [json.loads(m.data) for m in await nats_request(stack, ag_subject, _agui_body("ta", "r3"), token="root")]
         assert events[-1]["type"] == "RUN_FINISHED"
+
+
+# -- issue #12 item 6: an unexpected producer error still ends the AG-UI stream ----------------
+
+
+@pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)
+@pytest.mark.parametrize("where", ["content", "forwardedProps"])
+async def test_agui_stream_ends_with_run_error_on_unexpected_error(nats_server: Any, tr: Transport,
+                                                                   where: str) -> None:
+    async with open_stack(nats_server, ["fine"]) as stack:
+        body = _agui_body("t1", "r1")
+        if where == "content":
+            body["messages"][0]["content"] = "bad \ud800 text"
+        else:
+            body["forwardedProps"] = {"x": "\ud800"}
+        raw = json.dumps(body)  # ASCII escapes: the lone surrogate arrives as `\\ud800`
+        answer = await tr.agui(stack, json.loads(raw))
+        assert answer.events, "the stream must end with an event"
+        assert answer.events[-1]["type"] == "RUN_ERROR", answer.events
+        assert answer.events[-1]["code"] == "internal_error"
+        assert "\ud800" not in json.dumps(answer.events[-1], ensure_ascii=False)
+        if where == "content":  # the run could not record its input: nothing half-written
+            assert await stack.events_of("t1") == []

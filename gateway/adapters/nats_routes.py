@@ -36,7 +36,7 @@ from gateway.http.auth import Authenticator, Principal, resolve_tokens
 from gateway.http.errors import ApiError
 
 from . import aisdk, session
-from .common import AdapterInputError
+from .common import AdapterInputError, guarded
 
 log = structlog.get_logger("agentlog.adapters.nats")
 
@@ -132,16 +132,14 @@ class AdapterService:
         try:
             try:
                 events = open_events(msg)
-                async for ev in events:
-                    await self.nc.publish(msg.reply, encode(ev))
             except ApiError as exc:  # refused by auth: the micro error headers say why
                 await self.nc.publish(msg.reply, encode(error(exc)), headers={
                     "Nats-Service-Error": exc.message, "Nats-Service-Error-Code": str(exc.status)})
-            except (AdapterInputError, AgentlogError) as exc:  # before the first event
+            except Exception as exc:  # noqa: BLE001 - typed or not, the requester must never hang
                 await self.nc.publish(msg.reply, encode(error(exc)))
-            except Exception as exc:  # noqa: BLE001 - the requester must never hang
-                log.error("adapter request failed", exc_info=exc)
-                await self.nc.publish(msg.reply, encode(error(RuntimeError("internal error"))))
+            else:
+                async for frame in guarded(events, encode, error, subject=msg.subject):
+                    await self.nc.publish(msg.reply, frame)
             await self.nc.publish(msg.reply, END)
         except Exception as exc:  # noqa: BLE001 - the connection went away mid-answer
             log.warning("adapter reply failed", error=str(exc))

@@ -33,7 +33,9 @@ from gateway.http.routing import Route, path_id
 from gateway.http.sse import Pump
 
 from . import aisdk, session
-from .common import AdapterInputError
+from eventlog.errors import AgentlogError
+
+from .common import AdapterInputError, guarded
 
 _ENCODER = EventEncoder()
 
@@ -51,21 +53,35 @@ def _bad_input(exc: AdapterInputError) -> ApiError:
 
 
 async def _stream(request: web.Request, events: AsyncIterator[Any], encode: Callable[[Any], str],
-                  headers: dict[str, str], tail: bytes = b"") -> web.StreamResponse:
-    """Pull the first event (errors before it are JSON answers), then stream the rest."""
+                  on_error: Callable[[BaseException], Any], headers: dict[str, str],
+                  tail: bytes = b"") -> web.StreamResponse:
+    """Pull the first event (typed errors before it are JSON answers), then stream the rest;
+    whatever fails after the headers ends the stream with `on_error`'s event (`guarded`)."""
+    first: list[Any] = []
+    failed: list[BaseException] = []
     try:
-        first = await events.__anext__()
+        first.append(await events.__anext__())
     except StopAsyncIteration:
-        first = None
+        pass
     except AdapterInputError as exc:
         raise _bad_input(exc) from None
+    except (AgentlogError, ApiError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - unexpected: still an error event in the stream
+        failed.append(exc)
+
+    async def source() -> AsyncIterator[Any]:
+        for ev in first:
+            yield ev
+        if failed:
+            raise failed[0]
+        async for ev in events:
+            yield ev
 
     async def frames() -> AsyncIterator[bytes]:
         try:
-            if first is not None:
-                yield encode(first).encode()
-            async for ev in events:
-                yield encode(ev).encode()
+            async for frame in guarded(source(), encode, on_error, path=request.path):
+                yield frame.encode()
             if tail:
                 yield tail
         finally:
@@ -99,7 +115,8 @@ async def agui_run(request: web.Request) -> web.StreamResponse:
     except AdapterInputError as exc:
         raise _bad_input(exc) from None
     backend = session.backend_of(svc.store, svc.runtime)
-    return await _stream(request, session.agui_events(backend, agent_id, req, who), _ENCODER.encode, _SSE)
+    return await _stream(request, session.agui_events(backend, agent_id, req, who), _ENCODER.encode,
+                         session.agui_error_event, _SSE)
 
 
 async def agui_messages(request: web.Request) -> web.Response:
@@ -127,7 +144,7 @@ async def aisdk_run(request: web.Request) -> web.StreamResponse:
         raise _bad_input(exc) from None
     backend = session.backend_of(svc.store, svc.runtime)
     return await _stream(request, session.aisdk_events(backend, agent_id, req, who), _part,
-                         dict(aisdk.HEADERS), aisdk.DONE.encode())
+                         session.aisdk_error_part, dict(aisdk.HEADERS), aisdk.DONE.encode())
 
 
 async def aisdk_stream(request: web.Request) -> web.StreamResponse:
@@ -135,7 +152,7 @@ async def aisdk_stream(request: web.Request) -> web.StreamResponse:
     run_id = path_id(request, kind="run_id")
     backend = session.backend_of(svc.store, svc.runtime)
     return await _stream(request, session.aisdk_replay(backend, run_id, who), _part,
-                         dict(aisdk.HEADERS), aisdk.DONE.encode())
+                         session.aisdk_error_part, dict(aisdk.HEADERS), aisdk.DONE.encode())
 
 
 async def aisdk_messages(request: web.Request) -> web.Response:

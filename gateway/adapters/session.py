@@ -31,7 +31,7 @@ from projections.fold import fold_commits
 from projections.views import RunView, ThreadView
 
 from . import agui, aisdk
-from .common import AdapterInputError, Decision, ResumeError, decision_id
+from .common import AdapterInputError, Decision, ResumeError, decision_id, error_text
 from .source import RunSource
 
 
@@ -264,8 +264,9 @@ def agui_history(thread: ThreadLog) -> list[dict[str, Any]]:
 
 
 def agui_error_event(exc: BaseException) -> ag.RunErrorEvent:
-    """The one event an invalid request gets over NATS."""
-    return ag.RunErrorEvent(message=str(exc) or type(exc).__name__, code=getattr(exc, "code", None))
+    """The event that ends a refused or failed stream (`common.guarded`)."""
+    code = getattr(exc, "code", None)
+    return ag.RunErrorEvent(message=error_text(exc), code=code if isinstance(code, str) else "internal_error")
 
 
 # -- AI SDK --------------------------------------------------------------------------------------
@@ -366,7 +367,7 @@ def _tool_part(call_id: str, name: str, arguments: Any, run: RunView) -> dict[st
 
 
 def aisdk_error_part(exc: BaseException) -> dict[str, Any]:
-    return {"type": "error", "errorText": str(exc) or type(exc).__name__}
+    return {"type": "error", "errorText": error_text(exc)}
 
 
 __all__ = ["Backend", "NotVisible", "ThreadLog", "agui_error_event", "agui_events", "agui_history", "agui_parse",
