@@ -12,6 +12,9 @@ Mapping, and why:
 * steps -> `start-step`/`finish-step`, opened at the first sign of a step (live deltas come
   before the loop commits `StepStarted`);
 * text from live deltas when present, else synthesised from the committed assistant message;
+  live deltas carry the committed message's id (`message_id`), used as the text part id, and
+  the text part stays open while that message's tool calls stream, so the committed text is
+  never emitted a second time (issue #14 item 2: duplicated text parts);
 * tool calls -> `tool-input-start` (+ `tool-input-delta` from live) + `tool-input-available`,
   results -> `tool-output-available` / `tool-output-error`, a denied call (permission deny or a
   human's cancel) -> `tool-output-denied`;
@@ -97,16 +100,19 @@ class AiSdkTranslator:
         self._step: int | None = None
         self._max_step = 0
         self._text: tuple[str, int, str] | None = None          # (id, step, text so far)
+        self._streamed: set[str] = set()                         # text ids streamed live
         self._live_calls: dict[tuple[int, int], list[Any]] = {}  # (step, index) -> [call_id, args, open]
         self._calls: dict[str, tuple[str, Any]] = {}
         self._available: set[str] = set()
         self._denied: set[str] = set()
 
-    def start(self) -> list[dict[str, Any]]:
+    def start(self, *, announce: bool = True) -> list[dict[str, Any]]:
+        """`start{messageId}`; without `announce`, a bare `start` (the client then creates no
+        message: used when a stream fails before anything of the run was sent)."""
         if self.started:
             return []
         self.started = True
-        return [{"type": "start", "messageId": self.message_id}]
+        return [{"type": "start", "messageId": self.message_id} if announce else {"type": "start"}]
 
     def feed(self, item: Any) -> list[dict[str, Any]]:
         if self.done:
@@ -123,7 +129,9 @@ class AiSdkTranslator:
         text = ("the run's event stream ended before the run finished" if error is None
                 else error if isinstance(error, str) else (str(error) or type(error).__name__))
         self.done = True
-        return self.start() + self._close_step() + [
+        # an error before any part of the run: no messageId, or the client shows an empty
+        # assistant message under an id the thread does not have (issue #14 item 7)
+        return self.start(announce=False) + self._close_step() + [
             {"type": "error", "errorText": text}, {"type": "finish", "finishReason": "error"}]
 
     # -- live ------------------------------------------------------------------------------------
@@ -137,12 +145,14 @@ class AiSdkTranslator:
             if not isinstance(text, str) or not text:
                 return []
             out += self._open_step(step)
-            if self._text is None or self._text[1] != step:
+            mid = p.get("message_id") if is_valid_id(p.get("message_id")) else f"{self.run_id}-s{step}-text"
+            if self._text is None or self._text[0] != mid:
                 out += self._close_text()
-                self._text = (f"{self.run_id}-s{step}-text", step, "")
-                out.append({"type": "text-start", "id": self._text[0]})
-            self._text = (self._text[0], step, self._text[2] + text)
-            out.append({"type": "text-delta", "id": self._text[0], "delta": text})
+                self._text = (mid, step, "")
+                out.append({"type": "text-start", "id": mid})
+            self._text = (mid, step, self._text[2] + text)
+            self._streamed.add(mid)
+            out.append({"type": "text-delta", "id": mid, "delta": text})
         elif kind == "tool_call_delta":
             step = int_or(p.get("step"), self._max_step)
             index = int_or(p.get("index"), 0)
@@ -152,7 +162,6 @@ class AiSdkTranslator:
                 call_id, name = p.get("call_id"), p.get("name")
                 if not isinstance(call_id, str) or not isinstance(name, str):
                     return out
-                out += self._close_text()
                 call = self._live_calls[(step, index)] = [call_id, "", True]
                 out.append({"type": "tool-input-start", "toolCallId": call_id, "toolName": name})
             delta = p.get("arguments_delta")
@@ -206,12 +215,12 @@ class AiSdkTranslator:
         if m.visibility != "all" or m.role != "assistant":
             return []  # tool results come from ToolCallCompleted (structured output)
         out: list[dict[str, Any]] = []
-        if self._text is not None:
+        if self._text is not None and (self._text[0] == m.id or m.id not in self._streamed):
             tid, _, streamed = self._text
             if m.content.startswith(streamed) and len(m.content) > len(streamed):
                 out.append({"type": "text-delta", "id": tid, "delta": m.content[len(streamed):]})
             out += self._close_text()
-        elif m.content:
+        elif m.content and m.id not in self._streamed:
             out += [{"type": "text-start", "id": m.id},
                     {"type": "text-delta", "id": m.id, "delta": m.content},
                     {"type": "text-end", "id": m.id}]

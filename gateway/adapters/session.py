@@ -31,7 +31,7 @@ from projections.fold import fold_commits
 from projections.views import RunView, ThreadView
 
 from . import agui, aisdk
-from .common import AdapterInputError, Decision, ResumeError, decision_id, error_text
+from .common import AdapterInputError, Decision, ResumeError, decision_id, error_text, needs_approval
 from .source import RunSource
 
 
@@ -96,6 +96,14 @@ class ThreadLog:
     def waiting(self) -> RunView | None:
         run = self.last_run
         return run if run is not None and run.status == "waiting" else None
+
+    def as_of(self, seq: int) -> tuple[dict[str, Any], list[Message]]:
+        """The thread's state and messages as of seq `seq` (a fold of the commits up to it):
+        what a replay from `seq` must start from, not the state after everything since."""
+        upto = [sc for sc in self.commits if sc.seq <= seq]
+        view = fold_commits(upto).threads.get(self.thread_id) if upto else None
+        messages = [e.message for sc in upto for e in sc.commit.events if type(e) is MessageAppended]
+        return (dict(view.state) if view is not None else {}), messages
 
     def decision_commit(self, ids: set[str]) -> tuple[str, int] | None:
         """(run, seq) of the commit that recorded all of `ids` (a retried answer), else None."""
@@ -188,6 +196,11 @@ async def agui_events(backend: Backend, agent_id: str, req: agui.AguiRunRequest,
                 agui.check_resume(req.decisions, [])  # raises UnknownInterrupt
                 raise AdapterInputError("no open interrupt to resume", "resume")
             run_id, after, action = seen[0], seen[1] - 1, ("replay", None)
+            # a retried resume replays from the decision: its snapshot is the state THEN, or the
+            # client applies the replayed deltas twice (issue #14 item 1)
+            state, messages = thread.as_of(after)
+            tr = agui.AguiTranslator(req.thread_id, req.run_id, state=state, messages=messages,
+                                     parent_run_id=req.parent_run_id, input=req.input)
         else:
             if not req.messages:
                 raise AdapterInputError("no new user message to run on", "messages")
@@ -350,19 +363,34 @@ def aisdk_history(thread: ThreadLog) -> list[dict[str, Any]]:
 
 
 def _tool_part(call_id: str, name: str, arguments: Any, run: RunView) -> dict[str, Any]:
+    """One tool part as the client ends up with it (and `validateUIMessages` accepts): a call a
+    human approved or denied keeps its `approval{id, approved, reason?}`; a denial (the human's
+    or the permission gate's) is `output-denied`, not an error (issue #14 item 8)."""
     call = run.calls.get(call_id)
     part: dict[str, Any] = {"type": f"tool-{name}", "toolCallId": call_id, "input": arguments}
-    status = call.status if call is not None else "new"
-    if status == "succeeded":
-        part.update(state="output-available", output=call.result)  # type: ignore[union-attr]
-    elif status in ("failed", "cancelled"):
-        result = call.result if call is not None else None
-        err = result.get("error") if isinstance(result, dict) else None
-        part.update(state="output-error", errorText=err if isinstance(err, str) else f"tool call {status}")
-    elif status == "suspended":
+    if call is None:
+        return part | {"state": "input-available"}
+    asked = call.ticket is not None and needs_approval(call.ticket)
+    decision = call.decision if asked else None
+    approval: dict[str, Any] | None = None
+    if decision is not None:
+        approval = {"id": call_id, "approved": decision.action == "resume"}
+        if decision.reason:
+            approval["reason"] = decision.reason
+    denied = call.verdict == "deny" or (decision is not None and decision.action == "cancel")
+    if denied and call.status in ("failed", "cancelled"):
+        part.update(state="output-denied", approval=approval or {"id": call_id, "approved": False})
+    elif call.status == "succeeded":
+        part.update(state="output-available", output=call.result)
+    elif call.status in ("failed", "cancelled"):
+        err = call.result.get("error") if isinstance(call.result, dict) else None
+        part.update(state="output-error", errorText=err if isinstance(err, str) else f"tool call {call.status}")
+    elif call.status == "suspended" and asked:
         part.update(state="approval-requested", approval={"id": call_id})
     else:
         part.update(state="input-available")
+    if approval is not None and part["state"] != "output-denied":
+        part["approval"] = approval
     return part
 
 
