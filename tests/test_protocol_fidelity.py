@@ -4,6 +4,7 @@ check with the official npm packages is `test_protocol_clients.py`."""
 
 from __future__ import annotations
 
+import copy
 import json
 import pathlib
 from typing import Any
@@ -11,8 +12,13 @@ from typing import Any
 import pytest
 
 from gateway.adapters import nats_routes
+from protocol_verify.agui import verify_agui_stream
+from protocol_verify.aisdk import verify_ui_stream
+from protocol_verify.reducers import AguiClient, AiSdkChat, normalise_agui, normalise_aisdk
+from runtime import PermissionPlugin, ToolContext, tool
+from runtime.models import Turn
 
-from test_adapters_routes_support import TRANSPORTS, Transport, nats_request, open_stack
+from test_adapters_routes_support import TOOLS, TRANSPORTS, Stack, Transport, nats_request, open_stack
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -96,3 +102,148 @@ async def test_agui_stream_ends_with_run_error_on_unexpected_error(nats_server: 
         assert "\ud800" not in json.dumps(answer.events[-1], ensure_ascii=False)
         if where == "content":  # the run could not record its input: nothing half-written
             assert await stack.events_of("t1") == []
+
+
+# -- issue #14: the client's reducer ends in the server's state ---------------------------------
+
+
+@tool
+def init_log(ctx: ToolContext) -> str:
+    """Start an empty log list in the thread state."""
+    ctx.set("/log", [])
+    return "ok"
+
+
+@tool
+def append_log(text: str, ctx: ToolContext) -> str:
+    """Append to the log list (an array append: applying it twice shows)."""
+    ctx.patch([{"op": "add", "path": "/log/-", "value": text}])
+    return text
+
+
+LOG_TOOLS = [*TOOLS, init_log, append_log]
+
+
+async def server_view(stack: Stack, thread: str) -> tuple[list[dict[str, Any]], Any, list[dict[str, Any]]]:
+    """What GET says (all three read the log, not a lagging view): AG-UI messages, thread state,
+    AI SDK messages."""
+    out = []
+    for path in (f"/v1/ag-ui/threads/{thread}/messages", f"/v1/threads/{thread}/state",
+                 f"/v1/ai-sdk/threads/{thread}/messages"):
+        resp = await stack.client.get(path)
+        assert resp.status == 200, await resp.text()
+        out.append(await resp.json())
+    return out[0]["messages"], out[1]["state"], out[2]["messages"]
+
+
+def agui_input(thread: str, run: str, client: AguiClient | None = None, *extra: dict[str, Any],
+               **kw: Any) -> dict[str, Any]:
+    """A request as `HttpAgent` builds it: the client's messages (activity ones left out) + extra."""
+    history = [m for m in (client.messages if client else []) if m.get("role") != "activity"]
+    return {"threadId": thread, "runId": run, "messages": [*history, *extra], "tools": [], "context": [],
+            "state": client.state if client else {}, "forwardedProps": {}, **kw}
+
+
+@pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)
+async def test_agui_live_text_and_tool_call_build_the_servers_messages(nats_server: Any, tr: Transport) -> None:
+    """Items 2-3: text streamed live, then a tool call of the same message, then the final text.
+    WITHOUT the MESSAGES_SNAPSHOT repair the client already holds exactly the server's messages
+    (no duplicate text, no tool-call-only message, same order), and with it too."""
+    turns = [Turn.tool("add", {"a": 1, "b": 2}, text="Let me add those numbers"), "The sum is three."]
+    async with open_stack(nats_server, turns) as stack:
+        answer = await tr.agui(stack, agui_input("t1", "r1", None, {"id": "u1", "role": "user", "content": "add"}))
+        events = verify_agui_stream(answer.events)
+        assert sum(e.type == "TEXT_MESSAGE_CONTENT" for e in events) > 2  # it did stream live
+        live = AguiClient().apply_all(events, snapshots=False)
+        full = AguiClient().apply_all(events)
+        messages, state, _ = await server_view(stack, "t1")
+        assert live.problems == [] and full.problems == []
+        assert normalise_agui(live.messages) == normalise_agui(messages)
+        assert normalise_agui(full.messages) == normalise_agui(messages)
+        assert full.state == state == {"last_sum": 3}
+        starts = [e for e in events if e.type == "TOOL_CALL_START"]
+        assert [s.parent_message_id for s in starts] == [messages[1]["id"]]
+
+
+@pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)
+async def test_aisdk_live_text_and_tool_call_make_one_text_part(nats_server: Any, tr: Transport) -> None:
+    """Item 2 (AI SDK): the streamed text is one text part, not twice."""
+    turns = [Turn.tool("add", {"a": 1, "b": 2}, text="Let me add those numbers"), "The sum is three."]
+    async with open_stack(nats_server, turns) as stack:
+        chat = AiSdkChat([{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "add"}]}])
+        body = {"id": "c1", "trigger": "submit-message", "messages": chat.messages}
+        answer = await tr.aisdk(stack, body)
+        verify_ui_stream(answer.events)
+        chat.receive(answer.events)
+        _, _, history = await server_view(stack, "c1")
+        assert chat.problems == [] and chat.errors == []
+        assert normalise_aisdk(chat.messages) == normalise_aisdk(history)
+        texts = [p["text"] for p in chat.messages[-1]["parts"] if p["type"] == "text"]
+        assert texts == ["Let me add those numbers", "The sum is three."]
+
+
+async def test_agui_retried_resume_replays_from_the_state_at_the_decision(nats_server: Any) -> None:
+    """Item 1: the client lost the resume's answer and sends the same resume again: the replay's
+    STATE_SNAPSHOT is the state as of the decision, so its STATE_DELTAs apply once."""
+    turns = [Turn.tool("init_log", {}), Turn.tool("append_log", {"text": "x"}), "Logged."]
+    async with open_stack(nats_server, turns, tools=LOG_TOOLS, plugins=(PermissionPlugin(ask=["append_log"]),)) as stack:
+        http = TRANSPORTS[0]
+        client = AguiClient()
+        answer = await http.agui(stack, agui_input("t1", "r1", client, {"id": "u1", "role": "user", "content": "log x"}))
+        client.apply_all(verify_agui_stream(answer.events))
+        (interrupt,) = client.pending_interrupts
+        lost = copy.deepcopy(client)  # the client whose first answer never arrived
+        resume = [{"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": True}}]
+        answer = await http.agui(stack, agui_input("t1", "r2", client, resume=resume))
+        client.apply_all(verify_agui_stream(answer.events))
+        seq = await stack.last_seq()
+        answer = await http.agui(stack, agui_input("t1", "r3", lost, resume=resume))
+        lost.apply_all(verify_agui_stream(answer.events))
+        assert await stack.last_seq() == seq  # a replay: nothing written
+        messages, state, _ = await server_view(stack, "t1")
+        assert state == {"log": ["x"]}
+        for c in (client, lost):
+            assert c.problems == []
+            assert c.state == state
+            assert normalise_agui(c.messages) == normalise_agui(messages)
+
+
+@pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)
+async def test_aisdk_error_answer_creates_no_message(nats_server: Any, tr: Transport) -> None:
+    """Item 7: an error answer (here: an approval for no open call) sends no `start.messageId`,
+    so the client adds no phantom assistant message under the chat id."""
+    async with open_stack(nats_server, ["hello"]) as stack:
+        chat = AiSdkChat([{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}])
+        chat.receive((await tr.aisdk(stack, {"id": "c1", "trigger": "submit-message", "messages": chat.messages})).events)
+        before = copy.deepcopy(chat.messages)
+        bogus = {"id": "a1", "role": "assistant", "parts": [
+            {"type": "tool-echo", "toolCallId": "nope", "state": "approval-responded", "input": {},
+             "approval": {"id": "nope", "approved": True}}]}
+        answer = await tr.aisdk(stack, {"id": "c1", "trigger": "submit-message", "messages": [*before, bogus]})
+        assert [p["type"] for p in answer.events][-2:] == ["error", "finish"]
+        assert all(p.get("messageId") in (None,) for p in answer.events if p["type"] == "start")
+        chat.receive(answer.events)
+        assert chat.messages == before and chat.errors
+
+
+@pytest.mark.parametrize("approved", [True, False], ids=["approve", "deny"])
+async def test_aisdk_history_keeps_approval_and_denial(nats_server: Any, approved: bool) -> None:
+    """Item 8: after an approval the history's tool part carries `approval{id, approved}`; a
+    denial is `output-denied` (with approval), which `validateUIMessages` requires."""
+    async with open_stack(nats_server, [Turn.tool("echo", {"text": "deploy"}), "Done."],
+                          plugins=(PermissionPlugin(ask=["echo"]),)) as stack:
+        http = TRANSPORTS[0]
+        chat = AiSdkChat([{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "deploy"}]}])
+        chat.receive((await http.aisdk(stack, {"id": "c1", "trigger": "submit-message", "messages": chat.messages})).events)
+        tool_part = next(p for p in chat.messages[-1]["parts"] if p["type"] == "tool-echo")
+        assert tool_part["state"] == "approval-requested"
+        # what addToolApprovalResponse does on the client, then the automatic resend
+        tool_part.update(state="approval-responded", approval={**tool_part["approval"], "approved": approved})
+        answer = await http.aisdk(stack, {"id": "c1", "trigger": "submit-message", "messages": chat.messages})
+        verify_ui_stream(answer.events, known_tool_calls=[tool_part["toolCallId"]])
+        chat.receive(answer.events)
+        _, _, history = await server_view(stack, "c1")
+        (part,) = [p for p in history[-1]["parts"] if p["type"] == "tool-echo"]
+        assert part["approval"]["id"] == tool_part["toolCallId"] and part["approval"]["approved"] is approved
+        assert part["state"] == ("output-available" if approved else "output-denied")
+        assert normalise_aisdk(chat.messages) == normalise_aisdk(history)

@@ -105,6 +105,13 @@ class AiSdkTranslator:
         self._calls: dict[str, tuple[str, Any]] = {}
         self._available: set[str] = set()
         self._denied: set[str] = set()
+        self._running: set[str] = set()            # calls whose result is still to be committed
+        self._held: list[dict[str, Any]] = []      # live deltas of the next step, until then
+
+    def expect_results(self, call_ids: Iterable[str]) -> None:
+        """Calls whose results the stream will carry before the run's next step (the decisions
+        this request forwards): the next step's live deltas wait for them (see `feed`)."""
+        self._running.update(call_ids)
 
     def start(self, *, announce: bool = True) -> list[dict[str, Any]]:
         """`start{messageId}`; without `announce`, a bare `start` (the client then creates no
@@ -115,11 +122,24 @@ class AiSdkTranslator:
         return [{"type": "start", "messageId": self.message_id} if announce else {"type": "start"}]
 
     def feed(self, item: Any) -> list[dict[str, Any]]:
+        """Live text/tool deltas that arrive while calls of the step before are still running
+        are held until those calls' results are committed: the live link outruns the log, and
+        the client only finds a tool part in the CURRENT step (`getCurrentStepParts`), so a
+        result sent after the next `start-step` fails with "No tool invocation found"."""
         if self.done:
             return []
         it = as_item(item)
         out = self.start()
-        out += self._live(it.live) if it.live is not None else self._event(it.event)  # type: ignore[arg-type]
+        if it.live is not None:
+            if self._running and it.live.get("type") in ("text_delta", "tool_call_delta"):
+                self._held.append(it.live)
+                return out
+            return out + self._live(it.live)
+        out += self._event(it.event)  # type: ignore[arg-type]
+        if self._held and not self._running and not self.done:
+            held, self._held = self._held, []
+            for p in held:
+                out += self._live(p)
         return out
 
     def finish(self, error: BaseException | str | None = None) -> list[dict[str, Any]]:
@@ -195,10 +215,13 @@ class AiSdkTranslator:
         if t is ToolCallDecided:
             if ev.decision.action == "cancel":  # type: ignore[attr-defined]
                 self._denied.add(ev.call_id)  # type: ignore[attr-defined]
+            self._running.add(ev.call_id)  # type: ignore[attr-defined]
             return []
         if t is ToolCallSuspended:
+            self._running.discard(ev.call_id)  # type: ignore[attr-defined]
             return self._suspend(ev.call_id, ev.ticket)  # type: ignore[attr-defined]
         if t is ToolCallCompleted:
+            self._running.discard(ev.call_id)  # type: ignore[attr-defined]
             return self._completed(ev)  # type: ignore[arg-type]
         if t is StatePatched and ev.scope == "thread":  # type: ignore[attr-defined]
             return [{"type": "data-state-delta", "transient": True, "data": ev.ops}]  # type: ignore[attr-defined]
@@ -233,6 +256,7 @@ class AiSdkTranslator:
             else:
                 out.append({"type": "tool-input-start", "toolCallId": call.id, "toolName": call.name})
             self._available.add(call.id)
+            self._running.add(call.id)
             out.append({"type": "tool-input-available", "toolCallId": call.id, "toolName": call.name,
                         "input": call.arguments})
         return out
