@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from gateway.adapters import nats_routes
+from gateway.adapters.frontend import frontend_tool
 from protocol_verify.agui import verify_agui_stream
-from protocol_verify.aisdk import verify_ui_stream
+from protocol_verify.aisdk import parse_ui_sse, verify_ui_stream
 from protocol_verify.reducers import AguiClient, AiSdkChat, normalise_agui, normalise_aisdk
 from runtime import PermissionPlugin, ToolContext, tool
 from runtime.models import Turn
@@ -247,3 +248,46 @@ async def test_aisdk_history_keeps_approval_and_denial(nats_server: Any, approve
         assert part["approval"]["id"] == tool_part["toolCallId"] and part["approval"]["approved"] is approved
         assert part["state"] == ("output-available" if approved else "output-denied")
         assert normalise_aisdk(chat.messages) == normalise_aisdk(history)
+
+
+async def test_aisdk_resumed_stream_replays_the_whole_message(nats_server: Any) -> None:
+    """Item 5: `GET /v1/ai-sdk/runs/{id}/stream` after an approved run replays the whole assistant
+    message; the client (resume-stream resets the message at `start`) ends with the history."""
+    async with open_stack(nats_server, [Turn.tool("echo", {"text": "deploy"}, text="Deploying now"), "Done."],
+                          plugins=(PermissionPlugin(ask=["echo"]),)) as stack:
+        http = TRANSPORTS[0]
+        chat = AiSdkChat([{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "deploy"}]}])
+        first = (await http.aisdk(stack, {"id": "c1", "trigger": "submit-message", "messages": chat.messages})).events
+        chat.receive(first)
+        tool_part = next(p for p in chat.messages[-1]["parts"] if p["type"] == "tool-echo")
+        tool_part.update(state="approval-responded", approval={**tool_part["approval"], "approved": True})
+        chat.receive((await http.aisdk(stack, {"id": "c1", "trigger": "submit-message", "messages": chat.messages})).events)
+        _, _, history = await server_view(stack, "c1")
+        resp = await stack.client.get(f"/v1/ai-sdk/runs/{first[0]['messageId']}/stream")
+        parts, done = parse_ui_sse(await resp.text())
+        assert done and verify_ui_stream(parts)
+        resumed = AiSdkChat(copy.deepcopy(chat.messages))
+        resumed.receive(parts, resume=True)
+        assert normalise_aisdk(resumed.messages) == normalise_aisdk(history) == normalise_aisdk(chat.messages)
+
+
+@pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)
+async def test_aisdk_client_tool_output_answers_a_frontend_tool(nats_server: Any, tr: Transport) -> None:
+    """Item 6: `addToolOutput` (tool part `output-available`) is the frontend tool's result."""
+    turns = [Turn.tool("pick_color", {"palette": ["red", "blue"]}), "You picked blue."]
+    tools = [*TOOLS, frontend_tool("pick_color", "Let the user pick a color")]
+    async with open_stack(nats_server, turns, tools=tools) as stack:
+        chat = AiSdkChat([{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "pick"}]}])
+        chat.receive((await tr.aisdk(stack, {"id": "c1", "trigger": "submit-message", "messages": chat.messages})).events)
+        part = next(p for p in chat.messages[-1]["parts"] if p["type"] == "tool-pick_color")
+        assert part["state"] == "input-available"
+        part.update(state="output-available", output={"color": "blue"})  # what addToolOutput does
+        answer = await tr.aisdk(stack, {"id": "c1", "trigger": "submit-message", "messages": chat.messages})
+        assert answer.rejected is None, answer.rejected
+        verify_ui_stream(answer.events, known_tool_calls=[part["toolCallId"]])
+        chat.receive(answer.events)
+        _, _, history = await server_view(stack, "c1")
+        assert chat.errors == []
+        assert normalise_aisdk(chat.messages) == normalise_aisdk(history)
+        view = await stack.runtime.run_view(chat.messages[-1]["id"])
+        assert view.calls[part["toolCallId"]].result == {"color": "blue"} and view.status == "done"

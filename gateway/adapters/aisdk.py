@@ -29,7 +29,7 @@ Mapping, and why:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -51,6 +51,7 @@ from eventlog.events import (
     ToolCallSuspended,
 )
 from eventlog.ids import is_valid_id
+from runtime.frontend import ACTION as FRONTEND_ACTION
 
 from .common import (
     int_or,
@@ -262,6 +263,8 @@ class AiSdkTranslator:
         return out
 
     def _suspend(self, call_id: str, ticket: Any) -> list[dict[str, Any]]:
+        if ticket is not None and ticket.action == FRONTEND_ACTION:
+            return []  # the client runs it on `tool-input-available` and answers with addToolOutput
         if needs_approval(ticket):
             return [{"type": "tool-approval-request", "approvalId": call_id, "toolCallId": call_id}]
         data: dict[str, Any] = {"id": call_id, "toolCallId": call_id, "reason": interrupt_reason(ticket)}
@@ -342,6 +345,10 @@ class AiSdkRequest:
     message_id: str | None
     message: dict[str, Any] | None
     decisions: list[Decision]
+    #: Client-side tool results (`addToolOutput`: tool parts in state `output-available` /
+    #: `output-error`) as decisions. The last message repeats results the server already has
+    #: (backend tools), so the session keeps only those for open calls (issue #14 item 6).
+    tool_outputs: list[Decision] = field(default_factory=list)
 
 
 def parse_chat_request(body: Any) -> AiSdkRequest:
@@ -394,9 +401,41 @@ def parse_chat_request(body: Any) -> AiSdkRequest:
                 if safe_id(last.get("id")):
                     message["id"] = last["id"]
         decisions = _approvals(thread_id, last, f"messages[{i}]")
-    if message is None and not decisions and trigger != "regenerate-message":
-        raise AdapterInputError("request must include user input or tool approval responses", "messages")
-    return AiSdkRequest(thread_id, run_id, trigger, message_id, message, decisions)
+        outputs = _tool_outputs(thread_id, last, f"messages[{i}]", {d["target_id"] for d in decisions})
+    else:
+        outputs = []
+    if message is None and not decisions and not outputs and trigger != "regenerate-message":
+        raise AdapterInputError("request must include user input, tool approval responses or tool outputs",
+                                "messages")
+    return AiSdkRequest(thread_id, run_id, trigger, message_id, message, decisions, outputs)
+
+
+def _tool_outputs(thread_id: str, m: dict[str, Any], where: str, approved: set[str]) -> list[Decision]:
+    """Tool parts with a client-side result (`addToolOutput`) -> decisions whose payload is the
+    tool result (frontend tools resume with `use_decision_as_tool_result`); `output-error` ->
+    a cancel with the error text. Parts already answered as approvals are left to those."""
+    if m.get("role") != "assistant":
+        return []
+    out: list[Decision] = []
+    for j, p in enumerate(m.get("parts", [])):
+        kind, state = p.get("type"), p.get("state")
+        if not (isinstance(kind, str) and (kind.startswith("tool-") or kind == "dynamic-tool")) \
+                or state not in ("output-available", "output-error"):
+            continue
+        target = p.get("toolCallId")
+        if not is_valid_id(target) or target in approved:
+            continue
+        if state == "output-available":
+            d = Decision(target_id=target, action="resume", result=p.get("output"),
+                         decision_id=decision_id(thread_id, target, "output", p.get("output")))
+        else:
+            text = p.get("errorText")
+            if not isinstance(text, str):
+                raise AdapterInputError("errorText must be a string", f"{where}.parts[{j}].errorText")
+            d = Decision(target_id=target, action="cancel", result={"error": text}, reason=text,
+                         decision_id=decision_id(thread_id, target, "output-error", text))
+        out.append(d)
+    return out
 
 
 def _user_text(m: dict[str, Any], where: str) -> str:

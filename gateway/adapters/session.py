@@ -29,6 +29,7 @@ from eventlog.events import Message, MessageAppended, RunResumed, RunSuspended, 
 from eventlog.ids import new_id
 from projections.fold import fold_commits
 from projections.views import RunView, ThreadView
+from runtime import CommittedEvent
 
 from . import agui, aisdk
 from .common import AdapterInputError, Decision, ResumeError, decision_id, error_text, needs_approval
@@ -104,6 +105,11 @@ class ThreadLog:
         view = fold_commits(upto).threads.get(self.thread_id) if upto else None
         messages = [e.message for sc in upto for e in sc.commit.events if type(e) is MessageAppended]
         return (dict(view.state) if view is not None else {}), messages
+
+    def decision_ids(self) -> set[str]:
+        """Every decision id recorded on the thread (retried answers are recognised by these)."""
+        return {e.decision.decision_id for sc in self.commits for e in sc.commit.events
+                if type(e) is ToolCallDecided}
 
     def decision_commit(self, ids: set[str]) -> tuple[str, int] | None:
         """(run, seq) of the commit that recorded all of `ids` (a retried answer), else None."""
@@ -294,12 +300,15 @@ async def aisdk_events(backend: Backend, agent_id: str, req: aisdk.AiSdkRequest,
     try:
         if req.trigger == "regenerate-message":
             raise AdapterInputError("regenerate-message is not supported: send a new user message", "trigger")
-        if waiting is not None and req.decisions and not messages:
-            open_ids = [c.call_id for c in waiting.calls.values() if c.status == "suspended"]
-            decisions = aisdk.check_approvals(req, open_ids)
+        open_ids = [c.call_id for c in waiting.calls.values() if c.status == "suspended"] if waiting else []
+        outputs = [d for d in req.tool_outputs if d["target_id"] in open_ids]
+        recorded = thread.decision_ids()
+        if waiting is not None and (req.decisions or outputs) and not messages:
+            decisions = aisdk.check_approvals(req, open_ids) + outputs
             run_id, after, action = waiting.run_id, thread.version, ("decide", decisions)
-        elif req.decisions and not messages:
-            seen = thread.decision_commit({d["decision_id"] for d in req.decisions})
+        elif (req.decisions or req.tool_outputs) and not messages:
+            answers = req.decisions + [d for d in req.tool_outputs if d["decision_id"] in recorded]
+            seen = thread.decision_commit({d["decision_id"] for d in answers})
             if seen is None:
                 aisdk.check_approvals(req, [])  # raises UnknownInterrupt
                 raise AdapterInputError("no open tool approval to answer", "messages")
@@ -322,17 +331,30 @@ async def aisdk_events(backend: Backend, agent_id: str, req: aisdk.AiSdkRequest,
 
 
 async def aisdk_replay(backend: Backend, run_id: str, who: Any = None) -> AsyncIterator[dict[str, Any]]:
-    """The run's current turn replayed from the log (from its last decision commit, or its
-    start), following it live if it is still going: the AI SDK resume-stream endpoint."""
+    """The run's whole assistant message replayed from the log, following it live if it is
+    still going: the AI SDK resume-stream endpoint."""
     commits = await run_commits(backend.store, run_id)
     if not commits:
         from runtime import RunNotFound
         raise RunNotFound(f"unknown run {run_id!r}")
     thread_id = commits[0].commit.thread_id
     await load_thread(backend.store, thread_id, who)  # tenant check
+    # the whole assistant message (one per run): the client's resume-stream replaces the message
+    # it shows with what this stream builds (issue #14 item 5). What came before the last resume
+    # is fed from the log without its intermediate stops; the rest is followed (live if running).
     resumed = [sc.seq for sc in commits if any(type(e) is RunResumed for e in sc.commit.events)]
-    after = (resumed[-1] if resumed else commits[0].seq) - 1
     tr = aisdk.AiSdkTranslator(thread_id, run_id)
+    head: list[dict[str, Any]] = []
+    if resumed:
+        for sc in commits:
+            if sc.seq >= resumed[-1]:
+                break
+            for position, event in sc.positioned():
+                if type(event) is not RunSuspended:
+                    head += tr.feed(CommittedEvent(position, event, sc.commit.ts))
+    after = (resumed[-1] if resumed else commits[0].seq) - 1
+    for p in head:
+        yield p
     thread = ThreadLog(thread_id, [], None, {})
     async for p in _drive(backend, tr, thread, "", [], run_id, after, ("replay", None), who):
         yield p
