@@ -54,9 +54,10 @@ class Stack:
 @contextlib.asynccontextmanager
 async def open_stack(server: EmbeddedNatsServer, turns: list[Any], *, mode: str = "sequential",
                      plugins: tuple[Any, ...] = (), tools: list[Any] | None = None,
-                     tokens: str = "") -> AsyncIterator[Stack]:
+                     tokens: str = "", agents: list[AgentSpec] | None = None) -> AsyncIterator[Stack]:
     """`tools`: the backend tools (default `TOOLS`); `tokens`: the API tokens of HTTP and the
-    adapters' NATS subjects (`AGENTLOG_TOKENS` syntax, "" = no auth)."""
+    adapters' NATS subjects (`AGENTLOG_TOKENS` syntax, "" = no auth); `agents`: instead of the
+    one scripted agent `agent` built from `turns`/`mode`/`plugins`."""
     tools = TOOLS if tools is None else tools
     store = await JetStreamEventStore.connect(server.url, request_timeout=2.0, connect_timeout=5.0)
     views = await KVViewStore.open(store.nc)
@@ -64,9 +65,10 @@ async def open_stack(server: EmbeddedNatsServer, turns: list[Any], *, mode: str 
     await runner.start()
     live = NatsLiveSink(store.nc)
     live.start()
-    agent = AgentSpec(id="agent", model=ScriptedModel(turns, chunk_words=2), tools=[t.name for t in tools],
-                      tool_execution_mode=mode, plugins=list(plugins))
-    rt = Runtime(store, agents=[agent], tools=tools, live=live)
+    if agents is None:
+        agents = [AgentSpec(id="agent", model=ScriptedModel(turns, chunk_words=2), tools=[t.name for t in tools],
+                            tool_execution_mode=mode, plugins=list(plugins))]
+    rt = Runtime(store, agents=agents, tools=tools, live=live)
     dispatcher = InProcessDispatcher(rt)
     app = create_app(store, views, runner, auth_tokens=tokens, runtime=dispatcher, extra_routes=routes.ROUTES,
                      settings=Settings(read_wait=5.0, sse_heartbeat=5.0))

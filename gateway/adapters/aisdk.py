@@ -108,6 +108,13 @@ class AiSdkTranslator:
         self._denied: set[str] = set()
         self._running: set[str] = set()            # calls whose result is still to be committed
         self._held: list[dict[str, Any]] = []      # live deltas of the next step, until then
+        self._approved_later: set[str] = set()
+
+    def approved_later(self, call_ids: Iterable[str]) -> None:
+        """Calls a replay knows were approved after their suspension: their approval request is
+        not replayed (no stream part carries the human's `approved`, and an `output-available`
+        part with an unanswered `approval` fails `validateUIMessages`)."""
+        self._approved_later.update(call_ids)
 
     def expect_results(self, call_ids: Iterable[str]) -> None:
         """Calls whose results the stream will carry before the run's next step (the decisions
@@ -266,6 +273,8 @@ class AiSdkTranslator:
         if ticket is not None and ticket.action == FRONTEND_ACTION:
             return []  # the client runs it on `tool-input-available` and answers with addToolOutput
         if needs_approval(ticket):
+            if call_id in self._approved_later:
+                return []
             return [{"type": "tool-approval-request", "approvalId": call_id, "toolCallId": call_id}]
         data: dict[str, Any] = {"id": call_id, "toolCallId": call_id, "reason": interrupt_reason(ticket)}
         if ticket is not None:

@@ -344,6 +344,8 @@ async def aisdk_replay(backend: Backend, run_id: str, who: Any = None) -> AsyncI
     # is fed from the log without its intermediate stops; the rest is followed (live if running).
     resumed = [sc.seq for sc in commits if any(type(e) is RunResumed for e in sc.commit.events)]
     tr = aisdk.AiSdkTranslator(thread_id, run_id)
+    tr.approved_later(e.call_id for sc in commits for e in sc.commit.events
+                      if type(e) is ToolCallDecided and e.decision.action == "resume")
     head: list[dict[str, Any]] = []
     if resumed:
         for sc in commits:

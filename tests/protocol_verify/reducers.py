@@ -11,9 +11,10 @@ apply), the reducers record it in `problems`: for our streams that is always a d
 * AG-UI: activity messages are client-only (tool progress) and dropped; an assistant message's
   empty content / empty toolCalls are absent; tool call arguments compare as parsed JSON.
 * AI SDK: `providerExecuted`/`title`/`rawInput`/`preliminary`/`providerMetadata` and undefined
-  fields are dropped; text parts compare by text and state; a tool part's `approval` compares
-  by `id` and, when both sides know it, `approved`/`reason` (no stream chunk carries the
-  human's answer: only the client that answered knows it, and the server's history).
+  fields are dropped; text parts compare by text; a tool part's `approval` compares by `id`
+  only, and not at all once the call has its output (`output-available`/`output-error`): no
+  stream part carries the human's `approved`/`reason`, so only the client that answered and
+  the server's history know them, and a replayed (resume-stream) message has none.
 """
 
 from __future__ import annotations
@@ -260,7 +261,7 @@ def normalise_aisdk(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 parts.append({"type": "step-start"})
             elif "toolCallId" in p:
                 n = {k: p[k] for k in _TOOL_KEYS if p.get(k) is not None}
-                if p.get("approval"):
+                if p.get("approval") and p.get("state") not in ("output-available", "output-error"):
                     n["approval"] = p["approval"]["id"]
                 parts.append(n)
             else:
