@@ -7,7 +7,7 @@ same spec can run against a scripted model in tests and a real one in production
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal
 
 import pydantic
@@ -37,6 +37,8 @@ class AgentSpec(pydantic.BaseModel):
     id: str
     #: A model registry name, or a `Model` instance (handy in tests and scripts).
     model: str | Any
+    #: What the agent is for, as `GET /v1/agents` shows it to clients (not sent to the model).
+    description: str = ""
     system_prompt: str = ""
     #: Tool names, resolved from the runtime's tool registry.
     tools: list[str] = []
@@ -104,6 +106,10 @@ class AgentRegistry:
 
     def __contains__(self, agent_id: object) -> bool:
         return agent_id in self._agents
+
+    def __iter__(self) -> Iterator[AgentSpec]:
+        """The registered agents, in registration order."""
+        return iter(list(self._agents.values()))
 
 
 class ModelRegistry:

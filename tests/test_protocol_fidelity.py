@@ -291,3 +291,71 @@ async def test_aisdk_client_tool_output_answers_a_frontend_tool(nats_server: Any
         assert normalise_aisdk(chat.messages) == normalise_aisdk(history)
         view = await stack.runtime.run_view(chat.messages[-1]["id"])
         assert view.calls[part["toolCallId"]].result == {"color": "blue"} and view.status == "done"
+
+
+# -- item 9: CORS, GET /v1/agents, adapter request bodies in /openapi.json ---------------------
+
+ORIGIN = "http://127.0.0.1:5173"
+
+
+async def test_cors_for_browser_clients(nats_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTLOG_CORS_ORIGINS", f"{ORIGIN}, http://127.0.0.1:3000")
+    async with open_stack(nats_server, ["Hello."], tokens="tok") as stack:
+        # preflight: no token, no route, still answered for an allowed origin
+        resp = await stack.client.options("/v1/ag-ui/agents/agent/runs", headers={
+            "Origin": ORIGIN, "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type"})
+        assert resp.status == 204
+        assert resp.headers["Access-Control-Allow-Origin"] == ORIGIN
+        assert "POST" in resp.headers["Access-Control-Allow-Methods"]
+        assert resp.headers["Access-Control-Allow-Headers"] == "authorization, content-type"
+        # a streamed answer carries the headers too (set before the SSE response is sent)
+        resp = await stack.client.post("/v1/ai-sdk/agents/agent/runs", data=json.dumps(_aisdk_body("c1")),
+                                       headers={"Origin": ORIGIN, "Authorization": "Bearer tok"})
+        assert resp.status == 200 and resp.headers["Access-Control-Allow-Origin"] == ORIGIN
+        assert "x-vercel-ai-ui-message-stream" in resp.headers["Access-Control-Expose-Headers"]
+        await resp.read()
+        # errors too (a browser must be able to read the 401 body)
+        resp = await stack.client.get("/v1/agents", headers={"Origin": ORIGIN})
+        assert resp.status == 401 and resp.headers["Access-Control-Allow-Origin"] == ORIGIN
+        # another origin: refused preflight, no CORS headers on answers
+        resp = await stack.client.options("/v1/agents", headers={
+            "Origin": "http://127.0.0.1:9", "Access-Control-Request-Method": "GET"})
+        assert resp.status == 403 and "Access-Control-Allow-Origin" not in resp.headers
+        resp = await stack.client.get("/health", headers={"Origin": "http://127.0.0.1:9"})
+        assert "Access-Control-Allow-Origin" not in resp.headers
+
+
+async def test_cors_off_by_default(nats_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AGENTLOG_CORS_ORIGINS", raising=False)
+    async with open_stack(nats_server, ["Hello."]) as stack:
+        resp = await stack.client.get("/health", headers={"Origin": ORIGIN})
+        assert "Access-Control-Allow-Origin" not in resp.headers
+
+
+async def test_agents_listing_and_adapter_bodies_in_openapi(nats_server: Any) -> None:
+    async with open_stack(nats_server, ["Hello."]) as stack:
+        resp = await stack.client.get("/v1/agents")
+        assert resp.status == 200
+        (agent,) = (await resp.json())["agents"]
+        assert agent["id"] == "agent" and agent["description"] == ""
+        tools = {t["name"]: t for t in agent["tools"]}
+        assert set(tools) == {t.name for t in TOOLS}
+        assert tools["add"]["parameters"]["properties"].keys() == {"a", "b"}
+        doc = await (await stack.client.get("/openapi.json")).json()
+        assert "/v1/agents" in doc["paths"]
+        for path, required in (("/v1/ag-ui/agents/{agent_id}/runs", {"threadId", "runId", "messages"}),
+                               ("/v1/ai-sdk/agents/{agent_id}/runs", {"id", "messages"})):
+            schema = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+            assert required <= set(schema.get("required", ())), (path, schema.get("required"))
+        refs = json.dumps(doc).count("#/components/schemas/")
+        assert refs and all(ref.split("/")[-1] in doc["components"]["schemas"]
+                            for ref in _refs(doc))
+
+
+def _refs(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        return [v for k, v in node.items() if k == "$ref"] + [r for v in node.values() for r in _refs(v)]
+    if isinstance(node, list):
+        return [r for v in node for r in _refs(v)]
+    return []

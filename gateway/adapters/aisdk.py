@@ -30,9 +30,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
+import pydantic
 
 from eventlog.events import (
     Event,
@@ -340,6 +341,28 @@ def translate(thread_id: str, run_id: str, items: Iterable[Any], **kwargs: Any) 
 # -- input -------------------------------------------------------------------------------------
 
 TRIGGERS = ("submit-message", "regenerate-message")
+
+
+class UiMessageBody(pydantic.BaseModel):
+    """A UI message as `DefaultChatTransport` sends it (parts are documented, not modelled)."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+    id: str
+    role: Literal["user", "assistant", "system"]
+    parts: list[dict[str, Any]] = []
+    metadata: Any = None
+
+
+class ChatRequestBody(pydantic.BaseModel):
+    """The request body of `POST /v1/ai-sdk/agents/{agent_id}/runs`, for /openapi.json only:
+    `parse_chat_request` is what validates (with field paths in its 400s)."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+    id: str = pydantic.Field(description="the chat id: the thread id", pattern=r"^[A-Za-z0-9_-]{1,128}$")
+    messages: list[UiMessageBody]
+    trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
+    messageId: str | None = None
+    runId: str | None = pydantic.Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,128}$")
 _STRING_FIELDS = ("runId", "messageId", "trigger")
 
 

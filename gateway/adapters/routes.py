@@ -3,6 +3,7 @@
 
     POST /v1/ag-ui/agents/{agent_id}/runs     RunAgentInput -> AG-UI events (SSE, official encoder)
     GET  /v1/ag-ui/threads/{id}/messages      the thread as AG-UI messages
+    GET  /v1/agents                           the agents a client can run (ids, descriptions, tools)
     POST /v1/ai-sdk/agents/{agent_id}/runs    useChat body -> UI message stream (SSE, [DONE])
     GET  /v1/ai-sdk/runs/{id}/stream          the run's current turn replayed from the log
     GET  /v1/ai-sdk/threads/{id}/messages     the thread as AI SDK UI messages
@@ -22,6 +23,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from ag_ui import core as ag
 from ag_ui.encoder import EventEncoder
 from aiohttp import web
 
@@ -164,18 +166,55 @@ async def aisdk_messages(request: web.Request) -> web.Response:
     return reply({"thread_id": thread_id, "messages": session.aisdk_history(thread)})
 
 
+# -- agents --------------------------------------------------------------------------------------
+
+
+def agent_catalog(runtime_or_dispatcher: Any) -> list[dict[str, Any]]:
+    """The agents this gateway can run, for clients choosing `{agent_id}`: from the runtime when
+    it runs here (ids, descriptions, tools with their JSON Schemas), else only the ids a
+    work-queue dispatcher knows from the app (tools unknown here: `null`)."""
+    runtime = getattr(runtime_or_dispatcher, "runtime", runtime_or_dispatcher)
+    agents = getattr(runtime, "agents", None)
+    tools = getattr(runtime, "tools", None)
+    if agents is None:
+        return []
+    if tools is None:  # QueueDispatcher: a set of ids
+        return [{"id": a, "description": "", "tools": None} for a in sorted(agents)]
+    out = []
+    for spec in agents:
+        specs = [tools.get(n).spec for n in spec.tools if tools.get(n) is not None]
+        out.append({"id": spec.id, "description": spec.description,
+                    "tools": [{"name": t.name, "description": t.description, "parameters": t.parameters}
+                              for t in specs]})
+    return out
+
+
+async def list_agents(request: web.Request) -> web.Response:
+    return reply({"agents": agent_catalog(services(request).runtime)})
+
+
+_AGENTS = {"type": "object", "properties": {"agents": {"type": "array", "items": {
+    "type": "object", "required": ["id", "description", "tools"], "properties": {
+        "id": {"type": "string"}, "description": {"type": "string"},
+        "tools": {"type": ["array", "null"], "items": {"type": "object", "properties": {
+            "name": {"type": "string"}, "description": {"type": "string"},
+            "parameters": {"type": "object"}}}}}}}}}
+
 _MESSAGES = {"type": "object", "properties": {"thread_id": {"type": "string"},
                                               "messages": {"type": "array", "items": {"type": "object"}}}}
 
 ROUTES: list[Route] = [
+    Route("GET", "/v1/agents", list_agents, "The agents this gateway runs: ids, descriptions, tools",
+          "agents", response=_AGENTS),
     Route("POST", "/v1/ag-ui/agents/{agent_id}/runs", agui_run,
-          "AG-UI: run an agent on RunAgentInput (new messages, or resume[] for the waiting run); "
-          "AG-UI events as SSE", "ag-ui", content_type="text/event-stream", errors=(404,)),
+          "AG-UI: run an agent on RunAgentInput (new messages, or resume[] for the waiting run, or "
+          "tool messages answering pending frontend tool calls); AG-UI events as SSE", "ag-ui",
+          body=ag.RunAgentInput, content_type="text/event-stream", errors=(404,)),
     Route("GET", "/v1/ag-ui/threads/{id}/messages", agui_messages, "AG-UI: the thread's messages",
           "ag-ui", response=_MESSAGES, errors=(404,)),
     Route("POST", "/v1/ai-sdk/agents/{agent_id}/runs", aisdk_run,
           "AI SDK v6: chat request -> UI message stream (SSE, ends with [DONE])", "ai-sdk",
-          content_type="text/event-stream", errors=(404,)),
+          body=aisdk.ChatRequestBody, content_type="text/event-stream", errors=(404,)),
     Route("GET", "/v1/ai-sdk/runs/{id}/stream", aisdk_stream,
           "AI SDK v6: the run's current turn replayed from the log (resume-stream)", "ai-sdk",
           content_type="text/event-stream", errors=(404,)),
