@@ -245,8 +245,10 @@ async def _drive(backend: Backend, tr: Any, thread: ThreadLog, agent_id: str, me
                     **({"frontend_tools": frontend_tools} if frontend_tools else {}))
             elif kind == "decide":
                 accepted = await backend.dispatcher.submit_inputs(run_id, decisions=arg)
-                if accepted.duplicate:  # a retried answer: replay from where it was recorded
-                    after = accepted.seq - 1
+                if accepted.duplicate:  # a retried answer: replay from where it was recorded,
+                    after = accepted.seq - 1  # from the state as of then (see agui_events)
+                    if isinstance(tr, agui.AguiTranslator) and not tr.started:
+                        tr.state, tr.messages = thread.as_of(after)
                 commits = await run_commits(backend.store, run_id)
                 if not resumed_now(commits, accepted.seq):
                     # recorded, but the run still waits for the rest (a partial answer)
