@@ -275,7 +275,8 @@ class Server:
             settings=self.config.settings)
         self.parts.append("nats-service")
         backend = adapter_session.backend_of(self.store, self.dispatcher)
-        self.adapter_service = adapter_nats_routes.AdapterService(self.store.nc, backend)
+        self.adapter_service = adapter_nats_routes.AdapterService(
+            self.store.nc, backend, auth_tokens=self.config.tokens)
         await self.adapter_service.start()
         self.parts.append("adapters-nats")
 

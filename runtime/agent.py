@@ -37,6 +37,8 @@ class AgentSpec(pydantic.BaseModel):
     id: str
     #: A model registry name, or a `Model` instance (handy in tests and scripts).
     model: str | Any
+    #: What the agent is for, as `GET /v1/agents` shows it to clients (not sent to the model).
+    description: str = ""
     system_prompt: str = ""
     #: Tool names, resolved from the runtime's tool registry.
     tools: list[str] = []

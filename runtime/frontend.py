@@ -24,7 +24,8 @@ from eventlog.ids import validate_id
 
 from .models.base import ToolSpec
 
-#: The ticket action of a frontend tool call (AG-UI interrupt reason `agentlog:frontend_tool`).
+#: The ticket action of a frontend tool call (AG-UI: a pending tool call of a successful run,
+#: not an interrupt; AI SDK: the client answers with addToolOutput).
 ACTION = "frontend_tool"
 _EMPTY_SCHEMA: dict[str, JSON] = {"type": "object", "properties": {}}
 

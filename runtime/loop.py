@@ -544,6 +544,9 @@ class RunLoop:
         self._agent_tools = {n: tools[n] for n in spec.tools if n in tools}
         self._base_tool_specs = tool_specs(spec, self._agent_tools, (), ctx.frontend_tools)
         self._live_on = live.enabled
+        #: The id of the assistant message being streamed live (drawn at its first delta, see
+        #: `_message_id`), so live deltas and the committed message share one id.
+        self._streaming_message_id: str | None = None
         #: A context folded from a snapshot lacks the messages before it: they are loaded by
         #: this (started early by `prefetch_messages`, awaited before anything reads them).
         self._older_factory = older_messages
@@ -826,10 +829,11 @@ class RunLoop:
             try:
                 response = await self._race(self._infer(request))
             except ModelError as exc:
+                self._streaming_message_id = None  # nothing of that stream is committed
                 self.log.warning("run.model_error", error=str(exc))
                 return await self._finish(Termination(type="error", code=exc.code, detail=str(exc)))
             message = Message(
-                id=self.entropy.new_id(), role="assistant", content=response.text,
+                id=self._message_id(take=True), role="assistant", content=response.text,
                 tool_calls=list(response.tool_calls) or None,
             )
             self._emit(MessageAppended(message=message))
@@ -1333,6 +1337,16 @@ class RunLoop:
         assert last is not None
         raise last
 
+    def _message_id(self, *, take: bool = False) -> str:
+        """The assistant message id of this inference: drawn once, at the first live delta (so
+        the deltas carry the id the commit will have: AG-UI / AI SDK clients then see one
+        message, not a provisional one and the committed one) or at the commit. The draw happens
+        in the same entropy order as before (nothing else draws ids during inference), so
+        recorded logs replay unchanged; `take` hands it to the commit and resets."""
+        mid = self._streaming_message_id or self.entropy.new_id()
+        self._streaming_message_id = None if take else mid
+        return mid
+
     async def _stream(self, model: Any, request: ModelRequest) -> ModelResponse:
         live_on = self._live_on
         step = self.ctx.step
@@ -1343,10 +1357,12 @@ class RunLoop:
                 return chunk.response
             if live_on:
                 if t is TextDelta:
-                    self.live.publish(*for_live, {"type": "text_delta", "step": step, "text": chunk.text})
+                    self.live.publish(*for_live, {"type": "text_delta", "step": step, "text": chunk.text,
+                                                  "message_id": self._message_id()})
                 elif t is ToolCallDelta:
                     self.live.publish(*for_live, {
                         "type": "tool_call_delta", "step": step, "index": chunk.index,
+                        "message_id": self._message_id(),
                         "call_id": chunk.call_id, "name": chunk.name, "arguments_delta": chunk.arguments_delta,
                     })
         raise ModelProtocolError(f"model {request.model!r} ended its stream without a final response")

@@ -35,7 +35,7 @@ from gateway.adapters.agui import (
     to_agui_messages,
     translate,
 )
-from gateway.adapters.agui_verify import AguiStreamError, event_types, parse_sse, verify_agui_stream
+from protocol_verify.agui import AguiStreamError, event_types, parse_sse, verify_agui_stream
 from gateway.adapters.common import AdapterInputError, DuplicateResume, MissingResume, ResumeError, UnknownInterrupt
 from runtime import PermissionPlugin
 from runtime.models import ModelRequestRejected, Turn

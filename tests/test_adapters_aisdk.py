@@ -20,7 +20,7 @@ from gateway.adapters.aisdk import (
     parse_chat_request,
     translate,
 )
-from gateway.adapters.aisdk_verify import UiStreamError, part_types, verify_ui_stream
+from protocol_verify.aisdk import UiStreamError, part_types, verify_ui_stream
 from gateway.adapters.common import AdapterInputError, ResumeError, UnknownInterrupt
 from runtime import PermissionPlugin
 from runtime.models import ModelRequestRejected, Turn

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from eventlog.events import ToolCallDecided
-from gateway.adapters.agui_verify import event_types, verify_agui_stream
-from gateway.adapters.aisdk_verify import part_types, verify_ui_stream
+from protocol_verify.agui import event_types, verify_agui_stream
+from protocol_verify.aisdk import part_types, verify_ui_stream
 from runtime import PermissionPlugin
 from runtime.models import ModelRequestRejected, Turn
 
@@ -125,18 +125,20 @@ async def test_agui_frontend_tool_round_trip(nats_server: Any, tr: Transport, vi
     tools = [{"name": "confirm_action", "description": "confirm", "parameters": {"type": "object"}}]
     async with open_stack(nats_server, turns) as stack:
         events = await agui_ok(tr, stack, run_input("t1", "r1", user("do it", "u1"), tools=tools))
-        (interrupt,) = events[-1].outcome.interrupts
-        assert interrupt.reason == "agentlog:frontend_tool" and interrupt.tool_call_id == interrupt.id
-        if via == "resume":
+        # AG-UI 1.0: a frontend tool call is a pending tool call of a successful run, not an interrupt
+        outcome = events[-1].outcome
+        assert outcome.type == "success"
+        (call_id,) = outcome.pending_tool_call_ids
+        if via == "resume":  # still accepted
             body = run_input("t1", "r2", tools=tools, resume=[
-                {"interruptId": interrupt.id, "status": "resolved", "payload": {"confirmed": True}}])
+                {"interruptId": call_id, "status": "resolved", "payload": {"confirmed": True}}])
         else:
             body = run_input("t1", "r2", user("do it", "u1"), {
-                "id": "tm1", "role": "tool", "toolCallId": interrupt.id, "content": json.dumps({"confirmed": True})},
+                "id": "tm1", "role": "tool", "toolCallId": call_id, "content": json.dumps({"confirmed": True})},
                 tools=tools)
         events = await agui_ok(tr, stack, body)
         (result,) = [e for e in events if e.type == "TOOL_CALL_RESULT"]
-        assert result.tool_call_id == interrupt.id and json.loads(result.content) == {"confirmed": True}
+        assert result.tool_call_id == call_id and json.loads(result.content) == {"confirmed": True}
         assert events[-1].type == "RUN_FINISHED" and text_of(events) == "Confirmed, thanks."
 
 

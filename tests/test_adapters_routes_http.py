@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from gateway.adapters.agui_verify import verify_agui_stream
-from gateway.adapters.aisdk_verify import parse_ui_sse, verify_ui_stream
+from protocol_verify.agui import verify_agui_stream
+from protocol_verify.aisdk import parse_ui_sse, verify_ui_stream
 from runtime import PermissionPlugin
 from runtime.models import Turn
 

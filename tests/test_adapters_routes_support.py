@@ -18,8 +18,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
 from gateway.adapters import nats_routes, routes
-from gateway.adapters.agui_verify import parse_sse
-from gateway.adapters.aisdk_verify import parse_ui_sse
+from protocol_verify.agui import parse_sse
+from protocol_verify.aisdk import parse_ui_sse
 from gateway.adapters.session import Backend
 from gateway.dispatch import InProcessDispatcher
 from gateway.http import Settings, create_app
@@ -53,8 +53,11 @@ class Stack:
 
 @contextlib.asynccontextmanager
 async def open_stack(server: EmbeddedNatsServer, turns: list[Any], *, mode: str = "sequential",
-                     plugins: tuple[Any, ...] = (), tools: list[Any] | None = None) -> AsyncIterator[Stack]:
-    """`tools`: the backend tools (default `TOOLS`)."""
+                     plugins: tuple[Any, ...] = (), tools: list[Any] | None = None,
+                     tokens: str = "", agents: list[AgentSpec] | None = None) -> AsyncIterator[Stack]:
+    """`tools`: the backend tools (default `TOOLS`); `tokens`: the API tokens of HTTP and the
+    adapters' NATS subjects (`AGENTLOG_TOKENS` syntax, "" = no auth); `agents`: instead of the
+    one scripted agent `agent` built from `turns`/`mode`/`plugins`."""
     tools = TOOLS if tools is None else tools
     store = await JetStreamEventStore.connect(server.url, request_timeout=2.0, connect_timeout=5.0)
     views = await KVViewStore.open(store.nc)
@@ -62,15 +65,17 @@ async def open_stack(server: EmbeddedNatsServer, turns: list[Any], *, mode: str 
     await runner.start()
     live = NatsLiveSink(store.nc)
     live.start()
-    agent = AgentSpec(id="agent", model=ScriptedModel(turns, chunk_words=2), tools=[t.name for t in tools],
-                      tool_execution_mode=mode, plugins=list(plugins))
-    rt = Runtime(store, agents=[agent], tools=tools, live=live)
+    if agents is None:
+        agents = [AgentSpec(id="agent", model=ScriptedModel(turns, chunk_words=2), tools=[t.name for t in tools],
+                            tool_execution_mode=mode, plugins=list(plugins))]
+    rt = Runtime(store, agents=agents, tools=tools, live=live)
     dispatcher = InProcessDispatcher(rt)
-    app = create_app(store, views, runner, auth_tokens="", runtime=dispatcher, extra_routes=routes.ROUTES,
+    app = create_app(store, views, runner, auth_tokens=tokens, runtime=dispatcher, extra_routes=routes.ROUTES,
                      settings=Settings(read_wait=5.0, sse_heartbeat=5.0))
     client = TestClient(TestServer(app, host="127.0.0.1"))
     await client.start_server()
-    service = nats_routes.AdapterService(store.nc, Backend(store, dispatcher, store.nc), default_agent="agent")
+    service = nats_routes.AdapterService(store.nc, Backend(store, dispatcher, store.nc), default_agent="agent",
+                                         auth_tokens=tokens)
     await service.start()
     nc = await nats.connect(server.url)
     try:
@@ -131,24 +136,30 @@ class Http(Transport):
         return Answer(parts, done=done)
 
 
+async def nats_request(stack: Stack, subject: str, body: Any, agent: str = "agent",
+                       token: str | None = None) -> list[Any]:
+    """One adapter request over NATS: the reply messages up to (without) the empty end marker."""
+    inbox = stack.nc.new_inbox()
+    sub = await stack.nc.subscribe(inbox)
+    out: list[Any] = []
+    headers = {nats_routes.AGENT_HEADER: agent} | ({"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        await stack.nc.publish(subject, json.dumps(body).encode(), reply=inbox, headers=headers)
+        async with asyncio.timeout(TIMEOUT):
+            async for msg in sub.messages:
+                if not msg.data:
+                    break
+                out.append(msg)
+    finally:
+        await sub.unsubscribe()
+    return out
+
+
 class Nats(Transport):
     name = "nats"
 
     async def _request(self, stack: Stack, subject: str, body: Any, agent: str) -> list[dict[str, Any]]:
-        inbox = stack.nc.new_inbox()
-        sub = await stack.nc.subscribe(inbox)
-        out: list[dict[str, Any]] = []
-        try:
-            await stack.nc.publish(subject, json.dumps(body).encode(), reply=inbox,
-                                   headers={nats_routes.AGENT_HEADER: agent})
-            async with asyncio.timeout(TIMEOUT):
-                async for msg in sub.messages:
-                    if not msg.data:
-                        break
-                    out.append(json.loads(msg.data))
-        finally:
-            await sub.unsubscribe()
-        return out
+        return [json.loads(m.data) for m in await nats_request(stack, subject, body, agent)]
 
     @staticmethod
     def _answer(events: list[dict[str, Any]], error_type: str) -> Answer:
@@ -165,4 +176,4 @@ class Nats(Transport):
 
 TRANSPORTS = [Http(), Nats()]
 
-__all__ = ["Answer", "Http", "Nats", "Stack", "TIMEOUT", "TRANSPORTS", "Transport", "open_stack"]
+__all__ = ["Answer", "Http", "Nats", "nats_request", "Stack", "TIMEOUT", "TRANSPORTS", "Transport", "open_stack"]

@@ -80,7 +80,8 @@ class Recorded:
 
 async def record(
     store: Any, turns: list[Any], *, message: str = "hi", live: bool = False, thread_id: str | None = None,
-    rt: Runtime | None = None, chunk_words: int = 2, prefix: str = "id", **spec: Any,
+    rt: Runtime | None = None, chunk_words: int = 2, prefix: str = "id", tools: list[Any] | None = None,
+    **spec: Any,
 ) -> Recorded:
     """Run one scenario to its end (finished or waiting) and return what a route would stream.
 
@@ -94,8 +95,9 @@ async def record(
 
     if rt is None:
         model = ScriptedModel(turns, chunk_words=chunk_words)
-        agent = AgentSpec(id="agent", model=model, tools=[t.name for t in ALL_TOOLS], **spec)
-        rt = Runtime(store, agents=[agent], tools=ALL_TOOLS, entropy=DeterministicEntropy(prefix=prefix),
+        tools = ALL_TOOLS if tools is None else tools
+        agent = AgentSpec(id="agent", model=model, tools=[t.name for t in tools], **spec)
+        rt = Runtime(store, agents=[agent], tools=tools, entropy=DeterministicEntropy(prefix=prefix),
                      live=MemoryLiveSink(on_publish) if live else None)
     before: list[StoredCommit] = []
     if thread_id is not None:

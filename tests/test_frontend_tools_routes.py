@@ -1,17 +1,20 @@
 """AG-UI frontend tools end to end (issue #8), on a real nats-server, over HTTP and NATS: a tool
 declared ONLY in the request's `tools` (no backend stub) is offered to the model, its call ends
-the run with an interrupt, the client's result resumes it and the model's next turn sees it; the
+the run successfully with the call pending (`pendingToolCallIds`, AG-UI 1.0; issue #14 item 4:
+not an interrupt), the client's `role: tool` message resumes it (a `resume[]` entry still works)
+and the model's next turn sees it; the
 exact streams, the run view, verified replay, a cold resume by a fresh Runtime, and refusals
 that write nothing."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from gateway.adapters.agui_verify import event_types, verify_agui_stream
+from protocol_verify.agui import event_types, verify_agui_stream
 from runtime.models import ToolSpec, Turn
 from runtime.models.scripted import last_tool_result
 from runtime.replay import ReplayApp, verify_run
@@ -52,23 +55,40 @@ def model_of(stack: Any) -> Any:
 
 
 async def interrupt_run(tr: Transport, stack: Any) -> Any:
+    """The first run: it finishes successfully with the frontend call pending. Returns the
+    pending call as a small record (`.id`) and keeps the MESSAGES_SNAPSHOT for the answer."""
     events = await agui_ok(tr, stack, run_input("t1", "r1", user("pick one", "u1"), tools=[PICK]))
     assert event_types(events) == INTERRUPTED
-    (interrupt,) = events[-1].outcome.interrupts
-    assert interrupt.reason == "agentlog:frontend_tool" and interrupt.tool_call_id == interrupt.id
+    outcome = events[-1].outcome
+    assert outcome.type == "success" and len(outcome.pending_tool_call_ids) == 1
     start = next(e for e in events if e.type == "TOOL_CALL_START")
-    assert start.tool_call_name == "pick_color" and start.tool_call_id == interrupt.id
+    assert start.tool_call_name == "pick_color" and start.tool_call_id == outcome.pending_tool_call_ids[0]
     args = "".join(e.delta for e in events if e.type == "TOOL_CALL_ARGS")
     assert json.loads(args) == ARGS
-    return interrupt
+    snapshot = next(e for e in events if e.type == "MESSAGES_SNAPSHOT")
+    return Pending(start.tool_call_id, [m.model_dump(mode="json", by_alias=True, exclude_none=True)
+                                        for m in snapshot.messages])
 
 
-def resume_body(interrupt: Any) -> dict[str, Any]:
-    return run_input("t1", "r2", tools=[PICK], resume=[
-        {"interruptId": interrupt.id, "status": "resolved", "payload": {"color": "blue"}}])
+@dataclass
+class Pending:
+    id: str
+    messages: list[dict[str, Any]]
 
 
-async def test_request_only_frontend_tool_round_trip(nats_server: Any, tr: Transport) -> None:
+def resume_body(pending: Any, *, legacy: bool = False) -> dict[str, Any]:
+    """The client's answer: the conventional `role: tool` message after the history it has (or,
+    `legacy`, a `resume[]` entry, still accepted for clients written against the interrupt)."""
+    if legacy:
+        return run_input("t1", "r2", *pending.messages, tools=[PICK], resume=[
+            {"interruptId": pending.id, "status": "resolved", "payload": {"color": "blue"}}])
+    tool_message = {"id": "client-tool-1", "role": "tool", "toolCallId": pending.id,
+                    "content": json.dumps({"color": "blue"})}
+    return run_input("t1", "r2", *pending.messages, tool_message, tools=[PICK])
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["tool-message", "resume-entry"])
+async def test_request_only_frontend_tool_round_trip(nats_server: Any, tr: Transport, legacy: bool) -> None:
     turns = [Turn.tool("pick_color", ARGS), echo_result]
     async with open_stack(nats_server, turns) as stack:
         assert "pick_color" not in {t.name for t in TOOLS}  # declared by the request alone
@@ -81,7 +101,7 @@ async def test_request_only_frontend_tool_round_trip(nats_server: Any, tr: Trans
         assert call.status == "suspended" and call.ticket.action == "frontend_tool"
         assert call.ticket.parameters == ARGS and call.ticket.resume_mode == "use_decision_as_tool_result"
 
-        events = await agui_ok(tr, stack, resume_body(interrupt))
+        events = await agui_ok(tr, stack, resume_body(interrupt, legacy=legacy))
         assert_resumed(events)
         (result,) = [e for e in events if e.type == "TOOL_CALL_RESULT"]
         assert result.tool_call_id == interrupt.id and json.loads(result.content) == {"color": "blue"}

@@ -7,9 +7,14 @@ the stream when the source ends early. The route only merges its two sources and
 
 Why the shapes are what they are:
 * Text streams from live deltas when the route forwards them (low latency); otherwise the
-  committed assistant `MessageAppended` is synthesised into START + one CONTENT + END. A live
-  stream has no log id yet (the id is minted at commit), so it uses a provisional id
-  (`<run>-s<step>-text`); the MESSAGES_SNAPSHOT at the end carries the log ids.
+  committed assistant `MessageAppended` is synthesised into START + one CONTENT + END. Live
+  deltas carry the id the committed message will have (`message_id`, drawn by the loop at the
+  first delta), so live and committed events share one id scheme and the client's reducer
+  builds exactly the server's messages (issue #14 items 2-3); only deltas of an older runtime
+  without it fall back to a provisional `<run>-s<step>-text`.
+* A streamed text message stays open while the same message's tool calls stream (AG-UI allows
+  both at once; TOOL_CALL_START names it as `parentMessageId`): it is closed when its commit
+  arrives, after catching up on dropped deltas, and never re-emitted.
 * Steps open at the first sign of them (a live delta of step N, or `StepStarted`), because the
   loop commits `StepStarted` with the inference result, after the deltas of that step.
 * A suspended run is an AG-UI interrupt (upstream contract, `RunFinishedInterruptOutcome`):
@@ -50,6 +55,7 @@ from eventlog.events import (
     Usage,
 )
 from eventlog.ids import is_valid_id
+from runtime.frontend import ACTION as FRONTEND_ACTION
 from runtime.models.base import ToolSpec
 
 from .common import (
@@ -126,11 +132,17 @@ def make_interrupt(
     )
 
 
+def is_frontend_ticket(ticket: SuspendTicket | None) -> bool:
+    """A suspension that waits for the client to run a frontend tool (not a human's answer)."""
+    return ticket is not None and ticket.action == FRONTEND_ACTION
+
+
 def open_interrupts(run: Any) -> list[ag.Interrupt]:
-    """The open interrupts of a run view (`projections.views.RunView`): its suspended calls."""
+    """The open interrupts of a run view (`projections.views.RunView`): its suspended calls,
+    except frontend tool calls (pending tool calls the client answers with tool messages)."""
     return [
         make_interrupt(c.call_id, c.ticket, c.name, c.arguments)
-        for c in run.calls.values() if c.status == "suspended"
+        for c in run.calls.values() if c.status == "suspended" and not is_frontend_ticket(c.ticket)
     ]
 
 
@@ -185,6 +197,7 @@ class AguiTranslator:
         self._step: int | None = None            # the open step
         self._max_step = 0
         self._text: _Text | None = None          # the open live text message
+        self._streamed: dict[str, str] = {}      # live text message id -> text streamed so far
         self._live_calls: dict[tuple[int, int], _Call] = {}   # (step, index) -> streamed call
         self._calls: dict[str, tuple[str, Any]] = {}          # call id -> (name, arguments)
         self._tickets: dict[str, SuspendTicket] = {}
@@ -248,12 +261,14 @@ class AguiTranslator:
             if not isinstance(text, str) or not text:
                 return []
             out += self._open_step(step)
-            if self._text is None or self._text.step != step:
+            mid = self._live_message_id(p, step)
+            if self._text is None or self._text.message_id != mid:
                 out += self._close_text()
-                self._text = _Text(f"{self.run_id}-s{step}-text", step)
-                out.append(ag.TextMessageStartEvent(message_id=self._text.message_id, role="assistant"))
+                self._text = _Text(mid, step, self._streamed.get(mid, ""))
+                out.append(ag.TextMessageStartEvent(message_id=mid, role="assistant"))
             self._text.text += text
-            out.append(ag.TextMessageContentEvent(message_id=self._text.message_id, delta=text))
+            self._streamed[mid] = self._text.text
+            out.append(ag.TextMessageContentEvent(message_id=mid, delta=text))
         elif kind == "tool_call_delta":
             step = int_or(p.get("step"), self._max_step)
             index = int_or(p.get("index"), 0)
@@ -263,10 +278,10 @@ class AguiTranslator:
                 call_id, name = p.get("call_id"), p.get("name")
                 if not isinstance(call_id, str) or not isinstance(name, str):
                     return out  # cannot open a call without its id and name; the commit will
-                out += self._close_text()
                 call = _Call(call_id, name)
                 self._live_calls[(step, index)] = call
-                out.append(ag.ToolCallStartEvent(tool_call_id=call_id, tool_call_name=name))
+                out.append(ag.ToolCallStartEvent(tool_call_id=call_id, tool_call_name=name,
+                                                 parent_message_id=self._live_message_id(p, step)))
             delta = p.get("arguments_delta")
             if call.open and isinstance(delta, str) and delta:
                 call.args += delta
@@ -277,6 +292,11 @@ class AguiTranslator:
                 self._progress.add(call_id)
                 out.append(self._activity(call_id, "running", p.get("data")))
         return out
+
+    def _live_message_id(self, p: dict[str, Any], step: int) -> str:
+        """The message a live delta belongs to: the log id it carries, else a provisional one."""
+        mid = p.get("message_id")
+        return mid if is_valid_id(mid) else f"{self.run_id}-s{step}-text"
 
     def _activity(self, call_id: str, status: str, data: Any = None) -> ag.ActivitySnapshotEvent:
         content: dict[str, Any] = {
@@ -354,19 +374,7 @@ class AguiTranslator:
             return []
         out: list[Any] = []
         if m.role == "assistant":
-            if self._text is not None:
-                streamed = self._text.text
-                mid = self._text.message_id
-                # catch up on deltas the live link dropped (core NATS is best effort)
-                if m.content.startswith(streamed) and len(m.content) > len(streamed):
-                    out.append(ag.TextMessageContentEvent(message_id=mid, delta=m.content[len(streamed):]))
-                out += self._close_text()
-            elif m.content:
-                out += [
-                    ag.TextMessageStartEvent(message_id=m.id, role="assistant"),
-                    ag.TextMessageContentEvent(message_id=m.id, delta=m.content),
-                    ag.TextMessageEndEvent(message_id=m.id),
-                ]
+            out += self._committed_text(m)
             live = {c.call_id: c for k, c in self._live_calls.items() if k[0] == self._step}
             for call in m.tool_calls or ():
                 self._calls[call.id] = (call.name, call.arguments)
@@ -396,6 +404,27 @@ class AguiTranslator:
                 ag.TextMessageContentEvent(message_id=m.id, delta=m.content),
                 ag.TextMessageEndEvent(message_id=m.id),
             ]
+        return out
+
+    def _committed_text(self, m: Message) -> list[Any]:
+        """The text of a committed assistant message, given what was streamed live: catch up on
+        deltas the live link dropped (core NATS is best effort) and close it; a message streamed
+        under its own id and already closed only gets the missing rest; one never streamed is
+        synthesised. Text is never sent twice (issue #14 item 2)."""
+        out: list[Any] = []
+        streamed = self._streamed.pop(m.id, None)
+        if self._text is not None and (self._text.message_id == m.id or streamed is None):
+            streamed, mid = self._text.text, self._text.message_id
+            if m.content.startswith(streamed) and len(m.content) > len(streamed):
+                out.append(ag.TextMessageContentEvent(message_id=mid, delta=m.content[len(streamed):]))
+            self._streamed.pop(mid, None)
+            return out + self._close_text()
+        sent = streamed or ""
+        rest = m.content[len(sent):] if m.content.startswith(sent) else ""
+        if rest:
+            out += [ag.TextMessageStartEvent(message_id=m.id, role="assistant"),
+                    ag.TextMessageContentEvent(message_id=m.id, delta=rest),
+                    ag.TextMessageEndEvent(message_id=m.id)]
         return out
 
     # -- open/close bookkeeping ------------------------------------------------------------------
@@ -446,14 +475,19 @@ class AguiTranslator:
         return ag.MessagesSnapshotEvent(messages=to_agui_messages(self.messages))
 
     def _suspended(self, call_ids: list[str]) -> list[Any]:
+        """A waiting run ends the AG-UI run. Frontend tool calls are NOT interrupts (AG-UI 1.0:
+        the run finishes successfully with `pendingToolCallIds`, the client runs the tools and
+        answers with `role: tool` messages in its next request, which the official client only
+        sends with no pending interrupt). Approvals and other human input stay interrupts."""
+        pending = [cid for cid in call_ids if is_frontend_ticket(self._tickets.get(cid))]
         interrupts = [
             make_interrupt(cid, self._tickets.get(cid), *self._calls.get(cid, (None, None)))
-            for cid in call_ids
+            for cid in call_ids if cid not in pending
         ]
         out = self._close_all()
         out += [ag.StateSnapshotEvent(snapshot=copy.deepcopy(self.state)), self._snapshot_messages()]
         outcome: Any = (ag.RunFinishedInterruptOutcome(interrupts=interrupts) if interrupts
-                        else ag.RunFinishedSuccessOutcome())
+                        else ag.RunFinishedSuccessOutcome(pending_tool_call_ids=pending or None))
         out.append(ag.RunFinishedEvent(
             thread_id=self.thread_id, run_id=self.run_id, outcome=outcome,
             usage=self._token_usage(self._usage),

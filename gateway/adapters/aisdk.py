@@ -12,6 +12,9 @@ Mapping, and why:
 * steps -> `start-step`/`finish-step`, opened at the first sign of a step (live deltas come
   before the loop commits `StepStarted`);
 * text from live deltas when present, else synthesised from the committed assistant message;
+  live deltas carry the committed message's id (`message_id`), used as the text part id, and
+  the text part stays open while that message's tool calls stream, so the committed text is
+  never emitted a second time (issue #14 item 2: duplicated text parts);
 * tool calls -> `tool-input-start` (+ `tool-input-delta` from live) + `tool-input-available`,
   results -> `tool-output-available` / `tool-output-error`, a denied call (permission deny or a
   human's cancel) -> `tool-output-denied`;
@@ -26,10 +29,11 @@ Mapping, and why:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import msgspec
+import pydantic
 
 from eventlog.events import (
     Event,
@@ -48,6 +52,7 @@ from eventlog.events import (
     ToolCallSuspended,
 )
 from eventlog.ids import is_valid_id
+from runtime.frontend import ACTION as FRONTEND_ACTION
 
 from .common import (
     int_or,
@@ -97,23 +102,53 @@ class AiSdkTranslator:
         self._step: int | None = None
         self._max_step = 0
         self._text: tuple[str, int, str] | None = None          # (id, step, text so far)
+        self._streamed: set[str] = set()                         # text ids streamed live
         self._live_calls: dict[tuple[int, int], list[Any]] = {}  # (step, index) -> [call_id, args, open]
         self._calls: dict[str, tuple[str, Any]] = {}
         self._available: set[str] = set()
         self._denied: set[str] = set()
+        self._running: set[str] = set()            # calls whose result is still to be committed
+        self._held: list[dict[str, Any]] = []      # live deltas of the next step, until then
+        self._approved_later: set[str] = set()
 
-    def start(self) -> list[dict[str, Any]]:
+    def approved_later(self, call_ids: Iterable[str]) -> None:
+        """Calls a replay knows were approved after their suspension: their approval request is
+        not replayed (no stream part carries the human's `approved`, and an `output-available`
+        part with an unanswered `approval` fails `validateUIMessages`)."""
+        self._approved_later.update(call_ids)
+
+    def expect_results(self, call_ids: Iterable[str]) -> None:
+        """Calls whose results the stream will carry before the run's next step (the decisions
+        this request forwards): the next step's live deltas wait for them (see `feed`)."""
+        self._running.update(call_ids)
+
+    def start(self, *, announce: bool = True) -> list[dict[str, Any]]:
+        """`start{messageId}`; without `announce`, a bare `start` (the client then creates no
+        message: used when a stream fails before anything of the run was sent)."""
         if self.started:
             return []
         self.started = True
-        return [{"type": "start", "messageId": self.message_id}]
+        return [{"type": "start", "messageId": self.message_id} if announce else {"type": "start"}]
 
     def feed(self, item: Any) -> list[dict[str, Any]]:
+        """Live text/tool deltas that arrive while calls of the step before are still running
+        are held until those calls' results are committed: the live link outruns the log, and
+        the client only finds a tool part in the CURRENT step (`getCurrentStepParts`), so a
+        result sent after the next `start-step` fails with "No tool invocation found"."""
         if self.done:
             return []
         it = as_item(item)
         out = self.start()
-        out += self._live(it.live) if it.live is not None else self._event(it.event)  # type: ignore[arg-type]
+        if it.live is not None:
+            if self._running and it.live.get("type") in ("text_delta", "tool_call_delta"):
+                self._held.append(it.live)
+                return out
+            return out + self._live(it.live)
+        out += self._event(it.event)  # type: ignore[arg-type]
+        if self._held and not self._running and not self.done:
+            held, self._held = self._held, []
+            for p in held:
+                out += self._live(p)
         return out
 
     def finish(self, error: BaseException | str | None = None) -> list[dict[str, Any]]:
@@ -123,7 +158,9 @@ class AiSdkTranslator:
         text = ("the run's event stream ended before the run finished" if error is None
                 else error if isinstance(error, str) else (str(error) or type(error).__name__))
         self.done = True
-        return self.start() + self._close_step() + [
+        # an error before any part of the run: no messageId, or the client shows an empty
+        # assistant message under an id the thread does not have (issue #14 item 7)
+        return self.start(announce=False) + self._close_step() + [
             {"type": "error", "errorText": text}, {"type": "finish", "finishReason": "error"}]
 
     # -- live ------------------------------------------------------------------------------------
@@ -137,12 +174,14 @@ class AiSdkTranslator:
             if not isinstance(text, str) or not text:
                 return []
             out += self._open_step(step)
-            if self._text is None or self._text[1] != step:
+            mid = p.get("message_id") if is_valid_id(p.get("message_id")) else f"{self.run_id}-s{step}-text"
+            if self._text is None or self._text[0] != mid:
                 out += self._close_text()
-                self._text = (f"{self.run_id}-s{step}-text", step, "")
-                out.append({"type": "text-start", "id": self._text[0]})
-            self._text = (self._text[0], step, self._text[2] + text)
-            out.append({"type": "text-delta", "id": self._text[0], "delta": text})
+                self._text = (mid, step, "")
+                out.append({"type": "text-start", "id": mid})
+            self._text = (mid, step, self._text[2] + text)
+            self._streamed.add(mid)
+            out.append({"type": "text-delta", "id": mid, "delta": text})
         elif kind == "tool_call_delta":
             step = int_or(p.get("step"), self._max_step)
             index = int_or(p.get("index"), 0)
@@ -152,7 +191,6 @@ class AiSdkTranslator:
                 call_id, name = p.get("call_id"), p.get("name")
                 if not isinstance(call_id, str) or not isinstance(name, str):
                     return out
-                out += self._close_text()
                 call = self._live_calls[(step, index)] = [call_id, "", True]
                 out.append({"type": "tool-input-start", "toolCallId": call_id, "toolName": name})
             delta = p.get("arguments_delta")
@@ -186,10 +224,13 @@ class AiSdkTranslator:
         if t is ToolCallDecided:
             if ev.decision.action == "cancel":  # type: ignore[attr-defined]
                 self._denied.add(ev.call_id)  # type: ignore[attr-defined]
+            self._running.add(ev.call_id)  # type: ignore[attr-defined]
             return []
         if t is ToolCallSuspended:
+            self._running.discard(ev.call_id)  # type: ignore[attr-defined]
             return self._suspend(ev.call_id, ev.ticket)  # type: ignore[attr-defined]
         if t is ToolCallCompleted:
+            self._running.discard(ev.call_id)  # type: ignore[attr-defined]
             return self._completed(ev)  # type: ignore[arg-type]
         if t is StatePatched and ev.scope == "thread":  # type: ignore[attr-defined]
             return [{"type": "data-state-delta", "transient": True, "data": ev.ops}]  # type: ignore[attr-defined]
@@ -206,12 +247,12 @@ class AiSdkTranslator:
         if m.visibility != "all" or m.role != "assistant":
             return []  # tool results come from ToolCallCompleted (structured output)
         out: list[dict[str, Any]] = []
-        if self._text is not None:
+        if self._text is not None and (self._text[0] == m.id or m.id not in self._streamed):
             tid, _, streamed = self._text
             if m.content.startswith(streamed) and len(m.content) > len(streamed):
                 out.append({"type": "text-delta", "id": tid, "delta": m.content[len(streamed):]})
             out += self._close_text()
-        elif m.content:
+        elif m.content and m.id not in self._streamed:
             out += [{"type": "text-start", "id": m.id},
                     {"type": "text-delta", "id": m.id, "delta": m.content},
                     {"type": "text-end", "id": m.id}]
@@ -224,12 +265,17 @@ class AiSdkTranslator:
             else:
                 out.append({"type": "tool-input-start", "toolCallId": call.id, "toolName": call.name})
             self._available.add(call.id)
+            self._running.add(call.id)
             out.append({"type": "tool-input-available", "toolCallId": call.id, "toolName": call.name,
                         "input": call.arguments})
         return out
 
     def _suspend(self, call_id: str, ticket: Any) -> list[dict[str, Any]]:
+        if ticket is not None and ticket.action == FRONTEND_ACTION:
+            return []  # the client runs it on `tool-input-available` and answers with addToolOutput
         if needs_approval(ticket):
+            if call_id in self._approved_later:
+                return []
             return [{"type": "tool-approval-request", "approvalId": call_id, "toolCallId": call_id}]
         data: dict[str, Any] = {"id": call_id, "toolCallId": call_id, "reason": interrupt_reason(ticket)}
         if ticket is not None:
@@ -295,6 +341,28 @@ def translate(thread_id: str, run_id: str, items: Iterable[Any], **kwargs: Any) 
 # -- input -------------------------------------------------------------------------------------
 
 TRIGGERS = ("submit-message", "regenerate-message")
+
+
+class UiMessageBody(pydantic.BaseModel):
+    """A UI message as `DefaultChatTransport` sends it (parts are documented, not modelled)."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+    id: str
+    role: Literal["user", "assistant", "system"]
+    parts: list[dict[str, Any]] = []
+    metadata: Any = None
+
+
+class ChatRequestBody(pydantic.BaseModel):
+    """The request body of `POST /v1/ai-sdk/agents/{agent_id}/runs`, for /openapi.json only:
+    `parse_chat_request` is what validates (with field paths in its 400s)."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+    id: str = pydantic.Field(description="the chat id: the thread id", pattern=r"^[A-Za-z0-9_-]{1,128}$")
+    messages: list[UiMessageBody]
+    trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
+    messageId: str | None = None
+    runId: str | None = pydantic.Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,128}$")
 _STRING_FIELDS = ("runId", "messageId", "trigger")
 
 
@@ -309,6 +377,10 @@ class AiSdkRequest:
     message_id: str | None
     message: dict[str, Any] | None
     decisions: list[Decision]
+    #: Client-side tool results (`addToolOutput`: tool parts in state `output-available` /
+    #: `output-error`) as decisions. The last message repeats results the server already has
+    #: (backend tools), so the session keeps only those for open calls (issue #14 item 6).
+    tool_outputs: list[Decision] = field(default_factory=list)
 
 
 def parse_chat_request(body: Any) -> AiSdkRequest:
@@ -361,9 +433,41 @@ def parse_chat_request(body: Any) -> AiSdkRequest:
                 if safe_id(last.get("id")):
                     message["id"] = last["id"]
         decisions = _approvals(thread_id, last, f"messages[{i}]")
-    if message is None and not decisions and trigger != "regenerate-message":
-        raise AdapterInputError("request must include user input or tool approval responses", "messages")
-    return AiSdkRequest(thread_id, run_id, trigger, message_id, message, decisions)
+        outputs = _tool_outputs(thread_id, last, f"messages[{i}]", {d["target_id"] for d in decisions})
+    else:
+        outputs = []
+    if message is None and not decisions and not outputs and trigger != "regenerate-message":
+        raise AdapterInputError("request must include user input, tool approval responses or tool outputs",
+                                "messages")
+    return AiSdkRequest(thread_id, run_id, trigger, message_id, message, decisions, outputs)
+
+
+def _tool_outputs(thread_id: str, m: dict[str, Any], where: str, approved: set[str]) -> list[Decision]:
+    """Tool parts with a client-side result (`addToolOutput`) -> decisions whose payload is the
+    tool result (frontend tools resume with `use_decision_as_tool_result`); `output-error` ->
+    a cancel with the error text. Parts already answered as approvals are left to those."""
+    if m.get("role") != "assistant":
+        return []
+    out: list[Decision] = []
+    for j, p in enumerate(m.get("parts", [])):
+        kind, state = p.get("type"), p.get("state")
+        if not (isinstance(kind, str) and (kind.startswith("tool-") or kind == "dynamic-tool")) \
+                or state not in ("output-available", "output-error"):
+            continue
+        target = p.get("toolCallId")
+        if not is_valid_id(target) or target in approved:
+            continue
+        if state == "output-available":
+            d = Decision(target_id=target, action="resume", result=p.get("output"),
+                         decision_id=decision_id(thread_id, target, "output", p.get("output")))
+        else:
+            text = p.get("errorText")
+            if not isinstance(text, str):
+                raise AdapterInputError("errorText must be a string", f"{where}.parts[{j}].errorText")
+            d = Decision(target_id=target, action="cancel", result={"error": text}, reason=text,
+                         decision_id=decision_id(thread_id, target, "output-error", text))
+        out.append(d)
+    return out
 
 
 def _user_text(m: dict[str, Any], where: str) -> str:

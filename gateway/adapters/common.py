@@ -9,16 +9,19 @@ what they return, so the same code serves HTTP SSE, NATS replies and replays of 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
-from typing import Any, Literal, NamedTuple, TypedDict
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import Any, Literal, NamedTuple, TypedDict, TypeVar
 
 import msgspec
+import structlog
 
 from eventlog.errors import AgentlogError
 from eventlog.events import Event, SuspendTicket
 from eventlog.ids import is_valid_id
 
 _encode = msgspec.json.Encoder(order="deterministic").encode
+log = structlog.get_logger("agentlog.adapters")
+T = TypeVar("T")
 
 
 class AdapterInputError(AgentlogError, ValueError):
@@ -168,3 +171,35 @@ def json_text(value: Any) -> str:
 def int_or(value: Any, default: int) -> int:
     """`value` if it is a real int (not a bool), else `default`: live payloads come off the wire."""
     return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def error_text(exc: BaseException) -> str:
+    """What a protocol error event says about `exc`: the message of our own typed errors, only
+    the type of anything else (its text may hold the very input that broke it, e.g. a lone
+    surrogate, which no UTF-8 encoder accepts), always encodable."""
+    text = (str(exc) or type(exc).__name__) if isinstance(exc, AgentlogError) else \
+        f"internal error ({type(exc).__name__})"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+async def guarded(events: AsyncIterator[Any], encode: Callable[[Any], T],
+                  on_error: Callable[[BaseException], Any], **log_ctx: Any) -> AsyncIterator[T]:
+    """Encoded events of a protocol stream that always ENDS with the protocol's error event when
+    anything fails: the producer (e.g. the dispatcher refusing to encode a commit) or the encoding
+    of one event (e.g. RUN_STARTED echoing an input with a lone surrogate). Without this a
+    transport waited forever for an end that never came (issue #12 item 6). `on_error` builds the
+    error event (AG-UI RUN_ERROR / AI SDK `error`); it must only use `error_text(exc)`."""
+    try:
+        async for ev in events:
+            try:
+                frame = encode(ev)
+            except Exception as exc:  # noqa: BLE001 - reported as the stream's last event
+                log.error("adapter event could not be encoded", event=type(ev).__name__, exc_info=exc, **log_ctx)
+                yield encode(on_error(exc))
+                return
+            yield frame
+    except AgentlogError as exc:
+        yield encode(on_error(exc))
+    except Exception as exc:  # noqa: BLE001 - reported as the stream's last event
+        log.error("adapter stream failed", exc_info=exc, **log_ctx)
+        yield encode(on_error(exc))

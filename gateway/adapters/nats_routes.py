@@ -10,6 +10,12 @@ connection end / `[DONE]` for that; NATS has no stream end of its own). An inval
 exactly one error event (RUN_ERROR / `error` part) and the end marker; nothing is written.
 Without the header the runtime's only agent is used (a multi-agent gateway needs the header).
 
+Auth is the HTTP API's (`AGENTLOG_TOKENS`, issue #12 item 3): with tokens configured a request
+must carry `Authorization: Bearer <token>`; a tenant token only sees and creates threads whose
+`resource_id` starts with its prefix (another tenant's thread answers like an unknown one). A
+refused request gets one error event with the micro error headers (`Nats-Service-Error-Code`
+401/403) and the end marker; nothing is written.
+
 Why a queue group: any number of gateways can serve the subjects; each request is handled once.
 Why a task per request: a long run must not hold up the subscription's other requests.
 """
@@ -19,16 +25,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import structlog
 
 from eventlog.errors import AgentlogError
 from eventlog.jetstream import flush_subscriptions
+from gateway.http.auth import Authenticator, Principal, resolve_tokens
+from gateway.http.errors import ApiError
 
 from . import aisdk, session
-from .common import AdapterInputError
+from .common import AdapterInputError, guarded
 
 log = structlog.get_logger("agentlog.adapters.nats")
 
@@ -51,10 +59,13 @@ class AdapterService:
     """Serves both subjects on `nc` for `backend` (`session.Backend`). `start()`/`stop()`, or
     `async with`. `agent_ids`: the agents to default to when a request names none."""
 
-    def __init__(self, nc: Any, backend: session.Backend, *, default_agent: str | None = None) -> None:
+    def __init__(self, nc: Any, backend: session.Backend, *, default_agent: str | None = None,
+                 auth_tokens: str | Mapping[str, str | None] | None = "") -> None:
+        """`auth_tokens` as for `create_app` (`None` reads AGENTLOG_TOKENS; "" = no auth)."""
         self.nc = nc
         self.backend = backend
         self.default_agent = default_agent
+        self.auth = Authenticator(resolve_tokens(auth_tokens))
         self._subs: list[Any] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -99,13 +110,19 @@ class AdapterService:
             raise AdapterInputError(f"name the agent in the {AGENT_HEADER} header", AGENT_HEADER)
         return agent
 
+    def _who(self, msg: Any) -> Principal:
+        """The caller, as the HTTP auth middleware decides it (raises `ApiError` 401/403)."""
+        return self.auth.authenticate((msg.headers or {}).get("Authorization"))
+
     def _agui(self, msg: Any) -> AsyncIterator[Any]:
+        who = self._who(msg)
         req = session.agui_parse(_body(msg.data))
-        return session.agui_events(self.backend, self._agent(msg), req)
+        return session.agui_events(self.backend, self._agent(msg), req, who)
 
     def _aisdk(self, msg: Any) -> AsyncIterator[Any]:
+        who = self._who(msg)
         req = aisdk.parse_chat_request(_body(msg.data))
-        return session.aisdk_events(self.backend, self._agent(msg), req)
+        return session.aisdk_events(self.backend, self._agent(msg), req, who)
 
     async def _serve(self, msg: Any, open_events: Callable[[Any], AsyncIterator[Any]],
                      encode: Callable[[Any], bytes], error: Callable[[BaseException], Any]) -> None:
@@ -115,13 +132,14 @@ class AdapterService:
         try:
             try:
                 events = open_events(msg)
-                async for ev in events:
-                    await self.nc.publish(msg.reply, encode(ev))
-            except (AdapterInputError, AgentlogError) as exc:  # before the first event
+            except ApiError as exc:  # refused by auth: the micro error headers say why
+                await self.nc.publish(msg.reply, encode(error(exc)), headers={
+                    "Nats-Service-Error": exc.message, "Nats-Service-Error-Code": str(exc.status)})
+            except Exception as exc:  # noqa: BLE001 - typed or not, the requester must never hang
                 await self.nc.publish(msg.reply, encode(error(exc)))
-            except Exception as exc:  # noqa: BLE001 - the requester must never hang
-                log.error("adapter request failed", exc_info=exc)
-                await self.nc.publish(msg.reply, encode(error(RuntimeError("internal error"))))
+            else:
+                async for frame in guarded(events, encode, error, subject=msg.subject):
+                    await self.nc.publish(msg.reply, frame)
             await self.nc.publish(msg.reply, END)
         except Exception as exc:  # noqa: BLE001 - the connection went away mid-answer
             log.warning("adapter reply failed", error=str(exc))

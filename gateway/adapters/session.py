@@ -29,9 +29,10 @@ from eventlog.events import Message, MessageAppended, RunResumed, RunSuspended, 
 from eventlog.ids import new_id
 from projections.fold import fold_commits
 from projections.views import RunView, ThreadView
+from runtime import CommittedEvent
 
 from . import agui, aisdk
-from .common import AdapterInputError, Decision, ResumeError, decision_id
+from .common import AdapterInputError, Decision, ResumeError, decision_id, error_text, needs_approval
 from .source import RunSource
 
 
@@ -96,6 +97,19 @@ class ThreadLog:
     def waiting(self) -> RunView | None:
         run = self.last_run
         return run if run is not None and run.status == "waiting" else None
+
+    def as_of(self, seq: int) -> tuple[dict[str, Any], list[Message]]:
+        """The thread's state and messages as of seq `seq` (a fold of the commits up to it):
+        what a replay from `seq` must start from, not the state after everything since."""
+        upto = [sc for sc in self.commits if sc.seq <= seq]
+        view = fold_commits(upto).threads.get(self.thread_id) if upto else None
+        messages = [e.message for sc in upto for e in sc.commit.events if type(e) is MessageAppended]
+        return (dict(view.state) if view is not None else {}), messages
+
+    def decision_ids(self) -> set[str]:
+        """Every decision id recorded on the thread (retried answers are recognised by these)."""
+        return {e.decision.decision_id for sc in self.commits for e in sc.commit.events
+                if type(e) is ToolCallDecided}
 
     def decision_commit(self, ids: set[str]) -> tuple[str, int] | None:
         """(run, seq) of the commit that recorded all of `ids` (a retried answer), else None."""
@@ -188,6 +202,11 @@ async def agui_events(backend: Backend, agent_id: str, req: agui.AguiRunRequest,
                 agui.check_resume(req.decisions, [])  # raises UnknownInterrupt
                 raise AdapterInputError("no open interrupt to resume", "resume")
             run_id, after, action = seen[0], seen[1] - 1, ("replay", None)
+            # a retried resume replays from the decision: its snapshot is the state THEN, or the
+            # client applies the replayed deltas twice (issue #14 item 1)
+            state, messages = thread.as_of(after)
+            tr = agui.AguiTranslator(req.thread_id, req.run_id, state=state, messages=messages,
+                                     parent_run_id=req.parent_run_id, input=req.input)
         else:
             if not req.messages:
                 raise AdapterInputError("no new user message to run on", "messages")
@@ -226,8 +245,10 @@ async def _drive(backend: Backend, tr: Any, thread: ThreadLog, agent_id: str, me
                     **({"frontend_tools": frontend_tools} if frontend_tools else {}))
             elif kind == "decide":
                 accepted = await backend.dispatcher.submit_inputs(run_id, decisions=arg)
-                if accepted.duplicate:  # a retried answer: replay from where it was recorded
-                    after = accepted.seq - 1
+                if accepted.duplicate:  # a retried answer: replay from where it was recorded,
+                    after = accepted.seq - 1  # from the state as of then (see agui_events)
+                    if isinstance(tr, agui.AguiTranslator) and not tr.started:
+                        tr.state, tr.messages = thread.as_of(after)
                 commits = await run_commits(backend.store, run_id)
                 if not resumed_now(commits, accepted.seq):
                     # recorded, but the run still waits for the rest (a partial answer)
@@ -264,8 +285,9 @@ def agui_history(thread: ThreadLog) -> list[dict[str, Any]]:
 
 
 def agui_error_event(exc: BaseException) -> ag.RunErrorEvent:
-    """The one event an invalid request gets over NATS."""
-    return ag.RunErrorEvent(message=str(exc) or type(exc).__name__, code=getattr(exc, "code", None))
+    """The event that ends a refused or failed stream (`common.guarded`)."""
+    code = getattr(exc, "code", None)
+    return ag.RunErrorEvent(message=error_text(exc), code=code if isinstance(code, str) else "internal_error")
 
 
 # -- AI SDK --------------------------------------------------------------------------------------
@@ -280,12 +302,15 @@ async def aisdk_events(backend: Backend, agent_id: str, req: aisdk.AiSdkRequest,
     try:
         if req.trigger == "regenerate-message":
             raise AdapterInputError("regenerate-message is not supported: send a new user message", "trigger")
-        if waiting is not None and req.decisions and not messages:
-            open_ids = [c.call_id for c in waiting.calls.values() if c.status == "suspended"]
-            decisions = aisdk.check_approvals(req, open_ids)
+        open_ids = [c.call_id for c in waiting.calls.values() if c.status == "suspended"] if waiting else []
+        outputs = [d for d in req.tool_outputs if d["target_id"] in open_ids]
+        recorded = thread.decision_ids()
+        if waiting is not None and (req.decisions or outputs) and not messages:
+            decisions = aisdk.check_approvals(req, open_ids) + outputs
             run_id, after, action = waiting.run_id, thread.version, ("decide", decisions)
-        elif req.decisions and not messages:
-            seen = thread.decision_commit({d["decision_id"] for d in req.decisions})
+        elif (req.decisions or req.tool_outputs) and not messages:
+            answers = req.decisions + [d for d in req.tool_outputs if d["decision_id"] in recorded]
+            seen = thread.decision_commit({d["decision_id"] for d in answers})
             if seen is None:
                 aisdk.check_approvals(req, [])  # raises UnknownInterrupt
                 raise AdapterInputError("no open tool approval to answer", "messages")
@@ -301,22 +326,39 @@ async def aisdk_events(backend: Backend, agent_id: str, req: aisdk.AiSdkRequest,
         return
     # a resumed turn continues the assistant message the client already shows (the run's id)
     tr = aisdk.AiSdkTranslator(req.thread_id, run_id)
+    if action[0] == "decide":
+        tr.expect_results(d["target_id"] for d in action[1])
     async for p in _drive(backend, tr, thread, agent_id, messages, run_id, after, action, who):
         yield p
 
 
 async def aisdk_replay(backend: Backend, run_id: str, who: Any = None) -> AsyncIterator[dict[str, Any]]:
-    """The run's current turn replayed from the log (from its last decision commit, or its
-    start), following it live if it is still going: the AI SDK resume-stream endpoint."""
+    """The run's whole assistant message replayed from the log, following it live if it is
+    still going: the AI SDK resume-stream endpoint."""
     commits = await run_commits(backend.store, run_id)
     if not commits:
         from runtime import RunNotFound
         raise RunNotFound(f"unknown run {run_id!r}")
     thread_id = commits[0].commit.thread_id
     await load_thread(backend.store, thread_id, who)  # tenant check
+    # the whole assistant message (one per run): the client's resume-stream replaces the message
+    # it shows with what this stream builds (issue #14 item 5). What came before the last resume
+    # is fed from the log without its intermediate stops; the rest is followed (live if running).
     resumed = [sc.seq for sc in commits if any(type(e) is RunResumed for e in sc.commit.events)]
-    after = (resumed[-1] if resumed else commits[0].seq) - 1
     tr = aisdk.AiSdkTranslator(thread_id, run_id)
+    tr.approved_later(e.call_id for sc in commits for e in sc.commit.events
+                      if type(e) is ToolCallDecided and e.decision.action == "resume")
+    head: list[dict[str, Any]] = []
+    if resumed:
+        for sc in commits:
+            if sc.seq >= resumed[-1]:
+                break
+            for position, event in sc.positioned():
+                if type(event) is not RunSuspended:
+                    head += tr.feed(CommittedEvent(position, event, sc.commit.ts))
+    after = (resumed[-1] if resumed else commits[0].seq) - 1
+    for p in head:
+        yield p
     thread = ThreadLog(thread_id, [], None, {})
     async for p in _drive(backend, tr, thread, "", [], run_id, after, ("replay", None), who):
         yield p
@@ -349,24 +391,39 @@ def aisdk_history(thread: ThreadLog) -> list[dict[str, Any]]:
 
 
 def _tool_part(call_id: str, name: str, arguments: Any, run: RunView) -> dict[str, Any]:
+    """One tool part as the client ends up with it (and `validateUIMessages` accepts): a call a
+    human approved or denied keeps its `approval{id, approved, reason?}`; a denial (the human's
+    or the permission gate's) is `output-denied`, not an error (issue #14 item 8)."""
     call = run.calls.get(call_id)
     part: dict[str, Any] = {"type": f"tool-{name}", "toolCallId": call_id, "input": arguments}
-    status = call.status if call is not None else "new"
-    if status == "succeeded":
-        part.update(state="output-available", output=call.result)  # type: ignore[union-attr]
-    elif status in ("failed", "cancelled"):
-        result = call.result if call is not None else None
-        err = result.get("error") if isinstance(result, dict) else None
-        part.update(state="output-error", errorText=err if isinstance(err, str) else f"tool call {status}")
-    elif status == "suspended":
+    if call is None:
+        return part | {"state": "input-available"}
+    asked = call.ticket is not None and needs_approval(call.ticket)
+    decision = call.decision if asked else None
+    approval: dict[str, Any] | None = None
+    if decision is not None:
+        approval = {"id": call_id, "approved": decision.action == "resume"}
+        if decision.reason:
+            approval["reason"] = decision.reason
+    denied = call.verdict == "deny" or (decision is not None and decision.action == "cancel")
+    if denied and call.status in ("failed", "cancelled"):
+        part.update(state="output-denied", approval=approval or {"id": call_id, "approved": False})
+    elif call.status == "succeeded":
+        part.update(state="output-available", output=call.result)
+    elif call.status in ("failed", "cancelled"):
+        err = call.result.get("error") if isinstance(call.result, dict) else None
+        part.update(state="output-error", errorText=err if isinstance(err, str) else f"tool call {call.status}")
+    elif call.status == "suspended" and asked:
         part.update(state="approval-requested", approval={"id": call_id})
     else:
         part.update(state="input-available")
+    if approval is not None and part["state"] != "output-denied":
+        part["approval"] = approval
     return part
 
 
 def aisdk_error_part(exc: BaseException) -> dict[str, Any]:
-    return {"type": "error", "errorText": str(exc) or type(exc).__name__}
+    return {"type": "error", "errorText": error_text(exc)}
 
 
 __all__ = ["Backend", "NotVisible", "ThreadLog", "agui_error_event", "agui_events", "agui_history", "agui_parse",

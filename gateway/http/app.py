@@ -19,7 +19,7 @@ from aiohttp import web
 from eventlog.jetstream import JetStreamEventStore
 from projections.store import ViewStore
 
-from . import health, openapi, runs, sse, threads
+from . import cors, health, openapi, runs, sse, threads
 from .auth import Authenticator, auth_middleware, resolve_tokens
 from .context import SERVICES, Runner, Services, Settings
 from .errors import error_middleware
@@ -70,6 +70,7 @@ def create_app(
         middlewares=[metrics.middleware(), error_middleware, auth_middleware(auth)],
         client_max_size=settings.max_body,
     )
+    cors.install(app, settings.cors_origins)
     app[SERVICES] = Services(store=store, views=views, runner=runner, metrics=metrics,
                              settings=settings, runtime=runtime)
     table = route_table(extra_routes)

@@ -21,6 +21,7 @@ from projections.store import ViewStore
 from projections.views import RunView, ThreadView
 
 from .auth import Principal
+from .cors import origins_from_env as cors_origins_from_env
 from .errors import ApiError, not_found
 from .metrics import Metrics
 
@@ -45,6 +46,8 @@ class Settings:
     sse_queue: int = 1000
     #: Largest accepted request body (bytes); bigger -> 413.
     max_body: int = 1024 * 1024
+    #: Browser origins allowed by CORS (`*`: any); default `AGENTLOG_CORS_ORIGINS` (see `cors`).
+    cors_origins: tuple[str, ...] = field(default_factory=cors_origins_from_env)
 
 
 @dataclass

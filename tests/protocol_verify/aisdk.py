@@ -1,4 +1,4 @@
-"""AI SDK v6 UI message stream verifier, shared by adapter and (later) route tests.
+"""AI SDK v6 UI message stream verifier, shared by the adapter, route and property tests.
 
 Part shapes mirror `uiMessageChunkSchema` (vercel/ai `ui-message-chunks.ts`): strict objects, so
 an unknown field is an error, as it is for the client's zod parse. Ordering mirrors what

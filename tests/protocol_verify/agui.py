@@ -1,4 +1,4 @@
-"""AG-UI stream verifier, shared by the adapter tests and (later) the route tests.
+"""AG-UI stream verifier, shared by the adapter, route and property tests.
 
 Mirrors the upstream TS `verify.ts` rules and the interrupt contract, a little stricter where our
 producer can afford it (a stream is one run; ids are never reused; deltas are never empty):
