@@ -565,6 +565,10 @@ class _ReplayTool(Tool):
         obj._inner, obj._session, obj._from_log = inner, session, from_log
         return obj
 
+    def validate(self, arguments: Any) -> dict[str, Any]:
+        # the app tool's own check (a remote MCP tool validates by JSON Schema, not a model)
+        return self._inner.validate(arguments)
+
     async def invoke(self, arguments: Any, ctx: ToolContext) -> ToolResult:
         session = self._session
         outcome = session.next_outcome(ctx.call_id)
