@@ -47,6 +47,16 @@ class Usage(_Value):
         )
 
 
+class PayloadRef(_Value):
+    """A value stored out of band in the JetStream Object Store (a commit over the server's max
+    payload moves its large tool outputs there; `eventlog.payloads`). Readers resolve it."""
+
+    bucket: str
+    name: str
+    size: int
+    sha256: str
+
+
 class ToolCall(_Value):
     """A call the model asked for, as part of an assistant message."""
 
@@ -62,6 +72,8 @@ class Message(_Value):
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
     visibility: Visibility = "all"
+    #: Set (and `content` empty) while the content is stored by reference.
+    content_ref: PayloadRef | None = None
 
 
 class Termination(_Value):
@@ -211,6 +223,8 @@ class ToolCallCompleted(Event):
     outcome: Outcome
     result: JSON = None
     message_id: str | None = None
+    #: Set (and `result` None) while the result is stored by reference.
+    result_ref: PayloadRef | None = None
 
 
 # -- state ----------------------------------------------------------------------------------------
