@@ -227,6 +227,23 @@ class ToolCallCompleted(Event):
     result_ref: PayloadRef | None = None
 
 
+# -- context ----------------------------------------------------------------------------------------
+
+
+class ContextCompacted(Event):
+    """The thread's messages up to `upto_message_id` were summarised into `summary` (an LLM call
+    by the agent's context policy, `runtime.context`). From here on the loop's model context is
+    the summary plus the messages after that id: recorded so resume and replay use the identical
+    compacted context instead of asking a model again."""
+
+    summary: str
+    upto_message_id: str
+    model: str | None = None
+    usage: Usage = Usage()
+    tokens_before: int = 0
+    tokens_after: int = 0
+
+
 # -- state ----------------------------------------------------------------------------------------
 
 
@@ -266,6 +283,7 @@ AnyEvent = Union[
     ToolCallCompleted,
     StatePatched,
     StateReplaced,
+    ContextCompacted,
 ]
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.__name__: cls for cls in AnyEvent.__args__}  # type: ignore[attr-defined]

@@ -14,6 +14,7 @@ import pydantic
 
 from eventlog.ids import validate_id
 
+from .context import ContextPolicy
 from .models.base import Model
 from .plugins import Plugin
 from .stop import MaxRounds, StopCondition
@@ -50,6 +51,8 @@ class AgentSpec(pydantic.BaseModel):
     fallback_models: list[str] = []
     #: Provider options passed to every inference (temperature, max_tokens...).
     model_options: dict[str, Any] = {}
+    #: Token budget, tool-result shrinking, truncation and summaries (`runtime.context`).
+    context: ContextPolicy | None = None
 
     @pydantic.field_validator("id")
     @classmethod
