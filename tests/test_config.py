@@ -117,3 +117,16 @@ def test_json_config_and_missing_file(tmp_path: Path) -> None:
     assert [a.id for a in loaded.agents] == ["a"] and isinstance(AgentlogConfig.model_validate(cfg), AgentlogConfig)
     with pytest.raises(AppConfigInvalid, match="cannot read"):
         load_app(str(tmp_path / "missing.yaml"))
+
+
+@pytest.mark.parametrize("command", ["serve", "worker", "gateway"])
+def test_cli_config_option_rejects_a_bad_file_before_connecting(tmp_path: Path, command: str) -> None:
+    from typer.testing import CliRunner
+
+    from eventlog.server import free_port
+    from gateway.cli import app as cli_app
+
+    bad = write(tmp_path, "agents: [{id: a, model: nope}]")
+    result = CliRunner().invoke(cli_app, [command, "--config", bad, "--nats", f"nats://127.0.0.1:{free_port()}"])
+    assert result.exit_code == 2, result.output
+    assert "unknown model 'nope'" in result.output
