@@ -75,6 +75,14 @@ class McpServerConfig(pydantic.BaseModel):
         return self
 
 
+def _describe(exc: BaseException) -> str:
+    """`Type: message` of the first leaf of an exception group (anyio task groups wrap the
+    transport's real error in one), so the message says what actually failed."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"
+
+
 def mcp_tool_name(server: str, tool: str) -> str:
     """`mcp__<server>__<tool>`, with characters outside the id alphabet replaced by `_`."""
     return validate_id(f"mcp__{server}__{_UNSAFE.sub('_', tool)}"[:128], "MCP tool id")
@@ -220,7 +228,7 @@ class McpToolset:
                 await asyncio.wait_for(conn.open(), config.timeout_s)
             except Exception as exc:  # noqa: BLE001 - any transport failure is one typed error
                 await conn.stack.aclose()
-                raise McpError(f"MCP server {name!r}: could not connect: {type(exc).__name__}: {exc}") from None
+                raise McpError(f"MCP server {name!r}: could not connect: {_describe(exc)}") from None
             self._connections[name] = conn
         await self._list_all(refresh=False)
 
@@ -230,7 +238,7 @@ class McpToolset:
             try:
                 listed = await asyncio.wait_for(conn.list(refresh), conn.config.timeout_s)
             except Exception as exc:  # noqa: BLE001
-                raise McpError(f"MCP server {name!r}: tools/list failed: {type(exc).__name__}: {exc}") from None
+                raise McpError(f"MCP server {name!r}: tools/list failed: {_describe(exc)}") from None
             for remote in listed:
                 t = McpTool(self, name, remote)
                 tools[t.name] = t
@@ -308,6 +316,6 @@ class McpToolset:
             try:
                 return await conn.client.call_tool(tool, arguments, progress_callback=on_progress)
             except Exception as exc:  # noqa: BLE001
-                raise McpError(f"MCP server {server!r}: tools/call {tool!r} failed: {type(exc).__name__}: {exc}") from None
+                raise McpError(f"MCP server {server!r}: tools/call {tool!r} failed: {_describe(exc)}") from None
 
         return await asyncio.wrap_future(self._submit(call()))
