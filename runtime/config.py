@@ -32,12 +32,10 @@ import pydantic
 
 from eventlog.errors import AgentlogError
 
-from .agent import AgentSpec, RetryPolicy, ToolExecutionMode
-from .context import ContextPolicy
+from .agent import AgentOptions, AgentSpec
 from .mcp import McpError, McpServerConfig, McpToolset
 from .permission import PermissionPlugin, PermissionRule
 from .plugins import Plugin
-from .stop import StopCondition
 from .tools import Tool, ToolRegistry
 
 __all__ = ["AgentlogConfig", "ConfigError", "LoadedConfig", "is_config_path", "load_config", "schema"]
@@ -112,23 +110,17 @@ class PermissionsConfig(_Model):
     default: Literal["allow", "deny"] = "allow"
 
 
-class AgentConfig(_Model):
+class AgentConfig(AgentOptions):
+    """An agent: what it is (model key, tools, plugins, permissions, sub-agents) plus the
+    behaviour options it shares with `AgentSpec` (`fallback_models` are keys of `models`)."""
+
     id: str
     #: A key of `models`.
     model: str
-    system_prompt: str = ""
     #: Tool names or globs over every tool of the file (local and `mcp__<server>__<tool>`).
     tools: list[str] = []
     plugins: list[str | PluginConfig] = []
     permissions: PermissionsConfig | None = None
-    tool_execution_mode: ToolExecutionMode = "parallel_streaming"
-    max_rounds: int | None = pydantic.Field(default=None, ge=1)
-    stop_conditions: list[StopCondition] = []
-    retry: RetryPolicy = RetryPolicy()
-    #: Keys of `models` tried in order after the primary fails.
-    fallback_models: list[str] = []
-    model_options: dict[str, Any] = {}
-    context: ContextPolicy | None = None
     #: Ids of the agents of this file this agent may run as sub-agents (child runs).
     sub_agents: list[str] = []
 
@@ -319,12 +311,8 @@ def build(config: AgentlogConfig, source: str = "<config>") -> LoadedConfig:
                 p = a.permissions
                 plugins.insert(0, PermissionPlugin(allow=p.allow, ask=p.ask, deny=p.deny, default=p.default))
             try:
-                agents.append(AgentSpec(
-                    id=a.id, model=a.model, system_prompt=a.system_prompt, tools=_expand(a.tools, known, a.id, source),
-                    plugins=plugins, tool_execution_mode=a.tool_execution_mode, max_rounds=a.max_rounds,
-                    stop_conditions=a.stop_conditions, retry=a.retry, fallback_models=a.fallback_models,
-                    model_options=a.model_options, context=a.context,
-                ))
+                agents.append(AgentSpec(id=a.id, model=a.model, tools=_expand(a.tools, known, a.id, source),
+                                        plugins=plugins, **a.options()))
             except (pydantic.ValidationError, ValueError) as exc:
                 raise ConfigError(f"{source}: agent {a.id!r}: {exc}") from None
     except ConfigError:

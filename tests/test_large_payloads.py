@@ -4,7 +4,7 @@ max payload), plus property tests of the pure offload/resolve pair."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,29 +21,21 @@ from eventlog.payloads import PayloadMissing, has_refs, offload, resolve
 from runtime import AgentSpec, DeterministicEntropy, Runtime, tool
 from runtime.models import ScriptedModel, Turn
 from runtime.replay import ReplayApp, verify_run
-from test_runtime_support import events_of, logged
+from test_runtime_support import events_of, logged, store  # noqa: F401  (fixture, on the server above)
 
 LIMIT = 64 * 1024
 BIG = 100 * 1024
 
 
 @pytest.fixture
-def small_server(tmp_path: Path) -> Iterator[EmbeddedNatsServer]:
+def nats_server(tmp_path: Path) -> Iterator[EmbeddedNatsServer]:
+    """conftest's server with a small max payload (the `store` fixture connects to it)."""
     server = EmbeddedNatsServer(tmp_path / "nats", max_payload=LIMIT)
     server.start()
     try:
         yield server
     finally:
         server.stop()
-
-
-@pytest.fixture
-async def small_store(small_server: EmbeddedNatsServer) -> AsyncIterator[JetStreamEventStore]:
-    s = await JetStreamEventStore.connect(small_server.url)
-    try:
-        yield s
-    finally:
-        await s.close()
 
 
 @tool
@@ -53,10 +45,10 @@ def dump(n: int) -> dict[str, Any]:
 
 
 @pytest.mark.asyncio
-async def test_oversized_tool_result_is_stored_by_reference(small_store: JetStreamEventStore) -> None:
+async def test_oversized_tool_result_is_stored_by_reference(store: JetStreamEventStore) -> None:
     spec = AgentSpec(id="agent", model=ScriptedModel([Turn.tool("dump", {"n": BIG // 100}), "done"],
                                                      position="conversation"), tools=["dump"])
-    rt = Runtime(small_store, agents=[spec], tools=[dump], entropy=DeterministicEntropy())
+    rt = Runtime(store, agents=[spec], tools=[dump], entropy=DeterministicEntropy())
     async with asyncio.timeout(30):
         result = await rt.run("agent", "go")
         log = await logged(rt, result)
@@ -67,8 +59,8 @@ async def test_oversized_tool_result_is_stored_by_reference(small_store: JetStre
     [tool_msg] = [e.message for e in events_of(log, "MessageAppended") if e.message.role == "tool"]
     assert msgspec.json.decode(tool_msg.content) == done.result
     # the log itself holds references: every message fits the server's max payload
-    js = small_store.nc.jetstream()
-    raws = [await js.get_msg(small_store.stream, sc.seq, direct=True) for sc in log]
+    js = store.nc.jetstream()
+    raws = [await js.get_msg(store.stream, sc.seq, direct=True) for sc in log]
     assert all(len(r.data) <= LIMIT for r in raws)
     stored = [decode_commit(r.data) for r in raws if has_refs(r.data)]
     assert len(stored) == 1
@@ -77,17 +69,17 @@ async def test_oversized_tool_result_is_stored_by_reference(small_store: JetStre
     # the run view keeps the reference (a KV value has the same limit); replay sees the value
     assert result.run.calls[done.call_id].status == "succeeded"
     async with asyncio.timeout(30):
-        report = await verify_run(small_store, result.run_id, ReplayApp(agents=[spec], tools=[dump]))
+        report = await verify_run(store, result.run_id, ReplayApp(agents=[spec], tools=[dump]))
     assert report.ok, report.divergence
 
 
 @pytest.mark.asyncio
-async def test_oversized_user_message_still_rejected(small_store: JetStreamEventStore) -> None:
+async def test_oversized_user_message_still_rejected(store: JetStreamEventStore) -> None:
     big = Commit(commit_id="c1", thread_id="t", run_id=None, ts=1,
                  events=[MessageAppended(message=Message(id="m", role="user", content="x" * BIG))])
     with pytest.raises(CommitTooLarge):
-        await small_store.append(big, 0)
-    assert [sc async for sc in small_store.read_thread("t")] == []
+        await store.append(big, 0)
+    assert [sc async for sc in store.read_thread("t")] == []
 
 
 # -- pure offload / resolve ---------------------------------------------------------------------
