@@ -102,20 +102,27 @@ def _result(res: Any) -> ToolResult:
     return ToolResult.success(parts)
 
 
+class _RemoteArgs(pydantic.BaseModel):
+    """Placeholder argument model: a remote tool's arguments are checked by its JSON Schema."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+
+
+def _not_local(**_: Any) -> None:
+    raise RuntimeError("an MCP tool runs on its server (McpTool.invoke)")
+
+
 class McpTool(Tool):
     """One remote MCP tool. Arguments are checked against the server's `inputSchema` (JSON
     Schema) before the call, like a local tool's are against its pydantic model."""
 
     def __init__(self, toolset: McpToolset, server: str, remote: Any) -> None:
-        self.name = mcp_tool_name(server, remote.name)
-        self.description = remote.description or ""
-        self.args_model = pydantic.BaseModel  # unused: validation is by JSON Schema
-        self.function = self.invoke
-        self.context_param = None
-        self.is_async = True
+        super().__init__(mcp_tool_name(server, remote.name), remote.description or "", _RemoteArgs,
+                         _not_local, None)
         schema = dict(remote.input_schema or {"type": "object"})
         schema.pop("title", None)
-        self.parameters = schema
+        self.parameters = schema  # the server's inputSchema is what the model sees
+        self.is_async = True
         self.server = server
         self.remote_name: str = remote.name
         self._toolset = toolset
