@@ -14,10 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime
-from runtime.live import MemoryLiveSink
+from runtime.live import NatsLiveSink
 from runtime.mcp import McpError, McpServerConfig, McpToolset
 from runtime.models import ScriptedModel, Turn
 from runtime.replay import ReplayApp, verify_run
@@ -86,19 +87,35 @@ async def test_stdio_tools_listed_called_recorded_with_progress(store: Any, stdi
         "mcp__test__add", "mcp__test__count", "mcp__test__fail", "mcp__test__shout", "mcp__test__unlock"]
     add = next(t for t in stdio_tools.tools if t.name == "mcp__test__add")
     assert add.spec.parameters["required"] == ["a", "b"]  # the server's inputSchema, offered to the model
-    live = MemoryLiveSink()
+    # MCP progress notifications arrive on the live channel (core NATS agentlog.live.<thread>.<run>)
+    progress: list[dict[str, Any]] = []
+    all_progress = asyncio.Event()
+
+    async def on_live(msg: Any) -> None:
+        payload = msgspec.json.decode(msg.data)
+        if payload["type"] == "tool_progress":
+            progress.append(payload["data"])
+            if len(progress) == 3:
+                all_progress.set()
+
+    sub = await store.nc.subscribe("agentlog.live.>", cb=on_live)
+    await store.nc.flush()
     script = [Turn.tools(("mcp__test__add", {"a": 2, "b": 3}), ("mcp__test__count", {"n": 3})), "done"]
     spec = agent(["mcp__test__add", "mcp__test__count"], script)
-    rt = Runtime(store, agents=[spec], tools=stdio_tools.register(ToolRegistry()), live=live,
-                 entropy=DeterministicEntropy())
-    async with asyncio.timeout(30):
-        result = await rt.run("agent", "go")
-        log = await logged(rt, result)
+    try:
+        async with NatsLiveSink(store.nc) as live:
+            rt = Runtime(store, agents=[spec], tools=stdio_tools.register(ToolRegistry()), live=live,
+                         entropy=DeterministicEntropy())
+            async with asyncio.timeout(30):
+                result = await rt.run("agent", "go")
+                log = await logged(rt, result)
+                await all_progress.wait()
+    finally:
+        await sub.unsubscribe()
     assert result.termination.type == "natural_end"
     done = {e.call_id: e for e in events_of(log, "ToolCallCompleted")}
     assert [(e.outcome, e.result) for e in done.values()] == [
         ("succeeded", {"sum": 5}), ("succeeded", {"result": "counted to 3"})]
-    progress = [p["data"] for p in live.of_type("tool_progress")]
     assert [(p["progress"], p["total"], p["message"]) for p in progress] == [
         (1.0, 3.0, "step 1"), (2.0, 3.0, "step 2"), (3.0, 3.0, "step 3")]
     # verified replay: re-executing the MCP tools, and answering them from the log
