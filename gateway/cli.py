@@ -672,7 +672,7 @@ def demo_cmd(
     options = _options(nats, creds, token, data_dir, timeout)
 
     async def main() -> int:
-        from .demo import app as demo_factory
+        from .demo import app_with_mcp as demo_factory
         from .demo import run_demo
         from .http.auth import resolve_tokens
         from .server import serve
