@@ -47,6 +47,16 @@ class Usage(_Value):
         )
 
 
+class PayloadRef(_Value):
+    """A value stored out of band in the JetStream Object Store (a commit over the server's max
+    payload moves its large tool outputs there; `eventlog.payloads`). Readers resolve it."""
+
+    bucket: str
+    name: str
+    size: int
+    sha256: str
+
+
 class ToolCall(_Value):
     """A call the model asked for, as part of an assistant message."""
 
@@ -62,6 +72,8 @@ class Message(_Value):
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
     visibility: Visibility = "all"
+    #: Set (and `content` empty) while the content is stored by reference.
+    content_ref: PayloadRef | None = None
 
 
 class Termination(_Value):
@@ -211,6 +223,25 @@ class ToolCallCompleted(Event):
     outcome: Outcome
     result: JSON = None
     message_id: str | None = None
+    #: Set (and `result` None) while the result is stored by reference.
+    result_ref: PayloadRef | None = None
+
+
+# -- context ----------------------------------------------------------------------------------------
+
+
+class ContextCompacted(Event):
+    """The thread's messages up to `upto_message_id` were summarised into `summary` (an LLM call
+    by the agent's context policy, `runtime.context`). From here on the loop's model context is
+    the summary plus the messages after that id: recorded so resume and replay use the identical
+    compacted context instead of asking a model again."""
+
+    summary: str
+    upto_message_id: str
+    model: str | None = None
+    usage: Usage = Usage()
+    tokens_before: int = 0
+    tokens_after: int = 0
 
 
 # -- state ----------------------------------------------------------------------------------------
@@ -252,6 +283,7 @@ AnyEvent = Union[
     ToolCallCompleted,
     StatePatched,
     StateReplaced,
+    ContextCompacted,
 ]
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.__name__: cls for cls in AnyEvent.__args__}  # type: ignore[attr-defined]

@@ -41,6 +41,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from .codec import decode_commit, encode_commit
+from .payloads import ObjectStoreBlobs, has_refs, offload, resolve
 from .errors import AgentlogError, CommitTooLarge, ServerTooOld, StoreUnavailable, VersionConflict
 from .events import AppendResult, Commit, StoredCommit
 from .ids import validate_id
@@ -222,6 +223,8 @@ class JetStreamEventStore:
         self._waiters: dict[str, _Waiter | _Batch] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
+        #: Large tool outputs of an oversized commit go here by reference (`eventlog.payloads`).
+        self._blobs = ObjectStoreBlobs(nc)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -392,10 +395,16 @@ class JetStreamEventStore:
         if expected_version is not None:
             headers[_HDR_EXPECTED] = str(expected_version)
             headers[_HDR_EXPECTED_SUBJECT] = thread_filter(thread)
-        size = len(data) + _header_size(headers)
+        head = _header_size(headers)
+        size = len(data) + head
         limit = self._nc.max_payload
         if size > limit:
-            raise CommitTooLarge(size, limit)
+            smaller = await offload(commit, limit, self._blobs, lambda c: len(encode_commit(c)) + head)
+            if smaller is not commit:
+                data = encode_checked(smaller)
+                size = len(data) + head
+            if size > limit:
+                raise CommitTooLarge(size, limit)
         reply = await self._request(event_subject(thread, commit.run_id), data, headers, "append")
         try:
             ack = _ack_decoder.decode(reply.data)
@@ -410,12 +419,12 @@ class JetStreamEventStore:
     async def read_thread(self, thread_id: str, after: int = 0) -> AsyncIterator[StoredCommit]:
         validate_id(thread_id, "thread_id")
         async for seq, msg in self._scan(thread_filter(thread_id), after):
-            yield StoredCommit(seq, decode_commit(msg.data))
+            yield StoredCommit(seq, await self._decode(msg.data))
 
     async def read_run(self, run_id: str, after: int = 0) -> AsyncIterator[StoredCommit]:
         validate_id(run_id, "run_id")
         async for seq, msg in self._scan(run_filter(run_id), after):
-            yield StoredCommit(seq, decode_commit(msg.data))
+            yield StoredCommit(seq, await self._decode(msg.data))
 
     async def thread_version(self, thread_id: str) -> int:
         validate_id(thread_id, "thread_id")
@@ -444,6 +453,14 @@ class JetStreamEventStore:
                 yield await follower.next()
         finally:
             await follower.stop()
+
+    async def _decode(self, data: bytes) -> Commit:
+        """Decode a commit and resolve its payload references (only a commit that has any pays
+        for more than a byte scan)."""
+        commit = decode_commit(data)
+        if has_refs(data):
+            commit = await resolve(commit, self._blobs.get_ref)
+        return commit
 
     # -- internals: requests ------------------------------------------------------------------
 
@@ -714,7 +731,7 @@ class _Follower:
             self.next_dseq = dseq + 1
             if sseq <= self.last:
                 continue
-            commit = decode_commit(msg.data)
+            commit = await self.store._decode(msg.data)
             self.last = sseq
             return StoredCommit(sseq, commit)
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from runtime.models.base import Model
 
 __all__ = [
-    "App", "AppAttributeMissing", "AppImportFailed", "AppLoadError", "AppModuleNotFound", "AppWrongType",
+    "App", "AppAttributeMissing", "AppConfigInvalid", "AppImportFailed", "AppLoadError", "AppModuleNotFound", "AppWrongType",
     "InvalidAppSpec", "load_app", "resolve_app",
 ]
 
@@ -102,9 +102,21 @@ def _parse(spec: str) -> tuple[str, str]:
     return module, attr
 
 
+class AppConfigInvalid(AppLoadError):
+    code = "app_config_invalid"
+
+
 def load_app(spec: str) -> AppSource:
     """Import `module` and get `attr` (dotted attrs allowed). Returns an app-like object or a
-    factory; raises an `AppLoadError` subclass. Does not call a factory (that needs the store)."""
+    factory; raises an `AppLoadError` subclass. Does not call a factory (that needs the store).
+    A path ending in .yaml/.yml/.json is a declarative configuration (`runtime.config`)."""
+    if spec.lower().endswith((".yaml", ".yml", ".json")):
+        from runtime.config import ConfigError, load_config
+
+        try:
+            return load_config(spec)
+        except ConfigError as exc:
+            raise AppConfigInvalid(str(exc)) from None
     module_name, attr = _parse(spec)
     cwd = os.getcwd()
     if cwd not in sys.path:

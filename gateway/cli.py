@@ -557,8 +557,9 @@ HostOpt = Annotated[str, typer.Option("--host", envvar="AGENTLOG_HOST", help="HT
 PortOpt = Annotated[int, typer.Option("--port", envvar="AGENTLOG_PORT", min=0, max=65535,
                                       help="HTTP port (0: any free port).")]
 AppOpt = Annotated[Optional[str], typer.Option(
-    "--app", metavar="MODULE:ATTR", help="The application: an App, a Runtime, or factory(store). "
-                                         "Default: the built-in demo agent.")]
+    "--app", "--config", metavar="MODULE:ATTR|FILE.yaml",
+    help="The application: an App, a Runtime, or factory(store), or a YAML/JSON agent configuration file. "
+         "Default: the built-in demo agent.")]
 TokensOpt = Annotated[Optional[str], typer.Option(
     "--tokens", envvar="AGENTLOG_TOKENS", help="API bearer tokens 'tok1,tok2:tenant' (empty: no auth).")]
 ConcurrencyOpt = Annotated[int, typer.Option("--concurrency", min=1, help="Commands a worker runs at once.")]
@@ -688,7 +689,7 @@ def demo_cmd(
     options = _options(nats, creds, token, data_dir, timeout)
 
     async def main() -> int:
-        from .demo import app as demo_factory
+        from .demo import app_with_mcp as demo_factory
         from .demo import run_demo
         from .http.auth import resolve_tokens
         from .server import serve

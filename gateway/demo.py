@@ -9,6 +9,11 @@ following the log until the run finishes; then it prints the run's timeline and 
 `--auto-approve` makes the demo send that very request itself (for CI and tests);
 `--keep-running` leaves the server up afterwards (Ctrl-C stops it).
 
+`agentlog demo` also gives the agent an MCP tool: its first step calls `run_checks` and, in
+parallel, `mcp__notes__release_notes` served by a real MCP server subprocess (`gateway.demo_mcp`,
+stdio). The default app of `serve` (`--app gateway.demo:app`) stays without it, so a server
+started without `--app` spawns no subprocess.
+
 The model is a `ScriptedModel` (no API key, deterministic), positioned by the conversation so a
 resumed run on a fresh process continues the script where the log is.
 """
@@ -16,9 +21,11 @@ resumed run on a fresh process continues the script where the log is.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import shlex
 import signal
+import sys
 from collections.abc import Callable
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -31,7 +38,7 @@ from rich.text import Text
 
 from eventlog.events import RunFinished, RunSuspended, StoredCommit, ToolCallSuspended
 from eventlog.ids import new_id
-from runtime import AgentSpec, PermissionPlugin, ToolContext, tool
+from runtime import AgentSpec, McpServerConfig, McpToolset, PermissionPlugin, ToolContext, tool
 from runtime.models.scripted import ScriptedModel, Turn
 
 from .app_loader import App
@@ -41,9 +48,10 @@ DEMO_AGENT = "deployer"
 DEMO_PROMPT = "Ship release 1.4.2 to staging."
 
 
-def demo_app() -> App:
-    """The demo application: one agent, two tools, a scripted model. (This module imports
-    `runtime`, so the CLI imports it only after logging is configured.)"""
+def demo_app(*, mcp: bool = False) -> App:
+    """The demo application: one agent, two tools, a scripted model; with `mcp`, also the
+    release-notes tool of the demo MCP server (started here, closed at exit). (This module
+    imports `runtime`, so the CLI imports it only after logging is configured.)"""
     @tool
     async def run_checks(release: str, ctx: ToolContext) -> str:
         """Run the release checks (always allowed)."""
@@ -56,21 +64,34 @@ def demo_app() -> App:
         ctx.set("/deployed", {"env": env, "release": release})
         return f"release {release} is live on {env}"
 
+    tools: list[Any] = [run_checks, deploy]
+    first = Turn.tool("run_checks", {"release": "1.4.2"}, text="Running the release checks first.")
+    if mcp:
+        toolset = McpToolset([McpServerConfig(name="notes", command=sys.executable, args=["-m", "gateway.demo_mcp"])])
+        tools += toolset.start().tools
+        atexit.register(toolset.close)
+        first = Turn.tools(("run_checks", {"release": "1.4.2"}), ("mcp__notes__release_notes", {"release": "1.4.2"}),
+                           text="Running the release checks and collecting the release notes first.")
     script = [
-        Turn.tool("run_checks", {"release": "1.4.2"}, text="Running the release checks first."),
+        first,
         Turn.tool("deploy", {"env": "staging", "release": "1.4.2"}, text="Checks passed; deploying."),
         Turn.text("Done: release 1.4.2 is live on staging."),
     ]
-    agent = AgentSpec(id=DEMO_AGENT, model="demo", tools=["run_checks", "deploy"], max_rounds=6,
+    agent = AgentSpec(id=DEMO_AGENT, model="demo", tools=[t.name for t in tools], max_rounds=6,
                       system_prompt="You ship releases carefully.",
                       plugins=[PermissionPlugin(ask=["deploy"])])
     model = ScriptedModel(script, loop=True, position="conversation", name="demo-scripted")
-    return App(agents=[agent], tools=[run_checks, deploy], models={"demo": model})
+    return App(agents=[agent], tools=tools, models={"demo": model})
 
 
 #: `--app gateway.demo:app` works too (a factory, so each process gets its own model instance).
 def app(_store: Any) -> App:
     return demo_app()
+
+
+#: What `agentlog demo` runs: the demo app with its MCP step.
+def app_with_mcp(_store: Any) -> App:
+    return demo_app(mcp=True)
 
 
 @dataclass(frozen=True)
@@ -212,5 +233,5 @@ async def wait_for_signal() -> None:
                 pass
 
 
-__all__ = ["DEMO_AGENT", "Approval", "app", "approval_for", "demo_app", "follow_run", "run_demo",
+__all__ = ["DEMO_AGENT", "Approval", "app", "app_with_mcp", "approval_for", "demo_app", "follow_run", "run_demo",
            "send_approval", "wait_for_signal"]

@@ -255,7 +255,7 @@ class _RunAcc:
         call = self._call(ev.call_id, ts)
         self._set_call(
             _replace(
-                call, status=ev.outcome, result=ev.result, message_id=ev.message_id,
+                call, status=ev.outcome, result=ev.result, result_ref=ev.result_ref, message_id=ev.message_id,
                 state={}, updated=ts,  # tool_call scope ends with the call
             )
         )

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from eventlog.events import SuspendTicket, Termination, ToolCallDecision, Usage
+from eventlog.events import PayloadRef, SuspendTicket, Termination, ToolCallDecision, Usage
 
 CallStatus = Literal["new", "running", "suspended", "resuming", "succeeded", "failed", "cancelled"]
 RunStatus = Literal["running", "waiting", "done"]
@@ -37,6 +37,9 @@ class CallView(_View):
     name: str | None = None
     arguments: dict[str, Any] = {}
     result: Any = None
+    #: A result stored by reference (too large for a commit; the view keeps the reference, as a
+    #: KV value has the same size limit). Read the run's events for the value.
+    result_ref: PayloadRef | None = None
     ticket: SuspendTicket | None = None
     decision: ToolCallDecision | None = None
     resume_mode: str | None = None

@@ -24,7 +24,9 @@
 """
 
 from .agent import AgentRegistry, AgentSpec, ModelRegistry, RetryPolicy, ToolExecutionMode
+from .context import ContextPolicy
 from .entropy import DeterministicEntropy, Entropy, SystemEntropy
+from .mcp import McpServerConfig, McpToolset
 from .live import LiveSink, MemoryLiveSink, NatsLiveSink, NullLiveSink
 from .hitl import CallNotSuspended, HitlError, InvalidDecision, RunNotWaiting, UnknownCall
 from .loop import RunConflict, RunContext, apply_event
@@ -58,7 +60,8 @@ from .stop import (
 from .tools import Tool, ToolContext, ToolError, ToolRegistry, ToolResult, tool
 
 __all__ = [
-    "AddContext", "AddUserMessage", "AgentRegistry", "AgentSpec", "Block", "CommittedEvent",
+    "AddContext", "AddUserMessage", "AgentRegistry", "AgentSpec", "Block", "CommittedEvent", "ContextPolicy",
+    "McpServerConfig", "McpToolset",
     "ConsecutiveErrors", "ContentMatch", "DeterministicEntropy", "Entropy", "ExcludeTools", "Gate",
     "IncludeOnlyTools", "LiveSink", "LoopDetection", "MaxRounds", "MemoryLiveSink", "ModelRegistry",
     "NatsLiveSink", "NullLiveSink", "OverrideInference", "PatchState", "PermissionPlugin",

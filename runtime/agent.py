@@ -14,6 +14,7 @@ import pydantic
 
 from eventlog.ids import validate_id
 
+from .context import ContextPolicy
 from .models.base import Model
 from .plugins import Plugin
 from .stop import MaxRounds, StopCondition
@@ -31,18 +32,15 @@ class RetryPolicy(pydantic.BaseModel):
     backoff_multiplier: float = pydantic.Field(default=2.0, ge=1.0)
 
 
-class AgentSpec(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+class AgentOptions(pydantic.BaseModel):
+    """How an agent behaves, apart from what it is (id, model, tools, plugins): shared by
+    `AgentSpec` and the declarative configuration (`runtime.config.AgentConfig`)."""
 
-    id: str
-    #: A model registry name, or a `Model` instance (handy in tests and scripts).
-    model: str | Any
+    model_config = pydantic.ConfigDict(extra="forbid")
+
     #: What the agent is for, as `GET /v1/agents` shows it to clients (not sent to the model).
     description: str = ""
     system_prompt: str = ""
-    #: Tool names, resolved from the runtime's tool registry.
-    tools: list[str] = []
-    plugins: list[Plugin] = []
     tool_execution_mode: ToolExecutionMode = "parallel_streaming"
     #: Shorthand for a `max_rounds` stop condition (ignored if one is given explicitly).
     max_rounds: int | None = pydantic.Field(default=None, ge=1)
@@ -52,6 +50,23 @@ class AgentSpec(pydantic.BaseModel):
     fallback_models: list[str] = []
     #: Provider options passed to every inference (temperature, max_tokens...).
     model_options: dict[str, Any] = {}
+    #: Token budget, tool-result shrinking, truncation and summaries (`runtime.context`).
+    context: ContextPolicy | None = None
+
+    def options(self) -> dict[str, Any]:
+        """These fields as keyword arguments (to build an `AgentSpec` from a config)."""
+        return {name: getattr(self, name) for name in AgentOptions.model_fields}
+
+
+class AgentSpec(AgentOptions):
+    model_config = pydantic.ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    id: str
+    #: A model registry name, or a `Model` instance (handy in tests and scripts).
+    model: str | Any
+    #: Tool names, resolved from the runtime's tool registry.
+    tools: list[str] = []
+    plugins: list[Plugin] = []
 
     @pydantic.field_validator("id")
     @classmethod

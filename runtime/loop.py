@@ -35,6 +35,7 @@ from eventlog.errors import AgentlogError, StoreUnavailable, VersionConflict
 from eventlog.events import (
     AnyEvent,
     Commit,
+    ContextCompacted,
     InferenceCompleted,
     Message,
     MessageAppended,
@@ -97,6 +98,7 @@ from .plugins import (
     overrides,
     run_hook,
 )
+from .context import ModelSummarizer, Summarizer, context_tokens, fit, plan_summary, summary_request
 from .frontend import frontend_specs, frontend_ticket
 from .stop import StopInput, evaluate_stop
 from .hitl import ready_calls, unstarted_calls
@@ -195,6 +197,9 @@ class RunContext:
     #: This run's frontend tools (name -> spec), from its `RunStarted`: offered to the model, and
     #: a call to one suspends for the client instead of running here (`runtime.frontend`).
     frontend_tools: dict[str, ToolSpec] = field(default_factory=dict)
+    #: The thread's latest `ContextCompacted` (the model sees its summary instead of the
+    #: messages up to its `upto_message_id`; `runtime.context`).
+    compaction: ContextCompacted | None = None
 
 
 def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *, thread_scope: bool = True) -> None:
@@ -223,6 +228,9 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
     elif t is StatePatched:
         if event.scope == "thread" and thread_scope:  # type: ignore[union-attr]
             ctx.state = validate_patch(ctx.state, event.ops)  # type: ignore[union-attr]
+    elif t is ContextCompacted:
+        if thread_scope:
+            ctx.compaction = event  # type: ignore[assignment]
     elif not ours:
         if t is ThreadCreated:
             ctx.thread_exists = True
@@ -417,7 +425,10 @@ def build_request(
                 model_name = action.model
             if action.options:
                 options = {**options, **action.options}
-    messages = [Message(id="system", role="system", content=system), *ctx.messages] if system else list(ctx.messages)
+    conversation = ctx.messages
+    if spec.context is not None or ctx.compaction is not None:
+        conversation = fit(spec.context, conversation, ctx.compaction)
+    messages = [Message(id="system", role="system", content=system), *conversation] if system else list(conversation)
     return ModelRequest(model=model_name, messages=messages, tools=tools, options=options)
 
 
@@ -508,6 +519,7 @@ class RunLoop:
         on_commit: Callable[[StoredCommit], None] = lambda sc: None,
         older_messages: Callable[[], Awaitable[list[Message]]] | None = None,
         outage: OutagePolicy = OutagePolicy(),
+        summarizer: Summarizer | None = None,
     ) -> None:
         self.spec = spec
         #: How long a store operation waits through a NATS outage (see `runtime.outage`).
@@ -551,6 +563,7 @@ class RunLoop:
         #: this (started early by `prefetch_messages`, awaited before anything reads them).
         self._older_factory = older_messages
         self._older: asyncio.Future[list[Message]] | None = None
+        self.summarizer = summarizer or ModelSummarizer(models)
 
     # -- messages from before a snapshot ---------------------------------------------------------
 
@@ -824,6 +837,7 @@ class RunLoop:
             if any(isinstance(a, (ExcludeTools, IncludeOnlyTools)) for a in actions):
                 specs = tool_specs(self.spec, self._agent_tools, actions, self.ctx.frontend_tools)
             await self._messages_ready()
+            await self._compact()
             request = build_request(self.spec, self.ctx, specs, actions)
             t0 = self.entropy.now_ms()
             try:
@@ -856,6 +870,32 @@ class RunLoop:
                 await self._round_parallel(plans)
             if await self._step_end():
                 return
+
+    async def _compact(self) -> None:
+        """Context compaction (`runtime.context`): when the agent's policy asks for a summary
+        now, get one and stage it as `ContextCompacted` (it commits with the inference, so a
+        resume or replay folds it and sends the same context). A failed summary is logged and
+        the step goes on with truncation only."""
+        policy = self.spec.context
+        if policy is None or not policy.summarize:
+            return
+        older = plan_summary(policy, self.ctx.messages, self.ctx.compaction)
+        if older is None:
+            return
+        model = policy.summary_model or self.spec.model
+        name = model if isinstance(model, str) else self.spec.model_name
+        request = summary_request(policy, name, older, self.ctx.compaction)
+        try:
+            res = await self._race(self.summarizer.summarize(model, request))
+        except ModelError as exc:
+            self.log.warning("context.summary_failed", error=str(exc))
+            return
+        before = context_tokens(policy, self.ctx.messages, self.ctx.compaction)
+        event = ContextCompacted(summary=res.text, upto_message_id=older[-1].id, model=res.model, usage=res.usage,
+                                 tokens_before=before)
+        after = context_tokens(policy, self.ctx.messages, event)
+        self._emit(msgspec.structs.replace(event, tokens_after=after))
+        self.log.info("context.compacted", upto=event.upto_message_id, tokens_before=before, tokens_after=after)
 
     # -- tool rounds ---------------------------------------------------------------------------
 

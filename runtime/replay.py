@@ -51,6 +51,7 @@ from eventlog.events import (
     AnyEvent,
     AppendResult,
     Commit,
+    ContextCompacted,
     InferenceCompleted,
     Message,
     MessageAppended,
@@ -73,6 +74,7 @@ from eventlog.store import EventStore
 
 from .agent import AgentRegistry, AgentSpec, ModelRegistry
 from .models.base import Model, ModelChunk, ModelDone, ModelError, ModelRequest, ModelResponse
+from .context import RecordedSummaries
 from .tools import Tool, ToolContext, ToolRegistry, ToolResult
 
 if TYPE_CHECKING:  # imported lazily: loop.py imports `request_digest` from here, runtime.py imports loop.py
@@ -565,6 +567,10 @@ class _ReplayTool(Tool):
         obj._inner, obj._session, obj._from_log = inner, session, from_log
         return obj
 
+    def validate(self, arguments: Any) -> dict[str, Any]:
+        # the app tool's own check (a remote MCP tool validates by JSON Schema, not a model)
+        return self._inner.validate(arguments)
+
     async def invoke(self, arguments: Any, ctx: ToolContext) -> ToolResult:
         session = self._session
         outcome = session.next_outcome(ctx.call_id)
@@ -843,7 +849,10 @@ async def verify_run(
     store = VerifyingStore(plan, session)
     names = set(t.name for t in app_tools) if tools_from_log is True else set(tools_from_log or ())
     tools = [_ReplayTool.wrap(t, session, t.name in names) for t in app_tools]
-    rt = Runtime(store, agents=[spec], tools=tools, models=_ReplayModels(model), entropy=entropy)
+    # context summaries are inputs from the log, like the model's answers
+    summaries = RecordedSummaries([e for sc in plan.loop for e in sc.commit.events if type(e) is ContextCompacted])
+    rt = Runtime(store, agents=[spec], tools=tools, models=_ReplayModels(model), entropy=entropy,
+                 summarizer=summaries)
 
     pending_cancel: list[bool] = []
 

@@ -20,6 +20,7 @@ from eventlog.errors import AgentlogError, VersionConflict
 from eventlog.events import (
     AnyEvent,
     Commit,
+    ContextCompacted,
     Message,
     MessageAppended,
     Position,
@@ -41,6 +42,7 @@ from .entropy import SYSTEM_ENTROPY, Entropy
 from .frontend import check_no_conflict, is_frontend_stub, normalize_frontend_tools
 from .live import LiveSink, NullLiveSink
 from .hitl import DecisionInput, RunNotWaiting, check_decisions, decision_seqs, parse_decisions, ready_calls
+from .context import Summarizer
 from .loop import RunConflict, RunContext, RunLoop, fold_context, get_logger
 from .outage import OutagePolicy
 from .models.base import Model, ToolSpec
@@ -232,6 +234,7 @@ class Runtime:
         entropy: Entropy | None = None,
         views: Any = None,
         store_outage_deadline: float | None = None,
+        summarizer: Summarizer | None = None,
     ) -> None:
         self.store = store
         #: A run waits this long through a NATS outage before it stops uncommitted (resumable);
@@ -245,6 +248,8 @@ class Runtime:
         #: Optional projections `ViewStore` (e.g. `projections.kv.KVViewStore`): when given, a
         #: cold resume starts from the thread view snapshot (see `_load`). Never written here.
         self.views = views
+        #: Answers context-compaction summaries (`runtime.context`); default: the registry's models.
+        self.summarizer = summarizer
         self._active: dict[str, tuple[RunLoop, RunHandle]] = {}
 
     # -- starting ------------------------------------------------------------------------------
@@ -321,6 +326,7 @@ class Runtime:
             spec=spec, ctx=ctx, version=thread.version if thread else 0, store=self.store,
             tools=self._tools_for(spec), models=self.models, live=self.live, entropy=self.entropy,
             on_commit=handle._on_commit, outage=self.outage,
+            summarizer=self.summarizer,
         )
         try:
             await loop.begin(msgs, parent_run_id=parent_run_id, origin=origin, resource_id=resource_id,
@@ -443,11 +449,18 @@ class Runtime:
 
         async def older_messages() -> list[Message]:
             out: list[Message] = []
+            compaction: ContextCompacted | None = None
             async with contextlib.aclosing(store.read_thread(thread_id)) as commits_:
                 async for sc in commits_:
                     if sc.seq > base:
                         break
-                    out.extend(e.message for e in sc.commit.events if type(e) is MessageAppended)
+                    for e in sc.commit.events:
+                        if type(e) is MessageAppended:
+                            out.append(e.message)
+                        elif type(e) is ContextCompacted:
+                            compaction = e
+            if ctx.compaction is None:  # a compaction in the tail is newer and wins
+                ctx.compaction = compaction
             return out
 
         return _Loaded(thread_id, spec, ctx, version, run_commits_all, older_messages)
@@ -457,6 +470,7 @@ class Runtime:
             spec=loaded.spec, ctx=loaded.ctx, version=loaded.version, store=self.store,
             tools=self._tools_for(loaded.spec), models=self.models, live=self.live, entropy=self.entropy,
             on_commit=handle._on_commit, older_messages=loaded.older_messages, outage=self.outage,
+            summarizer=self.summarizer,
         )
 
     def _drive(self, loop: RunLoop, handle: RunHandle) -> None:

@@ -259,6 +259,11 @@ class ToolRegistry:
         self._tools[t.name] = t
         return t
 
+    def replace(self, t: Tool) -> Tool:
+        """Register `t`, replacing a tool of the same name (a refreshed remote tool, e.g. MCP)."""
+        self._tools[t.name] = t
+        return t
+
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 

@@ -1,0 +1,62 @@
+"""A real MCP server for the MCP client tests, written with the official SDK's server API.
+
+    python tests/mcp_server.py stdio
+    python tests/mcp_server.py http PORT      # streamable HTTP on 127.0.0.1:PORT/mcp
+
+Tools: `add` (structured result), `count` (reports MCP progress per step), `fail` (an MCP tool
+error), `shout` (text content), `unlock` (adds the tool `later` at run time, for the
+`tools/list` refresh test).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from mcp.server.mcpserver import Context, MCPServer
+
+server = MCPServer("agentlog-test")
+
+
+@server.tool()
+def add(a: int, b: int) -> dict[str, int]:
+    """Add two integers."""
+    return {"sum": a + b}
+
+
+@server.tool()
+async def count(n: int, ctx: Context) -> str:
+    """Count to n, reporting progress at each step."""
+    for i in range(1, n + 1):
+        await ctx.report_progress(i, n, f"step {i}")
+    return f"counted to {n}"
+
+
+@server.tool()
+def fail(reason: str) -> str:
+    """Always fails."""
+    raise ValueError(reason)
+
+
+@server.tool()
+def shout(text: str) -> str:
+    """Upper-case the text."""
+    return text.upper()
+
+
+def later() -> str:
+    """Added at run time by `unlock`."""
+    return "late"
+
+
+@server.tool()
+def unlock() -> str:
+    """Add the tool `later` to this server."""
+    server.add_tool(later)
+    return "unlocked"
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "stdio":
+        server.run()
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
