@@ -1,0 +1,244 @@
+"""The listing index, pure: paged sorted lists against a set model, and listings against the fold.
+
+Pages are made tiny (PAGE_MAX 3) so that a handful of ids already splits, empties and reuses
+pages. The runner's write path is reproduced without NATS (load the views a chunk touches, fold,
+`diff`, `update_index`, `put_views`) on the memory store, which runs the same `ListingIndex` code
+as KV; `test_listing_reads` does the same against a real nats-server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from unittest import mock
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eventlog.events import Commit
+from projections import fold_commits
+from projections import index as ix
+from projections.fold import Folder
+from projections.index import Change, apply_changes, locate
+from projections.listing import DictBlobs, ListingIndex
+from projections.store import MemoryViewStore
+from projections.synth import generate_history, stored
+
+IDS = [f"id{i:02d}" for i in range(24)]
+
+
+@contextmanager
+def tiny_pages(size: int = 3) -> Iterator[None]:
+    with mock.patch.object(ix, "PAGE_MAX", size):
+        yield
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+ops = st.lists(st.tuples(st.sets(st.sampled_from(IDS), max_size=8), st.sets(st.sampled_from(IDS), max_size=8)),
+               max_size=25)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops, st.integers(0, 30), st.integers(1, 10))
+def test_paged_list_equals_a_sorted_set(steps, offset, limit) -> None:
+    async def go() -> None:
+        index = ListingIndex(DictBlobs())
+        model: set[str] = set()
+        for inserts, removes in steps:
+            change = Change(inserts=set(inserts), removes=set(removes) - set(inserts))
+            await index.apply({"l": change})
+            model = (model | change.inserts) - change.removes
+            ids, total = await index._slice("l", 0, 1000)
+            assert ids == sorted(model) and total == len(model)
+            # again: idempotent, nothing written
+            before = dict(index.blobs.data)
+            await index.apply({"l": change})
+            assert index.blobs.data == before
+            header = ix.decode_header(index.blobs.data[ix.header_key("l")]) if model else None
+            if header is not None:
+                assert all(0 < p.count <= ix.PAGE_MAX for p in header.pages)
+                assert not set(header.free) & {p.no for p in header.pages}
+        ids, total = await index._slice("l", offset, limit)
+        assert ids == sorted(model)[offset : offset + limit] and total == len(model)
+
+    with tiny_pages():
+        run(go())
+
+
+class Crash(Exception):
+    pass
+
+
+class CrashingBlobs(DictBlobs):
+    """Dies on the n-th `put_many` (after the pages, before the headers, ...)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.crash_at: int | None = None
+        self.calls = 0
+
+    async def put_many(self, items) -> None:
+        self.calls += 1
+        if self.crash_at is not None and self.calls == self.crash_at:
+            await super().put_many(list(items)[: len(items) // 2])
+            raise Crash()
+        await super().put_many(items)
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops, st.integers(1, 3))
+def test_a_crash_mid_write_leaves_the_committed_list_and_a_retry_completes_it(steps, crash_at) -> None:
+    """Copy-on-write: until the header is written, readers (and the next writer) see the old
+    list whole; re-applying the same change (the redelivered batch) gives the new one."""
+    async def go() -> None:
+        blobs = CrashingBlobs()
+        index = ListingIndex(blobs)
+        model: set[str] = set()
+        for inserts, removes in steps:
+            change = Change(inserts=set(inserts), removes=set(removes) - set(inserts))
+            blobs.calls, blobs.crash_at = 0, crash_at
+            try:
+                await index.apply({"l": change})
+            except Crash:
+                ids, _ = await ListingIndex(blobs)._slice("l", 0, 1000)
+                assert ids == sorted(model)  # the header was not written: the old list, whole
+                blobs.crash_at = None
+                await index.apply({"l": change})
+            model = (model | change.inserts) - change.removes
+            ids, total = await ListingIndex(blobs)._slice("l", 0, 1000)
+            assert ids == sorted(model) and total == len(model)
+
+    with tiny_pages():
+        run(go())
+
+
+def test_a_reader_that_races_a_write_reads_again() -> None:
+    """A header read before a write, pages read after it: the stamps disagree, so the reader
+    takes the header again instead of answering from a page the write replaced."""
+    async def go() -> None:
+        blobs = DictBlobs()
+        index = ListingIndex(blobs)
+        await index.apply({"l": Change(inserts={"a", "b", "c", "d"})})
+        stale = blobs.data[ix.header_key("l")]
+        await index.apply({"l": Change(removes={"a", "b"}, inserts={"e"})})
+        await index.apply({"l": Change(inserts={"a0", "a1", "a2"})})  # reuses the freed pages
+        fresh = blobs.data[ix.header_key("l")]
+        served = iter([stale, fresh])
+        real_get = blobs.get
+
+        async def get(key: str):
+            if key == ix.header_key("l"):
+                blobs.gets += 1
+                return next(served)
+            return await real_get(key)
+
+        blobs.get = get  # type: ignore[method-assign]
+        ids, total = await index._slice("l", 0, 10)
+        assert ids == ["a0", "a1", "a2", "c", "d", "e"] and total == 6
+
+    with tiny_pages(2):
+        run(go())
+
+
+def test_locate_slices_pages() -> None:
+    with tiny_pages():
+        header, _ = apply_changes(ix.EMPTY, {}, Change(inserts={f"x{i}" for i in range(7)}))
+        spans = locate(header, 2, 3)
+    assert [(s, e) for _, s, e in spans] == [(2, 3), (0, 2)]
+    assert locate(header, 50, 3) == []
+
+
+# -- listings against the fold -----------------------------------------------------------------
+
+
+async def drive(store: MemoryViewStore, commits: list[Commit], chunk: int) -> None:
+    """What `ProjectionRunner._apply_batch` does per batch, without NATS."""
+    for i in range(0, len(commits), chunk):
+        part = stored(commits[i : i + chunk], first_seq=i + 1)
+        folder = Folder()
+        old_t = {c.commit.thread_id: await store.get_thread(c.commit.thread_id) for c in part}
+        old_r = {c.commit.run_id: await store.get_run(c.commit.run_id) for c in part if c.commit.run_id}
+        folder.add_views([v for v in old_t.values() if v], [v for v in old_r.values() if v])
+        for sc in part:
+            folder.apply(sc)
+        touched = folder.take_touched()
+        await store.update_index(ix.diff(old_t, touched.threads, old_r, touched.runs))
+        await store.put_views(touched.threads.values(), touched.runs.values())
+
+
+def queries(views, rng: random.Random) -> Iterator[tuple[str, dict[str, str]]]:
+    runs, threads = list(views.runs.values()), list(views.threads.values())
+    yield "runs", {}
+    yield "threads", {}
+    for status in ("running", "waiting", "done"):
+        yield "runs", {"status": status}
+    for r in rng.sample(runs, min(3, len(runs))):
+        yield "runs", {"thread_id": r.thread_id}
+        yield "runs", {"agent_id": r.agent_id or "agent"}
+        yield "runs", {"thread_id": r.thread_id, "status": r.status}
+        if r.parent_run_id:
+            yield "runs", {"parent_run_id": r.parent_run_id}
+    yield "runs", {"parent_run_id": "nope"}
+    yield "threads", {"resource_id": "res1"}
+    for t in rng.sample(threads, min(2, len(threads))):
+        yield "threads", {"parent_thread_id": t.thread_id}
+
+
+def expected(views, kind: str, filters: dict[str, str]) -> list:
+    items = views.runs if kind == "runs" else views.threads
+    return [v for _, v in sorted(items.items()) if ix.matches(v, filters)]
+
+
+async def check_listings(store, views, rng: random.Random) -> None:
+    for kind, filters in queries(views, rng):
+        want = expected(views, kind, filters)
+        get = store.run_page if kind == "runs" else store.thread_page
+        for offset, limit in ((0, 200), (0, 1), (1, 2), (len(want), 5), (rng.randint(0, 6), rng.randint(1, 4))):
+            got, total = await get(filters, limit, offset)
+            assert total == len(want), (kind, filters)
+            assert got == want[offset : offset + limit], (kind, filters, offset, limit)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.randoms(use_true_random=False), st.integers(1, 40))
+def test_listings_equal_the_fold_for_generated_histories(rng, chunk) -> None:
+    """However the log is cut into batches, every listing (filters, pages, totals) equals
+    filtering and sorting the pure fold: status changes move runs between status lists,
+    deleted threads leave every list."""
+    commits = generate_history(rng, threads=5, max_runs=3, max_steps=3)
+    views = fold_commits(stored(commits))
+
+    async def go() -> None:
+        store = MemoryViewStore()
+        await drive(store, commits, chunk)
+        await check_listings(store, views, rng)
+        # the rebuild path (every list at once) gives the same listings
+        bulk = MemoryViewStore()
+        await bulk.put_views(views.threads.values(), views.runs.values())
+        assert await bulk.ensure_index() is True and await bulk.ensure_index() is False
+        await check_listings(bulk, views, rng)
+
+    with tiny_pages():
+        run(go())
+
+
+def test_listing_reads_do_not_grow_with_the_number_of_runs() -> None:
+    """limit=1 reads one header, one page and one view, at 300 runs as at 3000 (pure count)."""
+    async def reads(n: int) -> int:
+        store = MemoryViewStore()
+        commits = generate_history(random.Random(7), threads=n // 3, max_runs=3, max_steps=1)
+        await drive(store, commits, 500)
+        blobs = store.index.blobs
+        assert isinstance(blobs, DictBlobs)
+        blobs.gets = 0
+        page, total = await store.run_page({}, 1, 0)
+        assert len(page) == 1 and total == len(store.runs) >= n // 3
+        return blobs.gets
+
+    assert run(reads(300)) == run(reads(3000)) == 2
+
