@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
-from .errors import ProjectionError
+from .errors import ListingBusy, ProjectionError
 from .index import (
     ALL_RUNS,
     ALL_THREADS,
@@ -187,7 +187,7 @@ class ListingIndex:
                 ids.extend(page.ids[start:end])
             else:
                 return ids, header.total
-        raise ProjectionError(f"listing index {name!r} kept changing while read")
+        raise ListingBusy(f"listing index {name!r} kept changing while read; retry")
 
     async def total(self, name: str) -> int:
         return (await self._header(name)).total

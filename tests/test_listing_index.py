@@ -22,7 +22,7 @@ from projections import fold_commits
 from projections import index as ix
 from projections.fold import Folder
 from projections.index import Change, apply_changes, locate
-from projections.listing import DictBlobs, ListingIndex
+from projections.listing import READ_ATTEMPTS, DictBlobs, ListingIndex
 from projections.store import MemoryViewStore
 from projections.synth import generate_history, stored
 
@@ -242,3 +242,30 @@ def test_listing_reads_do_not_grow_with_the_number_of_runs() -> None:
 
     assert run(reads(300)) == run(reads(3000)) == 2
 
+
+
+def test_a_reader_that_never_gets_a_consistent_list_gives_up_with_a_typed_503() -> None:
+    from gateway.http.errors import status_of
+    from projections.errors import ListingBusy
+
+    class Churning(DictBlobs):
+        async def get(self, key: str):
+            data = await super().get(key)
+            if key.startswith("p.") and data is not None:
+                page = ix.decode_page(data)
+                return ix.encode(ix.Page(page.stamp + 1, page.ids))  # always a newer write's page
+            return data
+
+    async def go() -> None:
+        index = ListingIndex(Churning())
+        await index.apply({"l": Change(inserts={"a"})})
+        index.blobs.gets = 0
+        try:
+            await index._slice("l", 0, 1)
+        except ListingBusy as exc:
+            assert status_of(exc) == 503
+            assert index.blobs.gets == 2 * READ_ATTEMPTS
+        else:
+            raise AssertionError("expected ListingBusy")
+
+    run(go())
