@@ -63,28 +63,27 @@ def thread_list(attr: str, value: str) -> str:
     return f"{ALL_THREADS}.{THREAD_FILTERS[attr]}.{token(value)}"
 
 
+def _memberships(view: Any, everything: str, filters: Mapping[str, str], name: Any) -> frozenset[str]:
+    lists = {everything}
+    for attr in filters:
+        value = getattr(view, attr)
+        if value is not None:
+            lists.add(name(attr, value))
+    return frozenset(lists)
+
+
 def run_memberships(view: RunView | None) -> frozenset[str]:
     """Every list the run is in (none for no view)."""
     if view is None:
         return frozenset()
-    lists = {ALL_RUNS}
-    for attr in RUN_FILTERS:
-        value = getattr(view, attr)
-        if value is not None:
-            lists.add(run_list(attr, value))
-    return frozenset(lists)
+    return _memberships(view, ALL_RUNS, RUN_FILTERS, run_list)
 
 
 def thread_memberships(view: ThreadView | None) -> frozenset[str]:
     """Every list the thread is in: none once deleted (listings never show deleted threads)."""
     if view is None or view.deleted:
         return frozenset()
-    lists = {ALL_THREADS}
-    for attr in THREAD_FILTERS:
-        value = getattr(view, attr)
-        if value is not None:
-            lists.add(thread_list(attr, value))
-    return frozenset(lists)
+    return _memberships(view, ALL_THREADS, THREAD_FILTERS, thread_list)
 
 
 class Change(msgspec.Struct):
@@ -253,21 +252,10 @@ def matches(view: Any, filters: Mapping[str, Any]) -> bool:
     return all(getattr(view, attr) == value for attr, value in filters.items())
 
 
-_enc = msgspec.json.Encoder()
-_header_dec = msgspec.json.Decoder(Header)
-_page_dec = msgspec.json.Decoder(Page)
-
-
-def encode(value: Header | Page) -> bytes:
-    return _enc.encode(value)
-
-
-def decode_header(data: bytes) -> Header:
-    return _header_dec.decode(data)
-
-
-def decode_page(data: bytes) -> Page:
-    return _page_dec.decode(data)
+#: JSON codecs of the stored lists (msgspec: the same encoder as the views).
+encode = msgspec.json.Encoder().encode
+decode_header = msgspec.json.Decoder(Header).decode
+decode_page = msgspec.json.Decoder(Page).decode
 
 
 __all__ = [
