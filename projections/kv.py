@@ -22,11 +22,10 @@ from nats.js.errors import BadRequestError, BucketNotFoundError, KeyNotFoundErro
 from nats.js.kv import KeyValue
 
 from .errors import ProjectionError
-from .listing import IndexedListings, KVBlobs, ListingIndex
+from .listing import IndexedListings, KVBlobs, ListingIndex, put_pipelined
 from .views import RunView, ThreadView, decode_run, decode_thread, encode_view
 
 POINTER_KEY = "generation"
-PUT_CONCURRENCY = 512
 
 
 def bucket_names(prefix: str, generation: int) -> tuple[str, str]:
@@ -144,8 +143,7 @@ class KVViewStore(IndexedListings):
         """Pipelined puts (many in flight, each acked), one per view."""
         writes = [(self.threads, t.thread_id, encode_view(t)) for t in threads]
         writes += [(self.runs, r.run_id, encode_view(r)) for r in runs]
-        for i in range(0, len(writes), PUT_CONCURRENCY):
-            await asyncio.gather(*(kv.put(key, value) for kv, key, value in writes[i : i + PUT_CONCURRENCY]))
+        await put_pipelined(writes)
 
     async def list_threads(self) -> list[ThreadView]:
         return sorted((decode_thread(v) for v in await _values(self.threads, self.js)), key=lambda t: t.thread_id)

@@ -89,8 +89,13 @@ class KVBlobs:
             return None
 
     async def put_many(self, items: Sequence[tuple[str, bytes]]) -> None:
-        for i in range(0, len(items), PUT_CONCURRENCY):
-            await asyncio.gather(*(self.kv.put(k, v) for k, v in items[i : i + PUT_CONCURRENCY]))
+        await put_pipelined([(self.kv, k, v) for k, v in items])
+
+
+async def put_pipelined(writes: Sequence[tuple[KeyValue, str, bytes]]) -> None:
+    """KV puts, PUT_CONCURRENCY in flight, each acked (views and lists alike)."""
+    for i in range(0, len(writes), PUT_CONCURRENCY):
+        await asyncio.gather(*(kv.put(key, value) for kv, key, value in writes[i : i + PUT_CONCURRENCY]))
 
 
 class ListingIndex:
@@ -249,4 +254,5 @@ class IndexedListings:
         return await self.index.page(lists, filters, limit, offset, self.get_thread, ALL_THREADS)
 
 
-__all__ = ["Blobs", "DictBlobs", "IndexedListings", "KVBlobs", "ListingIndex", "READ_ATTEMPTS"]
+__all__ = ["Blobs", "DictBlobs", "IndexedListings", "KVBlobs", "ListingIndex", "PUT_CONCURRENCY", "READ_ATTEMPTS",
+           "put_pipelined"]
