@@ -16,7 +16,7 @@ from typing import Any
 from eventlog.events import Position
 from gateway.dispatch import Accepted, Dispatcher
 from projections.fold import fold_messages
-from projections.index import RUN_FILTERS, THREAD_FILTERS, matches
+from projections.index import RUN_FILTERS, THREAD_FILTERS
 
 from .http.auth import Principal
 from .http.context import Services, get_thread_view, thread_from_log, visible_run, visible_thread, wait_min_seq
@@ -33,7 +33,6 @@ from .http.models import (
     RunInputsBody,
     StartRunBody,
 )
-from .http.replies import page
 
 
 def accepted(a: Accepted) -> dict[str, Any]:
@@ -134,22 +133,18 @@ def _listing(key: str, items: list[Any], total: int, q: Any) -> dict[str, Any]:
 
 
 async def list_runs(svc: Services, who: Principal, q: ListRunsQuery) -> dict[str, Any]:
-    """Ascending run id. Served by the listing index (O(limit) reads); a tenant-scoped caller
-    without a thread filter still scans (the index has no per-tenant lists)."""
+    """Ascending run id, from the listing index (`projections.listing`: O(limit) reads for one
+    filter or none; a tenant reads the lists of its resources)."""
     await wait_min_seq(svc, q.min_seq)
     filters = _filters(q, RUN_FILTERS)
-    if who.tenant is None:
-        runs, total = await svc.views.run_page(filters, q.limit, q.offset)
-        return _listing("runs", runs, total, q)
-    if q.thread_id is not None:
+    tenant = who.tenant
+    if tenant is not None and q.thread_id is not None:
         thread = await get_thread_view(svc, q.thread_id)
         if thread is None or not who.can_see(thread.resource_id):
             return _listing("runs", [], 0, q)
-        runs, total = await svc.views.run_page(filters, q.limit, q.offset)
-        return _listing("runs", runs, total, q)
-    mine = {t.thread_id for t in await svc.views.list_threads() if who.can_see(t.resource_id)}
-    items = [r for r in await svc.views.list_runs() if r.thread_id in mine and matches(r, filters)]
-    return page(items, limit=q.limit, offset=q.offset, key="runs")
+        tenant = None  # the thread's runs are the answer: its list, O(limit)
+    runs, total = await svc.views.run_page(filters, q.limit, q.offset, tenant=tenant)
+    return _listing("runs", runs, total, q)
 
 
 async def create_thread(svc: Services, who: Principal, body: CreateThread) -> dict[str, Any]:
@@ -164,17 +159,15 @@ async def get_thread(svc: Services, who: Principal, thread_id: str, q: GetViewQu
 
 
 async def list_threads(svc: Services, who: Principal, q: ListThreadsQuery) -> dict[str, Any]:
-    """Live threads, ascending thread id, from the listing index (O(limit) reads); a
-    tenant-scoped caller without a `resource_id` filter still scans (see `list_runs`)."""
+    """Live threads, ascending thread id, from the listing index (see `list_runs`)."""
     await wait_min_seq(svc, q.min_seq)
-    filters = _filters(q, THREAD_FILTERS)
-    if who.tenant is None or q.resource_id is not None:
+    tenant = who.tenant
+    if tenant is not None and q.resource_id is not None:
         if not who.can_see(q.resource_id):
             return _listing("threads", [], 0, q)
-        threads, total = await svc.views.thread_page(filters, q.limit, q.offset)
-        return _listing("threads", threads, total, q)
-    items = [t for t in await svc.views.list_threads() if who.can_see(t.resource_id) and matches(t, filters)]
-    return page(items, limit=q.limit, offset=q.offset, key="threads")
+        tenant = None  # that resource's list is the answer
+    threads, total = await svc.views.thread_page(_filters(q, THREAD_FILTERS), q.limit, q.offset, tenant=tenant)
+    return _listing("threads", threads, total, q)
 
 
 async def thread_messages(svc: Services, who: Principal, thread_id: str, q: MessagesQuery) -> dict[str, Any]:

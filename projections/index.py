@@ -41,6 +41,9 @@ RUN_FILTERS: dict[str, str] = {"thread_id": "thread", "status": "status", "agent
 THREAD_FILTERS: dict[str, str] = {"resource_id": "resource", "parent_thread_id": "parent"}
 ALL_RUNS = "r"
 ALL_THREADS = "t"
+#: The distinct `resource_id`s of threads (raw values, insert-only): a tenant's resources are the
+#: range of it that starts with the tenant's prefix.
+RESOURCES = "res"
 
 _SAFE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -72,11 +75,17 @@ def _memberships(view: Any, everything: str, filters: Mapping[str, str], name: A
     return frozenset(lists)
 
 
-def run_memberships(view: RunView | None) -> frozenset[str]:
-    """Every list the run is in (none for no view)."""
+def resource_list(resource_id: str) -> str:
+    """Name of the list of runs on threads of `resource_id` (for tenant-scoped listings)."""
+    return f"{ALL_RUNS}.resource.{token(resource_id)}"
+
+
+def run_memberships(view: RunView | None, resource_id: str | None = None) -> frozenset[str]:
+    """Every list the run is in (none for no view); `resource_id` is its thread's."""
     if view is None:
         return frozenset()
-    return _memberships(view, ALL_RUNS, RUN_FILTERS, run_list)
+    lists = _memberships(view, ALL_RUNS, RUN_FILTERS, run_list)
+    return lists | {resource_list(resource_id)} if resource_id is not None else lists
 
 
 def thread_memberships(view: ThreadView | None) -> frozenset[str]:
@@ -111,9 +120,16 @@ def diff(
             changes.setdefault(name, Change()).removes.add(key)
 
     for tid, view in new_threads.items():
-        note(tid, thread_memberships(old_threads.get(tid)), thread_memberships(view))
+        old = old_threads.get(tid)
+        note(tid, thread_memberships(old), thread_memberships(view))
+        if view.resource_id is not None and (old is None or old.resource_id != view.resource_id):
+            changes.setdefault(RESOURCES, Change()).inserts.add(view.resource_id)
     for rid, rview in new_runs.items():
-        note(rid, run_memberships(old_runs.get(rid)), run_memberships(rview))
+        # A thread's resource_id is set when it is created, before its runs: the same for the
+        # run's old and new memberships. Every thread of a batch is in `old_threads` (loaded).
+        thread = new_threads.get(rview.thread_id) or old_threads.get(rview.thread_id)
+        resource_id = thread.resource_id if thread is not None else None
+        note(rid, run_memberships(old_runs.get(rid), resource_id), run_memberships(rview, resource_id))
     return changes
 
 
@@ -227,14 +243,31 @@ def locate(header: Header, offset: int, limit: int) -> list[tuple[PageRef, int, 
     return out
 
 
+def locate_prefix(header: Header, prefix: str) -> list[tuple[PageRef, int, int]]:
+    """The pages that may hold ids starting with `prefix` (whole): from the last page starting
+    before it to the last page starting inside it."""
+    firsts = [p.first for p in header.pages]
+    out: list[tuple[PageRef, int, int]] = []
+    for ref in header.pages[max(0, bisect.bisect_left(firsts, prefix) - 1):]:
+        if ref.first >= prefix and not ref.first.startswith(prefix):
+            break
+        out.append((ref, 0, ref.count))
+    return out
+
+
 def build(threads: Iterable[ThreadView], runs: Iterable[RunView]) -> dict[str, tuple[Header, dict[int, Page]]]:
     """Every list of the given views, built at once (the rebuild): full pages, stamp 1."""
     members: dict[str, list[str]] = {}
+    resources: dict[str, str | None] = {}
     for t in threads:
+        resources[t.thread_id] = t.resource_id
         for name in thread_memberships(t):
             members.setdefault(name, []).append(t.thread_id)
+    distinct = {r for r in resources.values() if r is not None}
+    if distinct:
+        members[RESOURCES] = list(distinct)
     for r in runs:
-        for name in run_memberships(r):
+        for name in run_memberships(r, resources.get(r.thread_id)):
             members.setdefault(name, []).append(r.run_id)
     out: dict[str, tuple[Header, dict[int, Page]]] = {}
     for name, ids in members.items():
@@ -260,7 +293,7 @@ decode_page = msgspec.json.Decoder(Page).decode
 
 __all__ = [
     "ALL_RUNS", "ALL_THREADS", "Change", "Changes", "EMPTY", "Header", "PAGE_MAX", "Page", "PageRef",
-    "RUN_FILTERS", "THREAD_FILTERS", "apply_changes", "build", "decode_header", "decode_page", "diff",
-    "encode", "header_key", "locate", "matches", "page_key", "run_list", "run_memberships", "target_pages",
+    "RESOURCES", "RUN_FILTERS", "THREAD_FILTERS", "apply_changes", "build", "decode_header", "decode_page", "diff",
+    "encode", "header_key", "locate", "locate_prefix", "matches", "page_key", "resource_list", "run_list", "run_memberships", "target_pages",
     "thread_list", "thread_memberships", "token",
 ]

@@ -14,6 +14,9 @@ it might then hold what never reached the store.
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
+import sys
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
@@ -26,9 +29,11 @@ from .index import (
     ALL_RUNS,
     ALL_THREADS,
     EMPTY,
+    RESOURCES,
     Changes,
     Header,
     Page,
+    PageRef,
     apply_changes,
     build,
     decode_header,
@@ -36,8 +41,10 @@ from .index import (
     encode,
     header_key,
     locate,
+    locate_prefix,
     matches,
     page_key,
+    resource_list,
     run_list,
     target_pages,
     thread_list,
@@ -53,6 +60,7 @@ READ_ATTEMPTS = 50
 BUILT_KEY = "built"
 
 V = TypeVar("V")
+Span = tuple[PageRef, int, int]
 
 
 class Blobs(Protocol):
@@ -178,11 +186,12 @@ class ListingIndex:
         data = await self.blobs.get(header_key(name))
         return decode_header(data) if data is not None else EMPTY
 
-    async def _slice(self, name: str, offset: int, limit: int) -> tuple[list[str], int]:
-        """Ids `[offset, offset + limit)` of a list and its length, from one consistent header."""
+    async def _read(self, name: str, select: Callable[[Header], list[Span]]) -> tuple[list[str], int]:
+        """The ids of the spans `select` picks from a list's header, and the list's length, all
+        from one consistent header."""
         for _ in range(READ_ATTEMPTS):
             header = await self._header(name)
-            spans = locate(header, offset, limit)
+            spans = select(header)
             datas = await asyncio.gather(*(self.blobs.get(page_key(name, ref.no)) for ref, _, _ in spans))
             ids: list[str] = []
             for (ref, start, end), data in zip(spans, datas, strict=True):
@@ -194,34 +203,61 @@ class ListingIndex:
                 return ids, header.total
         raise ListingBusy(f"listing index {name!r} kept changing while read; retry")
 
+    async def _slice(self, name: str, offset: int, limit: int) -> tuple[list[str], int]:
+        """Ids `[offset, offset + limit)` of a list, and its length."""
+        return await self._read(name, lambda header: locate(header, offset, limit))
+
+    async def prefixed(self, name: str, prefix: str) -> list[str]:
+        """The ids of a list that start with `prefix`: one key range, as the lists are sorted."""
+        ids, _ = await self._read(name, lambda header: locate_prefix(header, prefix))
+        return [i for i in ids if i.startswith(prefix)]
+
+    async def _union(self, names: Sequence[str], offset: int, limit: int) -> tuple[list[str], int]:
+        """Ids `[offset, offset + limit)` of the union of disjoint lists, in order, and its size:
+        the first offset + limit of each, merged."""
+        if len(names) == 1:
+            return await self._slice(names[0], offset, limit)
+        parts = await asyncio.gather(*(self._slice(n, 0, offset + limit) for n in names))
+        merged = heapq.merge(*(ids for ids, _ in parts))
+        return list(itertools.islice(merged, offset, offset + limit)), sum(total for _, total in parts)
+
     async def total(self, name: str) -> int:
         return (await self._header(name)).total
 
     async def page(
-        self, lists: Mapping[str, str], filters: Mapping[str, Any], limit: int, offset: int,
-        load: Callable[[str], Awaitable[V | None]], everything: str,
+        self, names: Sequence[str], *, exact: bool, keep: Callable[[V], bool], limit: int, offset: int,
+        load: Callable[[str], Awaitable[V | None]],
     ) -> tuple[list[V], int]:
-        """One page of the views in `lists[attr]` for every filter (`everything` when none):
-        `(views, total)`. Views that do not (yet) match their filter are left out: the index is
-        written before the views, so a listing that races the runner (no `min_seq`) may see an
-        id a moment before its view."""
-        names = list(lists.values()) or [everything]
-        if len(names) == 1:
-            ids, total = await self._slice(names[0], offset, limit)
+        """One page of views, `(views, total)`, from the union of disjoint lists `names`.
+
+        `exact`: the union is the answer (no filter, one filter, or a tenant's resources): read
+        the slice and `limit` views. Else the union holds the answer: read it all and `keep`
+        what matches (O(size of the union); callers pass the smallest). Views `keep` rejects are
+        left out in both cases: the index is written before the views, so a listing racing the
+        runner (no `min_seq`) may see an id a moment before its view."""
+        if exact:
+            ids, total = await self._union(names, offset, limit)
             views = await asyncio.gather(*(load(i) for i in ids))
-            return [v for v in views if v is not None and matches(v, filters)], total
-        totals = await asyncio.gather(*(self.total(n) for n in names))
-        smallest = min(zip(totals, names, strict=True))[1]
-        ids, _ = await self._slice(smallest, 0, min(totals))
+            return [v for v in views if v is not None and keep(v)], total
+        ids, _ = await self._union(names, 0, sys.maxsize)
         found: list[V] = []
         for i in range(0, len(ids), PUT_CONCURRENCY):
             views = await asyncio.gather(*(load(x) for x in ids[i : i + PUT_CONCURRENCY]))
-            found += [v for v in views if v is not None and matches(v, filters)]
+            found += [v for v in views if v is not None and keep(v)]
         return found[offset : offset + limit], len(found)
+
+    async def smallest(self, names: Sequence[str]) -> str:
+        totals = await asyncio.gather(*(self.total(n) for n in names))
+        return min(zip(totals, names, strict=True))[1]
 
 
 class IndexedListings:
-    """The listing part of a `ViewStore`, for a store with an `index` and `get_run`/`get_thread`."""
+    """The listing part of a `ViewStore`, for a store with an `index` and `get_run`/`get_thread`.
+
+    Without a tenant: no filter or one filter reads one list's slice (O(limit)); several walk
+    the smallest of their lists. With a tenant (a `resource_id` prefix): its resources are a
+    key range of the resources list, and the answer is the union of their lists (O(resources of
+    the tenant + limit)); with filters too, that union is walked."""
 
     index: ListingIndex
     get_run: Callable[[str], Awaitable[RunView | None]]
@@ -242,16 +278,38 @@ class IndexedListings:
         """Apply the runner's list changes (before it writes the views they come from)."""
         await self.index.apply(changes)
 
-    async def run_page(self, filters: Mapping[str, str], limit: int, offset: int) -> tuple[list[RunView], int]:
-        """Runs with every `filters` attribute at its value, ascending run id: `(page, total)`."""
-        lists = {attr: run_list(attr, value) for attr, value in filters.items()}
-        return await self.index.page(lists, filters, limit, offset, self.get_run, ALL_RUNS)
+    async def _source(self, lists: list[str], everything: str, tenant: str | None,
+                      tenant_list: Callable[[str], str]) -> tuple[list[str], bool]:
+        """Which lists to read, and whether their union is exactly the answer."""
+        if tenant is not None:
+            return [tenant_list(r) for r in await self.index.prefixed(RESOURCES, tenant)], not lists
+        if len(lists) <= 1:
+            return lists or [everything], True
+        return [await self.index.smallest(lists)], False
 
-    async def thread_page(self, filters: Mapping[str, str], limit: int, offset: int,
+    async def run_page(self, filters: Mapping[str, str], limit: int, offset: int, *, tenant: str | None = None,
+                       ) -> tuple[list[RunView], int]:
+        """Runs with every `filters` attribute at its value (on threads whose resource_id starts
+        with `tenant`, if given), ascending run id: `(page, total)`."""
+        lists = [run_list(attr, value) for attr, value in filters.items()]
+        names, exact = await self._source(lists, ALL_RUNS, tenant, resource_list)
+        return await self.index.page(names, exact=exact, keep=lambda v: matches(v, filters), limit=limit,
+                                     offset=offset, load=self.get_run)
+
+    async def thread_page(self, filters: Mapping[str, str], limit: int, offset: int, *, tenant: str | None = None,
                           ) -> tuple[list[ThreadView], int]:
-        """Live (not deleted) threads matching `filters`, ascending thread id: `(page, total)`."""
-        lists = {attr: thread_list(attr, value) for attr, value in filters.items()}
-        return await self.index.page(lists, filters, limit, offset, self.get_thread, ALL_THREADS)
+        """Live (not deleted) threads matching `filters` (and whose resource_id starts with
+        `tenant`, if given), ascending thread id: `(page, total)`."""
+        lists = [thread_list(attr, value) for attr, value in filters.items()]
+        names, exact = await self._source(lists, ALL_THREADS, tenant,
+                                          lambda resource_id: thread_list("resource_id", resource_id))
+
+        def keep(view: ThreadView) -> bool:
+            return matches(view, filters) and (
+                tenant is None or (view.resource_id is not None and view.resource_id.startswith(tenant)))
+
+        return await self.index.page(names, exact=exact, keep=keep, limit=limit, offset=offset,
+                                     load=self.get_thread)
 
 
 __all__ = ["Blobs", "DictBlobs", "IndexedListings", "KVBlobs", "ListingIndex", "PUT_CONCURRENCY", "READ_ATTEMPTS",

@@ -37,13 +37,16 @@ class ViewStore(Protocol):
         """Apply the runner's listing-index changes; called before the `put_views` they go with."""
         ...
 
-    async def run_page(self, filters: Mapping[str, str], limit: int, offset: int) -> tuple[list[RunView], int]:
-        """One page of runs (ascending run id) matching `filters`, and how many match."""
+    async def run_page(self, filters: Mapping[str, str], limit: int, offset: int, *, tenant: str | None = None,
+                       ) -> tuple[list[RunView], int]:
+        """One page of runs (ascending run id) matching `filters` (on threads whose resource_id
+        starts with `tenant`, if given), and how many match."""
         ...
 
-    async def thread_page(self, filters: Mapping[str, str], limit: int, offset: int,
+    async def thread_page(self, filters: Mapping[str, str], limit: int, offset: int, *, tenant: str | None = None,
                           ) -> tuple[list[ThreadView], int]:
-        """One page of live threads (ascending thread id) matching `filters`, and how many match."""
+        """One page of live threads (ascending thread id) matching `filters` (and whose
+        resource_id starts with `tenant`, if given), and how many match."""
         ...
 
 

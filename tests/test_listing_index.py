@@ -16,8 +16,9 @@ from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+import msgspec
 
-from eventlog.events import Commit
+from eventlog.events import Commit, ThreadCreated
 from projections import fold_commits
 from projections import index as ix
 from projections.fold import Folder
@@ -171,37 +172,65 @@ async def drive(store: MemoryViewStore, commits: list[Commit], chunk: int) -> No
         await store.put_views(touched.threads.values(), touched.runs.values())
 
 
-def queries(views, rng: random.Random) -> Iterator[tuple[str, dict[str, str]]]:
+Query = tuple[str, dict[str, str], "str | None"]
+RESOURCE_IDS = [None, "res1", "acme/a", "acme/b", "acme b (free text)", "beta"]
+TENANTS = ["acme", "res", "b", "zzz"]
+
+
+def with_resources(commits: list[Commit], rng: random.Random) -> list[Commit]:
+    """The generated threads, spread over resources: a few per tenant prefix, some not safe
+    as KV tokens (hashed), some none."""
+    out = []
+    for c in commits:
+        events = [msgspec.structs.replace(e, resource_id=rng.choice(RESOURCE_IDS)) if isinstance(e, ThreadCreated)
+                  else e for e in c.events]
+        out.append(msgspec.structs.replace(c, events=events))
+    return out
+
+
+def queries(views, rng: random.Random) -> Iterator[Query]:
     runs, threads = list(views.runs.values()), list(views.threads.values())
-    yield "runs", {}
-    yield "threads", {}
+    yield "runs", {}, None
+    yield "threads", {}, None
     for status in ("running", "waiting", "done"):
-        yield "runs", {"status": status}
+        yield "runs", {"status": status}, None
     for r in rng.sample(runs, min(3, len(runs))):
-        yield "runs", {"thread_id": r.thread_id}
-        yield "runs", {"agent_id": r.agent_id or "agent"}
-        yield "runs", {"thread_id": r.thread_id, "status": r.status}
+        yield "runs", {"thread_id": r.thread_id}, None
+        yield "runs", {"agent_id": r.agent_id or "agent"}, None
+        yield "runs", {"thread_id": r.thread_id, "status": r.status}, None
         if r.parent_run_id:
-            yield "runs", {"parent_run_id": r.parent_run_id}
-    yield "runs", {"parent_run_id": "nope"}
-    yield "threads", {"resource_id": "res1"}
+            yield "runs", {"parent_run_id": r.parent_run_id}, None
+    yield "runs", {"parent_run_id": "nope"}, None
+    for resource_id in RESOURCE_IDS[1:]:
+        yield "threads", {"resource_id": resource_id}, None
     for t in rng.sample(threads, min(2, len(threads))):
-        yield "threads", {"parent_thread_id": t.thread_id}
+        yield "threads", {"parent_thread_id": t.thread_id}, None
+    for tenant in TENANTS:
+        yield "runs", {}, tenant
+        yield "threads", {}, tenant
+        yield "runs", {"status": rng.choice(["running", "waiting", "done"])}, tenant
+        for t in rng.sample(threads, min(1, len(threads))):
+            yield "threads", {"parent_thread_id": t.thread_id}, tenant
 
 
-def expected(views, kind: str, filters: dict[str, str]) -> list:
+def expected(views, kind: str, filters: dict[str, str], tenant: str | None) -> list:
+    """What the listings answered when they filtered every view (the code before the index)."""
+    def visible(thread_id: str) -> bool:
+        t = views.threads.get(thread_id)
+        return tenant is None or (t is not None and t.resource_id is not None and t.resource_id.startswith(tenant))
+
     items = views.runs if kind == "runs" else views.threads
-    return [v for _, v in sorted(items.items()) if ix.matches(v, filters)]
+    return [v for _, v in sorted(items.items()) if ix.matches(v, filters) and visible(v.thread_id)]
 
 
 async def check_listings(store, views, rng: random.Random) -> None:
-    for kind, filters in queries(views, rng):
-        want = expected(views, kind, filters)
+    for kind, filters, tenant in queries(views, rng):
+        want = expected(views, kind, filters, tenant)
         get = store.run_page if kind == "runs" else store.thread_page
         for offset, limit in ((0, 200), (0, 1), (1, 2), (len(want), 5), (rng.randint(0, 6), rng.randint(1, 4))):
-            got, total = await get(filters, limit, offset)
-            assert total == len(want), (kind, filters)
-            assert got == want[offset : offset + limit], (kind, filters, offset, limit)
+            got, total = await get(filters, limit, offset, tenant=tenant)
+            assert total == len(want), (kind, filters, tenant)
+            assert got == want[offset : offset + limit], (kind, filters, tenant, offset, limit)
 
 
 @settings(max_examples=60, deadline=None)
@@ -210,7 +239,7 @@ def test_listings_equal_the_fold_for_generated_histories(rng, chunk) -> None:
     """However the log is cut into batches, every listing (filters, pages, totals) equals
     filtering and sorting the pure fold: status changes move runs between status lists,
     deleted threads leave every list."""
-    commits = generate_history(rng, threads=5, max_runs=3, max_steps=3)
+    commits = with_resources(generate_history(rng, threads=6, max_runs=3, max_steps=3), rng)
     views = fold_commits(stored(commits))
 
     async def go() -> None:

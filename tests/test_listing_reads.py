@@ -54,7 +54,8 @@ async def counted_app(url: str) -> AsyncIterator[tuple[TestClient, JetStreamEven
     runner = ProjectionRunner(store.nc, await KVViewStore.open(store.nc), fetch_timeout=0.2)
     await runner.start()
     reader = await nats.connect(url)
-    app = create_app(store, await KVViewStore.open(reader), runner, auth_tokens="", settings=Settings(read_wait=30))
+    app = create_app(store, await KVViewStore.open(reader), runner, auth_tokens="admin,tenant:res1",
+                     settings=Settings(read_wait=30))
     client = TestClient(TestServer(app, host="127.0.0.1"))
     await client.start_server()
     try:
@@ -66,20 +67,23 @@ async def counted_app(url: str) -> AsyncIterator[tuple[TestClient, JetStreamEven
         await store.close()
 
 
-async def received(client: TestClient, reader: Any, path: str, params: dict[str, Any]) -> tuple[int, Any]:
+async def received(client: TestClient, reader: Any, path: str, params: dict[str, Any], token: str,
+                   ) -> tuple[int, Any]:
     """Messages the app's view connection received while answering one GET (and the answer)."""
     await reader.flush()
     before = reader.stats["in_msgs"]
-    data = await body(await client.get(path, params=params), 200)
+    data = await body(await client.get(path, params=params, headers={"Authorization": f"Bearer {token}"}), 200)
     return reader.stats["in_msgs"] - before, data
 
 
 LISTINGS = [
-    ("/v1/runs", {"limit": 1}),
-    ("/v1/runs", {"limit": 1, "status": "done"}),
-    ("/v1/runs", {"limit": 2, "offset": 300}),
-    ("/v1/threads", {"limit": 1}),
-    ("/v1/threads", {"limit": 3, "resource_id": "res1"}),
+    ("/v1/runs", {"limit": 1}, "admin"),
+    ("/v1/runs", {"limit": 1, "status": "done"}, "admin"),
+    ("/v1/runs", {"limit": 2, "offset": 300}, "admin"),
+    ("/v1/threads", {"limit": 1}, "admin"),
+    ("/v1/threads", {"limit": 3, "resource_id": "res1"}, "admin"),
+    ("/v1/runs", {"limit": 1}, "tenant"),  # a token scoped to resource_id prefix "res1"
+    ("/v1/threads", {"limit": 1}, "tenant"),
 ]
 
 
@@ -90,8 +94,8 @@ async def test_listing_reads_do_not_grow_with_the_number_of_runs(nats_server) ->
         for start, count in ((0, 500), (500, 2000)):
             seq = await append_runs(store, start, count)
             row = []
-            for path, params in LISTINGS:
-                n, data = await received(client, reader, path, {**params, "min_seq": seq})
+            for path, params, token in LISTINGS:
+                n, data = await received(client, reader, path, {**params, "min_seq": seq}, token)
                 items = data["runs" if path == "/v1/runs" else "threads"]
                 assert len(items) == params["limit"] and data["total"] >= 100, (path, params, data["total"])
                 row.append(n)
