@@ -233,7 +233,7 @@ async def check_listings(store, views, rng: random.Random) -> None:
             assert got == want[offset : offset + limit], (kind, filters, tenant, offset, limit)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(st.randoms(use_true_random=False), st.integers(1, 40))
 def test_listings_equal_the_fold_for_generated_histories(rng, chunk) -> None:
     """However the log is cut into batches, every listing (filters, pages, totals) equals
