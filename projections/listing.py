@@ -6,7 +6,9 @@ pure unit tests), so both view stores share one code path.
 
 Costs: a listing with at most one filter reads 1 header + the 1-2 pages covering the slice +
 `limit` views, whatever the number of runs. With several filters the smallest matching list is
-walked and its views read (O(size of that list), e.g. a thread's runs). The writer (ONE runner
+walked and its views read (O(size of that list), e.g. a thread's runs). A tenant's listing reads
+the resources list's range for its prefix, then merges its resources' lists (O(its resources +
+limit)); with filters it walks that union. The writer (ONE runner
 per view set) keeps an LRU cache of headers and pages; it is dropped on any failed write, since
 it might then hold what never reached the store.
 """
@@ -107,6 +109,8 @@ async def put_pipelined(writes: Sequence[tuple[KeyValue, str, bytes]]) -> None:
 
 
 class ListingIndex:
+    """The lists of one view generation: `apply`/`put_all` for the writer, `page` for readers."""
+
     def __init__(self, blobs: Blobs, *, cache_size: int = 20_000) -> None:
         self.blobs = blobs
         self.cache_size = cache_size
