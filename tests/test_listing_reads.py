@@ -119,7 +119,9 @@ async def test_kv_listings_equal_the_fold_through_the_runner_and_the_rebuild(nat
     rng = random.Random(5)
     try:
         async with asyncio.timeout(TIMEOUT):
-            commits = history_of_size(rng, 1500, threads_per_chunk=10)
+            from test_listing_index import with_resources  # resources per tenant, some hashed
+
+            commits = with_resources(history_of_size(rng, 1500, threads_per_chunk=10), rng)
             split = len(commits) * 2 // 3
             versions: dict[str, int] = {}
 
