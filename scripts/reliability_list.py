@@ -8,7 +8,9 @@ The views are built fast, the way `agentlog projections rebuild` writes them: sy
 (4 runs per thread, continuations, mixed statuses, 5 agents, 50 resources) are folded in memory,
 then every view and every list of the listing index is put, pipelined, into KV under a prefix of
 its own per size. For comparison it also times the full scan every listing used to do
-(`list_runs()`, every view) at the same sizes.
+(`list_runs()`, every view) at the same sizes, and what keeping the index costs the projection
+runner (commits/s catching up, views only vs views and index, on a log where every commit starts
+a run and on a synthetic agent history).
 
 `run(quick)` returns (table rows, figures) for `scripts/bench_reliability.py`;
 
@@ -23,6 +25,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import random
 import statistics
 import sys
 import tempfile
@@ -35,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import nats  # noqa: E402
 from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 
+from eventlog.codec import encode_commit  # noqa: E402
 from eventlog.events import (  # noqa: E402
     Commit,
     RunFinished,
@@ -52,6 +56,7 @@ from gateway.http import create_app  # noqa: E402
 from projections.fold import Folder  # noqa: E402
 from projections.kv import KVViewStore  # noqa: E402
 from projections.runner import ProjectionRunner  # noqa: E402
+from projections.synth import history_of_size  # noqa: E402
 
 RUNS_PER_THREAD = 4
 #: name -> (path, query, bearer token); "tenant" is scoped to resource_id prefix "res1" (11 of
@@ -150,6 +155,44 @@ async def scan_ms(store: KVViewStore, size: int) -> float:
     return (time.perf_counter() - t0) / scans * 1000
 
 
+class ViewsOnly:
+    """The store without its listing index: the runner as it was before (the baseline)."""
+
+    def __init__(self, inner: KVViewStore) -> None:
+        self.inner = inner
+
+    async def get_thread(self, thread_id: str) -> Any:
+        return await self.inner.get_thread(thread_id)
+
+    async def get_run(self, run_id: str) -> Any:
+        return await self.inner.get_run(run_id)
+
+    async def put_views(self, threads: Any, runs: Any) -> None:
+        await self.inner.put_views(threads, runs)
+
+
+async def runner_rates(nc: Any, name: str, commits: list[Commit]) -> tuple[float, float]:
+    """Commits/s of a projection runner catching up on `commits`: views only, then views and
+    listing index (each into fresh buckets, from its own durable consumer)."""
+    js = nc.jetstream()
+    stream = f"list_{name}"
+    await js.add_stream(name=stream, subjects=[f"{stream}.>"])
+    for i in range(0, len(commits), 1000):
+        await asyncio.gather(*(js.publish(f"{stream}.{c.thread_id}", encode_commit(c)) for c in commits[i : i + 1000]))
+    rates = []
+    for mode in ("views", "index"):
+        store = await KVViewStore.open(nc, prefix=f"{stream}_{mode}")
+        runner = ProjectionRunner(nc, ViewsOnly(store) if mode == "views" else store, stream=stream,
+                                  subjects=f"{stream}.>", durable=f"{stream}_{mode}", fetch_timeout=0.5)
+        await runner.open()
+        t0 = time.perf_counter()
+        while runner.applied_seq < len(commits):
+            await runner.step()
+        rates.append(len(commits) / (time.perf_counter() - t0))
+        await runner.stop()
+    return rates[0], rates[1]
+
+
 async def run(quick: bool) -> tuple[list[tuple[str, str]], dict[str, Any]]:
     sizes = (1_000, 20_000) if quick else (1_000, 20_000, 100_000)
     requests = 100 if quick else 300
@@ -170,6 +213,9 @@ async def run(quick: bool) -> tuple[list[tuple[str, str]], dict[str, Any]]:
                     results[size] = {"build_s": seconds, "scan": await scan_ms(store, size)}
                 for (size, name), p50 in (await p50s(clients, requests)).items():
                     results[size][name] = p50
+                logs = {"runs": synthetic_commits(3_000 if quick else 10_000),
+                        "mixed": history_of_size(random.Random(7), 20_000 if quick else 60_000)}
+                rates = {log: await runner_rates(nc, log, commits) for log, commits in logs.items()}
         finally:
             server.stop()
     figures: dict[str, Any] = {}
@@ -188,6 +234,13 @@ async def run(quick: bool) -> tuple[list[tuple[str, str]], dict[str, Any]]:
             (f"GET /v1/runs?limit=20 as a tenant (11 resources) p50 at {k} runs", f"{res['tenant']:.2f} ms"),
             (f"full scan of the run views (the old listing) at {k} runs", f"{res['scan']:.1f} ms"),
         ]
+    for log, label in (("runs", "every commit starts a run"), ("mixed", "synthetic agent history")):
+        views_only, indexed = rates[log]
+        figures[f"runner_{log}_commits_per_s_views_only"] = round(views_only)
+        figures[f"runner_{log}_commits_per_s_indexed"] = round(indexed)
+        figures[f"runner_{log}_index_ratio"] = round(indexed / views_only, 3)
+        rows.append((f"projection runner, {label}: commits/s views only -> with index",
+                     f"{views_only:.0f} -> {indexed:.0f} ({indexed / views_only:.2f}x)"))
     for size in sizes[1:]:  # list_ratio = 20k / 1k (the target); list_ratio_100k = 100k / 1k
         k = f"{size // 1000}k"
         for name, short in names.items():
@@ -210,7 +263,7 @@ def main() -> None:
     table.add_column("value", justify="right")
     for label, value in rows:
         table.add_row(label, value)
-    Console().print(table)
+    Console(width=110).print(table)
     print(json.dumps({"bench": "reliability_list", **figures}))
 
 
