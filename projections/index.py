@@ -1,10 +1,14 @@
 """The listing index, pure part: which ordered lists a view belongs to, and paged sorted lists.
 
 Why: `GET /v1/runs?limit=1` used to read every view. Instead, the runner keeps, in the same pass
-as the views, one ordered id list per listing it must serve: all runs, runs per thread / status /
-agent / parent run, all (live) threads, threads per resource / parent thread. A listing then
-reads a header, the page(s) holding `[offset, offset + limit)` and `limit` views: O(limit) reads
-whatever the number of runs (the header's size grows with pages, n / PAGE_MAX, not its reads).
+as the views, a few sorted lists: all runs and all (live) threads by id, and one list per filter
+whose members are `<token of the value>\x00<id>`, so the runs of one thread (status, agent,
+parent run, resource) and the threads of one resource (parent thread) are one key range of it. A
+listing reads a header, the 1-2 pages bounding the range, the page(s) holding
+`[offset, offset + limit)` of it and `limit` views: O(limit) reads whatever the number of runs
+(the header's size grows with pages, n / PAGE_MAX, not its reads). Shared lists, not one list
+per thread or parent: a new run touches a fixed handful of lists (mostly their last pages, ids
+being time-ordered), which keeps the runner's extra KV writes per batch small.
 
 Order is the order listings always had: ascending id (generated ids are time-ordered, so that is
 creation order for them). Ids are kept sorted inside pages; pages are sorted by their first id.
@@ -17,7 +21,7 @@ pages intact (the batch is redelivered and re-applied; inserts/removes are idemp
 reader that raced a write notices through the stamps (every page carries the stamp of the write
 that made it, the header names the stamp it expects) and reads again.
 
-Everything here is pure (no I/O): `memberships`, `diff`, `apply_changes`, `locate`, `build`.
+Everything here is pure (no I/O): `run_entries`, `diff`, `apply_changes`, `locate`, `rank`, `build`.
 """
 
 from __future__ import annotations
@@ -56,43 +60,61 @@ def token(value: str) -> str:
     return "=" + hashlib.sha256(value.encode()).hexdigest()[:40]
 
 
-def run_list(attr: str, value: str) -> str:
-    """Name of the list of runs whose `attr` equals `value`."""
-    return f"{ALL_RUNS}.{RUN_FILTERS[attr]}.{token(value)}"
+#: Separates a filter value's token from the id in a member of a filter list (sorts below every
+#: token character, so one value's members are one key range: `[prefix, prefix_end)`).
+SEP = "\x00"
+
+Slot = tuple[str, str]
+"""A listing's place in the index: (list name, member prefix); prefix "" is the whole list."""
 
 
-def thread_list(attr: str, value: str) -> str:
-    """Name of the list of (not deleted) threads whose `attr` equals `value`."""
-    return f"{ALL_THREADS}.{THREAD_FILTERS[attr]}.{token(value)}"
+def _slot(kind: str, short: str, value: str) -> Slot:
+    return f"{kind}.{short}", token(value) + SEP
 
 
-def _memberships(view: Any, everything: str, filters: Mapping[str, str], name: Any) -> frozenset[str]:
-    lists = {everything}
-    for attr in filters:
-        value = getattr(view, attr)
-        if value is not None:
-            lists.add(name(attr, value))
-    return frozenset(lists)
+def run_slot(attr: str, value: str) -> Slot:
+    """Where the runs whose `attr` equals `value` are: one range of one shared list."""
+    return _slot(ALL_RUNS, RUN_FILTERS[attr], value)
 
 
-def resource_list(resource_id: str) -> str:
-    """Name of the list of runs on threads of `resource_id` (for tenant-scoped listings)."""
-    return f"{ALL_RUNS}.resource.{token(resource_id)}"
+def thread_slot(attr: str, value: str) -> Slot:
+    """Where the (not deleted) threads whose `attr` equals `value` are."""
+    return _slot(ALL_THREADS, THREAD_FILTERS[attr], value)
 
 
-def run_memberships(view: RunView | None, resource_id: str | None = None) -> frozenset[str]:
-    """Every list the run is in (none for no view); `resource_id` is its thread's."""
+def resource_slot(resource_id: str) -> Slot:
+    """Where the runs on threads of `resource_id` are (tenant-scoped listings)."""
+    return _slot(ALL_RUNS, "resource", resource_id)
+
+
+def prefix_end(prefix: str) -> str:
+    """The first key after every key that starts with `prefix` (which ends with SEP)."""
+    return prefix[:-1] + chr(ord(SEP) + 1)
+
+
+Entry = tuple[str, str]  # (list name, member)
+
+
+def _entries(key: str, everything: str, slots: list[Slot]) -> frozenset[Entry]:
+    return frozenset([(everything, key), *((name, prefix + key) for name, prefix in slots)])
+
+
+def run_entries(view: RunView | None, resource_id: str | None = None) -> frozenset[Entry]:
+    """Every (list, member) the run is in (none for no view); `resource_id` is its thread's."""
     if view is None:
         return frozenset()
-    lists = _memberships(view, ALL_RUNS, RUN_FILTERS, run_list)
-    return lists | {resource_list(resource_id)} if resource_id is not None else lists
+    slots = [run_slot(attr, v) for attr in RUN_FILTERS if (v := getattr(view, attr)) is not None]
+    if resource_id is not None:
+        slots.append(resource_slot(resource_id))
+    return _entries(view.run_id, ALL_RUNS, slots)
 
 
-def thread_memberships(view: ThreadView | None) -> frozenset[str]:
-    """Every list the thread is in: none once deleted (listings never show deleted threads)."""
+def thread_entries(view: ThreadView | None) -> frozenset[Entry]:
+    """Every (list, member) the thread is in: none once deleted (listings never show them)."""
     if view is None or view.deleted:
         return frozenset()
-    return _memberships(view, ALL_THREADS, THREAD_FILTERS, thread_list)
+    slots = [thread_slot(attr, v) for attr in THREAD_FILTERS if (v := getattr(view, attr)) is not None]
+    return _entries(view.thread_id, ALL_THREADS, slots)
 
 
 class Change(msgspec.Struct):
@@ -113,23 +135,23 @@ def diff(
     moves a run from one status list to another; a delete takes a thread out of every list)."""
     changes: Changes = {}
 
-    def note(key: str, before: frozenset[str], after: frozenset[str]) -> None:
-        for name in after - before:
-            changes.setdefault(name, Change()).inserts.add(key)
-        for name in before - after:
-            changes.setdefault(name, Change()).removes.add(key)
+    def note(before: frozenset[Entry], after: frozenset[Entry]) -> None:
+        for name, member in after - before:
+            changes.setdefault(name, Change()).inserts.add(member)
+        for name, member in before - after:
+            changes.setdefault(name, Change()).removes.add(member)
 
     for tid, view in new_threads.items():
         old = old_threads.get(tid)
-        note(tid, thread_memberships(old), thread_memberships(view))
+        note(thread_entries(old), thread_entries(view))
         if view.resource_id is not None and (old is None or old.resource_id != view.resource_id):
             changes.setdefault(RESOURCES, Change()).inserts.add(view.resource_id)
     for rid, rview in new_runs.items():
         # A thread's resource_id is set when it is created, before its runs: the same for the
-        # run's old and new memberships. Every thread of a batch is in `old_threads` (loaded).
+        # run's old and new entries. Every thread of a batch is in `old_threads` (loaded).
         thread = new_threads.get(rview.thread_id) or old_threads.get(rview.thread_id)
         resource_id = thread.resource_id if thread is not None else None
-        note(rid, run_memberships(old_runs.get(rid), resource_id), run_memberships(rview, resource_id))
+        note(run_entries(old_runs.get(rid), resource_id), run_entries(rview, resource_id))
     return changes
 
 
@@ -255,20 +277,39 @@ def locate_prefix(header: Header, prefix: str) -> list[tuple[PageRef, int, int]]
     return out
 
 
+def bound_page(header: Header, key: str) -> PageRef | None:
+    """The page to read for `rank(key)`: the last one whose first id is below `key`."""
+    pos = bisect.bisect_left([p.first for p in header.pages], key) - 1
+    return header.pages[pos] if pos >= 0 else None
+
+
+def rank(header: Header, pages: Mapping[int, Page], key: str) -> int:
+    """How many ids of the list are below `key`; `pages` holds `bound_page(header, key)`."""
+    ref = bound_page(header, key)
+    if ref is None:
+        return 0
+    before = 0
+    for p in header.pages:
+        if p.no == ref.no:
+            break
+        before += p.count
+    return before + bisect.bisect_left(pages[ref.no].ids, key)
+
+
 def build(threads: Iterable[ThreadView], runs: Iterable[RunView]) -> dict[str, tuple[Header, dict[int, Page]]]:
     """Every list of the given views, built at once (the rebuild): full pages, stamp 1."""
     members: dict[str, list[str]] = {}
     resources: dict[str, str | None] = {}
     for t in threads:
         resources[t.thread_id] = t.resource_id
-        for name in thread_memberships(t):
-            members.setdefault(name, []).append(t.thread_id)
+        for name, member in thread_entries(t):
+            members.setdefault(name, []).append(member)
     distinct = {r for r in resources.values() if r is not None}
     if distinct:
         members[RESOURCES] = list(distinct)
     for r in runs:
-        for name in run_memberships(r, resources.get(r.thread_id)):
-            members.setdefault(name, []).append(r.run_id)
+        for name, member in run_entries(r, resources.get(r.thread_id)):
+            members.setdefault(name, []).append(member)
     out: dict[str, tuple[Header, dict[int, Page]]] = {}
     for name, ids in members.items():
         ids.sort()
@@ -292,8 +333,9 @@ decode_page = msgspec.json.Decoder(Page).decode
 
 
 __all__ = [
-    "ALL_RUNS", "ALL_THREADS", "Change", "Changes", "EMPTY", "Header", "PAGE_MAX", "Page", "PageRef",
-    "RESOURCES", "RUN_FILTERS", "THREAD_FILTERS", "apply_changes", "build", "decode_header", "decode_page", "diff",
-    "encode", "header_key", "locate", "locate_prefix", "matches", "page_key", "resource_list", "run_list", "run_memberships", "target_pages",
-    "thread_list", "thread_memberships", "token",
+    "ALL_RUNS", "ALL_THREADS", "Change", "Changes", "EMPTY", "Entry", "Header", "PAGE_MAX", "Page", "PageRef",
+    "RESOURCES", "RUN_FILTERS", "SEP", "Slot", "THREAD_FILTERS", "apply_changes", "bound_page", "build",
+    "decode_header", "decode_page", "diff", "encode", "header_key", "locate", "locate_prefix", "matches",
+    "page_key", "prefix_end", "rank", "resource_slot", "run_entries", "run_slot", "target_pages", "thread_entries",
+    "thread_slot", "token",
 ]

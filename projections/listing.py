@@ -20,7 +20,7 @@ import heapq
 import itertools
 import sys
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from nats.js.errors import KeyNotFoundError
@@ -46,10 +46,14 @@ from .index import (
     locate_prefix,
     matches,
     page_key,
-    resource_list,
-    run_list,
+    Slot,
+    bound_page,
+    prefix_end,
+    rank,
+    resource_slot,
+    run_slot,
     target_pages,
-    thread_list,
+    thread_slot,
 )
 from .views import RunView, ThreadView
 
@@ -190,49 +194,77 @@ class ListingIndex:
         data = await self.blobs.get(header_key(name))
         return decode_header(data) if data is not None else EMPTY
 
+    async def _pages(self, name: str, refs: Iterable[PageRef]) -> dict[int, Page] | None:
+        """The pages `refs` name, or None if one is not what its ref says (a write replaced it
+        since the header was read: read again)."""
+        wanted = list({ref.no: ref for ref in refs}.values())
+        datas = await asyncio.gather(*(self.blobs.get(page_key(name, ref.no)) for ref in wanted))
+        pages: dict[int, Page] = {}
+        for ref, data in zip(wanted, datas, strict=True):
+            page = decode_page(data) if data is not None else None
+            if page is None or page.stamp != ref.stamp:
+                return None
+            pages[ref.no] = page
+        return pages
+
     async def _read(self, name: str, select: Callable[[Header], list[Span]]) -> tuple[list[str], int]:
         """The ids of the spans `select` picks from a list's header, and the list's length, all
         from one consistent header."""
         for _ in range(READ_ATTEMPTS):
             header = await self._header(name)
             spans = select(header)
-            datas = await asyncio.gather(*(self.blobs.get(page_key(name, ref.no)) for ref, _, _ in spans))
-            ids: list[str] = []
-            for (ref, start, end), data in zip(spans, datas, strict=True):
-                page = decode_page(data) if data is not None else None
-                if page is None or page.stamp != ref.stamp:
-                    break  # a write replaced the page since we read the header: read again
-                ids.extend(page.ids[start:end])
-            else:
-                return ids, header.total
+            pages = await self._pages(name, (ref for ref, _, _ in spans))
+            if pages is not None:
+                return [i for ref, a, b in spans for i in pages[ref.no].ids[a:b]], header.total
         raise ListingBusy(f"listing index {name!r} kept changing while read; retry")
-
-    async def _slice(self, name: str, offset: int, limit: int) -> tuple[list[str], int]:
-        """Ids `[offset, offset + limit)` of a list, and its length."""
-        return await self._read(name, lambda header: locate(header, offset, limit))
 
     async def prefixed(self, name: str, prefix: str) -> list[str]:
         """The ids of a list that start with `prefix`: one key range, as the lists are sorted."""
         ids, _ = await self._read(name, lambda header: locate_prefix(header, prefix))
         return [i for i in ids if i.startswith(prefix)]
 
-    async def _union(self, names: Sequence[str], offset: int, limit: int) -> tuple[list[str], int]:
-        """Ids `[offset, offset + limit)` of the union of disjoint lists, in order, and its size:
-        the first offset + limit of each, merged."""
-        if len(names) == 1:
-            return await self._slice(names[0], offset, limit)
-        parts = await asyncio.gather(*(self._slice(n, 0, offset + limit) for n in names))
-        merged = heapq.merge(*(ids for ids, _ in parts))
-        return list(itertools.islice(merged, offset, offset + limit)), sum(total for _, total in parts)
+    async def ranges(self, name: str, prefixes: Sequence[str], offset: int, limit: int,
+                     ) -> list[tuple[list[str], int]]:
+        """Per prefix (`""`: the whole list), the ids `[offset, offset + limit)` of its range
+        (prefix stripped) and the range's size, all from one consistent header: the header, the
+        pages bounding each range (to rank its ends), the pages holding the slices."""
+        for _ in range(READ_ATTEMPTS):
+            header = await self._header(name)
+            ends = [key for p in prefixes if p for key in (p, prefix_end(p))]
+            pages = await self._pages(name, (ref for key in ends if (ref := bound_page(header, key)) is not None))
+            if pages is None:
+                continue
+            plan: list[tuple[str, int, list[Span]]] = []
+            for p in prefixes:
+                start, end = (rank(header, pages, p), rank(header, pages, prefix_end(p))) if p else (0, header.total)
+                size = end - start
+                plan.append((p, size, locate(header, start + offset, max(0, min(limit, size - offset)))))
+            more = await self._pages(name, (ref for _, _, spans in plan for ref, _, _ in spans if ref.no not in pages))
+            if more is None:
+                continue
+            pages.update(more)
+            return [([m[len(p):] for ref, a, b in spans for m in pages[ref.no].ids[a:b]], size)
+                    for p, size, spans in plan]
+        raise ListingBusy(f"listing index {name!r} kept changing while read; retry")
 
-    async def total(self, name: str) -> int:
-        return (await self._header(name)).total
+    async def _union(self, name: str, prefixes: Sequence[str], offset: int, limit: int) -> tuple[list[str], int]:
+        """Ids `[offset, offset + limit)` of the union of disjoint ranges of one list, in id order,
+        and its size: the first offset + limit of each range, merged."""
+        if len(prefixes) == 1:
+            return (await self.ranges(name, prefixes, offset, limit))[0]
+        parts = await self.ranges(name, prefixes, 0, offset + limit)
+        merged = heapq.merge(*(ids for ids, _ in parts))
+        return list(itertools.islice(merged, offset, offset + limit)), sum(size for _, size in parts)
+
+    async def size(self, slot: Slot) -> int:
+        name, prefix = slot
+        return (await self.ranges(name, [prefix], 0, 0))[0][1]
 
     async def page(
-        self, names: Sequence[str], *, exact: bool, keep: Callable[[V], bool], limit: int, offset: int,
-        load: Callable[[str], Awaitable[V | None]],
+        self, name: str, prefixes: Sequence[str], *, exact: bool, keep: Callable[[V], bool], limit: int,
+        offset: int, load: Callable[[str], Awaitable[V | None]],
     ) -> tuple[list[V], int]:
-        """One page of views, `(views, total)`, from the union of disjoint lists `names`.
+        """One page of views, `(views, total)`, from the union of disjoint ranges of list `name`.
 
         `exact`: the union is the answer (no filter, one filter, or a tenant's resources): read
         the slice and `limit` views. Else the union holds the answer: read it all and `keep`
@@ -240,27 +272,27 @@ class ListingIndex:
         left out in both cases: the index is written before the views, so a listing racing the
         runner (no `min_seq`) may see an id a moment before its view."""
         if exact:
-            ids, total = await self._union(names, offset, limit)
+            ids, total = await self._union(name, prefixes, offset, limit)
             views = await asyncio.gather(*(load(i) for i in ids))
             return [v for v in views if v is not None and keep(v)], total
-        ids, _ = await self._union(names, 0, sys.maxsize)
+        ids, _ = await self._union(name, prefixes, 0, sys.maxsize)
         found: list[V] = []
         for i in range(0, len(ids), PUT_CONCURRENCY):
             views = await asyncio.gather(*(load(x) for x in ids[i : i + PUT_CONCURRENCY]))
             found += [v for v in views if v is not None and keep(v)]
         return found[offset : offset + limit], len(found)
 
-    async def smallest(self, names: Sequence[str]) -> str:
-        totals = await asyncio.gather(*(self.total(n) for n in names))
-        return min(zip(totals, names, strict=True))[1]
+    async def smallest(self, slots: Sequence[Slot]) -> Slot:
+        sizes = await asyncio.gather(*(self.size(slot) for slot in slots))
+        return min(zip(sizes, slots, strict=True))[1]
 
 
 class IndexedListings:
     """The listing part of a `ViewStore`, for a store with an `index` and `get_run`/`get_thread`.
 
-    Without a tenant: no filter or one filter reads one list's slice (O(limit)); several walk
-    the smallest of their lists. With a tenant (a `resource_id` prefix): its resources are a
-    key range of the resources list, and the answer is the union of their lists (O(resources of
+    Without a tenant: no filter or one filter reads one range (O(limit)); several walk the
+    smallest of their ranges. With a tenant (a `resource_id` prefix): its resources are a key
+    range of the resources list, and the answer is the union of their ranges (O(resources of
     the tenant + limit)); with filters too, that union is walked."""
 
     index: ListingIndex
@@ -282,37 +314,40 @@ class IndexedListings:
         """Apply the runner's list changes (before it writes the views they come from)."""
         await self.index.apply(changes)
 
-    async def _source(self, lists: list[str], everything: str, tenant: str | None,
-                      tenant_list: Callable[[str], str]) -> tuple[list[str], bool]:
-        """Which lists to read, and whether their union is exactly the answer."""
+    async def _source(self, slots: list[Slot], everything: str, tenant: str | None,
+                      tenant_slot: Callable[[str], Slot]) -> tuple[str, list[str], bool]:
+        """Which ranges to read (one list, its prefixes), and whether they are exactly the answer."""
         if tenant is not None:
-            return [tenant_list(r) for r in await self.index.prefixed(RESOURCES, tenant)], not lists
-        if len(lists) <= 1:
-            return lists or [everything], True
-        return [await self.index.smallest(lists)], False
+            mine = [tenant_slot(r) for r in await self.index.prefixed(RESOURCES, tenant)]
+            name = mine[0][0] if mine else tenant_slot("")[0]
+            return name, [prefix for _, prefix in mine], not slots
+        if not slots:
+            return everything, [""], True
+        name, prefix = slots[0] if len(slots) == 1 else await self.index.smallest(slots)
+        return name, [prefix], len(slots) == 1
 
     async def run_page(self, filters: Mapping[str, str], limit: int, offset: int, *, tenant: str | None = None,
                        ) -> tuple[list[RunView], int]:
         """Runs with every `filters` attribute at its value (on threads whose resource_id starts
         with `tenant`, if given), ascending run id: `(page, total)`."""
-        lists = [run_list(attr, value) for attr, value in filters.items()]
-        names, exact = await self._source(lists, ALL_RUNS, tenant, resource_list)
-        return await self.index.page(names, exact=exact, keep=lambda v: matches(v, filters), limit=limit,
-                                     offset=offset, load=self.get_run)
+        slots = [run_slot(attr, value) for attr, value in filters.items()]
+        name, prefixes, exact = await self._source(slots, ALL_RUNS, tenant, resource_slot)
+        return await self.index.page(name, prefixes, exact=exact, keep=lambda v: matches(v, filters),
+                                     limit=limit, offset=offset, load=self.get_run)
 
     async def thread_page(self, filters: Mapping[str, str], limit: int, offset: int, *, tenant: str | None = None,
                           ) -> tuple[list[ThreadView], int]:
         """Live (not deleted) threads matching `filters` (and whose resource_id starts with
         `tenant`, if given), ascending thread id: `(page, total)`."""
-        lists = [thread_list(attr, value) for attr, value in filters.items()]
-        names, exact = await self._source(lists, ALL_THREADS, tenant,
-                                          lambda resource_id: thread_list("resource_id", resource_id))
+        slots = [thread_slot(attr, value) for attr, value in filters.items()]
+        name, prefixes, exact = await self._source(slots, ALL_THREADS, tenant,
+                                                   lambda resource_id: thread_slot("resource_id", resource_id))
 
         def keep(view: ThreadView) -> bool:
             return matches(view, filters) and (
                 tenant is None or (view.resource_id is not None and view.resource_id.startswith(tenant)))
 
-        return await self.index.page(names, exact=exact, keep=keep, limit=limit, offset=offset,
+        return await self.index.page(name, prefixes, exact=exact, keep=keep, limit=limit, offset=offset,
                                      load=self.get_thread)
 
 

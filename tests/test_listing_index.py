@@ -40,6 +40,11 @@ def run(coro):
     return asyncio.run(coro)
 
 
+async def slice_of(index: ListingIndex, name: str, offset: int, limit: int) -> tuple[list[str], int]:
+    """Ids `[offset, offset + limit)` of a whole list, and its length."""
+    return (await index.ranges(name, [""], offset, limit))[0]
+
+
 ops = st.lists(st.tuples(st.sets(st.sampled_from(IDS), max_size=8), st.sets(st.sampled_from(IDS), max_size=8)),
                max_size=25)
 
@@ -54,7 +59,7 @@ def test_paged_list_equals_a_sorted_set(steps, offset, limit) -> None:
             change = Change(inserts=set(inserts), removes=set(removes) - set(inserts))
             await index.apply({"l": change})
             model = (model | change.inserts) - change.removes
-            ids, total = await index._slice("l", 0, 1000)
+            ids, total = await slice_of(index, "l", 0, 1000)
             assert ids == sorted(model) and total == len(model)
             # again: idempotent, nothing written
             before = dict(index.blobs.data)
@@ -64,10 +69,37 @@ def test_paged_list_equals_a_sorted_set(steps, offset, limit) -> None:
             if header is not None:
                 assert all(0 < p.count <= ix.PAGE_MAX for p in header.pages)
                 assert not set(header.free) & {p.no for p in header.pages}
-        ids, total = await index._slice("l", offset, limit)
+        ids, total = await slice_of(index, "l", offset, limit)
         assert ids == sorted(model)[offset : offset + limit] and total == len(model)
 
     with tiny_pages():
+        run(go())
+
+
+keyed = st.lists(st.tuples(st.sets(st.tuples(st.sampled_from("abc"), st.sampled_from(IDS)), max_size=10),
+                          st.sets(st.tuples(st.sampled_from("abc"), st.sampled_from(IDS)), max_size=6)), max_size=12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(keyed, st.integers(0, 12), st.integers(0, 6))
+def test_ranges_of_a_shared_list_equal_the_model(steps, offset, limit) -> None:
+    """A filter list holds `<value token>\\x00<id>`; each value's ids are one range of it, read
+    with its size from the pages bounding it (values a, b, c; tiny pages so ranges straddle)."""
+    async def go() -> None:
+        index = ListingIndex(DictBlobs())
+        model: set[tuple[str, str]] = set()
+        for inserts, removes in steps:
+            change = Change(inserts={k + ix.SEP + i for k, i in inserts},
+                            removes={k + ix.SEP + i for k, i in removes - inserts})
+            await index.apply({"l": change})
+            model = (model | inserts) - (removes - inserts)
+        prefixes = [k + ix.SEP for k in "abcd"]
+        got = await index.ranges("l", prefixes, offset, limit)
+        for k, (ids, size) in zip("abcd", got, strict=True):
+            want = sorted(i for kk, i in model if kk == k)
+            assert (ids, size) == (want[offset : offset + limit], len(want)), k
+
+    with tiny_pages(2):
         run(go())
 
 
@@ -106,12 +138,12 @@ def test_a_crash_mid_write_leaves_the_committed_list_and_a_retry_completes_it(st
             try:
                 await index.apply({"l": change})
             except Crash:
-                ids, _ = await ListingIndex(blobs)._slice("l", 0, 1000)
+                ids, _ = await slice_of(ListingIndex(blobs), "l", 0, 1000)
                 assert ids == sorted(model)  # the header was not written: the old list, whole
                 blobs.crash_at = None
                 await index.apply({"l": change})
             model = (model | change.inserts) - change.removes
-            ids, total = await ListingIndex(blobs)._slice("l", 0, 1000)
+            ids, total = await slice_of(ListingIndex(blobs), "l", 0, 1000)
             assert ids == sorted(model) and total == len(model)
 
     with tiny_pages():
@@ -139,7 +171,7 @@ def test_a_reader_that_races_a_write_reads_again() -> None:
             return await real_get(key)
 
         blobs.get = get  # type: ignore[method-assign]
-        ids, total = await index._slice("l", 0, 10)
+        ids, total = await slice_of(index, "l", 0, 10)
         assert ids == ["a0", "a1", "a2", "c", "d", "e"] and total == 6
 
     with tiny_pages(2):
@@ -290,7 +322,7 @@ def test_a_reader_that_never_gets_a_consistent_list_gives_up_with_a_typed_503() 
         await index.apply({"l": Change(inserts={"a"})})
         index.blobs.gets = 0
         try:
-            await index._slice("l", 0, 1)
+            await slice_of(index, "l", 0, 1)
         except ListingBusy as exc:
             assert status_of(exc) == 503
             assert index.blobs.gets == 2 * READ_ATTEMPTS

@@ -88,7 +88,8 @@ LISTINGS = [
 
 
 async def test_listing_reads_do_not_grow_with_the_number_of_runs(nats_server) -> None:
-    """limit=1 at 500 and at 2500 runs: the same number of reads (header, page, view)."""
+    """limit=1 at 500 and at 2500 runs: a few reads (header, 1-3 pages, the views) whatever the
+    number of runs; the code before read every view (503 and 2504)."""
     async with asyncio.timeout(TIMEOUT), counted_app(nats_server.url) as (client, store, runner, reader):
         counts: list[list[int]] = []
         for start, count in ((0, 500), (500, 2000)):
@@ -102,8 +103,12 @@ async def test_listing_reads_do_not_grow_with_the_number_of_runs(nats_server) ->
             counts.append(row)
         small, large = counts
         print("reads per listing at 500 and 2500 runs:", counts)
-        assert large == small, counts
-        assert max(small) <= 8, counts
+        # header + the pages bounding the filter's range and holding the slice (1-3: a range may
+        # straddle a page boundary at one size and not at the other) + `limit` views; a tenant
+        # also reads the resources list (header + page)
+        for (path, params, token), n_small, n_large in zip(LISTINGS, small, large, strict=True):
+            bound = 4 + params["limit"] + (2 if token == "tenant" else 0)
+            assert n_small <= bound and n_large <= bound, (path, params, counts)
 
 
 async def check_listings(*args: Any) -> None:
