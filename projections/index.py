@@ -2,7 +2,7 @@
 
 Why: `GET /v1/runs?limit=1` used to read every view. Instead, the runner keeps, in the same pass
 as the views, a few sorted lists: all runs and all (live) threads by id, and one list per filter
-whose members are `<token of the value>\x00<id>`, so the runs of one thread (status, agent,
+whose members are `<token of the value>\\x00<id>`, so the runs of one thread (status, agent,
 parent run, resource) and the threads of one resource (parent thread) are one key range of it. A
 listing reads a header, the 1-2 pages bounding the range, the page(s) holding
 `[offset, offset + limit)` of it and `limit` views: O(limit) reads whatever the number of runs
