@@ -1,7 +1,8 @@
 """The projection runner: a durable JetStream pull consumer folding the log into KV views.
 
 Per batch: fetch up to `batch` commits, load the views they touch (memory cache, else KV), fold
-them in memory (`Folder`), write each touched view ONCE (coalesced), then ack the batch (explicit
+them in memory (`Folder`), write the listing index changes they make (`projections.listing`),
+then each touched view ONCE (coalesced), then ack the batch (explicit
 acks, the last one confirmed). A failed batch is nak'ed (redelivered at once); a crashed runner's
 batch is redelivered after `ack_wait`. `max_ack_pending == batch` keeps at most one batch in
 flight, so a redelivered batch always comes before anything newer (per-thread order holds).
