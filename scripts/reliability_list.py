@@ -146,9 +146,9 @@ async def p50s(clients: dict[int, TestClient], requests: int) -> dict[tuple[int,
     return {key: statistics.median(ts) * 1000 for key, ts in times.items()}
 
 
-async def scan_ms(store: KVViewStore, size: int) -> float:
+async def scan_ms(store: KVViewStore, size: int, quick: bool) -> float:
     """The old listing: every run view, through one watcher."""
-    scans = 3 if size <= 20_000 else 1
+    scans = 1 if quick or size > 20_000 else 3
     t0 = time.perf_counter()
     for _ in range(scans):
         assert len(await store.list_runs()) == size
@@ -216,11 +216,11 @@ async def run(quick: bool) -> tuple[list[tuple[str, str]], dict[str, Any]]:
                 for size in sizes:
                     client, store, seconds = await serve(stack, nc, events, size)
                     clients[size] = client
-                    results[size] = {"build_s": seconds, "scan": await scan_ms(store, size)}
+                    results[size] = {"build_s": seconds, "scan": await scan_ms(store, size, quick)}
                 for (size, name), p50 in (await p50s(clients, requests)).items():
                     results[size][name] = p50
-                logs = {"runs": synthetic_commits(3_000 if quick else 10_000),
-                        "mixed": history_of_size(random.Random(7), 20_000 if quick else 60_000)}
+                logs = {"runs": synthetic_commits(1_500 if quick else 10_000),
+                        "mixed": history_of_size(random.Random(7), 8_000 if quick else 60_000)}
                 rates = {log: await runner_rates(nc, log, commits) for log, commits in logs.items()}
         finally:
             server.stop()
