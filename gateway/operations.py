@@ -10,11 +10,13 @@ inside its prefix (403).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from eventlog.events import Position
 from gateway.dispatch import Accepted, Dispatcher
 from projections.fold import fold_messages
+from projections.index import RUN_FILTERS, THREAD_FILTERS
 
 from .http.auth import Principal
 from .http.context import Services, get_thread_view, thread_from_log, visible_run, visible_thread, wait_min_seq
@@ -31,7 +33,6 @@ from .http.models import (
     RunInputsBody,
     StartRunBody,
 )
-from .http.replies import page
 
 
 def accepted(a: Accepted) -> dict[str, Any]:
@@ -123,20 +124,27 @@ async def get_run(svc: Services, who: Principal, run_id: str, q: GetViewQuery) -
     return await visible_run(svc, who, run_id)
 
 
+def _filters(q: Any, attrs: Iterable[str]) -> dict[str, str]:
+    return {attr: value for attr in attrs if (value := getattr(q, attr)) is not None}
+
+
+def _listing(key: str, items: list[Any], total: int, q: Any) -> dict[str, Any]:
+    return {key: items, "total": total, "limit": q.limit, "offset": q.offset}
+
+
 async def list_runs(svc: Services, who: Principal, q: ListRunsQuery) -> dict[str, Any]:
+    """Ascending run id, from the listing index (`projections.listing`: O(limit) reads for one
+    filter or none; a tenant reads the lists of its resources)."""
     await wait_min_seq(svc, q.min_seq)
-    runs = await svc.views.list_runs()
-    if who.tenant is not None:
-        mine = {t.thread_id for t in await svc.views.list_threads() if who.can_see(t.resource_id)}
-        runs = [r for r in runs if r.thread_id in mine]
-    items = [
-        r for r in runs
-        if (q.thread_id is None or r.thread_id == q.thread_id)
-        and (q.status is None or r.status == q.status)
-        and (q.agent_id is None or r.agent_id == q.agent_id)
-        and (q.parent_run_id is None or r.parent_run_id == q.parent_run_id)
-    ]
-    return page(items, limit=q.limit, offset=q.offset, key="runs")
+    filters = _filters(q, RUN_FILTERS)
+    tenant = who.tenant
+    if tenant is not None and q.thread_id is not None:
+        thread = await get_thread_view(svc, q.thread_id)
+        if thread is None or not who.can_see(thread.resource_id):
+            return _listing("runs", [], 0, q)
+        tenant = None  # the thread's runs are the answer: its list, O(limit)
+    runs, total = await svc.views.run_page(filters, q.limit, q.offset, tenant=tenant)
+    return _listing("runs", runs, total, q)
 
 
 async def create_thread(svc: Services, who: Principal, body: CreateThread) -> dict[str, Any]:
@@ -151,14 +159,15 @@ async def get_thread(svc: Services, who: Principal, thread_id: str, q: GetViewQu
 
 
 async def list_threads(svc: Services, who: Principal, q: ListThreadsQuery) -> dict[str, Any]:
+    """Live threads, ascending thread id, from the listing index (see `list_runs`)."""
     await wait_min_seq(svc, q.min_seq)
-    items = [
-        t for t in await svc.views.list_threads()
-        if not t.deleted and who.can_see(t.resource_id)
-        and (q.resource_id is None or t.resource_id == q.resource_id)
-        and (q.parent_thread_id is None or t.parent_thread_id == q.parent_thread_id)
-    ]
-    return page(items, limit=q.limit, offset=q.offset, key="threads")
+    tenant = who.tenant
+    if tenant is not None and q.resource_id is not None:
+        if not who.can_see(q.resource_id):
+            return _listing("threads", [], 0, q)
+        tenant = None  # that resource's list is the answer
+    threads, total = await svc.views.thread_page(_filters(q, THREAD_FILTERS), q.limit, q.offset, tenant=tenant)
+    return _listing("threads", threads, total, q)
 
 
 async def thread_messages(svc: Services, who: Principal, thread_id: str, q: MessagesQuery) -> dict[str, Any]:

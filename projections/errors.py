@@ -46,3 +46,10 @@ class ProjectionError(AgentlogError):
     """The view store or runner failed in a way a caller can act on (bucket config, NATS errors)."""
 
     code = "projection_error"
+
+
+class ListingBusy(ProjectionError):
+    """A listing read kept racing writes of its list (each write replaced a page it was about to
+    read) and gave up: retry. Never seen in practice; it needs dozens of writes during one read."""
+
+    code = "listing_busy"

@@ -3,6 +3,8 @@
 Layout (prefix "agentlog"): generation 0 lives in `agentlog_threads` / `agentlog_runs` (the
 names of DESIGN 3); a rebuild writes generation n into `agentlog_threads_<n>` / `agentlog_runs_<n>`
 and, only once complete, flips the pointer key `generation` in bucket `agentlog_projections`.
+Each generation also has its listing index (`agentlog_index[_<n>]`, see `projections.listing`),
+written by the same runner pass and the same rebuild, so listings are O(limit).
 Readers open whatever the pointer names and `refresh()` to follow a flip, so a half-built
 generation is never visible. Buckets are created idempotently with explicit config (file storage,
 history 1, direct gets on).
@@ -20,15 +22,24 @@ from nats.js.errors import BadRequestError, BucketNotFoundError, KeyNotFoundErro
 from nats.js.kv import KeyValue
 
 from .errors import ProjectionError
+from .listing import IndexedListings, KVBlobs, ListingIndex, put_pipelined
 from .views import RunView, ThreadView, decode_run, decode_thread, encode_view
 
 POINTER_KEY = "generation"
-PUT_CONCURRENCY = 512
 
 
 def bucket_names(prefix: str, generation: int) -> tuple[str, str]:
     suffix = "" if generation == 0 else f"_{generation}"
     return f"{prefix}_threads{suffix}", f"{prefix}_runs{suffix}"
+
+
+def index_bucket_name(prefix: str, generation: int) -> str:
+    """The listing index (`projections.listing`) of a generation, next to its views."""
+    return f"{prefix}_index" + ("" if generation == 0 else f"_{generation}")
+
+
+def generation_buckets(prefix: str, generation: int) -> tuple[str, str, str]:
+    return (*bucket_names(prefix, generation), index_bucket_name(prefix, generation))
 
 
 async def ensure_bucket(js: JetStreamContext, bucket: str, *, replicas: int = 1, description: str = "") -> KeyValue:
@@ -46,17 +57,19 @@ async def ensure_bucket(js: JetStreamContext, bucket: str, *, replicas: int = 1,
             raise ProjectionError(f"cannot create or open KV bucket {bucket!r}") from None
 
 
-class KVViewStore:
+class KVViewStore(IndexedListings):
     """`ViewStore` on JetStream KV. Build with `await KVViewStore.open(nc)`."""
 
     def __init__(
-        self, js: JetStreamContext, meta: KeyValue, threads: KeyValue, runs: KeyValue,
+        self, js: JetStreamContext, meta: KeyValue, threads: KeyValue, runs: KeyValue, index: KeyValue,
         *, prefix: str, generation: int, replicas: int,
     ) -> None:
         self.js = js
         self.meta = meta
         self.threads = threads
         self.runs = runs
+        self.index_kv = index
+        self.index = ListingIndex(KVBlobs(index))
         self.prefix = prefix
         self.generation = generation
         self.replicas = replicas
@@ -67,40 +80,42 @@ class KVViewStore:
         meta = await ensure_bucket(js, f"{prefix}_projections", replicas=replicas,
                                    description="agentlog projections: generation pointer")
         generation = await read_generation(meta)
-        threads, runs = await cls._buckets(js, prefix, generation, replicas)
-        return cls(js, meta, threads, runs, prefix=prefix, generation=generation, replicas=replicas)
+        threads, runs, index = await cls._buckets(js, prefix, generation, replicas)
+        return cls(js, meta, threads, runs, index, prefix=prefix, generation=generation, replicas=replicas)
 
     @staticmethod
-    async def _buckets(js: JetStreamContext, prefix: str, generation: int, replicas: int) -> tuple[KeyValue, KeyValue]:
-        tname, rname = bucket_names(prefix, generation)
+    async def _buckets(js: JetStreamContext, prefix: str, generation: int, replicas: int,
+                       ) -> tuple[KeyValue, KeyValue, KeyValue]:
+        tname, rname, iname = generation_buckets(prefix, generation)
         threads = await ensure_bucket(js, tname, replicas=replicas, description="agentlog thread views")
         runs = await ensure_bucket(js, rname, replicas=replicas, description="agentlog run views")
-        return threads, runs
+        index = await ensure_bucket(js, iname, replicas=replicas, description="agentlog listing index")
+        return threads, runs, index
 
     async def refresh(self) -> bool:
         """Follow a generation flip made by a rebuild (here or in another process). True if changed."""
         generation = await read_generation(self.meta)
         if generation == self.generation:
             return False
-        self.threads, self.runs = await self._buckets(self.js, self.prefix, generation, self.replicas)
+        self.threads, self.runs, self.index_kv = await self._buckets(self.js, self.prefix, generation, self.replicas)
+        self.index = ListingIndex(KVBlobs(self.index_kv))
         self.generation = generation
         return True
 
     async def new_generation(self) -> KVViewStore:
         """Empty buckets for the next generation (not yet visible to readers)."""
         generation = self.generation + 1
-        tname, rname = bucket_names(self.prefix, generation)
-        for name in (tname, rname):  # leftovers of an interrupted rebuild
+        for name in generation_buckets(self.prefix, generation):  # leftovers of an interrupted rebuild
             try:
                 await self.js.delete_key_value(name)
             except (NotFoundError, BucketNotFoundError):
                 pass
-        threads, runs = await self._buckets(self.js, self.prefix, generation, self.replicas)
+        threads, runs, index = await self._buckets(self.js, self.prefix, generation, self.replicas)
         # And purge: a file-backed stream re-created right after its deletion can come back with
         # the deleted one's messages (seen with the events stream on nats-server 2.15).
-        for kv in (threads, runs):
+        for kv in (threads, runs, index):
             await self.js.purge_stream(kv._stream)
-        return KVViewStore(self.js, self.meta, threads, runs, prefix=self.prefix, generation=generation,
+        return KVViewStore(self.js, self.meta, threads, runs, index, prefix=self.prefix, generation=generation,
                            replicas=self.replicas)
 
     async def activate(self, *, drop_previous: bool = True) -> None:
@@ -108,7 +123,7 @@ class KVViewStore:
         previous = await read_generation(self.meta)
         await self.meta.put(POINTER_KEY, str(self.generation).encode())
         if drop_previous and previous != self.generation:
-            for name in bucket_names(self.prefix, previous):
+            for name in generation_buckets(self.prefix, previous):
                 try:
                     await self.js.delete_key_value(name)
                 except (NotFoundError, BucketNotFoundError):
@@ -128,8 +143,7 @@ class KVViewStore:
         """Pipelined puts (many in flight, each acked), one per view."""
         writes = [(self.threads, t.thread_id, encode_view(t)) for t in threads]
         writes += [(self.runs, r.run_id, encode_view(r)) for r in runs]
-        for i in range(0, len(writes), PUT_CONCURRENCY):
-            await asyncio.gather(*(kv.put(key, value) for kv, key, value in writes[i : i + PUT_CONCURRENCY]))
+        await put_pipelined(writes)
 
     async def list_threads(self) -> list[ThreadView]:
         return sorted((decode_thread(v) for v in await _values(self.threads, self.js)), key=lambda t: t.thread_id)
@@ -185,4 +199,5 @@ async def _values(kv: KeyValue, js: JetStreamContext, timeout: float = 10.0) -> 
     return list(values.values())
 
 
-__all__ = ["KVViewStore", "bucket_names", "ensure_bucket", "read_generation"]
+__all__ = ["KVViewStore", "bucket_names", "ensure_bucket", "generation_buckets", "index_bucket_name",
+           "read_generation"]

@@ -2,7 +2,8 @@
 
 Fast by construction: the log is read with one ordered push consumer (no acks, flow-controlled
 by the server), every commit is folded in memory (`Folder`: no per-event copies, no I/O), and
-each view is written exactly once at the end, pipelined. Readers keep using the old generation
+each view is written exactly once at the end, pipelined, and so is every list of the listing
+index (`projections.listing`). Readers keep using the old generation
 until the pointer flips, so they never see a half-built one.
 
 With a live runner in this process, pass it: the tail that arrived during the rebuild is folded
@@ -144,6 +145,7 @@ async def rebuild(
         views = folder.views()
         fresh = await current.new_generation()
         await fresh.put_views(views.threads.values(), views.runs.values())
+        await fresh.index.put_all(list(views.threads.values()), list(views.runs.values()))
         await fresh.activate()
         if runner is not None:
             runner.store = fresh

@@ -1,7 +1,8 @@
 """The projection runner: a durable JetStream pull consumer folding the log into KV views.
 
 Per batch: fetch up to `batch` commits, load the views they touch (memory cache, else KV), fold
-them in memory (`Folder`), write each touched view ONCE (coalesced), then ack the batch (explicit
+them in memory (`Folder`), write the listing index changes they make (`projections.listing`),
+then each touched view ONCE (coalesced), then ack the batch (explicit
 acks, the last one confirmed). A failed batch is nak'ed (redelivered at once); a crashed runner's
 batch is redelivered after `ack_wait`. `max_ack_pending == batch` keeps at most one batch in
 flight, so a redelivered batch always comes before anything newer (per-thread order holds).
@@ -33,7 +34,8 @@ from eventlog.errors import CodecError
 from eventlog.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 
 from .errors import ProjectionTimeout
-from .fold import Folder
+from .fold import Folder, Views
+from .index import diff
 from .store import ViewStore
 from .views import RunView, ThreadView
 
@@ -106,6 +108,9 @@ class ProjectionRunner:
         floor = info.ack_floor.stream_seq if info.ack_floor else 0
         self.applied_seq = max(self.applied_seq, floor, (stream.state.first_seq or 1) - 1)
         self._psub = await self.js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
+        ensure_index = getattr(self.store, "ensure_index", None)
+        if ensure_index is not None and await ensure_index():
+            log.info("indexed the existing views for listings (they predate the listing index)")
 
     async def start(self) -> None:
         if self._psub is None:
@@ -206,7 +211,7 @@ class ProjectionRunner:
             return
         seqs = [m.metadata.sequence.stream for m in ready]
         folder = Folder()
-        await self._load(folder, decoded)
+        before = await self._load(folder, decoded)
         for seq, commit in decoded:
             folder.apply_commit(seq, commit)
         touched = folder.take_touched()
@@ -216,6 +221,13 @@ class ProjectionRunner:
             for cache, keys in ((self._threads, touched.threads), (self._runs, touched.runs)):
                 for key in keys:
                     cache.pop(key, None)
+            # The listing index first: its changes are computed from the views before and after
+            # the batch, and a redelivered batch still finds the old views (then re-applies the
+            # same, idempotent, changes). Written after the views, a crash in between would lose
+            # them for good (the redelivery would see the new views and change nothing).
+            update_index = getattr(self.store, "update_index", None)
+            if update_index is not None:
+                await update_index(diff(before.threads, touched.threads, before.runs, touched.runs))
             await self.store.put_views(touched.threads.values(), touched.runs.values())
             self.puts += len(touched.threads) + len(touched.runs)
         self._remember(touched.threads, touched.runs)
@@ -229,17 +241,18 @@ class ProjectionRunner:
             self.applied_seq = max(self.applied_seq, expected - 1)
             self._advanced.notify_all()
 
-    async def _load(self, folder: Folder, decoded: list) -> None:
+    async def _load(self, folder: Folder, decoded: list) -> Views:
+        """Seed `folder` with the views the batch touches; returns them (before the batch)."""
         thread_ids = {c.thread_id for _, c in decoded}
         run_ids = {c.run_id for _, c in decoded if c.run_id is not None}
         missing_t = [t for t in thread_ids if t not in self._threads]
         missing_r = [r for r in run_ids if r not in self._runs]
         loaded_t = await asyncio.gather(*(self.store.get_thread(t) for t in missing_t))
         loaded_r = await asyncio.gather(*(self.store.get_run(r) for r in missing_r))
-        folder.add_views(
-            [self._threads[t] for t in thread_ids if t in self._threads] + [v for v in loaded_t if v],
-            [self._runs[r] for r in run_ids if r in self._runs] + [v for v in loaded_r if v],
-        )
+        threads = [self._threads[t] for t in thread_ids if t in self._threads] + [v for v in loaded_t if v]
+        runs = [self._runs[r] for r in run_ids if r in self._runs] + [v for v in loaded_r if v]
+        folder.add_views(threads, runs)
+        return Views({t.thread_id: t for t in threads}, {r.run_id: r for r in runs})
 
     def _remember(self, threads: dict[str, ThreadView], runs: dict[str, RunView]) -> None:
         for cache, items in ((self._threads, threads), (self._runs, runs)):

@@ -7,9 +7,11 @@ with no separate checkpoint to keep consistent.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Protocol, runtime_checkable
 
+from .index import Changes
+from .listing import DictBlobs, IndexedListings, ListingIndex
 from .views import RunView, ThreadView
 
 
@@ -23,18 +25,39 @@ class ViewStore(Protocol):
         """Write many views (one write per view); each carries its last applied seq."""
         ...
 
-    async def list_threads(self) -> list[ThreadView]: ...
+    async def list_threads(self) -> list[ThreadView]:
+        """Every thread view (a full scan: tools and tests; listings use `thread_page`)."""
+        ...
 
-    async def list_runs(self) -> list[RunView]: ...
+    async def list_runs(self) -> list[RunView]:
+        """Every run view (a full scan: tools and tests; listings use `run_page`)."""
+        ...
+
+    async def update_index(self, changes: Changes) -> None:
+        """Apply the runner's listing-index changes; called before the `put_views` they go with."""
+        ...
+
+    async def run_page(self, filters: Mapping[str, str], limit: int, offset: int, *, tenant: str | None = None,
+                       ) -> tuple[list[RunView], int]:
+        """One page of runs (ascending run id) matching `filters` (on threads whose resource_id
+        starts with `tenant`, if given), and how many match."""
+        ...
+
+    async def thread_page(self, filters: Mapping[str, str], limit: int, offset: int, *, tenant: str | None = None,
+                          ) -> tuple[list[ThreadView], int]:
+        """One page of live threads (ascending thread id) matching `filters` (and whose
+        resource_id starts with `tenant`, if given), and how many match."""
+        ...
 
 
-class MemoryViewStore:
+class MemoryViewStore(IndexedListings):
     """Dict-backed `ViewStore`, for pure unit tests (never a default)."""
 
     def __init__(self) -> None:
         self.threads: dict[str, ThreadView] = {}
         self.runs: dict[str, RunView] = {}
         self.puts = 0
+        self.index = ListingIndex(DictBlobs())
 
     async def get_thread(self, thread_id: str) -> ThreadView | None:
         return self.threads.get(thread_id)

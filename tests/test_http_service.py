@@ -56,7 +56,7 @@ class _Broken:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    async def list_threads(self) -> list:
+    async def thread_page(self, filters, limit, offset) -> tuple[list, int]:
         raise RuntimeError("boom: a bug")
 
 

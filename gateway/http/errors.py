@@ -42,6 +42,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "run_not_found": 404,
     "store_unavailable": 503,
     "projection_timeout": 503,
+    "listing_busy": 503,
     # write side (runtime.hitl, gateway.dispatch)
     "invalid_decision": 400,
     "unknown_call": 400,

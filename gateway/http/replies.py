@@ -14,9 +14,4 @@ def reply(data: Any, status: int = 200) -> web.Response:
     return web.Response(body=_encode(data), status=status, content_type="application/json")
 
 
-def page(items: list[Any], *, limit: int, offset: int, key: str) -> dict[str, Any]:
-    """One page of an already filtered, ordered list, with enough to ask for the next one."""
-    return {key: items[offset : offset + limit], "total": len(items), "limit": limit, "offset": offset}
-
-
-__all__ = ["page", "reply"]
+__all__ = ["reply"]

@@ -97,7 +97,7 @@ async def run_events(request: web.Request) -> web.StreamResponse:
 _RUN = {"$ref": "#/components/schemas/RunView"}
 
 ROUTES: list[Route] = [
-    Route("GET", "/v1/runs", list_runs, "List runs (from the views)", "runs", query=ListRunsQuery,
+    Route("GET", "/v1/runs", list_runs, "List runs, ascending run id (from the listing index)", "runs", query=ListRunsQuery,
           response={"type": "object", "properties": {"runs": {"type": "array", "items": _RUN},
                                                      "total": {"type": "integer"}, "limit": {"type": "integer"},
                                                      "offset": {"type": "integer"}}}),

@@ -201,7 +201,7 @@ _WRITE = {"type": "object", "properties": {"thread": _THREAD, "seq": {"type": "i
 ROUTES: list[Route] = [
     Route("POST", "/v1/threads", create_thread, "Create a thread (ThreadCreated)", "threads",
           body=CreateThread, response=_WRITE, status=201, errors=(403, 409, 413)),
-    Route("GET", "/v1/threads", list_threads, "List threads (from the views)", "threads",
+    Route("GET", "/v1/threads", list_threads, "List live threads, ascending thread id (from the listing index)", "threads",
           query=ListThreadsQuery,
           response={"type": "object", "properties": {"threads": {"type": "array", "items": _THREAD},
                                                      "total": {"type": "integer"}, "limit": {"type": "integer"},
