@@ -7,7 +7,7 @@ same spec can run against a scripted model in tests and a real one in production
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal
 
 import pydantic
@@ -104,6 +104,10 @@ class AgentRegistry:
 
     def __contains__(self, agent_id: object) -> bool:
         return agent_id in self._agents
+
+    def __iter__(self) -> Iterator[AgentSpec]:
+        """The registered specs (so a registry can stand wherever a list of agents is expected)."""
+        return iter(list(self._agents.values()))
 
 
 class ModelRegistry:
