@@ -27,6 +27,7 @@ from eventlog.errors import AgentlogError
 from eventlog.events import RunCancelRequested, RunFinished, RunStarted, StoredCommit, ToolCallDecided
 from eventlog.ids import new_id, validate_id, validate_run_id
 from projections.fold import fold_commits
+from runtime.admission import InvalidRunInput, check_start
 from runtime.commands import Cancel, CommandClient, ContinueRun, Decide, StartRun
 from runtime.frontend import InvalidFrontendTools, normalize_frontend_tools
 from runtime.hitl import check_decisions, decision_seqs, parse_decisions
@@ -238,12 +239,17 @@ class QueueDispatcher:
         if self.agents is not None and agent_id not in self.agents:
             raise AgentNotFound(f"unknown agent {agent_id!r}")
         decisions = list(decisions or ())
-        if decisions and parent_run_id is None:
-            raise InvalidInput("decisions on a new run need parent_run_id (the run that waits for them)")
-        _check_messages(messages)
         try:  # the names are checked here; a clash with the agent's tools only a worker can see
             frontend = normalize_frontend_tools(frontend_tools)
-        except InvalidFrontendTools as exc:
+            # the runtime's own input checks (serve mode makes the same call): same answers
+            check_start(agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
+                        decisions=decisions, resource_id=resource_id, frontend_tools=frontend,
+                        max_payload=getattr(self.store, "max_payload", None))
+        except (InvalidFrontendTools, InvalidRunInput) as exc:
+            raise InvalidInput(str(exc)) from None
+        except AgentlogError:
+            raise
+        except (ValueError, TypeError) as exc:
             raise InvalidInput(str(exc)) from None
         if parent_run_id is not None:
             parent = await _run_commits(self.store, parent_run_id)
@@ -260,6 +266,7 @@ class QueueDispatcher:
         cls = ContinueRun if parent_run_id is not None else StartRun
         cmd = cls(thread_id=thread_id, run_id=run_id, agent_id=agent_id, messages=_wire_messages(messages),
                   parent_run_id=parent_run_id, decisions=decisions, frontend_tools=frontend)
+        self.client.check(cmd)  # encodable and small enough to queue, BEFORE the thread is created
         if resource_id is not None:
             # The command has no resource_id: create the thread here, so the worker's run joins it.
             version = await self._create_thread(thread_id, resource_id, version)
@@ -379,19 +386,6 @@ async def _first(commits: AsyncIterator[StoredCommit], done: Callable[[StoredCom
 
 def _has(sc: StoredCommit, kind: type) -> bool:
     return any(type(e) is kind for e in sc.commit.events)
-
-
-def _check_messages(messages: Messages) -> None:
-    """The shapes `Runtime.start` accepts, checked before queueing (a worker would only TERM)."""
-    if isinstance(messages, str):
-        return
-    for m in messages:
-        if isinstance(m, str):
-            continue
-        if not isinstance(m, Mapping):
-            raise InvalidInput(f"a message must be a string or a {{role, content}} object, not {type(m).__name__}")
-        if m.get("role", "user") not in ("user", "system", "assistant", "tool"):
-            raise InvalidInput(f"invalid message role {m.get('role')!r}")
 
 
 def _wire_messages(messages: Messages) -> list[Any]:

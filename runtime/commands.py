@@ -114,9 +114,20 @@ def validate_command(cmd: Command) -> Command:
     return cmd
 
 
+class CommandTooLarge(AgentlogError):
+    """A command over the server's max payload: it could never be queued (HTTP 413)."""
+
+    code = "command_too_large"
+
+
 def encode_command(cmd: Command) -> bytes:
+    """Validate and encode; raises `InvalidCommand` for anything that cannot go on the wire
+    (a lone surrogate in some string, a value that is not JSON), never anything else."""
     validate_command(cmd)
-    return _encoder.encode(cmd)
+    try:
+        return _encoder.encode(cmd)
+    except (TypeError, UnicodeError, RecursionError, msgspec.EncodeError) as exc:
+        raise InvalidCommand(f"the command cannot be encoded: {exc}") from None
 
 
 def decode_command(data: bytes) -> Command:
@@ -186,8 +197,18 @@ class CommandClient:
             await ensure_commands_stream(self.js)
             self._ensured = True
 
-    async def submit(self, cmd: Command) -> Submitted:
+    def check(self, cmd: Command) -> bytes:
+        """The command's bytes, if it can be queued: `InvalidCommand` or `CommandTooLarge`
+        otherwise. Callers check before their first write (the gateway creates threads)."""
         payload = encode_command(cmd)
+        limit = getattr(self.nc, "max_payload", None)
+        size = len(payload) + len(cmd.command_id) + 64  # + the Nats-Msg-Id header
+        if isinstance(limit, int) and size > limit:
+            raise CommandTooLarge(f"the command is {size} bytes, over the server's max payload of {limit}")
+        return payload
+
+    async def submit(self, cmd: Command) -> Submitted:
+        payload = self.check(cmd)
         await self.ensure_stream()
         ack = await self.js.publish(
             command_subject(cmd.thread_id), payload, headers={"Nats-Msg-Id": cmd.command_id}

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -26,6 +25,7 @@ import structlog
 
 from eventlog.errors import AgentlogError
 from eventlog.jetstream import flush_subscriptions
+from gateway.json_input import parse_json
 
 from . import aisdk, session
 from .common import AdapterInputError
@@ -132,10 +132,7 @@ class AdapterService:
 
 
 def _body(data: bytes) -> Any:
-    try:
-        return json.loads(data) if data else None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise AdapterInputError(f"the body is not valid JSON: {exc}") from None
+    return parse_json(data) if data else None
 
 
 __all__ = ["AGENT_HEADER", "AGUI_SUBJECT", "AISDK_SUBJECT", "AdapterService", "END"]

@@ -308,12 +308,19 @@ async def aisdk_events(backend: Backend, agent_id: str, req: aisdk.AiSdkRequest,
 async def aisdk_replay(backend: Backend, run_id: str, who: Any = None) -> AsyncIterator[dict[str, Any]]:
     """The run's current turn replayed from the log (from its last decision commit, or its
     start), following it live if it is still going: the AI SDK resume-stream endpoint."""
+    from runtime import RunNotFound
+
+    # Unknown, deleted-thread and other-tenant runs get one and the same answer (the 404 of
+    # `GET /v1/runs/{id}`): naming the run's thread here would tell another tenant its id.
+    unknown = RunNotFound(f"run {run_id!r} not found")
     commits = await run_commits(backend.store, run_id)
     if not commits:
-        from runtime import RunNotFound
-        raise RunNotFound(f"unknown run {run_id!r}")
+        raise unknown
     thread_id = commits[0].commit.thread_id
-    await load_thread(backend.store, thread_id, who)  # tenant check
+    try:
+        await load_thread(backend.store, thread_id, who)  # tenant check
+    except NotVisible:
+        raise unknown from None
     resumed = [sc.seq for sc in commits if any(type(e) is RunResumed for e in sc.commit.events)]
     after = (resumed[-1] if resumed else commits[0].seq) - 1
     tr = aisdk.AiSdkTranslator(thread_id, run_id)
