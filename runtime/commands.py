@@ -32,6 +32,23 @@ COMMANDS_STREAM = "AGENTLOG_COMMANDS"
 COMMANDS_SUBJECTS = f"{PREFIX}.cmd.>"
 WORKER_CONSUMER = "agentlog-workers"
 
+#: Dead letters: commands a worker gave up on, on `agentlog.dlq.<thread_id>` (`_` when the
+#: command could not even be read), kept in this stream (limits retention, `DLQ_MAX_AGE`). The
+#: payload is the command as queued; the headers say why (`DLQ_*` below).
+DLQ_STREAM = "AGENTLOG_DLQ"
+DLQ_SUBJECTS = f"{PREFIX}.dlq.>"
+DLQ_MAX_AGE = 30 * 24 * 3600.0
+DLQ_CODE = "Agentlog-Error-Code"
+DLQ_ERROR = "Agentlog-Error"
+DLQ_COMMAND_ID = "Agentlog-Command-Id"
+DLQ_RUN_ID = "Agentlog-Run-Id"
+DLQ_DELIVERIES = "Agentlog-Deliveries"
+DLQ_QUEUE_SEQ = "Agentlog-Queue-Seq"
+
+
+def dlq_subject(thread_id: str | None) -> str:
+    return f"{PREFIX}.dlq.{thread_id or '_'}"
+
 
 def control_subject(run_id: str) -> str:
     """Core NATS (not persisted): live decisions and cancels for the worker driving `run_id`."""
@@ -171,6 +188,25 @@ async def ensure_commands_stream(js: Any, *, replicas: int = 1, duplicate_window
         await js.add_stream(config)
     except BadRequestError:
         await js.stream_info(COMMANDS_STREAM)  # another process created it first
+
+
+async def ensure_dlq_stream(js: Any, *, replicas: int = 1) -> None:
+    """Create `AGENTLOG_DLQ` if missing (idempotent, like `ensure_commands_stream`)."""
+    from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+    from nats.js.errors import BadRequestError, NotFoundError
+
+    try:
+        await js.stream_info(DLQ_STREAM)
+        return
+    except NotFoundError:
+        pass
+    try:
+        await js.add_stream(StreamConfig(
+            name=DLQ_STREAM, subjects=[DLQ_SUBJECTS], retention=RetentionPolicy.LIMITS, storage=StorageType.FILE,
+            num_replicas=replicas, max_age=DLQ_MAX_AGE, duplicate_window=120.0,
+            description="agentlog dead letters: worker commands given up on (headers say why)"))
+    except BadRequestError:
+        await js.stream_info(DLQ_STREAM)
 
 
 class Submitted(NamedTuple):
