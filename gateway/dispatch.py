@@ -28,7 +28,17 @@ from eventlog.events import RunCancelRequested, RunFinished, RunStarted, StoredC
 from eventlog.ids import new_id, validate_id, validate_run_id
 from projections.fold import fold_commits
 from runtime.admission import InvalidRunInput, check_start
-from runtime.commands import Cancel, CommandClient, ContinueRun, Decide, StartRun
+from runtime.commands import (
+    DLQ_CODE,
+    DLQ_COMMAND_ID,
+    DLQ_ERROR,
+    Cancel,
+    CommandClient,
+    ContinueRun,
+    Decide,
+    StartRun,
+    dlq_subject,
+)
 from runtime.frontend import InvalidFrontendTools, normalize_frontend_tools
 from runtime.hitl import check_decisions, decision_seqs, parse_decisions
 from runtime.loop import RunConflict, RunContext, fold_context
@@ -70,6 +80,19 @@ class InvalidInput(AgentlogError, ValueError):
     """Input the runtime would refuse (bad message shape, inconsistent ids)."""
 
     code = "invalid_input"
+
+
+class CommandFailed(AgentlogError):
+    """A worker gave up on the command (dead-lettered it, see `runtime.worker`): the answer
+    carries the worker's error code (e.g. `commit_too_large` -> 413), so a request fails in
+    gateway mode as it would in serve mode instead of waiting into a `DispatchTimeout`."""
+
+    code = "command_failed"
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        if code:
+            self.code = code
 
 
 class DispatchTimeout(AgentlogError):
@@ -356,23 +379,41 @@ class QueueDispatcher:
     async def _submit_and_wait(self, cmd: Any, thread_id: str, after: int,
                                done: Callable[[StoredCommit], bool]) -> int:
         """Follow the thread from `after` (opened BEFORE the submit, so the effect cannot slip
-        by), submit, and return the seq of the first commit `done` accepts."""
+        by), submit, and return the seq of the first commit `done` accepts. If a worker
+        dead-letters the command first (also watched from before the submit), raise
+        `CommandFailed` with the worker's error code."""
         follower = self.store.follow(thread_id, after=after)
+        dead: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        async def on_dead_letter(msg: Any) -> None:
+            headers = msg.headers or {}
+            if headers.get(DLQ_COMMAND_ID) == cmd.command_id and not dead.done():
+                dead.set_result(headers)
+
+        sub = await self.client.nc.subscribe(dlq_subject(thread_id), cb=on_dead_letter)
         try:
+            await self.client.nc.flush()
             first = asyncio.ensure_future(_first(follower, done))
             try:
                 await self.client.submit(cmd)
-                async with asyncio.timeout(self.timeout):
-                    return await asyncio.shield(first)
-            except TimeoutError:
+                finished, _ = await asyncio.wait({first, dead}, timeout=self.timeout,
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                if first in finished:
+                    return first.result()
+                if dead in finished:
+                    headers = dead.result()
+                    raise CommandFailed(headers.get(DLQ_ERROR) or "a worker gave up on the command",
+                                        headers.get(DLQ_CODE))
                 raise DispatchTimeout(
                     f"{type(cmd).__name__} for run {cmd.run_id!r} is queued, but no worker committed it "
-                    f"within {self.timeout}s (is a worker running?)") from None
+                    f"within {self.timeout}s (is a worker running?)")
             finally:
                 first.cancel()
                 with contextlib.suppress(BaseException):
                     await first
         finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
             with contextlib.suppress(Exception):
                 await follower.aclose()
 
@@ -393,6 +434,6 @@ def _wire_messages(messages: Messages) -> list[Any]:
 
 
 __all__ = [
-    "Accepted", "AgentNotFound", "DispatchTimeout", "Dispatcher", "InProcessDispatcher", "InvalidInput",
+    "Accepted", "AgentNotFound", "CommandFailed", "DispatchTimeout", "Dispatcher", "InProcessDispatcher", "InvalidInput",
     "QueueDispatcher", "RunAlreadyFinished", "ThreadNotFound",
 ]

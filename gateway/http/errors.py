@@ -55,6 +55,10 @@ STATUS_BY_CODE: dict[str, int] = {
     "agent_not_found": 404,
     "thread_not_found": 404,
     "dispatch_timeout": 503,
+    # a worker dead-lettered the command (runtime.worker): its code, or these
+    "command_rejected": 400,
+    "command_failed": 500,
+    "max_deliveries": 503,
 }
 
 _HTTP_CODES: dict[int, str] = {
