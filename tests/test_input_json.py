@@ -196,3 +196,27 @@ def test_parse_json_refuses_with_one_typed_error(raw: bytes) -> None:
     with pytest.raises(InvalidJson) as err:
         parse_json(raw)
     assert err.value.code == "invalid_json"
+
+
+# == JSON inside a string: a frontend tool's result (AG-UI `role: tool` content) ==================
+
+
+@pytest.mark.parametrize("content", ['"a\\ud800b"', "[" * 1000 + "]" * 1000])
+async def test_frontend_tool_result_holding_hostile_json_is_taken_as_text(
+        nats_server: EmbeddedNatsServer, content: str) -> None:
+    """The content is parsed as JSON when it is JSON we can store; otherwise it is the text.
+    Before: json.loads gave a lone surrogate (the decision commit failed to encode: RUN_ERROR)
+    or raised RecursionError (not a ValueError: the request crashed)."""
+    from runtime.models import Turn
+    from test_adapters_routes import agui_ok, run_input, user
+    from test_adapters_routes_support import Http, open_stack as open_adapters
+
+    pick = {"name": "pick", "description": "d", "parameters": {"type": "object"}}
+    async with asyncio.timeout(TIMEOUT), open_adapters(nats_server, [Turn.tool("pick", {}), "done"]) as stack:
+        events = await agui_ok(Http(), stack, run_input("t1", "r1", user("pick one", "u1"), tools=[pick]))
+        (interrupt,) = events[-1].outcome.interrupts
+        result = {"id": "m-tool", "role": "tool", "toolCallId": interrupt.id, "content": content}
+        events = await agui_ok(Http(), stack, run_input("t1", "r2", result, tools=[pick]))
+        assert events[-1].type == "RUN_FINISHED" and events[-1].outcome.type == "success"
+        view = await stack.runtime.run_view("r1")
+        assert view.status == "done" and view.calls[interrupt.id].result == content

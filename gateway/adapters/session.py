@@ -30,6 +30,8 @@ from eventlog.ids import new_id
 from projections.fold import fold_commits
 from projections.views import RunView, ThreadView
 
+from gateway.json_input import InvalidJson, parse_json
+
 from . import agui, aisdk
 from .common import AdapterInputError, Decision, ResumeError, decision_id
 from .source import RunSource
@@ -149,9 +151,9 @@ def _tool_result_decisions(req: agui.AguiRunRequest, open_ids: set[str]) -> list
         if call_id not in open_ids:
             continue
         content = r.get("content")
-        try:
-            value: Any = json.loads(content) if isinstance(content, str) else content
-        except ValueError:
+        try:  # the request decoder's rules (no lone surrogates, bounded nesting), else the text
+            value: Any = parse_json(content) if isinstance(content, str) else content
+        except InvalidJson:
             value = content
         out.append(Decision(target_id=call_id, action="cancel" if r.get("error") else "resume",
                             decision_id=decision_id(req.thread_id, call_id, "tool", content),
