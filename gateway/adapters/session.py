@@ -17,7 +17,6 @@ The order of every session, and why:
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
