@@ -47,16 +47,20 @@ def parse_json(raw: bytes | bytearray | memoryview | str) -> Any:
 
 
 def check_depth(value: Any, limit: int = MAX_DEPTH) -> None:
-    """Raise `InvalidJson` if `value` nests containers deeper than `limit` (iterative)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is None:
-            continue
+    """Raise `InvalidJson` if `value` nests containers deeper than `limit`. Breadth-first, one
+    level of containers at a time (no recursion; scalars are never kept)."""
+    level = [value] if isinstance(value, (dict, list)) else []
+    depth = 0
+    while level:
+        depth += 1
         if depth > limit:
             raise InvalidJson(f"body is nested deeper than {limit} levels")
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+        deeper = []
+        for item in level:
+            for child in item.values() if isinstance(item, dict) else item:
+                if isinstance(child, (dict, list)):
+                    deeper.append(child)
+        level = deeper
 
 
 __all__ = ["MAX_DEPTH", "InvalidJson", "check_depth", "parse_json"]
