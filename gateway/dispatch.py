@@ -25,9 +25,9 @@ from typing import Any, NamedTuple, Protocol
 
 from eventlog.errors import AgentlogError
 from eventlog.events import RunCancelRequested, RunFinished, RunStarted, StoredCommit, ToolCallDecided
-from eventlog.ids import new_id, validate_id, validate_run_id
+from eventlog.ids import new_id, validate_run_id
 from projections.fold import fold_commits
-from runtime.admission import InvalidRunInput, check_start
+from runtime.admission import InvalidRunInput, check_start, check_start_ids
 from runtime.commands import (
     DLQ_CODE,
     DLQ_COMMAND_ID,
@@ -130,16 +130,6 @@ def _has_messages(messages: Messages | None) -> bool:
     return bool(messages) if not isinstance(messages, str) else bool(messages)
 
 
-def _check_ids(thread_id: str | None, run_id: str | None, parent_run_id: str | None, agent_id: str) -> None:
-    validate_id(agent_id, "agent_id")
-    if thread_id is not None:
-        validate_id(thread_id, "thread_id")
-    if run_id is not None:
-        validate_run_id(run_id)
-    if parent_run_id is not None:
-        validate_run_id(parent_run_id)
-
-
 def _seq_of(commits: Sequence[StoredCommit], pred: Callable[[Any], bool], last: bool = False) -> int:
     seqs = [sc.seq for sc in commits if any(pred(e) for e in sc.commit.events)]
     if not seqs:
@@ -179,7 +169,7 @@ class InProcessDispatcher:
         decisions: Sequence[Mapping[str, Any]] | None = None, resource_id: str | None = None,
         frontend_tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> Accepted:
-        _check_ids(thread_id, run_id, parent_run_id, agent_id)
+        check_start_ids(agent_id, thread_id, run_id, parent_run_id)
         if agent_id not in self.runtime.agents:
             raise AgentNotFound(f"unknown agent {agent_id!r}")
         if thread_id is not None and parent_run_id is None:
@@ -258,7 +248,7 @@ class QueueDispatcher:
         decisions: Sequence[Mapping[str, Any]] | None = None, resource_id: str | None = None,
         frontend_tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> Accepted:
-        _check_ids(thread_id, run_id, parent_run_id, agent_id)
+        check_start_ids(agent_id, thread_id, run_id, parent_run_id)
         if self.agents is not None and agent_id not in self.agents:
             raise AgentNotFound(f"unknown agent {agent_id!r}")
         decisions = list(decisions or ())

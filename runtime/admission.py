@@ -89,6 +89,17 @@ def check_messages(messages: Any) -> list[Message]:
     return out
 
 
+def check_start_ids(agent_id: str, thread_id: str | None, run_id: str | None, parent_run_id: str | None) -> None:
+    """The ids of a start must be NATS-safe tokens (`InvalidId`); `None` ones are generated."""
+    validate_id(agent_id, "agent_id")
+    if thread_id is not None:
+        validate_id(thread_id, "thread_id")
+    if run_id is not None:
+        validate_run_id(run_id)
+    if parent_run_id is not None:
+        validate_run_id(parent_run_id)
+
+
 def check_start(
     agent_id: str,
     messages: Any,
@@ -104,13 +115,7 @@ def check_start(
     """Raise the typed error a start with this input must get, before anything is written:
     `InvalidId`, `ValueError`/`TypeError` (shapes), `InvalidRunInput` (not encodable),
     `CommitTooLarge` (over `max_payload`). `frontend_tools` must already be normalised."""
-    validate_id(agent_id, "agent_id")
-    if thread_id is not None:
-        validate_id(thread_id, "thread_id")
-    if run_id is not None:
-        validate_run_id(run_id)
-    if parent_run_id is not None:
-        validate_run_id(parent_run_id)
+    check_start_ids(agent_id, thread_id, run_id, parent_run_id)
     if decisions and parent_run_id is None:
         raise ValueError("decisions on a new run need parent_run_id (the run that waits for them)")
     msgs = check_messages(messages)
@@ -129,4 +134,5 @@ def check_start(
         raise CommitTooLarge(len(data) + HEADER_ALLOWANCE, max_payload)
 
 
-__all__ = ["HEADER_ALLOWANCE", "InvalidRunInput", "PlaceholderIds", "as_messages", "check_messages", "check_start"]
+__all__ = ["HEADER_ALLOWANCE", "InvalidRunInput", "PlaceholderIds", "as_messages", "check_messages", "check_start",
+           "check_start_ids"]

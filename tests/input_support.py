@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -15,10 +14,10 @@ from typing import Any
 import aiohttp
 
 from eventlog.events import RunSuspended
-from gateway.adapters import nats_routes
 from gateway.connection import ConnectionOptions
 from gateway.demo import DEMO_AGENT
 from gateway.server import Server, ServerConfig, serve
+from test_adapters_routes_support import Nats
 
 TIMEOUT = 30.0
 AGENT = DEMO_AGENT
@@ -86,19 +85,7 @@ async def nats_call(s: Stack, subject: str, data: bytes, headers: dict[str, str]
 
 async def adapter_call(s: Stack, subject: str, data: bytes, agent: str = AGENT) -> list[dict[str, Any]]:
     """An adapter request over NATS: every event streamed back until the end marker."""
-    inbox = s.nc.new_inbox()
-    sub = await s.nc.subscribe(inbox)
-    out: list[dict[str, Any]] = []
-    try:
-        await s.nc.publish(subject, data, reply=inbox, headers={nats_routes.AGENT_HEADER: agent})
-        async with asyncio.timeout(TIMEOUT):
-            async for msg in sub.messages:
-                if not msg.data:
-                    break
-                out.append(json.loads(msg.data))
-    finally:
-        await sub.unsubscribe()
-    return out
+    return await Nats()._request(s, subject, data, agent)  # noqa: SLF001 - the one NATS adapter client
 
 
 __all__ = ["AGENT", "Stack", "TIMEOUT", "adapter_call", "http_call", "nats_call", "open_stack", "waiting_run"]

@@ -139,7 +139,8 @@ class Nats(Transport):
         sub = await stack.nc.subscribe(inbox)
         out: list[dict[str, Any]] = []
         try:
-            await stack.nc.publish(subject, json.dumps(body).encode(), reply=inbox,
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()  # bytes: sent as they are
+            await stack.nc.publish(subject, data, reply=inbox,
                                    headers={nats_routes.AGENT_HEADER: agent})
             async with asyncio.timeout(TIMEOUT):
                 async for msg in sub.messages:
