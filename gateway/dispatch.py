@@ -27,7 +27,7 @@ from eventlog.errors import AgentlogError
 from eventlog.events import RunCancelRequested, RunFinished, RunStarted, StoredCommit, ToolCallDecided
 from eventlog.ids import new_id, validate_run_id
 from projections.fold import fold_commits
-from runtime.admission import InvalidRunInput, check_start, check_start_ids
+from runtime.admission import InvalidRunInput, check_start, check_start_ids, check_storable
 from runtime.commands import (
     DLQ_CODE,
     DLQ_COMMAND_ID,
@@ -130,6 +130,14 @@ def _has_messages(messages: Messages | None) -> bool:
     return bool(messages) if not isinstance(messages, str) else bool(messages)
 
 
+def _check_storable(value: Any, what: str) -> None:
+    """Both dispatchers, before anything: input that can never be written is `InvalidInput`."""
+    try:
+        check_storable(value if not isinstance(value, Sequence) or isinstance(value, str) else list(value), what)
+    except InvalidRunInput as exc:
+        raise InvalidInput(str(exc)) from None
+
+
 def _seq_of(commits: Sequence[StoredCommit], pred: Callable[[Any], bool], last: bool = False) -> int:
     seqs = [sc.seq for sc in commits if any(pred(e) for e in sc.commit.events)]
     if not seqs:
@@ -189,6 +197,7 @@ class InProcessDispatcher:
     async def submit_inputs(
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = ()
     ) -> Accepted:
+        _check_storable(decisions, "decisions")
         commits = await _run_commits(self.runtime.store, run_id)
         thread_id = commits[0].commit.thread_id
         if _has_messages(messages):
@@ -200,6 +209,7 @@ class InProcessDispatcher:
         return Accepted(thread_id, run_id, res.seq, res.duplicate)
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Accepted:
+        _check_storable(reason, "reason")
         commits = await _run_commits(self.runtime.store, run_id)
         if _finished(commits) or not await self.runtime.cancel(run_id, reason=reason):
             raise RunAlreadyFinished(f"run {run_id!r} has already finished")
@@ -322,6 +332,7 @@ class QueueDispatcher:
     async def submit_inputs(
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = ()
     ) -> Accepted:
+        _check_storable(decisions, "decisions")
         commits = await _run_commits(self.store, run_id)
         thread_id = commits[0].commit.thread_id
         if _has_messages(messages):
@@ -354,6 +365,7 @@ class QueueDispatcher:
     # -- cancel --------------------------------------------------------------------------------
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Accepted:
+        _check_storable(reason, "reason")
         commits = await _run_commits(self.store, run_id)
         if _finished(commits):
             raise RunAlreadyFinished(f"run {run_id!r} has already finished")

@@ -89,6 +89,18 @@ def check_messages(messages: Any) -> list[Message]:
     return out
 
 
+def check_storable(value: Any, what: str) -> None:
+    """`value` can be written to the log as JSON text (no lone surrogate, no absurd nesting);
+    raises `InvalidRunInput`. For input that rides in commits the caller does not build here
+    (decisions, a cancel reason). Values of other types are the runtime's to judge."""
+    try:
+        msgspec.json.encode(value)
+    except TypeError:
+        return
+    except (UnicodeError, RecursionError) as exc:
+        raise InvalidRunInput(f"{what} cannot be stored: {exc}") from None
+
+
 def check_start_ids(agent_id: str, thread_id: str | None, run_id: str | None, parent_run_id: str | None) -> None:
     """The ids of a start must be NATS-safe tokens (`InvalidId`); `None` ones are generated."""
     validate_id(agent_id, "agent_id")
@@ -118,6 +130,7 @@ def check_start(
     check_start_ids(agent_id, thread_id, run_id, parent_run_id)
     if decisions and parent_run_id is None:
         raise ValueError("decisions on a new run need parent_run_id (the run that waits for them)")
+    check_storable(list(decisions), "decisions")
     msgs = check_messages(messages)
     placeholder = PlaceholderIds().new_id()
     events: list[Any] = [] if parent_run_id is not None else [ThreadCreated(resource_id=resource_id)]
@@ -135,4 +148,4 @@ def check_start(
 
 
 __all__ = ["HEADER_ALLOWANCE", "InvalidRunInput", "PlaceholderIds", "as_messages", "check_messages", "check_start",
-           "check_start_ids"]
+           "check_start_ids", "check_storable"]

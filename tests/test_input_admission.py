@@ -75,3 +75,32 @@ async def test_start_over_max_payload_is_413_over_http(mode: str, nats_server: E
                 assert (await r.json())["code"] == "commit_too_large"
         assert await s.store.last_seq() == head
         assert await _queued(s) == 0
+
+
+@pytest.mark.parametrize("mode", ["serve", "gateway"])
+async def test_unstorable_decisions_and_reasons_are_the_same_400_in_both_modes(
+        mode: str, nats_server: EmbeddedNatsServer) -> None:
+    """Python callers of the dispatcher (not JSON, so no decoder in front): a lone surrogate in
+    a decision result or a cancel reason. Before: serve mode raised UnicodeEncodeError from the
+    store, gateway mode from the command encoder (500s), with different errors."""
+    from input_support import waiting_run
+
+    async with asyncio.timeout(TIMEOUT * 2), open_stack(nats_server.url, mode) as s:
+        _t, r, c = await waiting_run(s)
+        head, queued = await s.store.last_seq(), await _queued(s)
+        bad = {"target_id": c, "decision_id": "d-1", "action": "resume", "result": {"note": "a\ud800"}}
+        calls = [
+            lambda: s.front.dispatcher.submit_inputs(r, decisions=[bad]),
+            lambda: s.front.dispatcher.submit_inputs(r, decisions=[bad], messages="and more"),
+            lambda: s.front.dispatcher.start_run(AGENT, "more", parent_run_id=r, decisions=[bad]),
+            lambda: s.front.dispatcher.cancel(r, reason="\udc00"),
+        ]
+        codes = []
+        for call in calls:
+            try:
+                await call()
+                codes.append("accepted")
+            except Exception as exc:  # noqa: BLE001 - the code is what is checked
+                codes.append(getattr(exc, "code", type(exc).__name__))
+        assert codes == ["invalid_input"] * len(calls)
+        assert await s.store.last_seq() == head and await _queued(s) == queued
