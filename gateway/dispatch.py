@@ -287,12 +287,12 @@ class QueueDispatcher:
         thread_id = thread_id or new_id()
         version = await self._check_start(thread_id, run_id)
         cls = ContinueRun if parent_run_id is not None else StartRun
+        # resource_id rides in the command: the worker's run-start commit creates the thread, so
+        # the gateway writes nothing itself (it used to write ThreadCreated first: a start that
+        # then failed left an orphan thread)
         cmd = cls(thread_id=thread_id, run_id=run_id, agent_id=agent_id, messages=_wire_messages(messages),
-                  parent_run_id=parent_run_id, decisions=decisions, frontend_tools=frontend)
-        self.client.check(cmd)  # encodable and small enough to queue, BEFORE the thread is created
-        if resource_id is not None:
-            # The command has no resource_id: create the thread here, so the worker's run joins it.
-            version = await self._create_thread(thread_id, resource_id, version)
+                  parent_run_id=parent_run_id, decisions=decisions, frontend_tools=frontend,
+                  resource_id=resource_id)
         seq = await self._submit_and_wait(cmd, thread_id, version,
                                           lambda sc: sc.commit.run_id == run_id and _has(sc, RunStarted))
         return Accepted(thread_id, run_id, seq)
@@ -316,16 +316,6 @@ class QueueDispatcher:
             if active is not None and views.runs[active].status == "running":
                 raise RunConflict(f"thread {thread_id!r} has an active run {active!r}; cancel it or wait")
         return history[-1].seq
-
-    async def _create_thread(self, thread_id: str, resource_id: str, version: int) -> int:
-        from eventlog.events import Commit, ThreadCreated
-        from eventlog.ids import now_ms
-
-        if version:
-            return version  # the thread exists: its resource_id is what it is
-        commit = Commit(commit_id=new_id(), thread_id=thread_id, run_id=None, ts=now_ms(),
-                        events=[ThreadCreated(resource_id=resource_id)])
-        return (await self.store.append(commit, expected_version=0)).seq
 
     # -- inputs --------------------------------------------------------------------------------
 

@@ -71,8 +71,10 @@ class StartRun(_Base, tag="start", kw_only=True, omit_defaults=True):
     """Start run `run_id` of `agent_id` on `thread_id` with `messages` (str or role/content dicts).
     With `parent_run_id` it is a continuation; `decisions` then go to the waiting parent first.
     `frontend_tools`: the run's client-executed tools (`{name, description, parameters}`, see
-    `runtime.frontend`), recorded by the worker's `Runtime.start`. Defaults are omitted on the
-    wire, so a command without frontend tools is still readable by workers that predate them."""
+    `runtime.frontend`), recorded by the worker's `Runtime.start`. `resource_id`: of the thread
+    the run creates (ignored when the thread exists). Defaults are omitted on the wire, so a
+    command without frontend tools or resource_id is still readable by workers that predate
+    them (upgrade workers before gateways)."""
 
     run_id: str = msgspec.field(default_factory=new_id)
     agent_id: str
@@ -81,6 +83,7 @@ class StartRun(_Base, tag="start", kw_only=True, omit_defaults=True):
     decisions: list[dict[str, Any]] = msgspec.field(default_factory=list)
     origin: str = "user"
     frontend_tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    resource_id: str | None = None
 
 
 class ContinueRun(StartRun, tag="continue", kw_only=True):

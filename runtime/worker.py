@@ -428,7 +428,7 @@ class Worker:
                     handle = await rt.start(
                         cmd.agent_id, cmd.messages, thread_id=cmd.thread_id, run_id=cmd.run_id,
                         parent_run_id=cmd.parent_run_id, decisions=cmd.decisions, origin=cmd.origin,
-                        frontend_tools=cmd.frontend_tools,
+                        frontend_tools=cmd.frontend_tools, resource_id=cmd.resource_id,
                     )
                     log.info("run.started_by_worker")
                 except RunConflict as exc:
