@@ -82,10 +82,12 @@ class InvalidInput(AgentlogError, ValueError):
     code = "invalid_input"
 
 
-class CommandFailed(AgentlogError):
+class CommandFailed(AgentlogError, ValueError):
     """A worker gave up on the command (dead-lettered it, see `runtime.worker`): the answer
     carries the worker's error code (e.g. `commit_too_large` -> 413), so a request fails in
-    gateway mode as it would in serve mode instead of waiting into a `DispatchTimeout`."""
+    gateway mode as it would in serve mode instead of waiting into a `DispatchTimeout`. A code
+    the API has no status for is a refusal of the input (400, as the runtime's ValueErrors are
+    in serve mode); `max_deliveries` (503) and `command_failed` (500) are the worker's own."""
 
     code = "command_failed"
 

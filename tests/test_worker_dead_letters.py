@@ -139,3 +139,12 @@ async def test_the_gateway_answers_with_the_workers_code(nats_server: EmbeddedNa
         assert accepted.thread_id == "t-ghost"  # the thread is not blocked
         first = [sc async for sc in store.read_thread("t-ghost")][0].commit.events[0]
         assert isinstance(first, ThreadCreated) and first.resource_id == "tenant/1"  # by the worker's start
+
+
+def test_dead_letter_codes_map_to_the_statuses_serve_mode_gives() -> None:
+    from gateway.http.errors import answer
+
+    for code, status in (("agent_not_found", 404), ("commit_too_large", 413), ("run_finished", 409),
+                         ("frontend_tool_conflict", 400), ("max_deliveries", 503), (None, 500)):
+        got, body, _ = answer(CommandFailed("worker said no", code))
+        assert (got, body["code"]) == (status, code or "command_failed")
