@@ -386,6 +386,11 @@ class JetStreamEventStore:
 
     # -- EventStore ---------------------------------------------------------------------------
 
+    @property
+    def max_payload(self) -> int:
+        """The server's max payload (headers + body): no commit can be larger."""
+        return int(self._nc.max_payload)
+
     async def append(self, commit: Commit, expected_version: int | None) -> AppendResult:
         if expected_version is not None and expected_version < 0:
             raise ValueError(f"expected_version must be >= 0 or None, not {expected_version}")

@@ -76,7 +76,8 @@ def encode_checked(commit: Commit) -> bytes:
     check_commit(commit)
     try:
         data = encode_commit(commit)
-    except (TypeError, msgspec.EncodeError) as exc:
+    except (TypeError, msgspec.EncodeError, UnicodeError, RecursionError) as exc:
+        # UnicodeError: a lone surrogate in some string; RecursionError: absurd nesting
         raise InvalidCommit(f"commit {commit.commit_id!r} cannot be encoded: {exc}") from None
     try:
         decode_commit(data)

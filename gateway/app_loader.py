@@ -1,13 +1,18 @@
 """`--app module:attr`: load the user's application (its agents, tools and models).
 
 agentlog never guesses what an application is; the attribute named by `module:attr` must be one
-of three things, so a typo or a wrong object fails at once with a clear, typed error instead of
-deep inside a run:
+of these, so a typo or a wrong object fails at once with a clear, typed error instead of deep
+inside a run:
 
 1. an `App` (below): `App(agents=[...], tools=[...], models={"name": model})`;
 2. a `runtime.Runtime` already wired (its store is not used by commands that bring their own);
-3. a callable `factory(store) -> App | Runtime`: for apps that build models or clients per
+3. agents alone: a `runtime.AgentRegistry` or a list/tuple of `AgentSpec` (no tools, models by
+   instance), wrapped in an `App`;
+4. a callable `factory(store) -> any of the above`: for apps that build models or clients per
    process; it is called with the command's `EventStore` once the store is open.
+
+`serve`, `gateway` and `worker` all go through `resolve_app` (and `agent_ids` for the gateway's
+"which agents exist" check), so every form works for every command.
 
 Any object with `agents` and `tools` attributes (and optionally `models`) also works (duck
 typing, like `Runtime` itself). The module is imported with the current directory on `sys.path`,
@@ -38,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "App", "AppAttributeMissing", "AppConfigInvalid", "AppImportFailed", "AppLoadError", "AppModuleNotFound", "AppWrongType",
-    "InvalidAppSpec", "load_app", "resolve_app",
+    "InvalidAppSpec", "agent_ids", "load_app", "resolve_app",
 ]
 
 
@@ -93,6 +98,26 @@ def _is_app(obj: Any) -> bool:
     return not isinstance(obj, type) and hasattr(obj, "agents") and hasattr(obj, "tools")
 
 
+def _as_app(obj: Any) -> Any | None:
+    """`obj` as an app-like object, or None: agents alone (an `AgentRegistry`, a list or tuple
+    of `AgentSpec`) become an `App` without tools."""
+    if _is_app(obj):
+        return obj
+    from runtime import AgentSpec
+    from runtime.agent import AgentRegistry
+
+    if isinstance(obj, AgentRegistry):
+        return App(agents=list(obj))
+    if isinstance(obj, (list, tuple)) and obj and all(isinstance(a, AgentSpec) for a in obj):
+        return App(agents=list(obj))
+    return None
+
+
+def agent_ids(app: Any) -> list[str]:
+    """The agent ids of a resolved app (its `agents` may be an `AgentRegistry` or a list)."""
+    return [spec.id for spec in app.agents]
+
+
 def _parse(spec: str) -> tuple[str, str]:
     module, sep, attr = spec.partition(":")
     if not sep or not module or not attr or not all(p.isidentifier() for p in module.split(".")) or not all(
@@ -139,26 +164,29 @@ def load_app(spec: str) -> AppSource:
             raise AppAttributeMissing(f"module {module_name!r} has no attribute {attr!r}") from None
         except Exception as exc:  # noqa: BLE001 - a module __getattr__ that raised
             raise AppImportFailed(f"getting {attr!r} from {module_name!r} failed: {type(exc).__name__}: {exc}") from None
-    if not _is_app(obj) and not callable(obj):
+    if _as_app(obj) is None and not callable(obj):
         raise AppWrongType(_wrong_type(spec, obj))
     return obj
 
 
 def _wrong_type(spec: str, obj: Any) -> str:
-    return (f"{spec} is a {type(obj).__name__}; expected an agentlog App, a Runtime, or a callable "
-            f"factory(store) returning one")
+    return (f"{spec} is a {type(obj).__name__}; expected an agentlog App, a Runtime, agents (an "
+            f"AgentRegistry or a list of AgentSpec), or a callable factory(store) returning one")
 
 
 def resolve_app(source: AppSource, store: EventStore, spec: str = "--app") -> Any:
     """The app-like object (`agents`, `tools`[, `models`]): `source` itself, or what its factory
     returns for `store`. Raises `AppWrongType` / `AppImportFailed`."""
-    if _is_app(source):
-        return source
+    app = _as_app(source)
+    if app is not None:
+        return app
     factory: Callable[[EventStore], Any] = source
     try:
         obj = factory(store)
     except Exception as exc:  # noqa: BLE001 - the user's factory raised
         raise AppImportFailed(f"calling {spec}(store) failed: {type(exc).__name__}: {exc}") from None
-    if not _is_app(obj):
-        raise AppWrongType(f"{spec}(store) returned a {type(obj).__name__}; expected an agentlog App or a Runtime")
-    return obj
+    app = _as_app(obj)
+    if app is None:
+        raise AppWrongType(f"{spec}(store) returned a {type(obj).__name__}; expected an agentlog App, a Runtime "
+                           f"or agents")
+    return app

@@ -637,6 +637,9 @@ def gateway_cmd(
 def worker_cmd(
     app_spec: AppOpt = None, concurrency: ConcurrencyOpt = 4,
     ack_wait: AckWaitOpt = None, shutdown_timeout: ShutdownOpt = None,
+    max_deliver: Annotated[int, typer.Option(
+        "--max-deliver", help="Failed deliveries of a command before it is dead-lettered to agentlog.dlq.<thread> "
+                              "(0: never).")] = 25,  # runtime.worker.DEFAULT_MAX_DELIVER
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
@@ -663,7 +666,8 @@ def worker_cmd(
             await embedded.astart(timeout=max(options.timeout, 10.0))
         url = embedded.url if embedded is not None else options.servers()
         try:
-            await run_worker(url, factory, concurrency=concurrency, ready=ready, creds=options.creds,
+            await run_worker(url, factory, concurrency=concurrency, max_deliver=max_deliver, ready=ready,
+                             creds=options.creds,
                              ack_wait=30.0 if ack_wait is None else ack_wait,
                              shutdown_timeout=10.0 if shutdown_timeout is None else shutdown_timeout,
                              token=options.token, connect_timeout=options.timeout,

@@ -25,9 +25,20 @@ from typing import Any, NamedTuple, Protocol
 
 from eventlog.errors import AgentlogError
 from eventlog.events import RunCancelRequested, RunFinished, RunStarted, StoredCommit, ToolCallDecided
-from eventlog.ids import new_id, validate_id, validate_run_id
+from eventlog.ids import new_id, validate_run_id
 from projections.fold import fold_commits
-from runtime.commands import Cancel, CommandClient, ContinueRun, Decide, StartRun
+from runtime.admission import InvalidRunInput, check_start, check_start_ids, check_storable
+from runtime.commands import (
+    DLQ_CODE,
+    DLQ_COMMAND_ID,
+    DLQ_ERROR,
+    Cancel,
+    CommandClient,
+    ContinueRun,
+    Decide,
+    StartRun,
+    dlq_subject,
+)
 from runtime.frontend import InvalidFrontendTools, normalize_frontend_tools
 from runtime.hitl import check_decisions, decision_seqs, parse_decisions
 from runtime.loop import RunConflict, RunContext, fold_context
@@ -71,6 +82,21 @@ class InvalidInput(AgentlogError, ValueError):
     code = "invalid_input"
 
 
+class CommandFailed(AgentlogError, ValueError):
+    """A worker gave up on the command (dead-lettered it, see `runtime.worker`): the answer
+    carries the worker's error code (e.g. `commit_too_large` -> 413), so a request fails in
+    gateway mode as it would in serve mode instead of waiting into a `DispatchTimeout`. A code
+    the API has no status for is a refusal of the input (400, as the runtime's ValueErrors are
+    in serve mode); `max_deliveries` (503) and `command_failed` (500) are the worker's own."""
+
+    code = "command_failed"
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        if code:
+            self.code = code
+
+
 class DispatchTimeout(AgentlogError):
     """The command is queued but no worker made its effect visible in time (no worker running?).
     It stays queued: a worker that comes up later still executes it."""
@@ -106,14 +132,12 @@ def _has_messages(messages: Messages | None) -> bool:
     return bool(messages) if not isinstance(messages, str) else bool(messages)
 
 
-def _check_ids(thread_id: str | None, run_id: str | None, parent_run_id: str | None, agent_id: str) -> None:
-    validate_id(agent_id, "agent_id")
-    if thread_id is not None:
-        validate_id(thread_id, "thread_id")
-    if run_id is not None:
-        validate_run_id(run_id)
-    if parent_run_id is not None:
-        validate_run_id(parent_run_id)
+def _check_storable(value: Any, what: str) -> None:
+    """Both dispatchers, before anything: input that can never be written is `InvalidInput`."""
+    try:
+        check_storable(value if not isinstance(value, Sequence) or isinstance(value, str) else list(value), what)
+    except InvalidRunInput as exc:
+        raise InvalidInput(str(exc)) from None
 
 
 def _seq_of(commits: Sequence[StoredCommit], pred: Callable[[Any], bool], last: bool = False) -> int:
@@ -155,7 +179,7 @@ class InProcessDispatcher:
         decisions: Sequence[Mapping[str, Any]] | None = None, resource_id: str | None = None,
         frontend_tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> Accepted:
-        _check_ids(thread_id, run_id, parent_run_id, agent_id)
+        check_start_ids(agent_id, thread_id, run_id, parent_run_id)
         if agent_id not in self.runtime.agents:
             raise AgentNotFound(f"unknown agent {agent_id!r}")
         if thread_id is not None and parent_run_id is None:
@@ -175,6 +199,7 @@ class InProcessDispatcher:
     async def submit_inputs(
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = ()
     ) -> Accepted:
+        _check_storable(decisions, "decisions")
         commits = await _run_commits(self.runtime.store, run_id)
         thread_id = commits[0].commit.thread_id
         if _has_messages(messages):
@@ -186,6 +211,7 @@ class InProcessDispatcher:
         return Accepted(thread_id, run_id, res.seq, res.duplicate)
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Accepted:
+        _check_storable(reason, "reason")
         commits = await _run_commits(self.runtime.store, run_id)
         if _finished(commits) or not await self.runtime.cancel(run_id, reason=reason):
             raise RunAlreadyFinished(f"run {run_id!r} has already finished")
@@ -234,16 +260,21 @@ class QueueDispatcher:
         decisions: Sequence[Mapping[str, Any]] | None = None, resource_id: str | None = None,
         frontend_tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> Accepted:
-        _check_ids(thread_id, run_id, parent_run_id, agent_id)
+        check_start_ids(agent_id, thread_id, run_id, parent_run_id)
         if self.agents is not None and agent_id not in self.agents:
             raise AgentNotFound(f"unknown agent {agent_id!r}")
         decisions = list(decisions or ())
-        if decisions and parent_run_id is None:
-            raise InvalidInput("decisions on a new run need parent_run_id (the run that waits for them)")
-        _check_messages(messages)
         try:  # the names are checked here; a clash with the agent's tools only a worker can see
             frontend = normalize_frontend_tools(frontend_tools)
-        except InvalidFrontendTools as exc:
+            # the runtime's own input checks (serve mode makes the same call): same answers
+            check_start(agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
+                        decisions=decisions, resource_id=resource_id, frontend_tools=frontend,
+                        max_payload=getattr(self.store, "max_payload", None))
+        except (InvalidFrontendTools, InvalidRunInput) as exc:
+            raise InvalidInput(str(exc)) from None
+        except AgentlogError:
+            raise
+        except (ValueError, TypeError) as exc:
             raise InvalidInput(str(exc)) from None
         if parent_run_id is not None:
             parent = await _run_commits(self.store, parent_run_id)
@@ -258,11 +289,12 @@ class QueueDispatcher:
         thread_id = thread_id or new_id()
         version = await self._check_start(thread_id, run_id)
         cls = ContinueRun if parent_run_id is not None else StartRun
+        # resource_id rides in the command: the worker's run-start commit creates the thread, so
+        # the gateway writes nothing itself (it used to write ThreadCreated first: a start that
+        # then failed left an orphan thread)
         cmd = cls(thread_id=thread_id, run_id=run_id, agent_id=agent_id, messages=_wire_messages(messages),
-                  parent_run_id=parent_run_id, decisions=decisions, frontend_tools=frontend)
-        if resource_id is not None:
-            # The command has no resource_id: create the thread here, so the worker's run joins it.
-            version = await self._create_thread(thread_id, resource_id, version)
+                  parent_run_id=parent_run_id, decisions=decisions, frontend_tools=frontend,
+                  resource_id=resource_id)
         seq = await self._submit_and_wait(cmd, thread_id, version,
                                           lambda sc: sc.commit.run_id == run_id and _has(sc, RunStarted))
         return Accepted(thread_id, run_id, seq)
@@ -287,21 +319,12 @@ class QueueDispatcher:
                 raise RunConflict(f"thread {thread_id!r} has an active run {active!r}; cancel it or wait")
         return history[-1].seq
 
-    async def _create_thread(self, thread_id: str, resource_id: str, version: int) -> int:
-        from eventlog.events import Commit, ThreadCreated
-        from eventlog.ids import now_ms
-
-        if version:
-            return version  # the thread exists: its resource_id is what it is
-        commit = Commit(commit_id=new_id(), thread_id=thread_id, run_id=None, ts=now_ms(),
-                        events=[ThreadCreated(resource_id=resource_id)])
-        return (await self.store.append(commit, expected_version=0)).seq
-
     # -- inputs --------------------------------------------------------------------------------
 
     async def submit_inputs(
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = ()
     ) -> Accepted:
+        _check_storable(decisions, "decisions")
         commits = await _run_commits(self.store, run_id)
         thread_id = commits[0].commit.thread_id
         if _has_messages(messages):
@@ -334,6 +357,7 @@ class QueueDispatcher:
     # -- cancel --------------------------------------------------------------------------------
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Accepted:
+        _check_storable(reason, "reason")
         commits = await _run_commits(self.store, run_id)
         if _finished(commits):
             raise RunAlreadyFinished(f"run {run_id!r} has already finished")
@@ -349,23 +373,41 @@ class QueueDispatcher:
     async def _submit_and_wait(self, cmd: Any, thread_id: str, after: int,
                                done: Callable[[StoredCommit], bool]) -> int:
         """Follow the thread from `after` (opened BEFORE the submit, so the effect cannot slip
-        by), submit, and return the seq of the first commit `done` accepts."""
+        by), submit, and return the seq of the first commit `done` accepts. If a worker
+        dead-letters the command first (also watched from before the submit), raise
+        `CommandFailed` with the worker's error code."""
         follower = self.store.follow(thread_id, after=after)
+        dead: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        async def on_dead_letter(msg: Any) -> None:
+            headers = msg.headers or {}
+            if headers.get(DLQ_COMMAND_ID) == cmd.command_id and not dead.done():
+                dead.set_result(headers)
+
+        sub = await self.client.nc.subscribe(dlq_subject(thread_id), cb=on_dead_letter)
         try:
+            await self.client.nc.flush()
             first = asyncio.ensure_future(_first(follower, done))
             try:
                 await self.client.submit(cmd)
-                async with asyncio.timeout(self.timeout):
-                    return await asyncio.shield(first)
-            except TimeoutError:
+                finished, _ = await asyncio.wait({first, dead}, timeout=self.timeout,
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                if first in finished:
+                    return first.result()
+                if dead in finished:
+                    headers = dead.result()
+                    raise CommandFailed(headers.get(DLQ_ERROR) or "a worker gave up on the command",
+                                        headers.get(DLQ_CODE))
                 raise DispatchTimeout(
                     f"{type(cmd).__name__} for run {cmd.run_id!r} is queued, but no worker committed it "
-                    f"within {self.timeout}s (is a worker running?)") from None
+                    f"within {self.timeout}s (is a worker running?)")
             finally:
                 first.cancel()
                 with contextlib.suppress(BaseException):
                     await first
         finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
             with contextlib.suppress(Exception):
                 await follower.aclose()
 
@@ -381,24 +423,11 @@ def _has(sc: StoredCommit, kind: type) -> bool:
     return any(type(e) is kind for e in sc.commit.events)
 
 
-def _check_messages(messages: Messages) -> None:
-    """The shapes `Runtime.start` accepts, checked before queueing (a worker would only TERM)."""
-    if isinstance(messages, str):
-        return
-    for m in messages:
-        if isinstance(m, str):
-            continue
-        if not isinstance(m, Mapping):
-            raise InvalidInput(f"a message must be a string or a {{role, content}} object, not {type(m).__name__}")
-        if m.get("role", "user") not in ("user", "system", "assistant", "tool"):
-            raise InvalidInput(f"invalid message role {m.get('role')!r}")
-
-
 def _wire_messages(messages: Messages) -> list[Any]:
     return [messages] if isinstance(messages, str) else [dict(m) if isinstance(m, Mapping) else m for m in messages]
 
 
 __all__ = [
-    "Accepted", "AgentNotFound", "DispatchTimeout", "Dispatcher", "InProcessDispatcher", "InvalidInput",
+    "Accepted", "AgentNotFound", "CommandFailed", "DispatchTimeout", "Dispatcher", "InProcessDispatcher", "InvalidInput",
     "QueueDispatcher", "RunAlreadyFinished", "ThreadNotFound",
 ]

@@ -19,7 +19,6 @@ The endpoints share one queue group, so any number of gateways serve one API.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -32,6 +31,7 @@ from pydantic import BaseModel
 from eventlog.jetstream import flush_subscriptions
 from gateway import operations as ops
 from gateway.dispatch import Dispatcher
+from gateway.json_input import parse_json
 
 from .http.auth import Authenticator, Principal, resolve_tokens
 from .http.context import Services, Settings
@@ -99,10 +99,7 @@ def _decode(data: bytes) -> Any:
         raise ApiError(413, "too_large", f"request is {len(data)} bytes, over {MAX_REQUEST}")
     if not data.strip():
         return {}
-    try:
-        return json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ApiError(400, "invalid_json", f"body is not valid JSON: {exc}") from None
+    return parse_json(data)
 
 
 def _header_line(text: str) -> str:

@@ -50,7 +50,7 @@ from . import dispatch, nats_service
 from .adapters import nats_routes as adapter_nats_routes
 from .adapters import routes as adapter_routes
 from .adapters import session as adapter_session
-from .app_loader import AppSource, load_app, resolve_app
+from .app_loader import AppSource, agent_ids, load_app, resolve_app
 from .connection import ConnectionOptions
 from .http.write import write_routes
 
@@ -243,7 +243,7 @@ class Server:
         if self.runtime is not None:
             agents = [spec.id for spec in self.runtime.agents]
         elif self.config.app is not None or self.config.app_spec:
-            agents = [spec.id for spec in resolve_app(source, self.store).agents]
+            agents = agent_ids(resolve_app(source, self.store))
         return dispatch.QueueDispatcher(self.store.nc, self.store, agents=agents)
 
     def _routes(self) -> list[Any]:

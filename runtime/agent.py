@@ -97,7 +97,9 @@ class AgentSpec(AgentOptions):
 
 
 class UnknownAgent(LookupError):
-    pass
+    #: The API's code for it (gateway.dispatch.AgentNotFound has the same): a worker that
+    #: dead-letters a start for an agent it does not have reports this code to the gateway.
+    code = "agent_not_found"
 
 
 class AgentRegistry:

@@ -32,6 +32,23 @@ COMMANDS_STREAM = "AGENTLOG_COMMANDS"
 COMMANDS_SUBJECTS = f"{PREFIX}.cmd.>"
 WORKER_CONSUMER = "agentlog-workers"
 
+#: Dead letters: commands a worker gave up on, on `agentlog.dlq.<thread_id>` (`_` when the
+#: command could not even be read), kept in this stream (limits retention, `DLQ_MAX_AGE`). The
+#: payload is the command as queued; the headers say why (`DLQ_*` below).
+DLQ_STREAM = "AGENTLOG_DLQ"
+DLQ_SUBJECTS = f"{PREFIX}.dlq.>"
+DLQ_MAX_AGE = 30 * 24 * 3600.0
+DLQ_CODE = "Agentlog-Error-Code"
+DLQ_ERROR = "Agentlog-Error"
+DLQ_COMMAND_ID = "Agentlog-Command-Id"
+DLQ_RUN_ID = "Agentlog-Run-Id"
+DLQ_DELIVERIES = "Agentlog-Deliveries"
+DLQ_QUEUE_SEQ = "Agentlog-Queue-Seq"
+
+
+def dlq_subject(thread_id: str | None) -> str:
+    return f"{PREFIX}.dlq.{thread_id or '_'}"
+
 
 def control_subject(run_id: str) -> str:
     """Core NATS (not persisted): live decisions and cancels for the worker driving `run_id`."""
@@ -54,8 +71,10 @@ class StartRun(_Base, tag="start", kw_only=True, omit_defaults=True):
     """Start run `run_id` of `agent_id` on `thread_id` with `messages` (str or role/content dicts).
     With `parent_run_id` it is a continuation; `decisions` then go to the waiting parent first.
     `frontend_tools`: the run's client-executed tools (`{name, description, parameters}`, see
-    `runtime.frontend`), recorded by the worker's `Runtime.start`. Defaults are omitted on the
-    wire, so a command without frontend tools is still readable by workers that predate them."""
+    `runtime.frontend`), recorded by the worker's `Runtime.start`. `resource_id`: of the thread
+    the run creates (ignored when the thread exists). Defaults are omitted on the wire, so a
+    command without frontend tools or resource_id is still readable by workers that predate
+    them (upgrade workers before gateways)."""
 
     run_id: str = msgspec.field(default_factory=new_id)
     agent_id: str
@@ -64,6 +83,7 @@ class StartRun(_Base, tag="start", kw_only=True, omit_defaults=True):
     decisions: list[dict[str, Any]] = msgspec.field(default_factory=list)
     origin: str = "user"
     frontend_tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    resource_id: str | None = None
 
 
 class ContinueRun(StartRun, tag="continue", kw_only=True):
@@ -114,9 +134,20 @@ def validate_command(cmd: Command) -> Command:
     return cmd
 
 
+class CommandTooLarge(AgentlogError):
+    """A command over the server's max payload: it could never be queued (HTTP 413)."""
+
+    code = "command_too_large"
+
+
 def encode_command(cmd: Command) -> bytes:
+    """Validate and encode; raises `InvalidCommand` for anything that cannot go on the wire
+    (a lone surrogate in some string, a value that is not JSON), never anything else."""
     validate_command(cmd)
-    return _encoder.encode(cmd)
+    try:
+        return _encoder.encode(cmd)
+    except (TypeError, UnicodeError, RecursionError, msgspec.EncodeError) as exc:
+        raise InvalidCommand(f"the command cannot be encoded: {exc}") from None
 
 
 def decode_command(data: bytes) -> Command:
@@ -162,6 +193,25 @@ async def ensure_commands_stream(js: Any, *, replicas: int = 1, duplicate_window
         await js.stream_info(COMMANDS_STREAM)  # another process created it first
 
 
+async def ensure_dlq_stream(js: Any, *, replicas: int = 1) -> None:
+    """Create `AGENTLOG_DLQ` if missing (idempotent, like `ensure_commands_stream`)."""
+    from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+    from nats.js.errors import BadRequestError, NotFoundError
+
+    try:
+        await js.stream_info(DLQ_STREAM)
+        return
+    except NotFoundError:
+        pass
+    try:
+        await js.add_stream(StreamConfig(
+            name=DLQ_STREAM, subjects=[DLQ_SUBJECTS], retention=RetentionPolicy.LIMITS, storage=StorageType.FILE,
+            num_replicas=replicas, max_age=DLQ_MAX_AGE, duplicate_window=120.0,
+            description="agentlog dead letters: worker commands given up on (headers say why)"))
+    except BadRequestError:
+        await js.stream_info(DLQ_STREAM)
+
+
 class Submitted(NamedTuple):
     """Answer of `CommandClient.submit`: the ids the submitter needs, and the queue position."""
 
@@ -186,8 +236,18 @@ class CommandClient:
             await ensure_commands_stream(self.js)
             self._ensured = True
 
-    async def submit(self, cmd: Command) -> Submitted:
+    def check(self, cmd: Command) -> bytes:
+        """The command's bytes, if it can be queued: `InvalidCommand` or `CommandTooLarge`
+        otherwise. Callers check before their first write (the gateway creates threads)."""
         payload = encode_command(cmd)
+        limit = getattr(self.nc, "max_payload", None)
+        size = len(payload) + len(cmd.command_id) + 64  # + the Nats-Msg-Id header
+        if isinstance(limit, int) and size > limit:
+            raise CommandTooLarge(f"the command is {size} bytes, over the server's max payload of {limit}")
+        return payload
+
+    async def submit(self, cmd: Command) -> Submitted:
+        payload = self.check(cmd)
         await self.ensure_stream()
         ack = await self.js.publish(
             command_subject(cmd.thread_id), payload, headers={"Nats-Msg-Id": cmd.command_id}

@@ -37,6 +37,8 @@ from eventlog.store import EventStore
 from projections.fold import fold_commits
 from projections.views import RunView, ThreadView
 
+from .admission import as_messages as _as_messages
+from .admission import check_start
 from .agent import AgentRegistry, AgentSpec, ModelRegistry
 from .entropy import SYSTEM_ENTROPY, Entropy
 from .frontend import check_no_conflict, is_frontend_stub, normalize_frontend_tools
@@ -171,52 +173,6 @@ def _call_ids(commits: Sequence[StoredCommit]) -> set[str]:
     return out
 
 
-def _as_messages(messages: str | Message | Mapping[str, Any] | Sequence[Any], entropy: Entropy) -> list[Message]:
-    """Input messages: a string (one user message), `Message`s, or `{"role", "content"}` dicts."""
-    if isinstance(messages, (str, Message, Mapping)):
-        messages = [messages]
-    out: list[Message] = []
-    for m in messages:
-        if isinstance(m, str):
-            out.append(Message(id=entropy.new_id(), role="user", content=m))
-        elif isinstance(m, Message):
-            out.append(m)
-        elif isinstance(m, Mapping):
-            role = m.get("role", "user")
-            if role not in ("user", "system", "assistant", "tool"):
-                raise ValueError(f"invalid message role {role!r}")
-            out.append(Message(
-                id=m.get("id") or entropy.new_id(), role=role, content=str(m.get("content", "")),
-                tool_call_id=m.get("tool_call_id"), visibility=m.get("visibility", "all"),
-            ))
-        else:
-            raise TypeError(f"a message must be a str, Message or dict, not {type(m).__name__}")
-    return out
-
-
-class _PlaceholderIds:
-    """Entropy stand-in for validating input messages without drawing real ids (the ids a run
-    draws, and their order, are part of what replay reproduces)."""
-
-    def new_id(self) -> str:
-        return "placeholder"
-
-    def now_ms(self) -> int:
-        return 0
-
-
-def _check_messages(messages: Any) -> None:
-    """Reject input messages that could not be committed: bad role, visibility or id."""
-    for m in _as_messages(messages, _PlaceholderIds()):  # type: ignore[arg-type]
-        try:
-            msgspec.convert(msgspec.to_builtins(m), Message)
-        except msgspec.ValidationError as exc:
-            raise ValueError(f"invalid message: {exc}") from None
-        validate_id(m.id, "message id")
-        if m.tool_call_id is not None:
-            validate_id(m.tool_call_id, "tool_call_id")
-
-
 class Runtime:
     """Agents, tools and models wired to one event store.
 
@@ -291,20 +247,16 @@ class Runtime:
         # Everything that can reject the request is checked before the first write: closing a
         # waiting parent appends, so a continuation that is going to fail must fail before it.
         frontend = self._frontend_tools_for(agent_id, frontend_tools)
-        if decisions and parent_run_id is None:
-            raise ValueError("decisions on a new run need parent_run_id (the run that waits for them)")
         spec = self.agents.get(agent_id)
         missing = [n for n in spec.tools if n not in self.tools]
         if missing:
             raise LookupError(f"agent {agent_id!r} lists unknown tools: {', '.join(missing)}")
         self.models.resolve(spec.model)  # fail now, not at the first inference
-        _check_messages(messages)
-        if thread_id is not None:
-            validate_id(thread_id, "thread_id")
-        if run_id is not None:
-            validate_run_id(run_id)
+        # the input checks the gateway makes too (runtime.admission): same input, same answer
+        check_start(agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
+                    decisions=decisions, resource_id=resource_id, frontend_tools=frontend,
+                    max_payload=getattr(self.store, "max_payload", None))
         if parent_run_id is not None:
-            validate_run_id(parent_run_id)
             parent_thread = await self._thread_of(parent_run_id)
             if thread_id is not None and thread_id != parent_thread:
                 raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")

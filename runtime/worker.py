@@ -25,6 +25,14 @@ Guarantees, and how:
   with delay) instead of failing it.
 - **Live control.** Decisions and cancels are also published on core NATS
   `agentlog.ctl.<run_id>` (`CommandClient`); the worker driving that run applies them at once.
+- **Dead letters.** A command that can never succeed (unreadable, rejected by the runtime, a
+  commit over the server's max payload) or that failed on its `max_deliver`-th delivery is
+  published to `agentlog.dlq.<thread_id>` (stream `AGENTLOG_DLQ`; headers carry the error code
+  and message) and acked, so it neither loops forever nor blocks its thread's later commands. If
+  its run started and did not finish, a `RunFinished{error, code}` records the failure in the
+  log, so the run does not stay `running` forever. The limit is enforced here from the delivery
+  count in the message metadata, not by the consumer's own `max_deliver`: in a work-queue stream
+  a message the server stops delivering is never removed, and would block its thread forever.
 - **Graceful stop.** `stop(timeout)` stops fetching, lets in-flight commands finish for up to
   `timeout` seconds, then naks what is left (the runs are in the log; another worker resumes).
 """
@@ -42,13 +50,20 @@ from typing import Any
 
 import msgspec
 
-from eventlog.errors import AgentlogError, StoreUnavailable
-from eventlog.events import RunStarted
+from eventlog.errors import AgentlogError, CodecError, CommitTooLarge, InvalidCommit, StoreUnavailable, VersionConflict
+from eventlog.events import Commit, RunFinished, RunStarted, Termination
+from eventlog.ids import is_valid_id, new_id, now_ms
 from eventlog.subjects import command_subject
 
 from .commands import (
     COMMANDS_STREAM,
     COMMANDS_SUBJECTS,
+    DLQ_CODE,
+    DLQ_COMMAND_ID,
+    DLQ_DELIVERIES,
+    DLQ_ERROR,
+    DLQ_QUEUE_SEQ,
+    DLQ_RUN_ID,
     WORKER_CONSUMER,
     Cancel,
     Decide,
@@ -56,7 +71,9 @@ from .commands import (
     StartRun,
     control_subject,
     decode_command,
+    dlq_subject,
     ensure_commands_stream,
+    ensure_dlq_stream,
 )
 from .hitl import HitlError, RunNotWaiting
 from .loop import RunConflict, get_logger
@@ -68,6 +85,25 @@ App = Callable[[Any], "Runtime | Awaitable[Runtime]"]
 
 #: What to do with a command's message once handled.
 ACK, NAK, TERM = "ack", "nak", "term"
+
+#: Failed deliveries of one command before it is dead-lettered (see the module doc).
+DEFAULT_MAX_DELIVER = 25
+
+#: Errors no retry can fix: the command is dead-lettered at once, with the error's code.
+PERMANENT = (CommitTooLarge, InvalidCommit, CodecError, InvalidCommand)
+
+
+class GiveUp(Exception):
+    """Raised by a command handler: this command can never succeed; dead-letter it."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+
+def _give_up(exc: BaseException, default: str = "command_rejected") -> GiveUp:
+    return GiveUp(getattr(exc, "code", None) or default, f"{type(exc).__name__}: {exc}")
 
 
 # == the worker ===================================================================================
@@ -95,7 +131,7 @@ class Worker:
         runtime: Runtime | None = None,
         concurrency: int = 4,
         ack_wait: float = 30.0,
-        max_deliver: int = -1,
+        max_deliver: int = DEFAULT_MAX_DELIVER,
         heartbeat: float | None = None,
         nak_delay: float = 0.05,
         max_nak_delay: float = 0.25,
@@ -127,7 +163,7 @@ class Worker:
         self._fetcher: asyncio.Task[None] | None = None
         self.log = _log.bind(consumer=consumer, pid=os.getpid())
         #: Counters (for tests and `bench_workers`).
-        self.stats = {"acked": 0, "naked": 0, "termed": 0, "resumed": 0, "reevaluated": 0}
+        self.stats = {"acked": 0, "naked": 0, "termed": 0, "resumed": 0, "reevaluated": 0, "dead_lettered": 0}
 
     # -- setup ---------------------------------------------------------------------------------
 
@@ -140,9 +176,10 @@ class Worker:
             rt = self._app(self.store)
             self.runtime = await rt if inspect.isawaitable(rt) else rt
         await ensure_commands_stream(self.js)
-        config = ConsumerConfig(
+        await ensure_dlq_stream(self.js)
+        config = ConsumerConfig(  # max_deliver unlimited on the server: see "Dead letters" above
             durable_name=self.consumer, ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
-            ack_wait=self.ack_wait, max_deliver=self.max_deliver, max_ack_pending=10_000,
+            ack_wait=self.ack_wait, max_deliver=-1, max_ack_pending=10_000,
             filter_subject=COMMANDS_SUBJECTS,
         )
         try:
@@ -227,7 +264,7 @@ class Worker:
             cmd = decode_command(msg.data)
         except InvalidCommand as exc:
             self.log.error("command.invalid", error=str(exc), subject=msg.subject)
-            await self._settle(msg, TERM)
+            await self._dead_letter(msg, None, exc.code, str(exc), self.log)
             return
         meta = msg.metadata
         log = self.log.bind(
@@ -262,12 +299,69 @@ class Worker:
         except StoreUnavailable as exc:
             log.warning("command.store_unavailable", error=str(exc))
             outcome, delay = NAK, self.max_nak_delay
+        except (GiveUp, *PERMANENT) as exc:
+            beat.cancel()
+            give_up = exc if isinstance(exc, GiveUp) else _give_up(exc)
+            log.error("command.rejected", code=give_up.code, error=give_up.detail)
+            await self._dead_letter(msg, cmd, give_up.code, give_up.detail, log)
+            return
         except Exception as exc:  # noqa: BLE001 - never lose a command to a bug: retry later
             log.exception("command.failed", error=f"{type(exc).__name__}: {exc}")
             outcome, delay = NAK, self.max_nak_delay
+            if 0 < self.max_deliver <= meta.num_delivered:
+                beat.cancel()
+                await self._dead_letter(msg, cmd, "max_deliveries",
+                                        f"failed on delivery {meta.num_delivered} of at most {self.max_deliver}: "
+                                        f"{type(exc).__name__}: {exc}", log)
+                return
         finally:
             beat.cancel()
         await self._settle(msg, outcome, delay, log)
+
+    async def _dead_letter(self, msg: Any, cmd: Any, code: str, detail: str, log: Any) -> None:
+        """Give up on `msg` (see "Dead letters" in the module doc): record the failure on its run,
+        publish it to the DLQ, then ack it. If NATS fails meanwhile it is nak'ed and retried."""
+        meta = msg.metadata
+        thread_id = cmd.thread_id if cmd is not None else msg.subject.rpartition(".")[2]
+        detail = " ".join(detail.split())[:1000]
+        headers = {DLQ_CODE: code, DLQ_ERROR: detail or code, DLQ_DELIVERIES: str(meta.num_delivered),
+                   DLQ_QUEUE_SEQ: str(meta.sequence.stream), "Nats-Msg-Id": f"dlq-{meta.sequence.stream}"}
+        if cmd is not None:
+            headers.update({DLQ_COMMAND_ID: cmd.command_id, DLQ_RUN_ID: cmd.run_id})
+        payload = msg.data if len(msg.data) + 2048 < self.nc.max_payload else b""  # the headers must fit too
+        try:
+            if isinstance(cmd, StartRun):
+                await self._record_failure(cmd, code, detail, log)
+            await self.js.publish(dlq_subject(thread_id if is_valid_id(thread_id) else None), payload, headers=headers)
+        except Exception as exc:  # noqa: BLE001 - not given up yet: retry the whole command later
+            log.warning("command.dead_letter_failed", error=f"{type(exc).__name__}: {exc}")
+            await self._settle(msg, NAK, self.max_nak_delay, log)
+            return
+        log.warning("command.dead_lettered", code=code, error=detail)
+        self.stats["dead_lettered"] += 1
+        await self._settle(msg, ACK, 0.0, log)
+
+    async def _record_failure(self, cmd: StartRun, code: str, detail: str, log: Any) -> None:
+        """`RunFinished{error, code}` for the command's run if it started and is not finished
+        (nor driven by this worker): a dead-lettered run must not look `running` forever."""
+        rt = self.runtime
+        for _ in range(10):
+            active = rt._active.get(cmd.run_id) if rt is not None else None
+            if active is not None and not active[1].done:
+                return
+            commits = [sc async for sc in self.store.read_run(cmd.run_id)]
+            started = any(type(e) is RunStarted for sc in commits for e in sc.commit.events)
+            if not started or any(type(e) is RunFinished for sc in commits for e in sc.commit.events):
+                return
+            version = await self.store.thread_version(cmd.thread_id)
+            commit = Commit(commit_id=new_id(), thread_id=cmd.thread_id, run_id=cmd.run_id, ts=now_ms(),
+                            events=[RunFinished(termination=Termination(type="error", code=code, detail=detail))])
+            try:
+                await self.store.append(commit, version)
+            except VersionConflict:
+                continue  # the thread moved: look again
+            log.warning("run.failed_by_dead_letter", code=code)
+            return
 
     async def _settle(self, msg: Any, outcome: str, delay: float = 0.0, log: Any = None) -> None:
         for attempt in range(50):
@@ -337,7 +431,7 @@ class Worker:
                     handle = await rt.start(
                         cmd.agent_id, cmd.messages, thread_id=cmd.thread_id, run_id=cmd.run_id,
                         parent_run_id=cmd.parent_run_id, decisions=cmd.decisions, origin=cmd.origin,
-                        frontend_tools=cmd.frontend_tools,
+                        frontend_tools=cmd.frontend_tools, resource_id=cmd.resource_id,
                     )
                     log.info("run.started_by_worker")
                 except RunConflict as exc:
@@ -347,8 +441,7 @@ class Worker:
                     log.info("command.thread_busy", reason=str(exc))
                     return NAK  # another run is active on the thread
                 except (HitlError, RunNotFound, LookupError, ValueError, TypeError) as exc:
-                    log.error("command.rejected", error=f"{type(exc).__name__}: {exc}")
-                    return TERM
+                    raise _give_up(exc) from None
             if handle is None:
                 return ACK  # finished or waiting: nothing left to do
             try:
@@ -427,8 +520,7 @@ class Worker:
             except RunNotWaiting as exc:
                 view = await rt.run_view(cmd.run_id)
                 if view.status == "done":
-                    log.warning("command.decision_after_finish", error=str(exc))
-                    return TERM
+                    raise GiveUp("run_finished", f"decision after the run finished: {exc}") from None
                 if rt._active.get(cmd.run_id) is not None:
                     continue
                 log.info("command.run_busy_elsewhere", status=view.status)
@@ -438,8 +530,7 @@ class Worker:
                 log.info("command.reevaluate", reason=str(exc))
                 continue
             except (HitlError, RunNotFound) as exc:
-                log.error("command.rejected", error=f"{type(exc).__name__}: {exc}")
-                return TERM
+                raise _give_up(exc) from None
             handle = res.handle
             if handle is None:
                 # Recorded before: by an earlier delivery of this command whose worker may have
@@ -467,8 +558,7 @@ class Worker:
         try:
             done = await rt.cancel(cmd.run_id, reason=cmd.reason)
         except RunNotFound as exc:
-            log.error("command.rejected", error=str(exc))
-            return TERM
+            raise _give_up(exc) from None
         except RunConflict:
             return NAK
         log.info("run.cancel_command", appended=done)
@@ -509,7 +599,7 @@ async def run_worker(
     *,
     concurrency: int = 4,
     ack_wait: float = 30.0,
-    max_deliver: int = -1,
+    max_deliver: int = DEFAULT_MAX_DELIVER,
     shutdown_timeout: float = 10.0,
     stop: asyncio.Event | None = None,
     ready: Callable[[Worker], None] | None = None,
@@ -549,7 +639,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--app", required=True, help="module:attr, a callable store -> Runtime")
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--ack-wait", type=float, default=30.0)
-    p.add_argument("--max-deliver", type=int, default=-1)
+    p.add_argument("--max-deliver", type=int, default=DEFAULT_MAX_DELIVER,
+                   help="failed deliveries of a command before it is dead-lettered (<= 0: never)")
     p.add_argument("--shutdown-timeout", type=float, default=10.0)
     p.add_argument("--ready-file", help="write this file once the worker is consuming (for tests)")
     args = p.parse_args(argv)

@@ -144,7 +144,8 @@ async def nats_request(stack: Stack, subject: str, body: Any, agent: str = "agen
     out: list[Any] = []
     headers = {nats_routes.AGENT_HEADER: agent} | ({"Authorization": f"Bearer {token}"} if token else {})
     try:
-        await stack.nc.publish(subject, json.dumps(body).encode(), reply=inbox, headers=headers)
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()  # bytes: sent as they are
+        await stack.nc.publish(subject, data, reply=inbox, headers=headers)
         async with asyncio.timeout(TIMEOUT):
             async for msg in sub.messages:
                 if not msg.data:

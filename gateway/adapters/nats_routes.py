@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -34,6 +33,7 @@ from eventlog.errors import AgentlogError
 from eventlog.jetstream import flush_subscriptions
 from gateway.http.auth import Authenticator, Principal, resolve_tokens
 from gateway.http.errors import ApiError
+from gateway.json_input import parse_json
 
 from . import aisdk, session
 from .common import AdapterInputError, guarded
@@ -150,10 +150,7 @@ class AdapterService:
 
 
 def _body(data: bytes) -> Any:
-    try:
-        return json.loads(data) if data else None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise AdapterInputError(f"the body is not valid JSON: {exc}") from None
+    return parse_json(data) if data else None
 
 
 __all__ = ["AGENT_HEADER", "AGUI_SUBJECT", "AISDK_SUBJECT", "AdapterService", "END"]

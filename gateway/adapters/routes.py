@@ -19,7 +19,6 @@ queue (a stalled client is dropped, the run goes on) and heartbeat comments.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -33,6 +32,7 @@ from gateway.http.errors import ApiError
 from gateway.http.replies import reply
 from gateway.http.routing import Route, path_id
 from gateway.http.sse import Pump
+from gateway.json_input import parse_json
 
 from . import aisdk, session
 from eventlog.errors import AgentlogError
@@ -44,10 +44,7 @@ _ENCODER = EventEncoder()
 
 async def _json_body(request: web.Request) -> Any:
     raw = await request.read()
-    try:
-        return json.loads(raw) if raw else None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ApiError(400, "invalid_json", f"body is not valid JSON: {exc}") from None
+    return parse_json(raw) if raw else None
 
 
 def _bad_input(exc: AdapterInputError) -> ApiError:

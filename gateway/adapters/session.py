@@ -17,7 +17,6 @@ The order of every session, and why:
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +29,8 @@ from eventlog.ids import new_id
 from projections.fold import fold_commits
 from projections.views import RunView, ThreadView
 from runtime import CommittedEvent
+
+from gateway.json_input import InvalidJson, parse_json
 
 from . import agui, aisdk
 from .common import AdapterInputError, Decision, ResumeError, decision_id, error_text, needs_approval
@@ -163,9 +164,9 @@ def _tool_result_decisions(req: agui.AguiRunRequest, open_ids: set[str]) -> list
         if call_id not in open_ids:
             continue
         content = r.get("content")
-        try:
-            value: Any = json.loads(content) if isinstance(content, str) else content
-        except ValueError:
+        try:  # the request decoder's rules (no lone surrogates, bounded nesting), else the text
+            value: Any = parse_json(content) if isinstance(content, str) else content
+        except InvalidJson:
             value = content
         out.append(Decision(target_id=call_id, action="cancel" if r.get("error") else "resume",
                             decision_id=decision_id(req.thread_id, call_id, "tool", content),
@@ -335,12 +336,19 @@ async def aisdk_events(backend: Backend, agent_id: str, req: aisdk.AiSdkRequest,
 async def aisdk_replay(backend: Backend, run_id: str, who: Any = None) -> AsyncIterator[dict[str, Any]]:
     """The run's whole assistant message replayed from the log, following it live if it is
     still going: the AI SDK resume-stream endpoint."""
+    from runtime import RunNotFound
+
+    # Unknown, deleted-thread and other-tenant runs get one and the same answer (the 404 of
+    # `GET /v1/runs/{id}`): naming the run's thread here would tell another tenant its id.
+    unknown = RunNotFound(f"run {run_id!r} not found")
     commits = await run_commits(backend.store, run_id)
     if not commits:
-        from runtime import RunNotFound
-        raise RunNotFound(f"unknown run {run_id!r}")
+        raise unknown
     thread_id = commits[0].commit.thread_id
-    await load_thread(backend.store, thread_id, who)  # tenant check
+    try:
+        await load_thread(backend.store, thread_id, who)  # tenant check
+    except NotVisible:
+        raise unknown from None
     # the whole assistant message (one per run): the client's resume-stream replaces the message
     # it shows with what this stream builds (issue #14 item 5). What came before the last resume
     # is fed from the log without its intermediate stops; the rest is followed (live if running).

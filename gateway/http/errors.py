@@ -39,6 +39,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "version_conflict": 409,
     "run_conflict": 409,
     "commit_too_large": 413,
+    "command_too_large": 413,
     "run_not_found": 404,
     "store_unavailable": 503,
     "projection_timeout": 503,
@@ -48,12 +49,17 @@ STATUS_BY_CODE: dict[str, int] = {
     "unknown_call": 400,
     "invalid_input": 400,
     "invalid_command": 400,
+    "invalid_json": 400,
     "run_not_waiting": 409,
     "call_not_suspended": 409,
     "run_finished": 409,
     "agent_not_found": 404,
     "thread_not_found": 404,
     "dispatch_timeout": 503,
+    # a worker dead-lettered the command (runtime.worker): its code, or these
+    "command_rejected": 400,
+    "command_failed": 500,
+    "max_deliveries": 503,
 }
 
 _HTTP_CODES: dict[int, str] = {

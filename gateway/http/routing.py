@@ -8,7 +8,6 @@ The write side (runtime routes) plugs in by passing more `Route`s to `create_app
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -18,7 +17,8 @@ from pydantic import BaseModel
 
 from eventlog.ids import validate_id, validate_run_id
 
-from .errors import ApiError
+from gateway.json_input import parse_json
+
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 M = TypeVar("M", bound=BaseModel)
@@ -64,13 +64,7 @@ def parse_query(request: web.Request, model: type[M]) -> M:
 async def parse_body(request: web.Request, model: type[M]) -> M:
     """Validate a JSON body. Over-size bodies are refused by aiohttp (`client_max_size`) -> 413."""
     raw = await request.read()
-    if not raw:
-        data: Any = {}
-    else:
-        try:
-            data = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ApiError(400, "invalid_json", f"body is not valid JSON: {exc}") from None
+    data: Any = parse_json(raw) if raw else {}
     return model.model_validate(data)
 
 

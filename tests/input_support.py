@@ -1,0 +1,91 @@
+"""A real deployment for the bad-input tests (tests/test_input_*.py): `serve` (one process,
+in-process dispatcher) or `gateway` (gateway + worker processes' parts, QueueDispatcher), on a
+real nats-server, with the demo app (its run suspends for approval of `deploy`). Helpers send raw
+bytes over every JSON route: HTTP, the NATS micro service and the adapters' NATS subjects."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from eventlog.events import RunSuspended
+from gateway.connection import ConnectionOptions
+from gateway.demo import DEMO_AGENT
+from gateway.server import Server, ServerConfig, serve
+from test_adapters_routes_support import Nats
+
+TIMEOUT = 30.0
+AGENT = DEMO_AGENT
+
+
+@dataclass
+class Stack:
+    front: Server  # the process with HTTP + NATS service (serve or gateway)
+    http: aiohttp.ClientSession
+    mode: str
+
+    @property
+    def store(self) -> Any:
+        return self.front.store
+
+    @property
+    def nc(self) -> Any:
+        return self.front.store.nc
+
+
+@contextlib.asynccontextmanager
+async def open_stack(nats_url: str, mode: str = "serve", tokens: str = "", **config: Any) -> AsyncIterator[Stack]:
+    connection = ConnectionOptions(nats_url=nats_url)
+
+    def cfg(role: str) -> ServerConfig:
+        return ServerConfig(role=role, app_spec="gateway.demo:app", port=0, tokens=tokens,  # type: ignore[arg-type]
+                            connection=connection, worker_shutdown_timeout=2.0, **config)
+
+    async with contextlib.AsyncExitStack() as stack:
+        if mode == "gateway":
+            await stack.enter_async_context(serve(cfg("worker")))
+        front = await stack.enter_async_context(serve(cfg("gateway" if mode == "gateway" else "serve")))
+        http = await stack.enter_async_context(aiohttp.ClientSession(front.http_url))
+        yield Stack(front, http, mode)
+
+
+async def waiting_run(s: Stack, headers: dict[str, str] | None = None, **body: Any) -> tuple[str, str, str]:
+    """Start a demo run and wait until it suspends: (thread_id, run_id, suspended call id)."""
+    async with s.http.post("/v1/runs", json={"agent_id": AGENT, "messages": "ship it", **body},
+                           headers=headers or {}) as r:
+        assert r.status == 202, await r.text()
+        started = await r.json()
+    async with asyncio.timeout(TIMEOUT), contextlib.aclosing(s.store.follow(started["thread_id"], 0)) as commits:
+        async for sc in commits:
+            for e in sc.commit.events:
+                if isinstance(e, RunSuspended):
+                    return started["thread_id"], started["run_id"], e.call_ids[0]
+    raise AssertionError("the run never suspended")
+
+
+async def http_call(s: Stack, method: str, path: str, data: bytes | None = None,
+                    headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    hdrs = {"Content-Type": "application/json", **(headers or {})}
+    async with s.http.request(method, path, data=data, headers=hdrs) as r:
+        return r.status, await r.read()
+
+
+async def nats_call(s: Stack, subject: str, data: bytes, headers: dict[str, str] | None = None
+                    ) -> tuple[str | None, str | None, bytes]:
+    """A micro service request: (error code header, error header, body)."""
+    msg = await s.nc.request(subject, data, timeout=TIMEOUT, headers=headers)
+    h = msg.headers or {}
+    return h.get("Nats-Service-Error-Code"), h.get("Nats-Service-Error"), msg.data
+
+
+async def adapter_call(s: Stack, subject: str, data: bytes, agent: str = AGENT) -> list[dict[str, Any]]:
+    """An adapter request over NATS: every event streamed back until the end marker."""
+    return await Nats()._request(s, subject, data, agent)  # noqa: SLF001 - the one NATS adapter client
+
+
+__all__ = ["AGENT", "Stack", "TIMEOUT", "adapter_call", "http_call", "nats_call", "open_stack", "waiting_run"]

@@ -1,0 +1,106 @@
+"""Issue #12 items 8 and 5 (gateway part): a run start is checked in full BEFORE its first write,
+with one shared check (`runtime.admission.check_start`) that serve mode (`Runtime.start`) and
+gateway mode (`QueueDispatcher`) both call, so both answer the same typed error and neither
+leaves anything behind: no orphan `ThreadCreated`, no queued command.
+
+Before: gateway mode wrote `ThreadCreated` (for `resource_id`) and only then encoded the command,
+so `messages="\\ud800"` was a 500 plus an orphan thread; and a start whose commit is over the
+server's max payload was queued, failed on the worker, and was retried forever while the client
+got a 503 (serve mode answered 413)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from eventlog.server import EmbeddedNatsServer
+from input_support import AGENT, TIMEOUT, Stack, open_stack
+from runtime.commands import COMMANDS_STREAM
+
+
+async def _queued(s: Stack) -> int:
+    from runtime.commands import ensure_commands_stream
+
+    js = s.nc.jetstream()
+    await ensure_commands_stream(js)
+    return (await js.stream_info(COMMANDS_STREAM)).state.messages
+
+
+def _bad_starts(max_payload: int) -> list[tuple[str, Any, dict[str, Any], str]]:
+    """(name, messages, other start kwargs, expected code)."""
+    return [
+        ("lone surrogate", "\ud800", {}, "invalid_input"),
+        ("lone surrogate in a message object", [{"role": "user", "content": "a\udc00b"}], {}, "invalid_input"),
+        ("bad role", [{"role": "robot", "content": "x"}], {}, "invalid_input"),
+        ("bad visibility", [{"role": "user", "content": "x", "visibility": "nope"}], {}, "invalid_input"),
+        ("bad message id", [{"role": "user", "content": "x", "id": "a b"}], {}, "invalid_id"),
+        ("not a message", [42], {}, "invalid_input"),
+        ("decisions without a parent", "x", {"decisions": [{"target_id": "c", "decision_id": "d",
+                                                             "action": "resume"}]}, "invalid_input"),
+        ("start commit over max payload", "x" * (max_payload - 100), {}, "commit_too_large"),
+    ]
+
+
+@pytest.mark.parametrize("mode", ["serve", "gateway"])
+async def test_bad_starts_get_the_same_typed_error_in_both_modes_and_write_nothing(
+        mode: str, nats_server: EmbeddedNatsServer) -> None:
+    async with asyncio.timeout(TIMEOUT * 2), open_stack(nats_server.url, mode) as s:
+        head, queued = await s.store.last_seq(), await _queued(s)
+        wrong = []
+        for name, messages, kwargs, code in _bad_starts(s.nc.max_payload):
+            for resource_id in (None, "tenant/1"):
+                try:
+                    await s.front.dispatcher.start_run(AGENT, messages, thread_id="t-new", resource_id=resource_id,
+                                                       **kwargs)
+                    got = "accepted"
+                except Exception as exc:  # noqa: BLE001 - the code is what is checked
+                    got = getattr(exc, "code", type(exc).__name__)
+                if got != code:
+                    wrong.append(f"{name} (resource_id={resource_id}): {got}, expected {code}")
+        assert not wrong, "\n".join(wrong)
+        assert await s.store.last_seq() == head  # no orphan ThreadCreated, nothing at all
+        assert await _queued(s) == queued  # and nothing queued for a worker
+
+
+@pytest.mark.parametrize("mode", ["serve", "gateway"])
+async def test_start_over_max_payload_is_413_over_http(mode: str, nats_server: EmbeddedNatsServer) -> None:
+    async with asyncio.timeout(TIMEOUT * 2), open_stack(nats_server.url, mode) as s:
+        head = await s.store.last_seq()
+        text = "x" * (s.nc.max_payload - 200)  # the body fits max_body, the start commit does not
+        for extra in ({}, {"resource_id": "tenant/1"}):
+            async with s.http.post("/v1/runs", json={"agent_id": AGENT, "messages": text, **extra}) as r:
+                assert r.status == 413, await r.text()
+                assert (await r.json())["code"] == "commit_too_large"
+        assert await s.store.last_seq() == head
+        assert await _queued(s) == 0
+
+
+@pytest.mark.parametrize("mode", ["serve", "gateway"])
+async def test_unstorable_decisions_and_reasons_are_the_same_400_in_both_modes(
+        mode: str, nats_server: EmbeddedNatsServer) -> None:
+    """Python callers of the dispatcher (not JSON, so no decoder in front): a lone surrogate in
+    a decision result or a cancel reason. Before: serve mode raised UnicodeEncodeError from the
+    store, gateway mode from the command encoder (500s), with different errors."""
+    from input_support import waiting_run
+
+    async with asyncio.timeout(TIMEOUT * 2), open_stack(nats_server.url, mode) as s:
+        _t, r, c = await waiting_run(s)
+        head, queued = await s.store.last_seq(), await _queued(s)
+        bad = {"target_id": c, "decision_id": "d-1", "action": "resume", "result": {"note": "a\ud800"}}
+        calls = [
+            lambda: s.front.dispatcher.submit_inputs(r, decisions=[bad]),
+            lambda: s.front.dispatcher.submit_inputs(r, decisions=[bad], messages="and more"),
+            lambda: s.front.dispatcher.start_run(AGENT, "more", parent_run_id=r, decisions=[bad]),
+            lambda: s.front.dispatcher.cancel(r, reason="\udc00"),
+        ]
+        codes = []
+        for call in calls:
+            try:
+                await call()
+                codes.append("accepted")
+            except Exception as exc:  # noqa: BLE001 - the code is what is checked
+                codes.append(getattr(exc, "code", type(exc).__name__))
+        assert codes == ["invalid_input"] * len(calls)
+        assert await s.store.last_seq() == head and await _queued(s) == queued
