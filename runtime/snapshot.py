@@ -1,0 +1,146 @@
+"""Run-context snapshots: a cold resume that reads one KV entry and the log's tail.
+
+Folding a long run from the log costs time linear in its history: a run that went through 222
+approval cycles folds ~900 commits on every decision. A snapshot is the loop's working context
+(`loop.RunContext`, the model's messages included) and the run's projection view (`RunView`) as
+of one commit seq. Resume = one KV get + the thread's commits after that seq, folded by the same
+`loop.apply_event`, so `snapshot(prefix) + fold(rest) == fold(all)` (a property test proves it).
+
+The snapshot is a derived cache and never a source of truth:
+- it is written only from a context that is exactly the fold of the thread up to `seq` (the
+  loop's own, after the run suspended or finished, nothing staged, all messages loaded);
+- a missing, undecodable, other-version or other-thread entry is a miss, and the caller folds
+  the log instead; a snapshot the log contradicts (the thread moved under a stale entry) shows
+  up as an OCC conflict at the first append, and the retry folds the log without it;
+- a failed write is logged and forgotten (the next suspension writes again).
+
+I/O stays behind `SnapshotStore` (KV for real, a dict for unit tests).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from nats.js.errors import KeyNotFoundError
+
+from projections.kv import ensure_bucket
+from projections.views import RunView
+
+from .loop import RunContext, get_logger
+
+#: Bumped whenever `RunContext` or `RunView` change shape: older entries are then misses.
+SNAPSHOT_FORMAT = 1
+SNAPSHOT_BUCKET = "snapshots"
+
+_log = get_logger("agentlog.snapshot")
+
+
+class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """The run as of commit `seq` of its thread: the loop context and the run view."""
+
+    v: int = SNAPSHOT_FORMAT
+    seq: int
+    agent_id: str
+    ctx: RunContext
+    run: RunView
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(RunSnapshot)
+
+
+def encode_snapshot(snap: RunSnapshot) -> bytes:
+    return _encoder.encode(snap)
+
+
+def decode_snapshot(data: bytes) -> RunSnapshot | None:
+    """The snapshot in `data`, or None when it cannot be used (corrupt, other format): a miss."""
+    try:
+        snap = _decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return snap if snap.v == SNAPSHOT_FORMAT else None
+
+
+class SnapshotStore(Protocol):
+    """Where snapshots live: the encoded entry per run id (ids are unique across threads)."""
+
+    async def get(self, run_id: str) -> bytes | None: ...
+
+    async def put(self, run_id: str, data: bytes) -> None: ...
+
+
+class MemorySnapshotStore:
+    """`SnapshotStore` in a dict (unit tests)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, bytes] = {}
+
+    async def get(self, run_id: str) -> bytes | None:
+        return self.entries.get(run_id)
+
+    async def put(self, run_id: str, data: bytes) -> None:
+        self.entries[run_id] = data
+
+
+class KVSnapshotStore:
+    """`SnapshotStore` on JetStream KV bucket `<prefix>_snapshots` (history 1, created
+    idempotently like the view buckets). Build with `await KVSnapshotStore.open(nc)`."""
+
+    def __init__(self, kv: object) -> None:
+        self.kv = kv
+
+    @classmethod
+    async def open(cls, nc: NATS | JetStreamContext, *, prefix: str = "agentlog", replicas: int = 1) -> KVSnapshotStore:
+        js = nc if isinstance(nc, JetStreamContext) else nc.jetstream()
+        kv = await ensure_bucket(js, f"{prefix}_{SNAPSHOT_BUCKET}", replicas=replicas,
+                                 description="agentlog run-context snapshots (a cache of the log)")
+        return cls(kv)
+
+    async def get(self, run_id: str) -> bytes | None:
+        try:
+            entry = await self.kv.get(run_id)  # type: ignore[attr-defined]
+        except KeyNotFoundError:
+            return None
+        return entry.value
+
+    async def put(self, run_id: str, data: bytes) -> None:
+        await self.kv.put(run_id, data)  # type: ignore[attr-defined]
+
+
+async def load_snapshot(store: SnapshotStore, run_id: str, thread_id: str | None) -> RunSnapshot | None:
+    """The run's snapshot, or None on a miss (absent, unusable, another thread's, or the store
+    failing: the log is always there to fold instead)."""
+    try:
+        data = await store.get(run_id)
+    except Exception as exc:  # noqa: BLE001 - a cache that cannot answer is a miss
+        _log.warning("snapshot.get_failed", run_id=run_id, error=str(exc))
+        return None
+    if data is None:
+        return None
+    snap = decode_snapshot(data)
+    if snap is None or snap.ctx.run_id != run_id or (thread_id is not None and snap.ctx.thread_id != thread_id):
+        _log.info("snapshot.unusable", run_id=run_id, thread_id=thread_id)
+        return None
+    return snap
+
+
+async def save_snapshot(store: SnapshotStore, snap: RunSnapshot) -> bool:
+    """Write `snap` (encoded now, so later changes to the live context do not leak in).
+    Returns False if the write failed; never raises."""
+    data = encode_snapshot(snap)
+    try:
+        await store.put(snap.ctx.run_id, data)
+    except Exception as exc:  # noqa: BLE001 - a cache write must never fail a run
+        _log.warning("snapshot.put_failed", thread_id=snap.ctx.thread_id, run_id=snap.ctx.run_id, error=str(exc))
+        return False
+    return True
+
+
+__all__ = [
+    "KVSnapshotStore", "MemorySnapshotStore", "RunSnapshot", "SNAPSHOT_FORMAT", "SnapshotStore",
+    "decode_snapshot", "encode_snapshot", "load_snapshot", "save_snapshot",
+]
