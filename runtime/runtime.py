@@ -269,6 +269,7 @@ class Runtime:
         #: written there when a run this Runtime drives suspends or finishes, and a cold resume
         #: starts from one (see `_load`). A cache: every miss falls back to folding the log.
         self.snapshots = snapshots
+        self._snapshot_writes: set[asyncio.Task[None]] = set()
         self._active: dict[str, tuple[RunLoop, RunHandle]] = {}
 
     # -- starting ------------------------------------------------------------------------------
@@ -431,6 +432,10 @@ class Runtime:
             if loaded is not None:
                 return loaded
             thread_id = thread_id or await self._thread_of(run_id)
+        return await self._load_folded(run_id, thread_id)
+
+    async def _load_folded(self, run_id: str, thread_id: str | None) -> _Loaded:
+        """`_load` by folding the whole thread from seq 1."""
         if thread_id is None:
             thread_id = await self._thread_of(run_id)
         history = [sc async for sc in self.store.read_thread(thread_id)]
@@ -455,13 +460,36 @@ class Runtime:
         run_tail = [sc for sc in tail if sc.commit.run_id == run_id]
         return _Loaded(ctx.thread_id, self.agents.get(snap.agent_id), ctx, version, run_tail, snapshot=snap)
 
-    async def _save_run_snapshot(self, loop: RunLoop, handle: RunHandle) -> None:
+    async def write_snapshot(self, run_id: str, *, thread_id: str | None = None) -> RunSnapshot:
+        """Fold the run as of the log's head (its current snapshot + the tail, else the whole
+        thread) and write that as its snapshot: for a process that keeps snapshots current
+        without driving the run (a catch-up job, a benchmark). Needs `snapshots`."""
+        if self.snapshots is None:
+            raise ValueError("write_snapshot needs Runtime(snapshots=...)")
+        validate_run_id(run_id)
+        loaded = await self._load_from_run_snapshot(run_id, thread_id) or await self._load_folded(run_id, thread_id)
+        snap = RunSnapshot(seq=loaded.version, agent_id=loaded.spec.id, ctx=loaded.ctx,
+                           run=self._handle_for(loaded).view())
+        await save_snapshot(self.snapshots, snap)
+        return snap
+
+    def _save_run_snapshot(self, loop: RunLoop, handle: RunHandle) -> None:
         """After the run's loop stopped (waiting or finished): its context, which is exactly the
-        fold of the thread up to `loop.version`, becomes the run's snapshot."""
+        fold of the thread up to `loop.version`, becomes the run's snapshot. Written in the
+        background: the run's result is in the log already and does not wait for a cache (a
+        resume that comes first reads the older snapshot and a longer tail). Nothing changes
+        the stopped loop's context afterwards (a later resume folds its own)."""
         if self.snapshots is None or not loop.snapshot_ready:
             return
         snap = RunSnapshot(seq=loop.version, agent_id=loop.spec.id, ctx=loop.ctx, run=handle.view())
-        await save_snapshot(self.snapshots, snap)
+        task = asyncio.get_running_loop().create_task(save_snapshot(self.snapshots, snap))
+        self._snapshot_writes.add(task)
+        task.add_done_callback(self._snapshot_writes.discard)
+
+    async def flush_snapshots(self) -> None:
+        """Wait for the snapshot writes in flight (tests, benchmarks, shutdown)."""
+        while self._snapshot_writes:
+            await asyncio.gather(*self._snapshot_writes)
 
     async def _load_from_snapshot(self, run_id: str, thread_id: str | None) -> _Loaded | None:
         """`_load` from the thread view snapshot; None if there is no usable snapshot."""
@@ -524,7 +552,7 @@ class Runtime:
 
     async def _run_loop(self, loop: RunLoop, handle: RunHandle) -> RunContext:
         ctx = await loop.run()
-        await self._save_run_snapshot(loop, handle)
+        self._save_run_snapshot(loop, handle)
         return ctx
 
     def _forget(self, run_id: str, handle: RunHandle) -> None:
@@ -767,3 +795,4 @@ class Runtime:
                 await handle.result()
             except Exception:  # noqa: BLE001
                 pass
+        await self.flush_snapshots()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -139,10 +140,10 @@ def test_incremental_run_view_equals_the_fold_after_every_commit(raw: list[Any])
 def test_unusable_snapshot_bytes_are_a_miss() -> None:
     snap = RunSnapshot(seq=3, agent_id="a", ctx=RunContext(thread_id=THREAD, run_id=RUN),
                        run=RunView(run_id=RUN, thread_id=THREAD))
-    assert decode_snapshot(b"{not json") is None
-    assert decode_snapshot(b'{"seq": "x"}') is None
-    other_format = encode_snapshot(snap).replace(b'"v":1', b'"v":99')
-    assert decode_snapshot(other_format) is None
+    assert decode_snapshot(b"\xc1 not msgpack") is None
+    assert decode_snapshot(msgspec.msgpack.encode({"seq": "x"})) is None
+    assert decode_snapshot(encode_snapshot(msgspec.structs.replace(snap, v=99))) is None
+    assert decode_snapshot(encode_snapshot(snap)) == snap
 
 
 def _many_calls(n: int) -> list[StoredCommit]:

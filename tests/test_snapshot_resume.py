@@ -76,7 +76,9 @@ async def drive(store: Any, thread_id: str, prefix: str, modes: list[str], snaps
     snapshots), `snap`, `corrupt` / `forged` (the run's snapshot is overwritten first).
     Returns the commits each cycle's decision read."""
     entropy = DeterministicEntropy(prefix=prefix)
-    result = await app(store, entropy, snaps).run("cycler", "go", thread_id=thread_id, run_id=f"{thread_id}-run")
+    first = app(store, entropy, snaps)
+    result = await first.run("cycler", "go", thread_id=thread_id, run_id=f"{thread_id}-run")
+    await first.flush_snapshots()
     run_id = result.run_id
     reads: list[int] = []
     for i, mode in enumerate(modes):
@@ -94,6 +96,7 @@ async def drive(store: Any, thread_id: str, prefix: str, modes: list[str], snaps
         reads.append(counting.read)
         assert res.handle is not None and not res.duplicate
         result = await res.handle.result()
+        await rt.flush_snapshots()  # the write is in the background; the next cycle should see it
     assert result.status == "waiting"
     return reads
 
