@@ -103,20 +103,22 @@ class RunHandle:
 
     The run view is kept incrementally (`RunFolder`: each commit folded once as it arrives), so
     `view()`/`result()` cost the same at step 2 and step 230. A handle resumed from a snapshot
-    starts from the snapshot's view: `commits` then holds the commits after `base_seq`, and
-    `events()` reads the older ones from the log (`older`) before yielding those."""
+    starts from the snapshot's view as of `base_seq` (`base`, decoded when first needed, see
+    `prime`): `commits` then holds the commits after `base_seq`, and `events()` reads the older
+    ones from the log (`older`) before yielding those."""
 
     def __init__(
-        self, run_id: str, thread_id: str, agent_id: str, *, base: RunView | None = None,
-        older: Callable[[], AsyncIterator[StoredCommit]] | None = None,
+        self, run_id: str, thread_id: str, agent_id: str, *, base: Callable[[], RunView] | None = None,
+        base_seq: int = 0, older: Callable[[], AsyncIterator[StoredCommit]] | None = None,
     ) -> None:
         self.run_id = run_id
         self.thread_id = thread_id
         self.agent_id = agent_id
         self.commits: list[StoredCommit] = []
-        self.base_seq = base.last_seq if base is not None else 0
+        self.base_seq = base_seq
         self._older = older
-        self._folder = RunFolder(base if base is not None else RunView(run_id=run_id, thread_id=thread_id))
+        self._base = base
+        self._folder: RunFolder | None = None if base is not None else RunFolder(RunView(run_id=run_id, thread_id=thread_id))
         self._changed = asyncio.Event()
         self._done = False
         self._task: asyncio.Task[RunContext] | None = None
@@ -134,8 +136,19 @@ class RunHandle:
 
     def _on_commit(self, stored: StoredCommit) -> None:
         self.commits.append(stored)
-        self._folder.apply(stored)
+        if self._folder is not None:
+            self._folder.apply(stored)
         self._changed.set()
+
+    def prime(self) -> RunFolder:
+        """Build the run view's folder now: the base view (decoded) + the commits so far."""
+        folder = self._folder
+        if folder is None:
+            folder = self._folder = RunFolder(self._base())  # type: ignore[misc]
+            self._base = None
+            for sc in self.commits:
+                folder.apply(sc)
+        return folder
 
     def _close(self, _task: Any = None) -> None:
         self._done = True
@@ -173,7 +186,7 @@ class RunHandle:
     def view(self) -> RunView:
         """The run view so far: the projections' fold over this run's commits (kept as they
         arrive, never refolded)."""
-        return self._folder.view()
+        return self.prime().view()
 
     @property
     def done(self) -> bool:
@@ -468,8 +481,8 @@ class Runtime:
             raise ValueError("write_snapshot needs Runtime(snapshots=...)")
         validate_run_id(run_id)
         loaded = await self._load_from_run_snapshot(run_id, thread_id) or await self._load_folded(run_id, thread_id)
-        snap = RunSnapshot(seq=loaded.version, agent_id=loaded.spec.id, ctx=loaded.ctx,
-                           run=self._handle_for(loaded).view())
+        snap = RunSnapshot.of(seq=loaded.version, agent_id=loaded.spec.id, ctx=loaded.ctx,
+                              run=self._handle_for(loaded).view())
         await save_snapshot(self.snapshots, snap)
         return snap
 
@@ -481,10 +494,17 @@ class Runtime:
         the stopped loop's context afterwards (a later resume folds its own)."""
         if self.snapshots is None or not loop.snapshot_ready:
             return
-        snap = RunSnapshot(seq=loop.version, agent_id=loop.spec.id, ctx=loop.ctx, run=handle.view())
-        task = asyncio.get_running_loop().create_task(save_snapshot(self.snapshots, snap))
+        task = asyncio.get_running_loop().create_task(self._write_snapshot_later(loop, handle.view()))
         self._snapshot_writes.add(task)
         task.add_done_callback(self._snapshot_writes.discard)
+
+    async def _write_snapshot_later(self, loop: RunLoop, view: RunView) -> None:
+        # Yield first, so whoever awaits the run's result runs before the encoding (CPU work
+        # that grows with the run's length); this only orders work, nothing waits on time.
+        for _ in range(3):
+            await asyncio.sleep(0)
+        snap = RunSnapshot.of(seq=loop.version, agent_id=loop.spec.id, ctx=loop.ctx, run=view)
+        await save_snapshot(self.snapshots, snap)  # type: ignore[arg-type]
 
     async def flush_snapshots(self) -> None:
         """Wait for the snapshot writes in flight (tests, benchmarks, shutdown)."""
@@ -549,6 +569,8 @@ class Runtime:
         handle._task = task
         task.add_done_callback(handle._close)
         task.add_done_callback(lambda _t: self._forget(run_id, handle))
+        # A snapshot's run view is decoded after the loop's first step, while it awaits I/O.
+        asyncio.get_running_loop().call_soon(handle.prime)
 
     async def _run_loop(self, loop: RunLoop, handle: RunHandle) -> RunContext:
         ctx = await loop.run()
@@ -608,8 +630,8 @@ class Runtime:
             handle = RunHandle(run_id, loaded.thread_id, loaded.spec.id)
         else:
             store = self.store
-            handle = RunHandle(run_id, loaded.thread_id, loaded.spec.id, base=loaded.snapshot.run,
-                               older=lambda: store.read_run(run_id))
+            handle = RunHandle(run_id, loaded.thread_id, loaded.spec.id, base=loaded.snapshot.run_view,
+                               base_seq=loaded.snapshot.seq, older=lambda: store.read_run(run_id))
         for sc in loaded.run_commits:
             handle._on_commit(sc)
         return handle
@@ -695,12 +717,10 @@ class Runtime:
     @staticmethod
     def _known_calls(loaded: _Loaded) -> set[str]:
         """Every call id the run's log mentions (what tells `UnknownCall` from a call that is
-        not suspended). From a snapshot: its view's calls, the current step's calls (they may
-        have no call event yet) and the tail's."""
+        not suspended). From a snapshot: the calls it names and the tail's."""
         known = _call_ids(loaded.run_commits)
         if loaded.snapshot is not None:
-            known.update(loaded.snapshot.run.calls)
-            known.update(c.id for c in loaded.ctx.step_tool_calls)
+            known.update(loaded.snapshot.call_ids)
         return known
 
     async def _decision_seq(self, loaded: _Loaded, decision_id: str) -> int:

@@ -165,7 +165,7 @@ async def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer samples, < 60 s")
     args = parser.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    samples = 7 if args.quick else 25
+    samples = 15 if args.quick else 41
     console = Console()
     figures: dict[str, Any] = {"bench": "resume", "quick": args.quick, "samples": samples,
                                "short_cycles": SHORT, "long_cycles": LONG}

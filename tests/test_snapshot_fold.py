@@ -110,7 +110,7 @@ def test_snapshot_of_a_prefix_plus_the_rest_folds_to_the_whole(raw: list[Any], d
     whole_run = fold_commits(history).runs[RUN]
 
     run_prefix = [sc for sc in prefix if sc.commit.run_id == RUN]
-    snap = RunSnapshot(
+    snap = RunSnapshot.of(
         seq=prefix[-1].seq, agent_id="a",
         ctx=fold_context(RunContext(thread_id=THREAD, run_id=RUN), prefix),
         run=fold_commits(run_prefix).runs[RUN],
@@ -119,7 +119,7 @@ def test_snapshot_of_a_prefix_plus_the_rest_folds_to_the_whole(raw: list[Any], d
     assert restored is not None and restored == snap
 
     assert fold_context(restored.ctx, rest) == whole_ctx
-    folder = RunFolder(restored.run)
+    folder = RunFolder(restored.run_view())
     for sc in rest:
         if sc.commit.run_id == RUN:
             folder.apply(sc)
@@ -138,8 +138,8 @@ def test_incremental_run_view_equals_the_fold_after_every_commit(raw: list[Any])
 
 
 def test_unusable_snapshot_bytes_are_a_miss() -> None:
-    snap = RunSnapshot(seq=3, agent_id="a", ctx=RunContext(thread_id=THREAD, run_id=RUN),
-                       run=RunView(run_id=RUN, thread_id=THREAD))
+    snap = RunSnapshot.of(seq=3, agent_id="a", ctx=RunContext(thread_id=THREAD, run_id=RUN),
+                          run=RunView(run_id=RUN, thread_id=THREAD))
     assert decode_snapshot(b"\xc1 not msgpack") is None
     assert decode_snapshot(msgspec.msgpack.encode({"seq": "x"})) is None
     assert decode_snapshot(encode_snapshot(msgspec.structs.replace(snap, v=99))) is None
