@@ -19,10 +19,12 @@ I/O stays behind `SnapshotStore` (KV for real, a dict for unit tests).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
+from collections import OrderedDict
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -180,7 +182,58 @@ async def save_snapshot(store: SnapshotStore, snap: RunSnapshot) -> bool:
     return True
 
 
+class SnapshotWriter:
+    """Keeps run snapshots current from the projection runner (`ProjectionRunner(after_batch=
+    SnapshotWriter(runtime))`), for the runs no loop snapshots itself: one whose worker died
+    mid-run is then resumed from a snapshot and a short tail, not from seq 1.
+
+    Per batch, for each unfinished run it touched: `runtime.write_snapshot` (the run's current
+    snapshot + the tail, folded) when the run waits, or when it moved `every` commits past the
+    last snapshot this writer wrote (a long run is not rewritten on every commit). Runs of
+    agents this runtime does not know are skipped; any failure is logged and skipped."""
+
+    def __init__(self, runtime: Any, *, every: int = 32, concurrency: int = 8, remember: int = 10_000) -> None:
+        self.runtime = runtime
+        self.every = every
+        self._limit = asyncio.Semaphore(concurrency)
+        self._written: OrderedDict[str, int] = OrderedDict()
+        self._remember = remember
+        self._advanced = asyncio.Condition()
+        self.writes = 0
+
+    async def __call__(self, runs: list[RunView]) -> None:
+        due = [r for r in runs if self._due(r)]
+        await asyncio.gather(*(self._write(r) for r in due))
+
+    def _due(self, run: RunView) -> bool:
+        if run.status == "done" or run.agent_id is None or run.agent_id not in self.runtime.agents:
+            return False
+        return run.status == "waiting" or run.last_seq - self._written.get(run.run_id, 0) >= self.every
+
+    async def _write(self, run: RunView) -> None:
+        async with self._limit:
+            try:
+                snap = await self.runtime.write_snapshot(run.run_id, thread_id=run.thread_id)
+            except Exception as exc:  # noqa: BLE001 - a cache: the fold still works without it
+                _log.warning("snapshot.write_failed", thread_id=run.thread_id, run_id=run.run_id, error=str(exc))
+                return
+        async with self._advanced:
+            self.writes += 1
+            self._written[run.run_id] = snap.seq
+            self._written.move_to_end(run.run_id)
+            while len(self._written) > self._remember:
+                self._written.popitem(last=False)
+            self._advanced.notify_all()
+
+    async def wait_written(self, run_id: str, seq: int, timeout: float = 5.0) -> None:
+        """Return once this writer has written `run_id`'s snapshot at `seq` or later (tests,
+        tools); `TimeoutError` after `timeout` seconds."""
+        async with asyncio.timeout(timeout):
+            async with self._advanced:
+                await self._advanced.wait_for(lambda: self._written.get(run_id, 0) >= seq)
+
+
 __all__ = [
-    "KVSnapshotStore", "MemorySnapshotStore", "RunSnapshot", "SNAPSHOT_FORMAT", "SnapshotStore",
+    "KVSnapshotStore", "SnapshotWriter", "MemorySnapshotStore", "RunSnapshot", "SNAPSHOT_FORMAT", "SnapshotStore",
     "decode_snapshot", "encode_snapshot", "load_snapshot", "save_snapshot",
 ]

@@ -21,7 +21,9 @@ from projections.fold import fold_commits
 from runtime import AgentSpec, DeterministicEntropy, Runtime, ToolContext, ToolResult, UnknownCall, tool
 from runtime.hitl import CallNotSuspended
 from runtime.models.scripted import ScriptedModel, Turn
-from runtime.snapshot import KVSnapshotStore, decode_snapshot, encode_snapshot
+from projections.kv import KVViewStore
+from projections.runner import ProjectionRunner
+from runtime.snapshot import KVSnapshotStore, SnapshotWriter, decode_snapshot, encode_snapshot
 
 from test_runtime_support import store, thread_log  # noqa: F401  (fixture)
 
@@ -173,3 +175,26 @@ async def test_snapshot_bucket_is_created_idempotently(store: Any) -> None:
     again = await KVSnapshotStore.open(store.nc)  # adopts the existing bucket, data kept
     assert await again.get("r1") == b"x"
     assert await again.get("r2") is None
+
+
+async def test_projection_runner_keeps_snapshots_of_runs_no_loop_snapshotted(store: Any) -> None:
+    """A run driven without snapshots (an older worker, a crashed one): the projection runner's
+    `SnapshotWriter` writes its snapshot, and a cold decision then reads nothing but the tail."""
+    snaps = await KVSnapshotStore.open(store.nc)
+    views = await KVViewStore.open(store.nc)
+    writer = SnapshotWriter(app(store, DeterministicEntropy(prefix="w0"), snaps))
+    async with ProjectionRunner(store.nc, views, after_batch=writer, fetch_timeout=0.2) as runner:
+        entropy = DeterministicEntropy(prefix="w")
+        result = await app(store, entropy).run("cycler", "go", thread_id="snap-w", run_id="snap-w-run")
+        assert result.status == "waiting"
+        head = await store.thread_version("snap-w")
+        await runner.wait_for(head)
+        await writer.wait_written("snap-w-run", head)
+    snap = decode_snapshot(await snaps.get("snap-w-run"))
+    assert snap is not None and snap.seq == head
+    counting = CountingStore(store)
+    rt = app(counting, entropy, snaps)
+    res = await rt.decide("snap-w-run", [{"target_id": suspended_call(result), "decision_id": "dw",
+                                          "action": "resume", "updated_at": 1}])
+    assert counting.read == 0
+    assert res.handle is not None and (await res.handle.result()).status == "waiting"
