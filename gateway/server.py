@@ -186,10 +186,12 @@ class Server:
         if self.has_worker:
             self.live = NatsLiveSink(nc)
             self.live.start()
-            from runtime.snapshot import KVSnapshotStore
+            from runtime.snapshot import KVSnapshotStore, SnapshotWriter
 
             self.runtime = build_runtime(source, self.store, views=self.views, live=self.live,
                                          snapshots=await KVSnapshotStore.open(nc))
+            if self.runner is not None and getattr(self.runtime, "snapshots", None) is not None:
+                self.runner.after_batch = SnapshotWriter(self.runtime)
         if self.has_http:
             self.dispatcher = self._dispatcher(source)
         if self.has_worker:
