@@ -29,9 +29,8 @@ from typing import Any, Protocol
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
-from nats.js.errors import KeyNotFoundError
 
-from projections.kv import ensure_bucket
+from projections.kv import ensure_bucket, jetstream_of, kv_get
 from projections.views import RunView
 
 from .loop import RunContext, get_logger
@@ -137,17 +136,12 @@ class KVSnapshotStore:
 
     @classmethod
     async def open(cls, nc: NATS | JetStreamContext, *, prefix: str = "agentlog", replicas: int = 1) -> KVSnapshotStore:
-        js = nc if isinstance(nc, JetStreamContext) else nc.jetstream()
-        kv = await ensure_bucket(js, f"{prefix}_{SNAPSHOT_BUCKET}", replicas=replicas,
+        kv = await ensure_bucket(jetstream_of(nc), f"{prefix}_{SNAPSHOT_BUCKET}", replicas=replicas,
                                  description="agentlog run-context snapshots (a cache of the log)")
         return cls(kv)
 
     async def get(self, run_id: str) -> bytes | None:
-        try:
-            entry = await self.kv.get(run_id)  # type: ignore[attr-defined]
-        except KeyNotFoundError:
-            return None
-        return entry.value
+        return await kv_get(self.kv, run_id)  # type: ignore[arg-type]
 
     async def put(self, run_id: str, data: bytes) -> None:
         await self.kv.put(run_id, data)  # type: ignore[attr-defined]
