@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import gc
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Protocol
 
 import msgspec
@@ -129,22 +129,40 @@ class MemorySnapshotStore:
 
 class KVSnapshotStore:
     """`SnapshotStore` on JetStream KV bucket `<prefix>_snapshots` (history 1, created
-    idempotently like the view buckets). Build with `await KVSnapshotStore.open(nc)`."""
+    idempotently like the view buckets). Build with `await KVSnapshotStore.open(nc)`, or
+    `KVSnapshotStore.lazy(nc)` where nothing can be awaited (the bucket is then opened at the
+    first get or put)."""
 
-    def __init__(self, kv: object) -> None:
+    def __init__(self, kv: object | None, *, opener: Callable[[], Awaitable[object]] | None = None) -> None:
         self.kv = kv
+        self._opener = opener
+        self._lock = asyncio.Lock()
 
     @classmethod
     async def open(cls, nc: NATS | JetStreamContext, *, prefix: str = "agentlog", replicas: int = 1) -> KVSnapshotStore:
-        kv = await ensure_bucket(jetstream_of(nc), f"{prefix}_{SNAPSHOT_BUCKET}", replicas=replicas,
-                                 description="agentlog run-context snapshots (a cache of the log)")
-        return cls(kv)
+        return cls(await _open_bucket(nc, prefix, replicas))
+
+    @classmethod
+    def lazy(cls, nc: NATS | JetStreamContext, *, prefix: str = "agentlog", replicas: int = 1) -> KVSnapshotStore:
+        return cls(None, opener=lambda: _open_bucket(nc, prefix, replicas))
+
+    async def _kv(self) -> Any:
+        if self.kv is None:
+            async with self._lock:
+                if self.kv is None:
+                    self.kv = await self._opener()  # type: ignore[misc]
+        return self.kv
 
     async def get(self, run_id: str) -> bytes | None:
-        return await kv_get(self.kv, run_id)  # type: ignore[arg-type]
+        return await kv_get(await self._kv(), run_id)
 
     async def put(self, run_id: str, data: bytes) -> None:
-        await self.kv.put(run_id, data)  # type: ignore[attr-defined]
+        await (await self._kv()).put(run_id, data)
+
+
+async def _open_bucket(nc: NATS | JetStreamContext, prefix: str, replicas: int) -> object:
+    return await ensure_bucket(jetstream_of(nc), f"{prefix}_{SNAPSHOT_BUCKET}", replicas=replicas,
+                               description="agentlog run-context snapshots (a cache of the log)")
 
 
 async def load_snapshot(store: SnapshotStore, run_id: str, thread_id: str | None) -> RunSnapshot | None:

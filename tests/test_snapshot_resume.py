@@ -198,3 +198,11 @@ async def test_projection_runner_keeps_snapshots_of_runs_no_loop_snapshotted(sto
                                           "action": "resume", "updated_at": 1}])
     assert counting.read == 0
     assert res.handle is not None and (await res.handle.result()).status == "waiting"
+
+
+async def test_lazy_snapshot_store_opens_the_bucket_at_first_use(store: Any) -> None:
+    lazy = KVSnapshotStore.lazy(store.nc)
+    assert lazy.kv is None
+    assert await lazy.get("nothing") is None
+    await lazy.put("r9", b"v")
+    assert await (await KVSnapshotStore.open(store.nc)).get("r9") == b"v"
