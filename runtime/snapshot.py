@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import hashlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Protocol
@@ -35,7 +36,8 @@ from projections.views import RunView
 
 from .loop import RunContext, get_logger
 
-#: Bumped whenever `RunContext` or `RunView` change shape: older entries are then misses.
+#: Bumped when the meaning of a snapshot changes (e.g. `apply_event` folds something new):
+#: older entries are then misses. A change of shape needs no bump: see `schema`.
 SNAPSHOT_FORMAT = 1
 SNAPSHOT_BUCKET = "snapshots"
 
@@ -51,6 +53,9 @@ class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     every call of the run so far (what a decision may name), for `decide`'s checks."""
 
     v: int = SNAPSHOT_FORMAT
+    #: Fingerprint of the shapes of `RunContext` and `RunView` (with everything they hold) that
+    #: wrote it: an entry written by code with other shapes is a miss, never a decode error later.
+    schema: str = ""
     seq: int
     agent_id: str
     ctx: RunContext
@@ -61,7 +66,8 @@ class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     def of(cls, *, seq: int, agent_id: str, ctx: RunContext, run: RunView) -> RunSnapshot:
         calls = list(run.calls)
         calls += [c.id for c in ctx.step_tool_calls if c.id not in run.calls]
-        return cls(seq=seq, agent_id=agent_id, ctx=ctx, call_ids=calls, run=msgspec.Raw(_encoder.encode(run)))
+        return cls(schema=SCHEMA, seq=seq, agent_id=agent_id, ctx=ctx, call_ids=calls,
+                   run=msgspec.Raw(_encoder.encode(run)))
 
     def run_view(self) -> RunView:
         with _gc_paused():
@@ -73,6 +79,9 @@ class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(RunSnapshot)
 _view_decoder = msgspec.msgpack.Decoder(RunView)
+SCHEMA = hashlib.sha256(
+    msgspec.json.encode(msgspec.json.schema_components((RunContext, RunView)), order="sorted")
+).hexdigest()[:16]
 
 
 def encode_snapshot(snap: RunSnapshot) -> bytes:
@@ -86,7 +95,7 @@ def decode_snapshot(data: bytes) -> RunSnapshot | None:
             snap = _decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    return snap if snap.v == SNAPSHOT_FORMAT else None
+    return snap if snap.v == SNAPSHOT_FORMAT and snap.schema == SCHEMA else None
 
 
 @contextlib.contextmanager

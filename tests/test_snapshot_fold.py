@@ -143,6 +143,7 @@ def test_unusable_snapshot_bytes_are_a_miss() -> None:
     assert decode_snapshot(b"\xc1 not msgpack") is None
     assert decode_snapshot(msgspec.msgpack.encode({"seq": "x"})) is None
     assert decode_snapshot(encode_snapshot(msgspec.structs.replace(snap, v=99))) is None
+    assert decode_snapshot(encode_snapshot(msgspec.structs.replace(snap, schema="written-by-other-shapes"))) is None
     assert decode_snapshot(encode_snapshot(snap)) == snap
 
 
