@@ -44,6 +44,7 @@ from .codec import decode_commit, encode_commit
 from .payloads import ObjectStoreBlobs, has_refs, offload, resolve
 from .errors import AgentlogError, CommitTooLarge, ServerTooOld, StoreUnavailable, VersionConflict
 from .events import AppendResult, Commit, StoredCommit
+from .headers import LeanHeadersClient
 from .ids import validate_id
 from .store import encode_checked
 from .subjects import EVENTS_STREAM, EVENTS_SUBJECTS, event_subject, run_filter, thread_filter
@@ -820,7 +821,7 @@ async def _open_connection(
         options["tls"] = tls
     if tls_hostname is not None:
         options["tls_hostname"] = tls_hostname
-    nc = NATS()
+    nc = LeanHeadersClient()
     try:
         # With max_reconnect_attempts=-1 nats-py retries the first connect forever: bound it.
         await asyncio.wait_for(nc.connect(**options), connect_timeout)

@@ -650,13 +650,15 @@ def worker_cmd(
     async def main() -> None:
         from eventlog.server import EmbeddedNatsServer
         from runtime import NatsLiveSink
+        from runtime.snapshot import KVSnapshotStore
         from runtime.worker import run_worker
 
         from .demo import app as demo_factory
         from .server import build_runtime
 
         def factory(store: Any) -> Any:
-            return build_runtime(source or demo_factory, store, views=None, live=NatsLiveSink(store.nc))
+            return build_runtime(source or demo_factory, store, views=None, live=NatsLiveSink(store.nc),
+                                 snapshots=KVSnapshotStore.lazy(store.nc))
 
         def ready(_worker: Any) -> None:
             _out().print(Text(f"agentlog worker consuming commands from {url}", style="bold"))

@@ -101,16 +101,17 @@ def _load_source(config: ServerConfig) -> AppSource:
     return demo_factory
 
 
-def build_runtime(source: AppSource, store: JetStreamEventStore, *, views: Any, live: Any) -> Any:
-    """The user's app as a `Runtime` on this process's store, with the views snapshot (fast cold
-    resume) and the live sink. A ready-made `Runtime` is used as is (its own wiring wins)."""
+def build_runtime(source: AppSource, store: JetStreamEventStore, *, views: Any, live: Any, snapshots: Any = None) -> Any:
+    """The user's app as a `Runtime` on this process's store, with the views snapshot, the
+    run-context snapshots (fast cold resume) and the live sink. A ready-made `Runtime` is used as
+    is (its own wiring wins)."""
     from runtime import Runtime
 
     obj = resolve_app(source, store)
     if isinstance(obj, Runtime):
         return obj
     return Runtime(store, agents=obj.agents, tools=obj.tools, models=dict(getattr(obj, "models", {}) or {}),
-                   views=views, live=live)
+                   views=views, live=live, snapshots=snapshots)
 
 
 ENV_ACK_WAIT = "AGENTLOG_WORKER_ACK_WAIT"
@@ -214,7 +215,12 @@ class Server:
         if self.has_worker:
             self.live = NatsLiveSink(nc)
             self.live.start()
-            self.runtime = build_runtime(source, self.store, views=self.views, live=self.live)
+            from runtime.snapshot import KVSnapshotStore, SnapshotWriter
+
+            self.runtime = build_runtime(source, self.store, views=self.views, live=self.live,
+                                         snapshots=await KVSnapshotStore.open(nc))
+            if self.runner is not None and getattr(self.runtime, "snapshots", None) is not None:
+                self.runner.after_batch = SnapshotWriter(self.runtime)
         if self.has_http:
             self.dispatcher = self._dispatcher(source)
         if self.has_worker:

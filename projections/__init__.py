@@ -6,7 +6,7 @@ and the runner/rebuild (imported from their modules, so the pure part stays impo
 """
 
 from .errors import InvalidPatch, ListingBusy, ProjectionError, ProjectionTimeout
-from .fold import Folder, Views, derive_status, fold_commits, fold_messages, fold_run, fold_thread, merge_metadata
+from .fold import Folder, RunFolder, Views, derive_status, fold_commits, fold_messages, fold_run, fold_thread, merge_metadata
 from .state import validate_patch, validate_state
 from .timetravel import messages_at, positions, run_at, runs_at, state_at, thread_at
 from .views import (
@@ -23,7 +23,7 @@ from .views import (
 )
 
 __all__ = [
-    "ACTIVE_CALL_STATUSES", "TERMINAL_CALL_STATUSES", "CallStatus", "CallView", "Folder", "InvalidPatch", "ListingBusy",
+    "ACTIVE_CALL_STATUSES", "TERMINAL_CALL_STATUSES", "CallStatus", "CallView", "Folder", "InvalidPatch", "ListingBusy", "RunFolder",
     "ProjectionError", "ProjectionTimeout", "RunStatus", "RunView", "ThreadView", "Views", "decode_run",
     "decode_thread", "derive_status", "encode_view", "fold_commits", "fold_messages", "fold_run",
     "fold_thread", "merge_metadata", "messages_at", "positions", "run_at", "runs_at", "state_at",

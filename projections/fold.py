@@ -163,19 +163,27 @@ _THREAD_HANDLERS: dict[type, Any] = {
 
 
 class _RunAcc:
-    __slots__ = _RUN_FIELDS
+    """The run fold's accumulator. `derive_status` over every call on each call event made a
+    run's fold quadratic in its calls, so the status is kept from two counters instead
+    (calls running/resuming, calls suspended), updated per call change: O(1) per event.
+    `calls` is copy-on-write: `freeze` hands the dict to the view and the next call change
+    copies it, so freezing after every commit (`RunFolder.view`) costs no copy per freeze."""
+
+    __slots__ = (*_RUN_FIELDS, "_active", "_suspended", "_shared")
 
     @classmethod
     def thaw(cls, view: RunView) -> _RunAcc:
         acc = cls.__new__(cls)
         for name in _RUN_FIELDS:
             setattr(acc, name, getattr(view, name))
-        acc.calls = dict(view.calls)
+        acc._shared = True  # the view's own dict: copied at the first call change
+        acc._active = sum(1 for c in view.calls.values() if c.status in ACTIVE_CALL_STATUSES)
+        acc._suspended = sum(1 for c in view.calls.values() if c.status == "suspended")
         return acc
 
     def freeze(self) -> RunView:
         values = {name: getattr(self, name) for name in _RUN_FIELDS}
-        values["calls"] = dict(self.calls)
+        self._shared = True
         return RunView(**values)
 
     def apply(self, event: AnyEvent, seq: int, ts: int) -> None:
@@ -227,9 +235,22 @@ class _RunAcc:
         return call
 
     def _set_call(self, call: CallView) -> None:
+        if self._shared:
+            self.calls = dict(self.calls)
+            self._shared = False
+        old = self.calls.get(call.call_id)
+        if old is not None:
+            self._count(old.status, -1)
+        self._count(call.status, 1)
         self.calls[call.call_id] = call
-        if self.status != "done":
-            self.status = derive_status(self.calls, False)
+        if self.status != "done":  # derive_status, from the counters
+            self.status = "running" if self._active else "waiting" if self._suspended else "running"
+
+    def _count(self, status: str, delta: int) -> None:
+        if status in ACTIVE_CALL_STATUSES:
+            self._active += delta
+        elif status == "suspended":
+            self._suspended += delta
 
     def _gated(self, ev: ToolCallGated, ts: int) -> None:
         self._set_call(_replace(self._call(ev.call_id, ts), verdict=ev.verdict, rule=ev.rule, updated=ts))
@@ -342,6 +363,33 @@ def fold_messages(messages: Sequence[Message], event: AnyEvent) -> Sequence[Mess
     if type(event) is MessageAppended:
         return [*messages, event.message]
     return messages
+
+
+class RunFolder:
+    """One run's view kept incrementally: each commit of the run is folded once (`apply`), and
+    `view()` freezes the accumulator only when something changed since the last freeze. What a
+    `RunHandle` uses instead of refolding all of the run's commits on every `view()`."""
+
+    __slots__ = ("_acc", "_view")
+
+    def __init__(self, view: RunView) -> None:
+        self._acc = _RunAcc.thaw(view)
+        self._view: RunView | None = view
+
+    def apply(self, stored: StoredCommit) -> None:
+        """Fold one commit of this run (apply-once: a seq already folded changes nothing)."""
+        acc = self._acc
+        if stored.seq <= acc.last_seq:
+            return
+        ts = stored.commit.ts
+        for event in stored.commit.events:
+            acc.apply(event, stored.seq, ts)
+        self._view = None
+
+    def view(self) -> RunView:
+        if self._view is None:
+            self._view = self._acc.freeze()
+        return self._view
 
 
 # -- many commits ---------------------------------------------------------------------------------

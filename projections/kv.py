@@ -42,6 +42,10 @@ def generation_buckets(prefix: str, generation: int) -> tuple[str, str, str]:
     return (*bucket_names(prefix, generation), index_bucket_name(prefix, generation))
 
 
+def jetstream_of(nc: NATS | JetStreamContext) -> JetStreamContext:
+    return nc if isinstance(nc, JetStreamContext) else nc.jetstream()
+
+
 async def ensure_bucket(js: JetStreamContext, bucket: str, *, replicas: int = 1, description: str = "") -> KeyValue:
     """Create the bucket with our config, or adopt an existing one (its config is the operator's)."""
     config = KeyValueConfig(
@@ -76,7 +80,7 @@ class KVViewStore(IndexedListings):
 
     @classmethod
     async def open(cls, nc: NATS | JetStreamContext, *, prefix: str = "agentlog", replicas: int = 1) -> KVViewStore:
-        js = nc if isinstance(nc, JetStreamContext) else nc.jetstream()
+        js = jetstream_of(nc)
         meta = await ensure_bucket(js, f"{prefix}_projections", replicas=replicas,
                                    description="agentlog projections: generation pointer")
         generation = await read_generation(meta)
@@ -132,11 +136,11 @@ class KVViewStore(IndexedListings):
     # -- ViewStore ----------------------------------------------------------------------------
 
     async def get_thread(self, thread_id: str) -> ThreadView | None:
-        data = await _get(self.threads, thread_id)
+        data = await kv_get(self.threads, thread_id)
         return decode_thread(data) if data is not None else None
 
     async def get_run(self, run_id: str) -> RunView | None:
-        data = await _get(self.runs, run_id)
+        data = await kv_get(self.runs, run_id)
         return decode_run(data) if data is not None else None
 
     async def put_views(self, threads: Iterable[ThreadView], runs: Iterable[RunView]) -> None:
@@ -163,7 +167,8 @@ async def read_generation(meta: KeyValue) -> int:
         raise ProjectionError(f"bad generation pointer {entry.value!r} in {meta._name}") from None
 
 
-async def _get(kv: KeyValue, key: str) -> bytes | None:
+async def kv_get(kv: KeyValue, key: str) -> bytes | None:
+    """The key's value, or None if it has none."""
     try:
         entry = await kv.get(key)
     except KeyNotFoundError:
@@ -200,4 +205,4 @@ async def _values(kv: KeyValue, js: JetStreamContext, timeout: float = 10.0) -> 
 
 
 __all__ = ["KVViewStore", "bucket_names", "ensure_bucket", "generation_buckets", "index_bucket_name",
-           "read_generation"]
+           "jetstream_of", "kv_get", "read_generation"]

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -61,6 +61,7 @@ class ProjectionRunner:
         ack_wait: float = 30.0,
         cache_size: int = 20_000,
         gap_retry: float = 0.2,
+        after_batch: Callable[[list[RunView]], Awaitable[None]] | None = None,
     ) -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
@@ -89,6 +90,11 @@ class ProjectionRunner:
         #: Test hook: called after the KV puts of a batch, before its ack. Raising simulates a
         #: crash there (the batch is then redelivered to the next runner).
         self.before_ack: Callable[[list[int]], None] | None = None
+        #: Called with the run views each batch wrote, once the batch is acked and visible (so
+        #: it never delays read-your-writes): derived caches kept by someone else, e.g. the
+        #: runtime's run-context snapshots (`runtime.snapshot.SnapshotWriter`). Its failures are
+        #: logged and never fail the batch.
+        self.after_batch = after_batch
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -240,6 +246,11 @@ class ProjectionRunner:
         async with self._advanced:
             self.applied_seq = max(self.applied_seq, expected - 1)
             self._advanced.notify_all()
+        if self.after_batch is not None and touched.runs:
+            try:
+                await self.after_batch(list(touched.runs.values()))
+            except Exception:  # noqa: BLE001 - a cache writer must not stop the projections
+                log.exception("after_batch hook failed")
 
     async def _load(self, folder: Folder, decoded: list) -> Views:
         """Seed `folder` with the views the batch touches; returns them (before the batch)."""

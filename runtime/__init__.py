@@ -48,6 +48,7 @@ from .plugins import (
     Terminate,
 )
 from .runtime import CommittedEvent, DecideResult, RunHandle, RunNotFound, RunResult, Runtime
+from .snapshot import KVSnapshotStore, MemorySnapshotStore, RunSnapshot, SnapshotStore
 from .stop import (
     ConsecutiveErrors,
     ContentMatch,
@@ -71,4 +72,6 @@ __all__ = [
     "ToolError", "ToolExecutionMode", "ToolRegistry", "ToolResult", "apply_event", "tool",
     # human in the loop
     "CallNotSuspended", "DecideResult", "HitlError", "InvalidDecision", "RunNotWaiting", "UnknownCall",
+    # run-context snapshots
+    "KVSnapshotStore", "MemorySnapshotStore", "RunSnapshot", "SnapshotStore",
 ]

@@ -565,6 +565,12 @@ class RunLoop:
         self._older: asyncio.Future[list[Message]] | None = None
         self.summarizer = summarizer or ModelSummarizer(models)
 
+    @property
+    def snapshot_ready(self) -> bool:
+        """True when `ctx` is exactly the fold of the thread up to `version` (nothing staged or
+        in flight, every message loaded): only then may it be saved as a run snapshot."""
+        return not self._pending and self._inflight is None and self._older_factory is None
+
     # -- messages from before a snapshot ---------------------------------------------------------
 
     def prefetch_messages(self) -> None:

@@ -34,7 +34,7 @@ from eventlog.events import (
 )
 from eventlog.ids import validate_id, validate_run_id
 from eventlog.store import EventStore
-from projections.fold import fold_commits
+from projections.fold import RunFolder, fold_commits
 from projections.views import RunView, ThreadView
 
 from .admission import as_messages as _as_messages
@@ -47,6 +47,7 @@ from .hitl import DecisionInput, RunNotWaiting, check_decisions, decision_seqs, 
 from .context import Summarizer
 from .loop import RunConflict, RunContext, RunLoop, fold_context, get_logger
 from .outage import OutagePolicy
+from .snapshot import RunSnapshot, SnapshotStore, load_snapshot, save_snapshot
 from .models.base import Model, ToolSpec
 from .tools import Tool, ToolRegistry
 
@@ -88,7 +89,9 @@ class DecideResult(NamedTuple):
 
 class _Loaded(NamedTuple):
     """A run folded from the log: what `decide`/`cancel` need to act on it. `older_messages`
-    is set when the context came from a snapshot: it loads the messages the snapshot covers."""
+    is set when the context came from a thread-view snapshot: it loads the messages the snapshot
+    covers. `snapshot` is set when it came from a run-context snapshot: `run_commits` then holds
+    only the run's commits after `snapshot.seq`."""
 
     thread_id: str
     spec: AgentSpec
@@ -96,17 +99,31 @@ class _Loaded(NamedTuple):
     version: int
     run_commits: list[StoredCommit]
     older_messages: Callable[[], Awaitable[list[Message]]] | None = None
+    snapshot: RunSnapshot | None = None
 
 
 class RunHandle:
     """A started run. Its commits are collected as the loop appends them, so `events()` can be
-    iterated any number of times, from the start, while the run goes on or after it ended."""
+    iterated any number of times, from the start, while the run goes on or after it ended.
 
-    def __init__(self, run_id: str, thread_id: str, agent_id: str) -> None:
+    The run view is kept incrementally (`RunFolder`: each commit folded once as it arrives), so
+    `view()`/`result()` cost the same at step 2 and step 230. A handle resumed from a snapshot
+    starts from the snapshot's view as of `base_seq` (`base`, decoded when first needed, see
+    `prime`): `commits` then holds the commits after `base_seq`, and `events()` reads the older
+    ones from the log (`older`) before yielding those."""
+
+    def __init__(
+        self, run_id: str, thread_id: str, agent_id: str, *, base: Callable[[], RunView] | None = None,
+        base_seq: int = 0, older: Callable[[], AsyncIterator[StoredCommit]] | None = None,
+    ) -> None:
         self.run_id = run_id
         self.thread_id = thread_id
         self.agent_id = agent_id
         self.commits: list[StoredCommit] = []
+        self.base_seq = base_seq
+        self._older = older
+        self._base = base
+        self._folder: RunFolder | None = None if base is not None else RunFolder(RunView(run_id=run_id, thread_id=thread_id))
         self._changed = asyncio.Event()
         self._done = False
         self._task: asyncio.Task[RunContext] | None = None
@@ -124,7 +141,19 @@ class RunHandle:
 
     def _on_commit(self, stored: StoredCommit) -> None:
         self.commits.append(stored)
+        if self._folder is not None:
+            self._folder.apply(stored)
         self._changed.set()
+
+    def prime(self) -> RunFolder:
+        """Build the run view's folder now: the base view (decoded) + the commits so far."""
+        folder = self._folder
+        if folder is None:
+            folder = self._folder = RunFolder(self._base())  # type: ignore[misc]
+            self._base = None
+            for sc in self.commits:
+                folder.apply(sc)
+        return folder
 
     def _close(self, _task: Any = None) -> None:
         self._done = True
@@ -132,6 +161,13 @@ class RunHandle:
 
     async def events(self) -> AsyncIterator[CommittedEvent]:
         """The run's committed events in log order; ends when the run finishes or waits."""
+        if self._older is not None:
+            async with contextlib.aclosing(self._older()) as older:
+                async for sc in older:
+                    if sc.seq > self.base_seq:
+                        break
+                    for i, ev in enumerate(sc.commit.events):
+                        yield CommittedEvent(Position(sc.seq, i), ev, sc.commit.ts)
         index = 0
         while True:
             while index < len(self.commits):
@@ -153,8 +189,9 @@ class RunHandle:
         return RunResult(self.run_id, self.thread_id, run.status, ctx.finished, run)
 
     def view(self) -> RunView:
-        """The run view so far: the projections' fold over this run's commits."""
-        return fold_commits(self.commits).runs[self.run_id]
+        """The run view so far: the projections' fold over this run's commits (kept as they
+        arrive, never refolded)."""
+        return self.prime().view()
 
     @property
     def done(self) -> bool:
@@ -191,6 +228,7 @@ class Runtime:
         views: Any = None,
         store_outage_deadline: float | None = None,
         summarizer: Summarizer | None = None,
+        snapshots: SnapshotStore | None = None,
     ) -> None:
         self.store = store
         #: A run waits this long through a NATS outage before it stops uncommitted (resumable);
@@ -206,6 +244,11 @@ class Runtime:
         self.views = views
         #: Answers context-compaction summaries (`runtime.context`); default: the registry's models.
         self.summarizer = summarizer
+        #: Optional `runtime.snapshot.SnapshotStore` (e.g. `KVSnapshotStore`): run contexts are
+        #: written there when a run this Runtime drives suspends or finishes, and a cold resume
+        #: starts from one (see `_load`). A cache: every miss falls back to folding the log.
+        self.snapshots = snapshots
+        self._snapshot_writes: set[asyncio.Task[None]] = set()
         self._active: dict[str, tuple[RunLoop, RunHandle]] = {}
 
     # -- starting ------------------------------------------------------------------------------
@@ -339,8 +382,13 @@ class Runtime:
 
     # -- human in the loop ---------------------------------------------------------------------
 
-    async def _load(self, run_id: str, thread_id: str | None = None) -> _Loaded:
+    async def _load(self, run_id: str, thread_id: str | None = None, *, use_snapshot: bool = True) -> _Loaded:
         """Fold a run from the log alone (any process) into a RunContext.
+
+        With `snapshots` (flat in run length and history): the run's context snapshot (one KV
+        get) plus the thread's commits after its seq (`_load_from_run_snapshot`); on a miss, or
+        with `use_snapshot=False` (the retry after an OCC conflict, so a stale snapshot never
+        loops), the paths below.
 
         Without `views`: one read of the whole thread from seq 1 (the read grows with history).
         With `views` (flat in history): the run's own commits (`read_run`) and the thread view
@@ -351,11 +399,19 @@ class Runtime:
         awaits them only before it reads them (next inference, plugin hooks), so a replayed
         tool starts without them. A missing or lagging snapshot only lengthens the tail.
         """
+        if self.snapshots is not None and use_snapshot:
+            loaded = await self._load_from_run_snapshot(run_id, thread_id)
+            if loaded is not None:
+                return loaded
         if self.views is not None:
             loaded = await self._load_from_snapshot(run_id, thread_id)
             if loaded is not None:
                 return loaded
             thread_id = thread_id or await self._thread_of(run_id)
+        return await self._load_folded(run_id, thread_id)
+
+    async def _load_folded(self, run_id: str, thread_id: str | None) -> _Loaded:
+        """`_load` by folding the whole thread from seq 1."""
         if thread_id is None:
             thread_id = await self._thread_of(run_id)
         history = [sc async for sc in self.store.read_thread(thread_id)]
@@ -366,6 +422,57 @@ class Runtime:
         spec = self.agents.get(agent_id)
         ctx = fold_context(RunContext(thread_id=thread_id, run_id=run_id), history)
         return _Loaded(thread_id, spec, ctx, history[-1].seq, run_commits)
+
+    async def _load_from_run_snapshot(self, run_id: str, thread_id: str | None) -> _Loaded | None:
+        """`_load` from the run-context snapshot: the context as of `snap.seq` with the thread's
+        tail folded on top (the same `fold_context`); None on a miss."""
+        snap = await load_snapshot(self.snapshots, run_id, thread_id)  # type: ignore[arg-type]
+        if snap is None or snap.agent_id not in self.agents:
+            return None
+        ctx = snap.ctx
+        tail = [sc async for sc in self.store.read_thread(ctx.thread_id, after=snap.seq)]
+        fold_context(ctx, tail)
+        version = tail[-1].seq if tail else snap.seq
+        run_tail = [sc for sc in tail if sc.commit.run_id == run_id]
+        return _Loaded(ctx.thread_id, self.agents.get(snap.agent_id), ctx, version, run_tail, snapshot=snap)
+
+    async def write_snapshot(self, run_id: str, *, thread_id: str | None = None) -> RunSnapshot:
+        """Fold the run as of the log's head (its current snapshot + the tail, else the whole
+        thread) and write that as its snapshot: for a process that keeps snapshots current
+        without driving the run (a catch-up job, a benchmark). Needs `snapshots`."""
+        if self.snapshots is None:
+            raise ValueError("write_snapshot needs Runtime(snapshots=...)")
+        validate_run_id(run_id)
+        loaded = await self._load_from_run_snapshot(run_id, thread_id) or await self._load_folded(run_id, thread_id)
+        snap = RunSnapshot.of(seq=loaded.version, agent_id=loaded.spec.id, ctx=loaded.ctx,
+                              run=self._handle_for(loaded).view())
+        await save_snapshot(self.snapshots, snap)
+        return snap
+
+    def _save_run_snapshot(self, loop: RunLoop, handle: RunHandle) -> None:
+        """After the run's loop stopped (waiting or finished): its context, which is exactly the
+        fold of the thread up to `loop.version`, becomes the run's snapshot. Written in the
+        background: the run's result is in the log already and does not wait for a cache (a
+        resume that comes first reads the older snapshot and a longer tail). Nothing changes
+        the stopped loop's context afterwards (a later resume folds its own)."""
+        if self.snapshots is None or not loop.snapshot_ready:
+            return
+        task = asyncio.get_running_loop().create_task(self._write_snapshot_later(loop, handle.view()))
+        self._snapshot_writes.add(task)
+        task.add_done_callback(self._snapshot_writes.discard)
+
+    async def _write_snapshot_later(self, loop: RunLoop, view: RunView) -> None:
+        # Yield first, so whoever awaits the run's result runs before the encoding (CPU work
+        # that grows with the run's length); this only orders work, nothing waits on time.
+        for _ in range(3):
+            await asyncio.sleep(0)
+        snap = RunSnapshot.of(seq=loop.version, agent_id=loop.spec.id, ctx=loop.ctx, run=view)
+        await save_snapshot(self.snapshots, snap)  # type: ignore[arg-type]
+
+    async def flush_snapshots(self) -> None:
+        """Wait for the snapshot writes in flight (tests, benchmarks, shutdown)."""
+        while self._snapshot_writes:
+            await asyncio.gather(*self._snapshot_writes)
 
     async def _load_from_snapshot(self, run_id: str, thread_id: str | None) -> _Loaded | None:
         """`_load` from the thread view snapshot; None if there is no usable snapshot."""
@@ -429,10 +536,17 @@ class Runtime:
         run_id = handle.run_id
         self._active[run_id] = (loop, handle)
         handle._loop = loop
-        task = asyncio.get_running_loop().create_task(loop.run(), name=f"agentlog-run-{run_id}")
+        task = asyncio.get_running_loop().create_task(self._run_loop(loop, handle), name=f"agentlog-run-{run_id}")
         handle._task = task
         task.add_done_callback(handle._close)
         task.add_done_callback(lambda _t: self._forget(run_id, handle))
+        # A snapshot's run view is decoded after the loop's first step, while it awaits I/O.
+        asyncio.get_running_loop().call_soon(handle.prime)
+
+    async def _run_loop(self, loop: RunLoop, handle: RunHandle) -> RunContext:
+        ctx = await loop.run()
+        self._save_run_snapshot(loop, handle)
+        return ctx
 
     def _forget(self, run_id: str, handle: RunHandle) -> None:
         active = self._active.get(run_id)
@@ -467,8 +581,8 @@ class Runtime:
         active = self._active.get(run_id)
         if active is not None and not active[1].done:
             return active[1]
-        for _ in range(20):
-            loaded = await self._load(run_id, thread_id)
+        for attempt in range(20):
+            loaded = await self._load(run_id, thread_id, use_snapshot=attempt == 0)
             thread_id = loaded.thread_id
             handle = self._handle_for(loaded)
             loop = self._loop_for(loaded, handle)
@@ -481,10 +595,16 @@ class Runtime:
             return handle
         raise RunConflict(f"could not resume run {run_id!r}: the thread keeps moving")
 
-    @staticmethod
-    def _handle_for(loaded: _Loaded) -> RunHandle:
-        handle = RunHandle(loaded.ctx.run_id, loaded.thread_id, loaded.spec.id)
-        handle.commits = list(loaded.run_commits)
+    def _handle_for(self, loaded: _Loaded) -> RunHandle:
+        run_id = loaded.ctx.run_id
+        if loaded.snapshot is None:
+            handle = RunHandle(run_id, loaded.thread_id, loaded.spec.id)
+        else:
+            store = self.store
+            handle = RunHandle(run_id, loaded.thread_id, loaded.spec.id, base=loaded.snapshot.run_view,
+                               base_seq=loaded.snapshot.seq, older=lambda: store.read_run(run_id))
+        for sc in loaded.run_commits:
+            handle._on_commit(sc)
         return handle
 
     @staticmethod
@@ -533,13 +653,12 @@ class Runtime:
         active = self._active.get(run_id)
         if thread_id is None and active is not None:
             thread_id = active[1].thread_id
-        for _ in range(20):
-            loaded = await self._load(run_id, thread_id)
+        for attempt in range(20):
+            loaded = await self._load(run_id, thread_id, use_snapshot=attempt == 0)
             thread_id = loaded.thread_id
-            new, dups = check_decisions(loaded.ctx, parsed, _call_ids(loaded.run_commits))
+            new, dups = check_decisions(loaded.ctx, parsed, self._known_calls(loaded))
             if not new:
-                seqs = decision_seqs(loaded.run_commits)
-                return DecideResult(seqs[dups[0].decision_id], True, [], None)
+                return DecideResult(await self._decision_seq(loaded, dups[0].decision_id), True, [], None)
             ctx = loaded.ctx
             if not (ctx.waiting and not ctx.running and not ctx.resuming):
                 commit = Commit(
@@ -566,6 +685,23 @@ class Runtime:
             return DecideResult(loop.version, False, list(loop.resumed), handle)
         raise RunConflict(f"could not record decisions for run {run_id!r}: the thread keeps moving")
 
+    @staticmethod
+    def _known_calls(loaded: _Loaded) -> set[str]:
+        """Every call id the run's log mentions (what tells `UnknownCall` from a call that is
+        not suspended). From a snapshot: the calls it names and the tail's."""
+        known = _call_ids(loaded.run_commits)
+        if loaded.snapshot is not None:
+            known.update(loaded.snapshot.call_ids)
+        return known
+
+    async def _decision_seq(self, loaded: _Loaded, decision_id: str) -> int:
+        """The seq of the commit that first recorded `decision_id` (the answer to a duplicate).
+        A snapshot does not keep it: that rare path reads the run's commits."""
+        commits = loaded.run_commits
+        if loaded.snapshot is not None:
+            commits = [sc async for sc in self.store.read_run(loaded.ctx.run_id)]
+        return decision_seqs(commits)[decision_id]
+
     async def _close_parent(self, parent_run_id: str, decisions: Sequence[DecisionInput]) -> None:
         """Before a continuation: apply its decisions to the parent (and let it run to its next
         stop), then cancel the parent if it still waits."""
@@ -591,8 +727,8 @@ class Runtime:
             active = None
         thread_id = active[1].thread_id if active else await self._thread_of(run_id)
         if active is None:
-            for _ in range(20):
-                loaded = await self._load(run_id, thread_id)
+            for attempt in range(20):
+                loaded = await self._load(run_id, thread_id, use_snapshot=attempt == 0)
                 ctx = loaded.ctx
                 if ctx.finished is not None:
                     return False
@@ -650,3 +786,4 @@ class Runtime:
                 await handle.result()
             except Exception:  # noqa: BLE001
                 pass
+        await self.flush_snapshots()
