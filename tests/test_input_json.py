@@ -214,9 +214,9 @@ async def test_frontend_tool_result_holding_hostile_json_is_taken_as_text(
     pick = {"name": "pick", "description": "d", "parameters": {"type": "object"}}
     async with asyncio.timeout(TIMEOUT), open_adapters(nats_server, [Turn.tool("pick", {}), "done"]) as stack:
         events = await agui_ok(Http(), stack, run_input("t1", "r1", user("pick one", "u1"), tools=[pick]))
-        (interrupt,) = events[-1].outcome.interrupts
-        result = {"id": "m-tool", "role": "tool", "toolCallId": interrupt.id, "content": content}
+        (call_id,) = events[-1].outcome.pending_tool_call_ids  # AG-UI 1.0: the run ends, the call pending
+        result = {"id": "m-tool", "role": "tool", "toolCallId": call_id, "content": content}
         events = await agui_ok(Http(), stack, run_input("t1", "r2", result, tools=[pick]))
         assert events[-1].type == "RUN_FINISHED" and events[-1].outcome.type == "success"
         view = await stack.runtime.run_view("r1")
-        assert view.status == "done" and view.calls[interrupt.id].result == content
+        assert view.status == "done" and view.calls[call_id].result == content

@@ -87,8 +87,11 @@ async def test_nats_adapters_check_tokens_and_tenants(nats_server: Any) -> None:
 
 @pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)
 @pytest.mark.parametrize("where", ["content", "forwardedProps"])
-async def test_agui_stream_ends_with_run_error_on_unexpected_error(nats_server: Any, tr: Transport,
-                                                                   where: str) -> None:
+async def test_agui_lone_surrogate_is_refused_before_the_stream(nats_server: Any, tr: Transport,
+                                                                where: str) -> None:
+    """The issue's trigger (a lone surrogate in content or forwardedProps) no longer reaches the
+    producer: the one request decoder (`gateway.json_input`) refuses it as `invalid_json` (HTTP 400,
+    NATS one RUN_ERROR) and nothing is written. Before: the HTTP stream never ended."""
     async with open_stack(nats_server, ["fine"]) as stack:
         body = _agui_body("t1", "r1")
         if where == "content":
@@ -97,12 +100,35 @@ async def test_agui_stream_ends_with_run_error_on_unexpected_error(nats_server: 
             body["forwardedProps"] = {"x": "\ud800"}
         raw = json.dumps(body)  # ASCII escapes: the lone surrogate arrives as `\\ud800`
         answer = await tr.agui(stack, json.loads(raw))
+        assert answer.rejected is not None, answer.events
+        assert answer.rejected["code"] == "invalid_json"
+        assert await stack.events_of("t1") == []
+
+
+@pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)
+async def test_agui_stream_ends_with_run_error_on_unexpected_error(nats_server: Any, tr: Transport,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever the producer raises once the stream is open (here: the translator, with a lone
+    surrogate in the exception text), the stream ends with RUN_ERROR `internal_error` whose text
+    can be encoded. Before: the HTTP stream never ended."""
+    from gateway.adapters import agui
+
+    feed = agui.AguiTranslator.feed
+    calls = {"n": 0}
+
+    def failing_feed(self: Any, item: Any) -> list[Any]:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("unexpected \ud800 failure")
+        return feed(self, item)
+
+    monkeypatch.setattr(agui.AguiTranslator, "feed", failing_feed)
+    async with open_stack(nats_server, ["fine"]) as stack:
+        answer = await tr.agui(stack, _agui_body("t1", "r1"))
         assert answer.events, "the stream must end with an event"
         assert answer.events[-1]["type"] == "RUN_ERROR", answer.events
         assert answer.events[-1]["code"] == "internal_error"
         assert "\ud800" not in json.dumps(answer.events[-1], ensure_ascii=False)
-        if where == "content":  # the run could not record its input: nothing half-written
-            assert await stack.events_of("t1") == []
 
 
 # -- issue #14: the client's reducer ends in the server's state ---------------------------------
