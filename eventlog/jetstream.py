@@ -44,6 +44,7 @@ from .codec import decode_commit, encode_commit
 from .errors import AgentlogError, CommitTooLarge, ServerTooOld, StoreUnavailable, VersionConflict
 from .events import AppendResult, Commit, StoredCommit
 from .ids import validate_id
+from .replicas import log_kept, replicas_target
 from .store import encode_checked
 from .subjects import EVENTS_STREAM, EVENTS_SUBJECTS, event_subject, run_filter, thread_filter
 
@@ -239,7 +240,7 @@ class JetStreamEventStore:
         tls_hostname: str | None = None,
         name: str = "agentlog",
         stream: str = EVENTS_STREAM,
-        replicas: int = 1,
+        replicas: int | None = None,
         duplicate_window: float = 120.0,
         request_timeout: float = 5.0,
         connect_timeout: float = 10.0,
@@ -253,6 +254,8 @@ class JetStreamEventStore:
         `servers`: URL(s) or a client. `creds`: a .creds file; `nkey_seed`: a seed file or the
         seed itself; `token`, `user`/`password`, `tls`/`tls_hostname` as in nats-py. The client
         reconnects forever; every operation is bounded by `request_timeout` (seconds).
+        `replicas`: for a new stream (default 1), or to raise an existing one's; never lowers it
+        (`eventlog.replicas`).
         """
         owns = not isinstance(servers, NATS)
         if isinstance(servers, NATS):
@@ -321,13 +324,13 @@ class JetStreamEventStore:
 
     # -- stream setup -------------------------------------------------------------------------
 
-    def desired_stream_config(self, *, replicas: int = 1, duplicate_window: float = 120.0) -> dict[str, Any]:
+    def desired_stream_config(self, *, replicas: int | None = None, duplicate_window: float = 120.0) -> dict[str, Any]:
         return {
             "name": self.stream,
             "subjects": [EVENTS_SUBJECTS],
             "retention": "limits",
             "storage": "file",
-            "num_replicas": replicas,
+            "num_replicas": replicas or 1,
             "duplicate_window": int(duplicate_window * _NS),
             "discard": "old",
             "max_msgs": -1,
@@ -341,10 +344,11 @@ class JetStreamEventStore:
             "deny_purge": False,
         }
 
-    async def ensure_stream(self, *, replicas: int = 1, duplicate_window: float = 120.0) -> dict[str, Any]:
+    async def ensure_stream(self, *, replicas: int | None = None, duplicate_window: float = 120.0) -> dict[str, Any]:
         """Create the stream, or check an existing one: its subjects and storage must match (we
-        never move data); replicas, duplicate window and direct get are updated if they differ.
-        Limits set by an operator are left alone. Returns the stream config in effect."""
+        never move data); duplicate window and direct get are updated if they differ, replicas
+        only raised when asked (never lowered: `eventlog.replicas`). Limits set by an operator are
+        left alone. Returns the stream config in effect."""
         desired = self.desired_stream_config(replicas=replicas, duplicate_window=duplicate_window)
         info = await self._api(f"$JS.API.STREAM.INFO.{self.stream}", b"")
         if info.error is not None:
@@ -370,9 +374,15 @@ class JetStreamEventStore:
             )
         updates = {
             key: desired[key]
-            for key in ("num_replicas", "duplicate_window", "allow_direct")
+            for key in ("duplicate_window", "allow_direct")
             if current.get(key) != desired[key]
         }
+        existing = int(current.get("num_replicas") or 1)
+        target = replicas_target(existing, replicas)
+        if target is not None:
+            updates["num_replicas"] = target
+        else:
+            log_kept(self.stream, existing, replicas)
         if not updates:
             return current
         current.update(updates)

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import NatsServerNotFound, StoreUnavailable
@@ -76,8 +77,14 @@ class EmbeddedNatsServer:
         host: str = "127.0.0.1",
         max_payload: int | None = None,
         binary: str | None = None,
+        server_name: str = "agentlog-embedded",
+        extra_config: Sequence[str] = (),
     ) -> None:
+        """`extra_config`: more nats-server config lines (e.g. a `cluster {...}` block, an
+        `authorization {...}` block), appended as given."""
         self.data_dir = Path(data_dir).resolve()
+        self.server_name = server_name
+        self.extra_config = list(extra_config)
         self.host = host
         self.port = port or free_port(host)
         self.max_payload = max_payload
@@ -97,7 +104,7 @@ class EmbeddedNatsServer:
     def _write_config(self) -> Path:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         lines = [
-            f'server_name: "agentlog-embedded"',
+            f'server_name: "{self.server_name}"',
             f'host: "{self.host}"',
             f"port: {self.port}",
             f'jetstream {{ store_dir: "{self.data_dir / "jetstream"}" }}',
@@ -105,8 +112,12 @@ class EmbeddedNatsServer:
         ]
         if self.max_payload is not None:
             lines.append(f"max_payload: {self.max_payload}")
+        lines += self.extra_config
         path = self.data_dir / "nats-server.conf"
-        path.write_text("\n".join(lines) + "\n")
+        # 0600: the config may hold credentials (eventlog.auth).
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("\n".join(lines) + "\n")
         return path
 
     @property
@@ -186,6 +197,17 @@ class EmbeddedNatsServer:
             except OSError:
                 return False
         return False
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def kill(self) -> None:
+        """SIGKILL (a crash: nothing is flushed), for chaos tests."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop gracefully (SIGTERM flushes JetStream), kill if it will not go."""

@@ -36,6 +36,7 @@ from eventlog.errors import AgentlogError, InvalidId, StoreUnavailable
 from eventlog.events import AnyEvent, Position, StoredCommit
 from eventlog.ids import validate_id, validate_run_id
 from eventlog.jetstream import JetStreamEventStore
+from eventlog.replicas import REPLICAS_ENV
 from eventlog.server import DEFAULT_DATA_DIR
 from projections import RunView, ThreadView, fold_commits
 from projections.kv import KVViewStore
@@ -85,10 +86,16 @@ DataDirOpt = Annotated[Path, typer.Option(
     "--data-dir", envvar="AGENTLOG_DATA_DIR", help="Data directory of the embedded nats-server.")]
 TimeoutOpt = Annotated[float, typer.Option(
     "--timeout", min=0.1, help="Seconds to wait for NATS to connect / answer before failing.")]
+ReplicasOpt = Annotated[Optional[int], typer.Option(
+    "--replicas", envvar=REPLICAS_ENV, min=1, max=5,
+    help="Replicas of the streams and KV buckets (a cluster: 3). New ones get it (default 1); existing "
+         "ones are raised to it, never lowered.")]
 
 
-def _options(nats: str | None, creds: Path | None, token: str | None, data_dir: Path, timeout: float) -> ConnectionOptions:
-    return ConnectionOptions(nats_url=nats, creds=creds, token=token, data_dir=data_dir, timeout=timeout)
+def _options(nats: str | None, creds: Path | None, token: str | None, data_dir: Path, timeout: float,
+             replicas: int | None = None) -> ConnectionOptions:
+    return ConnectionOptions(nats_url=nats, creds=creds, token=token, data_dir=data_dir, timeout=timeout,
+                             replicas=replicas)
 
 
 # -- logging, output, errors ----------------------------------------------------------------------
@@ -520,7 +527,7 @@ def _replay_logs_quiet() -> Iterator[None]:
 def projections_rebuild(
     as_json: Annotated[bool, typer.Option("--json", help="Print the rebuild result as JSON.")] = False,
     nats_url: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
 ) -> None:
     """Rebuild the thread and run views from seq 1 into a fresh KV generation, then swap it in.
 
@@ -537,7 +544,7 @@ def projections_rebuild(
             def progress(done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total)
 
-            result = await rebuild(store.nc, progress=progress)
+            result = await rebuild(store.nc, progress=progress, replicas=replicas)
             bar.update(task, completed=result.last_seq, total=result.last_seq)
         if as_json:
             _print_json(msgspec.to_builtins(result))
@@ -548,7 +555,7 @@ def projections_rebuild(
                 + (f" ({result.skipped} undecodable commits skipped)" if result.skipped else "")
                 + f" in {result.seconds:.2f}s"))
 
-    _run(_options(nats_url, creds, token, data_dir, timeout), body)
+    _run(_options(nats_url, creds, token, data_dir, timeout, replicas), body)
 
 
 # -- serve / gateway / worker / demo ------------------------------------------------------------
@@ -602,59 +609,32 @@ def serve_cmd(
     app_spec: AppOpt = None, host: HostOpt = "127.0.0.1", port: PortOpt = 8480, tokens: TokensOpt = None,
     concurrency: ConcurrencyOpt = 4,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
 ) -> None:
     """Gateway + worker in one process: HTTP API, NATS service, projections and the runtime."""
-    _serve_role("serve", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout), concurrency)
+    _serve_role("serve", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout, replicas),
+                concurrency)
 
 
 @app.command("gateway")
 def gateway_cmd(
     app_spec: AppOpt = None, host: HostOpt = "127.0.0.1", port: PortOpt = 8480, tokens: TokensOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
 ) -> None:
     """The gateway alone (HTTP + NATS service); commands are queued for `agentlog worker`s."""
-    _serve_role("gateway", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout), 1)
+    _serve_role("gateway", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout, replicas), 1)
 
 
 @app.command("worker")
 def worker_cmd(
     app_spec: AppOpt = None, concurrency: ConcurrencyOpt = 4,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
 ) -> None:
-    """A worker alone: takes commands from the JetStream work queue (runtime.worker.run_worker)."""
-    options = _options(nats, creds, token, data_dir, timeout)
-    source = _guard(lambda: load_app(app_spec)) if app_spec else None
-
-    async def main() -> None:
-        from eventlog.server import EmbeddedNatsServer
-        from runtime import NatsLiveSink
-        from runtime.worker import run_worker
-
-        from .demo import app as demo_factory
-        from .server import build_runtime
-
-        def factory(store: Any) -> Any:
-            return build_runtime(source or demo_factory, store, views=None, live=NatsLiveSink(store.nc))
-
-        def ready(_worker: Any) -> None:
-            _out().print(Text(f"agentlog worker consuming commands from {url}", style="bold"))
-
-        embedded = EmbeddedNatsServer(options.data_dir) if options.embedded else None
-        if embedded is not None:
-            await embedded.astart(timeout=max(options.timeout, 10.0))
-        url = embedded.url if embedded is not None else options.servers()
-        try:
-            await run_worker(url, factory, concurrency=concurrency, ready=ready, creds=options.creds,
-                             token=options.token, connect_timeout=options.timeout,
-                             request_timeout=options.timeout)
-        finally:
-            if embedded is not None:
-                await embedded.astop()
-
-    _run_main(main)
+    """A worker alone: takes commands from the JetStream work queue (runtime.worker.Worker)."""
+    _serve_role("worker", app_spec, "127.0.0.1", 0, None, _options(nats, creds, token, data_dir, timeout, replicas),
+                concurrency)
 
 
 @app.command("demo")
@@ -664,11 +644,11 @@ def demo_cmd(
     keep_running: Annotated[bool, typer.Option("--keep-running", help="Keep the server up after the run.")] = False,
     host: HostOpt = "127.0.0.1", port: PortOpt = 8480, tokens: TokensOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
 ) -> None:
     """Start a server with a demo agent whose deploy waits for your approval (a curl), then show
     the finished run."""
-    options = _options(nats, creds, token, data_dir, timeout)
+    options = _options(nats, creds, token, data_dir, timeout, replicas)
 
     async def main() -> int:
         from .demo import app as demo_factory

@@ -38,6 +38,9 @@ class ConnectionOptions:
     token: str | None = None
     data_dir: Path = DEFAULT_DATA_DIR
     timeout: float = 5.0
+    #: Replicas of the streams and KV buckets this process creates, or raises existing ones to
+    #: (None: 1 for new ones; existing ones are never lowered, see `eventlog.replicas`).
+    replicas: int | None = None
 
     @property
     def embedded(self) -> bool:
@@ -69,6 +72,7 @@ async def open_store(options: ConnectionOptions) -> AsyncIterator[JetStreamEvent
             name="agentlog-cli",
             connect_timeout=options.timeout,
             request_timeout=options.timeout,
+            replicas=options.replicas,
         )
         try:
             yield store

@@ -165,6 +165,7 @@ class Server:
         from projections.kv import KVViewStore
         from projections.runner import ProjectionRunner
         from runtime import NatsLiveSink
+        from runtime.commands import ensure_commands_stream
 
         opts = self.config.connection
         source = _load_source(self.config)  # fail on a bad --app before anything starts
@@ -176,9 +177,11 @@ class Server:
             servers = opts.servers()
         self.store = await JetStreamEventStore.connect(
             servers, creds=opts.creds, token=opts.token, name=f"agentlog-{self.config.role}",
-            connect_timeout=opts.timeout, request_timeout=opts.timeout)
+            connect_timeout=opts.timeout, request_timeout=opts.timeout, replicas=opts.replicas)
         nc = self.store.nc
-        self.views = await KVViewStore.open(nc)
+        if opts.replicas is not None:  # else the defaults are created lazily where they are used
+            await ensure_commands_stream(nc.jetstream(timeout=opts.timeout), replicas=opts.replicas)
+        self.views = await KVViewStore.open(nc, replicas=opts.replicas)
         if self.has_http:
             self.runner = ProjectionRunner(nc, self.views)
             await self.runner.start()
