@@ -79,12 +79,15 @@ class EmbeddedNatsServer:
         binary: str | None = None,
         server_name: str = "agentlog-embedded",
         extra_config: Sequence[str] = (),
+        pass_fds: Sequence[int] = (),
     ) -> None:
         """`extra_config`: more nats-server config lines (e.g. a `cluster {...}` block, an
-        `authorization {...}` block), appended as given."""
+        `authorization {...}` block), appended as given. `pass_fds`: file descriptors the child
+        inherits (the data dir lock, so it stays held while the server lives: eventlog.datadir)."""
         self.data_dir = Path(data_dir).resolve()
         self.server_name = server_name
         self.extra_config = list(extra_config)
+        self.pass_fds = tuple(pass_fds)
         self.host = host
         self.port = port or free_port(host)
         self.max_payload = max_payload
@@ -157,6 +160,7 @@ class EmbeddedNatsServer:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                pass_fds=self.pass_fds,
             )
         finally:
             log.close()
@@ -208,6 +212,11 @@ class EmbeddedNatsServer:
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
+
+    def detach(self) -> None:
+        """Forget the child without stopping it: another process now owns its lifetime
+        (eventlog.datadir, when others still use the server)."""
+        self._proc = None
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop gracefully (SIGTERM flushes JetStream), kill if it will not go."""

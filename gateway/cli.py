@@ -13,9 +13,11 @@ errors (bad ids, unknown run); never a traceback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import aclosing, contextmanager
@@ -32,6 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from eventlog.auth import Role
 from eventlog.errors import AgentlogError, InvalidId, StoreUnavailable
 from eventlog.events import AnyEvent, Position, StoredCommit
 from eventlog.ids import validate_id, validate_run_id
@@ -128,20 +131,42 @@ def _print_json(doc: Any) -> None:
     sys.stdout.flush()
 
 
-def _run(options: ConnectionOptions, body: Callable[[JetStreamEventStore], Awaitable[None]]) -> None:
-    """Run `body` against the store; map errors to one line and an exit code; Ctrl-C exits 0."""
+def _run(options: ConnectionOptions, body: Callable[[JetStreamEventStore], Awaitable[None]],
+         role: Role = "readonly") -> None:
+    """Run `body` against the store (logged in as `role` on the embedded server); map errors to one
+    line and an exit code; Ctrl-C exits 0."""
 
     async def main() -> None:
-        async with open_store(options) as store:
+        async with open_store(options, role) as store:
             await body(store)
 
     _run_main(main)
 
 
+async def _stoppable(main: Callable[[], Awaitable[int | None]]) -> int | None:
+    """`main()`, cancelled by SIGTERM like Ctrl-C: its cleanup (leaving the embedded nats-server,
+    which stops it when this was its last user) runs instead of the process dying on the spot and
+    leaving the server behind. Commands that wait for signals themselves (`serve`) take SIGTERM
+    over while they do."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await main()
+    except asyncio.CancelledError:
+        log.debug("terminated")
+        raise KeyboardInterrupt from None
+    finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGTERM)
+
+
 def _run_main(main: Callable[[], Awaitable[int | None]]) -> None:
     """asyncio.run(main()) with the CLI's error mapping; an int result is the exit code."""
     try:
-        code = asyncio.run(main())  # type: ignore[arg-type]
+        code = asyncio.run(_stoppable(main))
         if code:
             raise typer.Exit(code)
     except KeyboardInterrupt:
@@ -555,7 +580,7 @@ def projections_rebuild(
                 + (f" ({result.skipped} undecodable commits skipped)" if result.skipped else "")
                 + f" in {result.seconds:.2f}s"))
 
-    _run(_options(nats_url, creds, token, data_dir, timeout, replicas), body)
+    _run(_options(nats_url, creds, token, data_dir, timeout, replicas), body, role="gateway")
 
 
 # -- serve / gateway / worker / demo ------------------------------------------------------------

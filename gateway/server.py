@@ -38,15 +38,15 @@ from typing import Any, Literal
 import structlog
 from aiohttp import web
 
+from eventlog.datadir import SharedServer
 from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer
 
 from . import dispatch, nats_service
 from .adapters import nats_routes as adapter_nats_routes
 from .adapters import routes as adapter_routes
 from .adapters import session as adapter_session
 from .app_loader import AppSource, load_app, resolve_app
-from .connection import ConnectionOptions
+from .connection import ConnectionOptions, connect
 from .http.write import write_routes
 
 log = structlog.get_logger("agentlog.server")
@@ -117,7 +117,8 @@ class Server:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        self.embedded: EmbeddedNatsServer | None = None
+        #: This process's share of the data dir's embedded nats-server (None with a NATS URL).
+        self.embedded: SharedServer | None = None
         self.store: JetStreamEventStore | None = None
         self.views: Any = None
         self.runner: Any = None
@@ -169,15 +170,7 @@ class Server:
 
         opts = self.config.connection
         source = _load_source(self.config)  # fail on a bad --app before anything starts
-        if opts.embedded:
-            self.embedded = EmbeddedNatsServer(opts.data_dir)
-            await self.embedded.astart(timeout=max(opts.timeout, 10.0))
-            servers = [self.embedded.url]
-        else:
-            servers = opts.servers()
-        self.store = await JetStreamEventStore.connect(
-            servers, creds=opts.creds, token=opts.token, name=f"agentlog-{self.config.role}",
-            connect_timeout=opts.timeout, request_timeout=opts.timeout, replicas=opts.replicas)
+        self.store, self.embedded = await connect(opts, self.config.role, f"agentlog-{self.config.role}")
         nc = self.store.nc
         if opts.replicas is not None:  # else the defaults are created lazily where they are used
             await ensure_commands_stream(nc.jetstream(timeout=opts.timeout), replicas=opts.replicas)
@@ -290,7 +283,7 @@ class Server:
                 await self.store.close()
             self.store = None
         if self.embedded is not None:
-            await self.embedded.astop()
+            await self.embedded.aclose()
             self.embedded = None
         log.info("server.stopped", role=self.config.role)
 
