@@ -64,6 +64,12 @@ class StoreUnavailable(AgentlogError):
     code = "store_unavailable"
 
 
+class NotAuthorized(StoreUnavailable):
+    """NATS refused the login (no, wrong or revoked credentials). Retrying will not help."""
+
+    code = "nats_unauthorized"
+
+
 class ServerTooOld(AgentlogError):
     code = "server_too_old"
 

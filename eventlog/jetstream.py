@@ -41,7 +41,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from .codec import decode_commit, encode_commit
-from .errors import AgentlogError, CommitTooLarge, ServerTooOld, StoreUnavailable, VersionConflict
+from .errors import AgentlogError, CommitTooLarge, NotAuthorized, ServerTooOld, StoreUnavailable, VersionConflict
 from .events import AppendResult, Commit, StoredCommit
 from .ids import validate_id
 from .replicas import log_kept, replicas_target
@@ -809,19 +809,45 @@ async def _open_connection(
     if tls_hostname is not None:
         options["tls_hostname"] = tls_hostname
     nc = NATS()
+    # nats-py retries a refused login like a network error (forever, with max_reconnect_attempts
+    # -1): notice the refusal in the error callback and fail at once with a typed error.
+    refused: asyncio.Future[Exception] = asyncio.get_running_loop().create_future()
+
+    async def error_cb(exc: Exception) -> None:
+        await _quiet_error_cb(exc)
+        if _AUTH_REFUSED.search(str(exc)) and not refused.done():
+            refused.set_result(exc)
+
+    options["error_cb"] = error_cb
+    connecting = asyncio.ensure_future(nc.connect(**options))
     try:
         # With max_reconnect_attempts=-1 nats-py retries the first connect forever: bound it.
-        await asyncio.wait_for(nc.connect(**options), connect_timeout)
-    except (asyncio.TimeoutError, OSError, nats.errors.Error) as exc:
+        done, _ = await asyncio.wait({connecting, refused}, timeout=connect_timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if connecting in done:
+            connecting.result()
+        elif refused in done:
+            raise NotAuthorized(f"NATS at {', '.join(servers)} refused the login: {refused.result()}; "
+                                "give the credentials of a user allowed to connect (--creds, --token, or the "
+                                "data dir's generated credentials)")
+        else:
+            raise asyncio.TimeoutError()
+    except (asyncio.TimeoutError, OSError, nats.errors.Error, NotAuthorized) as exc:
+        connecting.cancel()
         try:
             await nc.close()
         except Exception:  # noqa: BLE001
             pass
+        if isinstance(exc, NotAuthorized):
+            raise
         raise StoreUnavailable(
             f"cannot connect to NATS at {', '.join(servers)} within {connect_timeout:g}s: "
             f"{str(exc) or type(exc).__name__}"
         ) from None
     return nc
+
+
+_AUTH_REFUSED = re.compile(r"authorization violation|authentication (expired|revoked)|user authentication", re.I)
 
 
 async def flush_subscriptions(nc: NATS, timeout: float = 10.0) -> None:

@@ -1,0 +1,177 @@
+"""One embedded nats-server per data dir (issue #12 item 11), with real `agentlog` processes.
+
+* Two `agentlog serve` on one data dir: the second uses the first one's nats-server (no second
+  server on the same store); a run accepted by the second finishes after the first has stopped,
+  and is in the log afterwards; the last process to leave stops the server.
+* A dead owner: its orphaned nats-server is used (and stopped) by the next command; with the
+  server gone too, the next command takes the lock over and starts a fresh one on the same log.
+* `agentlog demo` stops its nats-server on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+AGENTLOG = str(Path(sys.executable).parent / "agentlog")
+LIMIT = 90
+ENV = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT)])}
+
+
+def nats_servers_of(data: Path) -> list[int]:
+    """pids of the nats-server processes running `data`'s config (whoever started them)."""
+    conf = str(data.resolve() / "nats-server.conf").encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"nats-server" in cmdline and conf in cmdline:
+                pids.append(int(entry.name))
+    return pids
+
+
+async def until(predicate, what: str, limit: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    """Wait (bounded) for a condition about other processes (polled: they cannot signal us)."""
+    async with asyncio.timeout(limit):
+        while not predicate():
+            await asyncio.sleep(0.05)
+
+
+async def start_serve(data: Path) -> tuple[asyncio.subprocess.Process, str]:
+    """`agentlog serve` on `data` (worker_app's agents); returns it and its HTTP URL once up."""
+    proc = await asyncio.create_subprocess_exec(
+        AGENTLOG, "serve", "--port", "0", "--data-dir", str(data), "--tokens", "", "--app", "worker_app:app",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, stdin=asyncio.subprocess.DEVNULL,
+        env=ENV, cwd=str(ROOT))
+    assert proc.stdout is not None
+    banner = ""
+    while "NATS" not in banner:
+        line = (await proc.stdout.readline()).decode()
+        assert line, f"agentlog serve exited: {banner}"
+        banner += line
+    http = re.search(r"HTTP\s+│\s+(http://127\.0\.0\.1:\d+)", banner)
+    assert http, banner
+    return proc, http.group(1)
+
+
+async def stop(proc: asyncio.subprocess.Process) -> int:
+    if proc.returncode is None:
+        proc.send_signal(signal.SIGTERM)
+    async with asyncio.timeout(30):
+        return await proc.wait()
+
+
+def agentlog_runs(data: Path) -> list[dict[str, object]]:
+    out = subprocess.run([AGENTLOG, "runs", "--json", "--data-dir", str(data)], capture_output=True, text=True,
+                         env=ENV, timeout=60, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+async def test_two_serves_on_one_data_dir_share_one_server_and_lose_no_run(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    procs: list[asyncio.subprocess.Process] = []
+    try:
+        async with asyncio.timeout(LIMIT):
+            first, _ = await start_serve(data)
+            procs.append(first)
+            second, url = await start_serve(data)
+            procs.append(second)
+            assert len(nats_servers_of(data)) == 1, "a second nats-server was started on the same store"
+            async with aiohttp.ClientSession(url) as http:
+                async with http.post("/v1/runs", json={"agent_id": "quick", "messages": "hi"}) as r:
+                    assert r.status == 202, await r.text()
+                    run_id = (await r.json())["run_id"]
+            assert await stop(first) == 0  # the first leaves; its server stays for the second
+            assert len(nats_servers_of(data)) == 1
+            # The log (folded by a third process, which uses the same server) has the run, done.
+            while (runs := await asyncio.to_thread(agentlog_runs, data)) != [] and runs[0]["status"] != "done":
+                pass
+            assert [(r["run_id"], r["status"]) for r in runs] == [(run_id, "done")]
+            assert len(nats_servers_of(data)) == 1
+            assert await stop(second) == 0
+            await until(lambda: not nats_servers_of(data), "the last user to stop the server")
+            assert not (data / "server.json").exists()
+            runs = await asyncio.to_thread(agentlog_runs, data)
+            assert [(r["run_id"], r["status"]) for r in runs] == [(run_id, "done")]
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.kill()
+                await p.wait()
+        for pid in nats_servers_of(data):
+            os.kill(pid, signal.SIGKILL)
+
+
+async def test_a_dead_owners_server_is_reused_then_a_free_lock_is_taken_over(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    try:
+        async with asyncio.timeout(LIMIT):
+            owner, url = await start_serve(data)
+            async with aiohttp.ClientSession(url) as http:
+                async with http.post("/v1/runs", json={"agent_id": "quick", "messages": "hi"}) as r:
+                    run_id = (await r.json())["run_id"]
+                while True:
+                    async with http.get(f"/v1/runs/{run_id}") as r:
+                        if r.status == 200 and (await r.json())["status"] == "done":
+                            break
+                    await asyncio.sleep(0.05)
+            [orphan] = nats_servers_of(data)
+            owner.kill()  # SIGKILL: no cleanup; its nats-server lives on, holding the lock
+            await owner.wait()
+            assert nats_servers_of(data) == [orphan]
+            # The next command uses the orphan (no second server) and, as its last user, stops it.
+            assert [r["run_id"] for r in await asyncio.to_thread(agentlog_runs, data)] == [run_id]
+            await until(lambda: not nats_servers_of(data), "the orphaned server to be stopped")
+            # Owner and server both killed: the lock is free, server.json stale; taken over.
+            owner, _ = await start_serve(data)
+            [server] = nats_servers_of(data)
+            owner.kill()
+            os.kill(server, signal.SIGKILL)
+            await owner.wait()
+            await until(lambda: not nats_servers_of(data), "the killed server to go")
+            assert (data / "server.json").exists()  # stale
+            assert [r["run_id"] for r in await asyncio.to_thread(agentlog_runs, data)] == [run_id]
+            assert not nats_servers_of(data)
+    finally:
+        for pid in nats_servers_of(data):
+            os.kill(pid, signal.SIGKILL)
+
+
+async def test_demo_stops_its_nats_server_on_sigterm(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    proc = await asyncio.create_subprocess_exec(
+        AGENTLOG, "demo", "--port", "0", "--data-dir", str(data), "--tokens", "",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, stdin=asyncio.subprocess.DEVNULL,
+        env=ENV, cwd=str(tmp_path))
+    assert proc.stdout is not None
+    try:
+        async with asyncio.timeout(LIMIT):
+            output = ""
+            while "waiting for the decision" not in output:  # the run waits for an approval
+                line = (await proc.stdout.readline()).decode()
+                assert line, output
+                output += line
+            assert len(nats_servers_of(data)) == 1
+            proc.send_signal(signal.SIGTERM)
+            await proc.wait()
+            await until(lambda: not nats_servers_of(data), "demo's nats-server to stop", limit=15)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        for pid in nats_servers_of(data):
+            os.kill(pid, signal.SIGKILL)
