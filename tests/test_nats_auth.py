@@ -47,8 +47,7 @@ def _commit(thread: str) -> Commit:
 
 
 async def _login(url: str, passwords: Mapping[str, str], role: str, **kw: Any) -> JetStreamEventStore:
-    return await JetStreamEventStore.connect(url, user=role, password=passwords[role], request_timeout=1.0,
-                                             connect_timeout=2.0, **kw)
+    return await JetStreamEventStore.connect(url, user=role, password=passwords[role], connect_timeout=2.0, **kw)
 
 
 async def check_roles(url: str, passwords: Mapping[str, str]) -> None:
@@ -60,7 +59,8 @@ async def check_roles(url: str, passwords: Mapping[str, str]) -> None:
 
     worker = await _login(url, passwords, "worker")
     gateway = await _login(url, passwords, "gateway")
-    readonly = await _login(url, passwords, "readonly", setup_stream=False)
+    # A denied publish is dropped by the server (no reply): readonly's writes fail by timeout.
+    readonly = await _login(url, passwords, "readonly", setup_stream=False, request_timeout=0.5)
     try:
         assert (await worker.append(_commit("tw"), 0)).seq == 1  # worker appends
         client = CommandClient(gateway.nc, timeout=2.0)  # gateway appends and queues commands
@@ -80,7 +80,7 @@ async def check_roles(url: str, passwords: Mapping[str, str]) -> None:
         with pytest.raises(StoreUnavailable):
             await readonly.append(_commit("tr"), 0)
         with pytest.raises((nats.errors.Error, asyncio.TimeoutError)):
-            await CommandClient(readonly.nc, timeout=1.0).submit(
+            await CommandClient(readonly.nc, timeout=0.5).submit(
                 StartRun(thread_id="tr", run_id="r2", agent_id="quick", messages=["hi"]))
         await readonly.nc.publish("agentlog.cmd.tr", b"{}")
         await readonly.nc.publish("$KV.agentlog_runs.r1", b"{}")
@@ -91,7 +91,7 @@ async def check_roles(url: str, passwords: Mapping[str, str]) -> None:
 
         # Nobody deletes or purges the log.
         for store in (gateway, worker):
-            sjs = store.nc.jetstream(timeout=1.0)
+            sjs = store.nc.jetstream(timeout=0.5)
             for op in (sjs.delete_stream(EVENTS_STREAM), sjs.purge_stream(EVENTS_STREAM)):
                 with pytest.raises((nats.errors.Error, asyncio.TimeoutError)):
                     await op
@@ -169,5 +169,9 @@ async def test_production_accounts_enforce_the_roles(tmp_path: Path, monkeypatch
         await server.astart()
         try:
             await check_roles(server.url, passwords)
+            # What the README tells production processes to do: the login in AGENTLOG_NATS_URL.
+            url = server.url.replace("nats://", f"nats://worker:{passwords['worker']}@")
+            async with open_store(ConnectionOptions(nats_url=f"{url},{url}")) as store:
+                assert await store.last_seq() == 2
         finally:
             await server.astop()
