@@ -28,23 +28,19 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import bench_workers  # noqa: E402  (its worker app and process helpers)
 
 from eventlog.cluster import LocalCluster, stream_leader  # noqa: E402
 from eventlog.errors import StoreUnavailable  # noqa: E402
 from eventlog.jetstream import JetStreamEventStore  # noqa: E402
 from eventlog.subjects import EVENTS_STREAM  # noqa: E402
-from runtime import AgentSpec, Runtime, tool  # noqa: E402
+from runtime import Runtime  # noqa: E402
 from runtime.commands import CommandClient, StartRun, ensure_commands_stream  # noqa: E402
-from runtime.models.scripted import ScriptedModel, Turn  # noqa: E402
 
 #: Env var naming the file where a worker records `<commit_id> <seq>` of every acked append.
 COMMIT_LOG_ENV = "RELIABILITY_COMMIT_LOG"
-
-
-@tool
-async def work(k: int) -> str:
-    """A tiny unit of work."""
-    return f"worked {k}"
 
 
 class _AckRecordingStore:
@@ -68,28 +64,10 @@ class _AckRecordingStore:
 
 
 def app(store: Any) -> Runtime:
-    """The workers' app: `quick` runs one tool call then answers (4 commits a run)."""
+    """The workers' app: bench_workers' `quick` agent (one tool call, then an answer: 4 commits a
+    run) on a store that records what was acked."""
     path = os.environ.get(COMMIT_LOG_ENV)
-    agent = AgentSpec(id="quick", model="quick", tools=["work"], max_rounds=5)
-    model = ScriptedModel([Turn.tool("work", {"k": 7}), Turn.text("ok")], loop=True, position="conversation")
-    return Runtime(_AckRecordingStore(store, path) if path else store, agents=[agent], tools=[work],
-                   models={"quick": model})
-
-
-async def _spawn(url: str, logdir: Path, i: int, commit_log: Path) -> tuple[asyncio.subprocess.Process, Path]:
-    ready = logdir / f"ready{i}"
-    out = open(logdir / f"w{i}.log", "wb")
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "runtime.worker", "--nats", url, "--app", "reliability_cluster:app",
-            "--concurrency", "8", "--ack-wait", "5", "--shutdown-timeout", "5", "--ready-file", str(ready),
-            stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, cwd=str(ROOT),
-            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "scripts"), str(ROOT)]),
-                 COMMIT_LOG_ENV: str(commit_log)},
-        )
-    finally:
-        out.close()
-    return proc, ready
+    return bench_workers.app(_AckRecordingStore(store, path) if path else store)
 
 
 async def _submit(client: CommandClient, cmd: StartRun, deadline: float) -> None:
@@ -104,19 +82,6 @@ async def _submit(client: CommandClient, cmd: StartRun, deadline: float) -> None
             await asyncio.sleep(0.2)
 
 
-async def _stop(procs: list[asyncio.subprocess.Process]) -> None:
-    for p in procs:
-        if p.returncode is None:
-            p.terminate()
-    for p in procs:
-        try:
-            async with asyncio.timeout(10):
-                await p.wait()
-        except TimeoutError:
-            p.kill()
-            await p.wait()
-
-
 async def chaos(base_dir: Path, *, runs: int = 200, threads: int = 50, workers: int = 2,
                 kill_after: float = 0.25, timeout: float = 150.0) -> dict[str, Any]:
     """The scenario; returns the figures (runs, finished, lost, duplicated, leader_killed, seconds...)."""
@@ -128,7 +93,10 @@ async def chaos(base_dir: Path, *, runs: int = 200, threads: int = 50, workers: 
         store = await JetStreamEventStore.connect(cluster.urls, replicas=3, request_timeout=5.0)
         try:
             await ensure_commands_stream(store.nc.jetstream(timeout=5.0), replicas=3)
-            spawned = [await _spawn(cluster.url, base_dir, i, commit_log) for i in range(workers)]
+            spawned = [await bench_workers.spawn(cluster.url, base_dir, i, 8, app_spec="reliability_cluster:app",
+                                                 extra=("--ack-wait", "5", "--shutdown-timeout", "5"),
+                                                 env={COMMIT_LOG_ENV: str(commit_log)})
+                       for i in range(workers)]
             procs = [p for p, _ in spawned]
             while not all(r.exists() for _, r in spawned):
                 if time.monotonic() > deadline or any(p.returncode is not None for p in procs):
@@ -168,10 +136,10 @@ async def chaos(base_dir: Path, *, runs: int = 200, threads: int = 50, workers: 
                 follower.cancel()
                 await asyncio.gather(follower, return_exceptions=True)
             load_seconds = time.perf_counter() - load_start
-            await _stop(procs)
+            await bench_workers.stop_all(procs)
             log = [(sc.seq, sc.commit) async for sc in _read_all(store)]
         finally:
-            await _stop(procs)
+            await bench_workers.stop_all(procs)
             await store.close()
     by_seq = {seq: commit.commit_id for seq, commit in log}
     acked = [line.split() for line in commit_log.read_text().splitlines()] if commit_log.exists() else []
