@@ -44,7 +44,7 @@ from .codec import decode_commit, encode_commit
 from .errors import AgentlogError, CommitTooLarge, NotAuthorized, ServerTooOld, StoreUnavailable, VersionConflict
 from .events import AppendResult, Commit, StoredCommit
 from .ids import validate_id
-from .replicas import log_kept, replicas_target
+from .replicas import log_kept, replicas_target, wait_replicated
 from .store import encode_checked
 from .subjects import EVENTS_STREAM, EVENTS_SUBJECTS, event_subject, run_filter, thread_filter
 
@@ -389,7 +389,14 @@ class JetStreamEventStore:
         updated = await self._api(f"$JS.API.STREAM.UPDATE.{self.stream}", _json_encoder.encode(current))
         if updated.error is not None:
             raise _api_failure(f"stream update of {sorted(updates)}", updated.error)
+        if target is not None:
+            await wait_replicated(self.stream, target, self._peer_state)
         return updated.config or current
+
+    async def _peer_state(self) -> tuple[bool, list[bool]]:
+        reply = await self._nc.request(f"$JS.API.STREAM.INFO.{self.stream}", b"", timeout=self.request_timeout)
+        cluster = (msgspec.json.decode(reply.data).get("cluster") or {})
+        return bool(cluster.get("leader")), [bool(p.get("current")) for p in cluster.get("replicas") or []]
 
     # -- EventStore ---------------------------------------------------------------------------
 

@@ -13,8 +13,11 @@ The rule, in one place for the events stream, the command work queue and every K
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -65,7 +68,31 @@ async def raise_replicas(js: Any, stream: str, requested: int | None) -> int:
     info.config.num_replicas = target
     await js.update_stream(info.config)
     log.info("stream %s replicas raised from %d to %d", stream, existing, target)
+
+    async def peers() -> tuple[bool, list[bool]]:
+        cluster = (await js.stream_info(stream)).cluster
+        return bool(cluster and cluster.leader), [bool(p.current) for p in (cluster.replicas or [])] if cluster else []
+
+    await wait_replicated(stream, target, peers)
     return target
 
 
-__all__ = ["REPLICAS_ENV", "log_kept", "raise_replicas", "replicas_from_env", "replicas_target"]
+#: (has a leader, `current` of each follower) of a stream.
+PeerState = Callable[[], Awaitable[tuple[bool, list[bool]]]]
+
+
+async def wait_replicated(stream: str, target: int, peers: PeerState, timeout: float = 15.0) -> None:
+    """After raising replicas, wait (bounded) until the stream has a leader and `target - 1`
+    current followers: right after the update the new peers are still catching up, and the
+    server refuses new consumers meanwhile ("insufficient resources"). Gives up with a warning."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        leader, followers = await peers()
+        if leader and len(followers) >= target - 1 and all(followers):
+            return
+        await asyncio.sleep(0.1)
+    log.warning("stream %s: %d replicas not all current after %.0fs", stream, target, timeout)
+
+
+__all__ = ["REPLICAS_ENV", "PeerState", "log_kept", "raise_replicas", "replicas_from_env", "replicas_target",
+           "wait_replicated"]

@@ -138,6 +138,7 @@ async def chaos(base_dir: Path, *, runs: int = 200, threads: int = 50, workers: 
             load_seconds = time.perf_counter() - load_start
             await bench_workers.stop_all(procs)
             log = [(sc.seq, sc.commit) async for sc in _read_all(store)]
+            in_stream = (await store.nc.jetstream(timeout=5.0).stream_info(EVENTS_STREAM)).state.messages
         finally:
             await bench_workers.stop_all(procs)
             await store.close()
@@ -150,6 +151,7 @@ async def chaos(base_dir: Path, *, runs: int = 200, threads: int = 50, workers: 
     duplicated = sum(n - 1 for n in ids.values() if n > 1) + sum(n - 1 for n in finished_in_log.values() if n > 1)
     return {"runs": len(commands), "finished": sum(1 for c in commands if finished_in_log[c.run_id] >= 1),
             "lost": lost, "duplicated": duplicated, "acked_commits": len(acked), "commits": len(log),
+            "stream_messages": in_stream,
             "leader_killed": leader or None, "workers": workers, "load_seconds": round(load_seconds, 2),
             "seconds": round(time.perf_counter() - t0, 2)}
 
