@@ -31,7 +31,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from eventlog.errors import AgentlogError, VersionConflict
+from eventlog.errors import AgentlogError, StoreUnavailable, VersionConflict
 from eventlog.events import (
     AnyEvent,
     Commit,
@@ -761,9 +761,14 @@ class RunLoop:
                     await self._steps()
             except _Cancelled:
                 await self._finish_cancelled()
-            except (RunConflict, asyncio.CancelledError):
+            except (RunConflict, StoreUnavailable, asyncio.CancelledError):
+                # StoreUnavailable: whether the failed commit landed is unknown, and the context
+                # already holds its events, so finishing here could commit e.g. the cancel of a
+                # call whose start never reached the log (seen when a cluster lost its stream
+                # leader). Left running instead: the worker's command is redelivered and the run
+                # resumes from what the log really holds.
                 raise
-            except Exception as exc:  # plugin bugs, invalid plugin patches, store errors...
+            except Exception as exc:  # plugin bugs, invalid plugin patches, other errors...
                 if self.ctx.finished is not None:
                     raise
                 self.log.exception("run.error")

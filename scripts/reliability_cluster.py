@@ -149,11 +149,29 @@ async def chaos(base_dir: Path, *, runs: int = 200, threads: int = 50, workers: 
     finished_in_log = Counter(commit.run_id for _, commit in log
                               if any(type(e).__name__ == "RunFinished" for e in commit.events))
     duplicated = sum(n - 1 for n in ids.values() if n > 1) + sum(n - 1 for n in finished_in_log.values() if n > 1)
+    broken = _broken_runs(log)
     return {"runs": len(commands), "finished": sum(1 for c in commands if finished_in_log[c.run_id] >= 1),
             "lost": lost, "duplicated": duplicated, "acked_commits": len(acked), "commits": len(log),
-            "stream_messages": in_stream,
+            "stream_messages": in_stream, "broken_runs": len(broken),
             "leader_killed": leader or None, "workers": workers, "load_seconds": round(load_seconds, 2),
             "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def _broken_runs(log: list[tuple[int, Any]]) -> set[str]:
+    """Runs the log tells an inconsistent story of: a call completed that never started, or an
+    end other than natural_end (e.g. an error finish commit written in the middle of a failover)."""
+    started: set[tuple[str, str]] = set()
+    broken: set[str] = set()
+    for _, commit in log:
+        for event in commit.events:
+            kind = type(event).__name__
+            if kind == "ToolCallStarted":
+                started.add((commit.run_id, event.call_id))
+            elif kind == "ToolCallCompleted" and (commit.run_id, event.call_id) not in started:
+                broken.add(commit.run_id)
+            elif kind == "RunFinished" and event.termination.type != "natural_end":
+                broken.add(commit.run_id)
+    return broken
 
 
 async def _read_all(store: JetStreamEventStore) -> Any:
@@ -178,6 +196,7 @@ async def run(quick: bool) -> tuple[list[tuple[str, str]], dict[str, Any]]:
         ("commits acked to workers / in log", f"{figures['acked_commits']} / {figures['commits']}"),
         ("lost commits", str(figures["lost"])),
         ("duplicated commits", str(figures["duplicated"])),
+        ("runs with an inconsistent log / not natural_end", str(figures["broken_runs"])),
         ("seconds (load / total)", f"{figures['load_seconds']:.1f} / {figures['seconds']:.1f}"),
     ]
     return rows, figures

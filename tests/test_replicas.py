@@ -84,3 +84,5 @@ async def test_cluster_survives_a_killed_stream_leader_without_losing_or_duplica
     # The whole stream was read back (so "lost" compared every acked commit with all of it).
     assert figures["commits"] == figures["stream_messages"] > 0 and figures["acked_commits"] > 0, figures
     assert (figures["finished"], figures["lost"], figures["duplicated"]) == (200, 0, 0), figures
+    # Every run's log is whole (no call completed that never started) and it ended naturally.
+    assert figures["broken_runs"] == 0, figures
