@@ -82,6 +82,8 @@ async def check_roles(url: str, passwords: Mapping[str, str]) -> None:
         with pytest.raises((nats.errors.Error, asyncio.TimeoutError)):
             await CommandClient(readonly.nc, timeout=0.5).submit(
                 StartRun(thread_id="tr", run_id="r2", agent_id="quick", messages=["hi"]))
+        with pytest.raises((nats.errors.Error, asyncio.TimeoutError)):  # nor read the command queue
+            await readonly.nc.jetstream(timeout=0.5).pull_subscribe("agentlog.cmd.>", stream=COMMANDS_STREAM)
         await readonly.nc.publish("agentlog.cmd.tr", b"{}")
         await readonly.nc.publish("$KV.agentlog_runs.r1", b"{}")
         await readonly.nc.flush()
