@@ -70,6 +70,12 @@ class NotAuthorized(StoreUnavailable):
     code = "nats_unauthorized"
 
 
+class PermissionDenied(AgentlogError):
+    """NATS denied a publish of this connection's user (e.g. the readonly role appending)."""
+
+    code = "permission_denied"
+
+
 class ServerTooOld(AgentlogError):
     code = "server_too_old"
 

@@ -30,6 +30,7 @@ import os
 import re
 import ssl
 import time
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,15 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from .codec import decode_commit, encode_commit
-from .errors import AgentlogError, CommitTooLarge, NotAuthorized, ServerTooOld, StoreUnavailable, VersionConflict
+from .errors import (
+    AgentlogError,
+    CommitTooLarge,
+    NotAuthorized,
+    PermissionDenied,
+    ServerTooOld,
+    StoreUnavailable,
+    VersionConflict,
+)
 from .events import AppendResult, Commit, StoredCommit
 from .ids import validate_id
 from .replicas import log_kept, replicas_target, wait_replicated
@@ -162,14 +171,20 @@ async def _quiet_error_cb(exc: Exception) -> None:
     log.debug("nats: %s", exc)
 
 
+#: Connection -> its store's handler of denied publishes (see `_open_connection`'s error callback).
+_DENIED_HOOKS: weakref.WeakKeyDictionary[NATS, weakref.WeakMethod[Any]] = weakref.WeakKeyDictionary()
+_DENIED = re.compile(r"permissions violation for publish to \W?([^\s\"']+)", re.I)
+
+
 class _Waiter:
     """A request waiting for its single reply."""
 
-    __slots__ = ("done", "deadline")
+    __slots__ = ("done", "deadline", "subject")
 
-    def __init__(self, deadline: float) -> None:
+    def __init__(self, deadline: float, subject: str = "") -> None:
         self.done: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
         self.deadline = deadline
+        self.subject = subject
 
 
 class _Batch:
@@ -223,6 +238,16 @@ class JetStreamEventStore:
         self._waiters: dict[str, _Waiter | _Batch] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
+        _DENIED_HOOKS[nc] = weakref.WeakMethod(self._on_denied)
+
+    def _on_denied(self, subject: str) -> None:
+        """The server refused a publish of ours (it sends no reply): fail the requests waiting on
+        that subject at once with a typed error instead of letting them time out."""
+        for waiter in list(self._waiters.values()):
+            if isinstance(waiter, _Waiter) and waiter.subject == subject and not waiter.done.done():
+                waiter.done.set_exception(PermissionDenied(
+                    f"NATS denied this connection's user publishing to {subject!r}: the user's role does "
+                    "not allow it (e.g. readonly cannot append or queue commands)"))
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -486,7 +511,7 @@ class JetStreamEventStore:
             await self._wait_connected(deadline, what)
         self._next_token += 1
         token = str(self._next_token)
-        waiter = _Waiter(deadline)
+        waiter = _Waiter(deadline, subject)
         self._waiters[token] = waiter
         try:
             await self._nc.publish(subject, payload, reply=self._reply_prefix + token, headers=headers)
@@ -824,6 +849,11 @@ async def _open_connection(
         await _quiet_error_cb(exc)
         if _AUTH_REFUSED.search(str(exc)) and not refused.done():
             refused.set_result(exc)
+        denied = _DENIED.search(str(exc))
+        hook = _DENIED_HOOKS.get(nc)
+        handler = hook() if hook is not None else None
+        if denied and handler is not None:
+            handler(denied.group(1))
 
     options["error_cb"] = error_cb
     connecting = asyncio.ensure_future(nc.connect(**options))

@@ -26,7 +26,7 @@ import nats.errors
 import pytest
 
 from eventlog import auth
-from eventlog.errors import StoreUnavailable
+from eventlog.errors import PermissionDenied, StoreUnavailable
 from eventlog.events import Commit, MessageAppended, ThreadCreated
 from eventlog.ids import new_id
 from eventlog.jetstream import JetStreamEventStore
@@ -59,8 +59,7 @@ async def check_roles(url: str, passwords: Mapping[str, str]) -> None:
 
     worker = await _login(url, passwords, "worker")
     gateway = await _login(url, passwords, "gateway")
-    # A denied publish is dropped by the server (no reply): readonly's writes fail by timeout.
-    readonly = await _login(url, passwords, "readonly", setup_stream=False, request_timeout=0.5)
+    readonly = await _login(url, passwords, "readonly", setup_stream=False)
     try:
         assert (await worker.append(_commit("tw"), 0)).seq == 1  # worker appends
         client = CommandClient(gateway.nc, timeout=2.0)  # gateway appends and queues commands
@@ -77,8 +76,9 @@ async def check_roles(url: str, passwords: Mapping[str, str]) -> None:
             assert sc.seq == 2
             break
         # ... but cannot append, queue a command, or write KV: nothing lands.
-        with pytest.raises(StoreUnavailable):
-            await readonly.append(_commit("tr"), 0)
+        with pytest.raises(PermissionDenied):  # typed and at once, not after the 5 s request timeout
+            await asyncio.wait_for(readonly.append(_commit("tr"), 0), 2.5)
+        # (nats-py's own JetStream calls get no reply to a denied publish: they time out)
         with pytest.raises((nats.errors.Error, asyncio.TimeoutError)):
             await CommandClient(readonly.nc, timeout=0.5).submit(
                 StartRun(thread_id="tr", run_id="r2", agent_id="quick", messages=["hi"]))
