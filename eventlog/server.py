@@ -161,6 +161,10 @@ class EmbeddedNatsServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 pass_fds=self.pass_fds,
+                # Its own session: a Ctrl-C (SIGINT to the terminal's process group) or `timeout`'s
+                # group-wide SIGTERM must not stop the server under us, and under the other
+                # processes sharing it (eventlog.datadir); we stop it ourselves, last.
+                start_new_session=True,
             )
         finally:
             log.close()

@@ -151,8 +151,13 @@ async def _stoppable(main: Callable[[], Awaitable[int | None]]) -> int | None:
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
+
+    def terminate() -> None:  # once: a second SIGTERM must not cut the cleanup short
+        loop.add_signal_handler(signal.SIGTERM, lambda: None)
+        task.cancel()
+
     with contextlib.suppress(NotImplementedError, RuntimeError):
-        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        loop.add_signal_handler(signal.SIGTERM, terminate)
     try:
         return await main()
     except asyncio.CancelledError:
