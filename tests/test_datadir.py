@@ -50,12 +50,13 @@ async def until(predicate, what: str, limit: float = 30.0) -> None:  # type: ign
             await asyncio.sleep(0.05)
 
 
-async def start_serve(data: Path) -> tuple[asyncio.subprocess.Process, str]:
-    """`agentlog serve` on `data` (worker_app's agents); returns it and its HTTP URL once up."""
+async def start_serve(data: Path, *, own_group: bool = False) -> tuple[asyncio.subprocess.Process, str]:
+    """`agentlog serve` on `data` (worker_app's agents); returns it and its HTTP URL once up.
+    `own_group`: in its own process group, as a command in a terminal is (for Ctrl-C)."""
     proc = await asyncio.create_subprocess_exec(
         AGENTLOG, "serve", "--port", "0", "--data-dir", str(data), "--tokens", "", "--app", "worker_app:app",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, stdin=asyncio.subprocess.DEVNULL,
-        env=ENV, cwd=str(ROOT))
+        env=ENV, cwd=str(ROOT), start_new_session=own_group)
     assert proc.stdout is not None
     banner = ""
     while "NATS" not in banner:
@@ -107,6 +108,38 @@ async def test_two_serves_on_one_data_dir_share_one_server_and_lose_no_run(tmp_p
             assert not (data / "server.json").exists()
             runs = await asyncio.to_thread(agentlog_runs, data)
             assert [(r["run_id"], r["status"]) for r in runs] == [(run_id, "done")]
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.kill()
+                await p.wait()
+        for pid in nats_servers_of(data):
+            os.kill(pid, signal.SIGKILL)
+
+
+async def test_ctrl_c_on_the_first_serve_leaves_the_shared_server_to_the_second(tmp_path: Path) -> None:
+    """Ctrl-C in a terminal signals the whole process group: the nats-server the first serve
+    started must not get it (it serves the second serve too)."""
+    data = tmp_path / "data"
+    procs: list[asyncio.subprocess.Process] = []
+    try:
+        async with asyncio.timeout(LIMIT):
+            first, _ = await start_serve(data, own_group=True)
+            procs.append(first)
+            second, url = await start_serve(data)
+            procs.append(second)
+            os.killpg(first.pid, signal.SIGINT)  # the terminal's Ctrl-C
+            assert await first.wait() == 0
+            assert len(nats_servers_of(data)) == 1
+            async with aiohttp.ClientSession(url) as http:
+                async with http.post("/v1/runs", json={"agent_id": "quick", "messages": "hi"}) as r:
+                    assert r.status == 202, await r.text()
+                    run_id = (await r.json())["run_id"]
+            while (runs := await asyncio.to_thread(agentlog_runs, data)) != [] and runs[0]["status"] != "done":
+                pass
+            assert [(r["run_id"], r["status"]) for r in runs] == [(run_id, "done")]
+            assert await stop(second) == 0
+            await until(lambda: not nats_servers_of(data), "the last user to stop the server")
     finally:
         for p in procs:
             if p.returncode is None:
