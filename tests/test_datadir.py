@@ -11,12 +11,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -82,32 +84,30 @@ def agentlog_runs(data: Path) -> list[dict[str, object]]:
     return json.loads(out.stdout)
 
 
-async def test_two_serves_on_one_data_dir_share_one_server_and_lose_no_run(tmp_path: Path) -> None:
-    data = tmp_path / "data"
+async def start_run(url: str) -> str:
+    """POST /v1/runs (worker_app's `quick` agent); the accepted run's id."""
+    async with aiohttp.ClientSession(url) as http:
+        async with http.post("/v1/runs", json={"agent_id": "quick", "messages": "hi"}) as r:
+            assert r.status == 202, await r.text()
+            return str((await r.json())["run_id"])
+
+
+async def finished_runs(data: Path) -> list[tuple[object, object]]:
+    """(run_id, status) of the log's runs once the newest is done, read by `agentlog runs` (a
+    process of its own, using the data dir's running server)."""
+    while (runs := await asyncio.to_thread(agentlog_runs, data)) != [] and runs[0]["status"] != "done":
+        pass
+    return [(r["run_id"], r["status"]) for r in runs]
+
+
+@contextlib.asynccontextmanager
+async def processes(data: Path) -> AsyncIterator[list[asyncio.subprocess.Process]]:
+    """The test's agentlog processes (put them in the list), and whatever nats-server runs `data`,
+    killed at the end whatever happened; the body is bounded by LIMIT."""
     procs: list[asyncio.subprocess.Process] = []
     try:
         async with asyncio.timeout(LIMIT):
-            first, _ = await start_serve(data)
-            procs.append(first)
-            second, url = await start_serve(data)
-            procs.append(second)
-            assert len(nats_servers_of(data)) == 1, "a second nats-server was started on the same store"
-            async with aiohttp.ClientSession(url) as http:
-                async with http.post("/v1/runs", json={"agent_id": "quick", "messages": "hi"}) as r:
-                    assert r.status == 202, await r.text()
-                    run_id = (await r.json())["run_id"]
-            assert await stop(first) == 0  # the first leaves; its server stays for the second
-            assert len(nats_servers_of(data)) == 1
-            # The log (folded by a third process, which uses the same server) has the run, done.
-            while (runs := await asyncio.to_thread(agentlog_runs, data)) != [] and runs[0]["status"] != "done":
-                pass
-            assert [(r["run_id"], r["status"]) for r in runs] == [(run_id, "done")]
-            assert len(nats_servers_of(data)) == 1
-            assert await stop(second) == 0
-            await until(lambda: not nats_servers_of(data), "the last user to stop the server")
-            assert not (data / "server.json").exists()
-            runs = await asyncio.to_thread(agentlog_runs, data)
-            assert [(r["run_id"], r["status"]) for r in runs] == [(run_id, "done")]
+            yield procs
     finally:
         for p in procs:
             if p.returncode is None:
@@ -115,96 +115,87 @@ async def test_two_serves_on_one_data_dir_share_one_server_and_lose_no_run(tmp_p
                 await p.wait()
         for pid in nats_servers_of(data):
             os.kill(pid, signal.SIGKILL)
+
+
+async def test_two_serves_on_one_data_dir_share_one_server_and_lose_no_run(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    async with processes(data) as procs:
+        first, _ = await start_serve(data)
+        procs.append(first)
+        second, url = await start_serve(data)
+        procs.append(second)
+        assert len(nats_servers_of(data)) == 1, "a second nats-server was started on the same store"
+        run_id = await start_run(url)
+        assert await stop(first) == 0  # the first leaves; its server stays for the second
+        assert len(nats_servers_of(data)) == 1
+        assert await finished_runs(data) == [(run_id, "done")]
+        assert len(nats_servers_of(data)) == 1
+        assert await stop(second) == 0
+        await until(lambda: not nats_servers_of(data), "the last user to stop the server")
+        assert not (data / "server.json").exists()
+        assert await finished_runs(data) == [(run_id, "done")]
 
 
 async def test_ctrl_c_on_the_first_serve_leaves_the_shared_server_to_the_second(tmp_path: Path) -> None:
     """Ctrl-C in a terminal signals the whole process group: the nats-server the first serve
     started must not get it (it serves the second serve too)."""
     data = tmp_path / "data"
-    procs: list[asyncio.subprocess.Process] = []
-    try:
-        async with asyncio.timeout(LIMIT):
-            first, _ = await start_serve(data, own_group=True)
-            procs.append(first)
-            second, url = await start_serve(data)
-            procs.append(second)
-            os.killpg(first.pid, signal.SIGINT)  # the terminal's Ctrl-C
-            assert await first.wait() == 0
-            assert len(nats_servers_of(data)) == 1
-            async with aiohttp.ClientSession(url) as http:
-                async with http.post("/v1/runs", json={"agent_id": "quick", "messages": "hi"}) as r:
-                    assert r.status == 202, await r.text()
-                    run_id = (await r.json())["run_id"]
-            while (runs := await asyncio.to_thread(agentlog_runs, data)) != [] and runs[0]["status"] != "done":
-                pass
-            assert [(r["run_id"], r["status"]) for r in runs] == [(run_id, "done")]
-            assert await stop(second) == 0
-            await until(lambda: not nats_servers_of(data), "the last user to stop the server")
-    finally:
-        for p in procs:
-            if p.returncode is None:
-                p.kill()
-                await p.wait()
-        for pid in nats_servers_of(data):
-            os.kill(pid, signal.SIGKILL)
+    async with processes(data) as procs:
+        first, _ = await start_serve(data, own_group=True)
+        procs.append(first)
+        second, url = await start_serve(data)
+        procs.append(second)
+        os.killpg(first.pid, signal.SIGINT)  # the terminal's Ctrl-C
+        assert await first.wait() == 0
+        assert len(nats_servers_of(data)) == 1
+        run_id = await start_run(url)
+        assert await finished_runs(data) == [(run_id, "done")]
+        assert await stop(second) == 0
+        await until(lambda: not nats_servers_of(data), "the last user to stop the server")
 
 
 async def test_a_dead_owners_server_is_reused_then_a_free_lock_is_taken_over(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    try:
-        async with asyncio.timeout(LIMIT):
-            owner, url = await start_serve(data)
-            async with aiohttp.ClientSession(url) as http:
-                async with http.post("/v1/runs", json={"agent_id": "quick", "messages": "hi"}) as r:
-                    run_id = (await r.json())["run_id"]
-                while True:
-                    async with http.get(f"/v1/runs/{run_id}") as r:
-                        if r.status == 200 and (await r.json())["status"] == "done":
-                            break
-                    await asyncio.sleep(0.05)
-            [orphan] = nats_servers_of(data)
-            owner.kill()  # SIGKILL: no cleanup; its nats-server lives on, holding the lock
-            await owner.wait()
-            assert nats_servers_of(data) == [orphan]
-            # The next command uses the orphan (no second server) and, as its last user, stops it.
-            assert [r["run_id"] for r in await asyncio.to_thread(agentlog_runs, data)] == [run_id]
-            await until(lambda: not nats_servers_of(data), "the orphaned server to be stopped")
-            # Owner and server both killed: the lock is free, server.json stale; taken over.
-            owner, _ = await start_serve(data)
-            [server] = nats_servers_of(data)
-            owner.kill()
-            os.kill(server, signal.SIGKILL)
-            await owner.wait()
-            await until(lambda: not nats_servers_of(data), "the killed server to go")
-            assert (data / "server.json").exists()  # stale
-            assert [r["run_id"] for r in await asyncio.to_thread(agentlog_runs, data)] == [run_id]
-            assert not nats_servers_of(data)
-    finally:
-        for pid in nats_servers_of(data):
-            os.kill(pid, signal.SIGKILL)
+    async with processes(data) as procs:
+        owner, url = await start_serve(data)
+        procs.append(owner)
+        run_id = await start_run(url)
+        assert await finished_runs(data) == [(run_id, "done")]
+        [orphan] = nats_servers_of(data)
+        owner.kill()  # SIGKILL: no cleanup; its nats-server lives on, holding the lock
+        await owner.wait()
+        assert nats_servers_of(data) == [orphan]
+        # The next command uses the orphan (no second server) and, as its last user, stops it.
+        assert await finished_runs(data) == [(run_id, "done")]
+        await until(lambda: not nats_servers_of(data), "the orphaned server to be stopped")
+        # Owner and server both killed: the lock is free, server.json stale; taken over.
+        owner, _ = await start_serve(data)
+        procs.append(owner)
+        [server] = nats_servers_of(data)
+        owner.kill()
+        os.kill(server, signal.SIGKILL)
+        await owner.wait()
+        await until(lambda: not nats_servers_of(data), "the killed server to go")
+        assert (data / "server.json").exists()  # stale
+        assert await finished_runs(data) == [(run_id, "done")]
+        assert not nats_servers_of(data)
 
 
 async def test_demo_stops_its_nats_server_on_sigterm(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    proc = await asyncio.create_subprocess_exec(
-        AGENTLOG, "demo", "--port", "0", "--data-dir", str(data), "--tokens", "",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, stdin=asyncio.subprocess.DEVNULL,
-        env=ENV, cwd=str(tmp_path))
-    assert proc.stdout is not None
-    try:
-        async with asyncio.timeout(LIMIT):
-            output = ""
-            while "waiting for the decision" not in output:  # the run waits for an approval
-                line = (await proc.stdout.readline()).decode()
-                assert line, output
-                output += line
-            assert len(nats_servers_of(data)) == 1
-            proc.send_signal(signal.SIGTERM)
-            await proc.wait()
-            await until(lambda: not nats_servers_of(data), "demo's nats-server to stop", limit=15)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-        for pid in nats_servers_of(data):
-            os.kill(pid, signal.SIGKILL)
+    async with processes(data) as procs:
+        proc = await asyncio.create_subprocess_exec(
+            AGENTLOG, "demo", "--port", "0", "--data-dir", str(data), "--tokens", "",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, stdin=asyncio.subprocess.DEVNULL,
+            env=ENV, cwd=str(tmp_path))
+        procs.append(proc)
+        assert proc.stdout is not None
+        output = ""
+        while "waiting for the decision" not in output:  # the run waits for an approval
+            line = (await proc.stdout.readline()).decode()
+            assert line, output
+            output += line
+        assert len(nats_servers_of(data)) == 1
+        proc.send_signal(signal.SIGTERM)
+        await proc.wait()
+        await until(lambda: not nats_servers_of(data), "demo's nats-server to stop", limit=15)
