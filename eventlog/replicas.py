@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -24,17 +23,6 @@ log = logging.getLogger(__name__)
 
 #: Environment variable for the replica count when `--replicas` is not given.
 REPLICAS_ENV = "AGENTLOG_REPLICAS"
-
-
-def replicas_from_env() -> int | None:
-    """`AGENTLOG_REPLICAS` as an int (None when unset or empty); a bad value is a ValueError."""
-    raw = os.environ.get(REPLICAS_ENV, "").strip()
-    if not raw:
-        return None
-    value = int(raw)
-    if not 1 <= value <= 5:
-        raise ValueError(f"{REPLICAS_ENV}={raw!r}: replicas must be 1..5")
-    return value
 
 
 def replicas_target(existing: int | None, requested: int | None) -> int | None:
@@ -94,5 +82,5 @@ async def wait_replicated(stream: str, target: int, peers: PeerState, timeout: f
     log.warning("stream %s: %d replicas not all current after %.0fs", stream, target, timeout)
 
 
-__all__ = ["REPLICAS_ENV", "PeerState", "log_kept", "raise_replicas", "replicas_from_env", "replicas_target",
+__all__ = ["REPLICAS_ENV", "PeerState", "log_kept", "raise_replicas", "replicas_target",
            "wait_replicated"]

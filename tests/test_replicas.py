@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,7 @@ async def _ensure_all(replicas: int | None, cluster: LocalCluster) -> dict[str, 
         await store.close()
 
 
-async def test_replicas_flag_raises_and_nothing_lowers_them(tmp_path: Path) -> None:
+async def test_replicas_flag_raises_and_nothing_lowers_them(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     async with LocalCluster(tmp_path / "cluster", 3) as cluster:
         assert set((await _ensure_all(None, cluster)).values()) == {1}  # created with the default
         # `agentlog gateway --replicas 3` (its assembly) raises them all.
@@ -71,7 +72,10 @@ async def test_replicas_flag_raises_and_nothing_lowers_them(tmp_path: Path) -> N
             assert set((await _replicas(gateway.store.nc)).values()) == {3}
         # A process with the default (any CLI command), and one asking for fewer, keep R3.
         assert set((await _ensure_all(None, cluster)).values()) == {3}
-        assert set((await _ensure_all(1, cluster)).values()) == {3}
+        with caplog.at_level(logging.WARNING, logger="eventlog.replicas"):
+            assert set((await _ensure_all(1, cluster)).values()) == {3}
+        kept = [r.getMessage() for r in caplog.records if "keeps its 3 replicas (asked for 1)" in r.getMessage()]
+        assert len(kept) == 2 + len(KV_STREAMS), kept  # each stream says what it kept
         async with open_store(ConnectionOptions(nats_url=cluster.url)) as store:  # the CLI's own path
             await CommandClient(store.nc).ensure_stream()
             await KVViewStore.open(store.nc)
