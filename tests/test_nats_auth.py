@@ -16,6 +16,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,11 @@ async def test_production_accounts_enforce_the_roles(tmp_path: Path, monkeypatch
         await server.astart()
         try:
             await check_roles(server.url, passwords)
+            # The CLI without a login: one typed line, at once (not a connect timeout).
+            agentlog = str(Path(sys.executable).parent / "agentlog")
+            cli = await asyncio.to_thread(subprocess.run, [agentlog, "runs", "--nats", server.url, "--timeout", "30"],
+                                          capture_output=True, text=True, timeout=25, stdin=subprocess.DEVNULL)
+            assert cli.returncode == 1 and "error [nats_unauthorized]" in cli.stderr, cli.stderr
             # What the README tells production processes to do: the login in AGENTLOG_NATS_URL.
             url = server.url.replace("nats://", f"nats://worker:{passwords['worker']}@")
             async with open_store(ConnectionOptions(nats_url=f"{url},{url}")) as store:
