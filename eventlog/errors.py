@@ -64,6 +64,18 @@ class StoreUnavailable(AgentlogError):
     code = "store_unavailable"
 
 
+class NotAuthorized(StoreUnavailable):
+    """NATS refused the login (no, wrong or revoked credentials). Retrying will not help."""
+
+    code = "nats_unauthorized"
+
+
+class PermissionDenied(AgentlogError):
+    """NATS denied a publish of this connection's user (e.g. the readonly role appending)."""
+
+    code = "permission_denied"
+
+
 class ServerTooOld(AgentlogError):
     code = "server_too_old"
 

@@ -30,6 +30,7 @@ import os
 import re
 import ssl
 import time
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,10 +43,19 @@ from nats.aio.msg import Msg
 
 from .codec import decode_commit, encode_commit
 from .payloads import ObjectStoreBlobs, has_refs, offload, resolve
-from .errors import AgentlogError, CommitTooLarge, ServerTooOld, StoreUnavailable, VersionConflict
+from .errors import (
+    AgentlogError,
+    CommitTooLarge,
+    NotAuthorized,
+    PermissionDenied,
+    ServerTooOld,
+    StoreUnavailable,
+    VersionConflict,
+)
 from .events import AppendResult, Commit, StoredCommit
 from .headers import LeanHeadersClient
 from .ids import validate_id
+from .replicas import log_kept, replicas_target, wait_replicated
 from .store import encode_checked
 from .subjects import EVENTS_STREAM, EVENTS_SUBJECTS, event_subject, run_filter, thread_filter
 
@@ -163,14 +173,20 @@ async def _quiet_error_cb(exc: Exception) -> None:
     log.debug("nats: %s", exc)
 
 
+#: Connection -> its store's handler of denied publishes (see `_open_connection`'s error callback).
+_DENIED_HOOKS: weakref.WeakKeyDictionary[NATS, weakref.WeakMethod[Any]] = weakref.WeakKeyDictionary()
+_DENIED = re.compile(r"permissions violation for publish to \W?([^\s\"']+)", re.I)
+
+
 class _Waiter:
     """A request waiting for its single reply."""
 
-    __slots__ = ("done", "deadline")
+    __slots__ = ("done", "deadline", "subject")
 
-    def __init__(self, deadline: float) -> None:
+    def __init__(self, deadline: float, subject: str = "") -> None:
         self.done: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
         self.deadline = deadline
+        self.subject = subject
 
 
 class _Batch:
@@ -226,6 +242,16 @@ class JetStreamEventStore:
         self._closed = False
         #: Large tool outputs of an oversized commit go here by reference (`eventlog.payloads`).
         self._blobs = ObjectStoreBlobs(nc)
+        _DENIED_HOOKS[nc] = weakref.WeakMethod(self._on_denied)
+
+    def _on_denied(self, subject: str) -> None:
+        """The server refused a publish of ours (it sends no reply): fail the requests waiting on
+        that subject at once with a typed error instead of letting them time out."""
+        for waiter in list(self._waiters.values()):
+            if isinstance(waiter, _Waiter) and waiter.subject == subject and not waiter.done.done():
+                waiter.done.set_exception(PermissionDenied(
+                    f"NATS denied this connection's user publishing to {subject!r}: the user's role does "
+                    "not allow it (e.g. readonly cannot append or queue commands)"))
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -243,7 +269,7 @@ class JetStreamEventStore:
         tls_hostname: str | None = None,
         name: str = "agentlog",
         stream: str = EVENTS_STREAM,
-        replicas: int = 1,
+        replicas: int | None = None,
         duplicate_window: float = 120.0,
         request_timeout: float = 5.0,
         connect_timeout: float = 10.0,
@@ -257,6 +283,8 @@ class JetStreamEventStore:
         `servers`: URL(s) or a client. `creds`: a .creds file; `nkey_seed`: a seed file or the
         seed itself; `token`, `user`/`password`, `tls`/`tls_hostname` as in nats-py. The client
         reconnects forever; every operation is bounded by `request_timeout` (seconds).
+        `replicas`: for a new stream (default 1), or to raise an existing one's; never lowers it
+        (`eventlog.replicas`).
         """
         owns = not isinstance(servers, NATS)
         if isinstance(servers, NATS):
@@ -325,13 +353,13 @@ class JetStreamEventStore:
 
     # -- stream setup -------------------------------------------------------------------------
 
-    def desired_stream_config(self, *, replicas: int = 1, duplicate_window: float = 120.0) -> dict[str, Any]:
+    def desired_stream_config(self, *, replicas: int | None = None, duplicate_window: float = 120.0) -> dict[str, Any]:
         return {
             "name": self.stream,
             "subjects": [EVENTS_SUBJECTS],
             "retention": "limits",
             "storage": "file",
-            "num_replicas": replicas,
+            "num_replicas": replicas or 1,
             "duplicate_window": int(duplicate_window * _NS),
             "discard": "old",
             "max_msgs": -1,
@@ -345,10 +373,11 @@ class JetStreamEventStore:
             "deny_purge": False,
         }
 
-    async def ensure_stream(self, *, replicas: int = 1, duplicate_window: float = 120.0) -> dict[str, Any]:
+    async def ensure_stream(self, *, replicas: int | None = None, duplicate_window: float = 120.0) -> dict[str, Any]:
         """Create the stream, or check an existing one: its subjects and storage must match (we
-        never move data); replicas, duplicate window and direct get are updated if they differ.
-        Limits set by an operator are left alone. Returns the stream config in effect."""
+        never move data); duplicate window and direct get are updated if they differ, replicas
+        only raised when asked (never lowered: `eventlog.replicas`). Limits set by an operator are
+        left alone. Returns the stream config in effect."""
         desired = self.desired_stream_config(replicas=replicas, duplicate_window=duplicate_window)
         info = await self._api(f"$JS.API.STREAM.INFO.{self.stream}", b"")
         if info.error is not None:
@@ -374,16 +403,29 @@ class JetStreamEventStore:
             )
         updates = {
             key: desired[key]
-            for key in ("num_replicas", "duplicate_window", "allow_direct")
+            for key in ("duplicate_window", "allow_direct")
             if current.get(key) != desired[key]
         }
+        existing = int(current.get("num_replicas") or 1)
+        target = replicas_target(existing, replicas)
+        if target is not None:
+            updates["num_replicas"] = target
+        else:
+            log_kept(self.stream, existing, replicas)
         if not updates:
             return current
         current.update(updates)
         updated = await self._api(f"$JS.API.STREAM.UPDATE.{self.stream}", _json_encoder.encode(current))
         if updated.error is not None:
             raise _api_failure(f"stream update of {sorted(updates)}", updated.error)
+        if target is not None:
+            await wait_replicated(self.stream, target, self._peer_state)
         return updated.config or current
+
+    async def _peer_state(self) -> tuple[bool, list[bool]]:
+        reply = await self._nc.request(f"$JS.API.STREAM.INFO.{self.stream}", b"", timeout=self.request_timeout)
+        cluster = (msgspec.json.decode(reply.data).get("cluster") or {})
+        return bool(cluster.get("leader")), [bool(p.get("current")) for p in cluster.get("replicas") or []]
 
     # -- EventStore ---------------------------------------------------------------------------
 
@@ -492,7 +534,7 @@ class JetStreamEventStore:
             await self._wait_connected(deadline, what)
         self._next_token += 1
         token = str(self._next_token)
-        waiter = _Waiter(deadline)
+        waiter = _Waiter(deadline, subject)
         self._waiters[token] = waiter
         try:
             await self._nc.publish(subject, payload, reply=self._reply_prefix + token, headers=headers)
@@ -822,19 +864,50 @@ async def _open_connection(
     if tls_hostname is not None:
         options["tls_hostname"] = tls_hostname
     nc = LeanHeadersClient()
+    # nats-py retries a refused login like a network error (forever, with max_reconnect_attempts
+    # -1): notice the refusal in the error callback and fail at once with a typed error.
+    refused: asyncio.Future[Exception] = asyncio.get_running_loop().create_future()
+
+    async def error_cb(exc: Exception) -> None:
+        await _quiet_error_cb(exc)
+        if _AUTH_REFUSED.search(str(exc)) and not refused.done():
+            refused.set_result(exc)
+        denied = _DENIED.search(str(exc))
+        hook = _DENIED_HOOKS.get(nc)
+        handler = hook() if hook is not None else None
+        if denied and handler is not None:
+            handler(denied.group(1))
+
+    options["error_cb"] = error_cb
+    connecting = asyncio.ensure_future(nc.connect(**options))
     try:
         # With max_reconnect_attempts=-1 nats-py retries the first connect forever: bound it.
-        await asyncio.wait_for(nc.connect(**options), connect_timeout)
-    except (asyncio.TimeoutError, OSError, nats.errors.Error) as exc:
+        done, _ = await asyncio.wait({connecting, refused}, timeout=connect_timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if connecting in done:
+            connecting.result()
+        elif refused in done:
+            raise NotAuthorized(f"NATS at {', '.join(servers)} refused the login: {refused.result()}; "
+                                "give the credentials of a user allowed to connect (--creds, --token, or the "
+                                "data dir's generated credentials)")
+        else:
+            raise asyncio.TimeoutError()
+    except (asyncio.TimeoutError, OSError, nats.errors.Error, NotAuthorized) as exc:
+        connecting.cancel()
         try:
             await nc.close()
         except Exception:  # noqa: BLE001
             pass
+        if isinstance(exc, NotAuthorized):
+            raise
         raise StoreUnavailable(
             f"cannot connect to NATS at {', '.join(servers)} within {connect_timeout:g}s: "
             f"{str(exc) or type(exc).__name__}"
         ) from None
     return nc
+
+
+_AUTH_REFUSED = re.compile(r"authorization violation|authentication (expired|revoked)|user authentication", re.I)
 
 
 async def flush_subscriptions(nc: NATS, timeout: float = 10.0) -> None:

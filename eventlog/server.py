@@ -25,6 +25,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import NatsServerNotFound, StoreUnavailable
@@ -76,8 +77,17 @@ class EmbeddedNatsServer:
         host: str = "127.0.0.1",
         max_payload: int | None = None,
         binary: str | None = None,
+        server_name: str = "agentlog-embedded",
+        extra_config: Sequence[str] = (),
+        pass_fds: Sequence[int] = (),
     ) -> None:
+        """`extra_config`: more nats-server config lines (e.g. a `cluster {...}` block, an
+        `authorization {...}` block), appended as given. `pass_fds`: file descriptors the child
+        inherits (the data dir lock, so it stays held while the server lives: eventlog.datadir)."""
         self.data_dir = Path(data_dir).resolve()
+        self.server_name = server_name
+        self.extra_config = list(extra_config)
+        self.pass_fds = tuple(pass_fds)
         self.host = host
         self.port = port or free_port(host)
         self.max_payload = max_payload
@@ -97,7 +107,7 @@ class EmbeddedNatsServer:
     def _write_config(self) -> Path:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         lines = [
-            f'server_name: "agentlog-embedded"',
+            f'server_name: "{self.server_name}"',
             f'host: "{self.host}"',
             f"port: {self.port}",
             f'jetstream {{ store_dir: "{self.data_dir / "jetstream"}" }}',
@@ -105,8 +115,12 @@ class EmbeddedNatsServer:
         ]
         if self.max_payload is not None:
             lines.append(f"max_payload: {self.max_payload}")
+        lines += self.extra_config
         path = self.data_dir / "nats-server.conf"
-        path.write_text("\n".join(lines) + "\n")
+        # 0600: the config may hold credentials (eventlog.auth).
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("\n".join(lines) + "\n")
         return path
 
     @property
@@ -146,6 +160,11 @@ class EmbeddedNatsServer:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                pass_fds=self.pass_fds,
+                # Its own session: a Ctrl-C (SIGINT to the terminal's process group) or `timeout`'s
+                # group-wide SIGTERM must not stop the server under us, and under the other
+                # processes sharing it (eventlog.datadir); we stop it ourselves, last.
+                start_new_session=True,
             )
         finally:
             log.close()
@@ -186,6 +205,22 @@ class EmbeddedNatsServer:
             except OSError:
                 return False
         return False
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def kill(self) -> None:
+        """SIGKILL (a crash: nothing is flushed), for chaos tests."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    def detach(self) -> None:
+        """Forget the child without stopping it: another process now owns its lifetime
+        (eventlog.datadir, when others still use the server)."""
+        self._proc = None
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop gracefully (SIGTERM flushes JetStream), kill if it will not go."""

@@ -13,9 +13,11 @@ errors (bad ids, unknown run); never a traceback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import aclosing, contextmanager
@@ -32,10 +34,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from eventlog.auth import Role
 from eventlog.errors import AgentlogError, InvalidId, StoreUnavailable
 from eventlog.events import AnyEvent, Position, StoredCommit
 from eventlog.ids import validate_id, validate_run_id
 from eventlog.jetstream import JetStreamEventStore
+from eventlog.replicas import REPLICAS_ENV
 from eventlog.server import DEFAULT_DATA_DIR
 from projections import RunView, ThreadView, fold_commits
 from projections.kv import KVViewStore
@@ -85,10 +89,16 @@ DataDirOpt = Annotated[Path, typer.Option(
     "--data-dir", envvar="AGENTLOG_DATA_DIR", help="Data directory of the embedded nats-server.")]
 TimeoutOpt = Annotated[float, typer.Option(
     "--timeout", min=0.1, help="Seconds to wait for NATS to connect / answer before failing.")]
+ReplicasOpt = Annotated[Optional[int], typer.Option(
+    "--replicas", envvar=REPLICAS_ENV, min=1, max=5,
+    help="Replicas of the streams and KV buckets (a cluster: 3). New ones get it (default 1); existing "
+         "ones are raised to it, never lowered.")]
 
 
-def _options(nats: str | None, creds: Path | None, token: str | None, data_dir: Path, timeout: float) -> ConnectionOptions:
-    return ConnectionOptions(nats_url=nats, creds=creds, token=token, data_dir=data_dir, timeout=timeout)
+def _options(nats: str | None, creds: Path | None, token: str | None, data_dir: Path, timeout: float,
+             replicas: int | None = None) -> ConnectionOptions:
+    return ConnectionOptions(nats_url=nats, creds=creds, token=token, data_dir=data_dir, timeout=timeout,
+                             replicas=replicas)
 
 
 # -- logging, output, errors ----------------------------------------------------------------------
@@ -121,20 +131,47 @@ def _print_json(doc: Any) -> None:
     sys.stdout.flush()
 
 
-def _run(options: ConnectionOptions, body: Callable[[JetStreamEventStore], Awaitable[None]]) -> None:
-    """Run `body` against the store; map errors to one line and an exit code; Ctrl-C exits 0."""
+def _run(options: ConnectionOptions, body: Callable[[JetStreamEventStore], Awaitable[None]],
+         role: Role = "readonly") -> None:
+    """Run `body` against the store (logged in as `role` on the embedded server); map errors to one
+    line and an exit code; Ctrl-C exits 0."""
 
     async def main() -> None:
-        async with open_store(options) as store:
+        async with open_store(options, role) as store:
             await body(store)
 
     _run_main(main)
 
 
+async def _stoppable(main: Callable[[], Awaitable[int | None]]) -> int | None:
+    """`main()`, cancelled by SIGTERM like Ctrl-C: its cleanup (leaving the embedded nats-server,
+    which stops it when this was its last user) runs instead of the process dying on the spot and
+    leaving the server behind. Commands that wait for signals themselves (`serve`) take SIGTERM
+    over while they do."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+
+    def terminate() -> None:  # once: a second SIGTERM must not cut the cleanup short
+        loop.add_signal_handler(signal.SIGTERM, lambda: None)
+        task.cancel()
+
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGTERM, terminate)
+    try:
+        return await main()
+    except asyncio.CancelledError:
+        log.debug("terminated")
+        raise KeyboardInterrupt from None
+    finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGTERM)
+
+
 def _run_main(main: Callable[[], Awaitable[int | None]]) -> None:
     """asyncio.run(main()) with the CLI's error mapping; an int result is the exit code."""
     try:
-        code = asyncio.run(main())  # type: ignore[arg-type]
+        code = asyncio.run(_stoppable(main))
         if code:
             raise typer.Exit(code)
     except KeyboardInterrupt:
@@ -520,7 +557,7 @@ def _replay_logs_quiet() -> Iterator[None]:
 def projections_rebuild(
     as_json: Annotated[bool, typer.Option("--json", help="Print the rebuild result as JSON.")] = False,
     nats_url: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
 ) -> None:
     """Rebuild the thread and run views from seq 1 into a fresh KV generation, then swap it in.
 
@@ -537,7 +574,7 @@ def projections_rebuild(
             def progress(done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total)
 
-            result = await rebuild(store.nc, progress=progress)
+            result = await rebuild(store.nc, progress=progress, replicas=replicas)
             bar.update(task, completed=result.last_seq, total=result.last_seq)
         if as_json:
             _print_json(msgspec.to_builtins(result))
@@ -548,7 +585,7 @@ def projections_rebuild(
                 + (f" ({result.skipped} undecodable commits skipped)" if result.skipped else "")
                 + f" in {result.seconds:.2f}s"))
 
-    _run(_options(nats_url, creds, token, data_dir, timeout), body)
+    _run(_options(nats_url, creds, token, data_dir, timeout, replicas), body, role="gateway")
 
 
 # -- serve / gateway / worker / demo ------------------------------------------------------------
@@ -575,13 +612,14 @@ ShutdownOpt = Annotated[Optional[float], typer.Option(
 
 def _server_config(role: str, app_spec: str | None, host: str, port: int, tokens: str | None,
                    options: ConnectionOptions, concurrency: int | None = None, app_obj: Any = None,
-                   ack_wait: float | None = None, shutdown_timeout: float | None = None) -> Any:
+                   ack_wait: float | None = None, shutdown_timeout: float | None = None,
+                   max_deliver: int | None = None) -> Any:
     from .server import ServerConfig
 
     source = app_obj if app_obj is not None else (_guard(lambda: load_app(app_spec)) if app_spec else None)
     return ServerConfig(role=role, app=source, app_spec=app_spec, host=host, port=port, tokens=tokens,  # type: ignore[arg-type]
                         connection=options, worker_concurrency=concurrency, worker_ack_wait=ack_wait,
-                        worker_shutdown_timeout=shutdown_timeout)
+                        worker_shutdown_timeout=shutdown_timeout, worker_max_deliver=max_deliver)
 
 
 def _banner(server: Any) -> None:
@@ -602,11 +640,11 @@ def _banner(server: Any) -> None:
 
 def _serve_role(role: str, app_spec: str | None, host: str, port: int, tokens: str | None,
                 options: ConnectionOptions, concurrency: int | None, ack_wait: float | None = None,
-                shutdown_timeout: float | None = None) -> None:
+                shutdown_timeout: float | None = None, max_deliver: int | None = None) -> None:
     from .server import run_until_stopped
 
     config = _server_config(role, app_spec, host, port, tokens, options, concurrency,
-                            ack_wait=ack_wait, shutdown_timeout=shutdown_timeout)
+                            ack_wait=ack_wait, shutdown_timeout=shutdown_timeout, max_deliver=max_deliver)
     _run_main(lambda: run_until_stopped(config, on_ready=_banner))
 
 
@@ -615,22 +653,22 @@ def serve_cmd(
     app_spec: AppOpt = None, host: HostOpt = "127.0.0.1", port: PortOpt = 8480, tokens: TokensOpt = None,
     concurrency: ServeConcurrencyOpt = None, ack_wait: AckWaitOpt = None, shutdown_timeout: ShutdownOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
 ) -> None:
     """Gateway + worker in one process: HTTP API, NATS service, projections and the runtime.
     Every run goes through the durable command queue, so a stopped or killed process strands none."""
-    _serve_role("serve", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout), concurrency,
-                ack_wait, shutdown_timeout)
+    _serve_role("serve", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout, replicas),
+                concurrency, ack_wait, shutdown_timeout)
 
 
 @app.command("gateway")
 def gateway_cmd(
     app_spec: AppOpt = None, host: HostOpt = "127.0.0.1", port: PortOpt = 8480, tokens: TokensOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
 ) -> None:
     """The gateway alone (HTTP + NATS service); commands are queued for `agentlog worker`s."""
-    _serve_role("gateway", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout), 1)
+    _serve_role("gateway", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout, replicas), 1)
 
 
 @app.command("worker")
@@ -641,44 +679,11 @@ def worker_cmd(
         "--max-deliver", help="Failed deliveries of a command before it is dead-lettered to agentlog.dlq.<thread> "
                               "(0: never).")] = 25,  # runtime.worker.DEFAULT_MAX_DELIVER
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
 ) -> None:
-    """A worker alone: takes commands from the JetStream work queue (runtime.worker.run_worker)."""
-    options = _options(nats, creds, token, data_dir, timeout)
-    source = _guard(lambda: load_app(app_spec)) if app_spec else None
-
-    async def main() -> None:
-        from eventlog.server import EmbeddedNatsServer
-        from runtime import NatsLiveSink
-        from runtime.snapshot import KVSnapshotStore
-        from runtime.worker import run_worker
-
-        from .demo import app as demo_factory
-        from .server import build_runtime
-
-        def factory(store: Any) -> Any:
-            return build_runtime(source or demo_factory, store, views=None, live=NatsLiveSink(store.nc),
-                                 snapshots=KVSnapshotStore.lazy(store.nc))
-
-        def ready(_worker: Any) -> None:
-            _out().print(Text(f"agentlog worker consuming commands from {url}", style="bold"))
-
-        embedded = EmbeddedNatsServer(options.data_dir) if options.embedded else None
-        if embedded is not None:
-            await embedded.astart(timeout=max(options.timeout, 10.0))
-        url = embedded.url if embedded is not None else options.servers()
-        try:
-            await run_worker(url, factory, concurrency=concurrency, max_deliver=max_deliver, ready=ready,
-                             creds=options.creds,
-                             ack_wait=30.0 if ack_wait is None else ack_wait,
-                             shutdown_timeout=10.0 if shutdown_timeout is None else shutdown_timeout,
-                             token=options.token, connect_timeout=options.timeout,
-                             request_timeout=options.timeout)
-        finally:
-            if embedded is not None:
-                await embedded.astop()
-
-    _run_main(main)
+    """A worker alone: takes commands from the JetStream work queue (runtime.worker.Worker)."""
+    _serve_role("worker", app_spec, "127.0.0.1", 0, None, _options(nats, creds, token, data_dir, timeout, replicas),
+                concurrency, ack_wait, shutdown_timeout, max_deliver)
 
 
 @app.command("demo")
@@ -688,11 +693,11 @@ def demo_cmd(
     keep_running: Annotated[bool, typer.Option("--keep-running", help="Keep the server up after the run.")] = False,
     host: HostOpt = "127.0.0.1", port: PortOpt = 8480, tokens: TokensOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
 ) -> None:
     """Start a server with a demo agent whose deploy waits for your approval (a curl), then show
     the finished run."""
-    options = _options(nats, creds, token, data_dir, timeout)
+    options = _options(nats, creds, token, data_dir, timeout, replicas)
 
     async def main() -> int:
         from .demo import app_with_mcp as demo_factory

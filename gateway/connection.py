@@ -1,10 +1,12 @@
-"""How a CLI command (or any short-lived tool) reaches the log.
+"""How an agentlog process (a CLI command, `serve`, `gateway`, `worker`) reaches the log.
 
-With a NATS URL it connects to the user's server or cluster; without one it starts the embedded
-nats-server (DESIGN 2.4) on the data directory for exactly as long as the command runs. Both paths
-go through one async context manager so every command gets the same bounded connect, the same
-typed `StoreUnavailable` on failure, and the same clean shutdown (the embedded server is stopped
-even when the command is cancelled by Ctrl-C).
+With a NATS URL it connects to the user's server or cluster (with the `--creds`/`--token` given);
+without one it uses the data dir's embedded nats-server (DESIGN 2.4) through `eventlog.datadir`:
+started if no other agentlog process runs it, else shared, and always with the data dir's
+generated credentials (`eventlog.auth`), logging in as the role the process needs (`readonly`
+for the CLI's read commands). Every path gets the same bounded connect, the same typed
+`StoreUnavailable` on failure, and the same clean shutdown (the embedded server is stopped by its
+last user, even when a command is cancelled by Ctrl-C or SIGTERM).
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from pathlib import Path
 
 import structlog
 
+from eventlog.auth import Credentials, Role
+from eventlog.datadir import SharedServer, acquire
 from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import DEFAULT_DATA_DIR, EmbeddedNatsServer
+from eventlog.server import DEFAULT_DATA_DIR
 
 log = structlog.get_logger("agentlog.connection")
 
@@ -27,7 +31,7 @@ NATS_URL_ENV = "AGENTLOG_NATS_URL"
 
 @dataclass(frozen=True)
 class ConnectionOptions:
-    """Where the log is. `nats_url=None` means "start the embedded server on `data_dir`".
+    """Where the log is. `nats_url=None` means "the embedded server of `data_dir`".
 
     `timeout` bounds the connect and every request, so a dead server gives a clear error in
     seconds instead of a hang.
@@ -38,6 +42,9 @@ class ConnectionOptions:
     token: str | None = None
     data_dir: Path = DEFAULT_DATA_DIR
     timeout: float = 5.0
+    #: Replicas of the streams and KV buckets this process creates, or raises existing ones to
+    #: (None: 1 for new ones; existing ones are never lowered, see `eventlog.replicas`).
+    replicas: int | None = None
 
     @property
     def embedded(self) -> bool:
@@ -49,32 +56,56 @@ class ConnectionOptions:
         return [part.strip() for part in self.nats_url.split(",") if part.strip()]
 
 
-@asynccontextmanager
-async def open_store(options: ConnectionOptions) -> AsyncIterator[JetStreamEventStore]:
-    """Yield a connected `JetStreamEventStore`; close it (and stop an embedded server) on exit."""
-    server: EmbeddedNatsServer | None = None
+async def _prepare_layout(replicas: int | None, url: str, credentials: Credentials) -> None:
+    """Run by the process that starts the embedded server: create the streams and KV buckets
+    (as `serve`), so processes with narrower roles (`readonly`) find them in place."""
+    from projections.kv import KVViewStore
+    from runtime.commands import ensure_commands_stream
+
+    store = await JetStreamEventStore.connect(url, name="agentlog-setup", replicas=replicas,
+                                              **credentials.login("serve"))
+    try:
+        await ensure_commands_stream(store.nc.jetstream(), replicas=replicas)
+        await KVViewStore.open(store.nc, replicas=replicas)
+    finally:
+        await store.close()
+
+
+async def connect(options: ConnectionOptions, role: Role, name: str) -> tuple[JetStreamEventStore, SharedServer | None]:
+    """A connected store and, in embedded mode, this process's share of the data dir's server
+    (`aclose()` it after closing the store)."""
+    shared: SharedServer | None = None
+    login: dict[str, str] = {}
     if options.embedded:
-        server = EmbeddedNatsServer(options.data_dir)
-        log.debug("starting embedded nats-server", data_dir=str(server.data_dir), url=server.url)
-        await server.astart(timeout=max(options.timeout, 10.0))
-        servers = [server.url]
+        shared = await acquire(options.data_dir, timeout=max(options.timeout, 10.0),
+                               on_started=lambda url, creds: _prepare_layout(options.replicas, url, creds))
+        log.debug("embedded nats-server", data_dir=str(shared.data_dir), url=shared.url, owner=shared.owner,
+                  role=role)
+        servers, login = [shared.url], shared.credentials.login(role)
     else:
         servers = options.servers()
     try:
         log.debug("connecting", servers=servers)
         store = await JetStreamEventStore.connect(
-            servers,
-            creds=options.creds,
-            token=options.token,
-            name="agentlog-cli",
-            connect_timeout=options.timeout,
-            request_timeout=options.timeout,
-        )
-        try:
-            yield store
-        finally:
-            await store.close()
+            servers, creds=options.creds, token=options.token, name=name,
+            connect_timeout=options.timeout, request_timeout=options.timeout, replicas=options.replicas,
+            # readonly may not touch stream config; the server's starter has set the streams up
+            setup_stream=not (shared is not None and role == "readonly"), **login)
+    except BaseException:
+        if shared is not None:
+            await shared.aclose()
+        raise
+    return store, shared
+
+
+@asynccontextmanager
+async def open_store(options: ConnectionOptions, role: Role = "readonly") -> AsyncIterator[JetStreamEventStore]:
+    """Yield a connected `JetStreamEventStore`; close it (and leave the embedded server) on exit."""
+    store, shared = await connect(options, role, "agentlog-cli")
+    try:
+        yield store
     finally:
-        if server is not None:
-            log.debug("stopping embedded nats-server")
-            await server.astop()
+        await store.close()
+        if shared is not None:
+            log.debug("leaving the embedded nats-server")
+            await shared.aclose()

@@ -226,11 +226,13 @@ async def wait_for_signal() -> None:
     try:
         await stop.wait()
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.remove_signal_handler(sig)
-            except (NotImplementedError, RuntimeError):
-                pass
+        # A second Ctrl-C may force-quit a slow shutdown; a second SIGTERM (e.g. `timeout` signals
+        # the process and then its whole group) must not kill the orderly one.
+        try:
+            loop.remove_signal_handler(signal.SIGINT)
+            loop.add_signal_handler(signal.SIGTERM, lambda: None)
+        except (NotImplementedError, RuntimeError):
+            pass
 
 
 __all__ = ["DEMO_AGENT", "Approval", "app", "app_with_mcp", "approval_for", "demo_app", "follow_run", "run_demo",

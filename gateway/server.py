@@ -43,15 +43,15 @@ from typing import Any, Literal
 import structlog
 from aiohttp import web
 
+from eventlog.datadir import SharedServer
 from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer
 
 from . import dispatch, nats_service
 from .adapters import nats_routes as adapter_nats_routes
 from .adapters import routes as adapter_routes
 from .adapters import session as adapter_session
 from .app_loader import AppSource, agent_ids, load_app, resolve_app
-from .connection import ConnectionOptions
+from .connection import ConnectionOptions, connect
 from .http.write import write_routes
 
 log = structlog.get_logger("agentlog.server")
@@ -85,6 +85,9 @@ class ServerConfig:
     #: The command lease: a command whose worker stops heartbeating is redelivered after this
     #: many seconds (JetStream ack_wait). None reads AGENTLOG_WORKER_ACK_WAIT, else 30.
     worker_ack_wait: float | None = None
+    #: Failed deliveries of a command before it is dead-lettered (0: never). None: the worker's
+    #: default (`runtime.worker.DEFAULT_MAX_DELIVER`).
+    worker_max_deliver: int | None = None
     #: gateway.http Settings (None: defaults).
     settings: Any = None
     #: Start the NATS micro service (and the adapters' NATS subjects).
@@ -147,7 +150,8 @@ class Server:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        self.embedded: EmbeddedNatsServer | None = None
+        #: This process's share of the data dir's embedded nats-server (None with a NATS URL).
+        self.embedded: SharedServer | None = None
         self.store: JetStreamEventStore | None = None
         self.views: Any = None
         self.runner: Any = None
@@ -195,20 +199,15 @@ class Server:
         from projections.kv import KVViewStore
         from projections.runner import ProjectionRunner
         from runtime import NatsLiveSink
+        from runtime.commands import ensure_commands_stream
 
         opts = self.config.connection
         source = _load_source(self.config)  # fail on a bad --app before anything starts
-        if opts.embedded:
-            self.embedded = EmbeddedNatsServer(opts.data_dir)
-            await self.embedded.astart(timeout=max(opts.timeout, 10.0))
-            servers = [self.embedded.url]
-        else:
-            servers = opts.servers()
-        self.store = await JetStreamEventStore.connect(
-            servers, creds=opts.creds, token=opts.token, name=f"agentlog-{self.config.role}",
-            connect_timeout=opts.timeout, request_timeout=opts.timeout)
+        self.store, self.embedded = await connect(opts, self.config.role, f"agentlog-{self.config.role}")
         nc = self.store.nc
-        self.views = await KVViewStore.open(nc)
+        if opts.replicas is not None:  # else the defaults are created lazily where they are used
+            await ensure_commands_stream(nc.jetstream(timeout=opts.timeout), replicas=opts.replicas)
+        self.views = await KVViewStore.open(nc, replicas=opts.replicas)
         if self.has_http:
             self.runner = ProjectionRunner(nc, self.views)
             await self.runner.start()
@@ -218,7 +217,7 @@ class Server:
             from runtime.snapshot import KVSnapshotStore, SnapshotWriter
 
             self.runtime = build_runtime(source, self.store, views=self.views, live=self.live,
-                                         snapshots=await KVSnapshotStore.open(nc))
+                                         snapshots=await KVSnapshotStore.open(nc, replicas=opts.replicas))
             if self.runner is not None and getattr(self.runtime, "snapshots", None) is not None:
                 self.runner.after_batch = SnapshotWriter(self.runtime)
         if self.has_http:
@@ -230,7 +229,8 @@ class Server:
                 self.store, runtime=self.runtime, concurrency=self.config.worker_concurrency
                 or (SERVE_CONCURRENCY if self.config.role == "serve" else 4),
                 ack_wait=_seconds(self.config.worker_ack_wait, ENV_ACK_WAIT, 30.0),
-                shutdown_timeout=_seconds(self.config.worker_shutdown_timeout, ENV_SHUTDOWN_TIMEOUT, 10.0))
+                shutdown_timeout=_seconds(self.config.worker_shutdown_timeout, ENV_SHUTDOWN_TIMEOUT, 10.0),
+                **({} if self.config.worker_max_deliver is None else {"max_deliver": self.config.worker_max_deliver}))
             await self.worker.start()
             self.parts.append("worker")
         if self.has_http:
@@ -326,7 +326,7 @@ class Server:
                 await self.store.close()
             self.store = None
         if self.embedded is not None:
-            await self.embedded.astop()
+            await self.embedded.aclose()
             self.embedded = None
         log.info("server.stopped", role=self.config.role)
 

@@ -21,6 +21,8 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import BadRequestError, BucketNotFoundError, KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
+from eventlog.replicas import raise_replicas
+
 from .errors import ProjectionError
 from .listing import IndexedListings, KVBlobs, ListingIndex, put_pipelined
 from .views import RunView, ThreadView, decode_run, decode_thread, encode_view
@@ -46,19 +48,26 @@ def jetstream_of(nc: NATS | JetStreamContext) -> JetStreamContext:
     return nc if isinstance(nc, JetStreamContext) else nc.jetstream()
 
 
-async def ensure_bucket(js: JetStreamContext, bucket: str, *, replicas: int = 1, description: str = "") -> KeyValue:
-    """Create the bucket with our config, or adopt an existing one (its config is the operator's)."""
+async def ensure_bucket(js: JetStreamContext, bucket: str, *, replicas: int | None = None,
+                        description: str = "") -> KeyValue:
+    """Create the bucket with our config, or adopt an existing one (its config is the operator's,
+    except that its replicas are raised when more are asked for; never lowered:
+    `eventlog.replicas`)."""
     config = KeyValueConfig(
         bucket=bucket, description=description, history=1, storage=StorageType.FILE,
-        replicas=replicas, direct=True,
+        replicas=replicas or 1, direct=True,
     )
     try:
-        return await js.create_key_value(config)
-    except BadRequestError:
+        await raise_replicas(js, f"KV_{bucket}", replicas)
+    except NotFoundError:
         try:
-            return await js.key_value(bucket)
-        except BucketNotFoundError:
-            raise ProjectionError(f"cannot create or open KV bucket {bucket!r}") from None
+            return await js.create_key_value(config)
+        except BadRequestError:
+            pass  # created by another process in between: adopt it
+    try:
+        return await js.key_value(bucket)
+    except BucketNotFoundError:
+        raise ProjectionError(f"cannot create or open KV bucket {bucket!r}") from None
 
 
 class KVViewStore(IndexedListings):
@@ -66,7 +75,7 @@ class KVViewStore(IndexedListings):
 
     def __init__(
         self, js: JetStreamContext, meta: KeyValue, threads: KeyValue, runs: KeyValue, index: KeyValue,
-        *, prefix: str, generation: int, replicas: int,
+        *, prefix: str, generation: int, replicas: int | None,
     ) -> None:
         self.js = js
         self.meta = meta
@@ -79,7 +88,8 @@ class KVViewStore(IndexedListings):
         self.replicas = replicas
 
     @classmethod
-    async def open(cls, nc: NATS | JetStreamContext, *, prefix: str = "agentlog", replicas: int = 1) -> KVViewStore:
+    async def open(cls, nc: NATS | JetStreamContext, *, prefix: str = "agentlog",
+                   replicas: int | None = None) -> KVViewStore:
         js = jetstream_of(nc)
         meta = await ensure_bucket(js, f"{prefix}_projections", replicas=replicas,
                                    description="agentlog projections: generation pointer")
@@ -88,7 +98,7 @@ class KVViewStore(IndexedListings):
         return cls(js, meta, threads, runs, index, prefix=prefix, generation=generation, replicas=replicas)
 
     @staticmethod
-    async def _buckets(js: JetStreamContext, prefix: str, generation: int, replicas: int,
+    async def _buckets(js: JetStreamContext, prefix: str, generation: int, replicas: int | None,
                        ) -> tuple[KeyValue, KeyValue, KeyValue]:
         tname, rname, iname = generation_buckets(prefix, generation)
         threads = await ensure_bucket(js, tname, replicas=replicas, description="agentlog thread views")
@@ -114,13 +124,16 @@ class KVViewStore(IndexedListings):
                 await self.js.delete_key_value(name)
             except (NotFoundError, BucketNotFoundError):
                 pass
-        threads, runs, index = await self._buckets(self.js, self.prefix, generation, self.replicas)
+        # The next generation gets the replicas of the one it replaces unless told otherwise, so a
+        # rebuild on an operator's R3 buckets does not fall back to R1.
+        replicas = self.replicas or (await self.js.stream_info(self.threads._stream)).config.num_replicas
+        threads, runs, index = await self._buckets(self.js, self.prefix, generation, replicas)
         # And purge: a file-backed stream re-created right after its deletion can come back with
         # the deleted one's messages (seen with the events stream on nats-server 2.15).
         for kv in (threads, runs, index):
             await self.js.purge_stream(kv._stream)
         return KVViewStore(self.js, self.meta, threads, runs, index, prefix=self.prefix, generation=generation,
-                           replicas=self.replicas)
+                           replicas=replicas)
 
     async def activate(self, *, drop_previous: bool = True) -> None:
         """Point readers at this generation; then drop the generation it replaced."""

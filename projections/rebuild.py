@@ -124,7 +124,7 @@ async def rebuild(
     subjects: str = EVENTS_SUBJECTS,
     progress: Progress | None = None,
     runner: ProjectionRunner | None = None,
-    replicas: int = 1,
+    replicas: int | None = None,
 ) -> RebuildResult:
     """Fold the whole log into a new generation of buckets and make it current.
 

@@ -162,7 +162,7 @@ def decode_command(data: bytes) -> Command:
 # == the stream ===================================================================================
 
 
-def commands_stream_config(*, replicas: int = 1, duplicate_window: float = 120.0) -> Any:
+def commands_stream_config(*, replicas: int | None = None, duplicate_window: float = 120.0) -> Any:
     from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 
     return StreamConfig(
@@ -170,20 +170,24 @@ def commands_stream_config(*, replicas: int = 1, duplicate_window: float = 120.0
         subjects=[COMMANDS_SUBJECTS],
         retention=RetentionPolicy.WORK_QUEUE,
         storage=StorageType.FILE,
-        num_replicas=replicas,
+        num_replicas=replicas or 1,
         duplicate_window=duplicate_window,
         discard=DiscardPolicy.OLD,
         description="agentlog worker commands (work queue; one subject per thread)",
     )
 
 
-async def ensure_commands_stream(js: Any, *, replicas: int = 1, duplicate_window: float = 120.0) -> None:
-    """Create `AGENTLOG_COMMANDS` if missing (idempotent; safe when many processes race)."""
+async def ensure_commands_stream(js: Any, *, replicas: int | None = None, duplicate_window: float = 120.0) -> None:
+    """Create `AGENTLOG_COMMANDS` if missing (idempotent; safe when many processes race). An
+    existing stream keeps its config, except that its replicas are raised when more are asked for
+    (never lowered: `eventlog.replicas`)."""
     from nats.js.errors import BadRequestError, NotFoundError
+
+    from eventlog.replicas import raise_replicas
 
     config = commands_stream_config(replicas=replicas, duplicate_window=duplicate_window)
     try:
-        await js.stream_info(COMMANDS_STREAM)
+        await raise_replicas(js, COMMANDS_STREAM, replicas)
         return
     except NotFoundError:
         pass

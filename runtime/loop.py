@@ -796,14 +796,18 @@ class RunLoop:
                     await self._steps()
             except _Cancelled:
                 await self._finish_cancelled()
-            except (RunConflict, asyncio.CancelledError):
-                raise
             except StoreUnavailable:
-                # Still down past the outage deadline: stop WITHOUT committing (no error finish,
-                # no call recorded cancelled). The run stays resumable; the worker redelivers.
+                # Still down past the outage deadline (`runtime.outage`), or whether the failed
+                # commit landed is unknown (a cluster losing its stream leader): the context already
+                # holds its events, so finishing here could commit e.g. the cancel of a call whose
+                # start never reached the log. Stop WITHOUT committing (no error finish, no call
+                # recorded cancelled): the run stays resumable, the worker's command is redelivered
+                # and the run resumes from what the log really holds.
                 self.log.warning("run.store_unavailable_left_resumable", seq=self.version)
                 raise
-            except Exception as exc:  # plugin bugs, invalid plugin patches...
+            except (RunConflict, asyncio.CancelledError):
+                raise
+            except Exception as exc:  # plugin bugs, invalid plugin patches, other errors...
                 if self.ctx.finished is not None:
                     raise
                 self.log.exception("run.error")

@@ -148,11 +148,11 @@ class KVSnapshotStore:
         self._lock = asyncio.Lock()
 
     @classmethod
-    async def open(cls, nc: NATS | JetStreamContext, *, prefix: str = "agentlog", replicas: int = 1) -> KVSnapshotStore:
+    async def open(cls, nc: NATS | JetStreamContext, *, prefix: str = "agentlog", replicas: int | None = None) -> KVSnapshotStore:
         return cls(await _open_bucket(nc, prefix, replicas))
 
     @classmethod
-    def lazy(cls, nc: NATS | JetStreamContext, *, prefix: str = "agentlog", replicas: int = 1) -> KVSnapshotStore:
+    def lazy(cls, nc: NATS | JetStreamContext, *, prefix: str = "agentlog", replicas: int | None = None) -> KVSnapshotStore:
         return cls(None, opener=lambda: _open_bucket(nc, prefix, replicas))
 
     async def _kv(self) -> Any:
@@ -169,7 +169,7 @@ class KVSnapshotStore:
         await (await self._kv()).put(run_id, data)
 
 
-async def _open_bucket(nc: NATS | JetStreamContext, prefix: str, replicas: int) -> object:
+async def _open_bucket(nc: NATS | JetStreamContext, prefix: str, replicas: int | None) -> object:
     return await ensure_bucket(jetstream_of(nc), f"{prefix}_{SNAPSHOT_BUCKET}", replicas=replicas,
                                description="agentlog run-context snapshots (a cache of the log)")
 

@@ -635,7 +635,7 @@ async def run_worker(
 
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m runtime.worker", description="Run an agentlog worker.")
-    p.add_argument("--nats", required=True, help="NATS URL")
+    p.add_argument("--nats", required=True, help="NATS URL(s), comma separated (a cluster)")
     p.add_argument("--app", required=True, help="module:attr, a callable store -> Runtime")
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--ack-wait", type=float, default=30.0)
@@ -651,7 +651,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f.write(str(os.getpid()))
 
     asyncio.run(run_worker(
-        args.nats, args.app, concurrency=args.concurrency, ack_wait=args.ack_wait,
+        [url.strip() for url in args.nats.split(",") if url.strip()], args.app, concurrency=args.concurrency, ack_wait=args.ack_wait,
         max_deliver=args.max_deliver, shutdown_timeout=args.shutdown_timeout, ready=ready,
     ))
 

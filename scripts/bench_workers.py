@@ -51,19 +51,36 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
-async def spawn(url: str, logdir: Path, i: int, concurrency: int) -> tuple[asyncio.subprocess.Process, Path]:
+async def spawn(url: str, logdir: Path, i: int, concurrency: int, *, app_spec: str = "bench_workers:app",
+                extra: tuple[str, ...] = (), env: dict[str, str] | None = None) -> tuple[asyncio.subprocess.Process, Path]:
+    """A `python -m runtime.worker` process running `app_spec` (a module in scripts/); returns it
+    and the file it creates once it consumes."""
     ready = logdir / f"ready{i}"
     out = open(logdir / f"w{i}.log", "wb")
     try:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "runtime.worker", "--nats", url, "--app", "bench_workers:app",
-            "--concurrency", str(concurrency), "--ready-file", str(ready),
+            sys.executable, "-m", "runtime.worker", "--nats", url, "--app", app_spec,
+            "--concurrency", str(concurrency), "--ready-file", str(ready), *extra,
             stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, cwd=str(ROOT),
-            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "scripts"), str(ROOT)])},
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "scripts"), str(ROOT)]), **(env or {})},
         )
     finally:
         out.close()
     return proc, ready
+
+
+async def stop_all(procs: list[asyncio.subprocess.Process]) -> None:
+    """SIGTERM the workers (they stop gracefully), SIGKILL any still there after 10 s."""
+    for p in procs:
+        if p.returncode is None:
+            p.terminate()
+    for p in procs:
+        try:
+            async with asyncio.timeout(10):
+                await p.wait()
+        except TimeoutError:
+            p.kill()
+            await p.wait()
 
 
 async def measure(workers: int, runs: int, threads: int, concurrency: int) -> dict[str, float]:
@@ -121,16 +138,7 @@ async def measure(workers: int, runs: int, threads: int, concurrency: int) -> di
             return {"runs": len(finished), "seconds": elapsed, "runs_per_s": len(finished) / elapsed,
                     "p50_ms": pct(lat, 50), "p95_ms": pct(lat, 95)}
         finally:
-            for p in procs:
-                if p.returncode is None:
-                    p.terminate()
-            for p in procs:
-                try:
-                    async with asyncio.timeout(10):
-                        await p.wait()
-                except TimeoutError:
-                    p.kill()
-                    await p.wait()
+            await stop_all(procs)
             await store.close()
             server.stop()
 

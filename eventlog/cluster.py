@@ -1,0 +1,113 @@
+"""A real JetStream cluster on loopback: N nats-server processes with routes between them.
+
+For tests and the reliability benchmark of replication (R3 streams, a killed stream leader), and
+as a ready dev helper. Each node is an `EmbeddedNatsServer` (its own data dir, client port and
+ports-file readiness check) with a `cluster {}` block naming every other node as a route. The
+cluster is usable once JetStream answers `$JS.API.INFO` (a meta leader is elected), which
+`start()` waits for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+
+import nats
+import nats.errors
+
+from .errors import StoreUnavailable
+from .server import EmbeddedNatsServer, free_port
+
+CLUSTER_NAME = "agentlog"
+
+
+class LocalCluster:
+    """`size` nodes named n1..nN under `base_dir` (one dir each), loopback only."""
+
+    def __init__(self, base_dir: str | os.PathLike[str], size: int = 3, *, extra_config: list[str] | None = None) -> None:
+        self.base_dir = Path(base_dir)
+        route_ports = [free_port() for _ in range(size)]
+        routes = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in route_ports)
+        self.nodes = [
+            EmbeddedNatsServer(
+                self.base_dir / f"n{i + 1}", server_name=f"n{i + 1}",
+                extra_config=[
+                    f'cluster {{ name: "{CLUSTER_NAME}", listen: "127.0.0.1:{port}", routes: [{routes}] }}',
+                    *(extra_config or []),
+                ],
+            )
+            for i, port in enumerate(route_ports)
+        ]
+
+    @property
+    def urls(self) -> list[str]:
+        return [node.url for node in self.nodes]
+
+    @property
+    def url(self) -> str:
+        """All client URLs, comma separated (the form `--nats` takes)."""
+        return ",".join(self.urls)
+
+    def node(self, server_name: str) -> EmbeddedNatsServer:
+        for node in self.nodes:
+            if node.server_name == server_name:
+                return node
+        raise KeyError(server_name)
+
+    async def start(self, timeout: float = 30.0) -> None:
+        """Start every node, then wait (bounded) until JetStream answers through the cluster."""
+        await asyncio.gather(*(node.astart(timeout) for node in self.nodes))
+        await self.wait_jetstream(timeout)
+
+    async def wait_jetstream(self, timeout: float = 30.0, **connect: object) -> None:
+        deadline = time.monotonic() + timeout
+        nc = await nats.connect(self.urls, connect_timeout=2, **connect)  # type: ignore[arg-type]
+        try:
+            while True:
+                try:
+                    reply = await nc.request("$JS.API.INFO", b"", timeout=1.0)
+                    if "error" not in json.loads(reply.data):
+                        return
+                except (nats.errors.Error, asyncio.TimeoutError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise StoreUnavailable(f"JetStream cluster at {self.url} not ready in {timeout}s")
+                await asyncio.sleep(0.1)
+        finally:
+            await nc.close()
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(node.astop() for node in self.nodes), return_exceptions=True)
+
+    async def __aenter__(self) -> LocalCluster:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+async def stream_leader(nc: nats.NATS, stream: str, timeout: float = 10.0) -> str:
+    """The server name of `stream`'s current cluster leader (waits, bounded, while none is elected)."""
+    js = nc.jetstream(timeout=2.0)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            info = await js.stream_info(stream)
+            if info.cluster is not None and info.cluster.leader:
+                return info.cluster.leader
+        except (nats.errors.Error, asyncio.TimeoutError):
+            pass
+        if time.monotonic() > deadline:
+            raise StoreUnavailable(f"stream {stream} has no leader after {timeout}s")
+        await asyncio.sleep(0.1)
+
+
+__all__ = ["CLUSTER_NAME", "LocalCluster", "stream_leader"]

@@ -1,0 +1,185 @@
+"""NATS auth (issue #12 item 4), against real nats-servers.
+
+* The embedded server every agentlog process uses (through `gateway.connection`) refuses a client
+  without credentials; the generated credentials are a 0600 file in the data dir.
+* Roles: `readonly` reads the log and KV views but cannot append, queue commands or write KV;
+  `gateway` and `worker` do their jobs (a run through `agentlog gateway` + `agentlog worker`
+  processes' assembly on one data dir finishes); nobody can delete or purge the log.
+* The shipped production config (scripts/nats/) is what eventlog.auth renders, passes
+  `nats-server -t`, and enforces the same roles when a server runs with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import nats
+import nats.errors
+import pytest
+
+from eventlog import auth
+from eventlog.errors import PermissionDenied, StoreUnavailable
+from eventlog.events import Commit, MessageAppended, ThreadCreated
+from eventlog.ids import new_id
+from eventlog.jetstream import JetStreamEventStore
+from eventlog.server import EmbeddedNatsServer, find_nats_server
+from eventlog.subjects import EVENTS_STREAM
+from gateway.connection import ConnectionOptions, open_store
+from gateway.server import ServerConfig, serve
+from runtime.commands import COMMANDS_STREAM, CommandClient, StartRun
+
+ROOT = Path(__file__).resolve().parent.parent
+NATS_DIR = ROOT / "scripts" / "nats"
+LIMIT = 60
+
+
+def _commit(thread: str) -> Commit:
+    return Commit(commit_id=new_id(), thread_id=thread, run_id=None, ts=1,
+                  events=[ThreadCreated(), MessageAppended(message={"id": new_id(), "role": "user", "content": "hi"})])
+
+
+async def _login(url: str, passwords: Mapping[str, str], role: str, **kw: Any) -> JetStreamEventStore:
+    return await JetStreamEventStore.connect(url, user=role, password=passwords[role], connect_timeout=2.0, **kw)
+
+
+async def check_roles(url: str, passwords: Mapping[str, str]) -> None:
+    """The permission layout, role by role, on a server at `url` with these passwords."""
+    with pytest.raises(StoreUnavailable, match="(?i)authorization"):
+        await JetStreamEventStore.connect(url, connect_timeout=2.0)
+    with pytest.raises(StoreUnavailable, match="(?i)authorization"):
+        await JetStreamEventStore.connect(url, user="readonly", password="wrong", connect_timeout=2.0)
+
+    worker = await _login(url, passwords, "worker")
+    gateway = await _login(url, passwords, "gateway")
+    readonly = await _login(url, passwords, "readonly", setup_stream=False)
+    try:
+        assert (await worker.append(_commit("tw"), 0)).seq == 1  # worker appends
+        client = CommandClient(gateway.nc, timeout=2.0)  # gateway appends and queues commands
+        assert (await gateway.append(_commit("tg"), 0)).seq == 2
+        await client.submit(StartRun(thread_id="tg", run_id="r1", agent_id="quick", messages=["hi"]))
+        js = gateway.nc.jetstream(timeout=2.0)
+        queued = (await js.stream_info(COMMANDS_STREAM)).state.messages
+        assert queued == 1
+
+        # readonly reads the log, follows it, reads the stream state...
+        assert [sc.seq async for sc in readonly.read_thread("tw")] == [1]
+        assert await readonly.last_seq() == 2
+        async for sc in readonly.follow("tg"):
+            assert sc.seq == 2
+            break
+        # ... but cannot append, queue a command, or write KV: nothing lands.
+        with pytest.raises(PermissionDenied):  # typed and at once, not after the 5 s request timeout
+            await asyncio.wait_for(readonly.append(_commit("tr"), 0), 2.5)
+        # (nats-py's own JetStream calls get no reply to a denied publish: they time out)
+        with pytest.raises((nats.errors.Error, asyncio.TimeoutError)):
+            await CommandClient(readonly.nc, timeout=0.5).submit(
+                StartRun(thread_id="tr", run_id="r2", agent_id="quick", messages=["hi"]))
+        with pytest.raises((nats.errors.Error, asyncio.TimeoutError)):  # nor read the command queue
+            await readonly.nc.jetstream(timeout=0.5).pull_subscribe("agentlog.cmd.>", stream=COMMANDS_STREAM)
+        await readonly.nc.publish("agentlog.cmd.tr", b"{}")
+        await readonly.nc.publish("$KV.agentlog_runs.r1", b"{}")
+        await readonly.nc.flush()
+        assert await gateway.last_seq() == 2
+        assert [sc async for sc in gateway.read_thread("tr")] == []
+        assert (await js.stream_info(COMMANDS_STREAM)).state.messages == queued
+
+        # Nobody deletes or purges the log.
+        for store in (gateway, worker):
+            sjs = store.nc.jetstream(timeout=0.5)
+            for op in (sjs.delete_stream(EVENTS_STREAM), sjs.purge_stream(EVENTS_STREAM)):
+                with pytest.raises((nats.errors.Error, asyncio.TimeoutError)):
+                    await op
+        assert await gateway.last_seq() == 2
+    finally:
+        for store in (worker, gateway, readonly):
+            await store.close()
+
+
+async def test_embedded_server_refuses_clients_without_credentials_and_enforces_roles(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    async with asyncio.timeout(LIMIT):
+        async with open_store(ConnectionOptions(data_dir=data)) as store:  # what every CLI command does
+            url = store.nc.connected_url.geturl() if store.nc.connected_url else ""
+            assert url
+            with pytest.raises(nats.errors.Error):  # a plain client is refused
+                await nats.connect(url, connect_timeout=2, allow_reconnect=False, max_reconnect_attempts=0)
+            creds = data / auth.CREDENTIALS_FILE
+            assert stat.S_IMODE(creds.stat().st_mode) == 0o600
+            assert stat.S_IMODE((data / "nats-server.conf").stat().st_mode) == 0o600
+            passwords = auth.load_or_create_credentials(data).passwords
+            assert set(passwords) == set(auth.ROLES) and len(set(passwords.values())) == len(auth.ROLES)
+            await check_roles(url, passwords)
+
+
+async def test_gateway_and_worker_roles_run_a_run_on_one_data_dir(tmp_path: Path) -> None:
+    """`agentlog gateway` and `agentlog worker` (their assembly, in-process) on one data dir: one
+    embedded server, each logged in with its own role, and a run started over HTTP finishes."""
+    connection = ConnectionOptions(data_dir=tmp_path / "data")
+    async with asyncio.timeout(LIMIT):
+        async with serve(ServerConfig(role="gateway", port=0, tokens="", connection=connection)) as gateway, \
+                serve(ServerConfig(role="worker", app_spec="worker_app:app", port=0, tokens="",
+                                   connection=connection)) as worker:
+            assert gateway.embedded is not None and worker.embedded is not None
+            assert gateway.embedded.owner and not worker.embedded.owner
+            assert gateway.nats_url == worker.nats_url
+            assert worker.store is not None and worker.store.nc.options["user"] == "worker"
+            async with aiohttp.ClientSession(gateway.http_url) as http:
+                async with http.post("/v1/runs", json={"agent_id": "quick", "messages": "hi"}) as r:
+                    assert r.status == 202, await r.text()
+                    run_id = (await r.json())["run_id"]
+                while True:
+                    async with http.get(f"/v1/runs/{run_id}") as r:
+                        body = await r.json()
+                    if r.status == 200 and body["status"] == "done":
+                        break
+                    await asyncio.sleep(0.05)
+            assert body["termination"]["type"] == "natural_end"
+
+
+def _production_env(passwords: Mapping[str, str]) -> dict[str, str]:
+    return {auth.password_env(role): passwords[role] for role in (*auth.ROLES, "sys")}
+
+
+def test_shipped_accounts_file_is_the_permission_table() -> None:
+    assert (NATS_DIR / "agentlog-accounts.conf").read_text() == auth.accounts_config()
+
+
+def test_shipped_production_config_is_accepted_by_nats_server() -> None:
+    env = {**os.environ, "NATS_SERVER_NAME": "nats-1", **_production_env({r: "pw" for r in (*auth.ROLES, "sys")})}
+    proc = subprocess.run([find_nats_server(), "-t", "-c", str(NATS_DIR / "nats-server.conf")],
+                          capture_output=True, text=True, env=env, timeout=30)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "is valid" in proc.stdout + proc.stderr
+
+
+async def test_production_accounts_enforce_the_roles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    passwords = {role: f"{role}-secret-{new_id()}" for role in (*auth.ROLES, "sys")}
+    for name, value in _production_env(passwords).items():
+        monkeypatch.setenv(name, value)
+    (tmp_path / "prod").mkdir()  # nats-server resolves includes relative to the including file
+    shutil.copy(NATS_DIR / "agentlog-accounts.conf", tmp_path / "prod")
+    server = EmbeddedNatsServer(tmp_path / "prod", extra_config=["include ./agentlog-accounts.conf"])
+    async with asyncio.timeout(LIMIT):
+        await server.astart()
+        try:
+            await check_roles(server.url, passwords)
+            # The CLI without a login: one typed line, at once (not a connect timeout).
+            agentlog = str(Path(sys.executable).parent / "agentlog")
+            cli = await asyncio.to_thread(subprocess.run, [agentlog, "runs", "--nats", server.url, "--timeout", "30"],
+                                          capture_output=True, text=True, timeout=25, stdin=subprocess.DEVNULL)
+            assert cli.returncode == 1 and "error [nats_unauthorized]" in cli.stderr, cli.stderr
+            # What the README tells production processes to do: the login in AGENTLOG_NATS_URL.
+            url = server.url.replace("nats://", f"nats://worker:{passwords['worker']}@")
+            async with open_store(ConnectionOptions(nats_url=f"{url},{url}")) as store:
+                assert await store.last_seq() == 2
+        finally:
+            await server.astop()
