@@ -30,7 +30,7 @@ from runtime.commands import COMMANDS_STREAM, CommandClient, ensure_commands_str
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import reliability_cluster  # noqa: E402
 
-KV_STREAMS = ("KV_agentlog_projections", "KV_agentlog_threads", "KV_agentlog_runs")
+KV_STREAMS = ("KV_agentlog_projections", "KV_agentlog_threads", "KV_agentlog_runs", "KV_agentlog_index")
 
 
 @given(st.one_of(st.none(), st.integers(1, 5)), st.one_of(st.none(), st.integers(1, 5)))

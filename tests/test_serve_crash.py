@@ -176,6 +176,13 @@ async def test_cancel_finishes_a_run_that_no_command_holds(nats_server: Embedded
         await store.close()
 
 
+def _login(tmp_path: Path) -> dict[str, str]:
+    """The embedded server is locked down (issue #12 item 4): log in as the data dir's readonly user."""
+    from eventlog.auth import load_or_create_credentials
+
+    return load_or_create_credentials(tmp_path / "data").login("readonly")
+
+
 async def test_sigterm_with_the_embedded_server_hands_the_run_to_the_next_process(tmp_path: Path) -> None:
     """The default deployment: `agentlog serve` with its embedded nats-server. SIGTERM stops it
     in order (runs handed back to the queue, then NATS); a new `serve` on the same data dir
@@ -187,7 +194,7 @@ async def test_sigterm_with_the_embedded_server_hands_the_run_to_the_next_proces
         async with asyncio.timeout(LIMIT):
             first, url = await spawn_serve(None, tmp_path, "first")
             procs.append(first)
-            stores.append(await JetStreamEventStore.connect(banner_nats[first.pid]))
+            stores.append(await JetStreamEventStore.connect(banner_nats[first.pid], **_login(tmp_path)))
             async with aiohttp.ClientSession(url) as http:
                 run_a = await start_run(http, "ta")
             await until(stores[-1], "ta", lambda sc: any(isinstance(e, ToolCallStarted) for e in sc.commit.events))
@@ -198,7 +205,7 @@ async def test_sigterm_with_the_embedded_server_hands_the_run_to_the_next_proces
             (tmp_path / "hold" / "ta").touch()
             second, url = await spawn_serve(None, tmp_path, "second")
             procs.append(second)
-            stores.append(await JetStreamEventStore.connect(banner_nats[second.pid]))
+            stores.append(await JetStreamEventStore.connect(banner_nats[second.pid], **_login(tmp_path)))
             assert termination(await until(stores[-1], "ta", finished(run_a))) == "natural_end"
             async with aiohttp.ClientSession(url) as http:
                 run_c = await start_run(http, "ta")
