@@ -47,6 +47,9 @@ from .tools import Tool, ToolRegistry
 
 _log = get_logger()
 
+#: A callable given every commit a run loop writes (`Runtime.observers`).
+CommitObserver = Callable[[StoredCommit], None]
+
 
 class RunNotFound(AgentlogError, LookupError):
     code = "run_not_found"
@@ -230,6 +233,7 @@ class Runtime:
         live: LiveSink | None = None,
         entropy: Entropy | None = None,
         views: Any = None,
+        observers: Iterable[CommitObserver] = (),
     ) -> None:
         self.store = store
         self.agents = AgentRegistry(agents)
@@ -241,6 +245,10 @@ class Runtime:
         #: cold resume starts from the thread view snapshot (see `_load`). Never written here.
         self.views = views
         self._active: dict[str, tuple[RunLoop, RunHandle]] = {}
+        #: Called with every commit a run loop of this Runtime writes (telemetry, metrics,
+        #: sub-agent lineage); an observer's `run_released(run_id, ts)`, if any, when a loop
+        #: lets go of a run. Their failures are logged and never reach the run.
+        self.observers: list[CommitObserver] = list(observers)
 
     # -- starting ------------------------------------------------------------------------------
 
@@ -315,7 +323,7 @@ class Runtime:
         loop = RunLoop(
             spec=spec, ctx=ctx, version=thread.version if thread else 0, store=self.store,
             tools=self._tools_for(spec), models=self.models, live=self.live, entropy=self.entropy,
-            on_commit=handle._on_commit,
+            on_commit=self._on_commit_for(handle),
         )
         try:
             await loop.begin(msgs, parent_run_id=parent_run_id, origin=origin, resource_id=resource_id,
@@ -451,8 +459,34 @@ class Runtime:
         return RunLoop(
             spec=loaded.spec, ctx=loaded.ctx, version=loaded.version, store=self.store,
             tools=self._tools_for(loaded.spec), models=self.models, live=self.live, entropy=self.entropy,
-            on_commit=handle._on_commit, older_messages=loaded.older_messages,
+            on_commit=self._on_commit_for(handle), older_messages=loaded.older_messages,
         )
+
+    def _on_commit_for(self, handle: RunHandle) -> Callable[[StoredCommit], None]:
+        """The loop's commit callback: the handle, then the observers (see `observers`)."""
+        if not self.observers:
+            return handle._on_commit
+        observers = self.observers
+
+        def on_commit(sc: StoredCommit) -> None:
+            handle._on_commit(sc)
+            for observer in observers:
+                try:
+                    observer(sc)
+                except Exception:  # noqa: BLE001 - an observer never ends a run
+                    _log.exception("observer.failed", observer=type(observer).__name__, run_id=handle.run_id)
+
+        return on_commit
+
+    def _released(self, handle: RunHandle) -> None:
+        ts = handle.commits[-1].commit.ts if handle.commits else self.entropy.now_ms()
+        for observer in self.observers:
+            release = getattr(observer, "run_released", None)
+            if release is not None:
+                try:
+                    release(handle.run_id, ts)
+                except Exception:  # noqa: BLE001
+                    _log.exception("observer.failed", observer=type(observer).__name__, run_id=handle.run_id)
 
     def _drive(self, loop: RunLoop, handle: RunHandle) -> None:
         run_id = handle.run_id
@@ -462,6 +496,8 @@ class Runtime:
         handle._task = task
         task.add_done_callback(handle._close)
         task.add_done_callback(lambda _t: self._forget(run_id, handle))
+        if self.observers:
+            task.add_done_callback(lambda _t: self._released(handle))
 
     def _forget(self, run_id: str, handle: RunHandle) -> None:
         active = self._active.get(run_id)
