@@ -464,6 +464,30 @@ def replay_cmd(
     _run(_options(nats, creds, token, data_dir, timeout), body)
 
 
+# -- trace (gateway.trace) ------------------------------------------------------------------------
+
+
+@app.command("trace")
+def trace_cmd(
+    run_id: Annotated[str, typer.Argument(help="The run whose spans to derive from the log.")],
+    as_json: Annotated[bool, typer.Option("--json", help="The spans as one JSON document.")] = False,
+    otlp: Annotated[Optional[str], typer.Option(
+        "--otlp", metavar="URL", envvar="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        help="Export the spans over OTLP/HTTP to this traces endpoint.")] = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """A run's OpenTelemetry spans (run > step > chat / execute_tool), derived from the log."""
+    from .trace import trace
+
+    _guard(lambda: validate_run_id(run_id))
+
+    async def body(store: JetStreamEventStore) -> None:
+        await trace(store, run_id, as_json=as_json, otlp=otlp, console=_out(), emit_json=_print_json)
+
+    _run(_options(nats, creds, token, data_dir, timeout), body)
+
+
 class AppMismatch(AgentlogError):
     """The app given to --verify cannot replay this run (no such agent, no such tool)."""
 

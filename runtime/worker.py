@@ -485,10 +485,14 @@ async def run_worker(
     shutdown_timeout: float = 10.0,
     stop: asyncio.Event | None = None,
     ready: Callable[[Worker], None] | None = None,
+    metrics_port: int | None = None,
     **connect: Any,
 ) -> None:
     """Connect, run a worker until `stop` is set (or SIGTERM/SIGINT when `stop` is None), stop
-    gracefully. Used by `agentlog worker` and `agentlog serve`."""
+    gracefully. Used by `agentlog worker` and `agentlog serve`. `metrics_port`: serve Prometheus
+    `/metrics` (token, tool call, model latency metrics of the runs this worker executes) on
+    127.0.0.1; OTLP tracing is on when `$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set
+    (`runtime.telemetry.instrument`)."""
     from eventlog.jetstream import JetStreamEventStore
 
     if isinstance(app, str):
@@ -505,13 +509,39 @@ async def run_worker(
                 loop.add_signal_handler(sig, stop.set)
             except (NotImplementedError, RuntimeError):
                 pass
+    metrics_runner: Any = None
+    telemetry: dict[str, Any] = {}
     try:
+        # -- telemetry (runtime.telemetry): metrics endpoint and OTLP spans, both optional; the
+        # observers go on the runtime as the app builds it, before the first command is taken --
+        from .telemetry import instrument, serve_metrics
+
+        registry = None
+        if metrics_port is not None:
+            from prometheus_client import CollectorRegistry
+
+            registry = CollectorRegistry()
+            metrics_runner = await serve_metrics(registry, metrics_port)
+        build = worker._app
+
+        async def instrumented(s: Any) -> Runtime:
+            rt = build(s)  # type: ignore[misc]
+            rt = await rt if inspect.isawaitable(rt) else rt
+            telemetry["provider"] = instrument(rt, registry)
+            return rt
+
+        worker._app = instrumented  # type: ignore[assignment]
+        # -- end telemetry --
         await worker.start()
         if ready is not None:
             ready(worker)
         await stop.wait()
     finally:
         await worker.stop()
+        if metrics_runner is not None:
+            await metrics_runner.cleanup()
+        if telemetry.get("provider") is not None:
+            telemetry["provider"].shutdown()
         await store.close()
 
 
@@ -524,6 +554,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--max-deliver", type=int, default=-1)
     p.add_argument("--shutdown-timeout", type=float, default=10.0)
     p.add_argument("--ready-file", help="write this file once the worker is consuming (for tests)")
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on 127.0.0.1:PORT (0: any)")
     args = p.parse_args(argv)
 
     def ready(_w: Worker) -> None:
@@ -534,6 +565,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     asyncio.run(run_worker(
         args.nats, args.app, concurrency=args.concurrency, ack_wait=args.ack_wait,
         max_deliver=args.max_deliver, shutdown_timeout=args.shutdown_timeout, ready=ready,
+        metrics_port=args.metrics_port,
     ))
 
 
