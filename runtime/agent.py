@@ -50,6 +50,10 @@ class AgentSpec(pydantic.BaseModel):
     fallback_models: list[str] = []
     #: Provider options passed to every inference (temperature, max_tokens...).
     model_options: dict[str, Any] = {}
+    #: Sub-agents (`runtime.subagents`): the agents this one may start with `agent_run`
+    #: (None: every registered agent), minus `excluded_agents`.
+    allowed_agents: list[str] | None = None
+    excluded_agents: list[str] = []
 
     @pydantic.field_validator("id")
     @classmethod

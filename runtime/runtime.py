@@ -264,6 +264,8 @@ class Runtime:
         origin: str = "user",
         decisions: Sequence[DecisionInput] = (),
         frontend_tools: Sequence[ToolSpec | Mapping[str, Any]] | None = None,
+        parent_thread_id: str | None = None,
+        thread_metadata: Mapping[str, Any] | None = None,
     ) -> RunHandle:
         """Commit the start of a run and drive it in the background.
 
@@ -285,12 +287,21 @@ class Runtime:
         `FrontendToolConflict` (the name of one of the agent's backend tools). A name the agent
         already declares as a frontend stub (`gateway.adapters.frontend.frontend_tool`) is not
         a conflict: the stub keeps handling it and the declaration is not recorded again.
+
+        `parent_thread_id` (with `parent_run_id`): a sub-agent run (`runtime.subagents`): the run
+        starts on its own (child) thread, and the lineage is recorded in `ThreadCreated` and
+        `RunStarted`; it is not a continuation. `thread_metadata`: of a new thread.
         """
         # Everything that can reject the request is checked before the first write: closing a
         # waiting parent appends, so a continuation that is going to fail must fail before it.
         frontend = self._frontend_tools_for(agent_id, frontend_tools)
         if decisions and parent_run_id is None:
             raise ValueError("decisions on a new run need parent_run_id (the run that waits for them)")
+        child = parent_thread_id is not None
+        if child:
+            validate_id(parent_thread_id, "parent_thread_id")  # type: ignore[arg-type]
+            if parent_run_id is None or decisions:
+                raise ValueError("a sub-agent run (parent_thread_id) needs parent_run_id and takes no decisions")
         spec = self.agents.get(agent_id)
         missing = [n for n in spec.tools if n not in self.tools]
         if missing:
@@ -301,7 +312,9 @@ class Runtime:
             validate_id(thread_id, "thread_id")
         if run_id is not None:
             validate_run_id(run_id)
-        if parent_run_id is not None:
+        if parent_run_id is not None and child:
+            validate_run_id(parent_run_id)
+        elif parent_run_id is not None:
             validate_run_id(parent_run_id)
             parent_thread = await self._thread_of(parent_run_id)
             if thread_id is not None and thread_id != parent_thread:
@@ -315,7 +328,7 @@ class Runtime:
         thread_id = validate_id(thread_id, "thread_id") if thread_id is not None else self.entropy.new_id()
         run_id = validate_run_id(run_id) if run_id is not None else self.entropy.new_id()
         history = [sc async for sc in self.store.read_thread(thread_id)]
-        thread = self._check_thread(thread_id, history, parent_run_id, run_id)
+        thread = self._check_thread(thread_id, history, None if child else parent_run_id, run_id)
         
         msgs = _as_messages(messages, self.entropy)
         ctx = fold_context(RunContext(thread_id=thread_id, run_id=run_id), history)
@@ -327,7 +340,8 @@ class Runtime:
         )
         try:
             await loop.begin(msgs, parent_run_id=parent_run_id, origin=origin, resource_id=resource_id,
-                             frontend_tools=frontend)
+                             frontend_tools=frontend, parent_thread_id=parent_thread_id,
+                             thread_metadata=dict(thread_metadata) if thread_metadata else None)
         except VersionConflict as exc:
             raise RunConflict(f"thread {thread_id!r} changed while run {run_id!r} was starting: {exc}") from None
         self._drive(loop, handle)

@@ -334,7 +334,8 @@ class Worker:
                     handle = await rt.start(
                         cmd.agent_id, cmd.messages, thread_id=cmd.thread_id, run_id=cmd.run_id,
                         parent_run_id=cmd.parent_run_id, decisions=cmd.decisions, origin=cmd.origin,
-                        frontend_tools=cmd.frontend_tools,
+                        frontend_tools=cmd.frontend_tools, parent_thread_id=cmd.parent_thread_id,
+                        thread_metadata=cmd.thread_metadata or None,
                     )
                     log.info("run.started_by_worker")
                 except RunConflict as exc:
