@@ -1,0 +1,60 @@
+"""Sub-agents across real worker processes: the worker running a child is SIGKILLed inside the
+child's tool; another worker recovers parent and child from the log (the parent's call is run
+again with the same call id, finds its child, and waits for it; the child is resumed from its
+redelivered start command), and the parent ends with the child's answer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eventlog.events import RunStarted
+from eventlog.jetstream import JetStreamEventStore
+from eventlog.server import EmbeddedNatsServer
+from projections.fold import fold_commits
+from runtime.commands import CommandClient, StartRun
+from runtime.subagents import child_ids
+
+from test_worker_support import Watch, kill_all, read_lines, spawn_worker
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_worker_crash_mid_child_recovers_from_the_log(nats_server: EmbeddedNatsServer, tmp_path: Path) -> None:
+    store = await JetStreamEventStore.connect(nats_server.url)
+    child_thread, child_run = child_ids("br", "boss_call")
+    parent, child = Watch(store, "bt"), Watch(store, child_thread)
+    exec_log = tmp_path / "exec.log"
+    procs: list[asyncio.subprocess.Process] = []
+    try:
+        async with asyncio.timeout(60):
+            w1 = await spawn_worker(nats_server.url, tmp_path, "w1", env={
+                "WORKER_APP_EXEC_LOG": str(exec_log), "WORKER_APP_CRASH": "tool:child_work"})
+            procs.append(w1)
+            await CommandClient(store.nc).submit(StartRun(thread_id="bt", run_id="br", agent_id="boss",
+                                                          messages=["delegate"]))
+            assert await w1.wait() == -9  # killed inside the child's tool
+            assert parent.run_status("br") == "running" and child.run_status(child_run) == "running"
+            w2 = await spawn_worker(nats_server.url, tmp_path, "w2", env={"WORKER_APP_EXEC_LOG": str(exec_log)})
+            procs.append(w2)
+            await parent.status_in("br", {"done"})
+            await child.status_in(child_run, {"done"})
+        runs = fold_commits(parent.commits).runs
+        assert runs["br"].termination.type == "natural_end"
+        call = runs["br"].calls["boss_call"]
+        assert call.status == "succeeded" and call.result["output"] == "helper done"
+        child_view = fold_commits(child.commits).runs[child_run]
+        assert (child_view.parent_run_id, child_view.parent_thread_id) == ("br", "bt")
+        # one child, started once; its interrupted tool ran again (at-least-once), nothing else did
+        started = [e for sc in child.commits for e in sc.commit.events if type(e) is RunStarted]
+        assert len(started) == 1
+        assert Counter(call for _pid, call in read_lines(exec_log)) == {"child_work": 2}
+    finally:
+        await kill_all(procs)
+        await parent.close()
+        await child.close()
+        await store.close()
