@@ -501,7 +501,8 @@ async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: An
     `runtime` is imported here, not at the top, so the CLI starts fast; its loggers log to
     stderr whatever the import order (`gateway.logging`)."""
     from runtime.agent import UnknownAgent
-    from runtime.replay import UnknownReplayRun, verify_run
+    from runtime.replay import UnknownReplayRun
+    from runtime.subagents import verify_tree
 
     user_app = resolve_app(source, store, spec)
     if isinstance(from_log, list):
@@ -511,18 +512,23 @@ async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: An
             raise AppMismatch(f"--tools-from-log names tools {spec} does not have: {', '.join(unknown)}")
     try:
         with _replay_logs_quiet():
-            report = await verify_run(store, run_id, user_app, tools_from_log=from_log, raise_on_divergence=False)
+            # the run and its sub-agent runs (runtime.subagents), parents first
+            reports = await verify_tree(store, run_id, user_app, tools_from_log=from_log, raise_on_divergence=False)
     except UnknownReplayRun:
         raise UnknownRun(run_id) from None
     except UnknownAgent as exc:  # the log's agent is not in the app
         raise AppMismatch(f"{spec} cannot replay run {run_id!r}: {exc}") from None
+    report, children = reports[0], reports[1:]
     if as_json:
-        _print_json(report.to_json())
-    elif report.ok:
-        _render_verified(report)
+        doc = report.to_json()
+        if children:
+            doc["children"] = [r.to_json() for r in children]
+            doc["ok"] = all(r.ok for r in reports)
+        _print_json(doc)
     else:
-        _render_divergence(report)
-    if not report.ok:
+        for r in reports:
+            _render_verified(r) if r.ok else _render_divergence(r)
+    if not all(r.ok for r in reports):
         raise typer.Exit(1)
 
 

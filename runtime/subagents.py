@@ -295,10 +295,13 @@ def _progress(sc: StoredCommit) -> dict[str, Any]:
 
 async def verify_tree(log: Any, run_id: str, app: Any, **options: Any) -> list[Any]:
     """Verified replay of `run_id` and every sub-agent run below it (children found from the
-    log's `agent_run` calls), parents first. Returns the reports; raises the first divergence."""
+    log's `agent_run` calls), parents first. Returns the reports, ending at the first one that
+    diverged (with `raise_on_divergence=False`; by default the divergence is raised)."""
     from .replay import verify_run
 
     reports = [await verify_run(log, run_id, app, **options)]
+    if not reports[0].ok:
+        return reports
     commits = [sc async for sc in log.read_run(run_id)]
     for _thread_id, child in children_of(run_id, commits):
         started = False
@@ -307,6 +310,8 @@ async def verify_tree(log: Any, run_id: str, app: Any, **options: Any) -> list[A
             break
         if started:
             reports += await verify_tree(log, child, app, **options)
+            if not reports[-1].ok:
+                break
     return reports
 
 
