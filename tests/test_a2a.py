@@ -1,0 +1,131 @@
+"""The A2A server on the gateway, driven by the official a2a-sdk client over 127.0.0.1: agent
+card, SendMessage, SendStreamingMessage, GetTask, CancelTask mapped onto runs (task id = run id),
+a decision-only message answering a waiting run (HITL), and typed errors for bad requests; with
+runs in-process and on a worker (queue dispatcher)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+from a2a.client import A2ACardResolver, ClientConfig, create_client
+from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
+from a2a.types.a2a_pb2 import (
+    CancelTaskRequest, GetTaskRequest, Message, Part, Role, SendMessageRequest, TaskState,
+)
+from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.struct_pb2 import Value
+
+from gateway.a2a.routes import a2a_routes
+from projections.fold import fold_commits
+from test_http_write_support import open_stack
+
+pytestmark = pytest.mark.asyncio
+TIMEOUT = 30
+
+
+def _routes(dispatcher: Any, runtime: Any) -> list[Any]:
+    return a2a_routes(dispatcher, lambda: runtime.agents._agents, default_agent="quick")
+
+
+def text_message(text: str, *, task_id: str = "", context_id: str = "", mid: str = "m1") -> SendMessageRequest:
+    msg = Message(message_id=mid, role=Role.ROLE_USER, parts=[Part(text=text)], task_id=task_id, context_id=context_id)
+    return SendMessageRequest(message=msg)
+
+
+def decision_message(task_id: str, decisions: list[dict[str, Any]]) -> SendMessageRequest:
+    data = Value()
+    ParseDict({"decisions": decisions}, data)
+    msg = Message(message_id="d1", role=Role.ROLE_USER, parts=[Part(data=data)], task_id=task_id)
+    return SendMessageRequest(message=msg)
+
+
+async def client_for(base: str, agent: str, *, streaming: bool) -> Any:
+    http = httpx.AsyncClient(timeout=TIMEOUT)
+    card = await A2ACardResolver(http, base, f"/a2a/{agent}/.well-known/agent-card.json").get_agent_card()
+    return await create_client(card, ClientConfig(streaming=streaming, httpx_client=http))
+
+
+async def final_task(client: Any, request: SendMessageRequest) -> Any:
+    events = [ev async for ev in client.send_message(request)]
+    assert len(events) == 1 and events[0].HasField("task"), events
+    return events[0].task
+
+
+@pytest.mark.parametrize("mode", ["inprocess", "queue"])
+async def test_a2a_client_against_our_server(nats_server: Any, mode: str) -> None:
+    async with asyncio.timeout(TIMEOUT), open_stack(nats_server, mode, more_routes=_routes) as s:
+        base = str(s.client.make_url("")).rstrip("/")
+        # the agent card at the well-known path (default agent) and per agent
+        async with httpx.AsyncClient() as http:
+            card = await A2ACardResolver(http, base).get_agent_card()
+        assert card.name == "quick" and card.capabilities.streaming
+        assert card.supported_interfaces[0].url == f"{base}/a2a/quick"
+
+        client = await client_for(base, "quick", streaming=False)
+        task = await final_task(client, text_message("hello"))
+        assert task.status.state == TaskState.TASK_STATE_COMPLETED
+        assert task.artifacts[0].parts[0].text == "hi"
+        assert [(m.role, m.parts[0].text) for m in task.history] == [(Role.ROLE_USER, "hello"), (Role.ROLE_AGENT, "hi")]
+        run = fold_commits([sc async for sc in s.store.read_run(task.id)]).runs[task.id]  # task id = run id
+        assert run.thread_id == task.context_id and run.status == "done" and run.agent_id == "quick"
+        got = await client.get_task(GetTaskRequest(id=task.id))
+        assert got.status.state == TaskState.TASK_STATE_COMPLETED and got.id == task.id
+        # a follow-up in the same context continues the thread with a new run
+        again = await final_task(client, text_message("more", context_id=task.context_id, mid="m2"))
+        assert again.context_id == task.context_id and again.id != task.id
+
+        # streaming: the task, then updates, the answer artifact, the final status
+        streamer = await client_for(base, "quick", streaming=True)
+        events = [ev async for ev in streamer.send_message(text_message("stream me", mid="m3"))]
+        kinds = [ev.WhichOneof("payload") for ev in events]
+        assert kinds[0] == "task" and kinds[-1] == "status_update", kinds
+        assert "artifact_update" in kinds
+        assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+        art = next(ev.artifact_update for ev in events if ev.HasField("artifact_update"))
+        assert art.artifact.parts[0].text == "hi"
+
+        # HITL: the run waits -> input-required listing the call; a decision-only message resumes it
+        approver = await client_for(base, "approver", streaming=False)
+        waiting = await final_task(approver, text_message("ship", mid="m4"))
+        assert waiting.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        data = MessageToDict(waiting.status.message.parts[1].data)
+        call_id = data["suspended"][0]["call_id"]
+        assert data["suspended"][0]["tool"] == "deploy"
+        done = await final_task(approver, decision_message(waiting.id, [
+            {"target_id": call_id, "decision_id": "ok-1", "action": "resume"}]))
+        assert done.id == waiting.id and done.status.state == TaskState.TASK_STATE_COMPLETED
+        assert done.artifacts[0].parts[0].text == "deployed"
+
+        # cancel: a waiting task is cancelled; a finished one is not cancelable
+        waiting2 = await final_task(approver, text_message("ship again", mid="m5"))
+        cancelled = await approver.cancel_task(CancelTaskRequest(id=waiting2.id))
+        assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+        with pytest.raises(TaskNotCancelableError, match="already finished"):
+            await approver.cancel_task(CancelTaskRequest(id=done.id))
+
+
+async def test_a2a_bad_requests_get_typed_errors(nats_server: Any) -> None:
+    async with asyncio.timeout(TIMEOUT), open_stack(nats_server, "inprocess", more_routes=_routes) as s:
+        base = str(s.client.make_url("")).rstrip("/")
+        client = await client_for(base, "approver", streaming=False)
+        with pytest.raises(TaskNotFoundError, match="not found"):
+            await client.get_task(GetTaskRequest(id="no-such-run"))
+        with pytest.raises(TaskNotFoundError, match="not found"):
+            await client.get_task(GetTaskRequest(id="bad id!"))
+        waiting = await final_task(client, text_message("ship"))
+        with pytest.raises(InvalidParamsError, match="unknown_call"):
+            await final_task(client, decision_message(waiting.id, [
+                {"target_id": "nope", "decision_id": "x", "action": "resume"}]))
+        with pytest.raises(InvalidParamsError, match="task_id"):
+            await final_task(client, decision_message("", [{"target_id": "c", "decision_id": "x", "action": "resume"}]))
+        # raw JSON-RPC: unknown method and malformed JSON are JSON-RPC errors, never a 500
+        for body in (b'{"jsonrpc": "2.0", "id": 1, "method": "Nope", "params": {}}', b"{not json"):
+            resp = await s.client.post("/a2a/approver", data=body, headers={"Content-Type": "application/json"})
+            assert resp.status == 200
+            doc = await resp.json()
+            assert doc["error"]["code"] in (-32601, -32700), doc
+        resp = await s.client.post("/a2a/ghost", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {}})
+        assert resp.status == 404 and (await resp.json())["code"] == "agent_not_found"
