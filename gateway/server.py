@@ -124,6 +124,8 @@ class Server:
         self.live: Any = None
         self.runtime: Any = None
         self.dispatcher: Any = None
+        #: The app's agents (id -> AgentSpec) when known here (the A2A server's cards).
+        self.agent_specs: dict[str, Any] = {}
         self.worker: Any = None
         self.service: Any = None
         self.adapter_service: Any = None
@@ -186,6 +188,11 @@ class Server:
             self.live = NatsLiveSink(nc)
             self.live.start()
             self.runtime = build_runtime(source, self.store, views=self.views, live=self.live)
+            # OTLP spans of the runs this process executes, when OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+            # is set (runtime.telemetry); the gateway's /metrics counts tokens/tools from the log
+            from runtime.telemetry import instrument
+
+            instrument(self.runtime)
         if self.has_http:
             self.dispatcher = self._dispatcher(source)
         if self.has_worker:
@@ -207,17 +214,28 @@ class Server:
         assert self.store is not None
         if self.runtime is not None:
             self.parts.append("dispatch:in-process")
+            self.agent_specs = dict(self.runtime.agents._agents)  # noqa: SLF001
             return dispatch.InProcessDispatcher(self.runtime)
         self.parts.append("dispatch:queue")
         agents = None
         if self.config.app is not None or self.config.app_spec:
-            agents = [spec.id for spec in resolve_app(source, self.store).agents]
+            specs = resolve_app(source, self.store).agents
+            self.agent_specs = {spec.id: spec for spec in specs}
+            agents = list(self.agent_specs)
         return dispatch.QueueDispatcher(self.store.nc, self.store, agents=agents)
 
     def _routes(self) -> list[Any]:
         assert self.dispatcher is not None
         self.parts += ["write", "adapters"]
-        return [*write_routes(self.dispatcher), *adapter_routes.ROUTES]
+        routes = [*write_routes(self.dispatcher), *adapter_routes.ROUTES]
+        # -- the A2A server (gateway.a2a), when the `a2a` extra is installed --
+        from .a2a.routes import a2a_routes, available
+
+        if available() and self.agent_specs:
+            specs = self.agent_specs
+            routes += a2a_routes(self.dispatcher, lambda: specs)
+            self.parts.append("a2a")
+        return routes
 
     async def _start_http(self) -> None:
         from .http import Settings, create_app

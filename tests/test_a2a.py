@@ -129,3 +129,35 @@ async def test_a2a_bad_requests_get_typed_errors(nats_server: Any) -> None:
             assert doc["error"]["code"] in (-32601, -32700), doc
         resp = await s.client.post("/a2a/ghost", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {}})
         assert resp.status == 404 and (await resp.json())["code"] == "agent_not_found"
+
+
+async def test_a_remote_a2a_agent_as_a_sub_agent(nats_server: Any) -> None:
+    """A local run calls remote agents through `remote_agent_tool` (the a2a-sdk client against
+    our A2A server on 127.0.0.1): a completed remote task is the call's result, an input-required
+    one suspends the call with a ticket naming the remote task; replay answers from the log."""
+    from runtime import AgentSpec, Runtime
+    from runtime.a2a_agent import remote_agent_tool
+    from runtime.models.scripted import ScriptedModel, Turn
+    from runtime.replay import verify_run
+
+    async with asyncio.timeout(TIMEOUT), open_stack(nats_server, "inprocess", more_routes=_routes) as s:
+        base = str(s.client.make_url("")).rstrip("/")
+        tools = [remote_agent_tool("ask_quick", f"{base}/a2a/quick", card_path="/.well-known/agent-card.json"),
+                 remote_agent_tool("ask_approver", base, card_path="/a2a/approver/.well-known/agent-card.json")]
+        agents = [AgentSpec(id="boss", model="boss", tools=["ask_quick", "ask_approver"])]
+        script = [Turn.tool("ask_quick", {"prompt": "hello"}, id="c-q"),
+                  Turn.tool("ask_approver", {"prompt": "ship"}, id="c-a"), Turn.text("never")]
+        local = Runtime(s.store, agents=agents, tools=tools, models={"boss": ScriptedModel(script)})
+        result = await local.run("boss", "delegate", thread_id="local", run_id="local-run")
+        calls = result.run.calls
+        assert calls["c-q"].status == "succeeded"
+        assert calls["c-q"].result["output"] == "hi" and calls["c-q"].result["state"] == "TASK_STATE_COMPLETED"
+        remote_run = fold_commits([sc async for sc in s.store.read_run(calls["c-q"].result["task_id"])])
+        assert next(iter(remote_run.runs.values())).agent_id == "quick"  # a real run of the remote agent
+        # the remote task waits for a decision: the local call suspends on it
+        assert result.status == "waiting" and calls["c-a"].status == "suspended"
+        ticket = calls["c-a"].ticket
+        assert ticket.resume_mode == "use_decision_as_tool_result" and ticket.parameters["task_id"]
+        # verified replay of the local run: the remote calls answer from the log (nothing sent)
+        report = await verify_run(s.store, "local-run", local)
+        assert report.ok and report.tools_from_log == 2 and report.tools_executed == 0
