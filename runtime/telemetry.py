@@ -66,6 +66,7 @@ class SpanFold:
     spans: dict[str, SpanRecord] = field(default_factory=dict)
     _step_key: str | None = None
     _tools: dict[str, str] = field(default_factory=dict)  # call_id -> span key
+    _child_end: dict[str, int] = field(default_factory=dict)  # span key -> latest end of its children
 
     @property
     def run_key(self) -> str:
@@ -80,8 +81,9 @@ class SpanFold:
         if rec is not None and rec.end_ms is None:
             # a commit's ts is when its first event was staged, so a child (an inference timed
             # by its duration) can end after it: a parent never ends before its children
-            children = (r.end_ms or 0 for r in self.spans.values() if r.parent == key)
-            rec.end_ms = max(ts, rec.start_ms, *children)
+            rec.end_ms = max(ts, rec.start_ms, self._child_end.get(key, 0))  # type: ignore[arg-type]
+            if rec.parent is not None:
+                self._child_end[rec.parent] = max(self._child_end.get(rec.parent, 0), rec.end_ms)
             rec.error = rec.error or error
             closed.append(key)  # type: ignore[arg-type]
 
@@ -213,6 +215,9 @@ def spans_from_commits(run_id: str, commits: Iterable[StoredCommit]) -> list[Spa
 # == OpenTelemetry export =========================================================================
 
 
+_MISSING = object()
+
+
 def _ns(ms: int) -> int:
     return ms * 1_000_000
 
@@ -227,20 +232,26 @@ class _OtelSpans:
         self._trace = trace
         self.tracer = tracer
         self.live: dict[str, Any] = {}
+        self._opened: dict[str, dict[str, Any]] = {}
 
     def open(self, rec: SpanRecord) -> None:
         parent = self.live.get(rec.parent) if rec.parent else None
         ctx = self._trace.set_span_in_context(parent) if parent is not None else None
         kind = self._trace.SpanKind.CLIENT if rec.key.startswith("chat:") else self._trace.SpanKind.INTERNAL
-        self.live[rec.key] = self.tracer.start_span(
+        span = self.tracer.start_span(
             rec.name, context=ctx, kind=kind, attributes=rec.attributes, start_time=_ns(rec.start_ms),
         )
+        self.live[rec.key] = span
+        self._opened[rec.key] = dict(rec.attributes)
 
     def close(self, rec: SpanRecord) -> None:
         span = self.live.pop(rec.key, None)
         if span is None:
             return
-        span.set_attributes(rec.attributes)
+        at_open = self._opened.pop(rec.key, {})
+        late = {k: v for k, v in rec.attributes.items() if at_open.get(k, _MISSING) != v}
+        if late:  # only what the fold learned after the span opened (outcome, termination, usage)
+            span.set_attributes(late)
         if rec.error is not None:
             from opentelemetry.trace import Status, StatusCode
 
@@ -344,24 +355,37 @@ class AgentMetrics:
         self.tool_calls = Counter("agentlog_tool_calls_total", "Tool calls completed, by tool and outcome",
                                   ["tool", "outcome"], registry=registry)
         self._names: dict[str, str] = {}  # call_id -> tool name (bounded by calls in flight)
+        # labelled children, looked up once (`labels()` validates and locks on every call)
+        self._per_model: dict[str, tuple[Any, Any, Any, Any]] = {}
+        self._per_tool: dict[tuple[str, str], Any] = {}
 
     def __call__(self, sc: StoredCommit) -> None:
         self.observe(sc.commit)
+
+    def _model(self, model: str) -> tuple[Any, Any, Any, Any]:
+        got = self._per_model.get(model)
+        if got is None:
+            got = self._per_model[model] = (self.inferences.labels(model), self.tokens.labels(model, "input"),
+                                            self.tokens.labels(model, "output"), self.latency.labels(model))
+        return got
 
     def observe(self, commit: Any) -> None:
         for ev in commit.events:
             t = type(ev)
             if t is InferenceCompleted:
-                model = ev.model
-                self.inferences.labels(model).inc()
-                self.tokens.labels(model, "input").inc(ev.usage.input_tokens)
-                self.tokens.labels(model, "output").inc(ev.usage.output_tokens)
-                self.latency.labels(model).observe(max(ev.duration_ms, 0) / 1000)
+                calls, tokens_in, tokens_out, latency = self._model(ev.model)
+                calls.inc()
+                tokens_in.inc(ev.usage.input_tokens)
+                tokens_out.inc(ev.usage.output_tokens)
+                latency.observe(max(ev.duration_ms, 0) / 1000)
             elif t is ToolCallStarted:
                 self._names[ev.call_id] = ev.name
             elif t is ToolCallCompleted:
-                name = self._names.pop(ev.call_id, "unknown")
-                self.tool_calls.labels(name, ev.outcome).inc()
+                key = (self._names.pop(ev.call_id, "unknown"), ev.outcome)
+                child = self._per_tool.get(key)
+                if child is None:
+                    child = self._per_tool[key] = self.tool_calls.labels(*key)
+                child.inc()
 
 
 def instrument(runtime: Any, registry: Any = None, *, otlp_endpoint: str | None = None) -> Any:

@@ -84,16 +84,46 @@ def lookup(key: str, ctx: ToolContext) -> dict[str, Any]:
     return {"key": key, "value": len(key)}
 
 
-def make_runtime(store: Any) -> Runtime:
+class _DropSpans:
+    """An OTel span exporter that keeps nothing (the bench measures producing spans, not I/O)."""
+
+    def export(self, spans: Any) -> Any:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 0) -> bool:
+        return True
+
+
+def make_runtime(store: Any, features: bool = False) -> Runtime:
+    """`features`: the issue #15 features on: live OTel spans (SDK tracer, batch processor),
+    token/tool/latency Prometheus metrics, and the sub-agent tools + lineage observer."""
     model = ScriptedModel([Turn.tool("lookup", {"key": "alpha"}, text="checking")], loop=True)
     agent = AgentSpec(id="bench", model=model, tools=["lookup"], max_rounds=STEPS,
                       tool_execution_mode="sequential", system_prompt="You are a benchmark.")
-    return Runtime(store, agents=[agent], tools=[lookup])
+    rt = Runtime(store, agents=[agent], tools=[lookup])
+    if features:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from prometheus_client import CollectorRegistry
+
+        from runtime.subagents import SubAgents
+        from runtime.telemetry import AgentMetrics, LiveTracer
+
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(_DropSpans()))  # type: ignore[arg-type]
+        rt.observers += [LiveTracer(provider.get_tracer("bench")), AgentMetrics(CollectorRegistry())]
+        SubAgents().install(rt)
+    return rt
 
 
-async def run_many(store: Any, runs: int) -> tuple[float, int, int]:
+async def run_many(store: Any, runs: int, features: bool = False) -> tuple[float, int, int]:
     """(seconds, steps, commits) for `runs` sequential 20-step runs."""
-    rt = make_runtime(store)
+    rt = make_runtime(store, features)
     steps = commits = 0
     t0 = time.perf_counter()
     for _ in range(runs):
@@ -225,10 +255,13 @@ async def main() -> None:
                 await run_many(mem, 2)
                 # Interleave the two stores in rounds and keep each one's best round: this 2-core
                 # machine is shared, and interleaving exposes both to the same background load.
-                js_best = mem_best = (float("inf"), 1, 1)
+                js_best = mem_best = jsf_best = memf_best = (float("inf"), 1, 1)
                 for _ in range(rounds):
                     js_best = min(js_best, await run_many(store, per_round), key=lambda r: r[0] / r[1])
                     mem_best = min(mem_best, await run_many(mem, per_round), key=lambda r: r[0] / r[1])
+                    # the same with the issue #15 features on (OTel spans, agent metrics, sub-agents)
+                    jsf_best = min(jsf_best, await run_many(store, per_round, True), key=lambda r: r[0] / r[1])
+                    memf_best = min(memf_best, await run_many(mem, per_round, True), key=lambda r: r[0] / r[1])
                 js_s, js_steps, js_commits = js_best
                 mem_s, mem_steps, mem_commits = mem_best
                 raw = await raw_publish(store, 500 if args.quick else 2000)
@@ -255,6 +288,8 @@ async def main() -> None:
 
     js_rate = js_steps / js_s
     mem_rate = mem_steps / mem_s
+    jsf_rate = jsf_best[1] / jsf_best[0]
+    memf_rate = memf_best[1] / memf_best[0]
     figures.update(
         rounds=rounds,
         runs_per_round=per_round,
@@ -270,6 +305,10 @@ async def main() -> None:
         target_durable_steps_per_s=750,
         peer_durable_steps_per_s=250,
         durable_vs_peer_ratio=round(js_rate / 250, 2),
+        features_durable_steps_per_s=round(jsf_rate, 1),
+        features_memory_steps_per_s=round(memf_rate, 1),
+        features_durable_vs_memory_ratio=round(jsf_rate / memf_rate, 3),
+        features_durable_vs_plain_durable_ratio=round(jsf_rate / js_rate, 3),
     )
 
     table = Table(title=f"runtime: {STEPS}-step tool runs, best of {rounds} interleaved rounds x {per_round} runs "
@@ -283,8 +322,13 @@ async def main() -> None:
                   f"{mem_commits / mem_steps:.2f}", "1.00")
     table.add_row("JetStream (durable)", f"{js_rate:,.0f}", f"{1000 * js_s / js_steps:.3f}",
                   f"{js_commits / js_steps:.2f}", f"{js_rate / mem_rate:.2f}")
+    table.add_row("MemoryEventStore + features", f"{memf_rate:,.0f}", f"{1000 / memf_rate:.3f}", "", "1.00")
+    table.add_row("JetStream + features", f"{jsf_rate:,.0f}", f"{1000 / jsf_rate:.3f}", "",
+                  f"{jsf_rate / memf_rate:.2f}")
     table.add_row("raw JetStream publish+ack", f"{1 / raw:,.0f} ops/s", f"{raw * 1000:.3f}", "", "")
     console.print(table)
+    console.print("features = live OTel spans (SDK, batch processor), token/tool/latency metrics, sub-agent "
+                  f"tools + lineage observer; durable with features / durable without: {jsf_rate / js_rate:.2f}")
     cold_table = Table(title=f"cold resume: decide() on a new Runtime -> replayed tool starts ({samples} waiting runs each)")
     cold_table.add_column("prior events in thread", justify="right")
     cold_table.add_column("p50 ms", justify="right")
