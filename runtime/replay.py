@@ -566,6 +566,7 @@ class _ReplayTool(Tool):
     def wrap(cls, inner: Tool, session: _Session, from_log: bool) -> _ReplayTool:
         obj = cls.__new__(cls)
         obj.__dict__.update(inner.__dict__)
+        obj.__dict__.pop("bind_runtime", None)  # a replay acts on no run (runtime.subagents)
         obj._inner, obj._session, obj._from_log = inner, session, from_log
         return obj
 

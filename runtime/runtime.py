@@ -249,6 +249,11 @@ class Runtime:
         #: sub-agent lineage); an observer's `run_released(run_id, ts)`, if any, when a loop
         #: lets go of a run. Their failures are logged and never reach the run.
         self.observers: list[CommitObserver] = list(observers)
+        # tools that act on runs (sub-agents: `runtime.subagents`) bind to the runtime they run in
+        for t in self.tools:
+            bind = getattr(t, "bind_runtime", None)
+            if bind is not None:
+                bind(self)
 
     # -- starting ------------------------------------------------------------------------------
 

@@ -96,9 +96,10 @@ def children_of(run_id: str, commits: Sequence[StoredCommit]) -> list[tuple[str,
 
 
 class SubAgents:
-    """The sub-agent tools and their observer, for one `Runtime`:
-    `SubAgents(commands=None).install(runtime)`; list `agent_run` (and `agent_output`,
-    `agent_stop`) in an agent's tools."""
+    """The sub-agent tools and their observer, for one `Runtime`: either
+    `SubAgents(commands=None).install(runtime)`, or pass `sub.tools` with the runtime's tools
+    (e.g. in an `App`): a `Runtime` binds tools that carry `bind_runtime` when it is built, the
+    first one wins. List `agent_run` (and `agent_output`, `agent_stop`) in an agent's tools."""
 
     def __init__(self, *, commands: Any = None) -> None:
         self.commands = commands
@@ -107,17 +108,25 @@ class SubAgents:
         self.tools = [self._tool(self._agent_run, AGENT_RUN), self._tool(self._agent_output, AGENT_OUTPUT),
                       self._tool(self._agent_stop, AGENT_STOP)]
 
-    @staticmethod
-    def _tool(fn: Any, name: str) -> Tool:
+    def _tool(self, fn: Any, name: str) -> Tool:
         t = Tool.from_function(fn, name=name)
         t.replay_from_log = True  # type: ignore[attr-defined]  (see runtime.replay.verify_run)
+        t.bind_runtime = self.bind  # type: ignore[attr-defined]  (see Runtime.__init__)
         return t
 
+    def bind(self, runtime: Any) -> None:
+        """Use `runtime` (its store, agents, start/resume/cancel) and observe its commits. Only
+        the first runtime binds: a verified replay's runtime (built from the same tools) must not
+        take the live one's place."""
+        if self.runtime is None:
+            self.runtime = runtime
+            runtime.observers.append(self)
+
     def install(self, runtime: Any) -> SubAgents:
-        self.runtime = runtime
         for t in self.tools:
-            runtime.tools.register(t)
-        runtime.observers.append(self)
+            if t.name not in runtime.tools:
+                runtime.tools.register(t)
+        self.bind(runtime)
         return self
 
     # -- the tools -----------------------------------------------------------------------------

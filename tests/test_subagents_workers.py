@@ -24,6 +24,7 @@ from test_worker_support import Watch, kill_all, read_lines, spawn_worker
 pytestmark = pytest.mark.asyncio
 
 
+@pytest.mark.timeout(150)
 async def test_worker_crash_mid_child_recovers_from_the_log(nats_server: EmbeddedNatsServer, tmp_path: Path) -> None:
     store = await JetStreamEventStore.connect(nats_server.url)
     child_thread, child_run = child_ids("br", "boss_call")
@@ -31,7 +32,7 @@ async def test_worker_crash_mid_child_recovers_from_the_log(nats_server: Embedde
     exec_log = tmp_path / "exec.log"
     procs: list[asyncio.subprocess.Process] = []
     try:
-        async with asyncio.timeout(60):
+        async with asyncio.timeout(90):
             w1 = await spawn_worker(nats_server.url, tmp_path, "w1", env={
                 "WORKER_APP_EXEC_LOG": str(exec_log), "WORKER_APP_CRASH": "tool:child_work"})
             procs.append(w1)
@@ -53,8 +54,15 @@ async def test_worker_crash_mid_child_recovers_from_the_log(nats_server: Embedde
         started = [e for sc in child.commits for e in sc.commit.events if type(e) is RunStarted]
         assert len(started) == 1
         assert Counter(call for _pid, call in read_lines(exec_log)) == {"child_work": 2}
+    except BaseException:
+        for name in ("w1", "w2"):  # what the workers said, for the failure report
+            log = tmp_path / f"{name}.log"
+            if log.exists():
+                print(f"--- {name}.log (tail) ---\n" + log.read_text(errors="replace")[-4000:])
+        raise
     finally:
         await kill_all(procs)
-        await parent.close()
-        await child.close()
-        await store.close()
+        async with asyncio.timeout(20):
+            await parent.close()
+            await child.close()
+            await store.close()
