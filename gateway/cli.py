@@ -651,6 +651,9 @@ def gateway_cmd(
 @app.command("worker")
 def worker_cmd(
     app_spec: AppOpt = None, concurrency: ConcurrencyOpt = 4,
+    metrics_port: Annotated[Optional[int], typer.Option(
+        "--metrics-port", min=0, max=65535,
+        help="Serve Prometheus /metrics (tokens, tool calls, model latency) on 127.0.0.1:PORT.")] = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
@@ -677,7 +680,8 @@ def worker_cmd(
             await embedded.astart(timeout=max(options.timeout, 10.0))
         url = embedded.url if embedded is not None else options.servers()
         try:
-            await run_worker(url, factory, concurrency=concurrency, ready=ready, creds=options.creds,
+            await run_worker(url, factory, concurrency=concurrency, ready=ready, metrics_port=metrics_port,
+                             creds=options.creds,
                              token=options.token, connect_timeout=options.timeout,
                              request_timeout=options.timeout)
         finally:

@@ -32,11 +32,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-async def test_worker_serves_agent_metrics(nats_server: EmbeddedNatsServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", [
+    [sys.executable, "-m", "runtime.worker"],
+    [str(Path(sys.executable).parent / "agentlog"), "worker"],
+])
+async def test_worker_serves_agent_metrics(nats_server: EmbeddedNatsServer, tmp_path: Path, command: list[str]) -> None:
     port = _free_port()
     out = open(tmp_path / "w.log", "wb")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "runtime.worker", "--nats", nats_server.url, "--app", "worker_app:app",
+        *command, "--nats", nats_server.url, "--app", "worker_app:app",
         "--metrics-port", str(port), stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, cwd=str(REPO),
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)])},
     )
