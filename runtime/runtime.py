@@ -713,6 +713,16 @@ class Runtime:
             return True
         raise RunConflict(f"could not append a cancel request for run {run_id!r}: the thread keeps moving")
 
+    async def settled(self, run_id: str) -> None:
+        """Wait for the observers' asynchronous effects of `run_id`'s commits (sub-agent lineage:
+        the parent's decision when a child finishes, cancelling children): observers with a
+        `drain(run_id)` coroutine. A worker calls it before acking a command, so a redelivered
+        command is the only way such an effect can be lost."""
+        for observer in self.observers:
+            drain = getattr(observer, "drain", None)
+            if drain is not None:
+                await drain(run_id)
+
     # -- views ---------------------------------------------------------------------------------
 
     async def thread_view(self, thread_id: str) -> ThreadView:

@@ -104,7 +104,8 @@ class SubAgents:
     def __init__(self, *, commands: Any = None) -> None:
         self.commands = commands
         self.runtime: Any = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        #: Lineage effects in flight, by the run whose commit caused them.
+        self._tasks: dict[str, set[asyncio.Task[None]]] = {}
         self.tools = [self._tool(self._agent_run, AGENT_RUN), self._tool(self._agent_output, AGENT_OUTPUT),
                       self._tool(self._agent_stop, AGENT_STOP)]
 
@@ -234,20 +235,32 @@ class SubAgents:
     def __call__(self, sc: StoredCommit) -> None:
         for ev in sc.commit.events:
             if type(ev) is RunFinished:
+                run_id = sc.commit.run_id or ""
                 if ev.termination.type == "cancelled":
-                    self._spawn(self._cancel_children(sc.commit.run_id or ""))
-                if (sc.commit.run_id or "").startswith("subrun-"):
-                    self._spawn(self._notify_parent(sc.commit.thread_id, sc.commit.run_id or ""))
+                    self._spawn(run_id, self._cancel_children(run_id))
+                if run_id.startswith("subrun-"):
+                    self._spawn(run_id, self._notify_parent(sc.commit.thread_id, run_id))
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, run_id: str, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        tasks = self._tasks.setdefault(run_id, set())
+        tasks.add(task)
 
-    async def drain(self) -> None:
-        """Wait for the lineage effects scheduled so far (tests, shutdown)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        def done(t: asyncio.Task[None]) -> None:
+            tasks.discard(t)
+            if not tasks and self._tasks.get(run_id) is tasks:
+                del self._tasks[run_id]
+
+        task.add_done_callback(done)
+
+    async def drain(self, run_id: str | None = None) -> None:
+        """Wait for the lineage effects of `run_id`'s commits (all runs' when None): a worker
+        acks a command only after them (`Runtime.settled`)."""
+        while True:
+            pending = [t for r, ts in list(self._tasks.items()) if run_id is None or r == run_id for t in ts]
+            if not pending:
+                return
+            await asyncio.gather(*pending, return_exceptions=True)
 
     async def _cancel_children(self, run_id: str) -> None:
         rt = self.runtime

@@ -380,6 +380,7 @@ class Worker:
                 if nxt is not None and nxt[1] is not handle and not nxt[1].done:
                     handle = nxt[1]
                     continue
+                await rt.settled(handle.run_id)  # observers' effects (sub-agent lineage) before the ack
                 log.info("run.settled", status=result.status,
                          termination=None if result.termination is None else result.termination.type)
                 return
@@ -469,6 +470,7 @@ class Worker:
             return TERM
         except RunConflict:
             return NAK
+        await rt.settled(cmd.run_id)  # e.g. its sub-agents cancelled before the ack
         log.info("run.cancel_command", appended=done)
         return ACK
 

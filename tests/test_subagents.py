@@ -211,6 +211,12 @@ async def test_child_waiting_for_a_human_suspends_the_parent_until_it_finishes(s
         # the human approves the child's deploy; the child finishes; its finish resumes the parent
         res = await rt.decide(ops_run, [{"target_id": "c-deploy", "decision_id": "ok-1", "action": "resume"}])
         assert (await res.handle.result()).termination.type == "natural_end"
+        # once the child's effects are settled (what a worker waits for before its ack), the
+        # parent's decision is in the log
+        await rt.settled(ops_run)
+        decided = [e for sc in [c async for c in store.read_run("pr5")] for e in sc.commit.events
+                   if type(e).__name__ == "ToolCallDecided"]
+        assert [d.decision.decision_id for d in decided] == [f"d-{ops_run}"]
         await finished(store, "pt5", "pr5")
         await sub.drain()
     parent = await rt.run_view("pr5")
