@@ -713,11 +713,18 @@ class Runtime:
             return True
         raise RunConflict(f"could not append a cancel request for run {run_id!r}: the thread keeps moving")
 
-    async def settled(self, run_id: str) -> None:
+    async def settled(self, run_id: str, *, recover: bool = False) -> None:
         """Wait for the observers' asynchronous effects of `run_id`'s commits (sub-agent lineage:
         the parent's decision when a child finishes, cancelling children): observers with a
-        `drain(run_id)` coroutine. A worker calls it before acking a command, so a redelivered
-        command is the only way such an effect can be lost."""
+        `drain(run_id)` coroutine. A worker calls it before acking a command. `recover=True`
+        (a redelivered command of a run that ended elsewhere): observers with `recover(run_id)`
+        first re-derive those effects from the log, in case the process that wrote the run's
+        end died before they ran."""
+        if recover:
+            for observer in self.observers:
+                redo = getattr(observer, "recover", None)
+                if redo is not None:
+                    await redo(run_id)
         for observer in self.observers:
             drain = getattr(observer, "drain", None)
             if drain is not None:

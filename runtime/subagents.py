@@ -262,6 +262,15 @@ class SubAgents:
                 return
             await asyncio.gather(*pending, return_exceptions=True)
 
+    async def recover(self, run_id: str) -> None:
+        """Schedule again the lineage effects of a run that finished in a process that died
+        before they ran (idempotent: a recorded decision is not recorded twice, a finished run
+        is not cancelled). For a worker handling a redelivered command of a finished run."""
+        commits = [sc async for sc in self.runtime.store.read_run(run_id)]
+        for sc in commits:
+            if any(type(e) is RunFinished for e in sc.commit.events):
+                self(sc)
+
     async def _cancel_children(self, run_id: str) -> None:
         rt = self.runtime
         commits = [sc async for sc in rt.store.read_run(run_id)]

@@ -348,6 +348,7 @@ class Worker:
                     log.error("command.rejected", error=f"{type(exc).__name__}: {exc}")
                     return TERM
             if handle is None:
+                await rt.settled(cmd.run_id, recover=True)  # effects its dead worker may have missed
                 return ACK  # finished or waiting: nothing left to do
             try:
                 await self._follow(handle, log)
@@ -450,6 +451,7 @@ class Worker:
                     log.info("command.reevaluate", reason=str(exc))
                     continue
                 if handle is None:
+                    await rt.settled(cmd.run_id, recover=True)  # effects its dead worker may have missed
                     return ACK  # finished or waiting: the decision's effects are committed
             try:
                 await self._follow(handle, log)

@@ -16,7 +16,7 @@ from eventlog.events import RunStarted
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
 from projections.fold import fold_commits
-from runtime.commands import CommandClient, StartRun
+from runtime.commands import CommandClient, Decide, StartRun
 from runtime.subagents import child_ids
 
 from test_worker_support import Watch, kill_all, read_lines, spawn_worker
@@ -60,6 +60,46 @@ async def test_worker_crash_mid_child_recovers_from_the_log(nats_server: Embedde
             if log.exists():
                 print(f"--- {name}.log (tail) ---\n" + log.read_text(errors="replace")[-4000:])
         raise
+    finally:
+        await kill_all(procs)
+        async with asyncio.timeout(20):
+            await parent.close()
+            await child.close()
+            await store.close()
+
+
+@pytest.mark.timeout(150)
+async def test_worker_dies_between_a_waiting_childs_end_and_its_parents_decision(
+    nats_server: EmbeddedNatsServer, tmp_path: Path,
+) -> None:
+    """The child waited for a human, so its parent's call suspended. The worker that finishes
+    the child dies right after the child's RunFinished is committed, before the parent's
+    decision is recorded. Another worker takes the redelivered command, re-derives the missed
+    effect from the log, and the parent finishes with the child's answer."""
+    store = await JetStreamEventStore.connect(nats_server.url)
+    child_thread, child_run = child_ids("b2r", "boss2_call")
+    parent, child = Watch(store, "b2t"), Watch(store, child_thread)
+    procs: list[asyncio.subprocess.Process] = []
+    try:
+        async with asyncio.timeout(90):
+            w1 = await spawn_worker(nats_server.url, tmp_path, "w1", env={"WORKER_APP_CRASH": "after:RunFinished:1"})
+            procs.append(w1)
+            client = CommandClient(store.nc)
+            await client.submit(StartRun(thread_id="b2t", run_id="b2r", agent_id="boss2", messages=["go"]))
+            await parent.status_in("b2r", {"waiting"})
+            await child.status_in(child_run, {"waiting"})
+            await client.submit(Decide(thread_id=child_thread, run_id=child_run, command_id="ok-deploy",
+                                       decisions=[{"target_id": "ops_deploy", "decision_id": "ok",
+                                                   "action": "resume"}]))
+            assert await w1.wait() == -9  # right after the child's RunFinished
+            assert child.run_status(child_run) == "done" and parent.run_status("b2r") == "waiting"
+            w2 = await spawn_worker(nats_server.url, tmp_path, "w2")
+            procs.append(w2)
+            await parent.status_in("b2r", {"done"})
+        run = fold_commits(parent.commits).runs["b2r"]
+        assert run.termination.type == "natural_end"
+        call = run.calls["boss2_call"]
+        assert call.result["output"] == "ops shipped" and call.decision.decision_id == f"d-{child_run}"
     finally:
         await kill_all(procs)
         async with asyncio.timeout(20):

@@ -10,6 +10,8 @@ Agents:
   on a thread continues the script; call ids stay unique per thread).
 - `boss`: one `agent_run` of `helper` (a sub-agent child run, call `boss_call`), then a text;
   `helper`: one `work` (call `child_work`), then "helper done".
+- `boss2`: one `agent_run` of `ops` (call `boss2_call`); `ops`: a `deploy` that needs approval
+  (call `ops_deploy`), then "ops shipped".
 - `held`: one `hold` call that blocks until the test answers a request on
   `worker_app.release.<call_id>`, then a text answer.
 
@@ -176,6 +178,9 @@ def app(store: Any) -> Runtime:
         # sub-agents (runtime.subagents): boss delegates to helper, a child run on its own thread
         AgentSpec(id="boss", model="boss", tools=["agent_run"], max_rounds=5, allowed_agents=["helper"]),
         AgentSpec(id="helper", model="helper", tools=["work"], max_rounds=5),
+        # boss2 delegates to ops, whose deploy waits for a human (the parent's call suspends too)
+        AgentSpec(id="boss2", model="boss2", tools=["agent_run"], max_rounds=5),
+        AgentSpec(id="ops", model="ops", tools=["deploy"], max_rounds=5, plugins=[PermissionPlugin(ask=["deploy"])]),
     ]
     models = {
         "crashy": ScriptedModel(CRASHY_SCRIPT, position="conversation"),
@@ -186,6 +191,10 @@ def app(store: Any) -> Runtime:
                                Turn.text("boss done")], position="conversation"),
         "helper": ScriptedModel([Turn.tool("work", {"k": 5}, id="child_work"), Turn.text("helper done")],
                                 position="conversation"),
+        "boss2": ScriptedModel([Turn.tool("agent_run", {"agent_id": "ops", "prompt": "ship"}, id="boss2_call"),
+                                Turn.text("boss2 done")], position="conversation"),
+        "ops": ScriptedModel([Turn.tool("deploy", {"env": "prod"}, id="ops_deploy"), Turn.text("ops shipped")],
+                             position="conversation"),
     }
     rt = Runtime(_CrashingStore(store), agents=agents, tools=[work, deploy, hold], models=models)
     # children start through the work queue, so any worker runs (and recovers) them
