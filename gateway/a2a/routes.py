@@ -18,6 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.http.auth import principal
 from gateway.http.context import services
 from gateway.http.errors import ApiError
 from gateway.http.routing import Route
@@ -65,6 +66,9 @@ def a2a_routes(dispatcher: Any, agents: Callable[[], Mapping[str, Any]], default
     async def rpc(request: web.Request) -> web.StreamResponse:
         agent_id = request.match_info["agent_id"]
         spec_of(agent_id)
+        if principal(request).tenant is not None:
+            # tasks are read by id from the log, across tenants: refuse rather than leak
+            raise ApiError(403, "tenant_scoped_token", "A2A needs an unscoped token (tenant-scoped tokens: use /v1)")
         store = services(request).store
         app = apps.get((id(store), agent_id))
         if app is None:
