@@ -317,10 +317,9 @@ class Runtime:
             validate_id(thread_id, "thread_id")
         if run_id is not None:
             validate_run_id(run_id)
-        if parent_run_id is not None and child:
+        if parent_run_id is not None:
             validate_run_id(parent_run_id)
-        elif parent_run_id is not None:
-            validate_run_id(parent_run_id)
+        if parent_run_id is not None and not child:  # a continuation on the parent's thread
             parent_thread = await self._thread_of(parent_run_id)
             if thread_id is not None and thread_id != parent_thread:
                 raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")
