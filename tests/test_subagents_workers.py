@@ -6,7 +6,9 @@ redelivered start command), and the parent ends with the child's answer."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +26,35 @@ from test_worker_support import Watch, kill_all, read_lines, spawn_worker
 pytestmark = pytest.mark.asyncio
 
 
-@pytest.mark.timeout(150)
-async def test_worker_crash_mid_child_recovers_from_the_log(nats_server: EmbeddedNatsServer, tmp_path: Path) -> None:
-    store = await JetStreamEventStore.connect(nats_server.url)
-    child_thread, child_run = child_ids("br", "boss_call")
-    parent, child = Watch(store, "bt"), Watch(store, child_thread)
-    exec_log = tmp_path / "exec.log"
+@contextlib.asynccontextmanager
+async def watched(server: EmbeddedNatsServer, tmp_path: Path, parent_thread: str,
+                  child_thread: str) -> AsyncIterator[tuple[Any, Watch, Watch, list[Any]]]:
+    """A store, watches on the parent's and the child's threads, and a list to put worker
+    processes in; on failure the workers' logs are printed; everything is stopped after."""
+    store = await JetStreamEventStore.connect(server.url)
+    parent, child = Watch(store, parent_thread), Watch(store, child_thread)
     procs: list[asyncio.subprocess.Process] = []
     try:
+        yield store, parent, child, procs
+    except BaseException:
+        for name in ("w1", "w2"):  # what the workers said, for the failure report
+            log = tmp_path / f"{name}.log"
+            if log.exists():
+                print(f"--- {name}.log (tail) ---\n" + log.read_text(errors="replace")[-4000:])
+        raise
+    finally:
+        await kill_all(procs)
+        async with asyncio.timeout(20):
+            await parent.close()
+            await child.close()
+            await store.close()
+
+
+@pytest.mark.timeout(150)
+async def test_worker_crash_mid_child_recovers_from_the_log(nats_server: EmbeddedNatsServer, tmp_path: Path) -> None:
+    child_thread, child_run = child_ids("br", "boss_call")
+    exec_log = tmp_path / "exec.log"
+    async with watched(nats_server, tmp_path, "bt", child_thread) as (store, parent, child, procs):
         async with asyncio.timeout(90):
             w1 = await spawn_worker(nats_server.url, tmp_path, "w1", env={
                 "WORKER_APP_EXEC_LOG": str(exec_log), "WORKER_APP_CRASH": "tool:child_work"})
@@ -54,18 +77,6 @@ async def test_worker_crash_mid_child_recovers_from_the_log(nats_server: Embedde
         started = [e for sc in child.commits for e in sc.commit.events if type(e) is RunStarted]
         assert len(started) == 1
         assert Counter(call for _pid, call in read_lines(exec_log)) == {"child_work": 2}
-    except BaseException:
-        for name in ("w1", "w2"):  # what the workers said, for the failure report
-            log = tmp_path / f"{name}.log"
-            if log.exists():
-                print(f"--- {name}.log (tail) ---\n" + log.read_text(errors="replace")[-4000:])
-        raise
-    finally:
-        await kill_all(procs)
-        async with asyncio.timeout(20):
-            await parent.close()
-            await child.close()
-            await store.close()
 
 
 @pytest.mark.timeout(150)
@@ -76,11 +87,8 @@ async def test_worker_dies_between_a_waiting_childs_end_and_its_parents_decision
     the child dies right after the child's RunFinished is committed, before the parent's
     decision is recorded. Another worker takes the redelivered command, re-derives the missed
     effect from the log, and the parent finishes with the child's answer."""
-    store = await JetStreamEventStore.connect(nats_server.url)
     child_thread, child_run = child_ids("b2r", "boss2_call")
-    parent, child = Watch(store, "b2t"), Watch(store, child_thread)
-    procs: list[asyncio.subprocess.Process] = []
-    try:
+    async with watched(nats_server, tmp_path, "b2t", child_thread) as (store, parent, child, procs):
         async with asyncio.timeout(90):
             w1 = await spawn_worker(nats_server.url, tmp_path, "w1", env={"WORKER_APP_CRASH": "after:RunFinished:1"})
             procs.append(w1)
@@ -100,9 +108,3 @@ async def test_worker_dies_between_a_waiting_childs_end_and_its_parents_decision
         assert run.termination.type == "natural_end"
         call = run.calls["boss2_call"]
         assert call.result["output"] == "ops shipped" and call.decision.decision_id == f"d-{child_run}"
-    finally:
-        await kill_all(procs)
-        async with asyncio.timeout(20):
-            await parent.close()
-            await child.close()
-            await store.close()
