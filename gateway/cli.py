@@ -501,6 +501,30 @@ def replay_cmd(
     _run(_options(nats, creds, token, data_dir, timeout), body)
 
 
+# -- trace (gateway.trace) ------------------------------------------------------------------------
+
+
+@app.command("trace")
+def trace_cmd(
+    run_id: Annotated[str, typer.Argument(help="The run whose spans to derive from the log.")],
+    as_json: Annotated[bool, typer.Option("--json", help="The spans as one JSON document.")] = False,
+    otlp: Annotated[Optional[str], typer.Option(
+        "--otlp", metavar="URL", envvar="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        help="Export the spans over OTLP/HTTP to this traces endpoint.")] = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """A run's OpenTelemetry spans (run > step > chat / execute_tool), derived from the log."""
+    from .trace import trace
+
+    _guard(lambda: validate_run_id(run_id))
+
+    async def body(store: JetStreamEventStore) -> None:
+        await trace(store, run_id, as_json=as_json, otlp=otlp, console=_out(), emit_json=_print_json)
+
+    _run(_options(nats, creds, token, data_dir, timeout), body)
+
+
 class AppMismatch(AgentlogError):
     """The app given to --verify cannot replay this run (no such agent, no such tool)."""
 
@@ -514,7 +538,8 @@ async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: An
     `runtime` is imported here, not at the top, so the CLI starts fast; its loggers log to
     stderr whatever the import order (`gateway.logging`)."""
     from runtime.agent import UnknownAgent
-    from runtime.replay import UnknownReplayRun, verify_run
+    from runtime.replay import UnknownReplayRun
+    from runtime.subagents import verify_tree
 
     user_app = resolve_app(source, store, spec)
     if isinstance(from_log, list):
@@ -524,18 +549,23 @@ async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: An
             raise AppMismatch(f"--tools-from-log names tools {spec} does not have: {', '.join(unknown)}")
     try:
         with _replay_logs_quiet():
-            report = await verify_run(store, run_id, user_app, tools_from_log=from_log, raise_on_divergence=False)
+            # the run and its sub-agent runs (runtime.subagents), parents first
+            reports = await verify_tree(store, run_id, user_app, tools_from_log=from_log, raise_on_divergence=False)
     except UnknownReplayRun:
         raise UnknownRun(run_id) from None
     except UnknownAgent as exc:  # the log's agent is not in the app
         raise AppMismatch(f"{spec} cannot replay run {run_id!r}: {exc}") from None
+    report, children = reports[0], reports[1:]
     if as_json:
-        _print_json(report.to_json())
-    elif report.ok:
-        _render_verified(report)
+        doc = report.to_json()
+        if children:
+            doc["children"] = [r.to_json() for r in children]
+            doc["ok"] = all(r.ok for r in reports)
+        _print_json(doc)
     else:
-        _render_divergence(report)
-    if not report.ok:
+        for r in reports:
+            _render_verified(r) if r.ok else _render_divergence(r)
+    if not all(r.ok for r in reports):
         raise typer.Exit(1)
 
 
@@ -613,13 +643,14 @@ ShutdownOpt = Annotated[Optional[float], typer.Option(
 def _server_config(role: str, app_spec: str | None, host: str, port: int, tokens: str | None,
                    options: ConnectionOptions, concurrency: int | None = None, app_obj: Any = None,
                    ack_wait: float | None = None, shutdown_timeout: float | None = None,
-                   max_deliver: int | None = None) -> Any:
+                   max_deliver: int | None = None, metrics_port: int | None = None) -> Any:
     from .server import ServerConfig
 
     source = app_obj if app_obj is not None else (_guard(lambda: load_app(app_spec)) if app_spec else None)
     return ServerConfig(role=role, app=source, app_spec=app_spec, host=host, port=port, tokens=tokens,  # type: ignore[arg-type]
                         connection=options, worker_concurrency=concurrency, worker_ack_wait=ack_wait,
-                        worker_shutdown_timeout=shutdown_timeout, worker_max_deliver=max_deliver)
+                        worker_shutdown_timeout=shutdown_timeout, worker_max_deliver=max_deliver,
+                        worker_metrics_port=metrics_port)
 
 
 def _banner(server: Any) -> None:
@@ -640,11 +671,13 @@ def _banner(server: Any) -> None:
 
 def _serve_role(role: str, app_spec: str | None, host: str, port: int, tokens: str | None,
                 options: ConnectionOptions, concurrency: int | None, ack_wait: float | None = None,
-                shutdown_timeout: float | None = None, max_deliver: int | None = None) -> None:
+                shutdown_timeout: float | None = None, max_deliver: int | None = None,
+                metrics_port: int | None = None) -> None:
     from .server import run_until_stopped
 
     config = _server_config(role, app_spec, host, port, tokens, options, concurrency,
-                            ack_wait=ack_wait, shutdown_timeout=shutdown_timeout, max_deliver=max_deliver)
+                            ack_wait=ack_wait, shutdown_timeout=shutdown_timeout, max_deliver=max_deliver,
+                            metrics_port=metrics_port)
     _run_main(lambda: run_until_stopped(config, on_ready=_banner))
 
 
@@ -678,12 +711,15 @@ def worker_cmd(
     max_deliver: Annotated[int, typer.Option(
         "--max-deliver", help="Failed deliveries of a command before it is dead-lettered to agentlog.dlq.<thread> "
                               "(0: never).")] = 25,  # runtime.worker.DEFAULT_MAX_DELIVER
+    metrics_port: Annotated[Optional[int], typer.Option(
+        "--metrics-port", min=0, max=65535,
+        help="Serve Prometheus /metrics (tokens, tool calls, model latency) on 127.0.0.1:PORT.")] = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
 ) -> None:
     """A worker alone: takes commands from the JetStream work queue (runtime.worker.Worker)."""
     _serve_role("worker", app_spec, "127.0.0.1", 0, None, _options(nats, creds, token, data_dir, timeout, replicas),
-                concurrency, ack_wait, shutdown_timeout, max_deliver)
+                concurrency, ack_wait, shutdown_timeout, max_deliver, metrics_port)
 
 
 @app.command("demo")

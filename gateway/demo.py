@@ -36,7 +36,9 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
 
-from eventlog.events import RunFinished, RunSuspended, StoredCommit, ToolCallSuspended
+from eventlog.events import (
+    RunFinished, RunSuspended, StoredCommit, ToolCallCompleted, ToolCallStarted, ToolCallSuspended,
+)
 from eventlog.ids import new_id
 from runtime import AgentSpec, McpServerConfig, McpToolset, PermissionPlugin, ToolContext, tool
 from runtime.models.scripted import ScriptedModel, Turn
@@ -49,9 +51,13 @@ DEMO_PROMPT = "Ship release 1.4.2 to staging."
 
 
 def demo_app(*, mcp: bool = False) -> App:
-    """The demo application: one agent, two tools, a scripted model; with `mcp`, also the
-    release-notes tool of the demo MCP server (started here, closed at exit). (This module
-    imports `runtime`, so the CLI imports it only after logging is configured.)"""
+    """The demo application: the `deployer` agent delegates the release checks to a `checker`
+    sub-agent (a child run on its own thread, `runtime.subagents`), then deploys after a human
+    approves; scripted models. With `mcp`, it also collects the release notes from the demo MCP
+    server (started here, closed at exit) while the checks run. (This module imports `runtime`,
+    so the CLI imports it only after logging is configured.)"""
+    from runtime.subagents import SubAgents
+
     @tool
     async def run_checks(release: str, ctx: ToolContext) -> str:
         """Run the release checks (always allowed)."""
@@ -64,24 +70,33 @@ def demo_app(*, mcp: bool = False) -> App:
         ctx.set("/deployed", {"env": env, "release": release})
         return f"release {release} is live on {env}"
 
-    tools: list[Any] = [run_checks, deploy]
-    first = Turn.tool("run_checks", {"release": "1.4.2"}, text="Running the release checks first.")
+    tools: list[Any] = [run_checks, deploy, *SubAgents().tools]
+    mcp_tools: list[str] = []
+    checks = ("agent_run", {"agent_id": "checker", "prompt": "Run the release checks for 1.4.2."})
+    first = Turn.tool(*checks, text="Asking the checker sub-agent to run the release checks first.")
     if mcp:
         toolset = McpToolset([McpServerConfig(name="notes", command=sys.executable, args=["-m", "gateway.demo_mcp"])])
         tools += toolset.start().tools
         atexit.register(toolset.close)
-        first = Turn.tools(("run_checks", {"release": "1.4.2"}), ("mcp__notes__release_notes", {"release": "1.4.2"}),
-                           text="Running the release checks and collecting the release notes first.")
+        mcp_tools = ["mcp__notes__release_notes"]
+        first = Turn.tools(checks, ("mcp__notes__release_notes", {"release": "1.4.2"}),
+                           text="Asking the checker sub-agent for the release checks and collecting the release "
+                                "notes first.")
     script = [
         first,
         Turn.tool("deploy", {"env": "staging", "release": "1.4.2"}, text="Checks passed; deploying."),
         Turn.text("Done: release 1.4.2 is live on staging."),
     ]
-    agent = AgentSpec(id=DEMO_AGENT, model="demo", tools=[t.name for t in tools], max_rounds=6,
-                      system_prompt="You ship releases carefully.",
+    agent = AgentSpec(id=DEMO_AGENT, model="demo", tools=["agent_run", "deploy", *mcp_tools], max_rounds=6,
+                      system_prompt="You ship releases carefully.", allowed_agents=["checker"],
                       plugins=[PermissionPlugin(ask=["deploy"])])
+    checker = AgentSpec(id="checker", model="checker", tools=["run_checks"], max_rounds=3,
+                        system_prompt="You run release checks.")
     model = ScriptedModel(script, loop=True, position="conversation", name="demo-scripted")
-    return App(agents=[agent], tools=tools, models={"demo": model})
+    checker_model = ScriptedModel([Turn.tool("run_checks", {"release": "1.4.2"}),
+                                   Turn.text("All 42 release checks passed for 1.4.2.")],
+                                  loop=True, position="conversation", name="checker-scripted")
+    return App(agents=[agent, checker], tools=tools, models={"demo": model, "checker": checker_model})
 
 
 #: `--app gateway.demo:app` works too (a factory, so each process gets its own model instance).
@@ -152,6 +167,14 @@ async def follow_run(store: Any, thread_id: str, run_id: str, after: int,
     raise RuntimeError("the log follower ended before the run paused or finished")
 
 
+def sub_agent_runs(commits: list[StoredCommit]) -> list[dict[str, Any]]:
+    """The child runs the followed run's `agent_run` calls completed with (their results)."""
+    started = {e.call_id for c in commits for e in c.commit.events
+               if isinstance(e, ToolCallStarted) and e.name == "agent_run"}
+    return [e.result for c in commits for e in c.commit.events
+            if isinstance(e, ToolCallCompleted) and e.call_id in started and isinstance(e.result, dict)]
+
+
 def suspended_calls(commits: list[StoredCommit]) -> list[str]:
     return [e.call_id for c in commits for e in c.commit.events if isinstance(e, ToolCallSuspended)]
 
@@ -207,6 +230,9 @@ async def run_demo(server: Any, *, auto_approve: bool, keep_running: bool, conso
         kinds = ", ".join(type(item.event).__name__ for item in group.events)
         console.print(Text(f"  {group.label}: {kinds}"))
     console.print(Text(f"final state: {json.dumps(report.state, sort_keys=True)}"))
+    for child in sub_agent_runs(seen):
+        console.print(Text(f"sub-agent {child['agent_id']} ran as run {child['run_id']} on its own thread "
+                           f"{child['thread_id']}: {child['output']!r}  (agentlog replay {child['run_id']})"))
     console.print(Text(f"inspect it again any time:  agentlog replay {run_id}", style="dim"))
     if keep_running:
         console.print(Text(f"--keep-running: server up at {server.http_url} (Ctrl-C to stop)", style="bold"))

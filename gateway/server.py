@@ -50,7 +50,7 @@ from . import dispatch, nats_service
 from .adapters import nats_routes as adapter_nats_routes
 from .adapters import routes as adapter_routes
 from .adapters import session as adapter_session
-from .app_loader import AppSource, agent_ids, load_app, resolve_app
+from .app_loader import AppSource, load_app, resolve_app
 from .connection import ConnectionOptions, connect
 from .http.write import write_routes
 
@@ -88,6 +88,9 @@ class ServerConfig:
     #: Failed deliveries of a command before it is dead-lettered (0: never). None: the worker's
     #: default (`runtime.worker.DEFAULT_MAX_DELIVER`).
     worker_max_deliver: int | None = None
+    #: Serve Prometheus `/metrics` (tokens, tool calls, model latency of the runs this worker
+    #: executes) on 127.0.0.1:PORT: for the `worker` role, which has no gateway (0: any port).
+    worker_metrics_port: int | None = None
     #: gateway.http Settings (None: defaults).
     settings: Any = None
     #: Start the NATS micro service (and the adapters' NATS subjects).
@@ -158,7 +161,12 @@ class Server:
         self.live: Any = None
         self.runtime: Any = None
         self.dispatcher: Any = None
+        #: The app's agents (id -> AgentSpec) when known here (the A2A server's cards).
+        self.agent_specs: dict[str, Any] = {}
         self.worker: Any = None
+        #: The worker role's /metrics server and the OTLP tracer provider (`runtime.telemetry`).
+        self.metrics_runner: Any = None
+        self.tracer_provider: Any = None
         self.service: Any = None
         self.adapter_service: Any = None
         self.web_runner: web.AppRunner | None = None
@@ -220,6 +228,18 @@ class Server:
                                          snapshots=await KVSnapshotStore.open(nc, replicas=opts.replicas))
             if self.runner is not None and getattr(self.runtime, "snapshots", None) is not None:
                 self.runner.after_batch = SnapshotWriter(self.runtime)
+            # OTLP spans of the runs this process executes, when OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+            # is set (runtime.telemetry); the gateway's /metrics counts tokens/tools from the log
+            from runtime.telemetry import instrument, serve_metrics
+
+            registry = None
+            if self.config.worker_metrics_port is not None:
+                from prometheus_client import CollectorRegistry
+
+                registry = CollectorRegistry()
+                self.metrics_runner = await serve_metrics(registry, self.config.worker_metrics_port)
+                self.parts.append("metrics")
+            self.tracer_provider = instrument(self.runtime, registry)
         if self.has_http:
             self.dispatcher = self._dispatcher(source)
         if self.has_worker:
@@ -245,17 +265,25 @@ class Server:
         is known (always in `serve`; with --app in `gateway`)."""
         assert self.store is not None
         self.parts.append("dispatch:queue")
-        agents = None
         if self.runtime is not None:
-            agents = [spec.id for spec in self.runtime.agents]
+            self.agent_specs = {spec.id: spec for spec in self.runtime.agents}
         elif self.config.app is not None or self.config.app_spec:
-            agents = agent_ids(resolve_app(source, self.store))
+            self.agent_specs = {spec.id: spec for spec in resolve_app(source, self.store).agents}
+        agents = list(self.agent_specs) if self.agent_specs else None
         return dispatch.QueueDispatcher(self.store.nc, self.store, agents=agents)
 
     def _routes(self) -> list[Any]:
         assert self.dispatcher is not None
         self.parts += ["write", "adapters"]
-        return [*write_routes(self.dispatcher), *adapter_routes.ROUTES]
+        routes = [*write_routes(self.dispatcher), *adapter_routes.ROUTES]
+        # -- the A2A server (gateway.a2a), when the `a2a` extra is installed --
+        from .a2a.routes import a2a_routes, available
+
+        if available() and self.agent_specs:
+            specs = self.agent_specs
+            routes += a2a_routes(self.dispatcher, lambda: specs)
+            self.parts.append("a2a")
+        return routes
 
     async def _start_http(self) -> None:
         from .http import Settings, create_app
@@ -306,6 +334,14 @@ class Server:
             self.worker = None
         if self.runtime is not None:
             await asyncio.gather(*_stop_runs(self.runtime), return_exceptions=True)
+        if self.metrics_runner is not None:
+            with contextlib.suppress(Exception):
+                await self.metrics_runner.cleanup()
+            self.metrics_runner = None
+        if self.tracer_provider is not None:
+            with contextlib.suppress(Exception):
+                self.tracer_provider.shutdown()  # flushes the batch exporter
+            self.tracer_provider = None
         close = getattr(self.dispatcher, "aclose", None) or getattr(self.dispatcher, "close", None)
         if close is not None:
             with contextlib.suppress(Exception):

@@ -52,6 +52,10 @@ class AgentOptions(pydantic.BaseModel):
     model_options: dict[str, Any] = {}
     #: Token budget, tool-result shrinking, truncation and summaries (`runtime.context`).
     context: ContextPolicy | None = None
+    #: Sub-agents (`runtime.subagents`): the agents this one may start with `agent_run`
+    #: (None: every registered agent), minus `excluded_agents`.
+    allowed_agents: list[str] | None = None
+    excluded_agents: list[str] = []
 
     def options(self) -> dict[str, Any]:
         """These fields as keyword arguments (to build an `AgentSpec` from a config)."""

@@ -84,6 +84,10 @@ class StartRun(_Base, tag="start", kw_only=True, omit_defaults=True):
     origin: str = "user"
     frontend_tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
     resource_id: str | None = None
+    #: A sub-agent run (`runtime.subagents`): the parent's thread (with `parent_run_id`), and
+    #: the new child thread's metadata.
+    parent_thread_id: str | None = None
+    thread_metadata: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 class ContinueRun(StartRun, tag="continue", kw_only=True):
@@ -119,6 +123,10 @@ def validate_command(cmd: Command) -> Command:
             validate_id(cmd.agent_id, "agent_id")
             if cmd.parent_run_id is not None:
                 validate_id(cmd.parent_run_id, "parent_run_id")
+            if cmd.parent_thread_id is not None:
+                validate_id(cmd.parent_thread_id, "parent_thread_id")
+                if cmd.parent_run_id is None or cmd.decisions or isinstance(cmd, ContinueRun):
+                    raise InvalidCommand("a sub-agent start (parent_thread_id) needs parent_run_id, no decisions")
             if isinstance(cmd, ContinueRun) and cmd.parent_run_id is None:
                 raise InvalidCommand("a continue command needs parent_run_id")
             if cmd.decisions and cmd.parent_run_id is None:

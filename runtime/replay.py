@@ -249,6 +249,9 @@ class ReplayPlan:
     has_cancel: bool
     #: The run's frontend tools as recorded in its `RunStarted` (passed back to `start`).
     frontend_tools: tuple[dict[str, Any], ...] = ()
+    #: A sub-agent run's parent thread, and its thread's metadata (`runtime.subagents`).
+    parent_thread_id: str | None = None
+    thread_metadata: Mapping[str, Any] | None = None
 
     @property
     def events(self) -> int:
@@ -339,6 +342,7 @@ def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
         outcomes={k: tuple(v) for k, v in outcomes.items()},
         groups={k: frozenset(v) for k, v in groups.items()}, ids=tuple(ids), next_ts=next_ts,
         termination=termination, has_cancel=has_cancel, frontend_tools=tuple(started.frontend_tools),
+        parent_thread_id=started.parent_thread_id, thread_metadata=created.metadata if created else None,
     )
 
 
@@ -564,6 +568,7 @@ class _ReplayTool(Tool):
     def wrap(cls, inner: Tool, session: _Session, from_log: bool) -> _ReplayTool:
         obj = cls.__new__(cls)
         obj.__dict__.update(inner.__dict__)
+        obj.__dict__.pop("bind_runtime", None)  # a replay acts on no run (runtime.subagents)
         obj._inner, obj._session, obj._from_log = inner, session, from_log
         return obj
 
@@ -848,6 +853,8 @@ async def verify_run(
     model = ReplayModel(plan, session, entropy, requests, name=spec.model_name)
     store = VerifyingStore(plan, session)
     names = set(t.name for t in app_tools) if tools_from_log is True else set(tools_from_log or ())
+    # tools that start other runs (sub-agents) always answer from the log: replay never acts
+    names |= {t.name for t in app_tools if getattr(t, "replay_from_log", False)}
     tools = [_ReplayTool.wrap(t, session, t.name in names) for t in app_tools]
     # context summaries are inputs from the log, like the model's answers
     summaries = RecordedSummaries([e for sc in plan.loop for e in sc.commit.events if type(e) is ContextCompacted])
@@ -876,7 +883,8 @@ async def verify_run(
             handle = await rt.start(
                 plan.agent_id, list(plan.messages), thread_id=plan.thread_id, run_id=plan.run_id,
                 parent_run_id=plan.parent_run_id, resource_id=plan.resource_id, origin=plan.origin,
-                frontend_tools=list(plan.frontend_tools),
+                frontend_tools=list(plan.frontend_tools), parent_thread_id=plan.parent_thread_id,
+                thread_metadata=plan.thread_metadata,
             )
             if pending_cancel:
                 signal_cancel()

@@ -53,6 +53,9 @@ from .tools import Tool, ToolRegistry
 
 _log = get_logger()
 
+#: A callable given every commit a run loop writes (`Runtime.observers`).
+CommitObserver = Callable[[StoredCommit], None]
+
 
 class RunNotFound(AgentlogError, LookupError):
     code = "run_not_found"
@@ -229,6 +232,7 @@ class Runtime:
         store_outage_deadline: float | None = None,
         summarizer: Summarizer | None = None,
         snapshots: SnapshotStore | None = None,
+        observers: Iterable[CommitObserver] = (),
     ) -> None:
         self.store = store
         #: A run waits this long through a NATS outage before it stops uncommitted (resumable);
@@ -250,6 +254,15 @@ class Runtime:
         self.snapshots = snapshots
         self._snapshot_writes: set[asyncio.Task[None]] = set()
         self._active: dict[str, tuple[RunLoop, RunHandle]] = {}
+        #: Called with every commit a run loop of this Runtime writes (telemetry, metrics,
+        #: sub-agent lineage); an observer's `run_released(run_id, ts)`, if any, when a loop
+        #: lets go of a run. Their failures are logged and never reach the run.
+        self.observers: list[CommitObserver] = list(observers)
+        # tools that act on runs (sub-agents: `runtime.subagents`) bind to the runtime they run in
+        for t in self.tools:
+            bind = getattr(t, "bind_runtime", None)
+            if bind is not None:
+                bind(self)
 
     # -- starting ------------------------------------------------------------------------------
 
@@ -265,6 +278,8 @@ class Runtime:
         origin: str = "user",
         decisions: Sequence[DecisionInput] = (),
         frontend_tools: Sequence[ToolSpec | Mapping[str, Any]] | None = None,
+        parent_thread_id: str | None = None,
+        thread_metadata: Mapping[str, Any] | None = None,
     ) -> RunHandle:
         """Commit the start of a run and drive it in the background.
 
@@ -286,10 +301,19 @@ class Runtime:
         `FrontendToolConflict` (the name of one of the agent's backend tools). A name the agent
         already declares as a frontend stub (`gateway.adapters.frontend.frontend_tool`) is not
         a conflict: the stub keeps handling it and the declaration is not recorded again.
+
+        `parent_thread_id` (with `parent_run_id`): a sub-agent run (`runtime.subagents`): the run
+        starts on its own (child) thread, and the lineage is recorded in `ThreadCreated` and
+        `RunStarted`; it is not a continuation. `thread_metadata`: of a new thread.
         """
         # Everything that can reject the request is checked before the first write: closing a
         # waiting parent appends, so a continuation that is going to fail must fail before it.
         frontend = self._frontend_tools_for(agent_id, frontend_tools)
+        child = parent_thread_id is not None
+        if child:
+            validate_id(parent_thread_id, "parent_thread_id")  # type: ignore[arg-type]
+            if parent_run_id is None or decisions:
+                raise ValueError("a sub-agent run (parent_thread_id) needs parent_run_id and takes no decisions")
         spec = self.agents.get(agent_id)
         missing = [n for n in spec.tools if n not in self.tools]
         if missing:
@@ -299,7 +323,7 @@ class Runtime:
         check_start(agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
                     decisions=decisions, resource_id=resource_id, frontend_tools=frontend,
                     max_payload=getattr(self.store, "max_payload", None))
-        if parent_run_id is not None:
+        if parent_run_id is not None and not child:  # a continuation on the parent's thread
             parent_thread = await self._thread_of(parent_run_id)
             if thread_id is not None and thread_id != parent_thread:
                 raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")
@@ -312,7 +336,7 @@ class Runtime:
         thread_id = validate_id(thread_id, "thread_id") if thread_id is not None else self.entropy.new_id()
         run_id = validate_run_id(run_id) if run_id is not None else self.entropy.new_id()
         history = [sc async for sc in self.store.read_thread(thread_id)]
-        thread = self._check_thread(thread_id, history, parent_run_id, run_id)
+        thread = self._check_thread(thread_id, history, None if child else parent_run_id, run_id)
         
         msgs = _as_messages(messages, self.entropy)
         ctx = fold_context(RunContext(thread_id=thread_id, run_id=run_id), history)
@@ -320,12 +344,13 @@ class Runtime:
         loop = RunLoop(
             spec=spec, ctx=ctx, version=thread.version if thread else 0, store=self.store,
             tools=self._tools_for(spec), models=self.models, live=self.live, entropy=self.entropy,
-            on_commit=handle._on_commit, outage=self.outage,
+            on_commit=self._on_commit_for(handle), outage=self.outage,
             summarizer=self.summarizer,
         )
         try:
             await loop.begin(msgs, parent_run_id=parent_run_id, origin=origin, resource_id=resource_id,
-                             frontend_tools=frontend)
+                             frontend_tools=frontend, parent_thread_id=parent_thread_id,
+                             thread_metadata=dict(thread_metadata) if thread_metadata else None)
         except VersionConflict as exc:
             raise RunConflict(f"thread {thread_id!r} changed while run {run_id!r} was starting: {exc}") from None
         self._drive(loop, handle)
@@ -528,9 +553,35 @@ class Runtime:
         return RunLoop(
             spec=loaded.spec, ctx=loaded.ctx, version=loaded.version, store=self.store,
             tools=self._tools_for(loaded.spec), models=self.models, live=self.live, entropy=self.entropy,
-            on_commit=handle._on_commit, older_messages=loaded.older_messages, outage=self.outage,
+            on_commit=self._on_commit_for(handle), older_messages=loaded.older_messages, outage=self.outage,
             summarizer=self.summarizer,
         )
+
+    def _on_commit_for(self, handle: RunHandle) -> Callable[[StoredCommit], None]:
+        """The loop's commit callback: the handle, then the observers (see `observers`)."""
+        if not self.observers:
+            return handle._on_commit
+        observers = self.observers
+
+        def on_commit(sc: StoredCommit) -> None:
+            handle._on_commit(sc)
+            for observer in observers:
+                try:
+                    observer(sc)
+                except Exception:  # noqa: BLE001 - an observer never ends a run
+                    _log.exception("observer.failed", observer=type(observer).__name__, run_id=handle.run_id)
+
+        return on_commit
+
+    def _released(self, handle: RunHandle) -> None:
+        ts = handle.commits[-1].commit.ts if handle.commits else self.entropy.now_ms()
+        for observer in self.observers:
+            release = getattr(observer, "run_released", None)
+            if release is not None:
+                try:
+                    release(handle.run_id, ts)
+                except Exception:  # noqa: BLE001
+                    _log.exception("observer.failed", observer=type(observer).__name__, run_id=handle.run_id)
 
     def _drive(self, loop: RunLoop, handle: RunHandle) -> None:
         run_id = handle.run_id
@@ -540,6 +591,8 @@ class Runtime:
         handle._task = task
         task.add_done_callback(handle._close)
         task.add_done_callback(lambda _t: self._forget(run_id, handle))
+        if self.observers:
+            task.add_done_callback(lambda _t: self._released(handle))
         # A snapshot's run view is decoded after the loop's first step, while it awaits I/O.
         asyncio.get_running_loop().call_soon(handle.prime)
 
@@ -764,6 +817,23 @@ class Runtime:
                 active[0].request_cancel()
             return True
         raise RunConflict(f"could not append a cancel request for run {run_id!r}: the thread keeps moving")
+
+    async def settled(self, run_id: str, *, recover: bool = False) -> None:
+        """Wait for the observers' asynchronous effects of `run_id`'s commits (sub-agent lineage:
+        the parent's decision when a child finishes, cancelling children): observers with a
+        `drain(run_id)` coroutine. A worker calls it before acking a command. `recover=True`
+        (a redelivered command of a run that ended elsewhere): observers with `recover(run_id)`
+        first re-derive those effects from the log, in case the process that wrote the run's
+        end died before they ran."""
+        if recover:
+            for observer in self.observers:
+                redo = getattr(observer, "recover", None)
+                if redo is not None:
+                    await redo(run_id)
+        for observer in self.observers:
+            drain = getattr(observer, "drain", None)
+            if drain is not None:
+                await drain(run_id)
 
     # -- views ---------------------------------------------------------------------------------
 

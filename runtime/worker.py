@@ -432,6 +432,8 @@ class Worker:
                         cmd.agent_id, cmd.messages, thread_id=cmd.thread_id, run_id=cmd.run_id,
                         parent_run_id=cmd.parent_run_id, decisions=cmd.decisions, origin=cmd.origin,
                         frontend_tools=cmd.frontend_tools, resource_id=cmd.resource_id,
+                        parent_thread_id=cmd.parent_thread_id,
+                        thread_metadata=cmd.thread_metadata or None,
                     )
                     log.info("run.started_by_worker")
                 except RunConflict as exc:
@@ -443,6 +445,7 @@ class Worker:
                 except (HitlError, RunNotFound, LookupError, ValueError, TypeError) as exc:
                     raise _give_up(exc) from None
             if handle is None:
+                await rt.settled(cmd.run_id, recover=True)  # effects its dead worker may have missed
                 return ACK  # finished or waiting: nothing left to do
             try:
                 await self._follow(handle, log)
@@ -475,6 +478,7 @@ class Worker:
                 if nxt is not None and nxt[1] is not handle and not nxt[1].done:
                     handle = nxt[1]
                     continue
+                await rt.settled(handle.run_id)  # observers' effects (sub-agent lineage) before the ack
                 log.info("run.settled", status=result.status,
                          termination=None if result.termination is None else result.termination.type)
                 return
@@ -542,6 +546,7 @@ class Worker:
                     log.info("command.reevaluate", reason=str(exc))
                     continue
                 if handle is None:
+                    await rt.settled(cmd.run_id, recover=True)  # effects its dead worker may have missed
                     return ACK  # finished or waiting: the decision's effects are committed
             try:
                 await self._follow(handle, log)
@@ -561,6 +566,7 @@ class Worker:
             raise _give_up(exc) from None
         except RunConflict:
             return NAK
+        await rt.settled(cmd.run_id)  # e.g. its sub-agents cancelled before the ack
         log.info("run.cancel_command", appended=done)
         if done and await self._orphaned(cmd, queue_seq):
             # Nobody holds the run: its cancel request would never be acted on. Resume it here;
@@ -603,10 +609,14 @@ async def run_worker(
     shutdown_timeout: float = 10.0,
     stop: asyncio.Event | None = None,
     ready: Callable[[Worker], None] | None = None,
+    metrics_port: int | None = None,
     **connect: Any,
 ) -> None:
     """Connect, run a worker until `stop` is set (or SIGTERM/SIGINT when `stop` is None), stop
-    gracefully. Used by `agentlog worker` and `agentlog serve`."""
+    gracefully. Used by `agentlog worker` and `agentlog serve`. `metrics_port`: serve Prometheus
+    `/metrics` (token, tool call, model latency metrics of the runs this worker executes) on
+    127.0.0.1; OTLP tracing is on when `$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set
+    (`runtime.telemetry.instrument`)."""
     from eventlog.jetstream import JetStreamEventStore
 
     if isinstance(app, str):
@@ -623,13 +633,39 @@ async def run_worker(
                 loop.add_signal_handler(sig, stop.set)
             except (NotImplementedError, RuntimeError):
                 pass
+    metrics_runner: Any = None
+    telemetry: dict[str, Any] = {}
     try:
+        # -- telemetry (runtime.telemetry): metrics endpoint and OTLP spans, both optional; the
+        # observers go on the runtime as the app builds it, before the first command is taken --
+        from .telemetry import instrument, serve_metrics
+
+        registry = None
+        if metrics_port is not None:
+            from prometheus_client import CollectorRegistry
+
+            registry = CollectorRegistry()
+            metrics_runner = await serve_metrics(registry, metrics_port)
+        build = worker._app
+
+        async def instrumented(s: Any) -> Runtime:
+            rt = build(s)  # type: ignore[misc]
+            rt = await rt if inspect.isawaitable(rt) else rt
+            telemetry["provider"] = instrument(rt, registry)
+            return rt
+
+        worker._app = instrumented  # type: ignore[assignment]
+        # -- end telemetry --
         await worker.start()
         if ready is not None:
             ready(worker)
         await stop.wait()
     finally:
         await worker.stop()
+        if metrics_runner is not None:
+            await metrics_runner.cleanup()
+        if telemetry.get("provider") is not None:
+            telemetry["provider"].shutdown()
         await store.close()
 
 
@@ -643,6 +679,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                    help="failed deliveries of a command before it is dead-lettered (<= 0: never)")
     p.add_argument("--shutdown-timeout", type=float, default=10.0)
     p.add_argument("--ready-file", help="write this file once the worker is consuming (for tests)")
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on 127.0.0.1:PORT (0: any)")
     args = p.parse_args(argv)
 
     def ready(_w: Worker) -> None:
@@ -653,6 +690,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     asyncio.run(run_worker(
         [url.strip() for url in args.nats.split(",") if url.strip()], args.app, concurrency=args.concurrency, ack_wait=args.ack_wait,
         max_deliver=args.max_deliver, shutdown_timeout=args.shutdown_timeout, ready=ready,
+        metrics_port=args.metrics_port,
     ))
 
 

@@ -42,6 +42,10 @@ def _check_output(out: str) -> None:
     assert "ToolCallDecided" in after and "deploy succeeded" in after
     assert f"run {run_id} finished: natural_end after 3 step(s)" in after
     assert '"deployed": {"env": "staging", "release": "1.4.2"}' in after
+    # the checks ran in a sub-agent: a child run of `checker` on its own thread
+    assert "agent_run succeeded" in out
+    assert re.search(r"sub-agent checker ran as run subrun-\w+ on its own thread sub-\w+: "
+                     r"'All 42 release checks passed for 1.4.2.'", after), after
 
 
 @pytest.mark.timeout(200)

@@ -60,8 +60,9 @@ class Stack(Api):
 
 @contextlib.asynccontextmanager
 async def open_stack(server: EmbeddedNatsServer, mode: str = "inprocess", *, tokens: str = "",
-                     timeout: float = 10.0) -> AsyncIterator[Stack]:
-    """The whole gateway on one connection: store, views, runner, dispatcher (+ worker), app."""
+                     timeout: float = 10.0, more_routes: Any = None) -> AsyncIterator[Stack]:
+    """The whole gateway on one connection: store, views, runner, dispatcher (+ worker), app.
+    `more_routes(dispatcher, runtime)`: extra routes (e.g. the A2A server)."""
     store = await JetStreamEventStore.connect(server.url, request_timeout=1.0, connect_timeout=5.0)
     views = await KVViewStore.open(store.nc)
     runner = ProjectionRunner(store.nc, views, fetch_timeout=0.2)
@@ -76,7 +77,7 @@ async def open_stack(server: EmbeddedNatsServer, mode: str = "inprocess", *, tok
         await worker.start()
         dispatcher = QueueDispatcher(store.nc, store, agents=AGENTS, timeout=timeout)
     app = create_app(store, views, runner, auth_tokens=tokens, runtime=runtime,
-                     extra_routes=write_routes(dispatcher),
+                     extra_routes=[*write_routes(dispatcher), *(more_routes(dispatcher, runtime) if more_routes else ())],
                      settings=Settings(read_wait=5.0, sse_heartbeat=0.2, max_body=64 * 1024))
     client = TestClient(TestServer(app, host="127.0.0.1"))
     await client.start_server()

@@ -8,6 +8,10 @@ Agents:
   (suspends for approval, call `call_9_1`) at step 9, then a final text at step 19.
 - `quick`: `work` then a text answer, forever (the turn comes from the conversation, so any run
   on a thread continues the script; call ids stay unique per thread).
+- `boss`: one `agent_run` of `helper` (a sub-agent child run, call `boss_call`), then a text;
+  `helper`: one `work` (call `child_work`), then "helper done".
+- `boss2`: one `agent_run` of `ops` (call `boss2_call`); `ops`: a `deploy` that needs approval
+  (call `ops_deploy`), then "ops shipped".
 - `held`: one `hold` call that blocks until the test answers a request on
   `worker_app.release.<call_id>`, then a text answer.
 
@@ -27,7 +31,9 @@ import signal
 from typing import Any
 
 from runtime import AgentSpec, PermissionPlugin, Runtime, ToolContext, tool
+from runtime.commands import CommandClient
 from runtime.models.scripted import ScriptedModel, Turn
+from runtime.subagents import SubAgents
 
 _CRASH = os.environ.get("WORKER_APP_CRASH", "")
 _EXEC_LOG = os.environ.get("WORKER_APP_EXEC_LOG")
@@ -169,11 +175,28 @@ def app(store: Any) -> Runtime:
                   tool_execution_mode="parallel_streaming", plugins=[PermissionPlugin(ask=["deploy"])]),
         AgentSpec(id="quick", model="quick", tools=["work"], max_rounds=5),
         AgentSpec(id="held", model="held", tools=["hold"], max_rounds=5),
+        # sub-agents (runtime.subagents): boss delegates to helper, a child run on its own thread
+        AgentSpec(id="boss", model="boss", tools=["agent_run"], max_rounds=5, allowed_agents=["helper"]),
+        AgentSpec(id="helper", model="helper", tools=["work"], max_rounds=5),
+        # boss2 delegates to ops, whose deploy waits for a human (the parent's call suspends too)
+        AgentSpec(id="boss2", model="boss2", tools=["agent_run"], max_rounds=5),
+        AgentSpec(id="ops", model="ops", tools=["deploy"], max_rounds=5, plugins=[PermissionPlugin(ask=["deploy"])]),
     ]
     models = {
         "crashy": ScriptedModel(CRASHY_SCRIPT, position="conversation"),
         "long": ScriptedModel(LONG_SCRIPT, position="conversation"),
         "quick": ScriptedModel([Turn.tool("work", {"k": 7}), Turn.text("ok")], loop=True, position="conversation"),
         "held": ScriptedModel([Turn.tool("hold"), Turn.text("after hold")], loop=True, position="conversation"),
+        "boss": ScriptedModel([Turn.tool("agent_run", {"agent_id": "helper", "prompt": "help"}, id="boss_call"),
+                               Turn.text("boss done")], position="conversation"),
+        "helper": ScriptedModel([Turn.tool("work", {"k": 5}, id="child_work"), Turn.text("helper done")],
+                                position="conversation"),
+        "boss2": ScriptedModel([Turn.tool("agent_run", {"agent_id": "ops", "prompt": "ship"}, id="boss2_call"),
+                                Turn.text("boss2 done")], position="conversation"),
+        "ops": ScriptedModel([Turn.tool("deploy", {"env": "prod"}, id="ops_deploy"), Turn.text("ops shipped")],
+                             position="conversation"),
     }
-    return Runtime(_CrashingStore(store), agents=agents, tools=[work, deploy, hold], models=models)
+    rt = Runtime(_CrashingStore(store), agents=agents, tools=[work, deploy, hold], models=models)
+    # children start through the work queue, so any worker runs (and recovers) them
+    SubAgents(commands=CommandClient(store.nc)).install(rt)
+    return rt

@@ -91,7 +91,11 @@ def principal(request: web.Request) -> Principal:
 def auth_middleware(auth: Authenticator) -> object:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path.startswith("/v1/") or request.path == "/v1":
+        path = request.path
+        if path.startswith("/v1/") or path == "/v1" or (
+            # the A2A JSON-RPC endpoints (gateway.a2a); agent cards stay public (discovery)
+            path.startswith("/a2a/") and not path.endswith("/.well-known/agent-card.json")
+        ):
             request[PRINCIPAL_KEY] = auth.authenticate(request.headers.get("Authorization"))
         return await handler(request)
 

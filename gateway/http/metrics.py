@@ -18,6 +18,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from eventlog.events import RunFinished, RunStarted
+from runtime.telemetry import AgentMetrics
 
 from .errors import Handler
 
@@ -91,6 +92,8 @@ class RunMetrics:
                             registry=registry)
         self._active: set[str] = set()
         self._changed = asyncio.Event()
+        #: Token, tool call and model latency metrics, from the same followed commits.
+        self.agent = AgentMetrics(registry)
 
     async def wait_until(self, pred: Any) -> None:
         """Wait until `pred()` holds after some observed commit (tests; no polling)."""
@@ -108,6 +111,7 @@ class RunMetrics:
             elif type(event) is RunFinished:
                 self.finished.labels(event.termination.type).inc()
                 self._active.discard(commit.run_id)
+        self.agent.observe(commit)
         self.active.set(len(self._active))
         self._changed.set()
 

@@ -1,0 +1,179 @@
+"""The A2A server on the gateway, driven by the official a2a-sdk client over 127.0.0.1: agent
+card, SendMessage, SendStreamingMessage, GetTask, CancelTask mapped onto runs (task id = run id),
+a decision-only message answering a waiting run (HITL), and typed errors for bad requests; with
+runs in-process and on a worker (queue dispatcher)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+from a2a.client import A2ACardResolver, ClientConfig, create_client
+from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
+from a2a.types.a2a_pb2 import (
+    CancelTaskRequest, GetTaskRequest, Message, Part, Role, SendMessageRequest, TaskState,
+)
+from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.struct_pb2 import Value
+
+from gateway.a2a.routes import a2a_routes
+from projections.fold import fold_commits
+from test_http_write_support import open_stack
+
+pytestmark = pytest.mark.asyncio
+TIMEOUT = 30
+
+
+def _routes(dispatcher: Any, runtime: Any) -> list[Any]:
+    return a2a_routes(dispatcher, lambda: runtime.agents._agents, default_agent="quick")
+
+
+def text_message(text: str, *, task_id: str = "", context_id: str = "", mid: str = "m1") -> SendMessageRequest:
+    msg = Message(message_id=mid, role=Role.ROLE_USER, parts=[Part(text=text)], task_id=task_id, context_id=context_id)
+    return SendMessageRequest(message=msg)
+
+
+def decision_message(task_id: str, decisions: list[dict[str, Any]]) -> SendMessageRequest:
+    data = Value()
+    ParseDict({"decisions": decisions}, data)
+    msg = Message(message_id="d1", role=Role.ROLE_USER, parts=[Part(data=data)], task_id=task_id)
+    return SendMessageRequest(message=msg)
+
+
+async def client_for(base: str, agent: str, *, streaming: bool) -> Any:
+    http = httpx.AsyncClient(timeout=TIMEOUT)
+    card = await A2ACardResolver(http, base, f"/a2a/{agent}/.well-known/agent-card.json").get_agent_card()
+    return await create_client(card, ClientConfig(streaming=streaming, httpx_client=http))
+
+
+async def final_task(client: Any, request: SendMessageRequest) -> Any:
+    events = [ev async for ev in client.send_message(request)]
+    assert len(events) == 1 and events[0].HasField("task"), events
+    return events[0].task
+
+
+@pytest.mark.parametrize("mode", ["inprocess", "queue"])
+async def test_a2a_client_against_our_server(nats_server: Any, mode: str) -> None:
+    async with asyncio.timeout(TIMEOUT), open_stack(nats_server, mode, more_routes=_routes) as s:
+        base = str(s.client.make_url("")).rstrip("/")
+        # the agent card at the well-known path (default agent) and per agent
+        async with httpx.AsyncClient() as http:
+            card = await A2ACardResolver(http, base).get_agent_card()
+        assert card.name == "quick" and card.capabilities.streaming
+        assert card.supported_interfaces[0].url == f"{base}/a2a/quick"
+
+        client = await client_for(base, "quick", streaming=False)
+        task = await final_task(client, text_message("hello"))
+        assert task.status.state == TaskState.TASK_STATE_COMPLETED
+        assert task.artifacts[0].parts[0].text == "hi"
+        assert [(m.role, m.parts[0].text) for m in task.history] == [(Role.ROLE_USER, "hello"), (Role.ROLE_AGENT, "hi")]
+        run = fold_commits([sc async for sc in s.store.read_run(task.id)]).runs[task.id]  # task id = run id
+        assert run.thread_id == task.context_id and run.status == "done" and run.agent_id == "quick"
+        got = await client.get_task(GetTaskRequest(id=task.id))
+        assert got.status.state == TaskState.TASK_STATE_COMPLETED and got.id == task.id
+        # a follow-up in the same context continues the thread with a new run
+        again = await final_task(client, text_message("more", context_id=task.context_id, mid="m2"))
+        assert again.context_id == task.context_id and again.id != task.id
+
+        # streaming: the task, then updates, the answer artifact, the final status
+        streamer = await client_for(base, "quick", streaming=True)
+        events = [ev async for ev in streamer.send_message(text_message("stream me", mid="m3"))]
+        kinds = [ev.WhichOneof("payload") for ev in events]
+        assert kinds[0] == "task" and kinds[-1] == "status_update", kinds
+        assert "artifact_update" in kinds
+        assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+        art = next(ev.artifact_update for ev in events if ev.HasField("artifact_update"))
+        assert art.artifact.parts[0].text == "hi"
+
+        # HITL: the run waits -> input-required listing the call; a decision-only message resumes it
+        approver = await client_for(base, "approver", streaming=False)
+        waiting = await final_task(approver, text_message("ship", mid="m4"))
+        assert waiting.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        data = MessageToDict(waiting.status.message.parts[1].data)
+        call_id = data["suspended"][0]["call_id"]
+        assert data["suspended"][0]["tool"] == "deploy"
+        done = await final_task(approver, decision_message(waiting.id, [
+            {"target_id": call_id, "decision_id": "ok-1", "action": "resume"}]))
+        assert done.id == waiting.id and done.status.state == TaskState.TASK_STATE_COMPLETED
+        assert done.artifacts[0].parts[0].text == "deployed"
+
+        # cancel: a waiting task is cancelled; a finished one is not cancelable
+        waiting2 = await final_task(approver, text_message("ship again", mid="m5"))
+        cancelled = await approver.cancel_task(CancelTaskRequest(id=waiting2.id))
+        assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+        with pytest.raises(TaskNotCancelableError, match="already finished"):
+            await approver.cancel_task(CancelTaskRequest(id=done.id))
+
+
+async def test_a2a_bad_requests_get_typed_errors(nats_server: Any) -> None:
+    async with asyncio.timeout(TIMEOUT), open_stack(nats_server, "inprocess", more_routes=_routes) as s:
+        base = str(s.client.make_url("")).rstrip("/")
+        client = await client_for(base, "approver", streaming=False)
+        with pytest.raises(TaskNotFoundError, match="not found"):
+            await client.get_task(GetTaskRequest(id="no-such-run"))
+        with pytest.raises(TaskNotFoundError, match="not found"):
+            await client.get_task(GetTaskRequest(id="bad id!"))
+        waiting = await final_task(client, text_message("ship"))
+        with pytest.raises(InvalidParamsError, match="unknown_call"):
+            await final_task(client, decision_message(waiting.id, [
+                {"target_id": "nope", "decision_id": "x", "action": "resume"}]))
+        with pytest.raises(InvalidParamsError, match="task_id"):
+            await final_task(client, decision_message("", [{"target_id": "c", "decision_id": "x", "action": "resume"}]))
+        # raw JSON-RPC: unknown method and malformed JSON are JSON-RPC errors, never a 500
+        for body in (b'{"jsonrpc": "2.0", "id": 1, "method": "Nope", "params": {}}', b"{not json"):
+            resp = await s.client.post("/a2a/approver", data=body, headers={"Content-Type": "application/json"})
+            assert resp.status == 200
+            doc = await resp.json()
+            assert doc["error"]["code"] in (-32601, -32700), doc
+        resp = await s.client.post("/a2a/ghost", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {}})
+        assert resp.status == 404 and (await resp.json())["code"] == "agent_not_found"
+
+
+async def test_a_remote_a2a_agent_as_a_sub_agent(nats_server: Any) -> None:
+    """A local run calls remote agents through `remote_agent_tool` (the a2a-sdk client against
+    our A2A server on 127.0.0.1): a completed remote task is the call's result, an input-required
+    one suspends the call with a ticket naming the remote task; replay answers from the log."""
+    from runtime import AgentSpec, Runtime
+    from runtime.a2a_agent import remote_agent_tool
+    from runtime.models.scripted import ScriptedModel, Turn
+    from runtime.replay import verify_run
+
+    async with asyncio.timeout(TIMEOUT), open_stack(nats_server, "inprocess", more_routes=_routes) as s:
+        base = str(s.client.make_url("")).rstrip("/")
+        tools = [remote_agent_tool("ask_quick", f"{base}/a2a/quick", card_path="/.well-known/agent-card.json"),
+                 remote_agent_tool("ask_approver", base, card_path="/a2a/approver/.well-known/agent-card.json")]
+        agents = [AgentSpec(id="boss", model="boss", tools=["ask_quick", "ask_approver"])]
+        script = [Turn.tool("ask_quick", {"prompt": "hello"}, id="c-q"),
+                  Turn.tool("ask_approver", {"prompt": "ship"}, id="c-a"), Turn.text("never")]
+        local = Runtime(s.store, agents=agents, tools=tools, models={"boss": ScriptedModel(script)})
+        result = await local.run("boss", "delegate", thread_id="local", run_id="local-run")
+        calls = result.run.calls
+        assert calls["c-q"].status == "succeeded"
+        assert calls["c-q"].result["output"] == "hi" and calls["c-q"].result["state"] == "TASK_STATE_COMPLETED"
+        remote_run = fold_commits([sc async for sc in s.store.read_run(calls["c-q"].result["task_id"])])
+        assert next(iter(remote_run.runs.values())).agent_id == "quick"  # a real run of the remote agent
+        # the remote task waits for a decision: the local call suspends on it
+        assert result.status == "waiting" and calls["c-a"].status == "suspended"
+        ticket = calls["c-a"].ticket
+        assert ticket.resume_mode == "use_decision_as_tool_result" and ticket.parameters["task_id"]
+        # verified replay of the local run: the remote calls answer from the log (nothing sent)
+        report = await verify_run(s.store, "local-run", local)
+        assert report.ok and report.tools_from_log == 2 and report.tools_executed == 0
+
+
+async def test_a2a_endpoints_need_a_token_when_auth_is_on(nats_server: Any) -> None:
+    """With tokens configured the JSON-RPC endpoint authenticates like /v1 (cards stay public);
+    a tenant-scoped token is refused (tasks are read by id across tenants)."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "nope"}}
+    headers = {"A2A-Version": "1.0"}
+    async with asyncio.timeout(TIMEOUT), open_stack(nats_server, "inprocess", tokens="t1,t2:tenantA",
+                                                    more_routes=_routes) as s:
+        assert (await s.client.get("/a2a/quick/.well-known/agent-card.json")).status == 200
+        resp = await s.client.post("/a2a/quick", json=body, headers=headers)
+        assert resp.status == 401 and (await resp.json())["code"] == "unauthorized"
+        resp = await s.client.post("/a2a/quick", json=body, headers={**headers, "Authorization": "Bearer t2"})
+        assert resp.status == 403 and (await resp.json())["code"] == "tenant_scoped_token"
+        resp = await s.client.post("/a2a/quick", json=body, headers={**headers, "Authorization": "Bearer t1"})
+        assert resp.status == 200 and (await resp.json())["error"]["code"] == -32001  # task not found

@@ -1,0 +1,78 @@
+"""Token, tool call and model-latency Prometheus metrics on a real worker process (its own
+`/metrics` on 127.0.0.1) and on the gateway (counted from the followed log)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from eventlog.jetstream import JetStreamEventStore
+from eventlog.server import EmbeddedNatsServer
+from gateway.http.context import SERVICES
+from runtime.commands import CommandClient, StartRun
+
+from test_http_support import TIMEOUT, body
+from test_http_write import until_status
+from test_http_write_support import open_stack
+from test_worker_support import REPO, TESTS, Watch, kill_all
+
+pytestmark = pytest.mark.asyncio
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("command", [
+    [sys.executable, "-m", "runtime.worker"],
+    [str(Path(sys.executable).parent / "agentlog"), "worker"],
+])
+async def test_worker_serves_agent_metrics(nats_server: EmbeddedNatsServer, tmp_path: Path, command: list[str]) -> None:
+    port = _free_port()
+    out = open(tmp_path / "w.log", "wb")
+    proc = await asyncio.create_subprocess_exec(
+        *command, "--nats", nats_server.url, "--app", "worker_app:app",
+        "--metrics-port", str(port), stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, cwd=str(REPO),
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)])},
+    )
+    out.close()
+    store = await JetStreamEventStore.connect(nats_server.url)
+    watch = Watch(store, "tm")
+    try:
+        async with asyncio.timeout(30):
+            await CommandClient(store.nc).submit(StartRun(thread_id="tm", run_id="rm", agent_id="quick", messages=["go"]))
+            await watch.status_in("rm", {"done"})
+            # the metrics server is up before the worker takes its first command
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+                    assert resp.status == 200
+                    text = await resp.text()
+        assert 'agentlog_tool_calls_total{outcome="succeeded",tool="work"} 1.0' in text
+        assert 'agentlog_model_calls_total{model="quick"} 2.0' in text
+        assert 'agentlog_model_latency_seconds_count{model="quick"} 2.0' in text
+        assert 'agentlog_model_tokens_total{model="quick",type="input"}' in text
+    finally:
+        await kill_all([proc])
+        await watch.close()
+        await store.close()
+
+
+async def test_gateway_metrics_count_tokens_tools_and_latency(nats_server: Any) -> None:
+    async with asyncio.timeout(TIMEOUT), open_stack(nats_server, "queue") as s:
+        a = await body(await s.client.post("/v1/runs", json={"agent_id": "quick", "messages": "hi"}), 202)
+        await until_status(s, a["run_id"], {"done"})
+        runs = s.client.app[SERVICES].metrics.runs  # type: ignore[union-attr]
+        await runs.wait_until(lambda: runs.finished.labels("natural_end")._value.get() >= 1)
+        text = await (await s.client.get("/metrics")).text()
+        assert 'agentlog_model_calls_total{model="quick"} 1.0' in text
+        assert 'agentlog_model_latency_seconds_count{model="quick"} 1.0' in text
+        assert 'agentlog_model_tokens_total{model="quick",type="output"}' in text
