@@ -121,7 +121,9 @@ class AgentConfig(AgentOptions):
     tools: list[str] = []
     plugins: list[str | PluginConfig] = []
     permissions: PermissionsConfig | None = None
-    #: Ids of the agents of this file this agent may run as sub-agents (child runs).
+    #: Ids of the agents of this file this agent may run as sub-agents (child runs): it gets the
+    #: `agent_run` / `agent_output` / `agent_stop` tools (`runtime.subagents`) and, unless
+    #: `allowed_agents` is set, may start exactly these agents.
     sub_agents: list[str] = []
 
 
@@ -302,6 +304,13 @@ def build(config: AgentlogConfig, source: str = "<config>") -> LoadedConfig:
             raise ConfigError(f"{source}: {exc}") from None
         toolset.register(registry)
         atexit.register(toolset.close)  # stdio servers end with us even without an explicit close
+    delegating = [a for a in config.agents if a.sub_agents]
+    if delegating:  # the sub-agent tools (`runtime.subagents`), once, for the agents that delegate
+        from .subagents import SubAgents
+
+        sub_tools = SubAgents().tools
+        for t in sub_tools:
+            registry.register(t)
     try:
         known = registry.names()
         agents = []
@@ -310,9 +319,14 @@ def build(config: AgentlogConfig, source: str = "<config>") -> LoadedConfig:
             if a.permissions is not None:
                 p = a.permissions
                 plugins.insert(0, PermissionPlugin(allow=p.allow, ask=p.ask, deny=p.deny, default=p.default))
+            tools = _expand(a.tools, known, a.id, source)
+            options = a.options()
+            if a.sub_agents:  # `sub_agents` is the config's spelling of the sub-agent tools + allowed_agents
+                tools += [t.name for t in sub_tools if t.name not in tools]
+                if options["allowed_agents"] is None:
+                    options["allowed_agents"] = list(a.sub_agents)
             try:
-                agents.append(AgentSpec(id=a.id, model=a.model, tools=_expand(a.tools, known, a.id, source),
-                                        plugins=plugins, **a.options()))
+                agents.append(AgentSpec(id=a.id, model=a.model, tools=tools, plugins=plugins, **options))
             except (pydantic.ValidationError, ValueError) as exc:
                 raise ConfigError(f"{source}: agent {a.id!r}: {exc}") from None
     except ConfigError:

@@ -13,7 +13,7 @@ figures go in the last-line JSON with the section name as key prefix):
   than the store's 5 s request timeout mid-load and restarted on the same port and data dir.
   Reports runs finished / failed (any non-natural end) / lost and duplicates.
 - `list` (item 12) and `cluster` (item 13): `scripts/reliability_list.py` and
-  `scripts/reliability_cluster.py`, imported only when selected (other branches provide them).
+  `scripts/reliability_cluster.py`, imported only when selected.
 
 Both chaos sections first run the same load without a fault, as the baseline of their wall-time
 ratio (`*_wall_ratio` = faulty wall / fault-free wall, same run, same machine). Prints a table per
@@ -304,17 +304,11 @@ async def outage(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
 
 
 def _external(module: str) -> Section:
-    """A section another branch provides as `scripts/<module>.py` (`async def run(quick)`),
-    imported only when selected."""
+    """A section kept in its own module, `scripts/<module>.py` (`async def run(quick)`), imported
+    only when selected (the cluster section needs three nats-servers, the list one builds 20k runs)."""
 
     async def run(quick: bool) -> tuple[Rows, Figures]:
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
-            return [("status", f"not available (scripts/{module}.py missing)")], {"available": False}
-        return await mod.run(quick)
+        return await importlib.import_module(module).run(quick)
 
     return run
 

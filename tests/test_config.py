@@ -71,7 +71,9 @@ async def test_yaml_config_runs_with_local_and_mcp_tools(store: Any, tmp_path: P
     try:
         assert resolve_app(app, store) is app
         spec = {a.id: a for a in app.agents}["assistant"]
-        assert spec.tools == ["add", "mcp__calc__shout"]  # the glob expanded over the MCP listing
+        # the glob expanded over the MCP listing; `sub_agents` added the sub-agent tools
+        assert spec.tools == ["add", "mcp__calc__shout", "agent_run", "agent_output", "agent_stop"]
+        assert spec.allowed_agents == ["helper_agent"]
         assert isinstance(spec.plugins[0], PermissionPlugin) and spec.plugins[1].text == "Be exact."
         assert spec.effective_stop_conditions() == [MaxRounds(rounds=5), StopOnTool(tool_name="never_called")]
         assert spec.context == ContextPolicy(max_tokens=4000, max_tool_result_tokens=500)
@@ -86,6 +88,38 @@ async def test_yaml_config_runs_with_local_and_mcp_tools(store: Any, tmp_path: P
         assert "Be exact." in app.models["main"].requests[0].messages[0].content
     finally:
         app.close()
+
+
+SUB_AGENT_CONFIG = """
+version: 1
+models:
+  boss: {type: scripted, script: [{tool_calls: [{name: agent_run, arguments: {agent_id: helper, prompt: help}}]}, done]}
+  helper: {type: scripted, script: ["helped"]}
+agents:
+  - {id: boss, model: boss, sub_agents: [helper]}
+  - {id: helper, model: helper}
+  - {id: other, model: helper}
+"""
+
+
+@pytest.mark.asyncio
+async def test_config_sub_agents_run_as_child_runs(store: Any, tmp_path: Path) -> None:
+    """`sub_agents` in a config is enough for an agent to delegate: the child is a real run on
+    its own thread with the parent's lineage, and only the listed agents may be started."""
+    app = load_app(write(tmp_path, SUB_AGENT_CONFIG))
+    boss = {a.id: a for a in app.agents}["boss"]
+    assert boss.allowed_agents == ["helper"] and "agent_run" in boss.tools
+    rt = app.runtime(store)
+    async with asyncio.timeout(30):
+        result = await rt.run("boss", "go")
+        log = await logged(rt, result)
+    assert result.termination.type == "natural_end"
+    (done,) = events_of(log, "ToolCallCompleted")
+    assert done.outcome == "succeeded" and done.result["output"] == "helped", done.result
+    child = [sc async for sc in store.read_run(done.result["run_id"])]
+    started = child[0].commit.events[[type(e).__name__ for e in child[0].commit.events].index("RunStarted")]
+    assert started.agent_id == "helper" and started.parent_run_id == result.run_id
+    assert child[0].commit.thread_id != result.thread_id  # its own child thread
 
 
 @pytest.mark.parametrize(("text", "message"), [
