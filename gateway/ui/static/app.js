@@ -17,7 +17,7 @@ function el(tag, attrs, ...children) {
     else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
     else if (v !== undefined && v !== null) node.setAttribute(k, v);
   }
-  for (const c of children.flat()) if (c !== null && c !== undefined) node.append(c.nodeType ? c : String(c));
+  for (const c of children.flat(Infinity)) if (c !== null && c !== undefined) node.append(c.nodeType ? c : String(c));
   return node;
 }
 
@@ -117,15 +117,27 @@ async function renderRun(run) {
     `thread `, el("code", {}, run.thread_id), ` · agent ${run.agent_id || "?"} · ${run.steps} step(s) · `,
     `tokens in ${run.usage.input_tokens} / out ${run.usage.output_tokens}${term}`,
     run.parent_run_id ? ` · continues ${run.parent_run_id}` : "");
-  renderApprovals(run);
-  await Promise.all([renderTimeline(), renderMessages(run.thread_id), renderState(null)]);
+  const [tl] = await Promise.all([renderTimeline(), renderMessages(run.thread_id), renderState(S.selected)]);
+  renderApprovals(run, requestedCalls(tl));
 }
 
-function renderApprovals(run) {
+// Tool calls as the model asked for them (name, arguments), by call id: a call suspended by the
+// permission gate never started, so its view has no name or arguments yet.
+function requestedCalls(tl) {
+  const calls = {};
+  for (const g of tl.steps) for (const e of g.events) {
+    const m = e.event.message;
+    if (e.type === "MessageAppended" && m.tool_calls) for (const c of m.tool_calls) calls[c.id] = c;
+  }
+  return calls;
+}
+
+function renderApprovals(run, requested) {
   const pending = Object.values(run.calls || {}).filter((c) => c.status === "suspended");
   $("#approvals-box").hidden = pending.length === 0;
   $("#approvals").replaceChildren(...pending.map((c) => el("li", { "data-call": c.call_id },
-    el("div", {}, el("strong", {}, c.name || "tool"), " ", el("code", {}, JSON.stringify(c.arguments))),
+    el("div", {}, el("strong", {}, c.name || (requested[c.call_id] || {}).name || "tool"), " ",
+       el("code", {}, JSON.stringify(c.name ? c.arguments : (requested[c.call_id] || {}).arguments || {}))),
     c.ticket && c.ticket.message ? el("div", { class: "sub" }, c.ticket.message) : null,
     el("div", { class: "actions" },
       el("button", { class: "approve", type: "button", onclick: (e) => decide(c.call_id, true, e.target) }, "Approve"),
@@ -157,9 +169,10 @@ async function renderTimeline() {
       e.state_diff && e.state_diff.length ? el("pre", { class: "diff" }, e.state_diff.map(
         (op) => `${op.op} ${op.path}${"value" in op ? " = " + JSON.stringify(op.value) : ""}`).join("\n")) : null,
     ]))));
+  return tl;
 }
 
-// The state of the thread as of an event (time travel), or now; run-scope state from the timeline.
+// The thread's state as of an event (time travel: a fold of the log up to it), or now.
 async function renderState(eventId) {
   S.selected = eventId;
   for (const b of document.querySelectorAll(".ev")) b.classList.toggle("sel", b.dataset.event === eventId);
@@ -171,7 +184,7 @@ async function renderState(eventId) {
 
 async function renderMessages(threadId) {
   const data = await api("GET", `/v1/threads/${enc(threadId)}/messages?limit=200`);
-  $("#messages").replaceChildren(...data.messages.map((m) => el("li", {},
+  $("#messages").replaceChildren(...data.messages.map(({ message: m, event_id: id }) => el("li", { title: id },
     el("span", { class: "role" }, m.role + ":"), typeof m.content === "string" ? m.content : JSON.stringify(m.content),
     m.tool_calls && m.tool_calls.length ? el("div", { class: "sub mono" },
       m.tool_calls.map((c) => `→ ${c.name}(${JSON.stringify(c.arguments)})`).join(" ")) : null)));

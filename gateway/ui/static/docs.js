@@ -12,7 +12,7 @@ function el(tag, attrs, ...children) {
     else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
     else if (v !== undefined && v !== null) node.setAttribute(k, v);
   }
-  for (const c of children.flat()) if (c !== null && c !== undefined) node.append(c.nodeType ? c : String(c));
+  for (const c of children.flat(Infinity)) if (c !== null && c !== undefined) node.append(c.nodeType ? c : String(c));
   return node;
 }
 
