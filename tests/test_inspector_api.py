@@ -113,14 +113,14 @@ async def test_inspector_errors_are_typed(nats_server: Any) -> None:
 async def test_pages_are_served_from_the_package(nats_server: Any) -> None:
     async with asyncio.timeout(TIMEOUT), open_api(nats_server, tokens="secret") as api:
         c = api.client
-        for path, kind in (("/ui", "text/html"), ("/ui/", "text/html"), ("/docs", "text/html"),
+        for path, kind in (("/ui", "text/html"), ("/docs", "text/html"),
                            ("/ui/app.js", "text/javascript"), ("/ui/docs.js", "text/javascript"),
                            ("/ui/style.css", "text/css")):
             resp = await c.get(path)  # no token: the pages hold no data, the API asks for it
             assert resp.status == 200 and resp.content_type == kind, path
             assert "default-src 'self'" in resp.headers["Content-Security-Policy"]
         assert "/ui/app.js" in await (await c.get("/ui")).text()
-        for path in ("/ui/nope.js", "/ui/..%2Fpyproject.toml", "/ui/__init__.py"):
+        for path in ("/ui/nope.js", "/ui/..%2Fpyproject.toml", "/ui/__init__.py", "/ui/../pyproject.toml"):
             assert (await c.get(path)).status == 404, path
         await error(await c.get("/v1/runs/x/timeline"), 401)
         spec = await body(await c.get("/openapi.json"), 200)

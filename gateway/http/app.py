@@ -42,7 +42,7 @@ OPENAPI_ROUTE = Route("GET", "/openapi.json", openapi_json, "This document (Open
 
 
 def route_table(extra_routes: Sequence[Route] = ()) -> list[Route]:
-    return [*health.ROUTES, OPENAPI_ROUTE, *threads.ROUTES, *runs.ROUTES, *inspector.ROUTES, *extra_routes]
+    return [*health.ROUTES, OPENAPI_ROUTE, *threads.ROUTES, *runs.ROUTES, *inspector.ROUTES, *ui.ROUTES, *extra_routes]
 
 
 def create_app(
@@ -79,7 +79,6 @@ def create_app(
     for route in table:
         app.router.add_route(route.method, route.path, route.handler)
     app[ROUTES] = table
-    ui.install(app)  # the run inspector (/ui) and API docs (/docs): static pages over this API
     app[OPENAPI] = openapi.build(table)
     # one shared log follow per followed thread for every SSE client of this app (sse.FollowHub)
     hub = app[sse.HUB] = sse.FollowHub(store, queue_size=settings.sse_queue)

@@ -3,8 +3,9 @@ the package (`gateway/ui/static`, package data), plain HTML + JS + CSS, no build
 
 Both pages only call the HTTP API (`/v1/...`, `/openapi.json`) with the bearer token the user types
 (kept in sessionStorage), so they need no auth of their own and see exactly what the token may see.
-The files are served from a fixed allow-list, so no path can reach outside the directory, and with
-a Content-Security-Policy of `'self'` only: the page cannot load or send anything elsewhere.
+Every file is its own fixed route (no path parameter, so no path can reach outside the directory),
+in the route table like any other route (so `/openapi.json` lists them too), and is served with a
+Content-Security-Policy of `'self'` only: the page cannot load or send anything elsewhere.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from gateway.http.routing import Route
+
 STATIC = Path(__file__).parent / "static"
 _TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
 _HEADERS = {
@@ -20,38 +23,28 @@ _HEADERS = {
     "Cache-Control": "no-cache",
     "X-Content-Type-Options": "nosniff",
 }
+#: URL path -> (file, what it is).
+_PAGES = {
+    "/ui": ("index.html", "Run inspector: threads, runs, timeline with state diffs, approvals, live follow, verify"),
+    "/docs": ("docs.html", "Interactive API docs (from /openapi.json, with a try-it form)"),
+    "/ui/app.js": ("app.js", "Run inspector script"),
+    "/ui/docs.js": ("docs.js", "API docs script"),
+    "/ui/style.css": ("style.css", "Stylesheet of both pages"),
+}
 
 
-def _files() -> dict[str, Path]:
-    return {p.name: p for p in STATIC.iterdir() if p.suffix in _TYPES}
+def _serve(name: str):  # type: ignore[no-untyped-def]
+    path = STATIC / name
+
+    async def handler(_request: web.Request) -> web.StreamResponse:
+        return web.FileResponse(path, headers={**_HEADERS, "Content-Type": _TYPES[path.suffix]})
+
+    return handler
 
 
-def _page(name: str) -> web.StreamResponse:
-    files = _files()
-    path = files.get(name)
-    if path is None:
-        raise web.HTTPNotFound()
-    return web.FileResponse(path, headers={**_HEADERS, "Content-Type": _TYPES[path.suffix]})
+ROUTES: list[Route] = [
+    Route("GET", url, _serve(name), summary, "ui", content_type=_TYPES[Path(name).suffix], auth=False)
+    for url, (name, summary) in _PAGES.items()
+]
 
-
-async def inspector(_request: web.Request) -> web.StreamResponse:
-    return _page("index.html")
-
-
-async def docs(_request: web.Request) -> web.StreamResponse:
-    return _page("docs.html")
-
-
-async def asset(request: web.Request) -> web.StreamResponse:
-    return _page(request.match_info["name"])
-
-
-def install(app: web.Application) -> None:
-    """Serve the pages: `/ui` (inspector), `/docs` (API explorer), their assets under `/ui/`."""
-    app.router.add_get("/ui", inspector)
-    app.router.add_get("/ui/", inspector)
-    app.router.add_get("/docs", docs)
-    app.router.add_get("/ui/{name}", asset)
-
-
-__all__ = ["STATIC", "install"]
+__all__ = ["ROUTES", "STATIC"]
