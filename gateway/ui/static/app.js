@@ -64,7 +64,9 @@ const enc = encodeURIComponent;
 // -- lists -----------------------------------------------------------------------------------------
 
 async function loadThreads() {
-  const data = await api("GET", "/v1/threads?limit=200");
+  // listings ascend by id (creation order): the newest 200 are the last page
+  const { total } = await api("GET", "/v1/threads?limit=1");
+  const data = await api("GET", `/v1/threads?limit=200&offset=${Math.max(0, total - 200)}`);
   const ul = $("#threads");
   ul.replaceChildren(...data.threads.slice().reverse().map((t) => el("li", {},
     el("button", { class: t.thread_id === S.thread ? "sel" : "", "data-thread": t.thread_id,
