@@ -115,6 +115,7 @@ async def test_pages_are_served_from_the_package(nats_server: Any) -> None:
         c = api.client
         for path, kind in (("/ui", "text/html"), ("/docs", "text/html"),
                            ("/ui/app.js", "text/javascript"), ("/ui/docs.js", "text/javascript"),
+                           ("/ui/common.js", "text/javascript"),
                            ("/ui/style.css", "text/css")):
             resp = await c.get(path)  # no token: the pages hold no data, the API asks for it
             assert resp.status == 200 and resp.content_type == kind, path

@@ -27,6 +27,7 @@ _HEADERS = {
 _PAGES = {
     "/ui": ("index.html", "Run inspector: threads, runs, timeline with state diffs, approvals, live follow, verify"),
     "/docs": ("docs.html", "Interactive API docs (from /openapi.json, with a try-it form)"),
+    "/ui/common.js": ("common.js", "Script both pages share (token, DOM builder)"),
     "/ui/app.js": ("app.js", "Run inspector script"),
     "/ui/docs.js": ("docs.js", "API docs script"),
     "/ui/style.css": ("style.css", "Stylesheet of both pages"),

@@ -3,23 +3,7 @@
 // beyond the current selection, so a reload always shows what the log says now.
 "use strict";
 
-const TOKEN_KEY = "agentlog.token";
-const S = { token: sessionStorage.getItem(TOKEN_KEY) || "", thread: null, run: null, follow: null,
-            selected: null, refreshTimer: null };
-
-const $ = (sel) => document.querySelector(sel);
-
-// Build DOM nodes (text only, never innerHTML: event payloads are untrusted).
-function el(tag, attrs, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs || {})) {
-    if (k === "class") node.className = v;
-    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
-    else if (v !== undefined && v !== null) node.setAttribute(k, v);
-  }
-  for (const c of children.flat(Infinity)) if (c !== null && c !== undefined) node.append(c.nodeType ? c : String(c));
-  return node;
-}
+const S = { thread: null, run: null, follow: null, selected: null, refreshTimer: null };
 
 const json = (v) => JSON.stringify(v, null, 2);
 
@@ -30,14 +14,8 @@ class ApiError extends Error {
   }
 }
 
-function headers(extra) {
-  const h = Object.assign({ Accept: "application/json" }, extra || {});
-  if (S.token) h.Authorization = "Bearer " + S.token;
-  return h;
-}
-
 async function api(method, path, body) {
-  const init = { method, headers: headers(body === undefined ? {} : { "Content-Type": "application/json" }) };
+  const init = { method, headers: authHeaders(body === undefined ? {} : { "Content-Type": "application/json" }) };
   if (body !== undefined) init.body = JSON.stringify(body);
   const r = await fetch(path, init);
   const text = await r.text();
@@ -216,7 +194,7 @@ function follow(threadId) {
     const view = await api("GET", `/v1/threads/${enc(threadId)}`);
     const after = `${view.version}:2147483647`;  // only what comes after this page's first read
     const r = await fetch(`/v1/threads/${enc(threadId)}/events?follow=true&after=${enc(after)}`,
-                          { headers: headers({ Accept: "text/event-stream" }), signal: abort.signal });
+                          { headers: authHeaders({ Accept: "text/event-stream" }), signal: abort.signal });
     if (!r.ok) throw new ApiError(r.status, await r.json().catch(() => null));
     const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
     let buf = "";
@@ -252,11 +230,10 @@ function route() {
   return guarded(() => (m[1] === "runs" ? selectRun(id) : selectThread(id)));
 }
 
-$("#token").value = S.token;
+$("#token").value = sessionStorage.getItem(TOKEN_KEY) || "";
 $("#token-form").addEventListener("submit", (e) => {
   e.preventDefault();
-  S.token = $("#token").value.trim();
-  sessionStorage.setItem(TOKEN_KEY, S.token);
+  sessionStorage.setItem(TOKEN_KEY, $("#token").value.trim());
   if (S.follow) { S.follow.abort.abort(); S.follow = null; }
   route();
 });

@@ -2,20 +2,6 @@
 // "try it" form per operation that sends the request with the token typed above. Plain JS.
 "use strict";
 
-const TOKEN_KEY = "agentlog.token";
-const $ = (sel, root) => (root || document).querySelector(sel);
-
-function el(tag, attrs, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs || {})) {
-    if (k === "class") node.className = v;
-    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
-    else if (v !== undefined && v !== null) node.setAttribute(k, v);
-  }
-  for (const c of children.flat(Infinity)) if (c !== null && c !== undefined) node.append(c.nodeType ? c : String(c));
-  return node;
-}
-
 let SPEC = null;
 
 // A schema with its $refs resolved (one level per ref, cycles cut), for display.
@@ -55,9 +41,7 @@ async function send(method, path, op, form, out) {
     else if (p.in === "query") query.set(p.name, v);
   }
   if ([...query].length) url += "?" + query;
-  const headers = { Accept: "application/json" };
-  const token = sessionStorage.getItem(TOKEN_KEY);
-  if (token) headers.Authorization = "Bearer " + token;
+  const headers = authHeaders();
   const init = { method: method.toUpperCase(), headers };
   if (op.requestBody) { headers["Content-Type"] = "application/json"; init.body = form.elements.body.value; }
   const abort = new AbortController();
