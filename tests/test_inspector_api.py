@@ -127,3 +127,22 @@ async def test_pages_are_served_from_the_package(nats_server: Any) -> None:
         spec = await body(await c.get("/openapi.json"), 200)
         assert {"get"} == set(spec["paths"]["/v1/runs/{id}/timeline"])
         assert {"post"} == set(spec["paths"]["/v1/runs/{id}/verify"])
+
+
+async def test_other_tenants_runs_look_unknown(nats_server: Any) -> None:
+    """Timeline and verify are run reads: another tenant's run is the 404 of an unknown run."""
+    def h(token: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token}"}
+
+    async with asyncio.timeout(TIMEOUT), open_stack(nats_server, tokens="ta:tenantA,tb:tenantB",
+                                                    make_app=inspect_app, agents=(AGENT,)) as s:
+        c = s.client
+        started = await body(await c.post("/v1/runs", json={"agent_id": AGENT, "messages": "go",
+                                                            "resource_id": "tenantA-1"}, headers=h("ta")), 202)
+        rid = started["run_id"]
+        assert (await body(await c.get(f"/v1/runs/{rid}/timeline", headers=h("ta")), 200))["run_id"] == rid
+        unknown = await error(await c.get("/v1/runs/nope/timeline", headers=h("tb")), 404)
+        assert await error(await c.get(f"/v1/runs/{rid}/timeline", headers=h("tb")), 404) == {
+            **unknown, "error": unknown["error"].replace("nope", rid)}
+        await error(await c.post(f"/v1/runs/{rid}/verify", headers=h("tb")), 404, "run_not_found")
+        await error(await c.post(f"/v1/runs/{rid}/verify"), 401)

@@ -184,17 +184,18 @@ async function verify() {
 
 // -- live follow (SSE over fetch, so the bearer token can be sent) ------------------------------------
 
-function follow(threadId) {
-  if (S.follow && S.follow.thread === threadId) return;
+// Tails the thread from `after` (an event id; default: the end of the log as of now). When the
+// stream ends or the network drops it, follows again from the last event seen (what a browser's
+// EventSource does with Last-Event-ID); an API error (401, 404) stops it and is shown.
+function follow(threadId, after) {
+  if (S.follow && S.follow.thread === threadId && !after) return;
   if (S.follow) S.follow.abort.abort();
-  const abort = new AbortController();
-  S.follow = { thread: threadId, abort };
+  const f = S.follow = { thread: threadId, abort: new AbortController(), last: after || null };
   $("#live").hidden = false;
   (async () => {
-    const view = await api("GET", `/v1/threads/${enc(threadId)}`);
-    const after = `${view.version}:2147483647`;  // only what comes after this page's first read
-    const r = await fetch(`/v1/threads/${enc(threadId)}/events?follow=true&after=${enc(after)}`,
-                          { headers: authHeaders({ Accept: "text/event-stream" }), signal: abort.signal });
+    if (!f.last) f.last = `${(await api("GET", `/v1/threads/${enc(threadId)}`)).version}:2147483647`;
+    const r = await fetch(`/v1/threads/${enc(threadId)}/events?follow=true&after=${enc(f.last)}`,
+                          { headers: authHeaders({ Accept: "text/event-stream" }), signal: f.abort.signal });
     if (!r.ok) throw new ApiError(r.status, await r.json().catch(() => null));
     const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
     let buf = "";
@@ -204,13 +205,26 @@ function follow(threadId) {
       buf += value;
       let cut;
       while ((cut = buf.indexOf("\n\n")) >= 0) {
-        const frame = buf.slice(0, cut); buf = buf.slice(cut + 2);
-        const data = frame.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5)).join("\n");
-        if (data) onLive(JSON.parse(data));
+        const frame = {};
+        for (const line of buf.slice(0, cut).split("\n")) {
+          const at = line.indexOf(":");
+          if (at > 0) frame[line.slice(0, at)] = (frame[line.slice(0, at)] || "") + line.slice(at + 1).trim();
+        }
+        buf = buf.slice(cut + 2);
+        if (frame.event === "error") throw new Error(frame.data);  // e.g. dropped as too slow: follow again
+        if (frame.id) f.last = frame.id;
+        if (frame.data) onLive(JSON.parse(frame.data));
       }
     }
-  })().catch((err) => { if (err.name !== "AbortError") showError(err); })
-    .finally(() => { if (S.follow && S.follow.abort === abort) { $("#live").hidden = true; S.follow = null; } });
+  })().then(() => "ended", (err) => {
+    if (err.name === "AbortError") return "aborted";
+    if (err instanceof ApiError) { showError(err); return "failed"; }
+    return "ended";  // the network dropped the stream
+  }).then((how) => {
+    if (S.follow !== f) return;  // replaced by another follow meanwhile
+    $("#live").hidden = true; S.follow = null;
+    if (how === "ended") setTimeout(() => { if (!S.follow && S.thread === threadId) follow(threadId, f.last); }, 2000);
+  });
 }
 
 function onLive(frame) {
