@@ -101,9 +101,19 @@ async def test_inspector_approves_a_run_in_the_browser(nats_server: Any) -> None
         # live follow: a run started elsewhere on the thread shows up without a reload
         cont = await body(await s.client.post(f"/v1/runs/{rid}/inputs", json={"messages": ["again"]}), 202)
         await expect(page.locator(f"[data-run='{cont['run_id']}']")).to_be_visible()
-
         await page.click("#verify")
         await expect(page.locator("#verify-ok")).to_contain_text("verified")
+
+        # Deny, on the continuation (it asks for `deploy` again): the call is refused, the run ends
+        await page.click(f"[data-run='{cont['run_id']}']")
+        await expect(page.locator("#run-id")).to_have_text(cont["run_id"])
+        denied = page.locator("#approvals li button.deny")
+        await denied.click()
+        await expect(page.locator("#run-status")).to_have_text("done")
+        view = await body(await s.client.get(f"/v1/runs/{cont['run_id']}"), 200)
+        (call2,) = [c for c in view["calls"].values() if c["decision"] is not None]
+        assert view["status"] == "done" and call2["decision"]["result"] == {"approved": False}
+        assert call2["status"] != "succeeded"
 
         await page.goto(f"{base}/docs")
         ops = page.locator("details.op")
