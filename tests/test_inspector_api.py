@@ -6,10 +6,15 @@ Real nats-server, real aiohttp app on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
+from gateway.connection import ConnectionOptions
+from gateway.demo import DEMO_AGENT, follow_run
+from gateway.server import Server, ServerConfig
 from runtime import Runtime, ToolContext, tool
 from test_http_support import TIMEOUT, body, error, open_api
 from test_http_write_support import suspended_call
@@ -146,3 +151,21 @@ async def test_other_tenants_runs_look_unknown(nats_server: Any) -> None:
             **unknown, "error": unknown["error"].replace("nope", rid)}
         await error(await c.post(f"/v1/runs/{rid}/verify", headers=h("tb")), 404, "run_not_found")
         await error(await c.post(f"/v1/runs/{rid}/verify"), 401)
+
+
+async def test_serve_verifies_with_its_own_app(tmp_path: Path) -> None:
+    """`agentlog serve` dispatches through its queue (no runtime behind the HTTP app's dispatcher):
+    verify still replays with the worker's app. `/ui` is served by the real server."""
+    server = await Server(ServerConfig(port=0, tokens="", connection=ConnectionOptions(data_dir=tmp_path / "d"))).start()
+    try:
+        async with asyncio.timeout(TIMEOUT), aiohttp.ClientSession(server.http_url) as http:
+            async with http.post("/v1/runs", json={"agent_id": DEMO_AGENT, "messages": "ship it"}) as r:
+                started = await r.json()
+            await follow_run(server.store, started["thread_id"], started["run_id"], 0, lambda _c: None)
+            async with http.post(f"/v1/runs/{started['run_id']}/verify") as r:
+                report = await r.json()
+                assert r.status == 200 and report["ok"] is True and report["commits_verified"] > 0, report
+            async with http.get("/ui") as r:
+                assert r.status == 200 and r.content_type == "text/html"
+    finally:
+        await server.stop()

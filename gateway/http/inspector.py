@@ -25,7 +25,7 @@ from eventlog.events import Position
 from gateway.timeline import build_replay, event_state_diffs
 
 from .auth import principal
-from .context import services
+from .context import SERVICES, services
 from .errors import ApiError
 from .models import EventId, _Model, _Query
 from .replies import reply
@@ -63,10 +63,17 @@ async def run_timeline(request: web.Request) -> web.Response:
     return reply(out)
 
 
-def replay_app(runtime: Any) -> Any:
-    """What the gateway can replay with: the `Runtime` it was given, or the one behind its
-    in-process dispatcher (`serve`). None when runs execute elsewhere (queue dispatch only)."""
-    for candidate in (runtime, getattr(runtime, "runtime", None)):
+#: The app verified replay runs with, when `services(request).runtime` is not one: `serve` hands the
+#: HTTP app its queue dispatcher (runs go through the worker), so it sets its own `Runtime` here.
+REPLAY_APP = web.AppKey("agentlog.replay_app", object)
+
+
+def replay_app(app: web.Application) -> Any:
+    """What this gateway can replay with (anything with `agents` and `tools`): `REPLAY_APP`, the
+    runtime the app was built with, or the one behind an in-process dispatcher. None when the
+    runs execute elsewhere (`agentlog gateway`: queue dispatch, no app in this process)."""
+    runtime = app[SERVICES].runtime
+    for candidate in (app.get(REPLAY_APP), runtime, getattr(runtime, "runtime", None)):
         if candidate is not None and hasattr(candidate, "agents") and hasattr(candidate, "tools"):
             return candidate
     return None
@@ -80,7 +87,7 @@ async def verify(request: web.Request) -> web.Response:
     run_id = path_id(request, kind="run_id")
     body = await parse_body(request, VerifyBody)
     _commits, thread_id, _running = await _run_from_log(svc, who, run_id)
-    app = replay_app(svc.runtime)
+    app = replay_app(request.app)
     if app is None:
         raise ApiError(409, "verify_unavailable",
                        "this gateway runs no app in its process; verify with `agentlog replay RUN --verify --app ...`")
@@ -122,4 +129,4 @@ ROUTES: list[Route] = [
           "runs", body=VerifyBody, response=_VERIFIED, errors=(404, 409)),
 ]
 
-__all__ = ["ROUTES", "TimelineQuery", "VerifyBody", "replay_app"]
+__all__ = ["REPLAY_APP", "ROUTES", "TimelineQuery", "VerifyBody", "replay_app"]
