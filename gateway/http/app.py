@@ -42,7 +42,8 @@ OPENAPI_ROUTE = Route("GET", "/openapi.json", openapi_json, "This document (Open
 
 
 def route_table(extra_routes: Sequence[Route] = ()) -> list[Route]:
-    return [*health.ROUTES, OPENAPI_ROUTE, *threads.ROUTES, *runs.ROUTES, *inspector.ROUTES, *ui.ROUTES, *extra_routes]
+    return [*health.ROUTES, OPENAPI_ROUTE, *threads.ROUTES, *runs.ROUTES, *inspector.ROUTES, *ui.ROUTES,
+            *extra_routes]
 
 
 def create_app(
