@@ -251,7 +251,8 @@ def build_replay(run_id: str, thread_commits: Sequence[StoredCommit], to: Positi
 _STATE_EVENTS = (StatePatched, StateReplaced)
 
 
-def event_state_diffs(report: ReplayReport, thread_commits: Sequence[StoredCommit]) -> dict[str, list[dict[str, Any]]]:
+def event_state_diffs(report: ReplayReport,
+                      thread_commits: Sequence[StoredCommit]) -> dict[str, list[dict[str, Any]]]:
     """Per-event time travel for the run inspector: event id -> the RFC 6902 diff of
     `{"thread": ..., "run": ...}` state across that one event, for every event of `report` that
     changed it (the step groups' `state_diff` is the same diff over a whole group).

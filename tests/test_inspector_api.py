@@ -90,7 +90,8 @@ async def test_verify_reports_the_first_divergence(nats_server: Any) -> None:
         async with open_stack(nats_server, make_app=changed_app, agents=(AGENT,)) as s:
             # answered from the log, the changed tool is never run: still the recorded run
             assert (await body(await s.client.post(f"/v1/runs/{rid}/verify"), 200))["ok"] is True
-            report = await body(await s.client.post(f"/v1/runs/{rid}/verify", json={"tools_from_log": False}), 200)
+            report = await body(await s.client.post(f"/v1/runs/{rid}/verify",
+                                                    json={"tools_from_log": False}), 200)
             assert report["ok"] is False and report["status"] == "diverged"
             d = report["divergence"]
             assert d["expected"]["type"] == d["actual"]["type"] == "ToolCallCompleted"
@@ -107,7 +108,8 @@ async def test_inspector_errors_are_typed(nats_server: Any) -> None:
         await error(await c.get("/v1/runs/nope/timeline"), 404, "run_not_found")
         await error(await c.get("/v1/runs/a.b/timeline"), 400, "invalid_id")
         await error(await c.post("/v1/runs/nope/verify"), 404, "run_not_found")
-        await error(await c.post(f"/v1/runs/{rid}/verify", json={"tools_from_log": "x"}), 400, "invalid_input")
+        await error(await c.post(f"/v1/runs/{rid}/verify", json={"tools_from_log": "x"}), 400,
+                    "invalid_input")
         await error(await c.post(f"/v1/runs/{rid}/verify", data=b"{nope"), 400, "invalid_json")
         assert await s.store.last_seq() == before  # verifying never writes
     async with open_api(nats_server) as ro:  # a read-only gateway has no app to replay with
@@ -156,7 +158,8 @@ async def test_other_tenants_runs_look_unknown(nats_server: Any) -> None:
 async def test_serve_verifies_with_its_own_app(tmp_path: Path) -> None:
     """`agentlog serve` dispatches through its queue (no runtime behind the HTTP app's dispatcher):
     verify still replays with the worker's app. `/ui` is served by the real server."""
-    server = await Server(ServerConfig(port=0, tokens="", connection=ConnectionOptions(data_dir=tmp_path / "d"))).start()
+    config = ServerConfig(port=0, tokens="", connection=ConnectionOptions(data_dir=tmp_path / "d"))
+    server = await Server(config).start()
     try:
         async with asyncio.timeout(TIMEOUT), aiohttp.ClientSession(server.http_url) as http:
             async with http.post("/v1/runs", json={"agent_id": DEMO_AGENT, "messages": "ship it"}) as r:

@@ -63,7 +63,8 @@ async def test_inspector_approves_a_run_in_the_browser(nats_server: Any) -> None
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         # console errors too (a CSP violation is one), except the 401s asked for below
-        page.on("console", lambda m: errors.append(f"{m.text} {m.location}") if m.type == "error" and "401" not in m.text else None)
+        page.on("console", lambda m: errors.append(f"{m.text} {m.location}")
+                if m.type == "error" and "401" not in m.text else None)
 
         await page.goto(f"{base}/ui")
         await expect(page.locator("#error")).to_contain_text("401")  # no token yet: the API says so

@@ -10,7 +10,15 @@ import jsonpatch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventlog.events import Commit, RunStarted, StatePatched, StateReplaced, StepStarted, StoredCommit, ThreadCreated
+from eventlog.events import (
+    Commit,
+    RunStarted,
+    StatePatched,
+    StateReplaced,
+    StepStarted,
+    StoredCommit,
+    ThreadCreated,
+)
 from gateway.timeline import build_replay, event_state_diffs
 
 KEYS = st.sampled_from(["/a", "/b", "/c"])
@@ -21,7 +29,8 @@ OPS = st.one_of(
 SCOPE = st.sampled_from(["thread", "run"])
 EVENTS = st.one_of(
     st.builds(StatePatched, ops=st.lists(OPS, min_size=1, max_size=3), scope=SCOPE),
-    st.builds(StateReplaced, state=st.dictionaries(st.sampled_from("ab"), st.integers(0, 3), max_size=2), scope=SCOPE),
+    st.builds(StateReplaced, state=st.dictionaries(st.sampled_from("ab"), st.integers(0, 3), max_size=2),
+              scope=SCOPE),
     st.builds(StepStarted, step=st.integers(1, 3)),
 )
 

@@ -45,7 +45,8 @@ class TimelineQuery(_Query):
 
 class VerifyBody(_Model):
     tools_from_log: bool = Field(
-        default=True, description="answer tools from their recorded results (default) instead of running them")
+        default=True,
+        description="answer tools from their recorded results (default) instead of running them")
 
 
 async def run_timeline(request: web.Request) -> web.Response:
@@ -90,7 +91,8 @@ async def verify(request: web.Request) -> web.Response:
     app = replay_app(request.app)
     if app is None:
         raise ApiError(409, "verify_unavailable",
-                       "this gateway runs no app in its process; verify with `agentlog replay RUN --verify --app ...`")
+                       "this gateway runs no app in its process; "
+                       "verify with `agentlog replay RUN --verify --app ...`")
     bound = log.bind(thread_id=thread_id, run_id=run_id)
     try:
         # not `gateway.logging.quiet()` (the CLI's): that is process-wide, and would mute every
@@ -98,7 +100,8 @@ async def verify(request: web.Request) -> web.Response:
         report = await verify_run(svc.store, run_id, app, tools_from_log=body.tools_from_log,
                                   raise_on_divergence=False, timeout_s=VERIFY_TIMEOUT_S)
     except UnknownAgent as exc:
-        raise ApiError(409, "app_mismatch", f"this gateway's app cannot replay run {run_id!r}: {exc}") from None
+        raise ApiError(409, "app_mismatch",
+                       f"this gateway's app cannot replay run {run_id!r}: {exc}") from None
     bound.info("run.verified", ok=report.ok, commits=report.commits_verified)
     return reply(report.to_json())
 
@@ -125,7 +128,7 @@ ROUTES: list[Route] = [
           "A run's timeline from the log: steps, events, state diffs per step and per event (time travel)",
           "runs", query=TimelineQuery, response=_TIMELINE, errors=(404,)),
     Route("POST", "/v1/runs/{id}/verify", verify,
-          "Verified replay of a run (replay --verify) with tools answered from the log: ok or the first divergence",
+          "Verified replay of a run (replay --verify), tools answered from the log: ok or the first divergence",
           "runs", body=VerifyBody, response=_VERIFIED, errors=(404, 409)),
 ]
 

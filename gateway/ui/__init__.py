@@ -19,13 +19,15 @@ from gateway.http.routing import Route
 STATIC = Path(__file__).parent / "static"
 _TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
 _HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'",
+    "Content-Security-Policy":
+        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'",
     "Cache-Control": "no-cache",
     "X-Content-Type-Options": "nosniff",
 }
 #: URL path -> (file, what it is).
 _PAGES = {
-    "/ui": ("index.html", "Run inspector: threads, runs, timeline with state diffs, approvals, live follow, verify"),
+    "/ui": ("index.html",
+            "Run inspector: threads, runs, timeline with state diffs, approvals, live follow, verify"),
     "/docs": ("docs.html", "Interactive API docs (from /openapi.json, with a try-it form)"),
     "/ui/common.js": ("common.js", "Script both pages share (token, DOM builder)"),
     "/ui/app.js": ("app.js", "Run inspector script"),
