@@ -293,6 +293,10 @@ class Server:
                               runtime=self.dispatcher if self.dispatcher is not None else self.runtime,
                               extra_routes=self._routes(), settings=self.config.settings or Settings())
         self.app[SERVER] = self
+        if self.runtime is not None:  # `POST /v1/runs/{id}/verify` replays with the worker's app
+            from .http.inspector import REPLAY_APP
+
+            self.app[REPLAY_APP] = self.runtime
         self.web_runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self.web_runner.setup()
         site = web.TCPSite(self.web_runner, self.config.host, self.config.port, reuse_address=True)

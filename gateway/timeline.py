@@ -23,6 +23,7 @@ from eventlog.events import (
     Position,
     RunFinished,
     StatePatched,
+    StateReplaced,
     StepFinished,
     StepStarted,
     StoredCommit,
@@ -244,3 +245,29 @@ def build_replay(run_id: str, thread_commits: Sequence[StoredCommit], to: Positi
         state=_state(thread_commits, thread_id, run_id, limit),
         continued_by=sorted(r.run_id for r in views.runs.values() if r.parent_run_id == run_id),
     )
+
+
+#: The only events a fold turns into state changes (thread, run or tool-call scope).
+_STATE_EVENTS = (StatePatched, StateReplaced)
+
+
+def event_state_diffs(report: ReplayReport,
+                      thread_commits: Sequence[StoredCommit]) -> dict[str, list[dict[str, Any]]]:
+    """Per-event time travel for the run inspector: event id -> the RFC 6902 diff of
+    `{"thread": ..., "run": ...}` state across that one event, for every event of `report` that
+    changed it (the step groups' `state_diff` is the same diff over a whole group).
+
+    Only state events are folded around (everything else leaves state alone), so a long run
+    costs two folds per state change, not per event."""
+    run_id, thread_id = report.run.run_id, report.run.thread_id
+    diffs: dict[str, list[dict[str, Any]]] = {}
+    for group in report.groups:
+        for item in group.events:
+            if not isinstance(item.event, _STATE_EVENTS):
+                continue
+            before = _state(thread_commits, thread_id, run_id, _before(item.position))
+            after = _state(thread_commits, thread_id, run_id, item.position)
+            patch = jsonpatch.make_patch(before, after).patch
+            if patch:
+                diffs[str(item.position)] = patch
+    return diffs

@@ -10,7 +10,7 @@ Agents of `write_app(store)`:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,14 +60,17 @@ class Stack(Api):
 
 @contextlib.asynccontextmanager
 async def open_stack(server: EmbeddedNatsServer, mode: str = "inprocess", *, tokens: str = "",
-                     timeout: float = 10.0, more_routes: Any = None) -> AsyncIterator[Stack]:
-    """The whole gateway on one connection: store, views, runner, dispatcher (+ worker), app.
-    `more_routes(dispatcher, runtime)`: extra routes (e.g. the A2A server)."""
+                     timeout: float = 10.0, more_routes: Any = None,
+                     make_app: Callable[[Any], Runtime] | None = None,
+                     agents: tuple[str, ...] = AGENTS) -> AsyncIterator[Stack]:
+    """The whole gateway on one connection: store, views, runner, dispatcher (+ worker), app
+    (`make_app(store)` builds the runtime; `write_app` by default). `more_routes(dispatcher,
+    runtime)`: extra routes (e.g. the A2A server)."""
     store = await JetStreamEventStore.connect(server.url, request_timeout=1.0, connect_timeout=5.0)
     views = await KVViewStore.open(store.nc)
     runner = ProjectionRunner(store.nc, views, fetch_timeout=0.2)
     await runner.start()
-    runtime = write_app(store)
+    runtime = (make_app or write_app)(store)
     worker: Worker | None = None
     dispatcher: Dispatcher
     if mode == "inprocess":
@@ -75,7 +78,7 @@ async def open_stack(server: EmbeddedNatsServer, mode: str = "inprocess", *, tok
     else:
         worker = Worker(store, runtime=runtime, ack_wait=5.0, fetch_timeout=0.2, shutdown_timeout=2.0)
         await worker.start()
-        dispatcher = QueueDispatcher(store.nc, store, agents=AGENTS, timeout=timeout)
+        dispatcher = QueueDispatcher(store.nc, store, agents=agents, timeout=timeout)
     app = create_app(store, views, runner, auth_tokens=tokens, runtime=runtime,
                      extra_routes=[*write_routes(dispatcher), *(more_routes(dispatcher, runtime) if more_routes else ())],
                      settings=Settings(read_wait=5.0, sse_heartbeat=0.2, max_body=64 * 1024))

@@ -19,7 +19,9 @@ from aiohttp import web
 from eventlog.jetstream import JetStreamEventStore
 from projections.store import ViewStore
 
-from . import cors, health, openapi, runs, sse, threads
+from gateway import ui
+
+from . import cors, health, inspector, openapi, runs, sse, threads
 from .auth import Authenticator, auth_middleware, resolve_tokens
 from .context import SERVICES, Runner, Services, Settings
 from .errors import error_middleware
@@ -40,7 +42,8 @@ OPENAPI_ROUTE = Route("GET", "/openapi.json", openapi_json, "This document (Open
 
 
 def route_table(extra_routes: Sequence[Route] = ()) -> list[Route]:
-    return [*health.ROUTES, OPENAPI_ROUTE, *threads.ROUTES, *runs.ROUTES, *extra_routes]
+    return [*health.ROUTES, OPENAPI_ROUTE, *threads.ROUTES, *runs.ROUTES, *inspector.ROUTES, *ui.ROUTES,
+            *extra_routes]
 
 
 def create_app(
