@@ -4,9 +4,9 @@ Every command takes the same connection options (`--nats URL`, `--creds`, `--tok
 `--data-dir`, `--timeout`); without a URL the embedded nats-server runs for the duration of the
 command. Every answer is computed from the log itself (the only source of truth), so the CLI
 shows the same thing whichever process wrote the log and whether or not a projection runner is
-running. `replay RUN --verify --app module:attr` is the one command that runs user code: it
-re-executes the run with the app's agents and tools against the log (runtime.replay) and exits 1
-at the first difference. Errors are one red line `error [<code>]: <message>` on stderr, exit 1, or 2 for usage
+running. `replay RUN --verify --app module:attr` runs user code: it re-executes the run with the
+app's agents against the log (runtime.replay; tools answered from the log unless
+`--reexecute-tools`) and exits 1 at the first difference. Errors are one red line `error [<code>]: <message>` on stderr, exit 1, or 2 for usage
 errors (bad ids, unknown run); never a traceback.
 """
 
@@ -422,10 +422,10 @@ def replay_cmd(
                          "log; exit 1 at the first difference.")] = False,
     app_spec: Annotated[Optional[str], typer.Option(
         "--app", metavar="MODULE:ATTR", help="The application for --verify: an App, a Runtime, or factory(store).")] = None,
-    tools_from_log: Annotated[Optional[list[str]], typer.Option(
-        "--tools-from-log", metavar="NAME",
-        help="With --verify: answer this tool from its recorded results instead of running it (repeatable; "
-             "'*' for every tool).")] = None,
+    reexecute: Annotated[Optional[list[str]], typer.Option(
+        "--reexecute-tools", metavar="NAME",
+        help="With --verify: run this tool for real instead of answering it from its recorded results "
+             "(the default for every tool, so no side effect repeats); repeatable, '*' for every tool.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One machine-readable JSON document.")] = False,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
@@ -440,12 +440,12 @@ def replay_cmd(
         if app_spec is None:
             raise typer.BadParameter("--verify needs the app that made the run", param_hint="--app")
         source = _guard(lambda: load_app(app_spec))
-        from_log: bool | list[str] = True if tools_from_log and "*" in tools_from_log else list(tools_from_log or ())
+        rerun: bool | list[str] = True if reexecute and "*" in reexecute else list(reexecute or ())
         _run(_options(nats, creds, token, data_dir, timeout),
-             lambda store: _verify(store, run_id, app_spec, source, from_log, as_json))
+             lambda store: _verify(store, run_id, app_spec, source, rerun, as_json))
         return
-    if app_spec is not None or tools_from_log:
-        raise typer.BadParameter("only with --verify", param_hint="--app/--tools-from-log")
+    if app_spec is not None or reexecute:
+        raise typer.BadParameter("only with --verify", param_hint="--app/--reexecute-tools")
 
     async def body(store: JetStreamEventStore) -> None:
         first: StoredCommit | None = None
@@ -471,7 +471,7 @@ class AppMismatch(AgentlogError):
 
 
 async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: Any,
-                  from_log: bool | list[str], as_json: bool) -> None:
+                  rerun: bool | list[str], as_json: bool) -> None:
     """Verified replay (runtime.replay) of one run; exit 1 with the diverging event if it differs.
 
     `runtime` is imported here, not at the top, so the CLI starts fast; its loggers log to
@@ -480,11 +480,14 @@ async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: An
     from runtime.replay import UnknownReplayRun, verify_run
 
     user_app = resolve_app(source, store, spec)
-    if isinstance(from_log, list):
-        names = {t.name for t in user_app.tools}
-        unknown = [n for n in from_log if n not in names]
+    names = {t.name for t in user_app.tools}
+    if rerun is True:
+        from_log: bool | list[str] = False
+    else:
+        unknown = [n for n in rerun if n not in names]
         if unknown:
-            raise AppMismatch(f"--tools-from-log names tools {spec} does not have: {', '.join(unknown)}")
+            raise AppMismatch(f"--reexecute-tools names tools {spec} does not have: {', '.join(unknown)}")
+        from_log = sorted(names - set(rerun))
     try:
         with _replay_logs_quiet():
             report = await verify_run(store, run_id, user_app, tools_from_log=from_log, raise_on_divergence=False)
