@@ -13,16 +13,20 @@ errors (bad ids, unknown run); never a traceback.
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import json
 import logging
 import os
 import sys
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import aclosing, contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, Optional
 
+import click
 import msgspec
 import nats.errors
 import structlog
@@ -60,10 +64,14 @@ log = structlog.get_logger("agentlog.cli")
 #: Errors caused by what the user typed: exit code 2, like click's own usage errors.
 USAGE_ERRORS: tuple[type[AgentlogError], ...] = (InvalidId, InvalidEventId, UnknownRun, AppLoadError)
 
+#: `-h` is `--help` on every command (click hands help option names down to subcommands).
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+
 app = typer.Typer(
     name="agentlog",
     help="agentlog: an event-sourced agent runtime on NATS JetStream.",
     no_args_is_help=True,
+    context_settings=HELP_OPTIONS,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
@@ -75,20 +83,47 @@ app.add_typer(projections_app, name="projections")
 
 # -- shared options -------------------------------------------------------------------------------
 
-NatsOpt = Annotated[Optional[str], typer.Option(
-    "--nats", envvar=NATS_URL_ENV, metavar="URL",
-    help="NATS server URL(s), comma separated. Without it an embedded nats-server runs for this command.")]
+# --nats/--creds/--token are accepted before the command (`agentlog --nats URL runs`, where the
+# environment variables are read too) and after it (`agentlog runs --nats URL`, which wins).
+_NATS_HELP = "NATS server URL(s), comma separated. Without it an embedded nats-server runs for this command."
+_CREDS_HELP = "NATS .creds file."
+_TOKEN_HELP = "NATS token."
+NatsOpt = Annotated[Optional[str], typer.Option("--nats", metavar="URL", help=_NATS_HELP + f" [also: ${NATS_URL_ENV}]")]
 CredsOpt = Annotated[Optional[Path], typer.Option(
-    "--creds", envvar="AGENTLOG_NATS_CREDS", exists=True, dir_okay=False, help="NATS .creds file.")]
-TokenOpt = Annotated[Optional[str], typer.Option("--token", envvar="AGENTLOG_NATS_TOKEN", help="NATS token.")]
+    "--creds", exists=True, dir_okay=False, help=_CREDS_HELP + " [also: $AGENTLOG_NATS_CREDS]")]
+TokenOpt = Annotated[Optional[str], typer.Option("--token", help=_TOKEN_HELP + " [also: $AGENTLOG_NATS_TOKEN]")]
 DataDirOpt = Annotated[Path, typer.Option(
     "--data-dir", envvar="AGENTLOG_DATA_DIR", help="Data directory of the embedded nats-server.")]
 TimeoutOpt = Annotated[float, typer.Option(
     "--timeout", min=0.1, help="Seconds to wait for NATS to connect / answer before failing.")]
 
 
+@dataclass(frozen=True)
+class GlobalOptions:
+    """The connection options given before the command (or by environment variable)."""
+
+    nats: str | None = None
+    creds: Path | None = None
+    token: str | None = None
+
+
+def _global() -> GlobalOptions:
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx is not None else None
+    return obj if isinstance(obj, GlobalOptions) else GlobalOptions(
+        os.environ.get(NATS_URL_ENV) or None, _env_path("AGENTLOG_NATS_CREDS"), os.environ.get("AGENTLOG_NATS_TOKEN") or None)
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None
+
+
 def _options(nats: str | None, creds: Path | None, token: str | None, data_dir: Path, timeout: float) -> ConnectionOptions:
-    return ConnectionOptions(nats_url=nats, creds=creds, token=token, data_dir=data_dir, timeout=timeout)
+    """The command's own options, else the global ones (which include the environment)."""
+    given = _global()
+    return ConnectionOptions(nats_url=nats or given.nats, creds=creds or given.creds, token=token or given.token,
+                             data_dir=data_dir, timeout=timeout)
 
 
 # -- logging, output, errors ----------------------------------------------------------------------
@@ -113,7 +148,8 @@ def _out() -> Console:
 def _fail(exc: AgentlogError) -> NoReturn:
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     err.print(Text(f"error [{exc.code}]: {exc}", style="bold red"))
-    raise typer.Exit(2 if isinstance(exc, (*USAGE_ERRORS, AppMismatch)) else 1)
+    usage = isinstance(exc, (*USAGE_ERRORS, AppMismatch)) or getattr(exc, "usage_error", False)
+    raise typer.Exit(2 if usage else 1)
 
 
 def _print_json(doc: Any) -> None:
@@ -184,12 +220,31 @@ def _time(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S") if ms else "-"
 
 
+def _version(value: bool) -> None:
+    if value:
+        try:
+            version = importlib.metadata.version("agentlog")
+        except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
+            version = "unknown"
+        sys.stdout.write(f"agentlog {version}\n")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _main(
+    ctx: typer.Context,
     log_level: Annotated[str, typer.Option("--log-level", envvar="AGENTLOG_LOG_LEVEL",
                                            help="debug, info, warning, error.")] = "warning",
+    nats: Annotated[Optional[str], typer.Option("--nats", envvar=NATS_URL_ENV, metavar="URL", help=_NATS_HELP)] = None,
+    creds: Annotated[Optional[Path], typer.Option("--creds", envvar="AGENTLOG_NATS_CREDS", exists=True,
+                                                  dir_okay=False, help=_CREDS_HELP)] = None,
+    token: Annotated[Optional[str], typer.Option("--token", envvar="AGENTLOG_NATS_TOKEN", help=_TOKEN_HELP)] = None,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
 ) -> None:
+    """Global options go before the command; a command's own --nats/--creds/--token win."""
     configure_logging(log_level)
+    ctx.obj = GlobalOptions(nats, creds, token)
 
 
 # -- events tail ----------------------------------------------------------------------------------
@@ -215,6 +270,10 @@ def _event_json(stored: StoredCommit, position: Position, event: AnyEvent) -> di
 @events_app.command("tail")
 def events_tail(
     thread: Annotated[Optional[str], typer.Option("--thread", help="Only this thread.")] = None,
+    run: Annotated[Optional[str], typer.Option("--run", help="Only this run's events (its thread's commits "
+                                                             "with this run id).")] = None,
+    last: Annotated[Optional[int], typer.Option(
+        "-n", "--lines", min=0, metavar="N", help="Only the last N events (then new ones, with --follow).")] = None,
     from_: Annotated[Optional[str], typer.Option(
         "--from", metavar="EVENT_ID|SEQ", help="Start at this event (inclusive); a bare SEQ means SEQ:0.")] = None,
     follow: Annotated[bool, typer.Option("--follow/--no-follow", "-f",
@@ -227,24 +286,61 @@ def events_tail(
     start: Position | None = _guard(lambda: parse_event_id(from_)) if from_ else None
     if thread is not None:
         _guard(lambda: validate_id(thread, "thread_id"))
+    if run is not None:
+        _guard(lambda: validate_run_id(run))
     after = start.seq - 1 if start else 0
 
     async def body(store: JetStreamEventStore) -> None:
         out = _out()
         names: dict[str, str] = {}
-        source = store.follow(thread, after) if follow else read_to_end(store, thread, after)
-        async with aclosing(source) as commits:
-            async for stored in commits:
-                for position, event in stored.positioned():
-                    if start is not None and position < start:
-                        continue
+        where = thread
+        if run is not None:  # a run lives on one thread: follow that thread, keep the run's commits
+            where = await _thread_of_run(store, run)
+            if thread is not None and where != thread:
+                return
+        tail: deque[tuple[StoredCommit, Position, AnyEvent]] = deque(maxlen=last if last is not None else None)
+
+        def emit(stored: StoredCommit, position: Position, event: AnyEvent) -> None:
+            if as_json:
+                _print_json(_event_json(stored, position, event))
+            else:
+                out.print(_event_line(stored, position, event, names))
+
+        def selected(stored: StoredCommit) -> Iterator[tuple[Position, AnyEvent]]:
+            if run is not None and stored.commit.run_id != run:
+                return
+            for position, event in stored.positioned():
+                if start is None or position >= start:
                     learn_call_names(event, names)
-                    if as_json:
-                        _print_json(_event_json(stored, position, event))
-                    else:
-                        out.print(_event_line(stored, position, event, names))
+                    yield position, event
+
+        seen = after
+        if last is not None or not follow:  # the log as it is now (all of it, or its last N events)
+            async with aclosing(read_to_end(store, where, after)) as commits:
+                async for stored in commits:
+                    seen = stored.seq
+                    for position, event in selected(stored):
+                        if last is None:
+                            emit(stored, position, event)
+                        else:
+                            tail.append((stored, position, event))
+            for item in tail:
+                emit(*item)
+        if follow:
+            async with aclosing(store.follow(where, seen)) as commits:
+                async for stored in commits:
+                    for position, event in selected(stored):
+                        emit(stored, position, event)
 
     _run(_options(nats, creds, token, data_dir, timeout), body)
+
+
+async def _thread_of_run(store: JetStreamEventStore, run_id: str) -> str:
+    """The thread a run is on (from its first commit); `UnknownRun` if the log has none."""
+    async with aclosing(store.read_run(run_id)) as commits:
+        async for first in commits:
+            return first.commit.thread_id
+    raise UnknownRun(run_id)
 
 
 # -- listings -------------------------------------------------------------------------------------
@@ -448,13 +544,7 @@ def replay_cmd(
         raise typer.BadParameter("only with --verify", param_hint="--app/--reexecute-tools")
 
     async def body(store: JetStreamEventStore) -> None:
-        first: StoredCommit | None = None
-        async with aclosing(store.read_run(run_id)) as commits:
-            async for first in commits:
-                break
-        if first is None:
-            raise UnknownRun(run_id)
-        thread_commits = [c async for c in store.read_thread(first.commit.thread_id)]
+        thread_commits = [c async for c in store.read_thread(await _thread_of_run(store, run_id))]
         report = build_replay(run_id, thread_commits, position)
         if as_json:
             _print_json(report.to_json())
@@ -721,6 +811,11 @@ def demo_cmd(
             await server_cm.__aexit__(None, None, None)
 
     _run_main(main)
+
+
+# `agentlog run ...` (gateway/cli_runs.py) registers itself on `app`; imported last, as it
+# uses the options and helpers above.
+from . import cli_runs as _cli_runs  # noqa: E402,F401
 
 
 def main() -> None:
