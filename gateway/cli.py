@@ -26,7 +26,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, Optional
 
-import click
 import msgspec
 import nats.errors
 import structlog
@@ -107,21 +106,13 @@ class GlobalOptions:
     token: str | None = None
 
 
-def _global() -> GlobalOptions:
-    ctx = click.get_current_context(silent=True)
-    obj = ctx.find_root().obj if ctx is not None else None
-    return obj if isinstance(obj, GlobalOptions) else GlobalOptions(
-        os.environ.get(NATS_URL_ENV) or None, _env_path("AGENTLOG_NATS_CREDS"), os.environ.get("AGENTLOG_NATS_TOKEN") or None)
-
-
-def _env_path(name: str) -> Path | None:
-    value = os.environ.get(name)
-    return Path(value) if value else None
+#: Set by the root callback on every invocation (before any command body runs).
+_global = GlobalOptions()
 
 
 def _options(nats: str | None, creds: Path | None, token: str | None, data_dir: Path, timeout: float) -> ConnectionOptions:
     """The command's own options, else the global ones (which include the environment)."""
-    given = _global()
+    given = _global
     return ConnectionOptions(nats_url=nats or given.nats, creds=creds or given.creds, token=token or given.token,
                              data_dir=data_dir, timeout=timeout)
 
@@ -232,7 +223,6 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(
-    ctx: typer.Context,
     log_level: Annotated[str, typer.Option("--log-level", envvar="AGENTLOG_LOG_LEVEL",
                                            help="debug, info, warning, error.")] = "warning",
     nats: Annotated[Optional[str], typer.Option("--nats", envvar=NATS_URL_ENV, metavar="URL", help=_NATS_HELP)] = None,
@@ -243,8 +233,9 @@ def _main(
                                           help="Print the version and exit.")] = False,
 ) -> None:
     """Global options go before the command; a command's own --nats/--creds/--token win."""
+    global _global
     configure_logging(log_level)
-    ctx.obj = GlobalOptions(nats, creds, token)
+    _global = GlobalOptions(nats, creds, token)
 
 
 # -- events tail ----------------------------------------------------------------------------------

@@ -441,7 +441,7 @@ def render_run(run: dict[str, Any]) -> None:
             table.add_column(column, overflow="fold")
         for c in calls:
             decision = c.get("decision") or {}
-            table.add_row(c["call_id"], c.get("name") or "-", c.get("status", "-"), c.get("verdict") or "-",
+            table.add_row(c["call_id"], _tool(c), c.get("status", "-"), c.get("verdict") or "-",
                           decision.get("action") or "-", _short(c.get("result")))
         out.print(table)
     pending = _pending(run)
@@ -451,11 +451,18 @@ def render_run(run: dict[str, Any]) -> None:
             table.add_column(column, overflow="fold")
         for c in pending:
             ticket = c.get("ticket") or {}
-            table.add_row(c["call_id"], c.get("name") or "-", _short(c.get("arguments")),
+            asked = ticket.get("parameters") or {}
+            table.add_row(c["call_id"], _tool(c), _short(c.get("arguments") or asked.get("arguments")),
                           ticket.get("message") or ticket.get("action") or "-")
         out.print(table)
         out.print(Text(f"agentlog run approve {run['run_id']}   |   agentlog run deny {run['run_id']} --reason ...",
                        style="dim"))
+
+
+def _tool(call: dict[str, Any]) -> str:
+    """The tool's name: a call gated before it started is named only by its permission ticket."""
+    asked = (call.get("ticket") or {}).get("parameters") or {}
+    return str(call.get("name") or asked.get("tool") or "-")
 
 
 def _short(value: Any, limit: int = 80) -> str:
