@@ -804,8 +804,9 @@ def demo_cmd(
     _run_main(main)
 
 
-# `agentlog run ...` (gateway/cli_runs.py) registers itself on `app`; imported last, as it
-# uses the options and helpers above.
+# `agentlog run ...` (gateway/cli_runs.py) and `agentlog dev` (gateway/cli_dev.py) register
+# themselves on `app`; imported last, as they use the options and helpers above.
+from . import cli_dev as _cli_dev  # noqa: E402,F401
 from . import cli_runs as _cli_runs  # noqa: E402,F401
 
 
