@@ -241,6 +241,17 @@ def _conn(nats: str | None, creds: Any, token: str | None, data_dir: Any, timeou
     return _options(nats, creds, token, data_dir, timeout)
 
 
+def _on_run(run_id: str, options: ConnectionOptions, url: str | None, api_token: str | None,
+            body: Callable[[RunsApi], Any]) -> None:
+    """A command about one run: check its id before connecting, then drive `body`."""
+    _guard(lambda: validate_run_id(run_id))
+    _drive(options, url, api_token, body)
+
+
+async def _answer(api: RunsApi, op: str, body: dict[str, Any], verb: str, follow: bool, as_json: bool) -> None:
+    await _report(api, await api.call(op, body), verb, follow, as_json)
+
+
 async def _report(api: RunsApi, accepted: dict[str, Any], verb: str, follow: bool, as_json: bool) -> None:
     """Print what the API accepted, then (with --follow) the run's events until it pauses."""
     if as_json:
@@ -329,33 +340,31 @@ def _decide(action: str, run_id: str, call_ids: list[str], reason: str | None, r
     _drive(options, url, api_token, go)
 
 
-@run_app.command("approve")
-def run_approve(
-    run_id: Annotated[str, typer.Argument(help="The waiting run.")],
-    call_ids: Annotated[Optional[list[str]], typer.Argument(help="Calls to approve (default: every pending one).")] = None,
-    result: Annotated[Optional[str], typer.Option("--result", metavar="JSON",
-                                                  help="The decision's result (for decision-as-result tools).")] = None,
-    follow: FollowOpt = False, as_json: JsonOpt = False, url: UrlOpt = None, api_token: ApiTokenOpt = None,
-    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
-) -> None:
-    """Approve suspended calls of RUN_ID (decision `resume`); the run continues."""
-    _decide("resume", run_id, list(call_ids or ()), None, result, follow, as_json,
-            _conn(nats, creds, token, data_dir, timeout), url, api_token)
+def _decision_command(name: str, action: str, doc: str) -> None:
+    """`run approve` and `run deny`: one command shape, two decision actions."""
+
+    def command(
+        run_id: Annotated[str, typer.Argument(help="The waiting run.")],
+        call_ids: Annotated[Optional[list[str]], typer.Argument(
+            help="The calls to decide (default: every pending one).")] = None,
+        reason: Annotated[Optional[str], typer.Option("--reason", help="Why (recorded; the model sees it).")] = None,
+        result: Annotated[Optional[str], typer.Option(
+            "--result", metavar="JSON", help="The decision's result (for tools that take the decision as "
+                                             "their result or input).")] = None,
+        follow: FollowOpt = False, as_json: JsonOpt = False, url: UrlOpt = None, api_token: ApiTokenOpt = None,
+        nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+        data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+    ) -> None:
+        _decide(action, run_id, list(call_ids or ()), reason, result, follow, as_json,
+                _conn(nats, creds, token, data_dir, timeout), url, api_token)
+
+    command.__doc__ = doc
+    run_app.command(name)(command)
 
 
-@run_app.command("deny")
-def run_deny(
-    run_id: Annotated[str, typer.Argument(help="The waiting run.")],
-    call_ids: Annotated[Optional[list[str]], typer.Argument(help="Calls to deny (default: every pending one).")] = None,
-    reason: Annotated[Optional[str], typer.Option("--reason", help="Why (the model sees it).")] = None,
-    follow: FollowOpt = False, as_json: JsonOpt = False, url: UrlOpt = None, api_token: ApiTokenOpt = None,
-    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
-    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
-) -> None:
-    """Deny suspended calls of RUN_ID (decision `cancel`); the run continues without them."""
-    _decide("cancel", run_id, list(call_ids or ()), reason, None, follow, as_json,
-            _conn(nats, creds, token, data_dir, timeout), url, api_token)
+_decision_command("approve", "resume", "Approve suspended calls of RUN_ID (decision `resume`); the run continues.")
+_decision_command("deny", "cancel", "Deny suspended calls of RUN_ID (decision `cancel`); the run continues "
+                                    "without them.")
 
 
 @run_app.command("cancel")
@@ -367,13 +376,9 @@ def run_cancel(
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
     """Cancel a running or waiting run."""
-    _guard(lambda: validate_run_id(run_id))
-
-    async def go(api: RunsApi) -> None:
-        body = {"run_id": run_id, **({"reason": reason} if reason else {})}
-        await _report(api, await api.call("cancel", body), "cancel requested for", False, as_json)
-
-    _drive(_conn(nats, creds, token, data_dir, timeout), url, api_token, go)
+    body = {"run_id": run_id, **({"reason": reason} if reason else {})}
+    _on_run(run_id, _conn(nats, creds, token, data_dir, timeout), url, api_token,
+            lambda api: _answer(api, "cancel", body, "cancel requested for", False, as_json))
 
 
 @run_app.command("continue")
@@ -385,13 +390,9 @@ def run_continue(
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
     """Start the continuation run of RUN_ID on its thread with MESSAGE (lineage: parent_run_id)."""
-    _guard(lambda: validate_run_id(run_id))
-
-    async def go(api: RunsApi) -> None:
-        accepted = await api.call("inputs", {"run_id": run_id, "messages": message})
-        await _report(api, accepted, "continued with", follow, as_json)
-
-    _drive(_conn(nats, creds, token, data_dir, timeout), url, api_token, go)
+    body = {"run_id": run_id, "messages": message}
+    _on_run(run_id, _conn(nats, creds, token, data_dir, timeout), url, api_token,
+            lambda api: _answer(api, "inputs", body, "continued with", follow, as_json))
 
 
 @run_app.command("show")
@@ -402,16 +403,15 @@ def run_show(
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
     """One run as the server sees it: status, calls, usage, pending approvals."""
-    _guard(lambda: validate_run_id(run_id))
 
-    async def go(api: RunsApi) -> None:
+    async def show(api: RunsApi) -> None:
         run = await api.call("get", {"run_id": run_id})
         if as_json:
             _print_json(run)
         else:
             render_run(run)
 
-    _drive(_conn(nats, creds, token, data_dir, timeout), url, api_token, go)
+    _on_run(run_id, _conn(nats, creds, token, data_dir, timeout), url, api_token, show)
 
 
 def render_run(run: dict[str, Any]) -> None:
