@@ -1,4 +1,5 @@
-"""The `agentlog` command line (DESIGN 5.3): read-only tools over the log.
+"""The `agentlog` command line (DESIGN 5.3): read-only tools over the log, the servers, and
+(gateway/cli_runs.py, gateway/cli_dev.py) `run ...` to drive runs of a running server and `dev`.
 
 Every command takes the same connection options (`--nats URL`, `--creds`, `--token`,
 `--data-dir`, `--timeout`); without a URL the embedded nats-server runs for the duration of the
