@@ -428,8 +428,8 @@ def render_run(run: dict[str, Any]) -> None:
         ("parent run", run.get("parent_run_id") or "-"),
         ("termination", " ".join(str(term[k]) for k in ("type", "code", "detail") if term.get(k)) or "-"),
         ("steps", str(run.get("steps", 0))), ("inferences", str(run.get("inferences", 0))),
-        ("usage", f"in {usage.get('input_tokens', 0)}  out {usage.get('output_tokens', 0)}  "
-                  f"total {usage.get('total_tokens', 0)}"),
+        ("usage", f"in {usage.get('input_tokens', 0)}  out {usage.get('output_tokens', 0)}  total "
+                  f"{usage.get('total_tokens') or usage.get('input_tokens', 0) + usage.get('output_tokens', 0)}"),
         ("updated", _time(int(run.get("updated") or 0))),
     ):
         head.add_row(label, value)

@@ -209,6 +209,9 @@ def test_global_nats_option_before_the_command(server: Server) -> None:
     assert doc(dead)["run_id"] == run_id
     tail = runner.invoke(app, ["--nats", server.nats, "events", "tail", "--run", run_id, "--json"])
     assert lines(tail)[-1]["type"] == "RunSuspended"
+    # the environment variable is the global option's default
+    from_env = runner.invoke(app, ["run", "show", run_id, "--json"], env={"AGENTLOG_NATS_URL": server.nats})
+    assert doc(from_env)["run_id"] == run_id
 
 
 def test_version_and_h_alias() -> None:
