@@ -514,6 +514,9 @@ def replay_cmd(
         "--reexecute-tools", metavar="NAME",
         help="With --verify: run this tool for real instead of answering it from its recorded results "
              "(the default for every tool, so no side effect repeats); repeatable, '*' for every tool.")] = None,
+    keep_from_log: Annotated[Optional[list[str]], typer.Option(
+        "--tools-from-log", metavar="NAME",
+        help="With --verify: answer this tool from the log even under --reexecute-tools '*' (repeatable).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One machine-readable JSON document.")] = False,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
@@ -528,12 +531,12 @@ def replay_cmd(
         if app_spec is None:
             raise typer.BadParameter("--verify needs the app that made the run", param_hint="--app")
         source = _guard(lambda: load_app(app_spec))
-        rerun: bool | list[str] = True if reexecute and "*" in reexecute else list(reexecute or ())
         _run(_options(nats, creds, token, data_dir, timeout),
-             lambda store: _verify(store, run_id, app_spec, source, rerun, as_json))
+             lambda store: _verify(store, run_id, app_spec, source, list(reexecute or ()),
+                                   list(keep_from_log or ()), as_json))
         return
-    if app_spec is not None or reexecute:
-        raise typer.BadParameter("only with --verify", param_hint="--app/--reexecute-tools")
+    if app_spec is not None or reexecute or keep_from_log:
+        raise typer.BadParameter("only with --verify", param_hint="--app/--reexecute-tools/--tools-from-log")
 
     async def body(store: JetStreamEventStore) -> None:
         thread_commits = [c async for c in store.read_thread(await _thread_of_run(store, run_id))]
@@ -553,7 +556,7 @@ class AppMismatch(AgentlogError):
 
 
 async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: Any,
-                  rerun: bool | list[str], as_json: bool) -> None:
+                  reexecute: list[str], keep_from_log: list[str], as_json: bool) -> None:
     """Verified replay (runtime.replay) of one run; exit 1 with the diverging event if it differs.
 
     `runtime` is imported here, not at the top, so the CLI starts fast; its loggers log to
@@ -563,13 +566,12 @@ async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: An
 
     user_app = resolve_app(source, store, spec)
     names = {t.name for t in user_app.tools}
-    if rerun is True:
-        from_log: bool | list[str] = False
-    else:
-        unknown = [n for n in rerun if n not in names]
+    for option, given in (("--reexecute-tools", reexecute), ("--tools-from-log", keep_from_log)):
+        unknown = [n for n in given if n != "*" and n not in names]
         if unknown:
-            raise AppMismatch(f"--reexecute-tools names tools {spec} does not have: {', '.join(unknown)}")
-        from_log = sorted(names - set(rerun))
+            raise AppMismatch(f"{option} names tools {spec} does not have: {', '.join(unknown)}")
+    rerun = names if "*" in reexecute else set(reexecute)
+    from_log = sorted(names - (rerun - set(keep_from_log)))
     try:
         with _replay_logs_quiet():
             report = await verify_run(store, run_id, user_app, tools_from_log=from_log, raise_on_divergence=False)

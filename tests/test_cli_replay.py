@@ -127,6 +127,10 @@ def test_tools_are_answered_from_the_log_by_default(recorded: Recorded) -> None:
     echo_only = verify(recorded.url, recorded.run_id, "app_tool_changed", "--reexecute-tools", "echo")
     assert echo_only.exit_code == 0, echo_only.output
     assert "2 tool run(s) re-executed, 1 answered from the log" in echo_only.stdout
+    all_but_add = verify(recorded.url, recorded.run_id, "app_tool_changed", "--reexecute-tools", "*",
+                         "--tools-from-log", "add")
+    assert all_but_add.exit_code == 0, all_but_add.output
+    assert "2 tool run(s) re-executed, 1 answered from the log" in all_but_add.stdout
 
 
 def test_the_default_replay_never_runs_a_side_effecting_tool(recorded: Recorded) -> None:
@@ -239,6 +243,9 @@ def test_verify_usage(recorded: Recorded) -> None:
     assert missing.exit_code == 2 and "error [unknown_run]" in missing.stderr
     unknown_tool = run(recorded.run_id, "--verify", "--app", f"{APP}:app", "--reexecute-tools", "nope")
     assert unknown_tool.exit_code == 2 and "error [app_mismatch]" in unknown_tool.stderr
+    unknown_kept = run(recorded.run_id, "--verify", "--app", f"{APP}:app", "--tools-from-log", "nope")
+    assert unknown_kept.exit_code == 2 and "--tools-from-log names tools" in unknown_kept.stderr
+    assert run(recorded.run_id, "--tools-from-log", "add").exit_code == 2  # only with --verify
 
 
 def test_installed_script_exit_codes(recorded: Recorded) -> None:
