@@ -178,7 +178,9 @@ class MessageAppended(Event):
 
 class InferenceCompleted(Event):
     """One model call. `request_digest` (sha256 of the canonical request) lets verified replay
-    notice a changed prompt, tool list or plugin context, which never shows in the other events."""
+    notice a changed prompt, tool list or plugin context, which never shows in the other events;
+    `request_digests` (short digests of each part: model, system, messages, tools, options) lets
+    it name the part that changed. Both optional: older logs have neither or only the first."""
 
     model: str
     usage: Usage = Usage()
@@ -186,6 +188,7 @@ class InferenceCompleted(Event):
     stop_reason: str | None = None
     message_id: str | None = None
     request_digest: str | None = None
+    request_digests: dict[str, str] | None = None
 
 
 # -- tool calls -----------------------------------------------------------------------------------

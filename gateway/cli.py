@@ -1,12 +1,13 @@
-"""The `agentlog` command line (DESIGN 5.3): read-only tools over the log.
+"""The `agentlog` command line (DESIGN 5.3): read-only tools over the log, the servers, and
+(gateway/cli_runs.py, gateway/cli_dev.py) `run ...` to drive runs of a running server and `dev`.
 
 Every command takes the same connection options (`--nats URL`, `--creds`, `--token`,
 `--data-dir`, `--timeout`); without a URL the embedded nats-server runs for the duration of the
 command. Every answer is computed from the log itself (the only source of truth), so the CLI
 shows the same thing whichever process wrote the log and whether or not a projection runner is
-running. `replay RUN --verify --app module:attr` is the one command that runs user code: it
-re-executes the run with the app's agents and tools against the log (runtime.replay) and exits 1
-at the first difference. Errors are one red line `error [<code>]: <message>` on stderr, exit 1, or 2 for usage
+running. `replay RUN --verify --app module:attr` runs user code: it re-executes the run with the
+app's agents against the log (runtime.replay; tools answered from the log unless
+`--reexecute-tools`) and exits 1 at the first difference. Errors are one red line `error [<code>]: <message>` on stderr, exit 1, or 2 for usage
 errors (bad ids, unknown run); never a traceback.
 """
 
@@ -14,13 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 import json
 import logging
 import os
 import signal
 import sys
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import aclosing, contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, Optional
@@ -64,10 +68,14 @@ log = structlog.get_logger("agentlog.cli")
 #: Errors caused by what the user typed: exit code 2, like click's own usage errors.
 USAGE_ERRORS: tuple[type[AgentlogError], ...] = (InvalidId, InvalidEventId, UnknownRun, AppLoadError)
 
+#: `-h` is `--help` on every command (click hands help option names down to subcommands).
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+
 app = typer.Typer(
     name="agentlog",
     help="agentlog: an event-sourced agent runtime on NATS JetStream.",
     no_args_is_help=True,
+    context_settings=HELP_OPTIONS,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
@@ -79,12 +87,15 @@ app.add_typer(projections_app, name="projections")
 
 # -- shared options -------------------------------------------------------------------------------
 
-NatsOpt = Annotated[Optional[str], typer.Option(
-    "--nats", envvar=NATS_URL_ENV, metavar="URL",
-    help="NATS server URL(s), comma separated. Without it an embedded nats-server runs for this command.")]
+# --nats/--creds/--token are accepted before the command (`agentlog --nats URL runs`, where the
+# environment variables are read too) and after it (`agentlog runs --nats URL`, which wins).
+_NATS_HELP = "NATS server URL(s), comma separated. Without it an embedded nats-server runs for this command."
+_CREDS_HELP = "NATS .creds file."
+_TOKEN_HELP = "NATS token."
+NatsOpt = Annotated[Optional[str], typer.Option("--nats", metavar="URL", help=_NATS_HELP + f" [also: ${NATS_URL_ENV}]")]
 CredsOpt = Annotated[Optional[Path], typer.Option(
-    "--creds", envvar="AGENTLOG_NATS_CREDS", exists=True, dir_okay=False, help="NATS .creds file.")]
-TokenOpt = Annotated[Optional[str], typer.Option("--token", envvar="AGENTLOG_NATS_TOKEN", help="NATS token.")]
+    "--creds", exists=True, dir_okay=False, help=_CREDS_HELP + " [also: $AGENTLOG_NATS_CREDS]")]
+TokenOpt = Annotated[Optional[str], typer.Option("--token", help=_TOKEN_HELP + " [also: $AGENTLOG_NATS_TOKEN]")]
 DataDirOpt = Annotated[Path, typer.Option(
     "--data-dir", envvar="AGENTLOG_DATA_DIR", help="Data directory of the embedded nats-server.")]
 TimeoutOpt = Annotated[float, typer.Option(
@@ -95,10 +106,25 @@ ReplicasOpt = Annotated[Optional[int], typer.Option(
          "ones are raised to it, never lowered.")]
 
 
+@dataclass(frozen=True)
+class GlobalOptions:
+    """The connection options given before the command (or by environment variable)."""
+
+    nats: str | None = None
+    creds: Path | None = None
+    token: str | None = None
+
+
+#: Set by the root callback on every invocation (before any command body runs).
+_global = GlobalOptions()
+
+
 def _options(nats: str | None, creds: Path | None, token: str | None, data_dir: Path, timeout: float,
              replicas: int | None = None) -> ConnectionOptions:
-    return ConnectionOptions(nats_url=nats, creds=creds, token=token, data_dir=data_dir, timeout=timeout,
-                             replicas=replicas)
+    """The command's own options, else the global ones (which include the environment)."""
+    given = _global
+    return ConnectionOptions(nats_url=nats or given.nats, creds=creds or given.creds, token=token or given.token,
+                             data_dir=data_dir, timeout=timeout, replicas=replicas)
 
 
 # -- logging, output, errors ----------------------------------------------------------------------
@@ -123,7 +149,8 @@ def _out() -> Console:
 def _fail(exc: AgentlogError) -> NoReturn:
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     err.print(Text(f"error [{exc.code}]: {exc}", style="bold red"))
-    raise typer.Exit(2 if isinstance(exc, (*USAGE_ERRORS, AppMismatch)) else 1)
+    usage = isinstance(exc, (*USAGE_ERRORS, AppMismatch)) or getattr(exc, "usage_error", False)
+    raise typer.Exit(2 if usage else 1)
 
 
 def _print_json(doc: Any) -> None:
@@ -221,12 +248,31 @@ def _time(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S") if ms else "-"
 
 
+def _version(value: bool) -> None:
+    if value:
+        try:
+            version = importlib.metadata.version("agentlog")
+        except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
+            version = "unknown"
+        sys.stdout.write(f"agentlog {version}\n")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _main(
     log_level: Annotated[str, typer.Option("--log-level", envvar="AGENTLOG_LOG_LEVEL",
                                            help="debug, info, warning, error.")] = "warning",
+    nats: Annotated[Optional[str], typer.Option("--nats", envvar=NATS_URL_ENV, metavar="URL", help=_NATS_HELP)] = None,
+    creds: Annotated[Optional[Path], typer.Option("--creds", envvar="AGENTLOG_NATS_CREDS", exists=True,
+                                                  dir_okay=False, help=_CREDS_HELP)] = None,
+    token: Annotated[Optional[str], typer.Option("--token", envvar="AGENTLOG_NATS_TOKEN", help=_TOKEN_HELP)] = None,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
 ) -> None:
+    """Global options go before the command; a command's own --nats/--creds/--token win."""
+    global _global
     configure_logging(log_level)
+    _global = GlobalOptions(nats, creds, token)
 
 
 # -- events tail ----------------------------------------------------------------------------------
@@ -252,6 +298,10 @@ def _event_json(stored: StoredCommit, position: Position, event: AnyEvent) -> di
 @events_app.command("tail")
 def events_tail(
     thread: Annotated[Optional[str], typer.Option("--thread", help="Only this thread.")] = None,
+    run: Annotated[Optional[str], typer.Option("--run", help="Only this run's events (its thread's commits "
+                                                             "with this run id).")] = None,
+    last: Annotated[Optional[int], typer.Option(
+        "-n", "--lines", min=0, metavar="N", help="Only the last N events (then new ones, with --follow).")] = None,
     from_: Annotated[Optional[str], typer.Option(
         "--from", metavar="EVENT_ID|SEQ", help="Start at this event (inclusive); a bare SEQ means SEQ:0.")] = None,
     follow: Annotated[bool, typer.Option("--follow/--no-follow", "-f",
@@ -264,24 +314,61 @@ def events_tail(
     start: Position | None = _guard(lambda: parse_event_id(from_)) if from_ else None
     if thread is not None:
         _guard(lambda: validate_id(thread, "thread_id"))
+    if run is not None:
+        _guard(lambda: validate_run_id(run))
     after = start.seq - 1 if start else 0
 
     async def body(store: JetStreamEventStore) -> None:
         out = _out()
         names: dict[str, str] = {}
-        source = store.follow(thread, after) if follow else read_to_end(store, thread, after)
-        async with aclosing(source) as commits:
-            async for stored in commits:
-                for position, event in stored.positioned():
-                    if start is not None and position < start:
-                        continue
+        where = thread
+        if run is not None:  # a run lives on one thread: follow that thread, keep the run's commits
+            where = await _thread_of_run(store, run)
+            if thread is not None and where != thread:
+                return
+        tail: deque[tuple[StoredCommit, Position, AnyEvent]] = deque(maxlen=last if last is not None else None)
+
+        def emit(stored: StoredCommit, position: Position, event: AnyEvent) -> None:
+            if as_json:
+                _print_json(_event_json(stored, position, event))
+            else:
+                out.print(_event_line(stored, position, event, names))
+
+        def selected(stored: StoredCommit) -> Iterator[tuple[Position, AnyEvent]]:
+            if run is not None and stored.commit.run_id != run:
+                return
+            for position, event in stored.positioned():
+                if start is None or position >= start:
                     learn_call_names(event, names)
-                    if as_json:
-                        _print_json(_event_json(stored, position, event))
-                    else:
-                        out.print(_event_line(stored, position, event, names))
+                    yield position, event
+
+        seen = after
+        if last is not None or not follow:  # the log as it is now (all of it, or its last N events)
+            async with aclosing(read_to_end(store, where, after)) as commits:
+                async for stored in commits:
+                    seen = stored.seq
+                    for position, event in selected(stored):
+                        if last is None:
+                            emit(stored, position, event)
+                        else:
+                            tail.append((stored, position, event))
+            for item in tail:
+                emit(*item)
+        if follow:
+            async with aclosing(store.follow(where, seen)) as commits:
+                async for stored in commits:
+                    for position, event in selected(stored):
+                        emit(stored, position, event)
 
     _run(_options(nats, creds, token, data_dir, timeout), body)
+
+
+async def _thread_of_run(store: JetStreamEventStore, run_id: str) -> str:
+    """The thread a run is on (from its first commit); `UnknownRun` if the log has none."""
+    async with aclosing(store.read_run(run_id)) as commits:
+        async for first in commits:
+            return first.commit.thread_id
+    raise UnknownRun(run_id)
 
 
 # -- listings -------------------------------------------------------------------------------------
@@ -459,10 +546,13 @@ def replay_cmd(
                          "log; exit 1 at the first difference.")] = False,
     app_spec: Annotated[Optional[str], typer.Option(
         "--app", metavar="MODULE:ATTR", help="The application for --verify: an App, a Runtime, or factory(store).")] = None,
-    tools_from_log: Annotated[Optional[list[str]], typer.Option(
+    reexecute: Annotated[Optional[list[str]], typer.Option(
+        "--reexecute-tools", metavar="NAME",
+        help="With --verify: run this tool for real instead of answering it from its recorded results "
+             "(the default for every tool, so no side effect repeats); repeatable, '*' for every tool.")] = None,
+    keep_from_log: Annotated[Optional[list[str]], typer.Option(
         "--tools-from-log", metavar="NAME",
-        help="With --verify: answer this tool from its recorded results instead of running it (repeatable; "
-             "'*' for every tool).")] = None,
+        help="With --verify: answer this tool from the log even under --reexecute-tools '*' (repeatable).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One machine-readable JSON document.")] = False,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
@@ -477,21 +567,15 @@ def replay_cmd(
         if app_spec is None:
             raise typer.BadParameter("--verify needs the app that made the run", param_hint="--app")
         source = _guard(lambda: load_app(app_spec))
-        from_log: bool | list[str] = True if tools_from_log and "*" in tools_from_log else list(tools_from_log or ())
         _run(_options(nats, creds, token, data_dir, timeout),
-             lambda store: _verify(store, run_id, app_spec, source, from_log, as_json))
+             lambda store: _verify(store, run_id, app_spec, source, list(reexecute or ()),
+                                   list(keep_from_log or ()), as_json))
         return
-    if app_spec is not None or tools_from_log:
-        raise typer.BadParameter("only with --verify", param_hint="--app/--tools-from-log")
+    if app_spec is not None or reexecute or keep_from_log:
+        raise typer.BadParameter("only with --verify", param_hint="--app/--reexecute-tools/--tools-from-log")
 
     async def body(store: JetStreamEventStore) -> None:
-        first: StoredCommit | None = None
-        async with aclosing(store.read_run(run_id)) as commits:
-            async for first in commits:
-                break
-        if first is None:
-            raise UnknownRun(run_id)
-        thread_commits = [c async for c in store.read_thread(first.commit.thread_id)]
+        thread_commits = [c async for c in store.read_thread(await _thread_of_run(store, run_id))]
         report = build_replay(run_id, thread_commits, position)
         if as_json:
             _print_json(report.to_json())
@@ -532,7 +616,7 @@ class AppMismatch(AgentlogError):
 
 
 async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: Any,
-                  from_log: bool | list[str], as_json: bool) -> None:
+                  reexecute: list[str], keep_from_log: list[str], as_json: bool) -> None:
     """Verified replay (runtime.replay) of one run; exit 1 with the diverging event if it differs.
 
     `runtime` is imported here, not at the top, so the CLI starts fast; its loggers log to
@@ -542,11 +626,13 @@ async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: An
     from runtime.subagents import verify_tree
 
     user_app = resolve_app(source, store, spec)
-    if isinstance(from_log, list):
-        names = {t.name for t in user_app.tools}
-        unknown = [n for n in from_log if n not in names]
+    names = {t.name for t in user_app.tools}
+    for option, given in (("--reexecute-tools", reexecute), ("--tools-from-log", keep_from_log)):
+        unknown = [n for n in given if n != "*" and n not in names]
         if unknown:
-            raise AppMismatch(f"--tools-from-log names tools {spec} does not have: {', '.join(unknown)}")
+            raise AppMismatch(f"{option} names tools {spec} does not have: {', '.join(unknown)}")
+    rerun = names if "*" in reexecute else set(reexecute)
+    from_log = sorted(names - (rerun - set(keep_from_log)))
     try:
         with _replay_logs_quiet():
             # the run and its sub-agent runs (runtime.subagents), parents first
@@ -759,6 +845,12 @@ def demo_cmd(
             await server_cm.__aexit__(None, None, None)
 
     _run_main(main)
+
+
+# `agentlog run ...` (gateway/cli_runs.py) and `agentlog dev` (gateway/cli_dev.py) register
+# themselves on `app`; imported last, as they use the options and helpers above.
+from . import cli_dev as _cli_dev  # noqa: E402,F401
+from . import cli_runs as _cli_runs  # noqa: E402,F401
 
 
 def main() -> None:

@@ -56,7 +56,7 @@ class ConnectionOptions:
         return [part.strip() for part in self.nats_url.split(",") if part.strip()]
 
 
-async def _prepare_layout(replicas: int | None, url: str, credentials: Credentials) -> None:
+async def prepare_layout(replicas: int | None, url: str, credentials: Credentials) -> None:
     """Run by the process that starts the embedded server: create the streams and KV buckets
     (as `serve`), so processes with narrower roles (`readonly`) find them in place."""
     from projections.kv import KVViewStore
@@ -78,7 +78,7 @@ async def connect(options: ConnectionOptions, role: Role, name: str) -> tuple[Je
     login: dict[str, str] = {}
     if options.embedded:
         shared = await acquire(options.data_dir, timeout=max(options.timeout, 10.0),
-                               on_started=lambda url, creds: _prepare_layout(options.replicas, url, creds))
+                               on_started=lambda url, creds: prepare_layout(options.replicas, url, creds))
         log.debug("embedded nats-server", data_dir=str(shared.data_dir), url=shared.url, owner=shared.owner,
                   role=role)
         servers, login = [shared.url], shared.credentials.login(role)

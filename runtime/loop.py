@@ -465,6 +465,14 @@ def digest_of(request: ModelRequest) -> str:
 _request_digest: Callable[[ModelRequest], str] | None = None
 
 
+def part_digests_of(request: ModelRequest) -> dict[str, str]:
+    """Per-part digests for `InferenceCompleted.request_digests` (runtime.replay names the
+    changed part with them); imported on first use, as `digest_of`."""
+    from .replay import request_part_digests
+
+    return request_part_digests(request)
+
+
 def stop_input(ctx: RunContext, now_ms: int) -> StopInput:
     return StopInput(
         rounds=ctx.step,
@@ -866,7 +874,7 @@ class RunLoop:
             self._emit(InferenceCompleted(
                 model=response.model, usage=response.usage, duration_ms=self.entropy.now_ms() - t0,
                 stop_reason=response.stop_reason, message_id=message.id,
-                request_digest=digest_of(request),
+                request_digest=digest_of(request), request_digests=part_digests_of(request),
             ))
             actions = await self._hook("after_inference", response)
             self._apply_patches(actions, "plugin")

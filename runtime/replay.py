@@ -25,9 +25,10 @@ is being replayed:
   change what the model was asked without changing any other committed event. (Logs written
   before the digest existed: pass `requests=`, e.g. from `RecordingModel`.)
 - `ReplayEntropy` (entropy): ids and timestamps from the log, in the order the loop asks for them.
-- tools (tools): re-executed for real by default, so a tool that now returns another value
-  diverges at its `ToolCallCompleted`; `tools_from_log` answers chosen (side-effecting) tools from
-  the recorded results instead, like Temporal activities. Either way a finished result is held
+- tools (tools): answered from their recorded results by default, like Temporal activities (a
+  replay never repeats a side effect); `tools_from_log=False` (or a list of the tools to answer
+  from the log) re-executes the others for real, so a tool that now returns another value
+  diverges at its `ToolCallCompleted`. Either way a finished result is held
   until its recorded turn: in parallel modes the recording proves the calls were in flight
   together, so completion order is timing, and replay reproduces the recorded timing instead of
   tolerating a different order.
@@ -83,7 +84,7 @@ if TYPE_CHECKING:  # imported lazily: loop.py imports `request_digest` from here
 __all__ = [
     "AgentsAndTools", "NonDeterminismError", "RecordingModel", "ReplayApp", "ReplayEntropy", "ReplayModel", "ReplayPlan",
     "ReplayReport", "ReplayThroughput", "UnknownReplayRun", "VerifyingStore", "plan_replay", "replay_throughput",
-    "request_digest", "verify_run",
+    "REQUEST_PARTS", "differing_parts", "request_digest", "request_part_digests", "verify_run",
 ]
 
 #: Event types other parties write beside the loop (cancel requests, metadata edits, decisions). A
@@ -147,6 +148,31 @@ def request_digest(request: ModelRequest) -> str:
     """sha256 of the canonical JSON of a model request (model, messages incl. system prompt,
     tools, options). What `InferenceCompleted.request_digest` should hold (see module notes)."""
     return hashlib.sha256(_enc.encode(request)).hexdigest()
+
+
+#: The parts of a model request `request_part_digests` digests, with the words an error uses.
+REQUEST_PARTS: dict[str, str] = {
+    "model": "model", "system": "system prompt (incl. plugin context)", "messages": "conversation",
+    "tools": "tool list", "options": "model options",
+}
+
+
+def request_part_digests(request: ModelRequest) -> dict[str, str]:
+    """Short (64-bit) digest of each part of a request, for `InferenceCompleted.request_digests`.
+    They only *name* what changed; the full `request_digest` decides whether anything did. The
+    system message is built from the agent's prompt and plugins' `AddContext`, so it is one part."""
+    system = [m for m in request.messages if m.role == "system"]
+    parts: dict[str, Any] = {
+        "model": request.model, "system": system,
+        "messages": [m for m in request.messages if m.role != "system"],
+        "tools": request.tools, "options": request.options,
+    }
+    return {k: hashlib.sha256(_enc.encode(v)).hexdigest()[:16] for k, v in parts.items()}
+
+
+def differing_parts(recorded: Mapping[str, str], actual: Mapping[str, str]) -> list[str]:
+    """The parts (as `REQUEST_PARTS` words) whose digests differ; pure."""
+    return [word for key, word in REQUEST_PARTS.items() if key in recorded and recorded[key] != actual.get(key)]
 
 
 class RecordingModel:
@@ -513,6 +539,9 @@ class ReplayModel:
         detail = "the model request differs from the recorded one"
         if isinstance(given, ModelRequest):
             detail += ": " + _request_difference(given, request)
+        elif rec.record.request_digests:
+            parts = differing_parts(rec.record.request_digests, request_part_digests(request))
+            detail += ": " + (", ".join(parts) + " changed" if parts else "a part not digested on its own changed")
         raise self.session.diverge(NonDeterminismError(
             rec.position, rec.record, None, detail, run_id=self.plan.run_id,
         ))
@@ -602,6 +631,15 @@ class _ReplayTool(Tool):
 # == the verifying store ==========================================================================
 
 
+def _as_recorded(want: AnyEvent | None, got: AnyEvent | None) -> AnyEvent | None:
+    """A log written before `InferenceCompleted.request_digests` existed records none: the
+    replayed event is compared without it (the full `request_digest` is still checked)."""
+    if (isinstance(want, InferenceCompleted) and want.request_digests is None
+            and isinstance(got, InferenceCompleted) and got.request_digests is not None):
+        return msgspec.structs.replace(got, request_digests=None)
+    return got
+
+
 class VerifyingStore:
     """An `EventStore` over one recorded run that verifies instead of appending.
 
@@ -647,7 +685,7 @@ class VerifyingStore:
         expected = rec.commit
         for i in range(max(len(expected.events), len(commit.events))):
             want = expected.events[i] if i < len(expected.events) else None
-            got = commit.events[i] if i < len(commit.events) else None
+            got = _as_recorded(want, commit.events[i] if i < len(commit.events) else None)
             if want != got:
                 raise self._diverge(Position(rec.seq, i), want, got)
         for name in ("thread_id", "run_id", "commit_id", "ts"):
@@ -822,7 +860,7 @@ async def verify_run(
     run_id: str,
     app: AgentsAndTools,
     *,
-    tools_from_log: bool | Iterable[str] = False,
+    tools_from_log: bool | Iterable[str] = True,
     requests: Sequence[ModelRequest | str] | None = None,
     raise_on_divergence: bool = True,
     timeout_s: float = 60.0,
@@ -830,8 +868,9 @@ async def verify_run(
     """Re-execute run `run_id` of `log` with the app's agents and tools and verify every commit.
 
     `app`: the user's `Runtime` (only its agents and tools are used), a `ReplayApp`, or anything
-    with `agents` and `tools`. `tools_from_log`: True, or names of tools, to answer from the
-    recorded results instead of running them (side-effecting tools). `requests`: the recorded
+    with `agents` and `tools`. `tools_from_log`: True (the default: every tool, as Temporal never
+    re-runs activities), False, or names of tools, to answer from the recorded results instead of
+    running them; the others are re-executed for real (a changed tool value then diverges). `requests`: the recorded
     model requests (or their digests) in inference order, for logs written before
     `InferenceCompleted.request_digest` existed (a recorded digest wins).
 

@@ -90,7 +90,7 @@ async def main() -> None:
             try:
                 ids, _rec_s, _ = await record(store, runs)
                 logs = {run_id: await load_run_log(store, run_id) for run_id in ids}
-                await replay_throughput(logs[ids[0]], ids[:1], app)  # warm up
+                await replay_throughput(logs[ids[0]], ids[:1], app, tools_from_log=False)  # warm up
                 best: dict[str, tuple[float, int, int]] = {}
 
                 def keep(name: str, seconds: float, events: int, commits: int) -> None:
@@ -101,11 +101,11 @@ async def main() -> None:
                     t = time.perf_counter()
                     events = commits = 0
                     for run_id in ids:
-                        r = await replay_throughput(logs[run_id], [run_id], app)
+                        r = await replay_throughput(logs[run_id], [run_id], app, tools_from_log=False)
                         events += r.events
                         commits += r.commits
                     keep("replay (commits in memory)", time.perf_counter() - t, events, commits)
-                    r = await replay_throughput(store, ids, app)
+                    r = await replay_throughput(store, ids, app, tools_from_log=False)
                     keep("replay (read from JetStream)", r.seconds, r.events, r.commits)
                     t = time.perf_counter()
                     events = commits = 0

@@ -48,6 +48,32 @@ def echo(text: str) -> str:
     return text
 
 
+@tool(name="echo")
+def echo_described(text: str) -> str:
+    """Echo the text back."""
+    # same name and value as `echo`: only the description (part of the tool list) differs
+    return text
+
+
+#: What the `app_side_effect` tools did: a replay answering tools from the log leaves it empty.
+SIDE_EFFECTS: list[str] = []
+
+
+@tool(name="add")
+def add_effect(a: int, b: int, ctx: ToolContext) -> int:
+    """Add two integers and remember the last sum."""
+    SIDE_EFFECTS.append("add")
+    ctx.set("/last_sum", a + b)
+    return a + b
+
+
+@tool(name="echo")
+def echo_effect(text: str) -> str:
+    """Echo."""
+    SIDE_EFFECTS.append("echo")
+    return text
+
+
 class TodayContext(Plugin):
     """Adds context to every inference: changes the model request, not any committed event."""
 
@@ -70,6 +96,8 @@ app_tool_changed = make(tools=(add_changed, echo))
 app_prompt_changed = make(prompt="Be creative.")
 app_with_context = make(plugins=(TodayContext(),))
 app_sequential = make(mode="sequential")
+app_tool_described = make(tools=(add, echo_described))
+app_side_effect = make(tools=(add_effect, echo_effect))
 
 
 def factory(store: Any) -> Runtime:

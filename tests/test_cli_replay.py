@@ -10,6 +10,7 @@ exit 2 with one red line. Most cases use CliRunner; one goes through the install
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import subprocess
 import sys
@@ -82,7 +83,7 @@ def test_unchanged_app_verifies_with_a_success_line(recorded: Recorded) -> None:
     events = sum(len(sc.commit.events) for sc in recorded.log)
     line = result.stdout.strip()
     assert line.startswith(f"verified run {recorded.run_id}: {len(recorded.log)} commits, {events} events match")
-    assert "termination natural_end" in line and "3 tool run(s) re-executed" in line
+    assert "termination natural_end" in line and "0 tool run(s) re-executed, 3 answered from the log" in line
 
 
 def test_json_report(recorded: Recorded) -> None:
@@ -101,8 +102,8 @@ def test_a_factory_and_a_runtime_are_apps_too(recorded: Recorded) -> None:
 # -- diverged -------------------------------------------------------------------------------------
 
 
-def test_a_changed_tool_value_diverges_and_prints_the_event(recorded: Recorded) -> None:
-    result = verify(recorded.url, recorded.run_id, "app_tool_changed")
+def test_a_changed_tool_value_diverges_when_re_executed_and_prints_the_event(recorded: Recorded) -> None:
+    result = verify(recorded.url, recorded.run_id, "app_tool_changed", "--reexecute-tools", "add")
     assert result.exit_code == 1, result.output
     # the tool's state edit is committed first in its completion commit: the first difference
     where = recorded.position(StatePatched, lambda e: (e.source or "").startswith("tool"))
@@ -111,16 +112,35 @@ def test_a_changed_tool_value_diverges_and_prints_the_event(recorded: Recorded) 
     assert lines[1].split()[:3] == ["expected", "(log)", "StatePatched"] and '"value":3' in lines[1]
     assert lines[2].split()[:3] == ["actual", "(replay)", "StatePatched"] and '"value":4' in lines[2]
     assert "Traceback" not in result.output
-    doc = json.loads(verify(recorded.url, recorded.run_id, "app_tool_changed", "--json").stdout)
+    doc = json.loads(verify(recorded.url, recorded.run_id, "app_tool_changed", "--reexecute-tools", "*",
+                            "--json").stdout)
     assert doc["ok"] is False and doc["divergence"]["position"] == where
     assert doc["divergence"]["expected"]["ops"][0]["value"] == 3
 
 
-def test_tools_from_log_answer_a_changed_tool(recorded: Recorded) -> None:
-    result = verify(recorded.url, recorded.run_id, "app_tool_changed", "--tools-from-log", "add")
+def test_tools_are_answered_from_the_log_by_default(recorded: Recorded) -> None:
+    """Temporal's replayer never re-runs activities: by default no tool runs, so a changed (or
+    side-effecting) tool is not executed; `--reexecute-tools` opts in per tool."""
+    result = verify(recorded.url, recorded.run_id, "app_tool_changed")
     assert result.exit_code == 0, result.output
-    assert "2 tool run(s) re-executed, 1 answered from the log" in result.stdout
-    assert verify(recorded.url, recorded.run_id, "app_tool_changed", "--tools-from-log", "*").exit_code == 0
+    assert "0 tool run(s) re-executed, 3 answered from the log" in result.stdout
+    echo_only = verify(recorded.url, recorded.run_id, "app_tool_changed", "--reexecute-tools", "echo")
+    assert echo_only.exit_code == 0, echo_only.output
+    assert "2 tool run(s) re-executed, 1 answered from the log" in echo_only.stdout
+    all_but_add = verify(recorded.url, recorded.run_id, "app_tool_changed", "--reexecute-tools", "*",
+                         "--tools-from-log", "add")
+    assert all_but_add.exit_code == 0, all_but_add.output
+    assert "2 tool run(s) re-executed, 1 answered from the log" in all_but_add.stdout
+
+
+def test_the_default_replay_never_runs_a_side_effecting_tool(recorded: Recorded) -> None:
+    """`app_side_effect`'s tools append to a list each time they run: verify leaves it empty."""
+    effects = importlib.import_module(APP).SIDE_EFFECTS  # the module --app loads
+    effects.clear()
+    assert verify(recorded.url, recorded.run_id, "app_side_effect").exit_code == 0
+    assert effects == []
+    assert verify(recorded.url, recorded.run_id, "app_side_effect", "--reexecute-tools", "*").exit_code == 0
+    assert sorted(effects) == ["add", "echo", "echo"]
 
 
 def test_a_plugin_adding_context_diverges_at_the_first_inference(recorded: Recorded) -> None:
@@ -128,7 +148,8 @@ def test_a_plugin_adding_context_diverges_at_the_first_inference(recorded: Recor
     result = verify(recorded.url, recorded.run_id, "app_with_context")
     assert result.exit_code == 1, result.output
     assert f"diverged at {recorded.position(InferenceCompleted)}" in result.stderr
-    assert "the model request differs from the recorded one" in result.stderr
+    assert "the model request differs from the recorded one: system prompt (incl. plugin context) changed" \
+        in result.stderr
 
 
 def test_a_changed_system_prompt_diverges_from_the_log_alone(recorded: Recorded) -> None:
@@ -139,7 +160,16 @@ def test_a_changed_system_prompt_diverges_from_the_log_alone(recorded: Recorded)
     lines = result.stderr.splitlines()
     assert f"diverged at {recorded.position(InferenceCompleted)}" in lines[0]
     assert "InferenceCompleted" in lines[1] and "nothing" in lines[2]
-    assert "request differs" in lines[3]
+    assert "request differs" in lines[3] and "system prompt (incl. plugin context) changed" in lines[3]
+    assert "tool list" not in lines[3] and "conversation" not in lines[3]
+
+
+def test_a_changed_tool_list_is_named(recorded: Recorded) -> None:
+    result = verify(recorded.url, recorded.run_id, "app_tool_described")
+    assert result.exit_code == 1, result.output
+    assert "request differs from the recorded one: tool list changed" in result.stderr
+    doc = json.loads(verify(recorded.url, recorded.run_id, "app_tool_described", "--json").stdout)
+    assert doc["divergence"]["detail"].endswith(": tool list changed")
 
 
 def test_another_execution_mode_diverges(recorded: Recorded) -> None:
@@ -149,8 +179,9 @@ def test_another_execution_mode_diverges(recorded: Recorded) -> None:
 
 def _needs_request_digest(recorded: Recorded) -> None:
     """The loop records every request's digest: what makes request changes visible from the log."""
-    digests = [e.request_digest for sc in recorded.log for e in sc.commit.events if isinstance(e, InferenceCompleted)]
-    assert digests and all(digests)
+    digests = [(e.request_digest, e.request_digests) for sc in recorded.log for e in sc.commit.events
+               if isinstance(e, InferenceCompleted)]
+    assert digests and all(whole and parts for whole, parts in digests)
 
 
 # -- HITL -----------------------------------------------------------------------------------------
@@ -173,7 +204,8 @@ def test_hitl_runs_verify(nats_server: EmbeddedNatsServer, name: str) -> None:
         # (in this process the runtime's module logger predates the CLI's logging config and may
         # print to stdout; the installed script imports the runtime after configuring it)
         assert result.stdout.splitlines()[-1].startswith(f"verified run {run_id}:")
-    changed = verify(nats_server.url, S.RUN, f"hitl_changed_{name}")
+    assert verify(nats_server.url, S.RUN, f"hitl_changed_{name}").exit_code == 0  # deploy answered from the log
+    changed = verify(nats_server.url, S.RUN, f"hitl_changed_{name}", "--reexecute-tools", "deploy")
     if name in ("ask_approve", "two_batch", "continuation"):  # deploy ran after a decision
         assert changed.exit_code == 1 and "(staging)" in changed.stderr, changed.output
     else:  # deploy never ran (another tool; or cancelled while waiting)
@@ -209,8 +241,11 @@ def test_verify_usage(recorded: Recorded) -> None:
     assert run(recorded.run_id, "--app", f"{APP}:app").exit_code == 2  # --app without --verify
     missing = run("nope", "--verify", "--app", f"{APP}:app")
     assert missing.exit_code == 2 and "error [unknown_run]" in missing.stderr
-    unknown_tool = run(recorded.run_id, "--verify", "--app", f"{APP}:app", "--tools-from-log", "nope")
+    unknown_tool = run(recorded.run_id, "--verify", "--app", f"{APP}:app", "--reexecute-tools", "nope")
     assert unknown_tool.exit_code == 2 and "error [app_mismatch]" in unknown_tool.stderr
+    unknown_kept = run(recorded.run_id, "--verify", "--app", f"{APP}:app", "--tools-from-log", "nope")
+    assert unknown_kept.exit_code == 2 and "--tools-from-log names tools" in unknown_kept.stderr
+    assert run(recorded.run_id, "--tools-from-log", "add").exit_code == 2  # only with --verify
 
 
 def test_installed_script_exit_codes(recorded: Recorded) -> None:
@@ -225,7 +260,7 @@ def test_installed_script_exit_codes(recorded: Recorded) -> None:
     ok = run("app")
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.startswith(f"verified run {recorded.run_id}:")
-    bad = run("app_tool_changed")
+    bad = run("app_prompt_changed")
     assert bad.returncode == 1 and "diverged at" in bad.stderr and "Traceback" not in bad.stderr
 
 

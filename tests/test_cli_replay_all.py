@@ -15,6 +15,7 @@ first completion of a tampered tool in the log, and where the library's `verify_
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import json
 import sys
@@ -33,6 +34,10 @@ from gateway.cli import app as cli_app
 from runtime.replay import plan_replay, verify_run
 from test_hitl_scenarios import resume_in_process, start_waiting
 from test_replay import _scenario_cases, all_commits
+
+#: These tests prove re-executed tools are checked: opt in to re-execution (the default answers
+#: every tool from the log, see tests/test_cli_replay.py); an explicit `tools_from_log=` still wins.
+verify_run = functools.partial(verify_run, tools_from_log=False)
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -53,7 +58,7 @@ def _keep_structlog_config():
 
 
 def verify(url: str, run_id: str, spec: str, *extra: str) -> Any:
-    return runner.invoke(cli_app, ["replay", run_id, "--verify", "--app", spec, *extra,
+    return runner.invoke(cli_app, ["replay", run_id, "--verify", "--app", spec, "--reexecute-tools", "*", *extra,
                                    "--nats", url, "--timeout", "5"])
 
 

@@ -7,6 +7,7 @@ the MCP call, `tools/list` refresh, typed failures, verified replay (re-executed
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 import subprocess
 import sys
@@ -24,6 +25,10 @@ from runtime.models import ScriptedModel, Turn
 from runtime.replay import ReplayApp, verify_run
 from runtime.tools import ToolRegistry
 from test_runtime_support import events_of, logged, store  # noqa: F401  (fixture)
+
+#: These tests prove re-executed tools are checked: opt in to re-execution (the default answers
+#: every tool from the log, see tests/test_cli_replay.py); an explicit `tools_from_log=` still wins.
+verify_run = functools.partial(verify_run, tools_from_log=False)
 
 pytestmark = pytest.mark.asyncio
 

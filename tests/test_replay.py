@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from collections.abc import AsyncIterator
 from typing import Any
@@ -30,6 +31,10 @@ from runtime.replay import (
     verify_run,
 )
 from test_runtime_support import logged, store  # noqa: F401  (fixture)
+
+#: These tests prove re-executed tools are checked: opt in to re-execution (the default answers
+#: every tool from the log, see tests/test_cli_replay.py); an explicit `tools_from_log=` still wins.
+verify_run = functools.partial(verify_run, tools_from_log=False)
 
 pytestmark = pytest.mark.asyncio
 

@@ -12,6 +12,7 @@ commits are checked too. A tampered tool in a HITL run diverges where its result
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 import pytest
@@ -23,6 +24,10 @@ from runtime.models import ScriptedModel, Turn
 from runtime.replay import NonDeterminismError, ReplayApp, next_session, plan_replay, verify_run
 from test_hitl_scenarios import resume_in_process, start_waiting
 from test_runtime_support import store, thread_log  # noqa: F401  (fixture)
+
+#: These tests prove re-executed tools are checked: opt in to re-execution (the default answers
+#: every tool from the log, see tests/test_cli_replay.py); an explicit `tools_from_log=` still wins.
+verify_run = functools.partial(verify_run, tools_from_log=False)
 
 pytestmark = pytest.mark.asyncio
 

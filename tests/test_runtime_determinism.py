@@ -77,6 +77,9 @@ def normalise(log: list[bytes]) -> list[Any]:
         for ev in doc["events"]:
             if ev["type"] == "InferenceCompleted":  # 0 ms is omitted on the wire, so set it always
                 ev["duration_ms"] = 0
+                # per-part request digests cover ids too (the conversation's): named like ids
+                parts = ev.get("request_digests") or {}
+                ev["request_digests"] = {k: names.setdefault(v, f"ID{len(names)}") for k, v in parts.items()}
         out.append((doc, seq))
     return out
 
