@@ -48,7 +48,16 @@ from projections.fold import RunFolder, fold_commits
 from projections.views import RunView
 from runtime import RunHandle
 from runtime.loop import RunContext, fold_context
-from runtime.snapshot import RunSnapshot, decode_snapshot, encode_snapshot
+from runtime.snapshot import (
+    ChunkCache,
+    RunSnapshot,
+    assemble,
+    chunk_key,
+    decode_chunk,
+    decode_snapshot,
+    encode_snapshot,
+    make_snapshot,
+)
 
 THREAD, RUN = "t-snap", "r-snap"
 CALLS = ["c1", "c2", "c3"]
@@ -100,30 +109,71 @@ def _history(raw: list[tuple[str | None, list[Any]]]) -> list[StoredCommit]:
     return commits
 
 
+def _round_trip(entry: RunSnapshot, chunks: dict[str, bytes], cache: ChunkCache) -> Any:
+    """What a resume in another process does: decode the stored entry, decode each chunk it
+    names from its stored bytes (checked against the digest), join them."""
+    restored = decode_snapshot(encode_snapshot(entry))
+    assert restored is not None and restored == entry
+    values = {}
+    for kind, digests in ((b"m", restored.message_chunks), (b"c", restored.call_chunks)):
+        for d in digests:
+            values[d] = cache.get(d) or decode_chunk(kind, d, chunks[d])
+            assert values[d] is not None
+    return assemble(restored, values)
+
+
 @given(st.lists(_commit, max_size=12), st.data())
 def test_snapshot_of_a_prefix_plus_the_rest_folds_to_the_whole(raw: list[Any], data: st.DataObject) -> None:
+    """For any cut and chunk size, read cold (chunks decoded from their bytes) or warm (from the
+    process cache): snapshot(prefix) + fold(rest) == fold(all), context and run view."""
     history = _history(raw)
     cut = data.draw(st.integers(1, len(history)))
+    chunk_size = data.draw(st.integers(1, 4))
+    warm = data.draw(st.booleans())
     prefix, rest = history[:cut], history[cut:]
 
     whole_ctx = fold_context(RunContext(thread_id=THREAD, run_id=RUN), history)
     whole_run = fold_commits(history).runs[RUN]
 
     run_prefix = [sc for sc in prefix if sc.commit.run_id == RUN]
-    snap = RunSnapshot.of(
-        seq=prefix[-1].seq, agent_id="a",
-        ctx=fold_context(RunContext(thread_id=THREAD, run_id=RUN), prefix),
-        run=fold_commits(run_prefix).runs[RUN],
-    )
-    restored = decode_snapshot(encode_snapshot(snap))
-    assert restored is not None and restored == snap
+    writer_cache = ChunkCache()
+    prefix_ctx = fold_context(RunContext(thread_id=THREAD, run_id=RUN), prefix)
+    entry, chunks = make_snapshot(seq=prefix[-1].seq, agent_id="a", ctx=prefix_ctx,
+                                  run=fold_commits(run_prefix).runs[RUN], chunk_size=chunk_size, cache=writer_cache)
+    assert set(chunks) == set(entry.chunks)  # nothing known yet: every chunk is to be written
+    assert len(entry.ctx.messages) < chunk_size  # only the unchunked rest is in the entry
+    loaded = _round_trip(entry, chunks, writer_cache if warm else ChunkCache())
+    assert loaded.ctx == prefix_ctx
 
-    assert fold_context(restored.ctx, rest) == whole_ctx
-    folder = RunFolder(restored.run_view())
+    assert fold_context(loaded.ctx, rest) == whole_ctx
+    folder = RunFolder(loaded.run_view())
     for sc in rest:
         if sc.commit.run_id == RUN:
             folder.apply(sc)
     assert folder.view() == whole_run
+
+    # the next snapshot of the resumed run: the same chunks stay (not written again), the
+    # messages and finished calls since then fill new ones
+    again, new = make_snapshot(seq=history[-1].seq, agent_id="a", ctx=loaded.ctx, run=folder.view(),
+                               known=loaded.chunks, chunk_size=chunk_size, cache=writer_cache)
+    assert again.message_chunks[: len(entry.message_chunks)] == entry.message_chunks
+    assert not set(new) & loaded.chunks
+    final = _round_trip(again, {**chunks, **new}, ChunkCache())
+    assert final.ctx == whole_ctx and final.run_view() == whole_run
+
+
+def test_chunks_whose_bytes_do_not_match_their_digest_are_a_miss() -> None:
+    ctx = RunContext(thread_id=THREAD, run_id=RUN, messages=[Message(id=f"m{i}", role="user", content="x")
+                                                             for i in range(5)])
+    entry, chunks = make_snapshot(seq=3, agent_id="a", ctx=ctx, run=RunView(run_id=RUN, thread_id=THREAD),
+                                  chunk_size=2, cache=ChunkCache())
+    assert len(entry.message_chunks) == 2 and [m.id for m in entry.ctx.messages] == ["m4"]
+    first, second = entry.message_chunks
+    assert decode_chunk(b"m", first, chunks[second]) is None  # another chunk's bytes
+    assert decode_chunk(b"c", first, chunks[first]) is None  # right bytes, other kind
+    assert decode_chunk(b"m", first, b"\xc1") is None
+    assert [m.id for m in decode_chunk(b"m", first, chunks[first])] == ["m0", "m1"]
+    assert chunk_key(THREAD, first) == f"c.{THREAD}.{first}"
 
 
 @given(st.lists(_commit, max_size=12))
@@ -138,8 +188,8 @@ def test_incremental_run_view_equals_the_fold_after_every_commit(raw: list[Any])
 
 
 def test_unusable_snapshot_bytes_are_a_miss() -> None:
-    snap = RunSnapshot.of(seq=3, agent_id="a", ctx=RunContext(thread_id=THREAD, run_id=RUN),
-                          run=RunView(run_id=RUN, thread_id=THREAD))
+    snap, _ = make_snapshot(seq=3, agent_id="a", ctx=RunContext(thread_id=THREAD, run_id=RUN),
+                            run=RunView(run_id=RUN, thread_id=THREAD))
     assert decode_snapshot(b"\xc1 not msgpack") is None
     assert decode_snapshot(msgspec.msgpack.encode({"seq": "x"})) is None
     assert decode_snapshot(encode_snapshot(msgspec.structs.replace(snap, v=99))) is None
