@@ -61,8 +61,9 @@ _log = get_logger("agentlog.snapshot")
 
 
 #: Items (messages, or finished call views) per chunk. Small enough that the unchunked rest of a
-#: run stays a few KB, large enough that a long run names few chunks (446 messages: 13).
-CHUNK_SIZE = 32
+#: run stays a few KB (under 16 messages and 16 call views), large enough that a long run names
+#: few chunks (446 messages and 221 finished calls: 40 digests, 1.4 KB).
+CHUNK_SIZE = 16
 
 
 class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,8 +73,8 @@ class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     `ctx.messages` holds only the messages after those of `message_chunks` (digests, in order,
     `CHUNK_SIZE` messages each); `run` (kept encoded until `LoadedSnapshot.run_view` asks for it)
     holds only the calls after those of `call_chunks` (the longest prefix of finished calls, in
-    the view's order, in full chunks). `call_ids`: every call of the run so far (what a decision
-    may name), for `decide`'s checks."""
+    the view's order, in full chunks). `call_ids`: the calls of the run that are not in
+    `call_chunks` (with those, what a decision may name, for `decide`'s checks)."""
 
     v: int = SNAPSHOT_FORMAT
     #: Fingerprint of the shapes of `RunContext` and `RunView` (with everything they hold) that
@@ -104,7 +105,7 @@ class LoadedSnapshot:
         self.seq = entry.seq
         self.agent_id = entry.agent_id
         self.ctx = ctx
-        self.call_ids = entry.call_ids
+        self.call_ids = [call_id for chunk in calls for call_id, _ in chunk] + entry.call_ids
         self.chunks = frozenset(entry.chunks)
         self._run = entry.run
         self._calls = calls
@@ -221,7 +222,7 @@ def make_snapshot(
     call_chunks = _split(_CALLS, items[:finished], cache, known, new, chunk_size)
     covered = len(call_chunks) * chunk_size
     tail_run = msgspec.structs.replace(run, calls=dict(items[covered:])) if covered else run
-    calls = list(run.calls)
+    calls = [call_id for call_id, _ in items[covered:]]
     calls += [c.id for c in ctx.step_tool_calls if c.id not in run.calls]
     entry = RunSnapshot(
         schema=SCHEMA, seq=seq, agent_id=agent_id,
