@@ -62,8 +62,10 @@ _log = get_logger("agentlog.snapshot")
 
 #: Items (messages, or finished call views) per chunk. Small enough that the unchunked rest of a
 #: run stays a few KB (under 16 messages and 16 call views), large enough that a long run names
-#: few chunks (446 messages and 221 finished calls: 40 digests, 1.4 KB).
+#: few chunks (see `chunk_spans`: 446 messages and 221 finished calls: 10).
 CHUNK_SIZE = 16
+#: How many chunks of one size make one of the next (`chunk_spans`).
+CHUNK_FANOUT = 4
 
 
 class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -131,8 +133,10 @@ class ChunkCache:
     finds the digest of a run of items that are the very objects of a cached chunk (what a loop
     resumed from a snapshot still holds), so a writer does not encode them again."""
 
-    def __init__(self, capacity: int = 4096) -> None:
+    def __init__(self, capacity: int = 200_000) -> None:
+        #: Items (messages, call views) held at most, over all chunks.
         self.capacity = capacity
+        self.items = 0
         self._values: OrderedDict[str, tuple[Any, ...]] = OrderedDict()
         self._ident: dict[tuple[int, int], str] = {}
 
@@ -148,10 +152,12 @@ class ChunkCache:
             return
         self._values[digest] = value
         self._ident[(id(value[0]), id(value[-1]))] = digest
-        while len(self._values) > self.capacity:
-            _, old = self._values.popitem(last=False)
+        self.items += len(value)
+        while self.items > self.capacity and len(self._values) > 1:
+            old_digest, old = self._values.popitem(last=False)
+            self.items -= len(old)
             key = (id(old[0]), id(old[-1]))
-            if self._ident.get(key) is not None and self._values.get(self._ident[key]) is None:
+            if self._ident.get(key) == old_digest:
                 del self._ident[key]
 
     def digest_of(self, items: list[Any]) -> str | None:
@@ -164,6 +170,7 @@ class ChunkCache:
     def clear(self) -> None:
         self._values.clear()
         self._ident.clear()
+        self.items = 0
 
     def __len__(self) -> int:
         return len(self._values)
@@ -185,14 +192,37 @@ def chunk_key(thread_id: str, digest: str) -> str:
     return f"c.{thread_id}.{digest}"
 
 
+def chunk_spans(n: int, chunk_size: int = CHUNK_SIZE, fanout: int = CHUNK_FANOUT) -> list[tuple[int, int]]:
+    """The chunks of the first `n` items: `[start, end)` spans of `chunk_size * fanout**k` items,
+    largest first, each aligned to its size, at most `fanout - 1` of each size; the items past
+    the last full `chunk_size` are left out (the entry holds them).
+
+    As `n` grows, a span never changes: `fanout` spans of one size are replaced by the one span
+    of the next size that covers them (written once, then never again). So a run names
+    O(log n) chunks (446 messages in 16s: 6; a cold resume fetches that many), and every item
+    is rewritten O(log n) times over the run's life."""
+    spans: list[tuple[int, int]] = []
+    size = chunk_size
+    while size * fanout <= n:
+        size *= fanout
+    start = 0
+    while size >= chunk_size:
+        while start + size <= n:
+            spans.append((start, start + size))
+            start += size
+        size //= fanout
+    return spans
+
+
 def _split(kind: bytes, items: list[Any], cache: ChunkCache, known: frozenset[str] | set[str],
-           out: dict[str, bytes], chunk_size: int) -> list[str]:
-    """Digests of the full chunks of `items`; the encoding of each one not in `known` goes into
-    `out` (to be written). A chunk the cache holds (same objects) is not encoded again unless
-    it has to be written."""
+           out: dict[str, bytes], chunk_size: int) -> tuple[list[str], int]:
+    """Digests of the chunks of `items` (`chunk_spans`) and how many items they cover; the
+    encoding of each one not in `known` goes into `out` (to be written). A chunk the cache
+    holds (same objects) is not encoded again unless it has to be written."""
     digests: list[str] = []
-    for start in range(0, len(items) - len(items) % chunk_size, chunk_size):
-        part = items[start:start + chunk_size]
+    covered = 0
+    for start, covered in chunk_spans(len(items), chunk_size):
+        part = items[start:covered]
         digest = cache.digest_of(part)
         if digest is None:
             data = _encoder.encode(part)
@@ -203,7 +233,7 @@ def _split(kind: bytes, items: list[Any], cache: ChunkCache, known: frozenset[st
         elif digest not in known:
             out[digest] = _encoder.encode(part)
         digests.append(digest)
-    return digests
+    return digests, covered
 
 
 def make_snapshot(
@@ -216,17 +246,16 @@ def make_snapshot(
     cache = CHUNKS if cache is None else cache
     new: dict[str, bytes] = {}
     messages = ctx.messages
-    message_chunks = _split(_MESSAGES, messages, cache, known, new, chunk_size)
+    message_chunks, chunked = _split(_MESSAGES, messages, cache, known, new, chunk_size)
     items = list(run.calls.items())
     finished = next((i for i, (_, c) in enumerate(items) if c.status not in TERMINAL_CALL_STATUSES), len(items))
-    call_chunks = _split(_CALLS, items[:finished], cache, known, new, chunk_size)
-    covered = len(call_chunks) * chunk_size
+    call_chunks, covered = _split(_CALLS, items[:finished], cache, known, new, chunk_size)
     tail_run = msgspec.structs.replace(run, calls=dict(items[covered:])) if covered else run
     calls = [call_id for call_id, _ in items[covered:]]
     calls += [c.id for c in ctx.step_tool_calls if c.id not in run.calls]
     entry = RunSnapshot(
         schema=SCHEMA, seq=seq, agent_id=agent_id,
-        ctx=dataclasses.replace(ctx, messages=messages[len(message_chunks) * chunk_size:]),
+        ctx=dataclasses.replace(ctx, messages=messages[chunked:]),
         message_chunks=message_chunks, call_ids=calls, run=msgspec.Raw(_encoder.encode(tail_run)),
         call_chunks=call_chunks,
     )

@@ -51,6 +51,7 @@ from runtime.loop import RunContext, fold_context
 from runtime.snapshot import (
     ChunkCache,
     RunSnapshot,
+    chunk_spans,
     assemble,
     chunk_key,
     decode_chunk,
@@ -156,10 +157,24 @@ def test_snapshot_of_a_prefix_plus_the_rest_folds_to_the_whole(raw: list[Any], d
     # messages and finished calls since then fill new ones
     again, new = make_snapshot(seq=history[-1].seq, agent_id="a", ctx=loaded.ctx, run=folder.view(),
                                known=loaded.chunks, chunk_size=chunk_size, cache=writer_cache)
-    assert again.message_chunks[: len(entry.message_chunks)] == entry.message_chunks
-    assert not set(new) & loaded.chunks
+    assert not set(new) & loaded.chunks  # what the store has is not written again
     final = _round_trip(again, {**chunks, **new}, ChunkCache())
     assert final.ctx == whole_ctx and final.run_view() == whole_run
+
+
+@given(st.integers(0, 2000), st.integers(0, 2000), st.integers(1, 8), st.integers(2, 5))
+def test_chunk_spans_are_immutable_and_few(n: int, more: int, size: int, fanout: int) -> None:
+    """Spans tile the full chunks of the prefix, each aligned to its size, at most fanout - 1
+    of a size; growing the prefix only merges whole spans (a written chunk never changes)."""
+    spans = chunk_spans(n, size, fanout)
+    assert [s for s, _ in spans] == [0, *(e for _, e in spans)][: len(spans)]
+    assert (spans[-1][1] if spans else 0) == n - n % size
+    for start, end in spans:
+        assert start % (end - start) == 0 and (end - start) // size in {fanout ** k for k in range(12)}
+    lengths = [e - s for s, e in spans]
+    assert all(lengths.count(x) < fanout for x in set(lengths))
+    later = chunk_spans(n + more, size, fanout)
+    assert all(any(s2 <= s and e <= e2 for s2, e2 in later) for s, e in spans)
 
 
 def test_chunks_whose_bytes_do_not_match_their_digest_are_a_miss() -> None:
