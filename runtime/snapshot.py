@@ -64,8 +64,10 @@ _log = get_logger("agentlog.snapshot")
 #: run stays a few KB (under 16 messages and 16 call views), large enough that a long run names
 #: few chunks (see `chunk_spans`: 446 messages and 221 finished calls: 10).
 CHUNK_SIZE = 16
-#: How many chunks of one size make one of the next (`chunk_spans`).
+#: How many chunks of one size make one of the next (`chunk_spans`), and the largest chunk (in
+#: items: a chunk must stay well under the server's max payload, 1 MB by default).
 CHUNK_FANOUT = 4
+CHUNK_MAX = CHUNK_SIZE * CHUNK_FANOUT**2
 
 
 class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -192,10 +194,12 @@ def chunk_key(thread_id: str, digest: str) -> str:
     return f"c.{thread_id}.{digest}"
 
 
-def chunk_spans(n: int, chunk_size: int = CHUNK_SIZE, fanout: int = CHUNK_FANOUT) -> list[tuple[int, int]]:
-    """The chunks of the first `n` items: `[start, end)` spans of `chunk_size * fanout**k` items,
-    largest first, each aligned to its size, at most `fanout - 1` of each size; the items past
-    the last full `chunk_size` are left out (the entry holds them).
+def chunk_spans(n: int, chunk_size: int = CHUNK_SIZE, fanout: int = CHUNK_FANOUT,
+                max_size: int = CHUNK_MAX) -> list[tuple[int, int]]:
+    """The chunks of the first `n` items: `[start, end)` spans of `chunk_size * fanout**k` items
+    (at most `max_size`), largest first, each aligned to its size, at most `fanout - 1` of each
+    size below the largest; the items past the last full `chunk_size` are left out (the entry
+    holds them).
 
     As `n` grows, a span never changes: `fanout` spans of one size are replaced by the one span
     of the next size that covers them (written once, then never again). So a run names
@@ -203,7 +207,7 @@ def chunk_spans(n: int, chunk_size: int = CHUNK_SIZE, fanout: int = CHUNK_FANOUT
     is rewritten O(log n) times over the run's life."""
     spans: list[tuple[int, int]] = []
     size = chunk_size
-    while size * fanout <= n:
+    while size * fanout <= min(n, max_size):
         size *= fanout
     start = 0
     while size >= chunk_size:

@@ -162,18 +162,21 @@ def test_snapshot_of_a_prefix_plus_the_rest_folds_to_the_whole(raw: list[Any], d
     assert final.ctx == whole_ctx and final.run_view() == whole_run
 
 
-@given(st.integers(0, 2000), st.integers(0, 2000), st.integers(1, 8), st.integers(2, 5))
-def test_chunk_spans_are_immutable_and_few(n: int, more: int, size: int, fanout: int) -> None:
+@given(st.integers(0, 2000), st.integers(0, 2000), st.integers(1, 8), st.integers(2, 5), st.integers(0, 4))
+def test_chunk_spans_are_immutable_and_few(n: int, more: int, size: int, fanout: int, levels: int) -> None:
     """Spans tile the full chunks of the prefix, each aligned to its size, at most fanout - 1
-    of a size; growing the prefix only merges whole spans (a written chunk never changes)."""
-    spans = chunk_spans(n, size, fanout)
+    of a size below the largest allowed; growing the prefix only merges whole spans (a written
+    chunk never changes)."""
+    top = size * fanout**levels
+    spans = chunk_spans(n, size, fanout, top)
     assert [s for s, _ in spans] == [0, *(e for _, e in spans)][: len(spans)]
     assert (spans[-1][1] if spans else 0) == n - n % size
     for start, end in spans:
         assert start % (end - start) == 0 and (end - start) // size in {fanout ** k for k in range(12)}
     lengths = [e - s for s, e in spans]
-    assert all(lengths.count(x) < fanout for x in set(lengths))
-    later = chunk_spans(n + more, size, fanout)
+    assert max(lengths, default=0) <= top
+    assert all(lengths.count(x) < fanout for x in set(lengths) if x < top)
+    later = chunk_spans(n + more, size, fanout, top)
     assert all(any(s2 <= s and e <= e2 for s2, e2 in later) for s, e in spans)
 
 
