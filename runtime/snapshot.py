@@ -75,9 +75,9 @@ class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     view, minus what sits in chunks.
 
     `ctx.messages` holds only the messages after those of `message_chunks` (digests, in order,
-    `CHUNK_SIZE` messages each); `run` (kept encoded until `LoadedSnapshot.run_view` asks for it)
+    of the spans `chunk_spans` gives); `run` (kept encoded until `LoadedSnapshot.run_view` asks for it)
     holds only the calls after those of `call_chunks` (the longest prefix of finished calls, in
-    the view's order, in full chunks). `call_ids`: the calls of the run that are not in
+    the view's order, chunked the same way). `call_ids`: the calls of the run that are not in
     `call_chunks` (with those, what a decision may name, for `decide`'s checks)."""
 
     v: int = SNAPSHOT_FORMAT
@@ -135,11 +135,12 @@ class ChunkCache:
     finds the digest of a run of items that are the very objects of a cached chunk (what a loop
     resumed from a snapshot still holds), so a writer does not encode them again."""
 
-    def __init__(self, capacity: int = 200_000) -> None:
-        #: Items (messages, call views) held at most, over all chunks.
+    def __init__(self, capacity: int = 64 * 1024 * 1024) -> None:
+        #: Encoded bytes of the chunks held, at most (the decoded objects take a few times that).
         self.capacity = capacity
-        self.items = 0
+        self.size = 0
         self._values: OrderedDict[str, tuple[Any, ...]] = OrderedDict()
+        self._sizes: dict[str, int] = {}
         self._ident: dict[tuple[int, int], str] = {}
 
     def get(self, digest: str) -> tuple[Any, ...] | None:
@@ -148,16 +149,19 @@ class ChunkCache:
             self._values.move_to_end(digest)
         return value
 
-    def put(self, digest: str, value: tuple[Any, ...]) -> None:
+    def put(self, digest: str, value: tuple[Any, ...], size: int) -> None:
+        """Keep `value` (whose encoding is `size` bytes) under `digest`, evicting the least
+        recently used chunks past `capacity`."""
         if digest in self._values:
             self._values.move_to_end(digest)
             return
         self._values[digest] = value
+        self._sizes[digest] = size
         self._ident[(id(value[0]), id(value[-1]))] = digest
-        self.items += len(value)
-        while self.items > self.capacity and len(self._values) > 1:
+        self.size += size
+        while self.size > self.capacity and len(self._values) > 1:
             old_digest, old = self._values.popitem(last=False)
-            self.items -= len(old)
+            self.size -= self._sizes.pop(old_digest)
             key = (id(old[0]), id(old[-1]))
             if self._ident.get(key) == old_digest:
                 del self._ident[key]
@@ -171,14 +175,15 @@ class ChunkCache:
 
     def clear(self) -> None:
         self._values.clear()
+        self._sizes.clear()
         self._ident.clear()
-        self.items = 0
+        self.size = 0
 
     def __len__(self) -> int:
         return len(self._values)
 
 
-#: The process's chunk cache (what `Runtime` uses unless given another).
+#: The process's chunk cache (the default of `load_snapshot` and `make_snapshot`).
 CHUNKS = ChunkCache()
 
 _MESSAGES, _CALLS = b"m", b"c"
@@ -231,7 +236,7 @@ def _split(kind: bytes, items: list[Any], cache: ChunkCache, known: frozenset[st
         if digest is None:
             data = _encoder.encode(part)
             digest = _digest(kind, data)
-            cache.put(digest, tuple(part))
+            cache.put(digest, tuple(part), len(data))
             if digest not in known:
                 out[digest] = data
         elif digest not in known:
@@ -453,7 +458,7 @@ async def load_snapshot(
             if value is None:
                 _log.info("snapshot.chunk_unusable", run_id=run_id, thread_id=thread, chunk=digest)
                 return None
-            cache.put(digest, value)
+            cache.put(digest, value, len(raw))
             values[digest] = value
     return assemble(entry, values)
 

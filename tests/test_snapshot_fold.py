@@ -272,3 +272,16 @@ def test_run_handle_folds_each_commit_once(monkeypatch: Any) -> None:
     monkeypatch.setattr(fold_mod._RunAcc, "apply", real)
     assert views[-1] == fold_commits(commits).runs[RUN]
     assert views[0] == fold_commits(commits[:1]).runs[RUN]  # an earlier view is not changed later
+
+
+def test_chunk_cache_evicts_least_recently_used_past_its_size_and_matches_by_identity() -> None:
+    cache = ChunkCache(capacity=100)
+    a, b, c = ([Message(id=f"{k}{i}", role="user") for i in range(3)] for k in "abc")
+    cache.put("da", tuple(a), 40)
+    cache.put("db", tuple(b), 40)
+    assert cache.get("da") is not None  # a is now the most recently used
+    cache.put("dc", tuple(c), 40)  # 120 > 100: b goes
+    assert (cache.get("db"), len(cache), cache.size) == (None, 2, 80)
+    assert cache.digest_of(a) == "da"  # the very objects of a cached chunk
+    assert cache.digest_of([Message(id=m.id, role="user") for m in a]) is None  # equal, not the same
+    assert cache.digest_of(b) is None  # evicted
