@@ -119,8 +119,14 @@ async def test_a_missing_chunk_is_a_miss_and_the_log_is_folded(store: Any) -> No
     call, commits_read = await cycle(store, kv, entropy, run_id, call, 20, cold_cache=True)
     assert commits_read > 0  # folded from the log
     # ...and that cycle wrote a complete snapshot again: the next cold worker reads only the tail
-    _, commits_read = await cycle(store, kv, entropy, run_id, call, 21, cold_cache=True)
+    call, commits_read = await cycle(store, kv, entropy, run_id, call, 21, cold_cache=True)
     assert commits_read == 0
+    # a chunk of call views, the same
+    entry = decode_snapshot(await kv.get(run_id))
+    assert entry is not None and entry.call_chunks
+    await js.purge_stream(f"KV_{kv.bucket}", subject=f"$KV.{kv.bucket}.{chunk_key('chunk-m', entry.call_chunks[-1])}")
+    _, commits_read = await cycle(store, kv, entropy, run_id, call, 22, cold_cache=True)
+    assert commits_read > 0
 
 
 class DeletionWatcher(SnapshotWriter):
