@@ -194,10 +194,14 @@ async def supervise(spec: str, roots: list[Path], serve_args: list[str], options
             await sup.restart()
             reported_exit = False
     finally:
-        loop.remove_signal_handler(signal.SIGTERM)
-        await sup.stop()
-        if embedded is not None:
-            await embedded.aclose()
+        # The handler stays until everything is stopped: a second SIGTERM (GNU timeout sends one
+        # to the child and one to its process group) must not kill us half-way through.
+        try:
+            await sup.stop()
+            if embedded is not None:
+                await embedded.aclose()
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
 
 
 @app.command("dev")

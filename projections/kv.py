@@ -19,6 +19,7 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import BadRequestError, BucketNotFoundError, KeyNotFoundError, NotFoundError
+from nats.errors import NoRespondersError
 from nats.js.kv import KeyValue
 
 from eventlog.replicas import raise_replicas
@@ -61,13 +62,41 @@ async def ensure_bucket(js: JetStreamContext, bucket: str, *, replicas: int | No
         await raise_replicas(js, f"KV_{bucket}", replicas)
     except NotFoundError:
         try:
-            return await js.create_key_value(config)
+            return await _answering(await js.create_key_value(config), bucket)
         except BadRequestError:
             pass  # created by another process in between: adopt it
     try:
         return await js.key_value(bucket)
     except BucketNotFoundError:
         raise ProjectionError(f"cannot create or open KV bucket {bucket!r}") from None
+
+
+#: How long a bucket this process just created may take to answer reads (a cluster elects the
+#: new stream's leader first).
+BUCKET_READY_TIMEOUT = 10.0
+
+
+async def _answering(kv: KeyValue, bucket: str) -> KeyValue:
+    """The bucket once it answers a read. On a cluster a just-created stream can answer a Direct
+    Get with "no responders" until its leader is elected, and the first thing every caller does
+    is read (the generation pointer, a view)."""
+    deadline = asyncio.get_running_loop().time() + BUCKET_READY_TIMEOUT
+    delay = 0.01
+    while True:
+        try:
+            await kv.get(READY_PROBE_KEY)
+            return kv
+        except KeyNotFoundError:
+            return kv  # an answer: the bucket serves reads
+        except NoRespondersError:
+            if asyncio.get_running_loop().time() > deadline:
+                raise ProjectionError(f"KV bucket {bucket!r} was created but does not answer reads") from None
+            await asyncio.sleep(delay)  # bounded back-off while the stream's leader is elected
+            delay = min(delay * 2, 0.2)
+
+
+#: A key never written: reading it answers "not found" once the bucket serves reads.
+READY_PROBE_KEY = "_ready"
 
 
 class KVViewStore(IndexedListings):
