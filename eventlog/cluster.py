@@ -71,7 +71,7 @@ class LocalCluster:
                     reply = await nc.request("$JS.API.INFO", b"", timeout=1.0)
                     if "error" not in json.loads(reply.data):
                         return
-                except (nats.errors.Error, asyncio.TimeoutError):
+                except (TimeoutError, nats.errors.Error):
                     pass
                 if time.monotonic() > deadline:
                     raise StoreUnavailable(f"JetStream cluster at {self.url} not ready in {timeout}s")
@@ -103,7 +103,7 @@ async def stream_leader(nc: nats.NATS, stream: str, timeout: float = 10.0) -> st
             info = await js.stream_info(stream)
             if info.cluster is not None and info.cluster.leader:
                 return info.cluster.leader
-        except (nats.errors.Error, asyncio.TimeoutError):
+        except (TimeoutError, nats.errors.Error):
             pass
         if time.monotonic() > deadline:
             raise StoreUnavailable(f"stream {stream} has no leader after {timeout}s")

@@ -68,9 +68,11 @@ from projections.errors import InvalidPatch
 from projections.state import validate_patch, validate_state
 
 from .agent import AgentSpec, ModelRegistry
+from .context import ModelSummarizer, Summarizer, context_tokens, fit, plan_summary, summary_request
 from .entropy import Entropy
+from .frontend import frontend_specs, frontend_ticket
+from .hitl import ready_calls, unstarted_calls
 from .live import LiveSink
-from .outage import OutagePolicy, through_outage
 from .models.base import (
     ModelDone,
     ModelError,
@@ -81,6 +83,7 @@ from .models.base import (
     ToolCallDelta,
     ToolSpec,
 )
+from .outage import OutagePolicy, through_outage
 from .plugins import (
     Action,
     AddContext,
@@ -98,10 +101,7 @@ from .plugins import (
     overrides,
     run_hook,
 )
-from .context import ModelSummarizer, Summarizer, context_tokens, fit, plan_summary, summary_request
-from .frontend import frontend_specs, frontend_ticket
 from .stop import StopInput, evaluate_stop
-from .hitl import ready_calls, unstarted_calls
 from .tools import InvalidToolArguments, Tool, ToolContext, ToolResult
 
 _json = msgspec.json.Encoder()

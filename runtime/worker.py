@@ -50,7 +50,14 @@ from typing import Any
 
 import msgspec
 
-from eventlog.errors import AgentlogError, CodecError, CommitTooLarge, InvalidCommit, StoreUnavailable, VersionConflict
+from eventlog.errors import (
+    AgentlogError,
+    CodecError,
+    CommitTooLarge,
+    InvalidCommit,
+    StoreUnavailable,
+    VersionConflict,
+)
 from eventlog.events import Commit, RunFinished, RunStarted, Termination
 from eventlog.ids import is_valid_id, new_id, now_ms
 from eventlog.subjects import command_subject
@@ -237,7 +244,7 @@ class Worker:
             try:
                 msgs = await self._sub.fetch(free, timeout=self.fetch_timeout)
                 backoff = 0.05
-            except (asyncio.TimeoutError, nats.errors.TimeoutError):
+            except (TimeoutError, nats.errors.TimeoutError):
                 msgs = []
             except asyncio.CancelledError:
                 raise
@@ -377,7 +384,7 @@ class Worker:
                 if "already acknowledged" in str(exc).lower():
                     break
                 (log or self.log).warning("command.settle_failed", outcome=outcome, error=str(exc))
-                if outcome != ACK or self._stopping.is_set() and attempt > 3:
+                if outcome != ACK or (self._stopping.is_set() and attempt > 3):
                     break  # a lost nak/term is redelivered after ack_wait anyway
                 await asyncio.sleep(min(1.0, 0.05 * 2 ** attempt))  # retry pacing while reconnecting
         self.stats[{"ack": "acked", "nak": "naked", "term": "termed"}[outcome]] += 1

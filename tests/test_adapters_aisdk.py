@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from protocol_verify.aisdk import UiStreamError, part_types, verify_ui_stream
+from test_adapters_support import Recorded, record, store  # noqa: F401  (fixture)
 
 from eventlog.events import Message, MessageAppended, ToolCallCompleted, ToolCallDecided, ToolCallDecision
 from gateway.adapters.aisdk import (
@@ -20,12 +22,9 @@ from gateway.adapters.aisdk import (
     parse_chat_request,
     translate,
 )
-from protocol_verify.aisdk import UiStreamError, part_types, verify_ui_stream
 from gateway.adapters.common import AdapterInputError, ResumeError, UnknownInterrupt
 from runtime import PermissionPlugin
 from runtime.models import ModelRequestRejected, Turn
-
-from test_adapters_support import Recorded, record, store  # noqa: F401  (fixture)
 
 asyncio_mark = pytest.mark.asyncio
 

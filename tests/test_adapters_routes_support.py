@@ -14,12 +14,14 @@ from typing import Any
 
 import nats
 from aiohttp.test_utils import TestClient, TestServer
+from protocol_verify.agui import parse_sse
+from protocol_verify.aisdk import parse_ui_sse
+from test_adapters_support import ALL_TOOLS
+from test_http_support import stop_runner
 
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
 from gateway.adapters import nats_routes, routes
-from protocol_verify.agui import parse_sse
-from protocol_verify.aisdk import parse_ui_sse
 from gateway.adapters.session import Backend
 from gateway.dispatch import InProcessDispatcher
 from gateway.http import Settings, create_app
@@ -27,9 +29,6 @@ from projections.kv import KVViewStore
 from projections.runner import ProjectionRunner
 from runtime import AgentSpec, NatsLiveSink, Runtime
 from runtime.models import ScriptedModel
-
-from test_adapters_support import ALL_TOOLS
-from test_http_support import stop_runner
 
 TIMEOUT = 30
 #: The backend tools. Frontend tools are not declared here: AG-UI requests list them (`tools`),

@@ -7,6 +7,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+from test_runtime_support import store  # noqa: F401  (fixture)
+
 from eventlog.events import Message, StoredCommit
 from runtime import (
     AgentSpec,
@@ -21,8 +23,6 @@ from runtime import (
     tool,
 )
 from runtime.models import ScriptedModel
-
-from test_runtime_support import store  # noqa: F401  (fixture)
 
 
 @tool

@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from test_http_support import TIMEOUT, body, error, stop_runner
 
 from eventlog.events import (
     Commit,
@@ -35,7 +36,6 @@ from eventlog.server import EmbeddedNatsServer
 from gateway.http import Settings, create_app
 from projections.kv import KVViewStore
 from projections.runner import ProjectionRunner
-from test_http_support import TIMEOUT, body, error, stop_runner
 
 _encode = msgspec.json.Encoder().encode
 

@@ -14,9 +14,9 @@ import asyncio
 from typing import Any
 
 import pytest
+from input_support import AGENT, TIMEOUT, Stack, open_stack
 
 from eventlog.server import EmbeddedNatsServer
-from input_support import AGENT, TIMEOUT, Stack, open_stack
 from runtime.commands import COMMANDS_STREAM
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import nats
 from aiohttp.test_utils import TestClient, TestServer
+from test_http_support import body, stop_runner
 
 from eventlog import collect
 from eventlog.events import Commit, RunFinished, RunStarted, Termination, ThreadCreated
@@ -26,7 +27,6 @@ from projections.kv import KVViewStore
 from projections.rebuild import rebuild
 from projections.runner import ProjectionRunner
 from projections.synth import history_of_size
-from test_http_support import body, stop_runner
 
 TIMEOUT = 120
 

@@ -8,6 +8,7 @@ import json
 from collections.abc import AsyncIterator
 
 import pytest
+from fake_openai import FakeOpenAI, Reply, chunk
 
 from eventlog.events import Message, ToolCall, Usage
 from runtime.models import (
@@ -24,7 +25,6 @@ from runtime.models import (
     ToolSpec,
     complete,
 )
-from fake_openai import FakeOpenAI, Reply, chunk
 
 FAST = RetryPolicy(max_attempts=3, base_delay=0.001, max_delay=0.002)
 
@@ -139,7 +139,7 @@ async def test_500_exhausted_is_model_unavailable(fake: FakeOpenAI, client: Open
 
 async def test_other_4xx_is_rejected_without_retry(fake: FakeOpenAI, client: OpenAIChatModel) -> None:
     fake.always(Reply.error(400, '{"error": {"message": "bad param"}}'))
-    with pytest.raises(ModelRequestRejected, match="HTTP 400.*bad param"):
+    with pytest.raises(ModelRequestRejected, match=r"HTTP 400.*bad param"):
         await collect(client, req())
     assert len(fake.requests) == 1
 

@@ -22,14 +22,13 @@ import shutil
 from typing import Any
 
 import pytest
-
-from gateway.adapters.frontend import frontend_tool
 from protocol_verify.reducers import normalise_agui, normalise_aisdk
-from runtime import AgentSpec, PermissionPlugin
-from runtime.models import ScriptedModel, Turn
-
 from test_adapters_routes_support import TOOLS, open_stack
 from test_protocol_fidelity import append_log, init_log
+
+from gateway.adapters.frontend import frontend_tool
+from runtime import AgentSpec, PermissionPlugin
+from runtime.models import ScriptedModel, Turn
 
 JS = pathlib.Path(__file__).resolve().parent / "js"
 PICK = "pick_color"

@@ -14,12 +14,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from test_runtime_support import shape, store, thread_log  # noqa: F401  (fixture)
 
 from runtime import AgentSpec, DeterministicEntropy, Runtime, ToolContext, ToolResult, tool
 from runtime.models.scripted import ScriptedCall, ScriptedModel, Turn
 from runtime.runtime import CommittedEvent
-
-from test_runtime_support import shape, store, thread_log  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.asyncio
 
@@ -161,7 +160,7 @@ async def test_resume_applies_a_live_decision_its_dead_worker_never_saw(store: A
         other = App("parallel_streaming")
         await other.runtime(store, prefix="x").decide(handle.run_id, [decision("c1", "d1")], thread_id=handle.thread_id)
         app.release.set()
-        with pytest.raises(Exception):
+        with pytest.raises(Exception):  # noqa: B017  (any failure: the process "died")
             await handle.result()
         fresh = App("parallel_streaming")
         fresh.release.set()

@@ -9,6 +9,16 @@ from typing import Any
 import msgspec
 import nats
 import pytest
+from test_runtime_support import (  # noqa: F401  (fixture)
+    DONE_CALL,
+    FINAL_TEXT,
+    INFER_TOOL,
+    START,
+    events_of,
+    logged,
+    shape,
+    store,
+)
 
 from eventlog.events import Message, ToolCall
 from runtime import (
@@ -24,17 +34,6 @@ from runtime import (
     tool,
 )
 from runtime.models import ScriptedModel, Turn
-
-from test_runtime_support import (  # noqa: F401  (fixture)
-    DONE_CALL,
-    FINAL_TEXT,
-    INFER_TOOL,
-    START,
-    events_of,
-    logged,
-    shape,
-    store,
-)
 
 pytestmark = pytest.mark.asyncio
 

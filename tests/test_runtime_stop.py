@@ -8,6 +8,15 @@ import asyncio
 from typing import Any
 
 import pytest
+from test_runtime_support import (  # noqa: F401  (fixture)
+    DONE_CALL,
+    INFER_TOOL,
+    START,
+    events_of,
+    logged,
+    shape,
+    store,
+)
 
 from eventlog.events import Usage
 from runtime import (
@@ -30,16 +39,6 @@ from runtime import (
     tool,
 )
 from runtime.models import ModelRequestRejected, ModelUnavailable, ScriptedModel, Turn
-
-from test_runtime_support import (  # noqa: F401  (fixture)
-    DONE_CALL,
-    INFER_TOOL,
-    START,
-    events_of,
-    logged,
-    shape,
-    store,
-)
 
 pytestmark = pytest.mark.asyncio
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 
+import subagents_app
 from typer.testing import CliRunner
 
-import subagents_app
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
 from gateway.cli import app as cli_app

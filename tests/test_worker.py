@@ -4,11 +4,13 @@ restart mid-run, and scale-out over three worker processes."""
 from __future__ import annotations
 
 import asyncio
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+import worker_app
+from test_worker_support import Watch, kill_all, message_list, read_lines, spawn_worker
 
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
@@ -25,9 +27,6 @@ from runtime.commands import (
     encode_command,
 )
 from runtime.worker import Worker
-
-import worker_app
-from test_worker_support import Watch, kill_all, message_list, read_lines, spawn_worker
 
 pytestmark = pytest.mark.asyncio
 

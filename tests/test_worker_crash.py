@@ -20,13 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import worker_app
+from test_worker_support import Watch, kill_all, message_list, read_lines, spawn_worker, thread_state
 
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
 from runtime.commands import CommandClient, Decide, StartRun
-
-import worker_app
-from test_worker_support import Watch, kill_all, message_list, read_lines, spawn_worker, thread_state
 
 pytestmark = pytest.mark.asyncio
 
@@ -146,6 +145,6 @@ async def test_crash_at_every_kill_point_then_another_worker_completes(nats_serv
             await one_kill_point(d, point, control)
 
     results = await asyncio.gather(*(guarded(i, p) for i, p in enumerate(KILL_POINTS)), return_exceptions=True)
-    failures = [(p, r) for p, r in zip(KILL_POINTS, results) if isinstance(r, BaseException)]
+    failures = [(p, r) for p, r in zip(KILL_POINTS, results, strict=True) if isinstance(r, BaseException)]
     if failures:
         raise AssertionError("\n".join(f"{p}: {type(r).__name__}: {r}" for p, r in failures)) from failures[0][1]

@@ -304,7 +304,7 @@ class _StreamParser:
             raise _malformed(f"not JSON: {err}", data) from None
         if not isinstance(chunk, dict):
             raise _malformed("not an object", data)
-        if "error" in chunk and chunk["error"]:
+        if chunk.get("error"):
             raise _Transient(f"provider error in stream: {json.dumps(chunk['error'])[:_BODY_EXCERPT]}")
         if isinstance(chunk.get("id"), str) and not self.completion_id:
             self.completion_id = chunk["id"]
