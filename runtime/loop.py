@@ -79,6 +79,7 @@ from .models.base import (
     ModelProtocolError,
     ModelRequest,
     ModelResponse,
+    SelfRetrying,
     TextDelta,
     ToolCallDelta,
     ToolSpec,
@@ -1376,8 +1377,9 @@ class RunLoop:
         last: ModelError | None = None
         for name in names:
             model = self.models.resolve(name)
+            if isinstance(model, SelfRetrying):
+                model = model.single_attempt()  # this policy owns retries: they must not multiply
             req = request if name is names[0] else msgspec.structs.replace(request, model=str(name))
-            delay = retry.backoff_ms / 1000
             for attempt in range(retry.max_attempts):
                 try:
                     return await self._stream(model, req)
@@ -1392,8 +1394,8 @@ class RunLoop:
                     last = ModelError(f"model {req.model!r} failed: {type(exc).__name__}: {exc}")
                     break
                 if attempt + 1 < retry.max_attempts:
+                    delay = retry.delay_s(attempt + 1, getattr(last, "retry_after", None))
                     await asyncio.sleep(delay)  # backoff between provider attempts, not synchronisation
-                    delay *= retry.backoff_multiplier
         assert last is not None
         raise last
 
