@@ -64,7 +64,7 @@ class LocalCluster:
 
     async def wait_jetstream(self, timeout: float = 30.0, **connect: object) -> None:
         deadline = time.monotonic() + timeout
-        nc = await nats.connect(self.urls, connect_timeout=2, **connect)  # type: ignore[arg-type]
+        nc = await nats.connect(self.urls, connect_timeout=2, **connect)
         try:
             while True:
                 try:

@@ -882,7 +882,8 @@ async def _open_connection(
     connecting = asyncio.ensure_future(nc.connect(**options))
     try:
         # With max_reconnect_attempts=-1 nats-py retries the first connect forever: bound it.
-        done, _ = await asyncio.wait({connecting, refused}, timeout=connect_timeout,
+        racing: set[asyncio.Future[Any]] = {connecting, refused}
+        done, _ = await asyncio.wait(racing, timeout=connect_timeout,
                                      return_when=asyncio.FIRST_COMPLETED)
         if connecting in done:
             connecting.result()
@@ -919,5 +920,5 @@ async def flush_subscriptions(nc: NATS, timeout: float = 10.0) -> None:
     "no responders". The first flush lets the flusher write the queue; the second PING is then
     written after it, so its PONG proves the server has processed the SUB.
     """
-    await nc.flush(timeout)
-    await nc.flush(timeout)
+    await nc.flush(timeout)  # type: ignore[arg-type]  # nats-py annotates int; it takes seconds as float
+    await nc.flush(timeout)  # type: ignore[arg-type]
