@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from test_adapters_routes_support import Nats
 
 from eventlog.events import RunSuspended
 from gateway.connection import ConnectionOptions
 from gateway.demo import DEMO_AGENT
 from gateway.server import Server, ServerConfig, serve
+
+from test_adapters_routes_support import Nats
 
 TIMEOUT = 30.0
 AGENT = DEMO_AGENT

@@ -23,10 +23,11 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Value
-from test_http_write_support import open_stack
 
 from gateway.a2a.routes import a2a_routes
 from projections.fold import fold_commits
+
+from test_http_write_support import open_stack
 
 pytestmark = pytest.mark.asyncio
 TIMEOUT = 30

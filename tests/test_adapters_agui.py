@@ -12,8 +12,6 @@ from ag_ui import core as ag
 from ag_ui.encoder import EventEncoder
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from protocol_verify.agui import AguiStreamError, event_types, parse_sse, verify_agui_stream
-from test_adapters_support import Recorded, record, store  # noqa: F401  (fixture)
 
 from eventlog.events import (
     Message,
@@ -46,6 +44,9 @@ from gateway.adapters.common import (
 )
 from runtime import PermissionPlugin
 from runtime.models import ModelRequestRejected, Turn
+
+from protocol_verify.agui import AguiStreamError, event_types, parse_sse, verify_agui_stream
+from test_adapters_support import Recorded, record, store  # noqa: F401  (fixture)
 
 asyncio_mark = pytest.mark.asyncio
 

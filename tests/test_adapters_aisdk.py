@@ -9,8 +9,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from protocol_verify.aisdk import UiStreamError, part_types, verify_ui_stream
-from test_adapters_support import Recorded, record, store  # noqa: F401  (fixture)
 
 from eventlog.events import Message, MessageAppended, ToolCallCompleted, ToolCallDecided, ToolCallDecision
 from gateway.adapters.aisdk import (
@@ -25,6 +23,9 @@ from gateway.adapters.aisdk import (
 from gateway.adapters.common import AdapterInputError, ResumeError, UnknownInterrupt
 from runtime import PermissionPlugin
 from runtime.models import ModelRequestRejected, Turn
+
+from protocol_verify.aisdk import UiStreamError, part_types, verify_ui_stream
+from test_adapters_support import Recorded, record, store  # noqa: F401  (fixture)
 
 asyncio_mark = pytest.mark.asyncio
 

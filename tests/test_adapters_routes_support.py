@@ -14,10 +14,6 @@ from typing import Any
 
 import nats
 from aiohttp.test_utils import TestClient, TestServer
-from protocol_verify.agui import parse_sse
-from protocol_verify.aisdk import parse_ui_sse
-from test_adapters_support import ALL_TOOLS
-from test_http_support import stop_runner
 
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
@@ -29,6 +25,11 @@ from projections.kv import KVViewStore
 from projections.runner import ProjectionRunner
 from runtime import AgentSpec, NatsLiveSink, Runtime
 from runtime.models import ScriptedModel
+
+from protocol_verify.agui import parse_sse
+from protocol_verify.aisdk import parse_ui_sse
+from test_adapters_support import ALL_TOOLS
+from test_http_support import stop_runner
 
 TIMEOUT = 30
 #: The backend tools. Frontend tools are not declared here: AG-UI requests list them (`tools`),

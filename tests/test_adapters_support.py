@@ -7,8 +7,6 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from test_runtime_support import store  # noqa: F401  (fixture)
-
 from eventlog.events import Message, StoredCommit
 from runtime import (
     AgentSpec,
@@ -23,6 +21,8 @@ from runtime import (
     tool,
 )
 from runtime.models import ScriptedModel
+
+from test_runtime_support import store  # noqa: F401  (fixture)
 
 
 @tool

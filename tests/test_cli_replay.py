@@ -18,10 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import replay_app
 import structlog
-import test_hitl_support as S
-from test_hitl_scenarios import resume_in_process, start_waiting
 from typer.testing import CliRunner
 
 from eventlog.events import InferenceCompleted, StatePatched, StoredCommit
@@ -29,6 +26,10 @@ from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
 from gateway.cli import app as cli_app
 from runtime import DeterministicEntropy
+
+import replay_app
+import test_hitl_support as S
+from test_hitl_scenarios import resume_in_process, start_waiting
 
 AGENTLOG = str(Path(sys.executable).parent / "agentlog")
 ROOT = Path(__file__).resolve().parent.parent

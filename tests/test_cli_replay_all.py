@@ -24,9 +24,6 @@ from typing import Any
 
 import pytest
 import structlog
-import test_hitl_support as S
-from test_hitl_scenarios import resume_in_process, start_waiting
-from test_replay import _scenario_cases, all_commits
 from typer.testing import CliRunner
 
 from eventlog.events import StoredCommit, ToolCallCompleted
@@ -34,6 +31,10 @@ from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
 from gateway.cli import app as cli_app
 from runtime.replay import plan_replay, verify_run
+
+import test_hitl_support as S
+from test_hitl_scenarios import resume_in_process, start_waiting
+from test_replay import _scenario_cases, all_commits
 
 #: These tests prove re-executed tools are checked: opt in to re-execution (the default answers
 #: every tool from the log, see tests/test_cli_replay.py); an explicit `tools_from_log=` still wins.

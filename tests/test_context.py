@@ -10,13 +10,14 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_runtime_support import events_of, logged, store  # noqa: F401  (fixture)
 
 from eventlog.events import ContextCompacted, Message, ToolCall
 from runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime, tool
 from runtime.context import SUMMARY_MESSAGE_ID, ContextPolicy, estimate_tokens, fit, plan_summary, units
 from runtime.models import ScriptedModel, Turn
 from runtime.replay import ReplayApp, verify_run
+
+from test_runtime_support import events_of, logged, store  # noqa: F401  (fixture)
 
 # -- pure ------------------------------------------------------------------------------------------
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import msgspec
 import pytest
-from test_runtime_support import shape, store, thread_log  # noqa: F401  (fixture)
 
 from eventlog.codec import decode_commit, encode_commit
 from eventlog.events import Commit, RunFinished, RunStarted, RunSuspended, ToolCallDecided, ToolCallDecision
@@ -30,6 +29,8 @@ from runtime.models import ToolSpec
 from runtime.models.scripted import ScriptedModel, Turn, last_tool_result
 from runtime.replay import ReplayApp, verify_run
 from runtime.worker import Worker
+
+from test_runtime_support import shape, store, thread_log  # noqa: F401  (fixture)
 
 CONFIRM = {"name": "confirm", "description": "Ask the user to confirm",
            "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}}

@@ -18,14 +18,15 @@ from typing import Any
 
 import msgspec
 import pytest
-import test_hitl_support as S
-from test_runtime_support import events_of, shape, store, thread_log  # noqa: F401  (fixture)
 
 from eventlog.events import StoredCommit
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
 from projections.fold import fold_commits
 from runtime import CallNotSuspended, InvalidDecision, RunNotFound, RunNotWaiting, UnknownCall
+
+import test_hitl_support as S
+from test_runtime_support import events_of, shape, store, thread_log  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.asyncio
 

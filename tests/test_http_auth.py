@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from test_http_support import TIMEOUT, Api, body, error, open_api, recorded_thread
 
 from gateway.http.auth import parse_tokens, resolve_tokens
+
+from test_http_support import TIMEOUT, Api, body, error, open_api, recorded_thread
 
 TOKENS = "admin, ta:tenantA, tb:tenantB"
 

@@ -19,7 +19,6 @@ from typing import Any
 import msgspec
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from test_http_support import TIMEOUT, body, error, stop_runner
 
 from eventlog.events import (
     Commit,
@@ -36,6 +35,8 @@ from eventlog.server import EmbeddedNatsServer
 from gateway.http import Settings, create_app
 from projections.kv import KVViewStore
 from projections.runner import ProjectionRunner
+
+from test_http_support import TIMEOUT, body, error, stop_runner
 
 _encode = msgspec.json.Encoder().encode
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from test_http_support import TIMEOUT, Api, api, body, error, recorded_thread  # noqa: F401
-
 from eventlog.events import RunStarted
+
+from test_http_support import TIMEOUT, Api, api, body, error, recorded_thread  # noqa: F401
 
 
 async def _runs(api: Api) -> int:

@@ -6,10 +6,11 @@ import asyncio
 from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
-from test_http_support import TIMEOUT, Api, api, body, error, open_api  # noqa: F401
 
 from gateway.http import Route, create_app
 from gateway.http.models import CreateThread
+
+from test_http_support import TIMEOUT, Api, api, body, error, open_api  # noqa: F401
 
 
 async def test_health_live_and_metrics(api: Api) -> None:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from test_http_support import TIMEOUT, Api, api, error, recorded_thread, sse_events  # noqa: F401
-
 from eventlog.events import RunFinished, RunStarted, StepStarted, Termination
 from gateway.http.sse import Pump
+
+from test_http_support import TIMEOUT, Api, api, error, recorded_thread, sse_events  # noqa: F401
 
 
 async def _all(api: Api, path: str, **headers: str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from test_http_support import TIMEOUT, Api, api, body, error, recorded_thread  # noqa: F401
 
 
@@ -113,10 +114,10 @@ async def test_read_your_writes_with_min_seq(api: Api) -> None:
 async def test_min_seq_beyond_the_log_is_400_and_a_lagging_view_is_503(nats_server) -> None:
     """A seq the log does not have is the client's mistake (400, nothing to wait for); a seq the
     log has but the views have not reached within `read_wait` is a 503 to retry."""
-    from test_http_support import open_api, stop_runner
-
     from eventlog.events import ThreadCreated
     from gateway.http import Settings
+
+    from test_http_support import open_api, stop_runner
 
     async with asyncio.timeout(TIMEOUT), open_api(nats_server, settings=Settings(read_wait=0.05)) as api:
         data = await error(await api.client.get("/v1/threads", params={"min_seq": 10**9}), 400, "min_seq_ahead")

@@ -7,10 +7,11 @@ import asyncio
 from typing import Any
 
 import pytest
-from test_http_support import TIMEOUT, body, error, sse_events
-from test_http_write_support import Stack, open_stack, suspended_call
 
 from gateway.http.context import SERVICES
+
+from test_http_support import TIMEOUT, body, error, sse_events
+from test_http_write_support import Stack, open_stack, suspended_call
 
 pytestmark = pytest.mark.asyncio
 

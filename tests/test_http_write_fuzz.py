@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+
 from test_http_support import TIMEOUT
 from test_http_write_support import open_stack
 from test_nats_service import examples, until

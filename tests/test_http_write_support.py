@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
-from test_http_support import Api, stop_runner
 
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
@@ -27,6 +26,8 @@ from projections.runner import ProjectionRunner
 from runtime import AgentSpec, PermissionPlugin, Runtime, ToolContext, tool
 from runtime.models.scripted import ScriptedModel, Turn
 from runtime.worker import Worker
+
+from test_http_support import Api, stop_runner
 
 AGENTS = ("approver", "quick")
 

@@ -14,10 +14,11 @@ import asyncio
 from typing import Any
 
 import pytest
-from input_support import AGENT, TIMEOUT, Stack, open_stack
 
 from eventlog.server import EmbeddedNatsServer
 from runtime.commands import COMMANDS_STREAM
+
+from input_support import AGENT, TIMEOUT, Stack, open_stack
 
 
 async def _queued(s: Stack) -> int:

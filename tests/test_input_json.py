@@ -19,11 +19,12 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from input_support import AGENT, TIMEOUT, Stack, adapter_call, http_call, nats_call, open_stack, waiting_run
 
 from eventlog.server import EmbeddedNatsServer
 from gateway.adapters import nats_routes
 from gateway.json_input import MAX_DEPTH, InvalidJson, check_depth, parse_json
+
+from input_support import AGENT, TIMEOUT, Stack, adapter_call, http_call, nats_call, open_stack, waiting_run
 
 SURROGATE = "\ud800"
 
@@ -207,11 +208,11 @@ async def test_frontend_tool_result_holding_hostile_json_is_taken_as_text(
     """The content is parsed as JSON when it is JSON we can store; otherwise it is the text.
     Before: json.loads gave a lone surrogate (the decision commit failed to encode: RUN_ERROR)
     or raised RecursionError (not a ValueError: the request crashed)."""
+    from runtime.models import Turn
+
     from test_adapters_routes import agui_ok, run_input, user
     from test_adapters_routes_support import Http
     from test_adapters_routes_support import open_stack as open_adapters
-
-    from runtime.models import Turn
 
     pick = {"name": "pick", "description": "d", "parameters": {"type": "object"}}
     async with asyncio.timeout(TIMEOUT), open_adapters(nats_server, [Turn.tool("pick", {}), "done"]) as stack:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 
-from input_support import AGENT, TIMEOUT, http_call, nats_call, open_stack, waiting_run
-
 from eventlog.server import EmbeddedNatsServer
+
+from input_support import AGENT, TIMEOUT, http_call, nats_call, open_stack, waiting_run
 
 TOKENS = "ta:tenantA,tb:tenantB"
 A = {"Authorization": "Bearer ta"}

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from test_http_support import TIMEOUT, body
 from test_http_write_support import suspended_call
 from test_inspector_support import AGENT, inspect_app, open_stack, waiting_run

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from test_http_write import until_status
-from test_http_write_support import Stack, open_stack
-
 from runtime import AgentSpec, PermissionPlugin, Runtime, ToolContext, tool
 from runtime.models.scripted import ScriptedModel, Turn
+
+from test_http_write import until_status
+from test_http_write_support import Stack, open_stack
 
 AGENT = "inspect"
 

@@ -12,7 +12,6 @@ import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_runtime_support import events_of, logged, store  # noqa: F401  (fixture, on the server above)
 
 from eventlog import CommitTooLarge, EmbeddedNatsServer
 from eventlog.codec import decode_commit, encode_commit
@@ -22,6 +21,8 @@ from eventlog.payloads import PayloadMissing, has_refs, offload, resolve
 from runtime import AgentSpec, DeterministicEntropy, Runtime, tool
 from runtime.models import ScriptedModel, Turn
 from runtime.replay import ReplayApp, verify_run
+
+from test_runtime_support import events_of, logged, store  # noqa: F401  (fixture, on the server above)
 
 LIMIT = 64 * 1024
 BIG = 100 * 1024

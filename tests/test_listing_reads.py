@@ -16,7 +16,6 @@ from typing import Any
 
 import nats
 from aiohttp.test_utils import TestClient, TestServer
-from test_http_support import body, stop_runner
 
 from eventlog import collect
 from eventlog.events import Commit, RunFinished, RunStarted, Termination, ThreadCreated
@@ -27,6 +26,8 @@ from projections.kv import KVViewStore
 from projections.rebuild import rebuild
 from projections.runner import ProjectionRunner
 from projections.synth import history_of_size
+
+from test_http_support import body, stop_runner
 
 TIMEOUT = 120
 

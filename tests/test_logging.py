@@ -11,11 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import test_hitl_support as S
-from test_hitl_scenarios import resume_in_process, start_waiting
-
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
+
+import test_hitl_support as S
+from test_hitl_scenarios import resume_in_process, start_waiting
 
 ROOT = Path(__file__).resolve().parent.parent
 

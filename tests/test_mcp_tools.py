@@ -17,7 +17,6 @@ from typing import Any
 
 import msgspec
 import pytest
-from test_runtime_support import events_of, logged, store  # noqa: F401  (fixture)
 
 from runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime
 from runtime.live import NatsLiveSink
@@ -25,6 +24,8 @@ from runtime.mcp import McpError, McpServerConfig, McpToolset
 from runtime.models import ScriptedModel, Turn
 from runtime.replay import ReplayApp, verify_run
 from runtime.tools import ToolRegistry
+
+from test_runtime_support import events_of, logged, store  # noqa: F401  (fixture)
 
 #: These tests prove re-executed tools are checked: opt in to re-execution (the default answers
 #: every tool from the log, see tests/test_cli_replay.py); an explicit `tools_from_log=` still wins.

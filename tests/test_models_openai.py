@@ -8,7 +8,6 @@ import json
 from collections.abc import AsyncIterator
 
 import pytest
-from fake_openai import FakeOpenAI, Reply, chunk
 
 from eventlog.events import Message, ToolCall, Usage
 from runtime.models import (
@@ -25,6 +24,8 @@ from runtime.models import (
     ToolSpec,
     complete,
 )
+
+from fake_openai import FakeOpenAI, Reply, chunk
 
 FAST = RetryPolicy(max_attempts=3, base_delay=0.001, max_delay=0.002)
 

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_http_support import TIMEOUT
-from test_http_write_support import Stack, open_stack
 
 from gateway.nats_service import endpoint_subjects, start_nats_service
+
+from test_http_support import TIMEOUT
+from test_http_write_support import Stack, open_stack
 
 pytestmark = pytest.mark.asyncio
 

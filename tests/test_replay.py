@@ -16,9 +16,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import test_runtime_scenarios as scenarios
-import test_runtime_stop as stops
-from test_runtime_support import logged, store  # noqa: F401  (fixture)
 
 from eventlog.events import StoredCommit
 from runtime import AddContext, AgentSpec, DeterministicEntropy, Plugin, Runtime, ToolContext, tool
@@ -31,6 +28,10 @@ from runtime.replay import (
     request_digest,
     verify_run,
 )
+
+import test_runtime_scenarios as scenarios
+import test_runtime_stop as stops
+from test_runtime_support import logged, store  # noqa: F401  (fixture)
 
 #: These tests prove re-executed tools are checked: opt in to re-execution (the default answers
 #: every tool from the log, see tests/test_cli_replay.py); an explicit `tools_from_log=` still wins.

@@ -16,8 +16,6 @@ from typing import Any
 import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
-from test_replay import app, record
-from test_runtime_support import store  # noqa: F401  (fixture)
 
 from eventlog.events import InferenceCompleted, Message, StoredCommit
 from runtime.models.base import ModelRequest, ToolSpec
@@ -28,6 +26,9 @@ from runtime.replay import (
     request_part_digests,
     verify_run,
 )
+
+from test_replay import app, record
+from test_runtime_support import store  # noqa: F401  (fixture)
 
 BASE = ModelRequest(model="m", messages=[Message(id="system", role="system", content="Be exact."),
                                          Message(id="u1", role="user", content="hi")],

@@ -16,14 +16,15 @@ import functools
 from typing import Any
 
 import pytest
-import test_hitl_support as S
-from test_hitl_scenarios import resume_in_process, start_waiting
-from test_runtime_support import store, thread_log  # noqa: F401  (fixture)
 
 from eventlog.events import ToolCallCompleted
 from runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime, ToolContext, tool
 from runtime.models import ScriptedModel, Turn
 from runtime.replay import NonDeterminismError, ReplayApp, next_session, plan_replay, verify_run
+
+import test_hitl_support as S
+from test_hitl_scenarios import resume_in_process, start_waiting
+from test_runtime_support import store, thread_log  # noqa: F401  (fixture)
 
 #: These tests prove re-executed tools are checked: opt in to re-execution (the default answers
 #: every tool from the log, see tests/test_cli_replay.py); an explicit `tools_from_log=` still wins.

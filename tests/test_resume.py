@@ -19,12 +19,13 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from test_runtime_support import shape, store, thread_log  # noqa: F401  (fixture)
 
 from eventlog.events import Commit, StoredCommit
 from eventlog.memory import MemoryEventStore
 from runtime import AgentSpec, DeterministicEntropy, Runtime, ToolContext, ToolResult, tool
 from runtime.models.scripted import ScriptedCall, ScriptedModel, Turn
+
+from test_runtime_support import shape, store, thread_log  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.asyncio
 

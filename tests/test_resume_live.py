@@ -14,11 +14,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from test_runtime_support import shape, store, thread_log  # noqa: F401  (fixture)
 
 from runtime import AgentSpec, DeterministicEntropy, Runtime, ToolContext, ToolResult, tool
 from runtime.models.scripted import ScriptedCall, ScriptedModel, Turn
 from runtime.runtime import CommittedEvent
+
+from test_runtime_support import shape, store, thread_log  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.asyncio
 

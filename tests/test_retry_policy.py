@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fake_openai import FakeOpenAI, Reply, chunk
-from test_runtime_support import store  # noqa: F401  (fixture)
-
 from runtime import AgentSpec, RetryPolicy, Runtime
 from runtime.models import OpenAIChatModel
 from runtime.models import RetryPolicy as ClientRetryPolicy
+
+from fake_openai import FakeOpenAI, Reply, chunk
+from test_runtime_support import store  # noqa: F401  (fixture)
 
 #: The client alone would try each model 3 times (fast delays, so a regression fails quickly).
 CLIENT_RETRY = ClientRetryPolicy(max_attempts=3, base_delay=0.001, max_delay=0.002)

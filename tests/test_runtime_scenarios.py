@@ -9,16 +9,6 @@ from typing import Any
 import msgspec
 import nats
 import pytest
-from test_runtime_support import (  # noqa: F401  (fixture)
-    DONE_CALL,
-    FINAL_TEXT,
-    INFER_TOOL,
-    START,
-    events_of,
-    logged,
-    shape,
-    store,
-)
 
 from eventlog.events import Message, ToolCall
 from runtime import (
@@ -34,6 +24,17 @@ from runtime import (
     tool,
 )
 from runtime.models import ScriptedModel, Turn
+
+from test_runtime_support import (  # noqa: F401  (fixture)
+    DONE_CALL,
+    FINAL_TEXT,
+    INFER_TOOL,
+    START,
+    events_of,
+    logged,
+    shape,
+    store,
+)
 
 pytestmark = pytest.mark.asyncio
 

@@ -10,10 +10,11 @@ import asyncio
 from typing import Any
 
 import pytest
-import test_hitl_support as S
-from test_runtime_support import store  # noqa: F401  (fixture)
 
 from runtime import RunConflict, RunNotFound
+
+import test_hitl_support as S
+from test_runtime_support import store  # noqa: F401  (fixture)
 
 WAIT = 20.0
 

@@ -8,15 +8,6 @@ import asyncio
 from typing import Any
 
 import pytest
-from test_runtime_support import (  # noqa: F401  (fixture)
-    DONE_CALL,
-    INFER_TOOL,
-    START,
-    events_of,
-    logged,
-    shape,
-    store,
-)
 
 from eventlog.events import Usage
 from runtime import (
@@ -39,6 +30,16 @@ from runtime import (
     tool,
 )
 from runtime.models import ModelRequestRejected, ModelUnavailable, ScriptedModel, Turn
+
+from test_runtime_support import (  # noqa: F401  (fixture)
+    DONE_CALL,
+    INFER_TOOL,
+    START,
+    events_of,
+    logged,
+    shape,
+    store,
+)
 
 pytestmark = pytest.mark.asyncio
 

@@ -34,9 +34,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
-from test_http_write_support import open_stack
 
 from eventlog.server import EmbeddedNatsServer
+
+from test_http_write_support import open_stack
 
 MAX_EXAMPLES = int(os.environ.get("AGENTLOG_SCHEMATHESIS_EXAMPLES", "20"))
 #: Valid input (does the happy path hold up?) and schema-violating input (is it a clean 4xx?).

@@ -14,7 +14,6 @@ from typing import Any
 
 import msgspec
 import pytest
-from test_runtime_support import store, thread_log  # noqa: F401  (fixture)
 
 from eventlog.events import Position, StoredCommit
 from eventlog.memory import MemoryEventStore
@@ -25,6 +24,8 @@ from runtime import AgentSpec, DeterministicEntropy, Runtime, ToolContext, ToolR
 from runtime.hitl import CallNotSuspended
 from runtime.models.scripted import ScriptedModel, Turn
 from runtime.snapshot import KVSnapshotStore, SnapshotWriter, decode_snapshot, encode_snapshot
+
+from test_runtime_support import store, thread_log  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.asyncio
 

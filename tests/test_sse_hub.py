@@ -10,11 +10,12 @@ import json
 from typing import Any
 
 import pytest
-from test_http_support import TIMEOUT, Api, api, sse_events  # noqa: F401
 
 from eventlog.events import ThreadCreated, ThreadMetadataUpdated
 from eventlog.subjects import EVENTS_STREAM
 from gateway.http.sse import HUB, FollowHub, SlowFollower
+
+from test_http_support import TIMEOUT, Api, api, sse_events  # noqa: F401
 
 pytestmark = pytest.mark.asyncio
 

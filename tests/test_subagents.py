@@ -9,13 +9,14 @@ import asyncio
 from typing import Any
 
 import pytest
-from test_runtime_support import store  # noqa: F401  (fixture)
 
 from eventlog.events import RunFinished, RunStarted, ThreadCreated
 from runtime import AgentSpec, PermissionPlugin, Runtime, ToolContext, tool
 from runtime.live import MemoryLiveSink
 from runtime.models.scripted import ScriptedModel, Turn
 from runtime.subagents import SubAgents, child_ids, verify_tree
+
+from test_runtime_support import store  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.asyncio
 TIMEOUT = 30

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 
-import subagents_app
 from typer.testing import CliRunner
 
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
 from gateway.cli import app as cli_app
 from runtime.subagents import child_ids
+
+import subagents_app
 
 runner = CliRunner()
 

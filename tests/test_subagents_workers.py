@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_worker_support import Watch, kill_all, read_lines, spawn_worker
 
 from eventlog.events import RunStarted
 from eventlog.jetstream import JetStreamEventStore
@@ -21,6 +20,8 @@ from eventlog.server import EmbeddedNatsServer
 from projections.fold import fold_commits
 from runtime.commands import CommandClient, Decide, StartRun
 from runtime.subagents import child_ids
+
+from test_worker_support import Watch, kill_all, read_lines, spawn_worker
 
 pytestmark = pytest.mark.asyncio
 

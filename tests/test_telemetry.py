@@ -12,7 +12,6 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
-from test_runtime_support import store  # noqa: F401  (fixture)
 
 from eventlog.events import (
     Commit,
@@ -30,6 +29,8 @@ from eventlog.events import (
 from runtime import AgentSpec, Runtime, ToolContext, tool
 from runtime.models.scripted import ScriptedModel, Turn
 from runtime.telemetry import AgentMetrics, LiveTracer, spans_from_commits, trace_run
+
+from test_runtime_support import store  # noqa: F401  (fixture)
 
 
 @tool

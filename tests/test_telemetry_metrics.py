@@ -12,15 +12,16 @@ from typing import Any
 
 import aiohttp
 import pytest
-from test_http_support import TIMEOUT, body
-from test_http_write import until_status
-from test_http_write_support import open_stack
-from test_worker_support import REPO, TESTS, Watch, kill_all
 
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
 from gateway.http.context import SERVICES
 from runtime.commands import CommandClient, StartRun
+
+from test_http_support import TIMEOUT, body
+from test_http_write import until_status
+from test_http_write_support import open_stack
+from test_worker_support import REPO, TESTS, Watch, kill_all
 
 pytestmark = pytest.mark.asyncio
 

@@ -9,8 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import worker_app
-from test_worker_support import Watch, kill_all, message_list, read_lines, spawn_worker
 
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
@@ -27,6 +25,9 @@ from runtime.commands import (
     encode_command,
 )
 from runtime.worker import Worker
+
+import worker_app
+from test_worker_support import Watch, kill_all, message_list, read_lines, spawn_worker
 
 pytestmark = pytest.mark.asyncio
 

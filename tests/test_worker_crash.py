@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import worker_app
-from test_worker_support import Watch, kill_all, message_list, read_lines, spawn_worker, thread_state
 
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
 from runtime.commands import CommandClient, Decide, StartRun
+
+import worker_app
+from test_worker_support import Watch, kill_all, message_list, read_lines, spawn_worker, thread_state
 
 pytestmark = pytest.mark.asyncio
 
