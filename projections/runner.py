@@ -93,7 +93,9 @@ class ProjectionRunner:
         #: Called with the run views each batch wrote, once the batch is acked and visible (so
         #: it never delays read-your-writes): derived caches kept by someone else, e.g. the
         #: runtime's run-context snapshots (`runtime.snapshot.SnapshotWriter`). Its failures are
-        #: logged and never fail the batch.
+        #: logged and never fail the batch. If it also has `threads_deleted`, that is awaited with
+        #: the views of the threads the batch deleted (`ThreadDeleted`), so the cache can drop
+        #: what it keeps for them (the snapshot writer: their runs' snapshots).
         self.after_batch = after_batch
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -251,6 +253,14 @@ class ProjectionRunner:
                 await self.after_batch(list(touched.runs.values()))
             except Exception:  # noqa: BLE001 - a cache writer must not stop the projections
                 log.exception("after_batch hook failed")
+        deleted_hook = getattr(self.after_batch, "threads_deleted", None)
+        deleted = [t for t in touched.threads.values()
+                   if t.deleted and not getattr(before.threads.get(t.thread_id), "deleted", False)]
+        if deleted_hook is not None and deleted:
+            try:
+                await deleted_hook(deleted)
+            except Exception:  # noqa: BLE001 - as above
+                log.exception("threads_deleted hook failed")
 
     async def _load(self, folder: Folder, decoded: list) -> Views:
         """Seed `folder` with the views the batch touches; returns them (before the batch)."""

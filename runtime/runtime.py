@@ -46,7 +46,7 @@ from .live import LiveSink, NullLiveSink
 from .loop import RunConflict, RunContext, RunLoop, fold_context, get_logger
 from .models.base import Model, ToolSpec
 from .outage import OutagePolicy
-from .snapshot import RunSnapshot, SnapshotStore, load_snapshot, save_snapshot
+from .snapshot import LoadedSnapshot, RunSnapshot, SnapshotStore, load_snapshot, make_snapshot, save_snapshot
 from .tools import Tool, ToolRegistry
 
 _log = get_logger()
@@ -100,7 +100,7 @@ class _Loaded(NamedTuple):
     version: int
     run_commits: list[StoredCommit]
     older_messages: Callable[[], Awaitable[list[Message]]] | None = None
-    snapshot: RunSnapshot | None = None
+    snapshot: LoadedSnapshot | None = None
 
 
 class RunHandle:
@@ -129,6 +129,9 @@ class RunHandle:
         self._done = False
         self._task: asyncio.Task[RunContext] | None = None
         self._loop: RunLoop | None = None
+        #: The snapshot chunks already in the store (those of the snapshot this handle resumed
+        #: from): the run's next snapshot does not write them again.
+        self.stored_chunks: frozenset[str] = frozenset()
 
     def request_cancel(self) -> bool:
         """Signal the run's loop in this process to cancel, without appending anything (the
@@ -467,9 +470,10 @@ class Runtime:
             raise ValueError("write_snapshot needs Runtime(snapshots=...)")
         validate_run_id(run_id)
         loaded = await self._load_from_run_snapshot(run_id, thread_id) or await self._load_folded(run_id, thread_id)
-        snap = RunSnapshot.of(seq=loaded.version, agent_id=loaded.spec.id, ctx=loaded.ctx,
-                              run=self._handle_for(loaded).view())
-        await save_snapshot(self.snapshots, snap)
+        snap, chunks = make_snapshot(seq=loaded.version, agent_id=loaded.spec.id, ctx=loaded.ctx,
+                                     run=self._handle_for(loaded).view(),
+                                     known=loaded.snapshot.chunks if loaded.snapshot else frozenset())
+        await save_snapshot(self.snapshots, snap, chunks)
         return snap
 
     def _save_run_snapshot(self, loop: RunLoop, handle: RunHandle) -> None:
@@ -480,17 +484,18 @@ class Runtime:
         the stopped loop's context afterwards (a later resume folds its own)."""
         if self.snapshots is None or not loop.snapshot_ready:
             return
-        task = asyncio.get_running_loop().create_task(self._write_snapshot_later(loop, handle.view()))
+        task = asyncio.get_running_loop().create_task(
+            self._write_snapshot_later(loop, handle.view(), handle.stored_chunks))
         self._snapshot_writes.add(task)
         task.add_done_callback(self._snapshot_writes.discard)
 
-    async def _write_snapshot_later(self, loop: RunLoop, view: RunView) -> None:
+    async def _write_snapshot_later(self, loop: RunLoop, view: RunView, known: frozenset[str]) -> None:
         # Yield first, so whoever awaits the run's result runs before the encoding (CPU work
         # that grows with the run's length); this only orders work, nothing waits on time.
         for _ in range(3):
             await asyncio.sleep(0)
-        snap = RunSnapshot.of(seq=loop.version, agent_id=loop.spec.id, ctx=loop.ctx, run=view)
-        await save_snapshot(self.snapshots, snap)  # type: ignore[arg-type]
+        snap, chunks = make_snapshot(seq=loop.version, agent_id=loop.spec.id, ctx=loop.ctx, run=view, known=known)
+        await save_snapshot(self.snapshots, snap, chunks)  # type: ignore[arg-type]
 
     async def flush_snapshots(self) -> None:
         """Wait for the snapshot writes in flight (tests, benchmarks, shutdown)."""
@@ -654,6 +659,7 @@ class Runtime:
             store = self.store
             handle = RunHandle(run_id, loaded.thread_id, loaded.spec.id, base=loaded.snapshot.run_view,
                                base_seq=loaded.snapshot.seq, older=lambda: store.read_run(run_id))
+            handle.stored_chunks = loaded.snapshot.chunks
         for sc in loaded.run_commits:
             handle._on_commit(sc)
         return handle

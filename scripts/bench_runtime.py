@@ -10,10 +10,11 @@ object with every figure: {"bench": "runtime", ...}.
     scripts/bench_runtime.py --profile  # + cProfile of the durable step path
 
 Cold resume (DESIGN 4.4): a run waits on a pending tool in a thread with 10 or 1,000 prior events;
-a freshly constructed Runtime (new objects, nothing in memory, `views=KVViewStore` holding the
-thread view snapshot a caught-up projection runner would have written after the prior events)
-takes the decision: latency from `decide(..., thread_id=)` being called to the replayed tool
-starting, p50/p95 over many waiting runs.
+a freshly constructed Runtime (new objects, `snapshots=KVSnapshotStore` holding the run-context
+snapshot the waiting run's worker wrote when it suspended: the small entry, its chunks in this
+process's chunk cache, as on the worker that ran it) takes the decision: latency from
+`decide(..., thread_id=)` being called to the replayed tool starting, p50/p95 over many waiting
+runs. (Until issue #13 this section measured the thread-view path, `views=KVViewStore`.)
 
 Features on (issue #15): the same 20-step runs with the tool served by a real MCP server (stdio
 subprocess, tests/mcp_server.py) and a context policy that shrinks, truncates and summarises
@@ -53,8 +54,6 @@ from eventlog.events import (
 )
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
-from projections.fold import fold_commits
-from projections.kv import KVViewStore
 from runtime import (
     AgentSpec,
     ContextPolicy,
@@ -67,6 +66,7 @@ from runtime import (
 )
 from runtime.models import ScriptedModel, Turn
 from runtime.replay import replay_throughput
+from runtime.snapshot import KVSnapshotStore
 
 STEPS = 20
 
@@ -198,10 +198,10 @@ def approve(ctx: ToolContext) -> Any:
     return "approved"
 
 
-def resume_runtime(store: Any, views: Any = None) -> Runtime:
+def resume_runtime(store: Any, snapshots: Any = None) -> Runtime:
     model = ScriptedModel([lambda req: "ok" if req.messages[-1].role == "tool" else Turn.tool("approve")], loop=True)
     agent = AgentSpec(id="cold", model=model, tools=["approve"], tool_execution_mode="sequential")
-    return Runtime(store, agents=[agent], tools=[approve], views=views)
+    return Runtime(store, agents=[agent], tools=[approve], snapshots=snapshots)
 
 
 async def prefill(store: Any, thread_id: str, events: int) -> None:
@@ -222,23 +222,22 @@ async def prefill(store: Any, thread_id: str, events: int) -> None:
                               ts=1, events=evs), seq)
 
 
-async def cold_resume(store: Any, history: int, samples: int, views: Any = None) -> list[float]:
+async def cold_resume(store: Any, history: int, samples: int, snapshots: Any = None) -> list[float]:
     """Latencies (ms) from decide() on a brand-new Runtime to the replayed tool starting.
 
-    With `views` (a KVViewStore), the thread view snapshot is written after the prefill, as a
-    caught-up projection runner would have; the waiting run's own commits are the tail."""
+    With `snapshots` (a KVSnapshotStore), the waiting run's worker wrote its run-context snapshot
+    when it suspended (awaited here, untimed); the tail after it is empty."""
     out: list[float] = []
     for i in range(samples):
         thread_id = f"cold{history}x{i}"
         await prefill(store, thread_id, history)
-        if views is not None:
-            prior = [sc async for sc in store.read_thread(thread_id)]
-            await views.put_views(fold_commits(prior).threads.values(), [])
-        waiting = await resume_runtime(store).run("cold", "go", thread_id=thread_id, parent_run_id=f"{thread_id}-r0")
+        first = resume_runtime(store, snapshots)
+        waiting = await first.run("cold", "go", thread_id=thread_id, parent_run_id=f"{thread_id}-r0")
         assert waiting.status == "waiting", waiting
+        await first.flush_snapshots()
         _tool_started.clear()
         t0 = time.perf_counter()
-        fresh = resume_runtime(store, views)  # new objects: nothing of the waiting run in memory
+        fresh = resume_runtime(store, snapshots)  # new objects: nothing of the waiting run in memory
         res = await fresh.decide(waiting.run_id, [{"target_id": "call_0_0", "decision_id": f"d{i}",
                                                    "action": "resume", "result": {"ok": True}}],
                                  thread_id=thread_id)
@@ -321,9 +320,9 @@ async def main() -> None:
                 mem_s, mem_steps, mem_commits = mem_best
                 raw = await raw_publish(store, 500 if args.quick else 2000)
                 samples = 15 if args.quick else 50
-                views = await KVViewStore.open(store.nc)
-                await cold_resume(store, 10, 3, views)  # warm up
-                cold = {h: await cold_resume(store, h, samples, views) for h in (10, 1000)}
+                snaps = await KVSnapshotStore.open(store.nc)
+                await cold_resume(store, 10, 3, snaps)  # warm up
+                cold = {h: await cold_resume(store, h, samples, snaps) for h in (10, 1000)}
                 rp_s, rp_events, rp_commits = await verified_replay(store, 10 if args.quick else 40)
                 feat = await features_on(store, rounds, max(1, per_round // 2))
                 areas: list[tuple[str, float]] = []

@@ -48,7 +48,17 @@ from projections.fold import RunFolder, fold_commits
 from projections.views import RunView
 from runtime import RunHandle
 from runtime.loop import RunContext, fold_context
-from runtime.snapshot import RunSnapshot, decode_snapshot, encode_snapshot
+from runtime.snapshot import (
+    ChunkCache,
+    RunSnapshot,
+    assemble,
+    chunk_key,
+    chunk_spans,
+    decode_chunk,
+    decode_snapshot,
+    encode_snapshot,
+    make_snapshot,
+)
 
 THREAD, RUN = "t-snap", "r-snap"
 CALLS = ["c1", "c2", "c3"]
@@ -100,30 +110,88 @@ def _history(raw: list[tuple[str | None, list[Any]]]) -> list[StoredCommit]:
     return commits
 
 
+def _round_trip(entry: RunSnapshot, chunks: dict[str, bytes], cache: ChunkCache) -> Any:
+    """What a resume in another process does: decode the stored entry, decode each chunk it
+    names from its stored bytes (checked against the digest), join them."""
+    restored = decode_snapshot(encode_snapshot(entry))
+    assert restored is not None and restored == entry
+    values = {}
+    for kind, digests in ((b"m", restored.message_chunks), (b"c", restored.call_chunks)):
+        for d in digests:
+            values[d] = cache.get(d) or decode_chunk(kind, d, chunks[d])
+            assert values[d] is not None
+    return assemble(restored, values)
+
+
 @given(st.lists(_commit, max_size=12), st.data())
 def test_snapshot_of_a_prefix_plus_the_rest_folds_to_the_whole(raw: list[Any], data: st.DataObject) -> None:
+    """For any cut and chunk size, read cold (chunks decoded from their bytes) or warm (from the
+    process cache): snapshot(prefix) + fold(rest) == fold(all), context and run view."""
     history = _history(raw)
     cut = data.draw(st.integers(1, len(history)))
+    chunk_size = data.draw(st.integers(1, 4))
+    warm = data.draw(st.booleans())
     prefix, rest = history[:cut], history[cut:]
 
     whole_ctx = fold_context(RunContext(thread_id=THREAD, run_id=RUN), history)
     whole_run = fold_commits(history).runs[RUN]
 
     run_prefix = [sc for sc in prefix if sc.commit.run_id == RUN]
-    snap = RunSnapshot.of(
-        seq=prefix[-1].seq, agent_id="a",
-        ctx=fold_context(RunContext(thread_id=THREAD, run_id=RUN), prefix),
-        run=fold_commits(run_prefix).runs[RUN],
-    )
-    restored = decode_snapshot(encode_snapshot(snap))
-    assert restored is not None and restored == snap
+    writer_cache = ChunkCache()
+    prefix_ctx = fold_context(RunContext(thread_id=THREAD, run_id=RUN), prefix)
+    entry, chunks = make_snapshot(seq=prefix[-1].seq, agent_id="a", ctx=prefix_ctx,
+                                  run=fold_commits(run_prefix).runs[RUN], chunk_size=chunk_size, cache=writer_cache)
+    assert set(chunks) == set(entry.chunks)  # nothing known yet: every chunk is to be written
+    assert len(entry.ctx.messages) < chunk_size  # only the unchunked rest is in the entry
+    loaded = _round_trip(entry, chunks, writer_cache if warm else ChunkCache())
+    assert loaded.ctx == prefix_ctx
 
-    assert fold_context(restored.ctx, rest) == whole_ctx
-    folder = RunFolder(restored.run_view())
+    assert fold_context(loaded.ctx, rest) == whole_ctx
+    folder = RunFolder(loaded.run_view())
     for sc in rest:
         if sc.commit.run_id == RUN:
             folder.apply(sc)
     assert folder.view() == whole_run
+
+    # the next snapshot of the resumed run: the same chunks stay (not written again), the
+    # messages and finished calls since then fill new ones
+    again, new = make_snapshot(seq=history[-1].seq, agent_id="a", ctx=loaded.ctx, run=folder.view(),
+                               known=loaded.chunks, chunk_size=chunk_size, cache=writer_cache)
+    assert not set(new) & loaded.chunks  # what the store has is not written again
+    final = _round_trip(again, {**chunks, **new}, ChunkCache())
+    assert final.ctx == whole_ctx and final.run_view() == whole_run
+
+
+@given(st.integers(0, 2000), st.integers(0, 2000), st.integers(1, 8), st.integers(2, 5), st.integers(0, 4))
+def test_chunk_spans_are_immutable_and_few(n: int, more: int, size: int, fanout: int, levels: int) -> None:
+    """Spans tile the full chunks of the prefix, each aligned to its size, at most fanout - 1
+    of a size below the largest allowed; growing the prefix only merges whole spans (a written
+    chunk never changes)."""
+    top = size * fanout**levels
+    spans = chunk_spans(n, size, fanout, top)
+    assert [s for s, _ in spans] == [0, *(e for _, e in spans)][: len(spans)]
+    assert (spans[-1][1] if spans else 0) == n - n % size
+    for start, end in spans:
+        assert start % (end - start) == 0 and (end - start) // size in {fanout ** k for k in range(12)}
+    lengths = [e - s for s, e in spans]
+    assert max(lengths, default=0) <= top
+    assert all(lengths.count(x) < fanout for x in set(lengths) if x < top)
+    later = chunk_spans(n + more, size, fanout, top)
+    assert all(any(s2 <= s and e <= e2 for s2, e2 in later) for s, e in spans)
+
+
+def test_chunks_whose_bytes_do_not_match_their_digest_are_a_miss() -> None:
+    ctx = RunContext(thread_id=THREAD, run_id=RUN, messages=[Message(id=f"m{i}", role="user", content="x")
+                                                             for i in range(5)])
+    entry, chunks = make_snapshot(seq=3, agent_id="a", ctx=ctx, run=RunView(run_id=RUN, thread_id=THREAD),
+                                  chunk_size=2, cache=ChunkCache())
+    assert len(entry.message_chunks) == 2 and [m.id for m in entry.ctx.messages] == ["m4"]
+    first, second = entry.message_chunks
+    assert decode_chunk(b"m", first, chunks[second]) is None  # another chunk's bytes
+    assert decode_chunk(b"c", first, chunks[first]) is None  # right bytes, other kind
+    assert decode_chunk(b"m", first, b"\xc1") is None
+    assert [m.id for m in decode_chunk(b"m", first, chunks[first])] == ["m0", "m1"]
+    assert chunk_key(THREAD, first) == f"c.{THREAD}.{first}"
 
 
 @given(st.lists(_commit, max_size=12))
@@ -138,8 +206,8 @@ def test_incremental_run_view_equals_the_fold_after_every_commit(raw: list[Any])
 
 
 def test_unusable_snapshot_bytes_are_a_miss() -> None:
-    snap = RunSnapshot.of(seq=3, agent_id="a", ctx=RunContext(thread_id=THREAD, run_id=RUN),
-                          run=RunView(run_id=RUN, thread_id=THREAD))
+    snap, _ = make_snapshot(seq=3, agent_id="a", ctx=RunContext(thread_id=THREAD, run_id=RUN),
+                            run=RunView(run_id=RUN, thread_id=THREAD))
     assert decode_snapshot(b"\xc1 not msgpack") is None
     assert decode_snapshot(msgspec.msgpack.encode({"seq": "x"})) is None
     assert decode_snapshot(encode_snapshot(msgspec.structs.replace(snap, v=99))) is None
@@ -204,3 +272,16 @@ def test_run_handle_folds_each_commit_once(monkeypatch: Any) -> None:
     monkeypatch.setattr(fold_mod._RunAcc, "apply", real)
     assert views[-1] == fold_commits(commits).runs[RUN]
     assert views[0] == fold_commits(commits[:1]).runs[RUN]  # an earlier view is not changed later
+
+
+def test_chunk_cache_evicts_least_recently_used_past_its_size_and_matches_by_identity() -> None:
+    cache = ChunkCache(capacity=100)
+    a, b, c = ([Message(id=f"{k}{i}", role="user") for i in range(3)] for k in "abc")
+    cache.put("da", tuple(a), 40)
+    cache.put("db", tuple(b), 40)
+    assert cache.get("da") is not None  # a is now the most recently used
+    cache.put("dc", tuple(c), 40)  # 120 > 100: b goes
+    assert (cache.get("db"), len(cache), cache.size) == (None, 2, 80)
+    assert cache.digest_of(a) == "da"  # the very objects of a cached chunk
+    assert cache.digest_of([Message(id=m.id, role="user") for m in a]) is None  # equal, not the same
+    assert cache.digest_of(b) is None  # evicted

@@ -104,7 +104,11 @@ async def test_foreground_child_is_a_real_run_with_lineage_progress_and_verified
     assert "RunFinished" in progress[-1]["data"]["events"]
     # verified replay across parent and child: agent_run answers from the log, no new run
     fresh, _ = app(store, agents, {"boss": ScriptedModel(["unused"]), "helper": ScriptedModel(["unused"])})
-    reports = await verify_tree(store, "pr", fresh)
+    reports = await verify_tree(store, "pr", fresh)  # the default: every tool answers from the log
+    assert [(r.run_id, r.ok) for r in reports] == [("pr", True), (child_run, True)]
+    assert [(r.tools_from_log, r.tools_executed) for r in reports] == [(1, 0), (1, 0)]
+    # opting in to re-execution runs the child's tool again; agent_run still answers from the log
+    reports = await verify_tree(store, "pr", fresh, tools_from_log=False)
     assert [(r.run_id, r.ok) for r in reports] == [("pr", True), (child_run, True)]
     assert reports[0].tools_from_log == 1 and reports[1].tools_executed == 1
 

@@ -34,7 +34,9 @@ def _record(url: str) -> None:
 def test_replay_verify_covers_parent_and_children(nats_server: EmbeddedNatsServer) -> None:
     _record(nats_server.url)
     child = child_ids("boss-run", "c-run")[1]
-    args = ["replay", "boss-run", "--verify", "--json", "--nats", nats_server.url, "--timeout", "5"]
+    # re-executing tools (not the default): a changed child tool must show as a divergence
+    args = ["replay", "boss-run", "--verify", "--reexecute-tools", "*", "--json", "--nats", nats_server.url,
+            "--timeout", "5"]
     ok = runner.invoke(cli_app, [*args, "--app", "tests.subagents_app:app"])
     assert ok.exit_code == 0, ok.output
     doc = json.loads(ok.stdout.strip().splitlines()[-1])

@@ -1,0 +1,161 @@
+"""Chunked run snapshots on a real nats-server (issue #13, resume cost independent of run length).
+
+A long run's messages and finished call views sit in immutable, content-addressed chunks written
+once; the run's entry holds only the rest. A resume on a worker that saw the chunks before reads
+nothing but the small entry; a worker that did not fetches the chunks (and writes the same log);
+a chunk that is gone is a miss and the log is folded. Deleting a thread deletes its snapshots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from eventlog.events import Commit, ThreadDeleted
+from eventlog.memory import MemoryEventStore
+from projections.kv import KVViewStore
+from projections.runner import ProjectionRunner
+from runtime import DeterministicEntropy
+from runtime.snapshot import CHUNKS, KVSnapshotStore, SnapshotWriter, chunk_key, decode_snapshot
+
+from test_runtime_support import store, thread_log  # noqa: F401  (fixture)
+from test_snapshot_resume import CountingStore, app, suspended_call
+
+pytestmark = pytest.mark.asyncio
+
+CYCLES = 40  # 81 messages, 40 calls: several chunks of 16
+
+
+class CountingSnapshots:
+    """The real snapshot store, recording the keys read and the bytes they returned."""
+
+    def __init__(self, inner: KVSnapshotStore) -> None:
+        self.inner = inner
+        self.reads: list[tuple[str, int]] = []
+
+    async def get(self, key: str) -> bytes | None:
+        data = await self.inner.get(key)
+        self.reads.append((key, len(data or b"")))
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def cycle(store: Any, snaps: Any, entropy: DeterministicEntropy, run_id: str, call: str, n: int,
+                *, cold_cache: bool = False) -> tuple[str, int]:
+    """One approval cycle by a fresh Runtime; returns (the next waiting call, commits read)."""
+    if cold_cache:
+        CHUNKS.clear()  # a worker process that never saw this run
+    counting = CountingStore(store)
+    rt = app(counting, entropy, snaps)
+    res = await rt.decide(run_id, [{"target_id": call, "decision_id": f"d{n}", "action": "resume",
+                                    "result": {"ok": True}, "updated_at": 1}])
+    assert res.handle is not None
+    result = await res.handle.result()
+    await rt.flush_snapshots()
+    assert result.status == "waiting", result
+    return suspended_call(result), counting.read
+
+
+async def long_run(store: Any, snaps: Any, thread_id: str, cycles: int, **kw: Any) -> tuple[str, str, Any]:
+    entropy = DeterministicEntropy(prefix=thread_id)
+    first = app(store, entropy, snaps)
+    result = await first.run("cycler", "go", thread_id=thread_id, run_id=f"{thread_id}-run")
+    await first.flush_snapshots()
+    call = suspended_call(result)
+    for n in range(cycles):
+        call, _ = await cycle(store, snaps, entropy, result.run_id, call, n, **kw)
+    return result.run_id, call, entropy
+
+
+async def test_a_warm_worker_reads_only_the_small_entry(store: Any) -> None:
+    snaps = CountingSnapshots(await KVSnapshotStore.open(store.nc))
+    run_id, call, entropy = await long_run(store, snaps, "chunk-w", CYCLES)
+    snaps.reads.clear()
+    _, commits_read = await cycle(store, snaps, entropy, run_id, call, CYCLES)
+    assert commits_read == 0  # the snapshot is current: no tail
+    # one KV get: the entry; the chunks come from this process's cache
+    [(key, _)] = snaps.reads
+    assert key == run_id
+    # ...and the entry holds a bounded tail, not the conversation (before: every message in it)
+    data = await snaps.inner.get(run_id)
+    log = await thread_log(store, "chunk-w")
+    first = next(e.message.id for sc in log for e in sc.commit.events if type(e).__name__ == "MessageAppended")
+    assert first.encode() not in data
+    entry = decode_snapshot(data)
+    assert entry is not None and len(entry.ctx.messages) < 16 and len(entry.message_chunks) >= 2
+
+
+async def test_a_cold_worker_fetches_the_chunks_and_writes_the_same_log(store: Any) -> None:
+    snaps = CountingSnapshots(await KVSnapshotStore.open(store.nc))
+    run_id, call, entropy = await long_run(store, snaps, "chunk-c", 20, cold_cache=True)
+    before = decode_snapshot(await snaps.inner.get(run_id))
+    assert before is not None and before.chunks
+    snaps.reads.clear()
+    _, commits_read = await cycle(store, snaps, entropy, run_id, call, 20, cold_cache=True)
+    assert commits_read == 0
+    # the entry, then every chunk it names (this process's cache was empty)
+    fetched = [key for key, _ in snaps.reads]
+    assert fetched[0] == run_id
+    assert sorted(fetched[1:]) == sorted(chunk_key("chunk-c", d) for d in before.chunks)
+    # the control (no snapshots; memory store, so the same commit ids can be written again):
+    # the same cycles write exactly the same commits
+    control = MemoryEventStore()
+    await long_run(control, None, "chunk-c", 21)
+    assert [sc.commit for sc in await thread_log(store, "chunk-c")] == [sc.commit for sc in await thread_log(control, "chunk-c")]
+
+
+async def test_a_missing_chunk_is_a_miss_and_the_log_is_folded(store: Any) -> None:
+    kv = await KVSnapshotStore.open(store.nc)
+    run_id, call, entropy = await long_run(store, kv, "chunk-m", 20)
+    entry = decode_snapshot(await kv.get(run_id))
+    assert entry is not None and entry.message_chunks
+    js = store.nc.jetstream()
+    await js.purge_stream(f"KV_{kv.bucket}", subject=f"$KV.{kv.bucket}.{chunk_key('chunk-m', entry.message_chunks[0])}")
+    call, commits_read = await cycle(store, kv, entropy, run_id, call, 20, cold_cache=True)
+    assert commits_read > 0  # folded from the log
+    # ...and that cycle wrote a complete snapshot again: the next cold worker reads only the tail
+    call, commits_read = await cycle(store, kv, entropy, run_id, call, 21, cold_cache=True)
+    assert commits_read == 0
+    # a chunk of call views, the same
+    entry = decode_snapshot(await kv.get(run_id))
+    assert entry is not None and entry.call_chunks
+    await js.purge_stream(f"KV_{kv.bucket}", subject=f"$KV.{kv.bucket}.{chunk_key('chunk-m', entry.call_chunks[-1])}")
+    _, commits_read = await cycle(store, kv, entropy, run_id, call, 22, cold_cache=True)
+    assert commits_read > 0
+
+
+class DeletionWatcher(SnapshotWriter):
+    """The snapshot writer, with an event set once it handled a thread deletion (what the test
+    waits on: the runner calls the hook after it acked the batch)."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.deleted = asyncio.Event()
+
+    async def threads_deleted(self, threads: Any) -> None:
+        await super().threads_deleted(threads)
+        self.deleted.set()
+
+
+async def test_deleting_a_thread_deletes_its_snapshots(store: Any) -> None:
+    kv = await KVSnapshotStore.open(store.nc)
+    run_id, _, entropy = await long_run(store, kv, "chunk-d", 20)
+    keep_id, _, _ = await long_run(store, kv, "chunk-k", 20)  # another thread: untouched
+    entry = decode_snapshot(await kv.get(run_id))
+    assert entry is not None and entry.chunks
+    writer = DeletionWatcher(app(store, entropy, kv))
+    async with ProjectionRunner(store.nc, await KVViewStore.open(store.nc), after_batch=writer,
+                                fetch_timeout=0.2) as runner:
+        version = await store.thread_version("chunk-d")
+        await store.append(Commit(commit_id="del-chunk-d", thread_id="chunk-d", run_id=None, ts=1,
+                                  events=[ThreadDeleted()]), version)
+        await runner.wait_for(version + 1)
+        await asyncio.wait_for(writer.deleted.wait(), 5.0)
+    assert await kv.get(run_id) is None
+    assert [await kv.get(chunk_key("chunk-d", d)) for d in entry.chunks] == [None] * len(entry.chunks)
+    kept = decode_snapshot(await kv.get(keep_id))
+    assert kept is not None and all([await kv.get(chunk_key("chunk-k", d)) for d in kept.chunks])
