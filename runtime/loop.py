@@ -1222,7 +1222,7 @@ class RunLoop:
         if run_resumed:
             self._emit(RunResumed(call_ids=list(ready)))
         for cid in ready:
-            self._emit(ToolCallResuming(call_id=cid, mode=modes[cid]))  # type: ignore[arg-type]
+            self._emit(ToolCallResuming(call_id=cid, mode=modes[cid]))
         for cid in ready:
             decision = self.ctx.resuming[cid]
             if decision.action == "cancel":

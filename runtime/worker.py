@@ -293,7 +293,7 @@ class Worker:
                         outcome = await self._start(cmd, log)
                     else:
                         outcome = await self._decide(cmd, log)
-                if not lock.locked() and not lock._waiters:  # type: ignore[attr-defined]
+                if not lock.locked() and not lock._waiters:
                     self._locks.pop(cmd.thread_id, None)
             if outcome == NAK:
                 delay = min(self.max_nak_delay, self.nak_delay * (2 ** min(meta.num_delivered - 1, 6)))
@@ -661,7 +661,7 @@ async def run_worker(
             telemetry["provider"] = instrument(rt, registry)
             return rt
 
-        worker._app = instrumented  # type: ignore[assignment]
+        worker._app = instrumented
         # -- end telemetry --
         await worker.start()
         if ready is not None:
