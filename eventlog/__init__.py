@@ -16,8 +16,8 @@ from .errors import (
 )
 from .events import *  # noqa: F403  (the vocabulary is the public surface)
 from .events import AppendResult, Commit, Position, StoredCommit
-from .jetstream import JetStreamEventStore
 from .ids import is_valid_id, new_id, now_ms, validate_id, validate_run_id
+from .jetstream import JetStreamEventStore
 from .memory import MemoryEventStore
 from .server import EmbeddedNatsServer
 from .store import EventStore, collect

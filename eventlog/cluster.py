@@ -64,14 +64,14 @@ class LocalCluster:
 
     async def wait_jetstream(self, timeout: float = 30.0, **connect: object) -> None:
         deadline = time.monotonic() + timeout
-        nc = await nats.connect(self.urls, connect_timeout=2, **connect)  # type: ignore[arg-type]
+        nc = await nats.connect(self.urls, connect_timeout=2, **connect)
         try:
             while True:
                 try:
                     reply = await nc.request("$JS.API.INFO", b"", timeout=1.0)
                     if "error" not in json.loads(reply.data):
                         return
-                except (nats.errors.Error, asyncio.TimeoutError):
+                except (TimeoutError, nats.errors.Error):
                     pass
                 if time.monotonic() > deadline:
                     raise StoreUnavailable(f"JetStream cluster at {self.url} not ready in {timeout}s")
@@ -103,7 +103,7 @@ async def stream_leader(nc: nats.NATS, stream: str, timeout: float = 10.0) -> st
             info = await js.stream_info(stream)
             if info.cluster is not None and info.cluster.leader:
                 return info.cluster.leader
-        except (nats.errors.Error, asyncio.TimeoutError):
+        except (TimeoutError, nats.errors.Error):
             pass
         if time.monotonic() > deadline:
             raise StoreUnavailable(f"stream {stream} has no leader after {timeout}s")

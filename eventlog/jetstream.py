@@ -42,7 +42,6 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from .codec import decode_commit, encode_commit
-from .payloads import ObjectStoreBlobs, has_refs, offload, resolve
 from .errors import (
     AgentlogError,
     CommitTooLarge,
@@ -55,6 +54,7 @@ from .errors import (
 from .events import AppendResult, Commit, StoredCommit
 from .headers import LeanHeadersClient
 from .ids import validate_id
+from .payloads import ObjectStoreBlobs, has_refs, offload, resolve
 from .replicas import log_kept, replicas_target, wait_replicated
 from .store import encode_checked
 from .subjects import EVENTS_STREAM, EVENTS_SUBJECTS, event_subject, run_filter, thread_filter
@@ -181,7 +181,7 @@ _DENIED = re.compile(r"permissions violation for publish to \W?([^\s\"']+)", re.
 class _Waiter:
     """A request waiting for its single reply."""
 
-    __slots__ = ("done", "deadline", "subject")
+    __slots__ = ("deadline", "done", "subject")
 
     def __init__(self, deadline: float, subject: str = "") -> None:
         self.done: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
@@ -192,7 +192,7 @@ class _Waiter:
 class _Batch:
     """Collects the replies of one batched Direct Get, up to its end-of-batch status."""
 
-    __slots__ = ("done", "deadline", "items", "pending", "error", "progressed")
+    __slots__ = ("deadline", "done", "error", "items", "pending", "progressed")
 
     def __init__(self, deadline: float) -> None:
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -543,7 +543,7 @@ class JetStreamEventStore:
             raise StoreUnavailable(f"{what}: the NATS connection is closed") from None
         except nats.errors.Error as exc:
             raise StoreUnavailable(f"{what}: NATS error: {exc or type(exc).__name__}") from None
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise StoreUnavailable(
                 f"{what}: JetStream did not answer within {self.request_timeout:g}s "
                 "(server down or overloaded); retrying the same commit is safe"
@@ -603,7 +603,7 @@ class JetStreamEventStore:
                         waiter.progressed = False
                         waiter.deadline = now + self.request_timeout
                         continue
-                    waiter.done.set_exception(asyncio.TimeoutError())
+                    waiter.done.set_exception(TimeoutError())
 
     async def _on_reply(self, msg: Msg) -> None:
         waiter = self._waiters.get(msg.subject[len(self._reply_prefix) :])
@@ -648,7 +648,7 @@ class JetStreamEventStore:
                 self._direct_subject, _json_encoder.encode(request), reply=self._reply_prefix + token
             )
             await batch.done
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise StoreUnavailable(f"{what}: JetStream did not answer within {self.request_timeout:g}s") from None
         except nats.errors.Error as exc:
             raise StoreUnavailable(f"{what}: NATS error: {str(exc) or type(exc).__name__}") from None
@@ -760,7 +760,7 @@ class _Follower:
         while True:
             try:
                 msg = await asyncio.wait_for(self.queue.get(), stall)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.debug("follow %s: no message or heartbeat for %.1fs, recreating", self.filter, stall)
                 await self._start()
                 continue
@@ -882,7 +882,8 @@ async def _open_connection(
     connecting = asyncio.ensure_future(nc.connect(**options))
     try:
         # With max_reconnect_attempts=-1 nats-py retries the first connect forever: bound it.
-        done, _ = await asyncio.wait({connecting, refused}, timeout=connect_timeout,
+        racing: set[asyncio.Future[Any]] = {connecting, refused}
+        done, _ = await asyncio.wait(racing, timeout=connect_timeout,
                                      return_when=asyncio.FIRST_COMPLETED)
         if connecting in done:
             connecting.result()
@@ -891,8 +892,8 @@ async def _open_connection(
                                 "give the credentials of a user allowed to connect (--creds, --token, or the "
                                 "data dir's generated credentials)")
         else:
-            raise asyncio.TimeoutError()
-    except (asyncio.TimeoutError, OSError, nats.errors.Error, NotAuthorized) as exc:
+            raise TimeoutError()
+    except (TimeoutError, OSError, nats.errors.Error, NotAuthorized) as exc:
         connecting.cancel()
         try:
             await nc.close()
@@ -919,5 +920,5 @@ async def flush_subscriptions(nc: NATS, timeout: float = 10.0) -> None:
     "no responders". The first flush lets the flusher write the queue; the second PING is then
     written after it, so its PONG proves the server has processed the SUB.
     """
-    await nc.flush(timeout)
-    await nc.flush(timeout)
+    await nc.flush(timeout)  # type: ignore[arg-type]  # nats-py annotates int; it takes seconds as float
+    await nc.flush(timeout)  # type: ignore[arg-type]

@@ -65,7 +65,7 @@ class MemoryEventStore:
                 if thread_id is None or sc.commit.thread_id == thread_id:
                     yield sc
             async with self._changed:
-                await self._changed.wait_for(lambda: position < len(self._log))
+                await self._changed.wait_for(lambda: position < len(self._log))  # noqa: B023  (awaited here)
 
     async def thread_version(self, thread_id: str) -> int:
         validate_id(thread_id, "thread_id")

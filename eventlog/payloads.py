@@ -81,10 +81,10 @@ async def offload(commit: Commit, limit: int, blobs: BlobStore, size_of: Callabl
         ref = _ref(blobs.bucket, name, data)
         ev = events[i]
         if field == "result":
-            events[i] = msgspec.structs.replace(ev, result=None, result_ref=ref)  # type: ignore[arg-type]
+            events[i] = msgspec.structs.replace(ev, result=None, result_ref=ref)
         else:
             msg = msgspec.structs.replace(ev.message, content="", content_ref=ref)  # type: ignore[union-attr]
-            events[i] = msgspec.structs.replace(ev, message=msg)  # type: ignore[arg-type]
+            events[i] = msgspec.structs.replace(ev, message=msg)
         out = msgspec.structs.replace(commit, events=list(events))
     return out
 

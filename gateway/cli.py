@@ -27,7 +27,7 @@ from contextlib import aclosing, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, Optional
+from typing import Annotated, Any, NoReturn
 
 import msgspec
 import nats.errors
@@ -92,15 +92,15 @@ app.add_typer(projections_app, name="projections")
 _NATS_HELP = "NATS server URL(s), comma separated. Without it an embedded nats-server runs for this command."
 _CREDS_HELP = "NATS .creds file."
 _TOKEN_HELP = "NATS token."
-NatsOpt = Annotated[Optional[str], typer.Option("--nats", metavar="URL", help=_NATS_HELP + f" [also: ${NATS_URL_ENV}]")]
-CredsOpt = Annotated[Optional[Path], typer.Option(
+NatsOpt = Annotated[str | None, typer.Option("--nats", metavar="URL", help=_NATS_HELP + f" [also: ${NATS_URL_ENV}]")]
+CredsOpt = Annotated[Path | None, typer.Option(
     "--creds", exists=True, dir_okay=False, help=_CREDS_HELP + " [also: $AGENTLOG_NATS_CREDS]")]
-TokenOpt = Annotated[Optional[str], typer.Option("--token", help=_TOKEN_HELP + " [also: $AGENTLOG_NATS_TOKEN]")]
+TokenOpt = Annotated[str | None, typer.Option("--token", help=_TOKEN_HELP + " [also: $AGENTLOG_NATS_TOKEN]")]
 DataDirOpt = Annotated[Path, typer.Option(
     "--data-dir", envvar="AGENTLOG_DATA_DIR", help="Data directory of the embedded nats-server.")]
 TimeoutOpt = Annotated[float, typer.Option(
     "--timeout", min=0.1, help="Seconds to wait for NATS to connect / answer before failing.")]
-ReplicasOpt = Annotated[Optional[int], typer.Option(
+ReplicasOpt = Annotated[int | None, typer.Option(
     "--replicas", envvar=REPLICAS_ENV, min=1, max=5,
     help="Replicas of the streams and KV buckets (a cluster: 3). New ones get it (default 1); existing "
          "ones are raised to it, never lowered.")]
@@ -262,10 +262,10 @@ def _version(value: bool) -> None:
 def _main(
     log_level: Annotated[str, typer.Option("--log-level", envvar="AGENTLOG_LOG_LEVEL",
                                            help="debug, info, warning, error.")] = "warning",
-    nats: Annotated[Optional[str], typer.Option("--nats", envvar=NATS_URL_ENV, metavar="URL", help=_NATS_HELP)] = None,
-    creds: Annotated[Optional[Path], typer.Option("--creds", envvar="AGENTLOG_NATS_CREDS", exists=True,
+    nats: Annotated[str | None, typer.Option("--nats", envvar=NATS_URL_ENV, metavar="URL", help=_NATS_HELP)] = None,
+    creds: Annotated[Path | None, typer.Option("--creds", envvar="AGENTLOG_NATS_CREDS", exists=True,
                                                   dir_okay=False, help=_CREDS_HELP)] = None,
-    token: Annotated[Optional[str], typer.Option("--token", envvar="AGENTLOG_NATS_TOKEN", help=_TOKEN_HELP)] = None,
+    token: Annotated[str | None, typer.Option("--token", envvar="AGENTLOG_NATS_TOKEN", help=_TOKEN_HELP)] = None,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
 ) -> None:
@@ -297,12 +297,12 @@ def _event_json(stored: StoredCommit, position: Position, event: AnyEvent) -> di
 
 @events_app.command("tail")
 def events_tail(
-    thread: Annotated[Optional[str], typer.Option("--thread", help="Only this thread.")] = None,
-    run: Annotated[Optional[str], typer.Option("--run", help="Only this run's events (its thread's commits "
+    thread: Annotated[str | None, typer.Option("--thread", help="Only this thread.")] = None,
+    run: Annotated[str | None, typer.Option("--run", help="Only this run's events (its thread's commits "
                                                              "with this run id).")] = None,
-    last: Annotated[Optional[int], typer.Option(
+    last: Annotated[int | None, typer.Option(
         "-n", "--lines", min=0, metavar="N", help="Only the last N events (then new ones, with --follow).")] = None,
-    from_: Annotated[Optional[str], typer.Option(
+    from_: Annotated[str | None, typer.Option(
         "--from", metavar="EVENT_ID|SEQ", help="Start at this event (inclusive); a bare SEQ means SEQ:0.")] = None,
     follow: Annotated[bool, typer.Option("--follow/--no-follow", "-f",
                                          help="Keep printing new events until Ctrl-C.")] = False,
@@ -400,7 +400,7 @@ def _check_source(source: str) -> None:
 def threads_cmd(
     limit: Annotated[int, typer.Option("--limit", min=1, max=10_000)] = 50,
     offset: Annotated[int, typer.Option("--offset", min=0)] = 0,
-    resource_id: Annotated[Optional[str], typer.Option("--resource-id")] = None,
+    resource_id: Annotated[str | None, typer.Option("--resource-id")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="A JSON array of thread views.")] = False,
     source: SourceOpt = "log",
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
@@ -430,8 +430,8 @@ def threads_cmd(
 
 @app.command("runs")
 def runs_cmd(
-    thread: Annotated[Optional[str], typer.Option("--thread", help="Only runs of this thread.")] = None,
-    status: Annotated[Optional[str], typer.Option("--status", help="running, waiting or done.")] = None,
+    thread: Annotated[str | None, typer.Option("--thread", help="Only runs of this thread.")] = None,
+    status: Annotated[str | None, typer.Option("--status", help="running, waiting or done.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=10_000)] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="A JSON array of run views.")] = False,
     source: SourceOpt = "log",
@@ -539,18 +539,18 @@ def _render_divergence(report: Any) -> None:
 @app.command("replay")
 def replay_cmd(
     run_id: Annotated[str, typer.Argument(help="The run to show.")],
-    to: Annotated[Optional[str], typer.Option(
+    to: Annotated[str | None, typer.Option(
         "--to", metavar="EVENT_ID", help="Stop the timeline at this event (seq:index) and show the state as of it.")] = None,
     verify: Annotated[bool, typer.Option(
         "--verify", help="Re-execute the run with --app's agents and tools and check every commit against the "
                          "log; exit 1 at the first difference.")] = False,
-    app_spec: Annotated[Optional[str], typer.Option(
+    app_spec: Annotated[str | None, typer.Option(
         "--app", metavar="MODULE:ATTR", help="The application for --verify: an App, a Runtime, or factory(store).")] = None,
-    reexecute: Annotated[Optional[list[str]], typer.Option(
+    reexecute: Annotated[list[str] | None, typer.Option(
         "--reexecute-tools", metavar="NAME",
         help="With --verify: run this tool for real instead of answering it from its recorded results "
              "(the default for every tool, so no side effect repeats); repeatable, '*' for every tool.")] = None,
-    keep_from_log: Annotated[Optional[list[str]], typer.Option(
+    keep_from_log: Annotated[list[str] | None, typer.Option(
         "--tools-from-log", metavar="NAME",
         help="With --verify: answer this tool from the log even under --reexecute-tools '*' (repeatable).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One machine-readable JSON document.")] = False,
@@ -592,7 +592,7 @@ def replay_cmd(
 def trace_cmd(
     run_id: Annotated[str, typer.Argument(help="The run whose spans to derive from the log.")],
     as_json: Annotated[bool, typer.Option("--json", help="The spans as one JSON document.")] = False,
-    otlp: Annotated[Optional[str], typer.Option(
+    otlp: Annotated[str | None, typer.Option(
         "--otlp", metavar="URL", envvar="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
         help="Export the spans over OTLP/HTTP to this traces endpoint.")] = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
@@ -709,19 +709,19 @@ def projections_rebuild(
 HostOpt = Annotated[str, typer.Option("--host", envvar="AGENTLOG_HOST", help="HTTP listen address.")]
 PortOpt = Annotated[int, typer.Option("--port", envvar="AGENTLOG_PORT", min=0, max=65535,
                                       help="HTTP port (0: any free port).")]
-AppOpt = Annotated[Optional[str], typer.Option(
+AppOpt = Annotated[str | None, typer.Option(
     "--app", "--config", metavar="MODULE:ATTR|FILE.yaml",
     help="The application: an App, a Runtime, or factory(store), or a YAML/JSON agent configuration file. "
          "Default: the built-in demo agent.")]
-TokensOpt = Annotated[Optional[str], typer.Option(
+TokensOpt = Annotated[str | None, typer.Option(
     "--tokens", envvar="AGENTLOG_TOKENS", help="API bearer tokens 'tok1,tok2:tenant' (empty: no auth).")]
 ConcurrencyOpt = Annotated[int, typer.Option("--concurrency", min=1, help="Commands a worker runs at once.")]
-ServeConcurrencyOpt = Annotated[Optional[int], typer.Option(
+ServeConcurrencyOpt = Annotated[int | None, typer.Option(
     "--concurrency", min=1, help="Runs this process drives at once (default 64).")]
-AckWaitOpt = Annotated[Optional[float], typer.Option(
+AckWaitOpt = Annotated[float | None, typer.Option(
     "--ack-wait", envvar="AGENTLOG_WORKER_ACK_WAIT", min=0.1,
     help="Command lease in seconds: a dead worker's runs are redelivered after it (default 30).")]
-ShutdownOpt = Annotated[Optional[float], typer.Option(
+ShutdownOpt = Annotated[float | None, typer.Option(
     "--shutdown-timeout", envvar="AGENTLOG_SHUTDOWN_TIMEOUT", min=0.0,
     help="On SIGTERM, seconds to let runs finish before handing them back to the queue (default 10).")]
 
@@ -797,7 +797,7 @@ def worker_cmd(
     max_deliver: Annotated[int, typer.Option(
         "--max-deliver", help="Failed deliveries of a command before it is dead-lettered to agentlog.dlq.<thread> "
                               "(0: never).")] = 25,  # runtime.worker.DEFAULT_MAX_DELIVER
-    metrics_port: Annotated[Optional[int], typer.Option(
+    metrics_port: Annotated[int | None, typer.Option(
         "--metrics-port", min=0, max=65535,
         help="Serve Prometheus /metrics (tokens, tool calls, model latency) on 127.0.0.1:PORT.")] = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,

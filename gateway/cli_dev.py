@@ -23,7 +23,7 @@ import signal
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import structlog
 import typer
@@ -210,7 +210,7 @@ def dev_cmd(
         "--app", "--config", metavar="MODULE:ATTR|FILE.yaml", help="The application to serve and watch.")],
     host: HostOpt = "127.0.0.1", port: PortOpt = 8480, tokens: TokensOpt = None,
     poll: Annotated[float, typer.Option("--poll", min=0.05, help="Seconds between file checks.")] = 0.5,
-    watch: Annotated[Optional[list[Path]], typer.Option(
+    watch: Annotated[list[Path] | None, typer.Option(
         "--watch", help="Also watch this directory (repeatable).")] = None,
     shutdown_timeout: Annotated[float, typer.Option(
         "--shutdown-timeout", min=0.0, help="Seconds a stopping server gets before it is killed.")] = 10.0,

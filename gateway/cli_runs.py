@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
-from typing import Annotated, Any, NamedTuple, Optional, Protocol
+from typing import Annotated, Any, ClassVar, NamedTuple, Protocol
 
 import msgspec
 import nats.errors
@@ -30,6 +30,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from eventlog.auth import Role
 from eventlog.errors import AgentlogError, StoreUnavailable
 from eventlog.events import AnyEvent, RunFinished, RunSuspended
 from eventlog.ids import new_id, validate_id, validate_run_id
@@ -50,8 +51,6 @@ from .cli import (
     _time,
     app,
 )
-from eventlog.auth import Role
-
 from .connection import ConnectionOptions, open_store
 from .nats_service import API_PREFIX
 from .timeline import event_summary, learn_call_names
@@ -150,7 +149,7 @@ class NatsRunsApi:
 class HttpRunsApi:
     """The same operations over the HTTP API at `url`; SSE `/v1/runs/{id}/events?follow=true`."""
 
-    ROUTES: dict[str, tuple[str, str]] = {
+    ROUTES: ClassVar[dict[str, tuple[str, str]]] = {
         "start": ("POST", "/v1/runs"), "inputs": ("POST", "/v1/runs/{run_id}/inputs"),
         "cancel": ("POST", "/v1/runs/{run_id}/cancel"), "get": ("GET", "/v1/runs/{run_id}"),
     }
@@ -224,10 +223,10 @@ async def _connect(options: ConnectionOptions, url: str | None, api_token: str |
 
 # -- options -------------------------------------------------------------------------------------
 
-UrlOpt = Annotated[Optional[str], typer.Option(
+UrlOpt = Annotated[str | None, typer.Option(
     "--url", envvar="AGENTLOG_URL", metavar="HTTP_URL",
     help="Talk to the HTTP API at this URL instead of the NATS API (e.g. http://127.0.0.1:8480).")]
-ApiTokenOpt = Annotated[Optional[str], typer.Option(
+ApiTokenOpt = Annotated[str | None, typer.Option(
     "--api-token", envvar="AGENTLOG_API_TOKEN", help="The API's bearer token, when the server has --tokens.")]
 FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help="Print the run's events until it waits or ends.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON (one document, or one per event).")]
@@ -291,8 +290,8 @@ async def _follow(api: RunsApi, thread_id: str, run_id: str, after: int, as_json
 def run_start(
     message: Annotated[str, typer.Argument(help="The user message.")],
     agent: Annotated[str, typer.Option("--agent", "-a", help="The agent to run.")],
-    thread: Annotated[Optional[str], typer.Option("--thread", help="Continue this thread (default: a new one).")] = None,
-    resource_id: Annotated[Optional[str], typer.Option("--resource-id", help="Owner of a new thread.")] = None,
+    thread: Annotated[str | None, typer.Option("--thread", help="Continue this thread (default: a new one).")] = None,
+    resource_id: Annotated[str | None, typer.Option("--resource-id", help="Owner of a new thread.")] = None,
     follow: FollowOpt = False, as_json: JsonOpt = False, url: UrlOpt = None, api_token: ApiTokenOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
@@ -319,7 +318,7 @@ def _decide(action: str, run_id: str, call_ids: list[str], reason: str | None, r
             follow: bool, as_json: bool, options: ConnectionOptions, url: str | None, api_token: str | None) -> None:
     _guard(lambda: validate_run_id(run_id))
     for call_id in call_ids:
-        _guard(lambda: validate_id(call_id, "call_id"))
+        _guard(lambda: validate_id(call_id, "call_id"))  # noqa: B023  (called at once)
     value: Any = None
     if result is not None:
         try:
@@ -350,10 +349,10 @@ def _decision_command(name: str, action: str, doc: str) -> None:
 
     def command(
         run_id: Annotated[str, typer.Argument(help="The waiting run.")],
-        call_ids: Annotated[Optional[list[str]], typer.Argument(
+        call_ids: Annotated[list[str] | None, typer.Argument(
             help="The calls to decide (default: every pending one).")] = None,
-        reason: Annotated[Optional[str], typer.Option("--reason", help="Why (recorded; the model sees it).")] = None,
-        result: Annotated[Optional[str], typer.Option(
+        reason: Annotated[str | None, typer.Option("--reason", help="Why (recorded; the model sees it).")] = None,
+        result: Annotated[str | None, typer.Option(
             "--result", metavar="JSON", help="The decision's result (for tools that take the decision as "
                                              "their result or input).")] = None,
         follow: FollowOpt = False, as_json: JsonOpt = False, url: UrlOpt = None, api_token: ApiTokenOpt = None,
@@ -375,7 +374,7 @@ _decision_command("deny", "cancel", "Deny suspended calls of RUN_ID (decision `c
 @run_app.command("cancel")
 def run_cancel(
     run_id: Annotated[str, typer.Argument(help="The run to cancel.")],
-    reason: Annotated[Optional[str], typer.Option("--reason", help="Recorded with the cancel.")] = None,
+    reason: Annotated[str | None, typer.Option("--reason", help="Recorded with the cancel.")] = None,
     as_json: JsonOpt = False, url: UrlOpt = None, api_token: ApiTokenOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,

@@ -37,7 +37,12 @@ from rich.panel import Panel
 from rich.text import Text
 
 from eventlog.events import (
-    RunFinished, RunSuspended, StoredCommit, ToolCallCompleted, ToolCallStarted, ToolCallSuspended,
+    RunFinished,
+    RunSuspended,
+    StoredCommit,
+    ToolCallCompleted,
+    ToolCallStarted,
+    ToolCallSuspended,
 )
 from eventlog.ids import new_id
 from runtime import AgentSpec, McpServerConfig, McpToolset, PermissionPlugin, ToolContext, tool

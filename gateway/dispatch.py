@@ -129,7 +129,7 @@ class Dispatcher(Protocol):
 
 
 def _has_messages(messages: Messages | None) -> bool:
-    return bool(messages) if not isinstance(messages, str) else bool(messages)
+    return bool(messages)
 
 
 def _check_storable(value: Any, what: str) -> None:

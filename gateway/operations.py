@@ -19,7 +19,14 @@ from projections.fold import fold_messages
 from projections.index import RUN_FILTERS, THREAD_FILTERS
 
 from .http.auth import Principal
-from .http.context import Services, get_thread_view, thread_from_log, visible_run, visible_thread, wait_min_seq
+from .http.context import (
+    Services,
+    get_thread_view,
+    thread_from_log,
+    visible_run,
+    visible_thread,
+    wait_min_seq,
+)
 from .http.errors import ApiError, not_found
 from .http.models import (
     CancelRunBody,

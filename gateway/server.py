@@ -35,9 +35,8 @@ import asyncio
 import contextlib
 import inspect
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import structlog

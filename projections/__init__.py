@@ -6,7 +6,17 @@ and the runner/rebuild (imported from their modules, so the pure part stays impo
 """
 
 from .errors import InvalidPatch, ListingBusy, ProjectionError, ProjectionTimeout
-from .fold import Folder, RunFolder, Views, derive_status, fold_commits, fold_messages, fold_run, fold_thread, merge_metadata
+from .fold import (
+    Folder,
+    RunFolder,
+    Views,
+    derive_status,
+    fold_commits,
+    fold_messages,
+    fold_run,
+    fold_thread,
+    merge_metadata,
+)
 from .state import validate_patch, validate_state
 from .timetravel import messages_at, positions, run_at, runs_at, state_at, thread_at
 from .views import (

@@ -408,7 +408,7 @@ class Folder:
     the last `take_touched()`, which is what the runner writes (one KV put per view per batch).
     """
 
-    __slots__ = ("_threads", "_runs", "_thread_accs", "_run_accs", "touched_threads", "touched_runs")
+    __slots__ = ("_run_accs", "_runs", "_thread_accs", "_threads", "touched_runs", "touched_threads")
 
     def __init__(
         self,

@@ -170,7 +170,7 @@ class ProjectionRunner:
         assert self._psub is not None
         try:
             msgs = await self._psub.fetch(min(limit or self.batch, self.batch), timeout=self.fetch_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return 0
         if not msgs:
             return 0

@@ -26,10 +26,10 @@
 from .agent import AgentRegistry, AgentSpec, ModelRegistry, RetryPolicy, ToolExecutionMode
 from .context import ContextPolicy
 from .entropy import DeterministicEntropy, Entropy, SystemEntropy
-from .mcp import McpServerConfig, McpToolset
-from .live import LiveSink, MemoryLiveSink, NatsLiveSink, NullLiveSink
 from .hitl import CallNotSuspended, HitlError, InvalidDecision, RunNotWaiting, UnknownCall
+from .live import LiveSink, MemoryLiveSink, NatsLiveSink, NullLiveSink
 from .loop import RunConflict, RunContext, apply_event
+from .mcp import McpServerConfig, McpToolset
 from .permission import PermissionPlugin, PermissionRule
 from .plugins import (
     AddContext,

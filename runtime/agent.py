@@ -23,13 +23,28 @@ ToolExecutionMode = Literal["sequential", "parallel_batch_approval", "parallel_s
 
 
 class RetryPolicy(pydantic.BaseModel):
-    """Retries of retryable model errors (before moving on to the next fallback model)."""
+    """Retries of retryable model errors (before moving on to the next fallback model).
+
+    The one retry policy of a run: the loop makes `max_attempts` requests per model, and a
+    self-retrying client (the OpenAI one) makes a single request per attempt under it, so the
+    two never multiply. The default matches what the OpenAI client alone does (3 attempts)."""
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
-    max_attempts: int = pydantic.Field(default=1, ge=1)
+    max_attempts: int = pydantic.Field(default=3, ge=1)
     backoff_ms: int = pydantic.Field(default=200, ge=0)
     backoff_multiplier: float = pydantic.Field(default=2.0, ge=1.0)
+
+    def delay_s(self, failed_attempts: int, retry_after: float | None = None) -> float:
+        """Seconds to wait after `failed_attempts` (>= 1) failed attempts: exponential backoff,
+        or the provider's `Retry-After` when it gave one (capped at a minute)."""
+        if retry_after is not None:
+            return max(0.0, min(retry_after, _MAX_RETRY_AFTER_S))
+        return self.backoff_ms / 1000 * self.backoff_multiplier ** (failed_attempts - 1)
+
+
+#: A provider's `Retry-After` longer than this is not honoured in full (the run would look hung).
+_MAX_RETRY_AFTER_S = 60.0
 
 
 class AgentOptions(pydantic.BaseModel):

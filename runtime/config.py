@@ -26,7 +26,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import pydantic
 
@@ -90,7 +90,7 @@ class OpenAIModelConfig(_Model):
     headers: dict[str, str] = {}
 
 
-ModelConfig = Annotated[Union[ScriptedModelConfig, OpenAIModelConfig], pydantic.Field(discriminator="type")]
+ModelConfig = Annotated[ScriptedModelConfig | OpenAIModelConfig, pydantic.Field(discriminator="type")]
 
 # -- agents ----------------------------------------------------------------------------------------
 

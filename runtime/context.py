@@ -94,7 +94,7 @@ def units(messages: Sequence[Message]) -> list[list[Message]]:
     owner: dict[str, int] = {}  # tool call id -> index of the unit of its assistant message
     for m in messages:
         if m.role == "tool" and m.tool_call_id in owner:
-            first = owner[m.tool_call_id]  # type: ignore[index]
+            first = owner[m.tool_call_id]
             if first < len(out) - 1:  # results after other messages: merge them into one unit
                 merged = [x for u in out[first:] for x in u]
                 del out[first:]

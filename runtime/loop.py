@@ -68,19 +68,23 @@ from projections.errors import InvalidPatch
 from projections.state import validate_patch, validate_state
 
 from .agent import AgentSpec, ModelRegistry
+from .context import ModelSummarizer, Summarizer, context_tokens, fit, plan_summary, summary_request
 from .entropy import Entropy
+from .frontend import frontend_specs, frontend_ticket
+from .hitl import ready_calls, unstarted_calls
 from .live import LiveSink
-from .outage import OutagePolicy, through_outage
 from .models.base import (
     ModelDone,
     ModelError,
     ModelProtocolError,
     ModelRequest,
     ModelResponse,
+    SelfRetrying,
     TextDelta,
     ToolCallDelta,
     ToolSpec,
 )
+from .outage import OutagePolicy, through_outage
 from .plugins import (
     Action,
     AddContext,
@@ -98,10 +102,7 @@ from .plugins import (
     overrides,
     run_hook,
 )
-from .context import ModelSummarizer, Summarizer, context_tokens, fit, plan_summary, summary_request
-from .frontend import frontend_specs, frontend_ticket
 from .stop import StopInput, evaluate_stop
-from .hitl import ready_calls, unstarted_calls
 from .tools import InvalidToolArguments, Tool, ToolContext, ToolResult
 
 _json = msgspec.json.Encoder()
@@ -1221,7 +1222,7 @@ class RunLoop:
         if run_resumed:
             self._emit(RunResumed(call_ids=list(ready)))
         for cid in ready:
-            self._emit(ToolCallResuming(call_id=cid, mode=modes[cid]))  # type: ignore[arg-type]
+            self._emit(ToolCallResuming(call_id=cid, mode=modes[cid]))
         for cid in ready:
             decision = self.ctx.resuming[cid]
             if decision.action == "cancel":
@@ -1376,8 +1377,9 @@ class RunLoop:
         last: ModelError | None = None
         for name in names:
             model = self.models.resolve(name)
+            if isinstance(model, SelfRetrying):
+                model = model.single_attempt()  # this policy owns retries: they must not multiply
             req = request if name is names[0] else msgspec.structs.replace(request, model=str(name))
-            delay = retry.backoff_ms / 1000
             for attempt in range(retry.max_attempts):
                 try:
                     return await self._stream(model, req)
@@ -1392,8 +1394,8 @@ class RunLoop:
                     last = ModelError(f"model {req.model!r} failed: {type(exc).__name__}: {exc}")
                     break
                 if attempt + 1 < retry.max_attempts:
+                    delay = retry.delay_s(attempt + 1, getattr(last, "retry_after", None))
                     await asyncio.sleep(delay)  # backoff between provider attempts, not synchronisation
-                    delay *= retry.backoff_multiplier
         assert last is not None
         raise last
 

@@ -205,7 +205,7 @@ async def run_hook(plugins: Sequence[Plugin], hook: str, ctx: PhaseContext, *arg
             continue
         result = getattr(plugin, hook)(ctx, *args)
         if result is not None and not isinstance(result, (list, tuple)):
-            result = await result  # type: ignore[misc]
+            result = await result
         for action in result or ():
             if not isinstance(action, allowed):
                 raise PluginError(

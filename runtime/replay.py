@@ -74,8 +74,8 @@ from eventlog.events import (
 from eventlog.store import EventStore
 
 from .agent import AgentRegistry, AgentSpec, ModelRegistry
-from .models.base import Model, ModelChunk, ModelDone, ModelError, ModelRequest, ModelResponse
 from .context import RecordedSummaries
+from .models.base import Model, ModelChunk, ModelDone, ModelError, ModelRequest, ModelResponse
 from .tools import Tool, ToolContext, ToolRegistry, ToolResult
 
 if TYPE_CHECKING:  # imported lazily: loop.py imports `request_digest` from here, runtime.py imports loop.py
@@ -202,7 +202,7 @@ def _request_difference(expected: ModelRequest, actual: ModelRequest) -> str:
     act_sys = [m.content for m in actual.messages if m.role == "system"]
     if exp_sys != act_sys:
         return f"system prompt {exp_sys!r} != {act_sys!r}"
-    for i, (a, b) in enumerate(zip(expected.messages, actual.messages)):
+    for i, (a, b) in enumerate(zip(expected.messages, actual.messages, strict=False)):
         if a != b:
             return f"messages[{i}] {describe(a)} != {describe(b)}"  # type: ignore[arg-type]
     if len(expected.messages) != len(actual.messages):
@@ -806,7 +806,7 @@ class AgentsAndTools(Protocol):
 
 def _agents_and_tools(app: AgentsAndTools) -> tuple[AgentRegistry, list[Tool]]:
     agents = app.agents if isinstance(app.agents, AgentRegistry) else AgentRegistry(app.agents)
-    tools = list(app.tools) if not isinstance(app.tools, ToolRegistry) else list(app.tools)
+    tools = list(app.tools)
     return agents, tools
 
 

@@ -14,8 +14,6 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-import msgspec
-
 from eventlog.errors import AgentlogError, VersionConflict
 from eventlog.events import (
     AnyEvent,
@@ -40,15 +38,15 @@ from projections.views import RunView, ThreadView
 from .admission import as_messages as _as_messages
 from .admission import check_start
 from .agent import AgentRegistry, AgentSpec, ModelRegistry
+from .context import Summarizer
 from .entropy import SYSTEM_ENTROPY, Entropy
 from .frontend import check_no_conflict, is_frontend_stub, normalize_frontend_tools
+from .hitl import DecisionInput, check_decisions, decision_seqs, parse_decisions, ready_calls
 from .live import LiveSink, NullLiveSink
-from .hitl import DecisionInput, RunNotWaiting, check_decisions, decision_seqs, parse_decisions, ready_calls
-from .context import Summarizer
 from .loop import RunConflict, RunContext, RunLoop, fold_context, get_logger
+from .models.base import Model, ToolSpec
 from .outage import OutagePolicy
 from .snapshot import LoadedSnapshot, RunSnapshot, SnapshotStore, load_snapshot, make_snapshot, save_snapshot
-from .models.base import Model, ToolSpec
 from .tools import Tool, ToolRegistry
 
 _log = get_logger()
@@ -340,7 +338,7 @@ class Runtime:
         run_id = validate_run_id(run_id) if run_id is not None else self.entropy.new_id()
         history = [sc async for sc in self.store.read_thread(thread_id)]
         thread = self._check_thread(thread_id, history, None if child else parent_run_id, run_id)
-        
+
         msgs = _as_messages(messages, self.entropy)
         ctx = fold_context(RunContext(thread_id=thread_id, run_id=run_id), history)
         handle = RunHandle(run_id, thread_id, agent_id)

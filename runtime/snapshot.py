@@ -103,7 +103,7 @@ class LoadedSnapshot:
     context). `chunks`: the digests it names, which are in the store (a writer need not write
     them again)."""
 
-    __slots__ = ("seq", "agent_id", "ctx", "call_ids", "chunks", "_run", "_calls", "_view")
+    __slots__ = ("_calls", "_run", "_view", "agent_id", "call_ids", "chunks", "ctx", "seq")
 
     def __init__(self, entry: RunSnapshot, ctx: RunContext, calls: list[tuple[Any, ...]]) -> None:
         self.seq = entry.seq
@@ -169,7 +169,7 @@ class ChunkCache:
     def digest_of(self, items: list[Any]) -> str | None:
         digest = self._ident.get((id(items[0]), id(items[-1])))
         value = self._values.get(digest) if digest is not None else None
-        if value is None or len(value) != len(items) or any(a is not b for a, b in zip(value, items)):
+        if value is None or len(value) != len(items) or any(a is not b for a, b in zip(value, items, strict=True)):
             return None
         return digest
 
@@ -453,7 +453,7 @@ async def load_snapshot(
         except Exception as exc:  # noqa: BLE001
             _log.warning("snapshot.chunk_get_failed", run_id=run_id, thread_id=thread, error=str(exc))
             return None
-        for (kind, digest), raw in zip(missing, fetched):
+        for (kind, digest), raw in zip(missing, fetched, strict=True):
             value = decode_chunk(kind, digest, raw) if raw is not None else None
             if value is None:
                 _log.info("snapshot.chunk_unusable", run_id=run_id, thread_id=thread, chunk=digest)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import pydantic
 
@@ -76,7 +76,7 @@ class LoopDetection(_Spec):
 
 
 StopCondition = Annotated[
-    Union[MaxRounds, Timeout, TokenBudget, ConsecutiveErrors, StopOnTool, ContentMatch, LoopDetection],
+    MaxRounds | Timeout | TokenBudget | ConsecutiveErrors | StopOnTool | ContentMatch | LoopDetection,
     pydantic.Field(discriminator="type"),
 ]
 

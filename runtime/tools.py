@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any, get_type_hints
 
 import msgspec
@@ -188,7 +188,7 @@ class Tool:
             default = ... if param.default is inspect.Parameter.empty else param.default
             fields[param.name] = (annotation, default)
         tool_name = name or function.__name__
-        model = pydantic.create_model(  # type: ignore[call-overload]
+        model = pydantic.create_model(
             f"{tool_name}_args", __config__=pydantic.ConfigDict(extra="forbid"), **fields
         )
         doc = description if description is not None else inspect.getdoc(function) or ""
@@ -217,7 +217,7 @@ class Tool:
             kwargs[self.context_param] = ctx
         try:
             if self.is_async:
-                value = await self.function(**kwargs)  # type: ignore[misc]
+                value = await self.function(**kwargs)
             else:
                 value = await asyncio.to_thread(self.function, **kwargs)
         except ToolError as exc:
@@ -270,7 +270,7 @@ class ToolRegistry:
     def __contains__(self, name: object) -> bool:
         return name in self._tools
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Tool]:
         return iter(self._tools.values())
 
     def names(self) -> list[str]:

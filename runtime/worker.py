@@ -50,7 +50,14 @@ from typing import Any
 
 import msgspec
 
-from eventlog.errors import AgentlogError, CodecError, CommitTooLarge, InvalidCommit, StoreUnavailable, VersionConflict
+from eventlog.errors import (
+    AgentlogError,
+    CodecError,
+    CommitTooLarge,
+    InvalidCommit,
+    StoreUnavailable,
+    VersionConflict,
+)
 from eventlog.events import Commit, RunFinished, RunStarted, Termination
 from eventlog.ids import is_valid_id, new_id, now_ms
 from eventlog.subjects import command_subject
@@ -237,7 +244,7 @@ class Worker:
             try:
                 msgs = await self._sub.fetch(free, timeout=self.fetch_timeout)
                 backoff = 0.05
-            except (asyncio.TimeoutError, nats.errors.TimeoutError):
+            except (TimeoutError, nats.errors.TimeoutError):
                 msgs = []
             except asyncio.CancelledError:
                 raise
@@ -286,7 +293,7 @@ class Worker:
                         outcome = await self._start(cmd, log)
                     else:
                         outcome = await self._decide(cmd, log)
-                if not lock.locked() and not lock._waiters:  # type: ignore[attr-defined]
+                if not lock.locked() and not lock._waiters:
                     self._locks.pop(cmd.thread_id, None)
             if outcome == NAK:
                 delay = min(self.max_nak_delay, self.nak_delay * (2 ** min(meta.num_delivered - 1, 6)))
@@ -377,7 +384,7 @@ class Worker:
                 if "already acknowledged" in str(exc).lower():
                     break
                 (log or self.log).warning("command.settle_failed", outcome=outcome, error=str(exc))
-                if outcome != ACK or self._stopping.is_set() and attempt > 3:
+                if outcome != ACK or (self._stopping.is_set() and attempt > 3):
                     break  # a lost nak/term is redelivered after ack_wait anyway
                 await asyncio.sleep(min(1.0, 0.05 * 2 ** attempt))  # retry pacing while reconnecting
         self.stats[{"ack": "acked", "nak": "naked", "term": "termed"}[outcome]] += 1
@@ -654,7 +661,7 @@ async def run_worker(
             telemetry["provider"] = instrument(rt, registry)
             return rt
 
-        worker._app = instrumented  # type: ignore[assignment]
+        worker._app = instrumented
         # -- end telemetry --
         await worker.start()
         if ready is not None:

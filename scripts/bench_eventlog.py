@@ -24,14 +24,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import nats  # noqa: E402
-from nats.js.api import DeliverPolicy  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import nats
+from nats.js.api import DeliverPolicy
+from rich.console import Console
+from rich.table import Table
 
-from eventlog import Commit, EmbeddedNatsServer, JetStreamEventStore, encode_commit, new_id, now_ms  # noqa: E402
-from eventlog.events import Message, MessageAppended  # noqa: E402
-from eventlog.subjects import event_subject, thread_filter  # noqa: E402
+from eventlog import Commit, EmbeddedNatsServer, JetStreamEventStore, encode_commit, new_id, now_ms
+from eventlog.events import Message, MessageAppended
+from eventlog.subjects import event_subject, thread_filter
 
 IN_FLIGHT = 500
 THREADS = 100

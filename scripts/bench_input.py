@@ -19,10 +19,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from rich.console import Console
+from rich.table import Table
 
-from gateway.json_input import parse_json  # noqa: E402
+from gateway.json_input import parse_json
 
 
 def bodies() -> dict[str, bytes]:

@@ -19,20 +19,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import nats  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import nats
+from rich.console import Console
+from rich.table import Table
 
-from eventlog.codec import decode_commit, encode_commit  # noqa: E402
-from eventlog.events import StoredCommit  # noqa: E402
-from eventlog.jetstream import JetStreamEventStore  # noqa: E402
-from eventlog.server import EmbeddedNatsServer  # noqa: E402
-from eventlog.subjects import event_subject  # noqa: E402
-from projections.fold import fold_commits  # noqa: E402
-from projections.kv import KVViewStore  # noqa: E402
-from projections.rebuild import read_range, rebuild  # noqa: E402
-from projections.runner import ProjectionRunner  # noqa: E402
-from projections.synth import history_of_size  # noqa: E402
+from eventlog.codec import decode_commit, encode_commit
+from eventlog.events import StoredCommit
+from eventlog.jetstream import JetStreamEventStore
+from eventlog.server import EmbeddedNatsServer
+from eventlog.subjects import event_subject
+from projections.fold import fold_commits
+from projections.kv import KVViewStore
+from projections.rebuild import read_range, rebuild
+from projections.runner import ProjectionRunner
+from projections.synth import history_of_size
 
 
 async def publish_all(nc, commits) -> int:

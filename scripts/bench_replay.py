@@ -28,17 +28,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import structlog  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import structlog
+from rich.console import Console
+from rich.table import Table
 
-from eventlog import MemoryEventStore  # noqa: E402
-from eventlog.jetstream import JetStreamEventStore  # noqa: E402
-from eventlog.server import EmbeddedNatsServer  # noqa: E402
-from projections.fold import fold_commits  # noqa: E402
-from runtime import AgentSpec, Runtime, ToolContext, tool  # noqa: E402
-from runtime.models import ScriptedModel, Turn  # noqa: E402
-from runtime.replay import load_run_log, replay_throughput  # noqa: E402
+from eventlog import MemoryEventStore
+from eventlog.jetstream import JetStreamEventStore
+from eventlog.server import EmbeddedNatsServer
+from projections.fold import fold_commits
+from runtime import AgentSpec, Runtime, ToolContext, tool
+from runtime.models import ScriptedModel, Turn
+from runtime.replay import load_run_log, replay_throughput
 
 STEPS = 20
 

@@ -50,18 +50,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import structlog  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import structlog
+from rich.console import Console
+from rich.table import Table
 
-from eventlog.jetstream import JetStreamEventStore  # noqa: E402
-from eventlog.server import EmbeddedNatsServer  # noqa: E402
-from projections.fold import fold_commits  # noqa: E402
-from projections.kv import KVViewStore  # noqa: E402
-from runtime import AgentSpec, Runtime, ToolContext, ToolResult, tool  # noqa: E402
-from eventlog.events import Usage  # noqa: E402
-from runtime.models import ScriptedModel, Turn  # noqa: E402
-from runtime.snapshot import CHUNKS, KVSnapshotStore  # noqa: E402
+from eventlog.events import Usage
+from eventlog.jetstream import JetStreamEventStore
+from eventlog.server import EmbeddedNatsServer
+from projections.fold import fold_commits
+from projections.kv import KVViewStore
+from runtime import AgentSpec, Runtime, ToolContext, ToolResult, tool
+from runtime.models import ScriptedModel, Turn
+from runtime.snapshot import CHUNKS, KVSnapshotStore
 
 MODES = ("fold", "views", "snapshots", "snapshots_cold")
 #: Given, so the scripted model does not count the words of the whole conversation on every turn

@@ -38,18 +38,35 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import structlog  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import structlog
+from rich.console import Console
+from rich.table import Table
 
-from eventlog import MemoryEventStore  # noqa: E402
-from eventlog.jetstream import JetStreamEventStore  # noqa: E402
-from eventlog.server import EmbeddedNatsServer  # noqa: E402
-from eventlog.events import Commit, Message, MessageAppended, RunFinished, RunStarted, Termination, ThreadCreated  # noqa: E402
-from runtime import AgentSpec, ContextPolicy, McpServerConfig, McpToolset, Runtime, ToolContext, ToolResult, tool  # noqa: E402
-from runtime.models import ScriptedModel, Turn  # noqa: E402
-from runtime.snapshot import KVSnapshotStore  # noqa: E402
-from runtime.replay import replay_throughput  # noqa: E402
+from eventlog import MemoryEventStore
+from eventlog.events import (
+    Commit,
+    Message,
+    MessageAppended,
+    RunFinished,
+    RunStarted,
+    Termination,
+    ThreadCreated,
+)
+from eventlog.jetstream import JetStreamEventStore
+from eventlog.server import EmbeddedNatsServer
+from runtime import (
+    AgentSpec,
+    ContextPolicy,
+    McpServerConfig,
+    McpToolset,
+    Runtime,
+    ToolContext,
+    ToolResult,
+    tool,
+)
+from runtime.models import ScriptedModel, Turn
+from runtime.replay import replay_throughput
+from runtime.snapshot import KVSnapshotStore
 
 STEPS = 20
 

@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -25,8 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from eventlog.jetstream import JetStreamEventStore  # noqa: E402
-from gateway.logging import configure as configure_logging  # noqa: E402
 from eventlog.server import EmbeddedNatsServer  # noqa: E402
+from gateway.logging import configure as configure_logging  # noqa: E402
 from runtime import AgentSpec, Runtime, tool  # noqa: E402
 from runtime.commands import CommandClient, StartRun  # noqa: E402
 from runtime.models.scripted import ScriptedModel, Turn  # noqa: E402

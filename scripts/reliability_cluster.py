@@ -30,14 +30,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-import bench_workers  # noqa: E402  (its worker app and process helpers)
-
 from eventlog.cluster import LocalCluster, stream_leader  # noqa: E402
 from eventlog.errors import StoreUnavailable  # noqa: E402
 from eventlog.jetstream import JetStreamEventStore  # noqa: E402
 from eventlog.subjects import EVENTS_STREAM  # noqa: E402
 from runtime import Runtime  # noqa: E402
 from runtime.commands import CommandClient, StartRun, ensure_commands_stream  # noqa: E402
+
+import bench_workers  # noqa: E402  (its worker app and process helpers)
 
 #: Env var naming the file where a worker records `<commit_id> <seq>` of every acked append.
 COMMIT_LOG_ENV = "RELIABILITY_COMMIT_LOG"

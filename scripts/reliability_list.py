@@ -35,11 +35,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import nats  # noqa: E402
-from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
+import nats
+from aiohttp.test_utils import TestClient, TestServer
 
-from eventlog.codec import encode_commit  # noqa: E402
-from eventlog.events import (  # noqa: E402
+from eventlog.codec import encode_commit
+from eventlog.events import (
     Commit,
     RunFinished,
     RunStarted,
@@ -50,13 +50,13 @@ from eventlog.events import (  # noqa: E402
     ToolCallStarted,
     ToolCallSuspended,
 )
-from eventlog.jetstream import JetStreamEventStore  # noqa: E402
-from eventlog.server import EmbeddedNatsServer  # noqa: E402
-from gateway.http import create_app  # noqa: E402
-from projections.fold import Folder  # noqa: E402
-from projections.kv import KVViewStore  # noqa: E402
-from projections.runner import ProjectionRunner  # noqa: E402
-from projections.synth import history_of_size  # noqa: E402
+from eventlog.jetstream import JetStreamEventStore
+from eventlog.server import EmbeddedNatsServer
+from gateway.http import create_app
+from projections.fold import Folder
+from projections.kv import KVViewStore
+from projections.runner import ProjectionRunner
+from projections.synth import history_of_size
 
 RUNS_PER_THREAD = 4
 #: name -> (path, query, bearer token); "tenant" is scoped to resource_id prefix "res1" (11 of

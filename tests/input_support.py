@@ -17,6 +17,7 @@ from eventlog.events import RunSuspended
 from gateway.connection import ConnectionOptions
 from gateway.demo import DEMO_AGENT
 from gateway.server import Server, ServerConfig, serve
+
 from test_adapters_routes_support import Nats
 
 TIMEOUT = 30.0

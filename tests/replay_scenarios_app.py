@@ -27,9 +27,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from runtime import Runtime  # noqa: E402
-from runtime.tools import Tool  # noqa: E402
-from test_replay import _scenario_cases  # noqa: E402
+from runtime import Runtime
+from runtime.tools import Tool
+
+from test_replay import _scenario_cases
 
 
 def attr_name(case_id: str) -> str:

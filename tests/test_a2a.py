@@ -11,15 +11,22 @@ from typing import Any
 import httpx
 import pytest
 from a2a.client import A2ACardResolver, ClientConfig, create_client
-from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
 from a2a.types.a2a_pb2 import (
-    CancelTaskRequest, GetTaskRequest, Message, Part, Role, SendMessageRequest, TaskState,
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    TaskState,
 )
+from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Value
 
 from gateway.a2a.routes import a2a_routes
 from projections.fold import fold_commits
+
 from test_http_write_support import open_stack
 
 pytestmark = pytest.mark.asyncio

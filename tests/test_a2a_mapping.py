@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from a2a.types.a2a_pb2 import Message, Part, Role
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.a2a.mapping import data_part, message_inputs
 

@@ -35,11 +35,17 @@ from gateway.adapters.agui import (
     to_agui_messages,
     translate,
 )
-from protocol_verify.agui import AguiStreamError, event_types, parse_sse, verify_agui_stream
-from gateway.adapters.common import AdapterInputError, DuplicateResume, MissingResume, ResumeError, UnknownInterrupt
+from gateway.adapters.common import (
+    AdapterInputError,
+    DuplicateResume,
+    MissingResume,
+    ResumeError,
+    UnknownInterrupt,
+)
 from runtime import PermissionPlugin
 from runtime.models import ModelRequestRejected, Turn
 
+from protocol_verify.agui import AguiStreamError, event_types, parse_sse, verify_agui_stream
 from test_adapters_support import Recorded, record, store  # noqa: F401  (fixture)
 
 asyncio_mark = pytest.mark.asyncio

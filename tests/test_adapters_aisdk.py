@@ -20,11 +20,11 @@ from gateway.adapters.aisdk import (
     parse_chat_request,
     translate,
 )
-from protocol_verify.aisdk import UiStreamError, part_types, verify_ui_stream
 from gateway.adapters.common import AdapterInputError, ResumeError, UnknownInterrupt
 from runtime import PermissionPlugin
 from runtime.models import ModelRequestRejected, Turn
 
+from protocol_verify.aisdk import UiStreamError, part_types, verify_ui_stream
 from test_adapters_support import Recorded, record, store  # noqa: F401  (fixture)
 
 asyncio_mark = pytest.mark.asyncio

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from eventlog.events import ToolCallDecided
-from protocol_verify.agui import event_types, verify_agui_stream
-from protocol_verify.aisdk import part_types, verify_ui_stream
 from runtime import PermissionPlugin
 from runtime.models import ModelRequestRejected, Turn
 
+from protocol_verify.agui import event_types, verify_agui_stream
+from protocol_verify.aisdk import part_types, verify_ui_stream
 from test_adapters_routes_support import TRANSPORTS, Stack, Transport, open_stack
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)]

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from protocol_verify.agui import verify_agui_stream
-from protocol_verify.aisdk import parse_ui_sse, verify_ui_stream
 from runtime import PermissionPlugin
 from runtime.models import Turn
 
+from protocol_verify.agui import verify_agui_stream
+from protocol_verify.aisdk import parse_ui_sse, verify_ui_stream
 from test_adapters_routes_support import TIMEOUT, Http, open_stack
 
 pytestmark = pytest.mark.asyncio

@@ -18,8 +18,6 @@ from aiohttp.test_utils import TestClient, TestServer
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
 from gateway.adapters import nats_routes, routes
-from protocol_verify.agui import parse_sse
-from protocol_verify.aisdk import parse_ui_sse
 from gateway.adapters.session import Backend
 from gateway.dispatch import InProcessDispatcher
 from gateway.http import Settings, create_app
@@ -28,6 +26,8 @@ from projections.runner import ProjectionRunner
 from runtime import AgentSpec, NatsLiveSink, Runtime
 from runtime.models import ScriptedModel
 
+from protocol_verify.agui import parse_sse
+from protocol_verify.aisdk import parse_ui_sse
 from test_adapters_support import ALL_TOOLS
 from test_http_support import stop_runner
 

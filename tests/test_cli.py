@@ -264,7 +264,7 @@ def test_events_tail_text(seeded: Log) -> None:
     s = seeded.seqs
     result = cli(seeded, "events", "tail", "--thread", "t1")
     assert result.exit_code == 0, result.output
-    line = next(l for l in result.stdout.splitlines() if l.strip().startswith(f"{s['call']}:1"))
+    line = next(ln for ln in result.stdout.splitlines() if ln.strip().startswith(f"{s['call']}:1"))
     assert "t1" in line and "r1" in line and "ToolCallStarted" in line and "get_weather" in line
 
 
@@ -393,8 +393,8 @@ def test_entry_point_starts_and_stops_the_embedded_server(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == []
     assert (data / "jetstream").is_dir()
-    port = next(int(l.split()[1]) for l in (data / "nats-server.conf").read_text().splitlines()
-                if l.startswith("port:"))
+    port = next(int(ln.split()[1]) for ln in (data / "nats-server.conf").read_text().splitlines()
+                if ln.startswith("port:"))
     with pytest.raises(OSError):  # stopped at exit
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
 

@@ -21,13 +21,14 @@ import pytest
 import structlog
 from typer.testing import CliRunner
 
-import replay_app
-import test_hitl_support as S
 from eventlog.events import InferenceCompleted, StatePatched, StoredCommit
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
 from gateway.cli import app as cli_app
 from runtime import DeterministicEntropy
+
+import replay_app
+import test_hitl_support as S
 from test_hitl_scenarios import resume_in_process, start_waiting
 
 AGENTLOG = str(Path(sys.executable).parent / "agentlog")

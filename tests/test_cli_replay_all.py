@@ -26,12 +26,13 @@ import pytest
 import structlog
 from typer.testing import CliRunner
 
-import test_hitl_support as S
 from eventlog.events import StoredCommit, ToolCallCompleted
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
 from gateway.cli import app as cli_app
 from runtime.replay import plan_replay, verify_run
+
+import test_hitl_support as S
 from test_hitl_scenarios import resume_in_process, start_waiting
 from test_replay import _scenario_cases, all_commits
 

@@ -18,6 +18,7 @@ from runtime.config import SCHEMA_PATH, AgentlogConfig, load_config, schema
 from runtime.context import ContextPolicy
 from runtime.permission import PermissionPlugin
 from runtime.stop import MaxRounds, StopOnTool
+
 from test_runtime_support import events_of, logged, store  # noqa: F401  (fixture)
 
 MCP_SERVER = str(Path(__file__).with_name("mcp_server.py"))

@@ -16,6 +16,7 @@ from runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime, 
 from runtime.context import SUMMARY_MESSAGE_ID, ContextPolicy, estimate_tokens, fit, plan_summary, units
 from runtime.models import ScriptedModel, Turn
 from runtime.replay import ReplayApp, verify_run
+
 from test_runtime_support import events_of, logged, store  # noqa: F401  (fixture)
 
 # -- pure ------------------------------------------------------------------------------------------

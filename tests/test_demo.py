@@ -32,7 +32,7 @@ def _check_output(out: str) -> None:
     assert f"started run {run_id}" in out
     assert '"action":"resume"' in body and '"approved":true' in body
     call_id = re.search(r'"target_id":"([^"]+)"', body).group(1)  # type: ignore[union-attr]
-    assert f"ToolCallSuspended    deploy suspended" in out and f"call={call_id}" in out
+    assert "ToolCallSuspended    deploy suspended" in out and f"call={call_id}" in out
     # the MCP step: a tool of a real MCP server subprocess, recorded like any other
     assert "ToolCallCompleted    mcp__notes__release_notes succeeded" in out
     assert f"is waiting for approval of deploy (call {call_id})" in out

@@ -25,8 +25,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from eventlog.jetstream import JetStreamEventStore  # noqa: E402
-from runtime import (  # noqa: E402
+from eventlog.jetstream import JetStreamEventStore
+from runtime import (
     AgentSpec,
     DeterministicEntropy,
     PermissionPlugin,
@@ -35,7 +35,7 @@ from runtime import (  # noqa: E402
     ToolResult,
     tool,
 )
-from runtime.models import ScriptedModel, Turn  # noqa: E402
+from runtime.models import ScriptedModel, Turn
 
 THREAD = "t1"
 RUN = "r1"

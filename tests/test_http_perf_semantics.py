@@ -35,6 +35,7 @@ from eventlog.server import EmbeddedNatsServer
 from gateway.http import Settings, create_app
 from projections.kv import KVViewStore
 from projections.runner import ProjectionRunner
+
 from test_http_support import TIMEOUT, body, error, stop_runner
 
 _encode = msgspec.json.Encoder().encode

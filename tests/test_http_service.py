@@ -9,6 +9,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.http import Route, create_app
 from gateway.http.models import CreateThread
+
 from test_http_support import TIMEOUT, Api, api, body, error, open_api  # noqa: F401
 
 

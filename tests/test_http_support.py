@@ -26,11 +26,11 @@ from eventlog.events import (
     RunSuspended,
     StatePatched,
     StepStarted,
+    SuspendTicket,
     Termination,
     ThreadCreated,
     ToolCallStarted,
     ToolCallSuspended,
-    SuspendTicket,
 )
 from eventlog.ids import new_id, now_ms
 from eventlog.jetstream import JetStreamEventStore

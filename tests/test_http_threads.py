@@ -116,6 +116,7 @@ async def test_min_seq_beyond_the_log_is_400_and_a_lagging_view_is_503(nats_serv
     log has but the views have not reached within `read_wait` is a 503 to retry."""
     from eventlog.events import ThreadCreated
     from gateway.http import Settings
+
     from test_http_support import open_api, stop_runner
 
     async with asyncio.timeout(TIMEOUT), open_api(nats_server, settings=Settings(read_wait=0.05)) as api:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from gateway.http.context import SERVICES
+
 from test_http_support import TIMEOUT, body, error, sse_events
 from test_http_write_support import Stack, open_stack, suspended_call
 

@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from aiohttp.test_utils import TestClient, TestServer
+
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
 from gateway.dispatch import Dispatcher, InProcessDispatcher, QueueDispatcher
@@ -24,8 +26,8 @@ from projections.runner import ProjectionRunner
 from runtime import AgentSpec, PermissionPlugin, Runtime, ToolContext, tool
 from runtime.models.scripted import ScriptedModel, Turn
 from runtime.worker import Worker
+
 from test_http_support import Api, stop_runner
-from aiohttp.test_utils import TestClient, TestServer
 
 AGENTS = ("approver", "quick")
 

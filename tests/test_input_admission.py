@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from eventlog.server import EmbeddedNatsServer
-from input_support import AGENT, TIMEOUT, Stack, open_stack
 from runtime.commands import COMMANDS_STREAM
+
+from input_support import AGENT, TIMEOUT, Stack, open_stack
 
 
 async def _queued(s: Stack) -> int:

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from eventlog.server import EmbeddedNatsServer
 from gateway.adapters import nats_routes
 from gateway.json_input import MAX_DEPTH, InvalidJson, check_depth, parse_json
+
 from input_support import AGENT, TIMEOUT, Stack, adapter_call, http_call, nats_call, open_stack, waiting_run
 
 SURROGATE = "\ud800"
@@ -208,8 +209,10 @@ async def test_frontend_tool_result_holding_hostile_json_is_taken_as_text(
     Before: json.loads gave a lone surrogate (the decision commit failed to encode: RUN_ERROR)
     or raised RecursionError (not a ValueError: the request crashed)."""
     from runtime.models import Turn
+
     from test_adapters_routes import agui_ok, run_input, user
-    from test_adapters_routes_support import Http, open_stack as open_adapters
+    from test_adapters_routes_support import Http
+    from test_adapters_routes_support import open_stack as open_adapters
 
     pick = {"name": "pick", "description": "d", "parameters": {"type": "object"}}
     async with asyncio.timeout(TIMEOUT), open_adapters(nats_server, [Turn.tool("pick", {}), "done"]) as stack:

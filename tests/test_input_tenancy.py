@@ -11,6 +11,7 @@ import asyncio
 import json
 
 from eventlog.server import EmbeddedNatsServer
+
 from input_support import AGENT, TIMEOUT, http_call, nats_call, open_stack, waiting_run
 
 TOKENS = "ta:tenantA,tb:tenantB"

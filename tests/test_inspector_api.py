@@ -16,6 +16,7 @@ from gateway.connection import ConnectionOptions
 from gateway.demo import DEMO_AGENT, follow_run
 from gateway.server import Server, ServerConfig
 from runtime import Runtime, ToolContext, tool
+
 from test_http_support import TIMEOUT, body, error, open_api
 from test_http_write_support import suspended_call
 from test_inspector_support import AGENT, Stack, inspect_app, open_stack, until_status, waiting_run

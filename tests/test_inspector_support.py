@@ -12,8 +12,9 @@ from typing import Any
 
 from runtime import AgentSpec, PermissionPlugin, Runtime, ToolContext, tool
 from runtime.models.scripted import ScriptedModel, Turn
+
 from test_http_write import until_status
-from test_http_write_support import Stack, open_stack  # noqa: F401 - re-exported for the tests
+from test_http_write_support import Stack, open_stack
 
 AGENT = "inspect"
 

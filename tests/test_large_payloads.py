@@ -21,6 +21,7 @@ from eventlog.payloads import PayloadMissing, has_refs, offload, resolve
 from runtime import AgentSpec, DeterministicEntropy, Runtime, tool
 from runtime.models import ScriptedModel, Turn
 from runtime.replay import ReplayApp, verify_run
+
 from test_runtime_support import events_of, logged, store  # noqa: F401  (fixture, on the server above)
 
 LIMIT = 64 * 1024

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from unittest import mock
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import msgspec
 
 from eventlog.events import Commit, ThreadCreated
 from projections import fold_commits

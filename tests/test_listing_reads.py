@@ -26,6 +26,7 @@ from projections.kv import KVViewStore
 from projections.rebuild import rebuild
 from projections.runner import ProjectionRunner
 from projections.synth import history_of_size
+
 from test_http_support import body, stop_runner
 
 TIMEOUT = 120

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
+
 import test_hitl_support as S
 from test_hitl_scenarios import resume_in_process, start_waiting
 

@@ -24,6 +24,7 @@ from runtime.mcp import McpError, McpServerConfig, McpToolset
 from runtime.models import ScriptedModel, Turn
 from runtime.replay import ReplayApp, verify_run
 from runtime.tools import ToolRegistry
+
 from test_runtime_support import events_of, logged, store  # noqa: F401  (fixture)
 
 #: These tests prove re-executed tools are checked: opt in to re-execution (the default answers

@@ -24,6 +24,7 @@ from runtime.models import (
     ToolSpec,
     complete,
 )
+
 from fake_openai import FakeOpenAI, Reply, chunk
 
 FAST = RetryPolicy(max_attempts=3, base_delay=0.001, max_delay=0.002)
@@ -139,7 +140,7 @@ async def test_500_exhausted_is_model_unavailable(fake: FakeOpenAI, client: Open
 
 async def test_other_4xx_is_rejected_without_retry(fake: FakeOpenAI, client: OpenAIChatModel) -> None:
     fake.always(Reply.error(400, '{"error": {"message": "bad param"}}'))
-    with pytest.raises(ModelRequestRejected, match="HTTP 400.*bad param"):
+    with pytest.raises(ModelRequestRejected, match=r"HTTP 400.*bad param"):
         await collect(client, req())
     assert len(fake.requests) == 1
 

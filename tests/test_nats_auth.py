@@ -53,9 +53,9 @@ async def _login(url: str, passwords: Mapping[str, str], role: str, **kw: Any) -
 
 async def check_roles(url: str, passwords: Mapping[str, str]) -> None:
     """The permission layout, role by role, on a server at `url` with these passwords."""
-    with pytest.raises(StoreUnavailable, match="(?i)authorization"):
+    with pytest.raises(StoreUnavailable, match=r"(?i)authorization"):
         await JetStreamEventStore.connect(url, connect_timeout=2.0)
-    with pytest.raises(StoreUnavailable, match="(?i)authorization"):
+    with pytest.raises(StoreUnavailable, match=r"(?i)authorization"):
         await JetStreamEventStore.connect(url, user="readonly", password="wrong", connect_timeout=2.0)
 
     worker = await _login(url, passwords, "worker")

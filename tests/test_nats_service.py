@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.nats_service import endpoint_subjects, start_nats_service
+
 from test_http_support import TIMEOUT
 from test_http_write_support import Stack, open_stack
 

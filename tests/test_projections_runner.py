@@ -28,14 +28,15 @@ from hypothesis import strategies as st
 
 from eventlog import Commit, collect
 from eventlog.codec import encode_commit
-from eventlog.server import EmbeddedNatsServer
 from eventlog.events import Message, MessageAppended, RunStarted, StepStarted, ThreadCreated
 from eventlog.jetstream import JetStreamEventStore
+from eventlog.server import EmbeddedNatsServer
 from eventlog.subjects import EVENTS_STREAM, event_subject
 from projections import ProjectionTimeout, fold_commits
 from projections.kv import KVViewStore
 from projections.runner import ProjectionRunner
 from projections.synth import generate_history
+
 
 class Crash(Exception):
     pass

@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 
 from gateway.adapters.frontend import frontend_tool
-from protocol_verify.reducers import normalise_agui, normalise_aisdk
 from runtime import AgentSpec, PermissionPlugin
 from runtime.models import ScriptedModel, Turn
 
+from protocol_verify.reducers import normalise_agui, normalise_aisdk
 from test_adapters_routes_support import TOOLS, open_stack
 from test_protocol_fidelity import append_log, init_log
 

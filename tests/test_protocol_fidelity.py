@@ -13,12 +13,12 @@ import pytest
 
 from gateway.adapters import nats_routes
 from gateway.adapters.frontend import frontend_tool
-from protocol_verify.agui import verify_agui_stream
-from protocol_verify.aisdk import parse_ui_sse, verify_ui_stream
-from protocol_verify.reducers import AguiClient, AiSdkChat, normalise_agui, normalise_aisdk
 from runtime import PermissionPlugin, ToolContext, tool
 from runtime.models import Turn
 
+from protocol_verify.agui import verify_agui_stream
+from protocol_verify.aisdk import parse_ui_sse, verify_ui_stream
+from protocol_verify.reducers import AguiClient, AiSdkChat, normalise_agui, normalise_aisdk
 from test_adapters_routes_support import TOOLS, TRANSPORTS, Stack, Transport, nats_request, open_stack
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -17,13 +17,13 @@ from eventlog.events import MessageAppended, RunStarted, StepStarted
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
 from gateway.adapters import agui, aisdk, session
-from protocol_verify.agui import verify_agui_stream
-from protocol_verify.aisdk import verify_ui_stream
-from protocol_verify.reducers import AguiClient, AiSdkChat, normalise_agui, normalise_aisdk
 from runtime import PermissionPlugin
 from runtime.models import Turn
 from runtime.models.scripted import ScriptedCall
 
+from protocol_verify.agui import verify_agui_stream
+from protocol_verify.aisdk import verify_ui_stream
+from protocol_verify.reducers import AguiClient, AiSdkChat, normalise_agui, normalise_aisdk
 from test_adapters_support import ALL_TOOLS, record
 from test_protocol_fidelity import append_log, init_log
 

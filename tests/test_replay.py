@@ -17,8 +17,6 @@ from typing import Any
 
 import pytest
 
-import test_runtime_scenarios as scenarios
-import test_runtime_stop as stops
 from eventlog.events import StoredCommit
 from runtime import AddContext, AgentSpec, DeterministicEntropy, Plugin, Runtime, ToolContext, tool
 from runtime.models import ScriptedModel, Turn
@@ -30,6 +28,9 @@ from runtime.replay import (
     request_digest,
     verify_run,
 )
+
+import test_runtime_scenarios as scenarios
+import test_runtime_stop as stops
 from test_runtime_support import logged, store  # noqa: F401  (fixture)
 
 #: These tests prove re-executed tools are checked: opt in to re-execution (the default answers

@@ -19,7 +19,14 @@ from hypothesis import strategies as st
 
 from eventlog.events import InferenceCompleted, Message, StoredCommit
 from runtime.models.base import ModelRequest, ToolSpec
-from runtime.replay import REQUEST_PARTS, NonDeterminismError, differing_parts, request_part_digests, verify_run
+from runtime.replay import (
+    REQUEST_PARTS,
+    NonDeterminismError,
+    differing_parts,
+    request_part_digests,
+    verify_run,
+)
+
 from test_replay import app, record
 from test_runtime_support import store  # noqa: F401  (fixture)
 
@@ -54,7 +61,7 @@ def _without_part_digests(log: list[StoredCommit]) -> list[StoredCommit]:
         sc.commit, events=[strip(e) for e in sc.commit.events])) for sc in log]
 
 
-async def test_a_log_without_part_digests_still_verifies(store: Any) -> None:  # noqa: F811
+async def test_a_log_without_part_digests_still_verifies(store: Any) -> None:
     result, recorder, log, spec = await record(store)
     assert all(e.request_digests for sc in log for e in sc.commit.events if isinstance(e, InferenceCompleted))
     old = _without_part_digests(log)
@@ -66,7 +73,7 @@ async def test_a_log_without_part_digests_still_verifies(store: Any) -> None:  #
     assert report.divergence.detail == "the model request differs from the recorded one"
 
 
-async def test_verify_run_answers_every_tool_from_the_log_by_default(store: Any) -> None:  # noqa: F811
+async def test_verify_run_answers_every_tool_from_the_log_by_default(store: Any) -> None:
     result, recorder, log, spec = await record(store)
     async with asyncio.timeout(10):
         report = await verify_run(store, result.run_id, app(recorder, **spec))

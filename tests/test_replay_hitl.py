@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 
-import test_hitl_support as S
 from eventlog.events import ToolCallCompleted
 from runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime, ToolContext, tool
 from runtime.models import ScriptedModel, Turn
 from runtime.replay import NonDeterminismError, ReplayApp, next_session, plan_replay, verify_run
+
+import test_hitl_support as S
 from test_hitl_scenarios import resume_in_process, start_waiting
 from test_runtime_support import store, thread_log  # noqa: F401  (fixture)
 
@@ -188,7 +189,7 @@ def triple(x: int, ctx: ToolContext) -> int:
 async def test_a_decision_recorded_alone_then_resumed_verifies(store: Any) -> None:
     """Decisions appended by one process (which died before resuming), applied by another's
     `Runtime.resume`: replay reveals the decision commit where it was recorded and resumes."""
-    from eventlog.events import Commit, ToolCallDecision, ToolCallDecided
+    from eventlog.events import Commit, ToolCallDecided, ToolCallDecision
 
     await start_waiting(store, "ask_approve")
     log = await thread_log(store, S.THREAD)

@@ -28,7 +28,7 @@ from projections.kv import KVViewStore
 from runtime.commands import COMMANDS_STREAM, CommandClient, ensure_commands_stream
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import reliability_cluster  # noqa: E402
+import reliability_cluster
 
 KV_STREAMS = ("KV_agentlog_projections", "KV_agentlog_threads", "KV_agentlog_runs", "KV_agentlog_index")
 

@@ -19,7 +19,7 @@ from test_runtime_support import store  # noqa: F401  (fixture)
 WAIT = 20.0
 
 
-async def waiting_parent(store: Any) -> Any:  # noqa: F811
+async def waiting_parent(store: Any) -> Any:
     rt = S.build(store, "continuation", 0)
     result = await S.start(rt, "continuation")
     assert result.status == "waiting"
@@ -38,7 +38,7 @@ BAD_CONTINUATIONS: list[tuple[str, dict[str, Any], type[Exception]]] = [
 
 
 @pytest.mark.parametrize("case", BAD_CONTINUATIONS, ids=[c[0] for c in BAD_CONTINUATIONS])
-async def test_a_rejected_continuation_writes_nothing(store: Any, case: Any) -> None:  # noqa: F811
+async def test_a_rejected_continuation_writes_nothing(store: Any, case: Any) -> None:
     _, overrides, error = case
     async with asyncio.timeout(WAIT):
         rt = await waiting_parent(store)

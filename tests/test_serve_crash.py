@@ -150,10 +150,10 @@ async def test_cancel_finishes_a_run_that_no_command_holds(nats_server: Embedded
     """A run `running` in the log that nobody drives and no queued command leases (started
     in-process by a serve of before the fix, or its command given up on): a cancel must finish
     it `cancelled`, not just record a request nobody acts on."""
-    import serve_app
-
     from gateway.dispatch import QueueDispatcher
     from runtime.worker import Worker
+
+    import serve_app
 
     (tmp_path / "hold").mkdir()
     monkeypatch.setenv("SERVE_APP_HOLD_DIR", str(tmp_path / "hold"))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import msgspec
 import pytest
 
 from eventlog.events import Commit, ThreadDeleted

@@ -51,9 +51,9 @@ from runtime.loop import RunContext, fold_context
 from runtime.snapshot import (
     ChunkCache,
     RunSnapshot,
-    chunk_spans,
     assemble,
     chunk_key,
+    chunk_spans,
     decode_chunk,
     decode_snapshot,
     encode_snapshot,

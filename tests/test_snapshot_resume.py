@@ -18,11 +18,11 @@ import pytest
 from eventlog.events import Position, StoredCommit
 from eventlog.memory import MemoryEventStore
 from projections.fold import fold_commits
+from projections.kv import KVViewStore
+from projections.runner import ProjectionRunner
 from runtime import AgentSpec, DeterministicEntropy, Runtime, ToolContext, ToolResult, UnknownCall, tool
 from runtime.hitl import CallNotSuspended
 from runtime.models.scripted import ScriptedModel, Turn
-from projections.kv import KVViewStore
-from projections.runner import ProjectionRunner
 from runtime.snapshot import KVSnapshotStore, SnapshotWriter, decode_snapshot, encode_snapshot
 
 from test_runtime_support import store, thread_log  # noqa: F401  (fixture)

@@ -14,6 +14,7 @@ import pytest
 from eventlog.events import ThreadCreated, ThreadMetadataUpdated
 from eventlog.subjects import EVENTS_STREAM
 from gateway.http.sse import HUB, FollowHub, SlowFollower
+
 from test_http_support import TIMEOUT, Api, api, sse_events  # noqa: F401
 
 pytestmark = pytest.mark.asyncio

@@ -7,11 +7,12 @@ import json
 
 from typer.testing import CliRunner
 
-import subagents_app
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
 from gateway.cli import app as cli_app
 from runtime.subagents import child_ids
+
+import subagents_app
 
 runner = CliRunner()
 

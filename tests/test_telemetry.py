@@ -6,15 +6,25 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
 from eventlog.events import (
-    Commit, InferenceCompleted, RunFinished, RunStarted, StepFinished, StepStarted, StoredCommit, Termination,
-    ToolCallCompleted, ToolCallStarted, Usage,
+    Commit,
+    InferenceCompleted,
+    RunFinished,
+    RunStarted,
+    StepFinished,
+    StepStarted,
+    StoredCommit,
+    Termination,
+    ToolCallCompleted,
+    ToolCallStarted,
+    Usage,
 )
 from runtime import AgentSpec, Runtime, ToolContext, tool
 from runtime.models.scripted import ScriptedModel, Turn

@@ -4,7 +4,7 @@ restart mid-run, and scale-out over three worker processes."""
 from __future__ import annotations
 
 import asyncio
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 from typing import Any
 

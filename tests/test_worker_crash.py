@@ -146,6 +146,6 @@ async def test_crash_at_every_kill_point_then_another_worker_completes(nats_serv
             await one_kill_point(d, point, control)
 
     results = await asyncio.gather(*(guarded(i, p) for i, p in enumerate(KILL_POINTS)), return_exceptions=True)
-    failures = [(p, r) for p, r in zip(KILL_POINTS, results) if isinstance(r, BaseException)]
+    failures = [(p, r) for p, r in zip(KILL_POINTS, results, strict=True) if isinstance(r, BaseException)]
     if failures:
         raise AssertionError("\n".join(f"{p}: {type(r).__name__}: {r}" for p, r in failures)) from failures[0][1]

@@ -11,18 +11,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from google.protobuf.json_format import ParseDict
-from google.protobuf.struct_pb2 import Struct, Value
-
 from a2a.types.a2a_pb2 import (
     Artifact,
-    Message as A2AMessage,
     Part,
     Role,
     Task,
     TaskState,
     TaskStatus,
 )
+from a2a.types.a2a_pb2 import (
+    Message as A2AMessage,
+)
+from google.protobuf.json_format import ParseDict
+from google.protobuf.struct_pb2 import Struct, Value
+
 from eventlog.events import Message, MessageAppended, StoredCommit
 from projections.views import RunView
 

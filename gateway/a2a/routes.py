@@ -25,6 +25,7 @@ from gateway.http.routing import Route
 
 from .asgi import serve_asgi
 
+
 def agent_card(spec: Any, url: str) -> Any:
     """The A2A card of an agent (`AgentSpec`), served at `url` over JSON-RPC."""
     from a2a.types.a2a_pb2 import AgentCapabilities, AgentCard, AgentInterface, AgentSkill

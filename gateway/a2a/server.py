@@ -29,12 +29,14 @@ from a2a.types.a2a_pb2 import (
     GetTaskRequest,
     ListTasksRequest,
     ListTasksResponse,
-    Message as A2AMessage,
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
     TaskArtifactUpdateEvent,
     TaskStatusUpdateEvent,
+)
+from a2a.types.a2a_pb2 import (
+    Message as A2AMessage,
 )
 from a2a.utils.errors import (
     InvalidParamsError,
@@ -43,6 +45,7 @@ from a2a.utils.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
+
 from eventlog.errors import AgentlogError
 from eventlog.events import MessageAppended, StoredCommit
 from eventlog.ids import InvalidId, validate_run_id
@@ -51,7 +54,6 @@ from projections.views import RunView
 
 from ..dispatch import Dispatcher, RunAlreadyFinished
 from .mapping import a2a_message, answer_artifact, message_inputs, run_task, status_message, task_state
-
 
 #: `after` for a follow that only ends when the run is done.
 _ONLY_DONE = 1 << 62
@@ -96,7 +98,7 @@ class RunTaskHandler(RequestHandler):
         """The task once its run is done or waits (see `_follow`)."""
         commits: list[StoredCommit] = []
         view: RunView | None = None
-        async for sc, view in self._follow(thread_id, run_id, after):
+        async for sc, view in self._follow(thread_id, run_id, after):  # noqa: B007  (the last view is used below)
             commits.append(sc)
         if view is None:
             raise TaskNotFoundError(message=f"task {run_id!r} not found")

@@ -59,12 +59,12 @@ from runtime.frontend import ACTION as FRONTEND_ACTION
 from runtime.models.base import ToolSpec
 
 from .common import (
-    int_or,
     AdapterInputError,
     Decision,
     as_item,
     check_decisions,
     decision_id,
+    int_or,
     interrupt_reason,
     json_text,
     safe_id,

@@ -55,12 +55,12 @@ from eventlog.ids import is_valid_id
 from runtime.frontend import ACTION as FRONTEND_ACTION
 
 from .common import (
-    int_or,
     AdapterInputError,
     Decision,
     as_item,
     check_decisions,
     decision_id,
+    int_or,
     interrupt_reason,
     needs_approval,
     safe_id,

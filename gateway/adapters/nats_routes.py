@@ -29,7 +29,6 @@ from typing import Any
 
 import structlog
 
-from eventlog.errors import AgentlogError
 from eventlog.jetstream import flush_subscriptions
 from gateway.http.auth import Authenticator, Principal, resolve_tokens
 from gateway.http.errors import ApiError

@@ -26,6 +26,7 @@ from ag_ui import core as ag
 from ag_ui.encoder import EventEncoder
 from aiohttp import web
 
+from eventlog.errors import AgentlogError
 from gateway.http.auth import principal
 from gateway.http.context import services
 from gateway.http.errors import ApiError
@@ -35,8 +36,6 @@ from gateway.http.sse import Pump
 from gateway.json_input import parse_json
 
 from . import aisdk, session
-from eventlog.errors import AgentlogError
-
 from .common import AdapterInputError, guarded
 
 _ENCODER = EventEncoder()

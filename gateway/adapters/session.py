@@ -26,11 +26,10 @@ from ag_ui import core as ag
 from eventlog.errors import AgentlogError
 from eventlog.events import Message, MessageAppended, RunResumed, RunSuspended, StoredCommit, ToolCallDecided
 from eventlog.ids import new_id
+from gateway.json_input import InvalidJson, parse_json
 from projections.fold import fold_commits
 from projections.views import RunView, ThreadView
 from runtime import CommittedEvent
-
-from gateway.json_input import InvalidJson, parse_json
 
 from . import agui, aisdk
 from .common import AdapterInputError, Decision, ResumeError, decision_id, error_text, needs_approval

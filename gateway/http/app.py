@@ -17,9 +17,8 @@ from typing import Any
 from aiohttp import web
 
 from eventlog.jetstream import JetStreamEventStore
-from projections.store import ViewStore
-
 from gateway import ui
+from projections.store import ViewStore
 
 from . import cors, health, inspector, openapi, runs, sse, threads
 from .auth import Authenticator, auth_middleware, resolve_tokens

@@ -21,7 +21,6 @@ from aiohttp import web
 from pydantic import Field
 
 from eventlog.events import Position
-
 from gateway.timeline import build_replay, event_state_diffs
 
 from .auth import principal

@@ -8,14 +8,20 @@ stays bounded whatever ids clients send.
 
 from __future__ import annotations
 
-import time
-
-from aiohttp import web
 import asyncio
 import contextlib
+import time
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
 from eventlog.events import RunFinished, RunStarted
 from runtime.telemetry import AgentMetrics

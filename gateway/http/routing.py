@@ -16,9 +16,7 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from eventlog.ids import validate_id, validate_run_id
-
 from gateway.json_input import parse_json
-
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 M = TypeVar("M", bound=BaseModel)

@@ -10,9 +10,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from eventlog.events import AnyEvent, RunFinished, RunSuspended, StoredCommit
-from projections.fold import Folder
-
 from gateway import operations as ops
+from projections.fold import Folder
 
 from . import sse
 from .auth import Principal, principal

@@ -21,11 +21,10 @@ from eventlog.events import (
     ThreadMetadataUpdated,
 )
 from eventlog.ids import new_id, now_ms
+from gateway import operations as ops
 from projections.fold import Folder
 from projections.timetravel import state_at
 from projections.views import ThreadView
-
-from gateway import operations as ops
 
 from . import sse
 from .auth import Principal, principal

@@ -10,6 +10,7 @@ Content-Security-Policy of `'self'` only: the page cannot load or send anything 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -36,7 +37,7 @@ _PAGES = {
 }
 
 
-def _serve(name: str):  # type: ignore[no-untyped-def]
+def _serve(name: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     path = STATIC / name
 
     async def handler(_request: web.Request) -> web.StreamResponse:

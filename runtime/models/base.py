@@ -68,6 +68,21 @@ class Model(Protocol):
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]: ...
 
 
+@runtime_checkable
+class SelfRetrying(Protocol):
+    """A model that retries transient failures itself, like a standalone HTTP client does.
+
+    One policy must own retries, or they multiply (loop attempts x client attempts). When the
+    run loop drives a model it owns them (`AgentSpec.retry`), so it streams from
+    `single_attempt()`: the same model making one request per model per call. Used on its own,
+    the model keeps its transport retries.
+    """
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]: ...
+
+    def single_attempt(self) -> Model: ...
+
+
 async def complete(model: Model, request: ModelRequest) -> ModelResponse:
     """Drain a stream and return its final response (for callers that don't need deltas)."""
     async for chunk in model.stream(request):
@@ -84,10 +99,12 @@ class ModelError(AgentlogError):
 
 
 class ModelUnavailable(ModelError):
-    """Transport failure, timeouts, 429 and 5xx after retries were exhausted."""
+    """Transport failure, timeouts, 429 and 5xx after retries were exhausted. `retry_after`:
+    the seconds the provider asked to wait (`Retry-After`), if it said."""
 
     code = "model_unavailable"
     retryable = True
+    retry_after: float | None = None
 
 
 class ModelProtocolError(ModelError):

@@ -10,6 +10,9 @@ Why it is shaped this way:
 - When the primary model is still unavailable after its retries, each fallback model is tried in
   order with its own retry budget. Rejected requests (4xx) and protocol errors are not retried or
   failed over: another attempt would get the same answer.
+- Those retries are for standalone use. Under the run loop one policy owns retries
+  (`AgentSpec.retry`), so the loop streams from `single_attempt()`: one request per model, and
+  the error carries `retry_after` for the loop's own wait (`runtime.models.base.SelfRetrying`).
 - One `aiohttp.ClientSession` per instance, created lazily in the running loop; close it with
   `aclose()` or `async with`.
 """
@@ -33,6 +36,7 @@ import aiohttp
 from eventlog.events import Message, ToolCall, Usage
 
 from .base import (
+    Model,
     ModelChunk,
     ModelDone,
     ModelProtocolError,
@@ -153,9 +157,14 @@ class OpenAIChatModel:
     # -- streaming ---------------------------------------------------------------------------------
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
-        return self._stream(request)
+        return self._stream(request, self.retry.max_attempts)
 
-    async def _stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+    def single_attempt(self) -> Model:
+        """This client making one request per model (no retries): for a caller that owns the
+        retry policy, like the run loop. Shares this client's session."""
+        return _SingleAttempt(self)
+
+    async def _stream(self, request: ModelRequest, attempts: int) -> AsyncIterator[ModelChunk]:
         primary = self.model or request.model
         if not primary:
             raise ModelRequestRejected("no model name: set OpenAIChatModel(model=...) or ModelRequest.model")
@@ -164,7 +173,7 @@ class OpenAIChatModel:
         for name in [primary, *(m for m in self.fallback_models if m != primary)]:
             body = build_body(name, messages, request.tools, request.options)
             last: _Transient | None = None
-            for attempt in range(1, self.retry.max_attempts + 1):
+            for attempt in range(1, attempts + 1):
                 if last is not None:
                     await asyncio.sleep(self.retry.delay(attempt - 1, last.retry_after))
                 yielded = False
@@ -177,10 +186,12 @@ class OpenAIChatModel:
                             return
                         except _Transient as err:
                             if yielded:
-                                raise ModelUnavailable(
+                                mid_stream = ModelUnavailable(
                                     f"model {name!r} at {self.url} failed mid-stream ({err.reason}); "
                                     "not retried because output was already streamed"
-                                ) from None
+                                )
+                                mid_stream.retryable = False  # nor by the loop: output went out live
+                                raise mid_stream from None
                             last = err
                             break
                         yield chunk
@@ -188,7 +199,7 @@ class OpenAIChatModel:
                 finally:
                     await attempt_stream.aclose()
             assert last is not None
-            failures.append(_Failure(name, self.retry.max_attempts, last))
+            failures.append(_Failure(name, attempts, last))
         raise self._unavailable(failures)
 
     def _unavailable(self, failures: list[_Failure]) -> ModelUnavailable:
@@ -197,6 +208,7 @@ class OpenAIChatModel:
         err.attempts = sum(f.attempts for f in failures)  # type: ignore[attr-defined]
         err.status = failures[-1].last.status  # type: ignore[attr-defined]
         err.models = [f.model for f in failures]  # type: ignore[attr-defined]
+        err.retry_after = failures[-1].last.retry_after
         return err
 
     async def _attempt(self, model: str, body: dict[str, Any]) -> AsyncIterator[ModelChunk]:
@@ -231,6 +243,16 @@ class OpenAIChatModel:
         if resp.status == 429 or resp.status >= 500:
             raise _Transient(reason, resp.status, _retry_after(resp.headers))
         raise ModelRequestRejected(f"{self.url} rejected the request for model {model!r}: {reason}")
+
+
+class _SingleAttempt:
+    """`OpenAIChatModel.single_attempt()`: the client's stream with one attempt per model."""
+
+    def __init__(self, client: OpenAIChatModel) -> None:
+        self._client = client
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        return self._client._stream(request, 1)
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
@@ -304,7 +326,7 @@ class _StreamParser:
             raise _malformed(f"not JSON: {err}", data) from None
         if not isinstance(chunk, dict):
             raise _malformed("not an object", data)
-        if "error" in chunk and chunk["error"]:
+        if chunk.get("error"):
             raise _Transient(f"provider error in stream: {json.dumps(chunk['error'])[:_BODY_EXCERPT]}")
         if isinstance(chunk.get("id"), str) and not self.completion_id:
             self.completion_id = chunk["id"]

@@ -81,7 +81,7 @@ def verify_agui_stream(events: Iterable[Any], *, require_end: bool = True) -> li
         name = t.value
 
         def fail(msg: str) -> None:
-            raise AguiStreamError(i, name, msg)
+            raise AguiStreamError(i, name, msg)  # noqa: B023  (used within this iteration)
 
         if ended:
             fail("nothing may follow RUN_FINISHED / RUN_ERROR")

@@ -90,7 +90,7 @@ def check_part(index: int, part: Any) -> None:
         required, optional = SCHEMA[kind]
     else:
         raise UiStreamError(index, kind, "unknown part type")
-    for key, typ in required.items():
+    for key in required:
         if key not in part:
             raise UiStreamError(index, kind, f"missing {key!r}")
     for key, value in part.items():
@@ -128,7 +128,7 @@ def verify_ui_stream(
         kind = p["type"]
 
         def fail(msg: str) -> None:
-            raise UiStreamError(i, kind, msg)
+            raise UiStreamError(i, kind, msg)  # noqa: B023  (used within this iteration)
 
         if ended:
             fail("nothing may follow finish / abort")
