@@ -16,10 +16,10 @@ import asyncio
 from collections.abc import Iterable
 
 from nats.aio.client import Client as NATS
+from nats.errors import NoRespondersError
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import BadRequestError, BucketNotFoundError, KeyNotFoundError, NotFoundError
-from nats.errors import NoRespondersError
 from nats.js.kv import KeyValue
 
 from eventlog.replicas import raise_replicas
