@@ -7,7 +7,8 @@ would run a pasted copy: saved to a file and started with this interpreter from 
 named by `AGENTLOG_URL`. A script must exit 0, and every `# prints: TEXT` comment in it is a claim
 about its output that is checked. A block that is intentionally a fragment must say so right
 before it with `<!-- not-runnable: reason -->`; it is then skipped with that reason (there are
-none today, keep it that way where possible).
+none today, keep it that way where possible). The declarative config example (```yaml) is loaded
+with `runtime.config.load_config`; shell blocks are not executed.
 
 "DESIGN 4.3" in code and README means section 4.3 of docs/DESIGN.md (the fixed design); the last
 test checks that every such citation names a section that file has.
@@ -148,6 +149,24 @@ def test_readme_python_block_runs_as_pasted(snippet: Snippet, nats_url: str, req
     assert done.returncode == 0, f"{where} exited {done.returncode}:\n{done.stderr[-3000:]}"
     for text in snippet.expected_output:
         assert text in done.stdout, f"{where} should print {text!r}; it printed:\n{done.stdout[-3000:]}"
+
+
+def test_readme_agent_config_example_loads(tmp_path: Path) -> None:
+    """The declarative config example is a valid file: `load_config` builds it (its MCP server
+    from the repo root, its OpenAI model given the key variable it names)."""
+    [config] = [m["code"] for m in re.finditer(r"^```yaml\n(?P<code>.*?)^```$", README.read_text(), re.S | re.M)
+                if "agentlog-config.schema.json" in m["code"]]
+    path = tmp_path / "agents.yaml"
+    path.write_text(config)
+    check = ("import sys; from runtime.config import load_config; app = load_config(sys.argv[1]); "
+             "print(*[a.id for a in app.agents]); print(*app.agents[0].tools); app.close()")
+    done = subprocess.run([sys.executable, "-c", check, str(path)], cwd=REPO, stdin=subprocess.DEVNULL,
+                          env=_child_env(OPENAI_API_KEY="sk-not-used"), capture_output=True, text=True,
+                          timeout=SNIPPET_TIMEOUT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    agents, tools = done.stdout.splitlines()
+    assert agents == "assistant researcher"
+    assert {"add", "mcp__calc__add", "agent_run"} <= set(tools.split())
 
 
 def test_design_citations_name_sections_of_docs_design() -> None:
