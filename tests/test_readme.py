@@ -68,7 +68,7 @@ def readme_snippets(text: str) -> list[Snippet]:
         before = text[: m.start()].rstrip("\n").splitlines()
         headings = [line.lstrip("#").strip() for line in before if line.startswith("#")]
         marker = _NOT_RUNNABLE.search(before[-1]) if before else None
-        snippets.append(Snippet(line=len(before) + 1, heading=headings[-1] if headings else "top",
+        snippets.append(Snippet(line=text.count("\n", 0, m.start()) + 1, heading=headings[-1] if headings else "top",
                                 code=m["code"], not_runnable=marker["reason"] if marker else None))
     return snippets
 
@@ -131,6 +131,15 @@ def gateway_url(nats_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 def test_readme_has_python_examples() -> None:
     assert len(SNIPPETS) >= 8 and all(s.not_runnable is None or s.not_runnable for s in SNIPPETS)
+
+
+def test_blocks_are_found_with_heading_marker_and_output_claims() -> None:
+    text = ("# Top\n\n## Part one\n\n```python\nprint(1)  # prints: 1\n```\n\n```bash\nls\n```\n\n"
+            "### Part two\n<!-- not-runnable: needs a GPU -->\n```python\nrun()\n```\n")
+    first, second = readme_snippets(text)
+    assert (first.line, first.heading, first.not_runnable, first.expected_output) == (5, "Part one", None, ["1"])
+    assert (second.line, second.heading, second.not_runnable, second.code) == (15, "Part two", "needs a GPU", "run()\n")
+    assert first.id == "L5-part-one" and not first.needs_gateway
 
 
 @pytest.mark.parametrize("snippet", SNIPPETS, ids=[s.id for s in SNIPPETS])
