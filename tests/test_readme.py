@@ -8,7 +8,8 @@ named by `AGENTLOG_URL`. A script must exit 0, and every `# prints: TEXT` commen
 about its output that is checked. A block that is intentionally a fragment must say so right
 before it with `<!-- not-runnable: reason -->`; it is then skipped with that reason (there are
 none today, keep it that way where possible). The declarative config example (```yaml) is loaded
-with `runtime.config.load_config`; shell blocks are not executed.
+with `runtime.config.load_config`. Shell blocks are not executed, but the `agentlog` command lines
+in them are checked against the CLI's command tree (commands and options exist).
 
 "DESIGN 4.3" in code and README means section 4.3 of docs/DESIGN.md (the fixed design); the last
 test checks that every such citation names a section that file has.
@@ -176,6 +177,35 @@ def test_readme_agent_config_example_loads(tmp_path: Path) -> None:
     agents, tools = done.stdout.splitlines()
     assert agents == "assistant researcher"
     assert {"add", "mcp__calc__add", "agent_run"} <= set(tools.split())
+
+
+def test_readme_agentlog_command_lines_use_real_commands_and_flags() -> None:
+    """Shell blocks are not run, but every `agentlog ...` line in them names a real command and
+    only options that command has (checked against the CLI's own command tree, in process)."""
+    import typer
+
+    from gateway.cli import app
+
+    root = typer.main.get_command(app)
+    root_ctx = root.make_context("agentlog", [], resilient_parsing=True)
+    checked = []
+    for block in re.finditer(r"^```(?:bash|sh|)\n(?P<code>.*?)^```$", README.read_text(), re.S | re.M):
+        for line in block["code"].splitlines():
+            m = re.match(r"\s*(?:[A-Z_]+=\S+\s+)*agentlog\s+(?P<rest>.*)", line.split("#", 1)[0])
+            if not m:
+                continue
+            words, command, ctx, path = m["rest"].split(), root, root_ctx, []
+            while words and isinstance(command, typer.core.TyperGroup):
+                sub = command.get_command(ctx, words[0])
+                if sub is None:
+                    break
+                path.append(words.pop(0))
+                command, ctx = sub, sub.make_context(path[-1], [], parent=ctx, resilient_parsing=True)
+            known = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+            flags = re.findall(r"(?<![\w-])(--?[a-z][a-z-]*)", " ".join(words))
+            assert path and set(flags) <= known, f"README: {line.strip()!r}: unknown {sorted(set(flags) - known)}"
+            checked.append(" ".join(path))
+    assert {"events tail", "replay", "run start", "run approve", "gateway", "dev"} <= set(checked)
 
 
 def test_design_citations_name_sections_of_docs_design() -> None:
