@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -22,6 +21,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+
+from serve_support import HTTP_ROW, read_banner
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -59,13 +60,8 @@ async def start_serve(data: Path, *, own_group: bool = False) -> tuple[asyncio.s
         AGENTLOG, "serve", "--port", "0", "--data-dir", str(data), "--tokens", "", "--app", "worker_app:app",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, stdin=asyncio.subprocess.DEVNULL,
         env=ENV, cwd=str(ROOT), start_new_session=own_group)
-    assert proc.stdout is not None
-    banner = ""
-    while "NATS" not in banner:
-        line = (await proc.stdout.readline()).decode()
-        assert line, f"agentlog serve exited: {banner}"
-        banner += line
-    http = re.search(r"HTTP\s+│\s+(http://127\.0\.0\.1:\d+)", banner)
+    banner = await read_banner(proc)
+    http = HTTP_ROW.search(banner)
     assert http, banner
     return proc, http.group(1)
 

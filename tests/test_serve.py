@@ -20,6 +20,8 @@ from gateway.connection import ConnectionOptions
 from gateway.demo import DEMO_AGENT, approval_for, follow_run, suspended_calls
 from gateway.server import Server, ServerConfig, serve
 
+from serve_support import HTTP_ROW, read_banner
+
 LIMIT = 60
 
 
@@ -161,12 +163,8 @@ async def test_agentlog_serve_command_prints_urls_and_stops_on_sigterm(tmp_path:
     assert proc.stdout is not None
     try:
         async with asyncio.timeout(LIMIT):
-            banner = ""
-            while "NATS" not in banner:
-                line = (await proc.stdout.readline()).decode()
-                assert line, banner
-                banner += line
-            http = re.search(r"HTTP\s+│\s+(http://127\.0\.0\.1:\d+)", banner)
+            banner = await read_banner(proc)
+            http = HTTP_ROW.search(banner)
             nats_port = re.search(r"nats://127\.0\.0\.1:(\d+)\s+\(embedded", banner)
             assert http and nats_port and f"{http.group(1)}/openapi.json" in banner, banner
             async with aiohttp.ClientSession() as client:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 import sys
 from collections import Counter
@@ -29,6 +28,8 @@ import pytest
 from eventlog.events import RunFinished, StoredCommit, ToolCallCompleted, ToolCallStarted
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.server import EmbeddedNatsServer
+
+from serve_support import HTTP_ROW, NATS_ROW, read_banner
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -50,14 +51,9 @@ async def spawn_serve(nats_url: str | None, tmp_path: Path, name: str) -> tuple[
         *(["--nats", nats_url] if nats_url else ["--data-dir", str(tmp_path / "data")]),
         stdout=asyncio.subprocess.PIPE, stderr=log, stdin=asyncio.subprocess.DEVNULL, env=env, cwd=str(REPO))
     log.close()
-    assert proc.stdout is not None
-    banner = ""
-    while "NATS" not in banner:
-        line = (await proc.stdout.readline()).decode()
-        assert line, f"serve exited before its banner: {banner}"
-        banner += line
-    found = re.search(r"HTTP\s+│\s+(http://127\.0\.0\.1:\d+)", banner)
-    nats = re.search(r"NATS\s+│\s+(nats://127\.0\.0\.1:\d+)", banner)
+    banner = await read_banner(proc)
+    found = HTTP_ROW.search(banner)
+    nats = NATS_ROW.search(banner)
     assert found and nats, banner
     banner_nats[proc.pid] = nats.group(1)
     return proc, found.group(1)
