@@ -136,6 +136,15 @@ async def test_a2a_bad_requests_get_typed_errors(nats_server: Any) -> None:
             assert doc["error"]["code"] in (-32601, -32700), doc
         resp = await s.client.post("/a2a/ghost", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {}})
         assert resp.status == 404 and (await resp.json())["code"] == "agent_not_found"
+        # hostile JSON (1,000 deep; a lone surrogate) is a parse error, never -32603 internal error
+        before = await s.store.last_seq()
+        for body in (b"[" * 1000 + b"]" * 1000,
+                     b'{"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"x": "\\ud800"}}'):
+            resp = await s.client.post("/a2a/approver", data=body, headers={"Content-Type": "application/json"})
+            assert resp.status == 200
+            doc = await resp.json()
+            assert doc["error"]["code"] == -32700 and doc["error"]["data"]["code"] == "invalid_json", doc
+        assert await s.store.last_seq() == before
 
 
 async def test_a_remote_a2a_agent_as_a_sub_agent(nats_server: Any) -> None:

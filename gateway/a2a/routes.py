@@ -22,8 +22,12 @@ from gateway.http.auth import principal
 from gateway.http.context import services
 from gateway.http.errors import ApiError
 from gateway.http.routing import Route
+from gateway.json_input import InvalidJson, parse_json
 
 from .asgi import serve_asgi
+
+#: JSON-RPC 2.0 "Parse error": the answer to a body that is not JSON we take (`gateway.json_input`).
+JSONRPC_PARSE_ERROR = -32700
 
 
 def agent_card(spec: Any, url: str) -> Any:
@@ -70,6 +74,11 @@ def a2a_routes(dispatcher: Any, agents: Callable[[], Mapping[str, Any]], default
         if principal(request).tenant is not None:
             # tasks are read by id from the log, across tenants: refuse rather than leak
             raise ApiError(403, "tenant_scoped_token", "A2A needs an unscoped token (tenant-scoped tokens: use /v1)")
+        try:  # the project's one request decoder first: the SDK's parser recurses (RecursionError
+            parse_json(await request.read())  # on deep nesting became -32603 "internal error")
+        except InvalidJson as exc:
+            return web.json_response({"jsonrpc": "2.0", "id": None, "error": {
+                "code": JSONRPC_PARSE_ERROR, "message": str(exc), "data": {"code": exc.code}}})
         store = services(request).store
         app = apps.get((id(store), agent_id))
         if app is None:
