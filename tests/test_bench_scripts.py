@@ -1,0 +1,44 @@
+"""The benchmark scripts issues #12 and #13 are judged by keep their contract: `--quick` runs,
+the last line is one JSON object with the figures the issues name, and the chaos sections lose and
+duplicate nothing. Figures of speed are never asserted here (benchmarks print ratios; tests do
+not time things); the cluster section has its own test (tests/test_replicas.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def last_json(*args: str) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "COLUMNS": "160", "NO_COLOR": "1"}, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_bench_resume_quick_prints_the_issue_13_figures() -> None:
+    doc = last_json("scripts/bench_resume.py", "--quick")
+    assert doc["bench"] == "resume" and doc["quick"] is True
+    for key in ("short_p50_ms", "long_p50_ms", "long_over_short", "long_vs_fold", "result_230_over_2",
+                "snapshots_cold_long_over_short"):
+        assert isinstance(doc[key], (int, float)) and doc[key] > 0, (key, doc)
+    assert doc["long_cycles"] == 222 and doc["short_cycles"] == 2  # real approval cycles in one run
+    assert doc["long_messages"] > doc["short_messages"]
+
+
+def test_bench_reliability_quick_sections_lose_nothing() -> None:
+    doc = last_json("scripts/bench_reliability.py", "--quick", "--only", "crash,outage,list", "--runs", "5")
+    assert doc["bench"] == "reliability" and doc["sections"] == ["crash", "outage", "list"]
+    for section in ("crash", "outage"):
+        assert doc[f"{section}_runs"] == 5
+        assert doc[f"{section}_finished"] == 5, doc
+        for bad in ("failed", "lost", "duplicated_commits", "duplicated_completions"):
+            assert doc[f"{section}_{bad}"] == 0, (section, bad, doc)
+    for key in ("list_p50_ms_1k", "list_p50_ms_20k", "list_ratio"):
+        assert isinstance(doc[key], (int, float)) and doc[key] > 0, (key, doc)
