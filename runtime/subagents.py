@@ -43,7 +43,7 @@ from eventlog.events import (
     ThreadCreated,
     ToolCallStarted,
 )
-from projections.fold import fold_commits
+from projections.fold import RunFolder, fold_commits
 from projections.views import RunView
 
 from .agent import AgentRegistry, AgentSpec
@@ -220,14 +220,17 @@ class SubAgents:
         """Follow the child's thread from the log until the run finishes or waits, forwarding
         each of its commits to the parent call's live progress."""
         commits: list[StoredCommit] = []
+        folder = RunFolder(RunView(run_id=run_id, thread_id=thread_id))  # each commit folded once
         async with contextlib.aclosing(self.runtime.store.follow(thread_id)) as follow:
             async for sc in follow:
+                if sc.commit.run_id != run_id:
+                    continue  # only the run's own commits change its view
                 commits.append(sc)
-                if sc.commit.run_id == run_id:
-                    ctx.progress(_progress(sc))
-                view = fold_commits(commits).runs.get(run_id)
-                if view is not None and view.status in ("done", "waiting"):
-                    return view, [c for c in commits if c.commit.run_id == run_id]
+                ctx.progress(_progress(sc))
+                folder.apply(sc)
+                view = folder.view()
+                if view.status in ("done", "waiting"):
+                    return view, commits
         raise ToolError(f"the log ended while following sub-agent run {run_id!r}")
 
     # -- the observer: lineage effects of commits this process writes -----------------------------
