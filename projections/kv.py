@@ -25,7 +25,7 @@ from nats.js.kv import KeyValue
 from eventlog.replicas import raise_replicas
 
 from .errors import ProjectionError
-from .listing import IndexedListings, KVBlobs, ListingIndex, put_pipelined
+from .listing import IndexedListings, KVBlobs, ListingIndex, kv_get, put_pipelined
 from .views import RunView, ThreadView, decode_run, decode_thread, encode_view
 
 POINTER_KEY = "generation"
@@ -207,15 +207,6 @@ async def read_generation(meta: KeyValue) -> int:
         return int(entry.value or b"0")
     except ValueError:
         raise ProjectionError(f"bad generation pointer {entry.value!r} in {meta._name}") from None
-
-
-async def kv_get(kv: KeyValue, key: str) -> bytes | None:
-    """The key's value, or None if it has none."""
-    try:
-        entry = await kv.get(key)
-    except KeyNotFoundError:
-        return None
-    return entry.value
 
 
 async def _values(kv: KeyValue, js: JetStreamContext, timeout: float = 10.0) -> list[bytes]:

@@ -97,13 +97,19 @@ class KVBlobs:
         self.kv = kv
 
     async def get(self, key: str) -> bytes | None:
-        try:
-            return (await self.kv.get(key)).value
-        except KeyNotFoundError:
-            return None
+        return await kv_get(self.kv, key)
 
     async def put_many(self, items: Sequence[tuple[str, bytes]]) -> None:
         await put_pipelined([(self.kv, k, v) for k, v in items])
+
+
+async def kv_get(kv: KeyValue, key: str) -> bytes | None:
+    """The key's value, or None if it has none."""
+    try:
+        entry = await kv.get(key)
+    except KeyNotFoundError:
+        return None
+    return entry.value
 
 
 async def put_pipelined(writes: Sequence[tuple[KeyValue, str, bytes]]) -> None:
@@ -352,4 +358,4 @@ class IndexedListings:
 
 
 __all__ = ["Blobs", "DictBlobs", "IndexedListings", "KVBlobs", "ListingIndex", "PUT_CONCURRENCY", "READ_ATTEMPTS",
-           "put_pipelined"]
+           "kv_get", "put_pipelined"]

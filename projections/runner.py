@@ -254,9 +254,11 @@ class ProjectionRunner:
             except Exception:  # noqa: BLE001 - a cache writer must not stop the projections
                 log.exception("after_batch hook failed")
         deleted_hook = getattr(self.after_batch, "threads_deleted", None)
+        if deleted_hook is None:
+            return
         deleted = [t for t in touched.threads.values()
                    if t.deleted and not getattr(before.threads.get(t.thread_id), "deleted", False)]
-        if deleted_hook is not None and deleted:
+        if deleted:
             try:
                 await deleted_hook(deleted)
             except Exception:  # noqa: BLE001 - as above
