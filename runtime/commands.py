@@ -186,42 +186,37 @@ def commands_stream_config(*, replicas: int | None = None, duplicate_window: flo
 
 
 async def ensure_commands_stream(js: Any, *, replicas: int | None = None, duplicate_window: float = 120.0) -> None:
-    """Create `AGENTLOG_COMMANDS` if missing (idempotent; safe when many processes race). An
-    existing stream keeps its config, except that its replicas are raised when more are asked for
-    (never lowered: `eventlog.replicas`)."""
+    """Create `AGENTLOG_COMMANDS` if missing (see `_ensure_stream`)."""
+    await _ensure_stream(js, commands_stream_config(replicas=replicas, duplicate_window=duplicate_window), replicas)
+
+
+async def ensure_dlq_stream(js: Any, *, replicas: int | None = None) -> None:
+    """Create `AGENTLOG_DLQ` if missing (see `_ensure_stream`)."""
+    from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+
+    await _ensure_stream(js, StreamConfig(
+        name=DLQ_STREAM, subjects=[DLQ_SUBJECTS], retention=RetentionPolicy.LIMITS, storage=StorageType.FILE,
+        num_replicas=replicas or 1, max_age=DLQ_MAX_AGE, duplicate_window=120.0,
+        description="agentlog dead letters: worker commands given up on (headers say why)"), replicas)
+
+
+async def _ensure_stream(js: Any, config: Any, replicas: int | None) -> None:
+    """Create the stream if missing (idempotent; safe when many processes race). An existing
+    stream keeps its config, except that its replicas are raised when more are asked for (never
+    lowered: `eventlog.replicas`)."""
     from nats.js.errors import BadRequestError, NotFoundError
 
     from eventlog.replicas import raise_replicas
 
-    config = commands_stream_config(replicas=replicas, duplicate_window=duplicate_window)
     try:
-        await raise_replicas(js, COMMANDS_STREAM, replicas)
+        await raise_replicas(js, config.name, replicas)
         return
     except NotFoundError:
         pass
     try:
         await js.add_stream(config)
     except BadRequestError:
-        await js.stream_info(COMMANDS_STREAM)  # another process created it first
-
-
-async def ensure_dlq_stream(js: Any, *, replicas: int = 1) -> None:
-    """Create `AGENTLOG_DLQ` if missing (idempotent, like `ensure_commands_stream`)."""
-    from nats.js.api import RetentionPolicy, StorageType, StreamConfig
-    from nats.js.errors import BadRequestError, NotFoundError
-
-    try:
-        await js.stream_info(DLQ_STREAM)
-        return
-    except NotFoundError:
-        pass
-    try:
-        await js.add_stream(StreamConfig(
-            name=DLQ_STREAM, subjects=[DLQ_SUBJECTS], retention=RetentionPolicy.LIMITS, storage=StorageType.FILE,
-            num_replicas=replicas, max_age=DLQ_MAX_AGE, duplicate_window=120.0,
-            description="agentlog dead letters: worker commands given up on (headers say why)"))
-    except BadRequestError:
-        await js.stream_info(DLQ_STREAM)
+        await js.stream_info(config.name)  # another process created it first
 
 
 class Submitted(NamedTuple):

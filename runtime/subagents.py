@@ -67,7 +67,7 @@ def child_ids(parent_run_id: str, call_id: str) -> tuple[str, str]:
 
 def check_allowed(spec: AgentSpec, agent_id: str, agents: AgentRegistry) -> None:
     """Raise `ToolError` (the model sees why) unless `spec` may start `agent_id`."""
-    allowed = [a for a in (spec.allowed_agents if spec.allowed_agents is not None else agents._agents)
+    allowed = [a for a in (spec.allowed_agents if spec.allowed_agents is not None else [a.id for a in agents])
                if a not in spec.excluded_agents and a in agents]
     if agent_id not in allowed:
         why = "unknown agent" if agent_id not in agents else f"agent {spec.id!r} may not start it"
