@@ -298,11 +298,8 @@ def run_start(
         _guard(lambda: validate_id(thread, "thread_id"))
     body: dict[str, Any] = {"agent_id": agent, "messages": message}
     body.update({k: v for k, v in (("thread_id", thread), ("resource_id", resource_id)) if v is not None})
-
-    async def go(api: RunsApi) -> None:
-        await _report(api, await api.call("start", body), "started", follow, as_json)
-
-    _drive(_options(nats, creds, token, data_dir, timeout), url, api_token, go)
+    _drive(_options(nats, creds, token, data_dir, timeout), url, api_token,
+           lambda api: _answer(api, "start", body, "started", follow, as_json))
 
 
 def _pending(run: dict[str, Any]) -> list[dict[str, Any]]:
