@@ -11,8 +11,8 @@ inside a run:
 4. a callable `factory(store) -> any of the above`: for apps that build models or clients per
    process; it is called with the command's `EventStore` once the store is open.
 
-`serve`, `gateway` and `worker` all go through `resolve_app` (and `agent_ids` for the gateway's
-"which agents exist" check), so every form works for every command.
+`serve`, `gateway` and `worker` all go through `resolve_app`, so every form works for every
+command.
 
 Any object with `agents` and `tools` attributes (and optionally `models`) also works (duck
 typing, like `Runtime` itself). The module is imported with the current directory on `sys.path`,
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "App", "AppAttributeMissing", "AppConfigInvalid", "AppImportFailed", "AppLoadError", "AppModuleNotFound", "AppWrongType",
-    "InvalidAppSpec", "agent_ids", "load_app", "resolve_app",
+    "InvalidAppSpec", "load_app", "resolve_app",
 ]
 
 
@@ -111,11 +111,6 @@ def _as_app(obj: Any) -> Any | None:
     if isinstance(obj, (list, tuple)) and obj and all(isinstance(a, AgentSpec) for a in obj):
         return App(agents=list(obj))
     return None
-
-
-def agent_ids(app: Any) -> list[str]:
-    """The agent ids of a resolved app (its `agents` may be an `AgentRegistry` or a list)."""
-    return [spec.id for spec in app.agents]
 
 
 def _parse(spec: str) -> tuple[str, str]:

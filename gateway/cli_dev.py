@@ -29,7 +29,7 @@ import structlog
 import typer
 from rich.text import Text
 
-from eventlog.datadir import SharedServer, acquire
+from eventlog.datadir import SharedServer
 from eventlog.server import DEFAULT_DATA_DIR
 
 from .app_loader import AppModuleNotFound, InvalidAppSpec
@@ -48,7 +48,7 @@ from .cli import (
     _run_main,
     app,
 )
-from .connection import ConnectionOptions, prepare_layout
+from .connection import ConnectionOptions, acquire_embedded
 
 log = structlog.get_logger("agentlog.dev")
 
@@ -151,8 +151,7 @@ async def supervise(spec: str, roots: list[Path], serve_args: list[str], options
     (`eventlog.datadir`); holding a share here keeps that server up across restarts."""
     embedded: SharedServer | None = None
     if options.embedded:
-        embedded = await acquire(options.data_dir, timeout=max(options.timeout, 10.0),
-                                 on_started=lambda u, creds: prepare_layout(options.replicas, u, creds))
+        embedded = await acquire_embedded(options)
         url = embedded.url
         where = ["--data-dir", str(options.data_dir)]
     else:

@@ -241,10 +241,6 @@ def _drive(options: ConnectionOptions, url: str | None, api_token: str | None,
     _run_main(main)
 
 
-def _conn(nats: str | None, creds: Any, token: str | None, data_dir: Any, timeout: float) -> ConnectionOptions:
-    return _options(nats, creds, token, data_dir, timeout)
-
-
 def _on_run(run_id: str, options: ConnectionOptions, url: str | None, api_token: str | None,
             body: Callable[[RunsApi], Any], role: Role = "gateway") -> None:
     """A command about one run: check its id before connecting, then drive `body`."""
@@ -302,11 +298,8 @@ def run_start(
         _guard(lambda: validate_id(thread, "thread_id"))
     body: dict[str, Any] = {"agent_id": agent, "messages": message}
     body.update({k: v for k, v in (("thread_id", thread), ("resource_id", resource_id)) if v is not None})
-
-    async def go(api: RunsApi) -> None:
-        await _report(api, await api.call("start", body), "started", follow, as_json)
-
-    _drive(_conn(nats, creds, token, data_dir, timeout), url, api_token, go)
+    _drive(_options(nats, creds, token, data_dir, timeout), url, api_token,
+           lambda api: _answer(api, "start", body, "started", follow, as_json))
 
 
 def _pending(run: dict[str, Any]) -> list[dict[str, Any]]:
@@ -360,7 +353,7 @@ def _decision_command(name: str, action: str, doc: str) -> None:
         data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
     ) -> None:
         _decide(action, run_id, list(call_ids or ()), reason, result, follow, as_json,
-                _conn(nats, creds, token, data_dir, timeout), url, api_token)
+                _options(nats, creds, token, data_dir, timeout), url, api_token)
 
     command.__doc__ = doc
     run_app.command(name)(command)
@@ -381,7 +374,7 @@ def run_cancel(
 ) -> None:
     """Cancel a running or waiting run."""
     body = {"run_id": run_id, **({"reason": reason} if reason else {})}
-    _on_run(run_id, _conn(nats, creds, token, data_dir, timeout), url, api_token,
+    _on_run(run_id, _options(nats, creds, token, data_dir, timeout), url, api_token,
             lambda api: _answer(api, "cancel", body, "cancel requested for", False, as_json))
 
 
@@ -395,7 +388,7 @@ def run_continue(
 ) -> None:
     """Start the continuation run of RUN_ID on its thread with MESSAGE (lineage: parent_run_id)."""
     body = {"run_id": run_id, "messages": message}
-    _on_run(run_id, _conn(nats, creds, token, data_dir, timeout), url, api_token,
+    _on_run(run_id, _options(nats, creds, token, data_dir, timeout), url, api_token,
             lambda api: _answer(api, "inputs", body, "continued with", follow, as_json))
 
 
@@ -415,7 +408,7 @@ def run_show(
         else:
             render_run(run)
 
-    _on_run(run_id, _conn(nats, creds, token, data_dir, timeout), url, api_token, show, role="readonly")
+    _on_run(run_id, _options(nats, creds, token, data_dir, timeout), url, api_token, show, role="readonly")
 
 
 def render_run(run: dict[str, Any]) -> None:

@@ -71,14 +71,20 @@ async def prepare_layout(replicas: int | None, url: str, credentials: Credential
         await store.close()
 
 
+async def acquire_embedded(options: ConnectionOptions) -> SharedServer:
+    """This process's share of the data dir's embedded server (started, with `prepare_layout`, if
+    no other agentlog process runs it)."""
+    return await acquire(options.data_dir, timeout=max(options.timeout, 10.0),
+                         on_started=lambda url, creds: prepare_layout(options.replicas, url, creds))
+
+
 async def connect(options: ConnectionOptions, role: Role, name: str) -> tuple[JetStreamEventStore, SharedServer | None]:
     """A connected store and, in embedded mode, this process's share of the data dir's server
     (`aclose()` it after closing the store)."""
     shared: SharedServer | None = None
     login: dict[str, str] = {}
     if options.embedded:
-        shared = await acquire(options.data_dir, timeout=max(options.timeout, 10.0),
-                               on_started=lambda url, creds: prepare_layout(options.replicas, url, creds))
+        shared = await acquire_embedded(options)
         log.debug("embedded nats-server", data_dir=str(shared.data_dir), url=shared.url, owner=shared.owner,
                   role=role)
         servers, login = [shared.url], shared.credentials.login(role)

@@ -49,7 +49,7 @@ from a2a.utils.errors import (
 from eventlog.errors import AgentlogError
 from eventlog.events import MessageAppended, StoredCommit
 from eventlog.ids import InvalidId, validate_run_id
-from projections.fold import fold_commits
+from projections.fold import Folder, fold_commits
 from projections.views import RunView
 
 from ..dispatch import Dispatcher, RunAlreadyFinished
@@ -83,13 +83,14 @@ class RunTaskHandler(RequestHandler):
         """Each commit of the run with the run view after it, from the log (history, then live),
         until the run is done, or waits as of a commit at or after seq `after` (a wait the
         request's own decisions answered does not count)."""
-        commits: list[StoredCommit] = []
+        folder = Folder()  # incremental: one commit folded per commit, not the run's whole history
         async with contextlib.aclosing(self.store.follow(thread_id)) as follow:
             async for sc in follow:
                 if sc.commit.run_id != run_id:
                     continue
-                commits.append(sc)
-                view = fold_commits(commits).runs[run_id]
+                folder.apply(sc)
+                view = folder.run(run_id)
+                assert view is not None  # the run's own commit was just applied
                 yield sc, view
                 if view.status == "done" or (view.status == "waiting" and sc.seq >= after):
                     return
