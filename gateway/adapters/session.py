@@ -304,11 +304,11 @@ async def aisdk_events(backend: Backend, agent_id: str, req: aisdk.AiSdkRequest,
             raise AdapterInputError("regenerate-message is not supported: send a new user message", "trigger")
         open_ids = [c.call_id for c in waiting.calls.values() if c.status == "suspended"] if waiting else []
         outputs = [d for d in req.tool_outputs if d["target_id"] in open_ids]
-        recorded = thread.decision_ids()
         if waiting is not None and (req.decisions or outputs) and not messages:
             decisions = aisdk.check_approvals(req, open_ids) + outputs
             run_id, after, action = waiting.run_id, thread.version, ("decide", decisions)
         elif (req.decisions or req.tool_outputs) and not messages:
+            recorded = thread.decision_ids()
             answers = req.decisions + [d for d in req.tool_outputs if d["decision_id"] in recorded]
             seen = thread.decision_commit({d["decision_id"] for d in answers})
             if seen is None:
