@@ -24,10 +24,19 @@ from typing import Any
 from ag_ui import core as ag
 
 from eventlog.errors import AgentlogError
-from eventlog.events import Message, MessageAppended, RunResumed, RunSuspended, StoredCommit, ToolCallDecided
+from eventlog.events import (
+    Message,
+    MessageAppended,
+    Position,
+    RunResumed,
+    RunSuspended,
+    StoredCommit,
+    ToolCallDecided,
+)
 from eventlog.ids import new_id
 from gateway.json_input import InvalidJson, parse_json
 from projections.fold import fold_commits
+from projections.timetravel import messages_at, state_at
 from projections.views import RunView, ThreadView
 from runtime import CommittedEvent
 
@@ -101,10 +110,8 @@ class ThreadLog:
     def as_of(self, seq: int) -> tuple[dict[str, Any], list[Message]]:
         """The thread's state and messages as of seq `seq` (a fold of the commits up to it):
         what a replay from `seq` must start from, not the state after everything since."""
-        upto = [sc for sc in self.commits if sc.seq <= seq]
-        view = fold_commits(upto).threads.get(self.thread_id) if upto else None
-        messages = [e.message for sc in upto for e in sc.commit.events if type(e) is MessageAppended]
-        return (dict(view.state) if view is not None else {}), messages
+        end = Position(seq, 2**31)  # all events of the commit at `seq`, none after
+        return dict(state_at(self.commits, self.thread_id, end)), messages_at(self.commits, self.thread_id, end)
 
     def decision_ids(self) -> set[str]:
         """Every decision id recorded on the thread (retried answers are recognised by these)."""
