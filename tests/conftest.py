@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 from hypothesis import HealthCheck, settings
 
 from eventlog.server import EmbeddedNatsServer
@@ -42,3 +43,12 @@ def nats_server(tmp_path: Path) -> Iterator[EmbeddedNatsServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def keep_structlog_config() -> Iterator[None]:
+    """The CLI configures structlog for its process; inside pytest, give other tests theirs back.
+    CLI test modules use it with `pytestmark = pytest.mark.usefixtures("keep_structlog_config")`."""
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import nats
 import pytest
-import structlog
 from typer.testing import CliRunner
 
 from eventlog import Commit, EmbeddedNatsServer, JetStreamEventStore, collect, new_id
@@ -103,12 +102,7 @@ async def _seed(url: str) -> dict[str, int]:
     return seqs
 
 
-@pytest.fixture(autouse=True)
-def _keep_structlog_config():
-    """The CLI configures structlog for its process; inside pytest, give other tests theirs back."""
-    saved = structlog.get_config()
-    yield
-    structlog.configure(**saved)
+pytestmark = pytest.mark.usefixtures("keep_structlog_config")
 
 
 @pytest.fixture

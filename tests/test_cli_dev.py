@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import IO
 
 import pytest
-import structlog
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -43,11 +42,7 @@ def app(store):
 '''
 
 
-@pytest.fixture(autouse=True)
-def _keep_structlog_config():
-    saved = structlog.get_config()
-    yield
-    structlog.configure(**saved)
+pytestmark = pytest.mark.usefixtures("keep_structlog_config")
 
 
 def write_app(path: Path, agents: list[str]) -> None:

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 from typer.testing import CliRunner
 
 from eventlog.events import InferenceCompleted, StatePatched, StoredCommit
@@ -37,11 +36,7 @@ APP = "tests.replay_app"
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def _keep_structlog_config():
-    saved = structlog.get_config()
-    yield
-    structlog.configure(**saved)
+pytestmark = pytest.mark.usefixtures("keep_structlog_config")
 
 
 class Recorded:

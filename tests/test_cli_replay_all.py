@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 from typer.testing import CliRunner
 
 from eventlog.events import StoredCommit, ToolCallCompleted
@@ -51,11 +50,7 @@ runner = CliRunner()
 SCENARIOS = [apps.attr_name(p.id) for p in _scenario_cases()]
 
 
-@pytest.fixture(autouse=True)
-def _keep_structlog_config():
-    saved = structlog.get_config()
-    yield
-    structlog.configure(**saved)
+pytestmark = pytest.mark.usefixtures("keep_structlog_config")
 
 
 def verify(url: str, run_id: str, spec: str, *extra: str) -> Any:

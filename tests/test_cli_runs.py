@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 from typer.testing import CliRunner
 
 from eventlog import EmbeddedNatsServer, JetStreamEventStore
@@ -63,11 +62,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         nats_server.stop()
 
 
-@pytest.fixture(autouse=True)
-def _keep_structlog_config() -> Iterator[None]:
-    saved = structlog.get_config()
-    yield
-    structlog.configure(**saved)
+pytestmark = pytest.mark.usefixtures("keep_structlog_config")
 
 
 def cli(server: Server, *args: str, http: bool = False) -> Any:

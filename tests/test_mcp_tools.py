@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from eventlog.server import free_port
 from runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime
 from runtime.live import NatsLiveSink
 from runtime.mcp import McpError, McpServerConfig, McpToolset
@@ -49,16 +50,10 @@ def stdio_tools() -> Iterator[McpToolset]:
         toolset.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def http_url() -> Iterator[str]:
     """The test server on streamable HTTP, 127.0.0.1 only; ready once it accepts a connection."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, SERVER, "http", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

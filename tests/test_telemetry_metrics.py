@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import aiohttp
 import pytest
 
 from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer
+from eventlog.server import EmbeddedNatsServer, free_port
 from gateway.http.context import SERVICES
 from runtime.commands import CommandClient, StartRun
 
@@ -26,18 +25,12 @@ from test_worker_support import REPO, TESTS, Watch, kill_all
 pytestmark = pytest.mark.asyncio
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("command", [
     [sys.executable, "-m", "runtime.worker"],
     [str(Path(sys.executable).parent / "agentlog"), "worker"],
 ])
 async def test_worker_serves_agent_metrics(nats_server: EmbeddedNatsServer, tmp_path: Path, command: list[str]) -> None:
-    port = _free_port()
+    port = free_port()
     out = open(tmp_path / "w.log", "wb")
     proc = await asyncio.create_subprocess_exec(
         *command, "--nats", nats_server.url, "--app", "worker_app:app",

@@ -55,7 +55,6 @@ from eventlog.events import (
     Usage,
 )
 from eventlog.ids import is_valid_id
-from runtime.frontend import ACTION as FRONTEND_ACTION
 from runtime.models.base import ToolSpec
 
 from .common import (
@@ -66,7 +65,9 @@ from .common import (
     decision_id,
     int_or,
     interrupt_reason,
+    is_frontend_ticket,
     json_text,
+    live_message_id,
     safe_id,
 )
 
@@ -130,11 +131,6 @@ def make_interrupt(
         response_schema=ticket.response_schema if ticket else None,
         metadata={"agentlog": meta} if meta else None,
     )
-
-
-def is_frontend_ticket(ticket: SuspendTicket | None) -> bool:
-    """A suspension that waits for the client to run a frontend tool (not a human's answer)."""
-    return ticket is not None and ticket.action == FRONTEND_ACTION
 
 
 def open_interrupts(run: Any) -> list[ag.Interrupt]:
@@ -261,7 +257,7 @@ class AguiTranslator:
             if not isinstance(text, str) or not text:
                 return []
             out += self._open_step(step)
-            mid = self._live_message_id(p, step)
+            mid = live_message_id(p, self.run_id, step)
             if self._text is None or self._text.message_id != mid:
                 out += self._close_text()
                 self._text = _Text(mid, step, self._streamed.get(mid, ""))
@@ -281,7 +277,7 @@ class AguiTranslator:
                 call = _Call(call_id, name)
                 self._live_calls[(step, index)] = call
                 out.append(ag.ToolCallStartEvent(tool_call_id=call_id, tool_call_name=name,
-                                                 parent_message_id=self._live_message_id(p, step)))
+                                                 parent_message_id=live_message_id(p, self.run_id, step)))
             delta = p.get("arguments_delta")
             if call.open and isinstance(delta, str) and delta:
                 call.args += delta
@@ -292,11 +288,6 @@ class AguiTranslator:
                 self._progress.add(call_id)
                 out.append(self._activity(call_id, "running", p.get("data")))
         return out
-
-    def _live_message_id(self, p: dict[str, Any], step: int) -> str:
-        """The message a live delta belongs to: the log id it carries, else a provisional one."""
-        mid = p.get("message_id")
-        return mid if is_valid_id(mid) else f"{self.run_id}-s{step}-text"
 
     def _activity(self, call_id: str, status: str, data: Any = None) -> ag.ActivitySnapshotEvent:
         content: dict[str, Any] = {

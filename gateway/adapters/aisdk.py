@@ -52,7 +52,6 @@ from eventlog.events import (
     ToolCallSuspended,
 )
 from eventlog.ids import is_valid_id
-from runtime.frontend import ACTION as FRONTEND_ACTION
 
 from .common import (
     AdapterInputError,
@@ -62,6 +61,8 @@ from .common import (
     decision_id,
     int_or,
     interrupt_reason,
+    is_frontend_ticket,
+    live_message_id,
     needs_approval,
     safe_id,
 )
@@ -174,7 +175,7 @@ class AiSdkTranslator:
             if not isinstance(text, str) or not text:
                 return []
             out += self._open_step(step)
-            mid = p.get("message_id") if is_valid_id(p.get("message_id")) else f"{self.run_id}-s{step}-text"
+            mid = live_message_id(p, self.run_id, step)
             if self._text is None or self._text[0] != mid:
                 out += self._close_text()
                 self._text = (mid, step, "")
@@ -271,7 +272,7 @@ class AiSdkTranslator:
         return out
 
     def _suspend(self, call_id: str, ticket: Any) -> list[dict[str, Any]]:
-        if ticket is not None and ticket.action == FRONTEND_ACTION:
+        if is_frontend_ticket(ticket):
             return []  # the client runs it on `tool-input-available` and answers with addToolOutput
         if needs_approval(ticket):
             if call_id in self._approved_later:

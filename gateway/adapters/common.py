@@ -18,6 +18,7 @@ import structlog
 from eventlog.errors import AgentlogError
 from eventlog.events import Event, SuspendTicket
 from eventlog.ids import is_valid_id
+from runtime.frontend import ACTION as FRONTEND_ACTION
 
 _encode = msgspec.json.Encoder(order="deterministic").encode
 log = structlog.get_logger("agentlog.adapters")
@@ -171,6 +172,17 @@ def json_text(value: Any) -> str:
 def int_or(value: Any, default: int) -> int:
     """`value` if it is a real int (not a bool), else `default`: live payloads come off the wire."""
     return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def is_frontend_ticket(ticket: SuspendTicket | None) -> bool:
+    """A suspension that waits for the client to run a frontend tool (not a human's answer)."""
+    return ticket is not None and ticket.action == FRONTEND_ACTION
+
+
+def live_message_id(p: Mapping[str, Any], run_id: str, step: int) -> str:
+    """The message a live delta belongs to: the log id it carries, else a provisional one."""
+    mid = p.get("message_id")
+    return mid if is_valid_id(mid) else f"{run_id}-s{step}-text"
 
 
 def error_text(exc: BaseException) -> str:

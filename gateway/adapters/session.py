@@ -24,10 +24,19 @@ from typing import Any
 from ag_ui import core as ag
 
 from eventlog.errors import AgentlogError
-from eventlog.events import Message, MessageAppended, RunResumed, RunSuspended, StoredCommit, ToolCallDecided
+from eventlog.events import (
+    Message,
+    MessageAppended,
+    Position,
+    RunResumed,
+    RunSuspended,
+    StoredCommit,
+    ToolCallDecided,
+)
 from eventlog.ids import new_id
 from gateway.json_input import InvalidJson, parse_json
 from projections.fold import fold_commits
+from projections.timetravel import messages_at, state_at
 from projections.views import RunView, ThreadView
 from runtime import CommittedEvent
 
@@ -101,10 +110,8 @@ class ThreadLog:
     def as_of(self, seq: int) -> tuple[dict[str, Any], list[Message]]:
         """The thread's state and messages as of seq `seq` (a fold of the commits up to it):
         what a replay from `seq` must start from, not the state after everything since."""
-        upto = [sc for sc in self.commits if sc.seq <= seq]
-        view = fold_commits(upto).threads.get(self.thread_id) if upto else None
-        messages = [e.message for sc in upto for e in sc.commit.events if type(e) is MessageAppended]
-        return (dict(view.state) if view is not None else {}), messages
+        end = Position(seq, 2**31)  # all events of the commit at `seq`, none after
+        return dict(state_at(self.commits, self.thread_id, end)), messages_at(self.commits, self.thread_id, end)
 
     def decision_ids(self) -> set[str]:
         """Every decision id recorded on the thread (retried answers are recognised by these)."""
@@ -304,11 +311,11 @@ async def aisdk_events(backend: Backend, agent_id: str, req: aisdk.AiSdkRequest,
             raise AdapterInputError("regenerate-message is not supported: send a new user message", "trigger")
         open_ids = [c.call_id for c in waiting.calls.values() if c.status == "suspended"] if waiting else []
         outputs = [d for d in req.tool_outputs if d["target_id"] in open_ids]
-        recorded = thread.decision_ids()
         if waiting is not None and (req.decisions or outputs) and not messages:
             decisions = aisdk.check_approvals(req, open_ids) + outputs
             run_id, after, action = waiting.run_id, thread.version, ("decide", decisions)
         elif (req.decisions or req.tool_outputs) and not messages:
+            recorded = thread.decision_ids()
             answers = req.decisions + [d for d in req.tool_outputs if d["decision_id"] in recorded]
             seen = thread.decision_commit({d["decision_id"] for d in answers})
             if seen is None:
