@@ -28,6 +28,7 @@ import contextlib
 import logging
 import os
 import re
+import secrets
 import ssl
 import time
 import weakref
@@ -689,34 +690,41 @@ class _Follower:
         self.queue.put_nowait(msg)
 
     async def _start(self) -> None:
-        """(Re)create the consumer from last + 1 on a fresh inbox, retrying until it works."""
+        """(Re)create the consumer from last + 1 on a fresh inbox, retrying until it works.
+
+        The name and the inbox are chosen once per (re)create and kept across the retries: a create
+        whose answer was lost (a timeout on a loaded server) is then repeated with an identical
+        config, which the server answers idempotently, instead of leaving an orphan consumer that
+        delivers nowhere until its `inactive_threshold`."""
         nc = self.store.nc
         delay = min(self.heartbeat, 0.25)
+        await self._drop()
+        inbox = nc.new_inbox()
+        name = f"agentlog_follow_{secrets.token_hex(8)}"
+        config = {
+            "name": name,
+            "deliver_subject": inbox,
+            "deliver_policy": "by_start_sequence",
+            "opt_start_seq": self.last + 1,
+            "filter_subject": self.filter,
+            "ack_policy": "none",
+            "max_deliver": 1,
+            "flow_control": True,
+            "idle_heartbeat": int(self.heartbeat * _NS),
+            "inactive_threshold": int(max(30.0, self.heartbeat * 10) * _NS),
+            "mem_storage": True,
+            "num_replicas": 1,
+        }
+        request = _json_encoder.encode({"stream_name": self.store.stream, "config": config})
         while True:
-            await self._drop()
             if nc.is_closed or self.store._closed:
                 raise StoreUnavailable("follow: the NATS connection is closed")
-            inbox = nc.new_inbox()
-            config = {
-                "deliver_subject": inbox,
-                "deliver_policy": "by_start_sequence",
-                "opt_start_seq": self.last + 1,
-                "filter_subject": self.filter,
-                "ack_policy": "none",
-                "max_deliver": 1,
-                "flow_control": True,
-                "idle_heartbeat": int(self.heartbeat * _NS),
-                "inactive_threshold": int(max(30.0, self.heartbeat * 10) * _NS),
-                "mem_storage": True,
-                "num_replicas": 1,
-            }
-            request = {"stream_name": self.store.stream, "config": config}
             try:
-                # Flow control bounds what is in flight; a drop would only cost a recreate.
-                self.sub = await nc.subscribe(inbox, cb=self._on_msg, pending_msgs_limit=0, pending_bytes_limit=0)
-                answer = await self.store._api(
-                    f"$JS.API.CONSUMER.CREATE.{self.store.stream}", _json_encoder.encode(request)
-                )
+                if self.sub is None:
+                    # Flow control bounds what is in flight; a drop would only cost a recreate.
+                    self.sub = await nc.subscribe(inbox, cb=self._on_msg, pending_msgs_limit=0, pending_bytes_limit=0)
+                self.consumer = name  # from here on `_drop` deletes it, created or not
+                answer = await self.store._api(f"$JS.API.CONSUMER.CREATE.{self.store.stream}.{name}", request)
             except (StoreUnavailable, nats.errors.Error) as exc:
                 log.debug("follow: consumer create failed, retrying: %s", exc)
                 await asyncio.sleep(delay)
@@ -727,7 +735,6 @@ class _Follower:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
-            self.consumer = answer.name
             self.next_dseq = 1
             return
 

@@ -82,6 +82,16 @@ async def _submit(client: CommandClient, cmd: StartRun, deadline: float) -> None
             await asyncio.sleep(0.2)
 
 
+def _log_tails(base_dir: Path, workers: int, lines: int = 30) -> str:
+    """The end of each worker's log, for an error message CI prints (the files are gone after)."""
+    tails = []
+    for i in range(workers):
+        path = base_dir / f"w{i}.log"
+        text = path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else ["(no log)"]
+        tails.append(f"--- {path.name}\n" + "\n".join(text))
+    return "\n".join(tails)
+
+
 async def chaos(base_dir: Path, *, runs: int = 200, threads: int = 50, workers: int = 2,
                 kill_after: float = 0.25, timeout: float = 150.0) -> dict[str, Any]:
     """The scenario; returns the figures (runs, finished, lost, duplicated, leader_killed, seconds...)."""
@@ -100,7 +110,7 @@ async def chaos(base_dir: Path, *, runs: int = 200, threads: int = 50, workers: 
             procs = [p for p, _ in spawned]
             while not all(r.exists() for _, r in spawned):
                 if time.monotonic() > deadline or any(p.returncode is not None for p in procs):
-                    raise StoreUnavailable(f"workers did not start; see {base_dir}/w*.log")
+                    raise StoreUnavailable(f"workers did not start:\n{_log_tails(base_dir, workers)}")
                 await asyncio.sleep(0.05)
             load_start = time.perf_counter()
             finished: Counter[str] = Counter()

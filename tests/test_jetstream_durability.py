@@ -322,3 +322,37 @@ async def test_a_picked_port_lost_to_a_race_is_replaced(nats_server: EmbeddedNat
         assert ours.port == port
     finally:
         await ours.astop()
+
+
+async def test_a_follow_whose_create_answer_is_lost_leaves_no_orphan_consumer(
+    nats_server: EmbeddedNatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a loaded server a consumer create can time out after the server made the consumer. The
+    retry must adopt that consumer (same name, same config: idempotent), not make a second one
+    that nobody reads until it expires (CI once counted 3 consumers where 2 were expected)."""
+    store = await connect(nats_server)
+    try:
+        async with asyncio.timeout(WAIT):
+            first = await store.append(commit("orph"), 0)
+            real_api = store._api
+            lost: list[str] = []
+
+            async def lose_first_create_answer(subject: str, payload: bytes):  # type: ignore[no-untyped-def]
+                answer = await real_api(subject, payload)
+                if subject.startswith("$JS.API.CONSUMER.CREATE.") and not lost:
+                    lost.append(subject)
+                    raise StoreUnavailable("timed out (the answer was lost)")
+                return answer
+
+            monkeypatch.setattr(store, "_api", lose_first_create_answer)
+            feed = store.follow("orph")
+            assert (await anext(feed)).seq == first.seq
+            reply = await store.nc.request(f"$JS.API.CONSUMER.LIST.{EVENTS_STREAM}", b"{}", timeout=5)
+            following = [c for c in json.loads(reply.data)["consumers"]
+                         if c["config"].get("filter_subject", "").startswith("agentlog.ev.orph.")]
+            assert lost and len(following) == 1
+            second = await store.append(commit("orph"), first.seq)
+            assert (await anext(feed)).seq == second.seq
+            await feed.aclose()
+    finally:
+        await store.close()
