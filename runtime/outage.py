@@ -57,18 +57,48 @@ class OutagePolicy:
         return cls(deadline=deadline)
 
 
+def is_transient(exc: BaseException) -> bool:
+    """Whether `exc` says "not now" rather than "not this": NATS unreachable or slow, no responders
+    yet, JetStream busy electing leaders (503, "temporarily unavailable", "insufficient resources"
+    while peers catch up). Such a failure is worth the same request again later; anything else
+    (a refused config, an auth error, a bug) is not."""
+    import nats.errors
+    import nats.js.errors
+
+    if isinstance(exc, (StoreUnavailable, TimeoutError, ConnectionError, nats.errors.TimeoutError,
+                        nats.errors.NoRespondersError, nats.errors.NoServersError,
+                        nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError)):
+        return True
+    if isinstance(exc, nats.js.errors.APIError):
+        return (exc.code or 0) >= 500 or exc.err_code in _TRANSIENT_JS_CODES
+    return False
+
+
+#: JetStream API error codes that clear up by themselves: 10008 "JetStream system temporarily
+#: unavailable", 10023 "insufficient resources" (answered while a new stream's peers catch up).
+_TRANSIENT_JS_CODES = frozenset({10008, 10023})
+
+
+def _store_unavailable(exc: BaseException) -> bool:
+    return isinstance(exc, StoreUnavailable)
+
+
 async def through_outage(op: Callable[[], Awaitable[T]], policy: OutagePolicy, log: Any,
-                         what: str = "append") -> T:
-    """Await `op()`, calling it again while it raises `StoreUnavailable`, until it succeeds or
-    `policy.deadline` seconds have passed since its first failure (then the last error is
-    raised). `op` must be safe to repeat (an append of the same commit is)."""
+                         what: str = "append",
+                         transient: Callable[[BaseException], bool] = _store_unavailable) -> T:
+    """Await `op()`, calling it again while it raises an error `transient` accepts (by default
+    `StoreUnavailable`), until it succeeds or `policy.deadline` seconds have passed since its
+    first failure (then the last error is raised). `op` must be safe to repeat (an append of the
+    same commit is)."""
     first_failure: float | None = None
     delay = policy.first_retry
     attempt = 0
     while True:
         try:
             result = await op()
-        except StoreUnavailable as exc:
+        except Exception as exc:
+            if not transient(exc):
+                raise
             now = time.monotonic()
             if first_failure is None:
                 first_failure = now
@@ -90,4 +120,4 @@ async def through_outage(op: Callable[[], Awaitable[T]], policy: OutagePolicy, l
         return result
 
 
-__all__ = ["DEFAULT_DEADLINE", "ENV_DEADLINE", "OutagePolicy", "through_outage"]
+__all__ = ["DEFAULT_DEADLINE", "ENV_DEADLINE", "OutagePolicy", "is_transient", "through_outage"]

@@ -84,6 +84,7 @@ from .commands import (
 )
 from .hitl import HitlError, RunNotWaiting
 from .loop import RunConflict, get_logger
+from .outage import OutagePolicy, is_transient, through_outage
 from .runtime import RunHandle, RunNotFound, Runtime
 
 _log = get_logger("agentlog.worker")
@@ -628,7 +629,12 @@ async def run_worker(
 
     if isinstance(app, str):
         app = load_app(app)
-    store = await JetStreamEventStore.connect(url, name="agentlog-worker", **connect)
+    # NATS may be starting, or electing leaders (a fresh cluster, a restarted node): wait for it
+    # like the loop waits through an outage, instead of exiting on the first timeout.
+    policy = OutagePolicy.from_env()
+    connect.setdefault("connect_timeout", 2.0)  # per attempt: the attempts go on until the deadline
+    store = await through_outage(lambda: JetStreamEventStore.connect(url, name="agentlog-worker", **connect),
+                                 policy, _log, "worker.connect", is_transient)
     worker = Worker(store, app=app, concurrency=concurrency, ack_wait=ack_wait,  # type: ignore[arg-type]
                     max_deliver=max_deliver, shutdown_timeout=shutdown_timeout)
     own_signals = stop is None
@@ -663,7 +669,7 @@ async def run_worker(
 
         worker._app = instrumented
         # -- end telemetry --
-        await worker.start()
+        await through_outage(worker.start, policy, _log, "worker.start", is_transient)
         if ready is not None:
             ready(worker)
         await stop.wait()
