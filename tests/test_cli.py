@@ -111,7 +111,8 @@ def seeded(nats_server: EmbeddedNatsServer) -> Log:
 
 
 def cli(log: Log, *args: str):
-    result = runner.invoke(app, [*args, "--nats", log.url, "--timeout", "5"])
+    # A wide terminal, whatever the test runner's own (pytest-xdist workers inherit a $COLUMNS)
+    result = runner.invoke(app, [*args, "--nats", log.url, "--timeout", "5"], env={"COLUMNS": "200"})
     return result
 
 
