@@ -33,7 +33,7 @@ from eventlog.events import (
     ToolCallStarted,
     ToolCallSuspended,
 )
-from projections import RunView, fold_commits, run_at, state_at
+from projections import RunView, fold_commits, run_at, states_along
 
 #: An index past the end of any commit: `Position(seq, END)` means "all of commit seq".
 _END = 2**31
@@ -187,11 +187,6 @@ class ReplayReport:
         }
 
 
-def _state(commits: Sequence[StoredCommit], thread_id: str, run_id: str, at: Position) -> dict[str, Any]:
-    run = run_at(commits, run_id, at)
-    return {"thread": state_at(commits, thread_id, at), "run": run.state if run else {}}
-
-
 def _before(position: Position) -> Position:
     if position.index > 0:
         return Position(position.seq, position.index - 1)
@@ -233,16 +228,16 @@ def build_replay(run_id: str, thread_commits: Sequence[StoredCommit], to: Positi
     if current.events:
         groups.append(current)
     thread_id = run.thread_id
-    for group in groups:
-        before = _state(thread_commits, thread_id, run_id, _before(group.events[0].position))
-        after = _state(thread_commits, thread_id, run_id, group.events[-1].position)
-        group.state_diff = jsonpatch.make_patch(before, after).patch
+    bounds = [(_before(group.events[0].position), group.events[-1].position) for group in groups]
+    states = states_along(thread_commits, thread_id, run_id, [limit, *(p for pair in bounds for p in pair)])
+    for group, (first, last) in zip(groups, bounds, strict=True):
+        group.state_diff = jsonpatch.make_patch(states[first], states[last]).patch
     return ReplayReport(
         run=run,
         run_as_of=run_at(thread_commits, run_id, limit),
         to=to,
         groups=groups,
-        state=_state(thread_commits, thread_id, run_id, limit),
+        state=states[limit],
         continued_by=sorted(r.run_id for r in views.runs.values() if r.parent_run_id == run_id),
     )
 
@@ -257,17 +252,16 @@ def event_state_diffs(report: ReplayReport,
     `{"thread": ..., "run": ...}` state across that one event, for every event of `report` that
     changed it (the step groups' `state_diff` is the same diff over a whole group).
 
-    Only state events are folded around (everything else leaves state alone), so a long run
-    costs two folds per state change, not per event."""
+    Only state events are diffed (everything else leaves state alone), and the states around
+    them all come from one fold (`states_along`), so a long run costs one fold, not two per
+    state change."""
     run_id, thread_id = report.run.run_id, report.run.thread_id
     diffs: dict[str, list[dict[str, Any]]] = {}
-    for group in report.groups:
-        for item in group.events:
-            if not isinstance(item.event, _STATE_EVENTS):
-                continue
-            before = _state(thread_commits, thread_id, run_id, _before(item.position))
-            after = _state(thread_commits, thread_id, run_id, item.position)
-            patch = jsonpatch.make_patch(before, after).patch
-            if patch:
-                diffs[str(item.position)] = patch
+    items = [item for group in report.groups for item in group.events if isinstance(item.event, _STATE_EVENTS)]
+    states = states_along(thread_commits, thread_id, run_id,
+                          [p for item in items for p in (_before(item.position), item.position)])
+    for item in items:
+        patch = jsonpatch.make_patch(states[_before(item.position)], states[item.position]).patch
+        if patch:
+            diffs[str(item.position)] = patch
     return diffs

@@ -18,7 +18,7 @@ from .fold import (
     merge_metadata,
 )
 from .state import validate_patch, validate_state
-from .timetravel import messages_at, positions, run_at, runs_at, state_at, thread_at
+from .timetravel import messages_at, positions, run_at, runs_at, state_at, states_along, thread_at
 from .views import (
     ACTIVE_CALL_STATUSES,
     TERMINAL_CALL_STATUSES,
@@ -36,6 +36,6 @@ __all__ = [
     "ACTIVE_CALL_STATUSES", "TERMINAL_CALL_STATUSES", "CallStatus", "CallView", "Folder", "InvalidPatch", "ListingBusy", "RunFolder",
     "ProjectionError", "ProjectionTimeout", "RunStatus", "RunView", "ThreadView", "Views", "decode_run",
     "decode_thread", "derive_status", "encode_view", "fold_commits", "fold_messages", "fold_run",
-    "fold_thread", "merge_metadata", "messages_at", "positions", "run_at", "runs_at", "state_at",
+    "fold_thread", "merge_metadata", "messages_at", "positions", "run_at", "runs_at", "state_at", "states_along",
     "thread_at", "validate_patch", "validate_state",
 ]

@@ -465,6 +465,34 @@ class Folder:
     def apply(self, stored: StoredCommit) -> None:
         self.apply_commit(stored.seq, stored.commit)
 
+    def apply_event(self, seq: int, commit: Commit, index: int) -> None:
+        """Fold event `index` of one commit whose events before `index` this folder folded
+        already (event by event, in order): time travel stops between two events of a commit.
+        Apply-once holds per commit, as in `apply_commit`."""
+        event = commit.events[index]
+        thread = self._thread_acc(commit.thread_id)
+        if seq > thread.version or (index > 0 and seq == thread.version):
+            thread.apply(event, seq, commit.ts, commit.run_id)
+            self.touched_threads.add(commit.thread_id)
+        if commit.run_id is not None:
+            run = self._run_acc(commit.run_id, commit.thread_id)
+            if seq > run.last_seq or (index > 0 and seq == run.last_seq):
+                run.apply(event, seq, commit.ts)
+                self.touched_runs.add(commit.run_id)
+
+    def thread_state(self, thread_id: str) -> dict:
+        """The thread-scope state as folded so far, without freezing the view (states are
+        replaced, never mutated in place, by the fold: the dict may be kept)."""
+        acc = self._thread_accs.get(thread_id)
+        view = acc if acc is not None else self._threads.get(thread_id)
+        return view.state if view is not None else {}
+
+    def run_state(self, run_id: str) -> dict:
+        """The run-scope state as folded so far (see `thread_state`)."""
+        acc = self._run_accs.get(run_id)
+        view = acc if acc is not None else self._runs.get(run_id)
+        return view.state if view is not None else {}
+
     def thread(self, thread_id: str) -> ThreadView | None:
         acc = self._thread_accs.get(thread_id)
         return acc.freeze() if acc is not None else self._threads.get(thread_id)

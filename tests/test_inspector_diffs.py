@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from eventlog.events import (
     Commit,
+    Position,
     RunStarted,
     StatePatched,
     StateReplaced,
@@ -20,6 +21,7 @@ from eventlog.events import (
     ThreadCreated,
 )
 from gateway.timeline import build_replay, event_state_diffs
+from projections import run_at, state_at, states_along
 
 KEYS = st.sampled_from(["/a", "/b", "/c"])
 OPS = st.one_of(
@@ -55,3 +57,17 @@ def test_event_diffs_replay_the_state_history(batches: list[list[Any]]) -> None:
                 assert isinstance(item.event, (StatePatched, StateReplaced)) and patch
                 state = jsonpatch.apply_patch(state, patch)
     assert state == report.state
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(EVENTS, min_size=1, max_size=3), max_size=6), st.data())
+def test_one_fold_gives_the_state_of_every_position(batches: list[list[Any]], data: st.DataObject) -> None:
+    """`states_along` (one fold for all the inspector's positions) equals folding the log up to
+    each position on its own (`state_at` / `run_at`), at event positions and between them."""
+    commits = commits_of(batches)
+    last = commits[-1].seq
+    wanted = data.draw(st.lists(st.builds(Position, st.integers(1, last + 1), st.integers(0, 4)), max_size=12))
+    got = states_along(commits, "t1", "r1", wanted)
+    for position in wanted:
+        run = run_at(commits, "r1", position)
+        assert got[position] == {"thread": state_at(commits, "t1", position), "run": run.state if run else {}}
