@@ -151,3 +151,22 @@ async def test_pump_delivers_everything_in_order() -> None:
         closed: list[bool] = []
         assert await Pump(_frames(50, closed), write, queue_size=100).run() == "end"
         assert got == [b"data: %d\n\n" % i for i in range(50)]
+
+
+async def test_an_unexpected_source_error_ends_the_stream_with_an_error_event() -> None:
+    """A bug in a frame source must not leave the client on heartbeats forever: the stream ends
+    with an `error` event (code `agentlog_error`, no internals)."""
+    async with asyncio.timeout(TIMEOUT):
+        got: list[bytes] = []
+
+        async def write(data: bytes) -> None:
+            got.append(data)
+
+        async def broken() -> AsyncIterator[bytes]:
+            yield b"data: 0\n\n"
+            raise KeyError("internal detail")
+
+        assert await Pump(broken(), write, queue_size=10, heartbeat=0.05).run() == "end"
+        assert got[0] == b"data: 0\n\n"
+        assert got[-1].startswith(b"event: error\n") and b'"code":"agentlog_error"' in got[-1]
+        assert b"internal detail" not in b"".join(got)

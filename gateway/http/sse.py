@@ -317,10 +317,15 @@ class Pump:
             self.queue.put_nowait(_END)
         except asyncio.QueueFull:
             self.overflowed = True
-        except AgentlogError as exc:  # e.g. NATS gone mid-read: tell the client, then end
-            log.warning("event stream source failed", error=str(exc), code=exc.code)
+        except Exception as exc:  # noqa: BLE001 - e.g. NATS gone mid-read, or a bug: tell the client, then end
+            if isinstance(exc, AgentlogError):
+                log.warning("event stream source failed", error=str(exc), code=exc.code)
+                frame = error_frame(exc)
+            else:  # never leave the client on heartbeats of a stream that will not go on
+                log.error("event stream source failed unexpectedly", exc_info=exc)
+                frame = error_frame(AgentlogError("the event stream failed on the server"))
             with contextlib.suppress(asyncio.QueueFull):
-                self.queue.put_nowait(error_frame(exc))
+                self.queue.put_nowait(frame)
                 self.queue.put_nowait(_END)
                 return
             self.overflowed = True
