@@ -39,7 +39,6 @@ The first difference raises `NonDeterminismError(position, expected, actual)`.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -75,6 +74,7 @@ from eventlog.store import EventStore
 
 from .agent import AgentRegistry, AgentSpec, ModelRegistry
 from .context import RecordedSummaries
+from .digest import REQUEST_PARTS, differing_parts, request_digest, request_part_digests
 from .models.base import Model, ModelChunk, ModelDone, ModelError, ModelRequest, ModelResponse
 from .tools import Tool, ToolContext, ToolRegistry, ToolResult
 
@@ -141,38 +141,7 @@ class _EndOfRecording(Exception):
     """The replayed loop reached the end of an open recording (`ReplayPlan.open`): stop it."""
 
 
-# == request digests ==============================================================================
-
-
-def request_digest(request: ModelRequest) -> str:
-    """sha256 of the canonical JSON of a model request (model, messages incl. system prompt,
-    tools, options). What `InferenceCompleted.request_digest` should hold (see module notes)."""
-    return hashlib.sha256(_enc.encode(request)).hexdigest()
-
-
-#: The parts of a model request `request_part_digests` digests, with the words an error uses.
-REQUEST_PARTS: dict[str, str] = {
-    "model": "model", "system": "system prompt (incl. plugin context)", "messages": "conversation",
-    "tools": "tool list", "options": "model options",
-}
-
-
-def request_part_digests(request: ModelRequest) -> dict[str, str]:
-    """Short (64-bit) digest of each part of a request, for `InferenceCompleted.request_digests`.
-    They only *name* what changed; the full `request_digest` decides whether anything did. The
-    system message is built from the agent's prompt and plugins' `AddContext`, so it is one part."""
-    system = [m for m in request.messages if m.role == "system"]
-    parts: dict[str, Any] = {
-        "model": request.model, "system": system,
-        "messages": [m for m in request.messages if m.role != "system"],
-        "tools": request.tools, "options": request.options,
-    }
-    return {k: hashlib.sha256(_enc.encode(v)).hexdigest()[:16] for k, v in parts.items()}
-
-
-def differing_parts(recorded: Mapping[str, str], actual: Mapping[str, str]) -> list[str]:
-    """The parts (as `REQUEST_PARTS` words) whose digests differ; pure."""
-    return [word for key, word in REQUEST_PARTS.items() if key in recorded and recorded[key] != actual.get(key)]
+# == request digests (their home is runtime.digest; re-exported here) ===========================
 
 
 class RecordingModel:
