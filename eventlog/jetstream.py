@@ -79,7 +79,6 @@ __all__ = [
 ]
 
 
-
 class JetStreamEventStore(JetStreamRequests):
     """The `EventStore` on NATS JetStream. Build it with `await JetStreamEventStore.connect(...)`."""
 

@@ -124,7 +124,6 @@ def _status(msg: Msg) -> str | None:
     return headers.get(_HDR_STATUS)
 
 
-
 # -- module helpers -------------------------------------------------------------------------------
 
 

@@ -37,7 +37,6 @@ _DENIED_HOOKS: weakref.WeakKeyDictionary[NATS, weakref.WeakMethod[Any]] = weakre
 _DENIED = re.compile(r"permissions violation for publish to \W?([^\s\"']+)", re.I)
 
 
-
 async def _open_connection(
     servers: list[str],
     *,

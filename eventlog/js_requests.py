@@ -26,14 +26,7 @@ from nats.aio.msg import Msg
 from .codec import decode_commit
 from .errors import PermissionDenied, StoreUnavailable
 from .events import Commit
-from .js_api import (
-    _HDR_NUM_PENDING,
-    _HDR_SEQUENCE,
-    _HDR_STATUS,
-    _api_decoder,
-    _ApiResponse,
-    _json_encoder,
-)
+from .js_api import _HDR_NUM_PENDING, _HDR_SEQUENCE, _HDR_STATUS, _api_decoder, _ApiResponse, _json_encoder
 from .payloads import ObjectStoreBlobs, has_refs, resolve
 
 
@@ -60,7 +53,6 @@ class _Batch:
         self.pending = 0
         self.error: str | None = None
         self.progressed = False
-
 
 
 class JetStreamRequests:

@@ -15,21 +15,12 @@ from typing import Any
 
 import msgspec
 
-from eventlog.events import (
-    AnyEvent,
-    Message,
-    SuspendTicket,
-    ToolCall,
-    ToolCallGated,
-)
+from eventlog.events import AnyEvent, Message, SuspendTicket, ToolCall, ToolCallGated
 
 from .agent import AgentSpec
 from .context import fit
 from .digest import request_digest, request_part_digests
-from .models.base import (
-    ModelRequest,
-    ToolSpec,
-)
+from .models.base import ModelRequest, ToolSpec
 from .plugins import (
     Action,
     AddContext,
@@ -166,7 +157,6 @@ def classify_result(result: ToolResult) -> tuple[str, Any, str]:
             recorded["value"] = result.value
         return "failed", recorded, f"Error: {error}"
     raise ValueError(f"a {result.status!r} result does not complete a call")
-
 
 
 def digest_of(request: ModelRequest) -> str:

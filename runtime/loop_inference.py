@@ -2,8 +2,8 @@
 
 `_infer` owns the retry policy (a self-retrying model is asked for single attempts, so retries
 never multiply), `_stream` publishes text / tool-call deltas to the live sink under the message
-id the commit will carry. The only part of the loop that talks to a model; separate so the
-retry policy has one home.
+id the commit will carry. Separate so the loop's retry policy has one home (the context
+summarizer, called from the driver's `_compact`, does not retry).
 """
 
 from __future__ import annotations

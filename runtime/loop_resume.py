@@ -34,7 +34,8 @@ from .tools import ToolResult
 
 
 class Resume(ToolRounds):
-    """RunLoop's resumes (a part of `runtime.loop.RunLoop`)."""
+    """RunLoop's resumes (a part of `runtime.loop.RunLoop`; built on the tool rounds, which a
+    resume re-drives)."""
 
     def _plan_for(self, call_id: str) -> CallPlan:
         for call in self.ctx.step_tool_calls:

@@ -30,9 +30,7 @@ from projections.errors import InvalidPatch
 from .decisions import CallPlan, GateDecision, classify_result, plan_call, resolve_gate, stop_input
 from .frontend import frontend_ticket
 from .loop_staging import StagingBase, _Cancelled, _Replay, _Running
-from .plugins import (
-    AddUserMessage,
-)
+from .plugins import AddUserMessage
 from .stop import evaluate_stop
 from .tools import ToolContext, ToolResult
 

@@ -35,9 +35,7 @@ from .decisions import CallPlan
 from .entropy import Entropy
 from .live import LiveSink
 from .logs import SafeLog
-from .models.base import (
-    ToolSpec,
-)
+from .models.base import ToolSpec
 from .outage import OutagePolicy, through_outage
 from .plugins import Action, Plugin
 from .run_context import RunContext, apply_event
@@ -49,7 +47,6 @@ class RunConflict(AgentlogError):
     ours was written by the failed append; a worker can re-read the log and re-evaluate."""
 
     code = "run_conflict"
-
 
 
 class _Cancelled(Exception):
@@ -72,7 +69,6 @@ class _Replay:
     plan: CallPlan
     decision: ToolCallDecision
     mode: str
-
 
 
 class StagingBase:

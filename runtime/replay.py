@@ -49,12 +49,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from eventlog.events import (
-    ContextCompacted,
-    Position,
-    StoredCommit,
-    Termination,
-)
+from eventlog.events import ContextCompacted, Position, StoredCommit, Termination
 from eventlog.store import EventStore
 from projections.fold import fold_commits
 

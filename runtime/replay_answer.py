@@ -17,13 +17,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from eventlog.errors import VersionConflict
-from eventlog.events import (
-    AnyEvent,
-    AppendResult,
-    Commit,
-    Position,
-    StoredCommit,
-)
+from eventlog.events import AnyEvent, AppendResult, Commit, Position, StoredCommit
 
 from .agent import ModelRegistry
 from .digest import differing_parts, request_digest, request_part_digests
@@ -377,8 +371,6 @@ class VerifyingStore:
 
     async def last_seq(self) -> int:
         return self.version
-
-
 
 
 class RecordingModel:

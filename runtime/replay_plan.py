@@ -95,7 +95,6 @@ class _EndOfRecording(Exception):
     """The replayed loop reached the end of an open recording (`ReplayPlan.open`): stop it."""
 
 
-
 def _request_difference(expected: ModelRequest, actual: ModelRequest) -> str:
     """Name the first part of two requests that differs (for the error message)."""
     if expected.model != actual.model:
@@ -309,8 +308,6 @@ def next_session(plan: ReplayPlan, verified: int) -> tuple[str, Any] | None:
     if events and isinstance(events[0], RunCancelRequested):
         return "cancel", events[0].reason
     return "resume", None
-
-
 
 
 def _as_recorded(want: AnyEvent | None, got: AnyEvent | None) -> AnyEvent | None:

@@ -43,9 +43,7 @@ from eventlog.events import (
 from projections.state import validate_patch, validate_state
 
 from .frontend import frontend_specs
-from .models.base import (
-    ToolSpec,
-)
+from .models.base import ToolSpec
 
 
 @dataclass(slots=True)
