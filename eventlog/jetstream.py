@@ -19,195 +19,67 @@ Design notes (the why behind the code):
 * Every NATS failure (no connection, timeout, no responders) becomes `StoreUnavailable`, bounded by
   `request_timeout`. A failed append may still land later (the publish can sit in the client's
   reconnect buffer); retrying the same commit is always safe.
+
+This module is the store: its lifecycle, stream setup, append with OCC and the `EventStore`
+operations. Its parts: `js_api` (wire format, version gate), `js_connection` (connecting),
+`js_requests` (request/reply and batched Direct Get), `js_follow` (the live tail).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
-import re
-import secrets
 import ssl
-import time
 import weakref
 from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import nats
 import nats.errors
 from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
 
-from .codec import decode_commit, encode_commit
-from .errors import (
-    AgentlogError,
-    CommitTooLarge,
-    NotAuthorized,
-    PermissionDenied,
-    ServerTooOld,
-    StoreUnavailable,
-    VersionConflict,
-)
+from .codec import encode_commit
+from .errors import AgentlogError, CommitTooLarge, StoreUnavailable, VersionConflict
 from .events import AppendResult, Commit, StoredCommit
-from .headers import LeanHeadersClient
 from .ids import validate_id
-from .payloads import ObjectStoreBlobs, has_refs, offload, resolve
+from .js_api import (
+    _HDR_EXPECTED,
+    _HDR_EXPECTED_SUBJECT,
+    _HDR_MSG_ID,
+    _HDR_SEQUENCE,
+    _HDR_STATUS,
+    _NS,
+    _WRONG_LAST_RE,
+    ERR_NO_MESSAGE_FOUND,
+    ERR_STREAM_NOT_FOUND,
+    ERR_WRONG_LAST_SEQUENCE,
+    MIN_SERVER_VERSION,
+    _ack_decoder,
+    _api_failure,
+    _header_size,
+    _json_encoder,
+    _server_version,
+    check_server_version,
+    parse_version,
+    version_at_least,
+)
+from .js_connection import _DENIED_HOOKS, _open_connection, flush_subscriptions
+from .js_follow import _Follower
+from .js_requests import JetStreamRequests
+from .payloads import ObjectStoreBlobs, offload
 from .replicas import log_kept, replicas_target, wait_replicated
 from .store import encode_checked
 from .subjects import EVENTS_STREAM, EVENTS_SUBJECTS, event_subject, run_filter, thread_filter
 
-log = logging.getLogger(__name__)
-
-#: First nats-server release that honours `Nats-Expected-Last-Subject-Sequence-Subject`
-#: (nats-io/nats-server#5281, shipped in v2.11.0).
-MIN_SERVER_VERSION = "2.11.0"
-
-ERR_WRONG_LAST_SEQUENCE = 10071
-ERR_STREAM_NOT_FOUND = 10059
-ERR_NO_MESSAGE_FOUND = 10037
-
-_NS = 1_000_000_000
-_HDR_MSG_ID = "Nats-Msg-Id"
-_HDR_EXPECTED = "Nats-Expected-Last-Subject-Sequence"
-_HDR_EXPECTED_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
-_HDR_SEQUENCE = "Nats-Sequence"
-_HDR_NUM_PENDING = "Nats-Num-Pending"
-_HDR_STATUS = "Status"
-_WRONG_LAST_RE = re.compile(r"wrong last sequence:\s*(\d+)")
+__all__ = [
+    "ERR_NO_MESSAGE_FOUND", "ERR_STREAM_NOT_FOUND", "ERR_WRONG_LAST_SEQUENCE", "MIN_SERVER_VERSION",
+    "JetStreamEventStore", "check_server_version", "flush_subscriptions", "parse_version", "version_at_least",
+]
 
 
-# -- wire structs ---------------------------------------------------------------------------------
-
-
-class _ApiError(msgspec.Struct):
-    code: int = 0
-    err_code: int = 0
-    description: str = ""
-
-
-class _PubAck(msgspec.Struct):
-    stream: str = ""
-    seq: int = 0
-    duplicate: bool = False
-    error: _ApiError | None = None
-
-
-class _ApiResponse(msgspec.Struct):
-    """Any JetStream API answer: the fields we look at, the rest kept raw."""
-
-    error: _ApiError | None = None
-    config: dict[str, Any] | None = None
-    state: dict[str, Any] | None = None
-    name: str | None = None
-
-
-_ack_decoder = msgspec.json.Decoder(_PubAck)
-_api_decoder = msgspec.json.Decoder(_ApiResponse)
-_json_encoder = msgspec.json.Encoder()
-
-
-# -- server version -------------------------------------------------------------------------------
-
-
-def parse_version(text: str) -> tuple[int, int, int, bool]:
-    """`"2.11.0-RC.1"` -> (2, 11, 0, True); the flag says it is a pre-release. ValueError if not
-    a version."""
-    match = re.match(r"^v?(\d+)\.(\d+)\.(\d+)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$", text.strip())
-    if match is None:
-        raise ValueError(f"not a server version: {text!r}")
-    return int(match[1]), int(match[2]), int(match[3]), match[4] is not None
-
-
-def version_at_least(found: str, needed: str = MIN_SERVER_VERSION) -> bool:
-    """Semver comparison: a pre-release of `needed` is older than `needed`; garbage is too old."""
-    try:
-        f_major, f_minor, f_patch, f_pre = parse_version(found)
-    except ValueError:
-        return False
-    n_major, n_minor, n_patch, n_pre = parse_version(needed)
-    if (f_major, f_minor, f_patch) != (n_major, n_minor, n_patch):
-        return (f_major, f_minor, f_patch) > (n_major, n_minor, n_patch)
-    return n_pre or not f_pre
-
-
-def check_server_version(found: str, needed: str = MIN_SERVER_VERSION) -> None:
-    """Raise `ServerTooOld(found, needed)` unless `found` >= `needed`."""
-    if not version_at_least(found, needed):
-        raise ServerTooOld(found, needed)
-
-
-def _server_version(nc: NATS) -> str:
-    version = nc.connected_server_version
-    try:
-        text = f"{version.major}.{version.minor}.{version.patch}"
-        return f"{text}-{version.prerelease}" if version.prerelease else text
-    except (ValueError, TypeError):
-        return repr(version)
-
-
-# -- helpers --------------------------------------------------------------------------------------
-
-
-def _ack_reply_seqs(reply: str) -> tuple[int, int]:
-    """(stream seq, consumer seq) from a JetStream ack subject, old or domain-qualified form."""
-    tokens = reply.split(".")
-    if len(tokens) == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>
-        return int(tokens[5]), int(tokens[6])
-    if len(tokens) >= 12:  # $JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<dseq>...
-        return int(tokens[7]), int(tokens[8])
-    raise StoreUnavailable(f"unexpected JetStream ack subject {reply!r}")
-
-
-def _status(msg: Msg) -> str | None:
-    headers = msg.headers
-    if not headers or msg.data:
-        return None
-    return headers.get(_HDR_STATUS)
-
-
-async def _quiet_error_cb(exc: Exception) -> None:
-    """nats-py prints async errors to stderr by default; reconnect noise belongs in logs."""
-    log.debug("nats: %s", exc)
-
-
-#: Connection -> its store's handler of denied publishes (see `_open_connection`'s error callback).
-_DENIED_HOOKS: weakref.WeakKeyDictionary[NATS, weakref.WeakMethod[Any]] = weakref.WeakKeyDictionary()
-_DENIED = re.compile(r"permissions violation for publish to \W?([^\s\"']+)", re.I)
-
-
-class _Waiter:
-    """A request waiting for its single reply."""
-
-    __slots__ = ("deadline", "done", "subject")
-
-    def __init__(self, deadline: float, subject: str = "") -> None:
-        self.done: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
-        self.deadline = deadline
-        self.subject = subject
-
-
-class _Batch:
-    """Collects the replies of one batched Direct Get, up to its end-of-batch status."""
-
-    __slots__ = ("deadline", "done", "error", "items", "pending", "progressed")
-
-    def __init__(self, deadline: float) -> None:
-        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.deadline = deadline
-        self.items: list[tuple[int, Msg]] = []
-        self.pending = 0
-        self.error: str | None = None
-        self.progressed = False
-
-
-# -- the store ------------------------------------------------------------------------------------
-
-
-class JetStreamEventStore:
+class JetStreamEventStore(JetStreamRequests):
     """The `EventStore` on NATS JetStream. Build it with `await JetStreamEventStore.connect(...)`."""
 
     def __init__(
@@ -238,21 +110,12 @@ class JetStreamEventStore:
         self._reply_sub: Any = None
         self._reply_lock = asyncio.Lock()
         self._next_token = 0
-        self._waiters: dict[str, _Waiter | _Batch] = {}
-        self._sweeper: asyncio.Task[None] | None = None
+        self._waiters = {}
+        self._sweeper = None
         self._closed = False
         #: Large tool outputs of an oversized commit go here by reference (`eventlog.payloads`).
         self._blobs = ObjectStoreBlobs(nc)
         _DENIED_HOOKS[nc] = weakref.WeakMethod(self._on_denied)
-
-    def _on_denied(self, subject: str) -> None:
-        """The server refused a publish of ours (it sends no reply): fail the requests waiting on
-        that subject at once with a typed error instead of letting them time out."""
-        for waiter in list(self._waiters.values()):
-            if isinstance(waiter, _Waiter) and waiter.subject == subject and not waiter.done.done():
-                waiter.done.set_exception(PermissionDenied(
-                    f"NATS denied this connection's user publishing to {subject!r}: the user's role does "
-                    "not allow it (e.g. readonly cannot append or queue commands)"))
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -346,11 +209,6 @@ class JetStreamEventStore:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    @property
-    def nc(self) -> NATS:
-        """The underlying client (e.g. for KV buckets or live subjects on the same connection)."""
-        return self._nc
 
     # -- stream setup -------------------------------------------------------------------------
 
@@ -503,69 +361,6 @@ class JetStreamEventStore:
         finally:
             await follower.stop()
 
-    async def _decode(self, data: bytes) -> Commit:
-        """Decode a commit and resolve its payload references (only a commit that has any pays
-        for more than a byte scan)."""
-        commit = decode_commit(data)
-        if has_refs(data):
-            commit = await resolve(commit, self._blobs.get_ref)
-        return commit
-
-    # -- internals: requests ------------------------------------------------------------------
-
-    async def _wait_connected(self, deadline: float, what: str) -> None:
-        """Wait (bounded) for a reconnect instead of letting nats-py buffer into a dead socket."""
-        nc = self._nc
-        while not nc.is_connected:
-            if nc.is_closed or self._closed:
-                raise StoreUnavailable(f"{what}: the NATS connection is closed")
-            if time.monotonic() >= deadline:
-                raise StoreUnavailable(
-                    f"{what}: not connected to NATS (reconnecting) for {self.request_timeout:g}s; "
-                    "is nats-server running? retrying the same commit is safe"
-                )
-            await asyncio.sleep(0.02)
-
-    async def _request(self, subject: str, payload: bytes, headers: dict[str, str] | None, what: str) -> Msg:
-        """One request/reply, bounded by `request_timeout`, every failure a `StoreUnavailable`."""
-        if self._reply_sub is None:
-            await self._ensure_reply_sub()
-        deadline = time.monotonic() + self.request_timeout
-        if not self._nc.is_connected:
-            await self._wait_connected(deadline, what)
-        self._next_token += 1
-        token = str(self._next_token)
-        waiter = _Waiter(deadline, subject)
-        self._waiters[token] = waiter
-        try:
-            await self._nc.publish(subject, payload, reply=self._reply_prefix + token, headers=headers)
-            reply = await waiter.done
-        except nats.errors.ConnectionClosedError:
-            raise StoreUnavailable(f"{what}: the NATS connection is closed") from None
-        except nats.errors.Error as exc:
-            raise StoreUnavailable(f"{what}: NATS error: {exc or type(exc).__name__}") from None
-        except TimeoutError:
-            raise StoreUnavailable(
-                f"{what}: JetStream did not answer within {self.request_timeout:g}s "
-                "(server down or overloaded); retrying the same commit is safe"
-            ) from None
-        finally:
-            self._waiters.pop(token, None)
-        headers_in = reply.headers
-        if headers_in and not reply.data and headers_in.get(_HDR_STATUS) == "503":
-            raise StoreUnavailable(
-                f"{what}: no JetStream responder on {subject!r} (JetStream disabled or stream "
-                f"{self.stream} missing)"
-            )
-        return reply
-
-    async def _api(self, subject: str, payload: bytes) -> _ApiResponse:
-        reply = await self._request(subject, payload, None, subject)
-        try:
-            return _api_decoder.decode(reply.data)
-        except msgspec.DecodeError as exc:
-            raise StoreUnavailable(f"unreadable JetStream API answer on {subject}: {exc}") from None
-
     async def _resolve_conflict(self, commit: Commit, expected: int, description: str) -> AppendResult:
         """A 10071 is either a real conflict or the retry of a commit already written after
         `expected` (the server checks OCC before dedup). Look for the commit id to tell which."""
@@ -577,355 +372,3 @@ class JetStreamEventStore:
         match = _WRONG_LAST_RE.search(description)
         actual = max(int(match[1]), last) if match else last
         raise VersionConflict(commit.thread_id, expected, actual)
-
-    # -- internals: batched direct get --------------------------------------------------------
-
-    async def _ensure_reply_sub(self) -> None:
-        async with self._reply_lock:
-            if self._reply_sub is None:
-                prefix = f"{self._nc.new_inbox()}."
-                # No client-side pending limits: a dropped reply would be a silently missing
-                # commit in a read. Memory is bounded by the requests in flight (read_max_bytes).
-                self._reply_sub = await self._nc.subscribe(
-                    f"{prefix}*", cb=self._on_reply, pending_msgs_limit=0, pending_bytes_limit=0
-                )
-                self._reply_prefix = prefix
-                self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
-
-    async def _sweep(self) -> None:
-        """Fail waiters whose deadline passed (a batch that is still flowing gets more time)."""
-        tick = min(0.05, self.request_timeout / 4)
-        while True:
-            await asyncio.sleep(tick)
-            now = time.monotonic()
-            for waiter in list(self._waiters.values()):
-                if now >= waiter.deadline and not waiter.done.done():
-                    if isinstance(waiter, _Batch) and waiter.progressed:
-                        waiter.progressed = False
-                        waiter.deadline = now + self.request_timeout
-                        continue
-                    waiter.done.set_exception(TimeoutError())
-
-    async def _on_reply(self, msg: Msg) -> None:
-        waiter = self._waiters.get(msg.subject[len(self._reply_prefix) :])
-        if waiter is None or waiter.done.done():
-            return
-        if type(waiter) is _Waiter:
-            waiter.done.set_result(msg)
-            return
-        batch: _Batch = waiter  # type: ignore[assignment]
-        headers = msg.headers
-        status = headers.get(_HDR_STATUS) if headers else None
-        if status is None:
-            batch.items.append((int(headers[_HDR_SEQUENCE]), msg))  # type: ignore[index]
-            batch.progressed = True
-            return
-        if status == "204":  # end of batch
-            batch.pending = int(headers.get(_HDR_NUM_PENDING, "0"))  # type: ignore[union-attr]
-        elif status != "404":  # 404: nothing (more) matches
-            batch.error = f"status {status} {headers.get('Description', '')}".strip()  # type: ignore[union-attr]
-        batch.done.set_result(None)
-
-    async def _get_batch(self, subject_filter: str, start: int) -> _Batch:
-        """One batched Direct Get: up to `read_batch` messages / `read_max_bytes` from `start`."""
-        if self._reply_sub is None:
-            await self._ensure_reply_sub()
-        deadline = time.monotonic() + self.request_timeout
-        what = f"read of {subject_filter!r}"
-        if not self._nc.is_connected:
-            await self._wait_connected(deadline, what)
-        self._next_token += 1
-        token = str(self._next_token)
-        batch = _Batch(deadline)
-        self._waiters[token] = batch
-        request = {
-            "seq": start,
-            "next_by_subj": subject_filter,
-            "batch": self.read_batch,
-            "max_bytes": self.read_max_bytes,
-        }
-        try:
-            await self._nc.publish(
-                self._direct_subject, _json_encoder.encode(request), reply=self._reply_prefix + token
-            )
-            await batch.done
-        except TimeoutError:
-            raise StoreUnavailable(f"{what}: JetStream did not answer within {self.request_timeout:g}s") from None
-        except nats.errors.Error as exc:
-            raise StoreUnavailable(f"{what}: NATS error: {str(exc) or type(exc).__name__}") from None
-        finally:
-            self._waiters.pop(token, None)
-        if batch.error is not None:
-            raise StoreUnavailable(f"{what}: direct get failed: {batch.error}")
-        return batch
-
-    async def _scan(self, subject_filter: str, after: int) -> AsyncIterator[tuple[int, Msg]]:
-        """(seq, raw message) of every message matching the filter with seq > after, in order,
-        up to what was in the stream when the last batch was served."""
-        start = after + 1
-        while True:
-            batch = await self._get_batch(subject_filter, start)
-            for item in batch.items:
-                yield item
-            if not batch.items or batch.pending == 0:
-                return
-            start = batch.items[-1][0] + 1
-
-
-class _Follower:
-    """One live tail: an ephemeral push consumer it recreates from `last + 1` whenever the
-    delivery is in doubt (consumer sequence gap, missed heartbeats, consumer gone, errors)."""
-
-    def __init__(self, store: JetStreamEventStore, subject_filter: str, after: int) -> None:
-        self.store = store
-        self.filter = subject_filter
-        self.last = after
-        self.heartbeat = store.follow_heartbeat
-        self.queue: asyncio.Queue[Msg] = asyncio.Queue()
-        self.sub: Any = None
-        self.consumer: str | None = None
-        self.next_dseq = 1
-
-    async def _on_msg(self, msg: Msg) -> None:
-        self.queue.put_nowait(msg)
-
-    async def _start(self) -> None:
-        """(Re)create the consumer from last + 1 on a fresh inbox, retrying until it works.
-
-        The name and the inbox are chosen once per (re)create and kept across the retries: a create
-        whose answer was lost (a timeout on a loaded server) is then repeated with an identical
-        config, which the server answers idempotently, instead of leaving an orphan consumer that
-        delivers nowhere until its `inactive_threshold`."""
-        nc = self.store.nc
-        delay = min(self.heartbeat, 0.25)
-        await self._drop()
-        inbox = nc.new_inbox()
-        name = f"agentlog_follow_{secrets.token_hex(8)}"
-        config = {
-            "name": name,
-            "deliver_subject": inbox,
-            "deliver_policy": "by_start_sequence",
-            "opt_start_seq": self.last + 1,
-            "filter_subject": self.filter,
-            "ack_policy": "none",
-            "max_deliver": 1,
-            "flow_control": True,
-            "idle_heartbeat": int(self.heartbeat * _NS),
-            "inactive_threshold": int(max(30.0, self.heartbeat * 10) * _NS),
-            "mem_storage": True,
-            "num_replicas": 1,
-        }
-        request = _json_encoder.encode({"stream_name": self.store.stream, "config": config})
-        while True:
-            if nc.is_closed or self.store._closed:
-                raise StoreUnavailable("follow: the NATS connection is closed")
-            try:
-                if self.sub is None:
-                    # Flow control bounds what is in flight; a drop would only cost a recreate.
-                    self.sub = await nc.subscribe(inbox, cb=self._on_msg, pending_msgs_limit=0, pending_bytes_limit=0)
-                self.consumer = name  # from here on `_drop` deletes it, created or not
-                answer = await self.store._api(f"$JS.API.CONSUMER.CREATE.{self.store.stream}.{name}", request)
-            except (StoreUnavailable, nats.errors.Error) as exc:
-                log.debug("follow: consumer create failed, retrying: %s", exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-                continue
-            if answer.error is not None:
-                log.debug("follow: consumer create refused, retrying: %s", answer.error)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-                continue
-            self.next_dseq = 1
-            return
-
-    async def _drop(self, timeout: float | None = None) -> None:
-        """Forget the current consumer and delete it on the server, bounded by `timeout` (default:
-        briefly, as a recreate must not wait long on a server that is in trouble); if that fails
-        it expires by itself after `inactive_threshold`."""
-        nc = self.store.nc
-        sub, self.sub = self.sub, None
-        consumer, self.consumer = self.consumer, None
-        self.queue = asyncio.Queue()
-        if nc.is_closed:
-            return
-        try:
-            if sub is not None:
-                await sub.unsubscribe()
-            if consumer is not None and nc.is_connected:
-                await nc.request(
-                    f"$JS.API.CONSUMER.DELETE.{self.store.stream}.{consumer}",
-                    b"",
-                    timeout=min(1.0, self.store.request_timeout) if timeout is None else timeout,
-                )
-        except nats.errors.Error:
-            pass
-
-    async def next(self) -> StoredCommit:
-        if self.sub is None:
-            await self._start()
-        stall = self.heartbeat * 2.5
-        while True:
-            try:
-                msg = await asyncio.wait_for(self.queue.get(), stall)
-            except TimeoutError:
-                log.debug("follow %s: no message or heartbeat for %.1fs, recreating", self.filter, stall)
-                await self._start()
-                continue
-            status = _status(msg)
-            if status is not None:
-                if not await self._control(msg, status):
-                    await self._start()
-                continue
-            if not msg.reply:
-                continue
-            sseq, dseq = _ack_reply_seqs(msg.reply)
-            if dseq != self.next_dseq:
-                log.debug("follow %s: consumer seq %d, expected %d, recreating", self.filter, dseq, self.next_dseq)
-                await self._start()
-                continue
-            self.next_dseq = dseq + 1
-            if sseq <= self.last:
-                continue
-            commit = await self.store._decode(msg.data)
-            self.last = sseq
-            return StoredCommit(sseq, commit)
-
-    async def _control(self, msg: Msg, status: str) -> bool:
-        """Handle a status message; False means the consumer must be recreated."""
-        headers = msg.headers or {}
-        if status != "100":
-            log.debug("follow %s: status %s %s", self.filter, status, headers.get("Description"))
-            return False
-        nc = self.store.nc
-        if msg.reply:  # flow control request: we have processed everything before it
-            await nc.publish(msg.reply, b"")
-            return True
-        stalled = headers.get("Nats-Consumer-Stalled")
-        if stalled:
-            await nc.publish(stalled, b"")
-        last_consumer = headers.get("Nats-Last-Consumer")
-        if last_consumer is not None and int(last_consumer) != self.next_dseq - 1:
-            return False  # a heartbeat that reveals messages we never got
-        return True
-
-    async def stop(self) -> None:
-        try:
-            # The full request timeout: a loaded server that answers in over a second must still
-            # see the consumer go (the caller is done with it and may count consumers).
-            await self._drop(self.store.request_timeout)
-        except Exception:  # noqa: BLE001 - closing must not mask the reason the follow ended
-            log.debug("follow: cleanup failed", exc_info=True)
-
-
-# -- module helpers -------------------------------------------------------------------------------
-
-
-def _header_size(headers: dict[str, str]) -> int:
-    """Bytes the headers add to the message (NATS/1.0 line, `k: v` lines, blank line); the
-    server's max_payload bounds headers + payload."""
-    return 12 + sum(len(k) + len(v) + 4 for k, v in headers.items())
-
-
-def _api_failure(what: str, error: _ApiError) -> AgentlogError:
-    if error.code == 503 or error.code >= 500:
-        return StoreUnavailable(f"{what}: JetStream unavailable: {error.description} (err {error.err_code})")
-    return AgentlogError(f"{what}: JetStream refused: {error.description} (err {error.err_code})")
-
-
-async def _open_connection(
-    servers: list[str],
-    *,
-    creds: str | os.PathLike[str] | None,
-    nkey_seed: str | os.PathLike[str] | None,
-    token: str | None,
-    user: str | None,
-    password: str | None,
-    tls: ssl.SSLContext | None,
-    tls_hostname: str | None,
-    name: str,
-    connect_timeout: float,
-    reconnect_wait: float,
-) -> NATS:
-    options: dict[str, Any] = {
-        "servers": servers,
-        "name": name,
-        "allow_reconnect": True,
-        "max_reconnect_attempts": -1,
-        "reconnect_time_wait": reconnect_wait,
-        "connect_timeout": max(1, int(min(connect_timeout, 5))),
-        "error_cb": _quiet_error_cb,
-    }
-    if creds is not None:
-        options["user_credentials"] = str(creds)
-    if nkey_seed is not None:
-        seed = str(nkey_seed)
-        options["nkeys_seed" if Path(seed).is_file() else "nkeys_seed_str"] = seed
-    if token is not None:
-        options["token"] = token
-    if user is not None:
-        options["user"] = user
-    if password is not None:
-        options["password"] = password
-    if tls is not None:
-        options["tls"] = tls
-    if tls_hostname is not None:
-        options["tls_hostname"] = tls_hostname
-    nc = LeanHeadersClient()
-    # nats-py retries a refused login like a network error (forever, with max_reconnect_attempts
-    # -1): notice the refusal in the error callback and fail at once with a typed error.
-    refused: asyncio.Future[Exception] = asyncio.get_running_loop().create_future()
-
-    async def error_cb(exc: Exception) -> None:
-        await _quiet_error_cb(exc)
-        if _AUTH_REFUSED.search(str(exc)) and not refused.done():
-            refused.set_result(exc)
-        denied = _DENIED.search(str(exc))
-        hook = _DENIED_HOOKS.get(nc)
-        handler = hook() if hook is not None else None
-        if denied and handler is not None:
-            handler(denied.group(1))
-
-    options["error_cb"] = error_cb
-    connecting = asyncio.ensure_future(nc.connect(**options))
-    try:
-        # With max_reconnect_attempts=-1 nats-py retries the first connect forever: bound it.
-        racing: set[asyncio.Future[Any]] = {connecting, refused}
-        done, _ = await asyncio.wait(racing, timeout=connect_timeout,
-                                     return_when=asyncio.FIRST_COMPLETED)
-        if connecting in done:
-            connecting.result()
-        elif refused in done:
-            raise NotAuthorized(f"NATS at {', '.join(servers)} refused the login: {refused.result()}; "
-                                "give the credentials of a user allowed to connect (--creds, --token, or the "
-                                "data dir's generated credentials)")
-        else:
-            raise TimeoutError()
-    except (TimeoutError, OSError, nats.errors.Error, NotAuthorized) as exc:
-        connecting.cancel()
-        try:
-            await nc.close()
-        except Exception:  # noqa: BLE001
-            pass
-        if isinstance(exc, NotAuthorized):
-            raise
-        raise StoreUnavailable(
-            f"cannot connect to NATS at {', '.join(servers)} within {connect_timeout:g}s: "
-            f"{str(exc) or type(exc).__name__}"
-        ) from None
-    return nc
-
-
-_AUTH_REFUSED = re.compile(r"authorization violation|authentication (expired|revoked)|user authentication", re.I)
-
-
-async def flush_subscriptions(nc: NATS, timeout: float = 10.0) -> None:
-    """Return once every subscription made so far on `nc` is known to the server.
-
-    A single `nc.flush()` does not promise that: nats-py writes its PING straight to the socket,
-    ahead of commands (such as a fresh SUB) still queued for its flusher task, so the PONG can
-    come back before the SUB was sent, and a request from another connection in that window gets
-    "no responders". The first flush lets the flusher write the queue; the second PING is then
-    written after it, so its PONG proves the server has processed the SUB.
-    """
-    await nc.flush(timeout)  # type: ignore[arg-type]  # nats-py annotates int; it takes seconds as float
-    await nc.flush(timeout)  # type: ignore[arg-type]

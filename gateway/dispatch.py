@@ -41,7 +41,8 @@ from runtime.commands import (
 )
 from runtime.frontend import InvalidFrontendTools, normalize_frontend_tools
 from runtime.hitl import check_decisions, decision_seqs, parse_decisions
-from runtime.loop import RunConflict, RunContext, fold_context
+from runtime.loop_staging import RunConflict
+from runtime.run_context import RunContext, fold_context
 from runtime.runtime import RunNotFound, Runtime, _call_ids
 
 Messages = str | Sequence[Any]
@@ -237,7 +238,7 @@ class QueueDispatcher:
     (bounded) until its effect is in the log.
 
     The checks here are the runtime's own (the pure functions of `runtime.hitl` over the run
-    folded with `runtime.loop.fold_context`), so a bad request gets the error the runtime would
+    folded with `runtime.run_context.fold_context`), so a bad request gets the error the runtime would
     raise and NOTHING is queued or written. The remaining race (the run changes between our
     check and the worker's) is the worker's to settle; it then terminates the command and the
     wait here ends in `DispatchTimeout`.

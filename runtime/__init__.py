@@ -28,7 +28,7 @@ from .context import ContextPolicy
 from .entropy import DeterministicEntropy, Entropy, SystemEntropy
 from .hitl import CallNotSuspended, HitlError, InvalidDecision, RunNotWaiting, UnknownCall
 from .live import LiveSink, MemoryLiveSink, NatsLiveSink, NullLiveSink
-from .loop import RunConflict, RunContext, apply_event
+from .loop_staging import RunConflict
 from .mcp import McpServerConfig, McpToolset
 from .permission import PermissionPlugin, PermissionRule
 from .plugins import (
@@ -47,6 +47,7 @@ from .plugins import (
     Suspend,
     Terminate,
 )
+from .run_context import RunContext, apply_event
 from .runtime import CommittedEvent, DecideResult, RunHandle, RunNotFound, RunResult, Runtime
 from .snapshot import KVSnapshotStore, MemorySnapshotStore, RunSnapshot, SnapshotStore
 from .stop import (

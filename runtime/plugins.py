@@ -13,16 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any, Protocol, Union
 
 from eventlog.errors import AgentlogError
 from eventlog.events import JSON, SuspendTicket, ToolCall, ToolCallDecision, Verdict
 
 from .models.base import ModelResponse
 from .tools import ToolResult
-
-if TYPE_CHECKING:
-    from .agent import AgentSpec
 
 
 class PluginError(AgentlogError):
@@ -125,7 +122,7 @@ Action = Union[
 ]
 
 #: Which actions each phase accepts.
-PHASE_ACTIONS: dict[str, tuple[type, ...]] = {
+PHASE_ACTIONS: dict[str, tuple[type[Action], ...]] = {
     "run_start": (PatchState, Terminate),
     "step_start": (PatchState, Terminate),
     "before_inference": (AddContext, ExcludeTools, IncludeOnlyTools, OverrideInference, Terminate, PatchState),
@@ -140,12 +137,33 @@ PHASE_ACTIONS: dict[str, tuple[type, ...]] = {
 # -- context --------------------------------------------------------------------------------------
 
 
+class AgentView(Protocol):
+    """What a hook reads of its agent: at run time it is the run's `runtime.agent.AgentSpec`.
+    Typed structurally because `AgentSpec` holds its plugins (runtime.agent imports this module),
+    so this module must not import runtime.agent back (import-linter keeps it that way)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def model_name(self) -> str: ...
+    @property
+    def system_prompt(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def tools(self) -> list[str]: ...
+    @property
+    def tool_execution_mode(self) -> str: ...
+    @property
+    def model_options(self) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class PhaseContext:
     """What a hook may read. `state` is the live thread state: read it, never mutate it
     (change it with `PatchState`)."""
 
-    agent: AgentSpec
+    agent: AgentView
     thread_id: str
     run_id: str
     step: int

@@ -43,9 +43,12 @@ from .entropy import SYSTEM_ENTROPY, Entropy
 from .frontend import check_no_conflict, is_frontend_stub, normalize_frontend_tools
 from .hitl import DecisionInput, check_decisions, decision_seqs, parse_decisions, ready_calls
 from .live import LiveSink, NullLiveSink
-from .loop import RunConflict, RunContext, RunLoop, fold_context, get_logger
+from .logs import get_logger
+from .loop import RunLoop
+from .loop_staging import RunConflict
 from .models.base import Model, ToolSpec
 from .outage import OutagePolicy
+from .run_context import RunContext, fold_context
 from .snapshot import LoadedSnapshot, RunSnapshot, SnapshotStore, load_snapshot, make_snapshot, save_snapshot
 from .tools import Tool, ToolRegistry
 

@@ -48,7 +48,8 @@ from projections.views import RunView
 
 from .agent import AgentRegistry, AgentSpec
 from .hitl import HitlError
-from .loop import RunConflict, get_logger
+from .logs import get_logger
+from .loop_staging import RunConflict
 from .tools import Tool, ToolContext, ToolError, ToolResult
 
 AGENT_RUN, AGENT_OUTPUT, AGENT_STOP = "agent_run", "agent_output", "agent_stop"

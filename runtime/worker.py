@@ -83,7 +83,8 @@ from .commands import (
     ensure_dlq_stream,
 )
 from .hitl import HitlError, RunNotWaiting
-from .loop import RunConflict, get_logger
+from .logs import get_logger
+from .loop_staging import RunConflict
 from .outage import OutagePolicy, is_transient, through_outage
 from .runtime import RunHandle, RunNotFound, Runtime
 
