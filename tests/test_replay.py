@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from eventlog.events import StoredCommit
-from runtime import AddContext, AgentSpec, DeterministicEntropy, Plugin, Runtime, ToolContext, tool
-from runtime.models import ScriptedModel, Turn
-from runtime.replay import (
+from agentlog.log.events import StoredCommit
+from agentlog.runtime import AddContext, AgentSpec, DeterministicEntropy, Plugin, Runtime, ToolContext, tool
+from agentlog.runtime.models import ScriptedModel, Turn
+from agentlog.runtime.replay import (
     NonDeterminismError,
     RecordingModel,
     ReplayApp,

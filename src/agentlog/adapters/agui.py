@@ -36,7 +36,7 @@ import jsonpatch
 import pydantic
 from ag_ui import core as ag
 
-from eventlog.events import (
+from agentlog.log.events import (
     Event,
     InferenceCompleted,
     Message,
@@ -54,8 +54,8 @@ from eventlog.events import (
     ToolCallSuspended,
     Usage,
 )
-from eventlog.ids import is_valid_id
-from runtime.models.base import ToolSpec
+from agentlog.log.ids import is_valid_id
+from agentlog.runtime.models.base import ToolSpec
 
 from .common import (
     AdapterInputError,
@@ -134,7 +134,7 @@ def make_interrupt(
 
 
 def open_interrupts(run: Any) -> list[ag.Interrupt]:
-    """The open interrupts of a run view (`projections.views.RunView`): its suspended calls,
+    """The open interrupts of a run view (`agentlog.views.views.RunView`): its suspended calls,
     except frontend tool calls (pending tool calls the client answers with tool messages)."""
     return [
         make_interrupt(c.call_id, c.ticket, c.name, c.arguments)

@@ -35,7 +35,7 @@ from typing import Any, Literal
 import msgspec
 import pydantic
 
-from eventlog.events import (
+from agentlog.log.events import (
     Event,
     Message,
     MessageAppended,
@@ -51,7 +51,7 @@ from eventlog.events import (
     ToolCallStarted,
     ToolCallSuspended,
 )
-from eventlog.ids import is_valid_id
+from agentlog.log.ids import is_valid_id
 
 from .common import (
     AdapterInputError,

@@ -15,10 +15,10 @@ from typing import Any, Literal, NamedTuple, TypedDict, TypeVar
 import msgspec
 import structlog
 
-from eventlog.errors import AgentlogError
-from eventlog.events import Event, SuspendTicket
-from eventlog.ids import is_valid_id
-from runtime.frontend import ACTION as FRONTEND_ACTION
+from agentlog.log.errors import AgentlogError
+from agentlog.log.events import Event, SuspendTicket
+from agentlog.log.ids import is_valid_id
+from agentlog.runtime.frontend import ACTION as FRONTEND_ACTION
 
 _encode = msgspec.json.Encoder(order="deterministic").encode
 log = structlog.get_logger("agentlog.adapters")
@@ -60,7 +60,7 @@ class DuplicateResume(ResumeError):
 
 
 class Decision(TypedDict, total=False):
-    """What a protocol answer becomes: the fields of `eventlog.events.ToolCallDecision` the
+    """What a protocol answer becomes: the fields of `agentlog.log.events.ToolCallDecision` the
     runtime needs (`updated_at` is stamped by whoever appends it)."""
 
     target_id: str

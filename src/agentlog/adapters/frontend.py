@@ -1,7 +1,7 @@
 """Frontend tool stubs: backend declarations of tools the client executes.
 
 Superseded for AG-UI: a tool listed in `RunAgentInput.tools` is recorded with the run
-(`RunStarted.frontend_tools`, see `runtime.frontend`) and needs no declaration here. A stub is
+(`RunStarted.frontend_tools`, see `agentlog.runtime.frontend`) and needs no declaration here. A stub is
 still useful where the protocol carries no tool list (AI SDK `useChat`, plain `/v1/runs`): an app
 declares the frontend tools its agents may call, and `frontend_tool(name, description,
 parameters)` builds a `Tool` that never runs anything; it suspends the call
@@ -18,8 +18,8 @@ from typing import Any
 
 import pydantic
 
-from runtime import Tool, ToolContext, ToolResult
-from runtime.frontend import ACTION
+from agentlog.runtime import Tool, ToolContext, ToolResult
+from agentlog.runtime.frontend import ACTION
 
 
 def frontend_tool(name: str, description: str = "", parameters: dict[str, Any] | None = None) -> Tool:
@@ -33,7 +33,7 @@ def frontend_tool(name: str, description: str = "", parameters: dict[str, Any] |
 
     t = Tool(name, description or f"{name} (runs in the client)", args, suspend, "ctx")
     t.parameters = dict(parameters) if parameters else {"type": "object", "properties": {}}
-    t.frontend_stub = True  # type: ignore[attr-defined]  # see runtime.frontend.is_frontend_stub
+    t.frontend_stub = True  # type: ignore[attr-defined]  # see agentlog.runtime.frontend.is_frontend_stub
     return t
 
 

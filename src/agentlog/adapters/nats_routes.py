@@ -29,10 +29,10 @@ from typing import Any
 
 import structlog
 
-from eventlog.jetstream import flush_subscriptions
-from gateway.http.auth import Authenticator, Principal, resolve_tokens
-from gateway.http.errors import ApiError
-from gateway.json_input import parse_json
+from agentlog.api.json_input import parse_json
+from agentlog.http.auth import Authenticator, Principal, resolve_tokens
+from agentlog.http.errors import ApiError
+from agentlog.log.jetstream import flush_subscriptions
 
 from . import aisdk, session
 from .common import AdapterInputError, guarded

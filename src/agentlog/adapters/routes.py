@@ -12,7 +12,7 @@ The handlers only parse, pull the first event (so an unknown / other-tenant thre
 404 JSON answer, not a 200 stream), then encode and write; what a request does is decided in
 `session` so the NATS transport (`nats_routes`) behaves the same. Invalid bodies are 400 with
 field detail; everything after the headers (resume mismatches, run conflicts, failed runs) is a
-protocol error event inside the stream. Streams go through `gateway.http.sse.Pump`: a bounded
+protocol error event inside the stream. Streams go through `agentlog.http.sse.Pump`: a bounded
 queue (a stalled client is dropped, the run goes on) and heartbeat comments.
 """
 
@@ -26,14 +26,14 @@ from ag_ui import core as ag
 from ag_ui.encoder import EventEncoder
 from aiohttp import web
 
-from eventlog.errors import AgentlogError
-from gateway.http.auth import principal
-from gateway.http.context import services
-from gateway.http.errors import ApiError
-from gateway.http.replies import reply
-from gateway.http.routing import Route, path_id
-from gateway.http.sse import Pump
-from gateway.json_input import parse_json
+from agentlog.api.json_input import parse_json
+from agentlog.http.auth import principal
+from agentlog.http.context import services
+from agentlog.http.errors import ApiError
+from agentlog.http.replies import reply
+from agentlog.http.routing import Route, path_id
+from agentlog.http.sse import Pump
+from agentlog.log.errors import AgentlogError
 
 from . import aisdk, session
 from .common import AdapterInputError, guarded

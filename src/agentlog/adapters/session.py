@@ -23,8 +23,9 @@ from typing import Any
 
 from ag_ui import core as ag
 
-from eventlog.errors import AgentlogError
-from eventlog.events import (
+from agentlog.api.json_input import InvalidJson, parse_json
+from agentlog.log.errors import AgentlogError
+from agentlog.log.events import (
     Message,
     MessageAppended,
     Position,
@@ -33,12 +34,11 @@ from eventlog.events import (
     StoredCommit,
     ToolCallDecided,
 )
-from eventlog.ids import new_id
-from gateway.json_input import InvalidJson, parse_json
-from projections.fold import fold_commits
-from projections.timetravel import messages_at, state_at
-from projections.views import RunView, ThreadView
-from runtime import CommittedEvent
+from agentlog.log.ids import new_id
+from agentlog.runtime import CommittedEvent
+from agentlog.views.fold import fold_commits
+from agentlog.views.timetravel import messages_at, state_at
+from agentlog.views.views import RunView, ThreadView
 
 from . import agui, aisdk
 from .common import AdapterInputError, Decision, ResumeError, decision_id, error_text, needs_approval
@@ -53,7 +53,7 @@ class NotVisible(AgentlogError, LookupError):
 
 @dataclass
 class Backend:
-    """What a session needs: the log (`store`), a `gateway.dispatch.Dispatcher`, and the NATS
+    """What a session needs: the log (`store`), a `agentlog.api.dispatch.Dispatcher`, and the NATS
     connection for live deltas (None: no live deltas, text comes from the commits)."""
 
     store: Any
@@ -64,7 +64,7 @@ class Backend:
 def backend_of(store: Any, runtime_or_dispatcher: Any) -> Backend:
     """A Backend from what the HTTP app holds in `services(request).runtime`: a Dispatcher, or a
     bare `Runtime` (wrapped in the in-process dispatcher)."""
-    from gateway.dispatch import InProcessDispatcher
+    from agentlog.api.dispatch import InProcessDispatcher
 
     target = runtime_or_dispatcher
     if target is None:
@@ -342,7 +342,7 @@ async def aisdk_events(backend: Backend, agent_id: str, req: aisdk.AiSdkRequest,
 async def aisdk_replay(backend: Backend, run_id: str, who: Any = None) -> AsyncIterator[dict[str, Any]]:
     """The run's whole assistant message replayed from the log, following it live if it is
     still going: the AI SDK resume-stream endpoint."""
-    from runtime import RunNotFound
+    from agentlog.runtime import RunNotFound
 
     # Unknown, deleted-thread and other-tenant runs get one and the same answer (the 404 of
     # `GET /v1/runs/{id}`): naming the run's thread here would tell another tenant its id.

@@ -4,8 +4,8 @@ with live deltas from core NATS, in an order the translators can trust.
 Why both, and why this order:
 * The log is the truth (`store.follow` from a seq read BEFORE the run was started or decided, so
   no commit can slip by); it is also what makes the same code work whether the run executes in
-  this process or on a worker elsewhere (`gateway.dispatch`).
-* Live deltas (`agentlog.live.<thread>.<run>`, see `runtime.live`) are best effort and must be
+  this process or on a worker elsewhere (`agentlog.api.dispatch`).
+* Live deltas (`agentlog.live.<thread>.<run>`, see `agentlog.runtime.live`) are best effort and must be
   subscribed BEFORE the run starts, or the first tokens are lost. They travel a different path
   than the commit, so one can arrive after the commit that already holds its content. A late
   delta is dropped here: text/tool-call deltas of a step whose `StepStarted` is committed (the
@@ -22,10 +22,10 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from eventlog.events import RunFinished, RunSuspended, StepStarted, StoredCommit, ToolCallCompleted
-from eventlog.jetstream import flush_subscriptions
-from eventlog.subjects import live_subject
-from runtime import CommittedEvent
+from agentlog.log.events import RunFinished, RunSuspended, StepStarted, StoredCommit, ToolCallCompleted
+from agentlog.log.jetstream import flush_subscriptions
+from agentlog.log.subjects import live_subject
+from agentlog.runtime import CommittedEvent
 
 _END = object()
 #: Live items buffered per stream; beyond it live items are dropped (the log still has them).

@@ -32,14 +32,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from eventlog.errors import AgentlogError
-from eventlog.store import EventStore
+from agentlog.log.errors import AgentlogError
+from agentlog.log.store import EventStore
 
 if TYPE_CHECKING:
     # Not imported at run time: importing `runtime` binds its module-level loggers to whatever
     # structlog config exists then, and the CLI must configure logging first.
-    from runtime import AgentSpec, Runtime, Tool
-    from runtime.models.base import Model
+    from agentlog.runtime import AgentSpec, Runtime, Tool
+    from agentlog.runtime.models.base import Model
 
 __all__ = [
     "App", "AppAttributeMissing", "AppConfigInvalid", "AppImportFailed", "AppLoadError", "AppModuleNotFound", "AppWrongType",
@@ -84,7 +84,7 @@ class App:
 
     def runtime(self, store: EventStore, **options: Any) -> Runtime:
         """A `Runtime` over `store` (options: live, entropy, views)."""
-        from runtime import Runtime
+        from agentlog.runtime import Runtime
 
         return Runtime(store, agents=self.agents, tools=self.tools, models=dict(self.models), **options)
 
@@ -103,8 +103,8 @@ def _as_app(obj: Any) -> Any | None:
     of `AgentSpec`) become an `App` without tools."""
     if _is_app(obj):
         return obj
-    from runtime import AgentSpec
-    from runtime.agent import AgentRegistry
+    from agentlog.runtime import AgentSpec
+    from agentlog.runtime.agent import AgentRegistry
 
     if isinstance(obj, AgentRegistry):
         return App(agents=list(obj))
@@ -129,9 +129,9 @@ class AppConfigInvalid(AppLoadError):
 def load_app(spec: str) -> AppSource:
     """Import `module` and get `attr` (dotted attrs allowed). Returns an app-like object or a
     factory; raises an `AppLoadError` subclass. Does not call a factory (that needs the store).
-    A path ending in .yaml/.yml/.json is a declarative configuration (`runtime.config`)."""
+    A path ending in .yaml/.yml/.json is a declarative configuration (`agentlog.runtime.config`)."""
     if spec.lower().endswith((".yaml", ".yml", ".json")):
-        from runtime.config import ConfigError, load_config
+        from agentlog.runtime.config import ConfigError, load_config
 
         try:
             return load_config(spec)

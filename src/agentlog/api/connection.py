@@ -1,9 +1,9 @@
 """How an agentlog process (a CLI command, `serve`, `gateway`, `worker`) reaches the log.
 
 With a NATS URL it connects to the user's server or cluster (with the `--creds`/`--token` given);
-without one it uses the data dir's embedded nats-server (DESIGN 2.4) through `eventlog.datadir`:
+without one it uses the data dir's embedded nats-server (DESIGN 2.4) through `agentlog.log.datadir`:
 started if no other agentlog process runs it, else shared, and always with the data dir's
-generated credentials (`eventlog.auth`), logging in as the role the process needs (`readonly`
+generated credentials (`agentlog.log.auth`), logging in as the role the process needs (`readonly`
 for the CLI's read commands). Every path gets the same bounded connect, the same typed
 `StoreUnavailable` on failure, and the same clean shutdown (the embedded server is stopped by its
 last user, even when a command is cancelled by Ctrl-C or SIGTERM).
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import structlog
 
-from eventlog.auth import Credentials, Role
-from eventlog.datadir import SharedServer, acquire
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import DEFAULT_DATA_DIR
+from agentlog.log.auth import Credentials, Role
+from agentlog.log.datadir import SharedServer, acquire
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import DEFAULT_DATA_DIR
 
 log = structlog.get_logger("agentlog.connection")
 
@@ -43,7 +43,7 @@ class ConnectionOptions:
     data_dir: Path = DEFAULT_DATA_DIR
     timeout: float = 5.0
     #: Replicas of the streams and KV buckets this process creates, or raises existing ones to
-    #: (None: 1 for new ones; existing ones are never lowered, see `eventlog.replicas`).
+    #: (None: 1 for new ones; existing ones are never lowered, see `agentlog.log.replicas`).
     replicas: int | None = None
 
     @property
@@ -59,8 +59,8 @@ class ConnectionOptions:
 async def prepare_layout(replicas: int | None, url: str, credentials: Credentials) -> None:
     """Run by the process that starts the embedded server: create the streams and KV buckets
     (as `serve`), so processes with narrower roles (`readonly`) find them in place."""
-    from projections.kv import KVViewStore
-    from runtime.commands import ensure_commands_stream
+    from agentlog.runtime.commands import ensure_commands_stream
+    from agentlog.views.kv import KVViewStore
 
     store = await JetStreamEventStore.connect(url, name="agentlog-setup", replicas=replicas,
                                               **credentials.login("serve"))

@@ -7,7 +7,7 @@
     accepted = await dispatcher.cancel(run_id)
 
 Why one seam: the callers must not know whether runs execute in this process or on workers, and
-both implementations must reject bad input with the SAME typed errors (`runtime.hitl`'s
+both implementations must reject bad input with the SAME typed errors (`agentlog.runtime.hitl`'s
 `InvalidDecision`, `UnknownCall`, `CallNotSuspended`, `RunNotWaiting`, `RunNotFound`, and the ones
 below) before anything is written, so an HTTP or NATS answer does not depend on the deployment.
 
@@ -23,12 +23,11 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
-from eventlog.errors import AgentlogError
-from eventlog.events import RunCancelRequested, RunFinished, RunStarted, StoredCommit, ToolCallDecided
-from eventlog.ids import new_id, validate_run_id
-from projections.fold import fold_commits
-from runtime.admission import InvalidRunInput, check_start, check_start_ids, check_storable
-from runtime.commands import (
+from agentlog.log.errors import AgentlogError
+from agentlog.log.events import RunCancelRequested, RunFinished, RunStarted, StoredCommit, ToolCallDecided
+from agentlog.log.ids import new_id, validate_run_id
+from agentlog.runtime.admission import InvalidRunInput, check_start, check_start_ids, check_storable
+from agentlog.runtime.commands import (
     DLQ_CODE,
     DLQ_COMMAND_ID,
     DLQ_ERROR,
@@ -39,10 +38,11 @@ from runtime.commands import (
     StartRun,
     dlq_subject,
 )
-from runtime.frontend import InvalidFrontendTools, normalize_frontend_tools
-from runtime.hitl import check_decisions, decision_seqs, parse_decisions
-from runtime.loop import RunConflict, RunContext, fold_context
-from runtime.runtime import RunNotFound, Runtime, _call_ids
+from agentlog.runtime.frontend import InvalidFrontendTools, normalize_frontend_tools
+from agentlog.runtime.hitl import check_decisions, decision_seqs, parse_decisions
+from agentlog.runtime.loop import RunConflict, RunContext, fold_context
+from agentlog.runtime.runtime import RunNotFound, Runtime, _call_ids
+from agentlog.views.fold import fold_commits
 
 Messages = str | Sequence[Any]
 
@@ -57,7 +57,7 @@ class Accepted(NamedTuple):
     duplicate: bool = False
 
 
-# == errors (codes map to statuses in gateway/http/errors.STATUS_BY_CODE) ==========================
+# == errors (codes map to statuses in src/agentlog/http/errors.STATUS_BY_CODE) ==========================
 
 
 class AgentNotFound(AgentlogError, LookupError):
@@ -83,7 +83,7 @@ class InvalidInput(AgentlogError, ValueError):
 
 
 class CommandFailed(AgentlogError, ValueError):
-    """A worker gave up on the command (dead-lettered it, see `runtime.worker`): the answer
+    """A worker gave up on the command (dead-lettered it, see `agentlog.runtime.worker`): the answer
     carries the worker's error code (e.g. `commit_too_large` -> 413), so a request fails in
     gateway mode as it would in serve mode instead of waiting into a `DispatchTimeout`. A code
     the API has no status for is a refusal of the input (400, as the runtime's ValueErrors are
@@ -236,8 +236,8 @@ class QueueDispatcher:
     """Runs execute on workers (`gateway`): validate against the log, queue the command, wait
     (bounded) until its effect is in the log.
 
-    The checks here are the runtime's own (the pure functions of `runtime.hitl` over the run
-    folded with `runtime.loop.fold_context`), so a bad request gets the error the runtime would
+    The checks here are the runtime's own (the pure functions of `agentlog.runtime.hitl` over the run
+    folded with `agentlog.runtime.loop.fold_context`), so a bad request gets the error the runtime would
     raise and NOTHING is queued or written. The remaining race (the run changes between our
     check and the worker's) is the worker's to settle; it then terminates the command and the
     wait here ends in `DispatchTimeout`.
@@ -347,7 +347,7 @@ class QueueDispatcher:
     def _check_decisions(run_id: str, thread_id: str, history: list[StoredCommit],
                          decisions: Sequence[Mapping[str, Any]]) -> tuple[list[Any], list[Any]]:
         """`Runtime.decide`'s validation, on the run folded here from the log."""
-        from eventlog.ids import now_ms
+        from agentlog.log.ids import now_ms
 
         parsed = parse_decisions(decisions, now_ms())
         ctx = fold_context(RunContext(thread_id=thread_id, run_id=run_id), history)

@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from eventlog.errors import AgentlogError
+from agentlog.log.errors import AgentlogError
 
 #: Deepest nesting accepted in a request body (objects and arrays; a flat object is depth 1).
 #: Far beyond any real message, tool schema or state, and far below what overflows the stack.

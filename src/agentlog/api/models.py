@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
-from eventlog.events import Position
-from eventlog.ids import is_valid_id
+from agentlog.log.events import Position
+from agentlog.log.ids import is_valid_id
 
 MAX_LIMIT = 200
 DEFAULT_LIMIT = 50
@@ -134,7 +134,7 @@ class ListRunsQuery(_Query):
     min_seq: MinSeq = None
 
 
-# -- run writes (gateway.http.write, gateway.nats_service) -----------------------------------
+# -- run writes (agentlog.http.write, agentlog.nats.service) -----------------------------------
 
 MAX_ITEMS = 1000
 

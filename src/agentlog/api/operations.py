@@ -1,6 +1,6 @@
 """The API's operations, once, for every transport: validated pydantic input + a principal in,
-a JSON-able dict out. HTTP handlers (`gateway.http.write`) and NATS endpoints
-(`gateway.nats_service`) are thin wrappers around these, so a request means the same thing and
+a JSON-able dict out. HTTP handlers (`agentlog.http.write`) and NATS endpoints
+(`agentlog.nats.service`) are thin wrappers around these, so a request means the same thing and
 fails with the same error code whichever way it arrives.
 
 Tenant scoping lives here too: a scoped principal may only touch runs on threads whose
@@ -13,22 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from eventlog.events import Position
-from gateway.dispatch import Accepted, Dispatcher
-from projections.fold import fold_messages
-from projections.index import RUN_FILTERS, THREAD_FILTERS
-
-from .http.auth import Principal
-from .http.context import (
-    Services,
-    get_thread_view,
-    thread_from_log,
-    visible_run,
-    visible_thread,
-    wait_min_seq,
-)
-from .http.errors import ApiError, not_found
-from .http.models import (
+from agentlog.api.dispatch import Accepted, Dispatcher
+from agentlog.api.models import (
     CancelRunBody,
     CreateThread,
     DecisionIn,
@@ -40,6 +26,19 @@ from .http.models import (
     RunInputsBody,
     StartRunBody,
 )
+from agentlog.http.auth import Principal
+from agentlog.http.context import (
+    Services,
+    get_thread_view,
+    thread_from_log,
+    visible_run,
+    visible_thread,
+    wait_min_seq,
+)
+from agentlog.http.errors import ApiError, not_found
+from agentlog.log.events import Position
+from agentlog.views.fold import fold_messages
+from agentlog.views.index import RUN_FILTERS, THREAD_FILTERS
 
 
 def accepted(a: Accepted) -> dict[str, Any]:
@@ -140,7 +139,7 @@ def _listing(key: str, items: list[Any], total: int, q: Any) -> dict[str, Any]:
 
 
 async def list_runs(svc: Services, who: Principal, q: ListRunsQuery) -> dict[str, Any]:
-    """Ascending run id, from the listing index (`projections.listing`: O(limit) reads for one
+    """Ascending run id, from the listing index (`agentlog.views.listing`: O(limit) reads for one
     filter or none; a tenant reads the lists of its resources)."""
     await wait_min_seq(svc, q.min_seq)
     filters = _filters(q, RUN_FILTERS)
@@ -155,7 +154,7 @@ async def list_runs(svc: Services, who: Principal, q: ListRunsQuery) -> dict[str
 
 
 async def create_thread(svc: Services, who: Principal, body: CreateThread) -> dict[str, Any]:
-    from .http import threads  # the thread write helpers live with the thread routes
+    from agentlog.http import threads  # the thread write helpers live with the thread routes
 
     return await threads.create(svc, who, body)
 

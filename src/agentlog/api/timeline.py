@@ -2,7 +2,7 @@
 
 No I/O here: everything is computed from the `StoredCommit`s the caller read from the log, so the
 report of a run is a function of the log alone (the point of `agentlog replay`), and the tests can
-check it without a terminal. Rendering (rich, JSON) lives in `gateway.cli`.
+check it without a terminal. Rendering (rich, JSON) lives in `agentlog.cli.core`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 import jsonpatch
 import msgspec
 
-from eventlog.errors import AgentlogError
-from eventlog.events import (
+from agentlog.log.errors import AgentlogError
+from agentlog.log.events import (
     AnyEvent,
     InferenceCompleted,
     MessageAppended,
@@ -33,7 +33,7 @@ from eventlog.events import (
     ToolCallStarted,
     ToolCallSuspended,
 )
-from projections import RunView, fold_commits, run_at, state_at
+from agentlog.views import RunView, fold_commits, run_at, state_at
 
 #: An index past the end of any commit: `Position(seq, END)` means "all of commit seq".
 _END = 2**31

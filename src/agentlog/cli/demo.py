@@ -10,8 +10,8 @@ following the log until the run finishes; then it prints the run's timeline and 
 `--keep-running` leaves the server up afterwards (Ctrl-C stops it).
 
 `agentlog demo` also gives the agent an MCP tool: its first step calls `run_checks` and, in
-parallel, `mcp__notes__release_notes` served by a real MCP server subprocess (`gateway.demo_mcp`,
-stdio). The default app of `serve` (`--app gateway.demo:app`) stays without it, so a server
+parallel, `mcp__notes__release_notes` served by a real MCP server subprocess (`agentlog.cli.demo_mcp`,
+stdio). The default app of `serve` (`--app agentlog.cli.demo:app`) stays without it, so a server
 started without `--app` spawns no subprocess.
 
 The model is a `ScriptedModel` (no API key, deterministic), positioned by the conversation so a
@@ -36,7 +36,9 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
 
-from eventlog.events import (
+from agentlog.api.app_loader import App
+from agentlog.api.timeline import build_replay, event_summary, learn_call_names
+from agentlog.log.events import (
     RunFinished,
     RunSuspended,
     StoredCommit,
@@ -44,12 +46,9 @@ from eventlog.events import (
     ToolCallStarted,
     ToolCallSuspended,
 )
-from eventlog.ids import new_id
-from runtime import AgentSpec, McpServerConfig, McpToolset, PermissionPlugin, ToolContext, tool
-from runtime.models.scripted import ScriptedModel, Turn
-
-from .app_loader import App
-from .timeline import build_replay, event_summary, learn_call_names
+from agentlog.log.ids import new_id
+from agentlog.runtime import AgentSpec, McpServerConfig, McpToolset, PermissionPlugin, ToolContext, tool
+from agentlog.runtime.models.scripted import ScriptedModel, Turn
 
 DEMO_AGENT = "deployer"
 DEMO_PROMPT = "Ship release 1.4.2 to staging."
@@ -57,11 +56,11 @@ DEMO_PROMPT = "Ship release 1.4.2 to staging."
 
 def demo_app(*, mcp: bool = False) -> App:
     """The demo application: the `deployer` agent delegates the release checks to a `checker`
-    sub-agent (a child run on its own thread, `runtime.subagents`), then deploys after a human
+    sub-agent (a child run on its own thread, `agentlog.runtime.subagents`), then deploys after a human
     approves; scripted models. With `mcp`, it also collects the release notes from the demo MCP
     server (started here, closed at exit) while the checks run. (This module imports `runtime`,
     so the CLI imports it only after logging is configured.)"""
-    from runtime.subagents import SubAgents
+    from agentlog.runtime.subagents import SubAgents
 
     @tool
     async def run_checks(release: str, ctx: ToolContext) -> str:
@@ -80,7 +79,7 @@ def demo_app(*, mcp: bool = False) -> App:
     checks = ("agent_run", {"agent_id": "checker", "prompt": "Run the release checks for 1.4.2."})
     first = Turn.tool(*checks, text="Asking the checker sub-agent to run the release checks first.")
     if mcp:
-        toolset = McpToolset([McpServerConfig(name="notes", command=sys.executable, args=["-m", "gateway.demo_mcp"])])
+        toolset = McpToolset([McpServerConfig(name="notes", command=sys.executable, args=["-m", "agentlog.cli.demo_mcp"])])
         tools += toolset.start().tools
         atexit.register(toolset.close)
         mcp_tools = ["mcp__notes__release_notes"]
@@ -104,7 +103,7 @@ def demo_app(*, mcp: bool = False) -> App:
     return App(agents=[agent, checker], tools=tools, models={"demo": model, "checker": checker_model})
 
 
-#: `--app gateway.demo:app` works too (a factory, so each process gets its own model instance).
+#: `--app agentlog.cli.demo:app` works too (a factory, so each process gets its own model instance).
 def app(_store: Any) -> App:
     return demo_app()
 
@@ -186,7 +185,7 @@ def suspended_calls(commits: list[StoredCommit]) -> list[str]:
 
 async def run_demo(server: Any, *, auto_approve: bool, keep_running: bool, console: Console,
                    token: str | None = None) -> int:
-    """The demo flow on a started `gateway.server.Server`. Returns the exit code."""
+    """The demo flow on a started `agentlog.cli.server.Server`. Returns the exit code."""
     store = server.store
     console.print(Panel.fit(
         Text.assemble(("agentlog demo\n", "bold"),

@@ -1,4 +1,4 @@
-"""The demo's MCP server (official `mcp` SDK, stdio): `python -m gateway.demo_mcp`.
+"""The demo's MCP server (official `mcp` SDK, stdio): `python -m agentlog.cli.demo_mcp`.
 
 One tool, `release_notes(release)`, that reports MCP progress while it "collects" the notes.
 `agentlog demo` starts it as a subprocess and its agent calls it as `mcp__notes__release_notes`

@@ -29,11 +29,9 @@ import structlog
 import typer
 from rich.text import Text
 
-from eventlog.datadir import SharedServer
-from eventlog.server import DEFAULT_DATA_DIR
-
-from .app_loader import AppModuleNotFound, InvalidAppSpec
-from .cli import (
+from agentlog.api.app_loader import AppModuleNotFound, InvalidAppSpec
+from agentlog.api.connection import ConnectionOptions, acquire_embedded
+from agentlog.cli.core import (
     CredsOpt,
     DataDirOpt,
     HostOpt,
@@ -48,7 +46,8 @@ from .cli import (
     _run_main,
     app,
 )
-from .connection import ConnectionOptions, acquire_embedded
+from agentlog.log.datadir import SharedServer
+from agentlog.log.server import DEFAULT_DATA_DIR
 
 log = structlog.get_logger("agentlog.dev")
 
@@ -148,7 +147,7 @@ async def supervise(spec: str, roots: list[Path], serve_args: list[str], options
     """Hold NATS (the data dir's shared, locked-down embedded server unless given), then run the
     serve child; restart it on every change. Embedded: the child runs on the same data dir, so it
     finds the server through its address file and logs in with the dir's generated credentials
-    (`eventlog.datadir`); holding a share here keeps that server up across restarts."""
+    (`agentlog.log.datadir`); holding a share here keeps that server up across restarts."""
     embedded: SharedServer | None = None
     if options.embedded:
         embedded = await acquire_embedded(options)
@@ -161,7 +160,7 @@ async def supervise(spec: str, roots: list[Path], serve_args: list[str], options
             where += ["--creds", str(options.creds)]
         if options.token:
             where += ["--token", options.token]
-    argv = [sys.executable, "-c", "from gateway.cli import main; main()", "serve", "--app", spec, *where,
+    argv = [sys.executable, "-c", "from agentlog.cli.core import main; main()", "serve", "--app", spec, *where,
             *serve_args]
     out = _out()
     sup = Supervisor(argv, shutdown_timeout)

@@ -4,7 +4,7 @@ The CLI never runs an agent itself here: it asks a running server (`agentlog ser
 `gateway`) through its API, so every command takes the same path as any other client and gets
 the same typed answers. Two transports behind one small protocol (`RunsApi`):
 
-- NATS (default): the micro service `agentlog.api.runs.<op>` (gateway/nats_service.py), reached
+- NATS (default): the micro service `agentlog.api.runs.<op>` (src/agentlog/nats/service.py), reached
   with the usual connection options (`--nats/--creds/--token`, or the embedded server of
   `--data-dir`), so whatever `ConnectionOptions`/`open_store` learn about finding a server, these
   commands learn too;
@@ -30,13 +30,9 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from eventlog.auth import Role
-from eventlog.errors import AgentlogError, StoreUnavailable
-from eventlog.events import AnyEvent, RunFinished, RunSuspended
-from eventlog.ids import new_id, validate_id, validate_run_id
-from eventlog.server import DEFAULT_DATA_DIR
-
-from .cli import (
+from agentlog.api.connection import ConnectionOptions, open_store
+from agentlog.api.timeline import event_summary, learn_call_names
+from agentlog.cli.core import (
     CredsOpt,
     DataDirOpt,
     NatsOpt,
@@ -51,9 +47,12 @@ from .cli import (
     _time,
     app,
 )
-from .connection import ConnectionOptions, open_store
-from .nats_service import API_PREFIX
-from .timeline import event_summary, learn_call_names
+from agentlog.log.auth import Role
+from agentlog.log.errors import AgentlogError, StoreUnavailable
+from agentlog.log.events import AnyEvent, RunFinished, RunSuspended
+from agentlog.log.ids import new_id, validate_id, validate_run_id
+from agentlog.log.server import DEFAULT_DATA_DIR
+from agentlog.nats.service import API_PREFIX
 
 run_app = typer.Typer(help="Start and steer runs on a running agentlog server (its NATS API, or --url).",
                       no_args_is_help=True)

@@ -22,9 +22,9 @@ Roles:
   for `agentlog worker` processes.
 - `worker`: a `Worker` only (no HTTP).
 
-The write routes (`gateway.http.write`), the dispatchers (`gateway.dispatch`), the protocol
-adapters (`gateway.adapters.routes` / `nats_routes`) and the NATS micro service
-(`gateway.nats_service`) are imported at the top like any other dependency: a broken module fails
+The write routes (`agentlog.http.write`), the dispatchers (`agentlog.api.dispatch`), the protocol
+adapters (`agentlog.adapters.routes` / `nats_routes`) and the NATS micro service
+(`agentlog.nats.service`) are imported at the top like any other dependency: a broken module fails
 the process loudly at start instead of serving a quietly smaller API (they used to be optional
 while the parts were developed in parallel).
 """
@@ -42,16 +42,16 @@ from typing import Any, Literal
 import structlog
 from aiohttp import web
 
-from eventlog.datadir import SharedServer
-from eventlog.jetstream import JetStreamEventStore
-
-from . import dispatch, nats_service
-from .adapters import nats_routes as adapter_nats_routes
-from .adapters import routes as adapter_routes
-from .adapters import session as adapter_session
-from .app_loader import AppSource, load_app, resolve_app
-from .connection import ConnectionOptions, connect
-from .http.write import write_routes
+from agentlog.adapters import nats_routes as adapter_nats_routes
+from agentlog.adapters import routes as adapter_routes
+from agentlog.adapters import session as adapter_session
+from agentlog.api import dispatch
+from agentlog.api.app_loader import AppSource, load_app, resolve_app
+from agentlog.api.connection import ConnectionOptions, connect
+from agentlog.http.write import write_routes
+from agentlog.log.datadir import SharedServer
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.nats import service as nats_service
 
 log = structlog.get_logger("agentlog.server")
 
@@ -85,12 +85,12 @@ class ServerConfig:
     #: many seconds (JetStream ack_wait). None reads AGENTLOG_WORKER_ACK_WAIT, else 30.
     worker_ack_wait: float | None = None
     #: Failed deliveries of a command before it is dead-lettered (0: never). None: the worker's
-    #: default (`runtime.worker.DEFAULT_MAX_DELIVER`).
+    #: default (`agentlog.runtime.worker.DEFAULT_MAX_DELIVER`).
     worker_max_deliver: int | None = None
     #: Serve Prometheus `/metrics` (tokens, tool calls, model latency of the runs this worker
     #: executes) on 127.0.0.1:PORT: for the `worker` role, which has no gateway (0: any port).
     worker_metrics_port: int | None = None
-    #: gateway.http Settings (None: defaults).
+    #: agentlog.http Settings (None: defaults).
     settings: Any = None
     #: Start the NATS micro service (and the adapters' NATS subjects).
     nats_service: bool = True
@@ -110,7 +110,7 @@ def build_runtime(source: AppSource, store: JetStreamEventStore, *, views: Any, 
     """The user's app as a `Runtime` on this process's store, with the views snapshot, the
     run-context snapshots (fast cold resume) and the live sink. A ready-made `Runtime` is used as
     is (its own wiring wins)."""
-    from runtime import Runtime
+    from agentlog.runtime import Runtime
 
     obj = resolve_app(source, store)
     if isinstance(obj, Runtime):
@@ -163,7 +163,7 @@ class Server:
         #: The app's agents (id -> AgentSpec) when known here (the A2A server's cards).
         self.agent_specs: dict[str, Any] = {}
         self.worker: Any = None
-        #: The worker role's /metrics server and the OTLP tracer provider (`runtime.telemetry`).
+        #: The worker role's /metrics server and the OTLP tracer provider (`agentlog.runtime.telemetry`).
         self.metrics_runner: Any = None
         self.tracer_provider: Any = None
         self.service: Any = None
@@ -203,10 +203,10 @@ class Server:
         return self
 
     async def _start(self) -> None:
-        from projections.kv import KVViewStore
-        from projections.runner import ProjectionRunner
-        from runtime import NatsLiveSink
-        from runtime.commands import ensure_commands_stream
+        from agentlog.runtime import NatsLiveSink
+        from agentlog.runtime.commands import ensure_commands_stream
+        from agentlog.views.kv import KVViewStore
+        from agentlog.views.runner import ProjectionRunner
 
         opts = self.config.connection
         source = _load_source(self.config)  # fail on a bad --app before anything starts
@@ -221,15 +221,15 @@ class Server:
         if self.has_worker:
             self.live = NatsLiveSink(nc)
             self.live.start()
-            from runtime.snapshot import KVSnapshotStore, SnapshotWriter
+            from agentlog.runtime.snapshot import KVSnapshotStore, SnapshotWriter
 
             self.runtime = build_runtime(source, self.store, views=self.views, live=self.live,
                                          snapshots=await KVSnapshotStore.open(nc, replicas=opts.replicas))
             if self.runner is not None and getattr(self.runtime, "snapshots", None) is not None:
                 self.runner.after_batch = SnapshotWriter(self.runtime)
             # OTLP spans of the runs this process executes, when OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
-            # is set (runtime.telemetry); the gateway's /metrics counts tokens/tools from the log
-            from runtime.telemetry import instrument, serve_metrics
+            # is set (agentlog.runtime.telemetry); the gateway's /metrics counts tokens/tools from the log
+            from agentlog.runtime.telemetry import instrument, serve_metrics
 
             registry = None
             if self.config.worker_metrics_port is not None:
@@ -242,7 +242,7 @@ class Server:
         if self.has_http:
             self.dispatcher = self._dispatcher(source)
         if self.has_worker:
-            from runtime.worker import Worker
+            from agentlog.runtime.worker import Worker
 
             self.worker = Worker(
                 self.store, runtime=self.runtime, concurrency=self.config.worker_concurrency
@@ -275,8 +275,8 @@ class Server:
         assert self.dispatcher is not None
         self.parts += ["write", "adapters"]
         routes = [*write_routes(self.dispatcher), *adapter_routes.ROUTES]
-        # -- the A2A server (gateway.a2a), when the `a2a` extra is installed --
-        from .a2a.routes import a2a_routes, available
+        # -- the A2A server (agentlog.adapters.a2a), when the `a2a` extra is installed --
+        from agentlog.adapters.a2a.routes import a2a_routes, available
 
         if available() and self.agent_specs:
             specs = self.agent_specs
@@ -285,7 +285,7 @@ class Server:
         return routes
 
     async def _start_http(self) -> None:
-        from .http import Settings, create_app
+        from agentlog.http import Settings, create_app
 
         assert self.store is not None
         self.app = create_app(self.store, self.views, self.runner, auth_tokens=self.config.tokens,
@@ -293,7 +293,7 @@ class Server:
                               extra_routes=self._routes(), settings=self.config.settings or Settings())
         self.app[SERVER] = self
         if self.runtime is not None:  # `POST /v1/runs/{id}/verify` replays with the worker's app
-            from .http.inspector import REPLAY_APP
+            from agentlog.http.inspector import REPLAY_APP
 
             self.app[REPLAY_APP] = self.runtime
         self.web_runner = web.AppRunner(self.app, access_log=None, handle_signals=False)

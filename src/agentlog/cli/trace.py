@@ -1,6 +1,6 @@
 """`agentlog trace RUN_ID`: a run's OpenTelemetry spans, derived after the fact from the log.
 
-The spans are the ones the live tracer emits (`runtime.telemetry`): run > step > chat /
+The spans are the ones the live tracer emits (`agentlog.runtime.telemetry`): run > step > chat /
 execute_tool with GenAI semantic-convention attributes. `--json` prints them as plain JSON;
 `--otlp URL` (or `$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) exports them over OTLP/HTTP; otherwise a
 tree is printed.
@@ -13,10 +13,15 @@ from typing import Any
 from rich.console import Console
 from rich.tree import Tree
 
-from eventlog.events import StoredCommit
-from runtime.telemetry import SpanRecord, otlp_tracer_provider, records_json, spans_from_commits, trace_run
-
-from .timeline import UnknownRun
+from agentlog.api.timeline import UnknownRun
+from agentlog.log.events import StoredCommit
+from agentlog.runtime.telemetry import (
+    SpanRecord,
+    otlp_tracer_provider,
+    records_json,
+    spans_from_commits,
+    trace_run,
+)
 
 
 async def run_commits(store: Any, run_id: str) -> list[StoredCommit]:

@@ -16,9 +16,9 @@ from typing import Any
 
 from aiohttp import web
 
-from eventlog.jetstream import JetStreamEventStore
-from gateway import ui
-from projections.store import ViewStore
+from agentlog.http import ui
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.views.store import ViewStore
 
 from . import cors, health, inspector, openapi, runs, sse, threads
 from .auth import Authenticator, auth_middleware, resolve_tokens

@@ -93,7 +93,7 @@ def auth_middleware(auth: Authenticator) -> object:
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         path = request.path
         if path.startswith("/v1/") or path == "/v1" or (
-            # the A2A JSON-RPC endpoints (gateway.a2a); agent cards stay public (discovery)
+            # the A2A JSON-RPC endpoints (agentlog.adapters.a2a); agent cards stay public (discovery)
             path.startswith("/a2a/") and not path.endswith("/.well-known/agent-card.json")
         ):
             request[PRINCIPAL_KEY] = auth.authenticate(request.headers.get("Authorization"))

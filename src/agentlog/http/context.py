@@ -13,12 +13,12 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from eventlog.errors import StoreUnavailable
-from eventlog.events import StoredCommit
-from eventlog.jetstream import JetStreamEventStore
-from projections.fold import Folder
-from projections.store import ViewStore
-from projections.views import RunView, ThreadView
+from agentlog.log.errors import StoreUnavailable
+from agentlog.log.events import StoredCommit
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.views.fold import Folder
+from agentlog.views.store import ViewStore
+from agentlog.views.views import RunView, ThreadView
 
 from .auth import Principal
 from .cors import origins_from_env as cors_origins_from_env

@@ -23,7 +23,7 @@ import structlog
 from aiohttp import web
 from pydantic import ValidationError
 
-from eventlog.errors import AgentlogError, InvalidId
+from agentlog.log.errors import AgentlogError, InvalidId
 
 log = structlog.get_logger("agentlog.http")
 
@@ -44,7 +44,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "store_unavailable": 503,
     "projection_timeout": 503,
     "listing_busy": 503,
-    # write side (runtime.hitl, gateway.dispatch)
+    # write side (agentlog.runtime.hitl, agentlog.api.dispatch)
     "invalid_decision": 400,
     "unknown_call": 400,
     "invalid_input": 400,
@@ -56,7 +56,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "agent_not_found": 404,
     "thread_not_found": 404,
     "dispatch_timeout": 503,
-    # a worker dead-lettered the command (runtime.worker): its code, or these
+    # a worker dead-lettered the command (agentlog.runtime.worker): its code, or these
     "command_rejected": 400,
     "command_failed": 500,
     "max_deliveries": 503,

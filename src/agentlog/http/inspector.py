@@ -1,10 +1,10 @@
 """The two API routes the run inspector page (`/ui`) needs beyond the read API.
 
-* `GET /v1/runs/{id}/timeline?to=`: the `agentlog replay` report of the run (`gateway.timeline`:
+* `GET /v1/runs/{id}/timeline?to=`: the `agentlog replay` report of the run (`agentlog.api.timeline`:
   step groups, per-group state diffs, state and status as of `to`) plus the state diff of every
   event that changed state, so the page can time-travel event by event. Read-only, folded from the
   log (exact, no projection lag).
-* `POST /v1/runs/{id}/verify`: `agentlog replay --verify` over HTTP (`runtime.replay.verify_run`)
+* `POST /v1/runs/{id}/verify`: `agentlog replay --verify` over HTTP (`agentlog.runtime.replay.verify_run`)
   with the gateway's own app, tools answered from the log (the inspector must never re-run a
   side-effecting tool). Answers the replay report: `ok`, or the first divergence. A gateway without
   an app in its process (role `gateway`, queue dispatch only) answers 409 `verify_unavailable`.
@@ -20,13 +20,13 @@ import structlog
 from aiohttp import web
 from pydantic import Field
 
-from eventlog.events import Position
-from gateway.timeline import build_replay, event_state_diffs
+from agentlog.api.models import EventId, _Model, _Query
+from agentlog.api.timeline import build_replay, event_state_diffs
+from agentlog.log.events import Position
 
 from .auth import principal
 from .context import SERVICES, services
 from .errors import ApiError
-from .models import EventId, _Model, _Query
 from .replies import reply
 from .routing import Route, parse_body, parse_query, path_id
 from .runs import _run_from_log
@@ -80,8 +80,8 @@ def replay_app(app: web.Application) -> Any:
 
 
 async def verify(request: web.Request) -> web.Response:
-    from runtime.agent import UnknownAgent
-    from runtime.replay import verify_run
+    from agentlog.runtime.agent import UnknownAgent
+    from agentlog.runtime.replay import verify_run
 
     svc, who = services(request), principal(request)
     run_id = path_id(request, kind="run_id")
@@ -94,7 +94,7 @@ async def verify(request: web.Request) -> web.Response:
                        "verify with `agentlog replay RUN --verify --app ...`")
     bound = log.bind(thread_id=thread_id, run_id=run_id)
     try:
-        # not `gateway.logging.quiet()` (the CLI's): that is process-wide, and would mute every
+        # not `agentlog.cli.logging.quiet()` (the CLI's): that is process-wide, and would mute every
         # other request of this server while the replay runs
         report = await verify_run(svc.store, run_id, app, tools_from_log=body.tools_from_log,
                                   raise_on_divergence=False, timeout_s=VERIFY_TIMEOUT_S)

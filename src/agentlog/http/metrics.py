@@ -23,8 +23,8 @@ from prometheus_client import (
     generate_latest,
 )
 
-from eventlog.events import RunFinished, RunStarted
-from runtime.telemetry import AgentMetrics
+from agentlog.log.events import RunFinished, RunStarted
+from agentlog.runtime.telemetry import AgentMetrics
 
 from .errors import Handler
 

@@ -15,8 +15,8 @@ from typing import Any
 import msgspec
 from pydantic import BaseModel
 
-from eventlog.events import Message
-from projections.views import RunView, ThreadView
+from agentlog.log.events import Message
+from agentlog.views.views import RunView, ThreadView
 
 from .routing import Route
 

@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 from aiohttp import web
 from pydantic import BaseModel
 
-from eventlog.ids import validate_id, validate_run_id
-from gateway.json_input import parse_json
+from agentlog.api.json_input import parse_json
+from agentlog.log.ids import validate_id, validate_run_id
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 M = TypeVar("M", bound=BaseModel)

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from eventlog.events import AnyEvent, RunFinished, RunSuspended, StoredCommit
-from gateway import operations as ops
-from projections.fold import Folder
+from agentlog.api import operations as ops
+from agentlog.api.models import EventsQuery, GetViewQuery, ListRunsQuery
+from agentlog.log.events import AnyEvent, RunFinished, RunSuspended, StoredCommit
+from agentlog.views.fold import Folder
 
 from . import sse
 from .auth import Principal, principal
 from .context import Services, get_thread_view, services, wait_min_seq
 from .errors import not_found
-from .models import EventsQuery, GetViewQuery, ListRunsQuery
 from .replies import reply
 from .routing import Route, parse_query, path_id
 from .threads import resume_point

@@ -37,9 +37,9 @@ import msgspec
 import structlog
 from aiohttp import web
 
-from eventlog.errors import AgentlogError, StoreUnavailable
-from eventlog.events import AnyEvent, Position, StoredCommit
-from eventlog.jetstream import JetStreamEventStore
+from agentlog.log.errors import AgentlogError, StoreUnavailable
+from agentlog.log.events import AnyEvent, Position, StoredCommit
+from agentlog.log.jetstream import JetStreamEventStore
 
 log = structlog.get_logger("agentlog.http.sse")
 

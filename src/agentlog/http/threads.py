@@ -11,26 +11,8 @@ from typing import Any
 
 from aiohttp import web
 
-from eventlog.errors import VersionConflict
-from eventlog.events import (
-    Commit,
-    Position,
-    StoredCommit,
-    ThreadCreated,
-    ThreadDeleted,
-    ThreadMetadataUpdated,
-)
-from eventlog.ids import new_id, now_ms
-from gateway import operations as ops
-from projections.fold import Folder
-from projections.timetravel import state_at
-from projections.views import ThreadView
-
-from . import sse
-from .auth import Principal, principal
-from .context import Services, services, thread_from_log, visible_thread, wait_min_seq
-from .errors import ApiError
-from .models import (
+from agentlog.api import operations as ops
+from agentlog.api.models import (
     CreateThread,
     DeleteThreadQuery,
     EventsQuery,
@@ -40,6 +22,24 @@ from .models import (
     StateQuery,
     UpdateThread,
 )
+from agentlog.log.errors import VersionConflict
+from agentlog.log.events import (
+    Commit,
+    Position,
+    StoredCommit,
+    ThreadCreated,
+    ThreadDeleted,
+    ThreadMetadataUpdated,
+)
+from agentlog.log.ids import new_id, now_ms
+from agentlog.views.fold import Folder
+from agentlog.views.timetravel import state_at
+from agentlog.views.views import ThreadView
+
+from . import sse
+from .auth import Principal, principal
+from .context import Services, services, thread_from_log, visible_thread, wait_min_seq
+from .errors import ApiError
 from .replies import reply
 from .routing import Route, parse_body, parse_query, path_id
 
@@ -180,7 +180,7 @@ async def thread_events(request: web.Request) -> web.StreamResponse:
     thread_id = path_id(request)
     q = parse_query(request, EventsQuery)
     after = resume_point(request, q)
-    # join the shared feed before reading the history (see gateway.http.sse: no gap, no dup)
+    # join the shared feed before reading the history (see agentlog.http.sse: no gap, no dup)
     live = await sse.hub_of(request).join(thread_id) if q.follow else None
     try:
         commits, _view = await thread_from_log(svc, who, thread_id)

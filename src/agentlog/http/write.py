@@ -3,7 +3,7 @@
     app = create_app(store, views, runner, runtime=runtime, extra_routes=write_routes(dispatcher))
 
 The handlers only parse (pydantic models -> 400 with field detail), check tenancy and call
-`gateway.operations`, which calls the `Dispatcher`: the same path the NATS service and the
+`agentlog.api.operations`, which calls the `Dispatcher`: the same path the NATS service and the
 protocol adapters take, so in-process and queued execution answer alike. Answers are 202 with
 `{thread_id, run_id, seq}`; `seq` is the commit that made the request visible, for `min_seq`.
 `POST /v1/runs` with `Accept: text/event-stream` streams the new run's events instead, from the
@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway import operations as ops
-from gateway.dispatch import Dispatcher
+from agentlog.api import operations as ops
+from agentlog.api.dispatch import Dispatcher
+from agentlog.api.models import CancelRunBody, RunInputsBody, StartRunBody
 
 from . import sse
 from .auth import principal
 from .context import services
-from .models import CancelRunBody, RunInputsBody, StartRunBody
 from .replies import reply
 from .routing import Route, parse_body, path_id
 from .runs import _follow_run, _pauses, _run_from_log

@@ -9,13 +9,13 @@ used to lose accepted runs. So the data dir has three files (all under it, nothi
   process that started it was SIGKILLed. A free lock means no server: the next process takes it
   over (a stale lock cannot exist: the kernel drops a flock with its last holder).
 * `server.json` (`{"url", "pid"}`, written after the server is up): how a second process finds the
-  running server. It connects there (with the data dir's credentials, `eventlog.auth`) instead of
+  running server. It connects there (with the data dir's credentials, `agentlog.log.auth`) instead of
   starting its own.
 * `users.lock` (flock, shared): held by every process using the server. The last one to leave (it
   gets the lock exclusively) stops the server, whether it started it or not; a process that leaves
   while others still use the server leaves it running for them.
 
-The server itself starts with the data dir's generated credentials (`eventlog.auth`), never open.
+The server itself starts with the data dir's generated credentials (`agentlog.log.auth`), never open.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ class Usage(_Value):
 
 class PayloadRef(_Value):
     """A value stored out of band in the JetStream Object Store (a commit over the server's max
-    payload moves its large tool outputs there; `eventlog.payloads`). Readers resolve it."""
+    payload moves its large tool outputs there; `agentlog.log.payloads`). Readers resolve it."""
 
     bucket: str
     name: str
@@ -235,7 +235,7 @@ class ToolCallCompleted(Event):
 
 class ContextCompacted(Event):
     """The thread's messages up to `upto_message_id` were summarised into `summary` (an LLM call
-    by the agent's context policy, `runtime.context`). From here on the loop's model context is
+    by the agent's context policy, `agentlog.runtime.context`). From here on the loop's model context is
     the summary plus the messages after that id: recorded so resume and replay use the identical
     compacted context instead of asking a model again."""
 

@@ -241,7 +241,7 @@ class JetStreamEventStore:
         self._waiters: dict[str, _Waiter | _Batch] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
-        #: Large tool outputs of an oversized commit go here by reference (`eventlog.payloads`).
+        #: Large tool outputs of an oversized commit go here by reference (`agentlog.log.payloads`).
         self._blobs = ObjectStoreBlobs(nc)
         _DENIED_HOOKS[nc] = weakref.WeakMethod(self._on_denied)
 
@@ -285,7 +285,7 @@ class JetStreamEventStore:
         seed itself; `token`, `user`/`password`, `tls`/`tls_hostname` as in nats-py. The client
         reconnects forever; every operation is bounded by `request_timeout` (seconds).
         `replicas`: for a new stream (default 1), or to raise an existing one's; never lowers it
-        (`eventlog.replicas`).
+        (`agentlog.log.replicas`).
         """
         owns = not isinstance(servers, NATS)
         if isinstance(servers, NATS):
@@ -377,7 +377,7 @@ class JetStreamEventStore:
     async def ensure_stream(self, *, replicas: int | None = None, duplicate_window: float = 120.0) -> dict[str, Any]:
         """Create the stream, or check an existing one: its subjects and storage must match (we
         never move data); duplicate window and direct get are updated if they differ, replicas
-        only raised when asked (never lowered: `eventlog.replicas`). Limits set by an operator are
+        only raised when asked (never lowered: `agentlog.log.replicas`). Limits set by an operator are
         left alone. Returns the stream config in effect."""
         desired = self.desired_stream_config(replicas=replicas, duplicate_window=duplicate_window)
         info = await self._api(f"$JS.API.STREAM.INFO.{self.stream}", b"")

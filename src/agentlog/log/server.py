@@ -83,7 +83,7 @@ class EmbeddedNatsServer:
     ) -> None:
         """`extra_config`: more nats-server config lines (e.g. a `cluster {...}` block, an
         `authorization {...}` block), appended as given. `pass_fds`: file descriptors the child
-        inherits (the data dir lock, so it stays held while the server lives: eventlog.datadir)."""
+        inherits (the data dir lock, so it stays held while the server lives: agentlog.log.datadir)."""
         self.data_dir = Path(data_dir).resolve()
         self.server_name = server_name
         self.extra_config = list(extra_config)
@@ -117,7 +117,7 @@ class EmbeddedNatsServer:
             lines.append(f"max_payload: {self.max_payload}")
         lines += self.extra_config
         path = self.data_dir / "nats-server.conf"
-        # 0600: the config may hold credentials (eventlog.auth).
+        # 0600: the config may hold credentials (agentlog.log.auth).
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write("\n".join(lines) + "\n")
@@ -163,7 +163,7 @@ class EmbeddedNatsServer:
                 pass_fds=self.pass_fds,
                 # Its own session: a Ctrl-C (SIGINT to the terminal's process group) or `timeout`'s
                 # group-wide SIGTERM must not stop the server under us, and under the other
-                # processes sharing it (eventlog.datadir); we stop it ourselves, last.
+                # processes sharing it (agentlog.log.datadir); we stop it ourselves, last.
                 start_new_session=True,
             )
         finally:
@@ -219,7 +219,7 @@ class EmbeddedNatsServer:
 
     def detach(self) -> None:
         """Forget the child without stopping it: another process now owns its lifetime
-        (eventlog.datadir, when others still use the server)."""
+        (agentlog.log.datadir, when others still use the server)."""
         self._proc = None
 
     def stop(self, timeout: float = 10.0) -> None:

@@ -7,7 +7,7 @@
 Endpoints `agentlog.api.<group>.<op>` (runs.start|inputs|cancel|get|list, threads.create|get|list|
 messages) take the HTTP JSON bodies, with the path id as a field (`run_id` / `thread_id`) and
 query parameters as fields too. They call the very functions the HTTP handlers call
-(`gateway.operations`), and errors are the HTTP answers: micro error headers
+(`agentlog.api.operations`), and errors are the HTTP answers: micro error headers
 `Nats-Service-Error: <message>`, `Nats-Service-Error-Code: <HTTP status>`, and the JSON body
 `{"error", "code"[, "detail"]}`. Success answers are the HTTP success bodies.
 
@@ -28,16 +28,10 @@ from nats.micro.request import Request
 from nats.micro.service import Service
 from pydantic import BaseModel
 
-from eventlog.jetstream import flush_subscriptions
-from gateway import operations as ops
-from gateway.dispatch import Dispatcher
-from gateway.json_input import parse_json
-
-from .http.auth import Authenticator, Principal, resolve_tokens
-from .http.context import Services, Settings
-from .http.errors import ApiError, answer
-from .http.metrics import Metrics
-from .http.models import (
+from agentlog.api import operations as ops
+from agentlog.api.dispatch import Dispatcher
+from agentlog.api.json_input import parse_json
+from agentlog.api.models import (
     CancelRunRequest,
     CreateThread,
     ListRunsQuery,
@@ -48,6 +42,11 @@ from .http.models import (
     ThreadMessagesRequest,
     ThreadRef,
 )
+from agentlog.http.auth import Authenticator, Principal, resolve_tokens
+from agentlog.http.context import Services, Settings
+from agentlog.http.errors import ApiError, answer
+from agentlog.http.metrics import Metrics
+from agentlog.log.jetstream import flush_subscriptions
 
 SERVICE_NAME = "agentlog"
 SERVICE_VERSION = "0.1.0"

@@ -1,6 +1,6 @@
 """agentlog runtime: define tools and agents, run them on the log.
 
-    from runtime import AgentSpec, Runtime, tool
+    from agentlog.runtime import AgentSpec, Runtime, tool
 
     @tool
     def add(a: int, b: int) -> int:

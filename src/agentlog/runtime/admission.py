@@ -24,10 +24,10 @@ from typing import Any
 
 import msgspec
 
-from eventlog.errors import AgentlogError, CommitTooLarge, InvalidCommit
-from eventlog.events import Commit, Message, MessageAppended, RunStarted, ThreadCreated
-from eventlog.ids import validate_id, validate_run_id
-from eventlog.store import encode_checked
+from agentlog.log.errors import AgentlogError, CommitTooLarge, InvalidCommit
+from agentlog.log.events import Commit, Message, MessageAppended, RunStarted, ThreadCreated
+from agentlog.log.ids import validate_id, validate_run_id
+from agentlog.log.store import encode_checked
 
 #: Bytes the store adds around a commit's payload (NATS headers: msg id, expected sequence and
 #: subject), over-estimated so the check never passes what the append would refuse.

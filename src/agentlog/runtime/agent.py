@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import pydantic
 
-from eventlog.ids import validate_id
+from agentlog.log.ids import validate_id
 
 from .context import ContextPolicy
 from .models.base import Model
@@ -49,7 +49,7 @@ _MAX_RETRY_AFTER_S = 60.0
 
 class AgentOptions(pydantic.BaseModel):
     """How an agent behaves, apart from what it is (id, model, tools, plugins): shared by
-    `AgentSpec` and the declarative configuration (`runtime.config.AgentConfig`)."""
+    `AgentSpec` and the declarative configuration (`agentlog.runtime.config.AgentConfig`)."""
 
     model_config = pydantic.ConfigDict(extra="forbid")
 
@@ -65,9 +65,9 @@ class AgentOptions(pydantic.BaseModel):
     fallback_models: list[str] = []
     #: Provider options passed to every inference (temperature, max_tokens...).
     model_options: dict[str, Any] = {}
-    #: Token budget, tool-result shrinking, truncation and summaries (`runtime.context`).
+    #: Token budget, tool-result shrinking, truncation and summaries (`agentlog.runtime.context`).
     context: ContextPolicy | None = None
-    #: Sub-agents (`runtime.subagents`): the agents this one may start with `agent_run`
+    #: Sub-agents (`agentlog.runtime.subagents`): the agents this one may start with `agent_run`
     #: (None: every registered agent), minus `excluded_agents`.
     allowed_agents: list[str] | None = None
     excluded_agents: list[str] = []
@@ -116,7 +116,7 @@ class AgentSpec(AgentOptions):
 
 
 class UnknownAgent(LookupError):
-    #: The API's code for it (gateway.dispatch.AgentNotFound has the same): a worker that
+    #: The API's code for it (agentlog.api.dispatch.AgentNotFound has the same): a worker that
     #: dead-letters a start for an agent it does not have reports this code to the gateway.
     code = "agent_not_found"
 

@@ -22,9 +22,9 @@ from typing import Any, Literal, NamedTuple
 
 import msgspec
 
-from eventlog.errors import AgentlogError, InvalidId
-from eventlog.ids import new_id, validate_id
-from eventlog.subjects import PREFIX, command_subject
+from agentlog.log.errors import AgentlogError, InvalidId
+from agentlog.log.ids import new_id, validate_id
+from agentlog.log.subjects import PREFIX, command_subject
 
 from .frontend import InvalidFrontendTools, normalize_frontend_tools
 
@@ -71,7 +71,7 @@ class StartRun(_Base, tag="start", kw_only=True, omit_defaults=True):
     """Start run `run_id` of `agent_id` on `thread_id` with `messages` (str or role/content dicts).
     With `parent_run_id` it is a continuation; `decisions` then go to the waiting parent first.
     `frontend_tools`: the run's client-executed tools (`{name, description, parameters}`, see
-    `runtime.frontend`), recorded by the worker's `Runtime.start`. `resource_id`: of the thread
+    `agentlog.runtime.frontend`), recorded by the worker's `Runtime.start`. `resource_id`: of the thread
     the run creates (ignored when the thread exists). Defaults are omitted on the wire, so a
     command without frontend tools or resource_id is still readable by workers that predate
     them (upgrade workers before gateways)."""
@@ -84,7 +84,7 @@ class StartRun(_Base, tag="start", kw_only=True, omit_defaults=True):
     origin: str = "user"
     frontend_tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
     resource_id: str | None = None
-    #: A sub-agent run (`runtime.subagents`): the parent's thread (with `parent_run_id`), and
+    #: A sub-agent run (`agentlog.runtime.subagents`): the parent's thread (with `parent_run_id`), and
     #: the new child thread's metadata.
     parent_thread_id: str | None = None
     thread_metadata: dict[str, Any] = msgspec.field(default_factory=dict)
@@ -203,10 +203,10 @@ async def ensure_dlq_stream(js: Any, *, replicas: int | None = None) -> None:
 async def _ensure_stream(js: Any, config: Any, replicas: int | None) -> None:
     """Create the stream if missing (idempotent; safe when many processes race). An existing
     stream keeps its config, except that its replicas are raised when more are asked for (never
-    lowered: `eventlog.replicas`)."""
+    lowered: `agentlog.log.replicas`)."""
     from nats.js.errors import BadRequestError, NotFoundError
 
-    from eventlog.replicas import raise_replicas
+    from agentlog.log.replicas import raise_replicas
 
     try:
         await raise_replicas(js, config.name, replicas)

@@ -3,8 +3,8 @@
     agentlog serve --app agents.yaml
 
 The file is validated by `AgentlogConfig` (pydantic), whose JSON Schema is published in
-`runtime/agentlog-config.schema.json` (editors can use it: `# yaml-language-server: $schema=...`;
-regenerate with `python -m runtime.config > runtime/agentlog-config.schema.json`; a test keeps it
+`src/agentlog/runtime/agentlog-config.schema.json` (editors can use it: `# yaml-language-server: $schema=...`;
+regenerate with `python -m agentlog.runtime.config > src/agentlog/runtime/agentlog-config.schema.json`; a test keeps it
 up to date). It covers models (scripted or OpenAI-compatible), tools (Python import paths), MCP
 servers, plugins, permissions, stop conditions, context policy and sub-agents; `load_config` turns
 it into an app (`agents`, `tools`, `models`) that every command accepting `--app` can run.
@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 
 import pydantic
 
-from eventlog.errors import AgentlogError
+from agentlog.log.errors import AgentlogError
 
 from .agent import AgentOptions, AgentSpec
 from .mcp import McpError, McpServerConfig, McpToolset
@@ -122,7 +122,7 @@ class AgentConfig(AgentOptions):
     plugins: list[str | PluginConfig] = []
     permissions: PermissionsConfig | None = None
     #: Ids of the agents of this file this agent may run as sub-agents (child runs): it gets the
-    #: `agent_run` / `agent_output` / `agent_stop` tools (`runtime.subagents`) and, unless
+    #: `agent_run` / `agent_output` / `agent_stop` tools (`agentlog.runtime.subagents`) and, unless
     #: `allowed_agents` is set, may start exactly these agents.
     sub_agents: list[str] = []
 
@@ -305,7 +305,7 @@ def build(config: AgentlogConfig, source: str = "<config>") -> LoadedConfig:
         toolset.register(registry)
         atexit.register(toolset.close)  # stdio servers end with us even without an explicit close
     delegating = [a for a in config.agents if a.sub_agents]
-    if delegating:  # the sub-agent tools (`runtime.subagents`), once, for the agents that delegate
+    if delegating:  # the sub-agent tools (`agentlog.runtime.subagents`), once, for the agents that delegate
         from .subagents import SubAgents
 
         sub_tools = SubAgents().tools
@@ -347,5 +347,5 @@ def load_config(path: str | os.PathLike[str]) -> LoadedConfig:
     return build(parse_config(text, str(p)), str(p))
 
 
-if __name__ == "__main__":  # python -m runtime.config > runtime/agentlog-config.schema.json
+if __name__ == "__main__":  # python -m agentlog.runtime.config > src/agentlog/runtime/agentlog-config.schema.json
     print(json.dumps(schema(), indent=2, sort_keys=True))

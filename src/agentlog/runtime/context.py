@@ -28,7 +28,7 @@ from typing import Any, NamedTuple, Protocol
 import msgspec
 import pydantic
 
-from eventlog.events import ContextCompacted, Message, Usage
+from agentlog.log.events import ContextCompacted, Message, Usage
 
 from .models.base import ModelDone, ModelRequest
 

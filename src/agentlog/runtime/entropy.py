@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from eventlog import ids
+from agentlog.log import ids
 
 
 @runtime_checkable

@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from eventlog.errors import AgentlogError, InvalidId
-from eventlog.events import JSON, SuspendTicket, ToolCall
-from eventlog.ids import validate_id
+from agentlog.log.errors import AgentlogError, InvalidId
+from agentlog.log.events import JSON, SuspendTicket, ToolCall
+from agentlog.log.ids import validate_id
 
 from .models.base import ToolSpec
 
@@ -106,7 +106,7 @@ def frontend_ticket(call: ToolCall) -> SuspendTicket:
 
 
 def is_frontend_stub(tool: Any) -> bool:
-    """A backend `Tool` declared as a frontend tool stub (`gateway.adapters.frontend.frontend_tool`)."""
+    """A backend `Tool` declared as a frontend tool stub (`agentlog.adapters.frontend.frontend_tool`)."""
     return bool(getattr(tool, "frontend_stub", False))
 
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import msgspec
 
-from eventlog.errors import AgentlogError, InvalidId
-from eventlog.events import StoredCommit, ToolCallDecided, ToolCallDecision
-from eventlog.ids import validate_id
+from agentlog.log.errors import AgentlogError, InvalidId
+from agentlog.log.events import StoredCommit, ToolCallDecided, ToolCallDecision
+from agentlog.log.ids import validate_id
 
 DecisionInput = ToolCallDecision | Mapping[str, Any]
 

@@ -1,6 +1,6 @@
 """Live, unpersisted output of a run: token deltas and tool progress on core NATS.
 
-Subject `agentlog.live.<thread>.<run>` (`eventlog.subjects.live_subject`). Nothing here is a source
+Subject `agentlog.live.<thread>.<run>` (`agentlog.log.subjects.live_subject`). Nothing here is a source
 of truth: a listener that misses a delta still gets the finished message from the log. So
 `publish` is synchronous and fire-and-forget, and the loop skips building payloads entirely when
 the sink is not `enabled`.
@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
-from eventlog.subjects import live_subject
+from agentlog.log.subjects import live_subject
 
 _encode = msgspec.json.Encoder().encode
 

@@ -31,8 +31,8 @@ from typing import Any
 import msgspec
 import structlog
 
-from eventlog.errors import AgentlogError, StoreUnavailable, VersionConflict
-from eventlog.events import (
+from agentlog.log.errors import AgentlogError, StoreUnavailable, VersionConflict
+from agentlog.log.events import (
     AnyEvent,
     Commit,
     ContextCompacted,
@@ -63,9 +63,9 @@ from eventlog.events import (
     ToolCallSuspended,
     Usage,
 )
-from eventlog.store import EventStore
-from projections.errors import InvalidPatch
-from projections.state import validate_patch, validate_state
+from agentlog.log.store import EventStore
+from agentlog.views.errors import InvalidPatch
+from agentlog.views.state import validate_patch, validate_state
 
 from .agent import AgentSpec, ModelRegistry
 from .context import ModelSummarizer, Summarizer, context_tokens, fit, plan_summary, summary_request
@@ -196,10 +196,10 @@ class RunContext:
     resume_open: bool = False
     finished: Termination | None = None
     #: This run's frontend tools (name -> spec), from its `RunStarted`: offered to the model, and
-    #: a call to one suspends for the client instead of running here (`runtime.frontend`).
+    #: a call to one suspends for the client instead of running here (`agentlog.runtime.frontend`).
     frontend_tools: dict[str, ToolSpec] = field(default_factory=dict)
     #: The thread's latest `ContextCompacted` (the model sees its summary instead of the
-    #: messages up to its `upto_message_id`; `runtime.context`).
+    #: messages up to its `upto_message_id`; `agentlog.runtime.context`).
     compaction: ContextCompacted | None = None
 
 
@@ -449,7 +449,7 @@ def classify_result(result: ToolResult) -> tuple[str, Any, str]:
 
 def digest_of(request: ModelRequest) -> str:
     """sha256 of the canonical encoding of the model request, for
-    `InferenceCompleted.request_digest`. The one implementation lives in `runtime.replay` (verified
+    `InferenceCompleted.request_digest`. The one implementation lives in `agentlog.runtime.replay` (verified
     replay compares against it); imported on first use because replay imports this module.
 
     The digest is of the request the loop built (`build_request`), not of a fallback model's
@@ -467,7 +467,7 @@ _request_digest: Callable[[ModelRequest], str] | None = None
 
 
 def part_digests_of(request: ModelRequest) -> dict[str, str]:
-    """Per-part digests for `InferenceCompleted.request_digests` (runtime.replay names the
+    """Per-part digests for `InferenceCompleted.request_digests` (agentlog.runtime.replay names the
     changed part with them); imported on first use, as `digest_of`."""
     from .replay import request_part_digests
 
@@ -531,7 +531,7 @@ class RunLoop:
         summarizer: Summarizer | None = None,
     ) -> None:
         self.spec = spec
-        #: How long a store operation waits through a NATS outage (see `runtime.outage`).
+        #: How long a store operation waits through a NATS outage (see `agentlog.runtime.outage`).
         self.outage = outage
         self.ctx = ctx
         self.version = version
@@ -808,7 +808,7 @@ class RunLoop:
             except _Cancelled:
                 await self._finish_cancelled()
             except StoreUnavailable:
-                # Still down past the outage deadline (`runtime.outage`), or whether the failed
+                # Still down past the outage deadline (`agentlog.runtime.outage`), or whether the failed
                 # commit landed is unknown (a cluster losing its stream leader): the context already
                 # holds its events, so finishing here could commit e.g. the cancel of a call whose
                 # start never reached the log. Stop WITHOUT committing (no error finish, no call
@@ -893,7 +893,7 @@ class RunLoop:
                 return
 
     async def _compact(self) -> None:
-        """Context compaction (`runtime.context`): when the agent's policy asks for a summary
+        """Context compaction (`agentlog.runtime.context`): when the agent's policy asks for a summary
         now, get one and stage it as `ContextCompacted` (it commits with the inference, so a
         resume or replay folds it and sends the same context). A failed summary is logged and
         the step goes on with truncation only."""

@@ -27,8 +27,8 @@ from typing import Any
 
 import pydantic
 
-from eventlog.errors import AgentlogError
-from eventlog.ids import validate_id
+from agentlog.log.errors import AgentlogError
+from agentlog.log.ids import validate_id
 
 from .tools import InvalidToolArguments, Tool, ToolContext, ToolRegistry, ToolResult
 

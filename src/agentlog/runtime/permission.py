@@ -22,7 +22,7 @@ from typing import Any, Literal
 import msgspec
 import pydantic
 
-from eventlog.events import SuspendTicket, ToolCall
+from agentlog.log.events import SuspendTicket, ToolCall
 
 from .hitl import is_approved
 from .plugins import Gate, PhaseContext, Plugin

@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
-from eventlog.errors import AgentlogError
-from eventlog.events import JSON, SuspendTicket, ToolCall, ToolCallDecision, Verdict
+from agentlog.log.errors import AgentlogError
+from agentlog.log.events import JSON, SuspendTicket, ToolCall, ToolCallDecision, Verdict
 
 from .models.base import ModelResponse
 from .tools import ToolResult

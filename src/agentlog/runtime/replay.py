@@ -47,8 +47,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from eventlog.errors import AgentlogError, VersionConflict
-from eventlog.events import (
+from agentlog.log.errors import AgentlogError, VersionConflict
+from agentlog.log.events import (
     AnyEvent,
     AppendResult,
     Commit,
@@ -71,7 +71,7 @@ from eventlog.events import (
     ToolCallStarted,
     ToolCallSuspended,
 )
-from eventlog.store import EventStore
+from agentlog.log.store import EventStore
 
 from .agent import AgentRegistry, AgentSpec, ModelRegistry
 from .context import RecordedSummaries
@@ -275,7 +275,7 @@ class ReplayPlan:
     has_cancel: bool
     #: The run's frontend tools as recorded in its `RunStarted` (passed back to `start`).
     frontend_tools: tuple[dict[str, Any], ...] = ()
-    #: A sub-agent run's parent thread, and its thread's metadata (`runtime.subagents`).
+    #: A sub-agent run's parent thread, and its thread's metadata (`agentlog.runtime.subagents`).
     parent_thread_id: str | None = None
     thread_metadata: Mapping[str, Any] | None = None
 
@@ -597,7 +597,7 @@ class _ReplayTool(Tool):
     def wrap(cls, inner: Tool, session: _Session, from_log: bool) -> _ReplayTool:
         obj = cls.__new__(cls)
         obj.__dict__.update(inner.__dict__)
-        obj.__dict__.pop("bind_runtime", None)  # a replay acts on no run (runtime.subagents)
+        obj.__dict__.pop("bind_runtime", None)  # a replay acts on no run (agentlog.runtime.subagents)
         obj._inner, obj._session, obj._from_log = inner, session, from_log
         return obj
 
@@ -795,7 +795,7 @@ async def load_run_log(store: EventStore, run_id: str) -> list[StoredCommit]:
 
 
 class AgentsAndTools(Protocol):
-    """The part of an app replay uses: a `Runtime`, a `ReplayApp`, `gateway.app_loader.App`."""
+    """The part of an app replay uses: a `Runtime`, a `ReplayApp`, `agentlog.api.app_loader.App`."""
 
     @property
     def agents(self) -> Any: ...
@@ -879,7 +879,7 @@ async def verify_run(
     is verified on its own, its parent's decisions belong to the parent's verification.
     Raises `NonDeterminismError` at the first difference (or returns a report with `ok=False`).
     """
-    from projections.fold import fold_commits
+    from agentlog.views.fold import fold_commits
 
     from .runtime import Runtime
 

@@ -14,8 +14,8 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from eventlog.errors import AgentlogError, VersionConflict
-from eventlog.events import (
+from agentlog.log.errors import AgentlogError, VersionConflict
+from agentlog.log.events import (
     AnyEvent,
     Commit,
     ContextCompacted,
@@ -30,10 +30,10 @@ from eventlog.events import (
     ToolCallDecided,
     ToolCallDecision,
 )
-from eventlog.ids import validate_id, validate_run_id
-from eventlog.store import EventStore
-from projections.fold import RunFolder, fold_commits
-from projections.views import RunView, ThreadView
+from agentlog.log.ids import validate_id, validate_run_id
+from agentlog.log.store import EventStore
+from agentlog.views.fold import RunFolder, fold_commits
+from agentlog.views.views import RunView, ThreadView
 
 from .admission import as_messages as _as_messages
 from .admission import check_start
@@ -237,19 +237,19 @@ class Runtime:
     ) -> None:
         self.store = store
         #: A run waits this long through a NATS outage before it stops uncommitted (resumable);
-        #: None: $AGENTLOG_STORE_OUTAGE_DEADLINE, else 60 s (`runtime.outage`).
+        #: None: $AGENTLOG_STORE_OUTAGE_DEADLINE, else 60 s (`agentlog.runtime.outage`).
         self.outage = OutagePolicy.from_env(store_outage_deadline)
         self.agents = AgentRegistry(agents)
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.models = models if isinstance(models, ModelRegistry) else ModelRegistry(models)
         self.live: LiveSink = live or NullLiveSink()
         self.entropy: Entropy = entropy or SYSTEM_ENTROPY
-        #: Optional projections `ViewStore` (e.g. `projections.kv.KVViewStore`): when given, a
+        #: Optional projections `ViewStore` (e.g. `agentlog.views.kv.KVViewStore`): when given, a
         #: cold resume starts from the thread view snapshot (see `_load`). Never written here.
         self.views = views
-        #: Answers context-compaction summaries (`runtime.context`); default: the registry's models.
+        #: Answers context-compaction summaries (`agentlog.runtime.context`); default: the registry's models.
         self.summarizer = summarizer
-        #: Optional `runtime.snapshot.SnapshotStore` (e.g. `KVSnapshotStore`): run contexts are
+        #: Optional `agentlog.runtime.snapshot.SnapshotStore` (e.g. `KVSnapshotStore`): run contexts are
         #: written there when a run this Runtime drives suspends or finishes, and a cold resume
         #: starts from one (see `_load`). A cache: every miss falls back to folding the log.
         self.snapshots = snapshots
@@ -259,7 +259,7 @@ class Runtime:
         #: sub-agent lineage); an observer's `run_released(run_id, ts)`, if any, when a loop
         #: lets go of a run. Their failures are logged and never reach the run.
         self.observers: list[CommitObserver] = list(observers)
-        # tools that act on runs (sub-agents: `runtime.subagents`) bind to the runtime they run in
+        # tools that act on runs (sub-agents: `agentlog.runtime.subagents`) bind to the runtime they run in
         for t in self.tools:
             bind = getattr(t, "bind_runtime", None)
             if bind is not None:
@@ -295,15 +295,15 @@ class Runtime:
         tool call when the new run's model sees it. Then the new run starts.
 
         `frontend_tools` (`ToolSpec`s or `{name, description, parameters}`): tools the client
-        executes, for this run only (`runtime.frontend`). They are recorded in `RunStarted`, so
+        executes, for this run only (`agentlog.runtime.frontend`). They are recorded in `RunStarted`, so
         resume and verified replay need nothing but the log; a continuation inherits none of
         them (pass them again: an AG-UI client sends its tools with every request). Checked
         before anything is written: `InvalidFrontendTools` (name not an id, duplicate, shape),
         `FrontendToolConflict` (the name of one of the agent's backend tools). A name the agent
-        already declares as a frontend stub (`gateway.adapters.frontend.frontend_tool`) is not
+        already declares as a frontend stub (`agentlog.adapters.frontend.frontend_tool`) is not
         a conflict: the stub keeps handling it and the declaration is not recorded again.
 
-        `parent_thread_id` (with `parent_run_id`): a sub-agent run (`runtime.subagents`): the run
+        `parent_thread_id` (with `parent_run_id`): a sub-agent run (`agentlog.runtime.subagents`): the run
         starts on its own (child) thread, and the lineage is recorded in `ThreadCreated` and
         `RunStarted`; it is not a continuation. `thread_metadata`: of a new thread.
         """
@@ -320,7 +320,7 @@ class Runtime:
         if missing:
             raise LookupError(f"agent {agent_id!r} lists unknown tools: {', '.join(missing)}")
         self.models.resolve(spec.model)  # fail now, not at the first inference
-        # the input checks the gateway makes too (runtime.admission): same input, same answer
+        # the input checks the gateway makes too (agentlog.runtime.admission): same input, same answer
         check_start(agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
                     decisions=decisions, resource_id=resource_id, frontend_tools=frontend,
                     max_payload=getattr(self.store, "max_payload", None))

@@ -44,9 +44,9 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from eventlog.events import Message
-from projections.kv import ensure_bucket, jetstream_of, kv_get
-from projections.views import TERMINAL_CALL_STATUSES, CallView, RunView
+from agentlog.log.events import Message
+from agentlog.views.kv import ensure_bucket, jetstream_of, kv_get
+from agentlog.views.views import TERMINAL_CALL_STATUSES, CallView, RunView
 
 from .loop import RunContext, get_logger
 

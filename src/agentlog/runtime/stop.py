@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 
 import pydantic
 
-from eventlog.events import Termination
+from agentlog.log.events import Termination
 
 
 class _Spec(pydantic.BaseModel):

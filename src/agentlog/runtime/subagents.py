@@ -35,7 +35,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from eventlog.events import (
+from agentlog.log.events import (
     MessageAppended,
     RunFinished,
     RunStarted,
@@ -43,8 +43,8 @@ from eventlog.events import (
     ThreadCreated,
     ToolCallStarted,
 )
-from projections.fold import RunFolder, fold_commits
-from projections.views import RunView
+from agentlog.views.fold import RunFolder, fold_commits
+from agentlog.views.views import RunView
 
 from .agent import AgentRegistry, AgentSpec
 from .hitl import HitlError
@@ -111,7 +111,7 @@ class SubAgents:
 
     def _tool(self, fn: Any, name: str) -> Tool:
         t = Tool.from_function(fn, name=name)
-        t.replay_from_log = True  # type: ignore[attr-defined]  # see runtime.replay.verify_run
+        t.replay_from_log = True  # type: ignore[attr-defined]  # see agentlog.runtime.replay.verify_run
         t.bind_runtime = self.bind  # type: ignore[attr-defined]  # see Runtime.__init__
         return t
 

@@ -16,9 +16,9 @@ from typing import Any, get_type_hints
 import msgspec
 import pydantic
 
-from eventlog.errors import AgentlogError
-from eventlog.events import JSON, ResumeMode, SuspendTicket, ToolCallDecision
-from eventlog.ids import validate_id
+from agentlog.log.errors import AgentlogError
+from agentlog.log.events import JSON, ResumeMode, SuspendTicket, ToolCallDecision
+from agentlog.log.ids import validate_id
 
 from .models.base import ToolSpec
 

@@ -2,7 +2,7 @@
 
     worker = Worker(store, app=my_app, concurrency=4)   # app(store) -> Runtime (sync or async)
     await worker.start(); ...; await worker.stop()
-    # or, as a process:  python -m runtime.worker --nats nats://127.0.0.1:4222 --app pkg.mod:app
+    # or, as a process:  python -m agentlog.runtime.worker --nats nats://127.0.0.1:4222 --app pkg.mod:app
 
 Guarantees, and how:
 
@@ -50,7 +50,7 @@ from typing import Any
 
 import msgspec
 
-from eventlog.errors import (
+from agentlog.log.errors import (
     AgentlogError,
     CodecError,
     CommitTooLarge,
@@ -58,9 +58,9 @@ from eventlog.errors import (
     StoreUnavailable,
     VersionConflict,
 )
-from eventlog.events import Commit, RunFinished, RunStarted, Termination
-from eventlog.ids import is_valid_id, new_id, now_ms
-from eventlog.subjects import command_subject
+from agentlog.log.events import Commit, RunFinished, RunStarted, Termination
+from agentlog.log.ids import is_valid_id, new_id, now_ms
+from agentlog.log.subjects import command_subject
 
 from .commands import (
     COMMANDS_STREAM,
@@ -623,8 +623,8 @@ async def run_worker(
     gracefully. Used by `agentlog worker` and `agentlog serve`. `metrics_port`: serve Prometheus
     `/metrics` (token, tool call, model latency metrics of the runs this worker executes) on
     127.0.0.1; OTLP tracing is on when `$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set
-    (`runtime.telemetry.instrument`)."""
-    from eventlog.jetstream import JetStreamEventStore
+    (`agentlog.runtime.telemetry.instrument`)."""
+    from agentlog.log.jetstream import JetStreamEventStore
 
     if isinstance(app, str):
         app = load_app(app)
@@ -643,7 +643,7 @@ async def run_worker(
     metrics_runner: Any = None
     telemetry: dict[str, Any] = {}
     try:
-        # -- telemetry (runtime.telemetry): metrics endpoint and OTLP spans, both optional; the
+        # -- telemetry (agentlog.runtime.telemetry): metrics endpoint and OTLP spans, both optional; the
         # observers go on the runtime as the app builds it, before the first command is taken --
         from .telemetry import instrument, serve_metrics
 
@@ -677,7 +677,7 @@ async def run_worker(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m runtime.worker", description="Run an agentlog worker.")
+    p = argparse.ArgumentParser(prog="python -m agentlog.runtime.worker", description="Run an agentlog worker.")
     p.add_argument("--nats", required=True, help="NATS URL(s), comma separated (a cluster)")
     p.add_argument("--app", required=True, help="module:attr, a callable store -> Runtime")
     p.add_argument("--concurrency", type=int, default=4)

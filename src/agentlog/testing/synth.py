@@ -14,7 +14,7 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
-from eventlog.events import (
+from agentlog.log.events import (
     AnyEvent,
     Commit,
     InferenceCompleted,
@@ -45,8 +45,7 @@ from eventlog.events import (
     ToolCallSuspended,
     Usage,
 )
-
-from .state import validate_patch
+from agentlog.views.state import validate_patch
 
 _TERMINATIONS = ("natural_end", "natural_end", "natural_end", "stopped", "cancelled", "error")
 

@@ -1,6 +1,6 @@
 """Typed errors of the projections layer.
 
-They subclass `eventlog.errors.AgentlogError` so the gateway maps them to a status/code the same
+They subclass `agentlog.log.errors.AgentlogError` so the gateway maps them to a status/code the same
 way as the log's own errors, without parsing messages.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eventlog.errors import AgentlogError
+from agentlog.log.errors import AgentlogError
 
 
 class InvalidPatch(AgentlogError, ValueError):

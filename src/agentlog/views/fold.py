@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from eventlog.events import (
+from agentlog.log.events import (
     AnyEvent,
     Commit,
     InferenceCompleted,

@@ -3,7 +3,7 @@
 Layout (prefix "agentlog"): generation 0 lives in `agentlog_threads` / `agentlog_runs` (the
 names of DESIGN 3); a rebuild writes generation n into `agentlog_threads_<n>` / `agentlog_runs_<n>`
 and, only once complete, flips the pointer key `generation` in bucket `agentlog_projections`.
-Each generation also has its listing index (`agentlog_index[_<n>]`, see `projections.listing`),
+Each generation also has its listing index (`agentlog_index[_<n>]`, see `agentlog.views.listing`),
 written by the same runner pass and the same rebuild, so listings are O(limit).
 Readers open whatever the pointer names and `refresh()` to follow a flip, so a half-built
 generation is never visible. Buckets are created idempotently with explicit config (file storage,
@@ -22,7 +22,7 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import BadRequestError, BucketNotFoundError, KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
-from eventlog.replicas import raise_replicas
+from agentlog.log.replicas import raise_replicas
 
 from .errors import ProjectionError
 from .listing import IndexedListings, KVBlobs, ListingIndex, kv_get, put_pipelined
@@ -37,7 +37,7 @@ def bucket_names(prefix: str, generation: int) -> tuple[str, str]:
 
 
 def index_bucket_name(prefix: str, generation: int) -> str:
-    """The listing index (`projections.listing`) of a generation, next to its views."""
+    """The listing index (`agentlog.views.listing`) of a generation, next to its views."""
     return f"{prefix}_index" + ("" if generation == 0 else f"_{generation}")
 
 
@@ -53,7 +53,7 @@ async def ensure_bucket(js: JetStreamContext, bucket: str, *, replicas: int | No
                         description: str = "") -> KeyValue:
     """Create the bucket with our config, or adopt an existing one (its config is the operator's,
     except that its replicas are raised when more are asked for; never lowered:
-    `eventlog.replicas`)."""
+    `agentlog.log.replicas`)."""
     config = KeyValueConfig(
         bucket=bucket, description=description, history=1, storage=StorageType.FILE,
         replicas=replicas or 1, direct=True,

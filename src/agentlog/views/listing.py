@@ -1,6 +1,6 @@
 """The listing index on a key-value store: the runner writes it, listings read it.
 
-`ListingIndex` runs the pure lists of `projections.index` over a tiny `Blobs` protocol (get one
+`ListingIndex` runs the pure lists of `agentlog.views.index` over a tiny `Blobs` protocol (get one
 key, put many), implemented on a JetStream KV bucket (`KVBlobs`) and on a dict (`DictBlobs`, for
 pure unit tests), so both view stores share one code path.
 

@@ -3,7 +3,7 @@
 Fast by construction: the log is read with one ordered push consumer (no acks, flow-controlled
 by the server), every commit is folded in memory (`Folder`: no per-event copies, no I/O), and
 each view is written exactly once at the end, pipelined, and so is every list of the listing
-index (`projections.listing`). Readers keep using the old generation
+index (`agentlog.views.listing`). Readers keep using the old generation
 until the pointer flips, so they never see a half-built one.
 
 With a live runner in this process, pass it: the tail that arrived during the rebuild is folded
@@ -25,9 +25,9 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from eventlog.codec import decode_commit
-from eventlog.errors import CodecError
-from eventlog.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
+from agentlog.log.codec import decode_commit
+from agentlog.log.errors import CodecError
+from agentlog.log.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 
 from .errors import ProjectionError
 from .fold import Folder

@@ -1,7 +1,7 @@
 """The projection runner: a durable JetStream pull consumer folding the log into KV views.
 
 Per batch: fetch up to `batch` commits, load the views they touch (memory cache, else KV), fold
-them in memory (`Folder`), write the listing index changes they make (`projections.listing`),
+them in memory (`Folder`), write the listing index changes they make (`agentlog.views.listing`),
 then each touched view ONCE (coalesced), then ack the batch (explicit
 acks, the last one confirmed). A failed batch is nak'ed (redelivered at once); a crashed runner's
 batch is redelivered after `ack_wait`. `max_ack_pending == batch` keeps at most one batch in
@@ -29,9 +29,9 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from eventlog.codec import decode_commit
-from eventlog.errors import CodecError
-from eventlog.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
+from agentlog.log.codec import decode_commit
+from agentlog.log.errors import CodecError
+from agentlog.log.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 
 from .errors import ProjectionTimeout
 from .fold import Folder, Views
@@ -92,7 +92,7 @@ class ProjectionRunner:
         self.before_ack: Callable[[list[int]], None] | None = None
         #: Called with the run views each batch wrote, once the batch is acked and visible (so
         #: it never delays read-your-writes): derived caches kept by someone else, e.g. the
-        #: runtime's run-context snapshots (`runtime.snapshot.SnapshotWriter`). Its failures are
+        #: runtime's run-context snapshots (`agentlog.runtime.snapshot.SnapshotWriter`). Its failures are
         #: logged and never fail the batch. If it also has `threads_deleted`, that is awaited with
         #: the views of the threads the batch deleted (`ThreadDeleted`), so the cache can drop
         #: what it keeps for them (the snapshot writer: their runs' snapshots).

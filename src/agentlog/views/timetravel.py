@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from eventlog.events import Message, MessageAppended, Position, StoredCommit
+from agentlog.log.events import Message, MessageAppended, Position, StoredCommit
 
 from .fold import Folder
 from .views import RunView, ThreadView

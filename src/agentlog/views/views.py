@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from eventlog.events import PayloadRef, SuspendTicket, Termination, ToolCallDecision, Usage
+from agentlog.log.events import PayloadRef, SuspendTicket, Termination, ToolCallDecision, Usage
 
 CallStatus = Literal["new", "running", "suspended", "resuming", "succeeded", "failed", "cancelled"]
 RunStatus = Literal["running", "waiting", "done"]

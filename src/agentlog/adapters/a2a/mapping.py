@@ -25,8 +25,8 @@ from a2a.types.a2a_pb2 import (
 from google.protobuf.json_format import ParseDict
 from google.protobuf.struct_pb2 import Struct, Value
 
-from eventlog.events import Message, MessageAppended, StoredCommit
-from projections.views import RunView
+from agentlog.log.events import Message, MessageAppended, StoredCommit
+from agentlog.views.views import RunView
 
 _TERMINATION_STATE = {
     "natural_end": TaskState.TASK_STATE_COMPLETED,

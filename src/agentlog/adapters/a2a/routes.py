@@ -18,15 +18,15 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.http.auth import principal
-from gateway.http.context import services
-from gateway.http.errors import ApiError
-from gateway.http.routing import Route
-from gateway.json_input import InvalidJson, parse_json
+from agentlog.api.json_input import InvalidJson, parse_json
+from agentlog.http.auth import principal
+from agentlog.http.context import services
+from agentlog.http.errors import ApiError
+from agentlog.http.routing import Route
 
 from .asgi import serve_asgi
 
-#: JSON-RPC 2.0 "Parse error": the answer to a body that is not JSON we take (`gateway.json_input`).
+#: JSON-RPC 2.0 "Parse error": the answer to a body that is not JSON we take (`agentlog.api.json_input`).
 JSONRPC_PARSE_ERROR = -32700
 
 

@@ -46,13 +46,13 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 
-from eventlog.errors import AgentlogError
-from eventlog.events import MessageAppended, StoredCommit
-from eventlog.ids import InvalidId, validate_run_id
-from projections.fold import Folder, fold_commits
-from projections.views import RunView
+from agentlog.api.dispatch import Dispatcher, RunAlreadyFinished
+from agentlog.log.errors import AgentlogError
+from agentlog.log.events import MessageAppended, StoredCommit
+from agentlog.log.ids import InvalidId, validate_run_id
+from agentlog.views.fold import Folder, fold_commits
+from agentlog.views.views import RunView
 
-from ..dispatch import Dispatcher, RunAlreadyFinished
 from .mapping import a2a_message, answer_artifact, message_inputs, run_task, status_message, task_state
 
 #: `after` for a follow that only ends when the run is done.

@@ -1,5 +1,5 @@
 """The run inspector page (`/ui`) and the interactive API docs (`/docs`): static files shipped in
-the package (`gateway/ui/static`, package data), plain HTML + JS + CSS, no build step, no CDN.
+the package (`src/agentlog/http/ui/static`, package data), plain HTML + JS + CSS, no build step, no CDN.
 
 Both pages only call the HTTP API (`/v1/...`, `/openapi.json`) with the bearer token the user types
 (kept in sessionStorage), so they need no auth of their own and see exactly what the token may see.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gateway.http.routing import Route
+from agentlog.http.routing import Route
 
 STATIC = Path(__file__).parent / "static"
 _TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}

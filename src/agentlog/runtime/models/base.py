@@ -13,8 +13,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
-from eventlog.errors import AgentlogError
-from eventlog.events import Message, ToolCall, Usage
+from agentlog.log.errors import AgentlogError
+from agentlog.log.events import Message, ToolCall, Usage
 
 
 class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):

@@ -12,7 +12,7 @@ Why it is shaped this way:
   failed over: another attempt would get the same answer.
 - Those retries are for standalone use. Under the run loop one policy owns retries
   (`AgentSpec.retry`), so the loop streams from `single_attempt()`: one request per model, and
-  the error carries `retry_after` for the loop's own wait (`runtime.models.base.SelfRetrying`).
+  the error carries `retry_after` for the loop's own wait (`agentlog.runtime.models.base.SelfRetrying`).
 - One `aiohttp.ClientSession` per instance, created lazily in the running loop; close it with
   `aclose()` or `async with`.
 """
@@ -33,7 +33,7 @@ from typing import Any
 
 import aiohttp
 
-from eventlog.events import Message, ToolCall, Usage
+from agentlog.log.events import Message, ToolCall, Usage
 
 from .base import (
     Model,

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequen
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from eventlog.events import JSON, Message, ToolCall, Usage
+from agentlog.log.events import JSON, Message, ToolCall, Usage
 
 from .base import ModelChunk, ModelDone, ModelError, ModelRequest, ModelResponse, TextDelta, ToolCallDelta
 

@@ -1,12 +1,12 @@
 """The `agentlog` command line (DESIGN 5.3): read-only tools over the log, the servers, and
-(gateway/cli_runs.py, gateway/cli_dev.py) `run ...` to drive runs of a running server and `dev`.
+(src/agentlog/cli/runs.py, src/agentlog/cli/dev.py) `run ...` to drive runs of a running server and `dev`.
 
 Every command takes the same connection options (`--nats URL`, `--creds`, `--token`,
 `--data-dir`, `--timeout`); without a URL the embedded nats-server runs for the duration of the
 command. Every answer is computed from the log itself (the only source of truth), so the CLI
 shows the same thing whichever process wrote the log and whether or not a projection runner is
 running. `replay RUN --verify --app module:attr` runs user code: it re-executes the run with the
-app's agents against the log (runtime.replay; tools answered from the log unless
+app's agents against the log (agentlog.runtime.replay; tools answered from the log unless
 `--reexecute-tools`) and exits 1 at the first difference. Errors are one red line `error [<code>]: <message>` on stderr, exit 1, or 2 for usage
 errors (bad ids, unknown run); never a traceback.
 """
@@ -38,21 +38,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from eventlog.auth import Role
-from eventlog.errors import AgentlogError, InvalidId, StoreUnavailable
-from eventlog.events import AnyEvent, Position, StoredCommit
-from eventlog.ids import validate_id, validate_run_id
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.replicas import REPLICAS_ENV
-from eventlog.server import DEFAULT_DATA_DIR
-from projections import RunView, ThreadView, fold_commits
-from projections.kv import KVViewStore
-from projections.rebuild import rebuild
-
-from . import logging as agentlog_logging
-from .app_loader import AppLoadError, load_app, resolve_app
-from .connection import NATS_URL_ENV, ConnectionOptions, open_store
-from .timeline import (
+from agentlog.api.app_loader import AppLoadError, load_app, resolve_app
+from agentlog.api.connection import NATS_URL_ENV, ConnectionOptions, open_store
+from agentlog.api.timeline import (
     InvalidEventId,
     ReplayReport,
     UnknownRun,
@@ -62,6 +50,18 @@ from .timeline import (
     learn_call_names,
     parse_event_id,
 )
+from agentlog.log.auth import Role
+from agentlog.log.errors import AgentlogError, InvalidId, StoreUnavailable
+from agentlog.log.events import AnyEvent, Position, StoredCommit
+from agentlog.log.ids import validate_id, validate_run_id
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.replicas import REPLICAS_ENV
+from agentlog.log.server import DEFAULT_DATA_DIR
+from agentlog.views import RunView, ThreadView, fold_commits
+from agentlog.views.kv import KVViewStore
+from agentlog.views.rebuild import rebuild
+
+from . import logging as agentlog_logging
 
 log = structlog.get_logger("agentlog.cli")
 
@@ -131,7 +131,7 @@ def _options(nats: str | None, creds: Path | None, token: str | None, data_dir: 
 
 
 def configure_logging(level: str) -> None:
-    """Logging for every command: `gateway.logging.configure` (stderr; stdout stays clean for
+    """Logging for every command: `agentlog.cli.logging.configure` (stderr; stdout stays clean for
     data and --json)."""
     try:
         agentlog_logging.configure(level)
@@ -517,7 +517,7 @@ def _render_verified(report: Any) -> None:
 
 def _render_divergence(report: Any) -> None:
     """The diverging event: where (`seq:index`), the recorded event, the replayed one, why."""
-    from runtime.replay import describe
+    from agentlog.runtime.replay import describe
 
     d = report.divergence
     assert d is not None
@@ -585,7 +585,7 @@ def replay_cmd(
     _run(_options(nats, creds, token, data_dir, timeout), body)
 
 
-# -- trace (gateway.trace) ------------------------------------------------------------------------
+# -- trace (agentlog.cli.trace) ------------------------------------------------------------------------
 
 
 @app.command("trace")
@@ -617,13 +617,13 @@ class AppMismatch(AgentlogError):
 
 async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: Any,
                   reexecute: list[str], keep_from_log: list[str], as_json: bool) -> None:
-    """Verified replay (runtime.replay) of one run; exit 1 with the diverging event if it differs.
+    """Verified replay (agentlog.runtime.replay) of one run; exit 1 with the diverging event if it differs.
 
     `runtime` is imported here, not at the top, so the CLI starts fast; its loggers log to
-    stderr whatever the import order (`gateway.logging`)."""
-    from runtime.agent import UnknownAgent
-    from runtime.replay import UnknownReplayRun
-    from runtime.subagents import verify_tree
+    stderr whatever the import order (`agentlog.cli.logging`)."""
+    from agentlog.runtime.agent import UnknownAgent
+    from agentlog.runtime.replay import UnknownReplayRun
+    from agentlog.runtime.subagents import verify_tree
 
     user_app = resolve_app(source, store, spec)
     names = {t.name for t in user_app.tools}
@@ -635,7 +635,7 @@ async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: An
     from_log = sorted(names - (rerun - set(keep_from_log)))
     try:
         with _replay_logs_quiet():
-            # the run and its sub-agent runs (runtime.subagents), parents first
+            # the run and its sub-agent runs (agentlog.runtime.subagents), parents first
             reports = await verify_tree(store, run_id, user_app, tools_from_log=from_log, raise_on_divergence=False)
     except UnknownReplayRun:
         raise UnknownRun(run_id) from None
@@ -796,14 +796,14 @@ def worker_cmd(
     ack_wait: AckWaitOpt = None, shutdown_timeout: ShutdownOpt = None,
     max_deliver: Annotated[int, typer.Option(
         "--max-deliver", help="Failed deliveries of a command before it is dead-lettered to agentlog.dlq.<thread> "
-                              "(0: never).")] = 25,  # runtime.worker.DEFAULT_MAX_DELIVER
+                              "(0: never).")] = 25,  # agentlog.runtime.worker.DEFAULT_MAX_DELIVER
     metrics_port: Annotated[int | None, typer.Option(
         "--metrics-port", min=0, max=65535,
         help="Serve Prometheus /metrics (tokens, tool calls, model latency) on 127.0.0.1:PORT.")] = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
 ) -> None:
-    """A worker alone: takes commands from the JetStream work queue (runtime.worker.Worker)."""
+    """A worker alone: takes commands from the JetStream work queue (agentlog.runtime.worker.Worker)."""
     _serve_role("worker", app_spec, "127.0.0.1", 0, None, _options(nats, creds, token, data_dir, timeout, replicas),
                 concurrency, ack_wait, shutdown_timeout, max_deliver, metrics_port)
 
@@ -822,9 +822,10 @@ def demo_cmd(
     options = _options(nats, creds, token, data_dir, timeout, replicas)
 
     async def main() -> int:
+        from agentlog.http.auth import resolve_tokens
+
         from .demo import app_with_mcp as demo_factory
         from .demo import run_demo
-        from .http.auth import resolve_tokens
         from .server import serve
 
         config = _server_config("serve", None, host, port, tokens, options, app_obj=demo_factory)
@@ -847,10 +848,10 @@ def demo_cmd(
     _run_main(main)
 
 
-# `agentlog run ...` (gateway/cli_runs.py) and `agentlog dev` (gateway/cli_dev.py) register
+# `agentlog run ...` (src/agentlog/cli/runs.py) and `agentlog dev` (src/agentlog/cli/dev.py) register
 # themselves on `app`; imported last, as they use the options and helpers above.
-from . import cli_dev as _cli_dev  # noqa: E402,F401
-from . import cli_runs as _cli_runs  # noqa: E402,F401
+from agentlog.cli import dev as _cli_dev  # noqa: E402,F401
+from agentlog.cli import runs as _cli_runs  # noqa: E402,F401
 
 
 def main() -> None:
