@@ -29,9 +29,9 @@ from typing import Any
 
 import structlog
 
+from agentlog.api.auth import Authenticator, Principal, resolve_tokens
+from agentlog.api.errors import ApiError
 from agentlog.api.json_input import parse_json
-from agentlog.http.auth import Authenticator, Principal, resolve_tokens
-from agentlog.http.errors import ApiError
 from agentlog.log.jetstream import flush_subscriptions
 
 from . import aisdk, session

@@ -26,8 +26,13 @@ from agentlog.api.models import (
     RunInputsBody,
     StartRunBody,
 )
-from agentlog.http.auth import Principal
-from agentlog.http.context import (
+from agentlog.log.events import Position
+from agentlog.views.fold import fold_messages
+from agentlog.views.index import RUN_FILTERS, THREAD_FILTERS
+
+from . import threads
+from .auth import Principal
+from .context import (
     Services,
     get_thread_view,
     thread_from_log,
@@ -35,10 +40,7 @@ from agentlog.http.context import (
     visible_thread,
     wait_min_seq,
 )
-from agentlog.http.errors import ApiError, not_found
-from agentlog.log.events import Position
-from agentlog.views.fold import fold_messages
-from agentlog.views.index import RUN_FILTERS, THREAD_FILTERS
+from .errors import ApiError, not_found
 
 
 def accepted(a: Accepted) -> dict[str, Any]:
@@ -154,8 +156,6 @@ async def list_runs(svc: Services, who: Principal, q: ListRunsQuery) -> dict[str
 
 
 async def create_thread(svc: Services, who: Principal, body: CreateThread) -> dict[str, Any]:
-    from agentlog.http import threads  # the thread write helpers live with the thread routes
-
     return await threads.create(svc, who, body)
 
 

@@ -25,6 +25,7 @@ from .auth import Authenticator, auth_middleware, resolve_tokens
 from .context import SERVICES, Runner, Services, Settings
 from .errors import error_middleware
 from .metrics import Metrics
+from .metrics import middleware as metrics_middleware
 from .replies import reply
 from .routing import Route
 
@@ -69,7 +70,7 @@ def create_app(
     metrics = metrics or Metrics()
     auth = Authenticator(resolve_tokens(auth_tokens))
     app = web.Application(
-        middlewares=[metrics.middleware(), error_middleware, auth_middleware(auth)],
+        middlewares=[metrics_middleware(metrics), error_middleware, auth_middleware(auth)],
         client_max_size=settings.max_body,
     )
     cors.install(app, settings.cors_origins)

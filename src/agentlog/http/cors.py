@@ -12,27 +12,19 @@ A request from an origin not in the list gets no CORS headers (the browser then 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 
 from aiohttp import web
 
+from agentlog.api.context import CORS_ENV, parse_origins
+from agentlog.api.context import cors_origins_from_env as origins_from_env
+
 from .errors import Handler
 
-CORS_ENV = "AGENTLOG_CORS_ORIGINS"
 ALLOW_METHODS = "GET, POST, PATCH, DELETE, OPTIONS"
 ALLOW_HEADERS = "Authorization, Content-Type, Accept, Last-Event-ID"
 EXPOSE_HEADERS = "x-vercel-ai-ui-message-stream, Location"
 MAX_AGE = "600"
-
-
-def origins_from_env() -> tuple[str, ...]:
-    return parse_origins(os.environ.get(CORS_ENV, ""))
-
-
-def parse_origins(spec: str) -> tuple[str, ...]:
-    """`"https://a.example, http://localhost:3000"` -> a tuple; blanks are ignored."""
-    return tuple(o.strip().rstrip("/") for o in spec.split(",") if o.strip())
 
 
 class Cors:

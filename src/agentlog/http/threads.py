@@ -7,8 +7,6 @@ the fold of the log up to that commit, so it is exact even while the projection 
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
 
 from agentlog.api import operations as ops
@@ -22,76 +20,26 @@ from agentlog.api.models import (
     StateQuery,
     UpdateThread,
 )
-from agentlog.log.errors import VersionConflict
+from agentlog.api.threads import after, append, create, current
 from agentlog.log.events import (
-    Commit,
     Position,
     StoredCommit,
-    ThreadCreated,
     ThreadDeleted,
     ThreadMetadataUpdated,
 )
-from agentlog.log.ids import new_id, now_ms
-from agentlog.views.fold import Folder
 from agentlog.views.timetravel import state_at
-from agentlog.views.views import ThreadView
 
 from . import sse
-from .auth import Principal, principal
-from .context import Services, services, thread_from_log, visible_thread, wait_min_seq
+from .auth import principal
+from .context import services, thread_from_log
 from .errors import ApiError
 from .replies import reply
 from .routing import Route, parse_body, parse_query, path_id
 
 
-def _conflict(message: str) -> ApiError:
-    return ApiError(409, "thread_exists", message)
-
-
-async def _append(svc: Services, thread_id: str, events: list[Any], version: int) -> tuple[int, Commit]:
-    commit = Commit(commit_id=new_id(), thread_id=thread_id, run_id=None, ts=now_ms(), events=events)
-    result = await svc.store.append(commit, expected_version=version)
-    return result.seq, commit
-
-
-def _after(view: ThreadView | None, seq: int, commit: Commit) -> ThreadView | None:
-    folder = Folder({view.thread_id: view} if view is not None else None)
-    folder.apply_commit(seq, commit)
-    return folder.thread(commit.thread_id)
-
-
 async def create_thread(request: web.Request) -> web.Response:
     body = await parse_body(request, CreateThread)
     return reply(await create(services(request), principal(request), body), status=201)
-
-
-async def create(svc: Services, who: Principal, body: CreateThread) -> dict[str, Any]:
-    """Create a thread (HTTP and NATS `threads.create`): `{"thread": view, "seq": seq}`."""
-    if not who.can_see(body.resource_id):
-        raise ApiError(403, "tenant_mismatch",
-                       f"this token may only create threads whose resource_id starts with {who.tenant!r}")
-    if body.parent_thread_id is not None:
-        await _check_parent(svc, who, body.parent_thread_id)
-    thread_id = body.thread_id or new_id()
-    if await svc.store.thread_version(thread_id) != 0:
-        raise _conflict(f"thread {thread_id!r} already exists")
-    event = ThreadCreated(resource_id=body.resource_id, parent_thread_id=body.parent_thread_id,
-                          metadata=body.metadata)
-    try:
-        seq, commit = await _append(svc, thread_id, [event], 0)
-    except VersionConflict:
-        raise _conflict(f"thread {thread_id!r} already exists") from None
-    return {"thread": _after(None, seq, commit), "seq": seq}
-
-
-async def _check_parent(svc: Services, who: Principal, parent_id: str) -> None:
-    """The parent must exist (in the log) and, for a tenant, be one of its own threads."""
-    version = await svc.store.thread_version(parent_id)
-    if version == 0:
-        raise ApiError(404, "thread_not_found", f"parent thread {parent_id!r} not found")
-    if who.tenant is not None:
-        await wait_min_seq(svc, version)
-        await visible_thread(svc, who, parent_id)
 
 
 async def list_threads(request: web.Request) -> web.Response:
@@ -105,34 +53,21 @@ async def get_thread(request: web.Request) -> web.Response:
     return reply(await ops.get_thread(services(request), principal(request), thread_id, q))
 
 
-async def _current(svc: Services, who: Principal, thread_id: str, expected: int | None) -> tuple[ThreadView, int]:
-    """The thread as of its latest commit, for a write: the log gives the version, the view
-    (caught up to that version, bounded) gives tenancy and the tombstone."""
-    version = await svc.store.thread_version(thread_id)
-    if version == 0:
-        raise ApiError(404, "thread_not_found", f"thread {thread_id!r} not found")
-    await wait_min_seq(svc, version)
-    view = await visible_thread(svc, who, thread_id)
-    if expected is not None and expected != version:
-        raise VersionConflict(thread_id, expected, version)
-    return view, version
-
-
 async def update_thread(request: web.Request) -> web.Response:
     svc, who = services(request), principal(request)
     thread_id = path_id(request)
     body = await parse_body(request, UpdateThread)
-    view, version = await _current(svc, who, thread_id, body.expected_version)
-    seq, commit = await _append(svc, thread_id, [ThreadMetadataUpdated(metadata=body.metadata)], version)
-    return reply({"thread": _after(view, seq, commit), "seq": seq})
+    view, version = await current(svc, who, thread_id, body.expected_version)
+    seq, commit = await append(svc, thread_id, [ThreadMetadataUpdated(metadata=body.metadata)], version)
+    return reply({"thread": after(view, seq, commit), "seq": seq})
 
 
 async def delete_thread(request: web.Request) -> web.Response:
     svc, who = services(request), principal(request)
     thread_id = path_id(request)
     q = parse_query(request, DeleteThreadQuery)
-    _view, version = await _current(svc, who, thread_id, q.expected_version)
-    seq, _commit = await _append(svc, thread_id, [ThreadDeleted(reason=q.reason)], version)
+    _view, version = await current(svc, who, thread_id, q.expected_version)
+    seq, _commit = await append(svc, thread_id, [ThreadDeleted(reason=q.reason)], version)
     return reply({"thread_id": thread_id, "deleted": True, "seq": seq})
 
 

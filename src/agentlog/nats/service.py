@@ -29,8 +29,12 @@ from nats.micro.service import Service
 from pydantic import BaseModel
 
 from agentlog.api import operations as ops
+from agentlog.api.auth import Authenticator, Principal, resolve_tokens
+from agentlog.api.context import Services, Settings
 from agentlog.api.dispatch import Dispatcher
+from agentlog.api.errors import ApiError, answer
 from agentlog.api.json_input import parse_json
+from agentlog.api.metrics import Metrics
 from agentlog.api.models import (
     CancelRunRequest,
     CreateThread,
@@ -42,10 +46,6 @@ from agentlog.api.models import (
     ThreadMessagesRequest,
     ThreadRef,
 )
-from agentlog.http.auth import Authenticator, Principal, resolve_tokens
-from agentlog.http.context import Services, Settings
-from agentlog.http.errors import ApiError, answer
-from agentlog.http.metrics import Metrics
 from agentlog.log.jetstream import flush_subscriptions
 
 SERVICE_NAME = "agentlog"
