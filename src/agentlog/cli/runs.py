@@ -38,7 +38,6 @@ from agentlog.cli.core import (
     NatsOpt,
     TimeoutOpt,
     TokenOpt,
-    _event_json,
     _guard,
     _options,
     _out,
@@ -53,6 +52,8 @@ from agentlog.log.events import AnyEvent, RunFinished, RunSuspended
 from agentlog.log.ids import new_id, validate_id, validate_run_id
 from agentlog.log.server import DEFAULT_DATA_DIR
 from agentlog.nats.service import API_PREFIX
+
+from .reads import _event_json
 
 run_app = typer.Typer(help="Start and steer runs on a running agentlog server (its NATS API, or --url).",
                       no_args_is_help=True)
