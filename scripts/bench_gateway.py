@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))  # agentlog from this checkout, installed or not
 
 import aiohttp  # noqa: E402
 import structlog  # noqa: E402

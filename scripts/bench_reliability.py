@@ -40,7 +40,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
-sys.path[:0] = [str(ROOT), str(SCRIPTS)]
+sys.path[:0] = [str(ROOT / "src"), str(SCRIPTS)]
 
 from agentlog.log.events import RunFinished, StoredCommit, ToolCallCompleted  # noqa: E402
 from agentlog.log.jetstream import JetStreamEventStore  # noqa: E402
@@ -166,7 +166,7 @@ def _finish_figures(figures: Figures, baseline_s: float, wall_s: float) -> Figur
 async def _spawn_serve(nats_url: str, logdir: Path, name: str) -> tuple[asyncio.subprocess.Process, str]:
     agentlog = str(Path(sys.executable).parent / "agentlog")
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "AGENTLOG_LOG_LEVEL": "warning",
-           "PYTHONPATH": os.pathsep.join([str(SCRIPTS), str(ROOT)]), "AGENTLOG_WORKER_ACK_WAIT": str(ACK_WAIT_S)}
+           "PYTHONPATH": str(SCRIPTS), "AGENTLOG_WORKER_ACK_WAIT": str(ACK_WAIT_S)}
     with open(logdir / f"{name}.log", "wb") as log:
         proc = await asyncio.create_subprocess_exec(
             agentlog, "serve", "--app", "bench_reliability:app", "--port", "0", "--tokens", "", "--nats", nats_url,

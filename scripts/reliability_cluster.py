@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))  # agentlog from this checkout, installed or not
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from agentlog.log.cluster import LocalCluster, stream_leader  # noqa: E402

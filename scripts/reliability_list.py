@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # agentlog from this checkout
 
 import nats
 from aiohttp.test_utils import TestClient, TestServer

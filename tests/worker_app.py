@@ -1,4 +1,4 @@
-"""Test app for worker subprocesses: `python -m agentlog.runtime.worker --nats URL --app worker_app:app`.
+"""Test app for worker subprocesses: `agentlog worker --nats URL --app worker_app:app`.
 
 Agents:
 - `crashy` (parallel_streaming, `deploy` needs approval): 5 steps with two parallel `work` calls,

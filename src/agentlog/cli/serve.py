@@ -4,6 +4,8 @@ assembles them). `agentlog worker` is the one worker entry point. Registered on
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -71,13 +73,19 @@ def _banner(server: Any) -> None:
 def _serve_role(role: str, app_spec: str | None, host: str, port: int, tokens: str | None,
                 options: ConnectionOptions, concurrency: int | None, ack_wait: float | None = None,
                 shutdown_timeout: float | None = None, max_deliver: int | None = None,
-                metrics_port: int | None = None) -> None:
+                metrics_port: int | None = None, ready_file: Path | None = None) -> None:
     from .server import run_until_stopped
 
     config = _server_config(role, app_spec, host, port, tokens, options, concurrency,
                             ack_wait=ack_wait, shutdown_timeout=shutdown_timeout, max_deliver=max_deliver,
                             metrics_port=metrics_port)
-    _run_main(lambda: run_until_stopped(config, on_ready=_banner))
+
+    def ready(server: Any) -> None:
+        _banner(server)
+        if ready_file is not None:
+            ready_file.write_text(str(os.getpid()))
+
+    _run_main(lambda: run_until_stopped(config, on_ready=ready))
 
 
 @app.command("serve")
@@ -115,10 +123,13 @@ def worker_cmd(
         help="Serve Prometheus /metrics (tokens, tool calls, model latency) on 127.0.0.1:PORT.")] = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
+    ready_file: Annotated[Path | None, typer.Option(
+        "--ready-file", hidden=True, help="Write the pid to this file once consuming (for tests and benchmarks).")] = None,
 ) -> None:
-    """A worker alone: takes commands from the JetStream work queue (agentlog.runtime.worker.Worker)."""
+    """A worker alone: takes commands from the JetStream work queue (agentlog.runtime.worker.Worker).
+    The one worker entry point (`python -m agentlog worker` is the same)."""
     _serve_role("worker", app_spec, "127.0.0.1", 0, None, _options(nats, creds, token, data_dir, timeout, replicas),
-                concurrency, ack_wait, shutdown_timeout, max_deliver, metrics_port)
+                concurrency, ack_wait, shutdown_timeout, max_deliver, metrics_port, ready_file=ready_file)
 
 
 @app.command("demo")

@@ -2,7 +2,7 @@
 
     worker = Worker(store, app=my_app, concurrency=4)   # app(store) -> Runtime (sync or async)
     await worker.start(); ...; await worker.stop()
-    # or, as a process:  python -m agentlog.runtime.worker --nats nats://127.0.0.1:4222 --app pkg.mod:app
+    # or, as a process:  agentlog worker --nats nats://127.0.0.1:4222 --app pkg.mod:app
 
 Guarantees, and how:
 
@@ -39,13 +39,10 @@ Guarantees, and how:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import importlib
 import inspect
 import os
-import signal
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -114,17 +111,6 @@ def _give_up(exc: BaseException, default: str = "command_rejected") -> GiveUp:
 
 
 # == the worker ===================================================================================
-
-
-def load_app(spec: str) -> Any:
-    """`"package.module:attr"` -> the attribute."""
-    module, _, attr = spec.partition(":")
-    if not module or not attr:
-        raise ValueError(f"--app must look like 'module:attr', not {spec!r}")
-    obj: Any = importlib.import_module(module)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 class Worker:
@@ -601,105 +587,3 @@ class Worker:
         if first == queue_seq:
             first = await self._next_pending(cmd.thread_id, queue_seq + 1)
         return first is None
-
-
-# == entry points =================================================================================
-
-
-async def run_worker(
-    url: str | Sequence[str],
-    app: App | str,
-    *,
-    concurrency: int = 4,
-    ack_wait: float = 30.0,
-    max_deliver: int = DEFAULT_MAX_DELIVER,
-    shutdown_timeout: float = 10.0,
-    stop: asyncio.Event | None = None,
-    ready: Callable[[Worker], None] | None = None,
-    metrics_port: int | None = None,
-    **connect: Any,
-) -> None:
-    """Connect, run a worker until `stop` is set (or SIGTERM/SIGINT when `stop` is None), stop
-    gracefully. Used by `agentlog worker` and `agentlog serve`. `metrics_port`: serve Prometheus
-    `/metrics` (token, tool call, model latency metrics of the runs this worker executes) on
-    127.0.0.1; OTLP tracing is on when `$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set
-    (`agentlog.runtime.telemetry.instrument`)."""
-    from agentlog.log.jetstream import JetStreamEventStore
-
-    if isinstance(app, str):
-        app = load_app(app)
-    store = await JetStreamEventStore.connect(url, name="agentlog-worker", **connect)
-    worker = Worker(store, app=app, concurrency=concurrency, ack_wait=ack_wait,  # type: ignore[arg-type]
-                    max_deliver=max_deliver, shutdown_timeout=shutdown_timeout)
-    own_signals = stop is None
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    if own_signals:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                loop.add_signal_handler(sig, stop.set)
-            except (NotImplementedError, RuntimeError):
-                pass
-    metrics_runner: Any = None
-    telemetry: dict[str, Any] = {}
-    try:
-        # -- telemetry (agentlog.runtime.telemetry): metrics endpoint and OTLP spans, both optional; the
-        # observers go on the runtime as the app builds it, before the first command is taken --
-        from .telemetry import instrument, serve_metrics
-
-        registry = None
-        if metrics_port is not None:
-            from prometheus_client import CollectorRegistry
-
-            registry = CollectorRegistry()
-            metrics_runner = await serve_metrics(registry, metrics_port)
-        build = worker._app
-
-        async def instrumented(s: Any) -> Runtime:
-            rt = build(s)  # type: ignore[misc]
-            rt = await rt if inspect.isawaitable(rt) else rt
-            telemetry["provider"] = instrument(rt, registry)
-            return rt
-
-        worker._app = instrumented
-        # -- end telemetry --
-        await worker.start()
-        if ready is not None:
-            ready(worker)
-        await stop.wait()
-    finally:
-        await worker.stop()
-        if metrics_runner is not None:
-            await metrics_runner.cleanup()
-        if telemetry.get("provider") is not None:
-            telemetry["provider"].shutdown()
-        await store.close()
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m agentlog.runtime.worker", description="Run an agentlog worker.")
-    p.add_argument("--nats", required=True, help="NATS URL(s), comma separated (a cluster)")
-    p.add_argument("--app", required=True, help="module:attr, a callable store -> Runtime")
-    p.add_argument("--concurrency", type=int, default=4)
-    p.add_argument("--ack-wait", type=float, default=30.0)
-    p.add_argument("--max-deliver", type=int, default=DEFAULT_MAX_DELIVER,
-                   help="failed deliveries of a command before it is dead-lettered (<= 0: never)")
-    p.add_argument("--shutdown-timeout", type=float, default=10.0)
-    p.add_argument("--ready-file", help="write this file once the worker is consuming (for tests)")
-    p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on 127.0.0.1:PORT (0: any)")
-    args = p.parse_args(argv)
-
-    def ready(_w: Worker) -> None:
-        if args.ready_file:
-            with open(args.ready_file, "w") as f:
-                f.write(str(os.getpid()))
-
-    asyncio.run(run_worker(
-        [url.strip() for url in args.nats.split(",") if url.strip()], args.app, concurrency=args.concurrency, ack_wait=args.ack_wait,
-        max_deliver=args.max_deliver, shutdown_timeout=args.shutdown_timeout, ready=ready,
-        metrics_port=args.metrics_port,
-    ))
-
-
-if __name__ == "__main__":
-    main()
