@@ -22,12 +22,12 @@ from agentlog.runtime import AddContext, AgentSpec, DeterministicEntropy, Plugin
 from agentlog.runtime.models import ScriptedModel, Turn
 from agentlog.runtime.replay import (
     NonDeterminismError,
-    RecordingModel,
     ReplayApp,
     plan_replay,
     request_digest,
     verify_run,
 )
+from agentlog.testing import RecordingModel
 
 import test_runtime_scenarios as scenarios
 import test_runtime_stop as stops
