@@ -22,16 +22,16 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))  # agentlog from this checkout
 
 import nats
 from nats.js.api import DeliverPolicy
 from rich.console import Console
 from rich.table import Table
 
-from eventlog import Commit, EmbeddedNatsServer, JetStreamEventStore, encode_commit, new_id, now_ms
-from eventlog.events import Message, MessageAppended
-from eventlog.subjects import event_subject, thread_filter
+from agentlog.log import Commit, EmbeddedNatsServer, JetStreamEventStore, encode_commit, new_id, now_ms
+from agentlog.log.events import Message, MessageAppended
+from agentlog.log.subjects import event_subject, thread_filter
 
 IN_FLIGHT = 500
 THREADS = 100

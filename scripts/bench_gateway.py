@@ -2,7 +2,7 @@
 
     python scripts/bench_gateway.py [--quick] [--clients N] [--seconds S] [--followers N]
 
-1. Reads. One `gateway.server` (embedded NATS, views, runtime, HTTP) and, in the same process, a
+1. Reads. One `agentlog.cli.server` (embedded NATS, views, runtime, HTTP) and, in the same process, a
    bare aiohttp app whose one handler returns the same JSON bytes. The same aiohttp client
    (keep-alive, `--clients` concurrent tasks looping for `--seconds`) loads each in turn; we report
    requests/s, p50 and p99, and the ratio gateway/bare (target >= 0.5). Both servers share the
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))  # agentlog from this checkout, installed or not
 
 import aiohttp  # noqa: E402
 import structlog  # noqa: E402
@@ -36,11 +36,11 @@ from aiohttp import web  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from gateway.app_loader import App  # noqa: E402
-from gateway.connection import ConnectionOptions  # noqa: E402
-from gateway.server import ServerConfig, serve  # noqa: E402
-from runtime import AgentSpec, ToolContext, tool  # noqa: E402
-from runtime.models.scripted import ScriptedModel, Turn  # noqa: E402
+from agentlog.api.app_loader import App  # noqa: E402
+from agentlog.api.connection import ConnectionOptions  # noqa: E402
+from agentlog.cli.server import ServerConfig, serve  # noqa: E402
+from agentlog.runtime import AgentSpec, ToolContext, tool  # noqa: E402
+from agentlog.runtime.models.scripted import ScriptedModel, Turn  # noqa: E402
 
 _gates: dict[str, asyncio.Event] = {}
 _STEPS = {"n": 20}

@@ -17,22 +17,22 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # agentlog from this checkout
 
 import nats
 from rich.console import Console
 from rich.table import Table
 
-from eventlog.codec import decode_commit, encode_commit
-from eventlog.events import StoredCommit
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer
-from eventlog.subjects import event_subject
-from projections.fold import fold_commits
-from projections.kv import KVViewStore
-from projections.rebuild import read_range, rebuild
-from projections.runner import ProjectionRunner
-from projections.synth import history_of_size
+from agentlog.log.codec import decode_commit, encode_commit
+from agentlog.log.events import StoredCommit
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import EmbeddedNatsServer
+from agentlog.log.subjects import event_subject
+from agentlog.testing.synth import history_of_size
+from agentlog.views.fold import fold_commits
+from agentlog.views.kv import KVViewStore
+from agentlog.views.rebuild import read_range, rebuild
+from agentlog.views.runner import ProjectionRunner
 
 
 async def publish_all(nc, commits) -> int:

@@ -40,13 +40,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
-sys.path[:0] = [str(ROOT), str(SCRIPTS)]
+sys.path[:0] = [str(ROOT / "src"), str(SCRIPTS)]
 
-from eventlog.events import RunFinished, StoredCommit, ToolCallCompleted  # noqa: E402
-from eventlog.jetstream import JetStreamEventStore  # noqa: E402
-from eventlog.server import EmbeddedNatsServer  # noqa: E402
-from runtime import AgentSpec, Runtime, tool  # noqa: E402
-from runtime.models.scripted import ScriptedModel, Turn  # noqa: E402
+from agentlog.log.events import RunFinished, StoredCommit, ToolCallCompleted  # noqa: E402
+from agentlog.log.jetstream import JetStreamEventStore  # noqa: E402
+from agentlog.log.server import EmbeddedNatsServer  # noqa: E402
+from agentlog.runtime import AgentSpec, Runtime, tool  # noqa: E402
+from agentlog.runtime.models.scripted import ScriptedModel, Turn  # noqa: E402
 
 Rows = list[tuple[str, str]]
 Figures = dict[str, Any]
@@ -166,7 +166,7 @@ def _finish_figures(figures: Figures, baseline_s: float, wall_s: float) -> Figur
 async def _spawn_serve(nats_url: str, logdir: Path, name: str) -> tuple[asyncio.subprocess.Process, str]:
     agentlog = str(Path(sys.executable).parent / "agentlog")
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "AGENTLOG_LOG_LEVEL": "warning",
-           "PYTHONPATH": os.pathsep.join([str(SCRIPTS), str(ROOT)]), "AGENTLOG_WORKER_ACK_WAIT": str(ACK_WAIT_S)}
+           "PYTHONPATH": str(SCRIPTS), "AGENTLOG_WORKER_ACK_WAIT": str(ACK_WAIT_S)}
     with open(logdir / f"{name}.log", "wb") as log:
         proc = await asyncio.create_subprocess_exec(
             agentlog, "serve", "--app", "bench_reliability:app", "--port", "0", "--tokens", "", "--nats", nats_url,
@@ -269,8 +269,8 @@ async def crash(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
 
 
 async def outage(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
-    from runtime.commands import CommandClient, StartRun
-    from runtime.worker import Worker
+    from agentlog.runtime.commands import CommandClient, StartRun
+    from agentlog.runtime.worker import Worker
 
     n = runs or (20 if quick else 100)
     async with _testbed("outage") as (_tmp, server, store, progress):
@@ -347,7 +347,7 @@ async def main(argv: list[str] | None = None) -> None:
     if unknown:
         ap.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(available)}")
 
-    from gateway.logging import configure as configure_logging
+    from agentlog.cli.logging import configure as configure_logging
 
     configure_logging("error")
     out: Figures = {"bench": "reliability", "quick": args.quick, "sections": chosen}

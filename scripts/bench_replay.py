@@ -26,19 +26,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))  # agentlog from this checkout
 
 import structlog
 from rich.console import Console
 from rich.table import Table
 
-from eventlog import MemoryEventStore
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer
-from projections.fold import fold_commits
-from runtime import AgentSpec, Runtime, ToolContext, tool
-from runtime.models import ScriptedModel, Turn
-from runtime.replay import load_run_log, replay_throughput
+from agentlog.log import MemoryEventStore
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import EmbeddedNatsServer
+from agentlog.runtime import AgentSpec, Runtime, ToolContext, tool
+from agentlog.runtime.models import ScriptedModel, Turn
+from agentlog.runtime.replay import load_run_log, replay_throughput
+from agentlog.views.fold import fold_commits
 
 STEPS = 20
 

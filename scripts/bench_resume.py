@@ -48,20 +48,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))  # agentlog from this checkout
 
 import structlog
 from rich.console import Console
 from rich.table import Table
 
-from eventlog.events import Usage
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer
-from projections.fold import fold_commits
-from projections.kv import KVViewStore
-from runtime import AgentSpec, Runtime, ToolContext, ToolResult, tool
-from runtime.models import ScriptedModel, Turn
-from runtime.snapshot import CHUNKS, KVSnapshotStore
+from agentlog.log.events import Usage
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import EmbeddedNatsServer
+from agentlog.runtime import AgentSpec, Runtime, ToolContext, ToolResult, tool
+from agentlog.runtime.models import ScriptedModel, Turn
+from agentlog.runtime.snapshot import CHUNKS, KVSnapshotStore
+from agentlog.views.fold import fold_commits
+from agentlog.views.kv import KVViewStore
 
 MODES = ("fold", "views", "snapshots", "snapshots_cold")
 #: Given, so the scripted model does not count the words of the whole conversation on every turn

@@ -36,14 +36,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))  # agentlog from this checkout
 
 import structlog
 from rich.console import Console
 from rich.table import Table
 
-from eventlog import MemoryEventStore
-from eventlog.events import (
+from agentlog.log import MemoryEventStore
+from agentlog.log.events import (
     Commit,
     Message,
     MessageAppended,
@@ -52,9 +52,9 @@ from eventlog.events import (
     Termination,
     ThreadCreated,
 )
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer
-from runtime import (
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import EmbeddedNatsServer
+from agentlog.runtime import (
     AgentSpec,
     ContextPolicy,
     McpServerConfig,
@@ -64,21 +64,21 @@ from runtime import (
     ToolResult,
     tool,
 )
-from runtime.models import ScriptedModel, Turn
-from runtime.replay import replay_throughput
-from runtime.snapshot import KVSnapshotStore
+from agentlog.runtime.models import ScriptedModel, Turn
+from agentlog.runtime.replay import replay_throughput
+from agentlog.runtime.snapshot import KVSnapshotStore
 
 STEPS = 20
 
 #: Where profiled time goes, by the file a function lives in (first match wins).
 AREAS = [
-    ("runtime loop (runtime/loop.py, plugins, stop)", ("runtime/loop.py", "runtime/plugins.py", "runtime/stop.py",
-                                                      "runtime/runtime.py", "runtime/entropy.py")),
-    ("tools (runtime/tools.py, pydantic)", ("runtime/tools.py", "pydantic")),
-    ("ScriptedModel (usage word counts, json.dumps)", ("runtime/models/", "json/")),
-    ("state patches (projections.state, jsonpatch)", ("projections/state.py", "jsonpatch", "jsonpointer")),
-    ("run view fold at result() (projections.fold)", ("projections/",)),
-    ("event store (eventlog: codec, jetstream, memory)", ("eventlog/",)),
+    ("runtime loop (src/agentlog/runtime/loop.py, plugins, stop)", ("src/agentlog/runtime/loop.py", "src/agentlog/runtime/plugins.py", "src/agentlog/runtime/stop.py",
+                                                      "src/agentlog/runtime/runtime.py", "src/agentlog/runtime/entropy.py")),
+    ("tools (src/agentlog/runtime/tools.py, pydantic)", ("src/agentlog/runtime/tools.py", "pydantic")),
+    ("ScriptedModel (usage word counts, json.dumps)", ("src/agentlog/runtime/models/", "json/")),
+    ("state patches (agentlog.views.state, jsonpatch)", ("src/agentlog/views/state.py", "jsonpatch", "jsonpointer")),
+    ("run view fold at result() (agentlog.views.fold)", ("src/agentlog/views/",)),
+    ("event store (eventlog: codec, jetstream, memory)", ("src/agentlog/log/",)),
     ("nats client (nats-py)", ("site-packages/nats/",)),
     ("sync tool thread hop (to_thread, threading, queue)", ("threading.py", "concurrent/", "queue", "to_thread",
                                                             "asyncio/threads.py")),
@@ -140,8 +140,8 @@ def make_feature_runtime(store: Any, toolset: McpToolset) -> Runtime:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from prometheus_client import CollectorRegistry
 
-    from runtime.subagents import SubAgents
-    from runtime.telemetry import AgentMetrics, LiveTracer
+    from agentlog.runtime.subagents import SubAgents
+    from agentlog.runtime.telemetry import AgentMetrics, LiveTracer
 
     model = ScriptedModel([Turn.tool("mcp__bench__add", {"a": 2, "b": 3}, text="checking")], loop=True)
     summarizer = ScriptedModel(["the run so far: add(2, 3) returned 5, repeatedly"], loop=True)
@@ -172,7 +172,7 @@ async def run_many(store: Any, runs: int, rt: Runtime | None = None) -> tuple[fl
 async def verified_replay(store: Any, runs: int) -> tuple[float, int, int]:
     """(seconds, events, commits) to verify `runs` recorded 20-step runs read from `store`:
     the loop re-executed with models, tools, ids and clock answering from the log, every commit
-    compared (runtime.replay; scripts/bench_replay.py has the detailed breakdown)."""
+    compared (agentlog.runtime.replay; scripts/bench_replay.py has the detailed breakdown)."""
     rt = make_runtime(store)
     ids = []
     for _ in range(runs):
@@ -389,7 +389,7 @@ async def main() -> None:
     figures["cold_resume_1000_vs_10_p50_ratio"] = round(figures["cold_resume_1000_p50_ms"] / figures["cold_resume_10_p50_ms"], 2)
     figures["cold_resume_samples"] = samples
     console.print(cold_table)
-    replay_table = Table(title="verified replay (runtime.replay.verify_run): recorded 20-step runs read from JetStream")
+    replay_table = Table(title="verified replay (agentlog.runtime.replay.verify_run): recorded 20-step runs read from JetStream")
     for col in ("events verified", "commits verified", "seconds", "events/s"):
         replay_table.add_column(col, justify="right")
     replay_table.add_row(f"{rp_events:,}", f"{rp_commits:,}", f"{rp_s:.3f}", f"{rp_events / rp_s:,.0f}")

@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))  # agentlog from this checkout, installed or not
 
-from eventlog.jetstream import JetStreamEventStore  # noqa: E402
-from eventlog.server import EmbeddedNatsServer  # noqa: E402
-from gateway.logging import configure as configure_logging  # noqa: E402
-from runtime import AgentSpec, Runtime, tool  # noqa: E402
-from runtime.commands import CommandClient, StartRun  # noqa: E402
-from runtime.models.scripted import ScriptedModel, Turn  # noqa: E402
+from agentlog.cli.logging import configure as configure_logging  # noqa: E402
+from agentlog.log.jetstream import JetStreamEventStore  # noqa: E402
+from agentlog.log.server import EmbeddedNatsServer  # noqa: E402
+from agentlog.runtime import AgentSpec, Runtime, tool  # noqa: E402
+from agentlog.runtime.commands import CommandClient, StartRun  # noqa: E402
+from agentlog.runtime.models.scripted import ScriptedModel, Turn  # noqa: E402
 
 
 @tool
@@ -52,16 +52,16 @@ def pct(values: list[float], p: float) -> float:
 
 async def spawn(url: str, logdir: Path, i: int, concurrency: int, *, app_spec: str = "bench_workers:app",
                 extra: tuple[str, ...] = (), env: dict[str, str] | None = None) -> tuple[asyncio.subprocess.Process, Path]:
-    """A `python -m runtime.worker` process running `app_spec` (a module in scripts/); returns it
+    """An `agentlog worker` process running `app_spec` (a module in scripts/); returns it
     and the file it creates once it consumes."""
     ready = logdir / f"ready{i}"
     out = open(logdir / f"w{i}.log", "wb")
     try:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "runtime.worker", "--nats", url, "--app", app_spec,
+            sys.executable, "-m", "agentlog", "worker", "--nats", url, "--app", app_spec,
             "--concurrency", str(concurrency), "--ready-file", str(ready), *extra,
             stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, cwd=str(ROOT),
-            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "scripts"), str(ROOT)]), **(env or {})},
+            env={**os.environ, "PYTHONPATH": str(ROOT / "scripts"), **(env or {})},
         )
     finally:
         out.close()

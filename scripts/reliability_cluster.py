@@ -27,15 +27,15 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))  # agentlog from this checkout, installed or not
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from eventlog.cluster import LocalCluster, stream_leader  # noqa: E402
-from eventlog.errors import StoreUnavailable  # noqa: E402
-from eventlog.jetstream import JetStreamEventStore  # noqa: E402
-from eventlog.subjects import EVENTS_STREAM  # noqa: E402
-from runtime import Runtime  # noqa: E402
-from runtime.commands import CommandClient, StartRun, ensure_commands_stream  # noqa: E402
+from agentlog.log.cluster import LocalCluster, stream_leader  # noqa: E402
+from agentlog.log.errors import StoreUnavailable  # noqa: E402
+from agentlog.log.jetstream import JetStreamEventStore  # noqa: E402
+from agentlog.log.subjects import EVENTS_STREAM  # noqa: E402
+from agentlog.runtime import Runtime  # noqa: E402
+from agentlog.runtime.commands import CommandClient, StartRun, ensure_commands_stream  # noqa: E402
 
 import bench_workers  # noqa: E402  (its worker app and process helpers)
 
@@ -225,7 +225,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from gateway.logging import configure as configure_logging
+    from agentlog.cli.logging import configure as configure_logging
 
     configure_logging("warning")
     main()

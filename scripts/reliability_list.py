@@ -33,13 +33,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # agentlog from this checkout
 
 import nats
 from aiohttp.test_utils import TestClient, TestServer
 
-from eventlog.codec import encode_commit
-from eventlog.events import (
+from agentlog.http import create_app
+from agentlog.log.codec import encode_commit
+from agentlog.log.events import (
     Commit,
     RunFinished,
     RunStarted,
@@ -50,13 +51,12 @@ from eventlog.events import (
     ToolCallStarted,
     ToolCallSuspended,
 )
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer
-from gateway.http import create_app
-from projections.fold import Folder
-from projections.kv import KVViewStore
-from projections.runner import ProjectionRunner
-from projections.synth import history_of_size
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import EmbeddedNatsServer
+from agentlog.testing.synth import history_of_size
+from agentlog.views.fold import Folder
+from agentlog.views.kv import KVViewStore
+from agentlog.views.runner import ProjectionRunner
 
 RUNS_PER_THREAD = 4
 #: name -> (path, query, bearer token); "tenant" is scoped to resource_id prefix "res1" (11 of

@@ -1,14 +1,14 @@
-"""Every form `--app module:attr` accepts (gateway.app_loader), for tests/test_app_forms.py."""
+"""Every form `--app module:attr` accepts (agentlog.api.app_loader), for tests/test_app_forms.py."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from eventlog.memory import MemoryEventStore
-from gateway.app_loader import App
-from runtime import AgentSpec, Runtime
-from runtime.agent import AgentRegistry
-from runtime.models.scripted import ScriptedModel, Turn
+from agentlog.api.app_loader import App
+from agentlog.log.memory import MemoryEventStore
+from agentlog.runtime import AgentSpec, Runtime
+from agentlog.runtime.agent import AgentRegistry
+from agentlog.runtime.models.scripted import ScriptedModel, Turn
 
 
 def _agent() -> AgentSpec:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime import AgentSpec, PermissionPlugin, Runtime, tool
-from runtime.models import ScriptedModel, Turn
+from agentlog.runtime import AgentSpec, PermissionPlugin, Runtime, tool
+from agentlog.runtime.models import ScriptedModel, Turn
 
 
 @tool

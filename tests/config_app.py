@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime import AddContext, Plugin, tool
+from agentlog.runtime import AddContext, Plugin, tool
 
 
 @tool

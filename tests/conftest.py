@@ -24,7 +24,7 @@ import pytest
 import structlog
 from hypothesis import HealthCheck, settings
 
-from eventlog.server import EmbeddedNatsServer
+from agentlog.log.server import EmbeddedNatsServer
 
 # Hypothesis itself loads its built-in "ci" profile whenever $CI is set (to anything, even
 # "false"), so both profiles name their parent explicitly rather than inheriting whatever is loaded.

@@ -13,10 +13,10 @@ from typing import Any
 
 import aiohttp
 
-from eventlog.events import RunSuspended
-from gateway.connection import ConnectionOptions
-from gateway.demo import DEMO_AGENT
-from gateway.server import Server, ServerConfig, serve
+from agentlog.api.connection import ConnectionOptions
+from agentlog.cli.demo import DEMO_AGENT
+from agentlog.cli.server import Server, ServerConfig, serve
+from agentlog.log.events import RunSuspended
 
 from test_adapters_routes_support import Nats
 
@@ -44,7 +44,7 @@ async def open_stack(nats_url: str, mode: str = "serve", tokens: str = "", **con
     connection = ConnectionOptions(nats_url=nats_url)
 
     def cfg(role: str) -> ServerConfig:
-        return ServerConfig(role=role, app_spec="gateway.demo:app", port=0, tokens=tokens,  # type: ignore[arg-type]
+        return ServerConfig(role=role, app_spec="agentlog.cli.demo:app", port=0, tokens=tokens,  # type: ignore[arg-type]
                             connection=connection, worker_shutdown_timeout=2.0, **config)
 
     async with contextlib.AsyncExitStack() as stack:

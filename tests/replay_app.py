@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gateway.app_loader import App
-from runtime import AddContext, AgentSpec, Plugin, Runtime, ToolContext, tool
-from runtime.models import ScriptedModel, Turn
+from agentlog.api.app_loader import App
+from agentlog.runtime import AddContext, AgentSpec, Plugin, Runtime, ToolContext, tool
+from agentlog.runtime.models import ScriptedModel, Turn
 
 SCRIPT = [
     Turn.tool("add", {"a": 1, "b": 2}),

@@ -27,8 +27,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from runtime import Runtime
-from runtime.tools import Tool
+from agentlog.runtime import Runtime
+from agentlog.runtime.tools import Tool
 
 from test_replay import _scenario_cases
 

@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from runtime import AgentSpec, Runtime, ToolContext, tool
-from runtime.models.scripted import ScriptedModel, Turn
+from agentlog.runtime import AgentSpec, Runtime, ToolContext, tool
+from agentlog.runtime.models.scripted import ScriptedModel, Turn
 
 
 @tool

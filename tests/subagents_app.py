@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime import AgentSpec, Runtime, ToolContext, tool
-from runtime.models.scripted import ScriptedModel, Turn
-from runtime.subagents import SubAgents
+from agentlog.runtime import AgentSpec, Runtime, ToolContext, tool
+from agentlog.runtime.models.scripted import ScriptedModel, Turn
+from agentlog.runtime.subagents import SubAgents
 
 
 def _lookup(answer: str) -> Any:

@@ -13,7 +13,22 @@ from ag_ui.encoder import EventEncoder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventlog.events import (
+from agentlog.adapters.agui import (
+    AguiTranslator,
+    check_resume,
+    open_interrupts,
+    parse_run_input,
+    to_agui_messages,
+    translate,
+)
+from agentlog.adapters.common import (
+    AdapterInputError,
+    DuplicateResume,
+    MissingResume,
+    ResumeError,
+    UnknownInterrupt,
+)
+from agentlog.log.events import (
     Message,
     MessageAppended,
     RunSuspended,
@@ -27,23 +42,8 @@ from eventlog.events import (
     ToolCallStarted,
     ToolCallSuspended,
 )
-from gateway.adapters.agui import (
-    AguiTranslator,
-    check_resume,
-    open_interrupts,
-    parse_run_input,
-    to_agui_messages,
-    translate,
-)
-from gateway.adapters.common import (
-    AdapterInputError,
-    DuplicateResume,
-    MissingResume,
-    ResumeError,
-    UnknownInterrupt,
-)
-from runtime import PermissionPlugin
-from runtime.models import ModelRequestRejected, Turn
+from agentlog.runtime import PermissionPlugin
+from agentlog.runtime.models import ModelRequestRejected, Turn
 
 from protocol_verify.agui import AguiStreamError, event_types, parse_sse, verify_agui_stream
 from test_adapters_support import Recorded, record, store  # noqa: F401  (fixture)
@@ -239,7 +239,7 @@ def test_resumed_stream_emits_only_the_result_on_the_original_call() -> None:
         MessageAppended(message=Message(id="m4", role="assistant", content="Deployed.")),
         StepFinished(step=2),
     ]
-    from eventlog.events import RunFinished, Termination
+    from agentlog.log.events import RunFinished, Termination
     items.append(RunFinished(termination=Termination(type="natural_end")))
     events = verify_agui_stream(translate("t1", "agui-run-2", items))
     assert event_types(events) == [

@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventlog.events import Message, MessageAppended, ToolCallCompleted, ToolCallDecided, ToolCallDecision
-from gateway.adapters.aisdk import (
+from agentlog.adapters.aisdk import (
     DONE,
     HEADERS,
     AiSdkTranslator,
@@ -20,9 +19,10 @@ from gateway.adapters.aisdk import (
     parse_chat_request,
     translate,
 )
-from gateway.adapters.common import AdapterInputError, ResumeError, UnknownInterrupt
-from runtime import PermissionPlugin
-from runtime.models import ModelRequestRejected, Turn
+from agentlog.adapters.common import AdapterInputError, ResumeError, UnknownInterrupt
+from agentlog.log.events import Message, MessageAppended, ToolCallCompleted, ToolCallDecided, ToolCallDecision
+from agentlog.runtime import PermissionPlugin
+from agentlog.runtime.models import ModelRequestRejected, Turn
 
 from protocol_verify.aisdk import UiStreamError, part_types, verify_ui_stream
 from test_adapters_support import Recorded, record, store  # noqa: F401  (fixture)

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from eventlog.events import ToolCallDecided
-from runtime import PermissionPlugin
-from runtime.models import ModelRequestRejected, Turn
+from agentlog.log.events import ToolCallDecided
+from agentlog.runtime import PermissionPlugin
+from agentlog.runtime.models import ModelRequestRejected, Turn
 
 from protocol_verify.agui import event_types, verify_agui_stream
 from protocol_verify.aisdk import part_types, verify_ui_stream

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from runtime import PermissionPlugin
-from runtime.models import Turn
+from agentlog.runtime import PermissionPlugin
+from agentlog.runtime.models import Turn
 
 from protocol_verify.agui import verify_agui_stream
 from protocol_verify.aisdk import parse_ui_sse, verify_ui_stream

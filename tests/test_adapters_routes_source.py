@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from eventlog.events import Position, RunFinished, StepStarted, Termination, ToolCallCompleted
-from gateway.adapters.source import _END, RunSource
-from runtime import CommittedEvent
+from agentlog.adapters.source import _END, RunSource
+from agentlog.log.events import Position, RunFinished, StepStarted, Termination, ToolCallCompleted
+from agentlog.runtime import CommittedEvent
 
 
 def ce(seq: int, ev: object) -> CommittedEvent:

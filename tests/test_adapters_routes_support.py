@@ -15,16 +15,16 @@ from typing import Any
 import nats
 from aiohttp.test_utils import TestClient, TestServer
 
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer
-from gateway.adapters import nats_routes, routes
-from gateway.adapters.session import Backend
-from gateway.dispatch import InProcessDispatcher
-from gateway.http import Settings, create_app
-from projections.kv import KVViewStore
-from projections.runner import ProjectionRunner
-from runtime import AgentSpec, NatsLiveSink, Runtime
-from runtime.models import ScriptedModel
+from agentlog.adapters import nats_routes, routes
+from agentlog.adapters.session import Backend
+from agentlog.api.dispatch import InProcessDispatcher
+from agentlog.http import Settings, create_app
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import EmbeddedNatsServer
+from agentlog.runtime import AgentSpec, NatsLiveSink, Runtime
+from agentlog.runtime.models import ScriptedModel
+from agentlog.views.kv import KVViewStore
+from agentlog.views.runner import ProjectionRunner
 
 from protocol_verify.agui import parse_sse
 from protocol_verify.aisdk import parse_ui_sse

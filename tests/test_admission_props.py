@@ -1,4 +1,4 @@
-"""`runtime.admission.check_start` (pure): its size check is sound against the store it guards:
+"""`agentlog.runtime.admission.check_start` (pure): its size check is sound against the store it guards:
 whatever it lets through, the run-start commit `Runtime.start` then appends fits (the store never
 has to refuse it), for any message text, ASCII or not, near the limit. What it refuses is
 refused by `Runtime.start` with the same `CommitTooLarge` (the gateway's 413 = serve's 413)."""
@@ -10,11 +10,11 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventlog.errors import CommitTooLarge
-from eventlog.memory import MemoryEventStore
-from runtime import AgentSpec, Runtime
-from runtime.admission import check_start
-from runtime.models.scripted import ScriptedModel, Turn
+from agentlog.log.errors import CommitTooLarge
+from agentlog.log.memory import MemoryEventStore
+from agentlog.runtime import AgentSpec, Runtime
+from agentlog.runtime.admission import check_start
+from agentlog.runtime.models.scripted import ScriptedModel, Turn
 
 LIMIT = 4096
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from eventlog.server import EmbeddedNatsServer
-from gateway.connection import ConnectionOptions
-from gateway.server import ServerConfig, serve
+from agentlog.api.connection import ConnectionOptions
+from agentlog.cli.server import ServerConfig, serve
+from agentlog.log.server import EmbeddedNatsServer
 from tests.app_forms import FORMS
 
 

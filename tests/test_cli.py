@@ -21,8 +21,9 @@ import nats
 import pytest
 from typer.testing import CliRunner
 
-from eventlog import Commit, EmbeddedNatsServer, JetStreamEventStore, collect, new_id
-from eventlog.events import (
+from agentlog.cli.core import app
+from agentlog.log import Commit, EmbeddedNatsServer, JetStreamEventStore, collect, new_id
+from agentlog.log.events import (
     InferenceCompleted,
     Message,
     MessageAppended,
@@ -39,10 +40,9 @@ from eventlog.events import (
     ToolCallStarted,
     Usage,
 )
-from eventlog.server import free_port
-from gateway.cli import app
-from projections import fold_commits
-from projections.kv import KVViewStore
+from agentlog.log.server import free_port
+from agentlog.views import fold_commits
+from agentlog.views.kv import KVViewStore
 
 AGENTLOG = str(Path(sys.executable).parent / "agentlog")
 runner = CliRunner()

@@ -21,17 +21,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from eventlog import EmbeddedNatsServer
-from eventlog.server import free_port
-from gateway.cli import app
-from gateway.cli_dev import changed, snapshot, watch_roots
+from agentlog.cli.core import app
+from agentlog.cli.dev import changed, snapshot, watch_roots
+from agentlog.log import EmbeddedNatsServer
+from agentlog.log.server import free_port
 
 AGENTLOG = str(Path(sys.executable).parent / "agentlog")
 runner = CliRunner()
 
 APP = '''
-from runtime import AgentSpec, Runtime
-from runtime.models import ScriptedModel, Turn
+from agentlog.runtime import AgentSpec, Runtime
+from agentlog.runtime.models import ScriptedModel, Turn
 
 AGENTS = {agents!r}
 
@@ -103,7 +103,7 @@ def test_dev_restarts_the_server_when_the_app_changes(tmp_path: Path, nats_serve
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", port), timeout=2).close()
         if embedded:  # the last user of the data dir stopped its nats-server
-            from eventlog.datadir import read_server_file
+            from agentlog.log.datadir import read_server_file
 
             doc = read_server_file(tmp_path / "data")
             assert doc is None or not _alive(int(doc["pid"])), doc

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from eventlog.events import InferenceCompleted, StatePatched, StoredCommit
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer
-from gateway.cli import app as cli_app
-from runtime import DeterministicEntropy
+from agentlog.cli.core import app as cli_app
+from agentlog.log.events import InferenceCompleted, StatePatched, StoredCommit
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import EmbeddedNatsServer
+from agentlog.runtime import DeterministicEntropy
 
 import replay_app
 import test_hitl_support as S

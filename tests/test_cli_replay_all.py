@@ -25,11 +25,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from eventlog.events import StoredCommit, ToolCallCompleted
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer
-from gateway.cli import app as cli_app
-from runtime.replay import plan_replay, verify_run
+from agentlog.cli.core import app as cli_app
+from agentlog.log.events import StoredCommit, ToolCallCompleted
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import EmbeddedNatsServer
+from agentlog.runtime.replay import plan_replay, verify_run
 
 import test_hitl_support as S
 from test_hitl_scenarios import resume_in_process, start_waiting

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from eventlog import EmbeddedNatsServer, JetStreamEventStore
-from eventlog.events import RunFinished, RunSuspended, ToolCallDecided
-from eventlog.server import free_port
-from gateway.cli import app
+from agentlog.cli.core import app
+from agentlog.log import EmbeddedNatsServer, JetStreamEventStore
+from agentlog.log.events import RunFinished, RunSuspended, ToolCallDecided
+from agentlog.log.server import free_port
 
 AGENTLOG = str(Path(sys.executable).parent / "agentlog")
 ROOT = Path(__file__).resolve().parent.parent

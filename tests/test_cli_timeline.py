@@ -1,11 +1,19 @@
-"""Pure tests of `gateway.timeline`: the replay report and event summaries from in-memory commits
+"""Pure tests of `agentlog.api.timeline`: the replay report and event summaries from in-memory commits
 (no server needed: the report is a function of the commits alone)."""
 
 from __future__ import annotations
 
 import pytest
 
-from eventlog.events import (
+from agentlog.api.timeline import (
+    InvalidEventId,
+    UnknownRun,
+    build_replay,
+    event_summary,
+    excerpt,
+    parse_event_id,
+)
+from agentlog.log.events import (
     Commit,
     Message,
     MessageAppended,
@@ -30,7 +38,6 @@ from eventlog.events import (
     ToolCallStarted,
     ToolCallSuspended,
 )
-from gateway.timeline import InvalidEventId, UnknownRun, build_replay, event_summary, excerpt, parse_event_id
 
 
 def history() -> list[StoredCommit]:

@@ -1,4 +1,4 @@
-"""Declarative agent configuration (runtime.config): the published JSON Schema is current, a YAML
+"""Declarative agent configuration (agentlog.runtime.config): the published JSON Schema is current, a YAML
 file with models, tools, an MCP server (real stdio subprocess), plugins, permissions, stop
 conditions, context policy and sub-agents loads through `--app file.yaml` and runs on a real
 nats-server, and every mistake is a typed error naming the field."""
@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from gateway.app_loader import AppConfigInvalid, load_app, resolve_app
-from runtime.config import SCHEMA_PATH, AgentlogConfig, load_config, schema
-from runtime.context import ContextPolicy
-from runtime.permission import PermissionPlugin
-from runtime.stop import MaxRounds, StopOnTool
+from agentlog.api.app_loader import AppConfigInvalid, load_app, resolve_app
+from agentlog.runtime.config import SCHEMA_PATH, AgentlogConfig, load_config, schema
+from agentlog.runtime.context import ContextPolicy
+from agentlog.runtime.permission import PermissionPlugin
+from agentlog.runtime.stop import MaxRounds, StopOnTool
 
 from test_runtime_support import events_of, logged, store  # noqa: F401  (fixture)
 
@@ -62,7 +62,7 @@ def write(tmp_path: Path, text: str, name: str = "agents.yaml") -> str:
 
 def test_published_schema_is_up_to_date() -> None:
     assert json.loads(SCHEMA_PATH.read_text()) == schema(), (
-        "regenerate: python -m runtime.config > runtime/agentlog-config.schema.json")
+        "regenerate: python -m agentlog.runtime.config > src/agentlog/runtime/agentlog-config.schema.json")
     assert schema()["properties"]["agents"]["minItems"] == 1
 
 
@@ -158,8 +158,8 @@ def test_json_config_and_missing_file(tmp_path: Path) -> None:
 def test_cli_config_option_rejects_a_bad_file_before_connecting(tmp_path: Path, command: str) -> None:
     from typer.testing import CliRunner
 
-    from eventlog.server import free_port
-    from gateway.cli import app as cli_app
+    from agentlog.cli.core import app as cli_app
+    from agentlog.log.server import free_port
 
     bad = write(tmp_path, "agents: [{id: a, model: nope}]")
     result = CliRunner().invoke(cli_app, [command, "--config", bad, "--nats", f"nats://127.0.0.1:{free_port()}"])

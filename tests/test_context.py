@@ -1,4 +1,4 @@
-"""Context management (runtime.context): pure properties of estimate / units / fit / plan_summary,
+"""Context management (agentlog.runtime.context): pure properties of estimate / units / fit / plan_summary,
 and on a real nats-server: a summary recorded as `ContextCompacted`, used by the next request,
 by a cold resume in a fresh Runtime (no second summary), and by verified replay."""
 
@@ -11,11 +11,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eventlog.events import ContextCompacted, Message, ToolCall
-from runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime, tool
-from runtime.context import SUMMARY_MESSAGE_ID, ContextPolicy, estimate_tokens, fit, plan_summary, units
-from runtime.models import ScriptedModel, Turn
-from runtime.replay import ReplayApp, verify_run
+from agentlog.log.events import ContextCompacted, Message, ToolCall
+from agentlog.runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime, tool
+from agentlog.runtime.context import (
+    SUMMARY_MESSAGE_ID,
+    ContextPolicy,
+    estimate_tokens,
+    fit,
+    plan_summary,
+    units,
+)
+from agentlog.runtime.models import ScriptedModel, Turn
+from agentlog.runtime.replay import ReplayApp, verify_run
 
 from test_runtime_support import events_of, logged, store  # noqa: F401  (fixture)
 

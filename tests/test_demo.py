@@ -66,7 +66,16 @@ def test_scripts_demo_end_to_end(tmp_path: Path) -> None:
         pytest.skip("needs coreutils timeout")
     env = _env(tmp_path)
     env["AGENTLOG_DEMO_ARGS"] = "--auto-approve --port 0"
+    # `agentlog` on PATH afterwards: a bin dir on PATH (standing in for ~/.local/bin) and no other
+    # `agentlog` on PATH, so the demo links this checkout's there
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    path = [d for d in env.get("PATH", "").split(os.pathsep) if d and not (Path(d) / "agentlog").exists()]
+    env.update(AGENTLOG_BIN_DIR=str(bin_dir), PATH=os.pathsep.join([str(bin_dir), *path]))
     proc = subprocess.run(["timeout", "300", str(ROOT / "scripts" / "demo")], cwd=tmp_path, env=env,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     _check_output(proc.stdout)
+    venv_cli = ROOT / ".venv" / "bin" / "agentlog"
+    assert (bin_dir / "agentlog").resolve() == venv_cli.resolve()
+    assert f"linked {bin_dir / 'agentlog'} -> {venv_cli}" in proc.stderr, proc.stderr

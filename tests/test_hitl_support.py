@@ -25,8 +25,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from eventlog.jetstream import JetStreamEventStore
-from runtime import (
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.runtime import (
     AgentSpec,
     DeterministicEntropy,
     PermissionPlugin,
@@ -35,7 +35,7 @@ from runtime import (
     ToolResult,
     tool,
 )
-from runtime.models import ScriptedModel, Turn
+from agentlog.runtime.models import ScriptedModel, Turn
 
 THREAD = "t1"
 RUN = "r1"

@@ -20,7 +20,8 @@ import msgspec
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from eventlog.events import (
+from agentlog.http import Settings, create_app
+from agentlog.log.events import (
     Commit,
     Message,
     MessageAppended,
@@ -29,12 +30,11 @@ from eventlog.events import (
     StepStarted,
     ThreadCreated,
 )
-from eventlog.ids import new_id, now_ms
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer
-from gateway.http import Settings, create_app
-from projections.kv import KVViewStore
-from projections.runner import ProjectionRunner
+from agentlog.log.ids import new_id, now_ms
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import EmbeddedNatsServer
+from agentlog.views.kv import KVViewStore
+from agentlog.views.runner import ProjectionRunner
 
 from test_http_support import TIMEOUT, body, error, stop_runner
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from eventlog.events import RunStarted
+from agentlog.log.events import RunStarted
 
 from test_http_support import TIMEOUT, Api, api, body, error, recorded_thread  # noqa: F401
 

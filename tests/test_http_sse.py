@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from eventlog.events import RunFinished, RunStarted, StepStarted, Termination
-from gateway.http.sse import Pump
+from agentlog.http.sse import Pump
+from agentlog.log.events import RunFinished, RunStarted, StepStarted, Termination
 
 from test_http_support import TIMEOUT, Api, api, error, recorded_thread, sse_events  # noqa: F401
 

@@ -16,16 +16,16 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer
-from gateway.dispatch import Dispatcher, InProcessDispatcher, QueueDispatcher
-from gateway.http import Settings, create_app
-from gateway.http.write import write_routes
-from projections.kv import KVViewStore
-from projections.runner import ProjectionRunner
-from runtime import AgentSpec, PermissionPlugin, Runtime, ToolContext, tool
-from runtime.models.scripted import ScriptedModel, Turn
-from runtime.worker import Worker
+from agentlog.api.dispatch import Dispatcher, InProcessDispatcher, QueueDispatcher
+from agentlog.http import Settings, create_app
+from agentlog.http.write import write_routes
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import EmbeddedNatsServer
+from agentlog.runtime import AgentSpec, PermissionPlugin, Runtime, ToolContext, tool
+from agentlog.runtime.models.scripted import ScriptedModel, Turn
+from agentlog.runtime.worker import Worker
+from agentlog.views.kv import KVViewStore
+from agentlog.views.runner import ProjectionRunner
 
 from test_http_support import Api, stop_runner
 

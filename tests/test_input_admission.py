@@ -1,5 +1,5 @@
 """Issue #12 items 8 and 5 (gateway part): a run start is checked in full BEFORE its first write,
-with one shared check (`runtime.admission.check_start`) that serve mode (`Runtime.start`) and
+with one shared check (`agentlog.runtime.admission.check_start`) that serve mode (`Runtime.start`) and
 gateway mode (`QueueDispatcher`) both call, so both answer the same typed error and neither
 leaves anything behind: no orphan `ThreadCreated`, no queued command.
 
@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from eventlog.server import EmbeddedNatsServer
-from runtime.commands import COMMANDS_STREAM
+from agentlog.log.server import EmbeddedNatsServer
+from agentlog.runtime.commands import COMMANDS_STREAM
 
 from input_support import AGENT, TIMEOUT, Stack, open_stack
 
 
 async def _queued(s: Stack) -> int:
-    from runtime.commands import ensure_commands_stream
+    from agentlog.runtime.commands import ensure_commands_stream
 
     js = s.nc.jetstream()
     await ensure_commands_stream(js)

@@ -7,7 +7,7 @@ reason, forwardedProps, an AG-UI resume payload, messages, metadata, ...)}.
 
 Before: json.loads raised RecursionError (500) and let `"\\ud800"` through to the UTF-8 encoders
 (msgspec, the log, the command queue): 500s, and in gateway mode an orphan thread.
-The decoder itself (`gateway.json_input`) gets property tests at the end."""
+The decoder itself (`agentlog.api.json_input`) gets property tests at the end."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eventlog.server import EmbeddedNatsServer
-from gateway.adapters import nats_routes
-from gateway.json_input import MAX_DEPTH, InvalidJson, check_depth, parse_json
+from agentlog.adapters import nats_routes
+from agentlog.api.json_input import MAX_DEPTH, InvalidJson, check_depth, parse_json
+from agentlog.log.server import EmbeddedNatsServer
 
 from input_support import AGENT, TIMEOUT, Stack, adapter_call, http_call, nats_call, open_stack, waiting_run
 
@@ -208,7 +208,7 @@ async def test_frontend_tool_result_holding_hostile_json_is_taken_as_text(
     """The content is parsed as JSON when it is JSON we can store; otherwise it is the text.
     Before: json.loads gave a lone surrogate (the decision commit failed to encode: RUN_ERROR)
     or raised RecursionError (not a ValueError: the request crashed)."""
-    from runtime.models import Turn
+    from agentlog.runtime.models import Turn
 
     from test_adapters_routes import agui_ok, run_input, user
     from test_adapters_routes_support import Http

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from eventlog.server import EmbeddedNatsServer
+from agentlog.log.server import EmbeddedNatsServer
 
 from input_support import AGENT, TIMEOUT, http_call, nats_call, open_stack, waiting_run
 

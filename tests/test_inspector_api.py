@@ -12,10 +12,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.connection import ConnectionOptions
-from gateway.demo import DEMO_AGENT, follow_run
-from gateway.server import Server, ServerConfig
-from runtime import Runtime, ToolContext, tool
+from agentlog.api.connection import ConnectionOptions
+from agentlog.cli.demo import DEMO_AGENT, follow_run
+from agentlog.cli.server import Server, ServerConfig
+from agentlog.runtime import Runtime, ToolContext, tool
 
 from test_http_support import TIMEOUT, body, error, open_api
 from test_http_write_support import suspended_call

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime import AgentSpec, PermissionPlugin, Runtime, ToolContext, tool
-from runtime.models.scripted import ScriptedModel, Turn
+from agentlog.runtime import AgentSpec, PermissionPlugin, Runtime, ToolContext, tool
+from agentlog.runtime.models.scripted import ScriptedModel, Turn
 
 from test_http_write import until_status
 from test_http_write_support import Stack, open_stack

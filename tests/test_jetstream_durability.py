@@ -12,7 +12,7 @@ from pathlib import Path
 import nats
 import pytest
 
-from eventlog import (
+from agentlog.log import (
     AgentlogError,
     CodecError,
     Commit,
@@ -23,15 +23,15 @@ from eventlog import (
     new_id,
     now_ms,
 )
-from eventlog.events import StepStarted
-from eventlog.jetstream import (
+from agentlog.log.events import StepStarted
+from agentlog.log.jetstream import (
     MIN_SERVER_VERSION,
     JetStreamEventStore,
     check_server_version,
     version_at_least,
 )
-from eventlog.server import free_port
-from eventlog.subjects import EVENTS_STREAM
+from agentlog.log.server import free_port
+from agentlog.log.subjects import EVENTS_STREAM
 
 WAIT = 20.0
 

@@ -17,15 +17,15 @@ from typing import Any
 import nats
 from aiohttp.test_utils import TestClient, TestServer
 
-from eventlog import collect
-from eventlog.events import Commit, RunFinished, RunStarted, Termination, ThreadCreated
-from eventlog.jetstream import JetStreamEventStore
-from gateway.http import Settings, create_app
-from projections import fold_commits
-from projections.kv import KVViewStore
-from projections.rebuild import rebuild
-from projections.runner import ProjectionRunner
-from projections.synth import history_of_size
+from agentlog.http import Settings, create_app
+from agentlog.log import collect
+from agentlog.log.events import Commit, RunFinished, RunStarted, Termination, ThreadCreated
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.testing.synth import history_of_size
+from agentlog.views import fold_commits
+from agentlog.views.kv import KVViewStore
+from agentlog.views.rebuild import rebuild
+from agentlog.views.runner import ProjectionRunner
 
 from test_http_support import body, stop_runner
 

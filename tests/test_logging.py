@@ -1,4 +1,4 @@
-"""Logging hygiene (`gateway.logging`): logs go to stderr at the configured level whatever the
+"""Logging hygiene (`agentlog.cli.logging`): logs go to stderr at the configured level whatever the
 import order, so `--json` stdout stays one clean document even when `runtime` (whose loggers are
 bound at import) is imported before the CLI configures logging. Fresh interpreters (subprocess):
 the point is what happens at import time."""
@@ -11,8 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import EmbeddedNatsServer
 
 import test_hitl_support as S
 from test_hitl_scenarios import resume_in_process, start_waiting
@@ -29,8 +29,8 @@ def _python(code: str, *args: str, env: dict[str, str] | None = None) -> subproc
 
 def test_loggers_bound_before_configuration_log_to_stderr_at_the_level() -> None:
     proc = _python(
-        "import runtime.runtime as rr\n"  # binds its module-level logger under the default config
-        "from gateway import logging as L\n"
+        "import agentlog.runtime.runtime as rr\n"  # binds its module-level logger under the default config
+        "from agentlog.cli import logging as L\n"
         "L.configure('info')\n"
         "rr._log.info('early.info')\n"
         "rr._log.debug('early.debug')\n"
@@ -44,7 +44,7 @@ def test_loggers_bound_before_configuration_log_to_stderr_at_the_level() -> None
 
 
 def test_console_format_on_request() -> None:
-    proc = _python("from gateway import logging as L\nL.configure('warning')\n"
+    proc = _python("from agentlog.cli import logging as L\nL.configure('warning')\n"
                    "import structlog; structlog.get_logger('x').warning('hello.console')\n",
                    env={"AGENTLOG_LOG_FORMAT": "console"})
     assert proc.returncode == 0 and proc.stdout == "", proc.stderr
@@ -67,8 +67,8 @@ def test_json_cli_output_is_clean_when_runtime_is_imported_first(nats_server: Em
     asyncio.run(record())
     for level in ("info", "debug"):
         proc = _python(
-            "import sys, runtime, runtime.runtime\n"
-            "from gateway.cli import main\n"
+            "import sys, agentlog.runtime, agentlog.runtime.runtime\n"
+            "from agentlog.cli import main\n"
             "sys.argv[0] = 'agentlog'\n"
             "main()\n",
             "--log-level", level, "replay", S.RUN, "--verify", "--app", "tests.replay_app:hitl_cancel_waiting",

@@ -18,13 +18,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from eventlog.server import free_port
-from runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime
-from runtime.live import NatsLiveSink
-from runtime.mcp import McpError, McpServerConfig, McpToolset
-from runtime.models import ScriptedModel, Turn
-from runtime.replay import ReplayApp, verify_run
-from runtime.tools import ToolRegistry
+from agentlog.log.server import free_port
+from agentlog.runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime
+from agentlog.runtime.live import NatsLiveSink
+from agentlog.runtime.mcp import McpError, McpServerConfig, McpToolset
+from agentlog.runtime.models import ScriptedModel, Turn
+from agentlog.runtime.replay import ReplayApp, verify_run
+from agentlog.runtime.tools import ToolRegistry
 
 from test_runtime_support import events_of, logged, store  # noqa: F401  (fixture)
 
@@ -169,7 +169,7 @@ async def test_refresh_lists_tools_added_at_run_time(stdio_tools: McpToolset) ->
     registry = stdio_tools.register(ToolRegistry())
     assert "mcp__test__later" not in registry
     unlock = registry.get("mcp__test__unlock")
-    from runtime.tools import ToolContext
+    from agentlog.runtime.tools import ToolContext
 
     ctx = ToolContext(thread_id="t", run_id="r", call_id="c", agent_id="a", tool_name="x", state={})
     async with asyncio.timeout(20):

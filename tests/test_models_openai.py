@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from eventlog.events import Message, ToolCall, Usage
-from runtime.models import (
+from agentlog.log.events import Message, ToolCall, Usage
+from agentlog.runtime.models import (
     Model,
     ModelDone,
     ModelProtocolError,

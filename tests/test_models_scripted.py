@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from eventlog.events import Message, ToolCall, Usage
-from runtime.models import (
+from agentlog.log.events import Message, ToolCall, Usage
+from agentlog.runtime.models import (
     Model,
     ModelDone,
     ModelRequest,

@@ -1,11 +1,11 @@
 """NATS auth (issue #12 item 4), against real nats-servers.
 
-* The embedded server every agentlog process uses (through `gateway.connection`) refuses a client
+* The embedded server every agentlog process uses (through `agentlog.api.connection`) refuses a client
   without credentials; the generated credentials are a 0600 file in the data dir.
 * Roles: `readonly` reads the log and KV views but cannot append, queue commands or write KV;
   `gateway` and `worker` do their jobs (a run through `agentlog gateway` + `agentlog worker`
   processes' assembly on one data dir finishes); nobody can delete or purge the log.
-* The shipped production config (scripts/nats/) is what eventlog.auth renders, passes
+* The shipped production config (scripts/nats/) is what agentlog.log.auth renders, passes
   `nats-server -t`, and enforces the same roles when a server runs with it.
 """
 
@@ -26,16 +26,16 @@ import nats
 import nats.errors
 import pytest
 
-from eventlog import auth
-from eventlog.errors import PermissionDenied, StoreUnavailable
-from eventlog.events import Commit, MessageAppended, ThreadCreated
-from eventlog.ids import new_id
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer, find_nats_server
-from eventlog.subjects import EVENTS_STREAM
-from gateway.connection import ConnectionOptions, open_store
-from gateway.server import ServerConfig, serve
-from runtime.commands import COMMANDS_STREAM, CommandClient, StartRun
+from agentlog.api.connection import ConnectionOptions, open_store
+from agentlog.cli.server import ServerConfig, serve
+from agentlog.log import auth
+from agentlog.log.errors import PermissionDenied, StoreUnavailable
+from agentlog.log.events import Commit, MessageAppended, ThreadCreated
+from agentlog.log.ids import new_id
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import EmbeddedNatsServer, find_nats_server
+from agentlog.log.subjects import EVENTS_STREAM
+from agentlog.runtime.commands import COMMANDS_STREAM, CommandClient, StartRun
 
 ROOT = Path(__file__).resolve().parent.parent
 NATS_DIR = ROOT / "scripts" / "nats"

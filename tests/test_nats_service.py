@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.nats_service import endpoint_subjects, start_nats_service
+from agentlog.nats.service import endpoint_subjects, start_nats_service
 
 from test_http_support import TIMEOUT
 from test_http_write_support import Stack, open_stack
@@ -45,7 +45,7 @@ async def call(s: Stack, op: str, payload: Any = None, headers: dict[str, str] |
 
 
 async def until(s: Stack, run_id: str, statuses: set[str]) -> dict[str, Any]:
-    from projections.fold import fold_commits
+    from agentlog.views.fold import fold_commits
 
     thread_id = [sc async for sc in s.store.read_run(run_id)][0].commit.thread_id
     commits: list[Any] = []

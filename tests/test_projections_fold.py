@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventlog.events import (
+from agentlog.log.events import (
     Commit,
     InferenceCompleted,
     Message,
@@ -38,7 +38,8 @@ from eventlog.events import (
     ToolCallSuspended,
     Usage,
 )
-from projections import (
+from agentlog.testing.synth import generate_history, stored
+from agentlog.views import (
     CallView,
     Folder,
     RunView,
@@ -52,7 +53,6 @@ from projections import (
     fold_run,
     fold_thread,
 )
-from projections.synth import generate_history, stored
 
 T0 = 1_700_000_000_000
 

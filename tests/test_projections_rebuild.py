@@ -8,13 +8,13 @@ import random
 
 import nats
 
-from eventlog import collect
-from eventlog.jetstream import JetStreamEventStore
-from projections import fold_commits
-from projections.kv import KVViewStore, bucket_names
-from projections.rebuild import RebuildResult, rebuild
-from projections.runner import ProjectionRunner
-from projections.synth import history_of_size
+from agentlog.log import collect
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.testing.synth import history_of_size
+from agentlog.views import fold_commits
+from agentlog.views.kv import KVViewStore, bucket_names
+from agentlog.views.rebuild import RebuildResult, rebuild
+from agentlog.views.runner import ProjectionRunner
 
 
 async def test_rebuild_equals_incremental_runner_and_runner_continues(nats_server):

@@ -26,16 +26,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventlog import Commit, collect
-from eventlog.codec import encode_commit
-from eventlog.events import Message, MessageAppended, RunStarted, StepStarted, ThreadCreated
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer
-from eventlog.subjects import EVENTS_STREAM, event_subject
-from projections import ProjectionTimeout, fold_commits
-from projections.kv import KVViewStore
-from projections.runner import ProjectionRunner
-from projections.synth import generate_history
+from agentlog.log import Commit, collect
+from agentlog.log.codec import encode_commit
+from agentlog.log.events import Message, MessageAppended, RunStarted, StepStarted, ThreadCreated
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import EmbeddedNatsServer
+from agentlog.log.subjects import EVENTS_STREAM, event_subject
+from agentlog.testing.synth import generate_history
+from agentlog.views import ProjectionTimeout, fold_commits
+from agentlog.views.kv import KVViewStore
+from agentlog.views.runner import ProjectionRunner
 
 
 class Crash(Exception):

@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from eventlog.errors import AgentlogError
-from projections import InvalidPatch, validate_patch, validate_state
+from agentlog.log.errors import AgentlogError
+from agentlog.views import InvalidPatch, validate_patch, validate_state
 
 BASE = {"a": 1, "b": [1, 2, 3], "c": {"d": "x"}}
 

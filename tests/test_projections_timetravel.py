@@ -7,9 +7,10 @@ import random
 
 import pytest
 
-from eventlog import MemoryEventStore, Position, collect
-from eventlog.events import MessageAppended, StoredCommit
-from projections import (
+from agentlog.log import MemoryEventStore, Position, collect
+from agentlog.log.events import MessageAppended, StoredCommit
+from agentlog.testing.synth import generate_history
+from agentlog.views import (
     RunView,
     ThreadView,
     fold_messages,
@@ -22,7 +23,6 @@ from projections import (
     state_at,
     thread_at,
 )
-from projections.synth import generate_history
 
 
 async def recorded(seed: int) -> tuple[str, list[StoredCommit]]:

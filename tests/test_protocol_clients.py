@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from gateway.adapters.frontend import frontend_tool
-from runtime import AgentSpec, PermissionPlugin
-from runtime.models import ScriptedModel, Turn
+from agentlog.adapters.frontend import frontend_tool
+from agentlog.runtime import AgentSpec, PermissionPlugin
+from agentlog.runtime.models import ScriptedModel, Turn
 
 from protocol_verify.reducers import normalise_agui, normalise_aisdk
 from test_adapters_routes_support import TOOLS, open_stack

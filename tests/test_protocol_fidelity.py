@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from gateway.adapters import nats_routes
-from gateway.adapters.frontend import frontend_tool
-from runtime import PermissionPlugin, ToolContext, tool
-from runtime.models import Turn
+from agentlog.adapters import nats_routes
+from agentlog.adapters.frontend import frontend_tool
+from agentlog.runtime import PermissionPlugin, ToolContext, tool
+from agentlog.runtime.models import Turn
 
 from protocol_verify.agui import verify_agui_stream
 from protocol_verify.aisdk import parse_ui_sse, verify_ui_stream
@@ -25,11 +25,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def test_verifiers_live_in_tests_not_in_product_code() -> None:
-    """Item 10: the stream verifiers are test code; nothing in gateway/ imports them."""
-    adapters = ROOT / "gateway" / "adapters"
+    """Item 10: the stream verifiers are test code; nothing in src/agentlog/ imports them."""
+    adapters = ROOT / "src" / "agentlog" / "adapters"
     assert not (adapters / "agui_verify.py").exists()
     assert not (adapters / "aisdk_verify.py").exists()
-    for path in (ROOT / "gateway").rglob("*.py"):
+    for path in (ROOT / "src" / "agentlog").rglob("*.py"):
         text = path.read_text()
         assert "agui_verify" not in text and "aisdk_verify" not in text and "protocol_verify" not in text, path
 
@@ -90,7 +90,7 @@ async def test_nats_adapters_check_tokens_and_tenants(nats_server: Any) -> None:
 async def test_agui_lone_surrogate_is_refused_before_the_stream(nats_server: Any, tr: Transport,
                                                                 where: str) -> None:
     """The issue's trigger (a lone surrogate in content or forwardedProps) no longer reaches the
-    producer: the one request decoder (`gateway.json_input`) refuses it as `invalid_json` (HTTP 400,
+    producer: the one request decoder (`agentlog.api.json_input`) refuses it as `invalid_json` (HTTP 400,
     NATS one RUN_ERROR) and nothing is written. Before: the HTTP stream never ended."""
     async with open_stack(nats_server, ["fine"]) as stack:
         body = _agui_body("t1", "r1")
@@ -111,7 +111,7 @@ async def test_agui_stream_ends_with_run_error_on_unexpected_error(nats_server: 
     """Whatever the producer raises once the stream is open (here: the translator, with a lone
     surrogate in the exception text), the stream ends with RUN_ERROR `internal_error` whose text
     can be encoded. Before: the HTTP stream never ended."""
-    from gateway.adapters import agui
+    from agentlog.adapters import agui
 
     feed = agui.AguiTranslator.feed
     calls = {"n": 0}

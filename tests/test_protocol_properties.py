@@ -13,13 +13,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventlog.events import MessageAppended, RunStarted, StepStarted
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer
-from gateway.adapters import agui, aisdk, session
-from runtime import PermissionPlugin
-from runtime.models import Turn
-from runtime.models.scripted import ScriptedCall
+from agentlog.adapters import agui, aisdk, session
+from agentlog.log.events import MessageAppended, RunStarted, StepStarted
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import EmbeddedNatsServer
+from agentlog.runtime import PermissionPlugin
+from agentlog.runtime.models import Turn
+from agentlog.runtime.models.scripted import ScriptedCall
 
 from protocol_verify.agui import verify_agui_stream
 from protocol_verify.aisdk import verify_ui_stream

@@ -8,7 +8,7 @@ named by `AGENTLOG_URL`. A script must exit 0, and every `# prints: TEXT` commen
 about its output that is checked. A block that is intentionally a fragment must say so right
 before it with `<!-- not-runnable: reason -->`; it is then skipped with that reason (there are
 none today, keep it that way where possible). The declarative config example (```yaml) is loaded
-with `runtime.config.load_config`. Shell blocks are not executed, but the `agentlog` command lines
+with `agentlog.runtime.config.load_config`. Shell blocks are not executed, but the `agentlog` command lines
 in them are checked against the CLI's command tree (commands and options exist).
 
 "DESIGN 4.3" in code and README means section 4.3 of docs/DESIGN.md (the fixed design); the last
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from eventlog.server import EmbeddedNatsServer
+from agentlog.log.server import EmbeddedNatsServer
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
@@ -168,7 +168,7 @@ def test_readme_agent_config_example_loads(tmp_path: Path) -> None:
                 if "agentlog-config.schema.json" in m["code"]]
     path = tmp_path / "agents.yaml"
     path.write_text(config)
-    check = ("import sys; from runtime.config import load_config; app = load_config(sys.argv[1]); "
+    check = ("import sys; from agentlog.runtime.config import load_config; app = load_config(sys.argv[1]); "
              "print(*[a.id for a in app.agents]); print(*app.agents[0].tools); app.close()")
     done = subprocess.run([sys.executable, "-c", check, str(path)], cwd=REPO, stdin=subprocess.DEVNULL,
                           env=_child_env(OPENAI_API_KEY="sk-not-used"), capture_output=True, text=True,
@@ -184,7 +184,7 @@ def test_readme_agentlog_command_lines_use_real_commands_and_flags() -> None:
     only options that command has (checked against the CLI's own command tree, in process)."""
     import typer
 
-    from gateway.cli import app
+    from agentlog.cli.core import app
 
     root = typer.main.get_command(app)
     root_ctx = root.make_context("agentlog", [], resilient_parsing=True)
@@ -215,7 +215,7 @@ def test_design_citations_name_sections_of_docs_design() -> None:
     assert design.startswith("> ") and "README.md#design-notes" in design.splitlines()[0]
     sections = set(re.findall(r"^#{2,3} (\d+(?:\.\d+)?)\.?\s", design, re.M))
     assert {"1", "2.1", "2.2", "3", "4.3", "5.3", "6"} <= sections
-    sources = [README, *(p for d in ("eventlog", "projections", "runtime", "gateway", "scripts", "tests")
+    sources = [README, *(p for d in ("src", "scripts", "tests")
                          for p in sorted((REPO / d).rglob("*.py")))]
     cited: dict[str, list[str]] = {}
     for path in sources:

@@ -17,17 +17,17 @@ from typing import Any
 
 import pytest
 
-from eventlog.events import StoredCommit
-from runtime import AddContext, AgentSpec, DeterministicEntropy, Plugin, Runtime, ToolContext, tool
-from runtime.models import ScriptedModel, Turn
-from runtime.replay import (
+from agentlog.log.events import StoredCommit
+from agentlog.runtime import AddContext, AgentSpec, DeterministicEntropy, Plugin, Runtime, ToolContext, tool
+from agentlog.runtime.models import ScriptedModel, Turn
+from agentlog.runtime.replay import (
     NonDeterminismError,
-    RecordingModel,
     ReplayApp,
     plan_replay,
     request_digest,
     verify_run,
 )
+from agentlog.testing import RecordingModel
 
 import test_runtime_scenarios as scenarios
 import test_runtime_stop as stops

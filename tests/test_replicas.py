@@ -18,14 +18,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eventlog.cluster import LocalCluster
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.replicas import replicas_target
-from eventlog.subjects import EVENTS_STREAM
-from gateway.connection import ConnectionOptions, open_store
-from gateway.server import ServerConfig, serve
-from projections.kv import KVViewStore
-from runtime.commands import COMMANDS_STREAM, CommandClient, ensure_commands_stream
+from agentlog.api.connection import ConnectionOptions, open_store
+from agentlog.cli.server import ServerConfig, serve
+from agentlog.log.cluster import LocalCluster
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.replicas import replicas_target
+from agentlog.log.subjects import EVENTS_STREAM
+from agentlog.runtime.commands import COMMANDS_STREAM, CommandClient, ensure_commands_stream
+from agentlog.views.kv import KVViewStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import reliability_cluster
@@ -72,7 +72,7 @@ async def test_replicas_flag_raises_and_nothing_lowers_them(tmp_path: Path, capl
             assert set((await _replicas(gateway.store.nc)).values()) == {3}
         # A process with the default (any CLI command), and one asking for fewer, keep R3.
         assert set((await _ensure_all(None, cluster)).values()) == {3}
-        with caplog.at_level(logging.WARNING, logger="eventlog.replicas"):
+        with caplog.at_level(logging.WARNING, logger="agentlog.log.replicas"):
             assert set((await _ensure_all(1, cluster)).values()) == {3}
         kept = [r.getMessage() for r in caplog.records if "keeps its 3 replicas (asked for 1)" in r.getMessage()]
         assert len(kept) == 2 + len(KV_STREAMS), kept  # each stream says what it kept

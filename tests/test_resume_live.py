@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from runtime import AgentSpec, DeterministicEntropy, Runtime, ToolContext, ToolResult, tool
-from runtime.models.scripted import ScriptedCall, ScriptedModel, Turn
-from runtime.runtime import CommittedEvent
+from agentlog.runtime import AgentSpec, DeterministicEntropy, Runtime, ToolContext, ToolResult, tool
+from agentlog.runtime.models.scripted import ScriptedCall, ScriptedModel, Turn
+from agentlog.runtime.runtime import CommittedEvent
 
 from test_runtime_support import shape, store, thread_log  # noqa: F401  (fixture)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from runtime import AgentSpec, RetryPolicy, Runtime
-from runtime.models import OpenAIChatModel
-from runtime.models import RetryPolicy as ClientRetryPolicy
+from agentlog.runtime import AgentSpec, RetryPolicy, Runtime
+from agentlog.runtime.models import OpenAIChatModel
+from agentlog.runtime.models import RetryPolicy as ClientRetryPolicy
 
 from fake_openai import FakeOpenAI, Reply, chunk
 from test_runtime_support import store  # noqa: F401  (fixture)
@@ -52,7 +52,7 @@ async def test_a_retry_that_succeeds_costs_one_request_per_attempt(store: Any) -
 
 async def test_the_client_alone_still_retries_with_its_own_policy() -> None:
     """Standalone (no loop), the client keeps its transport retries."""
-    from runtime.models import ModelDone, ModelRequest
+    from agentlog.runtime.models import ModelDone, ModelRequest
 
     async with FakeOpenAI() as fake, OpenAIChatModel(
         "gpt-test", base_url=fake.url, api_key="k", retry=CLIENT_RETRY

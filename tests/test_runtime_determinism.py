@@ -12,12 +12,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from eventlog.codec import encode_commit
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer
-from runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime, ToolContext, tool
-from runtime.entropy import Entropy, SystemEntropy
-from runtime.models import ScriptedModel, Turn
+from agentlog.log.codec import encode_commit
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import EmbeddedNatsServer
+from agentlog.runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime, ToolContext, tool
+from agentlog.runtime.entropy import Entropy, SystemEntropy
+from agentlog.runtime.models import ScriptedModel, Turn
 
 pytestmark = pytest.mark.asyncio
 

@@ -10,8 +10,8 @@ import msgspec
 import nats
 import pytest
 
-from eventlog.events import Message, ToolCall
-from runtime import (
+from agentlog.log.events import Message, ToolCall
+from agentlog.runtime import (
     AgentSpec,
     DeterministicEntropy,
     NatsLiveSink,
@@ -23,7 +23,7 @@ from runtime import (
     ToolResult,
     tool,
 )
-from runtime.models import ScriptedModel, Turn
+from agentlog.runtime.models import ScriptedModel, Turn
 
 from test_runtime_support import (  # noqa: F401  (fixture)
     DONE_CALL,
@@ -377,7 +377,7 @@ async def test_cannot_start_a_second_run_while_one_is_active(store: Any) -> None
     async with asyncio.timeout(10):
         handle = await rt.start("agent", "go")
         await started.wait()
-        from runtime import RunConflict
+        from agentlog.runtime import RunConflict
 
         with pytest.raises(RunConflict, match="active run"):
             await rt.start("agent", "again", thread_id=handle.thread_id)
@@ -415,7 +415,7 @@ async def test_live_deltas_on_core_nats(store: Any, nats_server: Any) -> None:
 
 
 async def test_plugin_actions_context_patch_and_user_message(store: Any) -> None:
-    from runtime import AddContext, AddUserMessage, ExcludeTools, PatchState
+    from agentlog.runtime import AddContext, AddUserMessage, ExcludeTools, PatchState
 
     class Helper(Plugin):
         id = "helper"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from runtime import RunConflict, RunNotFound
+from agentlog.runtime import RunConflict, RunNotFound
 
 import test_hitl_support as S
 from test_runtime_support import store  # noqa: F401  (fixture)

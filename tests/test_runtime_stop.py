@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from eventlog.events import Usage
-from runtime import (
+from agentlog.log.events import Usage
+from agentlog.runtime import (
     AgentSpec,
     ConsecutiveErrors,
     ContentMatch,
@@ -29,7 +29,7 @@ from runtime import (
     ToolResult,
     tool,
 )
-from runtime.models import ModelRequestRejected, ModelUnavailable, ScriptedModel, Turn
+from agentlog.runtime.models import ModelRequestRejected, ModelUnavailable, ScriptedModel, Turn
 
 from test_runtime_support import (  # noqa: F401  (fixture)
     DONE_CALL,

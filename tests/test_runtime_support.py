@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from eventlog.events import StoredCommit
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer
-from runtime import RunResult, Runtime
+from agentlog.log.events import StoredCommit
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import EmbeddedNatsServer
+from agentlog.runtime import RunResult, Runtime
 
 
 @pytest.fixture

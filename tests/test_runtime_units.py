@@ -10,10 +10,10 @@ from typing import Any
 import pydantic
 import pytest
 
-from eventlog import MemoryEventStore
-from eventlog.events import SuspendTicket, ToolCall
-from eventlog.ids import is_valid_id
-from runtime import (
+from agentlog.log import MemoryEventStore
+from agentlog.log.events import SuspendTicket, ToolCall
+from agentlog.log.ids import is_valid_id
+from agentlog.runtime import (
     AddContext,
     AgentSpec,
     Block,
@@ -28,11 +28,11 @@ from runtime import (
     ToolResult,
     tool,
 )
-from runtime.agent import MaxRounds
-from runtime.loop import RunContext, fold_context, resolve_gate
-from runtime.models import ScriptedModel, Turn
-from runtime.permission import PermissionPlugin, PermissionRule, decide
-from runtime.stop import (
+from agentlog.runtime.agent import MaxRounds
+from agentlog.runtime.loop import RunContext, fold_context, resolve_gate
+from agentlog.runtime.models import ScriptedModel, Turn
+from agentlog.runtime.permission import PermissionPlugin, PermissionRule, decide
+from agentlog.runtime.stop import (
     ConsecutiveErrors,
     ContentMatch,
     LoopDetection,

@@ -1,4 +1,4 @@
-"""`gateway.server`: one process assembled from its parts, answering HTTP; clean, ordered stop;
+"""`agentlog.cli.server`: one process assembled from its parts, answering HTTP; clean, ordered stop;
 and the point of the whole design: a run waiting for approval survives the process. The server
 is stopped while the run waits, a new one starts on the same embedded data dir, the approval goes
 to the new one over HTTP, and the run finishes. Gateway and worker as separate roles too."""
@@ -14,11 +14,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from eventlog.events import RunFinished, RunSuspended, StoredCommit
-from eventlog.server import EmbeddedNatsServer
-from gateway.connection import ConnectionOptions
-from gateway.demo import DEMO_AGENT, approval_for, follow_run, suspended_calls
-from gateway.server import Server, ServerConfig, serve
+from agentlog.api.connection import ConnectionOptions
+from agentlog.cli.demo import DEMO_AGENT, approval_for, follow_run, suspended_calls
+from agentlog.cli.server import Server, ServerConfig, serve
+from agentlog.log.events import RunFinished, RunSuspended, StoredCommit
+from agentlog.log.server import EmbeddedNatsServer
 
 from serve_support import HTTP_ROW, read_banner
 
@@ -127,7 +127,7 @@ async def test_gateway_and_worker_roles_apart(tmp_path: Path, nats: EmbeddedNats
     connection = ConnectionOptions(nats_url=nats.url)
     async with asyncio.timeout(LIMIT * 2):
         async with serve(_config(tmp_path, role="worker", connection=connection)) as worker, \
-                serve(_config(tmp_path, role="gateway", connection=connection, app_spec="gateway.demo:app")) as gateway:
+                serve(_config(tmp_path, role="gateway", connection=connection, app_spec="agentlog.cli.demo:app")) as gateway:
             assert worker.http_url == "" and worker.worker is not None and worker.embedded is None
             assert gateway.worker is None and gateway.runtime is None and "dispatch:queue" in gateway.parts
             async with aiohttp.ClientSession(gateway.http_url) as http:

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from eventlog.events import Commit, ThreadDeleted
-from eventlog.memory import MemoryEventStore
-from projections.kv import KVViewStore
-from projections.runner import ProjectionRunner
-from runtime import DeterministicEntropy
-from runtime.snapshot import CHUNKS, KVSnapshotStore, SnapshotWriter, chunk_key, decode_snapshot
+from agentlog.log.events import Commit, ThreadDeleted
+from agentlog.log.memory import MemoryEventStore
+from agentlog.runtime import DeterministicEntropy
+from agentlog.runtime.snapshot import CHUNKS, KVSnapshotStore, SnapshotWriter, chunk_key, decode_snapshot
+from agentlog.views.kv import KVViewStore
+from agentlog.views.runner import ProjectionRunner
 
 from test_runtime_support import store, thread_log  # noqa: F401  (fixture)
 from test_snapshot_resume import CountingStore, app, suspended_call

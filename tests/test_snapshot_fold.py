@@ -15,8 +15,8 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-import projections.fold as fold_mod
-from eventlog.events import (
+import agentlog.views.fold as fold_mod
+from agentlog.log.events import (
     Commit,
     InferenceCompleted,
     Message,
@@ -44,11 +44,9 @@ from eventlog.events import (
     ToolCallSuspended,
     Usage,
 )
-from projections.fold import RunFolder, fold_commits
-from projections.views import RunView
-from runtime import RunHandle
-from runtime.loop import RunContext, fold_context
-from runtime.snapshot import (
+from agentlog.runtime import RunHandle
+from agentlog.runtime.loop import RunContext, fold_context
+from agentlog.runtime.snapshot import (
     ChunkCache,
     RunSnapshot,
     assemble,
@@ -59,6 +57,8 @@ from runtime.snapshot import (
     encode_snapshot,
     make_snapshot,
 )
+from agentlog.views.fold import RunFolder, fold_commits
+from agentlog.views.views import RunView
 
 THREAD, RUN = "t-snap", "r-snap"
 CALLS = ["c1", "c2", "c3"]

@@ -15,15 +15,23 @@ from typing import Any
 import msgspec
 import pytest
 
-from eventlog.events import Position, StoredCommit
-from eventlog.memory import MemoryEventStore
-from projections.fold import fold_commits
-from projections.kv import KVViewStore
-from projections.runner import ProjectionRunner
-from runtime import AgentSpec, DeterministicEntropy, Runtime, ToolContext, ToolResult, UnknownCall, tool
-from runtime.hitl import CallNotSuspended
-from runtime.models.scripted import ScriptedModel, Turn
-from runtime.snapshot import KVSnapshotStore, SnapshotWriter, decode_snapshot, encode_snapshot
+from agentlog.log.events import Position, StoredCommit
+from agentlog.log.memory import MemoryEventStore
+from agentlog.runtime import (
+    AgentSpec,
+    DeterministicEntropy,
+    Runtime,
+    ToolContext,
+    ToolResult,
+    UnknownCall,
+    tool,
+)
+from agentlog.runtime.hitl import CallNotSuspended
+from agentlog.runtime.models.scripted import ScriptedModel, Turn
+from agentlog.runtime.snapshot import KVSnapshotStore, SnapshotWriter, decode_snapshot, encode_snapshot
+from agentlog.views.fold import fold_commits
+from agentlog.views.kv import KVViewStore
+from agentlog.views.runner import ProjectionRunner
 
 from test_runtime_support import store, thread_log  # noqa: F401  (fixture)
 

@@ -1,5 +1,5 @@
 """SSE fan-out: 200 concurrent followers of one run's events (`GET /v1/runs/{id}/events?follow=
-true`) each receive every event of the run, in log order, live. Real server (`gateway.server`),
+true`) each receive every event of the run, in log order, live. Real server (`agentlog.cli.server`),
 real aiohttp clients. Synchronisation without sleeps: the run's first tool blocks on an event
 the test sets only once every follower has its stream open and has read the history so far."""
 
@@ -12,11 +12,11 @@ from typing import Any
 
 import aiohttp
 
-from gateway.app_loader import App
-from gateway.connection import ConnectionOptions
-from gateway.server import ServerConfig, serve
-from runtime import AgentSpec, ToolContext, tool
-from runtime.models.scripted import ScriptedModel, Turn
+from agentlog.api.app_loader import App
+from agentlog.api.connection import ConnectionOptions
+from agentlog.cli.server import ServerConfig, serve
+from agentlog.runtime import AgentSpec, ToolContext, tool
+from agentlog.runtime.models.scripted import ScriptedModel, Turn
 
 FOLLOWERS = 200
 LIMIT = 90

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from eventlog import (
+from agentlog.log import (
     AppendResult,
     Commit,
     CommitTooLarge,
@@ -25,7 +25,7 @@ from eventlog import (
     new_id,
     now_ms,
 )
-from eventlog.events import (
+from agentlog.log.events import (
     AnyEvent,
     Message,
     MessageAppended,
@@ -34,7 +34,7 @@ from eventlog.events import (
     StepStarted,
     ToolCallCompleted,
 )
-from eventlog.jetstream import JetStreamEventStore
+from agentlog.log.jetstream import JetStreamEventStore
 
 WAIT = 20.0  # upper bound for anything that could hang; never a sleep
 

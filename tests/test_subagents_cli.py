@@ -7,10 +7,10 @@ import json
 
 from typer.testing import CliRunner
 
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer
-from gateway.cli import app as cli_app
-from runtime.subagents import child_ids
+from agentlog.cli.core import app as cli_app
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import EmbeddedNatsServer
+from agentlog.runtime.subagents import child_ids
 
 import subagents_app
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from eventlog.events import RunStarted
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer
-from projections.fold import fold_commits
-from runtime.commands import CommandClient, Decide, StartRun
-from runtime.subagents import child_ids
+from agentlog.log.events import RunStarted
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import EmbeddedNatsServer
+from agentlog.runtime.commands import CommandClient, Decide, StartRun
+from agentlog.runtime.subagents import child_ids
+from agentlog.views.fold import fold_commits
 
 from test_worker_support import Watch, kill_all, read_lines, spawn_worker
 

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from eventlog.events import (
+from agentlog.log.events import (
     Commit,
     InferenceCompleted,
     RunFinished,
@@ -26,9 +26,9 @@ from eventlog.events import (
     ToolCallStarted,
     Usage,
 )
-from runtime import AgentSpec, Runtime, ToolContext, tool
-from runtime.models.scripted import ScriptedModel, Turn
-from runtime.telemetry import AgentMetrics, LiveTracer, spans_from_commits, trace_run
+from agentlog.runtime import AgentSpec, Runtime, ToolContext, tool
+from agentlog.runtime.models.scripted import ScriptedModel, Turn
+from agentlog.runtime.telemetry import AgentMetrics, LiveTracer, spans_from_commits, trace_run
 
 from test_runtime_support import store  # noqa: F401  (fixture)
 
@@ -127,7 +127,7 @@ def test_a_failing_observer_never_ends_a_run() -> None:
     """Observers are a side channel: one that raises is logged and skipped."""
     import asyncio
 
-    from eventlog.memory import MemoryEventStore
+    from agentlog.log.memory import MemoryEventStore
 
     def broken(_sc: StoredCommit) -> None:
         raise RuntimeError("observer bug")

@@ -12,10 +12,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer, free_port
-from gateway.http.context import SERVICES
-from runtime.commands import CommandClient, StartRun
+from agentlog.http.context import SERVICES
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import EmbeddedNatsServer, free_port
+from agentlog.runtime.commands import CommandClient, StartRun
 
 from test_http_support import TIMEOUT, body
 from test_http_write import until_status
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.asyncio
 
 
 @pytest.mark.parametrize("command", [
-    [sys.executable, "-m", "runtime.worker"],
+    [sys.executable, "-m", "agentlog", "worker"],
     [str(Path(sys.executable).parent / "agentlog"), "worker"],
 ])
 async def test_worker_serves_agent_metrics(nats_server: EmbeddedNatsServer, tmp_path: Path, command: list[str]) -> None:
@@ -35,7 +35,7 @@ async def test_worker_serves_agent_metrics(nats_server: EmbeddedNatsServer, tmp_
     proc = await asyncio.create_subprocess_exec(
         *command, "--nats", nats_server.url, "--app", "worker_app:app",
         "--metrics-port", str(port), stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, cwd=str(REPO),
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)])},
+        env={**os.environ, "PYTHONPATH": str(TESTS)},
     )
     out.close()
     store = await JetStreamEventStore.connect(nats_server.url)

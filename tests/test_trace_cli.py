@@ -12,11 +12,11 @@ from typing import Any
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from typer.testing import CliRunner
 
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer
-from gateway.cli import app
-from runtime import AgentSpec, Runtime, ToolContext, tool
-from runtime.models.scripted import ScriptedModel, Turn
+from agentlog.cli.core import app
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import EmbeddedNatsServer
+from agentlog.runtime import AgentSpec, Runtime, ToolContext, tool
+from agentlog.runtime.models.scripted import ScriptedModel, Turn
 
 runner = CliRunner()
 

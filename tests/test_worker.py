@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer
-from projections.fold import fold_commits
-from runtime.commands import (
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import EmbeddedNatsServer
+from agentlog.runtime.commands import (
     COMMANDS_STREAM,
     Cancel,
     CommandClient,
@@ -24,7 +23,8 @@ from runtime.commands import (
     decode_command,
     encode_command,
 )
-from runtime.worker import Worker
+from agentlog.runtime.worker import Worker
+from agentlog.views.fold import fold_commits
 
 import worker_app
 from test_worker_support import Watch, kill_all, message_list, read_lines, spawn_worker

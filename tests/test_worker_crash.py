@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from eventlog.jetstream import JetStreamEventStore
-from eventlog.server import EmbeddedNatsServer
-from runtime.commands import CommandClient, Decide, StartRun
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import EmbeddedNatsServer
+from agentlog.runtime.commands import CommandClient, Decide, StartRun
 
 import worker_app
 from test_worker_support import Watch, kill_all, message_list, read_lines, spawn_worker, thread_state

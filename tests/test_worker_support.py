@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from eventlog.events import StoredCommit
-from projections.fold import fold_commits
+from agentlog.log.events import StoredCommit
+from agentlog.views.fold import fold_commits
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -20,14 +20,14 @@ APPROVE = {"target_id": "call_2_1", "decision_id": "approve-deploy", "action": "
 
 async def spawn_worker(url: str, logdir: Path, name: str, *, env: dict[str, str] | None = None,
                        ack_wait: float = 1.0, concurrency: int = 4) -> asyncio.subprocess.Process:
-    """A `python -m runtime.worker` subprocess; its output goes to `<logdir>/<name>.log`."""
+    """An `agentlog worker` subprocess (`python -m agentlog worker`); its output goes to `<logdir>/<name>.log`."""
     out = open(logdir / f"{name}.log", "wb")
     try:
         return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "runtime.worker", "--nats", url, "--app", "worker_app:app",
+            sys.executable, "-m", "agentlog", "worker", "--nats", url, "--app", "worker_app:app",
             "--ack-wait", str(ack_wait), "--concurrency", str(concurrency), "--shutdown-timeout", "5",
             stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, cwd=str(REPO),
-            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)]), **(env or {})},
+            env={**os.environ, "PYTHONPATH": str(TESTS), **(env or {})},
         )
     finally:
         out.close()

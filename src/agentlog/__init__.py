@@ -1,0 +1,94 @@
+"""agentlog: an event-sourced runtime for AI agents on NATS JetStream.
+
+    from agentlog import AgentSpec, JetStreamEventStore, Runtime, ScriptedModel, Turn, tool
+
+The names here are the ones an app needs; everything else lives in the subpackages, by layer:
+`agentlog.log` (events, the JetStream store), `agentlog.views` (folds, KV projections),
+`agentlog.runtime` (agents, tools, models, plugins, the loop, workers), `agentlog.api` (what
+every transport shares: operations, dispatch, the app loader), `agentlog.http`, `agentlog.nats`,
+`agentlog.adapters` (AG-UI, AI SDK, A2A), `agentlog.cli` and `agentlog.testing` (helpers for
+tests of agentlog apps). The names are imported on first use, so `import agentlog` is cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from typing import TYPE_CHECKING, Any
+
+try:
+    __version__ = importlib.metadata.version("agentlog")
+except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
+
+# public name -> the module that defines it
+_EXPORTS: dict[str, str] = {
+    # the log
+    "JetStreamEventStore": "agentlog.log.jetstream",
+    "MemoryEventStore": "agentlog.log.memory",
+    "EmbeddedNatsServer": "agentlog.log.server",
+    "AgentlogError": "agentlog.log.errors",
+    # agents, tools, models
+    "Runtime": "agentlog.runtime.runtime",
+    "RunHandle": "agentlog.runtime.runtime",
+    "RunResult": "agentlog.runtime.runtime",
+    "AgentSpec": "agentlog.runtime.agent",
+    "ContextPolicy": "agentlog.runtime.context",
+    "tool": "agentlog.runtime.tools",
+    "Tool": "agentlog.runtime.tools",
+    "ToolContext": "agentlog.runtime.tools",
+    "ToolError": "agentlog.runtime.tools",
+    "PermissionPlugin": "agentlog.runtime.permission",
+    "McpServerConfig": "agentlog.runtime.mcp",
+    "McpToolset": "agentlog.runtime.mcp",
+    "SubAgents": "agentlog.runtime.subagents",
+    "Worker": "agentlog.runtime.worker",
+    "load_config": "agentlog.runtime.config",
+    "Model": "agentlog.runtime.models.base",
+    "OpenAIChatModel": "agentlog.runtime.models.openai",
+    "ScriptedModel": "agentlog.runtime.models.scripted",
+    "Turn": "agentlog.runtime.models.scripted",
+    # an app for `agentlog serve|worker --app module:attr`
+    "App": "agentlog.api.app_loader",
+}
+
+__all__ = [
+    "__version__",
+    "AgentSpec", "AgentlogError", "App", "ContextPolicy", "EmbeddedNatsServer", "JetStreamEventStore",
+    "McpServerConfig", "McpToolset", "MemoryEventStore", "Model", "OpenAIChatModel", "PermissionPlugin",
+    "RunHandle", "RunResult", "Runtime", "ScriptedModel", "SubAgents", "Tool", "ToolContext", "ToolError",
+    "Turn", "Worker", "load_config", "tool",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentlog' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+if TYPE_CHECKING:
+    from agentlog.api.app_loader import App
+    from agentlog.log.errors import AgentlogError
+    from agentlog.log.jetstream import JetStreamEventStore
+    from agentlog.log.memory import MemoryEventStore
+    from agentlog.log.server import EmbeddedNatsServer
+    from agentlog.runtime.agent import AgentSpec
+    from agentlog.runtime.config import load_config
+    from agentlog.runtime.context import ContextPolicy
+    from agentlog.runtime.mcp import McpServerConfig, McpToolset
+    from agentlog.runtime.models.base import Model
+    from agentlog.runtime.models.openai import OpenAIChatModel
+    from agentlog.runtime.models.scripted import ScriptedModel, Turn
+    from agentlog.runtime.permission import PermissionPlugin
+    from agentlog.runtime.runtime import RunHandle, RunResult, Runtime
+    from agentlog.runtime.subagents import SubAgents
+    from agentlog.runtime.tools import Tool, ToolContext, ToolError, tool
+    from agentlog.runtime.worker import Worker

@@ -1,0 +1,115 @@
+"""The A2A server mounted on the gateway's aiohttp app.
+
+    GET  /.well-known/agent-card.json             the default agent's card
+    GET  /a2a/{agent_id}/.well-known/agent-card.json   an agent's card
+    POST /a2a/{agent_id}                          A2A JSON-RPC (SendMessage, SendStreamingMessage,
+                                                  GetTask, CancelTask, SubscribeToTask)
+
+The JSON-RPC endpoint is the a2a-sdk's own `JsonRpcDispatcher` (Starlette) over our
+`RunTaskHandler`, served through a small ASGI bridge (`asgi.serve_asgi`), so request parsing,
+protocol-version checks, error codes and SSE framing are the SDK's. The card is built per request
+so its interface URL is the address the client used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from aiohttp import web
+
+from agentlog.api.json_input import InvalidJson, parse_json
+from agentlog.http.auth import principal
+from agentlog.http.context import services
+from agentlog.http.errors import ApiError
+from agentlog.http.routing import Route
+
+from .asgi import serve_asgi
+
+#: JSON-RPC 2.0 "Parse error": the answer to a body that is not JSON we take (`agentlog.api.json_input`).
+JSONRPC_PARSE_ERROR = -32700
+
+
+def agent_card(spec: Any, url: str) -> Any:
+    """The A2A card of an agent (`AgentSpec`), served at `url` over JSON-RPC."""
+    from a2a.types.a2a_pb2 import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
+
+    description = spec.system_prompt or f"agentlog agent {spec.id}"
+    return AgentCard(
+        name=spec.id, description=description, version="1.0.0",
+        supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")],
+        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        default_input_modes=["text/plain", "application/json"], default_output_modes=["text/plain"],
+        skills=[AgentSkill(id=spec.id, name=spec.id, description=description, tags=["agentlog"])],
+    )
+
+
+def a2a_routes(dispatcher: Any, agents: Callable[[], Mapping[str, Any]], default_agent: str | None = None) -> list[Route]:
+    """Routes of the A2A server; `agents()` gives the agents served (id -> AgentSpec)."""
+
+    #: One SDK JSON-RPC app per (store, agent), built on first use.
+    apps: dict[tuple[int, str], Any] = {}
+
+    def spec_of(agent_id: str) -> Any:
+        spec = agents().get(agent_id)
+        if spec is None:
+            raise ApiError(404, "agent_not_found", f"unknown agent {agent_id!r}")
+        return spec
+
+    def base(request: web.Request) -> str:
+        return f"{request.scheme}://{request.host}"
+
+    async def card(request: web.Request) -> web.Response:
+        from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+
+        agent_id = request.match_info.get("agent_id") or default_agent or next(iter(agents()), None)
+        if agent_id is None:
+            raise ApiError(404, "agent_not_found", "no agent to describe")
+        spec = spec_of(agent_id)
+        return web.json_response(agent_card_to_dict(agent_card(spec, f"{base(request)}/a2a/{spec.id}")))
+
+    async def rpc(request: web.Request) -> web.StreamResponse:
+        agent_id = request.match_info["agent_id"]
+        spec_of(agent_id)
+        if principal(request).tenant is not None:
+            # tasks are read by id from the log, across tenants: refuse rather than leak
+            raise ApiError(403, "tenant_scoped_token", "A2A needs an unscoped token (tenant-scoped tokens: use /v1)")
+        try:  # the project's one request decoder first: the SDK's parser recurses (RecursionError
+            parse_json(await request.read())  # on deep nesting became -32603 "internal error")
+        except InvalidJson as exc:
+            return web.json_response({"jsonrpc": "2.0", "id": None, "error": {
+                "code": JSONRPC_PARSE_ERROR, "message": str(exc), "data": {"code": exc.code}}})
+        store = services(request).store
+        app = apps.get((id(store), agent_id))
+        if app is None:
+            app = apps[(id(store), agent_id)] = _jsonrpc_app(agent_id, dispatcher, store)
+        return await serve_asgi(app, request)
+
+    return [
+        Route("GET", "/.well-known/agent-card.json", card, "A2A agent card (default agent)", "a2a",
+              response={"type": "object"}, auth=False),
+        Route("GET", "/a2a/{agent_id}/.well-known/agent-card.json", card, "A2A agent card", "a2a",
+              response={"type": "object"}, auth=False),
+        Route("POST", "/a2a/{agent_id}", rpc, "A2A JSON-RPC endpoint of an agent", "a2a",
+              response={"type": "object"}),
+    ]
+
+
+def _jsonrpc_app(agent_id: str, dispatcher: Any, store: Any) -> Any:
+    from a2a.server.routes.jsonrpc_routes import create_jsonrpc_routes
+    from starlette.applications import Starlette
+
+    from .server import RunTaskHandler
+
+    handler = RunTaskHandler(agent_id, dispatcher, store)
+    return Starlette(routes=create_jsonrpc_routes(handler, rpc_url=f"/a2a/{agent_id}"))
+
+
+def available() -> bool:
+    """Is the `a2a` extra installed?"""
+    try:
+        import a2a.server.routes  # noqa: F401
+        import starlette  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -1,0 +1,434 @@
+"""The one seam every way in (HTTP, the NATS micro service, protocol adapters) uses to change a run.
+
+    dispatcher = InProcessDispatcher(runtime)            # `agentlog serve`: gateway + worker
+    dispatcher = QueueDispatcher(store.nc, store)        # `agentlog gateway`: workers elsewhere
+    accepted = await dispatcher.start_run("calc", "hi")  # Accepted(thread_id, run_id, seq)
+    accepted = await dispatcher.submit_inputs(run_id, decisions=[...])   # or messages=[...]
+    accepted = await dispatcher.cancel(run_id)
+
+Why one seam: the callers must not know whether runs execute in this process or on workers, and
+both implementations must reject bad input with the SAME typed errors (`agentlog.runtime.hitl`'s
+`InvalidDecision`, `UnknownCall`, `CallNotSuspended`, `RunNotWaiting`, `RunNotFound`, and the ones
+below) before anything is written, so an HTTP or NATS answer does not depend on the deployment.
+
+Every answer carries `seq`: the log seq of the commit that made the request visible (the run's
+`RunStarted`, the `ToolCallDecided`, the `RunCancelRequested`), which a client passes as `min_seq`
+to read its own write from the views.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
+
+from agentlog.log.errors import AgentlogError
+from agentlog.log.events import RunCancelRequested, RunFinished, RunStarted, StoredCommit, ToolCallDecided
+from agentlog.log.ids import new_id, validate_run_id
+from agentlog.runtime.admission import InvalidRunInput, check_start, check_start_ids, check_storable
+from agentlog.runtime.commands import (
+    DLQ_CODE,
+    DLQ_COMMAND_ID,
+    DLQ_ERROR,
+    Cancel,
+    CommandClient,
+    ContinueRun,
+    Decide,
+    StartRun,
+    dlq_subject,
+)
+from agentlog.runtime.frontend import InvalidFrontendTools, normalize_frontend_tools
+from agentlog.runtime.hitl import check_decisions, decision_seqs, parse_decisions
+from agentlog.runtime.loop_staging import RunConflict
+from agentlog.runtime.run_context import RunContext, fold_context
+from agentlog.runtime.runtime import RunNotFound, Runtime, _call_ids
+from agentlog.views.fold import fold_commits
+
+Messages = str | Sequence[Any]
+
+
+class Accepted(NamedTuple):
+    """A request the log has taken: where it landed. `duplicate`: every decision given was
+    already recorded (idempotent retry); `seq` is then the commit that recorded them first."""
+
+    thread_id: str
+    run_id: str
+    seq: int
+    duplicate: bool = False
+
+
+# == errors (codes map to statuses in src/agentlog/http/errors.STATUS_BY_CODE) ==========================
+
+
+class AgentNotFound(AgentlogError, LookupError):
+    code = "agent_not_found"
+
+
+class ThreadNotFound(AgentlogError, LookupError):
+    """Unknown or deleted thread (a deleted thread takes no runs)."""
+
+    code = "thread_not_found"
+
+
+class RunAlreadyFinished(AgentlogError):
+    """Cancel of a run that already finished: nothing was appended."""
+
+    code = "run_finished"
+
+
+class InvalidInput(AgentlogError, ValueError):
+    """Input the runtime would refuse (bad message shape, inconsistent ids)."""
+
+    code = "invalid_input"
+
+
+class CommandFailed(AgentlogError, ValueError):
+    """A worker gave up on the command (dead-lettered it, see `agentlog.runtime.worker`): the answer
+    carries the worker's error code (e.g. `commit_too_large` -> 413), so a request fails in
+    gateway mode as it would in serve mode instead of waiting into a `DispatchTimeout`. A code
+    the API has no status for is a refusal of the input (400, as the runtime's ValueErrors are
+    in serve mode); `max_deliveries` (503) and `command_failed` (500) are the worker's own."""
+
+    code = "command_failed"
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        if code:
+            self.code = code
+
+
+class DispatchTimeout(AgentlogError):
+    """The command is queued but no worker made its effect visible in time (no worker running?).
+    It stays queued: a worker that comes up later still executes it."""
+
+    code = "dispatch_timeout"
+
+
+# == the seam ======================================================================================
+
+
+class Dispatcher(Protocol):
+    async def start_run(
+        self,
+        agent_id: str,
+        messages: Messages = (),
+        *,
+        thread_id: str | None = None,
+        run_id: str | None = None,
+        parent_run_id: str | None = None,
+        decisions: Sequence[Mapping[str, Any]] | None = None,
+        resource_id: str | None = None,
+        frontend_tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> Accepted: ...
+
+    async def submit_inputs(
+        self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = ()
+    ) -> Accepted: ...
+
+    async def cancel(self, run_id: str, reason: str | None = None) -> Accepted: ...
+
+
+def _has_messages(messages: Messages | None) -> bool:
+    return bool(messages)
+
+
+def _check_storable(value: Any, what: str) -> None:
+    """Both dispatchers, before anything: input that can never be written is `InvalidInput`."""
+    try:
+        check_storable(value if not isinstance(value, Sequence) or isinstance(value, str) else list(value), what)
+    except InvalidRunInput as exc:
+        raise InvalidInput(str(exc)) from None
+
+
+def _seq_of(commits: Sequence[StoredCommit], pred: Callable[[Any], bool], last: bool = False) -> int:
+    seqs = [sc.seq for sc in commits if any(pred(e) for e in sc.commit.events)]
+    if not seqs:
+        raise RunNotFound("the run's commit was not found in the log")
+    return seqs[-1] if last else seqs[0]
+
+
+async def _run_commits(store: Any, run_id: str) -> list[StoredCommit]:
+    validate_run_id(run_id)
+    commits = [sc async for sc in store.read_run(run_id)]
+    if not commits:
+        raise RunNotFound(f"unknown run {run_id!r}")
+    return commits
+
+
+def _agent_of(commits: Sequence[StoredCommit]) -> str:
+    return next(e.agent_id for sc in commits for e in sc.commit.events if type(e) is RunStarted)
+
+
+def _finished(commits: Sequence[StoredCommit]) -> bool:
+    return any(type(e) is RunFinished for sc in commits for e in sc.commit.events)
+
+
+# == in process ====================================================================================
+
+
+class InProcessDispatcher:
+    """Runs execute in this process (`serve`): calls the `Runtime` directly. The runtime
+    validates before it appends, so its typed errors are the answers."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    async def start_run(
+        self, agent_id: str, messages: Messages = (), *, thread_id: str | None = None,
+        run_id: str | None = None, parent_run_id: str | None = None,
+        decisions: Sequence[Mapping[str, Any]] | None = None, resource_id: str | None = None,
+        frontend_tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> Accepted:
+        check_start_ids(agent_id, thread_id, run_id, parent_run_id)
+        if agent_id not in self.runtime.agents:
+            raise AgentNotFound(f"unknown agent {agent_id!r}")
+        if thread_id is not None and parent_run_id is None:
+            await _check_thread(self.runtime.store, thread_id)
+        try:
+            handle = await self.runtime.start(
+                agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
+                decisions=list(decisions or ()), resource_id=resource_id, frontend_tools=frontend_tools,
+            )
+        except AgentlogError:
+            raise
+        except (ValueError, TypeError) as exc:
+            raise InvalidInput(str(exc)) from None
+        seq = _seq_of(handle.commits, lambda e: type(e) is RunStarted)
+        return Accepted(handle.thread_id, handle.run_id, seq)
+
+    async def submit_inputs(
+        self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = ()
+    ) -> Accepted:
+        _check_storable(decisions, "decisions")
+        commits = await _run_commits(self.runtime.store, run_id)
+        thread_id = commits[0].commit.thread_id
+        if _has_messages(messages):
+            return await self.start_run(_agent_of(commits), messages, thread_id=thread_id,
+                                        parent_run_id=run_id, decisions=decisions)
+        if not decisions:
+            raise InvalidInput("give decisions and/or messages")
+        res = await self.runtime.decide(run_id, list(decisions), thread_id=thread_id)
+        return Accepted(thread_id, run_id, res.seq, res.duplicate)
+
+    async def cancel(self, run_id: str, reason: str | None = None) -> Accepted:
+        _check_storable(reason, "reason")
+        commits = await _run_commits(self.runtime.store, run_id)
+        if _finished(commits) or not await self.runtime.cancel(run_id, reason=reason):
+            raise RunAlreadyFinished(f"run {run_id!r} has already finished")
+        after = [sc async for sc in self.runtime.store.read_run(run_id, after=commits[-1].seq)]
+        seq = _seq_of(after, lambda e: type(e) is RunCancelRequested, last=True)
+        return Accepted(commits[0].commit.thread_id, run_id, seq)
+
+
+async def _check_thread(store: Any, thread_id: str) -> None:
+    """An existing thread must not be deleted; a new one is fine (the run creates it)."""
+    commits = [sc async for sc in store.read_thread(thread_id)]
+    if commits:
+        thread = fold_commits(commits).threads.get(thread_id)
+        if thread is not None and thread.deleted:
+            raise ThreadNotFound(f"thread {thread_id!r} is deleted")
+
+
+# == via the work queue ============================================================================
+
+
+class QueueDispatcher:
+    """Runs execute on workers (`gateway`): validate against the log, queue the command, wait
+    (bounded) until its effect is in the log.
+
+    The checks here are the runtime's own (the pure functions of `agentlog.runtime.hitl` over the run
+    folded with `agentlog.runtime.run_context.fold_context`), so a bad request gets the error the runtime would
+    raise and NOTHING is queued or written. The remaining race (the run changes between our
+    check and the worker's) is the worker's to settle; it then terminates the command and the
+    wait here ends in `DispatchTimeout`.
+
+    `agents`: ids a worker can run; when given, unknown agents are refused here (404).
+    """
+
+    def __init__(self, nc: Any, store: Any, *, agents: Collection[str] | None = None,
+                 timeout: float = 10.0) -> None:
+        self.store = store
+        self.client = CommandClient(nc)
+        self.agents = set(agents) if agents is not None else None
+        self.timeout = timeout
+
+    # -- start ---------------------------------------------------------------------------------
+
+    async def start_run(
+        self, agent_id: str, messages: Messages = (), *, thread_id: str | None = None,
+        run_id: str | None = None, parent_run_id: str | None = None,
+        decisions: Sequence[Mapping[str, Any]] | None = None, resource_id: str | None = None,
+        frontend_tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> Accepted:
+        check_start_ids(agent_id, thread_id, run_id, parent_run_id)
+        if self.agents is not None and agent_id not in self.agents:
+            raise AgentNotFound(f"unknown agent {agent_id!r}")
+        decisions = list(decisions or ())
+        try:  # the names are checked here; a clash with the agent's tools only a worker can see
+            frontend = normalize_frontend_tools(frontend_tools)
+            # the runtime's own input checks (serve mode makes the same call): same answers
+            check_start(agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
+                        decisions=decisions, resource_id=resource_id, frontend_tools=frontend,
+                        max_payload=getattr(self.store, "max_payload", None))
+        except (InvalidFrontendTools, InvalidRunInput) as exc:
+            raise InvalidInput(str(exc)) from None
+        except AgentlogError:
+            raise
+        except (ValueError, TypeError) as exc:
+            raise InvalidInput(str(exc)) from None
+        if parent_run_id is not None:
+            parent = await _run_commits(self.store, parent_run_id)
+            parent_thread = parent[0].commit.thread_id
+            if thread_id is not None and thread_id != parent_thread:
+                raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")
+            thread_id = parent_thread
+            if decisions:
+                history = [sc async for sc in self.store.read_thread(thread_id)]
+                self._check_decisions(parent_run_id, thread_id, history, decisions)
+        run_id = run_id or new_id()
+        thread_id = thread_id or new_id()
+        version = await self._check_start(thread_id, run_id)
+        cls = ContinueRun if parent_run_id is not None else StartRun
+        # resource_id rides in the command: the worker's run-start commit creates the thread, so
+        # the gateway writes nothing itself (it used to write ThreadCreated first: a start that
+        # then failed left an orphan thread)
+        cmd = cls(thread_id=thread_id, run_id=run_id, agent_id=agent_id, messages=_wire_messages(messages),
+                  parent_run_id=parent_run_id, decisions=decisions, frontend_tools=frontend,
+                  resource_id=resource_id)
+        seq = await self._submit_and_wait(cmd, thread_id, version,
+                                          lambda sc: sc.commit.run_id == run_id and _has(sc, RunStarted))
+        return Accepted(thread_id, run_id, seq)
+
+    async def _check_start(self, thread_id: str, run_id: str) -> int:
+        """The runtime's `_check_thread`, from the log: not deleted, no such run yet, no run
+        running. Returns the thread's version (where the wait for the effect starts)."""
+        history = [sc async for sc in self.store.read_thread(thread_id)]
+        if not history:
+            if [sc async for sc in self.store.read_run(run_id)]:
+                raise RunConflict(f"run {run_id!r} already exists")
+            return 0
+        views = fold_commits(history)
+        thread = views.threads.get(thread_id)
+        if thread is not None:
+            if thread.deleted:
+                raise ThreadNotFound(f"thread {thread_id!r} is deleted")
+            if run_id in thread.run_ids:
+                raise RunConflict(f"run {run_id!r} already exists on thread {thread_id!r}")
+            active = thread.active_run_id
+            if active is not None and views.runs[active].status == "running":
+                raise RunConflict(f"thread {thread_id!r} has an active run {active!r}; cancel it or wait")
+        return history[-1].seq
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    async def submit_inputs(
+        self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = ()
+    ) -> Accepted:
+        _check_storable(decisions, "decisions")
+        commits = await _run_commits(self.store, run_id)
+        thread_id = commits[0].commit.thread_id
+        if _has_messages(messages):
+            return await self.start_run(_agent_of(commits), messages, thread_id=thread_id,
+                                        parent_run_id=run_id, decisions=decisions)
+        if not decisions:
+            raise InvalidInput("give decisions and/or messages")
+        history = [sc async for sc in self.store.read_thread(thread_id)]
+        new, dups = self._check_decisions(run_id, thread_id, history, decisions)
+        if not new:
+            return Accepted(thread_id, run_id, decision_seqs(commits)[dups[0].decision_id], True)
+        ids = {d.decision_id for d in new}
+        cmd = Decide(thread_id=thread_id, run_id=run_id, decisions=[dict(d) for d in decisions])
+        seq = await self._submit_and_wait(
+            cmd, thread_id, history[-1].seq,
+            lambda sc: any(type(e) is ToolCallDecided and e.decision.decision_id in ids for e in sc.commit.events))
+        return Accepted(thread_id, run_id, seq)
+
+    @staticmethod
+    def _check_decisions(run_id: str, thread_id: str, history: list[StoredCommit],
+                         decisions: Sequence[Mapping[str, Any]]) -> tuple[list[Any], list[Any]]:
+        """`Runtime.decide`'s validation, on the run folded here from the log."""
+        from agentlog.log.ids import now_ms
+
+        parsed = parse_decisions(decisions, now_ms())
+        ctx = fold_context(RunContext(thread_id=thread_id, run_id=run_id), history)
+        run_commits = [sc for sc in history if sc.commit.run_id == run_id]
+        return check_decisions(ctx, parsed, _call_ids(run_commits))
+
+    # -- cancel --------------------------------------------------------------------------------
+
+    async def cancel(self, run_id: str, reason: str | None = None) -> Accepted:
+        _check_storable(reason, "reason")
+        commits = await _run_commits(self.store, run_id)
+        if _finished(commits):
+            raise RunAlreadyFinished(f"run {run_id!r} has already finished")
+        thread_id = commits[0].commit.thread_id
+        version = await self.store.thread_version(thread_id)
+        seq = await self._submit_and_wait(
+            Cancel(thread_id=thread_id, run_id=run_id, reason=reason), thread_id, version,
+            lambda sc: sc.commit.run_id == run_id and (_has(sc, RunCancelRequested) or _has(sc, RunFinished)))
+        return Accepted(thread_id, run_id, seq)
+
+    # -- waiting for the effect ----------------------------------------------------------------
+
+    async def _submit_and_wait(self, cmd: Any, thread_id: str, after: int,
+                               done: Callable[[StoredCommit], bool]) -> int:
+        """Follow the thread from `after` (opened BEFORE the submit, so the effect cannot slip
+        by), submit, and return the seq of the first commit `done` accepts. If a worker
+        dead-letters the command first (also watched from before the submit), raise
+        `CommandFailed` with the worker's error code."""
+        follower = self.store.follow(thread_id, after=after)
+        dead: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        async def on_dead_letter(msg: Any) -> None:
+            headers = msg.headers or {}
+            if headers.get(DLQ_COMMAND_ID) == cmd.command_id and not dead.done():
+                dead.set_result(headers)
+
+        sub = await self.client.nc.subscribe(dlq_subject(thread_id), cb=on_dead_letter)
+        try:
+            await self.client.nc.flush()
+            first = asyncio.ensure_future(_first(follower, done))
+            try:
+                await self.client.submit(cmd)
+                finished, _ = await asyncio.wait({first, dead}, timeout=self.timeout,
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                if first in finished:
+                    return first.result()
+                if dead in finished:
+                    headers = dead.result()
+                    raise CommandFailed(headers.get(DLQ_ERROR) or "a worker gave up on the command",
+                                        headers.get(DLQ_CODE))
+                raise DispatchTimeout(
+                    f"{type(cmd).__name__} for run {cmd.run_id!r} is queued, but no worker committed it "
+                    f"within {self.timeout}s (is a worker running?)")
+            finally:
+                first.cancel()
+                with contextlib.suppress(BaseException):
+                    await first
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+            with contextlib.suppress(Exception):
+                await follower.aclose()
+
+
+async def _first(commits: AsyncIterator[StoredCommit], done: Callable[[StoredCommit], bool]) -> int:
+    async for sc in commits:
+        if done(sc):
+            return sc.seq
+    raise DispatchTimeout("the log follow ended before the effect was seen")
+
+
+def _has(sc: StoredCommit, kind: type) -> bool:
+    return any(type(e) is kind for e in sc.commit.events)
+
+
+def _wire_messages(messages: Messages) -> list[Any]:
+    return [messages] if isinstance(messages, str) else [dict(m) if isinstance(m, Mapping) else m for m in messages]
+
+
+__all__ = [
+    "Accepted", "AgentNotFound", "CommandFailed", "DispatchTimeout", "Dispatcher", "InProcessDispatcher", "InvalidInput",
+    "QueueDispatcher", "RunAlreadyFinished", "ThreadNotFound",
+]

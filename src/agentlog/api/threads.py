@@ -1,0 +1,81 @@
+"""Thread writes every transport shares (DESIGN 5.1): create, and the checked append under
+per-thread OCC that patch and delete use. Answers carry the commit `seq` for read-your-writes
+(`min_seq`); the view they return is the fold of the log up to that commit, so it is exact even
+while the projection catches up.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentlog.log.errors import VersionConflict
+from agentlog.log.events import Commit, ThreadCreated
+from agentlog.log.ids import new_id, now_ms
+from agentlog.views.fold import Folder
+from agentlog.views.views import ThreadView
+
+from .auth import Principal
+from .context import Services, visible_thread, wait_min_seq
+from .errors import ApiError
+from .models import CreateThread
+
+
+def conflict(message: str) -> ApiError:
+    return ApiError(409, "thread_exists", message)
+
+
+async def append(svc: Services, thread_id: str, events: list[Any], version: int) -> tuple[int, Commit]:
+    commit = Commit(commit_id=new_id(), thread_id=thread_id, run_id=None, ts=now_ms(), events=events)
+    result = await svc.store.append(commit, expected_version=version)
+    return result.seq, commit
+
+
+def after(view: ThreadView | None, seq: int, commit: Commit) -> ThreadView | None:
+    folder = Folder({view.thread_id: view} if view is not None else None)
+    folder.apply_commit(seq, commit)
+    return folder.thread(commit.thread_id)
+
+
+async def create(svc: Services, who: Principal, body: CreateThread) -> dict[str, Any]:
+    """Create a thread (HTTP and NATS `threads.create`): `{"thread": view, "seq": seq}`."""
+    if not who.can_see(body.resource_id):
+        raise ApiError(403, "tenant_mismatch",
+                       f"this token may only create threads whose resource_id starts with {who.tenant!r}")
+    if body.parent_thread_id is not None:
+        await _check_parent(svc, who, body.parent_thread_id)
+    thread_id = body.thread_id or new_id()
+    if await svc.store.thread_version(thread_id) != 0:
+        raise conflict(f"thread {thread_id!r} already exists")
+    event = ThreadCreated(resource_id=body.resource_id, parent_thread_id=body.parent_thread_id,
+                          metadata=body.metadata)
+    try:
+        seq, commit = await append(svc, thread_id, [event], 0)
+    except VersionConflict:
+        raise conflict(f"thread {thread_id!r} already exists") from None
+    return {"thread": after(None, seq, commit), "seq": seq}
+
+
+async def _check_parent(svc: Services, who: Principal, parent_id: str) -> None:
+    """The parent must exist (in the log) and, for a tenant, be one of its own threads."""
+    version = await svc.store.thread_version(parent_id)
+    if version == 0:
+        raise ApiError(404, "thread_not_found", f"parent thread {parent_id!r} not found")
+    if who.tenant is not None:
+        await wait_min_seq(svc, version)
+        await visible_thread(svc, who, parent_id)
+
+
+async def current(svc: Services, who: Principal, thread_id: str, expected: int | None) -> tuple[ThreadView, int]:
+    """The thread as of its latest commit, for a write: the log gives the version, the view
+    (caught up to that version, bounded) gives tenancy and the tombstone."""
+    version = await svc.store.thread_version(thread_id)
+    if version == 0:
+        raise ApiError(404, "thread_not_found", f"thread {thread_id!r} not found")
+    await wait_min_seq(svc, version)
+    view = await visible_thread(svc, who, thread_id)
+    if expected is not None and expected != version:
+        raise VersionConflict(thread_id, expected, version)
+    return view, version
+
+
+__all__ = ["after", "append", "conflict", "create", "current"]

@@ -1,0 +1,28 @@
+"""The `agentlog` command line (DESIGN 5.3): `agentlog.cli:main` is the console script.
+
+`core` holds the typer app, the shared connection options and error handling; each command
+group registers itself on that app from its own module, imported here (in the order of
+`agentlog --help`) so that `app` has every command once the package is imported: `reads`
+(events, threads, runs, projections), `replay` (replay, trace), `serve` (serve, gateway, worker,
+demo), `runs` (`agentlog run ...`), `dev`. The command modules import `core`, never each other's
+registration, so the package has no import cycle (import-linter checks it).
+"""
+
+# The order of `agentlog --help`:
+# isort: off
+from . import core
+from . import reads as _reads  # noqa: F401 - each registers its commands on `app`
+from . import replay as _replay  # noqa: F401
+from . import serve as _serve  # noqa: F401
+from . import runs as _runs  # noqa: F401
+from . import dev as _dev  # noqa: F401
+# isort: on
+from .core import app
+
+
+def main() -> None:
+    """Console-script entry point (`agentlog`)."""
+    app(prog_name="agentlog")
+
+
+__all__ = ["app", "core", "main"]

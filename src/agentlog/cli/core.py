@@ -1,0 +1,282 @@
+"""The `agentlog` command line (DESIGN 5.3): read-only tools over the log, the servers, and
+(src/agentlog/cli/runs.py, src/agentlog/cli/dev.py) `run ...` to drive runs of a running server and `dev`.
+
+Every command takes the same connection options (`--nats URL`, `--creds`, `--token`,
+`--data-dir`, `--timeout`); without a URL the embedded nats-server runs for the duration of the
+command. Every answer is computed from the log itself (the only source of truth), so the CLI
+shows the same thing whichever process wrote the log and whether or not a projection runner is
+running. `replay RUN --verify --app module:attr` runs user code: it re-executes the run with the
+app's agents against the log (agentlog.runtime.replay; tools answered from the log unless
+`--reexecute-tools`) and exits 1 at the first difference. Errors are one red line `error [<code>]: <message>` on stderr, exit 1, or 2 for usage
+errors (bad ids, unknown run); never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import nats.errors
+import structlog
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from agentlog import __version__
+from agentlog.api.app_loader import AppLoadError
+from agentlog.api.connection import NATS_URL_ENV, ConnectionOptions, open_store
+from agentlog.api.timeline import (
+    InvalidEventId,
+    UnknownRun,
+)
+from agentlog.log.auth import Role
+from agentlog.log.errors import AgentlogError, InvalidId, StoreUnavailable
+from agentlog.log.events import StoredCommit
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.replicas import REPLICAS_ENV
+
+from . import logging as agentlog_logging
+
+log = structlog.get_logger("agentlog.cli")
+
+#: Errors caused by what the user typed: exit code 2, like click's own usage errors.
+USAGE_ERRORS: tuple[type[AgentlogError], ...] = (InvalidId, InvalidEventId, UnknownRun, AppLoadError)
+
+class AppMismatch(AgentlogError):
+    """The app given to --verify cannot replay this run (no such agent, no such tool)."""
+
+    code = "app_mismatch"
+
+
+#: `-h` is `--help` on every command (click hands help option names down to subcommands).
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+
+app = typer.Typer(
+    name="agentlog",
+    help="agentlog: an event-sourced agent runtime on NATS JetStream.",
+    no_args_is_help=True,
+    context_settings=HELP_OPTIONS,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+events_app = typer.Typer(help="Read the event log.", no_args_is_help=True)
+app.add_typer(events_app, name="events")
+projections_app = typer.Typer(help="Maintain the KV views (projections) of the log.", no_args_is_help=True)
+app.add_typer(projections_app, name="projections")
+
+
+# -- shared options -------------------------------------------------------------------------------
+
+# --nats/--creds/--token are accepted before the command (`agentlog --nats URL runs`, where the
+# environment variables are read too) and after it (`agentlog runs --nats URL`, which wins).
+_NATS_HELP = "NATS server URL(s), comma separated. Without it an embedded nats-server runs for this command."
+_CREDS_HELP = "NATS .creds file."
+_TOKEN_HELP = "NATS token."
+NatsOpt = Annotated[str | None, typer.Option("--nats", metavar="URL", help=_NATS_HELP + f" [also: ${NATS_URL_ENV}]")]
+CredsOpt = Annotated[Path | None, typer.Option(
+    "--creds", exists=True, dir_okay=False, help=_CREDS_HELP + " [also: $AGENTLOG_NATS_CREDS]")]
+TokenOpt = Annotated[str | None, typer.Option("--token", help=_TOKEN_HELP + " [also: $AGENTLOG_NATS_TOKEN]")]
+DataDirOpt = Annotated[Path, typer.Option(
+    "--data-dir", envvar="AGENTLOG_DATA_DIR", help="Data directory of the embedded nats-server.")]
+TimeoutOpt = Annotated[float, typer.Option(
+    "--timeout", min=0.1, help="Seconds to wait for NATS to connect / answer before failing.")]
+ReplicasOpt = Annotated[int | None, typer.Option(
+    "--replicas", envvar=REPLICAS_ENV, min=1, max=5,
+    help="Replicas of the streams and KV buckets (a cluster: 3). New ones get it (default 1); existing "
+         "ones are raised to it, never lowered.")]
+
+
+# the servers (serve, gateway, worker, demo, dev)
+HostOpt = Annotated[str, typer.Option("--host", envvar="AGENTLOG_HOST", help="HTTP listen address.")]
+PortOpt = Annotated[int, typer.Option("--port", envvar="AGENTLOG_PORT", min=0, max=65535,
+                                      help="HTTP port (0: any free port).")]
+AppOpt = Annotated[str | None, typer.Option(
+    "--app", "--config", metavar="MODULE:ATTR|FILE.yaml",
+    help="The application: an App, a Runtime, or factory(store), or a YAML/JSON agent configuration file. "
+         "Default: the built-in demo agent.")]
+TokensOpt = Annotated[str | None, typer.Option(
+    "--tokens", envvar="AGENTLOG_TOKENS", help="API bearer tokens 'tok1,tok2:tenant' (empty: no auth).")]
+ConcurrencyOpt = Annotated[int, typer.Option("--concurrency", min=1, help="Commands a worker runs at once.")]
+ServeConcurrencyOpt = Annotated[int | None, typer.Option(
+    "--concurrency", min=1, help="Runs this process drives at once (default 64).")]
+AckWaitOpt = Annotated[float | None, typer.Option(
+    "--ack-wait", envvar="AGENTLOG_WORKER_ACK_WAIT", min=0.1,
+    help="Command lease in seconds: a dead worker's runs are redelivered after it (default 30).")]
+ShutdownOpt = Annotated[float | None, typer.Option(
+    "--shutdown-timeout", envvar="AGENTLOG_SHUTDOWN_TIMEOUT", min=0.0,
+    help="On SIGTERM, seconds to let runs finish before handing them back to the queue (default 10).")]
+
+
+@dataclass(frozen=True)
+class GlobalOptions:
+    """The connection options given before the command (or by environment variable)."""
+
+    nats: str | None = None
+    creds: Path | None = None
+    token: str | None = None
+
+
+#: Set by the root callback on every invocation (before any command body runs).
+_global = GlobalOptions()
+
+
+def _options(nats: str | None, creds: Path | None, token: str | None, data_dir: Path, timeout: float,
+             replicas: int | None = None) -> ConnectionOptions:
+    """The command's own options, else the global ones (which include the environment)."""
+    given = _global
+    return ConnectionOptions(nats_url=nats or given.nats, creds=creds or given.creds, token=token or given.token,
+                             data_dir=data_dir, timeout=timeout, replicas=replicas)
+
+
+# -- logging, output, errors ----------------------------------------------------------------------
+
+
+def configure_logging(level: str) -> None:
+    """Logging for every command: `agentlog.cli.logging.configure` (stderr; stdout stays clean for
+    data and --json)."""
+    try:
+        agentlog_logging.configure(level)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--log-level") from None
+
+
+def _out() -> Console:
+    """stdout console. soft_wrap: timeline lines are never cut or re-wrapped. When piped (no
+    terminal, no $COLUMNS) tables get 200 columns instead of rich's 80, so ids stay unfolded."""
+    piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    return Console(soft_wrap=True, highlight=False, width=200 if piped else None)
+
+
+def _fail(exc: AgentlogError) -> NoReturn:
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err.print(Text(f"error [{exc.code}]: {exc}", style="bold red"))
+    usage = isinstance(exc, (*USAGE_ERRORS, AppMismatch)) or getattr(exc, "usage_error", False)
+    raise typer.Exit(2 if usage else 1)
+
+
+def _print_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def _run(options: ConnectionOptions, body: Callable[[JetStreamEventStore], Awaitable[None]],
+         role: Role = "readonly") -> None:
+    """Run `body` against the store (logged in as `role` on the embedded server); map errors to one
+    line and an exit code; Ctrl-C exits 0."""
+
+    async def main() -> None:
+        async with open_store(options, role) as store:
+            await body(store)
+
+    _run_main(main)
+
+
+async def _stoppable(main: Callable[[], Awaitable[int | None]]) -> int | None:
+    """`main()`, cancelled by SIGTERM like Ctrl-C: its cleanup (leaving the embedded nats-server,
+    which stops it when this was its last user) runs instead of the process dying on the spot and
+    leaving the server behind. Commands that wait for signals themselves (`serve`) take SIGTERM
+    over while they do."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+
+    def terminate() -> None:  # once: a second SIGTERM must not cut the cleanup short
+        loop.add_signal_handler(signal.SIGTERM, lambda: None)
+        task.cancel()
+
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGTERM, terminate)
+    try:
+        return await main()
+    except asyncio.CancelledError:
+        log.debug("terminated")
+        raise KeyboardInterrupt from None
+    finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGTERM)
+
+
+def _run_main(main: Callable[[], Awaitable[int | None]]) -> None:
+    """asyncio.run(main()) with the CLI's error mapping; an int result is the exit code."""
+    try:
+        code = asyncio.run(_stoppable(main))
+        if code:
+            raise typer.Exit(code)
+    except KeyboardInterrupt:
+        log.debug("interrupted")
+        raise typer.Exit(0) from None
+    except BrokenPipeError:  # `agentlog events tail | head`: the reader left, nothing to report
+        raise typer.Exit(0) from None
+    except AgentlogError as exc:
+        _fail(exc)
+    except (nats.errors.Error, TimeoutError) as exc:  # raw nats-py calls (KV) outside the store
+        _fail(StoreUnavailable(f"NATS did not answer: {type(exc).__name__}: {exc}"))
+    except typer.Exit:
+        raise
+    except Exception as exc:  # a bug: one line for the user, the traceback at debug level
+        log.debug("unexpected error", exc_info=True)
+        err = Console(stderr=True, highlight=False, soft_wrap=True)
+        err.print(Text(f"error [internal]: {type(exc).__name__}: {exc} (--log-level debug shows the traceback)",
+                       style="bold red"))
+        raise typer.Exit(1) from None
+
+
+def _guard(check: Callable[[], Any]) -> Any:
+    """Validate an argument before any server is started or contacted."""
+    try:
+        return check()
+    except AgentlogError as exc:
+        _fail(exc)
+
+
+async def read_to_end(store: JetStreamEventStore, thread_id: str | None = None, after: int = 0) -> AsyncIterator[StoredCommit]:
+    """Commits with seq > `after` up to the end of the log as it is now (all threads, or one)."""
+    if thread_id is not None:
+        async for stored in store.read_thread(thread_id, after):
+            yield stored
+        return
+    last = await store.last_seq()
+    if last <= after:
+        return
+    async with aclosing(store.follow(None, after)) as commits:
+        async for stored in commits:
+            yield stored
+            if stored.seq >= last:
+                return
+
+
+def _time(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S") if ms else "-"
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"agentlog {__version__}\n")  # the installed distribution's (importlib.metadata)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    log_level: Annotated[str, typer.Option("--log-level", envvar="AGENTLOG_LOG_LEVEL",
+                                           help="debug, info, warning, error.")] = "warning",
+    nats: Annotated[str | None, typer.Option("--nats", envvar=NATS_URL_ENV, metavar="URL", help=_NATS_HELP)] = None,
+    creds: Annotated[Path | None, typer.Option("--creds", envvar="AGENTLOG_NATS_CREDS", exists=True,
+                                                  dir_okay=False, help=_CREDS_HELP)] = None,
+    token: Annotated[str | None, typer.Option("--token", envvar="AGENTLOG_NATS_TOKEN", help=_TOKEN_HELP)] = None,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """Global options go before the command; a command's own --nats/--creds/--token win."""
+    global _global
+    configure_logging(log_level)
+    _global = GlobalOptions(nats, creds, token)

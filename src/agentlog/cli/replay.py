@@ -1,0 +1,237 @@
+"""`agentlog replay` (with `--verify`: re-execute a run against its log) and `agentlog trace`
+(a run's OpenTelemetry spans, derived from the log). Registered on `agentlog.cli.core.app`."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from agentlog.api.app_loader import load_app, resolve_app
+from agentlog.api.timeline import (
+    ReplayReport,
+    UnknownRun,
+    build_replay,
+    parse_event_id,
+)
+from agentlog.log.events import Position
+from agentlog.log.ids import validate_run_id
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import DEFAULT_DATA_DIR
+
+from . import logging as agentlog_logging
+from .core import (
+    AppMismatch,
+    CredsOpt,
+    DataDirOpt,
+    NatsOpt,
+    TimeoutOpt,
+    TokenOpt,
+    _guard,
+    _options,
+    _out,
+    _print_json,
+    _run,
+    app,
+)
+from .reads import _thread_of_run
+
+# -- replay ---------------------------------------------------------------------------------------
+
+
+def _render_replay(report: ReplayReport) -> None:
+    out = _out()
+    run, now = report.run, report.run_as_of
+    head = Text()
+    head.append(f"run {run.run_id}", style="bold")
+    head.append(f"  thread {run.thread_id}  agent {run.agent_id or '-'}  origin {run.origin or '-'}")
+    out.print(head)
+    out.print(Text(f"lineage: parent run {run.parent_run_id or '-'}  parent thread {run.parent_thread_id or '-'}"
+                   f"  continued by {', '.join(report.continued_by) or '-'}"))
+    as_of = f"as of {report.to}" if report.to else "end of log"
+    out.print(Text(f"status: {now.status if now else 'not started'} ({as_of})"))
+    for group in report.groups:
+        out.print(Text(f"── {group.label} ──", style="bold magenta"))
+        for item in group.events:
+            line = Text("  ")
+            line.append(f"{item.position!s:>8}", style="cyan")
+            line.append(f"  {type(item.event).__name__:<20}", style="bold")
+            line.append(f" {item.summary}")
+            out.print(line)
+        if group.state_diff:
+            out.print(Text("  state diff:", style="yellow"))
+            for op in group.state_diff:
+                value = f" {json.dumps(op['value'], ensure_ascii=False)}" if "value" in op else ""
+                source = f" from {op['from']}" if "from" in op else ""
+                out.print(Text(f"    {op['op']} {op['path']}{source}{value}"))
+    if now is not None and now.termination is not None:
+        t = now.termination
+        detail = "".join(f" {k}={v}" for k, v in (("code", t.code), ("detail", t.detail)) if v)
+        out.print(Text(f"termination: {t.type}{detail}  usage: in={now.usage.input_tokens} "
+                       f"out={now.usage.output_tokens}", style="bold green"))
+    else:
+        out.print(Text(f"termination: none ({as_of})", style="bold"))
+    out.print(Text(f"state ({as_of}):", style="bold"))
+    out.print(Text(json.dumps(report.state, ensure_ascii=False, indent=2, sort_keys=True)))
+
+
+def _render_verified(report: Any) -> None:
+    """One green line: what was verified and how the run ended."""
+    t = report.termination
+    end = f"termination {t.type}" + (f" ({t.code})" if t and t.code else "") if t else f"status {report.status}"
+    tools = f"{report.tools_executed} tool run(s) re-executed, {report.tools_from_log} answered from the log"
+    _out().print(Text(
+        f"verified run {report.run_id}: {report.commits_verified} commits, {report.events_verified} events "
+        f"match the log ({report.external_commits} external); {end}; {report.inferences} inference(s), {tools}",
+        style="bold green"))
+
+
+def _render_divergence(report: Any) -> None:
+    """The diverging event: where (`seq:index`), the recorded event, the replayed one, why."""
+    from agentlog.runtime.replay import describe
+
+    d = report.divergence
+    assert d is not None
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err.print(Text(f"replay of run {report.run_id} diverged at {d.position} after {report.commits_verified} of "
+                   f"{report.commits_recorded} verified commits", style="bold red"))
+    for label, event in (("expected (log)", d.expected), ("actual (replay)", d.actual)):
+        line = Text(f"  {label:<16} ")
+        if event is None:
+            line.append("nothing", style="dim")
+        else:
+            line.append(type(event).__name__, style="bold")
+            line.append(" " + describe(event, limit=2000))
+        err.print(line)
+    if d.detail:
+        err.print(Text(f"  detail           {d.detail}"))
+
+
+@app.command("replay")
+def replay_cmd(
+    run_id: Annotated[str, typer.Argument(help="The run to show.")],
+    to: Annotated[str | None, typer.Option(
+        "--to", metavar="EVENT_ID", help="Stop the timeline at this event (seq:index) and show the state as of it.")] = None,
+    verify: Annotated[bool, typer.Option(
+        "--verify", help="Re-execute the run with --app's agents and tools and check every commit against the "
+                         "log; exit 1 at the first difference.")] = False,
+    app_spec: Annotated[str | None, typer.Option(
+        "--app", metavar="MODULE:ATTR", help="The application for --verify: an App, a Runtime, or factory(store).")] = None,
+    reexecute: Annotated[list[str] | None, typer.Option(
+        "--reexecute-tools", metavar="NAME",
+        help="With --verify: run this tool for real instead of answering it from its recorded results "
+             "(the default for every tool, so no side effect repeats); repeatable, '*' for every tool.")] = None,
+    keep_from_log: Annotated[list[str] | None, typer.Option(
+        "--tools-from-log", metavar="NAME",
+        help="With --verify: answer this tool from the log even under --reexecute-tools '*' (repeatable).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One machine-readable JSON document.")] = False,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """Debug one run from the log alone: lineage, timeline by step, state diffs, termination.
+    With --verify: prove the app still makes exactly the recorded run (exit 1 if not)."""
+    _guard(lambda: validate_run_id(run_id))
+    position: Position | None = _guard(lambda: parse_event_id(to)) if to else None
+    if verify:
+        if to is not None:
+            raise typer.BadParameter("--verify checks the whole run; drop --to", param_hint="--to")
+        if app_spec is None:
+            raise typer.BadParameter("--verify needs the app that made the run", param_hint="--app")
+        source = _guard(lambda: load_app(app_spec))
+        _run(_options(nats, creds, token, data_dir, timeout),
+             lambda store: _verify(store, run_id, app_spec, source, list(reexecute or ()),
+                                   list(keep_from_log or ()), as_json))
+        return
+    if app_spec is not None or reexecute or keep_from_log:
+        raise typer.BadParameter("only with --verify", param_hint="--app/--reexecute-tools/--tools-from-log")
+
+    async def body(store: JetStreamEventStore) -> None:
+        thread_commits = [c async for c in store.read_thread(await _thread_of_run(store, run_id))]
+        report = build_replay(run_id, thread_commits, position)
+        if as_json:
+            _print_json(report.to_json())
+        else:
+            _render_replay(report)
+
+    _run(_options(nats, creds, token, data_dir, timeout), body)
+
+
+# -- trace (agentlog.cli.trace) ------------------------------------------------------------------------
+
+
+@app.command("trace")
+def trace_cmd(
+    run_id: Annotated[str, typer.Argument(help="The run whose spans to derive from the log.")],
+    as_json: Annotated[bool, typer.Option("--json", help="The spans as one JSON document.")] = False,
+    otlp: Annotated[str | None, typer.Option(
+        "--otlp", metavar="URL", envvar="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        help="Export the spans over OTLP/HTTP to this traces endpoint.")] = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """A run's OpenTelemetry spans (run > step > chat / execute_tool), derived from the log."""
+    from .trace import trace
+
+    _guard(lambda: validate_run_id(run_id))
+
+    async def body(store: JetStreamEventStore) -> None:
+        await trace(store, run_id, as_json=as_json, otlp=otlp, console=_out(), emit_json=_print_json)
+
+    _run(_options(nats, creds, token, data_dir, timeout), body)
+
+
+async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: Any,
+                  reexecute: list[str], keep_from_log: list[str], as_json: bool) -> None:
+    """Verified replay (agentlog.runtime.replay) of one run; exit 1 with the diverging event if it differs.
+
+    `runtime` is imported here, not at the top, so the CLI starts fast; its loggers log to
+    stderr whatever the import order (`agentlog.cli.logging`)."""
+    from agentlog.runtime.agent import UnknownAgent
+    from agentlog.runtime.replay import UnknownReplayRun
+    from agentlog.runtime.subagents import verify_tree
+
+    user_app = resolve_app(source, store, spec)
+    names = {t.name for t in user_app.tools}
+    for option, given in (("--reexecute-tools", reexecute), ("--tools-from-log", keep_from_log)):
+        unknown = [n for n in given if n != "*" and n not in names]
+        if unknown:
+            raise AppMismatch(f"{option} names tools {spec} does not have: {', '.join(unknown)}")
+    rerun = names if "*" in reexecute else set(reexecute)
+    from_log = sorted(names - (rerun - set(keep_from_log)))
+    try:
+        with _replay_logs_quiet():
+            # the run and its sub-agent runs (agentlog.runtime.subagents), parents first
+            reports = await verify_tree(store, run_id, user_app, tools_from_log=from_log, raise_on_divergence=False)
+    except UnknownReplayRun:
+        raise UnknownRun(run_id) from None
+    except UnknownAgent as exc:  # the log's agent is not in the app
+        raise AppMismatch(f"{spec} cannot replay run {run_id!r}: {exc}") from None
+    report, children = reports[0], reports[1:]
+    if as_json:
+        doc = report.to_json()
+        if children:
+            doc["children"] = [r.to_json() for r in children]
+            doc["ok"] = all(r.ok for r in reports)
+        _print_json(doc)
+    else:
+        for r in reports:
+            _render_verified(r) if r.ok else _render_divergence(r)
+    if not all(r.ok for r in reports):
+        raise typer.Exit(1)
+
+
+@contextmanager
+def _replay_logs_quiet() -> Iterator[None]:
+    """The replayed loop logs as if it ran (e.g. a diverging tool shows up as `run.model_error`
+    warnings): noise beside the report, so only `--log-level debug` shows them."""
+    if agentlog_logging.current_level() <= logging.DEBUG:
+        yield
+        return
+    with agentlog_logging.quiet():
+        yield

@@ -1,0 +1,472 @@
+"""`agentlog run start|approve|deny|cancel|continue|show`: drive runs of a running agentlog.
+
+The CLI never runs an agent itself here: it asks a running server (`agentlog serve` or
+`gateway`) through its API, so every command takes the same path as any other client and gets
+the same typed answers. Two transports behind one small protocol (`RunsApi`):
+
+- NATS (default): the micro service `agentlog.api.runs.<op>` (src/agentlog/nats/service.py), reached
+  with the usual connection options (`--nats/--creds/--token`, or the embedded server of
+  `--data-dir`), so whatever `ConnectionOptions`/`open_store` learn about finding a server, these
+  commands learn too;
+- HTTP with `--url http://127.0.0.1:8480` (the same JSON bodies on `/v1/runs...`).
+
+`--api-token` is the API's bearer token (HTTP `Authorization`, or the same header on the NATS
+request) when the server has tokens configured. An API error is one line `error [<code>]: ...`
+with exit 2 for a 4xx (the request was wrong: unknown run, nothing pending, bad id) and 1 for
+the rest. `--follow` prints the run's events until it suspends (waits for a human) or finishes;
+it reads the log (NATS) or the run's SSE stream (HTTP), never polls.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing, asynccontextmanager
+from typing import Annotated, Any, ClassVar, NamedTuple, Protocol
+
+import msgspec
+import nats.errors
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from agentlog.api.connection import ConnectionOptions, open_store
+from agentlog.api.timeline import event_summary, learn_call_names
+from agentlog.cli.core import (
+    CredsOpt,
+    DataDirOpt,
+    NatsOpt,
+    TimeoutOpt,
+    TokenOpt,
+    _guard,
+    _options,
+    _out,
+    _print_json,
+    _run_main,
+    _time,
+    app,
+)
+from agentlog.log.auth import Role
+from agentlog.log.errors import AgentlogError, StoreUnavailable
+from agentlog.log.events import AnyEvent, RunFinished, RunSuspended
+from agentlog.log.ids import new_id, validate_id, validate_run_id
+from agentlog.log.server import DEFAULT_DATA_DIR
+from agentlog.nats.service import API_PREFIX
+
+from .reads import _event_json
+
+run_app = typer.Typer(help="Start and steer runs on a running agentlog server (its NATS API, or --url).",
+                      no_args_is_help=True)
+app.add_typer(run_app, name="run")
+
+
+class ApiRejected(AgentlogError):
+    """The API answered with an error (`{"error", "code"}`); `status` is its HTTP status."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code = status, code
+
+    @property
+    def usage_error(self) -> bool:
+        """4xx: what was asked is wrong (exit 2), not the server (exit 1)."""
+        return 400 <= self.status < 500
+
+
+class NothingPending(AgentlogError):
+    """approve/deny found no suspended call to decide."""
+
+    code = "nothing_pending"
+    usage_error = True
+
+
+# -- transports ------------------------------------------------------------------------------------
+
+
+class RunsApi(Protocol):
+    """The four run operations of the API; bodies and answers are the HTTP JSON."""
+
+    async def call(self, op: str, body: dict[str, Any]) -> Any: ...
+
+    def follow(self, thread_id: str, run_id: str, after_seq: int) -> AsyncIterator[Followed]:
+        """The run's events in commits after `after_seq`, up to the one where it pauses."""
+        ...
+
+
+class Followed(NamedTuple):
+    """One event of a followed run: its id (`seq:index`), the event, its JSON line (--json)."""
+
+    event_id: str
+    event: AnyEvent
+    doc: dict[str, Any]
+
+
+def _paused(event: AnyEvent) -> bool:
+    return isinstance(event, (RunSuspended, RunFinished))
+
+
+def _error_of(status: int, payload: bytes | str, fallback: str) -> ApiRejected:
+    try:
+        doc = json.loads(payload) if payload else {}
+    except ValueError:
+        doc = {}
+    doc = doc if isinstance(doc, dict) else {}
+    return ApiRejected(status, str(doc.get("code") or f"http_{status}"), str(doc.get("error") or fallback))
+
+
+class NatsRunsApi:
+    """`agentlog.api.runs.<op>` request/reply on the store's connection; the log for --follow."""
+
+    def __init__(self, store: Any, api_token: str | None, timeout: float) -> None:
+        self.store, self.timeout = store, timeout
+        self.headers = {"Authorization": f"Bearer {api_token}"} if api_token else None
+
+    async def call(self, op: str, body: dict[str, Any]) -> Any:
+        subject = f"{API_PREFIX}.runs.{op}"
+        try:
+            msg = await self.store.nc.request(subject, json.dumps(body).encode(), timeout=self.timeout,
+                                              headers=self.headers)
+        except nats.errors.NoRespondersError:
+            raise StoreUnavailable(f"no agentlog server answers on {subject} (is `agentlog serve` running "
+                                   f"on this NATS?)") from None
+        status = (msg.headers or {}).get("Nats-Service-Error-Code")
+        if status:
+            raise _error_of(int(status) if status.isdigit() else 500, msg.data,
+                            (msg.headers or {}).get("Nats-Service-Error", "error"))
+        return json.loads(msg.data)
+
+    async def follow(self, thread_id: str, run_id: str, after_seq: int) -> AsyncIterator[Followed]:
+        async with aclosing(self.store.follow(thread_id, after_seq)) as commits:
+            async for stored in commits:
+                if stored.commit.run_id != run_id:
+                    continue
+                for position, event in stored.positioned():
+                    yield Followed(str(position), event, _event_json(stored, position, event))
+                    if _paused(event):
+                        return
+
+
+class HttpRunsApi:
+    """The same operations over the HTTP API at `url`; SSE `/v1/runs/{id}/events?follow=true`."""
+
+    ROUTES: ClassVar[dict[str, tuple[str, str]]] = {
+        "start": ("POST", "/v1/runs"), "inputs": ("POST", "/v1/runs/{run_id}/inputs"),
+        "cancel": ("POST", "/v1/runs/{run_id}/cancel"), "get": ("GET", "/v1/runs/{run_id}"),
+    }
+
+    def __init__(self, session: Any, url: str, api_token: str | None) -> None:
+        self.session, self.url = session, url.rstrip("/")
+        self.headers = {"Authorization": f"Bearer {api_token}"} if api_token else {}
+
+    async def call(self, op: str, body: dict[str, Any]) -> Any:
+        method, path = self.ROUTES[op]
+        body = dict(body)
+        run_id = body.pop("run_id", None)
+        url = self.url + path.format(run_id=run_id)
+        params = {k: str(v) for k, v in body.items()} if method == "GET" else None
+        async with self.session.request(method, url, json=None if method == "GET" else body, params=params,
+                                        headers=self.headers) as resp:
+            text = await resp.text()
+            if resp.status >= 400:
+                raise _error_of(resp.status, text, resp.reason or "error")
+            return json.loads(text)
+
+    async def follow(self, thread_id: str, run_id: str, after_seq: int) -> AsyncIterator[Followed]:
+        """The run's SSE stream from its start; events of commits up to `after_seq` are skipped
+        here (so an earlier suspension does not end the stream of an approved run)."""
+        url = f"{self.url}/v1/runs/{run_id}/events"
+        async with self.session.get(url, params={"follow": "true"},
+                                    headers={**self.headers, "Accept": "text/event-stream"}) as resp:
+            if resp.status >= 400:
+                raise _error_of(resp.status, await resp.text(), resp.reason or "error")
+            frame: dict[str, str] = {}
+            async for raw in resp.content:
+                line = raw.decode().rstrip("\r\n")
+                if line:
+                    key, _, value = line.partition(":")
+                    frame[key] = value.lstrip(" ")
+                    continue
+                if "data" in frame and frame.get("event") not in (None, "error"):
+                    doc = json.loads(frame["data"])
+                    event_id = frame.get("id", "0:0")
+                    if int(event_id.split(":", 1)[0]) > after_seq:
+                        event = msgspec.convert(doc["event"], AnyEvent)
+                        yield Followed(event_id, event, {"id": event_id, "thread_id": doc.get("thread_id"),
+                                                         "run_id": doc.get("run_id"), "type": frame["event"],
+                                                         "commit_id": None, "ts": None, "event": doc["event"]})
+                        if _paused(event):
+                            return
+                elif frame.get("event") == "error":
+                    err = json.loads(frame.get("data") or "{}")
+                    raise ApiRejected(500, str(err.get("code", "stream_error")), str(err.get("error", "error")))
+                frame = {}
+
+
+@asynccontextmanager
+async def _connect(options: ConnectionOptions, url: str | None, api_token: str | None,
+                   role: Role = "gateway") -> AsyncIterator[RunsApi]:
+    """The runs API over HTTP (`url`) or NATS. On the data dir's embedded server the NATS login is
+    `role`: `gateway` may call every endpoint, `readonly` only the read ones (`run show`)."""
+    if url:
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(total=None, connect=options.timeout, sock_connect=options.timeout)
+        try:
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                yield HttpRunsApi(session, url, api_token)
+        except aiohttp.ClientConnectionError as exc:
+            raise StoreUnavailable(f"the agentlog API at {url} did not answer: {exc}") from None
+        return
+    async with open_store(options, role) as store:
+        yield NatsRunsApi(store, api_token, options.timeout)
+
+
+# -- options -------------------------------------------------------------------------------------
+
+UrlOpt = Annotated[str | None, typer.Option(
+    "--url", envvar="AGENTLOG_URL", metavar="HTTP_URL",
+    help="Talk to the HTTP API at this URL instead of the NATS API (e.g. http://127.0.0.1:8480).")]
+ApiTokenOpt = Annotated[str | None, typer.Option(
+    "--api-token", envvar="AGENTLOG_API_TOKEN", help="The API's bearer token, when the server has --tokens.")]
+FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help="Print the run's events until it waits or ends.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON (one document, or one per event).")]
+
+
+def _drive(options: ConnectionOptions, url: str | None, api_token: str | None,
+           body: Callable[[RunsApi], Any], role: Role = "gateway") -> None:
+    async def main() -> None:
+        async with _connect(options, url, api_token, role) as api:
+            await body(api)
+
+    _run_main(main)
+
+
+def _on_run(run_id: str, options: ConnectionOptions, url: str | None, api_token: str | None,
+            body: Callable[[RunsApi], Any], role: Role = "gateway") -> None:
+    """A command about one run: check its id before connecting, then drive `body`."""
+    _guard(lambda: validate_run_id(run_id))
+    _drive(options, url, api_token, body, role)
+
+
+async def _answer(api: RunsApi, op: str, body: dict[str, Any], verb: str, follow: bool, as_json: bool) -> None:
+    await _report(api, await api.call(op, body), verb, follow, as_json)
+
+
+async def _report(api: RunsApi, accepted: dict[str, Any], verb: str, follow: bool, as_json: bool) -> None:
+    """Print what the API accepted, then (with --follow) the run's events until it pauses."""
+    if as_json:
+        _print_json(accepted)
+    else:
+        _out().print(Text(f"{verb} run {accepted['run_id']} on thread {accepted['thread_id']} "
+                          f"(seq {accepted.get('seq', '-')})", style="bold"))
+    if follow:
+        await _follow(api, accepted["thread_id"], accepted["run_id"], max(int(accepted.get("seq") or 1) - 1, 0),
+                      as_json)
+
+
+async def _follow(api: RunsApi, thread_id: str, run_id: str, after: int, as_json: bool) -> None:
+    out = _out()
+    names: dict[str, str] = {}
+    async with aclosing(api.follow(thread_id, run_id, after)) as events:
+        async for item in events:
+            if as_json:
+                _print_json(item.doc)
+                continue
+            learn_call_names(item.event, names)
+            line = Text(f"{item.event_id:>8}", style="cyan")
+            line.append(f"  {type(item.event).__name__}", style="bold")
+            line.append("  " + event_summary(item.event, names))
+            out.print(line)
+
+
+# -- commands ------------------------------------------------------------------------------------
+
+
+@run_app.command("start")
+def run_start(
+    message: Annotated[str, typer.Argument(help="The user message.")],
+    agent: Annotated[str, typer.Option("--agent", "-a", help="The agent to run.")],
+    thread: Annotated[str | None, typer.Option("--thread", help="Continue this thread (default: a new one).")] = None,
+    resource_id: Annotated[str | None, typer.Option("--resource-id", help="Owner of a new thread.")] = None,
+    follow: FollowOpt = False, as_json: JsonOpt = False, url: UrlOpt = None, api_token: ApiTokenOpt = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """Start a run of AGENT with MESSAGE; print its ids (--follow: and its events)."""
+    _guard(lambda: validate_id(agent, "agent_id"))
+    if thread is not None:
+        _guard(lambda: validate_id(thread, "thread_id"))
+    body: dict[str, Any] = {"agent_id": agent, "messages": message}
+    body.update({k: v for k, v in (("thread_id", thread), ("resource_id", resource_id)) if v is not None})
+    _drive(_options(nats, creds, token, data_dir, timeout), url, api_token,
+           lambda api: _answer(api, "start", body, "started", follow, as_json))
+
+
+def _pending(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The calls waiting for a human: suspended and not yet decided."""
+    return [c for c in (run.get("calls") or {}).values() if c.get("status") == "suspended" and not c.get("decision")]
+
+
+def _decide(action: str, run_id: str, call_ids: list[str], reason: str | None, result: str | None,
+            follow: bool, as_json: bool, options: ConnectionOptions, url: str | None, api_token: str | None) -> None:
+    _guard(lambda: validate_run_id(run_id))
+    for call_id in call_ids:
+        _guard(lambda: validate_id(call_id, "call_id"))  # noqa: B023  (called at once)
+    value: Any = None
+    if result is not None:
+        try:
+            value = json.loads(result)
+        except ValueError:
+            raise typer.BadParameter("expected JSON", param_hint="--result") from None
+
+    async def go(api: RunsApi) -> None:
+        targets = call_ids
+        if not targets:
+            pending = _pending(await api.call("get", {"run_id": run_id}))
+            if not pending:
+                raise NothingPending(f"run {run_id!r} has no call waiting for a decision")
+            targets = [c["call_id"] for c in pending]
+        decisions = [{"target_id": c, "decision_id": new_id(), "action": action,
+                      **({"reason": reason} if reason else {}),
+                      **({"result": value} if result is not None else {})} for c in targets]
+        accepted = await api.call("inputs", {"run_id": run_id, "decisions": decisions})
+        accepted = {**accepted, "decided": targets, "action": action}
+        verb = f"{'approved' if action == 'resume' else 'denied'} {', '.join(targets)} of"
+        await _report(api, accepted, verb, follow, as_json)
+
+    _drive(options, url, api_token, go)
+
+
+def _decision_command(name: str, action: str, doc: str) -> None:
+    """`run approve` and `run deny`: one command shape, two decision actions."""
+
+    def command(
+        run_id: Annotated[str, typer.Argument(help="The waiting run.")],
+        call_ids: Annotated[list[str] | None, typer.Argument(
+            help="The calls to decide (default: every pending one).")] = None,
+        reason: Annotated[str | None, typer.Option("--reason", help="Why (recorded; the model sees it).")] = None,
+        result: Annotated[str | None, typer.Option(
+            "--result", metavar="JSON", help="The decision's result (for tools that take the decision as "
+                                             "their result or input).")] = None,
+        follow: FollowOpt = False, as_json: JsonOpt = False, url: UrlOpt = None, api_token: ApiTokenOpt = None,
+        nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+        data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+    ) -> None:
+        _decide(action, run_id, list(call_ids or ()), reason, result, follow, as_json,
+                _options(nats, creds, token, data_dir, timeout), url, api_token)
+
+    command.__doc__ = doc
+    run_app.command(name)(command)
+
+
+_decision_command("approve", "resume", "Approve suspended calls of RUN_ID (decision `resume`); the run continues.")
+_decision_command("deny", "cancel", "Deny suspended calls of RUN_ID (decision `cancel`); the run continues "
+                                    "without them.")
+
+
+@run_app.command("cancel")
+def run_cancel(
+    run_id: Annotated[str, typer.Argument(help="The run to cancel.")],
+    reason: Annotated[str | None, typer.Option("--reason", help="Recorded with the cancel.")] = None,
+    as_json: JsonOpt = False, url: UrlOpt = None, api_token: ApiTokenOpt = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """Cancel a running or waiting run."""
+    body = {"run_id": run_id, **({"reason": reason} if reason else {})}
+    _on_run(run_id, _options(nats, creds, token, data_dir, timeout), url, api_token,
+            lambda api: _answer(api, "cancel", body, "cancel requested for", False, as_json))
+
+
+@run_app.command("continue")
+def run_continue(
+    run_id: Annotated[str, typer.Argument(help="The finished (or waiting) run to continue after.")],
+    message: Annotated[str, typer.Argument(help="The next user message.")],
+    follow: FollowOpt = False, as_json: JsonOpt = False, url: UrlOpt = None, api_token: ApiTokenOpt = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """Start the continuation run of RUN_ID on its thread with MESSAGE (lineage: parent_run_id)."""
+    body = {"run_id": run_id, "messages": message}
+    _on_run(run_id, _options(nats, creds, token, data_dir, timeout), url, api_token,
+            lambda api: _answer(api, "inputs", body, "continued with", follow, as_json))
+
+
+@run_app.command("show")
+def run_show(
+    run_id: Annotated[str, typer.Argument(help="The run.")],
+    as_json: JsonOpt = False, url: UrlOpt = None, api_token: ApiTokenOpt = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """One run as the server sees it: status, calls, usage, pending approvals."""
+
+    async def show(api: RunsApi) -> None:
+        run = await api.call("get", {"run_id": run_id})
+        if as_json:
+            _print_json(run)
+        else:
+            render_run(run)
+
+    _on_run(run_id, _options(nats, creds, token, data_dir, timeout), url, api_token, show, role="readonly")
+
+
+def render_run(run: dict[str, Any]) -> None:
+    """Three rich tables from a RunView's JSON: the run, its calls, what waits for a human."""
+    out = _out()
+    term = run.get("termination") or {}
+    usage = run.get("usage") or {}
+    head = Table(title=f"run {run['run_id']}", title_justify="left", show_header=False)
+    head.add_column(style="bold")
+    head.add_column(overflow="fold")
+    for label, value in (
+        ("status", run.get("status", "-") + (" (cancel requested)" if run.get("cancel_requested") else "")),
+        ("thread", run.get("thread_id") or "-"), ("agent", run.get("agent_id") or "-"),
+        ("parent run", run.get("parent_run_id") or "-"),
+        ("termination", " ".join(str(term[k]) for k in ("type", "code", "detail") if term.get(k)) or "-"),
+        ("steps", str(run.get("steps", 0))), ("inferences", str(run.get("inferences", 0))),
+        ("usage", f"in {usage.get('input_tokens', 0)}  out {usage.get('output_tokens', 0)}  total "
+                  f"{usage.get('total_tokens') or usage.get('input_tokens', 0) + usage.get('output_tokens', 0)}"),
+        ("updated", _time(int(run.get("updated") or 0))),
+    ):
+        head.add_row(label, value)
+    out.print(head)
+    calls = list((run.get("calls") or {}).values())
+    if calls:
+        table = Table(title=f"calls ({len(calls)})", title_justify="left")
+        for column in ("call", "tool", "status", "verdict", "decision", "result"):
+            table.add_column(column, overflow="fold")
+        for c in calls:
+            decision = c.get("decision") or {}
+            table.add_row(c["call_id"], _tool(c), c.get("status", "-"), c.get("verdict") or "-",
+                          decision.get("action") or "-", _short(c.get("result")))
+        out.print(table)
+    pending = _pending(run)
+    if pending:
+        table = Table(title=f"pending approvals ({len(pending)})", title_justify="left", style="yellow")
+        for column in ("call", "tool", "arguments", "asks"):
+            table.add_column(column, overflow="fold")
+        for c in pending:
+            ticket = c.get("ticket") or {}
+            asked = ticket.get("parameters") or {}
+            table.add_row(c["call_id"], _tool(c), _short(c.get("arguments") or asked.get("arguments")),
+                          ticket.get("message") or ticket.get("action") or "-")
+        out.print(table)
+        out.print(Text(f"agentlog run approve {run['run_id']}   |   agentlog run deny {run['run_id']} --reason ...",
+                       style="dim"))
+
+
+def _tool(call: dict[str, Any]) -> str:
+    """The tool's name: a call gated before it started is named only by its permission ticket."""
+    asked = (call.get("ticket") or {}).get("parameters") or {}
+    return str(call.get("name") or asked.get("tool") or "-")
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    if value is None:
+        return "-"
+    text = value if isinstance(value, str) else msgspec.json.encode(value).decode()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+__all__ = ["ApiRejected", "HttpRunsApi", "NatsRunsApi", "RunsApi", "render_run", "run_app"]

@@ -1,0 +1,172 @@
+"""`agentlog serve | gateway | worker | demo`: the long-running processes (`agentlog.cli.server`
+assembles them). `agentlog worker` is the one worker entry point. Registered on
+`agentlog.cli.core.app`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from agentlog.api.app_loader import load_app
+from agentlog.api.connection import ConnectionOptions
+from agentlog.log.server import DEFAULT_DATA_DIR
+
+from .core import (
+    AckWaitOpt,
+    AppOpt,
+    ConcurrencyOpt,
+    CredsOpt,
+    DataDirOpt,
+    HostOpt,
+    NatsOpt,
+    PortOpt,
+    ReplicasOpt,
+    ServeConcurrencyOpt,
+    ShutdownOpt,
+    TimeoutOpt,
+    TokenOpt,
+    TokensOpt,
+    _guard,
+    _options,
+    _out,
+    _run_main,
+    app,
+    log,
+)
+
+# -- serve / gateway / worker / demo ------------------------------------------------------------
+
+def _server_config(role: str, app_spec: str | None, host: str, port: int, tokens: str | None,
+                   options: ConnectionOptions, concurrency: int | None = None, app_obj: Any = None,
+                   ack_wait: float | None = None, shutdown_timeout: float | None = None,
+                   max_deliver: int | None = None, metrics_port: int | None = None) -> Any:
+    from .server import ServerConfig
+
+    source = app_obj if app_obj is not None else (_guard(lambda: load_app(app_spec)) if app_spec else None)
+    return ServerConfig(role=role, app=source, app_spec=app_spec, host=host, port=port, tokens=tokens,  # type: ignore[arg-type]
+                        connection=options, worker_concurrency=concurrency, worker_ack_wait=ack_wait,
+                        worker_shutdown_timeout=shutdown_timeout, worker_max_deliver=max_deliver,
+                        worker_metrics_port=metrics_port)
+
+
+def _banner(server: Any) -> None:
+    """The addresses a user needs, once the server listens."""
+    table = Table(title=f"agentlog {server.config.role}", title_justify="left", show_header=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    if server.http_url:
+        table.add_row("HTTP", server.http_url)
+        table.add_row("API docs", f"{server.http_url}/openapi.json")
+        table.add_row("health", f"{server.http_url}/health")
+    table.add_row("NATS", server.nats_url + ("  (embedded, data in " + str(server.config.connection.data_dir)
+                                             + ")" if server.embedded is not None else ""))
+    table.add_row("parts", ", ".join(server.parts) or "-")
+    _out().print(table)
+    _out().print(Text("Ctrl-C stops it (in order: HTTP, worker, runs, views, NATS).", style="dim"))
+
+
+def _serve_role(role: str, app_spec: str | None, host: str, port: int, tokens: str | None,
+                options: ConnectionOptions, concurrency: int | None, ack_wait: float | None = None,
+                shutdown_timeout: float | None = None, max_deliver: int | None = None,
+                metrics_port: int | None = None, ready_file: Path | None = None) -> None:
+    from .server import run_until_stopped
+
+    config = _server_config(role, app_spec, host, port, tokens, options, concurrency,
+                            ack_wait=ack_wait, shutdown_timeout=shutdown_timeout, max_deliver=max_deliver,
+                            metrics_port=metrics_port)
+
+    def ready(server: Any) -> None:
+        _banner(server)
+        if ready_file is not None:
+            ready_file.write_text(str(os.getpid()))
+
+    _run_main(lambda: run_until_stopped(config, on_ready=ready))
+
+
+@app.command("serve")
+def serve_cmd(
+    app_spec: AppOpt = None, host: HostOpt = "127.0.0.1", port: PortOpt = 8480, tokens: TokensOpt = None,
+    concurrency: ServeConcurrencyOpt = None, ack_wait: AckWaitOpt = None, shutdown_timeout: ShutdownOpt = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
+) -> None:
+    """Gateway + worker in one process: HTTP API, NATS service, projections and the runtime.
+    Every run goes through the durable command queue, so a stopped or killed process strands none."""
+    _serve_role("serve", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout, replicas),
+                concurrency, ack_wait, shutdown_timeout)
+
+
+@app.command("gateway")
+def gateway_cmd(
+    app_spec: AppOpt = None, host: HostOpt = "127.0.0.1", port: PortOpt = 8480, tokens: TokensOpt = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
+) -> None:
+    """The gateway alone (HTTP + NATS service); commands are queued for `agentlog worker`s."""
+    _serve_role("gateway", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout, replicas), 1)
+
+
+@app.command("worker")
+def worker_cmd(
+    app_spec: AppOpt = None, concurrency: ConcurrencyOpt = 4,
+    ack_wait: AckWaitOpt = None, shutdown_timeout: ShutdownOpt = None,
+    max_deliver: Annotated[int, typer.Option(
+        "--max-deliver", help="Failed deliveries of a command before it is dead-lettered to agentlog.dlq.<thread> "
+                              "(0: never).")] = 25,  # agentlog.runtime.worker.DEFAULT_MAX_DELIVER
+    metrics_port: Annotated[int | None, typer.Option(
+        "--metrics-port", min=0, max=65535,
+        help="Serve Prometheus /metrics (tokens, tool calls, model latency) on 127.0.0.1:PORT.")] = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
+    ready_file: Annotated[Path | None, typer.Option(
+        "--ready-file", hidden=True, help="Write the pid to this file once consuming (for tests and benchmarks).")] = None,
+) -> None:
+    """A worker alone: takes commands from the JetStream work queue (agentlog.runtime.worker.Worker).
+    The one worker entry point (`python -m agentlog worker` is the same)."""
+    _serve_role("worker", app_spec, "127.0.0.1", 0, None, _options(nats, creds, token, data_dir, timeout, replicas),
+                concurrency, ack_wait, shutdown_timeout, max_deliver, metrics_port, ready_file=ready_file)
+
+
+@app.command("demo")
+def demo_cmd(
+    auto_approve: Annotated[bool, typer.Option("--auto-approve", help="Approve the run over HTTP yourself "
+                                                                      "(prints the curl first). For CI.")] = False,
+    keep_running: Annotated[bool, typer.Option("--keep-running", help="Keep the server up after the run.")] = False,
+    host: HostOpt = "127.0.0.1", port: PortOpt = 8480, tokens: TokensOpt = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
+) -> None:
+    """Start a server with a demo agent whose deploy waits for your approval (a curl), then show
+    the finished run."""
+    options = _options(nats, creds, token, data_dir, timeout, replicas)
+
+    async def main() -> int:
+        from agentlog.http.auth import resolve_tokens
+
+        from .demo import app_with_mcp as demo_factory
+        from .demo import run_demo
+        from .server import serve
+
+        config = _server_config("serve", None, host, port, tokens, options, app_obj=demo_factory)
+        try:
+            server_cm = serve(config)
+            server = await server_cm.__aenter__()
+        except OSError as exc:  # the port is taken (another serve?): any free port will do
+            if port == 0:
+                raise
+            log.debug("port taken, using a free one", port=port, error=str(exc))
+            server_cm = serve(config.__class__(**{**config.__dict__, "port": 0}))
+            server = await server_cm.__aenter__()
+        try:
+            api_token = next(iter(resolve_tokens(tokens)), None)
+            return await run_demo(server, auto_approve=auto_approve, keep_running=keep_running,
+                                  console=_out(), token=api_token)
+        finally:
+            await server_cm.__aexit__(None, None, None)
+
+    _run_main(main)

@@ -1,0 +1,414 @@
+"""Assemble one running agentlog process: `agentlog serve`, `gateway` and `worker` (DESIGN 4.5).
+
+    async with serve(ServerConfig(role="serve", app_spec="pkg.agents:app", port=0)) as server:
+        print(server.http_url, server.nats_url)
+
+Why one assembler for three commands: the parts (NATS, the store, the KV views and their runner,
+the runtime, the dispatcher, the worker, the HTTP app, the NATS micro service) depend on each
+other in one fixed order, and a process that stops must undo them in exactly the reverse order
+(stop taking requests before the runtime goes, stop the runtime before the store closes, close
+the store before the embedded nats-server exits). Keeping that order in one place is what makes
+"stop the process while a run waits, start another, approve" safe: nothing but the log survives,
+and nothing half-written is left in it.
+
+Roles:
+- `serve`: gateway + worker in one process. Every run goes through the durable command path:
+  the dispatcher queues commands (`QueueDispatcher`) and this process's `Worker` takes them, so
+  a run is always held by an unacked command (the lease) and a process that dies (SIGKILL) or
+  stops (SIGTERM: drain, then nak) hands its runs to the next worker, which resumes them from
+  the log (issue #12 item 1). A run started in-process, outside the queue, had no such lease and
+  stayed `running` forever after a crash.
+- `gateway`: HTTP + NATS service only; commands go to the JetStream work queue (`QueueDispatcher`)
+  for `agentlog worker` processes.
+- `worker`: a `Worker` only (no HTTP).
+
+The write routes (`agentlog.http.write`), the dispatchers (`agentlog.api.dispatch`), the protocol
+adapters (`agentlog.adapters.routes` / `nats_routes`) and the NATS micro service
+(`agentlog.nats.service`) are imported at the top like any other dependency: a broken module fails
+the process loudly at start instead of serving a quietly smaller API (they used to be optional
+while the parts were developed in parallel).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import structlog
+from aiohttp import web
+
+from agentlog.adapters import nats_routes as adapter_nats_routes
+from agentlog.adapters import routes as adapter_routes
+from agentlog.adapters import session as adapter_session
+from agentlog.api import dispatch
+from agentlog.api.app_loader import AppSource, load_app, resolve_app
+from agentlog.api.connection import ConnectionOptions, connect
+from agentlog.http.write import write_routes
+from agentlog.log.datadir import SharedServer
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.nats import service as nats_service
+from agentlog.runtime.outage import OutagePolicy, is_transient, through_outage
+
+log = structlog.get_logger("agentlog.server")
+
+Role = Literal["serve", "gateway", "worker"]
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8480
+#: Default worker concurrency of `serve`: it drives every run its HTTP API accepts.
+SERVE_CONCURRENCY = 64
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything a server process needs. `app` (an already loaded app source) wins over
+    `app_spec` (`module:attr`); with neither, the built-in demo app is served."""
+
+    role: Role = "serve"
+    app_spec: str | None = None
+    app: AppSource | None = None
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    connection: ConnectionOptions = field(default_factory=ConnectionOptions)
+    #: API tokens (`"tok1,tok2:tenant"`); None reads AGENTLOG_TOKENS; "" means no auth.
+    tokens: str | None = None
+    #: Commands (= runs being driven) a worker runs at once. None: 64 in `serve`, whose worker
+    #: drives every run the process accepts (runs are I/O-bound tasks), 4 in `worker`.
+    worker_concurrency: int | None = None
+    #: Seconds a worker may drain in-flight commands on stop before it naks them. None reads
+    #: AGENTLOG_SHUTDOWN_TIMEOUT, else 10.
+    worker_shutdown_timeout: float | None = None
+    #: The command lease: a command whose worker stops heartbeating is redelivered after this
+    #: many seconds (JetStream ack_wait). None reads AGENTLOG_WORKER_ACK_WAIT, else 30.
+    worker_ack_wait: float | None = None
+    #: Failed deliveries of a command before it is dead-lettered (0: never). None: the worker's
+    #: default (`agentlog.runtime.worker.DEFAULT_MAX_DELIVER`).
+    worker_max_deliver: int | None = None
+    #: Serve Prometheus `/metrics` (tokens, tool calls, model latency of the runs this worker
+    #: executes) on 127.0.0.1:PORT: for the `worker` role, which has no gateway (0: any port).
+    worker_metrics_port: int | None = None
+    #: agentlog.http Settings (None: defaults).
+    settings: Any = None
+    #: Start the NATS micro service (and the adapters' NATS subjects).
+    nats_service: bool = True
+
+
+def _load_source(config: ServerConfig) -> AppSource:
+    if config.app is not None:
+        return config.app
+    if config.app_spec:
+        return load_app(config.app_spec)
+    from .demo import app as demo_factory
+
+    return demo_factory
+
+
+def build_runtime(source: AppSource, store: JetStreamEventStore, *, views: Any, live: Any, snapshots: Any = None) -> Any:
+    """The user's app as a `Runtime` on this process's store, with the views snapshot, the
+    run-context snapshots (fast cold resume) and the live sink. A ready-made `Runtime` is used as
+    is (its own wiring wins)."""
+    from agentlog.runtime import Runtime
+
+    obj = resolve_app(source, store)
+    if isinstance(obj, Runtime):
+        return obj
+    return Runtime(store, agents=obj.agents, tools=obj.tools, models=dict(getattr(obj, "models", {}) or {}),
+                   views=views, live=live, snapshots=snapshots)
+
+
+ENV_ACK_WAIT = "AGENTLOG_WORKER_ACK_WAIT"
+ENV_SHUTDOWN_TIMEOUT = "AGENTLOG_SHUTDOWN_TIMEOUT"
+
+
+def _seconds(value: float | None, env: str, default: float) -> float:
+    """`value`, else the environment variable `env` (seconds), else `default`."""
+    if value is not None:
+        return value
+    raw = os.environ.get(env, "").strip()
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        raise ValueError(f"{env} must be a number of seconds, not {raw!r}") from None
+
+
+def _stop_runs(runtime: Any) -> list[asyncio.Task[Any]]:
+    """Cancel the in-process run tasks without committing anything: an interrupted run is
+    resumed from the log by the next process (a cancel event would end it for good)."""
+    tasks = []
+    for _loop, handle in list(getattr(runtime, "_active", {}).values()):
+        task = getattr(handle, "_task", None)
+        if task is not None and not task.done():
+            task.cancel()
+            tasks.append(task)
+    return tasks
+
+
+class Server:
+    """One process's parts, started in dependency order by `start()` and stopped in reverse by
+    `stop()` (idempotent; safe after a failed start)."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        #: This process's share of the data dir's embedded nats-server (None with a NATS URL).
+        self.embedded: SharedServer | None = None
+        self.store: JetStreamEventStore | None = None
+        self.views: Any = None
+        self.runner: Any = None
+        self.live: Any = None
+        self.runtime: Any = None
+        self.dispatcher: Any = None
+        #: The app's agents (id -> AgentSpec) when known here (the A2A server's cards).
+        self.agent_specs: dict[str, Any] = {}
+        self.worker: Any = None
+        #: The worker role's /metrics server and the OTLP tracer provider (`agentlog.runtime.telemetry`).
+        self.metrics_runner: Any = None
+        self.tracer_provider: Any = None
+        self.service: Any = None
+        self.adapter_service: Any = None
+        self.web_runner: web.AppRunner | None = None
+        self.app: web.Application | None = None
+        self.port: int | None = None
+        #: Which optional parts were wired (for the banner and tests).
+        self.parts: list[str] = []
+
+    # -- addresses -----------------------------------------------------------------------------
+
+    @property
+    def nats_url(self) -> str:
+        return self.embedded.url if self.embedded is not None else (self.config.connection.nats_url or "")
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.config.host}:{self.port}" if self.port is not None else ""
+
+    @property
+    def has_http(self) -> bool:
+        return self.config.role in ("serve", "gateway")
+
+    @property
+    def has_worker(self) -> bool:
+        return self.config.role in ("serve", "worker")
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> Server:
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def _start(self) -> None:
+        from agentlog.runtime import NatsLiveSink
+        from agentlog.runtime.commands import ensure_commands_stream
+        from agentlog.views.kv import KVViewStore
+        from agentlog.views.runner import ProjectionRunner
+
+        opts = self.config.connection
+        source = _load_source(self.config)  # fail on a bad --app before anything starts
+        # NATS may be starting or electing leaders (a compose file, a fresh cluster, a restarted
+        # node): a server process waits for it like the loop waits through an outage (same
+        # deadline, transient errors only) instead of exiting on the first timeout.
+        policy = OutagePolicy.from_env()
+        self.store, self.embedded = await through_outage(
+            lambda: connect(opts, self.config.role, f"agentlog-{self.config.role}"),
+            policy, log, "server.connect", is_transient)
+        nc = self.store.nc
+        if opts.replicas is not None:  # else the defaults are created lazily where they are used
+            await ensure_commands_stream(nc.jetstream(timeout=opts.timeout), replicas=opts.replicas)
+        self.views = await KVViewStore.open(nc, replicas=opts.replicas)
+        if self.has_http:
+            self.runner = ProjectionRunner(nc, self.views)
+            await self.runner.start()
+        if self.has_worker:
+            self.live = NatsLiveSink(nc)
+            self.live.start()
+            from agentlog.runtime.snapshot import KVSnapshotStore, SnapshotWriter
+
+            self.runtime = build_runtime(source, self.store, views=self.views, live=self.live,
+                                         snapshots=await KVSnapshotStore.open(nc, replicas=opts.replicas))
+            if self.runner is not None and getattr(self.runtime, "snapshots", None) is not None:
+                self.runner.after_batch = SnapshotWriter(self.runtime)
+            # OTLP spans of the runs this process executes, when OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+            # is set (agentlog.runtime.telemetry); the gateway's /metrics counts tokens/tools from the log
+            from agentlog.runtime.telemetry import instrument, serve_metrics
+
+            registry = None
+            if self.config.worker_metrics_port is not None:
+                from prometheus_client import CollectorRegistry
+
+                registry = CollectorRegistry()
+                self.metrics_runner = await serve_metrics(registry, self.config.worker_metrics_port)
+                self.parts.append("metrics")
+            self.tracer_provider = instrument(self.runtime, registry)
+        if self.has_http:
+            self.dispatcher = self._dispatcher(source)
+        if self.has_worker:
+            from agentlog.runtime.worker import Worker
+
+            self.worker = Worker(
+                self.store, runtime=self.runtime, concurrency=self.config.worker_concurrency
+                or (SERVE_CONCURRENCY if self.config.role == "serve" else 4),
+                ack_wait=_seconds(self.config.worker_ack_wait, ENV_ACK_WAIT, 30.0),
+                shutdown_timeout=_seconds(self.config.worker_shutdown_timeout, ENV_SHUTDOWN_TIMEOUT, 10.0),
+                **({} if self.config.worker_max_deliver is None else {"max_deliver": self.config.worker_max_deliver}))
+            await through_outage(self.worker.start, policy, log, "worker.start", is_transient)
+            self.parts.append("worker")
+        if self.has_http:
+            await self._start_http()
+            if self.config.nats_service:
+                await self._start_service()
+        log.info("server.started", role=self.config.role, http=self.http_url, nats=self.nats_url, parts=self.parts)
+
+    def _dispatcher(self, source: AppSource) -> Any:
+        """Always the work queue, also in `serve` (its own worker takes the commands): a run
+        is never driven outside a leased command. Unknown agents are refused here when the app
+        is known (always in `serve`; with --app in `gateway`)."""
+        assert self.store is not None
+        self.parts.append("dispatch:queue")
+        if self.runtime is not None:
+            self.agent_specs = {spec.id: spec for spec in self.runtime.agents}
+        elif self.config.app is not None or self.config.app_spec:
+            self.agent_specs = {spec.id: spec for spec in resolve_app(source, self.store).agents}
+        agents = list(self.agent_specs) if self.agent_specs else None
+        return dispatch.QueueDispatcher(self.store.nc, self.store, agents=agents)
+
+    def _routes(self) -> list[Any]:
+        assert self.dispatcher is not None
+        self.parts += ["write", "adapters"]
+        routes = [*write_routes(self.dispatcher), *adapter_routes.ROUTES]
+        # -- the A2A server (agentlog.adapters.a2a), when the `a2a` extra is installed --
+        from agentlog.adapters.a2a.routes import a2a_routes, available
+
+        if available() and self.agent_specs:
+            specs = self.agent_specs
+            routes += a2a_routes(self.dispatcher, lambda: specs)
+            self.parts.append("a2a")
+        return routes
+
+    async def _start_http(self) -> None:
+        from agentlog.http import Settings, create_app
+
+        assert self.store is not None
+        self.app = create_app(self.store, self.views, self.runner, auth_tokens=self.config.tokens,
+                              runtime=self.dispatcher if self.dispatcher is not None else self.runtime,
+                              extra_routes=self._routes(), settings=self.config.settings or Settings())
+        self.app[SERVER] = self
+        if self.runtime is not None:  # `POST /v1/runs/{id}/verify` replays with the worker's app
+            from agentlog.http.inspector import REPLAY_APP
+
+            self.app[REPLAY_APP] = self.runtime
+        self.web_runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await self.web_runner.setup()
+        site = web.TCPSite(self.web_runner, self.config.host, self.config.port, reuse_address=True)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None) or []  # noqa: SLF001 - the bound port
+        self.port = sockets[0].getsockname()[1] if sockets else self.config.port
+
+    async def _start_service(self) -> None:
+        """The `agentlog` NATS micro service (DESIGN 5.2) and the adapters' NATS subjects, on the
+        store's connection."""
+        assert self.store is not None and self.dispatcher is not None
+        self.service = await nats_service.start_nats_service(
+            self.store, self.views, self.runner, self.dispatcher, auth_tokens=self.config.tokens,
+            settings=self.config.settings)
+        self.parts.append("nats-service")
+        backend = adapter_session.backend_of(self.store, self.dispatcher)
+        self.adapter_service = adapter_nats_routes.AdapterService(
+            self.store.nc, backend, auth_tokens=self.config.tokens)
+        await self.adapter_service.start()
+        self.parts.append("adapters-nats")
+
+    async def stop(self) -> None:
+        """Reverse order: stop taking requests (HTTP, NATS service), let the worker finish or hand
+        back its commands, stop in-process runs uncommitted, flush live output, stop the
+        projection runner, close the store, stop the embedded nats-server."""
+        if self.web_runner is not None:
+            with contextlib.suppress(Exception):
+                await self.web_runner.cleanup()
+            self.web_runner = None
+        for part in ("adapter_service", "service"):
+            obj = getattr(self, part)
+            if obj is not None:
+                with contextlib.suppress(Exception):
+                    await obj.stop()
+                setattr(self, part, None)
+        if self.worker is not None:
+            with contextlib.suppress(Exception):
+                await self.worker.stop()
+            self.worker = None
+        if self.runtime is not None:
+            await asyncio.gather(*_stop_runs(self.runtime), return_exceptions=True)
+        if self.metrics_runner is not None:
+            with contextlib.suppress(Exception):
+                await self.metrics_runner.cleanup()
+            self.metrics_runner = None
+        if self.tracer_provider is not None:
+            with contextlib.suppress(Exception):
+                self.tracer_provider.shutdown()  # flushes the batch exporter
+            self.tracer_provider = None
+        close = getattr(self.dispatcher, "aclose", None) or getattr(self.dispatcher, "close", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                result = close()
+                if inspect.isawaitable(result):
+                    await result
+        self.dispatcher = None
+        if self.live is not None:
+            with contextlib.suppress(Exception):
+                await self.live.close()
+            self.live = None
+        if self.runner is not None:
+            with contextlib.suppress(Exception):
+                await self.runner.stop()
+            self.runner = None
+        if self.store is not None:
+            with contextlib.suppress(Exception):
+                await self.store.close()
+            self.store = None
+        if self.embedded is not None:
+            await self.embedded.aclose()
+            self.embedded = None
+        log.info("server.stopped", role=self.config.role)
+
+    async def __aenter__(self) -> Server:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+SERVER = web.AppKey("agentlog.server", Server)
+
+
+@contextlib.asynccontextmanager
+async def serve(config: ServerConfig) -> AsyncIterator[Server]:
+    """A started `Server`, stopped (in order) on exit."""
+    server = Server(config)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+async def run_until_stopped(config: ServerConfig, on_ready: Any = None, stop: asyncio.Event | None = None) -> None:
+    """Run a server until SIGINT/SIGTERM (or `stop` is set): the body of `agentlog serve`."""
+    from .demo import wait_for_signal
+
+    async with serve(config) as server:
+        if on_ready is not None:
+            on_ready(server)
+        if stop is not None:
+            await stop.wait()
+        else:
+            await wait_for_signal()
+
+
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "Role", "SERVER", "Server", "ServerConfig", "build_runtime",
+           "run_until_stopped", "serve"]

@@ -1,0 +1,35 @@
+"""Bearer-token auth on HTTP: the middleware that puts the caller's `Principal` on the request
+(`agentlog.api.auth` has the tokens, the principal and the authenticator; see there).
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from agentlog.api.auth import OPEN, TOKENS_ENV, Authenticator, Principal, parse_tokens, resolve_tokens
+
+from .errors import Handler
+
+PRINCIPAL_KEY = web.RequestKey("agentlog.principal", Principal)
+
+
+def principal(request: web.Request) -> Principal:
+    return request.get(PRINCIPAL_KEY, OPEN)
+
+
+def auth_middleware(auth: Authenticator) -> object:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        path = request.path
+        if path.startswith("/v1/") or path == "/v1" or (
+            # the A2A JSON-RPC endpoints (agentlog.adapters.a2a); agent cards stay public (discovery)
+            path.startswith("/a2a/") and not path.endswith("/.well-known/agent-card.json")
+        ):
+            request[PRINCIPAL_KEY] = auth.authenticate(request.headers.get("Authorization"))
+        return await handler(request)
+
+    return middleware
+
+
+__all__ = ["Authenticator", "OPEN", "Principal", "TOKENS_ENV", "auth_middleware", "parse_tokens",
+           "principal", "resolve_tokens"]

@@ -1,0 +1,104 @@
+"""The OpenAPI 3.1 document, rendered from the route table and the models it names.
+
+Nothing here is written by hand per route: parameters come from the pydantic query models,
+bodies from the pydantic body models, view schemas from the msgspec view structs, so the document
+always says what the server enforces. 3.1 is JSON Schema 2020-12, which is what pydantic and
+msgspec both emit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+from pydantic import BaseModel
+
+from agentlog.log.events import Message
+from agentlog.views.views import RunView, ThreadView
+
+from .routing import Route
+
+_REF = "#/components/schemas/{name}"
+_PATH_PARAM = re.compile(r"{(\w+)}")
+_COMMON_ERRORS = {400: "Invalid input", 401: "Missing bearer token", 403: "Token not accepted",
+                  503: "NATS unreachable or projection not caught up"}
+_ERROR = {"type": "object", "required": ["error", "code"], "properties": {
+    "error": {"type": "string"}, "code": {"type": "string"},
+    "detail": {"type": "array", "items": {"type": "object"}}}}
+
+
+def _model_schema(model: type[BaseModel], components: dict[str, Any]) -> dict[str, Any]:
+    schema = model.model_json_schema(ref_template=_REF.replace("{name}", "{model}"))
+    components.update(schema.pop("$defs", {}))
+    return schema
+
+
+def _query_parameters(model: type[BaseModel], components: dict[str, Any]) -> list[dict[str, Any]]:
+    schema = _model_schema(model, components)
+    required = set(schema.get("required", ()))
+    return [
+        {"name": name, "in": "query", "required": name in required,
+         **({"description": prop["description"]} if "description" in prop else {}), "schema": prop}
+        for name, prop in schema.get("properties", {}).items()
+    ]
+
+
+def _operation(route: Route, components: dict[str, Any]) -> dict[str, Any]:
+    params: list[dict[str, Any]] = [
+        {"name": name, "in": "path", "required": True,
+         "schema": {"type": "string", "pattern": r"^[A-Za-z0-9_-]{1,128}$"}}
+        for name in _PATH_PARAM.findall(route.path)
+    ]
+    if route.query is not None:
+        params += _query_parameters(route.query, components)
+    if route.content_type == "text/event-stream":
+        params.append({"name": "Last-Event-ID", "in": "header", "required": False,
+                       "description": "resume exactly after this event id", "schema": {"type": "string"}})
+    op: dict[str, Any] = {
+        "operationId": f"{route.method.lower()}_{route.path.strip('/').replace('/', '_').replace('{', '').replace('}', '')}",
+        "summary": route.summary,
+        "tags": [route.tag],
+    }
+    if params:
+        op["parameters"] = params
+    if route.body is not None:
+        op["requestBody"] = {"required": True, "content": {
+            "application/json": {"schema": _model_schema(route.body, components)}}}
+    content = ({"schema": route.response} if route.response is not None else {"schema": {"type": "string"}})
+    responses: dict[str, Any] = {str(route.status): {"description": "OK", "content": {route.content_type: content}}}
+    statuses = set(route.errors)
+    if route.query is not None or route.body is not None or "{" in route.path:
+        statuses.add(400)
+    if route.auth:
+        statuses |= {401, 403, 503}
+    for status in sorted(statuses):
+        responses[str(status)] = {
+            "description": _COMMON_ERRORS.get(status, {404: "Not found", 409: "Conflict",
+                                                       413: "Too large"}.get(status, "Error")),
+            "content": {"application/json": {"schema": {"$ref": _REF.format(name="Error")}}},
+        }
+    op["responses"] = responses
+    if route.auth:
+        op["security"] = [{"bearer": []}]
+    return op
+
+
+def build(routes: Iterable[Route], *, title: str = "agentlog", version: str = "0.1.0") -> dict[str, Any]:
+    _, views = msgspec.json.schema_components([ThreadView, RunView, Message], ref_template=_REF)
+    components: dict[str, Any] = {**views, "Error": _ERROR}
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, components)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": title, "version": version,
+                 "description": "agentlog HTTP API: errors are {\"error\": message, \"code\": machine_code}"},
+        "paths": paths,
+        "components": {"schemas": components,
+                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+    }
+
+
+__all__ = ["build"]

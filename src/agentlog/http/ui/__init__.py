@@ -1,0 +1,54 @@
+"""The run inspector page (`/ui`) and the interactive API docs (`/docs`): static files shipped in
+the package (`src/agentlog/http/ui/static`, package data), plain HTML + JS + CSS, no build step, no CDN.
+
+Both pages only call the HTTP API (`/v1/...`, `/openapi.json`) with the bearer token the user types
+(kept in sessionStorage), so they need no auth of their own and see exactly what the token may see.
+Every file is its own fixed route (no path parameter, so no path can reach outside the directory),
+in the route table like any other route (so `/openapi.json` lists them too), and is served with a
+Content-Security-Policy of `'self'` only: the page cannot load or send anything elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from aiohttp import web
+
+from agentlog.http.routing import Route
+
+STATIC = Path(__file__).parent / "static"
+_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
+_HEADERS = {
+    "Content-Security-Policy":
+        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'",
+    "Cache-Control": "no-cache",
+    "X-Content-Type-Options": "nosniff",
+}
+#: URL path -> (file, what it is).
+_PAGES = {
+    "/ui": ("index.html",
+            "Run inspector: threads, runs, timeline with state diffs, approvals, live follow, verify"),
+    "/docs": ("docs.html", "Interactive API docs (from /openapi.json, with a try-it form)"),
+    "/ui/common.js": ("common.js", "Script both pages share (token, DOM builder)"),
+    "/ui/app.js": ("app.js", "Run inspector script"),
+    "/ui/docs.js": ("docs.js", "API docs script"),
+    "/ui/style.css": ("style.css", "Stylesheet of both pages"),
+}
+
+
+def _serve(name: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    path = STATIC / name
+
+    async def handler(_request: web.Request) -> web.StreamResponse:
+        return web.FileResponse(path, headers={**_HEADERS, "Content-Type": _TYPES[path.suffix]})
+
+    return handler
+
+
+ROUTES: list[Route] = [
+    Route("GET", url, _serve(name), summary, "ui", content_type=_TYPES[Path(name).suffix], auth=False)
+    for url, (name, summary) in _PAGES.items()
+]
+
+__all__ = ["ROUTES", "STATIC"]

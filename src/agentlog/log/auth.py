@@ -1,0 +1,226 @@
+"""Who may do what on NATS: the users, roles and permissions of an agentlog deployment.
+
+Without auth anyone who reaches the NATS port reads every commit, queues commands and appends
+forged commits. So the embedded server (DESIGN 2.4) starts with generated credentials, one user
+per role, and the production config (`scripts/nats/nats-server.conf`) has the same users and the same
+permissions, rendered from the one table below (a test keeps the file equal to it):
+
+* `gateway`: the HTTP/NATS API. Appends (threads, inputs), queues commands (`agentlog.cmd.>`) and
+  live decisions (`agentlog.ctl.>`), serves `agentlog.api.>` / the adapters' subjects / `$SRV`,
+  reads live output, keeps the KV views.
+* `worker`: takes commands (the work-queue consumer and its acks), appends, publishes live output,
+  receives live decisions.
+* `serve`: gateway + worker in one process (`agentlog serve`, `agentlog demo`).
+* `readonly`: reads the log (direct gets, its own ephemeral consumers) and the KV views, calls the
+  read endpoints of the API, watches live output. It cannot append, queue or ack commands, write
+  KV or touch streams.
+
+No role may delete or purge the event stream or delete a message from it: the log is append-only
+by permission, not by convention. The service roles manage their streams through `$JS.API.>`
+(create, update, consumers) because they create them at start.
+
+Credentials of the embedded server: one random password per role in `<data_dir>/credentials.json`
+(0600, created once per data dir, atomically, so concurrent first starts agree). Every agentlog
+process on that data dir reads it, so the CLI needs no flags.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from .errors import AgentlogError
+from .subjects import EVENTS_STREAM, PREFIX
+
+Role = Literal["serve", "gateway", "worker", "readonly"]
+ROLES: tuple[Role, ...] = ("serve", "gateway", "worker", "readonly")
+CREDENTIALS_FILE = "credentials.json"
+
+
+@dataclass(frozen=True)
+class Permissions:
+    """One user's publish/subscribe allow and deny lists (deny wins, as in nats-server)."""
+
+    publish: tuple[str, ...] = ()
+    publish_deny: tuple[str, ...] = ()
+    subscribe: tuple[str, ...] = ()
+    subscribe_deny: tuple[str, ...] = ()
+
+    def __or__(self, other: Permissions) -> Permissions:
+        def merged(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+            return tuple(dict.fromkeys(a + b))
+
+        return Permissions(merged(self.publish, other.publish), merged(self.publish_deny, other.publish_deny),
+                           merged(self.subscribe, other.subscribe), merged(self.subscribe_deny, other.subscribe_deny))
+
+
+#: Nobody deletes or purges the log, or removes a commit from it.
+_LOG_IS_APPEND_ONLY = (
+    f"$JS.API.STREAM.DELETE.{EVENTS_STREAM}",
+    f"$JS.API.STREAM.PURGE.{EVENTS_STREAM}",
+    f"$JS.API.STREAM.MSG.DELETE.{EVENTS_STREAM}",
+)
+_SERVICE = Permissions(
+    # `$O.>`: large tool outputs go to the Object Store by reference (`agentlog.log.payloads`).
+    publish=("$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>", "$O.>", "_INBOX.>", f"{PREFIX}.ev.>"),
+    publish_deny=_LOG_IS_APPEND_ONLY,
+    subscribe=("_INBOX.>",),
+)
+_API = (f"{PREFIX}.api.>", f"{PREFIX}.ag-ui.>", f"{PREFIX}.ai-sdk.>", "$SRV.>")
+GATEWAY = _SERVICE | Permissions(
+    publish=(f"{PREFIX}.cmd.>", f"{PREFIX}.ctl.>", *_API),  # a gateway may call any gateway
+    # dlq: a gateway waiting on a queued start hears at once when a worker dead-letters it
+    subscribe=(*_API, f"{PREFIX}.live.>", f"{PREFIX}.dlq.>"),
+)
+WORKER = _SERVICE | Permissions(
+    # cmd/ctl: sub-agents start and cancel child runs through the queue and live control;
+    # dlq: commands given up on (`agentlog.runtime.worker`)
+    publish=(f"{PREFIX}.live.>", f"{PREFIX}.cmd.>", f"{PREFIX}.ctl.>", f"{PREFIX}.dlq.>"),
+    subscribe=(f"{PREFIX}.ctl.>",),
+)
+READONLY = Permissions(
+    publish=(
+        "$JS.API.INFO", "$JS.API.STREAM.INFO.*", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
+        f"$JS.API.DIRECT.GET.{EVENTS_STREAM}", f"$JS.API.DIRECT.GET.{EVENTS_STREAM}.>",
+        "$JS.API.DIRECT.GET.*.$KV.>",  # KV view reads (any generation of the view buckets)
+        "$JS.API.DIRECT.GET.*.$O.>", "$JS.API.STREAM.MSG.GET.OBJ_*",  # outputs stored by reference
+        "$JS.API.CONSUMER.CREATE.*", "$JS.API.CONSUMER.CREATE.*.>",  # ephemeral readers (follow, KV listing)
+        "$JS.API.CONSUMER.DELETE.*.*", "$JS.API.CONSUMER.INFO.*.*", "$JS.FC.>",
+        f"{PREFIX}.api.*.get", f"{PREFIX}.api.*.list", f"{PREFIX}.api.threads.messages", "$SRV.>",
+    ),
+    # Explicit, so a wider allow added later cannot open them: no writes, no commands, no acks
+    # (an ack removes a command from the work queue), no durable consumers.
+    publish_deny=(
+        f"{PREFIX}.ev.>", f"{PREFIX}.cmd.>", f"{PREFIX}.ctl.>", f"{PREFIX}.live.>", f"{PREFIX}.dlq.>", "$KV.>", "$O.>",
+        "$JS.ACK.>",
+        "$JS.API.CONSUMER.CREATE.AGENTLOG_COMMANDS", "$JS.API.CONSUMER.CREATE.AGENTLOG_COMMANDS.>",
+        "$JS.API.CONSUMER.DURABLE.CREATE.>", "$JS.API.CONSUMER.DELETE.AGENTLOG_COMMANDS.*",
+        f"$JS.API.CONSUMER.DELETE.{EVENTS_STREAM}.agentlog_projections", *_LOG_IS_APPEND_ONLY,
+    ),
+    subscribe=("_INBOX.>", f"{PREFIX}.live.>"),
+)
+PERMISSIONS: dict[Role, Permissions] = {"serve": GATEWAY | WORKER, "gateway": GATEWAY, "worker": WORKER,
+                                        "readonly": READONLY}
+
+
+# -- nats-server config ---------------------------------------------------------------------------
+
+
+def _list(items: tuple[str, ...]) -> str:
+    return "[" + ", ".join(json.dumps(item) for item in items) + "]"
+
+
+def _permissions_block(p: Permissions) -> str:
+    publish = f"allow: {_list(p.publish)}" + (f", deny: {_list(p.publish_deny)}" if p.publish_deny else "")
+    subscribe = f"allow: {_list(p.subscribe)}" + (f", deny: {_list(p.subscribe_deny)}" if p.subscribe_deny else "")
+    return f"{{ publish: {{ {publish} }}, subscribe: {{ {subscribe} }}, allow_responses: true }}"
+
+
+def users_block(passwords: Mapping[Role, str], *, indent: str = "  ") -> str:
+    """nats-server `users = [...]` with one user per role. A password starting with `$` is written
+    unquoted: a config variable / environment variable reference (the production config)."""
+    lines = ["users = ["]
+    for role in ROLES:
+        password = passwords[role]
+        shown = password if password.startswith("$") else json.dumps(password)
+        lines.append(f"{indent}{{ user: {json.dumps(role)}, password: {shown},")
+        lines.append(f"{indent}  permissions: {_permissions_block(PERMISSIONS[role])} }}")
+    lines.append("]")
+    return "\n".join(lines)
+
+
+# -- generated credentials of a data dir ----------------------------------------------------------
+
+
+class CredentialsError(AgentlogError):
+    """The data dir's credentials file is unreadable or malformed."""
+
+    code = "credentials_error"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """The per-role passwords of one embedded server (users are named after their role)."""
+
+    passwords: Mapping[Role, str] = field(default_factory=dict)
+
+    def login(self, role: Role) -> dict[str, str]:
+        """`user`/`password` keyword arguments for `JetStreamEventStore.connect` / nats-py."""
+        return {"user": role, "password": self.passwords[role]}
+
+    def authorization_config(self) -> str:
+        return "authorization {\n" + users_block(self.passwords) + "\n}"
+
+
+def load_or_create_credentials(data_dir: str | os.PathLike[str]) -> Credentials:
+    """The data dir's credentials, generated on first use (0600; a concurrent first use by another
+    process is settled by an atomic link: whoever links first wins, everyone reads that file)."""
+    directory = Path(data_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / CREDENTIALS_FILE
+    if not path.exists():
+        doc = {"version": 1, "passwords": {role: secrets.token_urlsafe(24) for role in ROLES}}
+        tmp = directory / f".{CREDENTIALS_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
+    try:
+        passwords = json.loads(path.read_text())["passwords"]
+        return Credentials({role: str(passwords[role]) for role in ROLES})
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CredentialsError(f"cannot read NATS credentials {path}: {exc}; remove it to generate new ones "
+                               "(only with no agentlog process running on this data dir)") from None
+
+
+
+# -- the production config ------------------------------------------------------------------------
+
+def password_env(role: str) -> str:
+    return f"AGENTLOG_{role.upper()}_PASSWORD"
+
+
+def accounts_config() -> str:
+    """The production accounts file: account AGENTLOG (JetStream on) with one user per role, the
+    passwords read from environment variables (`AGENTLOG_<ROLE>_PASSWORD`) when nats-server loads
+    it, and a system account."""
+    users = users_block({role: "$" + password_env(role) for role in ROLES}, indent="      ")
+    users = users.replace("\n]", "\n    ]")
+    return "\n".join([
+        "# agentlog on NATS: accounts, users and permissions. Generated by `python -m agentlog.log.auth`",
+        "# from src/agentlog/log/auth.py (a test keeps them equal): edit that table, not this file.",
+        "# Passwords come from the environment of nats-server: AGENTLOG_SERVE_PASSWORD,",
+        "# AGENTLOG_GATEWAY_PASSWORD, AGENTLOG_WORKER_PASSWORD, AGENTLOG_READONLY_PASSWORD,",
+        "# AGENTLOG_SYS_PASSWORD (or replace them by bcrypt hashes: `nats server passwd`).",
+        "accounts {",
+        "  AGENTLOG {",
+        "    jetstream: enabled",
+        "    " + users,
+        "  }",
+        "  SYS {",
+        f"    users = [ {{ user: \"sys\", password: ${password_env('sys')} }} ]",
+        "  }",
+        "}",
+        "system_account: SYS",
+        "",
+    ])
+
+
+__all__ = ["CREDENTIALS_FILE", "Credentials", "CredentialsError", "PERMISSIONS", "Permissions", "ROLES", "Role",
+           "accounts_config", "load_or_create_credentials", "password_env", "users_block"]
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(accounts_config())

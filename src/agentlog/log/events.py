@@ -1,0 +1,346 @@
+"""The persisted vocabulary: every event type of DESIGN 2.2 and the commit envelope.
+
+Events are frozen msgspec Structs in one tagged union (the `type` field holds the class name), so a
+commit decodes in a single pass and an unknown tag is a typed error, not a crash. Field names are
+the wire names; renaming one is a schema change (bump `SCHEMA_VERSION` and add an upcaster in
+`codec`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+import msgspec
+
+#: Version of the envelope and event schemas written by this build.
+SCHEMA_VERSION = 1
+
+JSON = Any
+Role = Literal["system", "user", "assistant", "tool"]
+Visibility = Literal["all", "internal"]
+Verdict = Literal["allow", "deny", "ask"]
+ResumeMode = Literal["replay_tool_call", "use_decision_as_tool_result", "pass_decision_to_tool"]
+DecisionAction = Literal["resume", "cancel"]
+Outcome = Literal["succeeded", "failed", "cancelled"]
+StateScope = Literal["thread", "run", "tool_call"]
+TerminationType = Literal[
+    "natural_end", "behavior_requested", "stopped", "cancelled", "blocked", "error"
+]
+
+
+class _Value(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Plain value objects nested in events."""
+
+
+class Usage(_Value):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+
+class PayloadRef(_Value):
+    """A value stored out of band in the JetStream Object Store (a commit over the server's max
+    payload moves its large tool outputs there; `agentlog.log.payloads`). Readers resolve it."""
+
+    bucket: str
+    name: str
+    size: int
+    sha256: str
+
+
+class ToolCall(_Value):
+    """A call the model asked for, as part of an assistant message."""
+
+    id: str
+    name: str
+    arguments: dict[str, JSON] = {}
+
+
+class Message(_Value):
+    id: str
+    role: Role
+    content: str = ""
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    visibility: Visibility = "all"
+    #: Set (and `content` empty) while the content is stored by reference.
+    content_ref: PayloadRef | None = None
+
+
+class Termination(_Value):
+    type: TerminationType
+    code: str | None = None
+    detail: str | None = None
+
+
+class SuspendTicket(_Value):
+    """What a suspended call waits for: shown to the human, answered by a decision."""
+
+    id: str
+    action: str = "approve"
+    message: str | None = None
+    parameters: dict[str, JSON] = {}
+    response_schema: dict[str, JSON] | None = None
+    resume_mode: ResumeMode = "replay_tool_call"
+
+
+class ToolCallDecision(_Value):
+    target_id: str
+    decision_id: str
+    action: DecisionAction
+    result: JSON = None
+    reason: str | None = None
+    updated_at: int = 0
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="type", tag=True):
+    """Base of every persisted event. Concrete classes below; the tag is the class name."""
+
+
+# -- thread ---------------------------------------------------------------------------------------
+
+
+class ThreadCreated(Event):
+    resource_id: str | None = None
+    parent_thread_id: str | None = None
+    metadata: dict[str, JSON] = {}
+
+
+class ThreadMetadataUpdated(Event):
+    """Merge into the thread metadata; a key whose value is null is removed (JSON merge patch)."""
+
+    metadata: dict[str, JSON]
+
+
+class ThreadDeleted(Event):
+    """Tombstone: the thread stays in the log, views hide it."""
+
+    reason: str | None = None
+
+
+# -- run ------------------------------------------------------------------------------------------
+
+
+class RunStarted(Event):
+    """`frontend_tools`: tools the client executes (AG-UI `RunAgentInput.tools`), each
+    `{name, description, parameters}`, offered to the model for this run only. Recorded here so
+    that resume and verified replay rebuild them from the log alone; omitted when empty, so logs
+    written before the field existed (and runs without frontend tools) encode as before."""
+
+    run_id: str
+    agent_id: str
+    parent_run_id: str | None = None
+    parent_thread_id: str | None = None
+    origin: str = "user"
+    frontend_tools: list[dict[str, JSON]] = []
+
+
+class RunSuspended(Event):
+    call_ids: list[str]
+
+
+class RunResumed(Event):
+    call_ids: list[str] = []
+
+
+class RunCancelRequested(Event):
+    reason: str | None = None
+
+
+class RunFinished(Event):
+    termination: Termination
+    usage: Usage = Usage()
+
+
+class StepStarted(Event):
+    step: int
+
+
+class StepFinished(Event):
+    step: int
+
+
+# -- messages and inference -----------------------------------------------------------------------
+
+
+class MessageAppended(Event):
+    message: Message
+
+
+class InferenceCompleted(Event):
+    """One model call. `request_digest` (sha256 of the canonical request) lets verified replay
+    notice a changed prompt, tool list or plugin context, which never shows in the other events;
+    `request_digests` (short digests of each part: model, system, messages, tools, options) lets
+    it name the part that changed. Both optional: older logs have neither or only the first."""
+
+    model: str
+    usage: Usage = Usage()
+    duration_ms: int = 0
+    stop_reason: str | None = None
+    message_id: str | None = None
+    request_digest: str | None = None
+    request_digests: dict[str, str] | None = None
+
+
+# -- tool calls -----------------------------------------------------------------------------------
+
+
+class ToolCallGated(Event):
+    call_id: str
+    verdict: Verdict
+    rule: str | None = None
+
+
+class ToolCallStarted(Event):
+    call_id: str
+    name: str
+    arguments: dict[str, JSON] = {}
+
+
+class ToolCallSuspended(Event):
+    call_id: str
+    ticket: SuspendTicket
+
+
+class ToolCallDecided(Event):
+    call_id: str
+    decision: ToolCallDecision
+
+
+class ToolCallResuming(Event):
+    call_id: str
+    mode: ResumeMode
+
+
+class ToolCallCompleted(Event):
+    call_id: str
+    outcome: Outcome
+    result: JSON = None
+    message_id: str | None = None
+    #: Set (and `result` None) while the result is stored by reference.
+    result_ref: PayloadRef | None = None
+
+
+# -- context ----------------------------------------------------------------------------------------
+
+
+class ContextCompacted(Event):
+    """The thread's messages up to `upto_message_id` were summarised into `summary` (an LLM call
+    by the agent's context policy, `agentlog.runtime.context`). From here on the loop's model context is
+    the summary plus the messages after that id: recorded so resume and replay use the identical
+    compacted context instead of asking a model again."""
+
+    summary: str
+    upto_message_id: str
+    model: str | None = None
+    usage: Usage = Usage()
+    tokens_before: int = 0
+    tokens_after: int = 0
+
+
+# -- state ----------------------------------------------------------------------------------------
+
+
+class StatePatched(Event):
+    """RFC 6902 ops on the state of `scope`. `call_id` names the call for tool_call scope."""
+
+    ops: list[dict[str, JSON]]
+    scope: StateScope = "thread"
+    source: str | None = None
+    call_id: str | None = None
+
+
+class StateReplaced(Event):
+    state: dict[str, JSON]
+    scope: StateScope = "thread"
+    call_id: str | None = None
+
+
+AnyEvent = Union[
+    ThreadCreated,
+    ThreadMetadataUpdated,
+    ThreadDeleted,
+    RunStarted,
+    RunSuspended,
+    RunResumed,
+    RunCancelRequested,
+    RunFinished,
+    StepStarted,
+    StepFinished,
+    MessageAppended,
+    InferenceCompleted,
+    ToolCallGated,
+    ToolCallStarted,
+    ToolCallSuspended,
+    ToolCallDecided,
+    ToolCallResuming,
+    ToolCallCompleted,
+    StatePatched,
+    StateReplaced,
+    ContextCompacted,
+]
+
+EVENT_TYPES: dict[str, type[Event]] = {cls.__name__: cls for cls in AnyEvent.__args__}  # type: ignore[attr-defined]
+
+
+class Commit(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One JetStream message: an atomic, ordered list of events of one thread and at most one run."""
+
+    commit_id: str
+    thread_id: str
+    run_id: str | None = None
+    ts: int
+    v: int = SCHEMA_VERSION
+    events: list[AnyEvent]
+
+
+class Position(msgspec.Struct, frozen=True, order=True):
+    """Where an event sits: stream sequence of its commit and its index inside the commit.
+
+    Its string form `"<seq>:<index>"` is the event id of SSE `Last-Event-ID` and CLI `--to`.
+    """
+
+    seq: int
+    index: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.seq}:{self.index}"
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        """Parse `"seq:index"` (or a bare `"seq"`, meaning index 0); ValueError if malformed."""
+        seq_text, _, index_text = text.strip().partition(":")
+        try:
+            seq = int(seq_text)
+            index = int(index_text) if index_text else 0
+        except ValueError:
+            raise ValueError(f"not an event id (expected '<seq>:<index>'): {text!r}") from None
+        if seq < 1 or index < 0:
+            raise ValueError(f"not an event id (seq >= 1, index >= 0): {text!r}")
+        return cls(seq, index)
+
+
+class StoredCommit(msgspec.Struct, frozen=True):
+    """A commit as read back from a store, with the sequence the log gave it."""
+
+    seq: int
+    commit: Commit
+
+    def positioned(self) -> list[tuple[Position, AnyEvent]]:
+        return [(Position(self.seq, i), ev) for i, ev in enumerate(self.commit.events)]
+
+
+class AppendResult(msgspec.Struct, frozen=True):
+    """Answer to an append: the commit's sequence; `duplicate` if it was already in the log."""
+
+    seq: int
+    duplicate: bool = False

@@ -1,0 +1,78 @@
+"""agentlog runtime: define tools and agents, run them on the log.
+
+    from agentlog.runtime import AgentSpec, Runtime, tool
+
+    @tool
+    def add(a: int, b: int) -> int:
+        "Add two numbers."
+        return a + b
+
+    agent = AgentSpec(id="calc", model="gpt", tools=["add"], max_rounds=5)
+    rt = Runtime(store, agents=[agent], tools=[add], models={"gpt": my_model})
+    handle = await rt.start("calc", "what is 2+3?")      # returns once the run start is logged
+    async for ev in handle.events(): ...                 # committed events, in log order
+    result = await handle.result()                       # termination + final RunView
+    await rt.cancel(handle.run_id)                       # cancel a running (or waiting) run
+    res = await rt.decide(run_id, [{"target_id": call_id, "decision_id": "d1",
+                                    "action": "resume", "result": {"approved": True}}])
+    await res.handle.result()                            # the resumed run's next stop
+    handle = await rt.resume(run_id)                     # continue an unfinished run from the log
+                                                         # (any process; None if nothing to do)
+    rt.signal_cancel(run_id)                             # cancel an in-process run, no append
+    await rt.start("calc", "and 4+4?", parent_run_id=handle.run_id)  # continue the thread
+    result = await rt.run("calc", "hi")                  # start + result
+"""
+
+from .agent import AgentRegistry, AgentSpec, ModelRegistry, RetryPolicy, ToolExecutionMode
+from .context import ContextPolicy
+from .entropy import DeterministicEntropy, Entropy, SystemEntropy
+from .hitl import CallNotSuspended, HitlError, InvalidDecision, RunNotWaiting, UnknownCall
+from .live import LiveSink, MemoryLiveSink, NatsLiveSink, NullLiveSink
+from .loop_staging import RunConflict
+from .mcp import McpServerConfig, McpToolset
+from .permission import PermissionPlugin, PermissionRule
+from .plugins import (
+    AddContext,
+    AddUserMessage,
+    Block,
+    ExcludeTools,
+    Gate,
+    IncludeOnlyTools,
+    OverrideInference,
+    PatchState,
+    PhaseContext,
+    Plugin,
+    PluginError,
+    SetResult,
+    Suspend,
+    Terminate,
+)
+from .run_context import RunContext, apply_event
+from .runtime import CommittedEvent, DecideResult, RunHandle, RunNotFound, RunResult, Runtime
+from .snapshot import KVSnapshotStore, MemorySnapshotStore, RunSnapshot, SnapshotStore
+from .stop import (
+    ConsecutiveErrors,
+    ContentMatch,
+    LoopDetection,
+    MaxRounds,
+    StopOnTool,
+    Timeout,
+    TokenBudget,
+)
+from .tools import Tool, ToolContext, ToolError, ToolRegistry, ToolResult, tool
+
+__all__ = [
+    "AddContext", "AddUserMessage", "AgentRegistry", "AgentSpec", "Block", "CommittedEvent", "ContextPolicy",
+    "McpServerConfig", "McpToolset",
+    "ConsecutiveErrors", "ContentMatch", "DeterministicEntropy", "Entropy", "ExcludeTools", "Gate",
+    "IncludeOnlyTools", "LiveSink", "LoopDetection", "MaxRounds", "MemoryLiveSink", "ModelRegistry",
+    "NatsLiveSink", "NullLiveSink", "OverrideInference", "PatchState", "PermissionPlugin",
+    "PermissionRule", "PhaseContext", "Plugin", "PluginError", "RetryPolicy", "RunConflict",
+    "RunContext", "RunHandle", "RunNotFound", "RunResult", "Runtime", "SetResult", "StopOnTool",
+    "Suspend", "SystemEntropy", "Terminate", "Timeout", "TokenBudget", "Tool", "ToolContext",
+    "ToolError", "ToolExecutionMode", "ToolRegistry", "ToolResult", "apply_event", "tool",
+    # human in the loop
+    "CallNotSuspended", "DecideResult", "HitlError", "InvalidDecision", "RunNotWaiting", "UnknownCall",
+    # run-context snapshots
+    "KVSnapshotStore", "MemorySnapshotStore", "RunSnapshot", "SnapshotStore",
+]

@@ -1,0 +1,151 @@
+"""Start admission: every check a run start can fail on its input, in one pure function that
+both ways of starting a run call before their first write.
+
+    check_start(agent_id, messages, thread_id=..., run_id=..., parent_run_id=..., decisions=...,
+                resource_id=..., frontend_tools=..., max_payload=store.max_payload)
+
+Why one function: `Runtime.start` (serve mode, in process) and the gateway's `QueueDispatcher`
+(gateway mode, the command goes to a worker) used to carry their own copies of these checks, and
+they diverged: the gateway accepted what the runtime refused and only a worker found out (a 500
+after an orphan `ThreadCreated`, or a command retried forever). Checks that need the log (thread
+deleted, run exists, agent's tools) stay with the caller; this is the part that needs only input.
+
+The size check builds the run-start commit as `RunLoop.begin` will ([ThreadCreated] +
+RunStarted + the messages, with ids as long as real ones) and refuses it with the store's own
+`CommitTooLarge` (413) when it cannot fit the server's max payload. Plugin patches at run start
+are not known here; a start that only they push over the limit is refused by the store at append
+(serve) or dead-lettered by the worker (gateway mode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from agentlog.log.errors import AgentlogError, CommitTooLarge, InvalidCommit
+from agentlog.log.events import Commit, Message, MessageAppended, RunStarted, ThreadCreated
+from agentlog.log.ids import validate_id, validate_run_id
+from agentlog.log.store import encode_checked
+
+#: Bytes the store adds around a commit's payload (NATS headers: msg id, expected sequence and
+#: subject), over-estimated so the check never passes what the append would refuse.
+HEADER_ALLOWANCE = 512
+
+
+class InvalidRunInput(AgentlogError, ValueError):
+    """Run input that can never be committed (bad message shape, text that is not valid UTF-8)."""
+
+    code = "invalid_input"
+
+
+def as_messages(messages: str | Message | Mapping[str, Any] | Sequence[Any], entropy: Any) -> list[Message]:
+    """Input messages: a string (one user message), `Message`s, or `{"role", "content"}` dicts."""
+    if isinstance(messages, (str, Message, Mapping)):
+        messages = [messages]
+    out: list[Message] = []
+    for m in messages:
+        if isinstance(m, str):
+            out.append(Message(id=entropy.new_id(), role="user", content=m))
+        elif isinstance(m, Message):
+            out.append(m)
+        elif isinstance(m, Mapping):
+            role = m.get("role", "user")
+            if role not in ("user", "system", "assistant", "tool"):
+                raise ValueError(f"invalid message role {role!r}")
+            out.append(Message(
+                id=m.get("id") or entropy.new_id(), role=role, content=str(m.get("content", "")),
+                tool_call_id=m.get("tool_call_id"), visibility=m.get("visibility", "all"),
+            ))
+        else:
+            raise TypeError(f"a message must be a str, Message or dict, not {type(m).__name__}")
+    return out
+
+
+class PlaceholderIds:
+    """Entropy stand-in for validating input without drawing real ids (the ids a run draws, and
+    their order, are part of what replay reproduces). Its ids are as long as real ones (32 hex),
+    so a commit built with them has the real commit's size."""
+
+    def new_id(self) -> str:
+        return "0" * 32
+
+    def now_ms(self) -> int:
+        return 0
+
+
+def check_messages(messages: Any) -> list[Message]:
+    """Reject input messages that could not be committed: bad role, visibility or id."""
+    out = as_messages(messages, PlaceholderIds())
+    for m in out:
+        try:
+            msgspec.convert(msgspec.to_builtins(m), Message)
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"invalid message: {exc}") from None
+        validate_id(m.id, "message id")
+        if m.tool_call_id is not None:
+            validate_id(m.tool_call_id, "tool_call_id")
+    return out
+
+
+def check_storable(value: Any, what: str) -> None:
+    """`value` can be written to the log as JSON text (no lone surrogate, no absurd nesting);
+    raises `InvalidRunInput`. For input that rides in commits the caller does not build here
+    (decisions, a cancel reason). Values of other types are the runtime's to judge."""
+    try:
+        msgspec.json.encode(value)
+    except TypeError:
+        return
+    except (UnicodeError, RecursionError) as exc:
+        raise InvalidRunInput(f"{what} cannot be stored: {exc}") from None
+
+
+def check_start_ids(agent_id: str, thread_id: str | None, run_id: str | None, parent_run_id: str | None) -> None:
+    """The ids of a start must be NATS-safe tokens (`InvalidId`); `None` ones are generated."""
+    validate_id(agent_id, "agent_id")
+    if thread_id is not None:
+        validate_id(thread_id, "thread_id")
+    if run_id is not None:
+        validate_run_id(run_id)
+    if parent_run_id is not None:
+        validate_run_id(parent_run_id)
+
+
+def check_start(
+    agent_id: str,
+    messages: Any,
+    *,
+    thread_id: str | None = None,
+    run_id: str | None = None,
+    parent_run_id: str | None = None,
+    decisions: Sequence[Any] = (),
+    resource_id: str | None = None,
+    frontend_tools: Sequence[Mapping[str, Any]] = (),
+    max_payload: int | None = None,
+) -> None:
+    """Raise the typed error a start with this input must get, before anything is written:
+    `InvalidId`, `ValueError`/`TypeError` (shapes), `InvalidRunInput` (not encodable),
+    `CommitTooLarge` (over `max_payload`). `frontend_tools` must already be normalised."""
+    check_start_ids(agent_id, thread_id, run_id, parent_run_id)
+    if decisions and parent_run_id is None:
+        raise ValueError("decisions on a new run need parent_run_id (the run that waits for them)")
+    check_storable(list(decisions), "decisions")
+    msgs = check_messages(messages)
+    placeholder = PlaceholderIds().new_id()
+    events: list[Any] = [] if parent_run_id is not None else [ThreadCreated(resource_id=resource_id)]
+    events.append(RunStarted(run_id=run_id or placeholder, agent_id=agent_id, parent_run_id=parent_run_id,
+                             frontend_tools=[dict(t) for t in frontend_tools]))
+    events.extend(MessageAppended(message=m) for m in msgs)
+    commit = Commit(commit_id=placeholder, thread_id=thread_id or placeholder, run_id=run_id or placeholder,
+                    ts=0, events=events)
+    try:
+        data = encode_checked(commit)
+    except InvalidCommit as exc:
+        raise InvalidRunInput(f"the run's input cannot be stored: {exc}") from None
+    if max_payload is not None and len(data) + HEADER_ALLOWANCE > max_payload:
+        raise CommitTooLarge(len(data) + HEADER_ALLOWANCE, max_payload)
+
+
+__all__ = ["HEADER_ALLOWANCE", "InvalidRunInput", "PlaceholderIds", "as_messages", "check_messages", "check_start",
+           "check_start_ids", "check_storable"]

@@ -1,0 +1,167 @@
+"""Agent definitions (`AgentSpec`) and the registries the runtime resolves names from.
+
+An `AgentSpec` is configuration, not behaviour: the loop is a pure function of it and the log. It
+names its model and tools; the runtime resolves them from its model and tool registries, so the
+same spec can run against a scripted model in tests and a real one in production.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Literal
+
+import pydantic
+
+from agentlog.log.ids import validate_id
+
+from .context import ContextPolicy
+from .models.base import Model
+from .plugins import Plugin
+from .stop import MaxRounds, StopCondition
+
+ToolExecutionMode = Literal["sequential", "parallel_batch_approval", "parallel_streaming"]
+
+
+class RetryPolicy(pydantic.BaseModel):
+    """Retries of retryable model errors (before moving on to the next fallback model).
+
+    The one retry policy of a run: the loop makes `max_attempts` requests per model, and a
+    self-retrying client (the OpenAI one) makes a single request per attempt under it, so the
+    two never multiply. The default matches what the OpenAI client alone does (3 attempts)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    max_attempts: int = pydantic.Field(default=3, ge=1)
+    backoff_ms: int = pydantic.Field(default=200, ge=0)
+    backoff_multiplier: float = pydantic.Field(default=2.0, ge=1.0)
+
+    def delay_s(self, failed_attempts: int, retry_after: float | None = None) -> float:
+        """Seconds to wait after `failed_attempts` (>= 1) failed attempts: exponential backoff,
+        or the provider's `Retry-After` when it gave one (capped at a minute)."""
+        if retry_after is not None:
+            return max(0.0, min(retry_after, _MAX_RETRY_AFTER_S))
+        return self.backoff_ms / 1000 * self.backoff_multiplier ** (failed_attempts - 1)
+
+
+#: A provider's `Retry-After` longer than this is not honoured in full (the run would look hung).
+_MAX_RETRY_AFTER_S = 60.0
+
+
+class AgentOptions(pydantic.BaseModel):
+    """How an agent behaves, apart from what it is (id, model, tools, plugins): shared by
+    `AgentSpec` and the declarative configuration (`agentlog.runtime.config.AgentConfig`)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    #: What the agent is for, as `GET /v1/agents` shows it to clients (not sent to the model).
+    description: str = ""
+    system_prompt: str = ""
+    tool_execution_mode: ToolExecutionMode = "parallel_streaming"
+    #: Shorthand for a `max_rounds` stop condition (ignored if one is given explicitly).
+    max_rounds: int | None = pydantic.Field(default=None, ge=1)
+    stop_conditions: list[StopCondition] = []
+    retry: RetryPolicy = RetryPolicy()
+    #: Model registry names tried in order after the primary model fails.
+    fallback_models: list[str] = []
+    #: Provider options passed to every inference (temperature, max_tokens...).
+    model_options: dict[str, Any] = {}
+    #: Token budget, tool-result shrinking, truncation and summaries (`agentlog.runtime.context`).
+    context: ContextPolicy | None = None
+    #: Sub-agents (`agentlog.runtime.subagents`): the agents this one may start with `agent_run`
+    #: (None: every registered agent), minus `excluded_agents`.
+    allowed_agents: list[str] | None = None
+    excluded_agents: list[str] = []
+
+    def options(self) -> dict[str, Any]:
+        """These fields as keyword arguments (to build an `AgentSpec` from a config)."""
+        return {name: getattr(self, name) for name in AgentOptions.model_fields}
+
+
+class AgentSpec(AgentOptions):
+    model_config = pydantic.ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    id: str
+    #: A model registry name, or a `Model` instance (handy in tests and scripts).
+    model: str | Any
+    #: Tool names, resolved from the runtime's tool registry.
+    tools: list[str] = []
+    plugins: list[Plugin] = []
+
+    @pydantic.field_validator("id")
+    @classmethod
+    def _id_is_token(cls, v: str) -> str:
+        return validate_id(v, "agent_id")
+
+    @pydantic.field_validator("model")
+    @classmethod
+    def _model_is_name_or_model(cls, v: Any) -> Any:
+        if isinstance(v, str) or isinstance(v, Model):
+            return v
+        raise ValueError("model must be a registry name or an object with a stream(request) method")
+
+    @property
+    def model_name(self) -> str:
+        """The name the model is known by in requests (the registry key, or the instance's
+        `name` attribute, else its class name)."""
+        if isinstance(self.model, str):
+            return self.model
+        return str(getattr(self.model, "name", type(self.model).__name__))
+
+    def effective_stop_conditions(self) -> list[Any]:
+        """`stop_conditions` with `max_rounds` lowered into a `MaxRounds` unless one is explicit."""
+        conds = list(self.stop_conditions)
+        if self.max_rounds is not None and not any(isinstance(c, MaxRounds) for c in conds):
+            conds.insert(0, MaxRounds(rounds=self.max_rounds))
+        return conds
+
+
+class UnknownAgent(LookupError):
+    #: The API's code for it (agentlog.api.dispatch.AgentNotFound has the same): a worker that
+    #: dead-letters a start for an agent it does not have reports this code to the gateway.
+    code = "agent_not_found"
+
+
+class AgentRegistry:
+    def __init__(self, agents: Iterable[AgentSpec] = ()) -> None:
+        self._agents: dict[str, AgentSpec] = {}
+        for a in agents:
+            self.register(a)
+
+    def register(self, agent: AgentSpec) -> AgentSpec:
+        if agent.id in self._agents and self._agents[agent.id] is not agent:
+            raise ValueError(f"an agent named {agent.id!r} is already registered")
+        self._agents[agent.id] = agent
+        return agent
+
+    def get(self, agent_id: str) -> AgentSpec:
+        try:
+            return self._agents[agent_id]
+        except KeyError:
+            known = ", ".join(sorted(self._agents)) or "none"
+            raise UnknownAgent(f"unknown agent {agent_id!r} (registered: {known})") from None
+
+    def __contains__(self, agent_id: object) -> bool:
+        return agent_id in self._agents
+
+    def __iter__(self) -> Iterator[AgentSpec]:
+        """The registered specs (e.g. for a gateway that refuses unknown agents up front)."""
+        return iter(list(self._agents.values()))
+
+
+class ModelRegistry:
+    """Models by name; `resolve` accepts a name or passes a `Model` instance through."""
+
+    def __init__(self, models: Mapping[str, Model] | None = None) -> None:
+        self._models: dict[str, Model] = dict(models or {})
+
+    def register(self, name: str, model: Model) -> None:
+        self._models[name] = model
+
+    def resolve(self, model: str | Model) -> Model:
+        if not isinstance(model, str):
+            return model
+        try:
+            return self._models[model]
+        except KeyError:
+            known = ", ".join(sorted(self._models)) or "none"
+            raise LookupError(f"unknown model {model!r} (registered: {known})") from None

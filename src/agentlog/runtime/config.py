@@ -1,0 +1,351 @@
+"""Declarative agent configuration: a YAML or JSON file instead of `--app module:attr`.
+
+    agentlog serve --app agents.yaml
+
+The file is validated by `AgentlogConfig` (pydantic), whose JSON Schema is published in
+`src/agentlog/runtime/agentlog-config.schema.json` (editors can use it: `# yaml-language-server: $schema=...`;
+regenerate with `python -m agentlog.runtime.config > src/agentlog/runtime/agentlog-config.schema.json`; a test keeps it
+up to date). It covers models (scripted or OpenAI-compatible), tools (Python import paths), MCP
+servers, plugins, permissions, stop conditions, context policy and sub-agents; `load_config` turns
+it into an app (`agents`, `tools`, `models`) that every command accepting `--app` can run.
+
+What cannot be expressed as data stays code, referenced by import path (`module:attr`): tools
+(a `Tool`, a plain function, or a list of them) and plugins (an instance, or a class built with
+`args`). Every problem is a `ConfigError` naming the file and the field, raised at load time,
+never halfway through a run.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fnmatch
+import importlib
+import json
+import os
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import pydantic
+
+from agentlog.log.errors import AgentlogError
+
+from .agent import AgentOptions, AgentSpec
+from .mcp import McpError, McpServerConfig, McpToolset
+from .permission import PermissionPlugin, PermissionRule
+from .plugins import Plugin
+from .tools import Tool, ToolRegistry
+
+__all__ = ["AgentlogConfig", "ConfigError", "LoadedConfig", "is_config_path", "load_config", "schema"]
+
+SCHEMA_PATH = Path(__file__).with_name("agentlog-config.schema.json")
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+class ConfigError(AgentlogError):
+    """The configuration file is missing, unreadable or invalid; the message says where."""
+
+    code = "config_error"
+
+
+class _Model(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+
+# -- models ----------------------------------------------------------------------------------------
+
+
+class ScriptedToolCall(_Model):
+    name: str
+    arguments: dict[str, Any] = {}
+    id: str | None = None
+
+
+class ScriptedTurn(_Model):
+    text: str = ""
+    tool_calls: list[ScriptedToolCall] = []
+
+
+class ScriptedModelConfig(_Model):
+    """A deterministic scripted model (demos, tests): one turn per inference."""
+
+    type: Literal["scripted"]
+    script: list[str | ScriptedTurn] = pydantic.Field(min_length=1)
+    #: `conversation`: the turn is picked from the conversation (works across workers/restarts).
+    position: Literal["counter", "conversation"] = "conversation"
+    loop: bool = False
+
+
+class OpenAIModelConfig(_Model):
+    """An OpenAI-compatible chat-completions endpoint. The key is read from the environment
+    variable `api_key_env` (never written in the file)."""
+
+    type: Literal["openai"]
+    model: str | None = None
+    base_url: str = "https://api.openai.com/v1"
+    api_key_env: str | None = None
+    timeout_s: float = pydantic.Field(default=120.0, gt=0)
+    headers: dict[str, str] = {}
+
+
+ModelConfig = Annotated[ScriptedModelConfig | OpenAIModelConfig, pydantic.Field(discriminator="type")]
+
+# -- agents ----------------------------------------------------------------------------------------
+
+
+class PluginConfig(_Model):
+    #: `module:attr` of a `Plugin` instance, or of a class built with `args`.
+    path: str
+    args: dict[str, Any] = {}
+
+
+class PermissionsConfig(_Model):
+    """Rules for the permission plugin: tool-name globs or `{tool, args, name}` rules."""
+
+    allow: list[str | PermissionRule] = []
+    ask: list[str | PermissionRule] = []
+    deny: list[str | PermissionRule] = []
+    default: Literal["allow", "deny"] = "allow"
+
+
+class AgentConfig(AgentOptions):
+    """An agent: what it is (model key, tools, plugins, permissions, sub-agents) plus the
+    behaviour options it shares with `AgentSpec` (`fallback_models` are keys of `models`)."""
+
+    id: str
+    #: A key of `models`.
+    model: str
+    #: Tool names or globs over every tool of the file (local and `mcp__<server>__<tool>`).
+    tools: list[str] = []
+    plugins: list[str | PluginConfig] = []
+    permissions: PermissionsConfig | None = None
+    #: Ids of the agents of this file this agent may run as sub-agents (child runs): it gets the
+    #: `agent_run` / `agent_output` / `agent_stop` tools (`agentlog.runtime.subagents`) and, unless
+    #: `allowed_agents` is set, may start exactly these agents.
+    sub_agents: list[str] = []
+
+
+class AgentlogConfig(_Model):
+    """An agentlog application as data (version 1)."""
+
+    version: Literal[1] = 1
+    models: dict[str, ModelConfig] = {}
+    #: `module:attr` import paths of tools: a `Tool`, a function (made a tool), or a list of them.
+    tools: list[str] = []
+    mcp_servers: list[McpServerConfig] = []
+    agents: list[AgentConfig] = pydantic.Field(min_length=1)
+
+    @pydantic.model_validator(mode="after")
+    def _references(self) -> AgentlogConfig:
+        ids = [a.id for a in self.agents]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"duplicate agent ids: {', '.join(dupes)}")
+        names = [s.name for s in self.mcp_servers]
+        if len(set(names)) != len(names):
+            raise ValueError("duplicate MCP server names")
+        for a in self.agents:
+            for m in [a.model, *a.fallback_models]:
+                if m not in self.models:
+                    raise ValueError(f"agent {a.id!r}: unknown model {m!r} (models: {', '.join(self.models) or 'none'})")
+            for sub in a.sub_agents:
+                if sub not in ids or sub == a.id:
+                    raise ValueError(f"agent {a.id!r}: sub_agents names {sub!r}, not another agent of this file")
+        return self
+
+
+def schema() -> dict[str, Any]:
+    """The published JSON Schema of the configuration file."""
+    out = AgentlogConfig.model_json_schema()
+    out["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    out["title"] = "agentlog configuration"
+    return out
+
+
+# -- loading ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadedConfig:
+    """What a configuration file becomes: an app (`agents`, `tools`, `models`) plus the MCP
+    toolset it opened (close it with `close()`) and each agent's allowed sub-agents."""
+
+    agents: list[AgentSpec]
+    tools: ToolRegistry
+    models: dict[str, Any]
+    toolset: McpToolset | None = None
+    sub_agents: dict[str, list[str]] = field(default_factory=dict)
+    config: AgentlogConfig | None = None
+
+    def runtime(self, store: Any, **options: Any) -> Any:
+        from .runtime import Runtime
+
+        return Runtime(store, agents=self.agents, tools=self.tools, models=dict(self.models), **options)
+
+    def close(self) -> None:
+        if self.toolset is not None:
+            self.toolset.close()
+
+
+def is_config_path(spec: str) -> bool:
+    return spec.lower().endswith(CONFIG_SUFFIXES)
+
+
+def parse_config(text: str, source: str = "<config>") -> AgentlogConfig:
+    """Validate YAML or JSON text (YAML is a superset of JSON). Raises `ConfigError`."""
+    import yaml
+
+    try:
+        raw = json.loads(text) if source.lower().endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{source}: not valid {'JSON' if source.endswith('.json') else 'YAML'}: {exc}") from None
+    try:
+        return AgentlogConfig.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        detail = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{source}: {detail}") from None
+
+
+def _import(path: str, what: str, source: str) -> Any:
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"{source}: {what} {path!r} must be an import path module:attr")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except Exception as exc:  # noqa: BLE001 - the user's module: any failure is a config error
+        raise ConfigError(f"{source}: {what} {path!r} could not be imported: {type(exc).__name__}: {exc}") from None
+    return obj
+
+
+def _tools(paths: Iterable[str], source: str) -> list[Tool]:
+    out: list[Tool] = []
+    for path in paths:
+        obj = _import(path, "tool", source)
+        items = obj if isinstance(obj, (list, tuple)) else [obj]
+        for item in items:
+            if isinstance(item, Tool):
+                out.append(item)
+            elif callable(item):
+                out.append(Tool.from_function(item))
+            else:
+                raise ConfigError(f"{source}: tool {path!r} is a {type(item).__name__}, not a tool or function")
+    return out
+
+
+def _plugin(entry: str | PluginConfig, source: str) -> Plugin:
+    cfg = entry if isinstance(entry, PluginConfig) else PluginConfig(path=entry)
+    obj = _import(cfg.path, "plugin", source)
+    if isinstance(obj, type):
+        try:
+            obj = obj(**cfg.args)
+        except Exception as exc:  # noqa: BLE001
+            raise ConfigError(f"{source}: plugin {cfg.path!r}({cfg.args}) failed: {type(exc).__name__}: {exc}") from None
+    elif cfg.args:
+        raise ConfigError(f"{source}: plugin {cfg.path!r} is an instance; `args` needs a class")
+    if not isinstance(obj, Plugin):
+        raise ConfigError(f"{source}: plugin {cfg.path!r} is a {type(obj).__name__}, not an agentlog Plugin")
+    return obj
+
+
+def _model(name: str, cfg: ScriptedModelConfig | OpenAIModelConfig, source: str) -> Any:
+    if isinstance(cfg, ScriptedModelConfig):
+        from .models import ScriptedCall, ScriptedModel, Turn
+
+        turns = [t if isinstance(t, str) else Turn.tools(
+            *(ScriptedCall(c.name, c.arguments, c.id) for c in t.tool_calls), text=t.text) for t in cfg.script]
+        return ScriptedModel(turns, position=cfg.position, loop=cfg.loop, name=name)
+    from .models import OpenAIChatModel
+
+    key = None
+    if cfg.api_key_env is not None:
+        key = os.environ.get(cfg.api_key_env)
+        if not key:
+            raise ConfigError(f"{source}: model {name!r}: environment variable {cfg.api_key_env} is not set")
+    return OpenAIChatModel(cfg.model, base_url=cfg.base_url, api_key=key, timeout=cfg.timeout_s,
+                           headers=cfg.headers or None)
+
+
+def _expand(patterns: list[str], known: list[str], agent: str, source: str) -> list[str]:
+    """Tool names and globs -> names, in pattern order, each once; a pattern matching nothing
+    is an error (a typo would otherwise silently remove a tool)."""
+    out: list[str] = []
+    for pattern in patterns:
+        matched = [n for n in known if fnmatch.fnmatchcase(n, pattern)]
+        if not matched:
+            raise ConfigError(f"{source}: agent {agent!r}: no tool matches {pattern!r} (tools: {', '.join(known) or 'none'})")
+        out += [n for n in matched if n not in out]
+    return out
+
+
+def build(config: AgentlogConfig, source: str = "<config>") -> LoadedConfig:
+    """Turn a validated config into an app: import tools and plugins, build models, connect
+    the MCP servers (blocking, bounded by each server's `timeout_s`) and register their tools."""
+    registry = ToolRegistry()
+    for t in _tools(config.tools, source):
+        try:
+            registry.register(t)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+    models = {name: _model(name, cfg, source) for name, cfg in config.models.items()}
+    toolset: McpToolset | None = None
+    if config.mcp_servers:
+        toolset = McpToolset(config.mcp_servers)
+        try:
+            toolset.start()
+        except McpError as exc:
+            toolset.close()
+            raise ConfigError(f"{source}: {exc}") from None
+        toolset.register(registry)
+        atexit.register(toolset.close)  # stdio servers end with us even without an explicit close
+    delegating = [a for a in config.agents if a.sub_agents]
+    if delegating:  # the sub-agent tools (`agentlog.runtime.subagents`), once, for the agents that delegate
+        from .subagents import SubAgents
+
+        sub_tools = SubAgents().tools
+        for t in sub_tools:
+            registry.register(t)
+    try:
+        known = registry.names()
+        agents = []
+        for a in config.agents:
+            plugins = [_plugin(p, source) for p in a.plugins]
+            if a.permissions is not None:
+                p = a.permissions
+                plugins.insert(0, PermissionPlugin(allow=p.allow, ask=p.ask, deny=p.deny, default=p.default))
+            tools = _expand(a.tools, known, a.id, source)
+            options = a.options()
+            if a.sub_agents:  # `sub_agents` is the config's spelling of the sub-agent tools + allowed_agents
+                tools += [t.name for t in sub_tools if t.name not in tools]
+                if options["allowed_agents"] is None:
+                    options["allowed_agents"] = list(a.sub_agents)
+            try:
+                agents.append(AgentSpec(id=a.id, model=a.model, tools=tools, plugins=plugins, **options))
+            except (pydantic.ValidationError, ValueError) as exc:
+                raise ConfigError(f"{source}: agent {a.id!r}: {exc}") from None
+    except ConfigError:
+        if toolset is not None:
+            toolset.close()
+        raise
+    return LoadedConfig(agents=agents, tools=registry, models=models, toolset=toolset,
+                        sub_agents={a.id: list(a.sub_agents) for a in config.agents}, config=config)
+
+
+def load_config(path: str | os.PathLike[str]) -> LoadedConfig:
+    """Read, validate and build a YAML/JSON configuration file. Raises `ConfigError`."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read the configuration file: {exc.strerror or exc}") from None
+    return build(parse_config(text, str(p)), str(p))
+
+
+if __name__ == "__main__":  # python -m agentlog.runtime.config > src/agentlog/runtime/agentlog-config.schema.json
+    print(json.dumps(schema(), indent=2, sort_keys=True))

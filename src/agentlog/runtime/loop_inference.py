@@ -1,0 +1,90 @@
+"""Inference for the run loop: the model call with retries and fallbacks, streamed live.
+
+`_infer` owns the retry policy (a self-retrying model is asked for single attempts, so retries
+never multiply), `_stream` publishes text / tool-call deltas to the live sink under the message
+id the commit will carry. Separate so the loop's retry policy has one home (the context
+summarizer, called from the driver's `_compact`, does not retry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+
+from .loop_staging import StagingBase
+from .models.base import (
+    ModelDone,
+    ModelError,
+    ModelProtocolError,
+    ModelRequest,
+    ModelResponse,
+    SelfRetrying,
+    TextDelta,
+    ToolCallDelta,
+)
+
+
+class Inference(StagingBase):
+    """RunLoop's model calls (a part of `agentlog.runtime.loop.RunLoop`)."""
+
+    async def _infer(self, request: ModelRequest) -> ModelResponse:
+        """Primary model with retries of retryable errors, then each fallback model in turn."""
+        retry = self.spec.retry
+        names: list[Any] = [request.model if request.model != self.spec.model_name else self.spec.model]
+        names += self.spec.fallback_models
+        last: ModelError | None = None
+        for name in names:
+            model = self.models.resolve(name)
+            if isinstance(model, SelfRetrying):
+                model = model.single_attempt()  # this policy owns retries: they must not multiply
+            req = request if name is names[0] else msgspec.structs.replace(request, model=str(name))
+            for attempt in range(retry.max_attempts):
+                try:
+                    return await self._stream(model, req)
+                except ModelError as exc:
+                    last = exc
+                    self.log.warning("model.failed", model=req.model, attempt=attempt + 1, error=str(exc))
+                    if not exc.retryable:
+                        break
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a broken model is a model error, not a crash
+                    last = ModelError(f"model {req.model!r} failed: {type(exc).__name__}: {exc}")
+                    break
+                if attempt + 1 < retry.max_attempts:
+                    delay = retry.delay_s(attempt + 1, getattr(last, "retry_after", None))
+                    await asyncio.sleep(delay)  # backoff between provider attempts, not synchronisation
+        assert last is not None
+        raise last
+
+    def _message_id(self, *, take: bool = False) -> str:
+        """The assistant message id of this inference: drawn once, at the first live delta (so
+        the deltas carry the id the commit will have: AG-UI / AI SDK clients then see one
+        message, not a provisional one and the committed one) or at the commit. The draw happens
+        in the same entropy order as before (nothing else draws ids during inference), so
+        recorded logs replay unchanged; `take` hands it to the commit and resets."""
+        mid = self._streaming_message_id or self.entropy.new_id()
+        self._streaming_message_id = None if take else mid
+        return mid
+
+    async def _stream(self, model: Any, request: ModelRequest) -> ModelResponse:
+        live_on = self._live_on
+        step = self.ctx.step
+        for_live = (self.ctx.thread_id, self.ctx.run_id)
+        async for chunk in model.stream(request):
+            t = type(chunk)
+            if t is ModelDone:
+                return chunk.response
+            if live_on:
+                if t is TextDelta:
+                    self.live.publish(*for_live, {"type": "text_delta", "step": step, "text": chunk.text,
+                                                  "message_id": self._message_id()})
+                elif t is ToolCallDelta:
+                    self.live.publish(*for_live, {
+                        "type": "tool_call_delta", "step": step, "index": chunk.index,
+                        "message_id": self._message_id(),
+                        "call_id": chunk.call_id, "name": chunk.name, "arguments_delta": chunk.arguments_delta,
+                    })
+        raise ModelProtocolError(f"model {request.model!r} ended its stream without a final response")

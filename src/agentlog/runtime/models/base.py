@@ -1,0 +1,119 @@
+"""The `Model` protocol: what the loop needs from any LLM, streaming.
+
+A model streams `TextDelta`s (forwarded live, never persisted), optional `ToolCallDelta`s (live
+progress of streamed arguments) and ends with exactly one `ModelDone` carrying the whole
+`ModelResponse`, which is what the loop commits. Keeping the complete response in one final chunk
+means the loop never re-assembles fragments and replay can answer with the recorded response.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Protocol, runtime_checkable
+
+import msgspec
+
+from agentlog.log.errors import AgentlogError
+from agentlog.log.events import Message, ToolCall, Usage
+
+
+class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool as the model sees it: name, description and JSON Schema of its arguments."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
+    model: str
+    messages: list[Message]
+    tools: list[ToolSpec] = []
+    #: Provider options passed through as-is (temperature, max_tokens, ...).
+    options: dict[str, Any] = {}
+
+
+class ModelResponse(msgspec.Struct, frozen=True, kw_only=True):
+    model: str
+    text: str = ""
+    tool_calls: list[ToolCall] = []
+    usage: Usage = Usage()
+    stop_reason: str | None = None
+
+
+class TextDelta(msgspec.Struct, frozen=True):
+    text: str
+
+
+class ToolCallDelta(msgspec.Struct, frozen=True, kw_only=True):
+    """Streamed fragment of a tool call's arguments (live progress only)."""
+
+    index: int
+    call_id: str | None = None
+    name: str | None = None
+    arguments_delta: str = ""
+
+
+class ModelDone(msgspec.Struct, frozen=True):
+    response: ModelResponse
+
+
+ModelChunk = TextDelta | ToolCallDelta | ModelDone
+
+
+@runtime_checkable
+class Model(Protocol):
+    """Anything that can stream a response to a request."""
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]: ...
+
+
+@runtime_checkable
+class SelfRetrying(Protocol):
+    """A model that retries transient failures itself, like a standalone HTTP client does.
+
+    One policy must own retries, or they multiply (loop attempts x client attempts). When the
+    run loop drives a model it owns them (`AgentSpec.retry`), so it streams from
+    `single_attempt()`: the same model making one request per model per call. Used on its own,
+    the model keeps its transport retries.
+    """
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]: ...
+
+    def single_attempt(self) -> Model: ...
+
+
+async def complete(model: Model, request: ModelRequest) -> ModelResponse:
+    """Drain a stream and return its final response (for callers that don't need deltas)."""
+    async for chunk in model.stream(request):
+        if isinstance(chunk, ModelDone):
+            return chunk.response
+    raise ModelProtocolError("model stream ended without a ModelDone chunk")
+
+
+class ModelError(AgentlogError):
+    """Inference failed. `retryable` says whether the same request may succeed later."""
+
+    code = "model_error"
+    retryable = False
+
+
+class ModelUnavailable(ModelError):
+    """Transport failure, timeouts, 429 and 5xx after retries were exhausted. `retry_after`:
+    the seconds the provider asked to wait (`Retry-After`), if it said."""
+
+    code = "model_unavailable"
+    retryable = True
+    retry_after: float | None = None
+
+
+class ModelProtocolError(ModelError):
+    """The provider answered something we cannot parse (malformed chunk, missing fields)."""
+
+    code = "model_protocol_error"
+
+
+class ModelRequestRejected(ModelError):
+    """4xx other than 429: the request itself is wrong (bad key, unknown model, bad params)."""
+
+    code = "model_request_rejected"

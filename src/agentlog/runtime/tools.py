@@ -1,0 +1,277 @@
+"""Tools: plain typed Python functions (sync or async) turned into validated, schema-described calls.
+
+`@tool` reads the function's signature: every parameter except the `ToolContext` one becomes a field
+of a pydantic model, which gives both the JSON Schema the model sees and the validation applied
+before the function runs. A tool answers with a `ToolResult`: success, error, or pending (suspend
+with a ticket). Returning a plain value means success; raising `ToolError` means error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Any, get_type_hints
+
+import msgspec
+import pydantic
+
+from agentlog.log.errors import AgentlogError
+from agentlog.log.events import JSON, ResumeMode, SuspendTicket, ToolCallDecision
+from agentlog.log.ids import validate_id
+
+from .models.base import ToolSpec
+
+
+class ToolError(AgentlogError):
+    """Raise from a tool to return an error result to the model (the run goes on)."""
+
+    code = "tool_error"
+
+
+class InvalidToolArguments(AgentlogError):
+    code = "invalid_tool_arguments"
+
+    def __init__(self, tool: str, errors: list[dict[str, Any]]) -> None:
+        self.tool = tool
+        self.errors = errors
+        detail = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ())) or '<root>'}: {e.get('msg')}" for e in errors
+        )
+        super().__init__(f"invalid arguments for tool {tool!r}: {detail}")
+
+
+class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What a tool call produced. `status` decides what the loop records."""
+
+    status: str  # "success" | "error" | "pending"
+    value: JSON = None
+    error: str | None = None
+    ticket: SuspendTicket | None = None
+
+    @classmethod
+    def success(cls, value: JSON = None) -> ToolResult:
+        return cls(status="success", value=value)
+
+    @classmethod
+    def failure(cls, message: str, value: JSON = None) -> ToolResult:
+        return cls(status="error", error=message, value=value)
+
+    @classmethod
+    def pending(
+        cls,
+        ticket_id: str,
+        *,
+        action: str = "approve",
+        message: str | None = None,
+        parameters: dict[str, JSON] | None = None,
+        response_schema: dict[str, JSON] | None = None,
+        resume_mode: ResumeMode = "replay_tool_call",
+    ) -> ToolResult:
+        validate_id(ticket_id, "ticket id")
+        ticket = SuspendTicket(
+            id=ticket_id,
+            action=action,
+            message=message,
+            parameters=parameters or {},
+            response_schema=response_schema,
+            resume_mode=resume_mode,
+        )
+        return cls(status="pending", ticket=ticket)
+
+
+class ToolContext:
+    """Everything a running tool may know or do, and nothing else.
+
+    State edits are recorded as RFC 6902 ops and committed with the call's completion as a
+    `StatePatched` event, so a tool never writes the state directly. `call_id` is the idempotency
+    key: a call interrupted by a crash is run again with the same id (at-least-once).
+    """
+
+    def __init__(
+        self,
+        *,
+        thread_id: str,
+        run_id: str,
+        call_id: str,
+        agent_id: str,
+        tool_name: str,
+        state: dict[str, JSON],
+        decision: ToolCallDecision | None = None,
+        progress: Callable[[JSON], None] | None = None,
+        cancelled: asyncio.Event | None = None,
+    ) -> None:
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.call_id = call_id
+        self.agent_id = agent_id
+        self.tool_name = tool_name
+        self._state = state
+        #: The human decision this call was resumed with (resume mode pass_decision_to_tool).
+        self.decision = decision
+        self._progress = progress
+        self._cancelled = cancelled or asyncio.Event()
+        self.ops: list[dict[str, JSON]] = []
+
+    @property
+    def state(self) -> dict[str, JSON]:
+        """Snapshot of the thread state when the call started (a deep copy: edit through `set`)."""
+        return msgspec.json.decode(msgspec.json.encode(self._state))
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    async def wait_cancelled(self) -> None:
+        await self._cancelled.wait()
+
+    def patch(self, ops: Iterable[dict[str, JSON]]) -> None:
+        """Record raw RFC 6902 ops (validated against the state when the call completes)."""
+        self.ops.extend(dict(op) for op in ops)
+
+    def set(self, path: str, value: JSON) -> None:
+        """Set a JSON Pointer path (`/a/b`) to `value` (add or replace)."""
+        self.ops.append({"op": "add", "path": path, "value": value})
+
+    def remove(self, path: str) -> None:
+        self.ops.append({"op": "remove", "path": path})
+
+    def progress(self, data: JSON) -> None:
+        """Report live progress (core NATS, not persisted); a no-op when nobody listens."""
+        if self._progress is not None:
+            self._progress(data)
+
+
+ToolFunction = Callable[..., Any] | Callable[..., Awaitable[Any]]
+
+
+class Tool:
+    """A callable tool with its schema. Build one with `@tool` or `Tool.from_function`."""
+
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        args_model: type[pydantic.BaseModel],
+        function: ToolFunction,
+        context_param: str | None,
+    ) -> None:
+        validate_id(name, "tool name")
+        self.name = name
+        self.description = description
+        self.args_model = args_model
+        self.function = function
+        self.context_param = context_param
+        self.is_async = inspect.iscoroutinefunction(function)
+        self.parameters: dict[str, JSON] = args_model.model_json_schema()
+        self.parameters.pop("title", None)
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
+
+    @classmethod
+    def from_function(
+        cls, function: ToolFunction, *, name: str | None = None, description: str | None = None
+    ) -> Tool:
+        signature = inspect.signature(function)
+        hints = get_type_hints(function)
+        fields: dict[str, Any] = {}
+        context_param: str | None = None
+        for param in signature.parameters.values():
+            annotation = hints.get(param.name, Any)
+            if annotation is ToolContext:
+                context_param = param.name
+                continue
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise TypeError(f"tool {function.__name__}: *args/**kwargs are not supported")
+            default = ... if param.default is inspect.Parameter.empty else param.default
+            fields[param.name] = (annotation, default)
+        tool_name = name or function.__name__
+        model = pydantic.create_model(
+            f"{tool_name}_args", __config__=pydantic.ConfigDict(extra="forbid"), **fields
+        )
+        doc = description if description is not None else inspect.getdoc(function) or ""
+        return cls(tool_name, doc, model, function, context_param)
+
+    def validate(self, arguments: JSON) -> dict[str, Any]:
+        """Validate raw JSON arguments; raise `InvalidToolArguments` naming each bad field."""
+        if not isinstance(arguments, dict):
+            raise InvalidToolArguments(self.name, [{"loc": (), "msg": "arguments must be a JSON object"}])
+        try:
+            parsed = self.args_model.model_validate(arguments)
+        except pydantic.ValidationError as exc:
+            raise InvalidToolArguments(
+                self.name, [{"loc": e["loc"], "msg": e["msg"]} for e in exc.errors()]
+            ) from None
+        return {name: getattr(parsed, name) for name in self.args_model.model_fields}
+
+    async def invoke(self, arguments: JSON, ctx: ToolContext) -> ToolResult:
+        """Validate, run (sync tools in a thread), and normalise the answer to a `ToolResult`.
+
+        Raises `InvalidToolArguments` for bad arguments; any exception from the tool body other
+        than cancellation becomes an error result, so one faulty tool cannot crash a run.
+        """
+        kwargs = self.validate(arguments)
+        if self.context_param is not None:
+            kwargs[self.context_param] = ctx
+        try:
+            if self.is_async:
+                value = await self.function(**kwargs)
+            else:
+                value = await asyncio.to_thread(self.function, **kwargs)
+        except ToolError as exc:
+            return ToolResult.failure(str(exc))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a tool bug is the model's error result, not a crash
+            return ToolResult.failure(f"{type(exc).__name__}: {exc}")
+        if isinstance(value, ToolResult):
+            return value
+        if isinstance(value, pydantic.BaseModel):
+            value = value.model_dump(mode="json")
+        return ToolResult.success(msgspec.to_builtins(value))
+
+
+def tool(
+    function: ToolFunction | None = None, *, name: str | None = None, description: str | None = None
+) -> Any:
+    """Decorator: `@tool` or `@tool(name=..., description=...)` turns a function into a `Tool`."""
+
+    def wrap(fn: ToolFunction) -> Tool:
+        return Tool.from_function(fn, name=name, description=description)
+
+    return wrap(function) if function is not None else wrap
+
+
+class ToolRegistry:
+    """Tools by name. Names are ids (safe NATS tokens) so they can appear in subjects and rules."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for t in tools:
+            self.register(t)
+
+    def register(self, t: Tool | ToolFunction) -> Tool:
+        t = t if isinstance(t, Tool) else Tool.from_function(t)
+        if t.name in self._tools and self._tools[t.name] is not t:
+            raise ValueError(f"a tool named {t.name!r} is already registered")
+        self._tools[t.name] = t
+        return t
+
+    def replace(self, t: Tool) -> Tool:
+        """Register `t`, replacing a tool of the same name (a refreshed remote tool, e.g. MCP)."""
+        self._tools[t.name] = t
+        return t
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def names(self) -> list[str]:
+        return list(self._tools)

@@ -1,0 +1,22 @@
+"""Helpers for tests of agentlog apps (and agentlog's own tests and benchmarks); never imported by
+product code (an import-linter contract keeps it that way).
+
+    from agentlog.testing import RecordingModel, generate_history, history_of_size, stored
+
+- `RecordingModel(model)`: wraps a model and keeps the request of every completed inference,
+  for `agentlog.runtime.replay.verify_run(..., requests=recorder.requests)` on logs without
+  request digests and for tests that want the full request in a divergence.
+- `generate_history(rng, ...)` / `history_of_size(rng, events)`: plausible synthetic thread
+  histories (valid protocol, interleaved threads) for property tests and benchmarks of views;
+  `stored(commits)` numbers them like the log does (`agentlog.testing.synth`).
+
+For scripted models (no LLM) see `agentlog.ScriptedModel` / `agentlog.Turn`; for a real
+nats-server in tests, `agentlog.EmbeddedNatsServer`.
+"""
+
+from __future__ import annotations
+
+from .recording import RecordingModel
+from .synth import generate_history, history_of_size, stored
+
+__all__ = ["RecordingModel", "generate_history", "history_of_size", "stored"]
