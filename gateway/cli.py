@@ -22,7 +22,7 @@ import os
 import signal
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from contextlib import aclosing, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,6 +45,7 @@ from eventlog.ids import validate_id, validate_run_id
 from eventlog.jetstream import JetStreamEventStore
 from eventlog.replicas import REPLICAS_ENV
 from eventlog.server import DEFAULT_DATA_DIR
+from eventlog.store import as_generator
 from projections import RunView, ThreadView, fold_commits
 from projections.kv import KVViewStore
 from projections.rebuild import rebuild
@@ -228,7 +229,9 @@ def _guard(check: Callable[[], Any]) -> Any:
         _fail(exc)
 
 
-async def read_to_end(store: JetStreamEventStore, thread_id: str | None = None, after: int = 0) -> AsyncIterator[StoredCommit]:
+async def read_to_end(
+    store: JetStreamEventStore, thread_id: str | None = None, after: int = 0,
+) -> AsyncGenerator[StoredCommit, None]:
     """Commits with seq > `after` up to the end of the log as it is now (all threads, or one)."""
     if thread_id is not None:
         async for stored in store.read_thread(thread_id, after):
@@ -237,7 +240,7 @@ async def read_to_end(store: JetStreamEventStore, thread_id: str | None = None, 
     last = await store.last_seq()
     if last <= after:
         return
-    async with aclosing(store.follow(None, after)) as commits:
+    async with aclosing(as_generator(store.follow(None, after))) as commits:
         async for stored in commits:
             yield stored
             if stored.seq >= last:
@@ -355,7 +358,7 @@ def events_tail(
             for item in tail:
                 emit(*item)
         if follow:
-            async with aclosing(store.follow(where, seen)) as commits:
+            async with aclosing(as_generator(store.follow(where, seen))) as commits:
                 async for stored in commits:
                     for position, event in selected(stored):
                         emit(stored, position, event)
@@ -365,7 +368,7 @@ def events_tail(
 
 async def _thread_of_run(store: JetStreamEventStore, run_id: str) -> str:
     """The thread a run is on (from its first commit); `UnknownRun` if the log has none."""
-    async with aclosing(store.read_run(run_id)) as commits:
+    async with aclosing(as_generator(store.read_run(run_id))) as commits:
         async for first in commits:
             return first.commit.thread_id
     raise UnknownRun(run_id)

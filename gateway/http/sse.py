@@ -40,6 +40,7 @@ from aiohttp import web
 from eventlog.errors import AgentlogError, StoreUnavailable
 from eventlog.events import AnyEvent, Position, StoredCommit
 from eventlog.jetstream import JetStreamEventStore
+from eventlog.store import as_generator
 
 log = structlog.get_logger("agentlog.http.sse")
 
@@ -205,7 +206,7 @@ class _Feed:
             self.ready.set_result(None)
 
     async def _run(self, head: int) -> None:
-        follow = self.hub.store.follow(self.thread_id, after=head)
+        follow = as_generator(self.hub.store.follow(self.thread_id, after=head))
         try:
             async for stored in follow:
                 for member in list(self.members):

@@ -26,7 +26,7 @@ import json
 import os
 import random
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -211,7 +211,7 @@ class OpenAIChatModel:
         err.retry_after = failures[-1].last.retry_after
         return err
 
-    async def _attempt(self, model: str, body: dict[str, Any]) -> AsyncIterator[ModelChunk]:
+    async def _attempt(self, model: str, body: dict[str, Any]) -> AsyncGenerator[ModelChunk, None]:
         """One HTTP request. Raises `_Transient` for anything worth retrying."""
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **self.headers}
         if self.api_key:
