@@ -242,14 +242,15 @@ class Server:
         if self.has_http:
             self.dispatcher = self._dispatcher(source)
         if self.has_worker:
-            from runtime.worker import Worker
+            from runtime.worker import DEFAULT_MAX_DELIVER, Worker
 
+            max_deliver = self.config.worker_max_deliver
             self.worker = Worker(
                 self.store, runtime=self.runtime, concurrency=self.config.worker_concurrency
                 or (SERVE_CONCURRENCY if self.config.role == "serve" else 4),
                 ack_wait=_seconds(self.config.worker_ack_wait, ENV_ACK_WAIT, 30.0),
                 shutdown_timeout=_seconds(self.config.worker_shutdown_timeout, ENV_SHUTDOWN_TIMEOUT, 10.0),
-                **({} if self.config.worker_max_deliver is None else {"max_deliver": self.config.worker_max_deliver}))
+                max_deliver=DEFAULT_MAX_DELIVER if max_deliver is None else max_deliver)
             await self.worker.start()
             self.parts.append("worker")
         if self.has_http:
