@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from .errors import ApiError, Handler
 
@@ -88,7 +89,7 @@ def principal(request: web.Request) -> Principal:
     return request.get(PRINCIPAL_KEY, OPEN)
 
 
-def auth_middleware(auth: Authenticator) -> object:
+def auth_middleware(auth: Authenticator) -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         path = request.path

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -53,7 +54,7 @@ class Metrics:
 
     content_type = CONTENT_TYPE_LATEST
 
-    def middleware(self) -> object:
+    def middleware(self) -> Middleware:
         # The labelled child per (method, route template, status), looked up once: `labels()`
         # validates and takes a lock on every call. Bounded like the labels themselves.
         children: dict[tuple[str, str, int], Any] = {}
