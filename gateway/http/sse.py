@@ -45,7 +45,6 @@ from eventlog.store import as_generator
 log = structlog.get_logger("agentlog.http.sse")
 
 HEARTBEAT = b": heartbeat\n\n"
-_END = object()
 _encode = msgspec.json.Encoder().encode
 
 Outcome = Literal["end", "overflow", "client_gone", "error"]
@@ -136,8 +135,6 @@ class SlowFollower(asyncio.QueueFull):
     like its own overflow: close the connection, the client resumes with `Last-Event-ID`)."""
 
 
-_FAILED = object()
-
 
 class Membership:
     """One follower's place in a thread's feed: an async iterator of the commits the feed
@@ -146,7 +143,8 @@ class Membership:
 
     def __init__(self, feed: _Feed, queue_size: int) -> None:
         self._feed = feed
-        self._queue: asyncio.Queue[object] = asyncio.Queue(maxsize=queue_size)
+        # commits, or None once the membership failed (`_failure` says why)
+        self._queue: asyncio.Queue[StoredCommit | None] = asyncio.Queue(maxsize=queue_size)
         self._failure: BaseException | None = None
         self._closed = False
 
@@ -163,7 +161,7 @@ class Membership:
         if self._failure is None:
             self._failure = exc
         with contextlib.suppress(asyncio.QueueFull):
-            self._queue.put_nowait(_FAILED)  # wakes a waiting reader; a full queue has none
+            self._queue.put_nowait(None)  # wakes a waiting reader; a full queue has none
 
     def __aiter__(self) -> Membership:
         return self
@@ -172,10 +170,10 @@ class Membership:
         if self._failure is not None:
             raise self._failure
         item = await self._queue.get()
-        if item is _FAILED:
+        if item is None:
             assert self._failure is not None
             raise self._failure
-        return item  # type: ignore[return-value]
+        return item
 
     async def aclose(self) -> None:
         if not self._closed:
@@ -307,7 +305,7 @@ class Pump:
                  queue_size: int = 1000, heartbeat: float = 15.0) -> None:
         self.frames = frames
         self.write = write
-        self.queue: asyncio.Queue[object] = asyncio.Queue(maxsize=queue_size)
+        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=queue_size)  # None: the end
         self.heartbeat = heartbeat
         self.overflowed = False
 
@@ -315,14 +313,14 @@ class Pump:
         try:
             async for item in self.frames:
                 self.queue.put_nowait(item)
-            self.queue.put_nowait(_END)
+            self.queue.put_nowait(None)
         except asyncio.QueueFull:
             self.overflowed = True
         except AgentlogError as exc:  # e.g. NATS gone mid-read: tell the client, then end
             log.warning("event stream source failed", error=str(exc), code=exc.code)
             with contextlib.suppress(asyncio.QueueFull):
                 self.queue.put_nowait(error_frame(exc))
-                self.queue.put_nowait(_END)
+                self.queue.put_nowait(None)
                 return
             self.overflowed = True
         finally:
@@ -341,9 +339,9 @@ class Pump:
             except TimeoutError:
                 await self.write(HEARTBEAT)
                 continue
-            if item is _END:
+            if item is None:
                 return
-            await self.write(item)  # type: ignore[arg-type]
+            await self.write(item)
 
     async def run(self) -> Outcome:
         producer = asyncio.create_task(self._produce(), name="sse-producer")
