@@ -17,7 +17,7 @@ The order of every session, and why:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -181,7 +181,7 @@ def _tool_result_decisions(req: agui.AguiRunRequest, open_ids: set[str]) -> list
 
 
 async def agui_events(backend: Backend, agent_id: str, req: agui.AguiRunRequest, who: Any = None,
-                      ) -> AsyncIterator[Any]:
+                      ) -> AsyncGenerator[Any, None]:
     """Steps 2-4 for a parsed `RunAgentInput`: yields `ag_ui.core` events, ending with
     RUN_FINISHED (success or interrupt outcome) or RUN_ERROR."""
     thread = await load_thread(backend.store, req.thread_id, who)
@@ -310,7 +310,7 @@ def agui_error_event(exc: BaseException) -> ag.RunErrorEvent:
 
 
 async def aisdk_events(backend: Backend, agent_id: str, req: aisdk.AiSdkRequest, who: Any = None,
-                       ) -> AsyncIterator[dict[str, Any]]:
+                       ) -> AsyncGenerator[dict[str, Any], None]:
     """A parsed `useChat` request -> UI message stream parts (without the `[DONE]` frame)."""
     thread = await load_thread(backend.store, req.thread_id, who)
     waiting = thread.waiting
@@ -349,7 +349,7 @@ async def aisdk_events(backend: Backend, agent_id: str, req: aisdk.AiSdkRequest,
         yield p
 
 
-async def aisdk_replay(backend: Backend, run_id: str, who: Any = None) -> AsyncIterator[dict[str, Any]]:
+async def aisdk_replay(backend: Backend, run_id: str, who: Any = None) -> AsyncGenerator[dict[str, Any], None]:
     """The run's whole assistant message replayed from the log, following it live if it is
     still going: the AI SDK resume-stream endpoint."""
     from runtime import RunNotFound
