@@ -626,10 +626,9 @@ async def run_worker(
     (`runtime.telemetry.instrument`)."""
     from eventlog.jetstream import JetStreamEventStore
 
-    if isinstance(app, str):
-        app = load_app(app)
+    factory: App = load_app(app) if isinstance(app, str) else app
     store = await JetStreamEventStore.connect(url, name="agentlog-worker", **connect)
-    worker = Worker(store, app=app, concurrency=concurrency, ack_wait=ack_wait,  # type: ignore[arg-type]
+    worker = Worker(store, app=factory, concurrency=concurrency, ack_wait=ack_wait,
                     max_deliver=max_deliver, shutdown_timeout=shutdown_timeout)
     own_signals = stop is None
     stop = stop or asyncio.Event()
@@ -653,10 +652,10 @@ async def run_worker(
 
             registry = CollectorRegistry()
             metrics_runner = await serve_metrics(registry, metrics_port)
-        build = worker._app
+        build = factory  # what the worker holds until it is wrapped below
 
         async def instrumented(s: Any) -> Runtime:
-            rt = build(s)  # type: ignore[misc]
+            rt = build(s)
             rt = await rt if inspect.isawaitable(rt) else rt
             telemetry["provider"] = instrument(rt, registry)
             return rt
