@@ -8,7 +8,7 @@ the wire names; renaming one is a schema change (bump `SCHEMA_VERSION` and add a
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any, Literal, Union, get_args
 
 import msgspec
 
@@ -293,7 +293,7 @@ AnyEvent = Union[
     ContextCompacted,
 ]
 
-EVENT_TYPES: dict[str, type[Event]] = {cls.__name__: cls for cls in AnyEvent.__args__}  # type: ignore[attr-defined]
+EVENT_TYPES: dict[str, type[Event]] = {cls.__name__: cls for cls in get_args(AnyEvent)}
 
 
 class Commit(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
