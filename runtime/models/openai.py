@@ -205,9 +205,9 @@ class OpenAIChatModel:
     def _unavailable(self, failures: list[_Failure]) -> ModelUnavailable:
         parts = [f"{f.model!r}: {f.attempts} attempt(s), last error {f.last.reason}" for f in failures]
         err = ModelUnavailable(f"model unavailable at {self.url}: " + "; ".join(parts))
-        err.attempts = sum(f.attempts for f in failures)  # type: ignore[attr-defined]
-        err.status = failures[-1].last.status  # type: ignore[attr-defined]
-        err.models = [f.model for f in failures]  # type: ignore[attr-defined]
+        err.attempts = sum(f.attempts for f in failures)
+        err.status = failures[-1].last.status
+        err.models = [f.model for f in failures]
         err.retry_after = failures[-1].last.retry_after
         return err
 
