@@ -226,8 +226,8 @@ class AguiTranslator:
         out = self.start()
         if it.live is not None:
             out += self._live(it.live)
-        else:
-            out += self._event(it.event, it.ts)  # type: ignore[arg-type]
+        elif it.event is not None:  # as_item gives one of the two
+            out += self._event(it.event, it.ts)
         return out
 
     def finish(self, error: BaseException | str | None = None, code: str | None = None) -> list[Any]:
@@ -318,45 +318,47 @@ class AguiTranslator:
         return out
 
     def _translate(self, ev: Event) -> list[Any]:
-        t = type(ev)
-        if t is StepStarted:
-            return self._open_step(ev.step)  # type: ignore[attr-defined]
-        if t is StepFinished:
-            if self._step == ev.step:  # type: ignore[attr-defined]
+        # isinstance narrows `ev` for mypy; event classes have no subclasses, so it is `type(ev) is`
+        if isinstance(ev, StepStarted):
+            return self._open_step(ev.step)
+        if isinstance(ev, StepFinished):
+            if self._step == ev.step:
                 return self._close_step()
             return []
-        if t is MessageAppended:
-            return self._message(ev.message)  # type: ignore[attr-defined]
-        if t is ToolCallStarted:
-            self._calls.setdefault(ev.call_id, (ev.name, ev.arguments))  # type: ignore[attr-defined]
+        if isinstance(ev, MessageAppended):
+            return self._message(ev.message)
+        if isinstance(ev, ToolCallStarted):
+            self._calls.setdefault(ev.call_id, (ev.name, ev.arguments))
             return []
-        if t is ToolCallSuspended:
-            self._tickets[ev.call_id] = ev.ticket  # type: ignore[attr-defined]
+        if isinstance(ev, ToolCallSuspended):
+            self._tickets[ev.call_id] = ev.ticket
             return []
-        if t is ToolCallCompleted:
-            if ev.call_id in self._progress:  # type: ignore[attr-defined]
-                self._progress.discard(ev.call_id)  # type: ignore[attr-defined]
-                status = "done" if ev.outcome == "succeeded" else ev.outcome  # type: ignore[attr-defined]
-                return [self._activity(ev.call_id, status)]  # type: ignore[attr-defined]
+        if isinstance(ev, ToolCallCompleted):
+            if ev.call_id in self._progress:
+                self._progress.discard(ev.call_id)
+                status = "done" if ev.outcome == "succeeded" else ev.outcome
+                return [self._activity(ev.call_id, status)]
             return []
-        if t is InferenceCompleted:
-            self._usage = self._usage + ev.usage  # type: ignore[attr-defined]
-            if ev.model not in self._models:  # type: ignore[attr-defined]
-                self._models.append(ev.model)  # type: ignore[attr-defined]
+        if isinstance(ev, InferenceCompleted):
+            self._usage = self._usage + ev.usage
+            if ev.model not in self._models:
+                self._models.append(ev.model)
             return []
-        if t is StatePatched and ev.scope == "thread":  # type: ignore[attr-defined]
+        if isinstance(ev, StatePatched) and ev.scope == "thread":
             try:
-                self.state = jsonpatch.apply_patch(self.state, ev.ops)  # type: ignore[attr-defined]
+                self.state = jsonpatch.apply_patch(self.state, ev.ops)
             except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException):
                 pass  # our copy lacked the base state; the delta is still the log's truth
-            return [ag.StateDeltaEvent(delta=ev.ops)]  # type: ignore[attr-defined]
-        if t is StateReplaced and ev.scope == "thread":  # type: ignore[attr-defined]
-            self.state = copy.deepcopy(ev.state)  # type: ignore[attr-defined]
+            # validated into ag-ui's operation models (what the keyword form does too; its
+            # signature asks for those models, the log holds the JSON)
+            return [ag.StateDeltaEvent.model_validate({"delta": ev.ops})]
+        if isinstance(ev, StateReplaced) and ev.scope == "thread":
+            self.state = copy.deepcopy(ev.state)
             return [ag.StateSnapshotEvent(snapshot=copy.deepcopy(self.state))]
-        if t is RunSuspended:
-            return self._suspended(ev.call_ids)  # type: ignore[attr-defined]
-        if t is RunFinished:
-            return self._finished(ev)  # type: ignore[arg-type]
+        if isinstance(ev, RunSuspended):
+            return self._suspended(ev.call_ids)
+        if isinstance(ev, RunFinished):
+            return self._finished(ev)
         return []
 
     def _message(self, m: Message) -> list[Any]:

@@ -145,7 +145,8 @@ class AiSdkTranslator:
                 self._held.append(it.live)
                 return out
             return out + self._live(it.live)
-        out += self._event(it.event)  # type: ignore[arg-type]
+        if it.event is not None:  # as_item gives one of the two
+            out += self._event(it.event)
         if self._held and not self._running and not self.done:
             held, self._held = self._held, []
             for p in held:
@@ -208,40 +209,40 @@ class AiSdkTranslator:
     # -- committed -------------------------------------------------------------------------------
 
     def _event(self, ev: Event) -> list[dict[str, Any]]:
-        t = type(ev)
-        if t is StepStarted:
-            return self._open_step(ev.step)  # type: ignore[attr-defined]
-        if t is StepFinished:
-            return self._close_step() if self._step == ev.step else []  # type: ignore[attr-defined]
-        if t is MessageAppended:
-            return self._message(ev.message)  # type: ignore[attr-defined]
-        if t is ToolCallStarted:
-            self._calls.setdefault(ev.call_id, (ev.name, ev.arguments))  # type: ignore[attr-defined]
+        # isinstance narrows `ev` for mypy; event classes have no subclasses, so it is `type(ev) is`
+        if isinstance(ev, StepStarted):
+            return self._open_step(ev.step)
+        if isinstance(ev, StepFinished):
+            return self._close_step() if self._step == ev.step else []
+        if isinstance(ev, MessageAppended):
+            return self._message(ev.message)
+        if isinstance(ev, ToolCallStarted):
+            self._calls.setdefault(ev.call_id, (ev.name, ev.arguments))
             return []
-        if t is ToolCallGated:
-            if ev.verdict == "deny":  # type: ignore[attr-defined]
-                self._denied.add(ev.call_id)  # type: ignore[attr-defined]
+        if isinstance(ev, ToolCallGated):
+            if ev.verdict == "deny":
+                self._denied.add(ev.call_id)
             return []
-        if t is ToolCallDecided:
-            if ev.decision.action == "cancel":  # type: ignore[attr-defined]
-                self._denied.add(ev.call_id)  # type: ignore[attr-defined]
-            self._running.add(ev.call_id)  # type: ignore[attr-defined]
+        if isinstance(ev, ToolCallDecided):
+            if ev.decision.action == "cancel":
+                self._denied.add(ev.call_id)
+            self._running.add(ev.call_id)
             return []
-        if t is ToolCallSuspended:
-            self._running.discard(ev.call_id)  # type: ignore[attr-defined]
-            return self._suspend(ev.call_id, ev.ticket)  # type: ignore[attr-defined]
-        if t is ToolCallCompleted:
-            self._running.discard(ev.call_id)  # type: ignore[attr-defined]
-            return self._completed(ev)  # type: ignore[arg-type]
-        if t is StatePatched and ev.scope == "thread":  # type: ignore[attr-defined]
-            return [{"type": "data-state-delta", "transient": True, "data": ev.ops}]  # type: ignore[attr-defined]
-        if t is StateReplaced and ev.scope == "thread":  # type: ignore[attr-defined]
-            return [{"type": "data-state-snapshot", "transient": True, "data": ev.state}]  # type: ignore[attr-defined]
-        if t is RunSuspended:
+        if isinstance(ev, ToolCallSuspended):
+            self._running.discard(ev.call_id)
+            return self._suspend(ev.call_id, ev.ticket)
+        if isinstance(ev, ToolCallCompleted):
+            self._running.discard(ev.call_id)
+            return self._completed(ev)
+        if isinstance(ev, StatePatched) and ev.scope == "thread":
+            return [{"type": "data-state-delta", "transient": True, "data": ev.ops}]
+        if isinstance(ev, StateReplaced) and ev.scope == "thread":
+            return [{"type": "data-state-snapshot", "transient": True, "data": ev.state}]
+        if isinstance(ev, RunSuspended):
             self.done = True
             return self._close_step() + [{"type": "finish", "finishReason": "tool-calls"}]
-        if t is RunFinished:
-            return self._finished(ev)  # type: ignore[arg-type]
+        if isinstance(ev, RunFinished):
+            return self._finished(ev)
         return []
 
     def _message(self, m: Message) -> list[dict[str, Any]]:

@@ -33,7 +33,7 @@ def frontend_tool(name: str, description: str = "", parameters: dict[str, Any] |
 
     t = Tool(name, description or f"{name} (runs in the client)", args, suspend, "ctx")
     t.parameters = dict(parameters) if parameters else {"type": "object", "properties": {}}
-    t.frontend_stub = True  # type: ignore[attr-defined]  # see agentlog.runtime.frontend.is_frontend_stub
+    t.frontend_stub = True  # see agentlog.runtime.frontend.is_frontend_stub
     return t
 
 

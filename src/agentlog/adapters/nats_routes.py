@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
 import structlog
@@ -113,21 +113,21 @@ class AdapterService:
         """The caller, as the HTTP auth middleware decides it (raises `ApiError` 401/403)."""
         return self.auth.authenticate((msg.headers or {}).get("Authorization"))
 
-    def _agui(self, msg: Any) -> AsyncIterator[Any]:
+    def _agui(self, msg: Any) -> AsyncGenerator[Any, None]:
         who = self._who(msg)
         req = session.agui_parse(_body(msg.data))
         return session.agui_events(self.backend, self._agent(msg), req, who)
 
-    def _aisdk(self, msg: Any) -> AsyncIterator[Any]:
+    def _aisdk(self, msg: Any) -> AsyncGenerator[Any, None]:
         who = self._who(msg)
         req = aisdk.parse_chat_request(_body(msg.data))
         return session.aisdk_events(self.backend, self._agent(msg), req, who)
 
-    async def _serve(self, msg: Any, open_events: Callable[[Any], AsyncIterator[Any]],
+    async def _serve(self, msg: Any, open_events: Callable[[Any], AsyncGenerator[Any, None]],
                      encode: Callable[[Any], bytes], error: Callable[[BaseException], Any]) -> None:
         if not msg.reply:
             return  # a publish without a reply inbox has nowhere to stream to
-        events: AsyncIterator[Any] | None = None
+        events: AsyncGenerator[Any, None] | None = None
         try:
             try:
                 events = open_events(msg)
@@ -145,7 +145,7 @@ class AdapterService:
         finally:
             if events is not None:
                 with contextlib.suppress(Exception):
-                    await events.aclose()  # type: ignore[attr-defined]
+                    await events.aclose()
 
 
 def _body(data: bytes) -> Any:

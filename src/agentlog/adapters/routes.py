@@ -19,7 +19,7 @@ queue (a stalled client is dropped, the run goes on) and heartbeat comments.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from ag_ui import core as ag
@@ -50,7 +50,7 @@ def _bad_input(exc: AdapterInputError) -> ApiError:
     return ApiError(400, exc.code, str(exc), detail=[{"field": exc.field, "message": str(exc), "type": exc.code}])
 
 
-async def _stream(request: web.Request, events: AsyncIterator[Any], encode: Callable[[Any], str],
+async def _stream(request: web.Request, events: AsyncGenerator[Any, None], encode: Callable[[Any], str],
                   on_error: Callable[[BaseException], Any], headers: dict[str, str],
                   tail: bytes = b"") -> web.StreamResponse:
     """Pull the first event (typed errors before it are JSON answers), then stream the rest;
@@ -84,7 +84,7 @@ async def _stream(request: web.Request, events: AsyncIterator[Any], encode: Call
                 yield tail
         finally:
             with contextlib.suppress(Exception):
-                await events.aclose()  # type: ignore[attr-defined]
+                await events.aclose()
 
     svc = services(request)
     response = web.StreamResponse(headers=headers)

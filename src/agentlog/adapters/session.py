@@ -17,9 +17,9 @@ The order of every session, and why:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ag_ui import core as ag
 
@@ -181,7 +181,7 @@ def _tool_result_decisions(req: agui.AguiRunRequest, open_ids: set[str]) -> list
 
 
 async def agui_events(backend: Backend, agent_id: str, req: agui.AguiRunRequest, who: Any = None,
-                      ) -> AsyncIterator[Any]:
+                      ) -> AsyncGenerator[Any, None]:
     """Steps 2-4 for a parsed `RunAgentInput`: yields `ag_ui.core` events, ending with
     RUN_FINISHED (success or interrupt outcome) or RUN_ERROR."""
     thread = await load_thread(backend.store, req.thread_id, who)
@@ -191,6 +191,7 @@ async def agui_events(backend: Backend, agent_id: str, req: agui.AguiRunRequest,
     tr = agui.AguiTranslator(req.thread_id, req.run_id, state=thread.state, messages=thread.messages,
                              parent_run_id=req.parent_run_id, input=req.input)
     waiting = thread.waiting
+    action: Action
     try:
         if waiting is not None:
             open_ids = {c.call_id for c in waiting.calls.values() if c.status == "suspended"}
@@ -234,24 +235,32 @@ async def agui_events(backend: Backend, agent_id: str, req: agui.AguiRunRequest,
         yield ev
 
 
+#: What `_drive` does: record decisions, nothing (replay a recorded answer's run from the log), or
+#: start a run (with this parent run, if any).
+Action = (
+    tuple[Literal["decide"], list[Decision]]
+    | tuple[Literal["replay"], None]
+    | tuple[Literal["start"], str | None]
+)
+
+
 async def _drive(backend: Backend, tr: Any, thread: ThreadLog, agent_id: str, messages: list[Any],
-                 run_id: str, after: int, action: tuple[str, Any], who: Any,
+                 run_id: str, after: int, action: Action, who: Any,
                  frontend_tools: list[dict[str, Any]] | None = None) -> AsyncIterator[Any]:
     """Subscribe live, act (start / decide / nothing for a replay), follow, translate.
     `frontend_tools`: recorded with a started run (AG-UI `tools`)."""
     src = RunSource(backend.store, backend.nc, thread.thread_id, run_id)
     try:
         await src.subscribe()
-        kind, arg = action
         try:
-            if kind == "start":
+            if action[0] == "start":
                 tenant = getattr(who, "tenant", None)
                 await backend.dispatcher.start_run(
-                    agent_id, messages, thread_id=thread.thread_id, run_id=run_id, parent_run_id=arg,
+                    agent_id, messages, thread_id=thread.thread_id, run_id=run_id, parent_run_id=action[1],
                     resource_id=tenant if thread.view is None else None,
                     **({"frontend_tools": frontend_tools} if frontend_tools else {}))
-            elif kind == "decide":
-                accepted = await backend.dispatcher.submit_inputs(run_id, decisions=arg)
+            elif action[0] == "decide":
+                accepted = await backend.dispatcher.submit_inputs(run_id, decisions=action[1])
                 if accepted.duplicate:  # a retried answer: replay from where it was recorded,
                     after = accepted.seq - 1  # from the state as of then (see agui_events)
                     if isinstance(tr, agui.AguiTranslator) and not tr.started:
@@ -301,11 +310,12 @@ def agui_error_event(exc: BaseException) -> ag.RunErrorEvent:
 
 
 async def aisdk_events(backend: Backend, agent_id: str, req: aisdk.AiSdkRequest, who: Any = None,
-                       ) -> AsyncIterator[dict[str, Any]]:
+                       ) -> AsyncGenerator[dict[str, Any], None]:
     """A parsed `useChat` request -> UI message stream parts (without the `[DONE]` frame)."""
     thread = await load_thread(backend.store, req.thread_id, who)
     waiting = thread.waiting
     messages = [req.message] if req.message is not None else []
+    action: Action
     try:
         if req.trigger == "regenerate-message":
             raise AdapterInputError("regenerate-message is not supported: send a new user message", "trigger")
@@ -339,7 +349,7 @@ async def aisdk_events(backend: Backend, agent_id: str, req: aisdk.AiSdkRequest,
         yield p
 
 
-async def aisdk_replay(backend: Backend, run_id: str, who: Any = None) -> AsyncIterator[dict[str, Any]]:
+async def aisdk_replay(backend: Backend, run_id: str, who: Any = None) -> AsyncGenerator[dict[str, Any], None]:
     """The run's whole assistant message replayed from the log, following it live if it is
     still going: the AI SDK resume-stream endpoint."""
     from agentlog.runtime import RunNotFound

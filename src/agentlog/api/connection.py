@@ -18,7 +18,7 @@ from pathlib import Path
 
 import structlog
 
-from agentlog.log.auth import Credentials, Role
+from agentlog.log.auth import Credentials, Login, Role
 from agentlog.log.datadir import SharedServer, acquire
 from agentlog.log.jetstream import JetStreamEventStore
 from agentlog.log.server import DEFAULT_DATA_DIR
@@ -82,7 +82,7 @@ async def connect(options: ConnectionOptions, role: Role, name: str) -> tuple[Je
     """A connected store and, in embedded mode, this process's share of the data dir's server
     (`aclose()` it after closing the store)."""
     shared: SharedServer | None = None
-    login: dict[str, str] = {}
+    login: Login = {}
     if options.embedded:
         shared = await acquire_embedded(options)
         log.debug("embedded nats-server", data_dir=str(shared.data_dir), url=shared.url, owner=shared.owner,

@@ -294,7 +294,7 @@ class QueueDispatcher:
         # the gateway writes nothing itself (it used to write ThreadCreated first: a start that
         # then failed left an orphan thread)
         cmd = cls(thread_id=thread_id, run_id=run_id, agent_id=agent_id, messages=_wire_messages(messages),
-                  parent_run_id=parent_run_id, decisions=decisions, frontend_tools=frontend,
+                  parent_run_id=parent_run_id, decisions=[dict(d) for d in decisions], frontend_tools=frontend,
                   resource_id=resource_id)
         seq = await self._submit_and_wait(cmd, thread_id, version,
                                           lambda sc: sc.commit.run_id == run_id and _has(sc, RunStarted))

@@ -44,6 +44,7 @@ from agentlog.log.errors import AgentlogError, InvalidId, StoreUnavailable
 from agentlog.log.events import StoredCommit
 from agentlog.log.jetstream import JetStreamEventStore
 from agentlog.log.replicas import REPLICAS_ENV
+from agentlog.log.store import as_generator
 
 from . import logging as agentlog_logging
 
@@ -248,7 +249,7 @@ async def read_to_end(store: JetStreamEventStore, thread_id: str | None = None, 
     last = await store.last_seq()
     if last <= after:
         return
-    async with aclosing(store.follow(None, after)) as commits:
+    async with aclosing(as_generator(store.follow(None, after))) as commits:
         async for stored in commits:
             yield stored
             if stored.seq >= last:

@@ -51,8 +51,10 @@ def current_level() -> int:
 def choose_format(fmt: str | None = None) -> Format:
     """Explicit argument, else $AGENTLOG_LOG_FORMAT, else json unless stderr is a terminal."""
     chosen = (fmt or os.environ.get(FORMAT_ENV) or "").strip().lower()
-    if chosen in ("json", "console"):
-        return chosen  # type: ignore[return-value]
+    if chosen == "json":
+        return "json"
+    if chosen == "console":
+        return "console"
     if chosen:
         raise ValueError(f"unknown log format {chosen!r} (json or console)")
     return "console" if _isatty(sys.stderr) else "json"

@@ -26,6 +26,7 @@ from agentlog.log.events import AnyEvent, Position, StoredCommit
 from agentlog.log.ids import validate_id, validate_run_id
 from agentlog.log.jetstream import JetStreamEventStore
 from agentlog.log.server import DEFAULT_DATA_DIR
+from agentlog.log.store import as_generator
 from agentlog.views import RunView, ThreadView, fold_commits
 from agentlog.views.kv import KVViewStore
 from agentlog.views.rebuild import rebuild
@@ -118,7 +119,7 @@ def events_tail(
 
         seen = after
         if last is not None or not follow:  # the log as it is now (all of it, or its last N events)
-            async with aclosing(read_to_end(store, where, after)) as commits:
+            async with aclosing(as_generator(read_to_end(store, where, after))) as commits:
                 async for stored in commits:
                     seen = stored.seq
                     for position, event in selected(stored):
@@ -129,7 +130,7 @@ def events_tail(
             for item in tail:
                 emit(*item)
         if follow:
-            async with aclosing(store.follow(where, seen)) as commits:
+            async with aclosing(as_generator(store.follow(where, seen))) as commits:
                 async for stored in commits:
                     for position, event in selected(stored):
                         emit(stored, position, event)
@@ -139,7 +140,7 @@ def events_tail(
 
 async def _thread_of_run(store: JetStreamEventStore, run_id: str) -> str:
     """The thread a run is on (from its first commit); `UnknownRun` if the log has none."""
-    async with aclosing(store.read_run(run_id)) as commits:
+    async with aclosing(as_generator(store.read_run(run_id))) as commits:
         async for first in commits:
             return first.commit.thread_id
     raise UnknownRun(run_id)
@@ -160,7 +161,7 @@ async def _views(store: JetStreamEventStore, source: str, thread_id: str | None 
         kv = await KVViewStore.open(store.nc)
         runs = [r for r in await kv.list_runs() if thread_id is None or r.thread_id == thread_id]
         return await kv.list_threads(), runs
-    async with aclosing(read_to_end(store, thread_id)) as commits:
+    async with aclosing(as_generator(read_to_end(store, thread_id))) as commits:
         views = fold_commits([c async for c in commits])
     return list(views.threads.values()), list(views.runs.values())
 

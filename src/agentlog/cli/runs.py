@@ -20,7 +20,7 @@ it reads the log (NATS) or the run's SSE stream (HTTP), never polls.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
 from typing import Annotated, Any, ClassVar, NamedTuple, Protocol
 
@@ -88,7 +88,7 @@ class RunsApi(Protocol):
 
     async def call(self, op: str, body: dict[str, Any]) -> Any: ...
 
-    def follow(self, thread_id: str, run_id: str, after_seq: int) -> AsyncIterator[Followed]:
+    def follow(self, thread_id: str, run_id: str, after_seq: int) -> AsyncGenerator[Followed, None]:
         """The run's events in commits after `after_seq`, up to the one where it pauses."""
         ...
 
@@ -135,7 +135,7 @@ class NatsRunsApi:
                             (msg.headers or {}).get("Nats-Service-Error", "error"))
         return json.loads(msg.data)
 
-    async def follow(self, thread_id: str, run_id: str, after_seq: int) -> AsyncIterator[Followed]:
+    async def follow(self, thread_id: str, run_id: str, after_seq: int) -> AsyncGenerator[Followed, None]:
         async with aclosing(self.store.follow(thread_id, after_seq)) as commits:
             async for stored in commits:
                 if stored.commit.run_id != run_id:
@@ -171,7 +171,7 @@ class HttpRunsApi:
                 raise _error_of(resp.status, text, resp.reason or "error")
             return json.loads(text)
 
-    async def follow(self, thread_id: str, run_id: str, after_seq: int) -> AsyncIterator[Followed]:
+    async def follow(self, thread_id: str, run_id: str, after_seq: int) -> AsyncGenerator[Followed, None]:
         """The run's SSE stream from its start; events of commits up to `after_seq` are skipped
         here (so an earlier suspension does not end the stream of an approved run)."""
         url = f"{self.url}/v1/runs/{run_id}/events"

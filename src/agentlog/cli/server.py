@@ -215,10 +215,11 @@ class Server:
         # node): a server process waits for it like the loop waits through an outage (same
         # deadline, transient errors only) instead of exiting on the first timeout.
         policy = OutagePolicy.from_env()
-        self.store, self.embedded = await through_outage(
+        store, self.embedded = await through_outage(
             lambda: connect(opts, self.config.role, f"agentlog-{self.config.role}"),
             policy, log, "server.connect", is_transient)
-        nc = self.store.nc
+        self.store = store
+        nc = store.nc
         if opts.replicas is not None:  # else the defaults are created lazily where they are used
             await ensure_commands_stream(nc.jetstream(timeout=opts.timeout), replicas=opts.replicas)
         self.views = await KVViewStore.open(nc, replicas=opts.replicas)
@@ -249,14 +250,15 @@ class Server:
         if self.has_http:
             self.dispatcher = self._dispatcher(source)
         if self.has_worker:
-            from agentlog.runtime.worker import Worker
+            from agentlog.runtime.worker import DEFAULT_MAX_DELIVER, Worker
 
+            max_deliver = self.config.worker_max_deliver
             self.worker = Worker(
                 self.store, runtime=self.runtime, concurrency=self.config.worker_concurrency
                 or (SERVE_CONCURRENCY if self.config.role == "serve" else 4),
                 ack_wait=_seconds(self.config.worker_ack_wait, ENV_ACK_WAIT, 30.0),
                 shutdown_timeout=_seconds(self.config.worker_shutdown_timeout, ENV_SHUTDOWN_TIMEOUT, 10.0),
-                **({} if self.config.worker_max_deliver is None else {"max_deliver": self.config.worker_max_deliver}))
+                max_deliver=DEFAULT_MAX_DELIVER if max_deliver is None else max_deliver)
             await through_outage(self.worker.start, policy, log, "worker.start", is_transient)
             self.parts.append("worker")
         if self.has_http:

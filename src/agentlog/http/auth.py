@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from agentlog.api.auth import OPEN, TOKENS_ENV, Authenticator, Principal, parse_tokens, resolve_tokens
 
@@ -17,7 +18,7 @@ def principal(request: web.Request) -> Principal:
     return request.get(PRINCIPAL_KEY, OPEN)
 
 
-def auth_middleware(auth: Authenticator) -> object:
+def auth_middleware(auth: Authenticator) -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         path = request.path

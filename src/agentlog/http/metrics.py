@@ -9,13 +9,14 @@ import time
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from agentlog.api.metrics import Metrics, RunMetrics
 
 from .errors import Handler
 
 
-def middleware(metrics: Metrics) -> object:
+def middleware(metrics: Metrics) -> Middleware:
     """Request latency by route template (`agentlog_http_request_duration_seconds`)."""
     # The labelled child per (method, route template, status), looked up once: `labels()`
     # validates and takes a lock on every call. Bounded like the labels themselves.

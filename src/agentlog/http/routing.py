@@ -50,12 +50,13 @@ _EMPTY: dict[type[BaseModel], BaseModel] = {}
 def parse_query(request: web.Request, model: type[M]) -> M:
     """Validate the query string (last value wins for repeated keys)."""
     if not request.query_string:
-        empty = _EMPTY.get(model)
-        if empty is None:
-            empty = model.model_validate({})  # raises (not cached) if the model needs a parameter
-            if model.model_config.get("frozen"):
-                _EMPTY[model] = empty
-        return empty  # type: ignore[return-value]
+        cached = _EMPTY.get(model)
+        if isinstance(cached, model):  # always, when cached: the cache is keyed by the model
+            return cached
+        empty = model.model_validate({})  # raises (not cached) if the model needs a parameter
+        if model.model_config.get("frozen"):
+            _EMPTY[model] = empty
+        return empty
     return model.model_validate(dict(request.query))
 
 

@@ -40,11 +40,11 @@ from aiohttp import web
 from agentlog.log.errors import AgentlogError, StoreUnavailable
 from agentlog.log.events import AnyEvent, Position, StoredCommit
 from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.store import as_generator
 
 log = structlog.get_logger("agentlog.http.sse")
 
 HEARTBEAT = b": heartbeat\n\n"
-_END = object()
 _encode = msgspec.json.Encoder().encode
 
 Outcome = Literal["end", "overflow", "client_gone", "error"]
@@ -135,8 +135,6 @@ class SlowFollower(asyncio.QueueFull):
     like its own overflow: close the connection, the client resumes with `Last-Event-ID`)."""
 
 
-_FAILED = object()
-
 
 class Membership:
     """One follower's place in a thread's feed: an async iterator of the commits the feed
@@ -145,7 +143,8 @@ class Membership:
 
     def __init__(self, feed: _Feed, queue_size: int) -> None:
         self._feed = feed
-        self._queue: asyncio.Queue[object] = asyncio.Queue(maxsize=queue_size)
+        # commits, or None once the membership failed (`_failure` says why)
+        self._queue: asyncio.Queue[StoredCommit | None] = asyncio.Queue(maxsize=queue_size)
         self._failure: BaseException | None = None
         self._closed = False
 
@@ -162,7 +161,7 @@ class Membership:
         if self._failure is None:
             self._failure = exc
         with contextlib.suppress(asyncio.QueueFull):
-            self._queue.put_nowait(_FAILED)  # wakes a waiting reader; a full queue has none
+            self._queue.put_nowait(None)  # wakes a waiting reader; a full queue has none
 
     def __aiter__(self) -> Membership:
         return self
@@ -171,10 +170,10 @@ class Membership:
         if self._failure is not None:
             raise self._failure
         item = await self._queue.get()
-        if item is _FAILED:
+        if item is None:
             assert self._failure is not None
             raise self._failure
-        return item  # type: ignore[return-value]
+        return item
 
     async def aclose(self) -> None:
         if not self._closed:
@@ -205,7 +204,7 @@ class _Feed:
             self.ready.set_result(None)
 
     async def _run(self, head: int) -> None:
-        follow = self.hub.store.follow(self.thread_id, after=head)
+        follow = as_generator(self.hub.store.follow(self.thread_id, after=head))
         try:
             async for stored in follow:
                 for member in list(self.members):
@@ -306,7 +305,7 @@ class Pump:
                  queue_size: int = 1000, heartbeat: float = 15.0) -> None:
         self.frames = frames
         self.write = write
-        self.queue: asyncio.Queue[object] = asyncio.Queue(maxsize=queue_size)
+        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=queue_size)  # None: the end
         self.heartbeat = heartbeat
         self.overflowed = False
 
@@ -314,7 +313,7 @@ class Pump:
         try:
             async for item in self.frames:
                 self.queue.put_nowait(item)
-            self.queue.put_nowait(_END)
+            self.queue.put_nowait(None)
         except asyncio.QueueFull:
             self.overflowed = True
         except Exception as exc:  # noqa: BLE001 - e.g. NATS gone mid-read, or a bug: tell the client, then end
@@ -326,7 +325,7 @@ class Pump:
                 frame = error_frame(AgentlogError("the event stream failed on the server"))
             with contextlib.suppress(asyncio.QueueFull):
                 self.queue.put_nowait(frame)
-                self.queue.put_nowait(_END)
+                self.queue.put_nowait(None)
                 return
             self.overflowed = True
         finally:
@@ -345,9 +344,9 @@ class Pump:
             except TimeoutError:
                 await self.write(HEARTBEAT)
                 continue
-            if item is _END:
+            if item is None:
                 return
-            await self.write(item)  # type: ignore[arg-type]
+            await self.write(item)
 
     async def run(self) -> Outcome:
         producer = asyncio.create_task(self._produce(), name="sse-producer")

@@ -32,7 +32,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypedDict
 
 from .errors import AgentlogError
 from .subjects import EVENTS_STREAM, PREFIX
@@ -143,13 +143,21 @@ class CredentialsError(AgentlogError):
     code = "credentials_error"
 
 
+class Login(TypedDict, total=False):
+    """`user`/`password` keyword arguments for `JetStreamEventStore.connect` / nats-py (empty:
+    no user login)."""
+
+    user: str
+    password: str
+
+
 @dataclass(frozen=True)
 class Credentials:
     """The per-role passwords of one embedded server (users are named after their role)."""
 
     passwords: Mapping[Role, str] = field(default_factory=dict)
 
-    def login(self, role: Role) -> dict[str, str]:
+    def login(self, role: Role) -> Login:
         """`user`/`password` keyword arguments for `JetStreamEventStore.connect` / nats-py."""
         return {"user": role, "password": self.passwords[role]}
 

@@ -8,7 +8,7 @@ the wire names; renaming one is a schema change (bump `SCHEMA_VERSION` and add a
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any, Literal, Union, get_args
 
 import msgspec
 
@@ -29,10 +29,14 @@ TerminationType = Literal[
 
 
 class _Value(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """Plain value objects nested in events."""
+    """Plain value objects nested in events.
+
+    Subclasses here and of `Event` repeat `frozen=True`: msgspec inherits it anyway (same
+    struct config), but mypy's dataclass_transform model does not, and would call each a
+    non-frozen subclass of a frozen class."""
 
 
-class Usage(_Value):
+class Usage(_Value, frozen=True):
     input_tokens: int = 0
     output_tokens: int = 0
 
@@ -47,7 +51,7 @@ class Usage(_Value):
         )
 
 
-class PayloadRef(_Value):
+class PayloadRef(_Value, frozen=True):
     """A value stored out of band in the JetStream Object Store (a commit over the server's max
     payload moves its large tool outputs there; `agentlog.log.payloads`). Readers resolve it."""
 
@@ -57,7 +61,7 @@ class PayloadRef(_Value):
     sha256: str
 
 
-class ToolCall(_Value):
+class ToolCall(_Value, frozen=True):
     """A call the model asked for, as part of an assistant message."""
 
     id: str
@@ -65,7 +69,7 @@ class ToolCall(_Value):
     arguments: dict[str, JSON] = {}
 
 
-class Message(_Value):
+class Message(_Value, frozen=True):
     id: str
     role: Role
     content: str = ""
@@ -76,13 +80,13 @@ class Message(_Value):
     content_ref: PayloadRef | None = None
 
 
-class Termination(_Value):
+class Termination(_Value, frozen=True):
     type: TerminationType
     code: str | None = None
     detail: str | None = None
 
 
-class SuspendTicket(_Value):
+class SuspendTicket(_Value, frozen=True):
     """What a suspended call waits for: shown to the human, answered by a decision."""
 
     id: str
@@ -93,7 +97,7 @@ class SuspendTicket(_Value):
     resume_mode: ResumeMode = "replay_tool_call"
 
 
-class ToolCallDecision(_Value):
+class ToolCallDecision(_Value, frozen=True):
     target_id: str
     decision_id: str
     action: DecisionAction
@@ -109,19 +113,19 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_f
 # -- thread ---------------------------------------------------------------------------------------
 
 
-class ThreadCreated(Event):
+class ThreadCreated(Event, frozen=True):
     resource_id: str | None = None
     parent_thread_id: str | None = None
     metadata: dict[str, JSON] = {}
 
 
-class ThreadMetadataUpdated(Event):
+class ThreadMetadataUpdated(Event, frozen=True):
     """Merge into the thread metadata; a key whose value is null is removed (JSON merge patch)."""
 
     metadata: dict[str, JSON]
 
 
-class ThreadDeleted(Event):
+class ThreadDeleted(Event, frozen=True):
     """Tombstone: the thread stays in the log, views hide it."""
 
     reason: str | None = None
@@ -130,7 +134,7 @@ class ThreadDeleted(Event):
 # -- run ------------------------------------------------------------------------------------------
 
 
-class RunStarted(Event):
+class RunStarted(Event, frozen=True):
     """`frontend_tools`: tools the client executes (AG-UI `RunAgentInput.tools`), each
     `{name, description, parameters}`, offered to the model for this run only. Recorded here so
     that resume and verified replay rebuild them from the log alone; omitted when empty, so logs
@@ -144,39 +148,39 @@ class RunStarted(Event):
     frontend_tools: list[dict[str, JSON]] = []
 
 
-class RunSuspended(Event):
+class RunSuspended(Event, frozen=True):
     call_ids: list[str]
 
 
-class RunResumed(Event):
+class RunResumed(Event, frozen=True):
     call_ids: list[str] = []
 
 
-class RunCancelRequested(Event):
+class RunCancelRequested(Event, frozen=True):
     reason: str | None = None
 
 
-class RunFinished(Event):
+class RunFinished(Event, frozen=True):
     termination: Termination
     usage: Usage = Usage()
 
 
-class StepStarted(Event):
+class StepStarted(Event, frozen=True):
     step: int
 
 
-class StepFinished(Event):
+class StepFinished(Event, frozen=True):
     step: int
 
 
 # -- messages and inference -----------------------------------------------------------------------
 
 
-class MessageAppended(Event):
+class MessageAppended(Event, frozen=True):
     message: Message
 
 
-class InferenceCompleted(Event):
+class InferenceCompleted(Event, frozen=True):
     """One model call. `request_digest` (sha256 of the canonical request) lets verified replay
     notice a changed prompt, tool list or plugin context, which never shows in the other events;
     `request_digests` (short digests of each part: model, system, messages, tools, options) lets
@@ -194,34 +198,34 @@ class InferenceCompleted(Event):
 # -- tool calls -----------------------------------------------------------------------------------
 
 
-class ToolCallGated(Event):
+class ToolCallGated(Event, frozen=True):
     call_id: str
     verdict: Verdict
     rule: str | None = None
 
 
-class ToolCallStarted(Event):
+class ToolCallStarted(Event, frozen=True):
     call_id: str
     name: str
     arguments: dict[str, JSON] = {}
 
 
-class ToolCallSuspended(Event):
+class ToolCallSuspended(Event, frozen=True):
     call_id: str
     ticket: SuspendTicket
 
 
-class ToolCallDecided(Event):
+class ToolCallDecided(Event, frozen=True):
     call_id: str
     decision: ToolCallDecision
 
 
-class ToolCallResuming(Event):
+class ToolCallResuming(Event, frozen=True):
     call_id: str
     mode: ResumeMode
 
 
-class ToolCallCompleted(Event):
+class ToolCallCompleted(Event, frozen=True):
     call_id: str
     outcome: Outcome
     result: JSON = None
@@ -233,7 +237,7 @@ class ToolCallCompleted(Event):
 # -- context ----------------------------------------------------------------------------------------
 
 
-class ContextCompacted(Event):
+class ContextCompacted(Event, frozen=True):
     """The thread's messages up to `upto_message_id` were summarised into `summary` (an LLM call
     by the agent's context policy, `agentlog.runtime.context`). From here on the loop's model context is
     the summary plus the messages after that id: recorded so resume and replay use the identical
@@ -250,7 +254,7 @@ class ContextCompacted(Event):
 # -- state ----------------------------------------------------------------------------------------
 
 
-class StatePatched(Event):
+class StatePatched(Event, frozen=True):
     """RFC 6902 ops on the state of `scope`. `call_id` names the call for tool_call scope."""
 
     ops: list[dict[str, JSON]]
@@ -259,7 +263,7 @@ class StatePatched(Event):
     call_id: str | None = None
 
 
-class StateReplaced(Event):
+class StateReplaced(Event, frozen=True):
     state: dict[str, JSON]
     scope: StateScope = "thread"
     call_id: str | None = None
@@ -289,7 +293,7 @@ AnyEvent = Union[
     ContextCompacted,
 ]
 
-EVENT_TYPES: dict[str, type[Event]] = {cls.__name__: cls for cls in AnyEvent.__args__}  # type: ignore[attr-defined]
+EVENT_TYPES: dict[str, type[Event]] = {cls.__name__: cls for cls in get_args(AnyEvent)}
 
 
 class Commit(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

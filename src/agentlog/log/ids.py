@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from typing import TypeGuard
 
 from .errors import InvalidId
 
@@ -19,7 +20,7 @@ _ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 THREAD_LEVEL_RUN = "_"
 
 
-def is_valid_id(value: object) -> bool:
+def is_valid_id(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and _ID_RE.fullmatch(value) is not None
 
 
@@ -27,14 +28,14 @@ def validate_id(value: object, kind: str = "id") -> str:
     """Return `value` if it is a safe id, else raise `InvalidId` naming `kind`."""
     if not is_valid_id(value):
         raise InvalidId(kind, value)
-    return value  # type: ignore[return-value]
+    return value
 
 
 def validate_run_id(value: object) -> str:
-    validate_id(value, "run_id")
-    if value == THREAD_LEVEL_RUN:
-        raise InvalidId("run_id", value)
-    return value  # type: ignore[return-value]
+    run_id = validate_id(value, "run_id")
+    if run_id == THREAD_LEVEL_RUN:
+        raise InvalidId("run_id", run_id)
+    return run_id
 
 
 def now_ms() -> int:

@@ -83,7 +83,8 @@ async def offload(commit: Commit, limit: int, blobs: BlobStore, size_of: Callabl
         if field == "result":
             events[i] = msgspec.structs.replace(ev, result=None, result_ref=ref)
         else:
-            msg = msgspec.structs.replace(ev.message, content="", content_ref=ref)  # type: ignore[union-attr]
+            assert isinstance(ev, MessageAppended)  # a "content" candidate is a tool message
+            msg = msgspec.structs.replace(ev.message, content="", content_ref=ref)
             events[i] = msgspec.structs.replace(ev, message=msg)
         out = msgspec.structs.replace(commit, events=list(events))
     return out

@@ -7,8 +7,8 @@ A thread's *version* is the stream sequence of its last commit (0 for a thread w
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Protocol, runtime_checkable
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Protocol, TypeVar, cast, runtime_checkable
 
 import msgspec
 
@@ -84,6 +84,19 @@ def encode_checked(commit: Commit) -> bytes:
     except CodecError as exc:
         raise InvalidCommit(f"commit {commit.commit_id!r} would not decode: {exc}") from None
     return data
+
+
+_T = TypeVar("_T")
+
+
+def as_generator(commits: AsyncIterator[_T]) -> AsyncGenerator[_T, None]:
+    """`commits` (from a store's `read_thread` / `read_run` / `follow`) typed as what it is: every
+    store implements those as async generators, which callers close with `aclose()` /
+    `contextlib.aclosing`, but the protocol and its implementations declare only `AsyncIterator`.
+    Returns its argument unchanged. Temporary: once `EventStore` and every store declare
+    `AsyncGenerator` (JetStreamEventStore and VerifyingStore are being split on other branches),
+    callers need no helper."""
+    return cast("AsyncGenerator[_T, None]", commits)
 
 
 async def collect(commits: AsyncIterator[StoredCommit]) -> list[StoredCommit]:

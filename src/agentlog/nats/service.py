@@ -125,8 +125,8 @@ class ApiService:
                 result = await operation(self.svc, who, body)
                 await req.respond(_encode(result))
             except Exception as exc:  # noqa: BLE001 - every failure is an answer, as over HTTP
-                code, body, _headers = answer(exc, {"subject": subject})
-                await req.respond_error(str(code), _header_line(body["error"]), data=_encode(body))
+                code, error, _headers = answer(exc, {"subject": subject})
+                await req.respond_error(str(code), _header_line(error["error"]), data=_encode(error))
 
         return handle
 

@@ -76,7 +76,7 @@ def remote_agent_tool(name: str, url: str, *, card_path: str | None = None, desc
         return ToolResult.failure(f"remote A2A task {task.id} ended {state}", result)
 
     tool = Tool.from_function(call, name=name, description=description or f"Ask the remote A2A agent at {url}.")
-    tool.replay_from_log = True  # type: ignore[attr-defined]  # a remote side effect: never re-sent by replay
+    tool.replay_from_log = True  # a remote side effect: never re-sent by replay
     return tool
 
 

@@ -52,6 +52,9 @@ def normalize_frontend_tools(tools: Iterable[ToolSpec | Mapping[str, Any]] | Non
     out: list[dict[str, JSON]] = []
     seen: set[str] = set()
     for i, t in enumerate(tools or ()):
+        name: object  # a caller's object may hold anything: each is checked below
+        description: object
+        parameters: object
         if isinstance(t, ToolSpec):
             name, description, parameters = t.name, t.description, t.parameters
         elif isinstance(t, Mapping):

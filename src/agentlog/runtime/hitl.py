@@ -92,7 +92,7 @@ def parse_decision(item: DecisionInput, now_ms: int) -> ToolCallDecision:
     return decision
 
 
-def parse_decisions(items: Iterable[DecisionInput], now_ms: int) -> list[ToolCallDecision]:
+def parse_decisions(items: Iterable[DecisionInput] | DecisionInput, now_ms: int) -> list[ToolCallDecision]:
     """Parse a batch; two decisions with the same decision_id but different content, or two
     different decisions for one call, make the batch invalid (nothing is recorded)."""
     if isinstance(items, (ToolCallDecision, Mapping)):

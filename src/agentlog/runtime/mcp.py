@@ -219,7 +219,8 @@ class McpToolset:
             self._thread = threading.Thread(target=main, name="agentlog-mcp", daemon=True)
             self._thread.start()
             ready.wait()
-        return asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        assert self._loop is not None  # set by the loop's thread before `ready`
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     def _timeout(self) -> float:
         return max((s.timeout_s for s in self.servers.values()), default=30.0)

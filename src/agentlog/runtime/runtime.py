@@ -31,7 +31,7 @@ from agentlog.log.events import (
     ToolCallDecision,
 )
 from agentlog.log.ids import validate_id, validate_run_id
-from agentlog.log.store import EventStore
+from agentlog.log.store import EventStore, as_generator
 from agentlog.views.fold import RunFolder, fold_commits
 from agentlog.views.views import RunView, ThreadView
 
@@ -156,7 +156,8 @@ class RunHandle:
         """Build the run view's folder now: the base view (decoded) + the commits so far."""
         folder = self._folder
         if folder is None:
-            folder = self._folder = RunFolder(self._base())  # type: ignore[misc]
+            assert self._base is not None  # a handle has a folder or a base to build one from
+            folder = self._folder = RunFolder(self._base())
             self._base = None
             for sc in self.commits:
                 folder.apply(sc)
@@ -169,7 +170,7 @@ class RunHandle:
     async def events(self) -> AsyncIterator[CommittedEvent]:
         """The run's committed events in log order; ends when the run finishes or waits."""
         if self._older is not None:
-            async with contextlib.aclosing(self._older()) as older:
+            async with contextlib.aclosing(as_generator(self._older())) as older:
                 async for sc in older:
                     if sc.seq > self.base_seq:
                         break
@@ -315,7 +316,7 @@ class Runtime:
         frontend = self._frontend_tools_for(agent_id, frontend_tools)
         child = parent_thread_id is not None
         if child:
-            validate_id(parent_thread_id, "parent_thread_id")  # type: ignore[arg-type]
+            validate_id(parent_thread_id, "parent_thread_id")
             if parent_run_id is None or decisions:
                 raise ValueError("a sub-agent run (parent_thread_id) needs parent_run_id and takes no decisions")
         spec = self.agents.get(agent_id)
@@ -455,7 +456,9 @@ class Runtime:
     async def _load_from_run_snapshot(self, run_id: str, thread_id: str | None) -> _Loaded | None:
         """`_load` from the run-context snapshot: the context as of `snap.seq` with the thread's
         tail folded on top (the same `fold_context`); None on a miss."""
-        snap = await load_snapshot(self.snapshots, run_id, thread_id)  # type: ignore[arg-type]
+        if self.snapshots is None:  # callers check first
+            return None
+        snap = await load_snapshot(self.snapshots, run_id, thread_id)
         if snap is None or snap.agent_id not in self.agents:
             return None
         ctx = snap.ctx
@@ -493,12 +496,15 @@ class Runtime:
         task.add_done_callback(self._snapshot_writes.discard)
 
     async def _write_snapshot_later(self, loop: RunLoop, view: RunView, known: frozenset[str]) -> None:
+        snapshots = self.snapshots
+        if snapshots is None:  # the caller checks first
+            return
         # Yield first, so whoever awaits the run's result runs before the encoding (CPU work
         # that grows with the run's length); this only orders work, nothing waits on time.
         for _ in range(3):
             await asyncio.sleep(0)
         snap, chunks = make_snapshot(seq=loop.version, agent_id=loop.spec.id, ctx=loop.ctx, run=view, known=known)
-        await save_snapshot(self.snapshots, snap, chunks)  # type: ignore[arg-type]
+        await save_snapshot(snapshots, snap, chunks)
 
     async def flush_snapshots(self) -> None:
         """Wait for the snapshot writes in flight (tests, benchmarks, shutdown)."""
@@ -517,9 +523,9 @@ class Runtime:
             if not commits:
                 raise RunNotFound(f"unknown run {run_id!r}")
             thread_id = commits[0].commit.thread_id
-            snap = await self.views.get_thread(thread_id)  # type: ignore[union-attr]
+            snap = await self.views.get_thread(thread_id)
         else:
-            commits, snap = await asyncio.gather(run_commits(), self.views.get_thread(thread_id))  # type: ignore[union-attr]
+            commits, snap = await asyncio.gather(run_commits(), self.views.get_thread(thread_id))
             if not commits:
                 raise RunNotFound(f"unknown run {run_id!r}")
         if snap is None or snap.version <= 0 or snap.deleted:
@@ -540,7 +546,7 @@ class Runtime:
         async def older_messages() -> list[Message]:
             out: list[Message] = []
             compaction: ContextCompacted | None = None
-            async with contextlib.aclosing(store.read_thread(thread_id)) as commits_:
+            async with contextlib.aclosing(as_generator(store.read_thread(thread_id))) as commits_:
                 async for sc in commits_:
                     if sc.seq > base:
                         break
@@ -709,7 +715,7 @@ class Runtime:
         whoever `resume`s it if its worker died. `resumed` is empty: the loop resumes them.
         """
         validate_run_id(run_id)
-        parsed = parse_decisions(decisions, self.entropy.now_ms())  # type: ignore[arg-type]
+        parsed = parse_decisions(decisions, self.entropy.now_ms())
         active = self._active.get(run_id)
         if thread_id is None and active is not None:
             thread_id = active[1].thread_id
@@ -730,9 +736,10 @@ class Runtime:
                 except VersionConflict:
                     continue
                 active = self._active.get(run_id)
-                live = active[1] if active is not None and not active[1].done else None
-                if live is not None:  # the loop folds the commit (and hands it to its handle)
-                    active[0].poke()  # type: ignore[index]
+                live = None
+                if active is not None and not active[1].done:  # the loop folds the commit (and hands it to its handle)
+                    live = active[1]
+                    active[0].poke()
                 _log.info("run.decided_live", thread_id=thread_id, run_id=run_id, seq=res.seq, here=live is not None)
                 return DecideResult(res.seq, False, [], live)
             handle = self._handle_for(loaded)

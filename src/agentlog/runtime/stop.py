@@ -95,12 +95,12 @@ class StopInput:
     text: str
 
 
-def evaluate_stop(conditions: Sequence[_Spec], inp: StopInput) -> Termination | None:
+def evaluate_stop(conditions: Sequence[StopCondition], inp: StopInput) -> Termination | None:
     """The first condition (in spec order) that fires, as a `stopped` termination; else None."""
     for cond in conditions:
         detail = _check(cond, inp)
         if detail is not None:
-            return Termination(type="stopped", code=cond.type, detail=detail)  # type: ignore[attr-defined]
+            return Termination(type="stopped", code=cond.type, detail=detail)
     return None
 
 

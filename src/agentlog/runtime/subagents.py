@@ -112,8 +112,8 @@ class SubAgents:
 
     def _tool(self, fn: Any, name: str) -> Tool:
         t = Tool.from_function(fn, name=name)
-        t.replay_from_log = True  # type: ignore[attr-defined]  # see agentlog.runtime.replay.verify_run
-        t.bind_runtime = self.bind  # type: ignore[attr-defined]  # see Runtime.__init__
+        t.replay_from_log = True  # see agentlog.runtime.replay.verify_run
+        t.bind_runtime = self.bind  # see Runtime.__init__
         return t
 
     def bind(self, runtime: Any) -> None:

@@ -77,15 +77,17 @@ class SpanFold:
         opened.append(rec.key)
 
     def _close(self, key: str | None, ts: int, closed: list[str], error: str | None = None) -> None:
-        rec = self.spans.get(key) if key is not None else None
+        if key is None:
+            return
+        rec = self.spans.get(key)
         if rec is not None and rec.end_ms is None:
             # a commit's ts is when its first event was staged, so a child (an inference timed
             # by its duration) can end after it: a parent never ends before its children
-            rec.end_ms = max(ts, rec.start_ms, self._child_end.get(key, 0))  # type: ignore[arg-type]
+            rec.end_ms = max(ts, rec.start_ms, self._child_end.get(key, 0))
             if rec.parent is not None:
                 self._child_end[rec.parent] = max(self._child_end.get(rec.parent, 0), rec.end_ms)
             rec.error = rec.error or error
-            closed.append(key)  # type: ignore[arg-type]
+            closed.append(key)
 
     def _ensure_run(self, sc: StoredCommit, opened: list[str], agent_id: str | None = None, **extra: Any) -> None:
         if self.run_key in self.spans and self.spans[self.run_key].end_ms is None:
@@ -118,16 +120,17 @@ class SpanFold:
         else:  # the first commit this fold sees of a run started elsewhere (a resume)
             self._ensure_run(sc, opened, None, **{"agentlog.resumed": True})
         for ev in c.events:
-            t = type(ev)
-            if t is StepStarted:
+            # isinstance (not `type(ev) is`): mypy narrows the event union on it; event classes
+            # are final structs (no subclasses), so the two tests agree
+            if isinstance(ev, StepStarted):
                 self._close(self._step_key, ts, closed)
                 key = f"step:{self.run_id}:{ev.step}"
                 self._step_key = key
                 self._open(SpanRecord(key, self.run_key, f"step {ev.step}", ts, {"agentlog.step": ev.step}), opened)
-            elif t is StepFinished:
+            elif isinstance(ev, StepFinished):
                 self._close(self._step_key, ts, closed)
                 self._step_key = None
-            elif t is InferenceCompleted:
+            elif isinstance(ev, InferenceCompleted):
                 parent = self._step_key or self.run_key
                 key = f"chat:{self.run_id}:{ev.message_id or len(self.spans)}"
                 attrs = {
@@ -146,7 +149,7 @@ class SpanFold:
                 # before the model call: the call spans [ts, ts + duration]
                 self._open(SpanRecord(key, parent, f"chat {ev.model}", ts, attrs), opened)
                 self._close(key, ts + max(ev.duration_ms, 0), closed)
-            elif t is ToolCallStarted:
+            elif isinstance(ev, ToolCallStarted):
                 parent = self._step_key or self.run_key
                 key = f"tool:{self.run_id}:{ev.call_id}"
                 if key in self.spans and self.spans[key].end_ms is None:
@@ -158,20 +161,20 @@ class SpanFold:
                     "gen_ai.tool.call.id": ev.call_id,
                     "gen_ai.tool.type": "function",
                 }), opened)
-            elif t is ToolCallCompleted:
-                key = self._tools.pop(ev.call_id, None)
-                if key is not None:
-                    self.spans[key].attributes["agentlog.tool.outcome"] = ev.outcome
+            elif isinstance(ev, ToolCallCompleted):
+                tool_key = self._tools.pop(ev.call_id, None)
+                if tool_key is not None:
+                    self.spans[tool_key].attributes["agentlog.tool.outcome"] = ev.outcome
                     error = None if ev.outcome == "succeeded" else _error_text(ev.result, ev.outcome)
-                    self._close(key, ts, closed, error)
-            elif t is ToolCallSuspended:
-                key = self._tools.pop(ev.call_id, None)
-                if key is not None:
-                    self.spans[key].attributes["agentlog.tool.outcome"] = "suspended"
-                    self._close(key, ts, closed)
-            elif t is RunSuspended:
+                    self._close(tool_key, ts, closed, error)
+            elif isinstance(ev, ToolCallSuspended):
+                tool_key = self._tools.pop(ev.call_id, None)
+                if tool_key is not None:
+                    self.spans[tool_key].attributes["agentlog.tool.outcome"] = "suspended"
+                    self._close(tool_key, ts, closed)
+            elif isinstance(ev, RunSuspended):
                 self.spans[self.run_key].attributes["agentlog.waiting"] = True
-            elif t is RunFinished:
+            elif isinstance(ev, RunFinished):
                 for key in list(self._tools.values()):
                     self._close(key, ts, closed)
                 self._tools.clear()
@@ -371,16 +374,15 @@ class AgentMetrics:
 
     def observe(self, commit: Any) -> None:
         for ev in commit.events:
-            t = type(ev)
-            if t is InferenceCompleted:
+            if isinstance(ev, InferenceCompleted):
                 calls, tokens_in, tokens_out, latency = self._model(ev.model)
                 calls.inc()
                 tokens_in.inc(ev.usage.input_tokens)
                 tokens_out.inc(ev.usage.output_tokens)
                 latency.observe(max(ev.duration_ms, 0) / 1000)
-            elif t is ToolCallStarted:
+            elif isinstance(ev, ToolCallStarted):
                 self._names[ev.call_id] = ev.name
-            elif t is ToolCallCompleted:
+            elif isinstance(ev, ToolCallCompleted):
                 key = (self._names.pop(ev.call_id, "unknown"), ev.outcome)
                 child = self._per_tool.get(key)
                 if child is None:

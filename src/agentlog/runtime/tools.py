@@ -148,6 +148,15 @@ ToolFunction = Callable[..., Any] | Callable[..., Awaitable[Any]]
 class Tool:
     """A callable tool with its schema. Build one with `@tool` or `Tool.from_function`."""
 
+    # Optional markers that other modules set on a tool; absent unless set (declared only, no
+    # class value), so readers use `getattr(tool, name, default)`.
+    #: Verified replay answers the call from the log instead of re-running it (`agentlog.runtime.replay`).
+    replay_from_log: bool
+    #: Called with the `Runtime` the tool is registered in (`agentlog.runtime.subagents`).
+    bind_runtime: Callable[[Any], None]
+    #: Stands in for a tool the client runs (`agentlog.runtime.frontend.is_frontend_stub`).
+    frontend_stub: bool
+
     def __init__(
         self,
         name: str,

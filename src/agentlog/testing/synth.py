@@ -17,9 +17,11 @@ from typing import Any
 from agentlog.log.events import (
     AnyEvent,
     Commit,
+    DecisionAction,
     InferenceCompleted,
     Message,
     MessageAppended,
+    Outcome,
     RunCancelRequested,
     RunFinished,
     RunResumed,
@@ -32,6 +34,7 @@ from agentlog.log.events import (
     StoredCommit,
     SuspendTicket,
     Termination,
+    TerminationType,
     ThreadCreated,
     ThreadDeleted,
     ThreadMetadataUpdated,
@@ -44,10 +47,11 @@ from agentlog.log.events import (
     ToolCallStarted,
     ToolCallSuspended,
     Usage,
+    Verdict,
 )
 from agentlog.views.state import validate_patch
 
-_TERMINATIONS = ("natural_end", "natural_end", "natural_end", "stopped", "cancelled", "error")
+_TERMINATIONS: tuple[TerminationType, ...] = ("natural_end", "natural_end", "natural_end", "stopped", "cancelled", "error")
 
 
 def random_ops(rng: random.Random, state: dict[str, Any]) -> list[dict[str, Any]]:
@@ -137,7 +141,7 @@ class _ThreadGen:
             ]
             suspended: list[str] = []
             for tc in tool_calls:
-                verdict = rng.choice(["allow", "allow", "ask"])
+                verdict: Verdict = rng.choice(["allow", "allow", "ask"])
                 start: list[AnyEvent] = [ToolCallGated(call_id=tc.id, verdict=verdict, rule="*")]
                 start.append(ToolCallStarted(call_id=tc.id, name=tc.name, arguments=tc.arguments))
                 if rng.random() < 0.3:
@@ -155,7 +159,7 @@ class _ThreadGen:
                 if rng.random() < 0.15:
                     return  # left waiting
                 for call_id in suspended:
-                    action = rng.choice(["resume", "resume", "cancel"])
+                    action: DecisionAction = rng.choice(["resume", "resume", "cancel"])
                     yield run_id, [ToolCallDecided(call_id=call_id, decision=ToolCallDecision(
                         target_id=call_id, decision_id=self._id("d"), action=action, result=True))]
                 yield run_id, [RunResumed(call_ids=suspended)]
@@ -178,7 +182,7 @@ class _ThreadGen:
         yield run_id, [RunFinished(termination=Termination(type=rng.choice(_TERMINATIONS)), usage=usage)]
 
     def _completed(self, call_id: str) -> ToolCallCompleted:
-        outcome = self.rng.choice(["succeeded", "succeeded", "failed", "cancelled"])
+        outcome: Outcome = self.rng.choice(["succeeded", "succeeded", "failed", "cancelled"])
         return ToolCallCompleted(call_id=call_id, outcome=outcome, result={"ok": outcome == "succeeded"})
 
 
@@ -225,7 +229,7 @@ def history_of_size(rng: random.Random, events: int, threads_per_chunk: int = 20
             tid = f"b{chunk}{c.thread_id}"
             run_id = f"b{chunk}{c.run_id}" if c.run_id else None
             evs = [
-                RunStarted(run_id=run_id, agent_id=e.agent_id, parent_run_id=(f"b{chunk}{e.parent_run_id}" if e.parent_run_id else None))
+                RunStarted(run_id=f"b{chunk}{e.run_id}", agent_id=e.agent_id, parent_run_id=(f"b{chunk}{e.parent_run_id}" if e.parent_run_id else None))
                 if isinstance(e, RunStarted) else e
                 for e in c.events
             ]

@@ -139,7 +139,7 @@ async def rebuild(
     last = await stream_last_seq(js, stream)
     await _fold_range(js, folder, 1, last, last, counts, progress, stream, subjects)
     lock = runner._lock if runner is not None else contextlib.nullcontext()
-    async with lock:  # type: ignore[attr-defined]
+    async with lock:
         tail_end = await stream_last_seq(js, stream)  # what arrived meanwhile
         await _fold_range(js, folder, last + 1, tail_end, tail_end, counts, progress, stream, subjects)
         views = folder.views()

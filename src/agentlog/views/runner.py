@@ -22,6 +22,7 @@ import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -278,12 +279,8 @@ class ProjectionRunner:
         return Views({t.thread_id: t for t in threads}, {r.run_id: r for r in runs})
 
     def _remember(self, threads: dict[str, ThreadView], runs: dict[str, RunView]) -> None:
-        for cache, items in ((self._threads, threads), (self._runs, runs)):
-            for key, view in items.items():
-                cache[key] = view
-                cache.move_to_end(key)
-            while len(cache) > self.cache_size:
-                cache.popitem(last=False)
+        _lru_put(self._threads, threads, self.cache_size)
+        _lru_put(self._runs, runs, self.cache_size)
 
     # -- the cache as a read path --------------------------------------------------------------
 
@@ -329,3 +326,15 @@ class ProjectionRunner:
     async def lag(self) -> int:
         """Commits in the stream not yet in the views."""
         return max(0, await self.stream_last_seq() - self.applied_seq)
+
+
+_V = TypeVar("_V")
+
+
+def _lru_put(cache: OrderedDict[str, _V], items: dict[str, _V], size: int) -> None:
+    """Put `items` in `cache` as the most recently used, then drop the least recent beyond `size`."""
+    for key, view in items.items():
+        cache[key] = view
+        cache.move_to_end(key)
+    while len(cache) > size:
+        cache.popitem(last=False)

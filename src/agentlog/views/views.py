@@ -22,10 +22,12 @@ TERMINAL_CALL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "canc
 
 
 class _View(msgspec.Struct, frozen=True, kw_only=True):
-    """Views keep their defaults on the wire too (no omit_defaults): a KV reader sees every field."""
+    """Views keep their defaults on the wire too (no omit_defaults): a KV reader sees every field.
+
+    Subclasses repeat `frozen=True` for mypy (msgspec inherits it; see `agentlog.log.events._Value`)."""
 
 
-class CallView(_View):
+class CallView(_View, frozen=True):
     """One tool call of a run, through new -> running -> suspended -> resuming -> terminal.
 
     `state` is the call's `tool_call` scope state; it is cleared when the call completes.
@@ -51,7 +53,7 @@ class CallView(_View):
     updated: int = 0
 
 
-class RunView(_View):
+class RunView(_View, frozen=True):
     """One run. `status` is derived from the calls (see `fold.derive_status`).
 
     Usage: `inference_usage` is the running sum of `InferenceCompleted.usage`; `usage` equals it
@@ -84,7 +86,7 @@ class RunView(_View):
     last_seq: int = 0
 
 
-class ThreadView(_View):
+class ThreadView(_View, frozen=True):
     """One thread. `version` is the seq of the last commit applied (the thread's OCC version).
 
     Messages are not kept here (a KV value must stay small); `message_count` is, and

@@ -41,7 +41,7 @@ FINAL_STATES = frozenset({TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_C
                           TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_INPUT_REQUIRED})
 
 
-def task_state(view: RunView) -> int:
+def task_state(view: RunView) -> TaskState:
     if view.status == "running":
         return TaskState.TASK_STATE_WORKING
     if view.status == "waiting":
@@ -108,7 +108,7 @@ def run_task(view: RunView, commits: Sequence[StoredCommit], history_length: int
     history = [a2a_message(m, view.run_id, view.thread_id) for m in _run_messages(view, commits)]
     if history_length is not None:
         history = history[-history_length:] if history_length > 0 else []
-    status = TaskStatus(state=task_state(view))  # type: ignore[arg-type]
+    status = TaskStatus(state=task_state(view))
     msg = status_message(view, commits)
     if msg is not None:
         status.message.CopyFrom(msg)

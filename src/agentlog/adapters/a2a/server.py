@@ -179,7 +179,7 @@ class RunTaskHandler(RequestHandler):
     @staticmethod
     def _status(view: RunView, commits: list[StoredCommit]) -> TaskStatusUpdateEvent:
         update = TaskStatusUpdateEvent(task_id=view.run_id, context_id=view.thread_id)
-        update.status.state = task_state(view)  # type: ignore[assignment]
+        update.status.state = task_state(view)
         msg = status_message(view, commits)
         if msg is not None:
             update.status.message.CopyFrom(msg)

@@ -100,11 +100,15 @@ class ModelError(AgentlogError):
 
 class ModelUnavailable(ModelError):
     """Transport failure, timeouts, 429 and 5xx after retries were exhausted. `retry_after`:
-    the seconds the provider asked to wait (`Retry-After`), if it said."""
+    the seconds the provider asked to wait (`Retry-After`), if it said. A client that tried
+    several requests may say how many (`attempts`), the last HTTP status and the models tried."""
 
     code = "model_unavailable"
     retryable = True
     retry_after: float | None = None
+    attempts: int | None = None
+    status: int | None = None
+    models: list[str] | None = None
 
 
 class ModelProtocolError(ModelError):

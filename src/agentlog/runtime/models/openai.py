@@ -26,7 +26,7 @@ import json
 import os
 import random
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -205,13 +205,13 @@ class OpenAIChatModel:
     def _unavailable(self, failures: list[_Failure]) -> ModelUnavailable:
         parts = [f"{f.model!r}: {f.attempts} attempt(s), last error {f.last.reason}" for f in failures]
         err = ModelUnavailable(f"model unavailable at {self.url}: " + "; ".join(parts))
-        err.attempts = sum(f.attempts for f in failures)  # type: ignore[attr-defined]
-        err.status = failures[-1].last.status  # type: ignore[attr-defined]
-        err.models = [f.model for f in failures]  # type: ignore[attr-defined]
+        err.attempts = sum(f.attempts for f in failures)
+        err.status = failures[-1].last.status
+        err.models = [f.model for f in failures]
         err.retry_after = failures[-1].last.retry_after
         return err
 
-    async def _attempt(self, model: str, body: dict[str, Any]) -> AsyncIterator[ModelChunk]:
+    async def _attempt(self, model: str, body: dict[str, Any]) -> AsyncGenerator[ModelChunk, None]:
         """One HTTP request. Raises `_Transient` for anything worth retrying."""
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **self.headers}
         if self.api_key:

@@ -186,9 +186,10 @@ class ScriptedModel:
     async def _resolve(self, index: int, request: ModelRequest) -> Turn:
         if index >= len(self.script) and not self.loop:
             raise ScriptExhausted(len(self.script), index)
-        item = self.script[index % len(self.script)]
-        if callable(item) and not isinstance(item, Turn):
-            item = item(request)
+        entry = self.script[index % len(self.script)]
+        item: object = entry
+        if callable(entry) and not isinstance(entry, Turn):
+            item = entry(request)
             if inspect.isawaitable(item):
                 item = await item
         if isinstance(item, str):
