@@ -46,7 +46,15 @@ from .live import LiveSink, NullLiveSink
 from .loop import RunConflict, RunContext, RunLoop, fold_context, get_logger
 from .models.base import Model, ToolSpec
 from .outage import OutagePolicy
-from .snapshot import LoadedSnapshot, RunSnapshot, SnapshotStore, load_snapshot, make_snapshot, save_snapshot
+from .snapshot import (
+    LoadedSnapshot,
+    RunSnapshot,
+    SnapshotStore,
+    load_chunks,
+    make_snapshot,
+    read_entry,
+    save_snapshot,
+)
 from .tools import Tool, ToolRegistry
 
 _log = get_logger()
@@ -452,11 +460,19 @@ class Runtime:
     async def _load_from_run_snapshot(self, run_id: str, thread_id: str | None) -> _Loaded | None:
         """`_load` from the run-context snapshot: the context as of `snap.seq` with the thread's
         tail folded on top (the same `fold_context`); None on a miss."""
-        snap = await load_snapshot(self.snapshots, run_id, thread_id)  # type: ignore[arg-type]
-        if snap is None or snap.agent_id not in self.agents:
+        store = self.snapshots
+        entry = await read_entry(store, run_id, thread_id)  # type: ignore[arg-type]
+        if entry is None or entry.agent_id not in self.agents:
+            return None
+
+        async def read_tail() -> list[StoredCommit]:
+            return [sc async for sc in self.store.read_thread(entry.ctx.thread_id, after=entry.seq)]
+
+        # the chunks (those not cached) and the tail after the entry's seq in one round trip
+        snap, tail = await asyncio.gather(load_chunks(store, entry), read_tail())  # type: ignore[arg-type]
+        if snap is None:
             return None
         ctx = snap.ctx
-        tail = [sc async for sc in self.store.read_thread(ctx.thread_id, after=snap.seq)]
         fold_context(ctx, tail)
         version = tail[-1].seq if tail else snap.seq
         run_tail = [sc for sc in tail if sc.commit.run_id == run_id]
