@@ -12,7 +12,9 @@ digest of the bytes) and written once; the run's entry holds only the mutable re
 without the chunked messages, the view without the chunked calls) and the chunks' digests. A
 resume reads the entry (a few KB however long the run), takes the chunks from a per-process LRU
 (`ChunkCache`: decoded values, keyed by digest, so a resume on a worker that saw the run before
-neither fetches nor decodes them) and fetches the others concurrently, checking each digest.
+neither fetches nor decodes them) and fetches the others in one batched get (`get_many`),
+checking each digest; the runtime reads the log's tail meanwhile (`read_entry`, then
+`load_chunks` alongside the tail read).
 
 The snapshot is a derived cache and never a source of truth:
 - it is written only from a context that is exactly the fold of the thread up to `seq` (the
@@ -660,5 +662,5 @@ class SnapshotWriter:
 __all__ = [
     "CHUNKS", "CHUNK_SIZE", "ChunkCache", "KVSnapshotStore", "LoadedSnapshot", "MemorySnapshotStore", "RunSnapshot",
     "SNAPSHOT_FORMAT", "SnapshotStore", "SnapshotWriter", "assemble", "chunk_key", "decode_chunk", "decode_snapshot",
-    "encode_snapshot", "load_snapshot", "make_snapshot", "save_snapshot",
+    "encode_snapshot", "fetch_chunks", "load_chunks", "load_snapshot", "make_snapshot", "read_entry", "save_snapshot",
 ]
