@@ -433,7 +433,11 @@ class KVSnapshotStore:
         cut = False
         for i in range(0, len(keys), _MULTI_LAST_MAX):
             group = keys[i : i + _MULTI_LAST_MAX]
-            batch = await self._multi_last([pre + key for key in group])
+            try:
+                batch = await self._multi_last([pre + key for key in group])
+            except _Refused as exc:  # e.g. a server without multi_last (before 2.11): one by one
+                _log.info("snapshot.multi_get_refused", error=str(exc))
+                return list(await asyncio.gather(*(self.get(key) for key in keys)))
             found.update(batch.values)
             cut = cut or batch.more
         out: list[bytes | None] = [found.get(pre + key) for key in keys]
@@ -471,8 +475,9 @@ class KVSnapshotStore:
         headers = msg.headers or {}
         status = headers.get("Status")
         if status is None:
-            if "KV-Operation" not in headers:  # a value, not a delete or purge marker
-                batch.values[headers["Nats-Subject"]] = msg.data
+            subject = headers.get("Nats-Subject")
+            if subject is not None and "KV-Operation" not in headers:  # a value, not a delete or purge marker
+                batch.values[subject] = msg.data
             return
         if status == "204":  # end of batch; pending > 0: cut short
             batch.more = headers.get("Nats-Num-Pending", "0") != "0"
@@ -480,8 +485,8 @@ class KVSnapshotStore:
         elif status == "404":  # none of the keys has a value
             batch.done.set_result(None)
         else:
-            batch.done.set_exception(RuntimeError(f"snapshot multi-get answered status {status} "
-                                                  f"{headers.get('Description', '')}".strip()))
+            batch.done.set_exception(_Refused(f"batched direct get answered status {status} "
+                                              f"{headers.get('Description', '')}".strip()))
 
     async def put(self, key: str, data: bytes) -> None:
         await (await self._kv()).put(key, data)
@@ -498,6 +503,10 @@ class KVSnapshotStore:
 
 #: Keys per batched Direct Get (the server caps the subjects of one `multi_last`).
 _MULTI_LAST_MAX = 256
+
+
+class _Refused(Exception):
+    """The server answered a batched Direct Get with an error status."""
 
 
 class _Batch:
