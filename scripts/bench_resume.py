@@ -20,7 +20,16 @@ for three ways of loading the run:
 
 Before each sample the view / snapshot is made current (untimed), as a caught-up projection
 runner or the previous cycle's worker would have left it. Modes are interleaved per sample, so
-all see the same machine load; each sample moves the run on by one cycle (4 commits).
+all see the same machine load. Each sample moves its run on by one cycle (4 commits): every mode
+has its own long run (222 cycles plus one per sample before it: the JSON's `long_commits_end`,
+`long_messages_end` say where it ended), and every short sample decides a new run of exactly 2
+cycles (built untimed). (Until this was changed, one short and one long run took all modes'
+samples in turn: "short" ended 61 cycles long in `--quick`, 182 in a default run, which
+flattered `long_over_short`.)
+
+Besides wall time, each sample's client CPU (`time.thread_time()` of the timed region: the
+runtime's own work, without the waits for the server or for a core) is reported (`*_cpu_p50_ms`,
+`*_cpu_long_over_short`): on this shared 2-core machine it varies far less than wall time.
 
 With snapshots the run's new snapshot is written in the background after the suspension commit
 (`Runtime.flush_snapshots`, untimed); the scripted model is given its usage figures; every sample
@@ -128,8 +137,8 @@ async def make_current(store: Any, mode: str, thread_id: str, run_id: str) -> No
         await cycler(store, snapshots=await KVSnapshotStore.open(store.nc)).write_snapshot(run_id, thread_id=thread_id)
 
 
-async def cold_sample(url: str, mode: str, thread_id: str, run_id: str, call: str, n: int) -> tuple[float, str]:
-    """One cold resume; returns (ms, the next waiting call)."""
+async def cold_sample(url: str, mode: str, thread_id: str, run_id: str, call: str, n: int) -> tuple[float, float, str]:
+    """One cold resume; returns (ms, ms of this thread's CPU in it, the next waiting call)."""
     store = await JetStreamEventStore.connect(url)
     try:
         await make_current(store, mode, thread_id, run_id)
@@ -139,13 +148,13 @@ async def cold_sample(url: str, mode: str, thread_id: str, run_id: str, call: st
         if mode == "snapshots_cold":
             CHUNKS.clear()  # untimed: a process that never saw this run
         gc.collect()  # untimed: no sample pays for the garbage of the one before (another mode's)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         res = await rt.decide(run_id, [decision(call, n)], thread_id=thread_id)
         result = await res.handle.result()  # type: ignore[union-attr]
-        ms = 1000 * (time.perf_counter() - t0)
+        ms, cpu = 1000 * (time.perf_counter() - t0), 1000 * (time.thread_time() - c0)
         await rt.flush_snapshots()  # untimed: the snapshot write runs after the result
         assert result.status == "waiting", result
-        return ms, waiting_call(result.run)
+        return ms, cpu, waiting_call(result.run)
     finally:
         await store.close()
 
@@ -183,6 +192,9 @@ async def main() -> None:
     #: (history, mode) -> one list of latencies per round
     lat: dict[tuple[str, str], list[list[float]]] = {(h, m): [[] for _ in range(rounds)]
                                                      for h in ("short", "long") for m in MODES}
+    #: (history, mode) -> client CPU (ms, this thread) of every sample: less noisy than wall time
+    #: on a shared machine (it leaves out the time spent waiting for the server or for a core)
+    cpu: dict[tuple[str, str], list[float]] = {(h, m): [] for h in ("short", "long") for m in MODES}
     shape: dict[str, tuple[int, int, int]] = {}
     with tempfile.TemporaryDirectory(prefix="agentlog-bench-resume-") as tmp:
         server = EmbeddedNatsServer(Path(tmp) / "nats")
@@ -192,24 +204,39 @@ async def main() -> None:
             try:
                 snaps = await KVSnapshotStore.open(store.nc)
                 runs: dict[str, list[Any]] = {}
-                for name, cycles in (("warm", 2), ("short", SHORT), ("long", LONG)):
+
+                async def shape_of(thread_id: str) -> tuple[int, int, int]:
+                    log = [sc async for sc in store.read_thread(thread_id)]
+                    return (len(log), sum(len(sc.commit.events) for sc in log),
+                            sum(1 for sc in log for e in sc.commit.events if type(e).__name__ == "MessageAppended"))
+
+                # one long run per mode (each sample moves it on by one cycle); the short run is a
+                # new one of SHORT cycles for every sample (untimed), so it stays that short
+                for name, cycles in (("warm", 2), *((f"long-{m}", LONG) for m in MODES)):
                     run_id, call = await build(store, snaps, f"bench-{name}", cycles)
                     runs[name] = [f"bench-{name}", run_id, call]
-                    log = [sc async for sc in store.read_thread(f"bench-{name}")]
-                    shape[name] = (len(log), sum(len(sc.commit.events) for sc in log),
-                                   sum(1 for sc in log for e in sc.commit.events if type(e).__name__ == "MessageAppended"))
+                shape["long"] = await shape_of(f"bench-long-{MODES[0]}")
                 n = 1000
                 for mode in MODES:  # warm-up: code paths, buckets
                     thread_id, run_id, call = runs["warm"]
-                    _, runs["warm"][2] = await cold_sample(server.url, mode, thread_id, run_id, call, n)
+                    _, _, runs["warm"][2] = await cold_sample(server.url, mode, thread_id, run_id, call, n)
                     n += 1
                 for i in range(samples):
-                    for history in ("short", "long"):
-                        for mode in MODES:
-                            thread_id, run_id, call = runs[history]
-                            ms, runs[history][2] = await cold_sample(server.url, mode, thread_id, run_id, call, n)
+                    for mode in MODES:
+                        short = f"bench-short-{mode}-{i}"
+                        run_id, call = await build(store, snaps, short, SHORT)
+                        runs[f"short-{mode}"] = [short, run_id, call]
+                        if "short" not in shape:
+                            shape["short"] = await shape_of(short)
+                        for history in ("short", "long"):
+                            thread_id, run_id, call = runs[f"{history}-{mode}"]
+                            ms, cp, runs[f"{history}-{mode}"][2] = await cold_sample(
+                                server.url, mode, thread_id, run_id, call, n)
                             lat[(history, mode)][i // per_round].append(ms)
+                            cpu[(history, mode)].append(cp)
                             n += 1
+                shape["short_end"] = await shape_of(f"bench-short-{MODES[0]}-0")
+                shape["long_end"] = await shape_of(f"bench-long-{MODES[0]}")
                 result_calls = 50 if args.quick else 200
                 res_short = await result_p50(store, 2, result_calls)
                 res_long = await result_p50(store, 230, result_calls)
@@ -232,21 +259,29 @@ async def main() -> None:
     p50_all = {k: pct([x for r in v for x in r], 0.5) for k, v in lat.items()}
     for history, cycles in (("short", SHORT), ("long", LONG)):
         commits, events, messages = shape[history]
-        table.add_row(f"{history}: {cycles} cycles, {commits} commits, {events} events, {messages} msgs",
+        end_commits, _, end_messages = shape[f"{history}_end"]
+        table.add_row(f"{history}: {cycles} cycles, {commits} commits, {events} events, {messages} msgs "
+                      f"(at the end: {end_commits}, {end_messages} msgs)",
                       *(f"{p50[(history, m)]:.2f} ({p50_all[(history, m)]:.2f})" for m in MODES),
                       f"{p50[(history, 'snapshots')] / p50[(history, 'fold')]:.2f}",
                       f"{p50[(history, 'snapshots_cold')] / p50[(history, 'fold')]:.2f}")
         figures[f"{history}_commits"] = commits
         figures[f"{history}_events"] = events
         figures[f"{history}_messages"] = messages
+        figures[f"{history}_commits_end"], _, figures[f"{history}_messages_end"] = shape[f"{history}_end"]
         for mode in MODES:
             figures[f"{history}_{mode}_p50_ms"] = round(p50[(history, mode)], 3)
             figures[f"{history}_{mode}_p50_all_ms"] = round(p50_all[(history, mode)], 3)
+            figures[f"{history}_{mode}_cpu_p50_ms"] = round(pct(cpu[(history, mode)], 0.5), 3)
     over = Table(title="long over short (p50)")
     for mode in MODES:
         over.add_column(mode, justify="right")
         figures[f"{mode}_long_over_short"] = round(p50[("long", mode)] / p50[("short", mode)], 2)
     over.add_row(*(f"{figures[f'{m}_long_over_short']:.2f}" for m in MODES))
+    for mode in MODES:
+        figures[f"{mode}_cpu_long_over_short"] = round(
+            figures[f"long_{mode}_cpu_p50_ms"] / figures[f"short_{mode}_cpu_p50_ms"], 2)
+    over.add_row(*(f"cpu {figures[f'{m}_cpu_long_over_short']:.2f}" for m in MODES))
     console.print(table)
     console.print(over)
     figures["short_p50_ms"] = figures["short_snapshots_p50_ms"]
@@ -269,7 +304,8 @@ async def main() -> None:
     console.print(
         f"snapshots: long/short {figures['long_over_short']:.2f} ({ok(figures['long_over_short'] <= 1.5)} <= 1.5), "
         f"long vs fold {figures['long_vs_fold']:.2f} ({ok(figures['long_vs_fold'] <= 0.35)} <= 0.35); "
-        f"cold chunk cache: long/short {figures['snapshots_cold_long_over_short']:.2f}, "
+        f"cold chunk cache: long/short {figures['snapshots_cold_long_over_short']:.2f} "
+        f"(cpu {figures['snapshots_cold_cpu_long_over_short']:.2f}), "
         f"long vs fold {figures['cold_cache_long_vs_fold']:.2f}; "
         f"result() 230/2 {ratio:.2f} ({ok(ratio <= 2.0)} <= 2)"
     )

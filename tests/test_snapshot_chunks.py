@@ -34,11 +34,19 @@ class CountingSnapshots:
     def __init__(self, inner: KVSnapshotStore) -> None:
         self.inner = inner
         self.reads: list[tuple[str, int]] = []
+        #: the keys of each `get_many` (one batched Direct Get each)
+        self.batches: list[list[str]] = []
 
     async def get(self, key: str) -> bytes | None:
         data = await self.inner.get(key)
         self.reads.append((key, len(data or b"")))
         return data
+
+    async def get_many(self, keys: list[str]) -> list[bytes | None]:
+        values = await self.inner.get_many(keys)
+        self.reads += [(key, len(data or b"")) for key, data in zip(keys, values, strict=True)]
+        self.batches.append(list(keys))
+        return values
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -95,12 +103,14 @@ async def test_a_cold_worker_fetches_the_chunks_and_writes_the_same_log(store: A
     before = decode_snapshot(await snaps.inner.get(run_id))
     assert before is not None and before.chunks
     snaps.reads.clear()
+    snaps.batches.clear()
     _, commits_read = await cycle(store, snaps, entropy, run_id, call, 20, cold_cache=True)
     assert commits_read == 0
-    # the entry, then every chunk it names (this process's cache was empty)
+    # the entry, then every chunk it names (this process's cache was empty), in one batched get
     fetched = [key for key, _ in snaps.reads]
     assert fetched[0] == run_id
     assert sorted(fetched[1:]) == sorted(chunk_key("chunk-c", d) for d in before.chunks)
+    assert [sorted(keys) for keys in snaps.batches] == [sorted(fetched[1:])]
     # the control (no snapshots; memory store, so the same commit ids can be written again):
     # the same cycles write exactly the same commits
     control = MemoryEventStore()
@@ -159,3 +169,27 @@ async def test_deleting_a_thread_deletes_its_snapshots(store: Any) -> None:
     assert [await kv.get(chunk_key("chunk-d", d)) for d in entry.chunks] == [None] * len(entry.chunks)
     kept = decode_snapshot(await kv.get(keep_id))
     assert kept is not None and all([await kv.get(chunk_key("chunk-k", d)) for d in kept.chunks])
+
+
+async def test_get_many_answers_each_key_in_one_batched_get(store: Any) -> None:
+    kv = await KVSnapshotStore.open(store.nc)
+    await kv.put("gm.a", b"A")
+    await kv.put("gm.b", b"B" * 70_000)
+    await kv.put("gm.gone", b"x")
+    await (await kv._kv()).delete("gm.gone")  # a delete marker is no value
+    keys = ["gm.b", "gm.none", "gm.a", "gm.gone", "gm.a"]
+    assert await kv.get_many(keys) == [b"B" * 70_000, None, b"A", None, b"A"]
+    assert await kv.get_many(["gm.none", "gm.gone"]) == [None, None]  # the server answers 404: nothing
+    assert await kv.get_many(["gm.a"]) == [b"A"] and await kv.get_many([]) == []
+
+
+async def test_get_many_splits_large_requests_and_reads_the_rest_of_a_cut_batch(store: Any, monkeypatch: Any) -> None:
+    kv = await KVSnapshotStore.open(store.nc)
+    want = [str(i).encode() * 100 for i in range(5)]
+    for i, value in enumerate(want):
+        await kv.put(f"gm.cut{i}", value)
+    keys = [f"gm.cut{i}" for i in range(5)]
+    monkeypatch.setattr("agentlog.runtime.snapshot._MULTI_LAST_MAX", 2)  # three batched gets
+    assert await kv.get_many(keys) == want
+    kv.read_max_bytes = 150  # the server cuts each batch after a value or so: the rest one by one
+    assert await kv.get_many(keys) == want

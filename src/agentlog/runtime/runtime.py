@@ -49,7 +49,15 @@ from .loop_staging import RunConflict
 from .models.base import Model, ToolSpec
 from .outage import OutagePolicy
 from .run_context import RunContext, fold_context
-from .snapshot import LoadedSnapshot, RunSnapshot, SnapshotStore, load_snapshot, make_snapshot, save_snapshot
+from .snapshot import (
+    LoadedSnapshot,
+    RunSnapshot,
+    SnapshotStore,
+    load_chunks,
+    make_snapshot,
+    read_entry,
+    save_snapshot,
+)
 from .tools import Tool, ToolRegistry
 
 _log = get_logger()
@@ -456,13 +464,21 @@ class Runtime:
     async def _load_from_run_snapshot(self, run_id: str, thread_id: str | None) -> _Loaded | None:
         """`_load` from the run-context snapshot: the context as of `snap.seq` with the thread's
         tail folded on top (the same `fold_context`); None on a miss."""
-        if self.snapshots is None:  # callers check first
+        store = self.snapshots
+        if store is None:  # callers check first
             return None
-        snap = await load_snapshot(self.snapshots, run_id, thread_id)
-        if snap is None or snap.agent_id not in self.agents:
+        entry = await read_entry(store, run_id, thread_id)
+        if entry is None or entry.agent_id not in self.agents:
+            return None
+
+        async def read_tail() -> list[StoredCommit]:
+            return [sc async for sc in self.store.read_thread(entry.ctx.thread_id, after=entry.seq)]
+
+        # the chunks (those not cached) and the tail after the entry's seq in one round trip
+        snap, tail = await asyncio.gather(load_chunks(store, entry), read_tail())
+        if snap is None:
             return None
         ctx = snap.ctx
-        tail = [sc async for sc in self.store.read_thread(ctx.thread_id, after=snap.seq)]
         fold_context(ctx, tail)
         version = tail[-1].seq if tail else snap.seq
         run_tail = [sc for sc in tail if sc.commit.run_id == run_id]

@@ -12,7 +12,9 @@ digest of the bytes) and written once; the run's entry holds only the mutable re
 without the chunked messages, the view without the chunked calls) and the chunks' digests. A
 resume reads the entry (a few KB however long the run), takes the chunks from a per-process LRU
 (`ChunkCache`: decoded values, keyed by digest, so a resume on a worker that saw the run before
-neither fetches nor decodes them) and fetches the others concurrently, checking each digest.
+neither fetches nor decodes them) and fetches the others in one batched get (`get_many`),
+checking each digest; the runtime reads the log's tail meanwhile (`read_entry`, then
+`load_chunks` alongside the tail read).
 
 The snapshot is a derived cache and never a source of truth:
 - it is written only from a context that is exactly the fold of the thread up to `seq` (the
@@ -343,6 +345,10 @@ class SnapshotStore(Protocol):
 
     async def get(self, key: str) -> bytes | None: ...
 
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        """The values of `keys`, in order (None for a key that has none)."""
+        ...
+
     async def put(self, key: str, data: bytes) -> None: ...
 
     async def delete_thread(self, thread_id: str, run_ids: Sequence[str]) -> None:
@@ -358,6 +364,9 @@ class MemorySnapshotStore:
 
     async def get(self, key: str) -> bytes | None:
         return self.entries.get(key)
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        return [self.entries.get(key) for key in keys]
 
     async def put(self, key: str, data: bytes) -> None:
         self.entries[key] = data
@@ -381,6 +390,15 @@ class KVSnapshotStore:
         self._lock = asyncio.Lock()
         self._js = js
         self.bucket = bucket
+        #: Request timeout (seconds) of `get_many`'s batched Direct Get, and the most bytes the
+        #: server sends for one (a batch cut short there: the rest are read one by one).
+        self.timeout = 5.0
+        self.read_max_bytes = 8 * 1024 * 1024
+        # One wildcard reply subscription for every `get_many` (token -> its replies), opened at
+        # the first one: a per-request subscription would cost a SUB and an UNSUB each.
+        self._reply_prefix = ""
+        self._replies: dict[str, _Batch] = {}
+        self._next_token = 0
 
     @classmethod
     async def open(cls, nc: NATS | JetStreamContext, *, prefix: str = "agentlog", replicas: int | None = None) -> KVSnapshotStore:
@@ -401,6 +419,75 @@ class KVSnapshotStore:
     async def get(self, key: str) -> bytes | None:
         return await kv_get(await self._kv(), key)
 
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        """The values of `keys` in one batched Direct Get (`multi_last`: the last message of each
+        key's subject, then an end-of-batch status) instead of one request per key: what a cold
+        resume fetches its chunks with (measured, the 10 chunks of a 222-cycle run: 0.47 ms vs
+        0.72 ms for 10 concurrent gets). Keys the server did not send because the batch was cut
+        short (`read_max_bytes`) are read one by one."""
+        if len(keys) <= 1 or self._js is None:
+            return list(await asyncio.gather(*(self.get(key) for key in keys)))
+        await self._kv()
+        pre = f"$KV.{self.bucket}."
+        found: dict[str, bytes] = {}
+        cut = False
+        for i in range(0, len(keys), _MULTI_LAST_MAX):
+            group = keys[i : i + _MULTI_LAST_MAX]
+            try:
+                batch = await self._multi_last([pre + key for key in group])
+            except _Refused as exc:  # e.g. a server without multi_last (before 2.11): one by one
+                _log.info("snapshot.multi_get_refused", error=str(exc))
+                return list(await asyncio.gather(*(self.get(key) for key in keys)))
+            found.update(batch.values)
+            cut = cut or batch.more
+        out: list[bytes | None] = [found.get(pre + key) for key in keys]
+        if cut:  # a batch cut short at read_max_bytes: the rest one by one
+            rest = [i for i, value in enumerate(out) if value is None]
+            for i, value in zip(rest, await asyncio.gather(*(self.get(keys[i]) for i in rest)), strict=True):
+                out[i] = value
+        return out
+
+    async def _multi_last(self, subjects: list[str]) -> _Batch:
+        js: Any = self._js
+        nc = js._nc  # nats-py keeps the connection and the API prefix of a JetStreamContext here
+        if not self._reply_prefix:
+            async with self._lock:
+                if not self._reply_prefix:
+                    prefix = f"{nc.new_inbox()}."
+                    await nc.subscribe(f"{prefix}*", cb=self._on_reply)
+                    self._reply_prefix = prefix
+        self._next_token += 1
+        token = str(self._next_token)
+        batch = self._replies[token] = _Batch()
+        request = msgspec.json.encode({"multi_last": subjects, "batch": len(subjects), "max_bytes": self.read_max_bytes})
+        try:
+            await nc.publish(f"{js._prefix}.DIRECT.GET.KV_{self.bucket}", request, reply=self._reply_prefix + token)
+            async with asyncio.timeout(self.timeout):
+                await batch.done
+        finally:
+            del self._replies[token]
+        return batch
+
+    async def _on_reply(self, msg: Any) -> None:
+        batch = self._replies.get(msg.subject[len(self._reply_prefix) :])
+        if batch is None or batch.done.done():
+            return
+        headers = msg.headers or {}
+        status = headers.get("Status")
+        if status is None:
+            subject = headers.get("Nats-Subject")
+            if subject is not None and "KV-Operation" not in headers:  # a value, not a delete or purge marker
+                batch.values[subject] = msg.data
+            return
+        if status == "204":  # end of batch; pending > 0: cut short
+            batch.more = headers.get("Nats-Num-Pending", "0") != "0"
+            batch.done.set_result(None)
+        elif status == "404":  # none of the keys has a value
+            batch.done.set_result(None)
+        else:
+            batch.done.set_exception(_Refused(f"batched direct get answered status {status} "
+                                              f"{headers.get('Description', '')}".strip()))
+
     async def put(self, key: str, data: bytes) -> None:
         await (await self._kv()).put(key, data)
 
@@ -414,18 +501,33 @@ class KVSnapshotStore:
         await asyncio.gather(*(self._js.purge_stream(stream, subject=subj) for subj in subjects))
 
 
+#: Keys per batched Direct Get (the server caps the subjects of one `multi_last`).
+_MULTI_LAST_MAX = 256
+
+
+class _Refused(Exception):
+    """The server answered a batched Direct Get with an error status."""
+
+
+class _Batch:
+    """The replies of one `multi_last` Direct Get: subject -> value, until the end of batch."""
+
+    __slots__ = ("done", "more", "values")
+
+    def __init__(self) -> None:
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.values: dict[str, bytes] = {}
+        self.more = False
+
+
 async def _open_bucket(nc: NATS | JetStreamContext, prefix: str, replicas: int | None) -> object:
     return await ensure_bucket(jetstream_of(nc), f"{prefix}_{SNAPSHOT_BUCKET}", replicas=replicas,
                                description="agentlog run-context snapshots (a cache of the log)")
 
 
-async def load_snapshot(
-    store: SnapshotStore, run_id: str, thread_id: str | None, cache: ChunkCache | None = None,
-) -> LoadedSnapshot | None:
-    """The run's snapshot joined with its chunks (cached ones from `cache`, the others fetched
-    concurrently), or None on a miss (absent, unusable, another thread's, a chunk missing or not
-    matching its digest, or the store failing: the log is always there to fold instead)."""
-    cache = CHUNKS if cache is None else cache
+async def read_entry(store: SnapshotStore, run_id: str, thread_id: str | None) -> RunSnapshot | None:
+    """The run's entry (one get), or None on a miss (absent, unusable, another thread's, or the
+    store failing). `load_chunks` joins it with its chunks."""
     try:
         data = await store.get(run_id)
     except Exception as exc:  # noqa: BLE001 - a cache that cannot answer is a miss
@@ -437,6 +539,14 @@ async def load_snapshot(
     if entry is None or entry.ctx.run_id != run_id or (thread_id is not None and entry.ctx.thread_id != thread_id):
         _log.info("snapshot.unusable", run_id=run_id, thread_id=thread_id)
         return None
+    return entry
+
+
+async def fetch_chunks(store: SnapshotStore, entry: RunSnapshot, cache: ChunkCache | None = None) -> dict[str, tuple[Any, ...]] | None:
+    """The values of `entry`'s chunks (digest -> items): cached ones from `cache`, the others
+    fetched in one `get_many`; None on a miss (a chunk missing or not matching its digest, the
+    store failing)."""
+    cache = CHUNKS if cache is None else cache
     values: dict[str, tuple[Any, ...]] = {}
     wanted = [(kind, d) for kind, ds in ((_MESSAGES, entry.message_chunks), (_CALLS, entry.call_chunks)) for d in ds]
     missing = []
@@ -447,20 +557,37 @@ async def load_snapshot(
         else:
             values[digest] = value
     if missing:
-        thread = entry.ctx.thread_id
+        run_id, thread = entry.ctx.run_id, entry.ctx.thread_id
         try:
-            fetched = await asyncio.gather(*(store.get(chunk_key(thread, d)) for _, d in missing))
+            fetched = await store.get_many([chunk_key(thread, d) for _, d in missing])
         except Exception as exc:  # noqa: BLE001
             _log.warning("snapshot.chunk_get_failed", run_id=run_id, thread_id=thread, error=str(exc))
             return None
-        for (kind, digest), raw in zip(missing, fetched, strict=True):
-            value = decode_chunk(kind, digest, raw) if raw is not None else None
+        with _gc_paused():  # one pause for all of them (see `_gc_paused`)
+            decoded = [decode_chunk(kind, digest, raw) if raw is not None else None
+                       for (kind, digest), raw in zip(missing, fetched, strict=True)]
+        for (_, digest), raw, value in zip(missing, fetched, decoded, strict=True):
             if value is None:
                 _log.info("snapshot.chunk_unusable", run_id=run_id, thread_id=thread, chunk=digest)
                 return None
-            cache.put(digest, value, len(raw))
+            cache.put(digest, value, len(raw))  # type: ignore[arg-type]  # not None: decoded
             values[digest] = value
-    return assemble(entry, values)
+    return values
+
+
+async def load_chunks(store: SnapshotStore, entry: RunSnapshot, cache: ChunkCache | None = None) -> LoadedSnapshot | None:
+    """`entry` joined with its chunks (`fetch_chunks`); None on a miss."""
+    values = await fetch_chunks(store, entry, cache)
+    return None if values is None else assemble(entry, values)
+
+
+async def load_snapshot(
+    store: SnapshotStore, run_id: str, thread_id: str | None, cache: ChunkCache | None = None,
+) -> LoadedSnapshot | None:
+    """The run's snapshot joined with its chunks (`read_entry`, then `load_chunks`), or None on
+    a miss: the log is always there to fold instead."""
+    entry = await read_entry(store, run_id, thread_id)
+    return None if entry is None else await load_chunks(store, entry, cache)
 
 
 async def save_snapshot(store: SnapshotStore, entry: RunSnapshot, chunks: Mapping[str, bytes]) -> bool:
@@ -544,5 +671,5 @@ class SnapshotWriter:
 __all__ = [
     "CHUNKS", "CHUNK_SIZE", "ChunkCache", "KVSnapshotStore", "LoadedSnapshot", "MemorySnapshotStore", "RunSnapshot",
     "SNAPSHOT_FORMAT", "SnapshotStore", "SnapshotWriter", "assemble", "chunk_key", "decode_chunk", "decode_snapshot",
-    "encode_snapshot", "load_snapshot", "make_snapshot", "save_snapshot",
+    "encode_snapshot", "fetch_chunks", "load_chunks", "load_snapshot", "make_snapshot", "read_entry", "save_snapshot",
 ]
