@@ -44,11 +44,17 @@ async def test_worker_serves_agent_metrics(nats_server: EmbeddedNatsServer, tmp_
         async with asyncio.timeout(30):
             await CommandClient(store.nc).submit(StartRun(thread_id="tm", run_id="rm", agent_id="quick", messages=["go"]))
             await watch.status_in("rm", {"done"})
-            # the metrics server is up before the worker takes its first command
+            # The metrics server is up before the worker takes its first command. The observers
+            # count a commit after its append returns, so the last one may land just after the
+            # log shows the run done: read until the run's last inference is counted.
             async with aiohttp.ClientSession() as http:
-                async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
-                    assert resp.status == 200
-                    text = await resp.text()
+                while True:
+                    async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+                        assert resp.status == 200
+                        text = await resp.text()
+                    if 'agentlog_model_calls_total{model="quick"} 2.0' in text:
+                        break
+                    await asyncio.sleep(0.02)  # polling another process's endpoint, bounded above
         assert 'agentlog_tool_calls_total{outcome="succeeded",tool="work"} 1.0' in text
         assert 'agentlog_model_calls_total{model="quick"} 2.0' in text
         assert 'agentlog_model_latency_seconds_count{model="quick"} 2.0' in text

@@ -3,8 +3,8 @@
 For tests and the reliability benchmark of replication (R3 streams, a killed stream leader), and
 as a ready dev helper. Each node is an `EmbeddedNatsServer` (its own data dir, client port and
 ports-file readiness check) with a `cluster {}` block naming every other node as a route. The
-cluster is usable once JetStream answers `$JS.API.INFO` (a meta leader is elected), which
-`start()` waits for.
+cluster is usable once it can place a stream on every node (a meta leader is elected and counts
+every peer online), which `start()` waits for.
 """
 
 from __future__ import annotations
@@ -63,21 +63,32 @@ class LocalCluster:
         await self.wait_jetstream(timeout)
 
     async def wait_jetstream(self, timeout: float = 30.0, **connect: object) -> None:
+        """Wait until the cluster can place a stream on every node: a meta leader answering
+        `$JS.API.INFO` is not enough, as right after start the leader may still count a peer
+        offline and refuse an R{size} stream ("no suitable peers for placement", err 10005)."""
         deadline = time.monotonic() + timeout
         nc = await nats.connect(self.urls, connect_timeout=2, **connect)
         try:
-            while True:
-                try:
-                    reply = await nc.request("$JS.API.INFO", b"", timeout=1.0)
-                    if "error" not in json.loads(reply.data):
-                        return
-                except (TimeoutError, nats.errors.Error):
-                    pass
+            while not await self._places_on_every_node(nc):
                 if time.monotonic() > deadline:
                     raise StoreUnavailable(f"JetStream cluster at {self.url} not ready in {timeout}s")
                 await asyncio.sleep(0.1)
         finally:
             await nc.close()
+
+    async def _places_on_every_node(self, nc: nats.NATS) -> bool:
+        """Create (then delete) a tiny in-memory stream with one replica per node."""
+        probe = "_AGENTLOG_CLUSTER_PROBE"
+        config = {"name": probe, "subjects": ["_agentlog.cluster.probe"], "storage": "memory",
+                  "num_replicas": len(self.nodes), "max_msgs": 1}
+        try:
+            reply = await nc.request(f"$JS.API.STREAM.CREATE.{probe}", json.dumps(config).encode(), timeout=2.0)
+            if "error" in json.loads(reply.data):
+                return False
+            await nc.request(f"$JS.API.STREAM.DELETE.{probe}", b"", timeout=2.0)
+            return True
+        except (TimeoutError, nats.errors.Error):
+            return False
 
     async def stop(self) -> None:
         await asyncio.gather(*(node.astop() for node in self.nodes), return_exceptions=True)
