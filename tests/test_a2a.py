@@ -70,6 +70,7 @@ async def test_a2a_client_against_our_server(nats_server: Any, mode: str) -> Non
             card = await A2ACardResolver(http, base).get_agent_card()
         assert card.name == "quick" and card.capabilities.streaming
         assert card.supported_interfaces[0].url == f"{base}/a2a/quick"
+        assert not card.security_schemes and not card.security_requirements  # no tokens: open
 
         client = await client_for(base, "quick", streaming=False)
         task = await final_task(client, text_message("hello"))
@@ -186,7 +187,11 @@ async def test_a2a_endpoints_need_a_token_when_auth_is_on(nats_server: Any) -> N
     headers = {"A2A-Version": "1.0"}
     async with asyncio.timeout(TIMEOUT), open_stack(nats_server, "inprocess", tokens="t1,t2:tenantA",
                                                     more_routes=_routes) as s:
-        assert (await s.client.get("/a2a/quick/.well-known/agent-card.json")).status == 200
+        card = await s.client.get("/a2a/quick/.well-known/agent-card.json")
+        assert card.status == 200  # public, and it says how to authenticate
+        card_json = await card.json()
+        assert card_json["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
+        assert card_json["securityRequirements"] == [{"schemes": {"bearer": {}}}]
         resp = await s.client.post("/a2a/quick", json=body, headers=headers)
         assert resp.status == 401 and (await resp.json())["code"] == "unauthorized"
         resp = await s.client.post("/a2a/quick", json=body, headers={**headers, "Authorization": "Bearer t2"})

@@ -21,7 +21,7 @@ from agentlog.log.jetstream import JetStreamEventStore
 from agentlog.views.store import ViewStore
 
 from . import cors, health, inspector, openapi, runs, sse, threads
-from .auth import Authenticator, auth_middleware, resolve_tokens
+from .auth import AUTHENTICATOR, Authenticator, auth_middleware, resolve_tokens
 from .context import SERVICES, Runner, Services, Settings
 from .errors import error_middleware
 from .metrics import Metrics
@@ -73,6 +73,7 @@ def create_app(
         middlewares=[metrics_middleware(metrics), error_middleware, auth_middleware(auth)],
         client_max_size=settings.max_body,
     )
+    app[AUTHENTICATOR] = auth
     cors.install(app, settings.cors_origins)
     app[SERVICES] = Services(store=store, views=views, runner=runner, metrics=metrics,
                              settings=settings, runtime=runtime)

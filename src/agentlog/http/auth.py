@@ -18,6 +18,10 @@ def principal(request: web.Request) -> Principal:
     return request.get(PRINCIPAL_KEY, OPEN)
 
 
+#: The app's `Authenticator`, for routes that describe their own auth (the A2A agent card).
+AUTHENTICATOR = web.AppKey("agentlog.authenticator", Authenticator)
+
+
 def auth_middleware(auth: Authenticator) -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:

@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from agentlog.api.json_input import InvalidJson, parse_json
-from agentlog.http.auth import principal
+from agentlog.http.auth import AUTHENTICATOR, principal
 from agentlog.http.context import services
 from agentlog.http.errors import ApiError
 from agentlog.http.routing import Route
@@ -30,17 +30,41 @@ from .asgi import serve_asgi
 JSONRPC_PARSE_ERROR = -32700
 
 
-def agent_card(spec: Any, url: str) -> Any:
-    """The A2A card of an agent (`AgentSpec`), served at `url` over JSON-RPC."""
-    from a2a.types.a2a_pb2 import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
+#: The card's name for the gateway's bearer tokens (`AGENTLOG_TOKENS`).
+BEARER_SCHEME = "bearer"
+
+
+def agent_card(spec: Any, url: str, *, bearer: bool = False) -> Any:
+    """The A2A card of an agent (`AgentSpec`), served at `url` over JSON-RPC. `bearer`: the
+    endpoint wants `Authorization: Bearer <token>` (the gateway has tokens), which the card
+    declares so that a client knows before its first call is refused."""
+    from a2a.types.a2a_pb2 import (
+        AgentCapabilities,
+        AgentCard,
+        AgentInterface,
+        AgentSkill,
+        HTTPAuthSecurityScheme,
+        SecurityRequirement,
+        SecurityScheme,
+        StringList,
+    )
 
     description = spec.system_prompt or f"agentlog agent {spec.id}"
+    security: dict[str, Any] = {}
+    if bearer:
+        security = {
+            "security_schemes": {BEARER_SCHEME: SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(
+                scheme="Bearer", description="an agentlog gateway token (AGENTLOG_TOKENS); tenant-scoped "
+                                             "tokens are refused here"))},
+            "security_requirements": [SecurityRequirement(schemes={BEARER_SCHEME: StringList()})],
+        }
     return AgentCard(
         name=spec.id, description=description, version="1.0.0",
         supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")],
         capabilities=AgentCapabilities(streaming=True, push_notifications=False),
         default_input_modes=["text/plain", "application/json"], default_output_modes=["text/plain"],
         skills=[AgentSkill(id=spec.id, name=spec.id, description=description, tags=["agentlog"])],
+        **security,
     )
 
 
@@ -66,7 +90,8 @@ def a2a_routes(dispatcher: Any, agents: Callable[[], Mapping[str, Any]], default
         if agent_id is None:
             raise ApiError(404, "agent_not_found", "no agent to describe")
         spec = spec_of(agent_id)
-        return web.json_response(agent_card_to_dict(agent_card(spec, f"{base(request)}/a2a/{spec.id}")))
+        bearer = request.app[AUTHENTICATOR].enabled
+        return web.json_response(agent_card_to_dict(agent_card(spec, f"{base(request)}/a2a/{spec.id}", bearer=bearer)))
 
     async def rpc(request: web.Request) -> web.StreamResponse:
         agent_id = request.match_info["agent_id"]
