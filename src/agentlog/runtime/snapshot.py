@@ -99,34 +99,120 @@ class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
         return [*self.message_chunks, *self.call_chunks]
 
 
+#: A chunk's content as `fetch_chunks` hands it over: decoded items (from the process's cache), or
+#: the bytes read from the store, already checked against their digest and decoded when first
+#: needed (`LoadedSnapshot`).
+ChunkValue = tuple[Any, ...] | bytes
+
+
 class LoadedSnapshot:
-    """A snapshot joined with its chunks: the whole context (every message) and the run view,
-    decoded when first asked for (`run_view`, off the critical path: the loop needs only the
-    context). `chunks`: the digests it names, which are in the store (a writer need not write
-    them again)."""
+    """A snapshot joined with its chunks, decoding only what is asked for.
 
-    __slots__ = ("_calls", "_run", "_view", "agent_id", "call_ids", "chunks", "ctx", "seq")
+    `ctx`: the loop context. With `lazy_messages` (a resume), its messages are only those after
+    the message chunks (the entry's, then what the caller folds on top): `older_messages()`
+    gives the chunked ones, decoded then, for the loop to put in front before it reads them
+    (`RunLoop(older_messages=...)`: after the decision commit is on its way, not before it).
+    Otherwise the context holds every message at once.
 
-    def __init__(self, entry: RunSnapshot, ctx: RunContext, calls: list[tuple[Any, ...]]) -> None:
+    `run_view()`: the run view, its finished calls decoded from their chunks when first asked
+    for (off the critical path: the loop does not need them). `call_ids`: the run's calls (the
+    chunked ones read from the chunks' bytes without decoding the views). `chunks`: the digests
+    it names, which are in the store (a writer need not write them again).
+
+    The chunks' bytes were checked against their digests before this was built (a mismatch is a
+    miss, never something found later); decoding checked bytes cannot fail short of a bug."""
+
+    __slots__ = ("_cache", "_call_ids", "_calls", "_messages", "_run", "_tasks", "_view", "agent_id", "chunks", "ctx",
+                 "seq")
+
+    def __init__(self, entry: RunSnapshot, values: Mapping[str, ChunkValue], *, lazy_messages: bool = False,
+                 cache: ChunkCache | None = None) -> None:
         self.seq = entry.seq
         self.agent_id = entry.agent_id
-        self.ctx = ctx
-        self.call_ids = [call_id for chunk in calls for call_id, _ in chunk] + entry.call_ids
         self.chunks = frozenset(entry.chunks)
+        self._cache = CHUNKS if cache is None else cache
+        self._messages: list[tuple[bytes, str, ChunkValue]] | None = [
+            (_MESSAGES, d, values[d]) for d in entry.message_chunks]
+        self._calls = [(_CALLS, d, values[d]) for d in entry.call_chunks]
         self._run = entry.run
-        self._calls = calls
         self._view: RunView | None = None
+        self._call_ids = entry.call_ids
+        self._tasks: tuple[asyncio.Future[Any], ...] = ()
+        ctx = entry.ctx
+        if not lazy_messages and self._messages:
+            ctx.messages = [*self.older_messages_now(), *ctx.messages]
+        self.ctx = ctx
+
+    def older_messages_now(self) -> list[Message]:
+        """The messages of the message chunks, in order (decoded now, once)."""
+        parts = self._messages
+        if parts is None:
+            raise RuntimeError("the chunked messages were handed over already")
+        self._messages = None
+        with _gc_paused():
+            return list(itertools.chain.from_iterable(self._decoded(kind, d, v) for kind, d, v in parts))
+
+    async def older_messages(self) -> list[Message]:
+        """`older_messages_now` for `RunLoop(older_messages=...)`, decoding one chunk per turn
+        of the event loop: started as a task, it fills the waits for the server (the decision
+        commit's append) and delays a reply that arrives meanwhile by one chunk at most."""
+        await self._decode_each(self._messages or [])
+        return self.older_messages_now()
+
+    def start_decoding(self) -> asyncio.Future[list[Message]]:
+        """Start decoding the chunks in the background, the messages first (`older_messages`,
+        whose task this returns), then the finished calls (`decode_views`). The tasks run while
+        the caller awaits the server (its first append), not before."""
+        messages = asyncio.ensure_future(self.older_messages())
+        views = asyncio.ensure_future(self.decode_views())
+        self._tasks = (messages, views)  # referenced until done (the event loop keeps weak references)
+        return messages
+
+    async def decode_views(self) -> None:
+        """Decode the finished calls' chunks one per turn of the event loop (see
+        `older_messages`), so that `run_view` finds them decoded; it decodes what is left."""
+        await self._decode_each(self._calls)
+
+    async def _decode_each(self, parts: list[tuple[bytes, str, ChunkValue]]) -> None:
+        for i, (kind, digest, value) in enumerate(parts):
+            if isinstance(value, bytes):
+                with _gc_paused():
+                    parts[i] = (kind, digest, self._decoded(kind, digest, value))
+                await asyncio.sleep(0)  # a turn of the event loop for whatever is ready
+
+    @property
+    def lazy(self) -> bool:
+        """True while the chunked messages are not in `ctx` yet."""
+        return bool(self._messages)
+
+    @property
+    def call_ids(self) -> list[str]:
+        out: list[str] = []
+        for _kind, _d, value in self._calls:
+            if isinstance(value, bytes):
+                out.extend(call_id for call_id, _ in _call_ids_decoder.decode(value))
+            else:
+                out.extend(call_id for call_id, _ in value)
+        return out + self._call_ids
 
     def run_view(self) -> RunView:
         if self._view is None:
             with _gc_paused():
                 tail = _view_decoder.decode(self._run)
-            if self._calls:
-                calls = dict(itertools.chain.from_iterable(self._calls))
-                calls.update(tail.calls)
-                tail = msgspec.structs.replace(tail, calls=calls)
+                if self._calls:
+                    calls = dict(itertools.chain.from_iterable(self._decoded(k, d, v) for k, d, v in self._calls))
+                    calls.update(tail.calls)
+                    tail = msgspec.structs.replace(tail, calls=calls)
             self._view = tail
         return self._view
+
+    def _decoded(self, kind: bytes, digest: str, value: ChunkValue) -> tuple[Any, ...]:
+        """The items of a chunk: `value` itself, or its checked bytes decoded (then cached)."""
+        if not isinstance(value, bytes):
+            return value
+        items = tuple(_chunk_decoders[kind].decode(value))
+        self._cache.put(digest, items, len(value))
+        return items
 
 
 class ChunkCache:
@@ -273,10 +359,15 @@ def make_snapshot(
     return entry, new
 
 
+def chunk_matches(kind: bytes, digest: str, data: bytes) -> bool:
+    """Whether `data` are the bytes `digest` names (a chunk of `kind` written by these shapes)."""
+    return _digest(kind, data) == digest
+
+
 def decode_chunk(kind: bytes, digest: str, data: bytes) -> tuple[Any, ...] | None:
     """The items of a chunk read from the store, or None if its bytes are not what `digest`
     names (or do not decode): a miss."""
-    if _digest(kind, data) != digest:
+    if not chunk_matches(kind, digest, data):
         return None
     try:
         with _gc_paused():
@@ -285,13 +376,12 @@ def decode_chunk(kind: bytes, digest: str, data: bytes) -> tuple[Any, ...] | Non
         return None
 
 
-def assemble(entry: RunSnapshot, values: Mapping[str, tuple[Any, ...]]) -> LoadedSnapshot:
-    """Join an entry with its chunks' values (every digest it names): the whole context and a
-    lazily decoded run view."""
-    ctx = entry.ctx
-    if entry.message_chunks:
-        ctx.messages = list(itertools.chain(*(values[d] for d in entry.message_chunks), ctx.messages))
-    return LoadedSnapshot(entry, ctx, [values[d] for d in entry.call_chunks])
+def assemble(entry: RunSnapshot, values: Mapping[str, ChunkValue], *, lazy_messages: bool = False,
+             cache: ChunkCache | None = None) -> LoadedSnapshot:
+    """Join an entry with its chunks' values (every digest it names; bytes already checked):
+    the context (every message, or with `lazy_messages` those after the chunks, see
+    `LoadedSnapshot`) and a lazily decoded run view."""
+    return LoadedSnapshot(entry, values, lazy_messages=lazy_messages, cache=cache)
 
 
 #: MessagePack: a quarter smaller than JSON for a long run's context (the read is on the resume
@@ -299,7 +389,9 @@ def assemble(entry: RunSnapshot, values: Mapping[str, tuple[Any, ...]]) -> Loade
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(RunSnapshot)
 _view_decoder = msgspec.msgpack.Decoder(RunView)
-_chunk_decoders = {
+#: The call ids of a call chunk, the views left undecoded (what `decide` checks decisions against).
+_call_ids_decoder = msgspec.msgpack.Decoder(list[tuple[str, msgspec.Raw]])
+_chunk_decoders: dict[bytes, msgspec.msgpack.Decoder[Any]] = {
     _MESSAGES: msgspec.msgpack.Decoder(list[Message]),
     _CALLS: msgspec.msgpack.Decoder(list[tuple[str, CallView]]),
 }
@@ -542,12 +634,13 @@ async def read_entry(store: SnapshotStore, run_id: str, thread_id: str | None) -
     return entry
 
 
-async def fetch_chunks(store: SnapshotStore, entry: RunSnapshot, cache: ChunkCache | None = None) -> dict[str, tuple[Any, ...]] | None:
-    """The values of `entry`'s chunks (digest -> items): cached ones from `cache`, the others
-    fetched in one `get_many`; None on a miss (a chunk missing or not matching its digest, the
-    store failing)."""
+async def fetch_chunks(store: SnapshotStore, entry: RunSnapshot, cache: ChunkCache | None = None) -> dict[str, ChunkValue] | None:
+    """The values of `entry`'s chunks (digest -> value): decoded ones from `cache`, the others
+    fetched in one `get_many` and checked against their digests but not decoded (see
+    `ChunkValue`); None on a miss (a chunk missing or not matching its digest, the store
+    failing)."""
     cache = CHUNKS if cache is None else cache
-    values: dict[str, tuple[Any, ...]] = {}
+    values: dict[str, ChunkValue] = {}
     wanted = [(kind, d) for kind, ds in ((_MESSAGES, entry.message_chunks), (_CALLS, entry.call_chunks)) for d in ds]
     missing = []
     for kind, digest in wanted:
@@ -563,22 +656,19 @@ async def fetch_chunks(store: SnapshotStore, entry: RunSnapshot, cache: ChunkCac
         except Exception as exc:  # noqa: BLE001
             _log.warning("snapshot.chunk_get_failed", run_id=run_id, thread_id=thread, error=str(exc))
             return None
-        with _gc_paused():  # one pause for all of them (see `_gc_paused`)
-            decoded = [decode_chunk(kind, digest, raw) if raw is not None else None
-                       for (kind, digest), raw in zip(missing, fetched, strict=True)]
-        for (_, digest), raw, value in zip(missing, fetched, decoded, strict=True):
-            if value is None:
+        for (kind, digest), raw in zip(missing, fetched, strict=True):
+            if raw is None or not chunk_matches(kind, digest, raw):
                 _log.info("snapshot.chunk_unusable", run_id=run_id, thread_id=thread, chunk=digest)
                 return None
-            cache.put(digest, value, len(raw))  # type: ignore[arg-type]  # not None: decoded
-            values[digest] = value
+            values[digest] = bytes(raw)
     return values
 
 
-async def load_chunks(store: SnapshotStore, entry: RunSnapshot, cache: ChunkCache | None = None) -> LoadedSnapshot | None:
-    """`entry` joined with its chunks (`fetch_chunks`); None on a miss."""
+async def load_chunks(store: SnapshotStore, entry: RunSnapshot, cache: ChunkCache | None = None, *,
+                      lazy_messages: bool = False) -> LoadedSnapshot | None:
+    """`entry` joined with its chunks (`fetch_chunks`, `assemble`); None on a miss."""
     values = await fetch_chunks(store, entry, cache)
-    return None if values is None else assemble(entry, values)
+    return None if values is None else assemble(entry, values, lazy_messages=lazy_messages, cache=cache)
 
 
 async def load_snapshot(
@@ -670,6 +760,6 @@ class SnapshotWriter:
 
 __all__ = [
     "CHUNKS", "CHUNK_SIZE", "ChunkCache", "KVSnapshotStore", "LoadedSnapshot", "MemorySnapshotStore", "RunSnapshot",
-    "SNAPSHOT_FORMAT", "SnapshotStore", "SnapshotWriter", "assemble", "chunk_key", "decode_chunk", "decode_snapshot",
+    "SNAPSHOT_FORMAT", "SnapshotStore", "SnapshotWriter", "assemble", "chunk_key", "chunk_matches", "decode_chunk", "decode_snapshot",
     "encode_snapshot", "fetch_chunks", "load_chunks", "load_snapshot", "make_snapshot", "read_entry", "save_snapshot",
 ]
