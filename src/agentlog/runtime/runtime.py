@@ -438,7 +438,7 @@ class Runtime:
         tool starts without them. A missing or lagging snapshot only lengthens the tail.
         """
         if self.snapshots is not None and use_snapshot:
-            loaded = await self._load_from_run_snapshot(run_id, thread_id, lazy_messages=True)
+            loaded = await self._load_from_run_snapshot(run_id, thread_id)
             if loaded is not None:
                 return loaded
         if self.views is not None:
@@ -461,17 +461,9 @@ class Runtime:
         ctx = fold_context(RunContext(thread_id=thread_id, run_id=run_id), history)
         return _Loaded(thread_id, spec, ctx, history[-1].seq, run_commits)
 
-    async def _load_from_run_snapshot(self, run_id: str, thread_id: str | None, *,
-                                      lazy_messages: bool = False) -> _Loaded | None:
+    async def _load_from_run_snapshot(self, run_id: str, thread_id: str | None) -> _Loaded | None:
         """`_load` from the run-context snapshot: the context as of `snap.seq` with the thread's
-        tail folded on top (the same `fold_context`); None on a miss.
-
-        With `lazy_messages` (a decision or resume: the loop takes the context) the chunked
-        messages are decoded in a task started now, which runs while the caller awaits its first
-        append, and handed to the loop as its older messages (`RunLoop(older_messages=...)`,
-        awaited before anything reads them); their bytes were checked already, so the load
-        misses or not here, never later. Without it (`write_snapshot`), the context holds every
-        message."""
+        tail folded on top (the same `fold_context`); None on a miss."""
         store = self.snapshots
         if store is None:  # callers check first
             return None
@@ -483,18 +475,14 @@ class Runtime:
             return [sc async for sc in self.store.read_thread(entry.ctx.thread_id, after=entry.seq)]
 
         # the chunks (those not cached) and the tail after the entry's seq in one round trip
-        snap, tail = await asyncio.gather(load_chunks(store, entry, lazy_messages=lazy_messages), read_tail())
+        snap, tail = await asyncio.gather(load_chunks(store, entry), read_tail())
         if snap is None:
             return None
         ctx = snap.ctx
         fold_context(ctx, tail)
         version = tail[-1].seq if tail else snap.seq
         run_tail = [sc for sc in tail if sc.commit.run_id == run_id]
-        older: Callable[[], Awaitable[list[Message]]] | None = None
-        if snap.lazy:
-            decoding = snap.start_decoding()
-            older = lambda: decoding  # noqa: E731
-        return _Loaded(ctx.thread_id, self.agents.get(snap.agent_id), ctx, version, run_tail, older, snapshot=snap)
+        return _Loaded(ctx.thread_id, self.agents.get(snap.agent_id), ctx, version, run_tail, snapshot=snap)
 
     async def write_snapshot(self, run_id: str, *, thread_id: str | None = None) -> RunSnapshot:
         """Fold the run as of the log's head (its current snapshot + the tail, else the whole

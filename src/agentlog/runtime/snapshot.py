@@ -106,89 +106,38 @@ ChunkValue = tuple[Any, ...] | bytes
 
 
 class LoadedSnapshot:
-    """A snapshot joined with its chunks, decoding only what is asked for.
+    """A snapshot joined with its chunks: the whole context (every message) and the run view,
+    whose finished calls are decoded from their chunks only when first asked for (`run_view`:
+    off the critical path, the loop does not need them; a `decide` that fails its checks or a
+    `cancel` never does). `call_ids`: the run's calls (the chunked ones read from the chunks'
+    bytes without decoding the views). `chunks`: the digests it names, which are in the store
+    (a writer need not write them again).
 
-    `ctx`: the loop context. With `lazy_messages` (a resume), its messages are only those after
-    the message chunks (the entry's, then what the caller folds on top): `older_messages()`
-    gives the chunked ones, decoded then, for the loop to put in front before it reads them
-    (`RunLoop(older_messages=...)`: after the decision commit is on its way, not before it).
-    Otherwise the context holds every message at once.
-
-    `run_view()`: the run view, its finished calls decoded from their chunks when first asked
-    for (off the critical path: the loop does not need them). `call_ids`: the run's calls (the
-    chunked ones read from the chunks' bytes without decoding the views). `chunks`: the digests
-    it names, which are in the store (a writer need not write them again).
-
-    The chunks' bytes were checked against their digests before this was built (a mismatch is a
+    Every chunk's bytes were checked against its digest before this was built (a mismatch is a
     miss, never something found later); decoding checked bytes cannot fail short of a bug."""
 
-    __slots__ = ("_cache", "_call_ids", "_calls", "_messages", "_run", "_tasks", "_view", "agent_id", "chunks", "ctx",
-                 "seq")
+    __slots__ = ("_cache", "_call_ids", "_calls", "_run", "_view", "agent_id", "chunks", "ctx", "seq")
 
-    def __init__(self, entry: RunSnapshot, values: Mapping[str, ChunkValue], *, lazy_messages: bool = False,
-                 cache: ChunkCache | None = None) -> None:
+    def __init__(self, entry: RunSnapshot, values: Mapping[str, ChunkValue], cache: ChunkCache | None = None) -> None:
         self.seq = entry.seq
         self.agent_id = entry.agent_id
         self.chunks = frozenset(entry.chunks)
         self._cache = CHUNKS if cache is None else cache
-        self._messages: list[tuple[bytes, str, ChunkValue]] | None = [
-            (_MESSAGES, d, values[d]) for d in entry.message_chunks]
-        self._calls = [(_CALLS, d, values[d]) for d in entry.call_chunks]
+        self._calls: list[tuple[str, ChunkValue]] = [(d, values[d]) for d in entry.call_chunks]
+        self._call_ids = entry.call_ids
         self._run = entry.run
         self._view: RunView | None = None
-        self._call_ids = entry.call_ids
-        self._tasks: tuple[asyncio.Future[Any], ...] = ()
         ctx = entry.ctx
-        if not lazy_messages and self._messages:
-            ctx.messages = [*self.older_messages_now(), *ctx.messages]
+        if entry.message_chunks:
+            with _gc_paused():
+                older = [self._decoded(_MESSAGES, d, values[d]) for d in entry.message_chunks]
+            ctx.messages = list(itertools.chain(*older, ctx.messages))
         self.ctx = ctx
-
-    def older_messages_now(self) -> list[Message]:
-        """The messages of the message chunks, in order (decoded now, once)."""
-        parts = self._messages
-        if parts is None:
-            raise RuntimeError("the chunked messages were handed over already")
-        self._messages = None
-        with _gc_paused():
-            return list(itertools.chain.from_iterable(self._decoded(kind, d, v) for kind, d, v in parts))
-
-    async def older_messages(self) -> list[Message]:
-        """`older_messages_now` for `RunLoop(older_messages=...)`, decoding one chunk per turn
-        of the event loop: started as a task, it fills the waits for the server (the decision
-        commit's append) and delays a reply that arrives meanwhile by one chunk at most."""
-        await self._decode_each(self._messages or [])
-        return self.older_messages_now()
-
-    def start_decoding(self) -> asyncio.Future[list[Message]]:
-        """Start decoding the chunks in the background, the messages first (`older_messages`,
-        whose task this returns), then the finished calls (`decode_views`). The tasks run while
-        the caller awaits the server (its first append), not before."""
-        messages = asyncio.ensure_future(self.older_messages())
-        views = asyncio.ensure_future(self.decode_views())
-        self._tasks = (messages, views)  # referenced until done (the event loop keeps weak references)
-        return messages
-
-    async def decode_views(self) -> None:
-        """Decode the finished calls' chunks one per turn of the event loop (see
-        `older_messages`), so that `run_view` finds them decoded; it decodes what is left."""
-        await self._decode_each(self._calls)
-
-    async def _decode_each(self, parts: list[tuple[bytes, str, ChunkValue]]) -> None:
-        for i, (kind, digest, value) in enumerate(parts):
-            if isinstance(value, bytes):
-                with _gc_paused():
-                    parts[i] = (kind, digest, self._decoded(kind, digest, value))
-                await asyncio.sleep(0)  # a turn of the event loop for whatever is ready
-
-    @property
-    def lazy(self) -> bool:
-        """True while the chunked messages are not in `ctx` yet."""
-        return bool(self._messages)
 
     @property
     def call_ids(self) -> list[str]:
         out: list[str] = []
-        for _kind, _d, value in self._calls:
+        for _d, value in self._calls:
             if isinstance(value, bytes):
                 out.extend(call_id for call_id, _ in _call_ids_decoder.decode(value))
             else:
@@ -200,7 +149,9 @@ class LoadedSnapshot:
             with _gc_paused():
                 tail = _view_decoder.decode(self._run)
                 if self._calls:
-                    calls = dict(itertools.chain.from_iterable(self._decoded(k, d, v) for k, d, v in self._calls))
+                    decoded = [(d, self._decoded(_CALLS, d, v)) for d, v in self._calls]
+                    self._calls = list(decoded)
+                    calls = dict(itertools.chain.from_iterable(v for _, v in decoded))
                     calls.update(tail.calls)
                     tail = msgspec.structs.replace(tail, calls=calls)
             self._view = tail
@@ -279,7 +230,9 @@ _MESSAGES, _CALLS = b"m", b"c"
 
 def _digest(kind: bytes, data: bytes) -> str:
     """Content address of a chunk: its kind, the shapes that wrote it, its bytes."""
-    return hashlib.sha256(kind + SCHEMA.encode() + data).hexdigest()[:32]
+    h = hashlib.sha256(kind + SCHEMA.encode())
+    h.update(data)  # not concatenated: a long run's chunks are ~130 KB
+    return h.hexdigest()[:32]
 
 
 def chunk_key(thread_id: str, digest: str) -> str:
@@ -376,12 +329,10 @@ def decode_chunk(kind: bytes, digest: str, data: bytes) -> tuple[Any, ...] | Non
         return None
 
 
-def assemble(entry: RunSnapshot, values: Mapping[str, ChunkValue], *, lazy_messages: bool = False,
-             cache: ChunkCache | None = None) -> LoadedSnapshot:
+def assemble(entry: RunSnapshot, values: Mapping[str, ChunkValue], cache: ChunkCache | None = None) -> LoadedSnapshot:
     """Join an entry with its chunks' values (every digest it names; bytes already checked):
-    the context (every message, or with `lazy_messages` those after the chunks, see
-    `LoadedSnapshot`) and a lazily decoded run view."""
-    return LoadedSnapshot(entry, values, lazy_messages=lazy_messages, cache=cache)
+    the whole context and a lazily decoded run view (`LoadedSnapshot`)."""
+    return LoadedSnapshot(entry, values, cache)
 
 
 #: MessagePack: a quarter smaller than JSON for a long run's context (the read is on the resume
@@ -664,11 +615,10 @@ async def fetch_chunks(store: SnapshotStore, entry: RunSnapshot, cache: ChunkCac
     return values
 
 
-async def load_chunks(store: SnapshotStore, entry: RunSnapshot, cache: ChunkCache | None = None, *,
-                      lazy_messages: bool = False) -> LoadedSnapshot | None:
+async def load_chunks(store: SnapshotStore, entry: RunSnapshot, cache: ChunkCache | None = None) -> LoadedSnapshot | None:
     """`entry` joined with its chunks (`fetch_chunks`, `assemble`); None on a miss."""
     values = await fetch_chunks(store, entry, cache)
-    return None if values is None else assemble(entry, values, lazy_messages=lazy_messages, cache=cache)
+    return None if values is None else assemble(entry, values, cache)
 
 
 async def load_snapshot(
