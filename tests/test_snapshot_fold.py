@@ -16,6 +16,7 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
+import agentlog.runtime.snapshot as snapshot_mod
 import agentlog.views.fold as fold_mod
 from agentlog.log.events import (
     Commit,
@@ -217,6 +218,19 @@ def test_a_call_chunk_is_checked_when_read_though_its_views_are_decoded_later() 
     first = entry.call_chunks[0]
     store.entries[chunk_key(THREAD, first)] = chunks[first][:-1] + bytes([chunks[first][-1] ^ 1])
     assert asyncio.run(load_chunks(store, entry, ChunkCache())) is None
+
+
+def test_a_chunk_that_matches_its_digest_but_does_not_decode_is_a_miss() -> None:
+    """Only a bug can name undecodable bytes by their digest (the digest covers the shapes that
+    wrote them); should it happen, the resume misses and folds the log instead of failing."""
+    ctx = RunContext(thread_id=THREAD, run_id=RUN, messages=[Message(id=f"m{i}", role="user") for i in range(3)])
+    entry, chunks = make_snapshot(seq=3, agent_id="a", ctx=ctx, run=RunView(run_id=RUN, thread_id=THREAD),
+                                  chunk_size=2, cache=ChunkCache())
+    bad = b"\xc1"  # never valid MessagePack
+    forged = msgspec.structs.replace(entry, message_chunks=[snapshot_mod._digest(b"m", bad)])
+    store = MemorySnapshotStore()
+    store.entries = {chunk_key(THREAD, forged.message_chunks[0]): bad}
+    assert asyncio.run(load_chunks(store, forged, ChunkCache())) is None
 
 
 @given(st.lists(_commit, max_size=12))

@@ -618,7 +618,13 @@ async def fetch_chunks(store: SnapshotStore, entry: RunSnapshot, cache: ChunkCac
 async def load_chunks(store: SnapshotStore, entry: RunSnapshot, cache: ChunkCache | None = None) -> LoadedSnapshot | None:
     """`entry` joined with its chunks (`fetch_chunks`, `assemble`); None on a miss."""
     values = await fetch_chunks(store, entry, cache)
-    return None if values is None else assemble(entry, values, cache)
+    if values is None:
+        return None
+    try:
+        return assemble(entry, values, cache)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:  # checked bytes: only a bug gets here
+        _log.warning("snapshot.chunk_undecodable", run_id=entry.ctx.run_id, error=str(exc))
+        return None
 
 
 async def load_snapshot(
