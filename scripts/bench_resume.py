@@ -42,6 +42,9 @@ Also `RunHandle.result()` on a finished run of 2 vs 230 tool steps (p50 of repea
     scripts/bench_resume.py --quick    # < 60 s
 
 The last line is one JSON object with every figure: {"bench": "resume", "short_p50_ms": ...}.
+The headline keys (`short_p50_ms`, `long_p50_ms`, `long_over_short`, `long_vs_fold`) are the
+cold process (`snapshots_cold`: what a decision routed to any worker must expect); the warm chunk
+cache is in `warm_short_p50_ms`, `warm_long_p50_ms`, `warm_long_over_short`, `warm_long_vs_fold`.
 """
 
 from __future__ import annotations
@@ -284,12 +287,20 @@ async def main() -> None:
     over.add_row(*(f"cpu {figures[f'{m}_cpu_long_over_short']:.2f}" for m in MODES))
     console.print(table)
     console.print(over)
-    figures["short_p50_ms"] = figures["short_snapshots_p50_ms"]
-    figures["long_p50_ms"] = figures["long_snapshots_p50_ms"]
-    figures["long_over_short"] = figures["snapshots_long_over_short"]
-    figures["long_over_short_all"] = round(p50_all[("long", "snapshots")] / p50_all[("short", "snapshots")], 2)
-    figures["long_vs_fold"] = round(p50[("long", "snapshots")] / p50[("long", "fold")], 3)
-    figures["cold_cache_long_vs_fold"] = round(p50[("long", "snapshots_cold")] / p50[("long", "fold")], 3)
+    # The headline is the cold process (a worker that never saw the run: its chunk cache empty),
+    # the case a decision routed to any worker must expect; the warm chunk cache (a worker that
+    # ran or resumed the run before) is kept as the warm_* keys.
+    figures["short_p50_ms"] = figures["short_snapshots_cold_p50_ms"]
+    figures["long_p50_ms"] = figures["long_snapshots_cold_p50_ms"]
+    figures["long_over_short"] = figures["snapshots_cold_long_over_short"]
+    figures["long_over_short_all"] = round(p50_all[("long", "snapshots_cold")] / p50_all[("short", "snapshots_cold")], 2)
+    figures["long_vs_fold"] = round(p50[("long", "snapshots_cold")] / p50[("long", "fold")], 3)
+    figures["cold_cache_long_vs_fold"] = figures["long_vs_fold"]
+    figures["warm_short_p50_ms"] = figures["short_snapshots_p50_ms"]
+    figures["warm_long_p50_ms"] = figures["long_snapshots_p50_ms"]
+    figures["warm_long_over_short"] = figures["snapshots_long_over_short"]
+    figures["warm_long_over_short_all"] = round(p50_all[("long", "snapshots")] / p50_all[("short", "snapshots")], 2)
+    figures["warm_long_vs_fold"] = round(p50[("long", "snapshots")] / p50[("long", "fold")], 3)
     figures["target_long_over_short"] = 1.5
     figures["target_long_vs_fold"] = 0.35
     res = Table(title=f"RunHandle.result() on a finished run, p50 of {result_calls} calls")
@@ -302,11 +313,11 @@ async def main() -> None:
                    result_230_over_2=round(ratio, 2), target_result_230_over_2=2.0)
     ok = lambda good: "meets" if good else "MISSES"  # noqa: E731
     console.print(
-        f"snapshots: long/short {figures['long_over_short']:.2f} ({ok(figures['long_over_short'] <= 1.5)} <= 1.5), "
+        f"snapshots, cold process: long/short {figures['long_over_short']:.2f} "
+        f"({ok(figures['long_over_short'] <= 1.5)} <= 1.5; cpu {figures['snapshots_cold_cpu_long_over_short']:.2f}), "
         f"long vs fold {figures['long_vs_fold']:.2f} ({ok(figures['long_vs_fold'] <= 0.35)} <= 0.35); "
-        f"cold chunk cache: long/short {figures['snapshots_cold_long_over_short']:.2f} "
-        f"(cpu {figures['snapshots_cold_cpu_long_over_short']:.2f}), "
-        f"long vs fold {figures['cold_cache_long_vs_fold']:.2f}; "
+        f"warm chunk cache: long/short {figures['warm_long_over_short']:.2f} "
+        f"(cpu {figures['snapshots_cpu_long_over_short']:.2f}), long vs fold {figures['warm_long_vs_fold']:.2f}; "
         f"result() 230/2 {ratio:.2f} ({ok(ratio <= 2.0)} <= 2)"
     )
     print(json.dumps(figures))

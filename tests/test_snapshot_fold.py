@@ -9,12 +9,14 @@ kept incrementally: pure unit tests, no store.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
+import agentlog.runtime.snapshot as snapshot_mod
 import agentlog.views.fold as fold_mod
 from agentlog.log.events import (
     Commit,
@@ -48,17 +50,18 @@ from agentlog.runtime import RunHandle
 from agentlog.runtime.loop import RunContext, fold_context
 from agentlog.runtime.snapshot import (
     ChunkCache,
+    MemorySnapshotStore,
     RunSnapshot,
-    assemble,
     chunk_key,
     chunk_spans,
     decode_chunk,
     decode_snapshot,
     encode_snapshot,
+    load_chunks,
     make_snapshot,
 )
 from agentlog.views.fold import RunFolder, fold_commits
-from agentlog.views.views import RunView
+from agentlog.views.views import CallView, RunView
 
 THREAD, RUN = "t-snap", "r-snap"
 CALLS = ["c1", "c2", "c3"]
@@ -111,16 +114,16 @@ def _history(raw: list[tuple[str | None, list[Any]]]) -> list[StoredCommit]:
 
 
 def _round_trip(entry: RunSnapshot, chunks: dict[str, bytes], cache: ChunkCache) -> Any:
-    """What a resume in another process does: decode the stored entry, decode each chunk it
-    names from its stored bytes (checked against the digest), join them."""
+    """What a resume in another process does: decode the stored entry, read the chunks it
+    names that `cache` does not hold from the store (`load_chunks`: bytes checked against their
+    digests, messages decoded, call views only when the run view is asked for), join them."""
     restored = decode_snapshot(encode_snapshot(entry))
     assert restored is not None and restored == entry
-    values = {}
-    for kind, digests in ((b"m", restored.message_chunks), (b"c", restored.call_chunks)):
-        for d in digests:
-            values[d] = cache.get(d) or decode_chunk(kind, d, chunks[d])
-            assert values[d] is not None
-    return assemble(restored, values)
+    store = MemorySnapshotStore()
+    store.entries = {chunk_key(entry.ctx.thread_id, d): data for d, data in chunks.items()}
+    loaded = asyncio.run(load_chunks(store, restored, cache))
+    assert loaded is not None
+    return loaded
 
 
 @given(st.lists(_commit, max_size=12), st.data())
@@ -145,6 +148,9 @@ def test_snapshot_of_a_prefix_plus_the_rest_folds_to_the_whole(raw: list[Any], d
     assert len(entry.ctx.messages) < chunk_size  # only the unchunked rest is in the entry
     loaded = _round_trip(entry, chunks, writer_cache if warm else ChunkCache())
     assert loaded.ctx == prefix_ctx
+    # what `decide` checks decisions against, read without decoding the views
+    known = set(fold_commits(run_prefix).runs[RUN].calls) | {c.id for c in prefix_ctx.step_tool_calls}
+    assert set(loaded.call_ids) == known
 
     assert fold_context(loaded.ctx, rest) == whole_ctx
     folder = RunFolder(loaded.run_view())
@@ -152,6 +158,7 @@ def test_snapshot_of_a_prefix_plus_the_rest_folds_to_the_whole(raw: list[Any], d
         if sc.commit.run_id == RUN:
             folder.apply(sc)
     assert folder.view() == whole_run
+    assert set(loaded.call_ids) == known  # the same once the views are decoded
 
     # the next snapshot of the resumed run: the same chunks stay (not written again), the
     # messages and finished calls since then fill new ones
@@ -192,6 +199,38 @@ def test_chunks_whose_bytes_do_not_match_their_digest_are_a_miss() -> None:
     assert decode_chunk(b"m", first, b"\xc1") is None
     assert [m.id for m in decode_chunk(b"m", first, chunks[first])] == ["m0", "m1"]
     assert chunk_key(THREAD, first) == f"c.{THREAD}.{first}"
+
+
+def test_a_call_chunk_is_checked_when_read_though_its_views_are_decoded_later() -> None:
+    """The finished calls' chunks are not decoded on a resume (only their call ids are read),
+    but their bytes are checked against their digests at once: a bad one is a miss there and
+    then, never a surprise when the run view is asked for."""
+    calls = {f"c{i}": CallView(call_id=f"c{i}", status="succeeded", name="tool") for i in range(5)}
+    entry, chunks = make_snapshot(seq=3, agent_id="a", ctx=RunContext(thread_id=THREAD, run_id=RUN),
+                                  run=RunView(run_id=RUN, thread_id=THREAD, calls=calls), chunk_size=2,
+                                  cache=ChunkCache())
+    assert len(entry.call_chunks) == 2
+    store = MemorySnapshotStore()
+    store.entries = {chunk_key(THREAD, d): data for d, data in chunks.items()}
+    loaded = asyncio.run(load_chunks(store, entry, ChunkCache()))
+    assert loaded is not None and loaded.call_ids == list(calls)
+    assert loaded.run_view().calls == calls
+    first = entry.call_chunks[0]
+    store.entries[chunk_key(THREAD, first)] = chunks[first][:-1] + bytes([chunks[first][-1] ^ 1])
+    assert asyncio.run(load_chunks(store, entry, ChunkCache())) is None
+
+
+def test_a_chunk_that_matches_its_digest_but_does_not_decode_is_a_miss() -> None:
+    """Only a bug can name undecodable bytes by their digest (the digest covers the shapes that
+    wrote them); should it happen, the resume misses and folds the log instead of failing."""
+    ctx = RunContext(thread_id=THREAD, run_id=RUN, messages=[Message(id=f"m{i}", role="user") for i in range(3)])
+    entry, chunks = make_snapshot(seq=3, agent_id="a", ctx=ctx, run=RunView(run_id=RUN, thread_id=THREAD),
+                                  chunk_size=2, cache=ChunkCache())
+    bad = b"\xc1"  # never valid MessagePack
+    forged = msgspec.structs.replace(entry, message_chunks=[snapshot_mod._digest(b"m", bad)])
+    store = MemorySnapshotStore()
+    store.entries = {chunk_key(THREAD, forged.message_chunks[0]): bad}
+    assert asyncio.run(load_chunks(store, forged, ChunkCache())) is None
 
 
 @given(st.lists(_commit, max_size=12))

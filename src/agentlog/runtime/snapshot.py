@@ -99,34 +99,71 @@ class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
         return [*self.message_chunks, *self.call_chunks]
 
 
+#: A chunk's content as `fetch_chunks` hands it over: decoded items (from the process's cache), or
+#: the bytes read from the store, already checked against their digest and decoded when first
+#: needed (`LoadedSnapshot`).
+ChunkValue = tuple[Any, ...] | bytes
+
+
 class LoadedSnapshot:
     """A snapshot joined with its chunks: the whole context (every message) and the run view,
-    decoded when first asked for (`run_view`, off the critical path: the loop needs only the
-    context). `chunks`: the digests it names, which are in the store (a writer need not write
-    them again)."""
+    whose finished calls are decoded from their chunks only when first asked for (`run_view`:
+    off the critical path, the loop does not need them; a `decide` that fails its checks or a
+    `cancel` never does). `call_ids`: the run's calls (the chunked ones read from the chunks'
+    bytes without decoding the views). `chunks`: the digests it names, which are in the store
+    (a writer need not write them again).
 
-    __slots__ = ("_calls", "_run", "_view", "agent_id", "call_ids", "chunks", "ctx", "seq")
+    Every chunk's bytes were checked against its digest before this was built (a mismatch is a
+    miss, never something found later); decoding checked bytes cannot fail short of a bug."""
 
-    def __init__(self, entry: RunSnapshot, ctx: RunContext, calls: list[tuple[Any, ...]]) -> None:
+    __slots__ = ("_cache", "_call_ids", "_calls", "_run", "_view", "agent_id", "chunks", "ctx", "seq")
+
+    def __init__(self, entry: RunSnapshot, values: Mapping[str, ChunkValue], cache: ChunkCache | None = None) -> None:
         self.seq = entry.seq
         self.agent_id = entry.agent_id
-        self.ctx = ctx
-        self.call_ids = [call_id for chunk in calls for call_id, _ in chunk] + entry.call_ids
         self.chunks = frozenset(entry.chunks)
+        self._cache = CHUNKS if cache is None else cache
+        self._calls: list[tuple[str, ChunkValue]] = [(d, values[d]) for d in entry.call_chunks]
+        self._call_ids = entry.call_ids
         self._run = entry.run
-        self._calls = calls
         self._view: RunView | None = None
+        ctx = entry.ctx
+        if entry.message_chunks:
+            with _gc_paused():
+                older = [self._decoded(_MESSAGES, d, values[d]) for d in entry.message_chunks]
+            ctx.messages = list(itertools.chain(*older, ctx.messages))
+        self.ctx = ctx
+
+    @property
+    def call_ids(self) -> list[str]:
+        out: list[str] = []
+        for _d, value in self._calls:
+            if isinstance(value, bytes):
+                out.extend(call_id for call_id, _ in _call_ids_decoder.decode(value))
+            else:
+                out.extend(call_id for call_id, _ in value)
+        return out + self._call_ids
 
     def run_view(self) -> RunView:
         if self._view is None:
             with _gc_paused():
                 tail = _view_decoder.decode(self._run)
-            if self._calls:
-                calls = dict(itertools.chain.from_iterable(self._calls))
-                calls.update(tail.calls)
-                tail = msgspec.structs.replace(tail, calls=calls)
+                if self._calls:
+                    decoded = [(d, self._decoded(_CALLS, d, v)) for d, v in self._calls]
+                    self._calls = list(decoded)
+                    calls = dict(itertools.chain.from_iterable(v for _, v in decoded))
+                    calls.update(tail.calls)
+                    tail = msgspec.structs.replace(tail, calls=calls)
             self._view = tail
         return self._view
+
+    def _decoded(self, kind: bytes, digest: str, value: ChunkValue) -> tuple[Any, ...]:
+        """The items of a chunk: `value` itself, or its checked bytes decoded (then cached)."""
+        if not isinstance(value, bytes):
+            return value
+        items = tuple(_chunk_decoders[kind].decode(value))
+        self._cache.put(digest, items, len(value))
+        return items
 
 
 class ChunkCache:
@@ -193,7 +230,9 @@ _MESSAGES, _CALLS = b"m", b"c"
 
 def _digest(kind: bytes, data: bytes) -> str:
     """Content address of a chunk: its kind, the shapes that wrote it, its bytes."""
-    return hashlib.sha256(kind + SCHEMA.encode() + data).hexdigest()[:32]
+    h = hashlib.sha256(kind + SCHEMA.encode())
+    h.update(data)  # not concatenated: a long run's chunks are ~130 KB
+    return h.hexdigest()[:32]
 
 
 def chunk_key(thread_id: str, digest: str) -> str:
@@ -273,10 +312,15 @@ def make_snapshot(
     return entry, new
 
 
+def chunk_matches(kind: bytes, digest: str, data: bytes) -> bool:
+    """Whether `data` are the bytes `digest` names (a chunk of `kind` written by these shapes)."""
+    return _digest(kind, data) == digest
+
+
 def decode_chunk(kind: bytes, digest: str, data: bytes) -> tuple[Any, ...] | None:
     """The items of a chunk read from the store, or None if its bytes are not what `digest`
     names (or do not decode): a miss."""
-    if _digest(kind, data) != digest:
+    if not chunk_matches(kind, digest, data):
         return None
     try:
         with _gc_paused():
@@ -285,13 +329,10 @@ def decode_chunk(kind: bytes, digest: str, data: bytes) -> tuple[Any, ...] | Non
         return None
 
 
-def assemble(entry: RunSnapshot, values: Mapping[str, tuple[Any, ...]]) -> LoadedSnapshot:
-    """Join an entry with its chunks' values (every digest it names): the whole context and a
-    lazily decoded run view."""
-    ctx = entry.ctx
-    if entry.message_chunks:
-        ctx.messages = list(itertools.chain(*(values[d] for d in entry.message_chunks), ctx.messages))
-    return LoadedSnapshot(entry, ctx, [values[d] for d in entry.call_chunks])
+def assemble(entry: RunSnapshot, values: Mapping[str, ChunkValue], cache: ChunkCache | None = None) -> LoadedSnapshot:
+    """Join an entry with its chunks' values (every digest it names; bytes already checked):
+    the whole context and a lazily decoded run view (`LoadedSnapshot`)."""
+    return LoadedSnapshot(entry, values, cache)
 
 
 #: MessagePack: a quarter smaller than JSON for a long run's context (the read is on the resume
@@ -299,7 +340,9 @@ def assemble(entry: RunSnapshot, values: Mapping[str, tuple[Any, ...]]) -> Loade
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(RunSnapshot)
 _view_decoder = msgspec.msgpack.Decoder(RunView)
-_chunk_decoders = {
+#: The call ids of a call chunk, the views left undecoded (what `decide` checks decisions against).
+_call_ids_decoder = msgspec.msgpack.Decoder(list[tuple[str, msgspec.Raw]])
+_chunk_decoders: dict[bytes, msgspec.msgpack.Decoder[Any]] = {
     _MESSAGES: msgspec.msgpack.Decoder(list[Message]),
     _CALLS: msgspec.msgpack.Decoder(list[tuple[str, CallView]]),
 }
@@ -542,12 +585,13 @@ async def read_entry(store: SnapshotStore, run_id: str, thread_id: str | None) -
     return entry
 
 
-async def fetch_chunks(store: SnapshotStore, entry: RunSnapshot, cache: ChunkCache | None = None) -> dict[str, tuple[Any, ...]] | None:
-    """The values of `entry`'s chunks (digest -> items): cached ones from `cache`, the others
-    fetched in one `get_many`; None on a miss (a chunk missing or not matching its digest, the
-    store failing)."""
+async def fetch_chunks(store: SnapshotStore, entry: RunSnapshot, cache: ChunkCache | None = None) -> dict[str, ChunkValue] | None:
+    """The values of `entry`'s chunks (digest -> value): decoded ones from `cache`, the others
+    fetched in one `get_many` and checked against their digests but not decoded (see
+    `ChunkValue`); None on a miss (a chunk missing or not matching its digest, the store
+    failing)."""
     cache = CHUNKS if cache is None else cache
-    values: dict[str, tuple[Any, ...]] = {}
+    values: dict[str, ChunkValue] = {}
     wanted = [(kind, d) for kind, ds in ((_MESSAGES, entry.message_chunks), (_CALLS, entry.call_chunks)) for d in ds]
     missing = []
     for kind, digest in wanted:
@@ -563,22 +607,24 @@ async def fetch_chunks(store: SnapshotStore, entry: RunSnapshot, cache: ChunkCac
         except Exception as exc:  # noqa: BLE001
             _log.warning("snapshot.chunk_get_failed", run_id=run_id, thread_id=thread, error=str(exc))
             return None
-        with _gc_paused():  # one pause for all of them (see `_gc_paused`)
-            decoded = [decode_chunk(kind, digest, raw) if raw is not None else None
-                       for (kind, digest), raw in zip(missing, fetched, strict=True)]
-        for (_, digest), raw, value in zip(missing, fetched, decoded, strict=True):
-            if value is None:
+        for (kind, digest), raw in zip(missing, fetched, strict=True):
+            if raw is None or not chunk_matches(kind, digest, raw):
                 _log.info("snapshot.chunk_unusable", run_id=run_id, thread_id=thread, chunk=digest)
                 return None
-            cache.put(digest, value, len(raw))  # type: ignore[arg-type]  # not None: decoded
-            values[digest] = value
+            values[digest] = bytes(raw)
     return values
 
 
 async def load_chunks(store: SnapshotStore, entry: RunSnapshot, cache: ChunkCache | None = None) -> LoadedSnapshot | None:
-    """`entry` joined with its chunks (`fetch_chunks`); None on a miss."""
+    """`entry` joined with its chunks (`fetch_chunks`, `assemble`); None on a miss."""
     values = await fetch_chunks(store, entry, cache)
-    return None if values is None else assemble(entry, values)
+    if values is None:
+        return None
+    try:
+        return assemble(entry, values, cache)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:  # checked bytes: only a bug gets here
+        _log.warning("snapshot.chunk_undecodable", run_id=entry.ctx.run_id, error=str(exc))
+        return None
 
 
 async def load_snapshot(
@@ -670,6 +716,6 @@ class SnapshotWriter:
 
 __all__ = [
     "CHUNKS", "CHUNK_SIZE", "ChunkCache", "KVSnapshotStore", "LoadedSnapshot", "MemorySnapshotStore", "RunSnapshot",
-    "SNAPSHOT_FORMAT", "SnapshotStore", "SnapshotWriter", "assemble", "chunk_key", "decode_chunk", "decode_snapshot",
+    "SNAPSHOT_FORMAT", "SnapshotStore", "SnapshotWriter", "assemble", "chunk_key", "chunk_matches", "decode_chunk", "decode_snapshot",
     "encode_snapshot", "fetch_chunks", "load_chunks", "load_snapshot", "make_snapshot", "read_entry", "save_snapshot",
 ]
