@@ -72,13 +72,14 @@ STEPS = 20
 
 #: Where profiled time goes, by the file a function lives in (first match wins).
 AREAS = [
-    ("runtime loop (src/agentlog/runtime/loop.py, plugins, stop)", ("src/agentlog/runtime/loop.py", "src/agentlog/runtime/plugins.py", "src/agentlog/runtime/stop.py",
-                                                      "src/agentlog/runtime/runtime.py", "src/agentlog/runtime/entropy.py")),
     ("tools (src/agentlog/runtime/tools.py, pydantic)", ("src/agentlog/runtime/tools.py", "pydantic")),
     ("ScriptedModel (usage word counts, json.dumps)", ("src/agentlog/runtime/models/", "json/")),
+    # the loop and its split parts (loop_*, run_context, decisions, digest), plugins, stop, the
+    # runtime facade: everything else under agentlog.runtime
+    ("runtime loop (agentlog.runtime: loop*, run_context, decisions, plugins, stop)", ("src/agentlog/runtime/",)),
     ("state patches (agentlog.views.state, jsonpatch)", ("src/agentlog/views/state.py", "jsonpatch", "jsonpointer")),
     ("run view fold at result() (agentlog.views.fold)", ("src/agentlog/views/",)),
-    ("event store (eventlog: codec, jetstream, memory)", ("src/agentlog/log/",)),
+    ("event store (agentlog.log: codec, jetstream, memory)", ("src/agentlog/log/",)),
     ("nats client (nats-py)", ("site-packages/nats/",)),
     ("sync tool thread hop (to_thread, threading, queue)", ("threading.py", "concurrent/", "queue", "to_thread",
                                                             "asyncio/threads.py")),
