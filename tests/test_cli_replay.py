@@ -280,3 +280,38 @@ def test_installed_script_json_stays_clean_for_a_cancelled_hitl_run(nats_server:
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["ok"] is True and doc["termination"]["type"] == "cancelled" and doc["status"] == "done"
+
+
+YAML_APP = """
+version: 1
+models:
+  main: {type: scripted, script: ["the answer"]}
+agents:
+  - {id: answerer, model: main, system_prompt: You answer.}
+"""
+
+
+def test_a_yaml_config_is_an_app_for_verify(nats_server: EmbeddedNatsServer, tmp_path: Path) -> None:
+    """README: `replay --verify` takes a declarative config as `--app agents.yaml`; a changed
+    config (another system prompt) diverges."""
+    from agentlog.api.app_loader import load_app
+
+    config = tmp_path / "agents.yaml"
+    config.write_text(YAML_APP)
+
+    async def record() -> str:
+        store = await JetStreamEventStore.connect(nats_server.url)
+        try:
+            async with asyncio.timeout(20):
+                result = await load_app(str(config)).runtime(store).run("answerer", "question")
+            assert result.termination.type == "natural_end"
+            return result.run_id
+        finally:
+            await store.close()
+
+    run_id = asyncio.run(record())
+    args = ["replay", run_id, "--verify", "--app", str(config), "--nats", nats_server.url, "--timeout", "5"]
+    verified = runner.invoke(cli_app, args)
+    assert verified.exit_code == 0 and verified.stdout.startswith(f"verified run {run_id}"), verified.output
+    config.write_text(YAML_APP.replace("You answer.", "You answer briefly."))
+    assert runner.invoke(cli_app, args).exit_code == 1
