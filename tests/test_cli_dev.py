@@ -9,6 +9,7 @@ never on time. The watcher's change detection is pure and tested directly.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -24,7 +25,6 @@ from typer.testing import CliRunner
 from agentlog.cli.core import app
 from agentlog.cli.dev import changed, snapshot, watch_roots
 from agentlog.log import EmbeddedNatsServer
-from agentlog.log.server import free_port
 
 AGENTLOG = str(Path(sys.executable).parent / "agentlog")
 runner = CliRunner()
@@ -52,6 +52,13 @@ def write_app(path: Path, agents: list[str]) -> None:
     os.utime(path, ns=(before + 2_000_000_000, before + 2_000_000_000))
 
 
+def http_port(banner: str) -> int:
+    """The HTTP port a `serve` banner names."""
+    found = re.search(r"http://127\.0\.0\.1:(\d+)", banner)
+    assert found, banner
+    return int(found[1])
+
+
 def read_until(stream: IO[str], text: str) -> str:
     """Lines until one contains `text` (the process runs under `timeout`, so this is bounded)."""
     seen = ""
@@ -71,11 +78,12 @@ def test_dev_restarts_the_server_when_the_app_changes(tmp_path: Path, nats_serve
     nats-server behind."""
     module = tmp_path / "devmod_app.py"
     write_app(module, ["v1"])
-    port = free_port()
     where = ["--data-dir", str(tmp_path / "data")] if embedded else ["--nats", nats_server.url]
     proc = subprocess.Popen(
         ["timeout", "120", AGENTLOG, "dev", "--app", "devmod_app:app", *where,
-         "--port", str(port), "--poll", "0.1", "--tokens", ""],
+         # port 0: the server takes a free one (a port picked here first could be taken by any
+         # of the suite's other processes before the child binds it)
+         "--port", "0", "--poll", "0.1", "--tokens", ""],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
         env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"},
     )
@@ -86,14 +94,16 @@ def test_dev_restarts_the_server_when_the_app_changes(tmp_path: Path, nats_serve
                                    *where, "--timeout", "10"])
 
     try:
-        assert "agentlog dev: watching" in read_until(proc.stdout, "parts")
+        banner = read_until(proc.stdout, "parts")
+        assert "agentlog dev: watching" in banner
         assert start("v1").exit_code == 0
         missing = start("v2")
         assert missing.exit_code == 2 and "agent_not_found" in missing.stderr, missing.output
 
         write_app(module, ["v1", "v2"])
         read_until(proc.stdout, "devmod_app.py changed; restarting")
-        read_until(proc.stdout, "parts")  # the new server's banner
+        banner = read_until(proc.stdout, "parts")  # the new server's banner
+        port = http_port(banner)
         served = start("v2")
         assert served.exit_code == 0, served.output
         assert served.stdout.splitlines()[-1].find('"RunFinished"') > 0
