@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,7 +25,6 @@ from typer.testing import CliRunner
 from agentlog.cli.core import app
 from agentlog.log import EmbeddedNatsServer, JetStreamEventStore
 from agentlog.log.events import RunFinished, RunSuspended, ToolCallDecided
-from agentlog.log.server import free_port
 
 AGENTLOG = str(Path(sys.executable).parent / "agentlog")
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,10 +41,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One nats-server and one `agentlog serve` for the module (each test uses its own runs)."""
     nats_server = EmbeddedNatsServer(tmp_path_factory.mktemp("runs") / "nats")
     nats_server.start()
-    port = free_port()
     proc = subprocess.Popen(
         ["timeout", "300", AGENTLOG, "serve", "--app", "tests.cli_runs_app:app", "--nats", nats_server.url,
-         "--host", "127.0.0.1", "--port", str(port), "--tokens", ""],
+         "--host", "127.0.0.1", "--port", "0", "--tokens", ""],  # it takes a free port
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
         env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"},
     )
@@ -55,7 +54,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             line = proc.stdout.readline()
             assert line, f"agentlog serve exited: {banner}"
             banner += line
-        yield Server(nats_server.url, f"http://127.0.0.1:{port}")
+        http = re.search(r"http://127\.0\.0\.1:\d+", banner)
+        assert http, banner
+        yield Server(nats_server.url, http[0])
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -50,28 +50,44 @@ def stdio_tools() -> Iterator[McpToolset]:
         toolset.close()
 
 
+def _listening(proc: subprocess.Popen[bytes], port: int) -> bool:
+    """Wait (bounded, no sleeps) until `proc` accepts on `port`; False if it exits first (e.g. the
+    port was taken by another process between `free_port()` and its bind)."""
+    with socket.socket() as probe:
+        probe.settimeout(0.2)
+        for _ in range(100):
+            if proc.poll() is not None:
+                return False
+            try:
+                probe.connect(("127.0.0.1", port))
+                return True
+            except OSError:
+                try:  # waits on the process (bounded), not a sleep
+                    proc.wait(timeout=0.1)
+                except subprocess.TimeoutExpired:
+                    pass
+    raise RuntimeError("MCP HTTP server did not listen")
+
+
 @pytest.fixture
 def http_url() -> Iterator[str]:
-    """The test server on streamable HTTP, 127.0.0.1 only; ready once it accepts a connection."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, SERVER, "http", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """The test server on streamable HTTP, 127.0.0.1 only; ready once it accepts a connection
+    (on another free port if the first one was taken before the server bound it)."""
+    for _attempt in range(3):
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, SERVER, "http", str(port)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            if _listening(proc, port):
+                break
+        except BaseException:
+            proc.kill()
+            proc.wait(10)
+            raise
+        proc.wait(10)
+    else:
+        raise RuntimeError("MCP HTTP server exited (three ports tried)")
     try:
-        with socket.socket() as probe:  # bounded wait for the listener, no sleeps
-            probe.settimeout(0.2)
-            for _ in range(100):
-                if proc.poll() is not None:
-                    raise RuntimeError("MCP HTTP server exited")
-                try:
-                    probe.connect(("127.0.0.1", port))
-                    break
-                except OSError:
-                    try:  # waits on the process (bounded), not a sleep
-                        proc.wait(timeout=0.1)
-                    except subprocess.TimeoutExpired:
-                        pass
-            else:
-                raise RuntimeError("MCP HTTP server did not listen")
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         proc.terminate()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 
 from agentlog.http.context import SERVICES
 from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer, free_port
+from agentlog.log.server import EmbeddedNatsServer
 from agentlog.runtime.commands import CommandClient, StartRun
 
 from test_http_support import TIMEOUT, body
@@ -30,18 +31,24 @@ pytestmark = pytest.mark.asyncio
     [str(Path(sys.executable).parent / "agentlog"), "worker"],
 ])
 async def test_worker_serves_agent_metrics(nats_server: EmbeddedNatsServer, tmp_path: Path, command: list[str]) -> None:
-    port = free_port()
-    out = open(tmp_path / "w.log", "wb")
-    proc = await asyncio.create_subprocess_exec(
+    proc = await asyncio.create_subprocess_exec(  # --metrics-port 0: the banner names the port taken
         *command, "--nats", nats_server.url, "--app", "worker_app:app",
-        "--metrics-port", str(port), stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, cwd=str(REPO),
-        env={**os.environ, "PYTHONPATH": str(TESTS)},
+        "--metrics-port", "0", stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL, cwd=str(REPO),
+        env={**os.environ, "PYTHONPATH": str(TESTS), "COLUMNS": "200", "NO_COLOR": "1"},
     )
-    out.close()
     store = await JetStreamEventStore.connect(nats_server.url)
     watch = Watch(store, "tm")
     try:
         async with asyncio.timeout(30):
+            assert proc.stdout is not None
+            banner = ""
+            while "parts" not in banner:  # the banner's last row: the worker consumes
+                line = (await proc.stdout.readline()).decode()
+                assert line, f"the worker exited: {banner}"
+                banner += line
+            metrics_url = re.search(r"http://127\.0\.0\.1:\d+/metrics", banner)
+            assert metrics_url, banner
             await CommandClient(store.nc).submit(StartRun(thread_id="tm", run_id="rm", agent_id="quick", messages=["go"]))
             await watch.status_in("rm", {"done"})
             # The metrics server is up before the worker takes its first command. The observers
@@ -49,7 +56,7 @@ async def test_worker_serves_agent_metrics(nats_server: EmbeddedNatsServer, tmp_
             # log shows the run done: read until the run's last inference is counted.
             async with aiohttp.ClientSession() as http:
                 while True:
-                    async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+                    async with http.get(metrics_url[0]) as resp:
                         assert resp.status == 200
                         text = await resp.text()
                     if 'agentlog_model_calls_total{model="quick"} 2.0' in text:

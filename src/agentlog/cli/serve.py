@@ -65,6 +65,8 @@ def _banner(server: Any) -> None:
         table.add_row("health", f"{server.http_url}/health")
     table.add_row("NATS", server.nats_url + ("  (embedded, data in " + str(server.config.connection.data_dir)
                                              + ")" if server.embedded is not None else ""))
+    if server.metrics_url:
+        table.add_row("metrics", server.metrics_url)
     table.add_row("parts", ", ".join(server.parts) or "-")
     _out().print(table)
     _out().print(Text("Ctrl-C stops it (in order: HTTP, worker, runs, views, NATS).", style="dim"))

@@ -166,6 +166,8 @@ class Server:
         self.worker: Any = None
         #: The worker role's /metrics server and the OTLP tracer provider (`agentlog.runtime.telemetry`).
         self.metrics_runner: Any = None
+        #: Where the worker's /metrics answers (its port as bound: `--metrics-port 0` picks one).
+        self.metrics_url = ""
         self.tracer_provider: Any = None
         self.service: Any = None
         self.adapter_service: Any = None
@@ -245,6 +247,8 @@ class Server:
 
                 registry = CollectorRegistry()
                 self.metrics_runner = await serve_metrics(registry, self.config.worker_metrics_port)
+                host, bound = self.metrics_runner.addresses[0][:2]
+                self.metrics_url = f"http://{host}:{bound}/metrics"
                 self.parts.append("metrics")
             self.tracer_provider = instrument(self.runtime, registry)
         if self.has_http:
