@@ -105,3 +105,25 @@ async def test_unstorable_decisions_and_reasons_are_the_same_400_in_both_modes(
                 codes.append(getattr(exc, "code", type(exc).__name__))
         assert codes == ["invalid_input"] * len(calls)
         assert await s.store.last_seq() == head and await _queued(s) == queued
+
+
+@pytest.mark.parametrize("mode", ["serve", "gateway"])
+async def test_a_deleted_thread_is_404_for_a_new_run_and_a_continuation(
+        mode: str, nats_server: EmbeddedNatsServer) -> None:
+    """Issue #16 item 3: one start-admission rule (`agentlog.runtime.admission.admit_thread`)
+    answers a deleted thread with 404 `thread_not_found` however the run would start, and the
+    waiting run on it is left as it was (a continuation used to cancel it before failing)."""
+    from input_support import waiting_run
+
+    async with asyncio.timeout(TIMEOUT * 2), open_stack(nats_server.url, mode) as s:
+        t, r, _c = await waiting_run(s)
+        async with s.http.delete(f"/v1/threads/{t}") as d:
+            assert d.status == 200, await d.text()
+        head, queued = await s.store.last_seq(), await _queued(s)
+        for path, body in (("/v1/runs", {"agent_id": AGENT, "messages": "again", "thread_id": t}),
+                           ("/v1/runs", {"agent_id": AGENT, "messages": "go on", "parent_run_id": r}),
+                           (f"/v1/runs/{r}/inputs", {"messages": "go on"})):
+            async with s.http.post(path, json=body) as resp:
+                assert resp.status == 404, (path, body, await resp.text())
+                assert (await resp.json())["code"] == "thread_not_found"
+        assert await s.store.last_seq() == head and await _queued(s) == queued

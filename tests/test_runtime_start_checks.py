@@ -51,3 +51,47 @@ async def test_a_rejected_continuation_writes_nothing(store: Any, case: Any) -> 
             await rt.start(agent_id, messages, **kwargs)
         assert await store.last_seq() == before
         assert (await rt.run_view(S.RUN)).status == "waiting"  # the parent was not closed
+
+
+# -- a deleted thread (issue #16 item 3: one start-admission rule) ------------------------------
+
+
+async def _delete_thread(store: Any, thread_id: str) -> None:
+    from agentlog.log.events import Commit, ThreadDeleted
+
+    commit = Commit(commit_id=f"del-{thread_id}", thread_id=thread_id, ts=1, events=[ThreadDeleted(reason="gone")])
+    await store.append(commit, expected_version=await store.last_seq())
+
+
+async def test_a_deleted_thread_takes_no_run_through_any_path(store: Any) -> None:
+    """A new run, a continuation (with or without decisions) and the in-process dispatcher all
+    refuse a deleted thread with the same typed 404 (`thread_not_found`) and write nothing: the
+    waiting parent stays waiting. Before: `Runtime.start` raised a bare AgentlogError (a 500
+    `agentlog_error` over HTTP) while the dispatcher said 404, and a continuation cancelled the
+    waiting parent (a write) before it failed."""
+    from agentlog.api.dispatch import InProcessDispatcher
+
+    async with asyncio.timeout(WAIT):
+        rt = await waiting_parent(store)
+        await _delete_thread(store, S.THREAD)
+        before = await store.last_seq()
+        call_id = next(iter((await rt.run_view(S.RUN)).calls))
+        decision = {"target_id": call_id, "decision_id": "d-late", "action": "resume", "result": {"ok": True}}
+        dispatcher = InProcessDispatcher(rt)
+        attempts = [
+            lambda: rt.start("agent", "a new run", thread_id=S.THREAD),
+            lambda: rt.start("agent", "never mind", parent_run_id=S.RUN),
+            lambda: rt.start("agent", "go on", parent_run_id=S.RUN, decisions=[decision]),
+            lambda: dispatcher.start_run("agent", "a new run", thread_id=S.THREAD),
+            lambda: dispatcher.submit_inputs(S.RUN, messages="never mind"),
+        ]
+        codes = []
+        for attempt in attempts:
+            try:
+                await attempt()
+                codes.append("accepted")
+            except Exception as exc:  # noqa: BLE001 - the code is what is checked
+                codes.append(getattr(exc, "code", type(exc).__name__))
+        assert codes == ["thread_not_found"] * len(attempts)
+        assert await store.last_seq() == before
+        assert (await rt.run_view(S.RUN)).status == "waiting"

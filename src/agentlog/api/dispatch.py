@@ -26,7 +26,13 @@ from typing import Any, NamedTuple, Protocol
 from agentlog.log.errors import AgentlogError
 from agentlog.log.events import RunCancelRequested, RunFinished, RunStarted, StoredCommit, ToolCallDecided
 from agentlog.log.ids import new_id, validate_run_id
-from agentlog.runtime.admission import InvalidRunInput, check_start, check_start_ids, check_storable
+from agentlog.runtime.admission import (
+    InvalidRunInput,
+    admit_thread,
+    check_start,
+    check_start_ids,
+    check_storable,
+)
 from agentlog.runtime.commands import (
     DLQ_CODE,
     DLQ_COMMAND_ID,
@@ -38,12 +44,11 @@ from agentlog.runtime.commands import (
     StartRun,
     dlq_subject,
 )
+from agentlog.runtime.errors import RunNotFound, ThreadNotFound
 from agentlog.runtime.frontend import InvalidFrontendTools, normalize_frontend_tools
 from agentlog.runtime.hitl import check_decisions, decision_seqs, parse_decisions
-from agentlog.runtime.loop_staging import RunConflict
 from agentlog.runtime.run_context import RunContext, fold_context
-from agentlog.runtime.runtime import RunNotFound, Runtime, _call_ids
-from agentlog.views.fold import fold_commits
+from agentlog.runtime.runtime import Runtime, _call_ids
 
 Messages = str | Sequence[Any]
 
@@ -63,12 +68,6 @@ class Accepted(NamedTuple):
 
 class AgentNotFound(AgentlogError, LookupError):
     code = "agent_not_found"
-
-
-class ThreadNotFound(AgentlogError, LookupError):
-    """Unknown or deleted thread (a deleted thread takes no runs)."""
-
-    code = "thread_not_found"
 
 
 class RunAlreadyFinished(AgentlogError):
@@ -183,8 +182,6 @@ class InProcessDispatcher:
         check_start_ids(agent_id, thread_id, run_id, parent_run_id)
         if agent_id not in self.runtime.agents:
             raise AgentNotFound(f"unknown agent {agent_id!r}")
-        if thread_id is not None and parent_run_id is None:
-            await _check_thread(self.runtime.store, thread_id)
         try:
             handle = await self.runtime.start(
                 agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
@@ -219,15 +216,6 @@ class InProcessDispatcher:
         after = [sc async for sc in self.runtime.store.read_run(run_id, after=commits[-1].seq)]
         seq = _seq_of(after, lambda e: type(e) is RunCancelRequested, last=True)
         return Accepted(commits[0].commit.thread_id, run_id, seq)
-
-
-async def _check_thread(store: Any, thread_id: str) -> None:
-    """An existing thread must not be deleted; a new one is fine (the run creates it)."""
-    commits = [sc async for sc in store.read_thread(thread_id)]
-    if commits:
-        thread = fold_commits(commits).threads.get(thread_id)
-        if thread is not None and thread.deleted:
-            raise ThreadNotFound(f"thread {thread_id!r} is deleted")
 
 
 # == via the work queue ============================================================================
@@ -286,9 +274,9 @@ class QueueDispatcher:
             if decisions:
                 history = [sc async for sc in self.store.read_thread(thread_id)]
                 self._check_decisions(parent_run_id, thread_id, history, decisions)
-        run_id = run_id or new_id()
         thread_id = thread_id or new_id()
-        version = await self._check_start(thread_id, run_id)
+        version = await self._check_start(thread_id, run_id, parent_run_id)
+        run_id = run_id or new_id()
         cls = ContinueRun if parent_run_id is not None else StartRun
         # resource_id rides in the command: the worker's run-start commit creates the thread, so
         # the gateway writes nothing itself (it used to write ThreadCreated first: a start that
@@ -300,25 +288,12 @@ class QueueDispatcher:
                                           lambda sc: sc.commit.run_id == run_id and _has(sc, RunStarted))
         return Accepted(thread_id, run_id, seq)
 
-    async def _check_start(self, thread_id: str, run_id: str) -> int:
-        """The runtime's `_check_thread`, from the log: not deleted, no such run yet, no run
-        running. Returns the thread's version (where the wait for the effect starts)."""
-        history = [sc async for sc in self.store.read_thread(thread_id)]
-        if not history:
-            if [sc async for sc in self.store.read_run(run_id)]:
-                raise RunConflict(f"run {run_id!r} already exists")
-            return 0
-        views = fold_commits(history)
-        thread = views.threads.get(thread_id)
-        if thread is not None:
-            if thread.deleted:
-                raise ThreadNotFound(f"thread {thread_id!r} is deleted")
-            if run_id in thread.run_ids:
-                raise RunConflict(f"run {run_id!r} already exists on thread {thread_id!r}")
-            active = thread.active_run_id
-            if active is not None and views.runs[active].status == "running":
-                raise RunConflict(f"thread {thread_id!r} has an active run {active!r}; cancel it or wait")
-        return history[-1].seq
+    async def _check_start(self, thread_id: str, run_id: str | None, parent_run_id: str | None) -> int:
+        """The start admission `Runtime.start` applies (`agentlog.runtime.admission.admit_thread`),
+        from the log, before anything is queued. Returns the thread's version (where the wait
+        for the effect starts)."""
+        history, _thread = await admit_thread(self.store, thread_id, run_id=run_id, parent_run_id=parent_run_id)
+        return history[-1].seq if history else 0
 
     # -- inputs --------------------------------------------------------------------------------
 

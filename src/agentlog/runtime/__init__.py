@@ -26,9 +26,9 @@
 from .agent import AgentRegistry, AgentSpec, ModelRegistry, RetryPolicy, ToolExecutionMode
 from .context import ContextPolicy
 from .entropy import DeterministicEntropy, Entropy, SystemEntropy
+from .errors import RunConflict, RunNotFound, ThreadNotFound
 from .hitl import CallNotSuspended, HitlError, InvalidDecision, RunNotWaiting, UnknownCall
 from .live import LiveSink, MemoryLiveSink, NatsLiveSink, NullLiveSink
-from .loop_staging import RunConflict
 from .mcp import McpServerConfig, McpToolset
 from .permission import PermissionPlugin, PermissionRule
 from .plugins import (
@@ -48,7 +48,7 @@ from .plugins import (
     Terminate,
 )
 from .run_context import RunContext, apply_event
-from .runtime import CommittedEvent, DecideResult, RunHandle, RunNotFound, RunResult, Runtime
+from .runtime import CommittedEvent, DecideResult, RunHandle, RunResult, Runtime
 from .snapshot import KVSnapshotStore, MemorySnapshotStore, RunSnapshot, SnapshotStore
 from .stop import (
     ConsecutiveErrors,
@@ -69,7 +69,7 @@ __all__ = [
     "NatsLiveSink", "NullLiveSink", "OverrideInference", "PatchState", "PermissionPlugin",
     "PermissionRule", "PhaseContext", "Plugin", "PluginError", "RetryPolicy", "RunConflict",
     "RunContext", "RunHandle", "RunNotFound", "RunResult", "Runtime", "SetResult", "StopOnTool",
-    "Suspend", "SystemEntropy", "Terminate", "Timeout", "TokenBudget", "Tool", "ToolContext",
+    "Suspend", "SystemEntropy", "Terminate", "ThreadNotFound", "Timeout", "TokenBudget", "Tool", "ToolContext",
     "ToolError", "ToolExecutionMode", "ToolRegistry", "ToolResult", "apply_event", "tool",
     # human in the loop
     "CallNotSuspended", "DecideResult", "HitlError", "InvalidDecision", "RunNotWaiting", "UnknownCall",

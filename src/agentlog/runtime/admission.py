@@ -8,7 +8,8 @@ Why one function: `Runtime.start` (serve mode, in process) and the gateway's `Qu
 (gateway mode, the command goes to a worker) used to carry their own copies of these checks, and
 they diverged: the gateway accepted what the runtime refused and only a worker found out (a 500
 after an orphan `ThreadCreated`, or a command retried forever). Checks that need the log (thread
-deleted, run exists, agent's tools) stay with the caller; this is the part that needs only input.
+deleted, run exists, a run running) are `check_thread` / `admit_thread` below, also one rule for
+both; the agent's tools are the runtime's to check.
 
 The size check builds the run-start commit as `RunLoop.begin` will ([ThreadCreated] +
 RunStarted + the messages, with ids as long as real ones) and refuses it with the store's own
@@ -20,14 +21,19 @@ are not known here; a start that only they push over the limit is refused by the
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import aclosing
 from typing import Any
 
 import msgspec
 
 from agentlog.log.errors import AgentlogError, CommitTooLarge, InvalidCommit
-from agentlog.log.events import Commit, Message, MessageAppended, RunStarted, ThreadCreated
+from agentlog.log.events import Commit, Message, MessageAppended, RunStarted, StoredCommit, ThreadCreated
 from agentlog.log.ids import validate_id, validate_run_id
-from agentlog.log.store import encode_checked
+from agentlog.log.store import EventStore, as_generator, encode_checked
+from agentlog.views.fold import fold_commits
+from agentlog.views.views import ThreadView
+
+from .errors import RunConflict, RunNotFound, ThreadNotFound
 
 #: Bytes the store adds around a commit's payload (NATS headers: msg id, expected sequence and
 #: subject), over-estimated so the check never passes what the append would refuse.
@@ -147,5 +153,50 @@ def check_start(
         raise CommitTooLarge(len(data) + HEADER_ALLOWANCE, max_payload)
 
 
-__all__ = ["HEADER_ALLOWANCE", "InvalidRunInput", "PlaceholderIds", "as_messages", "check_messages", "check_start",
-           "check_start_ids", "check_storable"]
+def check_thread(
+    thread_id: str, history: Sequence[StoredCommit], *, run_id: str | None, parent_run_id: str | None = None,
+) -> ThreadView | None:
+    """The part of start admission that needs the thread's log (`history`, all its commits), for
+    a run `run_id` (None: not chosen yet, so new) that continues `parent_run_id` (None: a new
+    conversation; a child run on another thread passes None too). Returns the thread's view (None
+    for a new thread) or raises: `ThreadNotFound` (deleted), `RunConflict` (the run id is taken,
+    or another run of the thread is running), `RunNotFound` (the parent is not on this thread)."""
+    if not history:
+        if parent_run_id is not None:
+            raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")
+        return None
+    views = fold_commits(history)
+    thread = views.threads.get(thread_id)
+    if thread is None:  # commits without a thread (never written by agentlog): nothing to check
+        return None
+    if thread.deleted:
+        raise ThreadNotFound(f"thread {thread_id!r} is deleted")
+    if run_id is not None and run_id in thread.run_ids:
+        raise RunConflict(f"run {run_id!r} already exists on thread {thread_id!r}")
+    active = thread.active_run_id
+    if active is not None and views.runs[active].status == "running":
+        raise RunConflict(f"thread {thread_id!r} has an active run {active!r}; cancel it or wait")
+    if parent_run_id is not None and parent_run_id not in thread.run_ids:
+        raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")
+    return thread
+
+
+async def admit_thread(
+    store: EventStore, thread_id: str, *, run_id: str | None, parent_run_id: str | None = None,
+) -> tuple[list[StoredCommit], ThreadView | None]:
+    """`check_thread` over the thread as the store holds it now, plus the one check a new thread
+    cannot answer from its own log: a run id the caller chose must not name a run of another
+    thread. The one rule every way of starting a run applies before its first write
+    (`Runtime.start` in the process that drives the run, the gateway's `QueueDispatcher` before it
+    queues the command), so both refuse the same starts with the same typed errors. Returns the
+    thread's commits (the caller folds them) and its view."""
+    history = [sc async for sc in store.read_thread(thread_id)]
+    if not history and run_id is not None:
+        async with aclosing(as_generator(store.read_run(run_id))) as taken:
+            async for _ in taken:
+                raise RunConflict(f"run {run_id!r} already exists")
+    return history, check_thread(thread_id, history, run_id=run_id, parent_run_id=parent_run_id)
+
+
+__all__ = ["HEADER_ALLOWANCE", "InvalidRunInput", "PlaceholderIds", "admit_thread", "as_messages", "check_messages",
+           "check_start", "check_start_ids", "check_storable", "check_thread"]

@@ -67,11 +67,12 @@ from .decisions import (
     tool_specs,
 )
 from .entropy import Entropy
+from .errors import RunConflict
 from .live import LiveSink
 from .logs import SafeLog, get_logger
 from .loop_inference import Inference
 from .loop_resume import Resume
-from .loop_staging import RunConflict, _Cancelled, _Running
+from .loop_staging import _Cancelled, _Running
 from .models.base import ModelError
 from .outage import OutagePolicy
 from .plugins import (

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agentlog.log.errors import AgentlogError, VersionConflict
+from agentlog.log.errors import VersionConflict
 from agentlog.log.events import (
     AnyEvent,
     Commit,
@@ -33,6 +33,7 @@ from .agent import AgentSpec, ModelRegistry
 from .context import Summarizer
 from .decisions import CallPlan
 from .entropy import Entropy
+from .errors import RunConflict
 from .live import LiveSink
 from .logs import SafeLog
 from .models.base import ToolSpec
@@ -40,13 +41,6 @@ from .outage import OutagePolicy, through_outage
 from .plugins import Action, Plugin
 from .run_context import RunContext, apply_event
 from .tools import Tool, ToolContext
-
-
-class RunConflict(AgentlogError):
-    """Another writer changed the thread under a running run (not a cancel request). Nothing of
-    ours was written by the failed append; a worker can re-read the log and re-evaluate."""
-
-    code = "run_conflict"
 
 
 class _Cancelled(Exception):

@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from agentlog.log.errors import AgentlogError, VersionConflict
+from agentlog.log.errors import VersionConflict
 from agentlog.log.events import (
     AnyEvent,
     Commit,
@@ -35,17 +35,17 @@ from agentlog.log.store import EventStore, as_generator
 from agentlog.views.fold import RunFolder, fold_commits
 from agentlog.views.views import RunView, ThreadView
 
+from .admission import admit_thread, check_start
 from .admission import as_messages as _as_messages
-from .admission import check_start
 from .agent import AgentRegistry, AgentSpec, ModelRegistry
 from .context import Summarizer
 from .entropy import SYSTEM_ENTROPY, Entropy
+from .errors import RunConflict, RunNotFound
 from .frontend import check_no_conflict, is_frontend_stub, normalize_frontend_tools
 from .hitl import DecisionInput, check_decisions, decision_seqs, parse_decisions, ready_calls
 from .live import LiveSink, NullLiveSink
 from .logs import get_logger
 from .loop import RunLoop
-from .loop_staging import RunConflict
 from .models.base import Model, ToolSpec
 from .outage import OutagePolicy
 from .run_context import RunContext, fold_context
@@ -64,10 +64,6 @@ _log = get_logger()
 
 #: A callable given every commit a run loop writes (`Runtime.observers`).
 CommitObserver = Callable[[StoredCommit], None]
-
-
-class RunNotFound(AgentlogError, LookupError):
-    code = "run_not_found"
 
 
 class CommittedEvent(NamedTuple):
@@ -336,20 +332,20 @@ class Runtime:
         check_start(agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
                     decisions=decisions, resource_id=resource_id, frontend_tools=frontend,
                     max_payload=getattr(self.store, "max_payload", None))
+        chosen_run_id = run_id  # a generated id is new: only a chosen one can be taken
         if parent_run_id is not None and not child:  # a continuation on the parent's thread
             parent_thread = await self._thread_of(parent_run_id)
             if thread_id is not None and thread_id != parent_thread:
                 raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")
             thread_id = parent_thread
-            if run_id is not None:
-                history = [sc async for sc in self.store.read_thread(thread_id)]
-                if run_id in fold_commits(history).threads[thread_id].run_ids:
-                    raise RunConflict(f"run {run_id!r} already exists on thread {thread_id!r}")
+            # the whole admission before the parent is closed (a write): a refused continuation
+            # leaves the log as it was; after the close the thread is checked again as it is then
+            await admit_thread(self.store, thread_id, run_id=chosen_run_id, parent_run_id=parent_run_id)
             await self._close_parent(parent_run_id, decisions)
         thread_id = validate_id(thread_id, "thread_id") if thread_id is not None else self.entropy.new_id()
         run_id = validate_run_id(run_id) if run_id is not None else self.entropy.new_id()
-        history = [sc async for sc in self.store.read_thread(thread_id)]
-        thread = self._check_thread(thread_id, history, None if child else parent_run_id, run_id)
+        history, thread = await admit_thread(self.store, thread_id, run_id=chosen_run_id,
+                                             parent_run_id=None if child else parent_run_id)
 
         msgs = _as_messages(messages, self.entropy)
         ctx = fold_context(RunContext(thread_id=thread_id, run_id=run_id), history)
@@ -390,28 +386,6 @@ class Runtime:
 
     def _tools_for(self, spec: AgentSpec) -> dict[str, Tool]:
         return {n: t for n in spec.tools if (t := self.tools.get(n)) is not None}
-
-    @staticmethod
-    def _check_thread(
-        thread_id: str, history: list[StoredCommit], parent_run_id: str | None, run_id: str
-    ) -> ThreadView | None:
-        if not history:
-            if parent_run_id is not None:
-                raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")
-            return None
-        views = fold_commits(history)
-        thread = views.threads[thread_id]
-        if thread.deleted:
-            raise AgentlogError(f"thread {thread_id!r} is deleted")
-        if run_id in thread.run_ids:
-            raise RunConflict(f"run {run_id!r} already exists on thread {thread_id!r}")
-        if thread.active_run_id is not None and views.runs[thread.active_run_id].status == "running":
-            raise RunConflict(
-                f"thread {thread_id!r} has an active run {thread.active_run_id!r}; cancel it or wait"
-            )
-        if parent_run_id is not None and parent_run_id not in thread.run_ids:
-            raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")
-        return thread
 
     async def _thread_of(self, run_id: str) -> str:
         async for sc in self.store.read_run(run_id):

@@ -47,9 +47,9 @@ from agentlog.views.fold import RunFolder, fold_commits
 from agentlog.views.views import RunView
 
 from .agent import AgentRegistry, AgentSpec
+from .errors import RunConflict
 from .hitl import HitlError
 from .logs import get_logger
-from .loop_staging import RunConflict
 from .tools import Tool, ToolContext, ToolError, ToolResult
 
 AGENT_RUN, AGENT_OUTPUT, AGENT_STOP = "agent_run", "agent_output", "agent_stop"

@@ -79,10 +79,10 @@ from .commands import (
     ensure_commands_stream,
     ensure_dlq_stream,
 )
+from .errors import RunConflict, RunNotFound
 from .hitl import HitlError, RunNotWaiting
 from .logs import get_logger
-from .loop_staging import RunConflict
-from .runtime import RunHandle, RunNotFound, Runtime
+from .runtime import RunHandle, Runtime
 
 _log = get_logger("agentlog.worker")
 
