@@ -1,7 +1,8 @@
 """Replication (issue #12 item 13) on a real 3-node JetStream cluster on loopback.
 
 * `--replicas` / `AGENTLOG_REPLICAS` create and raise the replicas of the events stream, the
-  command work queue and the KV buckets; nothing ever lowers them: a process started with the
+  command work queue, its dead letters, the large-payload object store and the KV buckets (views,
+  listing index, run snapshots); nothing ever lowers them: a process started with the
   default (every CLI command ensures its streams) or with a lower number keeps the operator's R3.
 * Chaos: 200 runs through 2 worker processes while the events stream's leader is SIGKILLed: all
   finish, 0 commits lost, 0 duplicated (scripts/reliability_cluster.py does the work).
@@ -22,15 +23,19 @@ from agentlog.api.connection import ConnectionOptions, open_store
 from agentlog.cli.server import ServerConfig, serve
 from agentlog.log.cluster import LocalCluster
 from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.payloads import PAYLOAD_BUCKET
 from agentlog.log.replicas import replicas_target
 from agentlog.log.subjects import EVENTS_STREAM
-from agentlog.runtime.commands import COMMANDS_STREAM, CommandClient, ensure_commands_stream
+from agentlog.runtime.commands import COMMANDS_STREAM, DLQ_STREAM, CommandClient, ensure_runtime_streams
+from agentlog.runtime.snapshot import KVSnapshotStore
 from agentlog.views.kv import KVViewStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import reliability_cluster
 
-KV_STREAMS = ("KV_agentlog_projections", "KV_agentlog_threads", "KV_agentlog_runs", "KV_agentlog_index")
+KV_STREAMS = ("KV_agentlog_projections", "KV_agentlog_threads", "KV_agentlog_runs", "KV_agentlog_index",
+              "KV_agentlog_snapshots")
+STREAMS = (EVENTS_STREAM, COMMANDS_STREAM, DLQ_STREAM, f"OBJ_{PAYLOAD_BUCKET}", *KV_STREAMS)
 
 
 @given(st.one_of(st.none(), st.integers(1, 5)), st.one_of(st.none(), st.integers(1, 5)))
@@ -47,16 +52,17 @@ def test_replicas_are_created_as_asked_raised_when_asked_and_never_lowered(exist
 async def _replicas(nc: Any) -> dict[str, int]:
     js = nc.jetstream(timeout=5.0)
     return {name: (await js.stream_info(name)).config.num_replicas
-            for name in (EVENTS_STREAM, COMMANDS_STREAM, *KV_STREAMS)}
+            for name in STREAMS}
 
 
 async def _ensure_all(replicas: int | None, cluster: LocalCluster) -> dict[str, int]:
     """What a process started with `replicas` does at start: events stream (connect), command
-    stream, KV buckets; returns the replicas in effect afterwards."""
+    stream, dead letters, payload bucket, KV buckets; returns the replicas in effect afterwards."""
     store = await JetStreamEventStore.connect(cluster.urls, replicas=replicas)
     try:
-        await ensure_commands_stream(store.nc.jetstream(timeout=5.0), replicas=replicas)
+        await ensure_runtime_streams(store.nc.jetstream(timeout=5.0), replicas=replicas)
         await KVViewStore.open(store.nc, replicas=replicas)
+        await KVSnapshotStore.open(store.nc, replicas=replicas)
         return await _replicas(store.nc)
     finally:
         await store.close()
@@ -65,17 +71,17 @@ async def _ensure_all(replicas: int | None, cluster: LocalCluster) -> dict[str, 
 async def test_replicas_flag_raises_and_nothing_lowers_them(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     async with LocalCluster(tmp_path / "cluster", 3) as cluster:
         assert set((await _ensure_all(None, cluster)).values()) == {1}  # created with the default
-        # `agentlog gateway --replicas 3` (its assembly) raises them all.
-        async with serve(ServerConfig(role="gateway", port=0, tokens="",
-                                      connection=ConnectionOptions(nats_url=cluster.url, replicas=3))) as gateway:
-            assert gateway.store is not None
-            assert set((await _replicas(gateway.store.nc)).values()) == {3}
+        # `agentlog serve --replicas 3` (its assembly: gateway and worker parts) raises them all.
+        async with serve(ServerConfig(role="serve", app_spec="agentlog.cli.demo:app", port=0, tokens="",
+                                      connection=ConnectionOptions(nats_url=cluster.url, replicas=3))) as server:
+            assert server.store is not None
+            assert (await _replicas(server.store.nc)) == dict.fromkeys(STREAMS, 3)
         # A process with the default (any CLI command), and one asking for fewer, keep R3.
         assert set((await _ensure_all(None, cluster)).values()) == {3}
         with caplog.at_level(logging.WARNING, logger="agentlog.log.replicas"):
             assert set((await _ensure_all(1, cluster)).values()) == {3}
         kept = [r.getMessage() for r in caplog.records if "keeps its 3 replicas (asked for 1)" in r.getMessage()]
-        assert len(kept) == 2 + len(KV_STREAMS), kept  # each stream says what it kept
+        assert len(kept) == len(STREAMS), kept  # each stream says what it kept
         async with open_store(ConnectionOptions(nats_url=cluster.url)) as store:  # the CLI's own path
             await CommandClient(store.nc).ensure_stream()
             await KVViewStore.open(store.nc)

@@ -59,13 +59,13 @@ class ConnectionOptions:
 async def prepare_layout(replicas: int | None, url: str, credentials: Credentials) -> None:
     """Run by the process that starts the embedded server: create the streams and KV buckets
     (as `serve`), so processes with narrower roles (`readonly`) find them in place."""
-    from agentlog.runtime.commands import ensure_commands_stream
+    from agentlog.runtime.commands import ensure_runtime_streams
     from agentlog.views.kv import KVViewStore
 
     store = await JetStreamEventStore.connect(url, name="agentlog-setup", replicas=replicas,
                                               **credentials.login("serve"))
     try:
-        await ensure_commands_stream(store.nc.jetstream(), replicas=replicas)
+        await ensure_runtime_streams(store.nc.jetstream(), replicas=replicas)
         await KVViewStore.open(store.nc, replicas=replicas)
     finally:
         await store.close()

@@ -207,7 +207,7 @@ class Server:
 
     async def _start(self) -> None:
         from agentlog.runtime import NatsLiveSink
-        from agentlog.runtime.commands import ensure_commands_stream
+        from agentlog.runtime.commands import ensure_runtime_streams
         from agentlog.views.kv import KVViewStore
         from agentlog.views.runner import ProjectionRunner
 
@@ -223,7 +223,7 @@ class Server:
         self.store = store
         nc = store.nc
         if opts.replicas is not None:  # else the defaults are created lazily where they are used
-            await ensure_commands_stream(nc.jetstream(timeout=opts.timeout), replicas=opts.replicas)
+            await ensure_runtime_streams(nc.jetstream(timeout=opts.timeout), replicas=opts.replicas)
         self.views = await KVViewStore.open(nc, replicas=opts.replicas)
         if self.has_http:
             self.runner = ProjectionRunner(nc, self.views)

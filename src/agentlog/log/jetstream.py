@@ -92,9 +92,10 @@ class JetStreamEventStore(JetStreamRequests):
         follow_heartbeat: float = 2.0,
         read_batch: int = 1000,
         read_max_bytes: int = 8 * 1024 * 1024,
+        replicas: int | None = None,
     ) -> None:
         """Wrap an already connected client. Prefer `connect()`, which also checks the server and
-        sets up the stream."""
+        sets up the stream. `replicas`: for the large-payload bucket, created on first use."""
         self._nc = nc
         self._owns_connection = owns_connection
         self.stream = stream
@@ -114,7 +115,7 @@ class JetStreamEventStore(JetStreamRequests):
         self._sweeper = None
         self._closed = False
         #: Large tool outputs of an oversized commit go here by reference (`agentlog.log.payloads`).
-        self._blobs = ObjectStoreBlobs(nc)
+        self._blobs = ObjectStoreBlobs(nc, replicas=replicas)
         _DENIED_HOOKS[nc] = weakref.WeakMethod(self._on_denied)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -173,6 +174,7 @@ class JetStreamEventStore(JetStreamRequests):
             stream=stream,
             request_timeout=request_timeout,
             follow_heartbeat=follow_heartbeat,
+            replicas=replicas,
         )
         try:
             check_server_version(_server_version(nc))

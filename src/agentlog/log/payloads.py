@@ -25,6 +25,7 @@ import msgspec
 
 from .errors import AgentlogError
 from .events import Commit, MessageAppended, PayloadRef, ToolCallCompleted
+from .replicas import raise_replicas
 
 __all__ = ["PAYLOAD_BUCKET", "BlobStore", "ObjectStoreBlobs", "PayloadMissing", "has_refs", "offload", "resolve"]
 
@@ -119,21 +120,38 @@ async def _fetch(ref: PayloadRef, get: Callable[[PayloadRef], Awaitable[bytes]])
     return data
 
 
+async def ensure_payload_bucket(js: Any, bucket: str = PAYLOAD_BUCKET, *, replicas: int | None = None) -> Any:
+    """Create the object store bucket with `replicas` (default 1), or adopt an existing one and
+    raise its replicas when more are asked for (never lowered: `agentlog.log.replicas`), as for
+    the streams and KV buckets: a large tool output must survive the loss of a node like the
+    commit that refers to it."""
+    from nats.js.api import ObjectStoreConfig, StorageType
+    from nats.js.errors import BadRequestError, NotFoundError
+
+    try:
+        await raise_replicas(js, f"OBJ_{bucket}", replicas)
+    except NotFoundError:
+        config = ObjectStoreConfig(bucket=bucket, storage=StorageType.FILE, replicas=replicas or 1)
+        try:
+            return await js.create_object_store(bucket, config=config)
+        except BadRequestError:
+            pass  # created by another process in between: adopt it
+    return await js.object_store(bucket)
+
+
 class ObjectStoreBlobs:
     """`BlobStore` on a JetStream Object Store bucket (created idempotently on first use)."""
 
-    def __init__(self, nc: Any, bucket: str = PAYLOAD_BUCKET) -> None:
+    def __init__(self, nc: Any, bucket: str = PAYLOAD_BUCKET, *, replicas: int | None = None) -> None:
         self._nc = nc
         self.bucket = bucket
+        #: For a new bucket (default 1), or to raise an existing one's (never lowered).
+        self.replicas = replicas
         self._obs: Any = None
 
     async def _store(self) -> Any:
         if self._obs is None:
-            from nats.js.api import ObjectStoreConfig, StorageType
-
-            js = self._nc.jetstream()
-            self._obs = await js.create_object_store(
-                self.bucket, config=ObjectStoreConfig(bucket=self.bucket, storage=StorageType.FILE))
+            self._obs = await ensure_payload_bucket(self._nc.jetstream(), self.bucket, replicas=self.replicas)
         return self._obs
 
     async def put(self, name: str, data: bytes) -> None:

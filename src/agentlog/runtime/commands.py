@@ -200,6 +200,18 @@ async def ensure_dlq_stream(js: Any, *, replicas: int | None = None) -> None:
         description="agentlog dead letters: worker commands given up on (headers say why)"), replicas)
 
 
+async def ensure_runtime_streams(js: Any, *, replicas: int | None = None) -> None:
+    """The streams the runtime writes besides the events stream and the KV buckets: the command
+    work queue, its dead letters and the large-payload object store, each created with
+    `replicas` or raised to it (never lowered). Called at start by a process given `--replicas`
+    (else each is created at R1 where it is first used), so none is left on one node."""
+    from agentlog.log.payloads import ensure_payload_bucket
+
+    await ensure_commands_stream(js, replicas=replicas)
+    await ensure_dlq_stream(js, replicas=replicas)
+    await ensure_payload_bucket(js, replicas=replicas)
+
+
 async def _ensure_stream(js: Any, config: Any, replicas: int | None) -> None:
     """Create the stream if missing (idempotent; safe when many processes race). An existing
     stream keeps its config, except that its replicas are raised when more are asked for (never
