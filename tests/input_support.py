@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,3 +90,15 @@ async def adapter_call(s: Stack, subject: str, data: bytes, agent: str = AGENT) 
 
 
 __all__ = ["AGENT", "Stack", "TIMEOUT", "adapter_call", "http_call", "nats_call", "open_stack", "waiting_run"]
+
+
+async def codes_of(calls: Sequence[Callable[[], Awaitable[Any]]]) -> list[str]:
+    """The typed error code each call ends with ("accepted" when it returns), in order."""
+    codes = []
+    for call in calls:
+        try:
+            await call()
+            codes.append("accepted")
+        except Exception as exc:  # noqa: BLE001 - the code is what is checked
+            codes.append(getattr(exc, "code", type(exc).__name__))
+    return codes

@@ -74,23 +74,15 @@ def _operator_mode(tmp: Path) -> tuple[list[str], Path]:
 
 @pytest.fixture
 def token_server(tmp_path: Path) -> Iterator[EmbeddedNatsServer]:
-    server = EmbeddedNatsServer(tmp_path / "nats", extra_config=[f'authorization {{ token: "{TOKEN}" }}'])
-    server.start()
-    try:
+    with EmbeddedNatsServer(tmp_path / "nats", extra_config=[f'authorization {{ token: "{TOKEN}" }}']) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
 def jwt_server(tmp_path: Path) -> Iterator[tuple[EmbeddedNatsServer, Path]]:
     config, creds = _operator_mode(tmp_path)
-    server = EmbeddedNatsServer(tmp_path / "nats", extra_config=config)
-    server.start()
-    try:
+    with EmbeddedNatsServer(tmp_path / "nats", extra_config=config) as server:
         yield server, creds
-    finally:
-        server.stop()
 
 
 def test_token_before_or_after_the_command(token_server: EmbeddedNatsServer) -> None:

@@ -18,7 +18,7 @@ import pytest
 from agentlog.log.server import EmbeddedNatsServer
 from agentlog.runtime.commands import COMMANDS_STREAM
 
-from input_support import AGENT, TIMEOUT, Stack, open_stack
+from input_support import AGENT, TIMEOUT, Stack, codes_of, open_stack
 
 
 async def _queued(s: Stack) -> int:
@@ -96,14 +96,7 @@ async def test_unstorable_decisions_and_reasons_are_the_same_400_in_both_modes(
             lambda: s.front.dispatcher.start_run(AGENT, "more", parent_run_id=r, decisions=[bad]),
             lambda: s.front.dispatcher.cancel(r, reason="\udc00"),
         ]
-        codes = []
-        for call in calls:
-            try:
-                await call()
-                codes.append("accepted")
-            except Exception as exc:  # noqa: BLE001 - the code is what is checked
-                codes.append(getattr(exc, "code", type(exc).__name__))
-        assert codes == ["invalid_input"] * len(calls)
+        assert await codes_of(calls) == ["invalid_input"] * len(calls)
         assert await s.store.last_seq() == head and await _queued(s) == queued
 
 

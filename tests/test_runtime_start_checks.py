@@ -14,6 +14,7 @@ import pytest
 from agentlog.runtime import RunConflict, RunNotFound
 
 import test_hitl_support as S
+from input_support import codes_of
 from test_runtime_support import store  # noqa: F401  (fixture)
 
 WAIT = 20.0
@@ -85,13 +86,6 @@ async def test_a_deleted_thread_takes_no_run_through_any_path(store: Any) -> Non
             lambda: dispatcher.start_run("agent", "a new run", thread_id=S.THREAD),
             lambda: dispatcher.submit_inputs(S.RUN, messages="never mind"),
         ]
-        codes = []
-        for attempt in attempts:
-            try:
-                await attempt()
-                codes.append("accepted")
-            except Exception as exc:  # noqa: BLE001 - the code is what is checked
-                codes.append(getattr(exc, "code", type(exc).__name__))
-        assert codes == ["thread_not_found"] * len(attempts)
+        assert await codes_of(attempts) == ["thread_not_found"] * len(attempts)
         assert await store.last_seq() == before
         assert (await rt.run_view(S.RUN)).status == "waiting"
