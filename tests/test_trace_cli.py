@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
+import aiohttp
+import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from typer.testing import CliRunner
 
@@ -61,8 +65,9 @@ def test_trace_unknown_run_exits_2(nats_server: EmbeddedNatsServer) -> None:
     assert result.exit_code == 2 and "nope" in result.output
 
 
-def test_trace_exports_over_otlp_http(nats_server: EmbeddedNatsServer) -> None:
-    run_id = _record(nats_server.url)
+@contextlib.contextmanager
+def otlp_receiver() -> Iterator[tuple[str, list[Any]]]:
+    """A local OTLP/HTTP trace receiver on 127.0.0.1: (its /v1/traces URL, the spans it got)."""
     received: list[Any] = []
 
     class Receiver(BaseHTTPRequestHandler):
@@ -70,7 +75,8 @@ def test_trace_exports_over_otlp_http(nats_server: EmbeddedNatsServer) -> None:
             data = self.rfile.read(int(self.headers["Content-Length"]))
             req = ExportTraceServiceRequest()
             req.ParseFromString(data)
-            received.append((self.path, req))
+            assert self.path == "/v1/traces", self.path
+            received.extend(s for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans)
             self.send_response(200)
             self.send_header("Content-Type", "application/x-protobuf")
             self.end_headers()
@@ -82,14 +88,47 @@ def test_trace_exports_over_otlp_http(nats_server: EmbeddedNatsServer) -> None:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        url = f"http://127.0.0.1:{server.server_port}/v1/traces"
-        result = runner.invoke(app, ["trace", run_id, "--otlp", url, "--nats", nats_server.url, "--timeout", "5"])
-        assert result.exit_code == 0, result.output
+        yield f"http://127.0.0.1:{server.server_port}/v1/traces", received
     finally:
         server.shutdown()
         server.server_close()
-    spans = [s for _path, req in received for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
-    assert {p for p, _ in received} == {"/v1/traces"}
+
+
+def test_trace_exports_over_otlp_http(nats_server: EmbeddedNatsServer) -> None:
+    run_id = _record(nats_server.url)
+    with otlp_receiver() as (url, spans):
+        result = runner.invoke(app, ["trace", run_id, "--otlp", url, "--nats", nats_server.url, "--timeout", "5"])
+        assert result.exit_code == 0, result.output
     assert sorted(s.name for s in spans) == ["chat m", "chat m", "execute_tool add", "invoke_agent calc", "step 1", "step 2"]
     by_id = {s.span_id: s.name for s in spans}
     assert {s.name: by_id.get(s.parent_span_id) for s in spans}["execute_tool add"] == "step 1"
+
+
+def test_serve_exports_live_spans_when_otlp_is_configured(nats_server: EmbeddedNatsServer,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` set: the process that executes runs (here `serve`:
+    its worker part) exports each run's spans live, as they happen, without `agentlog trace`."""
+    from agentlog.api.connection import ConnectionOptions
+    from agentlog.cli.server import ServerConfig, serve
+
+    async def run_one() -> str:
+        config = ServerConfig(role="serve", app_spec="worker_app:app", port=0, tokens="",
+                              connection=ConnectionOptions(nats_url=nats_server.url))
+        async with serve(config) as server, aiohttp.ClientSession(server.http_url) as http:
+            async with http.post("/v1/runs", json={"agent_id": "quick", "messages": "go"}) as r:
+                assert r.status == 202, await r.text()
+                started = await r.json()
+            async with asyncio.timeout(30), http.get(f"/v1/runs/{started['run_id']}/events",
+                                                     params={"follow": "true"}) as events:
+                async for line in events.content:  # the run's SSE stream ends when it finishes
+                    assert not line.startswith(b"event: error"), line
+            return str(started["run_id"])  # leaving serve shuts the tracer provider down (flush)
+
+    with otlp_receiver() as (url, spans):
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", url)
+        run_id = asyncio.run(run_one())
+    names = sorted(s.name for s in spans)
+    assert names == ["chat quick", "chat quick", "execute_tool work", "invoke_agent quick", "step 1", "step 2"], names
+    root = next(s for s in spans if s.name == "invoke_agent quick")
+    attributes = {a.key: a.value.string_value for a in root.attributes}
+    assert run_id in attributes.values(), attributes
