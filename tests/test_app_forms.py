@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from agentlog.api.connection import ConnectionOptions
@@ -16,15 +17,32 @@ from agentlog.log.server import EmbeddedNatsServer
 from tests.app_forms import FORMS
 
 
+async def _run_finishes(http_url: str) -> None:
+    """Start an `echo` run over HTTP and follow its SSE stream to its natural end."""
+    async with aiohttp.ClientSession(http_url) as http:
+        async with http.post("/v1/runs", json={"agent_id": "echo", "messages": "hi"}) as r:
+            assert r.status == 202, await r.text()
+            run_id = (await r.json())["run_id"]
+        async with http.get(f"/v1/runs/{run_id}/events", params={"follow": "true"}) as events:
+            frames = (await events.read()).decode()  # the stream ends when the run finishes
+    assert "event: RunFinished" in frames and '"natural_end"' in frames, frames
+
+
 @pytest.mark.parametrize("form", FORMS)
 async def test_every_app_form_for_every_command(form: str, tmp_path: Path, nats_server: EmbeddedNatsServer) -> None:
+    """Each form loads in each role, and a run started through it runs to its end: in `serve`,
+    and through a `gateway` to a `worker` (both given the same form)."""
     connection = ConnectionOptions(nats_url=nats_server.url)
+
+    def config(role: str) -> ServerConfig:
+        return ServerConfig(role=role, app_spec=f"tests.app_forms:{form}", port=0, tokens="",  # type: ignore[arg-type]
+                            connection=connection, nats_service=False)
+
     async with asyncio.timeout(60):
-        for role in ("gateway", "serve", "worker"):
-            config = ServerConfig(role=role, app_spec=f"tests.app_forms:{form}", port=0, tokens="",
-                                  connection=connection, nats_service=False)  # type: ignore[arg-type]
-            async with serve(config) as server:
-                if role == "gateway":
-                    assert server.dispatcher.agents == {"echo"}, role
-                else:
-                    assert "echo" in server.runtime.agents and "nobody" not in server.runtime.agents, role
+        async with serve(config("serve")) as server:
+            assert "echo" in server.runtime.agents and "nobody" not in server.runtime.agents
+            await _run_finishes(server.http_url)
+        async with serve(config("worker")) as worker, serve(config("gateway")) as gateway:
+            assert "echo" in worker.runtime.agents and "nobody" not in worker.runtime.agents
+            assert gateway.dispatcher.agents == {"echo"}
+            await _run_finishes(gateway.http_url)

@@ -5,7 +5,8 @@ of these, so a typo or a wrong object fails at once with a clear, typed error in
 inside a run:
 
 1. an `App` (below): `App(agents=[...], tools=[...], models={"name": model})`;
-2. a `runtime.Runtime` already wired (its store is not used by commands that bring their own);
+2. a `runtime.Runtime` (made on another store, e.g. at import time, its parts are re-wired onto
+   the command's store: `agentlog.cli.server.build_runtime`);
 3. agents alone: a `runtime.AgentRegistry` or a list/tuple of `AgentSpec` (no tools, models by
    instance), wrapped in an `App`;
 4. a callable `factory(store) -> any of the above`: for apps that build models or clients per

@@ -109,13 +109,21 @@ def _load_source(config: ServerConfig) -> AppSource:
 
 def build_runtime(source: AppSource, store: JetStreamEventStore, *, views: Any, live: Any, snapshots: Any = None) -> Any:
     """The user's app as a `Runtime` on this process's store, with the views snapshot, the
-    run-context snapshots (fast cold resume) and the live sink. A ready-made `Runtime` is used as
-    is (its own wiring wins)."""
+    run-context snapshots (fast cold resume) and the live sink. A `Runtime` a factory wired to
+    this store is used as is (its own wiring wins); one made on another store (e.g. at import
+    time, before any store existed) gives its agents, tools, models, entropy, summarizer,
+    observers and outage deadline to a Runtime on this store: driving runs on the app's own
+    store would commit them where no gateway, worker or projection of this deployment looks
+    (the gateway then timed out waiting for a run that had finished elsewhere)."""
     from agentlog.runtime import Runtime
 
     obj = resolve_app(source, store)
     if isinstance(obj, Runtime):
-        return obj
+        if obj.store is store:
+            return obj
+        return Runtime(store, agents=obj.agents, tools=obj.tools, models=obj.models, views=views, live=live,
+                       snapshots=snapshots, entropy=obj.entropy, summarizer=obj.summarizer,
+                       observers=obj.observers, store_outage_deadline=obj.outage.deadline)
     return Runtime(store, agents=obj.agents, tools=obj.tools, models=dict(getattr(obj, "models", {}) or {}),
                    views=views, live=live, snapshots=snapshots)
 
