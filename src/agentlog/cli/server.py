@@ -109,9 +109,10 @@ def _load_source(config: ServerConfig) -> AppSource:
 
 def build_runtime(source: AppSource, store: JetStreamEventStore, *, views: Any, live: Any, snapshots: Any = None) -> Any:
     """The user's app as a `Runtime` on this process's store, with the views snapshot, the
-    run-context snapshots (fast cold resume) and the live sink. A `Runtime` a factory wired to
-    this store is used as is (its own wiring wins); one made on another store (e.g. at import
-    time, before any store existed) gives its agents, tools, models, entropy, summarizer,
+    run-context snapshots (fast cold resume) and the live sink. A `Runtime` returned by a
+    factory is used as is: the factory was given this store, so its own wiring wins (it may wrap
+    the store, e.g. to record or inject faults). A `Runtime` the app module made itself (at
+    import time, on a store of its own) gives its agents, tools, models, entropy, summarizer,
     observers and outage deadline to a Runtime on this store: driving runs on the app's own
     store would commit them where no gateway, worker or projection of this deployment looks
     (the gateway then timed out waiting for a run that had finished elsewhere)."""
@@ -119,7 +120,7 @@ def build_runtime(source: AppSource, store: JetStreamEventStore, *, views: Any, 
 
     obj = resolve_app(source, store)
     if isinstance(obj, Runtime):
-        if obj.store is store:
+        if obj is not source:  # a factory's
             return obj
         return Runtime(store, agents=obj.agents, tools=obj.tools, models=obj.models, views=views, live=live,
                        snapshots=snapshots, entropy=obj.entropy, summarizer=obj.summarizer,
