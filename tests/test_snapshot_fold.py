@@ -220,6 +220,29 @@ def test_a_call_chunk_is_checked_when_read_though_its_views_are_decoded_later() 
     assert asyncio.run(load_chunks(store, entry, ChunkCache())) is None
 
 
+def test_decide_reads_the_snapshots_call_ids_only_for_a_decision_whose_call_is_not_suspended(
+        monkeypatch: Any) -> None:
+    """`check_decisions` reads the run's known call ids only to tell `UnknownCall` from
+    `CallNotSuspended`; a decision for a suspended call does not make a resume read them out of
+    the call chunks, one for another call gets them all (chunked ones included)."""
+    from agentlog.runtime.runtime import Runtime, _Loaded
+
+    calls = {f"c{i}": CallView(call_id=f"c{i}", status="succeeded", name="tool") for i in range(4)}
+    ctx = RunContext(thread_id=THREAD, run_id=RUN, suspended={"s": SuspendTicket(id="t-s")})
+    entry, chunks = make_snapshot(seq=3, agent_id="a", ctx=ctx, run=RunView(run_id=RUN, thread_id=THREAD, calls={
+        **calls, "s": CallView(call_id="s", status="suspended")}), chunk_size=2, cache=ChunkCache())
+    assert len(entry.call_chunks) == 2
+    store = MemorySnapshotStore()
+    store.entries = {chunk_key(THREAD, d): data for d, data in chunks.items()}
+    loaded = asyncio.run(load_chunks(store, entry, ChunkCache()))
+    assert loaded is not None
+    snap = _Loaded(THREAD, None, loaded.ctx, 3, [], snapshot=loaded)  # type: ignore[arg-type]
+    decision = lambda target: ToolCallDecision(target_id=target, decision_id="d", action="resume")  # noqa: E731
+    assert Runtime._known_calls(snap, [decision("c1")]) == {*calls, "s"}
+    monkeypatch.setattr(snapshot_mod, "_call_ids_decoder", None)  # reading the ids now would fail
+    assert Runtime._known_calls(snap, [decision("s")]) == set()
+
+
 def test_a_chunk_that_matches_its_digest_but_does_not_decode_is_a_miss() -> None:
     """Only a bug can name undecodable bytes by their digest (the digest covers the shapes that
     wrote them); should it happen, the resume misses and folds the log instead of failing."""

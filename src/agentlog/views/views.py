@@ -21,8 +21,12 @@ ACTIVE_CALL_STATUSES: frozenset[str] = frozenset({"running", "resuming"})
 TERMINAL_CALL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
 
 
-class _View(msgspec.Struct, frozen=True, kw_only=True):
+class _View(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Views keep their defaults on the wire too (no omit_defaults): a KV reader sees every field.
+
+    `gc=False`, like the event values they hold (`agentlog.log.events._Value`, which says why
+    that is safe): frozen, only JSON data and values inside; the collector need not
+    track the hundreds of call views a cold resume decodes, or those a chunk cache keeps.
 
     Subclasses repeat `frozen=True` for mypy (msgspec inherits it; see `agentlog.log.events._Value`)."""
 
