@@ -17,7 +17,7 @@ Explicit `@settings(...)` on a test still win for the keys they set.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -52,3 +52,22 @@ def keep_structlog_config() -> Iterator[None]:
     saved = structlog.get_config()
     yield
     structlog.configure(**saved)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Keep a failing test a plain failure when its traceback cannot be rendered. On CPython 3.11
+    the AST constructor's recursion counter is process-wide, so `ast.parse` (pytest reads the
+    failing lines' source with it) can raise `SystemError: AST constructor recursion depth
+    mismatch` when another thread parses at the same time (CPython gh-106905). Uncaught, that
+    crashed the xdist worker (INTERNALERROR) and hid which test failed and why."""
+    try:
+        return (yield)
+    except SystemError as exc:
+        if "recursion depth mismatch" not in str(exc) or call.excinfo is None or call.when == "collect":
+            raise
+        text = f"{call.excinfo.exconly()}\n(full traceback unavailable: {exc})"
+        sections = [(f"Captured {key} {when}", content) for when, key, content in item._report_sections]
+        return pytest.TestReport(item.nodeid, item.location, dict.fromkeys(item.keywords, 1), "failed", text,
+                                 call.when, sections, call.duration, call.start, call.stop)
