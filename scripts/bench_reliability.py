@@ -335,7 +335,7 @@ def print_table(name: str, rows: Iterable[tuple[str, str]], seconds: float) -> N
         print(f"  {label:<{width}}  {value:>12}")
 
 
-async def main(argv: list[str] | None = None) -> None:
+async def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes: finishes in well under a minute")
     ap.add_argument("--only", help="comma-separated sections (crash, outage, list, cluster); default all")
@@ -352,13 +352,20 @@ async def main(argv: list[str] | None = None) -> None:
     configure_logging("error")
     out: Figures = {"bench": "reliability", "quick": args.quick, "sections": chosen}
     print(f"bench_reliability: sections {', '.join(chosen)}{' (quick)' if args.quick else ''}, {os.cpu_count()} CPUs")
+    failed: list[str] = []
     for name in chosen:
         t0 = time.perf_counter()
-        rows, figures = await available[name](args.quick)
+        try:
+            rows, figures = await available[name](args.quick)
+        except Exception as exc:  # noqa: BLE001 - a section that breaks is reported, the others still run
+            rows, figures = [("FAILED", f"{type(exc).__name__}: {exc}")], {"error": f"{type(exc).__name__}: {exc}"}
+            failed.append(name)
         print_table(name, rows, time.perf_counter() - t0)
         out.update(prefixed(name, figures))
+    out["failed_sections"] = failed
     print(json.dumps(out))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(asyncio.run(main()))

@@ -35,6 +35,7 @@ def test_bench_resume_quick_prints_the_issue_13_figures() -> None:
 def test_bench_reliability_quick_sections_lose_nothing() -> None:
     doc = last_json("scripts/bench_reliability.py", "--quick", "--only", "crash,outage,list", "--runs", "5")
     assert doc["bench"] == "reliability" and doc["sections"] == ["crash", "outage", "list"]
+    assert doc["failed_sections"] == [], doc
     for section in ("crash", "outage"):
         assert doc[f"{section}_runs"] == 5
         assert doc[f"{section}_finished"] == 5, doc

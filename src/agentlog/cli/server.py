@@ -217,6 +217,7 @@ class Server:
     async def _start(self) -> None:
         from agentlog.runtime import NatsLiveSink
         from agentlog.runtime.commands import ensure_runtime_streams
+        from agentlog.runtime.snapshot import KVSnapshotStore
         from agentlog.views.kv import KVViewStore
         from agentlog.views.runner import ProjectionRunner
 
@@ -231,19 +232,27 @@ class Server:
             policy, log, "server.connect", is_transient)
         self.store = store
         nc = store.nc
-        if opts.replicas is not None:  # else the defaults are created lazily where they are used
-            await ensure_runtime_streams(nc.jetstream(timeout=opts.timeout), replicas=opts.replicas)
-        self.views = await KVViewStore.open(nc, replicas=opts.replicas)
+
+        async def layout() -> tuple[KVViewStore, KVSnapshotStore | None]:
+            """The streams and buckets this process uses, each created if missing (so repeatable):
+            on a cluster that has just elected its leaders, creating them can time out once more
+            after the connect went through (a worker of the cluster benchmark exited so)."""
+            if opts.replicas is not None:  # else the defaults are created lazily where they are used
+                await ensure_runtime_streams(nc.jetstream(timeout=opts.timeout), replicas=opts.replicas)
+            views = await KVViewStore.open(nc, replicas=opts.replicas)
+            snapshots = await KVSnapshotStore.open(nc, replicas=opts.replicas) if self.has_worker else None
+            return views, snapshots
+
+        self.views, snapshots = await through_outage(layout, policy, log, "server.layout", is_transient)
         if self.has_http:
             self.runner = ProjectionRunner(nc, self.views)
             await self.runner.start()
         if self.has_worker:
             self.live = NatsLiveSink(nc)
             self.live.start()
-            from agentlog.runtime.snapshot import KVSnapshotStore, SnapshotWriter
+            from agentlog.runtime.snapshot import SnapshotWriter
 
-            self.runtime = build_runtime(source, self.store, views=self.views, live=self.live,
-                                         snapshots=await KVSnapshotStore.open(nc, replicas=opts.replicas))
+            self.runtime = build_runtime(source, self.store, views=self.views, live=self.live, snapshots=snapshots)
             if self.runner is not None and getattr(self.runtime, "snapshots", None) is not None:
                 self.runner.after_batch = SnapshotWriter(self.runtime)
             # OTLP spans of the runs this process executes, when OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
