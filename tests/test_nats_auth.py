@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 import nats
 import nats.errors
+import nats.js.errors
 import pytest
 
 from agentlog.api.connection import ConnectionOptions, open_store
@@ -36,6 +37,7 @@ from agentlog.log.jetstream import JetStreamEventStore
 from agentlog.log.server import EmbeddedNatsServer, find_nats_server
 from agentlog.log.subjects import EVENTS_STREAM
 from agentlog.runtime.commands import COMMANDS_STREAM, CommandClient, StartRun
+from agentlog.views.kv import ensure_bucket
 
 ROOT = Path(__file__).resolve().parent.parent
 NATS_DIR = ROOT / "scripts" / "nats"
@@ -86,11 +88,19 @@ async def check_roles(url: str, passwords: Mapping[str, str]) -> None:
         with pytest.raises((nats.errors.Error, asyncio.TimeoutError)):  # nor read the command queue
             await readonly.nc.jetstream(timeout=0.5).pull_subscribe("agentlog.cmd.>", stream=COMMANDS_STREAM)
         await readonly.nc.publish("agentlog.cmd.tr", b"{}")
-        await readonly.nc.publish("$KV.agentlog_runs.r1", b"{}")
         await readonly.nc.flush()
         assert await gateway.last_seq() == 2
         assert [sc async for sc in gateway.read_thread("tr")] == []
         assert (await js.stream_info(COMMANDS_STREAM)).state.messages == queued
+        # ...nor write a view: a KV put is a JetStream publish on $KV.<bucket>.<key>, acked when
+        # stored (the gateway's own put is, as the control); readonly's gets no ack and is not there
+        kv = await ensure_bucket(js, "agentlog_runs")
+        await kv.put("r0", b"{}")
+        with pytest.raises((nats.errors.Error, asyncio.TimeoutError)):
+            await readonly.nc.jetstream(timeout=0.5).publish("$KV.agentlog_runs.r1", b"{}")
+        assert (await kv.get("r0")).value == b"{}"
+        with pytest.raises(nats.js.errors.KeyNotFoundError):
+            await kv.get("r1")
 
         # Nobody deletes or purges the log.
         for store in (gateway, worker):

@@ -8,8 +8,8 @@ messages/state as JSON; here they are compared with GET /v1/threads/{id}/state a
 protocol's GET messages route after the normalisation documented in
 `protocol_verify.reducers` (`normalise_agui` / `normalise_aisdk`).
 
-Skipped only when `node`/`npm` are absent. `npm ci` runs once into tests/js/node_modules when it
-is missing (the registry must then be reachable).
+Skipped when `node`/`npm` are absent, or when `npm ci` (run once into tests/js/node_modules when it
+is missing) fails for want of a network; any other install failure fails the test.
 """
 
 from __future__ import annotations
@@ -74,7 +74,14 @@ async def _npm_ci() -> None:
     proc = await asyncio.create_subprocess_exec("npm", "ci", "--no-audit", "--no-fund", cwd=JS,
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await asyncio.wait_for(proc.communicate(), 300)
-    assert proc.returncode == 0, out.decode()[-2000:]
+    text = out.decode(errors="replace")
+    if proc.returncode != 0 and any(code in text for code in _NETWORK_ERRORS):
+        pytest.skip(f"the npm registry is unreachable, the pinned clients cannot be installed: {text[-300:]}")
+    assert proc.returncode == 0, text[-2000:]
+
+
+#: npm's codes for "no network" (only these skip: a lockfile or package error still fails)
+_NETWORK_ERRORS = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "ENETUNREACH")
 
 
 async def test_official_clients_end_in_the_servers_state(nats_server: Any) -> None:
