@@ -17,6 +17,7 @@ from agentlog.log.events import Commit, ThreadDeleted
 from agentlog.log.memory import MemoryEventStore
 from agentlog.runtime import DeterministicEntropy
 from agentlog.runtime.snapshot import CHUNKS, KVSnapshotStore, SnapshotWriter, chunk_key, decode_snapshot
+from agentlog.views.fold import fold_commits
 from agentlog.views.kv import KVViewStore
 from agentlog.views.runner import ProjectionRunner
 
@@ -116,6 +117,29 @@ async def test_a_cold_worker_fetches_the_chunks_and_writes_the_same_log(store: A
     control = MemoryEventStore()
     await long_run(control, None, "chunk-c", 21)
     assert [sc.commit for sc in await thread_log(store, "chunk-c")] == [sc.commit for sc in await thread_log(control, "chunk-c")]
+
+
+async def test_a_cold_resume_decodes_the_finished_calls_only_when_the_run_view_is_read(store: Any) -> None:
+    """A worker that never saw the run drives it and learns its status (what it settles a
+    command with) without decoding the views of the run's finished calls; reading the result's
+    run view decodes them, and it is the view the projections fold from the log."""
+    kv = await KVSnapshotStore.open(store.nc)
+    run_id, call, entropy = await long_run(store, kv, "chunk-l", CYCLES)
+    entry = decode_snapshot(await kv.get(run_id))
+    assert entry is not None and entry.call_chunks and entry.message_chunks
+    CHUNKS.clear()
+    rt = app(store, entropy, kv)
+    res = await rt.decide(run_id, [{"target_id": call, "decision_id": f"d{CYCLES}", "action": "resume",
+                                    "result": {"ok": True}, "updated_at": 1}])
+    assert res.handle is not None
+    result = await res.handle.result()
+    assert result.status == "waiting" and result.termination is None
+    assert all(CHUNKS.get(d) is not None for d in entry.message_chunks)  # the model needed every message
+    assert [CHUNKS.get(d) for d in entry.call_chunks] == [None] * len(entry.call_chunks)  # not decoded
+    whole = fold_commits(await thread_log(store, "chunk-l")).runs[run_id]
+    assert result.run == whole and res.handle.view() == whole
+    assert all(CHUNKS.get(d) is not None for d in entry.call_chunks)
+    await rt.flush_snapshots()
 
 
 async def test_a_missing_chunk_is_a_miss_and_the_log_is_folded(store: Any) -> None:

@@ -4,7 +4,8 @@ kept incrementally: pure unit tests, no store.
 - property: for generated thread histories and any cut point, decode(encode(snapshot of the
   fold of the prefix)) + fold(rest) == fold(all), for the loop context and the run view;
 - the run fold keeps its status in O(1) per event (it inspected every call on each call event);
-- `RunHandle` folds each commit once, however often `view()` / `result()` are asked.
+- `RunHandle` folds each commit once, however often `view()` / `result()` are asked; resumed
+  from a snapshot, it decodes the finished calls' views only when the whole view is read.
 """
 
 from __future__ import annotations
@@ -159,6 +160,19 @@ def test_snapshot_of_a_prefix_plus_the_rest_folds_to_the_whole(raw: list[Any], d
             folder.apply(sc)
     assert folder.view() == whole_run
     assert set(loaded.call_ids) == known  # the same once the views are decoded
+
+    # a handle resumed from it (read cold): folds the rest on the view without the chunked
+    # finished calls, knows the status without decoding them, and joins them (folding again
+    # if a commit touched one) only for the whole view
+    cold = _round_trip(entry, chunks, ChunkCache())
+    handle = RunHandle(RUN, THREAD, "a", base=cold.tail_view(), finished=cold if cold.has_finished_calls else None,
+                       base_seq=prefix[-1].seq)
+    for sc in rest:
+        if sc.commit.run_id == RUN:
+            handle._on_commit(sc)
+    assert handle.status == whole_run.status
+    assert cold._finished is None  # nothing decoded the finished calls' views yet
+    assert handle.view() == whole_run
 
     # the next snapshot of the resumed run: the same chunks stay (not written again), the
     # messages and finished calls since then fill new ones
@@ -347,3 +361,41 @@ def test_chunk_cache_evicts_least_recently_used_past_its_size_and_matches_by_ide
     assert cache.digest_of(a) == "da"  # the very objects of a cached chunk
     assert cache.digest_of([Message(id=m.id, role="user") for m in a]) is None  # equal, not the same
     assert cache.digest_of(b) is None  # evicted
+
+
+def test_a_resumed_handle_joins_a_finished_call_a_later_commit_touched() -> None:
+    """The handle folds the commits after its snapshot on the view without the chunked finished
+    calls; a commit that touches one of them starts a call the folded view lacks. The status is
+    right without them, and the whole view folds again with the finished call found, so the call
+    keeps its fields and its place: equal to the fold of the whole log, at every step."""
+    def commit(seq: int, *events: Any) -> StoredCommit:
+        return StoredCommit(seq, Commit(commit_id=f"c{seq}", thread_id=THREAD, run_id=RUN, ts=seq, events=list(events)))
+
+    history = [commit(1, ThreadCreated(), RunStarted(run_id=RUN, agent_id="a"))]
+    for i, call in enumerate(("c1", "c2", "c3"), start=2):
+        history.append(commit(i, ToolCallStarted(call_id=call, name="tool", arguments={"i": i}),
+                              ToolCallCompleted(call_id=call, outcome="succeeded", result=i, message_id=f"m{i}")))
+    prefix_view = fold_commits(history).runs[RUN]
+    entry, chunks = make_snapshot(seq=4, agent_id="a", ctx=RunContext(thread_id=THREAD, run_id=RUN), run=prefix_view,
+                                  chunk_size=2, cache=ChunkCache())
+    assert len(entry.call_chunks) == 1  # c1, c2 in a chunk; c3 in the entry
+    later = [
+        commit(5, StatePatched(scope="tool_call", call_id="c1", ops=[{"op": "add", "path": "/k", "value": 1}])),
+        commit(6, ToolCallStarted(call_id="c4", name="tool", arguments={}), ToolCallSuspended(
+            call_id="c4", ticket=SuspendTicket(id="t4"))),
+        commit(7, ToolCallGated(call_id="c2", verdict="ask")),
+    ]
+    loaded = _round_trip(entry, chunks, ChunkCache())
+    handle = RunHandle(RUN, THREAD, "a", base=loaded.tail_view(), finished=loaded, base_seq=4)
+    as_of: list[Any] = []
+    for n, sc in enumerate(later, start=1):
+        handle._on_commit(sc)
+        as_of.append((handle.view_as_of(), fold_commits(history + later[:n]).runs[RUN]))
+        assert handle.status == as_of[-1][1].status
+    assert loaded._finished is None  # the status never needed the finished calls
+    for view_of, expected in as_of:  # each as of its own commit, built after all of them
+        assert view_of() == expected
+    whole = handle.view()
+    assert list(whole.calls) == ["c1", "c2", "c3", "c4"] and whole.status == "waiting"
+    assert whole.calls["c1"].result == 2 and whole.calls["c1"].state == {"k": 1}
+    assert whole.calls["c2"].verdict == "ask" and whole.calls["c2"].name == "tool"

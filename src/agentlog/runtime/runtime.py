@@ -57,6 +57,7 @@ from .snapshot import (
     make_snapshot,
     read_entry,
     save_snapshot,
+    with_finished_calls,
 )
 from .tools import Tool, ToolRegistry
 
@@ -74,14 +75,46 @@ class CommittedEvent(NamedTuple):
     ts: int
 
 
-class RunResult(NamedTuple):
-    """How a run ended. `termination` is None while the run is `waiting` (suspended calls)."""
+class RunResult:
+    """How a run ended, or stopped to wait. `termination` is None while the run is `waiting`
+    (suspended calls).
 
-    run_id: str
-    thread_id: str
-    status: str
-    termination: Termination | None
-    run: RunView
+    `run`, the run view, is built when first read (then kept): for a run resumed from a snapshot
+    that decodes the views of all its finished calls, which a caller that wants the status (a
+    worker settling a command) or nothing at all never pays for. It is the view as of the
+    result, whatever the run did since."""
+
+    __slots__ = ("_run", "_view_of", "run_id", "status", "termination", "thread_id")
+
+    def __init__(self, run_id: str, thread_id: str, status: str, termination: Termination | None,
+                 run: RunView | None = None, *, view_of: Callable[[], RunView] | None = None) -> None:
+        if (run is None) == (view_of is None):
+            raise TypeError("RunResult needs the run view or view_of, the function that builds it")
+        self.run_id = run_id
+        self.thread_id = thread_id
+        self.status = status
+        self.termination = termination
+        self._run = run
+        self._view_of = view_of
+
+    @property
+    def run(self) -> RunView:
+        if self._run is None:
+            assert self._view_of is not None  # one of them is always set
+            self._run, self._view_of = self._view_of(), None
+        return self._run
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RunResult):
+            return NotImplemented
+        return (self.run_id, self.thread_id, self.status, self.termination, self.run) == (
+            other.run_id, other.thread_id, other.status, other.termination, other.run)
+
+    __hash__ = None  # type: ignore[assignment]  # like the view it holds
+
+    def __repr__(self) -> str:
+        return (f"RunResult(run_id={self.run_id!r}, thread_id={self.thread_id!r}, status={self.status!r}, "
+                f"termination={self.termination!r}, run={self.run!r})")
 
 
 class DecideResult(NamedTuple):
@@ -116,12 +149,22 @@ class RunHandle:
 
     The run view is kept incrementally (`RunFolder`: each commit folded once as it arrives), so
     `view()`/`result()` cost the same at step 2 and step 230. A handle resumed from a snapshot
-    starts from the snapshot's view as of `base_seq` (`base`, decoded when first needed, see
-    `prime`): `commits` then holds the commits after `base_seq`, and `events()` reads the older
-    ones from the log (`older`) before yielding those."""
+    starts from the snapshot's view as of `base_seq` (`base`): `commits` then holds the commits
+    after `base_seq`, and `events()` reads the older ones from the log (`older`) before yielding
+    those.
+
+    Such a base may leave the run's finished calls out (`finished`: a long run's snapshot keeps
+    them in chunks, decoded when first needed). The commits are folded on the base without them,
+    and they are joined to the folded view only when the whole view is asked for: driving the
+    run and knowing its status never decode them. That fold is the whole fold unless a commit
+    touched one of those finished calls (an event for a call the base lacks starts a new one): the
+    status is the same either way (a finished call and a new one both count for nothing), and
+    the whole view, which has them all at hand, then folds the commits again on the base with
+    the finished calls found by id (`RunFolder`'s lookup)."""
 
     def __init__(
-        self, run_id: str, thread_id: str, agent_id: str, *, base: Callable[[], RunView] | None = None,
+        self, run_id: str, thread_id: str, agent_id: str, *, base: RunView | None = None,
+        finished: LoadedSnapshot | None = None,
         base_seq: int = 0, older: Callable[[], AsyncIterator[StoredCommit]] | None = None,
     ) -> None:
         self.run_id = run_id
@@ -130,8 +173,11 @@ class RunHandle:
         self.commits: list[StoredCommit] = []
         self.base_seq = base_seq
         self._older = older
-        self._base = base
-        self._folder: RunFolder | None = None if base is not None else RunFolder(RunView(run_id=run_id, thread_id=thread_id))
+        self._finished = finished
+        self._base = base if base is not None else RunView(run_id=run_id, thread_id=thread_id)
+        self._folder = RunFolder(self._base)
+        #: The last whole view built (`view()`), and the folded view it was built from.
+        self._whole: tuple[RunView, RunView] | None = None
         self._changed = asyncio.Event()
         self._done = False
         self._task: asyncio.Task[RunContext] | None = None
@@ -152,20 +198,8 @@ class RunHandle:
 
     def _on_commit(self, stored: StoredCommit) -> None:
         self.commits.append(stored)
-        if self._folder is not None:
-            self._folder.apply(stored)
+        self._folder.apply(stored)
         self._changed.set()
-
-    def prime(self) -> RunFolder:
-        """Build the run view's folder now: the base view (decoded) + the commits so far."""
-        folder = self._folder
-        if folder is None:
-            assert self._base is not None  # a handle has a folder or a base to build one from
-            folder = self._folder = RunFolder(self._base())
-            self._base = None
-            for sc in self.commits:
-                folder.apply(sc)
-        return folder
 
     def _close(self, _task: Any = None) -> None:
         self._done = True
@@ -194,16 +228,44 @@ class RunHandle:
 
     async def result(self) -> RunResult:
         """Wait for the run to finish (or suspend); raises what ended it abnormally
-        (e.g. `RunConflict`)."""
+        (e.g. `RunConflict`). The result's status is known at once; its run view is built when
+        first read (see `RunResult`)."""
         assert self._task is not None
         ctx = await asyncio.shield(self._task)
-        run = self.view()
-        return RunResult(self.run_id, self.thread_id, run.status, ctx.finished, run)
+        folded = self._folder.view()
+        return RunResult(self.run_id, self.thread_id, folded.status, ctx.finished, view_of=self.view_as_of())
+
+    @property
+    def status(self) -> str:
+        """The run's status so far (what `view().status` says, without building the view)."""
+        return self._folder.view().status
 
     def view(self) -> RunView:
         """The run view so far: the projections' fold over this run's commits (kept as they
         arrive, never refolded)."""
-        return self.prime().view()
+        return self._whole_view(self._folder.view())
+
+    def view_as_of(self) -> Callable[[], RunView]:
+        """A function that builds the run view as it is now, when called: what can be handed
+        on (a result, a background snapshot write) without building the view first."""
+        folded = self._folder.view()
+        return lambda: self._whole_view(folded)
+
+    def _whole_view(self, folded: RunView) -> RunView:
+        if self._finished is None:
+            return folded
+        whole = self._whole
+        if whole is None or whole[0] is not folded:
+            finished = self._finished.finished_calls()
+            view = folded
+            if not finished.keys().isdisjoint(folded.calls):  # a commit touched a finished call
+                refold = RunFolder(self._base, lookup=finished.get)
+                for sc in self.commits:
+                    if sc.seq <= folded.last_seq:
+                        refold.apply(sc)
+                view = refold.view()
+            whole = self._whole = (folded, with_finished_calls(view, finished))
+        return whole[1]
 
     @property
     def done(self) -> bool:
@@ -481,19 +543,21 @@ class Runtime:
         if self.snapshots is None or not loop.snapshot_ready:
             return
         task = asyncio.get_running_loop().create_task(
-            self._write_snapshot_later(loop, handle.view(), handle.stored_chunks))
+            self._write_snapshot_later(loop, handle.view_as_of(), handle.stored_chunks))
         self._snapshot_writes.add(task)
         task.add_done_callback(self._snapshot_writes.discard)
 
-    async def _write_snapshot_later(self, loop: RunLoop, view: RunView, known: frozenset[str]) -> None:
+    async def _write_snapshot_later(self, loop: RunLoop, view_of: Callable[[], RunView], known: frozenset[str]) -> None:
         snapshots = self.snapshots
         if snapshots is None:  # the caller checks first
             return
         # Yield first, so whoever awaits the run's result runs before the encoding (CPU work
-        # that grows with the run's length); this only orders work, nothing waits on time.
+        # that grows with the run's length: the run view too, whose finished calls a resumed
+        # run decodes only now); this only orders work, nothing waits on time.
         for _ in range(3):
             await asyncio.sleep(0)
-        snap, chunks = make_snapshot(seq=loop.version, agent_id=loop.spec.id, ctx=loop.ctx, run=view, known=known)
+        snap, chunks = make_snapshot(seq=loop.version, agent_id=loop.spec.id, ctx=loop.ctx, run=view_of(),
+                                     known=known)
         await save_snapshot(snapshots, snap, chunks)
 
     async def flush_snapshots(self) -> None:
@@ -595,8 +659,6 @@ class Runtime:
         task.add_done_callback(lambda _t: self._forget(run_id, handle))
         if self.observers:
             task.add_done_callback(lambda _t: self._released(handle))
-        # A snapshot's run view is decoded after the loop's first step, while it awaits I/O.
-        asyncio.get_running_loop().call_soon(handle.prime)
 
     async def _run_loop(self, loop: RunLoop, handle: RunHandle) -> RunContext:
         ctx = await loop.run()
@@ -656,8 +718,10 @@ class Runtime:
             handle = RunHandle(run_id, loaded.thread_id, loaded.spec.id)
         else:
             store = self.store
-            handle = RunHandle(run_id, loaded.thread_id, loaded.spec.id, base=loaded.snapshot.run_view,
-                               base_seq=loaded.snapshot.seq, older=lambda: store.read_run(run_id))
+            snap = loaded.snapshot
+            handle = RunHandle(run_id, loaded.thread_id, loaded.spec.id, base=snap.tail_view(),
+                               finished=snap if snap.has_finished_calls else None,
+                               base_seq=snap.seq, older=lambda: store.read_run(run_id))
             handle.stored_chunks = loaded.snapshot.chunks
         for sc in loaded.run_commits:
             handle._on_commit(sc)

@@ -77,7 +77,7 @@ class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     view, minus what sits in chunks.
 
     `ctx.messages` holds only the messages after those of `message_chunks` (digests, in order,
-    of the spans `chunk_spans` gives); `run` (kept encoded until `LoadedSnapshot.run_view` asks for it)
+    of the spans `chunk_spans` gives); `run` (kept encoded until `LoadedSnapshot.tail_view` asks for it)
     holds only the calls after those of `call_chunks` (the longest prefix of finished calls, in
     the view's order, chunked the same way). `call_ids`: the calls of the run that are not in
     `call_chunks` (with those, what a decision may name, for `decide`'s checks)."""
@@ -106,17 +106,21 @@ ChunkValue = tuple[Any, ...] | bytes
 
 
 class LoadedSnapshot:
-    """A snapshot joined with its chunks: the whole context (every message) and the run view,
-    whose finished calls are decoded from their chunks only when first asked for (`run_view`:
-    off the critical path, the loop does not need them; a `decide` that fails its checks or a
-    `cancel` never does). `call_ids`: the run's calls (the chunked ones read from the chunks'
-    bytes without decoding the views). `chunks`: the digests it names, which are in the store
-    (a writer need not write them again).
+    """A snapshot joined with its chunks: the whole context (every message) and the run view.
+
+    The view comes in two parts, so that a resume never decodes what it does not use:
+    `tail_view()` (the run's fields and its calls after the chunked ones: a few, however long
+    the run) and `finished_calls()` (the views of the chunked finished calls, decoded from their
+    chunks when first asked for). A resumed run's handle folds on the tail and reads the
+    finished calls only when someone asks for the whole view (`run_view()`): the loop never
+    needs them, nor does a worker that only wants the run's status. `call_ids`: the run's calls
+    (the chunked ones read from the chunks' bytes without decoding the views). `chunks`: the
+    digests it names, which are in the store (a writer need not write them again).
 
     Every chunk's bytes were checked against its digest before this was built (a mismatch is a
     miss, never something found later); decoding checked bytes cannot fail short of a bug."""
 
-    __slots__ = ("_cache", "_call_ids", "_calls", "_run", "_view", "agent_id", "chunks", "ctx", "seq")
+    __slots__ = ("_cache", "_call_ids", "_calls", "_finished", "_run", "_tail", "agent_id", "chunks", "ctx", "seq")
 
     def __init__(self, entry: RunSnapshot, values: Mapping[str, ChunkValue], cache: ChunkCache | None = None) -> None:
         self.seq = entry.seq
@@ -126,7 +130,8 @@ class LoadedSnapshot:
         self._calls: list[tuple[str, ChunkValue]] = [(d, values[d]) for d in entry.call_chunks]
         self._call_ids = entry.call_ids
         self._run = entry.run
-        self._view: RunView | None = None
+        self._tail: RunView | None = None
+        self._finished: dict[str, CallView] | None = None
         ctx = entry.ctx
         if entry.message_chunks:
             with _gc_paused():
@@ -144,18 +149,32 @@ class LoadedSnapshot:
                 out.extend(call_id for call_id, _ in value)
         return out + self._call_ids
 
-    def run_view(self) -> RunView:
-        if self._view is None:
+    @property
+    def has_finished_calls(self) -> bool:
+        """Whether some finished calls are kept in chunks (out of `tail_view()`)."""
+        return bool(self._calls)
+
+    def tail_view(self) -> RunView:
+        """The run view without the calls of `finished_calls()` (all finished: they never count
+        towards its status)."""
+        if self._tail is None:
             with _gc_paused():
-                tail = _view_decoder.decode(self._run)
-                if self._calls:
-                    decoded = [(d, self._decoded(_CALLS, d, v)) for d, v in self._calls]
-                    self._calls = list(decoded)
-                    calls = dict(itertools.chain.from_iterable(v for _, v in decoded))
-                    calls.update(tail.calls)
-                    tail = msgspec.structs.replace(tail, calls=calls)
-            self._view = tail
-        return self._view
+                self._tail = _view_decoder.decode(self._run)
+        return self._tail
+
+    def finished_calls(self) -> dict[str, CallView]:
+        """The views of the chunked finished calls, in the view's order (before every call of
+        `tail_view()`), decoded from their chunks at the first call."""
+        if self._finished is None:
+            with _gc_paused():
+                decoded = [(d, self._decoded(_CALLS, d, v)) for d, v in self._calls]
+            self._calls = list(decoded)
+            self._finished = dict(itertools.chain.from_iterable(v for _, v in decoded))
+        return self._finished
+
+    def run_view(self) -> RunView:
+        """The whole run view: `finished_calls()` joined with `tail_view()`."""
+        return with_finished_calls(self.tail_view(), self.finished_calls() if self._calls else {})
 
     def _decoded(self, kind: bytes, digest: str, value: ChunkValue) -> tuple[Any, ...]:
         """The items of a chunk: `value` itself, or its checked bytes decoded (then cached)."""
@@ -310,6 +329,15 @@ def make_snapshot(
         call_chunks=call_chunks,
     )
     return entry, new
+
+
+def with_finished_calls(tail: RunView, finished: Mapping[str, CallView]) -> RunView:
+    """`tail` with the finished calls kept apart from it put back in front, as the fold orders
+    them (created first). A call in both is `tail`'s: an event after the snapshot moved it into
+    the tail (`RunFolder`'s lookup), where it kept its place."""
+    if not finished:
+        return tail
+    return msgspec.structs.replace(tail, calls={**finished, **tail.calls})
 
 
 def chunk_matches(kind: bytes, digest: str, data: bytes) -> bool:
@@ -718,4 +746,5 @@ __all__ = [
     "CHUNKS", "CHUNK_SIZE", "ChunkCache", "KVSnapshotStore", "LoadedSnapshot", "MemorySnapshotStore", "RunSnapshot",
     "SNAPSHOT_FORMAT", "SnapshotStore", "SnapshotWriter", "assemble", "chunk_key", "chunk_matches", "decode_chunk", "decode_snapshot",
     "encode_snapshot", "fetch_chunks", "load_chunks", "load_snapshot", "make_snapshot", "read_entry", "save_snapshot",
+    "with_finished_calls",
 ]

@@ -14,7 +14,7 @@ are mutated in place (`run_ids`, `calls`) are copied on thaw and on freeze; docu
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import msgspec
@@ -183,9 +183,12 @@ class _RunAcc:
     run's fold quadratic in its calls, so the status is kept from two counters instead
     (calls running/resuming, calls suspended), updated per call change: O(1) per event.
     `calls` is copy-on-write: `freeze` hands the dict to the view and the next call change
-    copies it, so freezing after every commit (`RunFolder.view`) costs no copy per freeze."""
+    copies it, so freezing after every commit (`RunFolder.view`) costs no copy per freeze.
 
-    __slots__ = (*_RUN_FIELDS, "_active", "_suspended", "_shared")
+    `_lookup` (see `RunFolder`) finds a call that is not in `calls` but is the run's all the
+    same: a finished call of a view whose finished calls are kept elsewhere."""
+
+    __slots__ = (*_RUN_FIELDS, "_active", "_lookup", "_suspended", "_shared")
     # The fields of `RunView` (the slots above), declared for the type checker.
     run_id: str
     thread_id: str
@@ -209,6 +212,7 @@ class _RunAcc:
     updated: int
     last_seq: int
     _active: int
+    _lookup: Callable[[str], CallView | None] | None
     _suspended: int
     _shared: bool
 
@@ -218,6 +222,7 @@ class _RunAcc:
         for name in _RUN_FIELDS:
             setattr(acc, name, getattr(view, name))
         acc._shared = True  # the view's own dict: copied at the first call change
+        acc._lookup = None
         active = suspended = 0
         for call in view.calls.values():  # one pass (a resumed long run thaws ~220 calls)
             status = call.status
@@ -277,6 +282,8 @@ class _RunAcc:
     # tool calls
     def _call(self, call_id: str, ts: int) -> CallView:
         call = self.calls.get(call_id)
+        if call is None and self._lookup is not None:
+            call = self._lookup(call_id)
         if call is None:
             call = CallView(call_id=call_id, created=ts, updated=ts)
         return call
@@ -415,12 +422,18 @@ def fold_messages(messages: Sequence[Message], event: AnyEvent) -> Sequence[Mess
 class RunFolder:
     """One run's view kept incrementally: each commit of the run is folded once (`apply`), and
     `view()` freezes the accumulator only when something changed since the last freeze. What a
-    `RunHandle` uses instead of refolding all of the run's commits on every `view()`."""
+    `RunHandle` uses instead of refolding all of the run's commits on every `view()`.
+
+    `view` may leave out finished calls (a run resumed from a snapshot keeps them apart,
+    undecoded: `RunHandle`): `lookup` then finds such a call should a later event touch it, and
+    the folded view holds it from then on. Finished calls never count towards the status, so the
+    status of the view without them is the run's status."""
 
     __slots__ = ("_acc", "_view")
 
-    def __init__(self, view: RunView) -> None:
+    def __init__(self, view: RunView, lookup: Callable[[str], CallView | None] | None = None) -> None:
         self._acc = _RunAcc.thaw(view)
+        self._acc._lookup = lookup
         self._view: RunView | None = view
 
     def apply(self, stored: StoredCommit) -> None:
