@@ -16,7 +16,14 @@ import pytest
 from agentlog.log.events import Commit, ThreadDeleted
 from agentlog.log.memory import MemoryEventStore
 from agentlog.runtime import DeterministicEntropy
-from agentlog.runtime.snapshot import CHUNKS, KVSnapshotStore, SnapshotWriter, chunk_key, decode_snapshot
+from agentlog.runtime.snapshot import (
+    CHUNKS,
+    KVSnapshotStore,
+    SnapshotWriter,
+    chunk_key,
+    decode_snapshot,
+    encode_snapshot,
+)
 from agentlog.views.fold import fold_commits
 from agentlog.views.kv import KVViewStore
 from agentlog.views.runner import ProjectionRunner
@@ -54,12 +61,12 @@ class CountingSnapshots:
 
 
 async def cycle(store: Any, snaps: Any, entropy: DeterministicEntropy, run_id: str, call: str, n: int,
-                *, cold_cache: bool = False) -> tuple[str, int]:
+                *, cold_cache: bool = False, text: str = "") -> tuple[str, int]:
     """One approval cycle by a fresh Runtime; returns (the next waiting call, commits read)."""
     if cold_cache:
         CHUNKS.clear()  # a worker process that never saw this run
     counting = CountingStore(store)
-    rt = app(counting, entropy, snaps)
+    rt = app(counting, entropy, snaps, text=text)
     res = await rt.decide(run_id, [{"target_id": call, "decision_id": f"d{n}", "action": "resume",
                                     "result": {"ok": True}, "updated_at": 1}])
     assert res.handle is not None
@@ -71,7 +78,7 @@ async def cycle(store: Any, snaps: Any, entropy: DeterministicEntropy, run_id: s
 
 async def long_run(store: Any, snaps: Any, thread_id: str, cycles: int, **kw: Any) -> tuple[str, str, Any]:
     entropy = DeterministicEntropy(prefix=thread_id)
-    first = app(store, entropy, snaps)
+    first = app(store, entropy, snaps, text=kw.get("text", ""))
     result = await first.run("cycler", "go", thread_id=thread_id, run_id=f"{thread_id}-run")
     await first.flush_snapshots()
     call = suspended_call(result)
@@ -140,6 +147,26 @@ async def test_a_cold_resume_decodes_the_finished_calls_only_when_the_run_view_i
     assert result.run == whole and res.handle.view() == whole
     assert all(CHUNKS.get(d) is not None for d in entry.call_chunks)
     await rt.flush_snapshots()
+
+
+async def test_a_run_of_large_messages_keeps_its_snapshot_within_the_servers_max_payload(store: Any) -> None:
+    """Chunks were cut by item count alone: 16 messages, 8 of them of 150 KB, made a 1.2 MB chunk, over the
+    server's max payload (1 MB). Its put failed (logged and forgotten, as a cache write may), no
+    entry was written after it, and every later resume folded the run's whole log. Chunks are now
+    also cut by size, and a rest too large for the entry goes into chunks of its own."""
+    kv = await KVSnapshotStore.open(store.nc)
+    text = "x" * 150_000
+    run_id, call, entropy = await long_run(store, kv, "chunk-big", 20, text=text, cold_cache=True)
+    entry = decode_snapshot(await kv.get(run_id))
+    assert entry is not None and entry.seq == await store.thread_version("chunk-big")
+    sizes = [len(await kv.get(chunk_key("chunk-big", d)) or b"") for d in entry.chunks]
+    assert sizes and 0 < max(sizes) < store.max_payload and len(encode_snapshot(entry)) < store.max_payload
+    _, commits_read = await cycle(store, kv, entropy, run_id, call, 20, cold_cache=True, text=text)
+    assert commits_read == 0  # resumed from the snapshot, not from the log
+    # the same log as a run without snapshots
+    control = MemoryEventStore()
+    await long_run(control, None, "chunk-big", 21, text=text)
+    assert [sc.commit for sc in await thread_log(store, "chunk-big")] == [sc.commit for sc in await thread_log(control, "chunk-big")]
 
 
 async def test_a_missing_chunk_is_a_miss_and_the_log_is_folded(store: Any) -> None:

@@ -134,6 +134,9 @@ def test_snapshot_of_a_prefix_plus_the_rest_folds_to_the_whole(raw: list[Any], d
     history = _history(raw)
     cut = data.draw(st.integers(1, len(history)))
     chunk_size = data.draw(st.integers(1, 4))
+    # the byte budget: large (count alone cuts), or small enough to cut spans into pieces and
+    # to push the entry's rest into chunks
+    max_bytes = data.draw(st.sampled_from([1 << 20, 400, 120]))
     warm = data.draw(st.booleans())
     prefix, rest = history[:cut], history[cut:]
 
@@ -144,9 +147,14 @@ def test_snapshot_of_a_prefix_plus_the_rest_folds_to_the_whole(raw: list[Any], d
     writer_cache = ChunkCache()
     prefix_ctx = fold_context(RunContext(thread_id=THREAD, run_id=RUN), prefix)
     entry, chunks = make_snapshot(seq=prefix[-1].seq, agent_id="a", ctx=prefix_ctx,
-                                  run=fold_commits(run_prefix).runs[RUN], chunk_size=chunk_size, cache=writer_cache)
+                                  run=fold_commits(run_prefix).runs[RUN], chunk_size=chunk_size, cache=writer_cache,
+                                  max_bytes=max_bytes)
     assert set(chunks) == set(entry.chunks)  # nothing known yet: every chunk is to be written
     assert len(entry.ctx.messages) < chunk_size  # only the unchunked rest is in the entry
+    for digest, raw in chunks.items():  # within the budget, or one item alone
+        assert len(raw) <= max_bytes or len(decode_chunk(b"m", digest, raw) or decode_chunk(b"c", digest, raw) or ()) == 1
+    if len(encode_snapshot(entry)) > max_bytes:  # too large even so: no message left to move out
+        assert not entry.ctx.messages
     loaded = _round_trip(entry, chunks, writer_cache if warm else ChunkCache())
     assert loaded.ctx == prefix_ctx
     # what `decide` checks decisions against, read without decoding the views
@@ -177,7 +185,7 @@ def test_snapshot_of_a_prefix_plus_the_rest_folds_to_the_whole(raw: list[Any], d
     # the next snapshot of the resumed run: the same chunks stay (not written again), the
     # messages and finished calls since then fill new ones
     again, new = make_snapshot(seq=history[-1].seq, agent_id="a", ctx=loaded.ctx, run=folder.view(),
-                               known=loaded.chunks, chunk_size=chunk_size, cache=writer_cache)
+                               known=loaded.chunks, chunk_size=chunk_size, cache=writer_cache, max_bytes=max_bytes)
     assert not set(new) & loaded.chunks  # what the store has is not written again
     final = _round_trip(again, {**chunks, **new}, ChunkCache())
     assert final.ctx == whole_ctx and final.run_view() == whole_run

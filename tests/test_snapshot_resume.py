@@ -67,11 +67,11 @@ def approve(ctx: ToolContext) -> Any:
     return "approved"
 
 
-def app(store: Any, entropy: DeterministicEntropy, snapshots: Any = None) -> Runtime:
+def app(store: Any, entropy: DeterministicEntropy, snapshots: Any = None, *, text: str = "") -> Runtime:
     """A fresh process's Runtime: the model asks for approval again after every answer (call
-    ids from the conversation, so any fresh model continues the numbering)."""
-    model = ScriptedModel([lambda req: Turn.tool("approve", id=f"ask{sum(m.role == 'assistant' for m in req.messages)}")],
-                          loop=True)
+    ids from the conversation, so any fresh model continues the numbering), saying `text`."""
+    model = ScriptedModel([lambda req: Turn.tool("approve", id=f"ask{sum(m.role == 'assistant' for m in req.messages)}",
+                                                 text=text)], loop=True)
     agent = AgentSpec(id="cycler", model=model, tools=["approve"], tool_execution_mode="sequential")
     return Runtime(store, agents=[agent], tools=[approve], entropy=entropy, snapshots=snapshots)
 

@@ -67,9 +67,13 @@ _log = get_logger("agentlog.snapshot")
 #: few chunks (see `chunk_spans`: 446 messages and 221 finished calls: 10).
 CHUNK_SIZE = 16
 #: How many chunks of one size make one of the next (`chunk_spans`), and the largest chunk (in
-#: items: a chunk must stay well under the server's max payload, 1 MB by default).
+#: items).
 CHUNK_FANOUT = 4
 CHUNK_MAX = CHUNK_SIZE * CHUNK_FANOUT**2
+#: The most bytes of a chunk (a span of long messages is cut into several, see `_pieces`) and of
+#: the entry (see `make_snapshot`): well under the server's max payload (1 MB by default), which
+#: a KV value cannot exceed.
+CHUNK_MAX_BYTES = 256 * 1024
 
 
 class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -200,6 +204,9 @@ class ChunkCache:
         self._values: OrderedDict[str, tuple[Any, ...]] = OrderedDict()
         self._sizes: dict[str, int] = {}
         self._ident: dict[tuple[int, int], str] = {}
+        #: How spans too large for one chunk were cut (`_pieces`), by the identity of their first
+        #: and last items, which the record holds (so no other object can take their ids).
+        self._splits: OrderedDict[tuple[int, int, int], tuple[Any, Any, list[int]]] = OrderedDict()
 
     def get(self, digest: str) -> tuple[Any, ...] | None:
         value = self._values.get(digest)
@@ -231,15 +238,29 @@ class ChunkCache:
             return None
         return digest
 
+    def split_of(self, items: list[Any]) -> list[int] | None:
+        """The lengths of the pieces `items` (the very objects) were cut into, if remembered."""
+        record = self._splits.get((id(items[0]), id(items[-1]), len(items)))
+        return None if record is None else record[2]
+
+    def remember_split(self, items: list[Any], lengths: list[int]) -> None:
+        self._splits[(id(items[0]), id(items[-1]), len(items))] = (items[0], items[-1], lengths)
+        while len(self._splits) > _SPLITS_KEPT:
+            self._splits.popitem(last=False)
+
     def clear(self) -> None:
         self._values.clear()
         self._sizes.clear()
         self._ident.clear()
+        self._splits.clear()
         self.size = 0
 
     def __len__(self) -> int:
         return len(self._values)
 
+
+#: How many cuts of large spans a `ChunkCache` remembers (a few per long run of long messages).
+_SPLITS_KEPT = 4096
 
 #: The process's chunk cache (the default of `load_snapshot` and `make_snapshot`).
 CHUNKS = ChunkCache()
@@ -283,52 +304,103 @@ def chunk_spans(n: int, chunk_size: int = CHUNK_SIZE, fanout: int = CHUNK_FANOUT
     return spans
 
 
-def _split(kind: bytes, items: list[Any], cache: ChunkCache, known: frozenset[str] | set[str],
-           out: dict[str, bytes], chunk_size: int) -> tuple[list[str], int]:
-    """Digests of the chunks of `items` (`chunk_spans`) and how many items they cover; the
-    encoding of each one not in `known` goes into `out` (to be written). A chunk the cache
-    holds (same objects) is not encoded again unless it has to be written."""
+def _split(kind: bytes, items: list[Any], spans: list[tuple[int, int]], cache: ChunkCache,
+           known: frozenset[str] | set[str], out: dict[str, bytes], max_bytes: int) -> list[str]:
+    """Digests of the chunks of `items` over `spans`: one chunk per span, or several when its
+    encoding is over `max_bytes` (`_pieces`). The encoding of each chunk not in `known` goes
+    into `out` (to be written); a chunk the cache holds (same objects) is not encoded again
+    unless it has to be written."""
     digests: list[str] = []
-    covered = 0
-    for start, covered in chunk_spans(len(items), chunk_size):
-        part = items[start:covered]
-        digest = cache.digest_of(part)
-        if digest is None:
-            data = _encoder.encode(part)
-            digest = _digest(kind, data)
-            cache.put(digest, tuple(part), len(data))
-            if digest not in known:
-                out[digest] = data
-        elif digest not in known:
-            out[digest] = _encoder.encode(part)
-        digests.append(digest)
-    return digests, covered
+    for start, end in spans:
+        for piece, data in _pieces(items[start:end], cache, max_bytes):
+            digest = cache.digest_of(piece)
+            if digest is None:
+                data = _encoder.encode(piece) if data is None else data
+                digest = _digest(kind, data)
+                cache.put(digest, tuple(piece), len(data))
+                if digest not in known:
+                    out[digest] = data
+            elif digest not in known:
+                out[digest] = _encoder.encode(piece) if data is None else data
+            digests.append(digest)
+    return digests
+
+
+def _pieces(part: list[Any], cache: ChunkCache, max_bytes: int) -> list[tuple[list[Any], bytes | None]]:
+    """`part` as one chunk, or, when its encoding is over `max_bytes`, cut into runs of items
+    that each encode within it (an item over it alone is a chunk of its own: it came in one
+    commit, so it fits a KV value). A KV value cannot exceed the server's max payload: a chunk
+    of long messages cut by count alone failed to be written. Each piece comes with its
+    encoding when that was made here (else None). The cut is greedy over the items' sizes, so
+    the same items are always cut the same way (written once, like the spans)."""
+    if cache.digest_of(part) is not None:  # stored whole before: it fits
+        return [(part, None)]
+    lengths = cache.split_of(part)
+    if lengths is None:
+        data = _encoder.encode(part)
+        if len(data) <= max_bytes:
+            return [(part, data)]
+        lengths = []
+        size = 0
+        for item in part:
+            item_size = len(_encoder.encode(item))
+            if lengths and size + item_size <= max_bytes - _ARRAY_HEADER:
+                lengths[-1] += 1
+                size += item_size
+            else:
+                lengths.append(1)
+                size = item_size
+        cache.remember_split(part, lengths)
+    pieces: list[tuple[list[Any], bytes | None]] = []
+    start = 0
+    for n in lengths:
+        pieces.append((part[start : start + n], None))
+        start += n
+    return pieces
+
+
+#: Most bytes a msgpack array header takes (what a piece adds to its items' encodings).
+_ARRAY_HEADER = 5
 
 
 def make_snapshot(
     *, seq: int, agent_id: str, ctx: RunContext, run: RunView, known: frozenset[str] | set[str] = frozenset(),
-    chunk_size: int = CHUNK_SIZE, cache: ChunkCache | None = None,
+    chunk_size: int = CHUNK_SIZE, cache: ChunkCache | None = None, max_bytes: int = CHUNK_MAX_BYTES,
 ) -> tuple[RunSnapshot, dict[str, bytes]]:
     """Split the context and view as of `seq` into the run's entry and its chunks; returns the
     entry and the encoded chunks that are not in `known` (digest -> bytes). Pure (the cache
-    only saves work)."""
+    only saves work).
+
+    The chunks cover the `chunk_spans` of the messages and of the longest prefix of finished
+    calls, each cut to at most `max_bytes` (`_pieces`). The entry holds the rest, unless that
+    makes it larger than `max_bytes` (a few long messages): then the rest of the messages and of
+    the finished calls goes into chunks too (written again while it grows, as the entry is)."""
     cache = CHUNKS if cache is None else cache
     new: dict[str, bytes] = {}
     messages = ctx.messages
-    message_chunks, chunked = _split(_MESSAGES, messages, cache, known, new, chunk_size)
     items = list(run.calls.items())
     finished = next((i for i, (_, c) in enumerate(items) if c.status not in TERMINAL_CALL_STATUSES), len(items))
-    call_chunks, covered = _split(_CALLS, items[:finished], cache, known, new, chunk_size)
-    tail_run = msgspec.structs.replace(run, calls=dict(items[covered:])) if covered else run
-    calls = [call_id for call_id, _ in items[covered:]]
-    calls += [c.id for c in ctx.step_tool_calls if c.id not in run.calls]
-    entry = RunSnapshot(
-        schema=SCHEMA, seq=seq, agent_id=agent_id,
-        ctx=dataclasses.replace(ctx, messages=messages[chunked:]),
-        message_chunks=message_chunks, call_ids=calls, run=msgspec.Raw(_encoder.encode(tail_run)),
-        call_chunks=call_chunks,
-    )
-    return entry, new
+    message_spans, call_spans = chunk_spans(len(messages), chunk_size), chunk_spans(finished, chunk_size)
+    while True:
+        chunked = message_spans[-1][1] if message_spans else 0
+        covered = call_spans[-1][1] if call_spans else 0
+        tail_run = msgspec.structs.replace(run, calls=dict(items[covered:])) if covered else run
+        calls = [call_id for call_id, _ in items[covered:]]
+        calls += [c.id for c in ctx.step_tool_calls if c.id not in run.calls]
+        entry = RunSnapshot(
+            schema=SCHEMA, seq=seq, agent_id=agent_id,
+            ctx=dataclasses.replace(ctx, messages=messages[chunked:]),
+            message_chunks=_split(_MESSAGES, messages, message_spans, cache, known, new, max_bytes),
+            call_ids=calls, run=msgspec.Raw(_encoder.encode(tail_run)),
+            call_chunks=_split(_CALLS, items, call_spans, cache, known, new, max_bytes),
+        )
+        if (chunked == len(messages) and covered == finished) or len(encode_snapshot(entry)) <= max_bytes:
+            return entry, new
+        # too large with its rest: that goes into chunks as well (the loop runs twice at most)
+        if chunked < len(messages):
+            message_spans = [*message_spans, (chunked, len(messages))]
+        if covered < finished:
+            call_spans = [*call_spans, (covered, finished)]
 
 
 def with_finished_calls(tail: RunView, finished: Mapping[str, CallView]) -> RunView:
@@ -743,7 +815,7 @@ class SnapshotWriter:
 
 
 __all__ = [
-    "CHUNKS", "CHUNK_SIZE", "ChunkCache", "KVSnapshotStore", "LoadedSnapshot", "MemorySnapshotStore", "RunSnapshot",
+    "CHUNKS", "CHUNK_MAX_BYTES", "CHUNK_SIZE", "ChunkCache", "KVSnapshotStore", "LoadedSnapshot", "MemorySnapshotStore", "RunSnapshot",
     "SNAPSHOT_FORMAT", "SnapshotStore", "SnapshotWriter", "assemble", "chunk_key", "chunk_matches", "decode_chunk", "decode_snapshot",
     "encode_snapshot", "fetch_chunks", "load_chunks", "load_snapshot", "make_snapshot", "read_entry", "save_snapshot",
     "with_finished_calls",
