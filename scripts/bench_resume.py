@@ -38,8 +38,8 @@ starts after a `gc.collect()` (untimed), so none pays for the garbage another mo
 
 Also `RunHandle.result()` on a finished run of 2 vs 230 tool steps (p50 of repeated calls).
 
-    scripts/bench_resume.py            # default run (figures for closing notes)
-    scripts/bench_resume.py --quick    # < 60 s
+    scripts/bench_resume.py            # default run (figures for closing notes), ~70 s
+    scripts/bench_resume.py --quick    # < 60 s (~30 s)
 
 The last line is one JSON object with every figure: {"bench": "resume", "short_p50_ms": ...}.
 The headline keys (`short_p50_ms`, `long_p50_ms`, `long_over_short`, `long_vs_fold`) are the
@@ -185,9 +185,14 @@ def pct(values: list[float], q: float) -> float:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer samples, < 60 s")
+    parser.add_argument("--rounds", type=int, help="rounds of samples (default: 5 with --quick, else 7)")
+    parser.add_argument("--per-round", type=int, help="samples per round (default: 9 with --quick, else 15)")
     args = parser.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    rounds, per_round = (3, 5) if args.quick else (5, 9)
+    # --quick was 3 rounds x 5: its long/short moved from 1.42 to 1.64 between runs of the same
+    # code on this machine (a p50 of 5 samples); 45 samples still take ~30 s
+    rounds, per_round = (5, 9) if args.quick else (7, 15)
+    rounds, per_round = args.rounds or rounds, args.per_round or per_round
     samples = rounds * per_round
     console = Console()
     figures: dict[str, Any] = {"bench": "resume", "quick": args.quick, "samples": samples, "rounds": rounds,
@@ -198,6 +203,9 @@ async def main() -> None:
     #: (history, mode) -> client CPU (ms, this thread) of every sample: less noisy than wall time
     #: on a shared machine (it leaves out the time spent waiting for the server or for a core)
     cpu: dict[tuple[str, str], list[float]] = {(h, m): [] for h in ("short", "long") for m in MODES}
+    #: (history, mode) -> every sample's latency in order: short and long sample i of a mode ran
+    #: back to back, so their ratio leaves out the drift of this shared machine's speed
+    flat: dict[tuple[str, str], list[float]] = {(h, m): [] for h in ("short", "long") for m in MODES}
     shape: dict[str, tuple[int, int, int]] = {}
     with tempfile.TemporaryDirectory(prefix="agentlog-bench-resume-") as tmp:
         server = EmbeddedNatsServer(Path(tmp) / "nats")
@@ -237,6 +245,7 @@ async def main() -> None:
                                 server.url, mode, thread_id, run_id, call, n)
                             lat[(history, mode)][i // per_round].append(ms)
                             cpu[(history, mode)].append(cp)
+                            flat[(history, mode)].append(ms)
                             n += 1
                 shape["short_end"] = await shape_of(f"bench-short-{MODES[0]}-0")
                 shape["long_end"] = await shape_of(f"bench-long-{MODES[0]}")
@@ -294,6 +303,8 @@ async def main() -> None:
     figures["long_p50_ms"] = figures["long_snapshots_cold_p50_ms"]
     figures["long_over_short"] = figures["snapshots_cold_long_over_short"]
     figures["long_over_short_all"] = round(p50_all[("long", "snapshots_cold")] / p50_all[("short", "snapshots_cold")], 2)
+    figures["long_over_short_paired"] = round(pct([lg / sh for sh, lg in zip(
+        flat[("short", "snapshots_cold")], flat[("long", "snapshots_cold")], strict=True)], 0.5), 2)
     figures["long_vs_fold"] = round(p50[("long", "snapshots_cold")] / p50[("long", "fold")], 3)
     figures["cold_cache_long_vs_fold"] = figures["long_vs_fold"]
     figures["warm_short_p50_ms"] = figures["short_snapshots_p50_ms"]
