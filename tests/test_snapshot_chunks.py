@@ -20,9 +20,12 @@ from agentlog.runtime.snapshot import (
     CHUNKS,
     KVSnapshotStore,
     SnapshotWriter,
+    call_chunks_prefix,
     chunk_key,
+    chunk_keys,
     decode_snapshot,
     encode_snapshot,
+    message_chunks_prefix,
 )
 from agentlog.views.fold import fold_commits
 from agentlog.views.kv import KVViewStore
@@ -56,6 +59,12 @@ class CountingSnapshots:
         self.batches.append(list(keys))
         return values
 
+    async def get_with_prefixes(self, key: str, prefixes: list[str]) -> tuple[bytes | None, dict[str, bytes]]:
+        value, under = await self.inner.get_with_prefixes(key, prefixes)
+        self.reads += [(key, len(value or b"")), *((k, len(v)) for k, v in under.items())]
+        self.batches.append([key, *prefixes])
+        return value, under
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
@@ -68,7 +77,8 @@ async def cycle(store: Any, snaps: Any, entropy: DeterministicEntropy, run_id: s
     counting = CountingStore(store)
     rt = app(counting, entropy, snaps, text=text)
     res = await rt.decide(run_id, [{"target_id": call, "decision_id": f"d{n}", "action": "resume",
-                                    "result": {"ok": True}, "updated_at": 1}])
+                                    "result": {"ok": True}, "updated_at": 1}],
+                          thread_id=run_id.removesuffix("-run"))  # as a worker's command carries it
     assert res.handle is not None
     result = await res.handle.result()
     await rt.flush_snapshots()
@@ -103,6 +113,11 @@ async def test_a_warm_worker_reads_only_the_small_entry(store: Any) -> None:
     assert first.encode() not in data
     entry = decode_snapshot(data)
     assert entry is not None and len(entry.ctx.messages) < 16 and len(entry.message_chunks) >= 2
+    # 81 messages: 4 chunks of 16 were merged into one of 64 on the way, and purged when the
+    # entry that no longer names them was written: the thread's chunks are the ones it names
+    _, under = await snaps.inner.get_with_prefixes(run_id, [message_chunks_prefix("chunk-w"),
+                                                           call_chunks_prefix("chunk-w", run_id)])
+    assert sorted(under) == sorted(chunk_keys(entry).values())
 
 
 async def test_a_cold_worker_fetches_the_chunks_and_writes_the_same_log(store: Any) -> None:
@@ -114,16 +129,36 @@ async def test_a_cold_worker_fetches_the_chunks_and_writes_the_same_log(store: A
     snaps.batches.clear()
     _, commits_read = await cycle(store, snaps, entropy, run_id, call, 20, cold_cache=True)
     assert commits_read == 0
-    # the entry, then every chunk it names (this process's cache was empty), in one batched get
+    # one read (this process's cache was empty): the entry, and with it every chunk under the
+    # thread's messages and the run's calls, which are the chunks it names (merged spans'
+    # chunks were purged as they were replaced)
     fetched = [key for key, _ in snaps.reads]
     assert fetched[0] == run_id
-    assert sorted(fetched[1:]) == sorted(chunk_key("chunk-c", d) for d in before.chunks)
-    assert [sorted(keys) for keys in snaps.batches] == [sorted(fetched[1:])]
+    assert sorted(fetched[1:]) == sorted(chunk_keys(before).values())
+    assert snaps.batches == [[run_id, message_chunks_prefix("chunk-c"), call_chunks_prefix("chunk-c", run_id)]]
     # the control (no snapshots; memory store, so the same commit ids can be written again):
     # the same cycles write exactly the same commits
     control = MemoryEventStore()
     await long_run(control, None, "chunk-c", 21)
     assert [sc.commit for sc in await thread_log(store, "chunk-c")] == [sc.commit for sc in await thread_log(control, "chunk-c")]
+
+
+async def test_chunks_a_cold_read_finds_beside_the_named_ones_are_purged_by_the_next_snapshot(store: Any) -> None:
+    """A cold read gets every chunk under the thread's messages and the run's calls. Chunks there
+    that the entry does not name (a run's first snapshot does not know the spans its thread's
+    earlier runs merged; a writer stopped between its chunks and its entry) would be read along
+    on every cold resume: the next snapshot of the run purges them."""
+    kv = await KVSnapshotStore.open(store.nc)
+    run_id, call, entropy = await long_run(store, kv, "chunk-x", 20)
+    left = [message_chunks_prefix("chunk-x") + "0" * 32, call_chunks_prefix("chunk-x", run_id) + "1" * 32]
+    for key in left:
+        await kv.put(key, b"left behind")
+    _, commits_read = await cycle(store, kv, entropy, run_id, call, 20, cold_cache=True)
+    assert commits_read == 0  # what it does not name changes nothing for the resume
+    entry = decode_snapshot(await kv.get(run_id))
+    assert entry is not None
+    _, under = await kv.get_with_prefixes(run_id, [message_chunks_prefix("chunk-x"), call_chunks_prefix("chunk-x", run_id)])
+    assert sorted(under) == sorted(chunk_keys(entry).values())
 
 
 async def test_a_cold_resume_decodes_the_finished_calls_only_when_the_run_view_is_read(store: Any) -> None:
@@ -159,7 +194,7 @@ async def test_a_run_of_large_messages_keeps_its_snapshot_within_the_servers_max
     run_id, call, entropy = await long_run(store, kv, "chunk-big", 20, text=text, cold_cache=True)
     entry = decode_snapshot(await kv.get(run_id))
     assert entry is not None and entry.seq == await store.thread_version("chunk-big")
-    sizes = [len(await kv.get(chunk_key("chunk-big", d)) or b"") for d in entry.chunks]
+    sizes = [len(await kv.get(key) or b"") for key in chunk_keys(entry).values()]
     assert sizes and 0 < max(sizes) < store.max_payload and len(encode_snapshot(entry)) < store.max_payload
     _, commits_read = await cycle(store, kv, entropy, run_id, call, 20, cold_cache=True, text=text)
     assert commits_read == 0  # resumed from the snapshot, not from the log
@@ -184,7 +219,7 @@ async def test_a_missing_chunk_is_a_miss_and_the_log_is_folded(store: Any) -> No
     # a chunk of call views, the same
     entry = decode_snapshot(await kv.get(run_id))
     assert entry is not None and entry.call_chunks
-    await js.purge_stream(f"KV_{kv.bucket}", subject=f"$KV.{kv.bucket}.{chunk_key('chunk-m', entry.call_chunks[-1])}")
+    await js.purge_stream(f"KV_{kv.bucket}", subject=f"$KV.{kv.bucket}.{chunk_keys(entry)[entry.call_chunks[-1]]}")
     _, commits_read = await cycle(store, kv, entropy, run_id, call, 22, cold_cache=True)
     assert commits_read > 0
 
@@ -217,9 +252,9 @@ async def test_deleting_a_thread_deletes_its_snapshots(store: Any) -> None:
         await runner.wait_for(version + 1)
         await asyncio.wait_for(writer.deleted.wait(), 5.0)
     assert await kv.get(run_id) is None
-    assert [await kv.get(chunk_key("chunk-d", d)) for d in entry.chunks] == [None] * len(entry.chunks)
+    assert [await kv.get(key) for key in chunk_keys(entry).values()] == [None] * len(entry.chunks)
     kept = decode_snapshot(await kv.get(keep_id))
-    assert kept is not None and all([await kv.get(chunk_key("chunk-k", d)) for d in kept.chunks])
+    assert kept is not None and all([await kv.get(key) for key in chunk_keys(kept).values()])
 
 
 async def test_get_many_answers_each_key_in_one_batched_get(store: Any) -> None:

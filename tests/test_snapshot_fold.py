@@ -54,6 +54,7 @@ from agentlog.runtime.snapshot import (
     MemorySnapshotStore,
     RunSnapshot,
     chunk_key,
+    chunk_keys,
     chunk_spans,
     decode_chunk,
     decode_snapshot,
@@ -121,7 +122,8 @@ def _round_trip(entry: RunSnapshot, chunks: dict[str, bytes], cache: ChunkCache)
     restored = decode_snapshot(encode_snapshot(entry))
     assert restored is not None and restored == entry
     store = MemorySnapshotStore()
-    store.entries = {chunk_key(entry.ctx.thread_id, d): data for d, data in chunks.items()}
+    keys = chunk_keys(entry)
+    store.entries = {keys[d]: data for d, data in chunks.items() if d in keys}
     loaded = asyncio.run(load_chunks(store, restored, cache))
     assert loaded is not None
     return loaded
@@ -186,7 +188,7 @@ def test_snapshot_of_a_prefix_plus_the_rest_folds_to_the_whole(raw: list[Any], d
     # messages and finished calls since then fill new ones
     again, new = make_snapshot(seq=history[-1].seq, agent_id="a", ctx=loaded.ctx, run=folder.view(),
                                known=loaded.chunks, chunk_size=chunk_size, cache=writer_cache, max_bytes=max_bytes)
-    assert not set(new) & loaded.chunks  # what the store has is not written again
+    assert not set(new) & loaded.chunks.keys()  # what the store has is not written again
     final = _round_trip(again, {**chunks, **new}, ChunkCache())
     assert final.ctx == whole_ctx and final.run_view() == whole_run
 
@@ -220,7 +222,8 @@ def test_chunks_whose_bytes_do_not_match_their_digest_are_a_miss() -> None:
     assert decode_chunk(b"c", first, chunks[first]) is None  # right bytes, other kind
     assert decode_chunk(b"m", first, b"\xc1") is None
     assert [m.id for m in decode_chunk(b"m", first, chunks[first])] == ["m0", "m1"]
-    assert chunk_key(THREAD, first) == f"c.{THREAD}.{first}"
+    assert chunk_key(THREAD, first) == f"c.{THREAD}.m.{first}"  # a thread's message chunks, by digest
+    assert chunk_key(THREAD, first, RUN) == f"c.{THREAD}.c.{RUN}.{first}"  # a run's call chunks
 
 
 def test_a_call_chunk_is_checked_when_read_though_its_views_are_decoded_later() -> None:
@@ -233,12 +236,12 @@ def test_a_call_chunk_is_checked_when_read_though_its_views_are_decoded_later() 
                                   cache=ChunkCache())
     assert len(entry.call_chunks) == 2
     store = MemorySnapshotStore()
-    store.entries = {chunk_key(THREAD, d): data for d, data in chunks.items()}
+    store.entries = {chunk_keys(entry)[d]: data for d, data in chunks.items()}
     loaded = asyncio.run(load_chunks(store, entry, ChunkCache()))
     assert loaded is not None and loaded.call_ids == list(calls)
     assert loaded.run_view().calls == calls
     first = entry.call_chunks[0]
-    store.entries[chunk_key(THREAD, first)] = chunks[first][:-1] + bytes([chunks[first][-1] ^ 1])
+    store.entries[chunk_keys(entry)[first]] = chunks[first][:-1] + bytes([chunks[first][-1] ^ 1])
     assert asyncio.run(load_chunks(store, entry, ChunkCache())) is None
 
 
@@ -255,7 +258,7 @@ def test_decide_reads_the_snapshots_call_ids_only_for_a_decision_whose_call_is_n
         **calls, "s": CallView(call_id="s", status="suspended")}), chunk_size=2, cache=ChunkCache())
     assert len(entry.call_chunks) == 2
     store = MemorySnapshotStore()
-    store.entries = {chunk_key(THREAD, d): data for d, data in chunks.items()}
+    store.entries = {chunk_keys(entry)[d]: data for d, data in chunks.items()}
     loaded = asyncio.run(load_chunks(store, entry, ChunkCache()))
     assert loaded is not None
     snap = _Loaded(THREAD, None, loaded.ctx, 3, [], snapshot=loaded)  # type: ignore[arg-type]

@@ -182,9 +182,10 @@ class RunHandle:
         self._done = False
         self._task: asyncio.Task[RunContext] | None = None
         self._loop: RunLoop | None = None
-        #: The snapshot chunks already in the store (those of the snapshot this handle resumed
-        #: from): the run's next snapshot does not write them again.
-        self.stored_chunks: frozenset[str] = frozenset()
+        #: The snapshot chunks already in the store (digest -> key: those of the snapshot this
+        #: handle resumed from): the run's next snapshot does not write them again, and purges
+        #: those it no longer names.
+        self.stored_chunks: Mapping[str, str] = {}
 
     def request_cancel(self) -> bool:
         """Signal the run's loop in this process to cancel, without appending anything (the
@@ -503,15 +504,19 @@ class Runtime:
         store = self.snapshots
         if store is None:  # callers check first
             return None
-        entry = await read_entry(store, run_id, thread_id)
-        if entry is None or entry.agent_id not in self.agents:
+        read = await read_entry(store, run_id, thread_id)
+        if read is None or read[0].agent_id not in self.agents:
             return None
+        entry, prefetched = read
 
         async def read_tail() -> list[StoredCommit]:
             return [sc async for sc in self.store.read_thread(entry.ctx.thread_id, after=entry.seq)]
 
-        # the chunks (those not cached) and the tail after the entry's seq in one round trip
-        snap, tail = await asyncio.gather(load_chunks(store, entry), read_tail())
+        # the tail after the entry's seq, and meanwhile the chunks: checked and decoded from what
+        # a cold read fetched with the entry (CPU work, done while the tail's read is out: so the
+        # tail's read is sent first), taken from this process's cache, or (a warm read that
+        # misses some) fetched in the same round trip as the tail
+        tail, snap = await asyncio.gather(read_tail(), load_chunks(store, entry, prefetched=prefetched))
         if snap is None:
             return None
         ctx = snap.ctx
@@ -528,10 +533,10 @@ class Runtime:
             raise ValueError("write_snapshot needs Runtime(snapshots=...)")
         validate_run_id(run_id)
         loaded = await self._load_from_run_snapshot(run_id, thread_id) or await self._load_folded(run_id, thread_id)
+        known = loaded.snapshot.chunks if loaded.snapshot else {}
         snap, chunks = make_snapshot(seq=loaded.version, agent_id=loaded.spec.id, ctx=loaded.ctx,
-                                     run=self._handle_for(loaded).view(),
-                                     known=loaded.snapshot.chunks if loaded.snapshot else frozenset())
-        await save_snapshot(self.snapshots, snap, chunks)
+                                     run=self._handle_for(loaded).view(), known=known)
+        await save_snapshot(self.snapshots, snap, chunks, replaced=known)
         return snap
 
     def _save_run_snapshot(self, loop: RunLoop, handle: RunHandle) -> None:
@@ -547,7 +552,7 @@ class Runtime:
         self._snapshot_writes.add(task)
         task.add_done_callback(self._snapshot_writes.discard)
 
-    async def _write_snapshot_later(self, loop: RunLoop, view_of: Callable[[], RunView], known: frozenset[str]) -> None:
+    async def _write_snapshot_later(self, loop: RunLoop, view_of: Callable[[], RunView], known: Mapping[str, str]) -> None:
         snapshots = self.snapshots
         if snapshots is None:  # the caller checks first
             return
@@ -558,7 +563,7 @@ class Runtime:
             await asyncio.sleep(0)
         snap, chunks = make_snapshot(seq=loop.version, agent_id=loop.spec.id, ctx=loop.ctx, run=view_of(),
                                      known=known)
-        await save_snapshot(snapshots, snap, chunks)
+        await save_snapshot(snapshots, snap, chunks, replaced=known)
 
     async def flush_snapshots(self) -> None:
         """Wait for the snapshot writes in flight (tests, benchmarks, shutdown)."""
