@@ -16,16 +16,17 @@ for three ways of loading the run:
              thread's tail; the entry's chunks (messages, finished calls) come from this
              process's chunk cache, as on a worker that ran or resumed the run before;
 - snapshots_cold: the same with the chunk cache emptied first (a worker process that never saw
-             the run: the chunks are fetched, concurrently, and decoded).
+             the run: the entry and its chunks are read in one batched get, then the tail).
 
 Before each sample the view / snapshot is made current (untimed), as a caught-up projection
 runner or the previous cycle's worker would have left it. Modes are interleaved per sample, so
 all see the same machine load. Each sample moves its run on by one cycle (4 commits): every mode
-has its own long run (222 cycles plus one per sample before it: the JSON's `long_commits_end`,
-`long_messages_end` say where it ended), and every short sample decides a new run of exactly 2
-cycles (built untimed). (Until this was changed, one short and one long run took all modes'
-samples in turn: "short" ended 61 cycles long in `--quick`, 182 in a default run, which
-flattered `long_over_short`.)
+has its own long runs, one per 15 samples (`long_runs_per_mode`), taken in turn, so each ends at
+most 15 cycles past 222 (the JSON's `long_commits_end`, `long_messages_end`: the first of them),
+and every short sample decides a new run of exactly 2 cycles (built untimed). (Until this was
+changed, one short and one long run took all modes' samples in turn: "short" ended 61 cycles
+long in `--quick`, 182 in a default run, which flattered `long_over_short`; and with one long
+run per mode, more samples meant a longer "long" run.)
 
 Besides wall time, each sample's client CPU (`time.thread_time()` of the timed region: the
 runtime's own work, without the waits for the server or for a core) is reported (`*_cpu_p50_ms`,
@@ -194,9 +195,13 @@ async def main() -> None:
     rounds, per_round = (5, 9) if args.quick else (7, 15)
     rounds, per_round = args.rounds or rounds, args.per_round or per_round
     samples = rounds * per_round
+    #: Cycles a long run may grow by in the samples (each sample moves the run it decides on by
+    #: one): with one long run per mode, 105 samples ended it at 327 cycles, 656 messages.
+    growth = 15
+    long_runs = -(-samples // growth)
     console = Console()
     figures: dict[str, Any] = {"bench": "resume", "quick": args.quick, "samples": samples, "rounds": rounds,
-                               "short_cycles": SHORT, "long_cycles": LONG}
+                               "short_cycles": SHORT, "long_cycles": LONG, "long_runs_per_mode": long_runs}
     #: (history, mode) -> one list of latencies per round
     lat: dict[tuple[str, str], list[list[float]]] = {(h, m): [[] for _ in range(rounds)]
                                                      for h in ("short", "long") for m in MODES}
@@ -221,12 +226,18 @@ async def main() -> None:
                     return (len(log), sum(len(sc.commit.events) for sc in log),
                             sum(1 for sc in log for e in sc.commit.events if type(e).__name__ == "MessageAppended"))
 
-                # one long run per mode (each sample moves it on by one cycle); the short run is a
-                # new one of SHORT cycles for every sample (untimed), so it stays that short
-                for name, cycles in (("warm", 2), *((f"long-{m}", LONG) for m in MODES)):
-                    run_id, call = await build(store, snaps, f"bench-{name}", cycles)
-                    runs[name] = [f"bench-{name}", run_id, call]
-                shape["long"] = await shape_of(f"bench-long-{MODES[0]}")
+                # long runs per mode, taken in turn: each sample moves one on by a cycle, so each
+                # ends at most GROWTH cycles past LONG; the short run is a new one of SHORT cycles
+                # for every sample (untimed), so it stays that short
+                t_build = time.perf_counter()
+                run_id, call = await build(store, snaps, "bench-warm", 2)
+                runs["warm"] = ["bench-warm", run_id, call]
+                for k in range(long_runs):
+                    for m in MODES:
+                        run_id, call = await build(store, snaps, f"bench-long{k}-{m}", LONG)
+                        runs[f"long{k}-{m}"] = [f"bench-long{k}-{m}", run_id, call]
+                figures["build_s"] = round(time.perf_counter() - t_build, 1)
+                shape["long"] = await shape_of(f"bench-long0-{MODES[0]}")
                 n = 1000
                 for mode in MODES:  # warm-up: code paths, buckets
                     thread_id, run_id, call = runs["warm"]
@@ -239,16 +250,15 @@ async def main() -> None:
                         runs[f"short-{mode}"] = [short, run_id, call]
                         if "short" not in shape:
                             shape["short"] = await shape_of(short)
-                        for history in ("short", "long"):
-                            thread_id, run_id, call = runs[f"{history}-{mode}"]
-                            ms, cp, runs[f"{history}-{mode}"][2] = await cold_sample(
-                                server.url, mode, thread_id, run_id, call, n)
+                        for history, run in (("short", f"short-{mode}"), ("long", f"long{i % long_runs}-{mode}")):
+                            thread_id, run_id, call = runs[run]
+                            ms, cp, runs[run][2] = await cold_sample(server.url, mode, thread_id, run_id, call, n)
                             lat[(history, mode)][i // per_round].append(ms)
                             cpu[(history, mode)].append(cp)
                             flat[(history, mode)].append(ms)
                             n += 1
                 shape["short_end"] = await shape_of(f"bench-short-{MODES[0]}-0")
-                shape["long_end"] = await shape_of(f"bench-long-{MODES[0]}")
+                shape["long_end"] = await shape_of(f"bench-long0-{MODES[0]}")
                 result_calls = 50 if args.quick else 200
                 res_short = await result_p50(store, 2, result_calls)
                 res_long = await result_p50(store, 230, result_calls)
