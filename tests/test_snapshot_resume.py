@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from agentlog.log.errors import InvalidId
 from agentlog.log.events import Position, StoredCommit
 from agentlog.log.memory import MemoryEventStore
 from agentlog.runtime import (
@@ -175,6 +176,46 @@ async def test_decision_errors_and_duplicates_on_the_snapshot_path(store: Any) -
     with pytest.raises(CallNotSuspended):
         await rt.decide(run_id, [{"target_id": "ask0", "decision_id": "dy", "action": "resume"}])
     assert [sc async for sc in store.read_run(run_id)] == logged  # nothing written
+
+
+class ReadsRecorded:
+    """The real snapshot store, recording every read (what a bad id must never reach)."""
+
+    def __init__(self, inner: KVSnapshotStore) -> None:
+        self.inner = inner
+        self.reads: list[str] = []
+
+    async def get(self, key: str) -> bytes | None:
+        self.reads.append(key)
+        return await self.inner.get(key)
+
+    async def get_with_prefixes(self, key: str, prefixes: list[str]) -> tuple[bytes | None, dict[str, bytes]]:
+        self.reads += [key, *prefixes]
+        return await self.inner.get_with_prefixes(key, prefixes)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("thread_id", ["*", "snap-b.>", "a b", ""])
+async def test_a_bad_thread_id_is_refused_before_any_read(store: Any, thread_id: str) -> None:
+    """A cold resume's first read puts the thread id into subject wildcards: `*` there read the
+    message chunks of every thread (dropped then, as the entry's thread did not match, but read).
+    A bad thread id is now `InvalidId` before anything is read or written."""
+    snaps = await KVSnapshotStore.open(store.nc)
+    await drive(store, "snap-b", "b", ["snap"], snaps)
+    logged = [sc async for sc in store.read_thread("snap-b")]
+    recorded = ReadsRecorded(snaps)
+    rt = app(store, DeterministicEntropy(prefix="b2"), recorded)
+    for attempt in (
+        rt.decide("snap-b-run", [{"target_id": "ask1", "decision_id": "dz", "action": "resume"}], thread_id=thread_id),
+        rt.resume("snap-b-run", thread_id=thread_id),
+        rt.write_snapshot("snap-b-run", thread_id=thread_id),
+    ):
+        with pytest.raises(InvalidId):
+            await attempt
+    assert recorded.reads == []
+    assert [sc async for sc in store.read_thread("snap-b")] == logged  # nothing written
 
 
 async def test_snapshot_bucket_is_created_idempotently(store: Any) -> None:

@@ -473,7 +473,11 @@ class Runtime:
         messages the snapshot covers are not in a view: the loop loads them concurrently and
         awaits them only before it reads them (next inference, plugin hooks), so a replayed
         tool starts without them. A missing or lagging snapshot only lengthens the tail.
+
+        `thread_id` is checked first: the snapshot read puts it into subject wildcards.
         """
+        if thread_id is not None:
+            validate_id(thread_id, "thread_id")
         if self.snapshots is not None and use_snapshot:
             loaded = await self._load_from_run_snapshot(run_id, thread_id)
             if loaded is not None:
@@ -532,6 +536,8 @@ class Runtime:
         if self.snapshots is None:
             raise ValueError("write_snapshot needs Runtime(snapshots=...)")
         validate_run_id(run_id)
+        if thread_id is not None:
+            validate_id(thread_id, "thread_id")
         loaded = await self._load_from_run_snapshot(run_id, thread_id) or await self._load_folded(run_id, thread_id)
         known = loaded.snapshot.chunks if loaded.snapshot else {}
         snap, chunks = make_snapshot(seq=loaded.version, agent_id=loaded.spec.id, ctx=loaded.ctx,
