@@ -816,31 +816,25 @@ async def fetch_chunks(store: SnapshotStore, entry: RunSnapshot, cache: ChunkCac
     values: dict[str, ChunkValue] = {}
     wanted = [(kind, d) for kind, ds in ((_MESSAGES, entry.message_chunks), (_CALLS, entry.call_chunks)) for d in ds]
     run_id, thread = entry.ctx.run_id, entry.ctx.thread_id
-    missing = []
+    raws: dict[tuple[bytes, str], bytes | None] = {}
     for kind, digest in wanted:
         value = cache.get(digest)
-        if value is not None:
-            values[digest] = value
-            continue
-        raw = prefetched.get(keys[digest])
-        if raw is None:
-            missing.append((kind, digest))
-        elif chunk_matches(kind, digest, raw):
-            values[digest] = bytes(raw)
+        if value is None:
+            raws[(kind, digest)] = prefetched.get(keys[digest])
         else:
-            _log.info("snapshot.chunk_unusable", run_id=run_id, thread_id=thread, chunk=digest)
-            return None
+            values[digest] = value
+    missing = [chunk for chunk, raw in raws.items() if raw is None]
     if missing:
         try:
-            fetched = await store.get_many([keys[d] for _, d in missing])
+            raws.update(zip(missing, await store.get_many([keys[d] for _, d in missing]), strict=True))
         except Exception as exc:  # noqa: BLE001
             _log.warning("snapshot.chunk_get_failed", run_id=run_id, thread_id=thread, error=str(exc))
             return None
-        for (kind, digest), raw in zip(missing, fetched, strict=True):
-            if raw is None or not chunk_matches(kind, digest, raw):
-                _log.info("snapshot.chunk_unusable", run_id=run_id, thread_id=thread, chunk=digest)
-                return None
-            values[digest] = bytes(raw)
+    for (kind, digest), raw in raws.items():
+        if raw is None or not chunk_matches(kind, digest, raw):
+            _log.info("snapshot.chunk_unusable", run_id=run_id, thread_id=thread, chunk=digest)
+            return None
+        values[digest] = bytes(raw)
     cache.note_thread(thread)
     return values
 
