@@ -88,6 +88,12 @@ async def test_nats_stopped_gives_503(nats_server) -> None:
         await api.synced(created["seq"])
         nats_server.stop()
         try:
+            # The client learns of the stop from its read loop a moment later (a fresh clone's
+            # run once asked before that: 503 already, its lag probe failing, but the socket
+            # still reported connected). Wait for that, bounded, then ask.
+            async with asyncio.timeout(10):
+                while api.store.nc.is_connected:
+                    await asyncio.sleep(0.01)
             health = await body(await c.get("/health"), 503)
             assert health["status"] == "unavailable" and health["nats"]["connected"] is False
             assert (await c.get("/health/live")).status == 200
