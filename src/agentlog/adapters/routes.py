@@ -165,20 +165,27 @@ async def aisdk_messages(request: web.Request) -> web.Response:
 # -- agents --------------------------------------------------------------------------------------
 
 
-def agent_catalog(runtime_or_dispatcher: Any) -> list[dict[str, Any]]:
-    """The agents this gateway can run, for clients choosing `{agent_id}`: from the runtime when
-    it runs here (ids, descriptions, tools with their JSON Schemas), else only the ids a
-    work-queue dispatcher knows from the app (tools unknown here: `null`)."""
-    runtime = getattr(runtime_or_dispatcher, "runtime", runtime_or_dispatcher)
+#: The catalog of the app this gateway serves, set by the server assembly (`agentlog.cli.server`)
+#: whenever it knows the app (always in `serve`, with `--app` in `gateway`): the dispatcher of a
+#: deployment is the work queue, which knows agent ids only.
+AGENT_CATALOG = web.AppKey("agentlog.agent_catalog", list)
+
+
+def agent_catalog(app_or_runtime: Any) -> list[dict[str, Any]]:
+    """The agents an app (a `Runtime`, an `App`, or a dispatcher holding one) runs, for clients
+    choosing `{agent_id}`: ids, descriptions, tools with their JSON Schemas. A work-queue
+    dispatcher without the app knows only the ids (tools unknown here: `null`)."""
+    runtime = getattr(app_or_runtime, "runtime", app_or_runtime)
     agents = getattr(runtime, "agents", None)
     tools = getattr(runtime, "tools", None)
     if agents is None:
         return []
     if tools is None:  # QueueDispatcher: a set of ids
         return [{"id": a, "description": "", "tools": None} for a in sorted(agents)]
+    by_name = {t.spec.name: t.spec for t in tools}  # a ToolRegistry or an App's list of tools
     out = []
     for spec in agents:
-        specs = [tools.get(n).spec for n in spec.tools if tools.get(n) is not None]
+        specs = [by_name[n] for n in spec.tools if n in by_name]
         out.append({"id": spec.id, "description": spec.description,
                     "tools": [{"name": t.name, "description": t.description, "parameters": t.parameters}
                               for t in specs]})
@@ -186,7 +193,8 @@ def agent_catalog(runtime_or_dispatcher: Any) -> list[dict[str, Any]]:
 
 
 async def list_agents(request: web.Request) -> web.Response:
-    return reply({"agents": agent_catalog(services(request).runtime)})
+    catalog = request.app.get(AGENT_CATALOG)
+    return reply({"agents": catalog if catalog is not None else agent_catalog(services(request).runtime)})
 
 
 _AGENTS = {"type": "object", "properties": {"agents": {"type": "array", "items": {
@@ -218,4 +226,4 @@ ROUTES: list[Route] = [
           "ai-sdk", response=_MESSAGES, errors=(404,)),
 ]
 
-__all__ = ["ROUTES"]
+__all__ = ["AGENT_CATALOG", "ROUTES", "agent_catalog"]

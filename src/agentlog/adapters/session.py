@@ -41,7 +41,16 @@ from agentlog.views.timetravel import messages_at, state_at
 from agentlog.views.views import RunView, ThreadView
 
 from . import agui, aisdk
-from .common import AdapterInputError, Decision, ResumeError, decision_id, error_text, needs_approval
+from .common import (
+    AdapterInputError,
+    Decision,
+    MissingToolResult,
+    ResumeError,
+    decision_id,
+    error_text,
+    is_frontend_ticket,
+    needs_approval,
+)
 from .source import RunSource
 
 
@@ -180,6 +189,20 @@ def _tool_result_decisions(req: agui.AguiRunRequest, open_ids: set[str]) -> list
     return out
 
 
+def _check_tool_results(waiting: RunView, decisions: list[Decision]) -> None:
+    """A run that waits only on frontend tool calls ended its AG-UI run with
+    `pendingToolCallIds`, not interrupts: a request that does not answer them is refused
+    naming those calls and the `role: tool` answer they need (`MissingToolResult`)."""
+    answered = {d["target_id"] for d in decisions}
+    pending = sorted(c.call_id for c in waiting.calls.values()
+                     if c.status == "suspended" and is_frontend_ticket(c.ticket) and c.call_id not in answered)
+    if pending:
+        raise MissingToolResult(
+            f"the run waits for the client's result of frontend tool call(s) {', '.join(pending)} "
+            "(pendingToolCallIds): send each as a role: tool message with its toolCallId before new input",
+            pending)
+
+
 async def agui_events(backend: Backend, agent_id: str, req: agui.AguiRunRequest, who: Any = None,
                       ) -> AsyncGenerator[Any, None]:
     """Steps 2-4 for a parsed `RunAgentInput`: yields `ag_ui.core` events, ending with
@@ -198,6 +221,7 @@ async def agui_events(backend: Backend, agent_id: str, req: agui.AguiRunRequest,
             decisions = list(req.decisions) + [
                 d for d in _tool_result_decisions(req, open_ids)
                 if d["target_id"] not in {x["target_id"] for x in req.decisions}]
+            _check_tool_results(waiting, decisions)
             agui.check_resume(decisions, sorted(open_ids))
             if req.messages:
                 raise AdapterInputError("send new messages after the resumed run has finished "

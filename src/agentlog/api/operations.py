@@ -34,6 +34,8 @@ from . import threads
 from .auth import Principal
 from .context import (
     Services,
+    current_run,
+    current_thread,
     get_thread_view,
     thread_from_log,
     visible_run,
@@ -128,6 +130,10 @@ async def cancel_run(svc: Services, who: Principal, dispatcher: Dispatcher, run_
 
 
 async def get_run(svc: Services, who: Principal, run_id: str, q: GetViewQuery) -> Any:
+    """With `min_seq`: the views once they include it. Without: at least the run's thread's
+    last commit (`current_run`), so a read right after a write shows it."""
+    if q.min_seq is None:
+        return await current_run(svc, who, run_id)
     await wait_min_seq(svc, q.min_seq)
     return await visible_run(svc, who, run_id)
 
@@ -160,6 +166,9 @@ async def create_thread(svc: Services, who: Principal, body: CreateThread) -> di
 
 
 async def get_thread(svc: Services, who: Principal, thread_id: str, q: GetViewQuery) -> Any:
+    """Like `get_run`: without `min_seq`, at least the thread's last commit (`current_thread`)."""
+    if q.min_seq is None:
+        return await current_thread(svc, who, thread_id)
     await wait_min_seq(svc, q.min_seq)
     return await visible_thread(svc, who, thread_id)
 

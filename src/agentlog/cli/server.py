@@ -172,6 +172,8 @@ class Server:
         self.dispatcher: Any = None
         #: The app's agents (id -> AgentSpec) when known here (the A2A server's cards).
         self.agent_specs: dict[str, Any] = {}
+        #: `GET /v1/agents` when the app is known here (ids, descriptions, tools).
+        self.agent_catalog: list[dict[str, Any]] | None = None
         self.worker: Any = None
         #: The worker role's /metrics server and the OTLP tracer provider (`agentlog.runtime.telemetry`).
         self.metrics_runner: Any = None
@@ -297,8 +299,11 @@ class Server:
         self.parts.append("dispatch:queue")
         if self.runtime is not None:
             self.agent_specs = {spec.id: spec for spec in self.runtime.agents}
+            self.agent_catalog = adapter_routes.agent_catalog(self.runtime)
         elif self.config.app is not None or self.config.app_spec:
-            self.agent_specs = {spec.id: spec for spec in resolve_app(source, self.store).agents}
+            resolved = resolve_app(source, self.store)
+            self.agent_specs = {spec.id: spec for spec in resolved.agents}
+            self.agent_catalog = adapter_routes.agent_catalog(resolved)
         agents = list(self.agent_specs) if self.agent_specs else None
         return dispatch.QueueDispatcher(self.store.nc, self.store, agents=agents)
 
@@ -323,6 +328,8 @@ class Server:
                               runtime=self.dispatcher if self.dispatcher is not None else self.runtime,
                               extra_routes=self._routes(), settings=self.config.settings or Settings())
         self.app[SERVER] = self
+        if self.agent_catalog is not None:
+            self.app[adapter_routes.AGENT_CATALOG] = self.agent_catalog
         if self.runtime is not None:  # `POST /v1/runs/{id}/verify` replays with the worker's app
             from agentlog.http.inspector import REPLAY_APP
 
