@@ -105,6 +105,18 @@ const agui = {
     await lost.runAgent({ runId: uid("r"), resume });
     return lost;
   },
+  "agui-resume-sent-twice": async () => {
+    // the client saw the first answer and sends the same resume again (a retried request):
+    // the replay must not hand it a second copy of what it already holds
+    const a = agent(SEQ, uid("t"));
+    user(a, "log: append x after approval");
+    await a.runAgent({ runId: uid("r") });
+    if (a.pendingInterrupts.length !== 1) throw new Error("expected one interrupt");
+    const resume = resumeAll(a, "resolved", { approved: true });
+    await a.runAgent({ runId: uid("r"), resume });
+    await a.runAgent({ runId: uid("r"), resume });
+    return a;
+  },
   "agui-two-interrupts": async () => {
     const a = agent(PAR, uid("t"));
     user(a, "two: do a and b");

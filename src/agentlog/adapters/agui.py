@@ -197,6 +197,14 @@ class AguiTranslator:
         self._live_calls: dict[tuple[int, int], _Call] = {}   # (step, index) -> streamed call
         self._calls: dict[str, tuple[str, Any]] = {}          # call id -> (name, arguments)
         self._announced: set[str] = set()        # call ids whose committed message was translated
+        # Message and tool call ids the client already holds (the request's `messages`): a
+        # retried resume replays a run the client may have seen, and the official client
+        # appends a TOOL_CALL_RESULT / TEXT_MESSAGE_CONTENT / TOOL_CALL_ARGS for an id it has
+        # (a second tool message under one id, doubled text), which no snapshot repairs.
+        self._client_has: set[str] = set()
+        for held in (input.messages if input is not None else ()):
+            self._client_has.add(held.id)
+            self._client_has.update(c.id for c in getattr(held, "tool_calls", None) or ())
         self._ended: set[str] = set()            # text message ids whose TEXT_MESSAGE_END was sent
         self._tickets: dict[str, SuspendTicket] = {}
         self._progress: set[str] = set()
@@ -259,7 +267,7 @@ class AguiTranslator:
             if not isinstance(text, str) or not text:
                 return []
             mid = live_message_id(p, self.run_id, step)
-            if mid in self._ended:
+            if mid in self._ended or mid in self._client_has:
                 return []  # a message is started once; the commit and the snapshot carry the rest
             out += self._open_step(step)
             if self._text is None or self._text.message_id != mid:
@@ -278,7 +286,7 @@ class AguiTranslator:
                 call_id, name = p.get("call_id"), p.get("name")
                 if not isinstance(call_id, str) or not isinstance(name, str):
                     return out  # cannot open a call without its id and name; the commit will
-                if self._live_call(call_id) is not None or call_id in self._announced:
+                if self._live_call(call_id) is not None or call_id in self._announced | self._client_has:
                     return out  # a call is started once, whichever way it was first seen
                 call = _Call(call_id, name)
                 self._live_calls[(step, index)] = call
@@ -374,6 +382,9 @@ class AguiTranslator:
         self.messages.append(m)
         if m.visibility != "all":
             return []
+        if m.id in self._client_has:  # the client has it: only the snapshots carry it
+            self._announced.update(c.id for c in m.tool_calls or ())
+            return self._close_calls() if m.role == "assistant" else []
         out: list[Any] = []
         if m.role == "assistant":
             out += self._committed_text(m)
