@@ -23,13 +23,12 @@ import os
 import pathlib
 import shutil
 from collections.abc import Iterator
-from typing import Any
 
 import aiohttp
 import pytest
+from topology import TOPOLOGIES, Deployment, deploy
 
 from protocol_verify.reducers import normalise_agui, normalise_aisdk
-from topology import TOPOLOGIES, Deployment, deploy
 
 JS = pathlib.Path(__file__).resolve().parent / "js"
 
