@@ -175,7 +175,8 @@ def agent_catalog(app_or_runtime: Any) -> list[dict[str, Any]]:
     """The agents an app (a `Runtime`, an `App`, or a dispatcher holding one) runs, for clients
     choosing `{agent_id}`: ids, descriptions, tools with their JSON Schemas. A work-queue
     dispatcher without the app knows only the ids (tools unknown here: `null`)."""
-    runtime = getattr(app_or_runtime, "runtime", app_or_runtime)
+    # an InProcessDispatcher holds its Runtime as `.runtime` (an App's `runtime` is a method)
+    runtime = app_or_runtime if hasattr(app_or_runtime, "agents") else getattr(app_or_runtime, "runtime", None)
     agents = getattr(runtime, "agents", None)
     tools = getattr(runtime, "tools", None)
     if agents is None:
