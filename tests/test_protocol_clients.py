@@ -22,21 +22,14 @@ import json
 import os
 import pathlib
 import shutil
-from collections.abc import Iterator
 
 import aiohttp
 import pytest
-from topology import TOPOLOGIES, Deployment, deploy
+from topology import Deployment
 
 from protocol_verify.reducers import normalise_agui, normalise_aisdk
 
 JS = pathlib.Path(__file__).resolve().parent / "js"
-
-
-@pytest.fixture(scope="module", params=TOPOLOGIES)
-def deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    with deploy(request.param, tmp_path_factory.mktemp(f"clients-{request.param}"), app="protocol_app:app") as d:
-        yield d
 
 
 def _node_ready() -> str | None:
@@ -62,12 +55,12 @@ async def _npm_ci() -> None:
 _NETWORK_ERRORS = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "ENETUNREACH")
 
 
-async def test_official_clients_end_in_the_servers_state(deployment: Deployment) -> None:
+async def test_official_clients_end_in_the_servers_state(protocol_deployment: Deployment) -> None:
     why = _node_ready()
     if why is not None:
         pytest.skip(why)
     await _npm_ci()
-    base = deployment.http_url
+    base = protocol_deployment.http_url
     assert base.startswith("http://127.0.0.1:")
     proc = await asyncio.create_subprocess_exec(
         "node", str(JS / "clients.mjs"), base, cwd=JS, stdout=asyncio.subprocess.PIPE,

@@ -7,18 +7,19 @@ while the gateway follows the log, so a whole step (and the next one) can reach 
 before the commits it comes after; and the gateway's views are a projection that may not have
 applied the caller's write yet when its reply (202, or the end of a stream) arrives.
 
-One deployment per topology serves the whole module; every test uses its own threads.
+One deployment per topology serves the session (`protocol_deployment`); every test uses its
+own threads.
 """
 
 from __future__ import annotations
 
 import copy
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from topology import TOPOLOGIES, Deployment, deploy
+from topology import Deployment
 
 from protocol_verify.agui import verify_agui_stream
 from protocol_verify.aisdk import parse_ui_sse, verify_ui_stream
@@ -29,15 +30,10 @@ PICK = {"name": "pick_color", "description": "Let the user pick a color",
         "parameters": {"type": "object", "properties": {}}}
 
 
-@pytest.fixture(scope="module", params=TOPOLOGIES)
-def deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    with deploy(request.param, tmp_path_factory.mktemp(f"protocol-{request.param}"), app="protocol_app:app") as d:
-        yield d
-
-
 @pytest.fixture
-async def stack(deployment: Deployment) -> AsyncIterator[Deployed]:
-    async with open_deployed(deployment) as value:
+async def stack(protocol_deployment: Deployment) -> AsyncIterator[Deployed]:
+    """The shared deployment of tests/protocol_app.py, one per topology (conftest.py)."""
+    async with open_deployed(protocol_deployment) as value:
         yield value
 
 
