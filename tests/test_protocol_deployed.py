@@ -110,6 +110,94 @@ async def test_aisdk_makes_one_tool_part_per_call(stack: Deployed, tr: Transport
     assert chat.problems == [] and chat.errors == []
     assert normalise_aisdk(chat.messages) == normalise_aisdk(history)
     assert all(p.get("state") != "input-streaming" for p in chat.messages[-1]["parts"])
+    texts = [p["text"] for p in chat.messages[-1]["parts"] if p["type"] == "text"]
+    assert texts == ["Let me add those numbers", "The sum is three."]
+
+
+async def test_agui_resume_retried_by_a_client_that_lost_the_answer(stack: Deployed) -> None:
+    """The client lost the resume's answer and sends the same resume again: nothing is written,
+    the replay starts from the state as of the decision, so its deltas apply once."""
+    http = TRANSPORTS[0]
+    thread, client = uid("t"), AguiClient()
+    answer = await http.agui(stack, agui_input(thread, client, user("log: x")), agent="sequential")
+    client.apply_all(verify_agui_stream(answer.events))
+    (interrupt,) = client.pending_interrupts
+    lost = copy.deepcopy(client)
+    resume = [{"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": True}}]
+    client.apply_all(verify_agui_stream(
+        (await http.agui(stack, agui_input(thread, client, resume=resume), agent="sequential")).events))
+    seq = await stack.last_seq()
+    lost.apply_all(verify_agui_stream(
+        (await http.agui(stack, agui_input(thread, lost, resume=resume), agent="sequential")).events))
+    assert await stack.last_seq() == seq
+    messages, state, _ = await server_view(stack, thread)
+    for c in (client, lost):
+        assert c.problems == [] and c.state == state == {"log": ["x"]}
+        assert normalise_agui(c.messages) == normalise_agui(messages)
+
+
+@pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)
+async def test_aisdk_error_answer_creates_no_message(stack: Deployed, tr: Transport) -> None:
+    """An approval for no open call: an error answer without `start.messageId` (no phantom
+    assistant message on the client) and nothing written."""
+    thread = uid("c")
+    chat = AiSdkChat([{"id": uid("u"), "role": "user", "parts": [{"type": "text", "text": "text: hi"}]}])
+    chat.receive((await tr.aisdk(stack, {"id": thread, "trigger": "submit-message", "messages": chat.messages},
+                                 agent="open")).events)
+    before = copy.deepcopy(chat.messages)
+    bogus = {"id": uid("a"), "role": "assistant", "parts": [
+        {"type": "tool-echo", "toolCallId": "nope", "state": "approval-responded", "input": {},
+         "approval": {"id": "nope", "approved": True}}]}
+    seq = await stack.last_seq()
+    answer = await tr.aisdk(stack, {"id": thread, "trigger": "submit-message", "messages": [*before, bogus]},
+                            agent="open")
+    assert [p["type"] for p in answer.events][-2:] == ["error", "finish"]
+    assert all(p.get("messageId") is None for p in answer.events if p["type"] == "start")
+    chat.receive(answer.events)
+    assert chat.messages == before and chat.errors
+    assert await stack.last_seq() == seq
+
+
+@pytest.mark.parametrize("approved", [True, False], ids=["approve", "deny"])
+async def test_aisdk_history_keeps_approval_and_denial(stack: Deployed, approved: bool) -> None:
+    http = TRANSPORTS[0]
+    thread = uid("c")
+    chat = AiSdkChat([{"id": uid("u"), "role": "user", "parts": [{"type": "text", "text": "approval: deploy"}]}])
+    chat.receive((await http.aisdk(stack, {"id": thread, "trigger": "submit-message", "messages": chat.messages},
+                                   agent="sequential")).events)
+    (part,) = [p for p in chat.messages[-1]["parts"] if p["type"] == "tool-echo"]
+    assert part["state"] == "approval-requested"
+    part.update(state="approval-responded", approval={**part["approval"], "approved": approved})
+    answer = await http.aisdk(stack, {"id": thread, "trigger": "submit-message", "messages": chat.messages},
+                              agent="sequential")
+    verify_ui_stream(answer.events, known_tool_calls=[part["toolCallId"]])
+    chat.receive(answer.events)
+    _, _, history = await server_view(stack, thread)
+    (kept,) = [p for p in history[-1]["parts"] if p["type"] == "tool-echo"]
+    assert kept["approval"]["id"] == part["toolCallId"] and kept["approval"]["approved"] is approved
+    assert kept["state"] == ("output-available" if approved else "output-denied")
+    assert normalise_aisdk(chat.messages) == normalise_aisdk(history)
+
+
+@pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)
+async def test_aisdk_client_tool_output_answers_a_frontend_tool(stack: Deployed, tr: Transport) -> None:
+    thread = uid("c")
+    chat = AiSdkChat([{"id": uid("u"), "role": "user", "parts": [{"type": "text", "text": "frontend: pick"}]}])
+    chat.receive((await tr.aisdk(stack, {"id": thread, "trigger": "submit-message", "messages": chat.messages},
+                                 agent="open")).events)
+    (part,) = [p for p in chat.messages[-1]["parts"] if p["type"] == "tool-pick_color"]
+    assert part["state"] == "input-available"
+    part.update(state="output-available", output={"color": "blue"})  # what addToolOutput does
+    answer = await tr.aisdk(stack, {"id": thread, "trigger": "submit-message", "messages": chat.messages},
+                            agent="open")
+    assert answer.rejected is None, answer.rejected
+    verify_ui_stream(answer.events, known_tool_calls=[part["toolCallId"]])
+    chat.receive(answer.events)
+    _, _, history = await server_view(stack, thread)
+    assert chat.errors == [] and normalise_aisdk(chat.messages) == normalise_aisdk(history)
+    async with stack.client.get(f"/v1/runs/{chat.messages[-1]['id']}") as resp:
+        view = await resp.json()
+    assert view["status"] == "done" and view["calls"][part["toolCallId"]]["result"] == {"color": "blue"}
 
 
 async def test_agui_resume_sent_again_by_a_client_that_saw_the_answer(stack: Deployed) -> None:
