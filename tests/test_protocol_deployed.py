@@ -328,3 +328,23 @@ async def test_reads_after_a_stream_ends_show_its_writes(stack: Deployed, protoc
         async with stack.client.get(f"/v1/threads/{thread}") as resp:
             view = await resp.json()
         assert view["version"] == head and view["state"] == {"last_sum": 3}
+
+
+async def test_reads_after_an_a2a_stream_ends_show_its_writes(stack: Deployed) -> None:
+    """The same after an A2A `SendStreamingMessage` (task id = run id, context id = thread)."""
+    from test_a2a import client_for, text_message
+
+    base = str(stack.client._base_url).rstrip("/")  # noqa: SLF001 - the deployment's gateway
+    streamer = await client_for(base, "open", streaming=True)
+    for n in range(3):
+        events = [ev async for ev in streamer.send_message(text_message("state: add", mid=uid(f"m{n}")))]
+        task = events[0].task
+        assert events[-1].HasField("status_update")
+        head = await stack.store.thread_version(task.context_id)
+        async with stack.client.get(f"/v1/runs/{task.id}") as resp:
+            run = await resp.json()
+            assert resp.status == 200, run
+        assert run["status"] == "done" and run["last_seq"] == head
+        async with stack.client.get(f"/v1/threads/{task.context_id}") as resp:
+            view = await resp.json()
+        assert view["version"] == head and view["state"] == {"last_sum": 3}
