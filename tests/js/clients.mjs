@@ -27,6 +27,7 @@ const PAR = "parallel_batch_approval";
 const PICK = { name: "pick_color", description: "Let the user pick a color", parameters: { type: "object", properties: {} } };
 const scenarios = {};
 const errors = [];
+let current = ""; // the scenario running (errors name it)
 let counter = 0;
 const uid = (p) => `${p}${++counter}${Date.now().toString(36)}`;
 
@@ -165,7 +166,7 @@ class Chat extends AbstractChat {
         lastAssistantMessageIsCompleteWithApprovalResponses({ messages }) ||
         lastAssistantMessageIsCompleteWithToolCalls({ messages }),
       onToolCall: opts.onToolCall,
-      onError: (e) => errors.push(`${agentId}: ${e.message}`),
+      onError: (e) => errors.push(`${current} (${agentId}): ${e.message}`),
     });
     this.store = state;
   }
@@ -253,6 +254,7 @@ const ai = {
 };
 
 for (const [name, run] of Object.entries(agui)) {
+  current = name;
   try {
     record(name, await run());
   } catch (e) {
@@ -260,6 +262,7 @@ for (const [name, run] of Object.entries(agui)) {
   }
 }
 for (const [name, run] of Object.entries(ai)) {
+  current = name;
   try {
     await recordChat(name, await run());
   } catch (e) {
