@@ -71,7 +71,8 @@ async def test_official_clients_end_in_the_servers_state(protocol_deployment: De
     assert report["errors"] == [], report["errors"]
     expected = {"agui-text", "agui-state", "agui-approve", "agui-deny", "agui-retried-resume",
                 "agui-resume-sent-twice", "agui-two-interrupts", "agui-frontend-tool", "ai-text", "ai-state",
-                "ai-approve", "ai-deny", "ai-partial", "ai-client-tool", "ai-resumed-stream"}
+                "ai-approve", "ai-deny", "ai-partial", "ai-client-tool", "ai-resumed-stream",
+                "ai-resumed-stream-after-a-step"}
     assert set(report["scenarios"]) == expected
     async with aiohttp.ClientSession(base) as http:
         for name, got in report["scenarios"].items():

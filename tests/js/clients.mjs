@@ -251,6 +251,15 @@ const ai = {
     await chat.resumeStream();
     return chat;
   },
+  "ai-resumed-stream-after-a-step": async () => {
+    // a tool step before the approval: the message the client holds when it resumes the stream
+    let chat;
+    chat = new Chat(SEQ, { runId: () => chat.messages.at(-1).id });
+    await chat.sendMessage({ text: "log: append x after approval" });
+    await approveAll(chat, true);
+    await chat.resumeStream();
+    return chat;
+  },
 };
 
 for (const [name, run] of Object.entries(agui)) {
