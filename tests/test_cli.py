@@ -192,6 +192,19 @@ def test_replay_to_stops_timeline_and_shows_state_as_of_it(seeded: Log) -> None:
     assert "termination: none" in text.stdout
 
 
+def test_replay_to_after_the_end_is_the_end_with_a_warning(seeded: Log) -> None:
+    whole = json.loads(cli(seeded, "replay", "r1", "--json").stdout)
+    far = "99999999999999999999:0"  # past any seq (was a KeyError: exit 1, "internal error")
+    result = cli(seeded, "replay", "r1", "--to", far, "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["warning"]["code"] == "position_past_end" and doc["warning"]["requested"] == far
+    assert doc["steps"] == whole["steps"] and doc["state"] == whole["state"] and doc["status"] == whole["status"]
+    assert doc["to"] == doc["warning"]["end"]
+    text = cli(seeded, "replay", "r1", "--to", far)
+    assert text.exit_code == 0 and "warning: event id 99999999999999999999:0" in text.stdout
+
+
 def test_replay_of_a_continuation_shows_its_parent_and_cancellation(seeded: Log) -> None:
     doc = json.loads(cli(seeded, "replay", "r3", "--json").stdout)
     assert doc["lineage"]["parent_run_id"] == "r1"
