@@ -14,6 +14,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -192,3 +194,21 @@ async def test_subagent_children_carry_the_parent_tenant(hardened: Deployment) -
         status, hidden = await get(http, f"{d.http_url}/v1/runs/{child_run}", TENANT_B)
         status_unknown, unknown = await get(http, f"{d.http_url}/v1/runs/subrun-0", TENANT_B)
         assert (status, hidden["code"]) == (status_unknown, unknown["code"]) == (404, "run_not_found")
+
+
+async def test_public_url_option_of_serve(tmp_path: Path) -> None:
+    """`--public-url` (the option; the module's deployments set the environment variable) is the
+    base of the card's URLs; a value that is not an http(s) base URL stops the command at once."""
+    url = "http://10.1.2.3:8480/"
+    env = {"HARDENING_EFFECTS_DIR": str(tmp_path)}
+    with deploy("serve", tmp_path / "serve", app="hardening_app:app", env=env, args=["--public-url", url]) as d:
+        async with asyncio.timeout(TIMEOUT), aiohttp.ClientSession() as http:
+            async with http.get(f"{d.http_url}/.well-known/agent-card.json", headers={"Host": "evil.example"}) as resp:
+                card = await resp.json()
+    assert [i["url"] for i in card["supportedInterfaces"]] == ["http://10.1.2.3:8480/a2a/deployer"]
+    for bad in ("ftp://host", "agents.example.com", "http://host/?q=1", "http://user:pw@host"):
+        cli = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-m", "agentlog", "serve", "--public-url", bad, "--port", "0",
+                             "--nats", "nats://127.0.0.1:1"],
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert cli.returncode == 2 and "error [invalid_public_url]" in cli.stderr, (bad, cli.stderr)

@@ -23,6 +23,7 @@ class InvalidPublicUrl(AgentlogError, ValueError):
     """`--public-url` / `AGENTLOG_PUBLIC_URL` is not an absolute http(s) URL without query or fragment."""
 
     code = "invalid_public_url"
+    usage_error = True  # a bad option value: exit 2, like any usage error
 
 
 def public_base_url(value: str | None) -> str | None:
