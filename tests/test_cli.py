@@ -268,6 +268,16 @@ def test_events_tail_thread_filter_and_from(seeded: Log) -> None:
     assert [json.loads(line)["id"] for line in bare.stdout.splitlines()][0] == f"{s['end']}:0"
 
 
+def test_events_tail_from_after_the_end_starts_at_the_end_with_a_warning(seeded: Log) -> None:
+    """Like time travel past the end (replay --to, the API's to/at): the end, and a warning."""
+    for far in ("99999999999999999999:0", str(seeded.seqs["end"] + 1000)):
+        for where in ((), ("--thread", "t1")):
+            result = cli(seeded, "events", "tail", *where, "--from", far, "--json")
+            assert result.exit_code == 0, result.output
+            assert result.stdout == "" and f"warning: --from {far if ':' in far else far + ':0'} is after the end" \
+                in result.stderr, result.stderr
+
+
 def test_events_tail_text(seeded: Log) -> None:
     s = seeded.seqs
     result = cli(seeded, "events", "tail", "--thread", "t1")
