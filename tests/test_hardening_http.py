@@ -97,7 +97,7 @@ async def approved_deploy(http: aiohttp.ClientSession, d: Deployment) -> dict[st
     status, inputs = await post(http, f"{d.http_url}/v1/runs/{run_id}/inputs", {"decisions": [
         {"target_id": call, "decision_id": "ok-1", "action": "resume", "result": {"approved": True}}]})
     assert status == 202, inputs
-    return await until_status(http, d, run_id, inputs.get("seq", 0), {"done"})
+    return await until_status(http, d, run_id, inputs["seq"], {"done"})
 
 
 async def test_verify_never_runs_a_tool(hardened: Deployment) -> None:
