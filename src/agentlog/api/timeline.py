@@ -80,9 +80,8 @@ def within(commits: Sequence[StoredCommit], position: Position) -> tuple[Positio
     the answer then carries.
 
     Why the end and not a 400: time travel past the last event has one true answer, the state
-    as of the end (nothing happened since), so a client that asks for "now" with a large id, or
-    holds an id of a thread that has since been read from another copy, gets it and is told.
-    Every time-travel read (`replay --to`, the inspector's timeline `to`, a thread's `state?at=`)
+    as of the end (nothing happened since), so a client that asks for "now" with a large id gets
+    it, and the warning tells it the answer is not for the position it named. Every time-travel read (`replay --to`, the inspector's timeline `to`, a thread's `state?at=`)
     goes through here, so they all answer the same way; a malformed id stays a 400."""
     last = last_position(commits)
     if last is None or position <= last:
