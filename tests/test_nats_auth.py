@@ -350,3 +350,16 @@ async def test_credentials_made_before_the_client_role_get_one(tmp_path: Path) -
                 await client.close()
     # every later process on the data dir reads the same password
     assert auth.load_or_create_credentials(data).passwords == passwords
+
+
+def test_concurrent_upgrades_of_old_credentials_agree(tmp_path: Path) -> None:
+    """Processes starting together on an old data dir each add the missing role: they agree on
+    one password (the upgrade re-reads under a lock), and no one reads a half-written file."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    old = {role: f"old-{role}" for role in ("serve", "gateway", "worker", "readonly")}
+    (tmp_path / auth.CREDENTIALS_FILE).write_text(json.dumps({"version": 1, "passwords": old}))
+    with ThreadPoolExecutor(8) as pool:
+        seen = list(pool.map(lambda _: dict(auth.load_or_create_credentials(tmp_path).passwords), range(16)))
+    assert all(passwords == seen[0] for passwords in seen)
+    assert {r: seen[0][r] for r in old} == old and set(seen[0]) == set(auth.ROLES)
