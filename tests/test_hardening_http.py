@@ -22,7 +22,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from topology import TOPOLOGIES, Deployment, deploy
+from topology import TOPOLOGIES, Deployment, Kind, deploy
 
 from agentlog.runtime.subagents import child_ids
 
@@ -170,14 +170,15 @@ async def test_positions_after_the_end_answer_the_end_with_a_warning(hardened: D
                 assert (status, err["code"]) == (400, "invalid_input"), (key, bad, err)
 
 
-async def test_subagent_children_carry_the_parent_tenant(hardened: Deployment) -> None:
-    d = hardened
+async def check_children_carry_the_tenant(d: Deployment, agent: str) -> None:
+    """A tenant's `agent` run delegates to a sub-agent: the tenant reads the child run and thread,
+    another tenant gets the 404 of an unknown id."""
     async with asyncio.timeout(TIMEOUT), aiohttp.ClientSession() as http:
-        accepted = await start(http, d, {"agent_id": "boss", "messages": "delegate", "resource_id": "tenantA/team-1"},
+        accepted = await start(http, d, {"agent_id": agent, "messages": "delegate", "resource_id": "tenantA/team-1"},
                                TENANT_A)
         done = await until_status(http, d, accepted["run_id"], accepted["seq"], {"done"}, TENANT_A)
         assert done["termination"]["type"] == "natural_end", done
-        call = next(cid for cid, c in done["calls"].items() if c.get("name", "agent_run") == "agent_run")
+        [call] = done["calls"]
         child_thread, child_run = child_ids(done["run_id"], call)
         status, child = await get(http, f"{d.http_url}/v1/runs/{child_run}")  # the child exists
         assert status == 200 and child["status"] == "done", child
@@ -194,6 +195,18 @@ async def test_subagent_children_carry_the_parent_tenant(hardened: Deployment) -
         status, hidden = await get(http, f"{d.http_url}/v1/runs/{child_run}", TENANT_B)
         status_unknown, unknown = await get(http, f"{d.http_url}/v1/runs/subrun-0", TENANT_B)
         assert (status, hidden["code"]) == (status_unknown, unknown["code"]) == (404, "run_not_found")
+
+
+async def test_subagent_children_carry_the_parent_tenant(hardened: Deployment) -> None:
+    """Children started in the parent's process (`SubAgents()`)."""
+    await check_children_carry_the_tenant(hardened, "boss")
+
+
+@pytest.mark.parametrize("kind", TOPOLOGIES)
+async def test_queued_subagent_children_carry_the_parent_tenant(tmp_path: Path, kind: Kind) -> None:
+    """Children started through the work queue (`SubAgents(commands=...)`: any worker runs them)."""
+    with deploy(kind, tmp_path, app="worker_app:app", tokens=TOKENS) as d:
+        await check_children_carry_the_tenant(d, "boss")
 
 
 async def test_public_url_option_of_serve(tmp_path: Path) -> None:
