@@ -182,7 +182,8 @@ def agent_catalog(app_or_runtime: Any) -> list[dict[str, Any]]:
     if agents is None:
         return []
     if tools is None:  # QueueDispatcher: a set of ids
-        return [{"id": a, "description": "", "tools": None} for a in sorted(agents)]
+        described = getattr(runtime, "descriptions", {})
+        return [{"id": a, "description": described.get(a, ""), "tools": None} for a in sorted(agents)]
     by_name = {t.spec.name: t.spec for t in tools}  # a ToolRegistry or an App's list of tools
     out = []
     for spec in agents:
