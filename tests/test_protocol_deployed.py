@@ -328,6 +328,14 @@ async def test_reads_after_a_stream_ends_show_its_writes(stack: Deployed, protoc
         async with stack.client.get(f"/v1/threads/{thread}") as resp:
             view = await resp.json()
         assert view["version"] == head and view["state"] == {"last_sum": 3}
+        # the stream's end carries its position: a listing given it as min_seq shows the run done
+        (position,) = ([e["value"] for e in answer.events if e.get("name") == "agentlog.position"]
+                       if protocol == "ag-ui" else
+                       [p["data"] for p in answer.events if p["type"] == "data-agentlog-position"])
+        assert position == {"seq": head}
+        async with stack.client.get("/v1/runs", params={"thread_id": thread, "min_seq": position["seq"]}) as resp:
+            listed = (await resp.json())["runs"]
+        assert [(r["run_id"], r["status"]) for r in listed] == [(run_id, "done")]
 
 
 async def test_reads_after_an_a2a_stream_ends_show_its_writes(stack: Deployed) -> None:

@@ -294,7 +294,7 @@ async def _drive(backend: Backend, tr: Any, thread: ThreadLog, agent_id: str, me
                     # recorded, but the run still waits for the rest (a partial answer)
                     run = fold_commits(commits).runs[run_id]
                     still = [c.call_id for c in run.calls.values() if c.status == "suspended"]
-                    for ev in tr.feed(RunSuspended(call_ids=still)):
+                    for ev in with_position(tr, tr.feed(RunSuspended(call_ids=still)), commits[-1].seq):
                         yield ev
                     return
         except AgentlogError as exc:
@@ -304,7 +304,10 @@ async def _drive(backend: Backend, tr: Any, thread: ThreadLog, agent_id: str, me
         src.follow(after)
         try:
             async for item in src.items():
-                for ev in tr.feed(item):
+                out = tr.feed(item)
+                if tr.done and isinstance(item, CommittedEvent):
+                    out = with_position(tr, out, item.position.seq)
+                for ev in out:
                     yield ev
                 if tr.done:
                     return
@@ -316,6 +319,27 @@ async def _drive(backend: Backend, tr: Any, thread: ThreadLog, agent_id: str, me
             yield ev
     finally:
         await src.close()
+
+
+#: The name of the AG-UI CUSTOM event / the type of the AI SDK data part that carries the log
+#: position a stream ended at (see `with_position`).
+POSITION = "agentlog.position"
+AISDK_POSITION = "data-agentlog-position"
+
+
+def with_position(tr: Any, out: list[Any], seq: int) -> list[Any]:
+    """`out` (a translator's last events) with the log position the stream ended at just before
+    the terminal event: an AG-UI CUSTOM `agentlog.position` / a transient AI SDK
+    `data-agentlog-position` part, `{"seq": seq}`. A client passes it as `min_seq` to read its
+    run's effects where the read cannot know the thread (listings); the official clients ignore
+    both (CUSTOM goes to subscribers, a transient part is not kept in the message)."""
+    if isinstance(tr, agui.AguiTranslator):
+        at = next((i for i, ev in enumerate(out) if isinstance(ev, (ag.RunFinishedEvent, ag.RunErrorEvent))), None)
+        event: Any = ag.CustomEvent(name=POSITION, value={"seq": seq})
+    else:
+        at = next((i for i, p in enumerate(out) if p.get("type") in ("error", "finish", "abort")), None)
+        event = {"type": AISDK_POSITION, "transient": True, "data": {"seq": seq}}
+    return out if at is None else [*out[:at], event, *out[at:]]
 
 
 def agui_history(thread: ThreadLog) -> list[dict[str, Any]]:
@@ -474,5 +498,5 @@ def aisdk_error_part(exc: BaseException) -> dict[str, Any]:
     return {"type": "error", "errorText": error_text(exc)}
 
 
-__all__ = ["Backend", "NotVisible", "ThreadLog", "agui_error_event", "agui_events", "agui_history", "agui_parse",
+__all__ = ["AISDK_POSITION", "POSITION", "Backend", "NotVisible", "ThreadLog", "agui_error_event", "agui_events", "agui_history", "agui_parse",
            "aisdk_error_part", "aisdk_events", "aisdk_history", "aisdk_replay", "backend_of", "load_thread"]
