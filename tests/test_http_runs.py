@@ -81,6 +81,8 @@ async def test_deployed_start_then_read_list_and_follow(remote: Remote) -> None:
         started = await body(await remote.client.post("/v1/runs", json={"agent_id": "open", "messages": "text: hi"}),
                              202)
         run_id, thread_id = started["run_id"], started["thread_id"]
+        listed = await body(await remote.client.get("/v1/runs", params={"thread_id": thread_id}), 200)
+        assert [r["run_id"] for r in listed["runs"]] == [run_id]  # a thread's runs: no min_seq needed
         run = await body(await remote.client.get(f"/v1/runs/{run_id}"), 200)
         assert run["thread_id"] == thread_id and run["last_seq"] >= started["seq"]
         events = await follow_run(remote, run_id)

@@ -148,8 +148,12 @@ def _listing(key: str, items: list[Any], total: int, q: Any) -> dict[str, Any]:
 
 async def list_runs(svc: Services, who: Principal, q: ListRunsQuery) -> dict[str, Any]:
     """Ascending run id, from the listing index (`agentlog.views.listing`: O(limit) reads for one
-    filter or none; a tenant reads the lists of its resources)."""
-    await wait_min_seq(svc, q.min_seq)
+    filter or none; a tenant reads the lists of its resources). A thread's runs without
+    `min_seq` are listed as of (at least) the thread's last commit: the position is known there."""
+    min_seq = q.min_seq
+    if min_seq is None and q.thread_id is not None:
+        min_seq = await svc.store.thread_version(q.thread_id)
+    await wait_min_seq(svc, min_seq)
     filters = _filters(q, RUN_FILTERS)
     tenant = who.tenant
     if tenant is not None and q.thread_id is not None:
