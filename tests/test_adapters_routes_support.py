@@ -100,6 +100,7 @@ class Deployed:
     client: aiohttp.ClientSession
     store: JetStreamEventStore
     nc: Any
+    base: str  # the gateway's URL
 
     async def last_seq(self) -> int:
         return await self.store.last_seq()
@@ -119,7 +120,7 @@ async def open_deployed(deployment: Any) -> AsyncIterator[Deployed]:
     nc = await nats.connect(deployment.nats_url)
     client = aiohttp.ClientSession(deployment.http_url, timeout=aiohttp.ClientTimeout(total=TIMEOUT))
     try:
-        yield Deployed(client, store, nc)
+        yield Deployed(client, store, nc, deployment.http_url)
     finally:
         await client.close()
         await nc.close()

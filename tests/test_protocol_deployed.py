@@ -342,8 +342,7 @@ async def test_reads_after_an_a2a_stream_ends_show_its_writes(stack: Deployed) -
     """The same after an A2A `SendStreamingMessage` (task id = run id, context id = thread)."""
     from test_a2a import client_for, text_message
 
-    base = str(stack.client._base_url).rstrip("/")  # noqa: SLF001 - the deployment's gateway
-    streamer = await client_for(base, "open", streaming=True)
+    streamer = await client_for(stack.base, "open", streaming=True)
     for n in range(3):
         events = [ev async for ev in streamer.send_message(text_message("state: add", mid=uid(f"m{n}")))]
         task = events[0].task

@@ -30,7 +30,7 @@ from protocol_verify.agui import verify_agui_stream
 from protocol_verify.aisdk import verify_ui_stream
 from protocol_verify.reducers import AguiClient, AiSdkChat, normalise_agui, normalise_aisdk
 from test_adapters_support import record
-from test_protocol_properties import TOOLS, _turns, histories
+from test_protocol_properties import TOOLS, histories, scripts_of
 
 #: arrival orders drawn per recorded run
 ORDERS = 4
@@ -84,7 +84,7 @@ async def _check(server: EmbeddedNatsServer, history: dict[str, Any], data: Any,
         plugins = [PermissionPlugin(ask=["echo"])] if history["ask"] else []
         agui_client = AguiClient()
         chat = AiSdkChat()
-        for i, turns in enumerate(_turns(history["runs"])):
+        for i, turns in enumerate(scripts_of(history["runs"])):
             rec = await record(store, turns, message=f"question {i}", thread_id=thread, live=True,
                                chunk_words=1, prefix=f"m{n}x{i}x", tools=TOOLS, plugins=plugins)
             thread, run_id = rec.result.thread_id, rec.result.run_id
