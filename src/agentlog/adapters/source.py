@@ -106,7 +106,6 @@ class RunSource:
 
     def __init__(self, store: Any, nc: Any, thread_id: str, run_id: str, *, live: bool = True) -> None:
         self.store = store
-        self._after = 0
         self.nc = nc
         self.thread_id = thread_id
         self.run_id = run_id
@@ -115,6 +114,7 @@ class RunSource:
         self._live_count = 0
         self._sub: Any = None
         self._task: asyncio.Task[None] | None = None
+        self._after = 0  # where `follow` starts: `Merge` knows every commit up to it
 
     async def subscribe(self) -> None:
         if not self.live or self._sub is not None:
