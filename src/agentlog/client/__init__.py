@@ -13,7 +13,7 @@
         client.threads.list()
 
 `client.threads` (create, get, list, update, delete, messages, state, stream), `client.runs`
-(create, get, list, stream, wait, inputs, decide, pending, approve, deny, cancel) and
+(create, get, current, list, stream, wait, inputs, decide, pending, approve, deny, cancel) and
 `client.agents.list()`. Answers are the API's JSON bodies; failures raise the classes of
 `agentlog.client.errors` (`NotFound`, `Conflict`, ...: one per family of the API's error codes,
 each with `.code` and `.status`). Importing it imports aiohttp, not the agentlog runtime.

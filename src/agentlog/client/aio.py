@@ -234,22 +234,34 @@ class Runs:
 
     async def wait(self, run_id: str, *, min_seq: int | None = None, timeout: float | None = None) -> Json:
         """The run's view once it is `done`, or `waiting` with a call no human has decided yet
-        (a run whose decisions are recorded but not yet applied is still on its way). Follows the
-        thread's event stream from the run's last commit (no polling) and confirms each pause with
-        a read of the views. `timeout` (seconds): `TimeoutError` if the run has not paused by then.
-        `min_seq`: a commit the answer must include (e.g. the `seq` `approve` answered)."""
+        (a run whose decisions are recorded but not yet applied is still on its way). Reads the
+        run's events from the log, then follows its thread's stream (no polling), and confirms
+        each pause with a read of the views at that commit, so the view is never older than the
+        log. `timeout` (seconds): `TimeoutError` if the run has not paused by then. `min_seq`: a
+        commit the answer must include (e.g. the `seq` that `approve` answered)."""
         async with asyncio.timeout(timeout):
-            return await self._wait(run_id, min_seq)
+            return await self._wait(run_id, min_seq or 0)
 
-    async def _wait(self, run_id: str, min_seq: int | None) -> Json:
-        view = await self.get(run_id, min_seq=min_seq)
+    async def current(self, run_id: str, *, min_seq: int | None = None) -> Json:
+        """The run's view as of its last commit in the log (`get` reads the views, which may lag
+        the log unless given `min_seq`): its events are read to find that commit."""
+        return (await self._current(run_id, min_seq or 0))[0]
+
+    async def _current(self, run_id: str, min_seq: int) -> tuple[Json, StreamEvent]:
+        last = None
+        async for event in self.stream(run_id, follow=False):
+            last = event
+        if last is None:  # a run's stream has at least its RunStarted
+            raise ConnectionFailed(f"the event stream of run {run_id!r} was empty")
+        return await self.get(run_id, min_seq=max(last.seq, min_seq)), last
+
+    async def _wait(self, run_id: str, min_seq: int) -> Json:
+        view, last = await self._current(run_id, min_seq)
         if settled(view):
             return view
-        last = int(view.get("last_seq") or 0)
-        async for event in self.client.threads.stream(view["thread_id"], after=f"{last}:0" if last else None,
-                                                      follow=True):
+        async for event in self.client.threads.stream(view["thread_id"], after=last.id, follow=True):
             if event.run_id == run_id and event.pauses:
-                view = await self.get(run_id, min_seq=event.seq)
+                view = await self.get(run_id, min_seq=max(event.seq, min_seq))
                 if settled(view):
                     return view
         raise ConnectionFailed(f"the event stream of run {run_id!r} ended before the run paused")
@@ -268,8 +280,8 @@ class Runs:
         return await self.inputs(run_id, decisions=decisions)
 
     async def pending(self, run_id: str) -> JsonList:
-        """The run's calls waiting for a human (suspended, not yet decided)."""
-        return pending_calls(await self.get(run_id))
+        """The run's calls waiting for a human (suspended, not yet decided), as of its last commit."""
+        return pending_calls(await self.current(run_id))
 
     async def approve(self, run_id: str, call_ids: Sequence[str] | None = None, *, reason: str | None = None,
                       result: Any = APPROVED) -> Json:

@@ -154,6 +154,9 @@ class SyncRuns:
     def stream(self, run_id: str, *, after: str | None = None, follow: bool = True) -> Iterator[StreamEvent]:
         return self.c.iterate(self.a.stream(run_id, after=after, follow=follow))
 
+    def current(self, run_id: str, *, min_seq: int | None = None) -> Json:
+        return self.c.call(self.a.current(run_id, min_seq=min_seq))
+
     def wait(self, run_id: str, *, min_seq: int | None = None, timeout: float | None = None) -> Json:
         return self.c.call(self.a.wait(run_id, min_seq=min_seq, timeout=timeout))
 
