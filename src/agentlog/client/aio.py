@@ -17,7 +17,7 @@ import asyncio
 import json
 import os
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -107,7 +107,7 @@ class AsyncClient:
             raise ConnectionFailed(f"the agentlog API at {self.url} did not answer within {self.timeout}s") from None
         return json.loads(text) if text else None
 
-    async def events(self, path: str, *, after: str | None = None, follow: bool = False) -> AsyncIterator[StreamEvent]:
+    async def events(self, path: str, *, after: str | None = None, follow: bool = False) -> AsyncGenerator[StreamEvent, None]:
         """The SSE stream at `path` from after event id `after`. A connection that breaks (the
         server drops a client that falls behind, a proxy times out) is resumed after the last
         event received, with `Last-Event-ID`: nothing is lost or repeated. Ends when the server
@@ -191,7 +191,7 @@ class Threads:
         return await self.client.request("GET", f"/v1/threads/{thread_id}/state",
                                          params=_params(at=at))
 
-    def stream(self, thread_id: str, *, after: str | None = None, follow: bool = False) -> AsyncIterator[StreamEvent]:
+    def stream(self, thread_id: str, *, after: str | None = None, follow: bool = False) -> AsyncGenerator[StreamEvent, None]:
         """The thread's events from the log (after event id `after`); `follow` keeps tailing."""
         return self.client.events(f"/v1/threads/{thread_id}/events", after=after, follow=follow)
 
@@ -225,7 +225,7 @@ class Runs:
             thread_id=thread_id, status=status, agent_id=agent_id, parent_run_id=parent_run_id, limit=limit,
             offset=offset, min_seq=min_seq))
 
-    def stream(self, run_id: str, *, after: str | None = None, follow: bool = True) -> AsyncIterator[StreamEvent]:
+    def stream(self, run_id: str, *, after: str | None = None, follow: bool = True) -> AsyncGenerator[StreamEvent, None]:
         """The run's events from the log, from its start or after event id `after`. With `follow`
         (default) the stream goes on live and ends when the run waits for a human or finishes
         (`event.pauses`); after an approval, stream again with `after=` the last id to see the

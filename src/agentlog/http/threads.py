@@ -86,8 +86,11 @@ async def thread_state(request: web.Request) -> web.Response:
     if q.at is None:
         return reply({"thread_id": thread_id, "at": None, "version": view.version, "state": view.state})
     at = Position.parse(q.at)
-    return reply({"thread_id": thread_id, "at": str(at), "version": view.version,
-                  "state": state_at(commits, thread_id, at)})
+    doc = {"thread_id": thread_id, "at": str(at), "version": view.version, "state": state_at(commits, thread_id, at)}
+    last = Position(commits[-1].seq, len(commits[-1].commit.events) - 1) if commits else None
+    if last is not None and at > last:  # a state "as of" a point the thread never reached
+        doc["warning"] = f"event {at} is after the thread's last event {last}: the state is the thread's latest"
+    return reply(doc)
 
 
 def resume_point(request: web.Request, q: EventsQuery) -> Position | None:
@@ -161,7 +164,8 @@ ROUTES: list[Route] = [
           "threads", query=StateQuery,
           response={"type": "object", "properties": {"thread_id": {"type": "string"},
                                                      "at": {"type": ["string", "null"]},
-                                                     "version": {"type": "integer"}, "state": {"type": "object"}}},
+                                                     "version": {"type": "integer"}, "state": {"type": "object"},
+                                                     "warning": {"type": "string"}}},
           errors=(404,)),
     Route("GET", "/v1/threads/{id}/events", thread_events, "Event stream (SSE) of a thread, from the log",
           "threads", query=EventsQuery, content_type="text/event-stream", errors=(404,)),
