@@ -34,6 +34,8 @@ from agentlog.client import (
     get_client,
     get_sync_client,
 )
+from agentlog.log import JetStreamEventStore, new_id, now_ms
+from agentlog.log.events import Commit, ToolCallDecided, ToolCallDecision
 
 TOKEN = "client-test-token"
 
@@ -168,6 +170,31 @@ async def test_errors_are_typed_with_the_api_codes(deployment: Deployment) -> No
         with pytest.raises(Unauthorized) as unauthorized:
             await anonymous.runs.list()
         assert (unauthorized.value.code, unauthorized.value.status) == ("unauthorized", 401)
+
+
+async def test_a_run_with_a_recorded_decision_streams_on(deployment: Deployment) -> None:
+    """A decision is in the log but no worker has applied it yet (written here straight to the
+    log, so nothing applies it until the cancel below makes a worker load the run): the run is
+    still on its way, so a followed stream of it stays open instead of ending with its past."""
+    async with client_of(deployment) as client:
+        run, _ = await run_to_pause(client)
+        [pending] = await client.runs.pending(run["run_id"])
+        store = await JetStreamEventStore.connect(deployment.nats_url)
+        try:
+            decision = ToolCallDecision(target_id=pending["call_id"], decision_id="d-direct", action="resume",
+                                        result={"approved": True})
+            commit = Commit(commit_id=new_id(), thread_id=run["thread_id"], run_id=run["run_id"], ts=now_ms(),
+                            events=[ToolCallDecided(call_id=pending["call_id"], decision=decision)])
+            await store.append(commit, await store.thread_version(run["thread_id"]))
+        finally:
+            await store.close()
+        seen: list[str] = []
+        async with asyncio.timeout(60):
+            async for event in client.runs.stream(run["run_id"]):
+                seen.append(event.type)
+                if event.type == "ToolCallDecided":  # the history is out: the stream is past its start
+                    await client.runs.cancel(run["run_id"])
+        assert "ToolCallDecided" in seen and seen[-1] == "RunFinished", seen
 
 
 # -- the blocking client ---------------------------------------------------------------------------
