@@ -233,3 +233,9 @@ def test_help_shows_choices_and_no_bool_placeholders() -> None:
     assert "--source <log|views>" in runner.invoke(app, ["threads", "-h"], env={"COLUMNS": "200"}).stdout
     bad = runner.invoke(app, ["runs", "--status", "sleeping"])
     assert bad.exit_code == 2 and "running" in bad.output
+
+
+def test_no_http_server_is_store_unavailable() -> None:
+    result = runner.invoke(app, ["run", "show", "r1", "--url", "http://127.0.0.1:1", "--timeout", "5"])
+    assert result.exit_code == 1 and result.stderr.startswith("error [store_unavailable]: the agentlog API at"), \
+        result.output
