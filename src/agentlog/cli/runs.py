@@ -93,7 +93,9 @@ class NothingPending(AgentlogError):
 
 class RunsApi(Protocol):
     """The run operations of the API (`start`, `inputs`, `cancel`, `get`) and `agents`; bodies
-    and answers are the HTTP JSON."""
+    and answers are the HTTP JSON. `current` is `get` as of the run's last commit in the log, so
+    a command right after another (`run start --follow`, then `run approve`) never reads views
+    that have not caught up yet."""
 
     async def call(self, op: str, body: dict[str, Any]) -> Any: ...
 
@@ -131,6 +133,12 @@ class NatsRunsApi:
         self.headers = {"Authorization": f"Bearer {api_token}"} if api_token else None
 
     async def call(self, op: str, body: dict[str, Any]) -> Any:
+        if op == "current":  # `get` as of the run's last commit in the log (the views may lag it)
+            last = 0
+            async with aclosing(self.store.read_run(body["run_id"])) as commits:
+                async for stored in commits:
+                    last = stored.seq
+            return await self.call("get", {**body, **({"min_seq": last} if last else {})})
         subject = f"{API_PREFIX}.agents.list" if op == "agents" else f"{API_PREFIX}.runs.{op}"
         try:
             msg = await self.store.nc.request(subject, json.dumps(body).encode(), timeout=self.timeout,
@@ -174,7 +182,9 @@ class HttpRunsApi:
             if op == "cancel":
                 return await runs.cancel(body["run_id"], reason=body.get("reason"))
             if op == "get":
-                return await runs.get(body["run_id"])
+                return await runs.get(body["run_id"], min_seq=body.get("min_seq"))
+            if op == "current":
+                return await runs.current(body["run_id"])
             if op == "agents":
                 return {"agents": await self.client.agents.list()}
         except ClientError as exc:
@@ -326,7 +336,7 @@ def _decide(action: str, run_id: str, call_ids: list[str], reason: str | None, r
 
     async def go(api: RunsApi) -> None:
         targets = call_ids
-        pending = pending_calls(await api.call("get", {"run_id": run_id}))
+        pending = pending_calls(await api.call("current", {"run_id": run_id}))
         if not targets:
             if not pending:
                 raise NothingPending(f"run {run_id!r} has no call waiting for a decision")
@@ -408,7 +418,7 @@ def run_show(
     """One run as the server sees it: status, calls, usage, pending approvals."""
 
     async def show(api: RunsApi) -> None:
-        run = await api.call("get", {"run_id": run_id})
+        run = await api.call("current", {"run_id": run_id})
         if as_json:
             _print_json(run)
         else:

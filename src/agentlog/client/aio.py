@@ -112,7 +112,7 @@ class AsyncClient:
         server drops a client that falls behind, a proxy times out) is resumed after the last
         event received, with `Last-Event-ID`: nothing is lost or repeated. Ends when the server
         ends the stream."""
-        last, failures = after, 0
+        last, failures, connected = after, 0, False
         while True:
             headers = {"Accept": "text/event-stream"}
             if last:
@@ -122,6 +122,7 @@ class AsyncClient:
                                               headers=headers) as resp:
                     if resp.status >= 400:
                         raise api_error(resp.status, await resp.text(), reason=resp.reason or "error")
+                    connected = True
                     async for frame in frames(resp.content):
                         if frame.event == "error":
                             raise api_error(None, frame.data)
@@ -130,6 +131,8 @@ class AsyncClient:
                         yield event
                 return
             except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+                if connected is False:  # never reached the server: nothing to resume
+                    raise ConnectionFailed(f"the agentlog API at {self.url} did not answer: {exc}") from None
                 failures += 1
                 if failures > self.max_reconnects:
                     raise ConnectionFailed(f"the event stream {path} broke {failures} times in a row: {exc}") from None
