@@ -43,10 +43,13 @@ class LoopThread:
 
     def iterate(self, events: AsyncIterator[T]) -> Iterator[T]:
         """`events` pulled one item at a time on the loop; closed when the caller stops early."""
+        async def step() -> T:
+            return await anext(events)
+
         try:
             while True:
                 try:
-                    yield self.run(anext(events))  # type: ignore[arg-type]
+                    yield self.run(step())
                 except StopAsyncIteration:
                     return
         finally:
