@@ -18,6 +18,7 @@ import json
 import os
 import uuid
 from collections.abc import AsyncGenerator, Mapping, Sequence
+from contextlib import aclosing
 from typing import Any
 
 import aiohttp
@@ -262,11 +263,14 @@ class Runs:
         view, last = await self._current(run_id, min_seq)
         if settled(view):
             return view
-        async for event in self.client.threads.stream(view["thread_id"], after=last.id, follow=True):
-            if event.run_id == run_id and event.pauses:
-                view = await self.get(run_id, min_seq=max(event.seq, min_seq))
-                if settled(view):
-                    return view
+        # aclosing: returning mid-stream must close the connection now, not when the generator
+        # is collected (the server would hold the follower, and its shutdown would wait for it)
+        async with aclosing(self.client.threads.stream(view["thread_id"], after=last.id, follow=True)) as events:
+            async for event in events:
+                if event.run_id == run_id and event.pauses:
+                    view = await self.get(run_id, min_seq=max(event.seq, min_seq))
+                    if settled(view):
+                        return view
         raise ConnectionFailed(f"the event stream of run {run_id!r} ended before the run paused")
 
     async def inputs(self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (),
