@@ -197,6 +197,17 @@ async def test_a_run_with_a_recorded_decision_streams_on(deployment: Deployment)
         assert "ToolCallDecided" in seen and seen[-1] == "RunFinished", seen
 
 
+async def test_an_event_larger_than_a_line_buffer_streams(deployment: Deployment) -> None:
+    """One event of 300 kB (one SSE line) arrives whole."""
+    text = "x" * 300_000
+    async with client_of(deployment) as client:
+        run = await client.runs.create("chat", text)
+        async with asyncio.timeout(60):
+            events = [e async for e in client.runs.stream(run["run_id"])]
+        assert text in [e.event.get("message", {}).get("content") for e in events]
+        assert events[-1].type == "RunFinished"
+
+
 # -- the blocking client ---------------------------------------------------------------------------
 
 
