@@ -296,3 +296,36 @@ async def test_a_broken_stream_resumes_after_the_last_event() -> None:
         assert seen == [None, "2:0"]
     finally:
         await runner.cleanup()
+
+
+async def test_a_silent_stream_is_resumed() -> None:
+    """A server that stops sending (no heartbeat, connection left open) is taken for gone after
+    `stream_idle`; the client reconnects after the last event and gets the rest."""
+    seen: list[str | None] = []
+    hang = asyncio.Event()  # never set: the first connection goes silent
+
+    async def events(request: web.Request) -> web.StreamResponse:
+        last = request.headers.get("Last-Event-ID")
+        seen.append(last)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        if last is None:
+            await response.write(b'id: 1:0\nevent: Step\ndata: {"event": {"n": 1}}\n\n')
+            await hang.wait()
+        await response.write(b'id: 2:0\nevent: Step\ndata: {"event": {"n": 2}}\n\n')
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/v1/runs/r/events", events)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        async with AsyncClient(f"http://127.0.0.1:{port}", stream_idle=0.5) as client, asyncio.timeout(30):
+            got = [e.id async for e in client.runs.stream("r")]
+        assert got == ["1:0", "2:0"] and seen == [None, "1:0"]
+    finally:
+        await runner.cleanup()

@@ -59,13 +59,17 @@ def _body(**values: Any) -> Json:
 class AsyncClient:
     """The API at `url`, with bearer `token` when the server has `--tokens`. `timeout` bounds
     every request but the event streams (which last as long as the run or thread goes on);
-    `max_reconnects` is how many times in a row a broken stream is resumed (`Last-Event-ID`)."""
+    `max_reconnects` is how many times in a row a broken stream is resumed (`Last-Event-ID`);
+    `stream_idle` is how long a stream may stay silent (the server sends a heartbeat every 15 s by
+    default) before it counts as broken, so a server gone without closing is noticed."""
 
     def __init__(self, url: str, *, token: str | None = None, timeout: float = 60.0,
-                 max_reconnects: int = 5, headers: Mapping[str, str] | None = None) -> None:
+                 max_reconnects: int = 5, stream_idle: float = 60.0,
+                 headers: Mapping[str, str] | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.max_reconnects = max_reconnects
+        self.stream_idle = stream_idle
         self.headers = dict(headers or {})
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
@@ -119,8 +123,10 @@ class AsyncClient:
             if last:
                 headers["Last-Event-ID"] = last
             try:
+                idle = aiohttp.ClientTimeout(total=None, connect=self.timeout, sock_connect=self.timeout,
+                                             sock_read=self.stream_idle)
                 async with self.session().get(self.url + path, params=_params(follow=follow or None),
-                                              headers=headers) as resp:
+                                              headers=headers, timeout=idle) as resp:
                     if resp.status >= 400:
                         raise api_error(resp.status, await resp.text(), reason=resp.reason or "error")
                     connected = True

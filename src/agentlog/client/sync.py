@@ -68,8 +68,10 @@ class SyncClient:
     """Blocking twin of `AsyncClient`: the same methods and answers, without `await`."""
 
     def __init__(self, url: str, *, token: str | None = None, timeout: float = 60.0,
-                 max_reconnects: int = 5, headers: Mapping[str, str] | None = None) -> None:
-        self.aio = AsyncClient(url, token=token, timeout=timeout, max_reconnects=max_reconnects, headers=headers)
+                 max_reconnects: int = 5, stream_idle: float = 60.0,
+                 headers: Mapping[str, str] | None = None) -> None:
+        self.aio = AsyncClient(url, token=token, timeout=timeout, max_reconnects=max_reconnects,
+                               stream_idle=stream_idle, headers=headers)
         self.url = self.aio.url
         self._loop = LoopThread()
         self.threads = SyncThreads(self)
