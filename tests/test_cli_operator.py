@@ -148,27 +148,33 @@ def test_state_at_past_the_thread_end_warns_in_the_cli_and_the_api(deployment: D
 
     inside = ok(cli(deployment, "thread", "show", thread_id, "--at", last, "--json"))
     assert "warning" not in json.loads(inside.stdout) and "warning" not in inside.stderr
-    past = ok(cli(deployment, "thread", "show", thread_id, "--at", f"{seq + 1000}:0", "--json"))
-    assert json.loads(past.stdout)["warning"].startswith(f"event {seq + 1000}:0 is after the thread's last event")
-    assert past.stderr.startswith("warning: event ")
+    far = f"{seq + 1000}:0"
+    past = ok(cli(deployment, "thread", "show", thread_id, "--at", far, "--json"))
+    shown = json.loads(past.stdout)
+    assert shown["warning"]["code"] == "position_past_end" and shown["warning"]["requested"] == far
+    assert shown["at"] == last and shown["state"] == json.loads(inside.stdout)["state"]  # as of the end
+    assert past.stderr.startswith(f"warning: event id {far} is after the last event")
 
-    with get_sync_client(deployment.http_url) as client:
+    with get_sync_client(deployment.http_url) as client:  # the API answers alike
         assert "warning" not in client.threads.state(thread_id, at=last)
-        state = client.threads.state(thread_id, at=f"{seq + 1000}:0")
-        assert state["warning"].startswith(f"event {seq + 1000}:0 is after the thread's last event")
+        state = client.threads.state(thread_id, at=far)
+        assert state["warning"] == shown["warning"] and state["at"] == last
 
 
 def test_replay_to_outside_the_run_warns(deployment: Deployment) -> None:
     first = lines(cli(deployment, "run", "start", "--agent", "chat", "hi", "--follow", "--json"))
     child = lines(cli(deployment, "run", "continue", first[0]["run_id"], "again", "--follow", "--json"))
-    child_id, events = child[0]["run_id"], child[1:]
+    first_id, child_id = first[0]["run_id"], child[0]["run_id"]
 
-    inside = ok(cli(deployment, "replay", child_id, "--to", events[1]["id"], "--json"))
-    assert inside.stderr == ""
+    inside = ok(cli(deployment, "replay", child_id, "--to", child[2]["id"], "--json"))
+    assert inside.stderr == "" and "warning" not in json.loads(inside.stdout)
     before = ok(cli(deployment, "replay", child_id, "--to", first[1]["id"], "--json"))
     assert before.stderr.startswith(f"warning: --to {first[1]['id']} is outside run '{child_id}': before its first")
-    after = ok(cli(deployment, "replay", child_id, "--to", "999999:0", "--json"))
-    assert after.stderr.startswith(f"warning: --to 999999:0 is outside run '{child_id}': after its last")
+    after = ok(cli(deployment, "replay", first_id, "--to", child[2]["id"], "--json"))
+    assert after.stderr.startswith(f"warning: --to {child[2]['id']} is outside run '{first_id}': after its last")
+    # past the thread's end: the report's own warning (the end, as the API answers), not a second one
+    past = ok(cli(deployment, "replay", child_id, "--to", "999999:0", "--json"))
+    assert json.loads(past.stdout)["warning"]["code"] == "position_past_end" and past.stderr == ""
 
 
 # -- one code per condition ---------------------------------------------------------------------------

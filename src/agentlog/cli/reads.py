@@ -22,6 +22,7 @@ from agentlog.api.timeline import (
     event_summary,
     learn_call_names,
     parse_event_id,
+    within,
 )
 from agentlog.log.errors import AgentlogError
 from agentlog.log.events import AnyEvent, Position, StoredCommit
@@ -97,11 +98,20 @@ def events_tail(
         _guard(lambda: validate_id(thread, "thread_id"))
     if run is not None:
         _guard(lambda: validate_run_id(run))
-    after = start.seq - 1 if start else 0
 
     async def body(store: JetStreamEventStore) -> None:
+        nonlocal start
         out = _out()
         names: dict[str, str] = {}
+        end = await store.last_seq()
+        if start is not None and start.seq > end:
+            # as time travel past the end answers as of the end: start at the end (nothing of the
+            # log as it is; new events with --follow), and say so
+            Console(stderr=True, highlight=False, soft_wrap=True).print(Text(
+                f"warning: --from {start} is after the end of the log (last seq {end}): starting at the end",
+                style="yellow"))
+            start = Position(end + 1, 0)
+        after = start.seq - 1 if start else 0
         where = thread
         if run is not None:  # a run lives on one thread: follow that thread, keep the run's commits
             where = await _thread_of_run(store, run)
@@ -259,15 +269,6 @@ async def _thread_commits(store: JetStreamEventStore, thread_id: str) -> list[St
     return commits
 
 
-def past_the_end(commits: list[StoredCommit], at: Position) -> str | None:
-    """A warning when `at` is after the thread's last event (the state shown is then the
-    thread's latest, which a reader could take for the state at a point that never existed)."""
-    last = Position(commits[-1].seq, len(commits[-1].commit.events) - 1)
-    if at <= last:
-        return None
-    return f"event {at} is after the thread's last event {last}: the state shown is the thread's latest"
-
-
 ThreadArg = Annotated[str, typer.Argument(help="The thread id.")]
 
 
@@ -289,13 +290,14 @@ def thread_show(
         views = fold_commits(commits)
         thread = views.threads.get(thread_id) or ThreadView(thread_id=thread_id)
         runs = sorted((r for r in views.runs.values() if r.thread_id == thread_id), key=lambda r: (r.created, r.run_id))
-        warning = past_the_end(commits, position) if position is not None else None
-        state = state_at(commits, thread_id, position) if position is not None else thread.state
+        # past the thread's end: as of its last event, with the API's warning (`state?at=`)
+        at, warning = within(commits, position) if position is not None else (None, None)
+        state = state_at(commits, thread_id, at) if at is not None else thread.state
         if warning:
-            warn(warning)
+            warn(warning["message"])
         if as_json:
             doc = {"thread": msgspec.to_builtins(thread), "runs": msgspec.to_builtins(runs),
-                   "at": str(position) if position else None, "state": state}
+                   "at": str(at) if at else None, "state": state}
             _print_json({**doc, "warning": warning} if warning else doc)
             return
         out = _out()
@@ -319,7 +321,7 @@ def thread_show(
                 table.add_row(r.run_id, r.agent_id or "-", r.status, r.termination.type if r.termination else "-",
                               r.parent_run_id or "-", _time(r.updated))
             out.print(table)
-        out.print(Text(f"state ({f'as of {position}' if position else 'now'}):", style="bold"))
+        out.print(Text(f"state ({f'as of {at}' if at else 'now'}):", style="bold"))
         out.print(Text(json.dumps(state, ensure_ascii=False, indent=2, sort_keys=True)))
 
     _run(_options(nats, creds, token, data_dir, timeout), body)

@@ -18,6 +18,7 @@ from agentlog.api.timeline import (
     ReplayReport,
     UnknownRun,
     build_replay,
+    last_position,
     learn_call_names,
     parse_event_id,
 )
@@ -58,6 +59,8 @@ def _render_replay(report: ReplayReport) -> None:
                    f"  continued by {', '.join(report.continued_by) or '-'}"))
     as_of = f"as of {report.to}" if report.to else "end of log"
     out.print(Text(f"status: {now.status if now else 'not started'} ({as_of})"))
+    if report.warning is not None:
+        out.print(Text(f"warning: {report.warning['message']}", style="yellow"))
     for group in report.groups:
         out.print(Text(f"── {group.label} ──", style="bold magenta"))
         for item in group.events:
@@ -178,9 +181,11 @@ def replay_cmd(
 
 def outside_run(thread_commits: list[StoredCommit], run_id: str, position: Position) -> str | None:
     """A warning when `--to` is not within the run's events: before its first one the timeline
-    is empty, after its last one it is the whole run, neither of which is what `--to` asks."""
+    is empty, after its last one it is the whole run, neither of which is what `--to` asks.
+    (Past the end of the thread the report carries its own warning: `timeline.within`.)"""
     events = [p for c in thread_commits if c.commit.run_id == run_id for p, _e in c.positioned()]
-    if not events or events[0] <= position <= events[-1]:
+    end = last_position(thread_commits)
+    if not events or events[0] <= position <= events[-1] or (end is not None and position > end):
         return None
     where = "before its first" if position < events[0] else "after its last"
     return (f"--to {position} is outside run {run_id!r}: {where} event (the run's events are "

@@ -21,6 +21,7 @@ from agentlog.api.models import (
     UpdateThread,
 )
 from agentlog.api.threads import after, append, create, current
+from agentlog.api.timeline import within
 from agentlog.log.events import (
     Position,
     StoredCommit,
@@ -85,12 +86,9 @@ async def thread_state(request: web.Request) -> web.Response:
     commits, view = await thread_from_log(svc, who, thread_id)
     if q.at is None:
         return reply({"thread_id": thread_id, "at": None, "version": view.version, "state": view.state})
-    at = Position.parse(q.at)
-    doc = {"thread_id": thread_id, "at": str(at), "version": view.version, "state": state_at(commits, thread_id, at)}
-    last = Position(commits[-1].seq, len(commits[-1].commit.events) - 1) if commits else None
-    if last is not None and at > last:  # a state "as of" a point the thread never reached
-        doc["warning"] = f"event {at} is after the thread's last event {last}: the state is the thread's latest"
-    return reply(doc)
+    at, warning = within(commits, Position.parse(q.at))
+    out = {"thread_id": thread_id, "at": str(at), "version": view.version, "state": state_at(commits, thread_id, at)}
+    return reply({**out, "warning": warning} if warning else out)
 
 
 def resume_point(request: web.Request, q: EventsQuery) -> Position | None:
@@ -165,7 +163,7 @@ ROUTES: list[Route] = [
           response={"type": "object", "properties": {"thread_id": {"type": "string"},
                                                      "at": {"type": ["string", "null"]},
                                                      "version": {"type": "integer"}, "state": {"type": "object"},
-                                                     "warning": {"type": "string"}}},
+                                                     "warning": {"$ref": "#/components/schemas/PositionWarning"}}},
           errors=(404,)),
     Route("GET", "/v1/threads/{id}/events", thread_events, "Event stream (SSE) of a thread, from the log",
           "threads", query=EventsQuery, content_type="text/event-stream", errors=(404,)),
