@@ -14,6 +14,7 @@ own threads.
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -282,6 +283,9 @@ async def test_agents_lists_the_apps_tools(stack: Deployed) -> None:
     tools = {t["name"]: t for t in agents["open"]["tools"]}
     assert {"add", "echo", "pick_color"} <= set(tools)
     assert tools["add"]["parameters"]["properties"].keys() == {"a", "b"}
+    # the NATS micro service answers the same catalog
+    reply = await stack.nc.request("agentlog.api.agents.list", b"{}", timeout=10)
+    assert json.loads(reply.data) == {"agents": list(agents.values())}
 
 
 # -- item 4: reads show the caller's last write ---------------------------------------------------

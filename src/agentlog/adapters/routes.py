@@ -26,6 +26,7 @@ from ag_ui import core as ag
 from ag_ui.encoder import EventEncoder
 from aiohttp import web
 
+from agentlog.api.agents import agent_catalog
 from agentlog.api.json_input import parse_json
 from agentlog.http.auth import principal
 from agentlog.http.context import services
@@ -171,29 +172,6 @@ async def aisdk_messages(request: web.Request) -> web.Response:
 AGENT_CATALOG = web.AppKey("agentlog.agent_catalog", list)
 
 
-def agent_catalog(app_or_runtime: Any) -> list[dict[str, Any]]:
-    """The agents an app (a `Runtime`, an `App`, or a dispatcher holding one) runs, for clients
-    choosing `{agent_id}`: ids, descriptions, tools with their JSON Schemas. A work-queue
-    dispatcher without the app knows only the ids (tools unknown here: `null`)."""
-    # an InProcessDispatcher holds its Runtime as `.runtime` (an App's `runtime` is a method)
-    runtime = app_or_runtime if hasattr(app_or_runtime, "agents") else getattr(app_or_runtime, "runtime", None)
-    agents = getattr(runtime, "agents", None)
-    tools = getattr(runtime, "tools", None)
-    if agents is None:
-        return []
-    if tools is None:  # QueueDispatcher: a set of ids
-        described = getattr(runtime, "descriptions", {})
-        return [{"id": a, "description": described.get(a, ""), "tools": None} for a in sorted(agents)]
-    by_name = {t.spec.name: t.spec for t in tools}  # a ToolRegistry or an App's list of tools
-    out = []
-    for spec in agents:
-        specs = [by_name[n] for n in spec.tools if n in by_name]
-        out.append({"id": spec.id, "description": spec.description,
-                    "tools": [{"name": t.name, "description": t.description, "parameters": t.parameters}
-                              for t in specs]})
-    return out
-
-
 async def list_agents(request: web.Request) -> web.Response:
     catalog = request.app.get(AGENT_CATALOG)
     return reply({"agents": catalog if catalog is not None else agent_catalog(services(request).runtime)})
@@ -228,4 +206,4 @@ ROUTES: list[Route] = [
           "ai-sdk", response=_MESSAGES, errors=(404,)),
 ]
 
-__all__ = ["AGENT_CATALOG", "ROUTES", "agent_catalog"]
+__all__ = ["AGENT_CATALOG", "ROUTES"]
