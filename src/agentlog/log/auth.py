@@ -11,12 +11,15 @@ permissions, rendered from the one table below (a test keeps the file equal to i
 * `worker`: takes commands (the work-queue consumer and its acks), appends, publishes live output,
   receives live decisions.
 * `serve`: gateway + worker in one process (`agentlog serve`, `agentlog demo`).
+* `archiver`: retention (`agentlog retention`): the service permissions plus purging the event
+  stream, which it does only for commits it has archived first (`agentlog.log.retention`).
 * `readonly`: reads the log (direct gets, its own ephemeral consumers) and the KV views, calls the
   read endpoints of the API, watches live output. It cannot append, queue or ack commands, write
   KV or touch streams.
 
-No role may delete or purge the event stream or delete a message from it: the log is append-only
-by permission, not by convention. The service roles manage their streams through `$JS.API.>`
+No role but `archiver` may purge the event stream, and none may delete it or delete a message from
+it: the log is append-only by permission, not by convention, for every process that serves or
+runs agents. The service roles manage their streams through `$JS.API.>`
 (create, update, consumers) because they create them at start.
 
 Credentials of the embedded server: one random password per role in `<data_dir>/credentials.json`
@@ -37,8 +40,8 @@ from typing import Literal, TypedDict
 from .errors import AgentlogError
 from .subjects import EVENTS_STREAM, PREFIX
 
-Role = Literal["serve", "gateway", "worker", "readonly"]
-ROLES: tuple[Role, ...] = ("serve", "gateway", "worker", "readonly")
+Role = Literal["serve", "gateway", "worker", "readonly", "archiver"]
+ROLES: tuple[Role, ...] = ("serve", "gateway", "worker", "readonly", "archiver")
 CREDENTIALS_FILE = "credentials.json"
 
 
@@ -104,8 +107,15 @@ READONLY = Permissions(
     ),
     subscribe=("_INBOX.>", f"{PREFIX}.live.>"),
 )
+#: Retention: archives (Object Store, KV run index, marker commits) and then purges what it
+#: archived. The stream itself and single messages stay undeletable.
+ARCHIVER = Permissions(
+    publish=("$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>", "$O.>", "_INBOX.>", f"{PREFIX}.ev.>"),
+    publish_deny=(f"$JS.API.STREAM.DELETE.{EVENTS_STREAM}", f"$JS.API.STREAM.MSG.DELETE.{EVENTS_STREAM}"),
+    subscribe=("_INBOX.>",),
+)
 PERMISSIONS: dict[Role, Permissions] = {"serve": GATEWAY | WORKER, "gateway": GATEWAY, "worker": WORKER,
-                                        "readonly": READONLY}
+                                        "readonly": READONLY, "archiver": ARCHIVER}
 
 
 # -- nats-server config ---------------------------------------------------------------------------
@@ -185,11 +195,26 @@ def load_or_create_credentials(data_dir: str | os.PathLike[str]) -> Credentials:
             tmp.unlink(missing_ok=True)
     try:
         passwords = json.loads(path.read_text())["passwords"]
+        if any(role not in passwords for role in ROLES):
+            passwords = _add_roles(path, passwords)
         return Credentials({role: str(passwords[role]) for role in ROLES})
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CredentialsError(f"cannot read NATS credentials {path}: {exc}; remove it to generate new ones "
                                "(only with no agentlog process running on this data dir)") from None
 
+
+def _add_roles(path: Path, passwords: dict[str, str]) -> dict[str, str]:
+    """A credentials file written before a role existed gets a password for it (atomically
+    replaced; a nats-server already running on the data dir knows the new user after a restart)."""
+    merged: dict[str, str] = {role: secrets.token_urlsafe(24) for role in ROLES}
+    merged.update(passwords)
+    doc = {"version": 1, "passwords": merged}
+    tmp = path.parent / f".{CREDENTIALS_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f)
+    os.replace(tmp, path)
+    return dict(json.loads(path.read_text())["passwords"])
 
 
 # -- the production config ------------------------------------------------------------------------
@@ -209,7 +234,7 @@ def accounts_config() -> str:
         "# from src/agentlog/log/auth.py (a test keeps them equal): edit that table, not this file.",
         "# Passwords come from the environment of nats-server: AGENTLOG_SERVE_PASSWORD,",
         "# AGENTLOG_GATEWAY_PASSWORD, AGENTLOG_WORKER_PASSWORD, AGENTLOG_READONLY_PASSWORD,",
-        "# AGENTLOG_SYS_PASSWORD (or replace them by bcrypt hashes: `nats server passwd`).",
+        "# AGENTLOG_ARCHIVER_PASSWORD, AGENTLOG_SYS_PASSWORD (or replace them by bcrypt hashes: `nats server passwd`).",
         "accounts {",
         "  AGENTLOG {",
         "    jetstream: enabled",

@@ -1,0 +1,253 @@
+"""Retention against a real nats-server: finished old threads leave the stream for one checksummed
+Object Store object each, and every read (thread, run, whole log, view rebuild) still sees them
+at their original positions. Crashes between the steps never lose a commit; unfinished or recent
+threads are never archived; limits that would drop commits are refused at start."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import msgspec
+import nats
+import pytest
+
+from agentlog.log import Commit, EmbeddedNatsServer, StoreUnavailable, new_id
+from agentlog.log.archive import (
+    ARCHIVE_BUCKET,
+    ARCHIVE_KEY,
+    SHA_HEADER,
+    ArchiveCorrupt,
+    encode_archive,
+    sha256_hex,
+)
+from agentlog.log.events import (
+    Message,
+    MessageAppended,
+    RunFinished,
+    RunStarted,
+    StepStarted,
+    StoredCommit,
+    Termination,
+    ThreadCreated,
+)
+from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.limits import LossyStreamLimits
+from agentlog.log.retention import DAY_MS, archive_due, archive_thread
+from agentlog.log.subjects import EVENTS_STREAM, thread_filter
+
+WAIT = 30.0
+NOW = 1_800_000_000_000
+OLD = NOW - 40 * DAY_MS
+
+
+async def connect(server: EmbeddedNatsServer) -> JetStreamEventStore:
+    async with asyncio.timeout(WAIT):
+        return await JetStreamEventStore.connect(server.url)
+
+
+async def write_thread(store: JetStreamEventStore, thread: str, *, ts: int, finished: bool = True,
+                       runs: int = 1) -> list[str]:
+    """A thread with `runs` runs (the last one left open unless `finished`); commits carry `ts`."""
+    version = (await store.append(Commit(commit_id=new_id(), thread_id=thread, ts=ts,
+                                         events=[ThreadCreated(metadata={"title": thread})]), 0)).seq
+    run_ids = []
+    for i in range(runs):
+        run = f"{thread}-r{i}"
+        run_ids.append(run)
+        events: list[Any] = [RunStarted(run_id=run, agent_id="a"), StepStarted(step=1),
+                             MessageAppended(message=Message(id=new_id(), role="user", content=f"hi {i}"))]
+        version = (await store.append(Commit(commit_id=new_id(), thread_id=thread, run_id=run, ts=ts,
+                                             events=events), version)).seq
+        if finished or i < runs - 1:
+            version = (await store.append(Commit(commit_id=new_id(), thread_id=thread, run_id=run, ts=ts,
+                                                 events=[RunFinished(termination=Termination(type="natural_end"))]),
+                                          version)).seq
+    return run_ids
+
+
+async def stream_count(nc: nats.NATS, subject_filter: str) -> int:
+    """Messages of the events stream under a subject filter, asked of JetStream itself."""
+    body = json.dumps({"subjects_filter": subject_filter}).encode()
+    info = json.loads((await nc.request(f"$JS.API.STREAM.INFO.{EVENTS_STREAM}", body, timeout=5)).data)
+    return sum((info["state"].get("subjects") or {}).values())
+
+
+async def read_all(store: JetStreamEventStore, thread: str) -> list[StoredCommit]:
+    return [sc async for sc in store.read_thread(thread)]
+
+
+async def test_archive_moves_finished_old_threads_out_of_the_stream_and_reads_stay_equal(
+        nats_server: EmbeddedNatsServer) -> None:
+    store = await connect(nats_server)
+    try:
+        async with asyncio.timeout(WAIT):
+            old_runs = await write_thread(store, "old", ts=OLD, runs=2)
+            await write_thread(store, "open", ts=OLD, finished=False)
+            await write_thread(store, "recent", ts=NOW - DAY_MS)
+            before = await read_all(store, "old")
+            run_before = [sc async for sc in store.read_run(old_runs[0])]
+            open_before = await read_all(store, "open")
+
+            dry = await archive_due(store, 30 * DAY_MS, now=NOW, dry_run=True)
+            assert [(o.thread_id, o.result) for o in dry] == [("old", "due")]
+            assert await stream_count(store.nc, thread_filter("old")) == len(before)
+
+            outcomes = await archive_due(store, 30 * DAY_MS, now=NOW)
+            assert [(o.thread_id, o.result, o.commits, o.removed) for o in outcomes] == \
+                [("old", "archived", len(before), len(before))]
+
+            # JetStream itself: only the marker is left of the thread; the others are untouched
+            assert await stream_count(store.nc, thread_filter("old")) == 1
+            assert await stream_count(store.nc, thread_filter("open")) == len(open_before)
+            assert await stream_count(store.nc, thread_filter("recent")) == 3
+
+            after = await read_all(store, "old")
+            assert after[:-1] == before  # same commits at the same positions
+            marker = after[-1]
+            assert marker.commit.events[0].metadata[ARCHIVE_KEY]["upto"] == before[-1].seq  # type: ignore[union-attr]
+            assert await store.thread_version("old") == marker.seq
+            assert [sc async for sc in store.read_run(old_runs[0])] == run_before
+            assert [sc.seq async for sc in store.read_thread("old", after=before[1].seq)] == \
+                [sc.seq for sc in before[2:]] + [marker.seq]
+            assert await read_all(store, "open") == open_before
+
+            # a second pass has nothing to do
+            assert await archive_due(store, 30 * DAY_MS, now=NOW) == []
+    finally:
+        await store.close()
+
+
+async def test_unfinished_and_recent_threads_are_never_archived(nats_server: EmbeddedNatsServer) -> None:
+    store = await connect(nats_server)
+    try:
+        async with asyncio.timeout(WAIT):
+            await write_thread(store, "waiting", ts=OLD, finished=False, runs=2)
+            await write_thread(store, "fresh", ts=NOW - DAY_MS // 2)
+            outcomes = await archive_due(store, DAY_MS, now=NOW)
+            assert outcomes == []
+            out = await archive_thread(store, "waiting", cutoff_ms=NOW)
+            assert (out.result, out.reason) == ("skipped", "not finished")
+            assert await stream_count(store.nc, thread_filter("waiting")) == 4
+    finally:
+        await store.close()
+
+
+async def test_a_crash_between_marker_and_purge_leaves_the_thread_whole_then_the_next_pass_purges(
+        nats_server: EmbeddedNatsServer) -> None:
+    store = await connect(nats_server)
+    try:
+        async with asyncio.timeout(WAIT):
+            runs = await write_thread(store, "t", ts=OLD)
+            before = await read_all(store, "t")
+            out = await archive_thread(store, "t", cutoff_ms=NOW, now=NOW, purge=False)
+            assert out.result == "archived" and out.removed == 0
+            # double-present: in the stream AND in the archive; every read sees each commit once
+            assert await stream_count(store.nc, thread_filter("t")) == len(before) + 1
+            after = await read_all(store, "t")
+            assert after[:-1] == before
+            assert [sc async for sc in store.read_run(runs[0])] == [sc for sc in before if sc.commit.run_id]
+
+            outcomes = await archive_due(store, 30 * DAY_MS, now=NOW)
+            assert [(o.thread_id, o.result, o.removed) for o in outcomes] == [("t", "purged", len(before))]
+            assert await stream_count(store.nc, thread_filter("t")) == 1
+            assert await read_all(store, "t") == after
+    finally:
+        await store.close()
+
+
+async def test_a_crash_after_the_object_before_the_marker_changes_nothing(nats_server: EmbeddedNatsServer) -> None:
+    store = await connect(nats_server)
+    try:
+        async with asyncio.timeout(WAIT):
+            await write_thread(store, "t", ts=OLD)
+            before = await read_all(store, "t")
+            # the object alone (a stale, different one even): without a marker nobody reads it
+            js = store.nc.jetstream()
+            obs = await js.create_object_store(ARCHIVE_BUCKET)
+            stale = encode_archive("t", before[:1])
+            await obs.put("t", stale, meta=nats.js.api.ObjectMeta(name="t", headers={SHA_HEADER: sha256_hex(stale)}))
+            assert await read_all(store, "t") == before
+            outcomes = await archive_due(store, 30 * DAY_MS, now=NOW)
+            assert [o.result for o in outcomes] == ["archived"]
+            assert (await read_all(store, "t"))[:-1] == before
+    finally:
+        await store.close()
+
+
+async def test_a_corrupted_archive_is_a_typed_error_never_a_different_history(
+        nats_server: EmbeddedNatsServer) -> None:
+    store = await connect(nats_server)
+    try:
+        async with asyncio.timeout(WAIT):
+            runs = await write_thread(store, "t", ts=OLD)
+            await archive_due(store, 30 * DAY_MS, now=NOW)
+            obs = await store.nc.jetstream().object_store(ARCHIVE_BUCKET)
+            info = await obs.get_info("t")
+            data = bytes((await obs.get("t")).data or b"")
+            tampered = data.replace(b"hi 0", b"HI 0")
+            assert tampered != data
+            # a new object with the old checksum in its headers: JetStream's own digest is fine
+            await obs.put("t", tampered, meta=nats.js.api.ObjectMeta(name="t", headers=info.headers))
+            fresh = await connect(nats_server)  # no cached copy
+            try:
+                with pytest.raises(ArchiveCorrupt, match="checksum"):
+                    await read_all(fresh, "t")
+                with pytest.raises(ArchiveCorrupt):
+                    [sc async for sc in fresh.read_run(runs[0])]
+            finally:
+                await fresh.close()
+    finally:
+        await store.close()
+
+
+async def test_a_new_run_after_the_archive_appends_after_the_marker(nats_server: EmbeddedNatsServer) -> None:
+    store = await connect(nats_server)
+    try:
+        async with asyncio.timeout(WAIT):
+            await write_thread(store, "t", ts=OLD)
+            await archive_due(store, 30 * DAY_MS, now=NOW)
+            history = await read_all(store, "t")
+            version = await store.thread_version("t")
+            assert version == history[-1].seq
+            new = Commit(commit_id=new_id(), thread_id="t", run_id="t-r9", ts=NOW,
+                         events=[RunStarted(run_id="t-r9", agent_id="a"),
+                                 RunFinished(termination=Termination(type="natural_end"))])
+            seq = (await store.append(new, version)).seq
+            assert [sc.seq for sc in await read_all(store, "t")] == [sc.seq for sc in history] + [seq]
+            # archived again later: one object holds everything, one marker is left
+            outcomes = await archive_due(store, 0, now=NOW + 1)
+            assert [(o.result, o.commits) for o in outcomes] == [("archived", len(history) + 1)]
+            again = await read_all(store, "t")
+            assert again[:len(history)] == history and again[len(history)].seq == seq
+            assert await stream_count(store.nc, thread_filter("t")) == 1
+    finally:
+        await store.close()
+
+
+async def test_lossy_stream_limits_are_refused_at_start(nats_server: EmbeddedNatsServer) -> None:
+    store = await connect(nats_server)
+    try:
+        async with asyncio.timeout(WAIT):
+            config = store.desired_stream_config()
+            for lossy in ({"max_age": 3600 * 10**9}, {"max_bytes": 10**9, "discard": "old"}):
+                await store.nc.request(f"$JS.API.STREAM.UPDATE.{EVENTS_STREAM}",
+                                       msgspec.json.encode({**config, **lossy}), timeout=5)
+                with pytest.raises(LossyStreamLimits):
+                    await JetStreamEventStore.connect(nats_server.url)
+            # a size limit that refuses new commits is fine, and fails appends loudly when reached
+            await store.nc.request(f"$JS.API.STREAM.UPDATE.{EVENTS_STREAM}",
+                                   msgspec.json.encode({**config, "max_msgs": 2, "discard": "new"}), timeout=5)
+            other = await JetStreamEventStore.connect(nats_server.url)
+            await other.close()
+            v = (await store.append(Commit(commit_id=new_id(), thread_id="t", ts=NOW,
+                                           events=[StepStarted(step=1)]), 0)).seq
+            v = (await store.append(Commit(commit_id=new_id(), thread_id="t", ts=NOW,
+                                           events=[StepStarted(step=2)]), v)).seq
+            with pytest.raises(StoreUnavailable):
+                await store.append(Commit(commit_id=new_id(), thread_id="t", ts=NOW,
+                                          events=[StepStarted(step=3)]), v)
+            assert [sc.seq async for sc in store.read_thread("t")] == [1, 2]
+    finally:
+        await store.close()
