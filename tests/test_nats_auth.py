@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import stat
@@ -109,9 +110,34 @@ async def check_roles(url: str, passwords: Mapping[str, str]) -> None:
                 with pytest.raises((nats.errors.Error, asyncio.TimeoutError)):
                     await op
         assert await gateway.last_seq() == 2
+
+        # ... but the archiver purges what it archived (retention), by subject; it too cannot
+        # delete the stream or a single commit.
+        for store in (gateway, worker, readonly):
+            with pytest.raises(PermissionDenied):
+                await asyncio.wait_for(store.purge_thread("tw", below=2), 2.5)
+        archiver = await _login(url, passwords, "archiver")
+        try:
+            assert await archiver.purge_thread("tw", below=2) == 1
+            ajs = archiver.nc.jetstream(timeout=0.5)
+            for op in (ajs.delete_stream(EVENTS_STREAM), ajs.delete_msg(EVENTS_STREAM, 2)):
+                with pytest.raises((nats.errors.Error, asyncio.TimeoutError)):
+                    await op
+            assert [sc.seq async for sc in readonly.read_thread("tg")] == [2]
+        finally:
+            await archiver.close()
     finally:
         for store in (worker, gateway, readonly):
             await store.close()
+
+
+def test_a_credentials_file_from_before_a_role_existed_gets_that_role(tmp_path: Path) -> None:
+    old = {role: f"pw-{role}" for role in ("serve", "gateway", "worker", "readonly")}
+    (tmp_path / auth.CREDENTIALS_FILE).write_text(json.dumps({"version": 1, "passwords": old}))
+    passwords = auth.load_or_create_credentials(tmp_path).passwords
+    assert set(passwords) == set(auth.ROLES)
+    assert {role: passwords[role] for role in old} == old  # the existing ones are kept
+    assert auth.load_or_create_credentials(tmp_path).passwords == passwords  # and the new one stays
 
 
 async def test_embedded_server_refuses_clients_without_credentials_and_enforces_roles(tmp_path: Path) -> None:
