@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from typing import Any
 
 import msgspec
@@ -36,6 +38,9 @@ from agentlog.log.jetstream import JetStreamEventStore
 from agentlog.log.limits import LossyStreamLimits
 from agentlog.log.retention import DAY_MS, archive_due, archive_thread
 from agentlog.log.subjects import EVENTS_STREAM, thread_filter
+from agentlog.views import fold_commits
+from agentlog.views.kv import KVViewStore
+from agentlog.views.rebuild import rebuild
 
 WAIT = 30.0
 NOW = 1_800_000_000_000
@@ -249,5 +254,36 @@ async def test_lossy_stream_limits_are_refused_at_start(nats_server: EmbeddedNat
                 await store.append(Commit(commit_id=new_id(), thread_id="t", ts=NOW,
                                           events=[StepStarted(step=3)]), v)
             assert [sc.seq async for sc in store.read_thread("t")] == [1, 2]
+    finally:
+        await store.close()
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "agentlog", *args], capture_output=True, text=True, timeout=WAIT)
+
+
+async def test_listings_from_the_log_and_view_rebuilds_keep_archived_threads(nats_server: EmbeddedNatsServer) -> None:
+    store = await connect(nats_server)
+    try:
+        async with asyncio.timeout(WAIT):
+            runs = await write_thread(store, "t", ts=OLD, runs=2)
+            await write_thread(store, "u", ts=OLD, finished=False)
+            before = fold_commits(await read_all(store, "t") + await read_all(store, "u"))
+            await archive_due(store, 30 * DAY_MS, now=NOW)
+
+            result = await rebuild(store.nc)
+            assert (result.threads, result.runs) == (2, 3)
+            kv = await KVViewStore.open(store.nc)
+            thread = await kv.get_thread("t")
+            assert thread is not None and thread.run_ids == runs == before.threads["t"].run_ids
+            assert thread.metadata["title"] == "t" and ARCHIVE_KEY in thread.metadata
+            assert [(await kv.get_run(r)) == before.runs[r] for r in runs] == [True, True]
+
+            listed = await asyncio.to_thread(cli, "threads", "--json", "--nats", nats_server.url)
+            assert listed.returncode == 0, listed.stderr
+            by_id = {t["thread_id"]: t for t in json.loads(listed.stdout)}
+            assert set(by_id) == {"t", "u"} and by_id["t"]["run_ids"] == runs
+            listed = await asyncio.to_thread(cli, "runs", "--json", "--nats", nats_server.url)
+            assert sorted(r["run_id"] for r in json.loads(listed.stdout)) == sorted([*runs, "u-r0"])
     finally:
         await store.close()
