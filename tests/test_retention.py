@@ -9,13 +9,15 @@ import asyncio
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import nats
 import pytest
 
-from agentlog.log import Commit, EmbeddedNatsServer, StoreUnavailable, new_id
+from agentlog.api.connection import ConnectionOptions, open_store
+from agentlog.log import Commit, EmbeddedNatsServer, StoreUnavailable, new_id, now_ms
 from agentlog.log.archive import (
     ARCHIVE_BUCKET,
     ARCHIVE_KEY,
@@ -287,3 +289,43 @@ async def test_listings_from_the_log_and_view_rebuilds_keep_archived_threads(nat
             assert sorted(r["run_id"] for r in json.loads(listed.stdout)) == sorted([*runs, "u-r0"])
     finally:
         await store.close()
+
+
+async def test_a_commit_appended_while_archiving_stops_the_archive_before_any_purge(
+        nats_server: EmbeddedNatsServer) -> None:
+    store = await connect(nats_server)
+    try:
+        async with asyncio.timeout(WAIT):
+            await write_thread(store, "t", ts=OLD)
+            before = await read_all(store, "t")
+            load = store.archive.load
+            raced: list[int] = []
+
+            async def racing_load(thread_id: str) -> list[tuple[int, bytes]]:
+                # between writing the object and the marker, a new run starts on the thread
+                if not raced:
+                    new = Commit(commit_id=new_id(), thread_id="t", run_id="t-new", ts=NOW,
+                                 events=[RunStarted(run_id="t-new", agent_id="a")])
+                    raced.append((await store.append(new, before[-1].seq)).seq)
+                return await load(thread_id)
+
+            store.archive.load = racing_load  # type: ignore[method-assign]
+            out = await archive_thread(store, "t", cutoff_ms=NOW, now=NOW)
+            assert (out.result, out.reason) == ("skipped", "changed while archiving")
+            assert await stream_count(store.nc, thread_filter("t")) == len(before) + 1
+            assert [sc.seq for sc in await read_all(store, "t")] == [sc.seq for sc in before] + raced
+    finally:
+        await store.close()
+
+
+async def test_retention_on_the_embedded_server_logs_in_as_archiver(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    async with asyncio.timeout(WAIT):
+        async with open_store(ConnectionOptions(data_dir=data), "serve") as store:  # keeps the server up
+            await write_thread(store, "t", ts=now_ms() - 2 * DAY_MS)  # the command's clock is the real one
+            count = len(await read_all(store, "t"))
+            done = await asyncio.to_thread(cli, "retention", "--older-than", "1", "--json", "--data-dir", str(data))
+            assert done.returncode == 0, done.stderr
+            assert json.loads(done.stdout)["result"] == "archived"
+            assert await stream_count(store.nc, thread_filter("t")) == 1
+            assert len(await read_all(store, "t")) == count + 1
