@@ -41,7 +41,7 @@ import nats.errors
 from nats.aio.client import Client as NATS
 
 from .archive import ThreadArchive
-from .codec import encode_commit
+from .codec import decode_commit, encode_commit
 from .errors import AgentlogError, CommitTooLarge, StoreUnavailable, VersionConflict
 from .events import AppendResult, Commit, StoredCommit
 from .ids import validate_id
@@ -343,10 +343,13 @@ class JetStreamEventStore(JetStreamRequests):
         async for sc in self.archive.fill_run(run_id, after, self._stream_commits(run_filter(run_id), after)):
             yield sc
 
-    def read_log(self, after: int = 0) -> AsyncIterator[StoredCommit]:
+    async def read_log(self, after: int = 0) -> AsyncIterator[StoredCommit]:
         """Every commit in the stream with seq > `after` (all threads, archived ones as their
-        markers), up to the end at call time: batched reads, no consumer."""
-        return self._stream_commits(EVENTS_SUBJECTS, after)
+        markers), up to the end at call time: batched reads, no consumer. Large-payload
+        references are left as they are (a scan of the whole log, e.g. retention's, never needs
+        the tool outputs)."""
+        async for seq, msg in self._scan(EVENTS_SUBJECTS, after):
+            yield StoredCommit(seq, decode_commit(msg.data))
 
     async def _stream_commits(self, subject_filter: str, after: int) -> AsyncIterator[StoredCommit]:
         """The commits in the stream matching the filter (without archived ones)."""
