@@ -84,6 +84,9 @@ async def test_archived_runs_stay_replayable_through_cli_and_api(deployment: Dep
             at = f"{history[2].seq}:0"
             before = await views(http, "ta", run_a, at)
             before_b = await get(http, f"/v1/runs/{run_b}/timeline")
+            cli_before = [agentlog("replay", run_a, *to, "--json", "--nats", deployment.nats_url)
+                          for to in ((), ("--to", at))]
+            assert all(r.returncode == 0 for r in cli_before), [r.stderr for r in cli_before]
             assert await stream_count(store, thread_filter("ta")) == len(history)
 
             dry = agentlog("retention", "--older-than", "0", "--dry-run", "--json", "--nats", deployment.nats_url)
@@ -100,6 +103,9 @@ async def test_archived_runs_stay_replayable_through_cli_and_api(deployment: Dep
             for run in (run_a, run_b):
                 replay = agentlog("replay", run, "--verify", "--app", "serve_app:app", "--nats", deployment.nats_url)
                 assert replay.returncode == 0, replay.stdout + replay.stderr
+            cli_after = [agentlog("replay", run_a, *to, "--json", "--nats", deployment.nats_url)
+                         for to in ((), ("--to", at))]
+            assert [r.stdout for r in cli_after] == [r.stdout for r in cli_before]  # CLI timeline, time travel
             after = await views(http, "ta", run_a, at)
             # the thread's version is now its marker's (the one commit archiving added)
             assert after["state_at"].pop("version") == history[-1].seq + 1
