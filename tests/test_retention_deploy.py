@@ -20,6 +20,7 @@ from topology import REPO, TESTS, Deployment
 
 from agentlog.log.events import RunFinished
 from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.server import EmbeddedNatsServer
 from agentlog.log.subjects import EVENTS_STREAM, thread_filter
 
 LIMIT = 90
@@ -134,3 +135,18 @@ async def test_archived_runs_stay_replayable_through_cli_and_api(deployment: Dep
             assert replay.returncode == 0, replay.stdout + replay.stderr
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("command", ["serve", "gateway", "worker"])
+async def test_a_stream_whose_limits_drop_commits_is_refused_at_start(command: str, nats_server: EmbeddedNatsServer) -> None:
+    """Every process of both topologies refuses such a stream, with the fix in its one error line."""
+    store = await JetStreamEventStore.connect(nats_server.url)
+    try:
+        config = {**store.desired_stream_config(), "max_age": 30 * 86_400 * 10**9}
+        await store.nc.request(f"$JS.API.STREAM.UPDATE.{EVENTS_STREAM}", json.dumps(config).encode(), timeout=5)
+    finally:
+        await store.close()
+    args = ["--port", "0", "--tokens", ""] if command != "worker" else []
+    done = await asyncio.to_thread(agentlog, command, "--nats", nats_server.url, "--app", "serve_app:app", *args)
+    assert done.returncode == 1
+    assert "error [lossy_stream_limits]" in done.stderr and "max_age" in done.stderr, done.stderr
