@@ -16,8 +16,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-from topology import REPO, TESTS, Deployment
+from topology import REPO, TESTS, TOPOLOGIES, Deployment, Kind, deploy
 
+from agentlog.log.archive import marker_of
 from agentlog.log.events import RunFinished
 from agentlog.log.jetstream import JetStreamEventStore
 from agentlog.log.server import EmbeddedNatsServer
@@ -150,3 +151,44 @@ async def test_a_stream_whose_limits_drop_commits_is_refused_at_start(command: s
     done = await asyncio.to_thread(agentlog, command, "--nats", nats_server.url, "--app", "serve_app:app", *args)
     assert done.returncode == 1
     assert "error [lossy_stream_limits]" in done.stderr and "max_age" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("kind", TOPOLOGIES)
+async def test_the_server_policy_archives_finished_threads_and_they_stay_replayable(
+        kind: Kind, tmp_path: Path) -> None:
+    """`--archive-after` (here AGENTLOG_ARCHIVE_AFTER=0, a pass every 0.2 s) on `serve` / `gateway`."""
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    (hold / "tp").touch()
+    env = {"SERVE_APP_HOLD_DIR": str(hold), "AGENTLOG_ARCHIVE_AFTER": "0", "AGENTLOG_ARCHIVE_INTERVAL": "0.2"}
+    with deploy(kind, tmp_path / "d", app="serve_app:app", env=env) as running:
+        assert "retention" in running.output("serve" if kind == "serve" else "gateway")
+        store = await JetStreamEventStore.connect(running.nats_url)
+        try:
+            async with asyncio.timeout(LIMIT), aiohttp.ClientSession(running.http_url) as http:
+                run_a = await run_to_end(http, store, "tp")
+                count = len([sc async for sc in store.read_thread("tp")])
+                first = await archived(store, "tp")
+                replay = agentlog("replay", run_a, "--verify", "--app", "serve_app:app", "--nats", running.nats_url)
+                assert replay.returncode == 0, replay.stdout + replay.stderr
+                timeline = await get(http, f"/v1/runs/{run_a}/timeline")
+                assert timeline["run_id"] == run_a and timeline["steps"]
+                # a new run continues the thread; once it is finished it is archived again, whole
+                run_b = await run_to_end(http, store, "tp")
+                second = await archived(store, "tp", after=first)
+                seqs = [sc.seq async for sc in store.read_thread("tp")]
+                assert seqs == sorted(seqs) and len(seqs) > count + 1 and seqs[-1] == second
+                assert {sc.commit.run_id async for sc in store.read_thread("tp")} >= {run_a, run_b}
+        finally:
+            await store.close()
+
+
+async def archived(store: JetStreamEventStore, thread_id: str, after: int = 0) -> int:
+    """Wait until the thread's archive marker (one past `after`) is in the log and the stream
+    holds nothing of the thread but it: follow the thread for the marker, then ask JetStream."""
+    async for sc in store.follow(thread_id, after):
+        if marker_of(sc.commit) is not None:
+            break
+    while await stream_count(store, thread_filter(thread_id)) != 1:
+        await asyncio.sleep(0.05)  # the purge follows the marker: a bounded wait for that condition
+    return sc.seq

@@ -95,6 +95,9 @@ class ServerConfig:
     settings: Any = None
     #: Start the NATS micro service (and the adapters' NATS subjects).
     nats_service: bool = True
+    #: Retention policy of a gateway (`serve`, `gateway`): archive finished threads older than
+    #: this many days (`agentlog.api.retention`). None: no policy.
+    archive_after: float | None = None
 
 
 def _load_source(config: ServerConfig) -> AppSource:
@@ -180,6 +183,7 @@ class Server:
         self.tracer_provider: Any = None
         self.service: Any = None
         self.adapter_service: Any = None
+        self.retention: Any = None
         self.web_runner: web.AppRunner | None = None
         self.app: web.Application | None = None
         self.port: int | None = None
@@ -287,6 +291,12 @@ class Server:
             await self._start_http()
             if self.config.nats_service:
                 await self._start_service()
+            if self.config.archive_after is not None:
+                from agentlog.api.retention import RetentionLoop
+
+                self.retention = RetentionLoop(opts, self.config.archive_after)
+                self.retention.start()
+                self.parts.append("retention")
         log.info("server.started", role=self.config.role, http=self.http_url, nats=self.nats_url, parts=self.parts)
 
     def _dispatcher(self, source: AppSource) -> Any:
@@ -352,6 +362,9 @@ class Server:
         """Reverse order: stop taking requests (HTTP, NATS service), let the worker finish or hand
         back its commands, stop in-process runs uncommitted, flush live output, stop the
         projection runner, close the store, stop the embedded nats-server."""
+        if self.retention is not None:
+            await self.retention.stop()
+            self.retention = None
         if self.web_runner is not None:
             with contextlib.suppress(Exception):
                 await self.web_runner.cleanup()
