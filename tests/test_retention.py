@@ -329,3 +329,10 @@ async def test_retention_on_the_embedded_server_logs_in_as_archiver(tmp_path: Pa
             assert json.loads(done.stdout)["result"] == "archived"
             assert await stream_count(store.nc, thread_filter("t")) == 1
             assert len(await read_all(store, "t")) == count + 1
+            # the read commands log in as readonly: they read the archive too
+            for args in (("events", "tail", "--thread", "t", "--json"), ("runs", "--json")):
+                read = await asyncio.to_thread(cli, *args, "--data-dir", str(data))
+                assert read.returncode == 0, read.stderr
+                assert "t-r0" in read.stdout
+            tail = await asyncio.to_thread(cli, "events", "tail", "--thread", "t", "--json", "--data-dir", str(data))
+            assert len({json.loads(line)["id"].split(":")[0] for line in tail.stdout.splitlines()}) == count + 1

@@ -34,6 +34,7 @@ silently different history.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -41,7 +42,6 @@ from typing import Any
 
 import msgspec
 
-from .codec import decode_commit
 from .errors import AgentlogError, StoreUnavailable
 from .events import Commit, StoredCommit, ThreadMetadataUpdated
 
@@ -183,13 +183,21 @@ class ThreadArchive:
         """`live` (the run's commits in the stream), or, when the stream holds none, the run's
         commits in its thread's archive. A run is archived whole (only finished threads are), so
         the stream holds all of it or none."""
+        # The index lookup is sent at once, alongside the stream read, so that a run the stream
+        # does not hold (a run being started, an archived run) costs no extra round trip; when
+        # the stream holds the run its answer is dropped.
+        lookup = asyncio.ensure_future(self.thread_of_run(run_id))
+        lookup.add_done_callback(_retrieved)
         found = False
-        async for sc in live:
-            found = True
-            yield sc
-        if found:
-            return
-        thread_id = await self.thread_of_run(run_id)
+        try:
+            async for sc in live:
+                found = True
+                yield sc
+            if found:
+                return
+            thread_id = await lookup
+        finally:
+            lookup.cancel()  # a no-op once it is done
         if thread_id is None:
             return
         for seq, raw in await self.load(thread_id):
@@ -221,13 +229,19 @@ class ThreadArchive:
         return reply.data.decode() or None
 
     async def load(self, thread_id: str) -> list[tuple[int, bytes]]:
-        """The archived (seq, commit bytes) of a thread, checked against its sha256."""
+        """The archived (seq, commit bytes) of a thread, checked against its sha256. A missing or
+        corrupt object is `ArchiveCorrupt`; NATS not answering is `StoreUnavailable` (retry)."""
+        import nats.errors
+        from nats.js.errors import BadObjectMetaError, DigestMismatchError, NotFoundError
+
         store = await self._store()
         try:
             info = await store.get_info(thread_id)
-        except Exception as exc:  # noqa: BLE001 - any failure to find it is one typed error
+        except (NotFoundError, BadObjectMetaError) as exc:
             raise ArchiveCorrupt(f"thread {thread_id!r} is archived but its object cannot be found: "
-                                 f"{type(exc).__name__}: {exc}") from None
+                                 f"{type(exc).__name__}") from None
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise StoreUnavailable(f"archive of thread {thread_id!r}: {type(exc).__name__}: {exc}") from None
         expected = (info.headers or {}).get(SHA_HEADER)
         if isinstance(expected, list):
             expected = expected[0] if expected else None
@@ -237,8 +251,10 @@ class ThreadArchive:
             return cached[1]
         try:
             data = bytes((await store.get(thread_id)).data or b"")
-        except Exception as exc:  # noqa: BLE001 - incl. nats' DigestMismatchError
-            raise ArchiveCorrupt(f"archive of thread {thread_id!r} cannot be read: {type(exc).__name__}: {exc}") from None
+        except (DigestMismatchError, NotFoundError, BadObjectMetaError) as exc:
+            raise ArchiveCorrupt(f"archive of thread {thread_id!r} cannot be read: {type(exc).__name__}") from None
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise StoreUnavailable(f"archive of thread {thread_id!r}: {type(exc).__name__}: {exc}") from None
         actual = sha256_hex(data)
         if expected is None or actual != expected:
             raise ArchiveCorrupt(f"archive of thread {thread_id!r} does not match its checksum "
@@ -250,15 +266,21 @@ class ThreadArchive:
         return items
 
     async def _store(self) -> Any:
+        import nats.errors
+        from nats.js.errors import NotFoundError
+
         if self._obs is None:
             try:
                 self._obs = await self._nc.jetstream(timeout=self.timeout).object_store(ARCHIVE_BUCKET)
-            except Exception as exc:  # noqa: BLE001
-                raise ArchiveCorrupt(f"the archive bucket {ARCHIVE_BUCKET!r} cannot be opened: "
-                                     f"{type(exc).__name__}: {exc}") from None
+            except NotFoundError:
+                raise ArchiveCorrupt(f"a thread is archived but the archive bucket {ARCHIVE_BUCKET!r} "
+                                     "does not exist") from None
+            except (nats.errors.Error, TimeoutError) as exc:
+                raise StoreUnavailable(f"the archive bucket {ARCHIVE_BUCKET!r}: {type(exc).__name__}: {exc}") from None
         return self._obs
 
 
-def decode_items(items: Sequence[tuple[int, bytes]]) -> list[StoredCommit]:
-    """Plain decode of archive items (no payload references resolved): for checks."""
-    return [StoredCommit(seq, decode_commit(raw)) for seq, raw in items]
+def _retrieved(lookup: asyncio.Future[str | None]) -> None:
+    """Mark an index lookup's failure as seen: when the stream held the run nobody awaits it."""
+    if not lookup.cancelled():
+        lookup.exception()

@@ -91,7 +91,10 @@ READONLY = Permissions(
         "$JS.API.INFO", "$JS.API.STREAM.INFO.*", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
         f"$JS.API.DIRECT.GET.{EVENTS_STREAM}", f"$JS.API.DIRECT.GET.{EVENTS_STREAM}.>",
         "$JS.API.DIRECT.GET.*.$KV.>",  # KV view reads (any generation of the view buckets)
-        "$JS.API.DIRECT.GET.*.$O.>", "$JS.API.STREAM.MSG.GET.OBJ_*",  # outputs stored by reference
+        # outputs stored by reference, archived threads (nats-py reads an object's info with a
+        # plain message get; `*` is a whole-token wildcard, so each bucket's stream is named)
+        "$JS.API.DIRECT.GET.*.$O.>", "$JS.API.STREAM.MSG.GET.OBJ_agentlog_payloads",
+        "$JS.API.STREAM.MSG.GET.OBJ_agentlog_archive",
         "$JS.API.CONSUMER.CREATE.*", "$JS.API.CONSUMER.CREATE.*.>",  # ephemeral readers (follow, KV listing)
         "$JS.API.CONSUMER.DELETE.*.*", "$JS.API.CONSUMER.INFO.*.*", "$JS.FC.>",
         f"{PREFIX}.api.*.get", f"{PREFIX}.api.*.list", f"{PREFIX}.api.threads.messages", "$SRV.>",
