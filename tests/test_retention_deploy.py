@@ -16,9 +16,10 @@ from typing import Any
 
 import aiohttp
 import pytest
+from nats.js.api import ObjectMeta
 from topology import REPO, TESTS, TOPOLOGIES, Deployment, Kind, deploy
 
-from agentlog.log.archive import marker_of
+from agentlog.log.archive import ARCHIVE_BUCKET, marker_of
 from agentlog.log.events import RunFinished
 from agentlog.log.jetstream import JetStreamEventStore
 from agentlog.log.server import EmbeddedNatsServer
@@ -134,6 +135,18 @@ async def test_archived_runs_stay_replayable_through_cli_and_api(deployment: Dep
             assert messages["messages"][: len(before["messages"]["messages"])] == before["messages"]["messages"]
             replay = agentlog("replay", run_c, "--verify", "--app", "serve_app:app", "--nats", deployment.nats_url)
             assert replay.returncode == 0, replay.stdout + replay.stderr
+
+            # a corrupted archive is caught by its checksum, never read as a different history
+            obs = await store.nc.jetstream().object_store(ARCHIVE_BUCKET)
+            info = await obs.get_info("ta")
+            data = bytes((await obs.get("ta")).data or b"")
+            await obs.put("ta", data.replace(b'"go"', b'"GO"'), meta=ObjectMeta(name="ta", headers=info.headers))
+            replay = agentlog("replay", run_a, "--json", "--nats", deployment.nats_url)
+            assert replay.returncode == 1 and "error [archive_corrupt]" in replay.stderr, replay.stderr
+            assert "checksum" in replay.stderr
+            await obs.delete("ta")  # and a lost one, through the API: a typed error, not a short history
+            async with http.get(f"/v1/runs/{run_a}/timeline") as r:
+                assert (r.status, (await r.json())["code"]) == (500, "archive_corrupt")
     finally:
         await store.close()
 
