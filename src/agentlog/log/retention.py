@@ -181,6 +181,8 @@ async def _finish_purge(store: JetStreamEventStore, thread_id: str, marker_seq: 
     if not stored or stored[-1][0] < upto:
         raise ArchiveCorrupt(f"archive of thread {thread_id!r} ends before its marker's position {upto}")
     removed = await store.purge_thread(thread_id, below=marker_seq)
+    if not removed:
+        return Outcome(thread_id, "skipped", reason="already archived")
     return Outcome(thread_id, "purged", commits=len(stored), removed=removed)
 
 
