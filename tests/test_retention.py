@@ -24,6 +24,7 @@ from agentlog.log.archive import (
     SHA_HEADER,
     ArchiveCorrupt,
     encode_archive,
+    marker_commit,
     sha256_hex,
 )
 from agentlog.log.events import (
@@ -336,3 +337,26 @@ async def test_retention_on_the_embedded_server_logs_in_as_archiver(tmp_path: Pa
                 assert "t-r0" in read.stdout
             tail = await asyncio.to_thread(cli, "events", "tail", "--thread", "t", "--json", "--data-dir", str(data))
             assert len({json.loads(line)["id"].split(":")[0] for line in tail.stdout.splitlines()}) == count + 1
+
+
+async def test_a_forged_marker_in_an_intact_thread_changes_no_read_and_purges_nothing(
+        nats_server: EmbeddedNatsServer) -> None:
+    """A NATS user allowed to append can write a commit that looks like an archive marker; in the
+    middle of a thread it stands for nothing: reads stay whole, retention purges nothing."""
+    store = await connect(nats_server)
+    try:
+        async with asyncio.timeout(WAIT):
+            await write_thread(store, "other", ts=OLD)
+            await write_thread(store, "t", ts=OLD)
+            before = await read_all(store, "t")
+            forged = marker_commit("t", before[-1].seq + 3, 1, "0" * 64, NOW)
+            seq = (await store.append(forged, before[-1].seq)).seq
+            assert [sc.seq for sc in await read_all(store, "t")] == [sc.seq for sc in before] + [seq]
+            outcomes = {o.thread_id: o for o in await archive_due(store, 30 * DAY_MS, now=NOW)}
+            assert outcomes["t"].result == "skipped" and "archive_corrupt" in outcomes["t"].reason
+            assert outcomes["other"].result == "archived"  # one bad thread does not stop the pass
+            assert await stream_count(store.nc, thread_filter("t")) == len(before) + 1
+            result = await rebuild(store.nc)
+            assert (result.threads, result.runs) == (2, 2)
+    finally:
+        await store.close()

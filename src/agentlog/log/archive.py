@@ -19,9 +19,11 @@ marker. The marker is an ordinary commit, so:
 * a new run on an archived thread just appends after the marker (see the README: Retention).
 
 A thread read (`fill_thread`) meets the marker first in the stream when the commits below it were
-purged: it yields the archived commits between what it already yielded and the marker. Before the
-purge (a crash between writing the marker and purging) the stream still holds them: they were
-yielded already and the archive adds nothing, so a thread is never absent and never doubled.
+purged: it then yields the archived commits before the marker. Before the purge (a crash between
+writing the marker and purging) the stream still holds them, the read yields them before it meets
+the marker, and the archive is not read: a thread is never absent and never doubled. Only a
+marker that is the first commit of a read stands for archived commits, so a commit forged to look
+like one (by a NATS user allowed to append) in the middle of a thread changes nothing.
 A run read (`fill_run`) has no thread-level marker in its subject: when the stream holds nothing
 of the run, the run index (KV bucket `agentlog_archive_runs`, run id -> thread id, written before
 the marker) names the thread whose archive holds it.
@@ -152,7 +154,7 @@ class ThreadArchive:
         last = after
         async for sc in live:
             upto = marker_of(sc.commit)
-            if upto is not None and last < upto:
+            if upto is not None and last == after < upto:
                 for archived in await self.archived(thread_id, last, upto):
                     yield archived
             last = sc.seq
@@ -163,14 +165,14 @@ class ThreadArchive:
         archived thread's commits put back just before its marker. Those come out of log order
         (lower sequences than commits of other threads already yielded) but in order within
         their thread: what a fold of the whole log (listings from the log, view rebuilds) needs."""
-        last: dict[str, int] = {}
+        seen: set[str] = set()
         async for sc in live:
             thread_id = sc.commit.thread_id
             upto = marker_of(sc.commit)
-            if upto is not None and last.get(thread_id, 0) < upto:
-                for archived in await self.archived(thread_id, last.get(thread_id, 0), upto):
+            if upto is not None and thread_id not in seen:
+                for archived in await self.archived(thread_id, 0, upto):
                     yield archived
-            last[thread_id] = sc.seq
+            seen.add(thread_id)
             yield sc
 
     async def archived(self, thread_id: str, after: int, upto: int) -> list[StoredCommit]:

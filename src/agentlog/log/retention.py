@@ -132,7 +132,10 @@ async def archive_due(store: JetStreamEventStore, older_than_ms: int, *, now: in
         if dry_run:
             outcomes.append(Outcome(t.thread_id, "due", reason=action))
             continue
-        outcomes.append(await archive_thread(store, t.thread_id, cutoff_ms=cutoff, now=now, replicas=replicas))
+        try:
+            outcomes.append(await archive_thread(store, t.thread_id, cutoff_ms=cutoff, now=now, replicas=replicas))
+        except ArchiveCorrupt as exc:  # this thread is left as it is; the others go on
+            outcomes.append(Outcome(t.thread_id, "skipped", reason=f"{exc.code}: {exc}"))
     return outcomes
 
 

@@ -106,8 +106,9 @@ async def _decode(data: bytes) -> Commit:
 
 async def _fold_archived(archive: ThreadArchive, folder: Folder, thread_id: str, upto: int, counts: list[int]) -> None:
     """Fold the archived commits a marker stands for (those the stream no longer holds)."""
-    view = folder.thread(thread_id)
-    for sc in await archive.archived(thread_id, view.version if view is not None else 0, upto):
+    if folder.thread(thread_id) is not None:
+        return  # the thread's commits were in the stream: this marker stands for nothing purged
+    for sc in await archive.archived(thread_id, 0, upto):
         folder.apply_commit(sc.seq, sc.commit)
         counts[0] += 1
         counts[1] += len(sc.commit.events)
