@@ -16,6 +16,10 @@ Design notes (the why behind the code):
 * `follow` runs its own ephemeral push consumer (ack none, flow control, idle heartbeats) and keeps
   the last stream sequence it yielded; on a gap, a stall or any consumer error it recreates the
   consumer from last + 1, so nothing is missed or repeated across reconnects and server restarts.
+* Threads archived by retention (`agentlog.log.retention`) live in the Object Store; `read_thread`
+  and `read_run` put their commits back at their positions (`agentlog.log.archive`), so no reader
+  knows the difference. The stream refuses to run under limits that would delete commits
+  (`agentlog.log.limits`).
 * Every NATS failure (no connection, timeout, no responders) becomes `StoreUnavailable`, bounded by
   `request_timeout`. A failed append may still land later (the publish can sit in the client's
   reconnect buffer); retrying the same commit is always safe.
