@@ -360,3 +360,16 @@ async def test_a_forged_marker_in_an_intact_thread_changes_no_read_and_purges_no
             assert (result.threads, result.runs) == (2, 2)
     finally:
         await store.close()
+
+
+def test_bench_retention_quick_prints_its_figures() -> None:
+    """The contract only (figures of speed are never asserted)."""
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "scripts/bench_retention.py", "--quick", "--threads", "3", "--commits", "6"],
+                          cwd=root, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (doc["bench"], doc["archived_threads"], doc["removed_from_stream"]) == ("retention", 3, 18)
+    for key in ("archive_threads_per_s", "read_thread_archived_p50_ms", "read_run_archived_p50_ms",
+                "read_run_missing_p50_ms", "archived_over_stream"):
+        assert doc[key] > 0, (key, doc)

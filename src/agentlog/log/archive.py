@@ -147,6 +147,10 @@ class ThreadArchive:
         self._cache_size = cache_size
         self._obs: Any = None
 
+    def forget(self) -> None:
+        """Drop the parsed archives kept in memory (the next read fetches and checks again)."""
+        self._cache.clear()
+
     async def fill_thread(self, thread_id: str, after: int,
                           live: AsyncIterator[StoredCommit]) -> AsyncIterator[StoredCommit]:
         """`live` (the thread's commits in the stream with seq > after) with the archived ones
