@@ -23,8 +23,10 @@ from agentlog.log.archive import (
     ARCHIVE_KEY,
     SHA_HEADER,
     ArchiveCorrupt,
+    decode_archive,
     encode_archive,
     marker_commit,
+    marker_of,
     sha256_hex,
 )
 from agentlog.log.events import (
@@ -38,8 +40,8 @@ from agentlog.log.events import (
     ThreadCreated,
 )
 from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.limits import LossyStreamLimits
-from agentlog.log.retention import DAY_MS, archive_due, archive_thread
+from agentlog.log.limits import LossyStreamLimits, lossy_limits
+from agentlog.log.retention import DAY_MS, archive_due, archive_thread, due, tally
 from agentlog.log.subjects import EVENTS_STREAM, thread_filter
 from agentlog.views import fold_commits
 from agentlog.views.kv import KVViewStore
@@ -373,3 +375,59 @@ def test_bench_retention_quick_prints_its_figures() -> None:
     for key in ("archive_threads_per_s", "read_thread_archived_p50_ms", "read_run_archived_p50_ms",
                 "read_run_missing_p50_ms", "archived_over_stream"):
         assert doc[key] > 0, (key, doc)
+
+
+# -- the pure parts -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("config", "lossy"), [
+    ({}, []),
+    ({"max_age": 0, "max_bytes": -1, "max_msgs": -1, "discard": "old"}, []),
+    ({"max_age": 10**9}, ["max_age=1000000000ns"]),
+    ({"max_age": 10**9, "discard": "new"}, ["max_age=1000000000ns"]),  # age expiry ignores discard
+    ({"max_bytes": 1024, "discard": "old"}, ["max_bytes=1024"]),
+    ({"max_msgs": 5, "max_msgs_per_subject": 2}, ["max_msgs=5", "max_msgs_per_subject=2"]),  # default discard: old
+    ({"max_bytes": 1024, "max_msgs": 5, "discard": "new"}, []),
+])
+def test_lossy_limits_are_those_that_make_jetstream_delete_commits(config: dict[str, Any], lossy: list[str]) -> None:
+    assert lossy_limits(config) == lossy
+
+
+def test_an_archive_object_is_checked_line_by_line() -> None:
+    commits = [StoredCommit(seq, Commit(commit_id=f"c{seq}", thread_id="t", ts=1, events=[StepStarted(step=seq)]))
+               for seq in (3, 7, 9)]
+    data = encode_archive("t", commits)
+    assert [seq for seq, _ in decode_archive("t", data)] == [3, 7, 9]
+    for bad in (data.replace(b"agentlog-archive 1 t", b"agentlog-archive 1 u"),  # another thread's
+                data.replace(b"\n7 ", b"\n2 "),  # out of order
+                data.replace(b"\n9 ", b"\nnine ")):  # not a sequence
+        with pytest.raises(ArchiveCorrupt):
+            decode_archive("t", bad)
+
+
+def test_only_a_marker_is_a_marker() -> None:
+    marker = marker_commit("t", 12, 3, "ab" * 32, NOW)
+    assert marker_of(marker) == 12
+    patch = Commit(commit_id=new_id(), thread_id="t", ts=NOW, events=marker.events)  # what PATCH writes
+    assert marker_of(patch) is None
+    other_upto = Commit(commit_id="archived-13", thread_id="t", ts=NOW, events=marker.events)
+    assert marker_of(other_upto) is None
+    in_a_run = Commit(commit_id="archived-12", thread_id="t", run_id="r", ts=NOW, events=marker.events)
+    assert marker_of(in_a_run) is None
+
+
+def test_due_is_finished_and_old_or_an_unfinished_purge() -> None:
+    ts = NOW - 2 * DAY_MS
+
+    def c(seq: int, run: str | None, *events: Any, commit_id: str | None = None) -> StoredCommit:
+        return StoredCommit(seq, Commit(commit_id=commit_id or new_id(), thread_id="t", run_id=run, ts=ts,
+                                        events=list(events)))
+
+    done = [c(1, None, ThreadCreated()), c(2, "r", RunStarted(run_id="r", agent_id="a")),
+            c(3, "r", RunFinished(termination=Termination(type="natural_end")))]
+    assert due(tally(done)["t"], NOW - DAY_MS) == "archive"
+    assert due(tally(done)["t"], NOW - 3 * DAY_MS) is None  # too recent
+    assert due(tally(done[:2])["t"], NOW) is None  # a run still open
+    marker = StoredCommit(4, marker_commit("t", 3, 3, "0" * 64, NOW))
+    assert due(tally([*done, marker])["t"], NOW) == "purge"  # the purge did not happen
+    assert due(tally([marker])["t"], NOW) is None  # archived and purged: nothing to do
