@@ -99,6 +99,9 @@ class ServerConfig:
     #: The gateway's address as clients reach it, the base of the URLs it publishes (A2A cards;
     #: `agentlog.http.urls`). None reads AGENTLOG_PUBLIC_URL; unset: the listen address.
     public_url: str | None = None
+    #: Retention policy of a gateway (`serve`, `gateway`): archive finished threads older than
+    #: this many days (`agentlog.api.retention`). None: no policy.
+    archive_after: float | None = None
 
 
 def _load_source(config: ServerConfig) -> AppSource:
@@ -186,6 +189,7 @@ class Server:
         self.tracer_provider: Any = None
         self.service: Any = None
         self.adapter_service: Any = None
+        self.retention: Any = None
         self.web_runner: web.AppRunner | None = None
         self.app: web.Application | None = None
         self.port: int | None = None
@@ -293,6 +297,12 @@ class Server:
             await self._start_http()
             if self.config.nats_service:
                 await self._start_service()
+            if self.config.archive_after is not None:
+                from agentlog.api.retention import RetentionLoop
+
+                self.retention = RetentionLoop(opts, self.config.archive_after)
+                self.retention.start()
+                self.parts.append("retention")
         log.info("server.started", role=self.config.role, http=self.http_url, nats=self.nats_url, parts=self.parts)
 
     def _dispatcher(self, source: AppSource) -> Any:
@@ -368,6 +378,9 @@ class Server:
         """Reverse order: stop taking requests (HTTP, NATS service), let the worker finish or hand
         back its commands, stop in-process runs uncommitted, flush live output, stop the
         projection runner, close the store, stop the embedded nats-server."""
+        if self.retention is not None:
+            await self.retention.stop()
+            self.retention = None
         if self.web_runner is not None:
             with contextlib.suppress(Exception):
                 await self.web_runner.cleanup()
