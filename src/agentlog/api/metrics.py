@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import (
@@ -21,6 +22,8 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from agentlog.log.events import RunFinished, RunStarted
 from agentlog.runtime.telemetry import AgentMetrics
@@ -44,11 +47,32 @@ class Metrics:
         )
 
         self.runs = RunMetrics(self.registry)
+        self.log_health = LogHealthCollector()
+        self.registry.register(self.log_health)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
     content_type = CONTENT_TYPE_LATEST
+
+
+class LogHealthCollector(Collector):
+    """Figures read at scrape time from the parts that keep them (no copy to keep in sync):
+    the commits quarantined by this process's readers (`agentlog.log.quarantine`)."""
+
+    def __init__(self) -> None:
+        self.quarantines: list[Any] = []
+
+    def watch_quarantine(self, quarantine: Any) -> None:
+        if quarantine is not None and all(q is not quarantine for q in self.quarantines):
+            self.quarantines.append(quarantine)
+
+    def collect(self) -> Iterator[Metric]:
+        counter = CounterMetricFamily(
+            "agentlog_commits_quarantined", "Undecodable messages of the log this process's readers "
+            "quarantined (distinct seqs; each is shown as a CommitQuarantined marker)")
+        counter.add_metric([], float(sum(q.total for q in self.quarantines)))
+        yield counter
 
 
 class RunMetrics:
@@ -104,4 +128,4 @@ class RunMetrics:
             await self.watch(store)
 
 
-__all__ = ["Metrics", "RunMetrics"]
+__all__ = ["LogHealthCollector", "Metrics", "RunMetrics"]

@@ -245,7 +245,7 @@ class Server:
 
         self.views, snapshots = await through_outage(layout, policy, log, "server.layout", is_transient)
         if self.has_http:
-            self.runner = ProjectionRunner(nc, self.views)
+            self.runner = ProjectionRunner(nc, self.views, quarantine=store.quarantine)
             await self.runner.start()
         if self.has_worker:
             self.live = NatsLiveSink(nc)

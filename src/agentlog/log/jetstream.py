@@ -69,6 +69,7 @@ from .js_connection import _DENIED_HOOKS, _open_connection, flush_subscriptions
 from .js_follow import _Follower
 from .js_requests import JetStreamRequests
 from .payloads import ObjectStoreBlobs, offload
+from .quarantine import Quarantine
 from .replicas import log_kept, replicas_target, wait_replicated
 from .store import encode_checked
 from .subjects import EVENTS_STREAM, EVENTS_SUBJECTS, event_subject, run_filter, thread_filter
@@ -116,6 +117,7 @@ class JetStreamEventStore(JetStreamRequests):
         self._closed = False
         #: Large tool outputs of an oversized commit go here by reference (`agentlog.log.payloads`).
         self._blobs = ObjectStoreBlobs(nc, replicas=replicas)
+        self.quarantine = Quarantine()
         _DENIED_HOOKS[nc] = weakref.WeakMethod(self._on_denied)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -328,12 +330,12 @@ class JetStreamEventStore(JetStreamRequests):
     async def read_thread(self, thread_id: str, after: int = 0) -> AsyncIterator[StoredCommit]:
         validate_id(thread_id, "thread_id")
         async for seq, msg in self._scan(thread_filter(thread_id), after):
-            yield StoredCommit(seq, await self._decode(msg.data))
+            yield StoredCommit(seq, await self._decode(seq, msg))
 
     async def read_run(self, run_id: str, after: int = 0) -> AsyncIterator[StoredCommit]:
         validate_id(run_id, "run_id")
         async for seq, msg in self._scan(run_filter(run_id), after):
-            yield StoredCommit(seq, await self._decode(msg.data))
+            yield StoredCommit(seq, await self._decode(seq, msg))
 
     async def thread_version(self, thread_id: str) -> int:
         validate_id(thread_id, "thread_id")

@@ -27,6 +27,8 @@ from nats.js.errors import NotFoundError
 
 from agentlog.log.codec import decode_commit
 from agentlog.log.errors import CodecError
+from agentlog.log.events import Commit
+from agentlog.log.quarantine import Quarantine
 from agentlog.log.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 
 from .errors import ProjectionError
@@ -35,6 +37,9 @@ from .kv import KVViewStore
 from .runner import ProjectionRunner
 
 Progress = Callable[[int, int], None]
+
+#: Logs each quarantined seq once per process, however many rebuilds meet it.
+_QUARANTINE = Quarantine()
 
 
 class RebuildResult(msgspec.Struct, frozen=True):
@@ -96,6 +101,14 @@ async def read_range(
             await sub.unsubscribe()
 
 
+async def _quarantined(js: JetStreamContext, stream: str, seq: int, data: bytes, error: CodecError) -> Commit:
+    """The quarantine stand-in of the undecodable message at `seq`, folded as every reader folds
+    it (`agentlog.log.quarantine`). Its subject and stored time are fetched here, on this rare
+    path, so the bulk read stays `(seq, data)`."""
+    raw = await js.get_msg(stream, seq)
+    return _QUARANTINE.hold(seq, raw.subject or "", raw.time, data, error)
+
+
 async def _fold_range(
     js: JetStreamContext, folder: Folder, start: int, end: int, total: int, counts: list[int],
     progress: Progress | None, stream: str, subjects: str,
@@ -106,9 +119,9 @@ async def _fold_range(
         for seq, data in part:
             try:
                 commit = decode(data)
-            except CodecError:
+            except CodecError as exc:
                 counts[2] += 1
-                continue
+                commit = await _quarantined(js, stream, seq, data, exc)
             apply(seq, commit)
             counts[0] += 1
             counts[1] += len(commit.events)
