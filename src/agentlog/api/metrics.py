@@ -22,7 +22,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from agentlog.log.events import RunFinished, RunStarted
@@ -58,10 +58,15 @@ class Metrics:
 
 class LogHealthCollector(Collector):
     """Figures read at scrape time from the parts that keep them (no copy to keep in sync):
-    the commits quarantined by this process's readers (`agentlog.log.quarantine`)."""
+    the commits quarantined by this process's readers (`agentlog.log.quarantine`), whether its
+    writes to the log go through (`agentlog.log.write_health`)."""
 
     def __init__(self) -> None:
         self.quarantines: list[Any] = []
+        self.writes: Any = None
+
+    def watch_writes(self, writes: Any) -> None:
+        self.writes = writes
 
     def watch_quarantine(self, quarantine: Any) -> None:
         if quarantine is not None and all(q is not quarantine for q in self.quarantines):
@@ -73,6 +78,14 @@ class LogHealthCollector(Collector):
             "quarantined (distinct seqs; each is shown as a CommitQuarantined marker)")
         counter.add_metric([], float(sum(q.total for q in self.quarantines)))
         yield counter
+        if self.writes is not None:
+            failing = GaugeMetricFamily("agentlog_log_writes_failing",
+                                        "1 while this process's writes to the log fail (a full disk), else 0")
+            failing.add_metric([], 1.0 if self.writes.failing else 0.0)
+            yield failing
+            failures = CounterMetricFamily("agentlog_log_write_failures", "Writes to the log that failed")
+            failures.add_metric([], float(self.writes.failures))
+            yield failures
 
 
 class RunMetrics:
