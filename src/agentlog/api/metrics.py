@@ -26,6 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from agentlog.log.events import RunFinished, RunStarted
+from agentlog.runtime.mcp import mcp_health
 from agentlog.runtime.telemetry import AgentMetrics
 
 
@@ -49,6 +50,7 @@ class Metrics:
         self.runs = RunMetrics(self.registry)
         self.log_health = LogHealthCollector()
         self.registry.register(self.log_health)
+        self.registry.register(McpCollector())
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -86,6 +88,23 @@ class LogHealthCollector(Collector):
             failures = CounterMetricFamily("agentlog_log_write_failures", "Writes to the log that failed")
             failures.add_metric([], float(self.writes.failures))
             yield failures
+
+
+class McpCollector(Collector):
+    """Each MCP server of this process (`agentlog.runtime.mcp.mcp_health`): up or not, and how
+    many times its session was reopened after being lost."""
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("agentlog_mcp_server_up", "1 while the MCP server's session is open, else 0",
+                               labels=["server"])
+        restarts = CounterMetricFamily("agentlog_mcp_server_restarts",
+                                       "MCP sessions reopened after one was lost (the server exited or hung)",
+                                       labels=["server"])
+        for name, health in sorted(mcp_health().items()):
+            up.add_metric([name], 1.0 if health["status"] == "ok" else 0.0)
+            restarts.add_metric([name], float(health["restarts"]))
+        yield up
+        yield restarts
 
 
 class RunMetrics:
@@ -141,4 +160,4 @@ class RunMetrics:
             await self.watch(store)
 
 
-__all__ = ["LogHealthCollector", "Metrics", "RunMetrics"]
+__all__ = ["LogHealthCollector", "McpCollector", "Metrics", "RunMetrics"]

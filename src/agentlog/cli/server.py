@@ -263,7 +263,10 @@ class Server:
             if self.config.worker_metrics_port is not None:
                 from prometheus_client import CollectorRegistry
 
+                from agentlog.api.metrics import McpCollector
+
                 registry = CollectorRegistry()
+                registry.register(McpCollector())
                 self.metrics_runner = await serve_metrics(registry, self.config.worker_metrics_port)
                 host, bound = self.metrics_runner.addresses[0][:2]
                 self.metrics_url = f"http://{host}:{bound}/metrics"

@@ -4,7 +4,8 @@ scrapers and clients discovering the API.
 `/health/live` says the process answers (restart me if not); `/health` says it can serve
 (NATS connected, projection lag known): 503 when NATS is unreachable so a load balancer stops
 sending traffic that would only get 503s anyway; `degraded` (still 200: reads work) with
-`reasons` when writes to the log fail (a full disk) and until they go through again.
+`reasons` when writes to the log fail (a full disk) and until they go through again, or when
+an MCP server of this process is down (`mcp`: each server's status, reconnecting with backoff).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from aiohttp import web
 
 from agentlog.log.subjects import EVENTS_STREAM
 from agentlog.runtime.commands import COMMANDS_STREAM
+from agentlog.runtime.mcp import mcp_health
 
 from .context import Services, services
 from .replies import reply
@@ -69,11 +71,16 @@ async def health(request: web.Request) -> web.Response:
         svc.metrics.projection_lag.set(lag)
     ok = connected and lag is not None
     reasons = await write_problems(svc) if ok else []
+    mcp = mcp_health()
+    reasons += [f"MCP server {name!r} is {h['status']}: {h['last_error']}"
+                for name, h in mcp.items() if h["status"] != "ok"]
     body: dict[str, Any] = {
         "status": "unavailable" if not ok else "degraded" if reasons else "ok",
         "nats": {"connected": connected},
         "projection": {"applied_seq": applied, "lag": lag},
     }
+    if mcp:
+        body["mcp"] = mcp
     if reasons:
         body["reasons"] = reasons
     return reply(body, status=200 if ok else 503)
@@ -98,6 +105,8 @@ async def metrics(request: web.Request) -> web.Response:
 _HEALTH = {"type": "object", "properties": {
     "status": {"type": "string", "enum": ["ok", "degraded", "unavailable"]},
     "reasons": {"type": "array", "items": {"type": "string"}},
+    "mcp": {"type": "object", "additionalProperties": {"type": "object", "properties": {
+        "status": {"type": "string"}, "restarts": {"type": "integer"}, "last_error": {"type": ["string", "null"]}}}},
     "nats": {"type": "object", "properties": {"connected": {"type": "boolean"}}},
     "projection": {"type": "object", "properties": {"applied_seq": {"type": "integer"},
                                                     "lag": {"type": ["integer", "null"]}}},
