@@ -98,7 +98,7 @@ class Quarantine:
         self.recent[seq] = reason
         while len(self.recent) > self.keep:
             self.recent.popitem(last=False)
-        log.error("quarantined undecodable message at seq %d (thread %r): %s", seq, commit.thread_id, reason)
+        log.warning("quarantined undecodable message at seq %d (thread %r): %s", seq, commit.thread_id, reason)
 
     def hold(self, seq: int, subject: str, ts: int | str | datetime | None, data: bytes,
              error: CodecError) -> Commit:
