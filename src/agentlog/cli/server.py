@@ -164,6 +164,8 @@ class Server:
         self.config = config
         #: This process's share of the data dir's embedded nats-server (None with a NATS URL).
         self.embedded: SharedServer | None = None
+        #: Restarts the embedded server's JetStream once a full disk has room again (`agentlog.log.revive`).
+        self.disk_watch: Any = None
         self.store: JetStreamEventStore | None = None
         self.views: Any = None
         self.runner: Any = None
@@ -232,6 +234,11 @@ class Server:
             policy, log, "server.connect", is_transient)
         self.store = store
         nc = store.nc
+        if self.embedded is not None:  # the data dir's own server: bring its JetStream back after a full disk
+            from agentlog.log.revive import DiskWatch
+
+            self.disk_watch = DiskWatch(self.embedded.data_dir, store)
+            self.disk_watch.start()
 
         async def layout() -> tuple[KVViewStore, KVSnapshotStore | None]:
             """The streams and buckets this process uses, each created if missing (so repeatable):
@@ -355,6 +362,9 @@ class Server:
         """Reverse order: stop taking requests (HTTP, NATS service), let the worker finish or hand
         back its commands, stop in-process runs uncommitted, flush live output, stop the
         projection runner, close the store, stop the embedded nats-server."""
+        if self.disk_watch is not None:
+            await self.disk_watch.stop()
+            self.disk_watch = None
         if self.web_runner is not None:
             with contextlib.suppress(Exception):
                 await self.web_runner.cleanup()

@@ -24,7 +24,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from .codec import decode_commit
-from .errors import CodecError, PermissionDenied, StoreUnavailable
+from .errors import CodecError, NoAnswer, PermissionDenied, StoreUnavailable
 from .events import Commit
 from .js_api import (
     _HDR_NUM_PENDING,
@@ -156,7 +156,7 @@ class JetStreamRequests:
         except nats.errors.Error as exc:
             raise StoreUnavailable(f"{what}: NATS error: {exc or type(exc).__name__}") from None
         except TimeoutError:
-            raise StoreUnavailable(
+            raise NoAnswer(
                 f"{what}: JetStream did not answer within {self.request_timeout:g}s "
                 "(server down or overloaded); retrying the same commit is safe"
             ) from None

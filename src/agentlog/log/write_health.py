@@ -16,6 +16,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import nats.errors
+
+from .errors import NoAnswer
+
 
 class WriteHealth:
     """The last write outcome of one process's store (cheap enough for every append)."""
@@ -25,6 +29,8 @@ class WriteHealth:
         self.clock = clock
         self.failures = 0
         self.last_error: str | None = None
+        #: The last failure was a request nobody answered (not a refusal such as a byte limit).
+        self.unanswered = False
         self._failed_at: float | None = None
 
     def succeeded(self) -> None:
@@ -32,7 +38,8 @@ class WriteHealth:
 
     def failed(self, what: str, error: BaseException) -> None:
         self.failures += 1
-        self.last_error = f"{what}: {error}"
+        self.last_error = f"{what}: {error or type(error).__name__}"
+        self.unanswered = isinstance(error, (NoAnswer, nats.errors.TimeoutError))
         self._failed_at = self.clock()
 
     @property
