@@ -293,7 +293,7 @@ class McpToolset:
                         conn.client = await conn.open(stack)
                     if first.done():
                         conn.restarts += 1
-                        log.warning("mcp.reconnected", extra={"server": name, "restarts": conn.restarts})
+                        log.warning("MCP server %r reconnected (restart %d)", name, conn.restarts)
                     conn.state = "ok"
                     conn.lost.clear()
                     conn.ready.set()
@@ -313,7 +313,7 @@ class McpToolset:
             if self._closing:
                 break
             conn.state = "reconnecting"
-            log.warning("mcp.reconnecting", extra={"server": name, "error": conn.last_error, "in_s": delay})
+            log.warning("MCP server %r lost (%s): reconnecting in %.1fs", name, conn.last_error, delay)
             await asyncio.sleep(delay)  # the backoff itself
             delay = min(delay * 2, RECONNECT_MAX)
         conn.state = "closed"
