@@ -171,6 +171,13 @@ async def test_a_poisoned_thread_keeps_working(deployment: Deployment, deploymen
         view = await _finished(http, url, second["run_id"], second["seq"])
         assert view["termination"]["type"] == "natural_end", view
 
+        for run_id in (first["run_id"], second["run_id"]):  # verified replay: the marker changes nothing
+            verified = subprocess.run(
+                [sys.executable, "-m", "agentlog", "replay", run_id, "--verify", "--app", "serve_app:app",
+                 "--nats", deployment.nats_url], capture_output=True, text=True, timeout=120,
+                env={**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(Path(__file__).parent),
+                     "SERVE_APP_HOLD_DIR": str(hold)})
+            assert verified.returncode == 0, verified.stdout + verified.stderr
         async with http.get(f"{url}/v1/threads/poisoned", params={"min_seq": str(second["seq"])}) as resp:
             assert resp.status == 200
             assert len((await resp.json())["run_ids"]) == 2
