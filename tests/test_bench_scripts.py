@@ -32,6 +32,18 @@ def test_bench_resume_quick_prints_the_issue_13_figures() -> None:
     assert doc["long_messages"] > doc["short_messages"]
 
 
+def test_bench_reliability_quick_poison_and_disk_recover_without_a_restart() -> None:
+    doc = last_json("scripts/bench_reliability.py", "--quick", "--only", "poison,disk", "--runs", "5")
+    assert doc["sections"] == ["poison", "disk"] and doc["failed_sections"] == [], doc
+    assert (doc["poison_runs"], doc["poison_finished"], doc["poison_lost"]) == (10, 10, 0), doc
+    assert doc["poison_quarantined"] == doc["poison_poisoned"] == 10, doc
+    assert doc["poison_messages_ok"] == doc["poison_threads"] == 5 and doc["poison_listings_ok"], doc
+    assert doc["poison_healthy"] and not doc["poison_restarted"], doc
+    assert doc["disk_lost"] == 0 and doc["disk_failed"] == 0 and doc["disk_duplicated_commits"] == 0, doc
+    assert doc["disk_degraded_seen"] and doc["disk_healthy_after"] and not doc["disk_restarted"], doc
+    assert doc["disk_after_accepted"] == 5, doc
+
+
 def test_bench_reliability_quick_sections_lose_nothing() -> None:
     doc = last_json("scripts/bench_reliability.py", "--quick", "--only", "crash,outage,list", "--runs", "5")
     assert doc["bench"] == "reliability" and doc["sections"] == ["crash", "outage", "list"]

@@ -47,6 +47,7 @@ from agentlog.runtime.commands import (
 from agentlog.runtime.errors import RunNotFound, ThreadNotFound
 from agentlog.runtime.frontend import InvalidFrontendTools, normalize_frontend_tools
 from agentlog.runtime.hitl import check_decisions, decision_seqs, parse_decisions
+from agentlog.runtime.outage import is_transient
 from agentlog.runtime.run_context import RunContext, fold_context
 from agentlog.runtime.runtime import Runtime, _call_ids
 
@@ -348,6 +349,18 @@ class QueueDispatcher:
 
     # -- waiting for the effect ----------------------------------------------------------------
 
+    async def _queue(self, cmd: Any) -> None:
+        """Queue `cmd`; its outcome is a write of this process (`/health`'s `log writes failing`)."""
+        writes = getattr(self.store, "writes", None)
+        try:
+            await self.client.submit(cmd)
+        except Exception as exc:
+            if writes is not None and is_transient(exc):
+                writes.failed("queue command", exc)
+            raise
+        if writes is not None:
+            writes.succeeded()
+
     async def _submit_and_wait(self, cmd: Any, thread_id: str, after: int,
                                done: Callable[[StoredCommit], bool]) -> int:
         """Follow the thread from `after` (opened BEFORE the submit, so the effect cannot slip
@@ -367,7 +380,7 @@ class QueueDispatcher:
             await self.client.nc.flush()
             first = asyncio.ensure_future(_first(follower, done))
             try:
-                await self.client.submit(cmd)
+                await self._queue(cmd)
                 finished, _ = await asyncio.wait({first, dead}, timeout=self.timeout,
                                                  return_when=asyncio.FIRST_COMPLETED)
                 if first in finished:

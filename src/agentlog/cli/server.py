@@ -171,6 +171,8 @@ class Server:
         self.config = config
         #: This process's share of the data dir's embedded nats-server (None with a NATS URL).
         self.embedded: SharedServer | None = None
+        #: Restarts the embedded server's JetStream once a full disk has room again (`agentlog.log.revive`).
+        self.disk_watch: Any = None
         self.store: JetStreamEventStore | None = None
         self.views: Any = None
         self.runner: Any = None
@@ -242,6 +244,11 @@ class Server:
             policy, log, "server.connect", is_transient)
         self.store = store
         nc = store.nc
+        if self.embedded is not None:  # the data dir's own server: bring its JetStream back after a full disk
+            from agentlog.log.revive import DiskWatch
+
+            self.disk_watch = DiskWatch(self.embedded.data_dir, store)
+            self.disk_watch.start()
 
         async def layout() -> tuple[KVViewStore, KVSnapshotStore | None]:
             """The streams and buckets this process uses, each created if missing (so repeatable):
@@ -255,7 +262,7 @@ class Server:
 
         self.views, snapshots = await through_outage(layout, policy, log, "server.layout", is_transient)
         if self.has_http:
-            self.runner = ProjectionRunner(nc, self.views)
+            self.runner = ProjectionRunner(nc, self.views, quarantine=store.quarantine)
             await self.runner.start()
         if self.has_worker:
             self.live = NatsLiveSink(nc)
@@ -273,7 +280,10 @@ class Server:
             if self.config.worker_metrics_port is not None:
                 from prometheus_client import CollectorRegistry
 
+                from agentlog.api.metrics import McpCollector
+
                 registry = CollectorRegistry()
+                registry.register(McpCollector())
                 self.metrics_runner = await serve_metrics(registry, self.config.worker_metrics_port)
                 host, bound = self.metrics_runner.addresses[0][:2]
                 self.metrics_url = f"http://{host}:{bound}/metrics"
@@ -381,6 +391,9 @@ class Server:
         if self.retention is not None:
             await self.retention.stop()
             self.retention = None
+        if self.disk_watch is not None:
+            await self.disk_watch.stop()
+            self.disk_watch = None
         if self.web_runner is not None:
             with contextlib.suppress(Exception):
                 await self.web_runner.cleanup()

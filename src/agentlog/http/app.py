@@ -68,6 +68,9 @@ def create_app(
     """
     settings = settings or Settings()
     metrics = metrics or Metrics()
+    metrics.log_health.watch_quarantine(getattr(store, "quarantine", None))
+    metrics.log_health.watch_quarantine(getattr(runner, "quarantine", None))
+    metrics.log_health.watch_writes(getattr(store, "writes", None))
     auth = Authenticator(resolve_tokens(auth_tokens))
     app = web.Application(
         middlewares=[metrics_middleware(metrics), error_middleware, auth_middleware(auth)],

@@ -258,6 +258,26 @@ class ContextCompacted(Event, frozen=True):
     tokens_after: int = 0
 
 
+# -- quarantine -----------------------------------------------------------------------------------
+
+
+class CommitQuarantined(Event, frozen=True):
+    """Stands in, for every reader, for a message of the log that is not a commit this build can
+    decode (raw bytes published on an event subject, a newer schema). Readers make it from the
+    message (`agentlog.log.quarantine`); no writer may append one (`check_commit` refuses it).
+
+    No fold gives it meaning, so it changes nothing but what any commit changes: the views'
+    version and last-seen sequence count its seq (per-thread OCC counts every message on the
+    thread's subjects). `code`: the codec error's code; `subject`: where it was published; `size`
+    and `sha256` identify the bytes."""
+
+    code: str
+    reason: str
+    subject: str = ""
+    size: int = 0
+    sha256: str = ""
+
+
 # -- state ----------------------------------------------------------------------------------------
 
 
@@ -298,6 +318,7 @@ AnyEvent = Union[
     StatePatched,
     StateReplaced,
     ContextCompacted,
+    CommitQuarantined,
 ]
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.__name__: cls for cls in get_args(AnyEvent)}

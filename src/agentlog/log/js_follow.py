@@ -140,7 +140,7 @@ class _Follower:
             self.next_dseq = dseq + 1
             if sseq <= self.last:
                 continue
-            commit = await self.store._decode(msg.data)
+            commit = await self.store._decode(sseq, msg)
             self.last = sseq
             return StoredCommit(sseq, commit)
 

@@ -19,6 +19,7 @@ import msgspec
 from agentlog.log.errors import AgentlogError
 from agentlog.log.events import (
     AnyEvent,
+    CommitQuarantined,
     InferenceCompleted,
     Message,
     MessageAppended,
@@ -46,7 +47,9 @@ from .tools import ToolResult
 #: visible where it was recorded. A decision commit that also holds what the runtime derived from
 #: the decisions (`RunResumed`, `ToolCallResuming`, outcomes needing no tool run) *is* the loop's:
 #: replay re-drives it through `Runtime.decide()` with the recorded decisions and verifies it.
-EXTERNAL_EVENT_TYPES: tuple[type, ...] = (RunCancelRequested, ToolCallDecided, ThreadMetadataUpdated)
+#: A quarantined message (`CommitQuarantined`, a reader's stand-in) is never the loop's either.
+EXTERNAL_EVENT_TYPES: tuple[type, ...] = (RunCancelRequested, ToolCallDecided, ThreadMetadataUpdated,
+                                          CommitQuarantined)
 
 _enc = msgspec.json.Encoder(order="deterministic")
 

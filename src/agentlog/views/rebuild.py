@@ -29,6 +29,7 @@ from agentlog.log.archive import ThreadArchive, marker_of
 from agentlog.log.codec import decode_commit
 from agentlog.log.errors import CodecError
 from agentlog.log.events import Commit
+from agentlog.log.quarantine import Quarantine
 from agentlog.log.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 
 from .errors import ProjectionError
@@ -37,6 +38,9 @@ from .kv import KVViewStore
 from .runner import ProjectionRunner
 
 Progress = Callable[[int, int], None]
+
+#: Logs each quarantined seq once per process, however many rebuilds meet it.
+_QUARANTINE = Quarantine()
 
 
 class RebuildResult(msgspec.Struct, frozen=True):
@@ -114,6 +118,14 @@ async def _fold_archived(archive: ThreadArchive, folder: Folder, thread_id: str,
         counts[1] += len(sc.commit.events)
 
 
+async def _quarantined(js: JetStreamContext, stream: str, seq: int, data: bytes, error: CodecError) -> Commit:
+    """The quarantine stand-in of the undecodable message at `seq`, folded as every reader folds
+    it (`agentlog.log.quarantine`). Its subject and stored time are fetched here, on this rare
+    path, so the bulk read stays `(seq, data)`."""
+    raw = await js.get_msg(stream, seq)
+    return _QUARANTINE.hold(seq, raw.subject or "", raw.time, data, error)
+
+
 async def _fold_range(
     js: JetStreamContext, folder: Folder, start: int, end: int, total: int, counts: list[int],
     progress: Progress | None, stream: str, subjects: str, archive: ThreadArchive,
@@ -124,12 +136,13 @@ async def _fold_range(
         for seq, data in part:
             try:
                 commit = decode(data)
-            except CodecError:
+            except CodecError as exc:
                 counts[2] += 1
-                continue
-            upto = marker_of(commit)
-            if upto is not None:  # an archived thread: its commits first (`agentlog.log.archive`)
-                await _fold_archived(archive, folder, commit.thread_id, upto, counts)
+                commit = await _quarantined(js, stream, seq, data, exc)
+            else:
+                upto = marker_of(commit)
+                if upto is not None:  # an archived thread: its commits first (`agentlog.log.archive`)
+                    await _fold_archived(archive, folder, commit.thread_id, upto, counts)
             apply(seq, commit)
             counts[0] += 1
             counts[1] += len(commit.events)

@@ -32,6 +32,8 @@ from nats.js.errors import NotFoundError
 
 from agentlog.log.codec import decode_commit
 from agentlog.log.errors import CodecError
+from agentlog.log.events import Commit
+from agentlog.log.quarantine import Quarantine
 from agentlog.log.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 
 from .errors import ProjectionTimeout
@@ -63,6 +65,7 @@ class ProjectionRunner:
         cache_size: int = 20_000,
         gap_retry: float = 0.2,
         after_batch: Callable[[list[RunView]], Awaitable[None]] | None = None,
+        quarantine: Quarantine | None = None,
     ) -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
@@ -77,8 +80,9 @@ class ProjectionRunner:
         self.gap_retry = gap_retry
         #: Highest stream seq whose batch is written and acked.
         self.applied_seq = 0
-        #: Commits that could not be decoded (a newer writer's schema...): skipped, counted.
+        #: Commits that could not be decoded (a newer writer's schema, raw bytes): quarantined.
         self.skipped: list[tuple[int, str]] = []
+        self.quarantine = quarantine if quarantine is not None else Quarantine()
         self.batches = 0
         self.puts = 0
         self._threads: OrderedDict[str, ThreadView] = OrderedDict()
@@ -207,11 +211,7 @@ class ProjectionRunner:
             elif seq == expected and not later:
                 ready.append(msg)
                 expected += 1
-                try:
-                    decoded.append((seq, decode_commit(msg.data)))
-                except CodecError as exc:
-                    log.error("skipping undecodable commit at seq %d: %s", seq, exc)
-                    self.skipped.append((seq, str(exc)))
+                decoded.append((seq, self._decode(seq, msg)))
             else:
                 later.append(msg)
         for msg in later:
@@ -264,6 +264,16 @@ class ProjectionRunner:
                 await deleted_hook(deleted)
             except Exception:  # noqa: BLE001 - as above
                 log.exception("threads_deleted hook failed")
+
+    def _decode(self, seq: int, msg: Msg) -> Commit:
+        """The commit at `seq`, or its quarantine stand-in (`agentlog.log.quarantine`), folded
+        like every other reader folds it: it counts in the views' versions and changes nothing
+        else. Also listed in `skipped`."""
+        try:
+            return decode_commit(msg.data)
+        except CodecError as exc:
+            self.skipped.append((seq, str(exc)))
+            return self.quarantine.hold(seq, msg.subject, msg.metadata.timestamp, msg.data, exc)
 
     async def _load(self, folder: Folder, decoded: list) -> Views:
         """Seed `folder` with the views the batch touches; returns them (before the batch)."""

@@ -142,7 +142,7 @@ async function renderTimeline() {
   ol.replaceChildren(...tl.steps.map((g) => el("li", { class: "group" },
     el("div", { class: "label" }, g.label),
     g.events.map((e) => [
-      el("button", { class: "ev" + (e.id === S.selected ? " sel" : ""), type: "button", "data-event": e.id,
+      el("button", { class: "ev" + (e.type === "CommitQuarantined" ? " quarantined" : "") + (e.id === S.selected ? " sel" : ""), type: "button", "data-event": e.id,
                      onclick: () => guarded(() => renderState(e.id)) },
         el("span", { class: "id mono" }, e.id), el("span", { class: "type" }, e.type),
         el("span", { class: "sum mono" }, e.summary)),
