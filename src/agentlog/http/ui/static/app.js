@@ -457,6 +457,7 @@ async function renderOps() {
   const c = q.commands, w = q.workers, d = q.dead_letters;
   $("#ops-body").replaceChildren(
     el("section", { id: "ops-queue" }, el("h3", {}, "Command queue"), c
+      ? kv([["stream", c.stream], ["queued commands", String(c.queued)]])
       : el("p", { class: "sub" }, "no command was ever queued")),
     el("section", { id: "ops-workers" }, el("h3", {}, "Workers"), w
       ? kv([["consumer", w.consumer], ["open pull requests (idle worker slots)", String(w.open_pull_requests)],
