@@ -424,7 +424,7 @@ function renderMessages() {
   $("#messages").replaceChildren(...shown.map(({ message: m, event_id: id }) => el("li", { title: id, "data-event": id },
     el("span", { class: "role" }, m.role + ":"), typeof m.content === "string" ? m.content : JSON.stringify(m.content),
     m.tool_calls && m.tool_calls.length ? el("div", { class: "sub mono" },
-      m.tool_calls.map((c) => `-> ${c.name}(${JSON.stringify(c.arguments)})`).join(" ")) : null)));
+      m.tool_calls.map((c) => `-> ${c.name}(${JSON.stringify(c.arguments || {})})`).join(" ")) : null)));
 }
 
 async function verify() {
