@@ -36,13 +36,11 @@ async def _until(http: aiohttp.ClientSession, url: str, run_id: str, seq: int, s
                 await events.read()
 
 
-def test_the_banner_names_the_inspector_and_the_api_docs(deployment: Deployment) -> None:
+async def test_the_banner_and_the_demo_agent_after_a_denial(deployment: Deployment) -> None:
+    # the banner names the inspector and the API docs of this very server
     out = deployment.output("serve" if deployment.kind == "serve" else "gateway")
-    assert f"{deployment.http_url}/ui" in out, out
-    assert f"{deployment.http_url}/docs" in out, out
-
-
-async def test_the_demo_agent_does_not_announce_a_denied_deploy(deployment: Deployment) -> None:
+    assert f"{deployment.http_url}/ui" in out and f"{deployment.http_url}/docs" in out, out
+    # the demo agent (the default app of serve) does not claim a deploy a human turned down
     url = deployment.http_url
     async with aiohttp.ClientSession() as http:
         async with http.post(f"{url}/v1/runs", json={"agent_id": "deployer",
