@@ -30,8 +30,10 @@ function el(tag, attrs, ...children) {
 
 // The conversation as the client holds it (updated while text streams in), then open interrupts.
 function render() {
-  // (an assistant message with neither text nor calls, e.g. one still opening, shows nothing)
-  const shown = agent.messages.filter((m) => m.role !== "assistant" || m.content || (m.toolCalls || []).length);
+  // the conversation's user, assistant and tool messages (an assistant message with neither text
+  // nor calls, e.g. one still opening, shows nothing; other roles, e.g. reasoning, neither)
+  const shown = agent.messages.filter((m) => m.role === "user" || m.role === "tool" ||
+    (m.role === "assistant" && (m.content || (m.toolCalls || []).length)));
   const items = shown.map((m) => {
     if (m.role === "tool") return el("li", { class: "tool", "data-role": "tool" }, el("b", {}, "tool "), String(m.content));
     const calls = (m.toolCalls || []).map((c) => el("div", { class: "call" }, `calls ${c.function.name}(${c.function.arguments})`));
