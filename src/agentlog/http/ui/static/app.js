@@ -247,8 +247,11 @@ async function selectRun(runId, at) {
   follow(run.thread_id);
 }
 
+// Every render that awaits checks, once its answer is in, that it is still for the run on show:
+// a late answer (a decision's re-read, a live refresh) must not paint over a run picked since.
 async function renderRun(run) {
   run = run || await api("GET", `/v1/runs/${enc(S.run)}`);
+  if (run.run_id !== S.run) return;
   $("#run-id").textContent = run.run_id;
   const status = $("#run-status");
   status.textContent = run.status; status.className = `badge ${run.status}`;
@@ -261,7 +264,9 @@ async function renderRun(run) {
   $("#run-parent").replaceChildren(...(run.parent_run_id
     ? ["sub-agent run of ", el("a", { href: runHash(run.parent_run_id) }, el("code", {}, run.parent_run_id))] : []));
   const [tl] = await Promise.all([renderTimeline(), loadMessages(run.thread_id)]);
+  if (run.run_id !== S.run) return;
   await renderState(S.at);
+  if (run.run_id !== S.run) return;
   renderApprovals(run, requestedCalls(tl));
 }
 
@@ -381,7 +386,9 @@ async function decide(callId, result) {
 }
 
 async function renderTimeline() {
-  const tl = await api("GET", `/v1/runs/${enc(S.run)}/timeline`);
+  const runId = S.run;
+  const tl = await api("GET", `/v1/runs/${enc(runId)}/timeline`);
+  if (runId !== S.run) return tl;
   $("#timeline").replaceChildren(...tl.steps.map((g) => el("li", { class: "group" },
     el("div", { class: "label" }, g.label),
     g.events.map((e) => [
@@ -404,7 +411,9 @@ async function renderState(at) {
   S.at = at || null;
   for (const b of document.querySelectorAll(".ev")) b.classList.toggle("sel", b.dataset.event === S.at);
   $("#permalink").href = runHash(S.run, S.at);
-  const data = await api("GET", `/v1/threads/${enc(S.thread)}/state${S.at ? `?at=${enc(S.at)}` : ""}`);
+  const thread = S.thread;
+  const data = await api("GET", `/v1/threads/${enc(thread)}/state${S.at ? `?at=${enc(S.at)}` : ""}`);
+  if (thread !== S.thread) return;
   $("#state-at").textContent = S.at ? `as of event ${S.at}` : "now";
   $("#state-now").hidden = !S.at;
   $("#state").textContent = json(data.state);
@@ -413,6 +422,7 @@ async function renderState(at) {
 
 async function loadMessages(threadId) {
   const data = await api("GET", `/v1/threads/${enc(threadId)}/messages?limit=200`);
+  if (threadId !== S.thread) return;
   S.messages = data.messages;
   renderMessages();
 }
