@@ -1,12 +1,13 @@
 """The run inspector as an operator keeps it open, in a real headless Chromium (Debian `chromium`
-through playwright) against a real `agentlog serve` subprocess with bearer auth
-(`tests/topology.py`, app `inspector_app:app`):
+through playwright) against real subprocesses with bearer auth (`tests/topology.py`: `agentlog serve`, and
+`agentlog gateway` + `agentlog worker`; app `inspector_app:app`):
 
 - the list: one entry per conversation with its first message, agents, times, durations; runs
   grouped under their thread; the `checker` sub-agent's run nested under the `agent_run` call
   that started it (not a thread at the top, no "continues"); search and status/agent filters;
 - navigation: every view is a URL hash, so Back and a pasted link work;
 - time travel: the State panel stays in view, and Messages show only what the thread had then;
+- in both topologies users run (`serve`, and `gateway` + `worker`);
 - a structured interrupt answered with the form built from its ticket's `response_schema`, and a
   permission approval (Approve sets `approved`, with the optional `reason` field);
 - the operations view (queue, workers, dead letters), a 400 px wide layout without overlaps, and
@@ -25,7 +26,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from topology import deploy
+from topology import TOPOLOGIES, Kind, deploy
 
 from test_inspector_browser import CHROMIUM, chromium_page
 
@@ -57,8 +58,8 @@ async def until(http: aiohttp.ClientSession, url: str, run_id: str, status: str,
             await events.read()
 
 
-async def shot(page: Any, name: str) -> None:
-    if SHOTS:
+async def shot(page: Any, name: str, kind: Kind) -> None:
+    if SHOTS and kind == "serve":
         await page.evaluate("document.querySelector('#run') && (document.querySelector('#run').scrollTop = 0)")
         await page.screenshot(path=str(Path(SHOTS) / name))
 
@@ -68,10 +69,11 @@ def overlap(a: dict[str, float], b: dict[str, float]) -> bool:
                 or a["y"] + a["height"] <= b["y"] or b["y"] + b["height"] <= a["y"])
 
 
-async def test_the_inspector_an_operator_keeps_open(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", TOPOLOGIES)
+async def test_the_inspector_an_operator_keeps_open(kind: Kind, tmp_path: Path) -> None:
     from playwright.async_api import expect
 
-    with deploy("serve", tmp_path, app="inspector_app:app", tokens=TOKEN) as d:
+    with deploy(kind, tmp_path, app="inspector_app:app", tokens=TOKEN) as d:
         async with asyncio.timeout(240), aiohttp.ClientSession(headers=AUTH) as http, chromium_page() as page:
             url = d.http_url
             ship = await start(http, url, "deployer", "Ship release 1.4.2 to staging.")
@@ -140,14 +142,14 @@ async def test_the_inspector_an_operator_keeps_open(tmp_path: Path) -> None:
             await expect(page.locator("#state-at")).not_to_have_text("now")
             await page.click("#state-now")
             await expect(page.locator("#state-at")).to_have_text("now")
-            await shot(page, "inspector.png")
+            await shot(page, "inspector.png", kind)
             await expect(page.locator("#messages li")).not_to_have_count(1)
 
             # a structured question: the form comes from the ticket's response_schema
             await page.click(f"[data-run='{plan['run_id']}']")
             form = page.locator("#approvals form.ticket")
             await expect(form.locator("[name='f:target']")).to_be_visible()
-            await shot(page, "inspector-form.png")
+            await shot(page, "inspector-form.png", kind)
             await form.locator("[name='f:target']").select_option(label="prod")
             await form.locator("[name='f:replicas']").fill("3")
             await form.locator("[name='f:note']").fill("canary first")
@@ -172,7 +174,7 @@ async def test_the_inspector_an_operator_keeps_open(tmp_path: Path) -> None:
             await page.click("#nav-ops")
             await expect(page.locator("#ops-workers")).to_contain_text("agentlog-workers")
             await expect(page.locator("#ops-dlq")).to_contain_text("Dead letters")
-            await shot(page, "inspector-ops.png")
+            await shot(page, "inspector-ops.png", kind)
 
             # 400 px: one column, nothing overlaps in the header, no sideways scroll
             await page.set_viewport_size({"width": 400, "height": 800})
@@ -181,7 +183,7 @@ async def test_the_inspector_an_operator_keeps_open(tmp_path: Path) -> None:
             parts = [await page.locator(sel).bounding_box() for sel in ("header h1", "header nav", "#token-form")]
             assert all(parts) and not any(overlap(a, b) for i, a in enumerate(parts) for b in parts[i + 1:]), parts  # type: ignore[arg-type]
             assert await page.evaluate("document.documentElement.scrollWidth") <= 400
-            await shot(page, "inspector-narrow.png")
+            await shot(page, "inspector-narrow.png", kind)
 
             # /docs: Swagger UI from the package, every operation, and a request sent with the token
             await page.set_viewport_size({"width": 1280, "height": 800})
@@ -190,7 +192,7 @@ async def test_the_inspector_an_operator_keeps_open(tmp_path: Path) -> None:
                 spec = await resp.json()
             blocks = page.locator(".opblock")
             await expect(blocks).to_have_count(sum(len(methods) for methods in spec["paths"].values()))
-            await shot(page, "api-docs.png")
+            await shot(page, "api-docs.png", kind)
             get_run = page.locator("#operations-runs-get_v1_runs_id")
             await get_run.locator(".opblock-summary").click()
             await get_run.locator("input[placeholder='id']").fill(ship["run_id"])
