@@ -32,12 +32,13 @@ RECENT_DEAD_LETTERS = 20
 
 
 def _ms(value: datetime | str | None) -> int | None:
-    if value is None:
-        return None
+    """Epoch milliseconds of a time nats-py hands over as a datetime or an RFC 3339 string (with
+    nanoseconds, which Python's parser cuts to microseconds)."""
     if isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            value = datetime.fromisoformat(value.replace("Z", "+00:00")[:26] + "+00:00"
-                                           if "." in value else value.replace("Z", "+00:00"))
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
     return int(value.timestamp() * 1000) if isinstance(value, datetime) else None
 
 
