@@ -48,7 +48,8 @@ from agentlog.log.events import (
 )
 from agentlog.log.ids import new_id
 from agentlog.runtime import AgentSpec, McpServerConfig, McpToolset, PermissionPlugin, ToolContext, tool
-from agentlog.runtime.models.scripted import ScriptedModel, Turn
+from agentlog.runtime.models.base import ModelRequest
+from agentlog.runtime.models.scripted import ScriptedModel, ScriptItem, Turn, last_tool_result
 
 DEMO_AGENT = "deployer"
 DEMO_PROMPT = "Ship release 1.4.2 to staging."
@@ -74,6 +75,15 @@ def demo_app(*, mcp: bool = False) -> App:
         ctx.set("/deployed", {"env": env, "release": release})
         return f"release {release} is live on {env}"
 
+    def deploy_outcome(request: ModelRequest) -> Turn:
+        """The last answer reads the deploy's result: a human may have turned it down, and then
+        nothing is live."""
+        result = last_tool_result(request) or ""
+        if "is live" in result:
+            return Turn.text("Done: release 1.4.2 is live on staging.")
+        return Turn.text("Not deployed: the deploy of release 1.4.2 to staging was not approved, so nothing "
+                         "changed. Ask again when it may go out.")
+
     tools: list[Any] = [run_checks, deploy, *SubAgents().tools]
     mcp_tools: list[str] = []
     checks = ("agent_run", {"agent_id": "checker", "prompt": "Run the release checks for 1.4.2."})
@@ -86,10 +96,10 @@ def demo_app(*, mcp: bool = False) -> App:
         first = Turn.tools(checks, ("mcp__notes__release_notes", {"release": "1.4.2"}),
                            text="Asking the checker sub-agent for the release checks and collecting the release "
                                 "notes first.")
-    script = [
+    script: list[ScriptItem] = [
         first,
         Turn.tool("deploy", {"env": "staging", "release": "1.4.2"}, text="Checks passed; deploying."),
-        Turn.text("Done: release 1.4.2 is live on staging."),
+        deploy_outcome,
     ]
     agent = AgentSpec(id=DEMO_AGENT, model="demo", tools=["agent_run", "deploy", *mcp_tools], max_rounds=6,
                       system_prompt="You ship releases carefully.", allowed_agents=["checker"],
@@ -189,8 +199,8 @@ async def run_demo(server: Any, *, auto_approve: bool, keep_running: bool, conso
     store = server.store
     console.print(Panel.fit(
         Text.assemble(("agentlog demo\n", "bold"),
-                      f"HTTP  {server.http_url}\nNATS  {server.nats_url}\n"
-                      f"docs  {server.http_url}/openapi.json"),
+                      f"HTTP       {server.http_url}\nNATS       {server.nats_url}\n"
+                      f"inspector  {server.http_url}/ui\nAPI docs   {server.http_url}/docs"),
         border_style="magenta"))
     run_id, thread_id = new_id(), new_id()
     if server.dispatcher is not None:  # the same path as POST /v1/runs
@@ -239,7 +249,8 @@ async def run_demo(server: Any, *, auto_approve: bool, keep_running: bool, conso
                            f"{child['thread_id']}: {child['output']!r}  (agentlog replay {child['run_id']})"))
     console.print(Text(f"inspect it again any time:  agentlog replay {run_id}", style="dim"))
     if keep_running:
-        console.print(Text(f"--keep-running: server up at {server.http_url} (Ctrl-C to stop)", style="bold"))
+        console.print(Text(f"--keep-running: server up at {server.http_url} (Ctrl-C to stop); "
+                           f"inspector {server.http_url}/ui, API docs {server.http_url}/docs", style="bold"))
         await wait_for_signal()
     return 0
 

@@ -4,6 +4,7 @@ assembles them). `agentlog worker` is the one worker entry point. Registered on
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -14,6 +15,7 @@ from rich.text import Text
 
 from agentlog.api.app_loader import load_app
 from agentlog.api.connection import ConnectionOptions
+from agentlog.log.errors import AgentlogError
 from agentlog.log.server import DEFAULT_DATA_DIR
 
 from .core import (
@@ -63,7 +65,8 @@ def _banner(server: Any) -> None:
     table.add_column(overflow="fold")
     if server.http_url:
         table.add_row("HTTP", server.http_url)
-        table.add_row("API docs", f"{server.http_url}/openapi.json")
+        table.add_row("inspector", f"{server.http_url}/ui")
+        table.add_row("API docs", f"{server.http_url}/docs  (spec: /openapi.json)")
         table.add_row("health", f"{server.http_url}/health")
     table.add_row("NATS", server.nats_url + ("  (embedded, data in " + str(server.config.connection.data_dir)
                                              + ")" if server.embedded is not None else ""))
@@ -93,7 +96,26 @@ def _serve_role(role: str, app_spec: str | None, host: str, port: int, tokens: s
         if ready_file is not None:
             ready_file.write_text(str(os.getpid()))
 
-    _run_main(lambda: run_until_stopped(config, on_ready=ready))
+    async def main() -> None:
+        try:
+            await run_until_stopped(config, on_ready=ready)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or not port:
+                raise
+            raise PortBusy(host, port) from None
+
+    _run_main(main)
+
+
+class PortBusy(AgentlogError):
+    """The HTTP port is taken (often another `agentlog serve`): say which, and how to get a free one."""
+
+    code = "port_busy"
+    usage_error = True
+
+    def __init__(self, host: str, port: int) -> None:
+        super().__init__(f"{host}:{port} is already in use (another agentlog serve?); pick another with "
+                         f"--port N, or --port 0 for any free port (the banner prints the one it got)")
 
 
 ArchiveAfterOpt = Annotated[float | None, typer.Option(
