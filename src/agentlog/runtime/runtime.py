@@ -18,13 +18,11 @@ from agentlog.log.errors import VersionConflict
 from agentlog.log.events import (
     AnyEvent,
     Commit,
-    ContextCompacted,
     Message,
     MessageAppended,
     Position,
     RunCancelRequested,
     RunFinished,
-    RunStarted,
     StoredCommit,
     Termination,
     ToolCallDecided,
@@ -44,6 +42,7 @@ from .errors import RunConflict, RunNotFound
 from .frontend import check_no_conflict, is_frontend_stub, normalize_frontend_tools
 from .hitl import DecisionInput, check_decisions, decision_seqs, parse_decisions, ready_calls
 from .live import LiveSink, NullLiveSink
+from .loading import LoadedRun, RunLoader
 from .logs import get_logger
 from .loop import RunLoop
 from .models.base import Model, ToolSpec
@@ -53,9 +52,7 @@ from .snapshot import (
     LoadedSnapshot,
     RunSnapshot,
     SnapshotStore,
-    load_chunks,
     make_snapshot,
-    read_entry,
     save_snapshot,
     with_finished_calls,
 )
@@ -451,83 +448,25 @@ class Runtime:
         return {n: t for n in spec.tools if (t := self.tools.get(n)) is not None}
 
     async def _thread_of(self, run_id: str) -> str:
-        async for sc in self.store.read_run(run_id):
-            return sc.commit.thread_id
-        raise RunNotFound(f"unknown run {run_id!r}")
+        return await self.loader().thread_of(run_id)
 
     # -- human in the loop ---------------------------------------------------------------------
 
+    def loader(self, *, views: bool = True) -> RunLoader:
+        """The run loader over this Runtime's store, snapshots and (unless `views=False`) views,
+        using run-context snapshots of this Runtime's agents only (`agentlog.runtime.loading`)."""
+        return RunLoader(self.store, snapshots=self.snapshots, views=self.views if views else None,
+                         agents=self.agents)
+
     async def _load(self, run_id: str, thread_id: str | None = None, *, use_snapshot: bool = True) -> _Loaded:
-        """Fold a run from the log alone (any process) into a RunContext.
+        """The run folded from the log alone (any process) into a RunContext: the run-context
+        snapshot + the thread's tail, else the thread view + tail, else the whole thread
+        (`RunLoader.load`). `use_snapshot=False`: the retry after an OCC conflict."""
+        return self._loaded(await self.loader().load(run_id, thread_id, use_snapshot=use_snapshot))
 
-        With `snapshots` (flat in run length and history): the run's context snapshot (one KV
-        get) plus the thread's commits after its seq (`_load_from_run_snapshot`); on a miss, or
-        with `use_snapshot=False` (the retry after an OCC conflict, so a stale snapshot never
-        loops), the paths below.
-
-        Without `views`: one read of the whole thread from seq 1 (the read grows with history).
-        With `views` (flat in history): the run's own commits (`read_run`) and the thread view
-        snapshot (state + the seq it covers) concurrently, then the thread's tail after that
-        seq. The run's commits the snapshot covers are folded run-scoped only
-        (`thread_scope=False`: the snapshot holds their thread state), the tail in full. The
-        messages the snapshot covers are not in a view: the loop loads them concurrently and
-        awaits them only before it reads them (next inference, plugin hooks), so a replayed
-        tool starts without them. A missing or lagging snapshot only lengthens the tail.
-
-        `thread_id` is checked first: the snapshot read puts it into subject wildcards.
-        """
-        if thread_id is not None:
-            validate_id(thread_id, "thread_id")
-        if self.snapshots is not None and use_snapshot:
-            loaded = await self._load_from_run_snapshot(run_id, thread_id)
-            if loaded is not None:
-                return loaded
-        if self.views is not None:
-            loaded = await self._load_from_snapshot(run_id, thread_id)
-            if loaded is not None:
-                return loaded
-            thread_id = thread_id or await self._thread_of(run_id)
-        return await self._load_folded(run_id, thread_id)
-
-    async def _load_folded(self, run_id: str, thread_id: str | None) -> _Loaded:
-        """`_load` by folding the whole thread from seq 1."""
-        if thread_id is None:
-            thread_id = await self._thread_of(run_id)
-        history = [sc async for sc in self.store.read_thread(thread_id)]
-        run_commits = [sc for sc in history if sc.commit.run_id == run_id]
-        if not run_commits:
-            raise RunNotFound(f"unknown run {run_id!r}")
-        agent_id = next(e.agent_id for e in run_commits[0].commit.events if type(e) is RunStarted)
-        spec = self.agents.get(agent_id)
-        ctx = fold_context(RunContext(thread_id=thread_id, run_id=run_id), history)
-        return _Loaded(thread_id, spec, ctx, history[-1].seq, run_commits)
-
-    async def _load_from_run_snapshot(self, run_id: str, thread_id: str | None) -> _Loaded | None:
-        """`_load` from the run-context snapshot: the context as of `snap.seq` with the thread's
-        tail folded on top (the same `fold_context`); None on a miss."""
-        store = self.snapshots
-        if store is None:  # callers check first
-            return None
-        read = await read_entry(store, run_id, thread_id)
-        if read is None or read[0].agent_id not in self.agents:
-            return None
-        entry, prefetched = read
-
-        async def read_tail() -> list[StoredCommit]:
-            return [sc async for sc in self.store.read_thread(entry.ctx.thread_id, after=entry.seq)]
-
-        # the tail after the entry's seq, and meanwhile the chunks: checked and decoded from what
-        # a cold read fetched with the entry (CPU work, done while the tail's read is out: so the
-        # tail's read is sent first), taken from this process's cache, or (a warm read that
-        # misses some) fetched in the same round trip as the tail
-        tail, snap = await asyncio.gather(read_tail(), load_chunks(store, entry, prefetched=prefetched))
-        if snap is None:
-            return None
-        ctx = snap.ctx
-        fold_context(ctx, tail)
-        version = tail[-1].seq if tail else snap.seq
-        run_tail = [sc for sc in tail if sc.commit.run_id == run_id]
-        return _Loaded(ctx.thread_id, self.agents.get(snap.agent_id), ctx, version, run_tail, snapshot=snap)
+    def _loaded(self, run: LoadedRun) -> _Loaded:
+        return _Loaded(run.thread_id, self.agents.get(run.agent_id), run.ctx, run.version, run.run_commits,
+                       run.older_messages, run.snapshot)
 
     async def write_snapshot(self, run_id: str, *, thread_id: str | None = None) -> RunSnapshot:
         """Fold the run as of the log's head (its current snapshot + the tail, else the whole
@@ -538,7 +477,8 @@ class Runtime:
         validate_run_id(run_id)
         if thread_id is not None:
             validate_id(thread_id, "thread_id")
-        loaded = await self._load_from_run_snapshot(run_id, thread_id) or await self._load_folded(run_id, thread_id)
+        loader = self.loader(views=False)
+        loaded = self._loaded(await loader.from_run_snapshot(run_id, thread_id) or await loader.fold(run_id, thread_id))
         known = loaded.snapshot.chunks if loaded.snapshot else {}
         snap, chunks = make_snapshot(seq=loaded.version, agent_id=loaded.spec.id, ctx=loaded.ctx,
                                      run=self._handle_for(loaded).view(), known=known)
@@ -575,56 +515,6 @@ class Runtime:
         """Wait for the snapshot writes in flight (tests, benchmarks, shutdown)."""
         while self._snapshot_writes:
             await asyncio.gather(*self._snapshot_writes)
-
-    async def _load_from_snapshot(self, run_id: str, thread_id: str | None) -> _Loaded | None:
-        """`_load` from the thread view snapshot; None if there is no usable snapshot."""
-        store = self.store
-
-        async def run_commits() -> list[StoredCommit]:
-            return [sc async for sc in store.read_run(run_id)]
-
-        if thread_id is None:
-            commits = await run_commits()
-            if not commits:
-                raise RunNotFound(f"unknown run {run_id!r}")
-            thread_id = commits[0].commit.thread_id
-            snap = await self.views.get_thread(thread_id)
-        else:
-            commits, snap = await asyncio.gather(run_commits(), self.views.get_thread(thread_id))
-            if not commits:
-                raise RunNotFound(f"unknown run {run_id!r}")
-        if snap is None or snap.version <= 0 or snap.deleted:
-            return None
-        base = snap.version
-        tail = [sc async for sc in store.read_thread(thread_id, after=base)]
-        covered = [sc for sc in commits if sc.seq <= base]
-        ctx = RunContext(thread_id=thread_id, run_id=run_id, thread_exists=True, state=dict(snap.state))
-        fold_context(ctx, covered, thread_scope=False)
-        fold_context(ctx, tail)
-        run_commits_all = covered + [sc for sc in tail if sc.commit.run_id == run_id]
-        if not run_commits_all:
-            return None
-        agent_id = next(e.agent_id for e in run_commits_all[0].commit.events if type(e) is RunStarted)
-        spec = self.agents.get(agent_id)
-        version = tail[-1].seq if tail else base
-
-        async def older_messages() -> list[Message]:
-            out: list[Message] = []
-            compaction: ContextCompacted | None = None
-            async with contextlib.aclosing(as_generator(store.read_thread(thread_id))) as commits_:
-                async for sc in commits_:
-                    if sc.seq > base:
-                        break
-                    for e in sc.commit.events:
-                        if type(e) is MessageAppended:
-                            out.append(e.message)
-                        elif type(e) is ContextCompacted:
-                            compaction = e
-            if ctx.compaction is None:  # a compaction in the tail is newer and wins
-                ctx.compaction = compaction
-            return out
-
-        return _Loaded(thread_id, spec, ctx, version, run_commits_all, older_messages)
 
     def _loop_for(self, loaded: _Loaded, handle: RunHandle) -> RunLoop:
         return RunLoop(
