@@ -166,6 +166,7 @@ class Server:
         self.embedded: SharedServer | None = None
         self.store: JetStreamEventStore | None = None
         self.views: Any = None
+        self.snapshots: Any = None
         self.runner: Any = None
         self.live: Any = None
         self.runtime: Any = None
@@ -240,10 +241,12 @@ class Server:
             if opts.replicas is not None:  # else the defaults are created lazily where they are used
                 await ensure_runtime_streams(nc.jetstream(timeout=opts.timeout), replicas=opts.replicas)
             views = await KVViewStore.open(nc, replicas=opts.replicas)
-            snapshots = await KVSnapshotStore.open(nc, replicas=opts.replicas) if self.has_worker else None
+            # the gateway reads them too (its dispatcher checks a decision on the run loaded from one)
+            snapshots = await KVSnapshotStore.open(nc, replicas=opts.replicas)
             return views, snapshots
 
         self.views, snapshots = await through_outage(layout, policy, log, "server.layout", is_transient)
+        self.snapshots = snapshots
         if self.has_http:
             self.runner = ProjectionRunner(nc, self.views)
             await self.runner.start()
@@ -300,7 +303,7 @@ class Server:
         elif self.config.app is not None or self.config.app_spec:
             self.agent_specs = {spec.id: spec for spec in resolve_app(source, self.store).agents}
         agents = list(self.agent_specs) if self.agent_specs else None
-        return dispatch.QueueDispatcher(self.store.nc, self.store, agents=agents)
+        return dispatch.QueueDispatcher(self.store.nc, self.store, agents=agents, snapshots=self.snapshots)
 
     def _routes(self) -> list[Any]:
         assert self.dispatcher is not None

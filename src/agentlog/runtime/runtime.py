@@ -19,7 +19,6 @@ from agentlog.log.events import (
     AnyEvent,
     Commit,
     Message,
-    MessageAppended,
     Position,
     RunCancelRequested,
     RunFinished,
@@ -42,7 +41,7 @@ from .errors import RunConflict, RunNotFound
 from .frontend import check_no_conflict, is_frontend_stub, normalize_frontend_tools
 from .hitl import DecisionInput, check_decisions, decision_seqs, parse_decisions, ready_calls
 from .live import LiveSink, NullLiveSink
-from .loading import LoadedRun, RunLoader
+from .loading import LoadedRun, RunLoader, known_calls
 from .logs import get_logger
 from .loop import RunLoop
 from .models.base import Model, ToolSpec
@@ -123,6 +122,8 @@ class DecideResult(NamedTuple):
     duplicate: bool
     resumed: list[str]
     handle: RunHandle | None
+    #: the run's thread (as the log says)
+    thread_id: str = ""
 
 
 class _Loaded(NamedTuple):
@@ -268,18 +269,6 @@ class RunHandle:
     @property
     def done(self) -> bool:
         return self._done
-
-
-def _call_ids(commits: Sequence[StoredCommit]) -> set[str]:
-    """Every tool call id a run's log mentions (assistant messages and call events)."""
-    out: set[str] = set()
-    for sc in commits:
-        for ev in sc.commit.events:
-            if type(ev) is MessageAppended:
-                out.update(c.id for c in ev.message.tool_calls or ())
-            elif (call_id := getattr(ev, "call_id", None)) is not None:
-                out.add(call_id)
-    return out
 
 
 class Runtime:
@@ -679,7 +668,7 @@ class Runtime:
             thread_id = loaded.thread_id
             new, dups = check_decisions(loaded.ctx, parsed, self._known_calls(loaded, parsed))
             if not new:
-                return DecideResult(await self._decision_seq(loaded, dups[0].decision_id), True, [], None)
+                return DecideResult(await self._decision_seq(loaded, dups[0].decision_id), True, [], None, thread_id)
             ctx = loaded.ctx
             if not (ctx.waiting and not ctx.running and not ctx.resuming):
                 commit = Commit(
@@ -696,7 +685,7 @@ class Runtime:
                     live = active[1]
                     active[0].poke()
                 _log.info("run.decided_live", thread_id=thread_id, run_id=run_id, seq=res.seq, here=live is not None)
-                return DecideResult(res.seq, False, [], live)
+                return DecideResult(res.seq, False, [], live, thread_id)
             handle = self._handle_for(loaded)
             loop = self._loop_for(loaded, handle)
             try:
@@ -704,22 +693,13 @@ class Runtime:
             except VersionConflict:
                 continue  # someone else moved the thread: re-fold and re-check
             self._drive(loop, handle)
-            return DecideResult(loop.version, False, list(loop.resumed), handle)
+            return DecideResult(loop.version, False, list(loop.resumed), handle, thread_id)
         raise RunConflict(f"could not record decisions for run {run_id!r}: the thread keeps moving")
 
     @staticmethod
     def _known_calls(loaded: _Loaded, decisions: Sequence[ToolCallDecision]) -> set[str]:
-        """Every call id the run's log mentions (what tells `UnknownCall` from a call that is
-        not suspended). From a snapshot: the calls it names and the tail's. Empty when every
-        decision targets a suspended call: `check_decisions` then never reads it (a long run's
-        call ids are read from its call chunks: ~0.1 ms of a cold resume, now only for a
-        decision that fails)."""
-        if all(d.target_id in loaded.ctx.suspended for d in decisions):
-            return set()
-        known = _call_ids(loaded.run_commits)
-        if loaded.snapshot is not None:
-            known.update(loaded.snapshot.call_ids)
-        return known
+        """`agentlog.runtime.loading.known_calls` of a loaded run."""
+        return known_calls(loaded.ctx, loaded.run_commits, loaded.snapshot, decisions)
 
     async def _decision_seq(self, loaded: _Loaded, decision_id: str) -> int:
         """The seq of the commit that first recorded `decision_id` (the answer to a duplicate).
