@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import structlog
 from hypothesis import HealthCheck, settings
+from topology import Deployment, deploy
 
 from agentlog.log.server import EmbeddedNatsServer
 
@@ -71,3 +72,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
         sections = [(f"Captured {key} {when}", content) for when, key, content in item._report_sections]
         return pytest.TestReport(item.nodeid, item.location, dict.fromkeys(item.keywords, 1), "failed", text,
                                  call.when, sections, call.duration, call.start, call.stop)
+
+
+@pytest.fixture
+def deployment_options() -> dict[str, object]:
+    """What the `deployment` fixture's processes run (`topology.deploy`'s keywords: app, tokens,
+    env, workers, args). A test module overrides this fixture to choose its app."""
+    return {}
+
+
+@pytest.fixture(params=["serve", "split"])
+def deployment(request: pytest.FixtureRequest, tmp_path: Path, deployment_options: dict[str, object]
+               ) -> Iterator[Deployment]:
+    """A real deployment per test, in each topology users run: `agentlog serve`, and `agentlog
+    gateway` + `agentlog worker` (tests/topology.py). For one deployment per module, call
+    `topology.deploy` from a module-scoped fixture parametrized over `topology.TOPOLOGIES`."""
+    with deploy(request.param, tmp_path / "deployment", **deployment_options) as running:  # type: ignore[arg-type]
+        yield running
