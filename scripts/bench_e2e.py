@@ -11,6 +11,8 @@ The follow is opened right after the 202, as a browser would.
 
 - short: p50 of the 3rd decision of fresh runs (2 approval cycles of history);
 - long:  p50 of the decisions of one run past `--long` cycles (222: ~890 commits, ~450 messages);
+- cpu:   the agentlog processes' CPU per sampled cycle (mean; Linux schedstat of every thread):
+         on a loaded machine wall time grows with the load, CPU time with the work;
 - follow hangs: every follow of every cycle (the ones that build the long run included) is bounded
   by `--follow-timeout`; one that times out is a hang (counted, then the run is followed again
   from the same `Last-Event-ID` so the loop goes on). At least 500 follows in `--quick`.
@@ -128,9 +130,22 @@ class Proc:
             self.proc.wait(timeout=10)
 
 
+def cpu_ns(pids: list[int]) -> int:
+    """CPU time (ns) the processes' threads have run so far (Linux `schedstat`; 0 elsewhere):
+    unlike wall time, it does not grow when other work on the machine takes the cores."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0])
+    return total
+
+
 @contextlib.contextmanager
-def deployment(kind: str, tmp: Path) -> Iterator[str]:
-    """`serve`, or `gateway` + one `worker`, on a fresh nats-server; yields the HTTP URL."""
+def deployment(kind: str, tmp: Path) -> Iterator[tuple[str, list[int]]]:
+    """`serve`, or `gateway` + one `worker`, on a fresh nats-server; yields the HTTP URL and the
+    agentlog processes' pids."""
     from agentlog.log.server import EmbeddedNatsServer
 
     nats = EmbeddedNatsServer(tmp / "nats")
@@ -150,7 +165,7 @@ def deployment(kind: str, tmp: Path) -> Iterator[str]:
                 found = HTTP_ROW.search(banner)
                 assert found, banner
                 url = found.group(1)
-        yield url
+        yield url, [p.proc.pid for p in procs]
     finally:
         for proc in reversed(procs):
             proc.stop()
@@ -202,7 +217,9 @@ async def follow(session: Any, url: str, run_id: str, last_id: str | None, timeo
 class Driver:
     """One run driven through approval cycles over HTTP."""
 
-    def __init__(self, session: Any, url: str, timeout: float) -> None:
+    def __init__(self, session: Any, url: str, timeout: float, pids: list[int] | None = None) -> None:
+        self.pids = pids or []
+        self.cpu_ms: list[float] = []  # the agentlog processes' CPU in each cycle
         self.session = session
         self.url = url
         self.timeout = timeout
@@ -252,12 +269,14 @@ class Driver:
         body = {"decisions": [{"target_id": self.call, "decision_id": f"d{self.cycles}", "action": "resume",
                                "result": {"ok": True}}]}
         self.call = None
+        c0 = cpu_ns(self.pids)
         t0 = time.perf_counter()
         async with self.session.post(f"{self.url}/v1/runs/{self.run_id}/inputs", json=body) as resp:
             assert resp.status == 202, (resp.status, await resp.text())
             await resp.read()
         await self._follow_to_pause()
         ms = 1000 * (time.perf_counter() - t0)
+        self.cpu_ms.append((cpu_ns(self.pids) - c0) / 1e6)
         self.cycles += 1
         assert self.call is not None, "the run did not ask again"
         return ms
@@ -270,27 +289,33 @@ def p50(values: list[float]) -> float:
     return values[(len(values) - 1) // 2]
 
 
-async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
+async def measure(url: str, pids: list[int], args: argparse.Namespace) -> dict[str, Any]:
     import aiohttp
 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as session:
         drivers: list[Driver] = []
         short: list[float] = []
+        short_cpu: list[float] = []
         for _ in range(args.short_runs):
-            d = Driver(session, url, args.follow_timeout)
+            d = Driver(session, url, args.follow_timeout, pids)
             drivers.append(d)
             await d.start()
             for _ in range(SHORT):
                 await d.cycle()
             short.append(await d.cycle())  # the decision with 2 cycles of history
-        d = Driver(session, url, args.follow_timeout)
+            short_cpu.append(d.cpu_ms[-1])
+        d = Driver(session, url, args.follow_timeout, pids)
         drivers.append(d)
         await d.start()
         for _ in range(args.long):
             await d.cycle()
         long = [await d.cycle() for _ in range(args.long_samples)]
+        long_cpu = d.cpu_ms[-args.long_samples:]
+        cpu_short, cpu_long = sum(short_cpu) / len(short_cpu), sum(long_cpu) / len(long_cpu)
         return {"short_p50_ms": round(p50(short), 2), "long_p50_ms": round(p50(long), 2),
                 "long_over_short": round(p50(long) / p50(short), 2),
+                "cpu_short_ms": round(cpu_short, 2), "cpu_long_ms": round(cpu_long, 2),
+                "cpu_long_over_short": round(cpu_long / cpu_short, 2) if cpu_short else float("nan"),
                 "follows": sum(x.follows for x in drivers), "follow_hangs": sum(x.hangs for x in drivers),
                 "follow_hangs_paused": sum(x.hangs_paused for x in drivers),
                 "cycles": sum(x.cycles for x in drivers), "long_cycles_end": d.cycles}
@@ -316,14 +341,16 @@ def main() -> None:
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
         for kind in args.topologies.split(","):
-            with deployment(kind, Path(tmp) / kind) as url:
-                results[kind] = asyncio.run(measure(url, args))
+            with deployment(kind, Path(tmp) / kind) as (url, pids):
+                results[kind] = asyncio.run(measure(url, pids, args))
 
     table = Table(title="one approval end to end over HTTP (POST inputs -> tool -> model -> next ask -> follow ends)")
-    for col in ("topology", "short p50 ms", f"long p50 ms (>{args.long} cycles)", "long/short", "follows", "hangs"):
+    for col in ("topology", "short p50 ms", f"long p50 ms (>{args.long} cycles)", "long/short",
+                "cpu short / long ms", "cpu long/short", "follows", "hangs"):
         table.add_column(col, justify="right")
     for kind, r in results.items():
         table.add_row(kind, f"{r['short_p50_ms']:.2f}", f"{r['long_p50_ms']:.2f}", f"{r['long_over_short']:.2f}",
+                      f"{r['cpu_short_ms']:.1f} / {r['cpu_long_ms']:.1f}", f"{r['cpu_long_over_short']:.2f}",
                       str(r["follows"]), str(r["follow_hangs"]))
     Console().print(table)
     doc: dict[str, Any] = {"bench": "e2e", "quick": args.quick, "short_cycles": SHORT, "long_cycles": args.long}
