@@ -234,16 +234,19 @@ class QueueDispatcher:
     wait here ends in `DispatchTimeout`.
 
     `agents`: ids a worker can run; when given, unknown agents are refused here (404).
+    `descriptions`: their `AgentSpec.description`s (agent id -> text), for `GET /v1/agents`.
     `snapshots`: the workers' run-context snapshots (read only): the run a decision is checked
     against is then loaded from its snapshot and the log after it (`RunLoader`), not folded
     from the thread's first commit.
     """
 
     def __init__(self, nc: Any, store: Any, *, agents: Collection[str] | None = None,
-                 timeout: float = 10.0, snapshots: SnapshotStore | None = None) -> None:
+                 descriptions: Mapping[str, str] | None = None, timeout: float = 10.0,
+                 snapshots: SnapshotStore | None = None) -> None:
         self.store = store
         self.client = CommandClient(nc)
         self.agents = set(agents) if agents is not None else None
+        self.descriptions = dict(descriptions or {})
         self.timeout = timeout
         self.loader = RunLoader(store, snapshots=snapshots)
 
