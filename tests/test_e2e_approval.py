@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
 import nats
 import pytest
-from topology import Deployment
+from topology import TOPOLOGIES, Deployment, deploy
 
 from agentlog.log.jetstream import JetStreamEventStore
 from agentlog.runtime.snapshot import SNAPSHOT_BUCKET, decode_snapshot
@@ -29,9 +30,11 @@ FOLLOW_TIMEOUT = 30.0
 PAUSES = ("RunSuspended", "RunFinished")
 
 
-@pytest.fixture
-def deployment_options() -> dict[str, object]:
-    return {"app": "approval_app:app"}
+@pytest.fixture(scope="module", params=TOPOLOGIES)
+def deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    """One deployment per topology for the module (each test drives runs of its own)."""
+    with deploy(request.param, tmp_path_factory.mktemp(request.param), app="approval_app:app") as running:
+        yield running
 
 
 def parse_sse(text: str) -> list[tuple[str, str, dict[str, Any]]]:
