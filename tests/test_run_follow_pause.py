@@ -37,8 +37,10 @@ def test_the_last_pause_or_go_event_decides() -> None:
     started = [RunStarted(agent_id="x", run_id="r")]
     assert paused(commits(started)) is False
     assert paused(commits(started, [*SUSPEND, RunSuspended(call_ids=["a"])])) is True
-    # a decision alone does not move the run: still paused
-    assert paused(commits(started, [*SUSPEND, RunSuspended(call_ids=["a"])], [DECIDED])) is True
+    # a decision recorded for only some of the suspended calls: still paused
+    assert paused(commits(started, [*SUSPEND, RunSuspended(call_ids=["a", "b"])], [DECIDED])) is True
+    # for all of them: a worker is to apply them, the run is on its way
+    assert paused(commits(started, [*SUSPEND, RunSuspended(call_ids=["a"])], [DECIDED])) is False
     # the decision that resumes it
     assert paused(commits(started, [*SUSPEND, RunSuspended(call_ids=["a"])], [DECIDED, RunResumed(call_ids=["a"])])) \
         is False

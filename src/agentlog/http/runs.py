@@ -19,6 +19,7 @@ from agentlog.log.events import (
     RunStarted,
     RunSuspended,
     StoredCommit,
+    ToolCallDecided,
 )
 
 from . import sse
@@ -50,17 +51,24 @@ def paused(commits: list[StoredCommit]) -> bool | None:
     """Whether the run whose commits (a suffix of them, in log order) are `commits` is paused
     now: the last of its pause events (`RunSuspended`, `RunFinished`) and its go events
     (`RunStarted`, `RunResumed`) says which; None if `commits` hold neither (read further back).
+    A suspension whose calls all have a decision recorded after it is not a pause: a worker is
+    to apply them (the run is on its way, and its stream goes on to its next pause).
 
     The same events as the live stream's end (`_pauses`), so that "the pause is already in the
-    history" and "wait for the next pause live" cannot disagree: a run paused by this test ends the
+    history" and "wait for the pause live" cannot disagree: a run paused by this test ends the
     stream after its history, one not paused is followed until a pause event arrives live. (A
     fold's status could say `running` after a `RunSuspended`, and the stream would then wait for
     a pause that had already happened.)"""
+    decided: set[str] = set()
     for stored in reversed(commits):
         for event in reversed(stored.commit.events):
-            if isinstance(event, (RunFinished, RunSuspended)):
+            if isinstance(event, ToolCallDecided):
+                decided.add(event.call_id)
+            elif isinstance(event, RunFinished):
                 return True
-            if isinstance(event, (RunStarted, RunResumed)):
+            elif isinstance(event, RunSuspended):
+                return not (event.call_ids and decided.issuperset(event.call_ids))
+            elif isinstance(event, (RunStarted, RunResumed)):
                 return False
     return None
 

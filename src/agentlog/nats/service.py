@@ -5,7 +5,7 @@
     # nats req agentlog.api.runs.start '{"agent_id": "calc", "messages": "hi"}'
 
 Endpoints `agentlog.api.<group>.<op>` (runs.start|inputs|cancel|get|list, threads.create|get|list|
-messages) take the HTTP JSON bodies, with the path id as a field (`run_id` / `thread_id`) and
+messages, agents.list) take the HTTP JSON bodies, with the path id as a field (`run_id` / `thread_id`) and
 query parameters as fields too. They call the very functions the HTTP handlers call
 (`agentlog.api.operations`), and errors are the HTTP answers: micro error headers
 `Nats-Service-Error: <message>`, `Nats-Service-Error-Code: <HTTP status>`, and the JSON body
@@ -29,6 +29,7 @@ from nats.micro.service import Service
 from pydantic import BaseModel
 
 from agentlog.api import operations as ops
+from agentlog.api.agents import agent_catalog
 from agentlog.api.auth import Authenticator, Principal, resolve_tokens
 from agentlog.api.context import Services, Settings
 from agentlog.api.dispatch import Dispatcher
@@ -36,6 +37,7 @@ from agentlog.api.errors import ApiError, answer
 from agentlog.api.json_input import parse_json
 from agentlog.api.metrics import Metrics
 from agentlog.api.models import (
+    AgentsQuery,
     CancelRunRequest,
     CreateThread,
     ListRunsQuery,
@@ -71,6 +73,9 @@ def _op_table(dispatcher: Dispatcher) -> dict[str, dict[str, tuple[type[BaseMode
     async def cancel(svc: Services, who: Principal, b: CancelRunRequest) -> Any:
         return ops.accepted(await ops.cancel_run(svc, who, dispatcher, b.run_id, b))
 
+    async def agents(_svc: Services, _who: Principal, _b: AgentsQuery) -> Any:
+        return {"agents": agent_catalog(dispatcher)}
+
     return {
         "runs": {
             "start": (StartRunBody, start),
@@ -84,6 +89,9 @@ def _op_table(dispatcher: Dispatcher) -> dict[str, dict[str, tuple[type[BaseMode
             "get": (ThreadRef, lambda svc, who, b: ops.get_thread(svc, who, b.thread_id, b)),
             "list": (ListThreadsQuery, ops.list_threads),
             "messages": (ThreadMessagesRequest, lambda svc, who, b: ops.thread_messages(svc, who, b.thread_id, b)),
+        },
+        "agents": {
+            "list": (AgentsQuery, agents),
         },
     }
 
