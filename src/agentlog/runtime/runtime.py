@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -58,6 +59,8 @@ from .snapshot import (
 from .tools import Tool, ToolRegistry
 
 _log = get_logger()
+
+_SNAPSHOT_SEQS_KEPT = 10_000
 
 #: A callable given every commit a run loop writes (`Runtime.observers`).
 CommitObserver = Callable[[StoredCommit], None]
@@ -311,6 +314,8 @@ class Runtime:
         #: starts from one (see `_load`). A cache: every miss falls back to folding the log.
         self.snapshots = snapshots
         self._snapshot_writes: set[asyncio.Task[None]] = set()
+        # run id -> seq of the last snapshot this Runtime wrote or is writing (see `snapshot_seq`)
+        self._snapshot_seqs: OrderedDict[str, int] = OrderedDict()
         self._active: dict[str, tuple[RunLoop, RunHandle]] = {}
         #: Called with every commit a run loop of this Runtime writes (telemetry, metrics,
         #: sub-agent lineage); an observer's `run_released(run_id, ts)`, if any, when a loop
@@ -482,6 +487,10 @@ class Runtime:
         the stopped loop's context afterwards (a later resume folds its own)."""
         if self.snapshots is None or not loop.snapshot_ready:
             return
+        self._snapshot_seqs[handle.run_id] = loop.version
+        self._snapshot_seqs.move_to_end(handle.run_id)
+        while len(self._snapshot_seqs) > _SNAPSHOT_SEQS_KEPT:
+            self._snapshot_seqs.popitem(last=False)
         task = asyncio.get_running_loop().create_task(
             self._write_snapshot_later(loop, handle.view_as_of(), handle.stored_chunks))
         self._snapshot_writes.add(task)
@@ -499,6 +508,13 @@ class Runtime:
         snap, chunks = make_snapshot(seq=loop.version, agent_id=loop.spec.id, ctx=loop.ctx, run=view_of(),
                                      known=known)
         await save_snapshot(snapshots, snap, chunks, replaced=known)
+
+    def snapshot_seq(self, run_id: str) -> int:
+        """The seq of the last snapshot of `run_id` this Runtime wrote (or is writing in the
+        background) when a loop of it stopped; 0 if none (of its last 10,000 runs). A
+        `SnapshotWriter` over this Runtime (`agentlog serve`: the projections' hook) then does not
+        fold and write the same snapshot a second time."""
+        return self._snapshot_seqs.get(run_id, 0)
 
     async def flush_snapshots(self) -> None:
         """Wait for the snapshot writes in flight (tests, benchmarks, shutdown)."""
