@@ -166,8 +166,15 @@ async def aisdk_messages(request: web.Request) -> web.Response:
 # -- agents --------------------------------------------------------------------------------------
 
 
+#: The catalog of the app this gateway serves, set by the server assembly (`agentlog.cli.server`)
+#: whenever it knows the app (always in `serve`, with `--app` in `gateway`): the dispatcher of a
+#: deployment is the work queue, which knows agent ids only.
+AGENT_CATALOG = web.AppKey("agentlog.agent_catalog", list)
+
+
 async def list_agents(request: web.Request) -> web.Response:
-    return reply({"agents": agent_catalog(services(request).runtime)})
+    catalog = request.app.get(AGENT_CATALOG)
+    return reply({"agents": catalog if catalog is not None else agent_catalog(services(request).runtime)})
 
 
 _AGENTS = {"type": "object", "properties": {"agents": {"type": "array", "items": {
@@ -199,4 +206,4 @@ ROUTES: list[Route] = [
           "ai-sdk", response=_MESSAGES, errors=(404,)),
 ]
 
-__all__ = ["ROUTES"]
+__all__ = ["AGENT_CATALOG", "ROUTES"]

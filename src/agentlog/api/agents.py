@@ -6,11 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 
-def agent_catalog(runtime_or_dispatcher: Any) -> list[dict[str, Any]]:
-    """The agents this gateway can run, for clients choosing `{agent_id}`: from the runtime when
-    it runs here (ids, descriptions, tools with their JSON Schemas), else only the ids a
-    work-queue dispatcher knows from the app, with their descriptions (tools unknown here: `null`)."""
-    runtime = getattr(runtime_or_dispatcher, "runtime", runtime_or_dispatcher)
+def agent_catalog(app_or_runtime: Any) -> list[dict[str, Any]]:
+    """The agents an app (a `Runtime`, an `App`, or a dispatcher holding a runtime) runs, for
+    clients choosing `{agent_id}`: ids, descriptions, tools with their JSON Schemas. A work-queue
+    dispatcher without the app knows only the ids and descriptions (tools unknown here: `null`);
+    a server that knows its app gives the transports its catalog (`agentlog.cli.server`)."""
+    # an InProcessDispatcher holds its Runtime as `.runtime` (an App's `runtime` is a method)
+    runtime = app_or_runtime if hasattr(app_or_runtime, "agents") else getattr(app_or_runtime, "runtime", None)
     agents = getattr(runtime, "agents", None)
     tools = getattr(runtime, "tools", None)
     if agents is None:
@@ -18,9 +20,10 @@ def agent_catalog(runtime_or_dispatcher: Any) -> list[dict[str, Any]]:
     if tools is None:  # QueueDispatcher: a set of ids
         described = getattr(runtime, "descriptions", {})
         return [{"id": a, "description": described.get(a, ""), "tools": None} for a in sorted(agents)]
+    by_name = {t.spec.name: t.spec for t in tools}  # a ToolRegistry or an App's list of tools
     out = []
     for spec in agents:
-        specs = [tools.get(n).spec for n in spec.tools if tools.get(n) is not None]
+        specs = [by_name[n] for n in spec.tools if n in by_name]
         out.append({"id": spec.id, "description": spec.description,
                     "tools": [{"name": t.name, "description": t.description, "parameters": t.parameters}
                               for t in specs]})

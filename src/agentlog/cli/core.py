@@ -273,10 +273,18 @@ async def read_to_end(store: JetStreamEventStore, thread_id: str | None = None, 
     if last <= after:
         return
     async with aclosing(as_generator(store.follow(None, after))) as commits:
-        async for stored in commits:
-            yield stored
-            if stored.seq >= last:
-                return
+        # archived threads are in the stream as their markers: put their commits back
+        filled = store.archive.fill_log(_until(commits, last)) if after == 0 else _until(commits, last)
+        async with aclosing(as_generator(filled)) as stream:
+            async for stored in stream:
+                yield stored
+
+
+async def _until(commits: AsyncIterator[StoredCommit], last: int) -> AsyncIterator[StoredCommit]:
+    async for stored in commits:
+        yield stored
+        if stored.seq >= last:
+            return
 
 
 def _time(ms: int) -> str:
