@@ -143,26 +143,31 @@ class RunLoader:
 
     async def _from_run_snapshot(self, snapshots: SnapshotStore, run_id: str,
                                  thread_id: str | None) -> LoadedRun | None:
-        read = await read_entry(snapshots, run_id, thread_id)
-        if read is None or (self.agents is not None and read[0].agent_id not in self.agents):
-            return None
-        entry, prefetched = read
+        # Twice at most: a snapshot written meanwhile purges the chunks of the one it replaces,
+        # so an entry read just before that can miss its chunks; the entry read again names the
+        # new ones (else the whole thread would be folded for a cache that was being refreshed).
+        for _attempt in range(2):
+            read = await read_entry(snapshots, run_id, thread_id)
+            if read is None or (self.agents is not None and read[0].agent_id not in self.agents):
+                return None
+            entry, prefetched = read
 
-        async def read_tail() -> list[StoredCommit]:
-            return [sc async for sc in self.store.read_thread(entry.ctx.thread_id, after=entry.seq)]
+            async def read_tail(after: int = entry.seq, thread: str = entry.ctx.thread_id) -> list[StoredCommit]:
+                return [sc async for sc in self.store.read_thread(thread, after=after)]
 
-        # the tail after the entry's seq, and meanwhile the chunks: checked and decoded from what
-        # a cold read fetched with the entry (CPU work, done while the tail's read is out: so the
-        # tail's read is sent first), taken from this process's cache, or (a warm read that
-        # misses some) fetched in the same round trip as the tail
-        tail, snap = await asyncio.gather(read_tail(), load_chunks(snapshots, entry, prefetched=prefetched))
-        if snap is None:
-            return None
-        ctx = snap.ctx
-        fold_context(ctx, tail)
-        version = tail[-1].seq if tail else snap.seq
-        run_tail = [sc for sc in tail if sc.commit.run_id == run_id]
-        return LoadedRun(ctx.thread_id, snap.agent_id, ctx, version, run_tail, snapshot=snap)
+            # the tail after the entry's seq, and meanwhile the chunks: checked and decoded from
+            # what a cold read fetched with the entry (CPU work, done while the tail's read is
+            # out: so the tail's read is sent first), taken from this process's cache, or (a warm
+            # read that misses some) fetched in the same round trip as the tail
+            tail, snap = await asyncio.gather(read_tail(), load_chunks(snapshots, entry, prefetched=prefetched))
+            if snap is None:
+                continue
+            ctx = snap.ctx
+            fold_context(ctx, tail)
+            version = tail[-1].seq if tail else snap.seq
+            run_tail = [sc for sc in tail if sc.commit.run_id == run_id]
+            return LoadedRun(ctx.thread_id, snap.agent_id, ctx, version, run_tail, snapshot=snap)
+        return None
 
     async def _from_thread_view(self, run_id: str, thread_id: str | None) -> LoadedRun | None:
         """The run from the thread view snapshot: the run's own commits (`read_run`) and the view
