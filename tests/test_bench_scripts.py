@@ -55,3 +55,16 @@ def test_bench_reliability_quick_sections_lose_nothing() -> None:
             assert doc[f"{section}_{bad}"] == 0, (section, bad, doc)
     for key in ("list_p50_ms_1k", "list_p50_ms_20k", "list_ratio"):
         assert isinstance(doc[key], (int, float)) and doc[key] > 0, (key, doc)
+
+
+def test_bench_e2e_quick_prints_the_figures_of_both_topologies() -> None:
+    """Real `agentlog serve` and `agentlog gateway` + `agentlog worker` processes; a few cycles
+    only (the contract: the figures and the follow-hang count; `--quick` alone runs 500+ follows)."""
+    doc = last_json("scripts/bench_e2e.py", "--quick", "--long", "3", "--short-runs", "1", "--long-samples", "2")
+    assert doc["bench"] == "e2e" and doc["quick"] is True and doc["long_cycles"] == 3 and doc["short_cycles"] == 2
+    for key in ("serve_long_over_short", "split_long_over_short", "serve_long_p50_ms", "serve_short_p50_ms",
+                "split_long_p50_ms", "split_short_p50_ms"):
+        assert isinstance(doc[key], (int, float)) and doc[key] > 0, (key, doc)
+    # every cycle's follow is counted (1 start + 3 cycles of the short run, 1 + 3 + 2 of the long one)
+    assert doc["follows"] >= 2 * (4 + 6), doc
+    assert doc["follow_hangs"] == 0 and doc["follow_hangs_paused"] == 0, doc

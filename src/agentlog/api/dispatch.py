@@ -47,9 +47,10 @@ from agentlog.runtime.commands import (
 from agentlog.runtime.errors import RunNotFound, ThreadNotFound
 from agentlog.runtime.frontend import InvalidFrontendTools, normalize_frontend_tools
 from agentlog.runtime.hitl import check_decisions, decision_seqs, parse_decisions
+from agentlog.runtime.loading import LoadedRun, RunLoader, known_calls
 from agentlog.runtime.outage import is_transient
-from agentlog.runtime.run_context import RunContext, fold_context
-from agentlog.runtime.runtime import Runtime, _call_ids
+from agentlog.runtime.runtime import Runtime
+from agentlog.runtime.snapshot import SnapshotStore
 
 Messages = str | Sequence[Any]
 
@@ -199,15 +200,16 @@ class InProcessDispatcher:
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = ()
     ) -> Accepted:
         _check_storable(decisions, "decisions")
-        commits = await _run_commits(self.runtime.store, run_id)
-        thread_id = commits[0].commit.thread_id
+        validate_run_id(run_id)
         if _has_messages(messages):
-            return await self.start_run(_agent_of(commits), messages, thread_id=thread_id,
+            commits = await _run_commits(self.runtime.store, run_id)
+            return await self.start_run(_agent_of(commits), messages, thread_id=commits[0].commit.thread_id,
                                         parent_run_id=run_id, decisions=decisions)
         if not decisions:
             raise InvalidInput("give decisions and/or messages")
-        res = await self.runtime.decide(run_id, list(decisions), thread_id=thread_id)
-        return Accepted(thread_id, run_id, res.seq, res.duplicate)
+        # the runtime loads the run once (snapshot + tail) and raises RunNotFound itself
+        res = await self.runtime.decide(run_id, list(decisions))
+        return Accepted(res.thread_id, run_id, res.seq, res.duplicate)
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Accepted:
         _check_storable(reason, "reason")
@@ -234,15 +236,20 @@ class QueueDispatcher:
 
     `agents`: ids a worker can run; when given, unknown agents are refused here (404).
     `descriptions`: their `AgentSpec.description`s (agent id -> text), for `GET /v1/agents`.
+    `snapshots`: the workers' run-context snapshots (read only): the run a decision is checked
+    against is then loaded from its snapshot and the log after it (`RunLoader`), not folded
+    from the thread's first commit.
     """
 
     def __init__(self, nc: Any, store: Any, *, agents: Collection[str] | None = None,
-                 timeout: float = 10.0, descriptions: Mapping[str, str] | None = None) -> None:
+                 descriptions: Mapping[str, str] | None = None, timeout: float = 10.0,
+                 snapshots: SnapshotStore | None = None) -> None:
         self.store = store
         self.client = CommandClient(nc)
         self.agents = set(agents) if agents is not None else None
         self.descriptions = dict(descriptions or {})
         self.timeout = timeout
+        self.loader = RunLoader(store, snapshots=snapshots)
 
     # -- start ---------------------------------------------------------------------------------
 
@@ -275,8 +282,7 @@ class QueueDispatcher:
                 raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")
             thread_id = parent_thread
             if decisions:
-                history = [sc async for sc in self.store.read_thread(thread_id)]
-                self._check_decisions(parent_run_id, thread_id, history, decisions)
+                self._check_decisions(await self.loader.load(parent_run_id, thread_id), decisions)
         thread_id = thread_id or new_id()
         version = await self._check_start(thread_id, run_id, parent_run_id)
         run_id = run_id or new_id()
@@ -304,34 +310,33 @@ class QueueDispatcher:
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = ()
     ) -> Accepted:
         _check_storable(decisions, "decisions")
-        commits = await _run_commits(self.store, run_id)
-        thread_id = commits[0].commit.thread_id
+        validate_run_id(run_id)
         if _has_messages(messages):
-            return await self.start_run(_agent_of(commits), messages, thread_id=thread_id,
+            commits = await _run_commits(self.store, run_id)
+            return await self.start_run(_agent_of(commits), messages, thread_id=commits[0].commit.thread_id,
                                         parent_run_id=run_id, decisions=decisions)
         if not decisions:
             raise InvalidInput("give decisions and/or messages")
-        history = [sc async for sc in self.store.read_thread(thread_id)]
-        new, dups = self._check_decisions(run_id, thread_id, history, decisions)
+        run = await self.loader.load(run_id)  # the one read of the run: snapshot + tail
+        thread_id = run.thread_id
+        new, dups = self._check_decisions(run, decisions)
         if not new:
+            commits = [sc async for sc in self.store.read_run(run_id)]  # rare: a retried decision
             return Accepted(thread_id, run_id, decision_seqs(commits)[dups[0].decision_id], True)
         ids = {d.decision_id for d in new}
         cmd = Decide(thread_id=thread_id, run_id=run_id, decisions=[dict(d) for d in decisions])
         seq = await self._submit_and_wait(
-            cmd, thread_id, history[-1].seq,
+            cmd, thread_id, run.version,
             lambda sc: any(type(e) is ToolCallDecided and e.decision.decision_id in ids for e in sc.commit.events))
         return Accepted(thread_id, run_id, seq)
 
     @staticmethod
-    def _check_decisions(run_id: str, thread_id: str, history: list[StoredCommit],
-                         decisions: Sequence[Mapping[str, Any]]) -> tuple[list[Any], list[Any]]:
-        """`Runtime.decide`'s validation, on the run folded here from the log."""
+    def _check_decisions(run: LoadedRun, decisions: Sequence[Mapping[str, Any]]) -> tuple[list[Any], list[Any]]:
+        """`Runtime.decide`'s validation, on the run loaded here from the log."""
         from agentlog.log.ids import now_ms
 
         parsed = parse_decisions(decisions, now_ms())
-        ctx = fold_context(RunContext(thread_id=thread_id, run_id=run_id), history)
-        run_commits = [sc for sc in history if sc.commit.run_id == run_id]
-        return check_decisions(ctx, parsed, _call_ids(run_commits))
+        return check_decisions(run.ctx, parsed, known_calls(run.ctx, run.run_commits, run.snapshot, parsed))
 
     # -- cancel --------------------------------------------------------------------------------
 

@@ -175,6 +175,7 @@ class Server:
         self.disk_watch: Any = None
         self.store: JetStreamEventStore | None = None
         self.views: Any = None
+        self.snapshots: Any = None
         self.runner: Any = None
         self.live: Any = None
         self.runtime: Any = None
@@ -257,10 +258,12 @@ class Server:
             if opts.replicas is not None:  # else the defaults are created lazily where they are used
                 await ensure_runtime_streams(nc.jetstream(timeout=opts.timeout), replicas=opts.replicas)
             views = await KVViewStore.open(nc, replicas=opts.replicas)
-            snapshots = await KVSnapshotStore.open(nc, replicas=opts.replicas) if self.has_worker else None
+            # the gateway reads them too (its dispatcher checks a decision on the run loaded from one)
+            snapshots = await KVSnapshotStore.open(nc, replicas=opts.replicas)
             return views, snapshots
 
         self.views, snapshots = await through_outage(layout, policy, log, "server.layout", is_transient)
+        self.snapshots = snapshots
         if self.has_http:
             self.runner = ProjectionRunner(nc, self.views, quarantine=store.quarantine)
             await self.runner.start()
@@ -330,7 +333,7 @@ class Server:
             self.agent_catalog = agent_catalog(resolved)
         agents = list(self.agent_specs) if self.agent_specs else None
         return dispatch.QueueDispatcher(self.store.nc, self.store, agents=agents, descriptions={
-            agent_id: spec.description for agent_id, spec in self.agent_specs.items()})
+            agent_id: spec.description for agent_id, spec in self.agent_specs.items()}, snapshots=self.snapshots)
 
     def _routes(self) -> list[Any]:
         assert self.dispatcher is not None
