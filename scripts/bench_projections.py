@@ -72,7 +72,7 @@ async def main(n_events: int) -> dict:
 
             # incremental runner from an empty KV
             views = await KVViewStore.open(nc, prefix="inc")
-            runner = ProjectionRunner(nc, views, batch=1000, durable="bench_inc")
+            runner = ProjectionRunner(nc, views, batch=1000)
             await runner.open()
             t0 = time.perf_counter()
             while runner.applied_seq < last:

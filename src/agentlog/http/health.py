@@ -1,9 +1,19 @@
 """Health, liveness, metrics and the OpenAPI document: open routes (no token), for probes,
 scrapers and clients discovering the API.
 
-`/health/live` says the process answers (restart me if not); `/health` says it can serve
-(NATS connected, projection lag known): 503 when NATS is unreachable so a load balancer stops
-sending traffic that would only get 503s anyway.
+`/health/live` says the process answers (restart me if not). `/health` says whether it can serve:
+
+- `ok` (200): NATS connected, the views keep up with the log;
+- `degraded` (200): it serves, but something is wrong that a caller or an operator should know;
+  `reasons` says what, one `{code, detail}` each (codes below). Reads may lag writes then (a read
+  with `min_seq` still waits for its write, bounded), so a load balancer keeps sending traffic;
+- `unavailable` (503): NATS is unreachable, so a load balancer stops sending traffic that would
+  only get 503s anyway.
+
+Reason codes: `projection_catching_up` (the runner is still applying what the log got while no
+runner ran, e.g. after a restart), `projection_lag` (more than `DEGRADED_LAG` commits behind),
+`projection_failing` (its last batch failed, e.g. a KV write refused; it retries). Another check
+adds its reason in `degraded_reasons`.
 """
 
 from __future__ import annotations
@@ -19,6 +29,9 @@ from .routing import Route
 
 #: Bound of the lag probe, so a health check never hangs on a dead server.
 PROBE_TIMEOUT = 2.0
+#: Commits the views may be behind the log before `/health` says degraded (a burst of writes
+#: is applied within a batch or two; a lag this large means the runner is not keeping up).
+DEGRADED_LAG = 1000
 
 
 async def _lag(svc: Services) -> int | None:
@@ -26,6 +39,21 @@ async def _lag(svc: Services) -> int | None:
         return await asyncio.wait_for(svc.runner.lag(), PROBE_TIMEOUT)
     except Exception:  # noqa: BLE001 - unknown lag is reported as null, the reason is NATS state
         return None
+
+
+def degraded_reasons(svc: Services, lag: int) -> list[dict[str, str]]:
+    """Why a connected process serves in a degraded way (empty: it does not)."""
+    runner = svc.runner
+    reasons = []
+    if getattr(runner, "catching_up", False):
+        reasons.append({"code": "projection_catching_up",
+                        "detail": f"the views are catching up on the log ({lag} commits behind)"})
+    elif lag > DEGRADED_LAG:
+        reasons.append({"code": "projection_lag", "detail": f"the views are {lag} commits behind the log"})
+    failing = getattr(runner, "failing", None)
+    if failing:
+        reasons.append({"code": "projection_failing", "detail": f"the views' last batch failed: {failing}"})
+    return reasons
 
 
 async def health(request: web.Request) -> web.Response:
@@ -37,10 +65,13 @@ async def health(request: web.Request) -> web.Response:
     if lag is not None:
         svc.metrics.projection_lag.set(lag)
     ok = connected and lag is not None
+    reasons = degraded_reasons(svc, lag) if ok and lag is not None else []
     body: dict[str, Any] = {
-        "status": "ok" if ok else "unavailable",
+        "status": ("degraded" if reasons else "ok") if ok else "unavailable",
+        "reasons": reasons,
         "nats": {"connected": connected},
-        "projection": {"applied_seq": applied, "lag": lag},
+        "projection": {"applied_seq": applied, "lag": lag,
+                       "catching_up": bool(getattr(svc.runner, "catching_up", False))},
     }
     return reply(body, status=200 if ok else 503)
 
@@ -62,18 +93,21 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 _HEALTH = {"type": "object", "properties": {
-    "status": {"type": "string", "enum": ["ok", "unavailable"]},
+    "status": {"type": "string", "enum": ["ok", "degraded", "unavailable"]},
+    "reasons": {"type": "array", "items": {"type": "object", "properties": {
+        "code": {"type": "string"}, "detail": {"type": "string"}}}},
     "nats": {"type": "object", "properties": {"connected": {"type": "boolean"}}},
     "projection": {"type": "object", "properties": {"applied_seq": {"type": "integer"},
-                                                    "lag": {"type": ["integer", "null"]}}},
+                                                    "lag": {"type": ["integer", "null"]},
+                                                    "catching_up": {"type": "boolean"}}},
 }}
 
 ROUTES: list[Route] = [
-    Route("GET", "/health", health, "Readiness: NATS connected and projection lag", "health",
+    Route("GET", "/health", health, "Readiness: ok, degraded (with reasons) or unavailable", "health",
           response=_HEALTH, auth=False, errors=(503,)),
     Route("GET", "/health/live", live, "Liveness", "health",
           response={"type": "object", "properties": {"status": {"type": "string"}}}, auth=False),
     Route("GET", "/metrics", metrics, "Prometheus metrics", "health", content_type="text/plain", auth=False),
 ]
 
-__all__ = ["ROUTES"]
+__all__ = ["DEGRADED_LAG", "ROUTES", "degraded_reasons"]

@@ -29,6 +29,9 @@ from .listing import IndexedListings, KVBlobs, ListingIndex, kv_get, put_pipelin
 from .views import RunView, ThreadView, decode_run, decode_thread, encode_view
 
 POINTER_KEY = "generation"
+#: `position.<generation>`: the highest seq whose commits are all in that generation's views
+#: (`read_position`).
+POSITION_KEY = "position"
 
 
 def bucket_names(prefix: str, generation: int) -> tuple[str, str]:
@@ -174,6 +177,22 @@ class KVViewStore(IndexedListings):
                     await self.js.delete_key_value(name)
                 except (NotFoundError, BucketNotFoundError):
                     pass
+
+    # -- the runner's position ----------------------------------------------------------------
+
+    async def read_position(self) -> int | None:
+        """The seq up to which every commit is in this generation's views (written by the runner
+        after each batch, and by the rebuild that made the generation), or None if never
+        written. A resume hint that is never ahead of the views: the views themselves carry the
+        seq they hold, so reading again from an older position changes nothing."""
+        data = await kv_get(self.meta, f"{POSITION_KEY}.{self.generation}")
+        try:
+            return int(data) if data is not None else None
+        except ValueError:
+            return None  # unreadable: read the log again from the start (the views skip it)
+
+    async def write_position(self, seq: int) -> None:
+        await self.meta.put(f"{POSITION_KEY}.{self.generation}", str(seq).encode())
 
     # -- ViewStore ----------------------------------------------------------------------------
 
