@@ -159,6 +159,12 @@ def _agent_of(commits: Sequence[StoredCommit]) -> str:
     return next(e.agent_id for sc in commits for e in sc.commit.events if type(e) is RunStarted)
 
 
+def _app_of(commits: Sequence[StoredCommit]) -> str | None:
+    """The app name the run's `RunStarted` records (None: not recorded)."""
+    app = next((e.app for sc in commits for e in sc.commit.events if type(e) is RunStarted), None)
+    return app.name if app is not None else None
+
+
 def _finished(commits: Sequence[StoredCommit]) -> bool:
     return any(type(e) is RunFinished for sc in commits for e in sc.commit.events)
 
@@ -232,12 +238,14 @@ class QueueDispatcher:
     wait here ends in `DispatchTimeout`.
 
     `agents`: ids a worker can run; when given, unknown agents are refused here (404).
+    `app_name`: the app whose workers get new runs; a run's later commands (continue, decide,
+    cancel) go to the app recorded in its `RunStarted` (`_app_of`), this one if none is.
     """
 
     def __init__(self, nc: Any, store: Any, *, agents: Collection[str] | None = None,
-                 timeout: float = 10.0) -> None:
+                 timeout: float = 10.0, app_name: str | None = None) -> None:
         self.store = store
-        self.client = CommandClient(nc)
+        self.client = CommandClient(nc, app_name=app_name)
         self.agents = set(agents) if agents is not None else None
         self.timeout = timeout
 
@@ -265,8 +273,10 @@ class QueueDispatcher:
             raise
         except (ValueError, TypeError) as exc:
             raise InvalidInput(str(exc)) from None
+        app_name = None
         if parent_run_id is not None:
             parent = await _run_commits(self.store, parent_run_id)
+            app_name = _app_of(parent)
             parent_thread = parent[0].commit.thread_id
             if thread_id is not None and thread_id != parent_thread:
                 raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")
@@ -285,7 +295,8 @@ class QueueDispatcher:
                   parent_run_id=parent_run_id, decisions=[dict(d) for d in decisions], frontend_tools=frontend,
                   resource_id=resource_id)
         seq = await self._submit_and_wait(cmd, thread_id, version,
-                                          lambda sc: sc.commit.run_id == run_id and _has(sc, RunStarted))
+                                          lambda sc: sc.commit.run_id == run_id and _has(sc, RunStarted),
+                                          app_name)
         return Accepted(thread_id, run_id, seq)
 
     async def _check_start(self, thread_id: str, run_id: str | None, parent_run_id: str | None) -> int:
@@ -316,7 +327,8 @@ class QueueDispatcher:
         cmd = Decide(thread_id=thread_id, run_id=run_id, decisions=[dict(d) for d in decisions])
         seq = await self._submit_and_wait(
             cmd, thread_id, history[-1].seq,
-            lambda sc: any(type(e) is ToolCallDecided and e.decision.decision_id in ids for e in sc.commit.events))
+            lambda sc: any(type(e) is ToolCallDecided and e.decision.decision_id in ids for e in sc.commit.events),
+            _app_of(commits))
         return Accepted(thread_id, run_id, seq)
 
     @staticmethod
@@ -341,13 +353,14 @@ class QueueDispatcher:
         version = await self.store.thread_version(thread_id)
         seq = await self._submit_and_wait(
             Cancel(thread_id=thread_id, run_id=run_id, reason=reason), thread_id, version,
-            lambda sc: sc.commit.run_id == run_id and (_has(sc, RunCancelRequested) or _has(sc, RunFinished)))
+            lambda sc: sc.commit.run_id == run_id and (_has(sc, RunCancelRequested) or _has(sc, RunFinished)),
+            _app_of(commits))
         return Accepted(thread_id, run_id, seq)
 
     # -- waiting for the effect ----------------------------------------------------------------
 
     async def _submit_and_wait(self, cmd: Any, thread_id: str, after: int,
-                               done: Callable[[StoredCommit], bool]) -> int:
+                               done: Callable[[StoredCommit], bool], app_name: str | None = None) -> int:
         """Follow the thread from `after` (opened BEFORE the submit, so the effect cannot slip
         by), submit, and return the seq of the first commit `done` accepts. If a worker
         dead-letters the command first (also watched from before the submit), raise
@@ -365,7 +378,7 @@ class QueueDispatcher:
             await self.client.nc.flush()
             first = asyncio.ensure_future(_first(follower, done))
             try:
-                await self.client.submit(cmd)
+                await self.client.submit(cmd, app_name=app_name)
                 finished, _ = await asyncio.wait({first, dead}, timeout=self.timeout,
                                                  return_when=asyncio.FIRST_COMPLETED)
                 if first in finished:

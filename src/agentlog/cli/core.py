@@ -105,6 +105,11 @@ AppOpt = Annotated[str | None, typer.Option(
     "--app", "--config", metavar="MODULE:ATTR|FILE.yaml",
     help="The application: an App, a Runtime, or factory(store), or a YAML/JSON agent configuration file. "
          "Default: the built-in demo agent.")]
+AppNameOpt = Annotated[str | None, typer.Option(
+    "--app-name", envvar="AGENTLOG_APP_NAME", metavar="NAME",
+    help="The app's name: workers take only the commands of their app, and a gateway queues new runs "
+         "for its app's workers (letters, digits, '_', '-'). Several apps on one NATS need one each. "
+         "Default: 'default'.")]
 TokensOpt = Annotated[str | None, typer.Option(
     "--tokens", envvar="AGENTLOG_TOKENS", help="API bearer tokens 'tok1,tok2:tenant' (empty: no auth).")]
 ConcurrencyOpt = Annotated[int, typer.Option("--concurrency", min=1, help="Commands a worker runs at once.")]

@@ -5,6 +5,7 @@ assembles them). `agentlog worker` is the one worker entry point. Registered on
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,6 +19,7 @@ from agentlog.log.server import DEFAULT_DATA_DIR
 
 from .core import (
     AckWaitOpt,
+    AppNameOpt,
     AppOpt,
     ConcurrencyOpt,
     CredsOpt,
@@ -44,14 +46,15 @@ from .core import (
 def _server_config(role: str, app_spec: str | None, host: str, port: int, tokens: str | None,
                    options: ConnectionOptions, concurrency: int | None = None, app_obj: Any = None,
                    ack_wait: float | None = None, shutdown_timeout: float | None = None,
-                   max_deliver: int | None = None, metrics_port: int | None = None) -> Any:
+                   max_deliver: int | None = None, metrics_port: int | None = None,
+                   app_name: str | None = None) -> Any:
     from .server import ServerConfig
 
     source = app_obj if app_obj is not None else (_guard(lambda: load_app(app_spec)) if app_spec else None)
     return ServerConfig(role=role, app=source, app_spec=app_spec, host=host, port=port, tokens=tokens,  # type: ignore[arg-type]
                         connection=options, worker_concurrency=concurrency, worker_ack_wait=ack_wait,
                         worker_shutdown_timeout=shutdown_timeout, worker_max_deliver=max_deliver,
-                        worker_metrics_port=metrics_port)
+                        worker_metrics_port=metrics_port, app_name=app_name)
 
 
 def _banner(server: Any) -> None:
@@ -67,6 +70,7 @@ def _banner(server: Any) -> None:
                                              + ")" if server.embedded is not None else ""))
     if server.metrics_url:
         table.add_row("metrics", server.metrics_url)
+    table.add_row("app", server.config.resolved_app_name())
     table.add_row("parts", ", ".join(server.parts) or "-")
     _out().print(table)
     _out().print(Text("Ctrl-C stops it (in order: HTTP, worker, runs, views, NATS).", style="dim"))
@@ -75,12 +79,13 @@ def _banner(server: Any) -> None:
 def _serve_role(role: str, app_spec: str | None, host: str, port: int, tokens: str | None,
                 options: ConnectionOptions, concurrency: int | None, ack_wait: float | None = None,
                 shutdown_timeout: float | None = None, max_deliver: int | None = None,
-                metrics_port: int | None = None, ready_file: Path | None = None) -> None:
+                metrics_port: int | None = None, ready_file: Path | None = None,
+                app_name: str | None = None) -> None:
     from .server import run_until_stopped
 
     config = _server_config(role, app_spec, host, port, tokens, options, concurrency,
                             ack_wait=ack_wait, shutdown_timeout=shutdown_timeout, max_deliver=max_deliver,
-                            metrics_port=metrics_port)
+                            metrics_port=metrics_port, app_name=app_name)
 
     def ready(server: Any) -> None:
         _banner(server)
@@ -96,11 +101,12 @@ def serve_cmd(
     concurrency: ServeConcurrencyOpt = None, ack_wait: AckWaitOpt = None, shutdown_timeout: ShutdownOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
+    app_name: AppNameOpt = None,
 ) -> None:
     """Gateway + worker in one process: HTTP API, NATS service, projections and the runtime.
     Every run goes through the durable command queue, so a stopped or killed process strands none."""
     _serve_role("serve", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout, replicas),
-                concurrency, ack_wait, shutdown_timeout)
+                concurrency, ack_wait, shutdown_timeout, app_name=app_name)
 
 
 @app.command("gateway")
@@ -108,9 +114,12 @@ def gateway_cmd(
     app_spec: AppOpt = None, host: HostOpt = "127.0.0.1", port: PortOpt = 8480, tokens: TokensOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
+    app_name: AppNameOpt = None,
 ) -> None:
-    """The gateway alone (HTTP + NATS service); commands are queued for `agentlog worker`s."""
-    _serve_role("gateway", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout, replicas), 1)
+    """The gateway alone (HTTP + NATS service); commands are queued for `agentlog worker`s (of
+    `--app-name` for new runs, of the app each run records for the rest)."""
+    _serve_role("gateway", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout, replicas), 1,
+                app_name=app_name)
 
 
 @app.command("worker")
@@ -127,11 +136,32 @@ def worker_cmd(
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
     ready_file: Annotated[Path | None, typer.Option(
         "--ready-file", hidden=True, help="Write the pid to this file once consuming (for tests and benchmarks).")] = None,
+    app_name: AppNameOpt = None,
 ) -> None:
     """A worker alone: takes commands from the JetStream work queue (agentlog.runtime.worker.Worker).
     The one worker entry point (`python -m agentlog worker` is the same)."""
     _serve_role("worker", app_spec, "127.0.0.1", 0, None, _options(nats, creds, token, data_dir, timeout, replicas),
-                concurrency, ack_wait, shutdown_timeout, max_deliver, metrics_port, ready_file=ready_file)
+                concurrency, ack_wait, shutdown_timeout, max_deliver, metrics_port, ready_file=ready_file,
+                app_name=app_name)
+
+
+#: The demo's app name: its runs go to its own worker even on a NATS another app serves.
+DEMO_APP_NAME = "demo"
+
+
+def _demo_data_dir(default: Path) -> Path:
+    """The default data dir, unless a process (a `serve`) runs on it: then `<default>-demo`, or
+    a new temporary dir if that one is busy too. Sharing the running server would mix the demo's
+    data with that process's."""
+    from agentlog.log.datadir import busy
+
+    if not busy(default):
+        return default
+    sibling = default.with_name(default.name + "-demo")
+    chosen = sibling if not busy(sibling) else Path(tempfile.mkdtemp(prefix="agentlog-demo-"))
+    _out().print(Text(f"{default} is in use by another agentlog process: the demo keeps its data in {chosen}",
+                      style="yellow"))
+    return chosen
 
 
 @app.command("demo")
@@ -144,7 +174,10 @@ def demo_cmd(
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
 ) -> None:
     """Start a server with a demo agent whose deploy waits for your approval (a curl), then show
-    the finished run."""
+    the finished run. Its runs are app `demo`'s (only the demo's worker drives them); without
+    --data-dir, when another process runs on the default data dir, it uses its own."""
+    if nats is None and data_dir == DEFAULT_DATA_DIR and not os.environ.get("AGENTLOG_DATA_DIR"):
+        data_dir = _demo_data_dir(data_dir)
     options = _options(nats, creds, token, data_dir, timeout, replicas)
 
     async def main() -> int:
@@ -154,7 +187,8 @@ def demo_cmd(
         from .demo import run_demo
         from .server import serve
 
-        config = _server_config("serve", None, host, port, tokens, options, app_obj=demo_factory)
+        config = _server_config("serve", None, host, port, tokens, options, app_obj=demo_factory,
+                                app_name=DEMO_APP_NAME)
         try:
             server_cm = serve(config)
             server = await server_cm.__aenter__()
