@@ -30,7 +30,9 @@ class LogFeed:
         self.subjects = subjects
         self.max_buffered = max_buffered
         self._buf: list[tuple[int, bytes]] = []
-        self._changed = asyncio.Condition()
+        self._ready = asyncio.Event()  # set while the buffer holds something
+        self._room = asyncio.Event()  # set while the buffer has room
+        self._room.set()
         self._sub: JetStreamContext.PushSubscription | None = None
         self._opened = 0  # which subscription may still append (a closed one's late callback may not)
 
@@ -39,15 +41,16 @@ class LogFeed:
         await self.close()
         self._opened += 1
         mine = self._opened
+        buf_append = self._buf.append
 
         async def on_msg(msg: Msg) -> None:
-            seq = msg.metadata.sequence.stream
-            async with self._changed:
-                await self._changed.wait_for(lambda: len(self._buf) < self.max_buffered or self._opened != mine)
-                if self._opened != mine:
-                    return
-                self._buf.append((seq, msg.data))
-                self._changed.notify_all()
+            while len(self._buf) >= self.max_buffered and self._opened == mine:
+                self._room.clear()
+                await self._room.wait()
+            if self._opened != mine:
+                return
+            buf_append((msg.metadata.sequence.stream, msg.data))
+            self._ready.set()
 
         self._sub = await self.js.subscribe(
             self.subjects, stream=self.stream, cb=on_msg, ordered_consumer=True,
@@ -57,15 +60,21 @@ class LogFeed:
 
     async def take(self, limit: int, timeout: float) -> list[tuple[int, bytes]]:
         """Up to `limit` buffered messages, oldest first; waits up to `timeout` s for the first."""
-        async with self._changed:
-            if not self._buf:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(timeout):
-                        await self._changed.wait_for(lambda: bool(self._buf))
-            taken, self._buf = self._buf[:limit], self._buf[limit:]
-            if taken:
-                self._changed.notify_all()  # room again for a waiting callback
-            return taken
+        if not self._buf:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._ready.wait()
+        buf = self._buf
+        if len(buf) <= limit:
+            taken = buf[:]
+            buf.clear()  # in place: the callback appends to this very list
+            self._ready.clear()
+        else:
+            taken = buf[:limit]
+            del buf[:limit]
+        if taken:
+            self._room.set()
+        return taken
 
     @property
     def buffered(self) -> int:
@@ -77,6 +86,6 @@ class LogFeed:
         if sub is not None:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
-        async with self._changed:
-            self._buf = []
-            self._changed.notify_all()
+        self._buf.clear()
+        self._ready.clear()
+        self._room.set()  # a callback waiting for room sees it is closed and drops its message

@@ -13,7 +13,7 @@ history 1, direct gets on).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError
@@ -25,6 +25,7 @@ from nats.js.kv import KeyValue
 from agentlog.log.replicas import raise_replicas
 
 from .errors import ProjectionError
+from .kvpipe import get_many
 from .listing import IndexedListings, KVBlobs, ListingIndex, kv_get, put_pipelined
 from .views import RunView, ThreadView, decode_run, decode_thread, encode_view
 
@@ -203,6 +204,14 @@ class KVViewStore(IndexedListings):
     async def get_run(self, run_id: str) -> RunView | None:
         data = await kv_get(self.runs, run_id)
         return decode_run(data) if data is not None else None
+
+    async def get_views(self, thread_ids: Sequence[str], run_ids: Sequence[str],
+                        ) -> tuple[list[ThreadView | None], list[RunView | None]]:
+        """Many views in one exchange (`agentlog.views.kvpipe`), None where there is none."""
+        values = await get_many(self.js._nc, [(self.threads, t) for t in thread_ids] + [(self.runs, r) for r in run_ids])
+        threads = [decode_thread(v) if v is not None else None for v in values[: len(thread_ids)]]
+        runs = [decode_run(v) if v is not None else None for v in values[len(thread_ids):]]
+        return threads, runs
 
     async def put_views(self, threads: Iterable[ThreadView], runs: Iterable[RunView]) -> None:
         """Pipelined puts (many in flight, each acked), one per view."""

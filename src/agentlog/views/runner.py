@@ -287,8 +287,12 @@ class ProjectionRunner:
         run_ids = {c.run_id for _, c in decoded if c.run_id is not None}
         missing_t = [t for t in thread_ids if t not in self._threads]
         missing_r = [r for r in run_ids if r not in self._runs]
-        loaded_t = await asyncio.gather(*(self.store.get_thread(t) for t in missing_t))
-        loaded_r = await asyncio.gather(*(self.store.get_run(r) for r in missing_r))
+        get_views = getattr(self.store, "get_views", None)
+        if get_views is not None:
+            loaded_t, loaded_r = await get_views(missing_t, missing_r)
+        else:
+            loaded_t = await asyncio.gather(*(self.store.get_thread(t) for t in missing_t))
+            loaded_r = await asyncio.gather(*(self.store.get_run(r) for r in missing_r))
         threads = [self._threads[t] for t in thread_ids if t in self._threads] + [v for v in loaded_t if v]
         runs = [self._runs[r] for r in run_ids if r in self._runs] + [v for v in loaded_r if v]
         folder.add_views(threads, runs)

@@ -9,6 +9,7 @@ failure names the op that failed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -61,14 +62,82 @@ def validate_patch(state: Mapping[str, Any] | None, ops: Sequence[Any]) -> JSOND
         doc, op_list = json_copy((state if state is not None else {}, ops))
     except (msgspec.EncodeError, TypeError, ValueError, OverflowError) as exc:
         raise InvalidPatch(f"state and ops must be JSON: {exc}") from None
+    applied = _apply_simple(doc, op_list)
+    if applied is not _NOT_SIMPLE:
+        doc = applied
+    else:
+        doc, op_list = json_copy((state if state is not None else {}, ops))  # the fast path may have begun
+        doc = _apply_library(doc, op_list, state, ops)
+    if not isinstance(doc, dict):
+        raise InvalidPatch(f"the state must stay a JSON object, the patch made it a {type(doc).__name__}")
+    return doc
+
+
+def _apply_library(doc: Any, op_list: list[Any], state: Mapping[str, Any] | None, ops: Sequence[Any]) -> Any:
     try:
-        doc = jsonpatch.JsonPatch(op_list).apply(doc, in_place=True)
+        return jsonpatch.JsonPatch(op_list).apply(doc, in_place=True)
     except Exception:
         # Slow path, only for bad patches: replay op by op on a fresh copy to name the failing op.
         _diagnose(state, ops)
         raise InvalidPatch("the patch cannot be applied") from None
-    if not isinstance(doc, dict):
-        raise InvalidPatch(f"the state must stay a JSON object, the patch made it a {type(doc).__name__}")
+
+
+#: `_apply_simple` could not apply the ops itself: the library applies them (and names any error).
+_NOT_SIMPLE: Any = object()
+_INDEX = re.compile(r"0|[1-9][0-9]*")
+
+
+def _apply_simple(doc: Any, ops: list[Any]) -> Any:
+    """The ops applied in place to `doc` (a private copy) when each is an `add`, `replace` or
+    `remove` whose path exists as RFC 6902 requires: the ops the runtime and tools write almost
+    always are. Anything else, or any doubt, answers `_NOT_SIMPLE` and the library (the
+    reference) applies the whole patch again from a fresh copy: same result, only faster
+    here (the folds apply every patch of the log)."""
+    for op in ops:
+        kind = op["op"]
+        path = op["path"]
+        if kind not in ("add", "replace", "remove") or not path or path[0] != "/":
+            return _NOT_SIMPLE
+        tokens = path[1:].split("/")
+        parent = doc
+        for raw in tokens[:-1]:
+            token = raw.replace("~1", "/").replace("~0", "~") if "~" in raw else raw
+            if type(parent) is dict:
+                if token not in parent:
+                    return _NOT_SIMPLE
+                parent = parent[token]
+            elif type(parent) is list:
+                if not _INDEX.fullmatch(token) or int(token) >= len(parent):
+                    return _NOT_SIMPLE
+                parent = parent[int(token)]
+            else:
+                return _NOT_SIMPLE
+        raw = tokens[-1]
+        last = raw.replace("~1", "/").replace("~0", "~") if "~" in raw else raw
+        if type(parent) is dict:
+            if kind == "add":
+                parent[last] = op["value"]
+            elif last not in parent:
+                return _NOT_SIMPLE
+            elif kind == "replace":
+                parent[last] = op["value"]
+            else:
+                del parent[last]
+        elif type(parent) is list and kind == "add" and last == "-":
+            parent.append(op["value"])
+        elif type(parent) is list and _INDEX.fullmatch(last):
+            index = int(last)
+            if kind == "add" and index <= len(parent):
+                parent.insert(index, op["value"])
+            elif kind != "add" and index < len(parent):
+                if kind == "replace":
+                    parent[index] = op["value"]
+                else:
+                    del parent[index]
+            else:
+                return _NOT_SIMPLE
+        else:
+            return _NOT_SIMPLE
     return doc
 
 
