@@ -87,54 +87,93 @@ _NOT_SIMPLE: Any = object()
 _INDEX = re.compile(r"0|[1-9][0-9]*")
 
 
+def _tokens(path: Any) -> list[str] | None:
+    """The reference tokens of a pointer to a member (not the whole document), unescaped."""
+    if not isinstance(path, str) or not path or path[0] != "/":
+        return None
+    return [t.replace("~1", "/").replace("~0", "~") if "~" in t else t for t in path[1:].split("/")]
+
+
+def _parent(doc: Any, tokens: list[str]) -> Any:
+    """The container the pointer's last token is in, or `_NOT_SIMPLE`."""
+    node = doc
+    for token in tokens[:-1]:
+        if type(node) is dict and token in node:
+            node = node[token]
+        elif type(node) is list and _INDEX.fullmatch(token) and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            return _NOT_SIMPLE
+    return node
+
+
+def _get(parent: Any, last: str) -> Any:
+    if type(parent) is dict:
+        return parent.get(last, _NOT_SIMPLE)
+    if type(parent) is list and _INDEX.fullmatch(last) and int(last) < len(parent):
+        return parent[int(last)]
+    return _NOT_SIMPLE
+
+
+def _add(parent: Any, last: str, value: Any) -> bool:
+    if type(parent) is dict:
+        parent[last] = value
+    elif type(parent) is list and last == "-":
+        parent.append(value)
+    elif type(parent) is list and _INDEX.fullmatch(last) and int(last) <= len(parent):
+        parent.insert(int(last), value)
+    else:
+        return False
+    return True
+
+
 def _apply_simple(doc: Any, ops: list[Any]) -> Any:
-    """The ops applied in place to `doc` (a private copy) when each is an `add`, `replace` or
-    `remove` whose path exists as RFC 6902 requires: the ops the runtime and tools write almost
+    """The ops applied in place to `doc` (a private copy) when each is one the RFC defines
+    plainly here: add, replace and remove of an existing path, move and copy between distinct
+    existing paths, a test whose values encode alike. The ops the runtime and tools write almost
     always are. Anything else, or any doubt, answers `_NOT_SIMPLE` and the library (the
-    reference) applies the whole patch again from a fresh copy: same result, only faster
-    here (the folds apply every patch of the log)."""
+    reference) applies the whole patch again from a fresh copy: same result, only faster here
+    (the folds apply every patch of the log)."""
     for op in ops:
         kind = op["op"]
-        path = op["path"]
-        if kind not in ("add", "replace", "remove") or not path or path[0] != "/":
+        tokens = _tokens(op["path"])
+        if tokens is None:
             return _NOT_SIMPLE
-        tokens = path[1:].split("/")
-        parent = doc
-        for raw in tokens[:-1]:
-            token = raw.replace("~1", "/").replace("~0", "~") if "~" in raw else raw
-            if type(parent) is dict:
-                if token not in parent:
-                    return _NOT_SIMPLE
-                parent = parent[token]
-            elif type(parent) is list:
-                if not _INDEX.fullmatch(token) or int(token) >= len(parent):
-                    return _NOT_SIMPLE
-                parent = parent[int(token)]
-            else:
+        parent = _parent(doc, tokens)
+        if parent is _NOT_SIMPLE:
+            return _NOT_SIMPLE
+        last = tokens[-1]
+        if kind == "add":
+            if not _add(parent, last, op["value"]):
                 return _NOT_SIMPLE
-        raw = tokens[-1]
-        last = raw.replace("~1", "/").replace("~0", "~") if "~" in raw else raw
-        if type(parent) is dict:
-            if kind == "add":
-                parent[last] = op["value"]
-            elif last not in parent:
+        elif kind == "test":
+            current = _get(parent, last)
+            if current is _NOT_SIMPLE or _encoder.encode(current) != _encoder.encode(op["value"]):
+                return _NOT_SIMPLE  # missing or unequal: the library says how the test failed
+        elif kind in ("replace", "remove"):
+            if _get(parent, last) is _NOT_SIMPLE:
                 return _NOT_SIMPLE
-            elif kind == "replace":
-                parent[last] = op["value"]
+            key: Any = last if type(parent) is dict else int(last)
+            if kind == "replace":
+                parent[key] = op["value"]
             else:
-                del parent[last]
-        elif type(parent) is list and kind == "add" and last == "-":
-            parent.append(op["value"])
-        elif type(parent) is list and _INDEX.fullmatch(last):
-            index = int(last)
-            if kind == "add" and index <= len(parent):
-                parent.insert(index, op["value"])
-            elif kind != "add" and index < len(parent):
-                if kind == "replace":
-                    parent[index] = op["value"]
-                else:
-                    del parent[index]
+                del parent[key]
+        elif kind in ("move", "copy"):
+            source = _tokens(op.get("from"))
+            if source is None or (kind == "move" and tokens[: len(source)] == source):
+                return _NOT_SIMPLE  # onto itself or into its own child: the library's call
+            source_parent = _parent(doc, source)
+            value = _get(source_parent, source[-1]) if source_parent is not _NOT_SIMPLE else _NOT_SIMPLE
+            if value is _NOT_SIMPLE:
+                return _NOT_SIMPLE
+            if kind == "copy":
+                value = json_copy(value)
             else:
+                del source_parent[source[-1] if type(source_parent) is dict else int(source[-1])]
+                parent = _parent(doc, tokens)  # the removal may have shifted the target's path
+                if parent is _NOT_SIMPLE:
+                    return _NOT_SIMPLE
+            if not _add(parent, last, value):
                 return _NOT_SIMPLE
         else:
             return _NOT_SIMPLE
