@@ -62,6 +62,7 @@ class ProjectionRunner:
         fetch_timeout: float = 1.0,
         cache_size: int = 20_000,
         after_batch: Callable[[list[RunView]], Awaitable[None]] | None = None,
+        refresh_interval: float = 1.0,
     ) -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
@@ -71,6 +72,10 @@ class ProjectionRunner:
         self.batch = batch
         self.fetch_timeout = fetch_timeout
         self.cache_size = cache_size
+        #: How often (s) a batch checks whether a rebuild elsewhere flipped the view generation
+        #: (a KV read; every batch after a failed one).
+        self.refresh_interval = refresh_interval
+        self._refresh_due = 0.0
         #: Highest stream seq whose batch is in the views (what `wait_for` waits on; never lowered).
         self.applied_seq = 0
         #: Commits that could not be decoded (a newer writer's schema...): skipped, counted.
@@ -202,6 +207,7 @@ class ProjectionRunner:
                 if isinstance(exc, Exception):
                     self.failing = f"{type(exc).__name__}: {exc}"
                 self.forget_cache()  # it may hold views that never reached the store
+                self._refresh_due = 0.0  # the store may have moved (a rebuild dropped its buckets)
                 with contextlib.suppress(Exception):
                     await self._feed.open(self._cursor + 1)  # read the batch again
                 raise
@@ -209,9 +215,15 @@ class ProjectionRunner:
 
     async def _apply_batch(self, msgs: list[tuple[int, bytes]]) -> None:
         refresh = getattr(self.store, "refresh", None)
-        if refresh is not None and await refresh():
+        now = asyncio.get_running_loop().time()
+        flipped = False
+        if refresh is not None and now >= self._refresh_due:
+            self._refresh_due = now + self.refresh_interval
+            flipped = await refresh()
+        if flipped:
             # A rebuild (in another process) flipped the generation: our cache is of the old
             # one, and the new one holds the log up to its own position, maybe not up to ours.
+            # (Batches written to the old generation meanwhile are read again from there.)
             self.forget_cache()
             read = getattr(self.store, "read_position", None)
             position = await read() if read is not None else None
