@@ -63,6 +63,7 @@ class ProjectionRunner:
         cache_size: int = 20_000,
         after_batch: Callable[[list[RunView]], Awaitable[None]] | None = None,
         refresh_interval: float = 1.0,
+        catch_up_batch: int = 5000,
     ) -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
@@ -70,6 +71,10 @@ class ProjectionRunner:
         self.stream = stream
         self.subjects = subjects
         self.batch = batch
+        #: Commits per batch while the runner is behind (more than `batch` wait in the feed):
+        #: fewer, larger batches write each view and list page fewer times (a restart catching
+        #: up). A runner keeping up takes what came, up to `batch`.
+        self.catch_up_batch = max(batch, catch_up_batch)
         self.fetch_timeout = fetch_timeout
         self.cache_size = cache_size
         #: How often (s) a batch checks whether a rebuild elsewhere flipped the view generation
@@ -124,7 +129,8 @@ class ProjectionRunner:
         ensure_index = getattr(self.store, "ensure_index", None)
         if ensure_index is not None and await ensure_index():
             log.info("indexed the existing views for listings (they predate the listing index)")
-        self._feed = LogFeed(self.js, self.stream, self.subjects, max_buffered=max(10_000, 4 * self.batch))
+        self._feed = LogFeed(self.js, self.stream, self.subjects,
+                             max_buffered=max(10_000, 4 * self.batch, 2 * self.catch_up_batch))
         await self._feed.open(self._cursor + 1)
 
     async def _stored_position(self) -> int:
@@ -192,12 +198,14 @@ class ProjectionRunner:
     # -- one batch ----------------------------------------------------------------------------
 
     async def step(self, limit: int | None = None) -> int:
-        """Take (up to `limit` <= `batch` commits), fold, write and commit one batch. Returns
-        how many commits it held (0 if idle: nothing came within `fetch_timeout`)."""
+        """Take up to `batch` commits (`catch_up_batch` while behind; never more than `limit`),
+        fold, write and commit them. Returns how many commits it held (0 if idle: nothing came
+        within `fetch_timeout`)."""
         if self._feed is None:
             await self.open()
         assert self._feed is not None
-        msgs = await self._feed.take(min(limit or self.batch, self.batch), self.fetch_timeout)
+        size = self.catch_up_batch if self._feed.buffered > self.batch else self.batch
+        msgs = await self._feed.take(min(limit, size) if limit else size, self.fetch_timeout)
         if not msgs:
             return 0
         async with self._lock:
