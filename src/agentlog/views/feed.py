@@ -7,8 +7,9 @@ hold the dead process's unacked messages until their ack wait ran out, and every
 between saw views older than the log. It is also the cheapest way to read the log (no acks,
 flow-controlled by the server), the same reader the rebuild uses.
 
-The buffer is bounded: once it holds `max_buffered` messages the consumer's callback waits, which
-holds back the server's flow control, so catching up on a long log never buffers all of it.
+The buffer is bounded: once it holds `max_buffered` messages or `max_bytes` bytes the consumer's
+callback waits, which holds back the server's flow control, so catching up on a long log never
+buffers all of it.
 """
 
 from __future__ import annotations
@@ -24,12 +25,15 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 class LogFeed:
     """`(seq, data)` of the stream's messages with seq >= `start`, in order, buffered."""
 
-    def __init__(self, js: JetStreamContext, stream: str, subjects: str, *, max_buffered: int = 10_000) -> None:
+    def __init__(self, js: JetStreamContext, stream: str, subjects: str, *, max_buffered: int = 10_000,
+                 max_bytes: int = 64 << 20) -> None:
         self.js = js
         self.stream = stream
         self.subjects = subjects
         self.max_buffered = max_buffered
+        self.max_bytes = max_bytes
         self._buf: list[tuple[int, bytes]] = []
+        self._bytes = 0
         self._ready = asyncio.Event()  # set while the buffer holds something
         self._room = asyncio.Event()  # set while the buffer has room
         self._room.set()
@@ -44,12 +48,14 @@ class LogFeed:
         buf_append = self._buf.append
 
         async def on_msg(msg: Msg) -> None:
-            while len(self._buf) >= self.max_buffered and self._opened == mine:
+            while (len(self._buf) >= self.max_buffered or self._bytes >= self.max_bytes) and self._opened == mine:
                 self._room.clear()
                 await self._room.wait()
             if self._opened != mine:
                 return
-            buf_append((msg.metadata.sequence.stream, msg.data))
+            data = msg.data
+            buf_append((msg.metadata.sequence.stream, data))
+            self._bytes += len(data)
             self._ready.set()
 
         self._sub = await self.js.subscribe(
@@ -69,9 +75,11 @@ class LogFeed:
             taken = buf[:]
             buf.clear()  # in place: the callback appends to this very list
             self._ready.clear()
+            self._bytes = 0
         else:
             taken = buf[:limit]
             del buf[:limit]
+            self._bytes -= sum(len(data) for _, data in taken)
         if taken:
             self._room.set()
         return taken
@@ -87,5 +95,6 @@ class LogFeed:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
         self._buf.clear()
+        self._bytes = 0
         self._ready.clear()
         self._room.set()  # a callback waiting for room sees it is closed and drops its message

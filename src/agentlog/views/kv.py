@@ -134,9 +134,10 @@ class KVViewStore(IndexedListings):
     async def _buckets(js: JetStreamContext, prefix: str, generation: int, replicas: int | None,
                        ) -> tuple[KeyValue, KeyValue, KeyValue]:
         tname, rname, iname = generation_buckets(prefix, generation)
-        threads = await ensure_bucket(js, tname, replicas=replicas, description="agentlog thread views")
-        runs = await ensure_bucket(js, rname, replicas=replicas, description="agentlog run views")
-        index = await ensure_bucket(js, iname, replicas=replicas, description="agentlog listing index")
+        threads, runs, index = await asyncio.gather(
+            ensure_bucket(js, tname, replicas=replicas, description="agentlog thread views"),
+            ensure_bucket(js, rname, replicas=replicas, description="agentlog run views"),
+            ensure_bucket(js, iname, replicas=replicas, description="agentlog listing index"))
         return threads, runs, index
 
     async def refresh(self) -> bool:
@@ -152,19 +153,14 @@ class KVViewStore(IndexedListings):
     async def new_generation(self) -> KVViewStore:
         """Empty buckets for the next generation (not yet visible to readers)."""
         generation = self.generation + 1
-        for name in generation_buckets(self.prefix, generation):  # leftovers of an interrupted rebuild
-            try:
-                await self.js.delete_key_value(name)
-            except (NotFoundError, BucketNotFoundError):
-                pass
+        await asyncio.gather(*(self._drop(name) for name in generation_buckets(self.prefix, generation)))
         # The next generation gets the replicas of the one it replaces unless told otherwise, so a
         # rebuild on an operator's R3 buckets does not fall back to R1.
         replicas = self.replicas or (await self.js.stream_info(self.threads._stream)).config.num_replicas
         threads, runs, index = await self._buckets(self.js, self.prefix, generation, replicas)
         # And purge: a file-backed stream re-created right after its deletion can come back with
         # the deleted one's messages (seen with the events stream on nats-server 2.15).
-        for kv in (threads, runs, index):
-            await self.js.purge_stream(kv._stream)
+        await asyncio.gather(*(self.js.purge_stream(kv._stream) for kv in (threads, runs, index)))
         return KVViewStore(self.js, self.meta, threads, runs, index, prefix=self.prefix, generation=generation,
                            replicas=replicas)
 
@@ -173,11 +169,13 @@ class KVViewStore(IndexedListings):
         previous = await read_generation(self.meta)
         await self.meta.put(POINTER_KEY, str(self.generation).encode())
         if drop_previous and previous != self.generation:
-            for name in generation_buckets(self.prefix, previous):
-                try:
-                    await self.js.delete_key_value(name)
-                except (NotFoundError, BucketNotFoundError):
-                    pass
+            await asyncio.gather(*(self._drop(name) for name in generation_buckets(self.prefix, previous)))
+
+    async def _drop(self, bucket: str) -> None:
+        try:
+            await self.js.delete_key_value(bucket)
+        except (NotFoundError, BucketNotFoundError):
+            pass
 
     # -- the runner's position ----------------------------------------------------------------
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
+import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.kv import KeyValue
@@ -72,8 +74,18 @@ async def put_many(nc: NATS, writes: Sequence[tuple[KeyValue, str, bytes]]) -> N
     replies = await exchange(nc, [(f"{kv._pre}{key}", value) for kv, key, value in writes])
     for (kv, key, _), reply in zip(writes, replies, strict=True):
         status = _status(reply)
-        if status is not None or b'"error"' in reply.data:
+        ack = _ack(reply.data) if status is None else None
+        if ack is None or "error" in ack:
             raise ProjectionError(f"KV put of {key!r} in {kv._name!r} failed: {status or reply.data!r}")
+
+
+def _ack(data: bytes) -> dict[str, Any] | None:
+    """A JetStream publish ack (`{"stream", "seq"}` or `{"error"}`), None if it is not one."""
+    try:
+        ack = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return None
+    return ack if isinstance(ack, dict) else None
 
 
 async def get_many(nc: NATS, reads: Sequence[tuple[KeyValue, str]]) -> list[bytes | None]:
