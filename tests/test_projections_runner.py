@@ -28,7 +28,14 @@ from hypothesis import strategies as st
 
 from agentlog.log import Commit, collect
 from agentlog.log.codec import encode_commit
-from agentlog.log.events import Message, MessageAppended, RunStarted, StepStarted, ThreadCreated
+from agentlog.log.events import (
+    Message,
+    MessageAppended,
+    RunStarted,
+    StepStarted,
+    ThreadCreated,
+    ThreadMetadataUpdated,
+)
 from agentlog.log.jetstream import JetStreamEventStore
 from agentlog.log.server import EmbeddedNatsServer
 from agentlog.log.subjects import event_subject
@@ -250,6 +257,39 @@ async def test_raw_published_commits_and_undecodable_ones(nats_server):
         assert [seq for seq, _ in runner.skipped] == [2]
         view = await views.get_thread("t1")
         assert view is not None and view.resource_id == "x" and view.version == 3
+        await runner.stop()
+    finally:
+        await store.close()
+        await nc.close()
+
+
+async def test_a_commit_on_a_subject_that_does_not_name_it_still_folds_onto_its_stored_view(nats_server):
+    """The runner loads a batch's views by the ids its subjects name; a commit published where its
+    subject names other ids (or none) gets its own views loaded when it is decoded."""
+    nc = await nats.connect(nats_server.url)
+    store = await JetStreamEventStore.connect(nc)
+    js = nc.jetstream()
+    try:
+        views = await KVViewStore.open(nc)
+        await js.publish(event_subject("tx", None), encode_commit(commit(0, "tx", None, [ThreadCreated(metadata={"a": 1})])))
+        runner = ProjectionRunner(nc, views, fetch_timeout=0.2)
+        await runner.open()
+        async with asyncio.timeout(20):
+            while runner.applied_seq < 1:
+                await runner.step()
+        await runner.stop()
+        # a new runner (cold cache): the next commit of tx comes on t1's subject, then one on a
+        # subject that is no event subject at all
+        await js.publish(event_subject("t1", None), encode_commit(commit(1, "tx", None, [ThreadMetadataUpdated(metadata={"b": 2})])))
+        await js.publish("agentlog.ev.tx.x.y", encode_commit(commit(2, "tx", None, [ThreadMetadataUpdated(metadata={"c": 3})])))
+        runner = ProjectionRunner(nc, views, fetch_timeout=0.2)
+        await runner.open()
+        async with asyncio.timeout(20):
+            while runner.applied_seq < 3:
+                await runner.step()
+        view = await views.get_thread("tx")
+        assert view is not None and view.metadata == {"a": 1, "b": 2, "c": 3} and view.version == 3
+        assert await views.get_thread("t1") is None
         await runner.stop()
     finally:
         await store.close()

@@ -23,7 +23,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 
 class LogFeed:
-    """`(seq, data)` of the stream's messages with seq >= `start`, in order, buffered."""
+    """`(seq, subject, data)` of the stream's messages with seq >= `start`, in order, buffered."""
 
     def __init__(self, js: JetStreamContext, stream: str, subjects: str, *, max_buffered: int = 10_000,
                  max_bytes: int = 64 << 20) -> None:
@@ -32,7 +32,7 @@ class LogFeed:
         self.subjects = subjects
         self.max_buffered = max_buffered
         self.max_bytes = max_bytes
-        self._buf: list[tuple[int, bytes]] = []
+        self._buf: list[tuple[int, str, bytes]] = []
         self._bytes = 0
         self._ready = asyncio.Event()  # set while the buffer holds something
         self._room = asyncio.Event()  # set while the buffer has room
@@ -54,7 +54,7 @@ class LogFeed:
             if self._opened != mine:
                 return
             data = msg.data
-            buf_append((msg.metadata.sequence.stream, data))
+            buf_append((msg.metadata.sequence.stream, msg.subject, data))
             self._bytes += len(data)
             self._ready.set()
 
@@ -64,7 +64,7 @@ class LogFeed:
             pending_msgs_limit=-1, pending_bytes_limit=-1,
         )
 
-    async def take(self, limit: int, timeout: float) -> list[tuple[int, bytes]]:
+    async def take(self, limit: int, timeout: float) -> list[tuple[int, str, bytes]]:
         """Up to `limit` buffered messages, oldest first; waits up to `timeout` s for the first."""
         if not self._buf:
             with contextlib.suppress(TimeoutError):
@@ -79,7 +79,7 @@ class LogFeed:
         else:
             taken = buf[:limit]
             del buf[:limit]
-            self._bytes -= sum(len(data) for _, data in taken)
+            self._bytes -= sum(len(data) for _, _, data in taken)
         if taken:
             self._room.set()
         return taken

@@ -31,7 +31,7 @@ from nats.js.errors import NotFoundError
 
 from agentlog.log.codec import decode_commit
 from agentlog.log.errors import CodecError
-from agentlog.log.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
+from agentlog.log.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, parse_event_subject
 
 from .errors import ProjectionTimeout
 from .feed import LogFeed
@@ -221,7 +221,7 @@ class ProjectionRunner:
                 raise
         return len(msgs)
 
-    async def _apply_batch(self, msgs: list[tuple[int, bytes]]) -> None:
+    async def _apply_batch(self, msgs: list[tuple[int, str, bytes]]) -> None:
         refresh = getattr(self.store, "refresh", None)
         now = asyncio.get_running_loop().time()
         flipped = False
@@ -240,22 +240,45 @@ class ProjectionRunner:
                 assert self._feed is not None
                 await self._feed.open(self._cursor + 1)
                 return
-        decoded = []
+        fresh = []
         last = self._cursor
-        for seq, data in msgs:
-            if seq <= last:
-                continue  # folded before (a feed reopened behind the cursor)
-            last = seq
+        for item in msgs:
+            if item[0] > last:  # else folded before (a feed reopened behind the cursor)
+                fresh.append(item)
+                last = item[0]
+        if last == self._cursor:
+            return
+        # The views to load come from the subjects (`agentlog.ev.<thread>.<run>`); each commit is
+        # then decoded and folded in turn, so a batch never holds all its decoded commits (they
+        # die young: the collector has little to scan). A commit on a subject that does not name
+        # its ids gets its views loaded when it comes.
+        thread_ids: set[str] = set()
+        run_ids: set[str] = set()
+        for _, subject, _ in fresh:
             try:
-                decoded.append((seq, decode_commit(data)))
+                thread_id, run_id = parse_event_subject(subject)
+            except ValueError:
+                continue
+            thread_ids.add(thread_id)
+            if run_id is not None:
+                run_ids.add(run_id)
+        folder = Folder()
+        before = await self._load(folder, thread_ids, run_ids)
+        for seq, _, data in fresh:
+            try:
+                commit = decode_commit(data)
             except CodecError as exc:
                 log.error("skipping undecodable commit at seq %d: %s", seq, exc)
                 self.skipped.append((seq, str(exc)))
-        if last == self._cursor:
-            return
-        folder = Folder()
-        before = await self._load(folder, decoded)
-        for seq, commit in decoded:
+                continue
+            if commit.thread_id not in thread_ids or (commit.run_id is not None and commit.run_id not in run_ids):
+                new_runs = {commit.run_id} - run_ids if commit.run_id is not None else set()
+                more = await self._load(folder, {commit.thread_id} - thread_ids, new_runs)
+                thread_ids.add(commit.thread_id)
+                if commit.run_id is not None:
+                    run_ids.add(commit.run_id)
+                before.threads.update(more.threads)
+                before.runs.update(more.runs)
             folder.apply_commit(seq, commit)
         touched = folder.take_touched()
         if touched.threads or touched.runs:
@@ -275,7 +298,7 @@ class ProjectionRunner:
             self.puts += len(touched.threads) + len(touched.runs)
         self._remember(touched.threads, touched.runs)
         if self.before_ack is not None:
-            self.before_ack([seq for seq, _ in msgs])
+            self.before_ack([item[0] for item in msgs])
         self._cursor = last
         self.batches += 1
         self.failing = None
@@ -301,10 +324,8 @@ class ProjectionRunner:
             except Exception:  # noqa: BLE001 - as above
                 log.exception("threads_deleted hook failed")
 
-    async def _load(self, folder: Folder, decoded: list) -> Views:
-        """Seed `folder` with the views the batch touches; returns them (before the batch)."""
-        thread_ids = {c.thread_id for _, c in decoded}
-        run_ids = {c.run_id for _, c in decoded if c.run_id is not None}
+    async def _load(self, folder: Folder, thread_ids: set[str], run_ids: set[str]) -> Views:
+        """Seed `folder` with these views (those that exist); returns them (before the batch)."""
         missing_t = [t for t in thread_ids if t not in self._threads]
         missing_r = [r for r in run_ids if r not in self._runs]
         get_views = getattr(self.store, "get_views", None)
