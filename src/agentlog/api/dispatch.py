@@ -238,15 +238,18 @@ class QueueDispatcher:
     wait here ends in `DispatchTimeout`.
 
     `agents`: ids a worker can run; when given, unknown agents are refused here (404).
+    `descriptions`: their `AgentSpec.description`s (agent id -> text), for `GET /v1/agents`.
     `app_name`: the app whose workers get new runs; a run's later commands (continue, decide,
     cancel) go to the app recorded in its `RunStarted` (`_app_of`), this one if none is.
     """
 
     def __init__(self, nc: Any, store: Any, *, agents: Collection[str] | None = None,
-                 timeout: float = 10.0, app_name: str | None = None) -> None:
+                 timeout: float = 10.0, descriptions: Mapping[str, str] | None = None,
+                 app_name: str | None = None) -> None:
         self.store = store
         self.client = CommandClient(nc, app_name=app_name)
         self.agents = set(agents) if agents is not None else None
+        self.descriptions = dict(descriptions or {})
         self.timeout = timeout
 
     # -- start ---------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from agentlog.adapters import nats_routes as adapter_nats_routes
 from agentlog.adapters import routes as adapter_routes
 from agentlog.adapters import session as adapter_session
 from agentlog.api import dispatch
+from agentlog.api.agents import agent_catalog
 from agentlog.api.app_loader import AppSource, load_app, resolve_app
 from agentlog.api.connection import ConnectionOptions, connect
 from agentlog.http.write import write_routes
@@ -96,6 +97,12 @@ class ServerConfig:
     settings: Any = None
     #: Start the NATS micro service (and the adapters' NATS subjects).
     nats_service: bool = True
+    #: The gateway's address as clients reach it, the base of the URLs it publishes (A2A cards;
+    #: `agentlog.http.urls`). None reads AGENTLOG_PUBLIC_URL; unset: the listen address.
+    public_url: str | None = None
+    #: Retention policy of a gateway (`serve`, `gateway`): archive finished threads older than
+    #: this many days (`agentlog.api.retention`). None: no policy.
+    archive_after: float | None = None
     #: The app's name (`agentlog.runtime.commands`): the worker takes only its app's commands, the
     #: gateway queues new runs for its app's workers, runs record it. None: $AGENTLOG_APP_NAME,
     #: else "default".
@@ -193,6 +200,8 @@ class Server:
         self.dispatcher: Any = None
         #: The app's agents (id -> AgentSpec) when known here (the A2A server's cards).
         self.agent_specs: dict[str, Any] = {}
+        #: `GET /v1/agents` when the app is known here (ids, descriptions, tools).
+        self.agent_catalog: list[dict[str, Any]] | None = None
         self.worker: Any = None
         #: The worker role's /metrics server and the OTLP tracer provider (`agentlog.runtime.telemetry`).
         self.metrics_runner: Any = None
@@ -201,6 +210,7 @@ class Server:
         self.tracer_provider: Any = None
         self.service: Any = None
         self.adapter_service: Any = None
+        self.retention: Any = None
         self.web_runner: web.AppRunner | None = None
         self.app: web.Application | None = None
         self.port: int | None = None
@@ -310,6 +320,12 @@ class Server:
             await self._start_http()
             if self.config.nats_service:
                 await self._start_service()
+            if self.config.archive_after is not None:
+                from agentlog.api.retention import RetentionLoop
+
+                self.retention = RetentionLoop(opts, self.config.archive_after)
+                self.retention.start()
+                self.parts.append("retention")
         log.info("server.started", role=self.config.role, http=self.http_url, nats=self.nats_url, parts=self.parts)
 
     def _dispatcher(self, source: AppSource) -> Any:
@@ -320,11 +336,15 @@ class Server:
         self.parts.append("dispatch:queue")
         if self.runtime is not None:
             self.agent_specs = {spec.id: spec for spec in self.runtime.agents}
+            self.agent_catalog = agent_catalog(self.runtime)
         elif self.config.app is not None or self.config.app_spec:
-            self.agent_specs = {spec.id: spec for spec in resolve_app(source, self.store).agents}
+            resolved = resolve_app(source, self.store)
+            self.agent_specs = {spec.id: spec for spec in resolved.agents}
+            self.agent_catalog = agent_catalog(resolved)
         agents = list(self.agent_specs) if self.agent_specs else None
-        return dispatch.QueueDispatcher(self.store.nc, self.store, agents=agents,
-                                        app_name=self.config.resolved_app_name())
+        return dispatch.QueueDispatcher(self.store.nc, self.store, agents=agents, descriptions={
+            agent_id: spec.description for agent_id, spec in self.agent_specs.items()},
+            app_name=self.config.resolved_app_name())
 
     def _routes(self) -> list[Any]:
         assert self.dispatcher is not None
@@ -334,8 +354,12 @@ class Server:
         from agentlog.adapters.a2a.routes import a2a_routes, available
 
         if available() and self.agent_specs:
+            from agentlog.http.urls import PUBLIC_URL_ENV, public_base_url
+
             specs = self.agent_specs
-            routes += a2a_routes(self.dispatcher, lambda: specs)
+            configured = self.config.public_url
+            public = public_base_url(configured if configured is not None else os.environ.get(PUBLIC_URL_ENV))
+            routes += a2a_routes(self.dispatcher, lambda: specs, public_url=public)
             self.parts.append("a2a")
         return routes
 
@@ -347,6 +371,8 @@ class Server:
                               runtime=self.dispatcher if self.dispatcher is not None else self.runtime,
                               extra_routes=self._routes(), settings=self.config.settings or Settings())
         self.app[SERVER] = self
+        if self.agent_catalog is not None:
+            self.app[adapter_routes.AGENT_CATALOG] = self.agent_catalog
         if self.runtime is not None:  # `POST /v1/runs/{id}/verify` replays with the worker's app
             from agentlog.http.inspector import REPLAY_APP
 
@@ -364,7 +390,7 @@ class Server:
         assert self.store is not None and self.dispatcher is not None
         self.service = await nats_service.start_nats_service(
             self.store, self.views, self.runner, self.dispatcher, auth_tokens=self.config.tokens,
-            settings=self.config.settings)
+            settings=self.config.settings, catalog=self.agent_catalog)
         self.parts.append("nats-service")
         backend = adapter_session.backend_of(self.store, self.dispatcher)
         self.adapter_service = adapter_nats_routes.AdapterService(
@@ -376,6 +402,9 @@ class Server:
         """Reverse order: stop taking requests (HTTP, NATS service), let the worker finish or hand
         back its commands, stop in-process runs uncommitted, flush live output, stop the
         projection runner, close the store, stop the embedded nats-server."""
+        if self.retention is not None:
+            await self.retention.stop()
+            self.retention = None
         if self.web_runner is not None:
             with contextlib.suppress(Exception):
                 await self.web_runner.cleanup()
