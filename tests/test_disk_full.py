@@ -83,7 +83,7 @@ async def test_a_full_log_degrades_and_recovers_without_a_restart(
         assert status == 503, refused
         degraded = await health(http, url)
         assert degraded["status"] == "degraded", degraded
-        assert any("full" in reason for reason in degraded["reasons"]), degraded
+        assert any("full" in reason["detail"] for reason in degraded["reasons"]), degraded
 
         await limit_events_stream(deployment.nats_url, None)  # space is back
         status, after = await post_run(http, url, hold, "after")

@@ -161,6 +161,23 @@ def _agent_of(commits: Sequence[StoredCommit]) -> str:
     return next(e.agent_id for sc in commits for e in sc.commit.events if type(e) is RunStarted)
 
 
+def _app_of(commits: Sequence[StoredCommit]) -> str | None:
+    """The app name the run's `RunStarted` records (None: not recorded)."""
+    app = next((e.app for sc in commits for e in sc.commit.events if type(e) is RunStarted), None)
+    return app.name if app is not None else None
+
+
+def _app_of_loaded(run: LoadedRun) -> str | None:
+    """`_app_of` for a run loaded from its snapshot + tail: the tail's `RunStarted` if it holds
+    it, else the app the snapshot's run view recorded."""
+    if any(type(e) is RunStarted for sc in run.run_commits for e in sc.commit.events):
+        return _app_of(run.run_commits)
+    if run.snapshot is not None:
+        app = run.snapshot.tail_view().app
+        return app.name if app is not None else None
+    return None
+
+
 def _finished(commits: Sequence[StoredCommit]) -> bool:
     return any(type(e) is RunFinished for sc in commits for e in sc.commit.events)
 
@@ -239,13 +256,15 @@ class QueueDispatcher:
     `snapshots`: the workers' run-context snapshots (read only): the run a decision is checked
     against is then loaded from its snapshot and the log after it (`RunLoader`), not folded
     from the thread's first commit.
+    `app_name`: the app whose workers get new runs; a run's later commands (continue, decide,
+    cancel) go to the app recorded in its `RunStarted` (`_app_of`), this one if none is.
     """
 
     def __init__(self, nc: Any, store: Any, *, agents: Collection[str] | None = None,
                  descriptions: Mapping[str, str] | None = None, timeout: float = 10.0,
-                 snapshots: SnapshotStore | None = None) -> None:
+                 snapshots: SnapshotStore | None = None, app_name: str | None = None) -> None:
         self.store = store
-        self.client = CommandClient(nc)
+        self.client = CommandClient(nc, app_name=app_name)
         self.agents = set(agents) if agents is not None else None
         self.descriptions = dict(descriptions or {})
         self.timeout = timeout
@@ -275,8 +294,10 @@ class QueueDispatcher:
             raise
         except (ValueError, TypeError) as exc:
             raise InvalidInput(str(exc)) from None
+        app_name = None
         if parent_run_id is not None:
             parent = await _run_commits(self.store, parent_run_id)
+            app_name = _app_of(parent)
             parent_thread = parent[0].commit.thread_id
             if thread_id is not None and thread_id != parent_thread:
                 raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")
@@ -294,7 +315,8 @@ class QueueDispatcher:
                   parent_run_id=parent_run_id, decisions=[dict(d) for d in decisions], frontend_tools=frontend,
                   resource_id=resource_id)
         seq = await self._submit_and_wait(cmd, thread_id, version,
-                                          lambda sc: sc.commit.run_id == run_id and _has(sc, RunStarted))
+                                          lambda sc: sc.commit.run_id == run_id and _has(sc, RunStarted),
+                                          app_name)
         return Accepted(thread_id, run_id, seq)
 
     async def _check_start(self, thread_id: str, run_id: str | None, parent_run_id: str | None) -> int:
@@ -327,7 +349,8 @@ class QueueDispatcher:
         cmd = Decide(thread_id=thread_id, run_id=run_id, decisions=[dict(d) for d in decisions])
         seq = await self._submit_and_wait(
             cmd, thread_id, run.version,
-            lambda sc: any(type(e) is ToolCallDecided and e.decision.decision_id in ids for e in sc.commit.events))
+            lambda sc: any(type(e) is ToolCallDecided and e.decision.decision_id in ids for e in sc.commit.events),
+            _app_of_loaded(run))
         return Accepted(thread_id, run_id, seq)
 
     @staticmethod
@@ -349,16 +372,18 @@ class QueueDispatcher:
         version = await self.store.thread_version(thread_id)
         seq = await self._submit_and_wait(
             Cancel(thread_id=thread_id, run_id=run_id, reason=reason), thread_id, version,
-            lambda sc: sc.commit.run_id == run_id and (_has(sc, RunCancelRequested) or _has(sc, RunFinished)))
+            lambda sc: sc.commit.run_id == run_id and (_has(sc, RunCancelRequested) or _has(sc, RunFinished)),
+            _app_of(commits))
         return Accepted(thread_id, run_id, seq)
 
     # -- waiting for the effect ----------------------------------------------------------------
 
-    async def _queue(self, cmd: Any) -> None:
-        """Queue `cmd`; its outcome is a write of this process (`/health`'s `log writes failing`)."""
+    async def _queue(self, cmd: Any, app_name: str | None) -> None:
+        """Queue `cmd` for `app_name`'s workers; its outcome is a write of this process
+        (`/health`'s `log writes failing`)."""
         writes = getattr(self.store, "writes", None)
         try:
-            await self.client.submit(cmd)
+            await self.client.submit(cmd, app_name=app_name)
         except Exception as exc:
             if writes is not None and is_transient(exc):
                 writes.failed("queue command", exc)
@@ -367,7 +392,7 @@ class QueueDispatcher:
             writes.succeeded()
 
     async def _submit_and_wait(self, cmd: Any, thread_id: str, after: int,
-                               done: Callable[[StoredCommit], bool]) -> int:
+                               done: Callable[[StoredCommit], bool], app_name: str | None = None) -> int:
         """Follow the thread from `after` (opened BEFORE the submit, so the effect cannot slip
         by), submit, and return the seq of the first commit `done` accepts. If a worker
         dead-letters the command first (also watched from before the submit), raise
@@ -385,7 +410,7 @@ class QueueDispatcher:
             await self.client.nc.flush()
             first = asyncio.ensure_future(_first(follower, done))
             try:
-                await self._queue(cmd)
+                await self._queue(cmd, app_name)
                 finished, _ = await asyncio.wait({first, dead}, timeout=self.timeout,
                                                  return_when=asyncio.FIRST_COMPLETED)
                 if first in finished:

@@ -118,6 +118,11 @@ AppOpt = Annotated[str | None, typer.Option(
     "--app", "--config", metavar="MODULE:ATTR|FILE.yaml",
     help="The application: an App, a Runtime, or factory(store), or a YAML/JSON agent configuration file. "
          "Default: the built-in demo agent.")]
+AppNameOpt = Annotated[str | None, typer.Option(
+    "--app-name", envvar="AGENTLOG_APP_NAME", metavar="NAME",
+    help="The app's name: workers take only the commands of their app, and a gateway queues new runs "
+         "for its app's workers (letters, digits, '_', '-'). Several apps on one NATS need one each. "
+         "Default: 'default'.")]
 PublicUrlOpt = Annotated[str | None, typer.Option(
     "--public-url", envvar="AGENTLOG_PUBLIC_URL", metavar="URL",
     help="The gateway's address as clients reach it (http(s)://host:port/prefix), behind a proxy or "

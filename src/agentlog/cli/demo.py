@@ -47,6 +47,7 @@ from agentlog.log.events import (
     ToolCallSuspended,
 )
 from agentlog.log.ids import new_id
+from agentlog.log.server import DEFAULT_DATA_DIR
 from agentlog.runtime import AgentSpec, McpServerConfig, McpToolset, PermissionPlugin, ToolContext, tool
 from agentlog.runtime.models.base import ModelRequest
 from agentlog.runtime.models.scripted import ScriptedModel, ScriptItem, Turn, last_tool_result
@@ -244,10 +245,12 @@ async def run_demo(server: Any, *, auto_approve: bool, keep_running: bool, conso
         kinds = ", ".join(type(item.event).__name__ for item in group.events)
         console.print(Text(f"  {group.label}: {kinds}"))
     console.print(Text(f"final state: {json.dumps(report.state, sort_keys=True)}"))
+    data_dir = server.config.connection.data_dir
+    where = f" --data-dir {data_dir}" if server.embedded is not None and data_dir != DEFAULT_DATA_DIR else ""
     for child in sub_agent_runs(seen):
         console.print(Text(f"sub-agent {child['agent_id']} ran as run {child['run_id']} on its own thread "
-                           f"{child['thread_id']}: {child['output']!r}  (agentlog replay {child['run_id']})"))
-    console.print(Text(f"inspect it again any time:  agentlog replay {run_id}", style="dim"))
+                           f"{child['thread_id']}: {child['output']!r}  (agentlog replay {child['run_id']}{where})"))
+    console.print(Text(f"inspect it again any time:  agentlog replay {run_id}{where}", style="dim"))
     if keep_running:
         console.print(Text(f"--keep-running: server up at {server.http_url} (Ctrl-C to stop); "
                            f"inspector {server.http_url}/ui, API docs {server.http_url}/docs", style="bold"))

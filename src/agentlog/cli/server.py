@@ -52,6 +52,7 @@ from agentlog.api.connection import ConnectionOptions, connect
 from agentlog.http.write import write_routes
 from agentlog.log.datadir import SharedServer
 from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.subjects import DEFAULT_APP
 from agentlog.nats import service as nats_service
 from agentlog.runtime.outage import OutagePolicy, is_transient, through_outage
 
@@ -102,6 +103,16 @@ class ServerConfig:
     #: Retention policy of a gateway (`serve`, `gateway`): archive finished threads older than
     #: this many days (`agentlog.api.retention`). None: no policy.
     archive_after: float | None = None
+    #: The app's name (`agentlog.runtime.commands`): the worker takes only its app's commands, the
+    #: gateway queues new runs for its app's workers, runs record it. None: $AGENTLOG_APP_NAME,
+    #: else "default".
+    app_name: str | None = None
+
+    def resolved_app_name(self) -> str:
+        from agentlog.runtime.commands import validate_app_name
+
+        name = self.app_name or os.environ.get(ENV_APP_NAME, "").strip() or DEFAULT_APP
+        return validate_app_name(name)
 
 
 def _load_source(config: ServerConfig) -> AppSource:
@@ -137,6 +148,7 @@ def build_runtime(source: AppSource, store: JetStreamEventStore, *, views: Any, 
 
 
 ENV_ACK_WAIT = "AGENTLOG_WORKER_ACK_WAIT"
+ENV_APP_NAME = "AGENTLOG_APP_NAME"
 ENV_SHUTDOWN_TIMEOUT = "AGENTLOG_SHUTDOWN_TIMEOUT"
 
 
@@ -149,6 +161,15 @@ def _seconds(value: float | None, env: str, default: float) -> float:
         return float(raw) if raw else default
     except ValueError:
         raise ValueError(f"{env} must be a number of seconds, not {raw!r}") from None
+
+
+def app_ref(name: str, runtime: Any) -> Any:
+    """What the runs of `runtime` record as their app (`RunStarted.app`): the name it serves
+    under and the digest of its agents and tools."""
+    from agentlog.log.events import AppRef
+    from agentlog.runtime.digest import app_digest
+
+    return AppRef(name=name, digest=app_digest(runtime.agents, runtime.tools))
 
 
 def _stop_runs(runtime: Any) -> list[asyncio.Task[Any]]:
@@ -235,6 +256,7 @@ class Server:
         from agentlog.views.runner import ProjectionRunner
 
         opts = self.config.connection
+        app_name = self.config.resolved_app_name()  # fail on a bad name before anything starts
         source = _load_source(self.config)  # fail on a bad --app before anything starts
         # NATS may be starting or electing leaders (a compose file, a fresh cluster, a restarted
         # node): a server process waits for it like the loop waits through an outage (same
@@ -273,6 +295,7 @@ class Server:
             from agentlog.runtime.snapshot import SnapshotWriter
 
             self.runtime = build_runtime(source, self.store, views=self.views, live=self.live, snapshots=snapshots)
+            self.runtime.app = app_ref(app_name, self.runtime)
             if self.runner is not None and getattr(self.runtime, "snapshots", None) is not None:
                 self.runner.after_batch = SnapshotWriter(self.runtime)
             # OTLP spans of the runs this process executes, when OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
@@ -303,7 +326,7 @@ class Server:
                 or (SERVE_CONCURRENCY if self.config.role == "serve" else 4),
                 ack_wait=_seconds(self.config.worker_ack_wait, ENV_ACK_WAIT, 30.0),
                 shutdown_timeout=_seconds(self.config.worker_shutdown_timeout, ENV_SHUTDOWN_TIMEOUT, 10.0),
-                max_deliver=DEFAULT_MAX_DELIVER if max_deliver is None else max_deliver)
+                max_deliver=DEFAULT_MAX_DELIVER if max_deliver is None else max_deliver, app_name=app_name)
             await through_outage(self.worker.start, policy, log, "worker.start", is_transient)
             self.parts.append("worker")
         if self.has_http:
@@ -333,7 +356,8 @@ class Server:
             self.agent_catalog = agent_catalog(resolved)
         agents = list(self.agent_specs) if self.agent_specs else None
         return dispatch.QueueDispatcher(self.store.nc, self.store, agents=agents, descriptions={
-            agent_id: spec.description for agent_id, spec in self.agent_specs.items()}, snapshots=self.snapshots)
+            agent_id: spec.description for agent_id, spec in self.agent_specs.items()}, snapshots=self.snapshots,
+            app_name=self.config.resolved_app_name())
 
     def _routes(self) -> list[Any]:
         assert self.dispatcher is not None

@@ -141,11 +141,23 @@ class ThreadDeleted(Event, frozen=True):
 # -- run ------------------------------------------------------------------------------------------
 
 
+class AppRef(_Value, frozen=True):
+    """The app a run was started by: its name (which workers may drive the run: commands are
+    queued per app name, `agentlog.runtime.commands`) and a digest of its agents and tools
+    (`agentlog.runtime.digest.app_digest`), so a replay or an operator can tell which app a run
+    needs."""
+
+    name: str
+    digest: str = ""
+
+
 class RunStarted(Event, frozen=True):
     """`frontend_tools`: tools the client executes (AG-UI `RunAgentInput.tools`), each
     `{name, description, parameters}`, offered to the model for this run only. Recorded here so
     that resume and verified replay rebuild them from the log alone; omitted when empty, so logs
-    written before the field existed (and runs without frontend tools) encode as before."""
+    written before the field existed (and runs without frontend tools) encode as before.
+    `app`: the app that started the run (None: not recorded, e.g. an in-process `Runtime`
+    without an app name, or a log written before the field existed; omitted then)."""
 
     run_id: str
     agent_id: str
@@ -153,6 +165,7 @@ class RunStarted(Event, frozen=True):
     parent_thread_id: str | None = None
     origin: str = "user"
     frontend_tools: list[dict[str, JSON]] = []
+    app: AppRef | None = None
 
 
 class RunSuspended(Event, frozen=True):

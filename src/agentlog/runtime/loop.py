@@ -34,6 +34,7 @@ import msgspec
 from agentlog.log.errors import StoreUnavailable
 from agentlog.log.events import (
     AnyEvent,
+    AppRef,
     Commit,
     ContextCompacted,
     InferenceCompleted,
@@ -260,16 +261,19 @@ class RunLoop(Resume, Inference):
 
     async def begin(self, messages: Sequence[Message], *, parent_run_id: str | None, origin: str,
                     thread_metadata: dict[str, Any] | None = None, resource_id: str | None = None,
-                    frontend_tools: Sequence[dict[str, Any]] = (), parent_thread_id: str | None = None) -> None:
+                    frontend_tools: Sequence[dict[str, Any]] = (), parent_thread_id: str | None = None,
+                    app: AppRef | None = None) -> None:
         """The run-start commit: [ThreadCreated] + RunStarted (with the run's frontend tools,
-        already normalised by the caller) + the new messages (+ RunStart plugin patches).
+        already normalised by the caller, and the app starting it) + the new messages (+ RunStart
+        plugin patches).
         `parent_thread_id`: a sub-agent run's parent thread (lineage in both events).
         Raises VersionConflict if the thread moved since it was folded."""
         if not self.ctx.thread_exists:
             self._emit(ThreadCreated(resource_id=resource_id, parent_thread_id=parent_thread_id,
                                      metadata=thread_metadata or {}))
         self._emit(RunStarted(run_id=self.ctx.run_id, agent_id=self.spec.id, parent_run_id=parent_run_id,
-                              parent_thread_id=parent_thread_id, origin=origin, frontend_tools=list(frontend_tools)))
+                              parent_thread_id=parent_thread_id, origin=origin, frontend_tools=list(frontend_tools),
+                              app=app))
         # the run's frontend tools are folded now: offer them from the first inference on
         self._base_tool_specs = tool_specs(self.spec, self._agent_tools, (), self.ctx.frontend_tools)
         for m in messages:

@@ -19,6 +19,7 @@ import msgspec
 from agentlog.log.errors import AgentlogError
 from agentlog.log.events import (
     AnyEvent,
+    AppRef,
     CommitQuarantined,
     InferenceCompleted,
     Message,
@@ -182,6 +183,9 @@ class ReplayPlan:
     #: A sub-agent run's parent thread, and its thread's metadata (`agentlog.runtime.subagents`).
     parent_thread_id: str | None = None
     thread_metadata: Mapping[str, Any] | None = None
+    #: The app the run records (`RunStarted.app`): the replay records the same. Which app it
+    #: really is shows where the replayed requests differ, as for a run without it.
+    app: AppRef | None = None
 
     @property
     def events(self) -> int:
@@ -273,6 +277,7 @@ def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
         groups={k: frozenset(v) for k, v in groups.items()}, ids=tuple(ids), next_ts=next_ts,
         termination=termination, has_cancel=has_cancel, frontend_tools=tuple(started.frontend_tools),
         parent_thread_id=started.parent_thread_id, thread_metadata=created.metadata if created else None,
+        app=started.app,
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from agentlog.log.errors import VersionConflict
 from agentlog.log.events import (
     AnyEvent,
+    AppRef,
     Commit,
     Message,
     Position,
@@ -321,6 +322,9 @@ class Runtime:
         #: sub-agent lineage); an observer's `run_released(run_id, ts)`, if any, when a loop
         #: lets go of a run. Their failures are logged and never reach the run.
         self.observers: list[CommitObserver] = list(observers)
+        #: The app this Runtime is (name + digest), recorded in each run it starts (`RunStarted.app`);
+        #: set by the server processes (`agentlog.cli.server`), None in process unless set.
+        self.app: AppRef | None = None
         # tools that act on runs (sub-agents: `agentlog.runtime.subagents`) bind to the runtime they run in
         for t in self.tools:
             bind = getattr(t, "bind_runtime", None)
@@ -412,7 +416,7 @@ class Runtime:
         )
         try:
             await loop.begin(msgs, parent_run_id=parent_run_id, origin=origin, resource_id=resource_id,
-                             frontend_tools=frontend, parent_thread_id=parent_thread_id,
+                             frontend_tools=frontend, parent_thread_id=parent_thread_id, app=self.app,
                              thread_metadata=dict(thread_metadata) if thread_metadata else None)
         except VersionConflict as exc:
             raise RunConflict(f"thread {thread_id!r} changed while run {run_id!r} was starting: {exc}") from None

@@ -21,6 +21,7 @@ import msgspec
 
 from agentlog.log.events import (
     AnyEvent,
+    AppRef,
     Commit,
     InferenceCompleted,
     Message,
@@ -196,6 +197,7 @@ class _RunAcc:
     parent_run_id: str | None
     parent_thread_id: str | None
     origin: str | None
+    app: AppRef | None
     status: RunStatus
     termination: Termination | None
     cancel_requested: bool
@@ -253,6 +255,7 @@ class _RunAcc:
         self.parent_run_id = ev.parent_run_id
         self.parent_thread_id = ev.parent_thread_id
         self.origin = ev.origin
+        self.app = ev.app
 
     def _cancel_requested(self, ev: RunCancelRequested, ts: int) -> None:
         self.cancel_requested = True

@@ -181,6 +181,7 @@ async def rebuild(
         fresh = await current.new_generation()
         await fresh.put_views(views.threads.values(), views.runs.values())
         await fresh.index.put_all(list(views.threads.values()), list(views.runs.values()))
+        await fresh.write_position(tail_end)  # a runner reading this generation goes on from here
         await fresh.activate()
         if runner is not None:
             runner.store = fresh

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from agentlog.log.events import PayloadRef, SuspendTicket, Termination, ToolCallDecision, Usage
+from agentlog.log.events import AppRef, PayloadRef, SuspendTicket, Termination, ToolCallDecision, Usage
 
 CallStatus = Literal["new", "running", "suspended", "resuming", "succeeded", "failed", "cancelled"]
 RunStatus = Literal["running", "waiting", "done"]
@@ -73,6 +73,8 @@ class RunView(_View, frozen=True):
     parent_run_id: str | None = None
     parent_thread_id: str | None = None
     origin: str | None = None
+    #: The app that started the run (`RunStarted.app`), if recorded.
+    app: AppRef | None = None
     status: RunStatus = "running"
     termination: Termination | None = None
     cancel_requested: bool = False
