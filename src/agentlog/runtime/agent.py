@@ -16,6 +16,7 @@ from agentlog.log.ids import validate_id
 
 from .context import ContextPolicy
 from .models.base import Model
+from .models.pool import ModelPool
 from .plugins import Plugin
 from .stop import MaxRounds, StopCondition
 
@@ -63,6 +64,14 @@ class AgentOptions(pydantic.BaseModel):
     retry: RetryPolicy = RetryPolicy()
     #: Model registry names tried in order after the primary model fails.
     fallback_models: list[str] = []
+    #: A pool of models (`agentlog.runtime.models.pool`): each run gets one by the pool's
+    #: affinity, recorded in its `RunStarted`; the others are its fallbacks (instead of
+    #: `model` / `fallback_models`).
+    pool: ModelPool | None = None
+    #: An answer cut off by the output token limit (no tool calls) is continued this many times
+    #: at most in the same step: the partial answer is kept, an internal user message asks the
+    #: model to go on, and every piece is recorded (replay answers each from the log).
+    max_continuations: int = pydantic.Field(default=2, ge=0)
     #: Provider options passed to every inference (temperature, max_tokens...).
     model_options: dict[str, Any] = {}
     #: Token budget, tool-result shrinking, truncation and summaries (`agentlog.runtime.context`).

@@ -98,6 +98,12 @@ class RunContext:
     #: The thread's latest `ContextCompacted` (the model sees its summary instead of the
     #: messages up to its `upto_message_id`; `agentlog.runtime.context`).
     compaction: ContextCompacted | None = None
+    #: The run's summed `InferenceCompleted.cost` (None: no priced inference yet).
+    cost: float | None = None
+    #: The model a pool chose for the run (its `RunStarted.model`), else None.
+    model: str | None = None
+    #: Budget suspensions this run has had extended by a human (each raises the budget).
+    budget_extensions: int = 0
 
 
 def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *, thread_scope: bool = True) -> None:
@@ -160,7 +166,10 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.answered = set()
         ctx.step_failed = ctx.step_succeeded = 0
     elif t is InferenceCompleted:
-        ctx.usage = ctx.usage + cast(InferenceCompleted, event).usage
+        inference = cast(InferenceCompleted, event)
+        ctx.usage = ctx.usage + inference.usage
+        if inference.cost is not None:
+            ctx.cost = inference.cost if ctx.cost is None else ctx.cost + inference.cost
     elif t is StepFinished:
         ctx.step_open = False
         if ctx.step_failed or ctx.step_succeeded:
@@ -207,6 +216,9 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.cancel_requested = False
         ctx.finished = None
         ctx.frontend_tools = frontend_specs(cast(RunStarted, event).frontend_tools)
+        ctx.model = cast(RunStarted, event).model
+        ctx.cost = None
+        ctx.budget_extensions = 0
     elif t is RunCancelRequested:
         ctx.cancel_requested = True
     elif t is RunSuspended:

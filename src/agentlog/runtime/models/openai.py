@@ -36,10 +36,13 @@ import aiohttp
 from agentlog.log.events import Message, ToolCall, Usage
 
 from .base import (
+    ContextOverflow,
     Model,
+    ModelAuthError,
     ModelChunk,
     ModelDone,
     ModelProtocolError,
+    ModelRateLimited,
     ModelRequest,
     ModelRequestRejected,
     ModelResponse,
@@ -47,7 +50,9 @@ from .base import (
     TextDelta,
     ToolCallDelta,
     ToolSpec,
+    looks_like_overflow,
 )
+from .pricing import ModelPrices
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _BODY_EXCERPT = 300
@@ -118,8 +123,14 @@ class OpenAIChatModel:
         connect_timeout: float = 10.0,
         retry: RetryPolicy | None = None,
         headers: Mapping[str, str] | None = None,
+        prices: ModelPrices | None = None,
+        name: str | None = None,
     ) -> None:
         self.model = model
+        #: USD per 1M tokens (`agentlog.runtime.models.pricing`): the loop records each call's cost.
+        self.prices = prices
+        if name is not None:
+            self.name = name
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self.fallback_models = list(fallback_models or [])
@@ -204,7 +215,8 @@ class OpenAIChatModel:
 
     def _unavailable(self, failures: list[_Failure]) -> ModelUnavailable:
         parts = [f"{f.model!r}: {f.attempts} attempt(s), last error {f.last.reason}" for f in failures]
-        err = ModelUnavailable(f"model unavailable at {self.url}: " + "; ".join(parts))
+        text = f"model unavailable at {self.url}: " + "; ".join(parts)
+        err = ModelRateLimited(text) if failures[-1].last.status == 429 else ModelUnavailable(text)
         err.attempts = sum(f.attempts for f in failures)
         err.status = failures[-1].last.status
         err.models = [f.model for f in failures]
@@ -241,8 +253,13 @@ class OpenAIChatModel:
         text = (await resp.text(errors="replace"))[:_BODY_EXCERPT]
         reason = f"HTTP {resp.status}: {text}"
         if resp.status == 429 or resp.status >= 500:
-            raise _Transient(reason, resp.status, _retry_after(resp.headers))
-        raise ModelRequestRejected(f"{self.url} rejected the request for model {model!r}: {reason}")
+            raise _Transient(reason, resp.status, retry_after_from(resp.headers))
+        text = f"{self.url} rejected the request for model {model!r}: {reason}"
+        if resp.status in (401, 403):
+            raise ModelAuthError(text)
+        if resp.status == 413 or looks_like_overflow(text):
+            raise ContextOverflow(text)
+        raise ModelRequestRejected(text)
 
 
 class _SingleAttempt:
@@ -255,14 +272,14 @@ class _SingleAttempt:
         return self._client._stream(request, 1)
 
 
-def _retry_after(headers: Mapping[str, str]) -> float | None:
+def retry_after_from(headers: Mapping[str, str]) -> float | None:
     """`retry-after-ms` (OpenAI) or `Retry-After` as seconds or an HTTP date."""
     if (ms := headers.get("retry-after-ms")) is not None:
         try:
             return float(ms) / 1000
         except ValueError:
             pass
-    value = headers.get("Retry-After")
+    value = headers.get("Retry-After") or headers.get("retry-after")
     if value is None:
         return None
     try:
@@ -425,7 +442,11 @@ def _usage(usage: Any, data: str) -> Usage:
     prompt, completion = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
     if not isinstance(prompt, int) or not isinstance(completion, int):
         raise _malformed("usage token counts are not integers", data)
-    return Usage(input_tokens=prompt, output_tokens=completion)
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
+    return Usage(input_tokens=prompt, output_tokens=completion,
+                 cache_read_tokens=cached if isinstance(cached, int) else 0,
+                 reasoning_tokens=reasoning if isinstance(reasoning, int) else 0)
 
 
 # -- request mapping --------------------------------------------------------------------------------
