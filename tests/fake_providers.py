@@ -75,6 +75,8 @@ class FakeProviders:
         self.answers: deque[Answer] = deque()
         self.always: Answer | None = None
         self.requests: list[Recorded] = []
+        #: Models a test built against this fake, closed with it (tests' bookkeeping).
+        self.clients: list[Any] = []
         self._runner: web.AppRunner | None = None
         self.url = ""
 
