@@ -45,6 +45,7 @@ from agentlog.cli.core import (
     _run_main,
     _time,
     app,
+    usd,
 )
 from agentlog.log.auth import Role
 from agentlog.log.errors import AgentlogError, StoreUnavailable
@@ -427,6 +428,7 @@ def render_run(run: dict[str, Any]) -> None:
         ("steps", str(run.get("steps", 0))), ("inferences", str(run.get("inferences", 0))),
         ("usage", f"in {usage.get('input_tokens', 0)}  out {usage.get('output_tokens', 0)}  total "
                   f"{usage.get('total_tokens') or usage.get('input_tokens', 0) + usage.get('output_tokens', 0)}"),
+        ("cost", usd(run.get("cost"))), ("model", run.get("model") or "-"),
         ("updated", _time(int(run.get("updated") or 0))),
     ):
         head.add_row(label, value)

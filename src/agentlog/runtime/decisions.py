@@ -183,5 +183,7 @@ def stop_input(ctx: RunContext, now_ms: int) -> StopInput:
         consecutive_errors=ctx.consecutive_errors,
         round_tools=ctx.round_tools,
         text=ctx.step_text,
+        cost=ctx.cost or 0.0,
+        budget_extensions=ctx.budget_extensions,
     )
 

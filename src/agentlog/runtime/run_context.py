@@ -44,6 +44,7 @@ from agentlog.views.state import validate_patch, validate_state
 
 from .frontend import frontend_specs
 from .models.base import ToolSpec
+from .stop import BUDGET_CALL_PREFIX
 
 
 @dataclass(slots=True)
@@ -102,8 +103,10 @@ class RunContext:
     cost: float | None = None
     #: The model a pool chose for the run (its `RunStarted.model`), else None.
     model: str | None = None
-    #: Budget suspensions this run has had extended by a human (each raises the budget).
+    #: Budget suspensions a human extended (each grants one more budget), and whether one was
+    #: declined (the run then ends `stopped`/budget); see `agentlog.runtime.stop.Budget`.
     budget_extensions: int = 0
+    budget_declined: bool = False
 
 
 def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *, thread_scope: bool = True) -> None:
@@ -150,6 +153,12 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.resuming.pop(call_id, None)
         ctx.resume_modes.pop(call_id, None)
         ctx.answered.add(call_id)
+        if call_id.startswith(BUDGET_CALL_PREFIX):  # a budget ticket answered, not a tool's outcome
+            if completed.outcome == "succeeded":
+                ctx.budget_extensions += 1
+            else:
+                ctx.budget_declined = True
+            return
         if completed.outcome == "succeeded":
             ctx.step_succeeded += 1
         else:
@@ -219,6 +228,7 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.model = cast(RunStarted, event).model
         ctx.cost = None
         ctx.budget_extensions = 0
+        ctx.budget_declined = False
     elif t is RunCancelRequested:
         ctx.cancel_requested = True
     elif t is RunSuspended:
