@@ -12,7 +12,9 @@ one, rendered in that provider's format. Every request is recorded (path, header
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -115,7 +117,7 @@ class FakeProviders:
 
     async def _next(self, request: web.Request) -> Answer:
         body = await request.json()
-        self.requests.append(Recorded(request.path, dict(request.headers), body))
+        self.requests.append(Recorded(request.path, {k.lower(): v for k, v in request.headers.items()}, body))
         if self.answers:
             return self.answers.popleft()
         if self.always is not None:
@@ -288,3 +290,43 @@ class FakeProviders:
                 "cachedContentTokenCount": a.cache_read, "thoughtsTokenCount": a.reasoning,
                 "totalTokenCount": a.input_tokens + a.output_tokens}
         return _sse(None, body)
+
+
+class FakeProvidersThread:
+    """The fake on its own event loop in a thread, for clients in other processes (a deployment's
+    workers, a README script): they reach it by URL while the test's own loop does other work.
+
+        with FakeProvidersThread() as fake:
+            fake.always = Answer(text="hello")
+    """
+
+    def __init__(self) -> None:
+        self.fake = FakeProviders()
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="fake-providers")
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self.fake.__aenter__())
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(self.fake.__aexit__(None, None, None))
+        self._loop.close()
+
+    def __enter__(self) -> FakeProviders:
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError("the fake providers server did not start")
+        return self.fake
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(30)
+
+    def env(self) -> dict[str, str]:
+        """Environment that points the provider SDKs (and agentlog's provider models) here."""
+        f = self.fake
+        return {"ANTHROPIC_BASE_URL": f.anthropic_url, "OPENAI_BASE_URL": f.openai_url,
+                "GOOGLE_GEMINI_BASE_URL": f.gemini_url, "ANTHROPIC_API_KEY": "fake", "OPENAI_API_KEY": "fake",
+                "GEMINI_API_KEY": "fake"}

@@ -66,7 +66,7 @@ class GeminiModel:
         self.prices = prices
         key = api_key if api_key is not None else (os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_API_KEY"))
         http: dict[str, Any] = {"timeout": int(timeout * 1000)}
-        if base_url:
+        if base_url := base_url or os.environ.get("GOOGLE_GEMINI_BASE_URL"):
             http["base_url"] = base_url
         if headers:
             http["headers"] = dict(headers)

@@ -57,10 +57,12 @@ class OpenAIResponsesModel:
         self.reasoning_effort = reasoning_effort
         self.prices = prices
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self._clients = ClientPerLoop(lambda: import_sdk("openai", "openai").AsyncOpenAI(
-            api_key=key or "unset", base_url=base_url, max_retries=0, timeout=timeout,
-            default_headers=dict(headers or {}),
-        ))
+        client_options: dict[str, Any] = {
+            "api_key": key or "unset", "max_retries": 0, "timeout": timeout, "default_headers": dict(headers or {}),
+        }
+        if base_url := base_url or os.environ.get("OPENAI_BASE_URL"):
+            client_options["base_url"] = base_url
+        self._clients = ClientPerLoop(lambda: import_sdk("openai", "openai").AsyncOpenAI(**client_options))
 
     async def aclose(self) -> None:
         await self._clients.aclose()
