@@ -16,6 +16,7 @@ import asyncio
 import json
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -79,6 +80,8 @@ class FakeProviders:
         self.requests: list[Recorded] = []
         #: Models a test built against this fake, closed with it (tests' bookkeeping).
         self.clients: list[Any] = []
+        #: Answers each request from what it holds (instead of the script), when set.
+        self.responder: Callable[[Recorded], Answer] | None = None
         self._runner: web.AppRunner | None = None
         self.url = ""
 
@@ -118,6 +121,8 @@ class FakeProviders:
     async def _next(self, request: web.Request) -> Answer:
         body = await request.json()
         self.requests.append(Recorded(request.path, {k.lower(): v for k, v in request.headers.items()}, body))
+        if self.responder is not None:
+            return self.responder(self.requests[-1])
         if self.answers:
             return self.answers.popleft()
         if self.always is not None:
