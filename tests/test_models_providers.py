@@ -6,7 +6,12 @@ each recorded run checked by verified replay. Never the network."""
 from __future__ import annotations
 
 import asyncio
+import json
+import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +26,7 @@ from agentlog.runtime.replay import ReplayApp, verify_run
 from test_runtime_support import events_of, logged, store  # noqa: F401  (fixture)
 
 LIMIT = 30
+ROOT = Path(__file__).resolve().parent.parent
 PROVIDERS = ["anthropic", "responses", "gemini"]
 
 
@@ -221,3 +227,54 @@ async def test_provider_server_error_is_a_retryable_unavailable(fake: FakeProvid
 def _msg(id: str, role: Any, content: str) -> Message:
     return Message(id=id, role=role, content=content)
 
+
+
+def test_bench_models_quick_compares_the_two_chat_clients() -> None:
+    """The bench behind the README's choice of client for `openai:` ids keeps its contract (the
+    figures themselves are the README's, measured on a quiet machine, never asserted)."""
+    proc = subprocess.run([sys.executable, "scripts/bench_models.py", "--quick", "--requests", "3"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert doc["bench"] == "models" and doc["requests"] == 3
+    for key in ("aiohttp_short_p50_ms", "sdk_short_p50_ms", "aiohttp_long_p50_ms", "sdk_long_p50_ms",
+                "sdk_over_aiohttp_short", "sdk_over_aiohttp_long"):
+        assert doc[key] > 0, (key, doc)
+
+
+def test_readme_provider_config_loads_with_pools_prices_and_provider_ids(tmp_path: Path) -> None:
+    """The README's provider config block (Model providers) is a valid file: provider ids become
+    models (Anthropic thinking, prices), the pool resolves, the budget condition parses."""
+    from agentlog.runtime.config import load_config
+    from agentlog.runtime.stop import Budget
+
+    text = (ROOT / "README.md").read_text()
+    [block] = [m["code"] for m in re.finditer(r"^```yaml\n(?P<code>.*?)^```$", text, re.S | re.M) if "pools:" in m["code"]]
+    path = tmp_path / "providers.yaml"
+    path.write_text(block)
+    app = load_config(path)
+    assert isinstance(app.models["claude"], AnthropicModel) and app.models["claude"].thinking_budget == 2048
+    assert app.models["claude"].prices == ModelPrices(input=3, output=15, cache_read=0.3, cache_write=3.75)
+    assert isinstance(app.models["gpt"], OpenAIResponsesModel)
+    assert isinstance(app.models["gemini:gemini-2.5-flash"], GeminiModel)
+    assistant, quick = app.agents
+    assert assistant.pool is not None and assistant.pool.models == ["claude", "gpt", "gemini:gemini-2.5-flash"]
+    assert assistant.model == "claude" and isinstance(assistant.stop_conditions[0], Budget)
+    assert quick.model == "gemini:gemini-2.5-flash"
+
+
+@pytest.mark.parametrize(("yaml", "message"), [
+    ('models: {m: "nope:x"}\nagents: [{id: a, model: m}]', "not a provider:model id"),
+    ("agents: [{id: a}]", "needs a model or a pool"),
+    ("agents: [{id: a, pool: missing}]", "unknown pool"),
+    ('pools: {p: {models: ["anthropic:c", ghost]}}\nagents: [{id: a, pool: p}]', "unknown model 'ghost'"),
+    ("agents: [{id: a, model: 'anthropic:c', stop_conditions: [{type: budget}]}]", "max_tokens or max_cost"),
+])
+def test_config_errors_for_provider_ids_pools_and_budgets(tmp_path: Path, yaml: str, message: str) -> None:
+    from agentlog.runtime.config import ConfigError, load_config
+
+    path = tmp_path / "bad.yaml"
+    path.write_text("version: 1\n" + yaml + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert message in str(info.value) and "bad.yaml" in str(info.value)
