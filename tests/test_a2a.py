@@ -6,6 +6,7 @@ runs in-process and on a worker (queue dispatcher)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import httpx
@@ -113,6 +114,26 @@ async def test_a2a_client_against_our_server(nats_server: Any, mode: str) -> Non
         assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
         with pytest.raises(TaskNotCancelableError, match="already finished"):
             await approver.cancel_task(CancelTaskRequest(id=done.id))
+
+
+async def test_card_urls_are_the_listen_address_whatever_the_host_header(nats_server: Any) -> None:
+    """Without a public URL the card's URL is the address the server listens on (the socket the
+    request came in on), never the `Host` the caller sent; with one, that."""
+    async with asyncio.timeout(TIMEOUT), open_stack(nats_server, "inprocess", more_routes=_routes) as s:
+        base = str(s.client.make_url("")).rstrip("/")
+        for path in ("/.well-known/agent-card.json", "/a2a/approver/.well-known/agent-card.json"):
+            resp = await s.client.get(path, headers={"Host": "evil.example", "X-Forwarded-Host": "evil.example"})
+            card = await resp.json()
+            assert resp.status == 200 and "evil.example" not in json.dumps(card)
+            assert card["supportedInterfaces"][0]["url"].startswith(f"{base}/a2a/"), (card, base)
+
+    def public(dispatcher: Any, runtime: Any) -> list[Any]:
+        return a2a_routes(dispatcher, lambda: runtime.agents._agents, default_agent="quick",
+                          public_url="https://agents.example.com")
+
+    async with asyncio.timeout(TIMEOUT), open_stack(nats_server, "inprocess", more_routes=public) as s:
+        card = await (await s.client.get("/.well-known/agent-card.json", headers={"Host": "evil.example"})).json()
+        assert card["supportedInterfaces"][0]["url"] == "https://agents.example.com/a2a/quick"
 
 
 async def test_a2a_bad_requests_get_typed_errors(nats_server: Any) -> None:

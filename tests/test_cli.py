@@ -192,6 +192,19 @@ def test_replay_to_stops_timeline_and_shows_state_as_of_it(seeded: Log) -> None:
     assert "termination: none" in text.stdout
 
 
+def test_replay_to_after_the_end_is_the_end_with_a_warning(seeded: Log) -> None:
+    whole = json.loads(cli(seeded, "replay", "r1", "--json").stdout)
+    far = "99999999999999999999:0"  # past any seq (was a KeyError: exit 1, "internal error")
+    result = cli(seeded, "replay", "r1", "--to", far, "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["warning"]["code"] == "position_past_end" and doc["warning"]["requested"] == far
+    assert doc["steps"] == whole["steps"] and doc["state"] == whole["state"] and doc["status"] == whole["status"]
+    assert doc["to"] == doc["warning"]["end"]
+    text = cli(seeded, "replay", "r1", "--to", far)
+    assert text.exit_code == 0 and "warning: event id 99999999999999999999:0" in text.stdout
+
+
 def test_replay_of_a_continuation_shows_its_parent_and_cancellation(seeded: Log) -> None:
     doc = json.loads(cli(seeded, "replay", "r3", "--json").stdout)
     assert doc["lineage"]["parent_run_id"] == "r1"
@@ -253,6 +266,16 @@ def test_events_tail_thread_filter_and_from(seeded: Log) -> None:
     # a bare seq means seq:0
     bare = cli(seeded, "events", "tail", "--from", str(s["end"]), "--json")
     assert [json.loads(line)["id"] for line in bare.stdout.splitlines()][0] == f"{s['end']}:0"
+
+
+def test_events_tail_from_after_the_end_starts_at_the_end_with_a_warning(seeded: Log) -> None:
+    """Like time travel past the end (replay --to, the API's to/at): the end, and a warning."""
+    for far in ("99999999999999999999:0", str(seeded.seqs["end"] + 1000)):
+        for where in ((), ("--thread", "t1")):
+            result = cli(seeded, "events", "tail", *where, "--from", far, "--json")
+            assert result.exit_code == 0, result.output
+            assert result.stdout == "" and f"warning: --from {far if ':' in far else far + ':0'} is after the end" \
+                in result.stderr, result.stderr
 
 
 def test_events_tail_text(seeded: Log) -> None:

@@ -66,9 +66,12 @@ async def test_timeline_time_travel_and_verify(nats_server: Any) -> None:
         past = await body(await c.get(f"/v1/runs/{rid}/timeline", params={"to": note_at}), 200)
         assert past["status"] == "running" and past["state"]["thread"] == {"note": "first"}
         assert events(past)[-1]["id"] == note_at
-        verified = await body(await c.post(f"/v1/runs/{rid}/verify", json={"tools_from_log": False}), 200)
+        verified = await body(await c.post(f"/v1/runs/{rid}/verify"), 200)
         assert verified["ok"] is True and verified["status"] == "done"
-        assert verified["tools_executed"] == 2 and "divergence" not in verified
+        assert (verified["tools_executed"], verified["tools_from_log"]) == (0, 2) and "divergence" not in verified
+        # re-executing tools (the approved deploy) is never an HTTP option
+        await error(await c.post(f"/v1/runs/{rid}/verify", json={"tools_from_log": False}), 400,
+                    "reexecution_refused")
 
 
 @tool
@@ -80,23 +83,28 @@ async def note(text: str, ctx: ToolContext) -> str:
     return "noted twice"
 
 
-def changed_app(store: Any) -> Runtime:
+def changed_tool_app(store: Any) -> Runtime:
     return inspect_app(store, note_tool=note)
+
+
+def changed_prompt_app(store: Any) -> Runtime:
+    return inspect_app(store, system_prompt="You are careful.")
 
 
 async def test_verify_reports_the_first_divergence(nats_server: Any) -> None:
     async with asyncio.timeout(TIMEOUT):
         async with open_stack(nats_server, make_app=inspect_app, agents=(AGENT,)) as s:
             rid = (await waiting_run(s))["run_id"]
-        async with open_stack(nats_server, make_app=changed_app, agents=(AGENT,)) as s:
+        async with open_stack(nats_server, make_app=changed_tool_app, agents=(AGENT,)) as s:
             # answered from the log, the changed tool is never run: still the recorded run
             assert (await body(await s.client.post(f"/v1/runs/{rid}/verify"), 200))["ok"] is True
-            report = await body(await s.client.post(f"/v1/runs/{rid}/verify",
-                                                    json={"tools_from_log": False}), 200)
+        async with open_stack(nats_server, make_app=changed_prompt_app, agents=(AGENT,)) as s:
+            # the model is asked something else than it was: the first inference diverges
+            report = await body(await s.client.post(f"/v1/runs/{rid}/verify"), 200)
             assert report["ok"] is False and report["status"] == "diverged"
             d = report["divergence"]
-            assert d["expected"]["type"] == d["actual"]["type"] == "ToolCallCompleted"
-            assert (d["expected"]["result"], d["actual"]["result"]) == ("noted", "noted twice")
+            assert d["expected"]["type"] == "InferenceCompleted", d
+            assert d["actual"] is None and "system prompt" in d["detail"], d
 
 
 async def test_inspector_errors_are_typed(nats_server: Any) -> None:
@@ -111,6 +119,9 @@ async def test_inspector_errors_are_typed(nats_server: Any) -> None:
         await error(await c.post("/v1/runs/nope/verify"), 404, "run_not_found")
         await error(await c.post(f"/v1/runs/{rid}/verify", json={"tools_from_log": "x"}), 400,
                     "invalid_input")
+        await error(await c.post(f"/v1/runs/{rid}/verify", json={"tools_from_log": False}), 400,
+                    "reexecution_refused")
+        await error(await c.post(f"/v1/runs/{rid}/timeline", params={"to": "1:0"}), 405, "method_not_allowed")
         await error(await c.post(f"/v1/runs/{rid}/verify", data=b"{nope"), 400, "invalid_json")
         assert await s.store.last_seq() == before  # verifying never writes
     async with open_api(nats_server) as ro:  # a read-only gateway has no app to replay with

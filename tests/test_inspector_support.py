@@ -33,9 +33,9 @@ async def deploy(env: str, ctx: ToolContext) -> str:
     return f"deployed {env}"
 
 
-def inspect_app(store: Any, note_tool: Any = note) -> Runtime:
-    """The app; `note_tool` swaps in another `note` (a changed app, for divergence)."""
-    spec = AgentSpec(id=AGENT, model=AGENT, tools=["note", "deploy"], max_rounds=5,
+def inspect_app(store: Any, note_tool: Any = note, system_prompt: str = "") -> Runtime:
+    """The app; `note_tool` swaps in another `note`, `system_prompt` another prompt (changed apps)."""
+    spec = AgentSpec(id=AGENT, model=AGENT, tools=["note", "deploy"], max_rounds=5, system_prompt=system_prompt,
                      plugins=[PermissionPlugin(ask=["deploy"])])
     model = ScriptedModel([Turn.tool("note", {"text": "first"}), Turn.tool("deploy", {"env": "prod"}),
                            Turn.text("deployed")], loop=True, position="conversation")

@@ -7,11 +7,18 @@
   processes' assembly on one data dir finishes); nobody can delete or purge the log.
 * The shipped production config (scripts/nats/) is what agentlog.log.auth renders, passes
   `nats-server -t`, and enforces the same roles when a server runs with it.
+* `client` (what NATS protocol clients of the API log in as): calls the API and the adapters
+  (`agentlog.api.>`, `agentlog.ag-ui.>`, `$SRV.>`) of a real `agentlog serve` / `gateway` +
+  `worker` and gets the answers on its `_INBOX.client.>` inboxes; every publish on `agentlog.ev.*`,
+  `agentlog.cmd.*`, `agentlog.ctl.*`, `$KV`, `$JS` is a permissions violation and nothing lands; it
+  cannot subscribe to other users' inboxes or live output. A data dir whose credentials predate
+  the role gets a `client` password, the others kept.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import stat
@@ -26,6 +33,7 @@ import nats
 import nats.errors
 import nats.js.errors
 import pytest
+from topology import TOPOLOGIES, Kind, deploy
 
 from agentlog.api.connection import ConnectionOptions, open_store
 from agentlog.cli.server import ServerConfig, serve
@@ -51,6 +59,77 @@ def _commit(thread: str) -> Commit:
 
 async def _login(url: str, passwords: Mapping[str, str], role: str, **kw: Any) -> JetStreamEventStore:
     return await JetStreamEventStore.connect(url, user=role, password=passwords[role], connect_timeout=2.0, **kw)
+
+
+class Violations:
+    """The permissions violations the server reported to one connection (nats-py's error
+    callback), to wait on: the server's own word that an operation was refused."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self._changed = asyncio.Event()
+
+    async def record(self, exc: Exception) -> None:
+        """The error callback."""
+        self.seen.append(str(exc))
+        self._changed.set()
+
+    async def wait_for(self, kind: str, subject: str) -> None:
+        """Until the server reported `Permissions Violation for <kind> to "<subject>"` (bound by
+        the caller's timeout)."""
+        needle = f"permissions violation for {kind} to \"{subject}\"".lower()
+        while not any(needle in seen.lower() for seen in self.seen):
+            self._changed.clear()
+            await self._changed.wait()
+
+
+async def client_login(url: str, password: str, violations: Violations | None = None) -> nats.NATS:
+    """A NATS protocol client as the README tells it to connect: user `client`, inbox prefix
+    `_INBOX.client`."""
+    async def ignore(_exc: Exception) -> None:
+        pass
+
+    return await nats.connect(url, user="client", password=password, inbox_prefix=auth.CLIENT_INBOX,
+                              connect_timeout=2, allow_reconnect=False, max_reconnect_attempts=0,
+                              error_cb=violations.record if violations is not None else ignore)
+
+
+async def check_client_is_refused(url: str, passwords: Mapping[str, str], gateway: JetStreamEventStore) -> None:
+    """`client` may not append, queue, signal, write KV, use JetStream, or listen on others' inboxes
+    or live output: each attempt is a permissions violation from the server, and nothing lands."""
+    violations = Violations()
+    client = await client_login(url, passwords["client"], violations)
+    js = gateway.nc.jetstream(timeout=2.0)
+    before = await gateway.last_seq()
+    queued = (await js.stream_info(COMMANDS_STREAM)).state.messages
+    try:
+        # core publishes and JetStream publishes (a JetStream publish is a request on the subject)
+        cjs = client.jetstream(timeout=0.5)
+        for subject in ("agentlog.ev.tc.r9", "agentlog.cmd.tc", "agentlog.ctl.tc.r9", "$KV.agentlog_runs.r9",
+                        "agentlog.live.tc.r9"):
+            await client.publish(subject, b"{}")
+            await violations.wait_for("publish", subject)
+        for subject in ("agentlog.ev.tc.r8", "agentlog.cmd.tc", "$KV.agentlog_runs.r8"):
+            with pytest.raises((nats.errors.Error, asyncio.TimeoutError)):
+                await cjs.publish(subject, b"{}")
+            await violations.wait_for("publish", subject)
+        with pytest.raises((nats.errors.Error, asyncio.TimeoutError)):  # no JetStream API at all
+            await cjs.stream_info(EVENTS_STREAM)
+        await violations.wait_for("publish", f"$JS.API.STREAM.INFO.{EVENTS_STREAM}")
+        # nor listen where others' answers (the services' JetStream replies) and live output pass
+        for subject in ("_INBOX.>", "agentlog.live.>", "agentlog.ev.>"):
+            await client.subscribe(subject)
+            await violations.wait_for("subscription", subject)
+        await client.flush()
+        assert await gateway.last_seq() == before
+        assert [sc async for sc in gateway.read_thread("tc")] == []
+        assert (await js.stream_info(COMMANDS_STREAM)).state.messages == queued
+        kv = await ensure_bucket(js, "agentlog_runs")
+        for key in ("r8", "r9"):
+            with pytest.raises(nats.js.errors.KeyNotFoundError):
+                await kv.get(key)
+    finally:
+        await client.close()
 
 
 async def check_roles(url: str, passwords: Mapping[str, str]) -> None:
@@ -101,6 +180,8 @@ async def check_roles(url: str, passwords: Mapping[str, str]) -> None:
         assert (await kv.get("r0")).value == b"{}"
         with pytest.raises(nats.js.errors.KeyNotFoundError):
             await kv.get("r1")
+
+        await check_client_is_refused(url, passwords, gateway)
 
         # Nobody deletes or purges the log.
         for store in (gateway, worker):
@@ -193,3 +274,92 @@ async def test_production_accounts_enforce_the_roles(tmp_path: Path, monkeypatch
                 assert await store.last_seq() == 2
         finally:
             await server.astop()
+
+
+@pytest.mark.parametrize("kind", TOPOLOGIES)
+async def test_client_role_calls_the_api_of_a_deployment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        kind: Kind) -> None:
+    """What the README's NATS examples do, as user `client` on a server with the production
+    accounts, against `agentlog serve` and against `agentlog gateway` + `agentlog worker`."""
+    passwords = {role: f"{role}-secret-{new_id()}" for role in (*auth.ROLES, "sys")}
+    for name, value in _production_env(passwords).items():
+        monkeypatch.setenv(name, value)
+    (tmp_path / "prod").mkdir()
+    shutil.copy(NATS_DIR / "agentlog-accounts.conf", tmp_path / "prod")
+    server = EmbeddedNatsServer(tmp_path / "prod", extra_config=["include ./agentlog-accounts.conf"])
+    await server.astart()
+    try:
+        # the agentlog processes log in as `serve` (gateway + worker rights) for this test
+        login = server.url.replace("nats://", f"nats://serve:{passwords['serve']}@")
+        with deploy(kind, tmp_path / "deployment", app="worker_app:app", nats=server, args=["--nats", login]):
+            async with asyncio.timeout(LIMIT):
+                client = await client_login(server.url, passwords["client"])
+                try:
+                    await _client_requests(client)
+                finally:
+                    await client.close()
+    finally:
+        await server.astop()
+
+
+async def _client_requests(client: nats.NATS) -> None:
+    async def call(subject: str, body: dict[str, Any]) -> Any:
+        msg = await client.request(subject, json.dumps(body).encode(), timeout=10)
+        assert "Nats-Service-Error-Code" not in (msg.headers or {}), (msg.headers, msg.data)
+        return json.loads(msg.data)
+
+    started = await call("agentlog.api.runs.start", {"agent_id": "quick", "messages": "hi"})
+    assert set(started) == {"thread_id", "run_id", "seq"}
+    run = await call("agentlog.api.runs.get", {"run_id": started["run_id"], "min_seq": started["seq"]})
+    assert run["run_id"] == started["run_id"] and run["agent_id"] == "quick"
+    info = await client.request("$SRV.INFO.agentlog", b"", timeout=10)
+    assert json.loads(info.data)["name"] == "agentlog"
+    # an adapter: many answers on one inbox, then the empty end marker
+    inbox = client.new_inbox()
+    assert inbox.startswith(auth.CLIENT_INBOX + ".")
+    sub = await client.subscribe(inbox)
+    body = {"threadId": f"t-{new_id()}", "runId": f"r-{new_id()}", "tools": [], "context": [], "state": {},
+            "forwardedProps": {}, "messages": [{"id": "u1", "role": "user", "content": "hi"}]}
+    await client.publish("agentlog.ag-ui.runs", json.dumps(body).encode(), reply=inbox,
+                         headers={"Agentlog-Agent": "quick"})
+    types = []
+    async for msg in sub.messages:
+        if not msg.data:
+            break
+        types.append(json.loads(msg.data)["type"])
+    assert types[0] == "RUN_STARTED" and types[-1] == "RUN_FINISHED", types
+
+
+async def test_credentials_made_before_the_client_role_get_one(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    old = {role: f"old-{role}-{new_id()}" for role in ("serve", "gateway", "worker", "readonly")}
+    creds = data / auth.CREDENTIALS_FILE
+    creds.write_text(json.dumps({"version": 1, "passwords": old}))
+    creds.chmod(0o600)
+    async with asyncio.timeout(LIMIT):
+        async with open_store(ConnectionOptions(data_dir=data)) as store:  # starts the embedded server
+            url = store.nc.connected_url.geturl() if store.nc.connected_url else ""
+            passwords = auth.load_or_create_credentials(data).passwords
+            assert {r: passwords[r] for r in old} == old and passwords["client"] not in old.values()
+            assert stat.S_IMODE(creds.stat().st_mode) == 0o600
+            client = await client_login(url, passwords["client"])
+            try:
+                await client.flush()
+            finally:
+                await client.close()
+    # every later process on the data dir reads the same password
+    assert auth.load_or_create_credentials(data).passwords == passwords
+
+
+def test_concurrent_upgrades_of_old_credentials_agree(tmp_path: Path) -> None:
+    """Processes starting together on an old data dir each add the missing role: they agree on
+    one password (the upgrade re-reads under a lock), and no one reads a half-written file."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    old = {role: f"old-{role}" for role in ("serve", "gateway", "worker", "readonly")}
+    (tmp_path / auth.CREDENTIALS_FILE).write_text(json.dumps({"version": 1, "passwords": old}))
+    with ThreadPoolExecutor(8) as pool:
+        seen = list(pool.map(lambda _: dict(auth.load_or_create_credentials(tmp_path).passwords), range(16)))
+    assert all(passwords == seen[0] for passwords in seen)
+    assert {r: seen[0][r] for r in old} == old and set(seen[0]) == set(auth.ROLES)

@@ -168,14 +168,15 @@ async def aisdk_messages(request: web.Request) -> web.Response:
 def agent_catalog(runtime_or_dispatcher: Any) -> list[dict[str, Any]]:
     """The agents this gateway can run, for clients choosing `{agent_id}`: from the runtime when
     it runs here (ids, descriptions, tools with their JSON Schemas), else only the ids a
-    work-queue dispatcher knows from the app (tools unknown here: `null`)."""
+    work-queue dispatcher knows from the app, with their descriptions (tools unknown here: `null`)."""
     runtime = getattr(runtime_or_dispatcher, "runtime", runtime_or_dispatcher)
     agents = getattr(runtime, "agents", None)
     tools = getattr(runtime, "tools", None)
     if agents is None:
         return []
     if tools is None:  # QueueDispatcher: a set of ids
-        return [{"id": a, "description": "", "tools": None} for a in sorted(agents)]
+        described = getattr(runtime, "descriptions", {})
+        return [{"id": a, "description": described.get(a, ""), "tools": None} for a in sorted(agents)]
     out = []
     for spec in agents:
         specs = [tools.get(n).spec for n in spec.tools if tools.get(n) is not None]

@@ -232,13 +232,15 @@ class QueueDispatcher:
     wait here ends in `DispatchTimeout`.
 
     `agents`: ids a worker can run; when given, unknown agents are refused here (404).
+    `descriptions`: their `AgentSpec.description`s (agent id -> text), for `GET /v1/agents`.
     """
 
     def __init__(self, nc: Any, store: Any, *, agents: Collection[str] | None = None,
-                 timeout: float = 10.0) -> None:
+                 timeout: float = 10.0, descriptions: Mapping[str, str] | None = None) -> None:
         self.store = store
         self.client = CommandClient(nc)
         self.agents = set(agents) if agents is not None else None
+        self.descriptions = dict(descriptions or {})
         self.timeout = timeout
 
     # -- start ---------------------------------------------------------------------------------

@@ -63,6 +63,34 @@ def parse_event_id(text: str) -> Position:
         raise InvalidEventId(str(exc)) from None
 
 
+#: `warning.code` of an answer given as of the end because the asked position is after it.
+POSITION_PAST_END = "position_past_end"
+
+
+def last_position(commits: Sequence[StoredCommit]) -> Position | None:
+    """The position of the last event of `commits` (None: no event)."""
+    for stored in reversed(commits):
+        if stored.commit.events:
+            return Position(stored.seq, len(stored.commit.events) - 1)
+    return None
+
+
+def within(commits: Sequence[StoredCommit], position: Position) -> tuple[Position, dict[str, str] | None]:
+    """`position`, or the last event of `commits` when `position` is after it, with the warning
+    the answer then carries.
+
+    Why the end and not a 400: time travel past the last event has one true answer, the state
+    as of the end (nothing happened since), so a client that asks for "now" with a large id gets
+    it, and the warning tells it the answer is not for the position it named. Every time-travel read (`replay --to`, the inspector's timeline `to`, a thread's `state?at=`)
+    goes through here, so they all answer the same way; a malformed id stays a 400."""
+    last = last_position(commits)
+    if last is None or position <= last:
+        return position, None
+    return last, {"code": POSITION_PAST_END, "requested": str(position), "end": str(last),
+                  "message": f"event id {position} is after the last event of the thread ({last}): "
+                             "answered as of that event"}
+
+
 # -- one event ------------------------------------------------------------------------------------
 
 
@@ -169,10 +197,12 @@ class ReplayReport:
     groups: list[StepGroup]
     state: dict[str, Any]  # {"thread": ..., "run": ...} as of `to` (or the end)
     continued_by: list[str]
+    #: Set when the asked `to` was after the thread's last event (`within`): `to` is that event.
+    warning: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         run, now = self.run, self.run_as_of
-        return {
+        out: dict[str, Any] = {
             "run_id": run.run_id,
             "thread_id": run.thread_id,
             "lineage": {"agent_id": run.agent_id, "parent_run_id": run.parent_run_id,
@@ -185,6 +215,9 @@ class ReplayReport:
             "steps": [g.to_json() for g in self.groups],
             "state": self.state,
         }
+        if self.warning is not None:
+            out["warning"] = self.warning
+        return out
 
 
 def _before(position: Position) -> Position:
@@ -205,8 +238,10 @@ def build_replay(run_id: str, thread_commits: Sequence[StoredCommit], to: Positi
     run = views.runs.get(run_id)
     if run is None:
         raise UnknownRun(run_id)
-    end = Position(thread_commits[-1].seq, _END)
-    limit = to or end
+    warning = None
+    if to is not None:
+        to, warning = within(thread_commits, to)
+    limit = to or Position(thread_commits[-1].seq, _END)
     call_names: dict[str, str] = {}
     groups: list[StepGroup] = []
     current = StepGroup("start", None)
@@ -239,6 +274,7 @@ def build_replay(run_id: str, thread_commits: Sequence[StoredCommit], to: Positi
         groups=groups,
         state=states[limit],
         continued_by=sorted(r.run_id for r in views.runs.values() if r.parent_run_id == run_id),
+        warning=warning,
     )
 
 

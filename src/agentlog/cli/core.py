@@ -105,6 +105,10 @@ AppOpt = Annotated[str | None, typer.Option(
     "--app", "--config", metavar="MODULE:ATTR|FILE.yaml",
     help="The application: an App, a Runtime, or factory(store), or a YAML/JSON agent configuration file. "
          "Default: the built-in demo agent.")]
+PublicUrlOpt = Annotated[str | None, typer.Option(
+    "--public-url", envvar="AGENTLOG_PUBLIC_URL", metavar="URL",
+    help="The gateway's address as clients reach it (http(s)://host:port/prefix), behind a proxy or "
+         "bound to 0.0.0.0: the base of the URLs it publishes (A2A agent cards). Default: the listen address.")]
 TokensOpt = Annotated[str | None, typer.Option(
     "--tokens", envvar="AGENTLOG_TOKENS", help="API bearer tokens 'tok1,tok2:tenant' (empty: no auth).")]
 ConcurrencyOpt = Annotated[int, typer.Option("--concurrency", min=1, help="Commands a worker runs at once.")]

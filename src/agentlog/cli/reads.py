@@ -92,11 +92,20 @@ def events_tail(
         _guard(lambda: validate_id(thread, "thread_id"))
     if run is not None:
         _guard(lambda: validate_run_id(run))
-    after = start.seq - 1 if start else 0
 
     async def body(store: JetStreamEventStore) -> None:
+        nonlocal start
         out = _out()
         names: dict[str, str] = {}
+        end = await store.last_seq()
+        if start is not None and start.seq > end:
+            # as time travel past the end answers as of the end: start at the end (nothing of the
+            # log as it is; new events with --follow), and say so
+            Console(stderr=True, highlight=False, soft_wrap=True).print(Text(
+                f"warning: --from {start} is after the end of the log (last seq {end}): starting at the end",
+                style="yellow"))
+            start = Position(end + 1, 0)
+        after = start.seq - 1 if start else 0
         where = thread
         if run is not None:  # a run lives on one thread: follow that thread, keep the run's commits
             where = await _thread_of_run(store, run)

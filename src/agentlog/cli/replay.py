@@ -56,6 +56,8 @@ def _render_replay(report: ReplayReport) -> None:
                    f"  continued by {', '.join(report.continued_by) or '-'}"))
     as_of = f"as of {report.to}" if report.to else "end of log"
     out.print(Text(f"status: {now.status if now else 'not started'} ({as_of})"))
+    if report.warning is not None:
+        out.print(Text(f"warning: {report.warning['message']}", style="yellow"))
     for group in report.groups:
         out.print(Text(f"── {group.label} ──", style="bold magenta"))
         for item in group.events:

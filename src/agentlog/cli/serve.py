@@ -25,6 +25,7 @@ from .core import (
     HostOpt,
     NatsOpt,
     PortOpt,
+    PublicUrlOpt,
     ReplicasOpt,
     ServeConcurrencyOpt,
     ShutdownOpt,
@@ -44,14 +45,15 @@ from .core import (
 def _server_config(role: str, app_spec: str | None, host: str, port: int, tokens: str | None,
                    options: ConnectionOptions, concurrency: int | None = None, app_obj: Any = None,
                    ack_wait: float | None = None, shutdown_timeout: float | None = None,
-                   max_deliver: int | None = None, metrics_port: int | None = None) -> Any:
+                   max_deliver: int | None = None, metrics_port: int | None = None,
+                   public_url: str | None = None) -> Any:
     from .server import ServerConfig
 
     source = app_obj if app_obj is not None else (_guard(lambda: load_app(app_spec)) if app_spec else None)
     return ServerConfig(role=role, app=source, app_spec=app_spec, host=host, port=port, tokens=tokens,  # type: ignore[arg-type]
                         connection=options, worker_concurrency=concurrency, worker_ack_wait=ack_wait,
                         worker_shutdown_timeout=shutdown_timeout, worker_max_deliver=max_deliver,
-                        worker_metrics_port=metrics_port)
+                        worker_metrics_port=metrics_port, public_url=public_url)
 
 
 def _banner(server: Any) -> None:
@@ -75,12 +77,15 @@ def _banner(server: Any) -> None:
 def _serve_role(role: str, app_spec: str | None, host: str, port: int, tokens: str | None,
                 options: ConnectionOptions, concurrency: int | None, ack_wait: float | None = None,
                 shutdown_timeout: float | None = None, max_deliver: int | None = None,
-                metrics_port: int | None = None, ready_file: Path | None = None) -> None:
+                metrics_port: int | None = None, ready_file: Path | None = None,
+                public_url: str | None = None) -> None:
+    from agentlog.http.urls import public_base_url
+
     from .server import run_until_stopped
 
     config = _server_config(role, app_spec, host, port, tokens, options, concurrency,
                             ack_wait=ack_wait, shutdown_timeout=shutdown_timeout, max_deliver=max_deliver,
-                            metrics_port=metrics_port)
+                            metrics_port=metrics_port, public_url=_guard(lambda: public_base_url(public_url)))
 
     def ready(server: Any) -> None:
         _banner(server)
@@ -94,23 +99,26 @@ def _serve_role(role: str, app_spec: str | None, host: str, port: int, tokens: s
 def serve_cmd(
     app_spec: AppOpt = None, host: HostOpt = "127.0.0.1", port: PortOpt = 8480, tokens: TokensOpt = None,
     concurrency: ServeConcurrencyOpt = None, ack_wait: AckWaitOpt = None, shutdown_timeout: ShutdownOpt = None,
+    public_url: PublicUrlOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
 ) -> None:
     """Gateway + worker in one process: HTTP API, NATS service, projections and the runtime.
     Every run goes through the durable command queue, so a stopped or killed process strands none."""
     _serve_role("serve", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout, replicas),
-                concurrency, ack_wait, shutdown_timeout)
+                concurrency, ack_wait, shutdown_timeout, public_url=public_url)
 
 
 @app.command("gateway")
 def gateway_cmd(
     app_spec: AppOpt = None, host: HostOpt = "127.0.0.1", port: PortOpt = 8480, tokens: TokensOpt = None,
+    public_url: PublicUrlOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
 ) -> None:
     """The gateway alone (HTTP + NATS service); commands are queued for `agentlog worker`s."""
-    _serve_role("gateway", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout, replicas), 1)
+    _serve_role("gateway", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout, replicas), 1,
+                public_url=public_url)
 
 
 @app.command("worker")

@@ -95,6 +95,9 @@ class ServerConfig:
     settings: Any = None
     #: Start the NATS micro service (and the adapters' NATS subjects).
     nats_service: bool = True
+    #: The gateway's address as clients reach it, the base of the URLs it publishes (A2A cards;
+    #: `agentlog.http.urls`). None reads AGENTLOG_PUBLIC_URL; unset: the listen address.
+    public_url: str | None = None
 
 
 def _load_source(config: ServerConfig) -> AppSource:
@@ -300,7 +303,8 @@ class Server:
         elif self.config.app is not None or self.config.app_spec:
             self.agent_specs = {spec.id: spec for spec in resolve_app(source, self.store).agents}
         agents = list(self.agent_specs) if self.agent_specs else None
-        return dispatch.QueueDispatcher(self.store.nc, self.store, agents=agents)
+        return dispatch.QueueDispatcher(self.store.nc, self.store, agents=agents, descriptions={
+            agent_id: spec.description for agent_id, spec in self.agent_specs.items()})
 
     def _routes(self) -> list[Any]:
         assert self.dispatcher is not None
@@ -310,8 +314,12 @@ class Server:
         from agentlog.adapters.a2a.routes import a2a_routes, available
 
         if available() and self.agent_specs:
+            from agentlog.http.urls import PUBLIC_URL_ENV, public_base_url
+
             specs = self.agent_specs
-            routes += a2a_routes(self.dispatcher, lambda: specs)
+            configured = self.config.public_url
+            public = public_base_url(configured if configured is not None else os.environ.get(PUBLIC_URL_ENV))
+            routes += a2a_routes(self.dispatcher, lambda: specs, public_url=public)
             self.parts.append("a2a")
         return routes
 

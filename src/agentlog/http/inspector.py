@@ -5,9 +5,15 @@
   event that changed state, so the page can time-travel event by event. Read-only, folded from the
   log (exact, no projection lag).
 * `POST /v1/runs/{id}/verify`: `agentlog replay --verify` over HTTP (`agentlog.runtime.replay.verify_run`)
-  with the gateway's own app, tools answered from the log (the inspector must never re-run a
-  side-effecting tool). Answers the replay report: `ok`, or the first divergence. A gateway without
-  an app in its process (role `gateway`, queue dispatch only) answers 409 `verify_unavailable`.
+  with the gateway's own app, every tool answered from the log. Answers the replay report: `ok`, or
+  the first divergence. A gateway without an app in its process (role `gateway`, queue dispatch
+  only) answers 409 `verify_unavailable`.
+
+Why tools are always answered from the log here: a re-executed tool is a real side effect (a
+deploy, a payment, an email) run without the approval the recorded run needed, by anyone whose
+token can read the run. `{"tools_from_log": false}` is refused (400 `reexecution_refused`) rather
+than ignored, so a caller who wanted re-execution learns it did not happen. Re-running tools is an
+operator's choice made in their own process: `agentlog replay RUN --verify --reexecute-tools NAME`.
 
 Both are tenant-checked like every run read (`runs._run_from_log`: other tenants' runs are 404).
 """
@@ -45,7 +51,12 @@ class TimelineQuery(_Query):
 class VerifyBody(_Model):
     tools_from_log: bool = Field(
         default=True,
-        description="answer tools from their recorded results (default) instead of running them")
+        description="tools are always answered from their recorded results over HTTP; false is refused "
+                    "(400 reexecution_refused): re-execution is `agentlog replay --verify --reexecute-tools`")
+
+
+#: The machine code of a verify request that asks for tools to run for real.
+REEXECUTION_REFUSED = "reexecution_refused"
 
 
 async def run_timeline(request: web.Request) -> web.Response:
@@ -86,6 +97,10 @@ async def verify(request: web.Request) -> web.Response:
     svc, who = services(request), principal(request)
     run_id = path_id(request, kind="run_id")
     body = await parse_body(request, VerifyBody)
+    if not body.tools_from_log:
+        raise ApiError(400, REEXECUTION_REFUSED,
+                       "verified replay over HTTP never runs a tool (a side effect without its approval); "
+                       "re-execute tools from your own process: agentlog replay RUN --verify --reexecute-tools NAME")
     _commits, thread_id, _running = await _run_from_log(svc, who, run_id)
     app = replay_app(request.app)
     if app is None:
@@ -96,7 +111,7 @@ async def verify(request: web.Request) -> web.Response:
     try:
         # not `agentlog.cli.logging.quiet()` (the CLI's): that is process-wide, and would mute every
         # other request of this server while the replay runs
-        report = await verify_run(svc.store, run_id, app, tools_from_log=body.tools_from_log,
+        report = await verify_run(svc.store, run_id, app, tools_from_log=True,
                                   raise_on_divergence=False, timeout_s=VERIFY_TIMEOUT_S)
     except UnknownAgent as exc:
         raise ApiError(409, "app_mismatch",
@@ -116,7 +131,7 @@ _TIMELINE = {"type": "object", "properties": {
         "events": {"type": "array", "items": {"type": "object", "properties": {
             "id": {"type": "string"}, "type": {"type": "string"}, "summary": {"type": "string"},
             "event": {"type": "object"}, "state_diff": {"type": "array", "items": {"type": "object"}}}}}}}},
-    "state": {"type": "object"}}}
+    "state": {"type": "object"}, "warning": {"$ref": "#/components/schemas/PositionWarning"}}}
 _VERIFIED = {"type": "object", "required": ["run_id", "ok", "status"], "properties": {
     "run_id": {"type": "string"}, "ok": {"type": "boolean"}, "status": {"type": "string"},
     "commits_verified": {"type": "integer"}, "commits_recorded": {"type": "integer"},
@@ -128,7 +143,7 @@ ROUTES: list[Route] = [
           "runs", query=TimelineQuery, response=_TIMELINE, errors=(404,)),
     Route("POST", "/v1/runs/{id}/verify", verify,
           "Verified replay of a run (replay --verify), tools answered from the log: ok or the first divergence",
-          "runs", body=VerifyBody, response=_VERIFIED, errors=(404, 409)),
+          "runs", body=VerifyBody, response=_VERIFIED, errors=(400, 404, 409)),
 ]
 
-__all__ = ["REPLAY_APP", "ROUTES", "TimelineQuery", "VerifyBody", "replay_app"]
+__all__ = ["REEXECUTION_REFUSED", "REPLAY_APP", "ROUTES", "TimelineQuery", "VerifyBody", "replay_app"]

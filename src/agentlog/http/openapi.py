@@ -27,6 +27,11 @@ _COMMON_ERRORS = {400: "Invalid input", 401: "Missing bearer token", 403: "Token
 _ERROR = {"type": "object", "required": ["error", "code"], "properties": {
     "error": {"type": "string"}, "code": {"type": "string"},
     "detail": {"type": "array", "items": {"type": "object"}}}}
+#: A time-travel answer given as of the thread's last event, the asked one being after it
+#: (`agentlog.api.timeline.within`).
+_POSITION_WARNING = {"type": "object", "required": ["code", "requested", "end", "message"], "properties": {
+    "code": {"type": "string", "enum": ["position_past_end"]}, "requested": {"type": "string"},
+    "end": {"type": "string"}, "message": {"type": "string"}}}
 
 
 def _model_schema(model: type[BaseModel], components: dict[str, Any]) -> dict[str, Any]:
@@ -87,7 +92,7 @@ def _operation(route: Route, components: dict[str, Any]) -> dict[str, Any]:
 
 def build(routes: Iterable[Route], *, title: str = "agentlog", version: str = "0.1.0") -> dict[str, Any]:
     _, views = msgspec.json.schema_components([ThreadView, RunView, Message], ref_template=_REF)
-    components: dict[str, Any] = {**views, "Error": _ERROR}
+    components: dict[str, Any] = {**views, "Error": _ERROR, "PositionWarning": _POSITION_WARNING}
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, components)

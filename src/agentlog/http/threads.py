@@ -21,6 +21,7 @@ from agentlog.api.models import (
     UpdateThread,
 )
 from agentlog.api.threads import after, append, create, current
+from agentlog.api.timeline import within
 from agentlog.log.events import (
     Position,
     StoredCommit,
@@ -85,9 +86,9 @@ async def thread_state(request: web.Request) -> web.Response:
     commits, view = await thread_from_log(svc, who, thread_id)
     if q.at is None:
         return reply({"thread_id": thread_id, "at": None, "version": view.version, "state": view.state})
-    at = Position.parse(q.at)
-    return reply({"thread_id": thread_id, "at": str(at), "version": view.version,
-                  "state": state_at(commits, thread_id, at)})
+    at, warning = within(commits, Position.parse(q.at))
+    out = {"thread_id": thread_id, "at": str(at), "version": view.version, "state": state_at(commits, thread_id, at)}
+    return reply({**out, "warning": warning} if warning else out)
 
 
 def resume_point(request: web.Request, q: EventsQuery) -> Position | None:
@@ -161,7 +162,8 @@ ROUTES: list[Route] = [
           "threads", query=StateQuery,
           response={"type": "object", "properties": {"thread_id": {"type": "string"},
                                                      "at": {"type": ["string", "null"]},
-                                                     "version": {"type": "integer"}, "state": {"type": "object"}}},
+                                                     "version": {"type": "integer"}, "state": {"type": "object"},
+                                                     "warning": {"$ref": "#/components/schemas/PositionWarning"}}},
           errors=(404,)),
     Route("GET", "/v1/threads/{id}/events", thread_events, "Event stream (SSE) of a thread, from the log",
           "threads", query=EventsQuery, content_type="text/event-stream", errors=(404,)),

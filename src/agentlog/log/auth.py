@@ -14,6 +14,13 @@ permissions, rendered from the one table below (a test keeps the file equal to i
 * `readonly`: reads the log (direct gets, its own ephemeral consumers) and the KV views, calls the
   read endpoints of the API, watches live output. It cannot append, queue or ack commands, write
   KV or touch streams.
+* `client`: a NATS protocol client of the API (`nats req agentlog.api.runs.start`, the AG-UI / AI
+  SDK adapters over NATS): requests on `agentlog.api.>`, `agentlog.ag-ui.>`, `agentlog.ai-sdk.>`
+  and `$SRV.>`, answers on its own inboxes (`_INBOX.client.>`: connect with that inbox prefix).
+  Nothing else: no JetStream, no KV, no `ev`/`cmd`/`ctl`, no live output. Why so narrow: every
+  request it makes goes through the gateway, which checks it (and its API token, tenant scoping
+  included); a JetStream read, a live subscription or a shared `_INBOX.>` (where the services'
+  own JetStream replies pass) would go around those checks. The login to hand to applications.
 
 No role may delete or purge the event stream or delete a message from it: the log is append-only
 by permission, not by convention. The service roles manage their streams through `$JS.API.>`
@@ -37,8 +44,8 @@ from typing import Literal, TypedDict
 from .errors import AgentlogError
 from .subjects import EVENTS_STREAM, PREFIX
 
-Role = Literal["serve", "gateway", "worker", "readonly"]
-ROLES: tuple[Role, ...] = ("serve", "gateway", "worker", "readonly")
+Role = Literal["serve", "gateway", "worker", "readonly", "client"]
+ROLES: tuple[Role, ...] = ("serve", "gateway", "worker", "readonly", "client")
 CREDENTIALS_FILE = "credentials.json"
 
 
@@ -104,8 +111,19 @@ READONLY = Permissions(
     ),
     subscribe=("_INBOX.>", f"{PREFIX}.live.>"),
 )
+#: The inbox prefix of `client` logins (nats-py `connect(inbox_prefix=...)`, `nats --inbox-prefix`).
+CLIENT_INBOX = "_INBOX.client"
+CLIENT = Permissions(
+    publish=_API,
+    # Explicit, so a wider allow added later cannot open them: no appends, commands, live
+    # decisions or output, no JetStream API, acks or flow control, no KV or object writes, and no
+    # answers on other users' inboxes.
+    publish_deny=(f"{PREFIX}.ev.>", f"{PREFIX}.cmd.>", f"{PREFIX}.ctl.>", f"{PREFIX}.live.>", f"{PREFIX}.dlq.>",
+                  "$JS.>", "$KV.>", "$O.>", "_INBOX.>"),
+    subscribe=(f"{CLIENT_INBOX}.>",),
+)
 PERMISSIONS: dict[Role, Permissions] = {"serve": GATEWAY | WORKER, "gateway": GATEWAY, "worker": WORKER,
-                                        "readonly": READONLY}
+                                        "readonly": READONLY, "client": CLIENT}
 
 
 # -- nats-server config ---------------------------------------------------------------------------
@@ -183,12 +201,43 @@ def load_or_create_credentials(data_dir: str | os.PathLike[str]) -> Credentials:
             pass
         finally:
             tmp.unlink(missing_ok=True)
+    passwords = _read_passwords(path)
+    if any(role not in passwords for role in ROLES):
+        passwords = _add_roles(path)
+    return Credentials({role: passwords[role] for role in ROLES})
+
+
+def _read_passwords(path: Path) -> dict[str, str]:
     try:
         passwords = json.loads(path.read_text())["passwords"]
-        return Credentials({role: str(passwords[role]) for role in ROLES})
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return {str(role): str(password) for role, password in passwords.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CredentialsError(f"cannot read NATS credentials {path}: {exc}; remove it to generate new ones "
                                "(only with no agentlog process running on this data dir)") from None
+
+
+def _add_roles(path: Path) -> dict[str, str]:
+    """Give a credentials file made before a role existed a password for it, keeping the others
+    (processes on the data dir keep logging in). Under an exclusive lock, read again inside it:
+    concurrent upgraders agree on one password, and the file is replaced atomically, so a reader
+    never sees half of it. The running embedded server learns the new user when it next starts."""
+    import fcntl
+
+    lock = os.open(path.with_name(f".{CREDENTIALS_FILE}.lock"), os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        passwords = _read_passwords(path)
+        missing = [role for role in ROLES if role not in passwords]
+        if missing:
+            passwords.update({role: secrets.token_urlsafe(24) for role in missing})
+            tmp = path.with_name(f".{CREDENTIALS_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump({"version": 1, "passwords": passwords}, f)
+            os.replace(tmp, path)
+        return passwords
+    finally:
+        os.close(lock)  # releases the lock
 
 
 
@@ -209,7 +258,7 @@ def accounts_config() -> str:
         "# from src/agentlog/log/auth.py (a test keeps them equal): edit that table, not this file.",
         "# Passwords come from the environment of nats-server: AGENTLOG_SERVE_PASSWORD,",
         "# AGENTLOG_GATEWAY_PASSWORD, AGENTLOG_WORKER_PASSWORD, AGENTLOG_READONLY_PASSWORD,",
-        "# AGENTLOG_SYS_PASSWORD (or replace them by bcrypt hashes: `nats server passwd`).",
+        "# AGENTLOG_CLIENT_PASSWORD, AGENTLOG_SYS_PASSWORD (or bcrypt hashes: `nats server passwd`).",
         "accounts {",
         "  AGENTLOG {",
         "    jetstream: enabled",
@@ -224,7 +273,7 @@ def accounts_config() -> str:
     ])
 
 
-__all__ = ["CREDENTIALS_FILE", "Credentials", "CredentialsError", "PERMISSIONS", "Permissions", "ROLES", "Role",
+__all__ = ["CLIENT_INBOX", "CREDENTIALS_FILE", "Credentials", "CredentialsError", "PERMISSIONS", "Permissions", "ROLES", "Role",
            "accounts_config", "load_or_create_credentials", "password_env", "users_block"]
 
 

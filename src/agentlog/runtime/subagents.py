@@ -22,6 +22,8 @@ names the parent's tool call (`parent_call_id`). Everything about a child is in 
 - Verified replay: these tools carry `replay_from_log`, so replay answers them from the recorded
   results and never starts a run; `verify_tree` verifies a run and all its descendants.
 - Allowed / excluded agents per agent: `AgentSpec.allowed_agents` / `excluded_agents`.
+- Tenancy: a child thread gets its parent thread's `resource_id`, so whoever may read the parent
+  (a tenant-scoped token) reads its children too, and nobody else does.
 
 Note for worker pools: a foreground parent holds a worker slot while its child runs, so a pool
 needs more slots than the deepest chain of foreground sub-agents.
@@ -191,6 +193,7 @@ class SubAgents:
         """Start the child unless it exists (a re-run call); resume it if nobody drives it."""
         rt = self.runtime
         metadata = {"parent_call_id": ctx.call_id, "parent_agent_id": ctx.agent_id}
+        resource_id = await self._resource_of(ctx.thread_id)
         if self.commands is not None:
             from .commands import StartRun
 
@@ -198,7 +201,7 @@ class SubAgents:
             await self.commands.submit(StartRun(
                 command_id=f"start-{run_id}", thread_id=thread_id, run_id=run_id, agent_id=agent_id,
                 messages=[prompt], parent_run_id=ctx.run_id, parent_thread_id=ctx.thread_id, origin=ORIGIN,
-                thread_metadata=metadata,
+                thread_metadata=metadata, resource_id=resource_id,
             ))
             return
         started = False
@@ -208,7 +211,8 @@ class SubAgents:
         if not started:
             try:
                 await rt.start(agent_id, prompt, thread_id=thread_id, run_id=run_id, parent_run_id=ctx.run_id,
-                               parent_thread_id=ctx.thread_id, origin=ORIGIN, thread_metadata=metadata)
+                               parent_thread_id=ctx.thread_id, origin=ORIGIN, thread_metadata=metadata,
+                               resource_id=resource_id)
                 return
             except RunConflict:
                 pass  # started meanwhile: drive or follow it below
@@ -216,6 +220,12 @@ class SubAgents:
             await rt.resume(run_id, thread_id=thread_id)  # None (finished / waiting) or its handle
         except RunConflict:
             pass  # driven elsewhere
+
+    async def _resource_of(self, thread_id: str) -> str | None:
+        """The `resource_id` (tenant) of a thread: set by its `ThreadCreated`, in its first commit."""
+        async for sc in self.runtime.store.read_thread(thread_id):
+            return next((e.resource_id for e in sc.commit.events if type(e) is ThreadCreated), None)
+        return None
 
     async def _wait(self, thread_id: str, run_id: str, ctx: ToolContext) -> tuple[RunView, list[StoredCommit]]:
         """Follow the child's thread from the log until the run finishes or waits, forwarding

@@ -7,8 +7,12 @@
 
 The JSON-RPC endpoint is the a2a-sdk's own `JsonRpcDispatcher` (Starlette) over our
 `RunTaskHandler`, served through a small ASGI bridge (`asgi.serve_asgi`), so request parsing,
-protocol-version checks, error codes and SSE framing are the SDK's. The card is built per request
-so its interface URL is the address the client used.
+protocol-version checks, error codes and SSE framing are the SDK's.
+
+The card is public (no token: a client reads it to learn how to authenticate), so it shows only
+what an operator chose to publish: the agent's `description` (never its system prompt, which
+holds instructions and often internal details), and URLs on the configured public base URL or
+the listen address (`agentlog.http.urls`), never on the request's `Host` header.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from agentlog.http.auth import AUTHENTICATOR, principal
 from agentlog.http.context import services
 from agentlog.http.errors import ApiError
 from agentlog.http.routing import Route
+from agentlog.http.urls import listen_base_url
 
 from .asgi import serve_asgi
 
@@ -49,7 +54,7 @@ def agent_card(spec: Any, url: str, *, bearer: bool = False) -> Any:
         StringList,
     )
 
-    description = spec.system_prompt or f"agentlog agent {spec.id}"
+    description = spec.description or f"agentlog agent {spec.id}"
     security: dict[str, Any] = {}
     if bearer:
         security = {
@@ -68,8 +73,11 @@ def agent_card(spec: Any, url: str, *, bearer: bool = False) -> Any:
     )
 
 
-def a2a_routes(dispatcher: Any, agents: Callable[[], Mapping[str, Any]], default_agent: str | None = None) -> list[Route]:
-    """Routes of the A2A server; `agents()` gives the agents served (id -> AgentSpec)."""
+def a2a_routes(dispatcher: Any, agents: Callable[[], Mapping[str, Any]], default_agent: str | None = None,
+               *, public_url: str | None = None) -> list[Route]:
+    """Routes of the A2A server; `agents()` gives the agents served (id -> AgentSpec).
+    `public_url`: the base of the card's URLs (`agentlog.http.urls.public_base_url`); None: the
+    listen address of the socket each request came in on."""
 
     #: One SDK JSON-RPC app per (store, agent), built on first use.
     apps: dict[tuple[int, str], Any] = {}
@@ -81,7 +89,7 @@ def a2a_routes(dispatcher: Any, agents: Callable[[], Mapping[str, Any]], default
         return spec
 
     def base(request: web.Request) -> str:
-        return f"{request.scheme}://{request.host}"
+        return public_url or listen_base_url(request)
 
     async def card(request: web.Request) -> web.Response:
         from a2a.server.request_handlers.response_helpers import agent_card_to_dict
