@@ -13,6 +13,7 @@ one, rendered in that provider's format. Every request is recorded (path, header
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import threading
 from collections import deque
@@ -42,6 +43,10 @@ class Answer:
     retry_after: str | None = None
     #: Text pieces per answer (to see several deltas).
     pieces: int = 3
+    #: Reasoning before the answer (Anthropic thinking, an OpenAI reasoning item, Gemini thoughts),
+    #: with its signature / encrypted content.
+    thinking: str = ""
+    signature: str = "sig-1"
 
     @classmethod
     def failure(cls, status: int, message: str = "error", *, code: str = "", retry_after: str | None = None) -> Answer:
@@ -66,6 +71,10 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
 
 
 def _sse(event: str | None, data: Any) -> bytes:
@@ -157,6 +166,16 @@ class FakeProviders:
             "usage": {"input_tokens": a.input_tokens - a.cache_read - a.cache_write, "output_tokens": 1,
                       "cache_read_input_tokens": a.cache_read, "cache_creation_input_tokens": a.cache_write}}})]
         index = 0
+        if a.thinking:
+            frames.append(_sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": {
+                "type": "thinking", "thinking": "", "signature": ""}}))
+            for piece in (a.thinking[: len(a.thinking) // 2], a.thinking[len(a.thinking) // 2:]):
+                frames.append(_sse("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                           "delta": {"type": "thinking_delta", "thinking": piece}}))
+            frames.append(_sse("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                       "delta": {"type": "signature_delta", "signature": a.signature}}))
+            frames.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
+            index += 1
         if a.text:
             frames.append(_sse("content_block_start", {"type": "content_block_start", "index": index,
                                                        "content_block": {"type": "text", "text": ""}}))
@@ -199,6 +218,18 @@ class FakeProviders:
                                             "response": {**base, "status": "in_progress"}})]
         output: list[dict[str, Any]] = []
         index = 0
+        if a.thinking:
+            item = {"type": "reasoning", "id": "rs_0", "summary": []}
+            frames.append(_sse("response.output_item.added", {"type": "response.output_item.added", "output_index": index,
+                                                              "item": item, "sequence_number": next(seq)}))
+            frames.append(_sse("response.reasoning_summary_text.delta", {
+                "type": "response.reasoning_summary_text.delta", "item_id": "rs_0", "output_index": index,
+                "summary_index": 0, "delta": a.thinking, "sequence_number": next(seq)}))
+            done = {**item, "summary": [{"type": "summary_text", "text": a.thinking}], "encrypted_content": a.signature}
+            frames.append(_sse("response.output_item.done", {"type": "response.output_item.done", "output_index": index,
+                                                             "item": done, "sequence_number": next(seq)}))
+            output.append(done)
+            index += 1
         if a.text:
             item = {"type": "message", "id": "msg_0", "role": "assistant", "status": "in_progress", "content": []}
             frames.append(_sse("response.output_item.added", {"type": "response.output_item.added", "output_index": index,
@@ -273,12 +304,17 @@ class FakeProviders:
             return web.json_response({"error": {"code": a.status, "message": a.error, "status": status}},
                                      status=a.status, headers=self._headers(a))
         frames = []
+        if a.thinking:
+            frames.append(self._gemini_chunk(a, [{"text": a.thinking, "thought": True,
+                                                 "thoughtSignature": _b64(a.signature)}], False))
         pieces = a.text_pieces()
         for i, piece in enumerate(pieces):
             last = i == len(pieces) - 1 and not a.calls
             frames.append(self._gemini_chunk(a, [{"text": piece}], last))
         if a.calls:
-            parts = [{"functionCall": {"name": name, "args": args}} for name, args in a.calls]
+            parts = [{"functionCall": {"name": name, "args": args}, **({"thoughtSignature": _b64(f"{a.signature}-call")}
+                                                                        if a.thinking else {})}
+                     for name, args in a.calls]
             frames.append(self._gemini_chunk(a, parts, True))
         if not frames:
             frames.append(self._gemini_chunk(a, [{"text": ""}], True))

@@ -20,6 +20,7 @@ from fake_providers import Answer, FakeProviders
 from agentlog import AnthropicModel, GeminiModel, ModelPrices, OpenAIResponsesModel
 from agentlog.log.events import Message
 from agentlog.runtime import AgentSpec, Runtime, tool
+from agentlog.runtime.live import MemoryLiveSink
 from agentlog.runtime.models import ModelRequest, ToolSpec, complete
 from agentlog.runtime.replay import ReplayApp, verify_run
 
@@ -100,6 +101,43 @@ async def test_provider_tool_round_trip_streams_records_and_replays(store: Any, 
     assert len(sent) == 1 and "3" in str(sent[0])
     answer = [e.message for e in events_of(log, "MessageAppended") if e.message.role == "assistant"][-1]
     assert answer.content == "the sum is 3"
+
+
+def reasoning_in(provider: str, body: dict[str, Any]) -> list[Any]:
+    """The reasoning a request sends back, in the provider's own shape."""
+    if provider == "anthropic":
+        return [b for m in body["messages"] for b in m["content"] if b.get("type") == "thinking"]
+    if provider == "responses":
+        return [i for i in body["input"] if i.get("type") == "reasoning"]
+    return [p for c in body["contents"] for p in c["parts"] if "thoughtSignature" in p]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_provider_reasoning_is_recorded_sent_back_and_replayed(store: Any, fake: FakeProviders,
+                                                                     provider: str) -> None:
+    fake.script(Answer(thinking="the user wants a sum", calls=[("add", {"a": 1, "b": 2})]), Answer(text="3"))
+    live = MemoryLiveSink()
+    agent = AgentSpec(id="agent", model="m", tools=["add"])
+    rt = Runtime(store, agents=[agent], tools=[add], models={"m": make_model(provider, fake)}, live=live)
+    async with asyncio.timeout(LIMIT):
+        result = await rt.run("agent", "what is 1 + 2?")
+        log = await logged(rt, result)
+        report = await verify_run(log, result.run_id, ReplayApp(agents=[rt.agents.get("agent")], tools=[add]))
+    assert report.ok, report
+    first = [e.message for e in events_of(log, "MessageAppended") if e.message.role == "assistant"][0]
+    assert first.reasoning and first.reasoning[0].text == "the user wants a sum"
+    assert {r.provider for r in first.reasoning} == {"openai" if provider == "responses" else provider}
+    streamed = live.of_type("reasoning_delta")  # live, under the message id the commit has
+    assert "".join(d["text"] for d in streamed) == "the user wants a sum"
+    assert {d["message_id"] for d in streamed} == {first.id}
+    sent = reasoning_in(provider, fake.requests[1].body)
+    assert sent, fake.requests[1].body  # the next request carries it back, signed / encrypted
+    if provider == "anthropic":
+        assert sent[0] == {"type": "thinking", "thinking": "the user wants a sum", "signature": "sig-1"}
+    elif provider == "responses":
+        assert sent[0]["id"] == "rs_0" and sent[0]["encrypted_content"] == "sig-1"
+    else:  # the thought and the call's part each keep their signature
+        assert len(sent) == 2 and any("functionCall" in p for p in sent)
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

@@ -88,11 +88,29 @@ class ToolCall(_Value, frozen=True):
     arguments: dict[str, JSON] = {}
 
 
+class ReasoningPart(_Value, frozen=True):
+    """A piece of a model's reasoning, as its provider gave it, so the next request can send it
+    back (providers check it: Anthropic thinking blocks by `signature`, OpenAI reasoning items by
+    `id` + encrypted `data`, Gemini thought signatures, on a call's part when `call_id` is set).
+    `text` is what may be shown (a summary, or the thinking itself); `data` is opaque."""
+
+    #: Which provider's format this is ("anthropic", "openai", "gemini"): each sends back only its
+    #: own (a pool may mix providers in one conversation).
+    provider: str | None = None
+    text: str = ""
+    signature: str | None = None
+    data: str | None = None
+    id: str | None = None
+    call_id: str | None = None
+
+
 class Message(_Value, frozen=True):
     id: str
     role: Role
     content: str = ""
     tool_calls: list[ToolCall] | None = None
+    #: The model's reasoning before this answer (assistant messages; omitted when none).
+    reasoning: list[ReasoningPart] | None = None
     tool_call_id: str | None = None
     visibility: Visibility = "all"
     #: Set (and `content` empty) while the content is stored by reference.

@@ -416,7 +416,7 @@ class RunLoop(Resume, Inference):
             response = await self._race(self._infer(request))
         message = Message(
             id=self._message_id(take=True), role="assistant", content=response.text,
-            tool_calls=list(response.tool_calls) or None,
+            tool_calls=list(response.tool_calls) or None, reasoning=list(response.reasoning) or None,
         )
         self._emit(MessageAppended(message=message))
         self._emit(InferenceCompleted(

@@ -21,6 +21,7 @@ from .models.base import (
     ModelProtocolError,
     ModelRequest,
     ModelResponse,
+    ReasoningDelta,
     SelfRetrying,
     TextDelta,
     ToolCallDelta,
@@ -90,6 +91,9 @@ class Inference(StagingBase):
             if live_on:
                 if t is TextDelta:
                     self.live.publish(*for_live, {"type": "text_delta", "step": step, "text": chunk.text,
+                                                  "message_id": self._message_id()})
+                elif t is ReasoningDelta:
+                    self.live.publish(*for_live, {"type": "reasoning_delta", "step": step, "text": chunk.text,
                                                   "message_id": self._message_id()})
                 elif t is ToolCallDelta:
                     self.live.publish(*for_live, {

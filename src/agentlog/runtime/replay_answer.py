@@ -215,6 +215,7 @@ class ReplayModel:
             yield ModelDone(ModelResponse(
                 model=rec.record.model, text=rec.message.content, tool_calls=list(rec.message.tool_calls or []),
                 usage=rec.record.usage, stop_reason=rec.record.stop_reason, cost=rec.record.cost,
+                reasoning=list(rec.message.reasoning or []),
             ))
             return
         if plan.open:

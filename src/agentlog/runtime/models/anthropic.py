@@ -5,8 +5,9 @@
 - Prompt caching (`prompt_cache=True`, the default): a `cache_control` breakpoint on the system
   prompt, the tool list and the last message, so each turn of a conversation reads the previous
   turns from the cache. The answer's cache reads / writes land in `Usage`.
-- Extended thinking (`thinking_budget=N`): the request asks for thinking; thinking tokens are
-  billed as output, and the streamed thinking text is not part of the answer's text.
+- Extended thinking (`thinking_budget=N`): the request asks for thinking; the thinking streams as
+  `ReasoningDelta`s and is recorded, signed, in the assistant message's `reasoning`, which goes
+  back with the message in later requests (the API requires it around tool use).
 - `Usage.input_tokens` counts cached tokens too (Anthropic reports them apart).
 - Errors are the SDK's, mapped by `agentlog.runtime.models.sdk` (429 / 529 retryable with
   `retry-after`, "prompt is too long" -> `ContextOverflow`, 401 -> `ModelAuthError`).
@@ -18,7 +19,7 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from agentlog.log.events import Message, ToolCall, Usage
+from agentlog.log.events import Message, ReasoningPart, ToolCall, Usage
 
 from .base import (
     ModelChunk,
@@ -26,6 +27,7 @@ from .base import (
     ModelRequest,
     ModelRequestRejected,
     ModelResponse,
+    ReasoningDelta,
     TextDelta,
     ToolCallDelta,
 )
@@ -123,6 +125,8 @@ class AnthropicModel:
             elif kind == "content_block_start":
                 block = event.content_block
                 entry: dict[str, Any] = {"type": block.type, "args": []}
+                if block.type == "redacted_thinking":
+                    entry["data"] = block.data
                 if block.type == "tool_use":
                     entry.update(id=block.id, name=block.name, position=sum(
                         1 for b in blocks.values() if b["type"] == "tool_use"))
@@ -133,6 +137,11 @@ class AnthropicModel:
                 if delta.type == "text_delta":
                     text.append(delta.text)
                     yield TextDelta(delta.text)
+                elif delta.type == "thinking_delta" and event.index in blocks:
+                    blocks[event.index]["args"].append(delta.thinking)
+                    yield ReasoningDelta(delta.thinking)
+                elif delta.type == "signature_delta" and event.index in blocks:
+                    blocks[event.index]["signature"] = delta.signature
                 elif delta.type == "input_json_delta" and event.index in blocks:
                     call = blocks[event.index]
                     call["args"].append(delta.partial_json)
@@ -145,8 +154,13 @@ class AnthropicModel:
             ToolCall(id=b["id"], name=b["name"], arguments=parse_arguments("".join(b["args"]), b["name"]))
             for _, b in sorted(blocks.items()) if b["type"] == "tool_use"
         ]
+        reasoning = [
+            ReasoningPart(provider="anthropic", text="".join(b["args"]), signature=b.get("signature"))
+            if b["type"] == "thinking" else ReasoningPart(provider="anthropic", data=b["data"])
+            for _, b in sorted(blocks.items()) if b["type"] in ("thinking", "redacted_thinking")
+        ]
         yield ModelDone(ModelResponse(
-            model=model, text="".join(text), tool_calls=calls, stop_reason=stop_reason,
+            model=model, text="".join(text), tool_calls=calls, stop_reason=stop_reason, reasoning=reasoning,
             usage=Usage(
                 input_tokens=usage["input"] + usage["cache_read"] + usage["cache_write"],
                 output_tokens=usage["output"], cache_read_tokens=usage["cache_read"],
@@ -182,7 +196,12 @@ def to_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
                 raise ModelRequestRejected(f"tool message {m.id!r} has no tool_call_id")
             add("user", [{"type": "tool_result", "tool_use_id": m.tool_call_id, "content": m.content}])
         elif m.role == "assistant":
-            blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
+            blocks: list[dict[str, Any]] = [  # thinking first, signed, as the API returned it
+                {"type": "thinking", "thinking": r.text, "signature": r.signature} if r.data is None
+                else {"type": "redacted_thinking", "data": r.data}
+                for r in m.reasoning or () if r.provider == "anthropic" and (r.signature or r.data)
+            ]
+            blocks += [{"type": "text", "text": m.content}] if m.content else []
             blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in m.tool_calls or ()]
             add("assistant", blocks or [{"type": "text", "text": ""}])
         else:

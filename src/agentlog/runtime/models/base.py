@@ -1,7 +1,7 @@
 """The `Model` protocol: what the loop needs from any LLM, streaming.
 
-A model streams `TextDelta`s (forwarded live, never persisted), optional `ToolCallDelta`s (live
-progress of streamed arguments) and ends with exactly one `ModelDone` carrying the whole
+A model streams `TextDelta`s (forwarded live, never persisted), optional `ReasoningDelta`s and
+`ToolCallDelta`s (live progress of reasoning and of streamed arguments) and ends with exactly one `ModelDone` carrying the whole
 `ModelResponse`, which is what the loop commits. Keeping the complete response in one final chunk
 means the loop never re-assembles fragments and replay can answer with the recorded response.
 """
@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 import msgspec
 
 from agentlog.log.errors import AgentlogError
-from agentlog.log.events import Message, ToolCall, Usage
+from agentlog.log.events import Message, ReasoningPart, ToolCall, Usage
 
 
 class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,6 +42,9 @@ class ModelResponse(msgspec.Struct, frozen=True, kw_only=True):
     #: USD, when the answerer already knows it (a replay answers the recorded cost); else the
     #: loop prices `usage` with the model's `prices`.
     cost: float | None = None
+    #: The reasoning the provider returned (thinking, summaries, signatures), recorded in the
+    #: assistant message and sent back with it.
+    reasoning: list[ReasoningPart] = []
 
 
 #: Stop reasons meaning "the output hit its token limit", as each provider spells it.
@@ -54,6 +57,12 @@ def is_truncated(response: ModelResponse) -> bool:
 
 
 class TextDelta(msgspec.Struct, frozen=True):
+    text: str
+
+
+class ReasoningDelta(msgspec.Struct, frozen=True):
+    """Streamed reasoning text (live only; the whole reasoning is in the final response)."""
+
     text: str
 
 
@@ -70,7 +79,7 @@ class ModelDone(msgspec.Struct, frozen=True):
     response: ModelResponse
 
 
-ModelChunk = TextDelta | ToolCallDelta | ModelDone
+ModelChunk = TextDelta | ReasoningDelta | ToolCallDelta | ModelDone
 
 
 @runtime_checkable

@@ -6,6 +6,9 @@
 - Gemini may stream a function call without an id: the id is then derived from the answer
   (same answer, same id), as replay and resume need stable ids.
 - The SDK's automatic function calling is off: the run loop executes tools.
+- Thoughts (`thinking_budget=`, `include_thoughts` in the options) stream as `ReasoningDelta`s;
+  thought signatures (on thoughts, text or a call's part) are recorded in the message's
+  `reasoning` and sent back on the same parts.
 - Usage: `prompt_token_count` (includes cached), `cached_content_token_count`, and output as
   candidates + thoughts (thinking tokens are billed as output), with `reasoning_tokens` the latter.
 - Errors: `google.genai.errors.APIError` carries the HTTP code; mapped like the other providers.
@@ -13,11 +16,12 @@
 
 from __future__ import annotations
 
+import base64
 import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from agentlog.log.events import Message, ToolCall, Usage
+from agentlog.log.events import Message, ReasoningPart, ToolCall, Usage
 
 from .base import (
     ModelChunk,
@@ -26,6 +30,7 @@ from .base import (
     ModelRequest,
     ModelRequestRejected,
     ModelResponse,
+    ReasoningDelta,
     TextDelta,
     ToolCallDelta,
 )
@@ -128,7 +133,8 @@ class GeminiModel:
         params = self.params(request)
         stream = await self._clients.get().aio.models.generate_content_stream(**params)
         text: list[str] = []
-        calls: list[tuple[str | None, str, dict[str, Any]]] = []
+        calls: list[tuple[str | None, str, dict[str, Any], str | None]] = []
+        thoughts: list[ReasoningPart] = []
         usage = Usage()
         stop_reason: str | None = None
         model = params["model"]
@@ -140,22 +146,31 @@ class GeminiModel:
                     stop_reason = str(getattr(candidate.finish_reason, "value", candidate.finish_reason))
                 content = candidate.content
                 for part in (content.parts if content is not None else None) or ():
+                    signature = _b64(part.thought_signature)
                     if part.function_call is not None:
                         fc = part.function_call
-                        calls.append((fc.id, fc.name or "", dict(fc.args or {})))
+                        calls.append((fc.id, fc.name or "", dict(fc.args or {}), signature))
                         yield ToolCallDelta(index=len(calls) - 1, call_id=fc.id, name=fc.name)
-                    elif part.text and not part.thought:
+                    elif part.thought:
+                        thoughts.append(ReasoningPart(provider="gemini", text=part.text or "", signature=signature))
+                        if part.text:
+                            yield ReasoningDelta(part.text)
+                    elif part.text:
                         text.append(part.text)
                         yield TextDelta(part.text)
+                        if signature:  # a signature on the answer's text: kept to send it back
+                            thoughts.append(ReasoningPart(provider="gemini", signature=signature))
         body = "".join(text)
         tool_calls = [
             ToolCall(id=cid or derived_call_id(model, i, name, body, sorted(args.items())), name=name, arguments=args)
-            for i, (cid, name, args) in enumerate(calls)
+            for i, (cid, name, args, _) in enumerate(calls)
         ]
+        thoughts += [ReasoningPart(provider="gemini", signature=sig, call_id=call.id)
+                     for call, (_, _, _, sig) in zip(tool_calls, calls, strict=True) if sig]
         if tool_calls and stop_reason == "STOP":
             stop_reason = "tool_calls"
         yield ModelDone(ModelResponse(model=model, text=body, tool_calls=tool_calls, usage=usage,
-                                      stop_reason=stop_reason))
+                                      stop_reason=stop_reason, reasoning=thoughts))
 
 
 def _usage(u: Any) -> Usage:
@@ -188,9 +203,25 @@ def to_gemini_contents(messages: list[Message]) -> list[dict[str, Any]]:
             add("user", [{"function_response": {"id": m.tool_call_id, "name": names.get(m.tool_call_id, "tool"),
                                                 "response": {"result": m.content}}}])
         elif m.role == "assistant":
-            parts: list[dict[str, Any]] = [{"text": m.content}] if m.content else []
-            parts += [{"function_call": {"id": c.id, "name": c.name, "args": c.arguments}} for c in m.tool_calls or ()]
+            mine = [r for r in m.reasoning or () if r.provider == "gemini"]
+            signed = {r.call_id: r.signature for r in mine if r.call_id and r.signature}
+            parts: list[dict[str, Any]] = [
+                {"text": r.text, "thought": True, **_signature(r.signature)} for r in mine if r.text and not r.call_id
+            ]
+            text_signature = next((r.signature for r in mine if not r.text and not r.call_id and r.signature), None)
+            parts += [{"text": m.content, **_signature(text_signature)}] if m.content else []
+            parts += [{"function_call": {"id": c.id, "name": c.name, "args": c.arguments}, **_signature(signed.get(c.id))}
+                      for c in m.tool_calls or ()]
             add("model", parts or [{"text": ""}])
         else:
             add("user", [{"text": m.content}])
     return out
+
+
+def _b64(value: bytes | None) -> str | None:
+    """A thought signature (bytes from the SDK) as text for the log."""
+    return base64.b64encode(value).decode() if value else None
+
+
+def _signature(value: str | None) -> dict[str, Any]:
+    return {"thought_signature": base64.b64decode(value)} if value else {}

@@ -3,6 +3,8 @@
 - System messages become `instructions`; the conversation is sent as input items (messages,
   `function_call` and `function_call_output` items), so the request is stateless (`store` is
   off unless the options say otherwise): the log, not the provider, holds the conversation.
+- Reasoning (`reasoning_effort=`): summaries stream as `ReasoningDelta`s; each reasoning item is
+  recorded with its encrypted content (`include`) and sent back before the answer it led to.
 - Text and tool-call argument deltas are streamed; the final `response.completed` (or
   `response.incomplete` when the output hit `max_output_tokens`) gives usage, including cached
   input and reasoning tokens.
@@ -17,7 +19,7 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from agentlog.log.events import Message, ToolCall, Usage
+from agentlog.log.events import Message, ReasoningPart, ToolCall, Usage
 
 from .base import (
     ModelChunk,
@@ -25,6 +27,7 @@ from .base import (
     ModelRequest,
     ModelRequestRejected,
     ModelResponse,
+    ReasoningDelta,
     TextDelta,
     ToolCallDelta,
 )
@@ -81,8 +84,9 @@ class OpenAIResponsesModel:
         if request.tools:
             params["tools"] = [{"type": "function", "name": t.name, "description": t.description,
                                 "parameters": t.parameters, "strict": False} for t in request.tools]
-        if self.reasoning_effort is not None:
-            params["reasoning"] = {"effort": self.reasoning_effort}
+        if self.reasoning_effort is not None:  # stateless: the reasoning comes back encrypted, for the next turn
+            params["reasoning"] = {"effort": self.reasoning_effort, "summary": "auto"}
+            params["include"] = ["reasoning.encrypted_content"]
         params.update(options)
         return params
 
@@ -96,6 +100,7 @@ class OpenAIResponsesModel:
         calls: dict[int, dict[str, Any]] = {}  # output_index -> {id, name, args, position}
         final: Any = None
         stop_reason = "stop"
+        reasoning: list[ReasoningPart] = []
         async for event in stream:
             kind = event.type
             if kind == "response.output_text.delta":
@@ -109,6 +114,13 @@ class OpenAIResponsesModel:
                 call = calls[event.output_index]
                 call["args"].append(event.delta)
                 yield ToolCallDelta(index=call["position"], arguments_delta=event.delta)
+            elif kind == "response.reasoning_summary_text.delta":
+                yield ReasoningDelta(event.delta)
+            elif kind == "response.output_item.done" and event.item.type == "reasoning":
+                item = event.item
+                summary = "\n\n".join(getattr(p, "text", "") for p in (getattr(item, "summary", None) or ()))
+                reasoning.append(ReasoningPart(provider="openai", id=item.id, text=summary,
+                                               data=getattr(item, "encrypted_content", None)))
             elif kind == "response.output_item.done" and event.item.type == "function_call":
                 if event.output_index in calls:
                     calls[event.output_index]["done"] = event.item.arguments
@@ -128,7 +140,7 @@ class OpenAIResponsesModel:
             stop_reason = "tool_calls"
         yield ModelDone(ModelResponse(
             model=params["model"], text="".join(text), tool_calls=tool_calls,
-            usage=_usage(getattr(final, "usage", None)), stop_reason=stop_reason,
+            usage=_usage(getattr(final, "usage", None)), stop_reason=stop_reason, reasoning=reasoning,
         ))
 
 
@@ -162,6 +174,9 @@ def to_responses_input(messages: list[Message]) -> list[dict[str, Any]]:
                 raise ModelRequestRejected(f"tool message {m.id!r} has no tool_call_id")
             items.append({"type": "function_call_output", "call_id": m.tool_call_id, "output": m.content})
         elif m.role == "assistant":
+            items += [{"type": "reasoning", "id": r.id, "encrypted_content": r.data,
+                       "summary": [{"type": "summary_text", "text": r.text}] if r.text else []}
+                      for r in m.reasoning or () if r.provider == "openai" and r.id and r.data]
             if m.content:
                 items.append({"role": "assistant", "content": m.content})
             items += [{"type": "function_call", "call_id": c.id, "name": c.name, "arguments": json.dumps(c.arguments)}
