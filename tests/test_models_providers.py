@@ -238,7 +238,8 @@ async def test_responses_request_is_stateless_input_items(fake: FakeProviders) -
     body = fake.requests[0].body
     assert body["instructions"] == "be brief" and body["store"] is False
     assert body["input"] == [{"role": "user", "content": "hello"}]
-    assert body["max_output_tokens"] == 50 and body["reasoning"] == {"effort": "low"}
+    assert body["max_output_tokens"] == 50 and body["reasoning"] == {"effort": "low", "summary": "auto"}
+    assert body["include"] == ["reasoning.encrypted_content"]  # stateless: reasoning comes back to us
     assert response.usage.reasoning_tokens == 7
 
 
