@@ -127,16 +127,16 @@ async def test_budget_suspends_for_a_human_and_a_resume_extends_it(store: Any) -
     async with asyncio.timeout(LIMIT):
         result = await rt.run("agent", "add a lot")
         assert result.status == "waiting" and result.termination is None  # not failed: waiting
-        ticket = result.run.calls["budget-3"].ticket
+        ticket = result.run.calls["budget-1"].ticket
         assert ticket.action == "budget" and ticket.parameters["cost"] == pytest.approx(0.003)
-        decided = await rt.decide(result.run_id, [{"target_id": "budget-3", "decision_id": "d1", "action": "resume"}])
+        decided = await rt.decide(result.run_id, [{"target_id": "budget-1", "decision_id": "d1", "action": "resume"}])
         final = await decided.handle.result()
         assert final.termination.type == "natural_end"
         log = await logged(rt, final)
         await verified(rt, result.run_id, result.thread_id)
     assert len(events_of(log, "InferenceCompleted")) == 4
     # the ticket is answered without a tool message: the model never sees it
-    assert all(e.message.tool_call_id != "budget-3" for e in events_of(log, "MessageAppended"))
+    assert all(e.message.tool_call_id != "budget-1" for e in events_of(log, "MessageAppended"))
 
 
 async def test_budget_cancel_ends_the_run_stopped_by_budget(store: Any) -> None:
@@ -144,7 +144,7 @@ async def test_budget_cancel_ends_the_run_stopped_by_budget(store: Any) -> None:
     async with asyncio.timeout(LIMIT):
         result = await rt.run("agent", "add a lot")
         assert result.status == "waiting"
-        decided = await rt.decide(result.run_id, [{"target_id": "budget-3", "decision_id": "d1", "action": "cancel"}])
+        decided = await rt.decide(result.run_id, [{"target_id": "budget-1", "decision_id": "d1", "action": "cancel"}])
         final = await decided.handle.result()
         await verified(rt, result.run_id, result.thread_id)
     assert final.termination.type == "stopped" and final.termination.code == "budget"
@@ -154,10 +154,11 @@ async def test_budget_extended_run_suspends_again_at_twice_the_budget(store: Any
     rt = budget_runtime(store, Budget(max_tokens=2000), tool_turns(5))
     async with asyncio.timeout(LIMIT):
         result = await rt.run("agent", "add a lot")
-        assert "budget-2" in result.run.calls
-        decided = await rt.decide(result.run_id, [{"target_id": "budget-2", "decision_id": "d1", "action": "resume"}])
+        assert result.run.steps == 2 and "budget-1" in result.run.calls  # 2000 tokens: at the budget
+        decided = await rt.decide(result.run_id, [{"target_id": "budget-1", "decision_id": "d1", "action": "resume"}])
         again = await decided.handle.result()
-    assert again.status == "waiting" and again.run.calls["budget-4"].ticket.action == "budget"
+    assert again.status == "waiting" and again.run.calls["budget-2"].ticket.action == "budget"
+    assert again.run.steps == 4  # the second budget lasted two more steps
 
 
 # -- pools -----------------------------------------------------------------------------------------

@@ -268,7 +268,7 @@ class ToolRounds(StagingBase):
         wait for a human, as an approval waits: `resume` extends the budget, `cancel` ends the
         run. The step is already closed; the next one starts after the decision."""
         ctx = self.ctx
-        call_id = f"{BUDGET_CALL_PREFIX}{ctx.step}"
+        call_id = f"{BUDGET_CALL_PREFIX}{ctx.budget_extensions + 1}"  # the run's n-th ticket: each is answered first
         self._emit(ToolCallSuspended(call_id=call_id, ticket=SuspendTicket(
             id=call_id, action="budget", message=f"The run reached its budget ({term.detail}). Extend it?",
             parameters={"tokens": ctx.usage.total_tokens, "cost": ctx.cost, "extensions": ctx.budget_extensions},
