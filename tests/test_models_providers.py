@@ -317,3 +317,30 @@ def test_config_errors_for_provider_ids_pools_and_budgets(tmp_path: Path, yaml: 
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert message in str(info.value) and "bad.yaml" in str(info.value)
+
+
+@pytest.mark.parametrize("client", ["aiohttp", "sdk"])
+@pytest.mark.parametrize(("answer", "error", "code"), [
+    (Answer.failure(429, "slow down", retry_after="3"), "ModelRateLimited", "model_rate_limited"),
+    (Answer.failure(401, "bad key"), "ModelAuthError", "model_auth_failed"),
+    (Answer.overflow(), "ContextOverflow", "context_overflow"),
+    (Answer.failure(400, "unknown parameter"), "ModelRequestRejected", "model_request_rejected"),
+])
+async def test_openai_chat_clients_raise_the_same_typed_errors(fake: FakeProviders, client: str, answer: Answer,
+                                                               error: str, code: str) -> None:
+    """Both Chat Completions clients (`openai:` and `openai-sdk:`) map statuses like the other
+    providers, one attempt each under the loop (`single_attempt` for the self-retrying one)."""
+    from agentlog.runtime.models import OpenAIChatModel, OpenAISDKChatModel
+
+    fake.script(answer)
+    base: Any = (OpenAIChatModel if client == "aiohttp" else OpenAISDKChatModel)(
+        "gpt-test", base_url=fake.openai_url, api_key="k")
+    fake.clients.append(base)
+    model = base.single_attempt() if client == "aiohttp" else base
+    async with asyncio.timeout(LIMIT):
+        with pytest.raises(Exception) as info:
+            await complete(model, ModelRequest(model="x", messages=[_msg("u", "user", "hi")]))
+    assert type(info.value).__name__ == error and info.value.code == code
+    if error == "ModelRateLimited":
+        assert info.value.retry_after == 3 and info.value.retryable
+    assert len(fake.requests) == 1
