@@ -86,3 +86,12 @@ async def test_budget_waits_for_a_human_extend_then_cancel_deployed(deployment: 
         async with http.get(f"/v1/threads/{thread_id}") as r:
             thread = await r.json()
         assert thread["cost"] == pytest.approx(view["cost"])
+        # the gateway counts cost from the log it follows (whichever process ran the run)
+        async with asyncio.timeout(LIMIT):
+            while True:
+                async with http.get("/metrics") as r:
+                    text = await r.text()
+                if "agentlog_run_cost_usd_count 1.0" in text:
+                    break
+                await asyncio.sleep(0.05)  # polling another process's endpoint, bounded above
+        assert 'agentlog_model_cost_usd_total{model="counter"}' in text
