@@ -38,6 +38,8 @@ async function guarded(fn) {
 }
 
 const enc = encodeURIComponent;
+// a recorded cost (the views' `cost`, USD; null while nothing was priced)
+const usd = (cost) => (cost === null || cost === undefined ? "" : ` · $${cost.toFixed(6)}`);
 
 // -- lists -----------------------------------------------------------------------------------------
 
@@ -51,7 +53,7 @@ async function loadThreads() {
                    onclick: () => guarded(() => selectThread(t.thread_id)) },
       el("code", {}, t.thread_id),
       el("span", { class: "sub" }, `${t.run_ids.length} run(s) · ${t.message_count} message(s)`,
-         t.active_run_id ? " · active" : "")))));
+         usd(t.cost), t.active_run_id ? " · active" : "")))));
   if (!data.threads.length) ul.replaceChildren(el("li", { class: "sub" }, "no threads yet"));
 }
 
@@ -95,7 +97,8 @@ async function renderRun(run) {
   const term = run.termination ? ` · finished: ${run.termination.type}${run.termination.code ? " (" + run.termination.code + ")" : ""}` : "";
   $("#run-meta").replaceChildren(
     `thread `, el("code", {}, run.thread_id), ` · agent ${run.agent_id || "?"} · ${run.steps} step(s) · `,
-    `tokens in ${run.usage.input_tokens} / out ${run.usage.output_tokens}${term}`,
+    `tokens in ${run.usage.input_tokens} / out ${run.usage.output_tokens}${usd(run.cost)}`,
+    run.model ? ` · model ${run.model}` : "", term,
     run.parent_run_id ? ` · continues ${run.parent_run_id}` : "");
   const [tl] = await Promise.all([renderTimeline(), renderMessages(run.thread_id), renderState(S.selected)]);
   renderApprovals(run, requestedCalls(tl));
