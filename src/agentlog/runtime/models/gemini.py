@@ -39,6 +39,7 @@ from .sdk import (
     ClientPerLoop,
     call_names,
     derived_call_id,
+    guarded,
     import_sdk,
     map_sdk_error,
     map_status_error,
@@ -104,30 +105,7 @@ class GeminiModel:
         return {"model": model, "contents": to_gemini_contents(request.messages), "config": config}
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
-        return self._guarded(request)
-
-    async def _guarded(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
-        where = f"gemini model {self.model or request.model!r}: "
-        yielded = False
-        try:
-            async for chunk in self._stream(request):
-                yield chunk
-                yielded = True
-        except ModelError as exc:
-            if yielded:
-                exc.retryable = False
-            raise
-        except Exception as exc:  # noqa: BLE001 - the SDK's errors, whatever their class
-            code = getattr(exc, "code", None)
-            if isinstance(code, int) and type(exc).__module__.startswith("google"):
-                response = getattr(exc, "response", None)
-                err = map_status_error(code, str(getattr(exc, "message", None) or exc),
-                                       getattr(response, "headers", None) or {}, where=where)
-            else:
-                err = map_sdk_error(exc, where)
-            if yielded:
-                err.retryable = False
-            raise err from exc
+        return guarded(self._stream(request), f"gemini model {self.model or request.model!r}: ", _map_error)
 
     async def _stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
         params = self.params(request)
@@ -216,6 +194,17 @@ def to_gemini_contents(messages: list[Message]) -> list[dict[str, Any]]:
         else:
             add("user", [{"text": m.content}])
     return out
+
+
+def _map_error(exc: BaseException, where: str) -> ModelError:
+    """google-genai's `APIError` carries the HTTP status as `code`; anything else maps as the
+    other SDKs' errors do."""
+    code = getattr(exc, "code", None)
+    if isinstance(code, int) and type(exc).__module__.startswith("google"):
+        response = getattr(exc, "response", None)
+        return map_status_error(code, str(getattr(exc, "message", None) or exc),
+                                getattr(response, "headers", None) or {}, where=where)
+    return map_sdk_error(exc, where)
 
 
 def _b64(value: bytes | None) -> str | None:

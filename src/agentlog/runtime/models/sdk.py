@@ -126,16 +126,19 @@ class ClientPerLoop:
 
     async def aclose(self) -> None:
         client, self._client, self._loop = self._client, None, None
-        close = getattr(client, "close", None) or getattr(client, "aclose", None)
+        aio = getattr(client, "aio", None)  # google-genai: the async half has its own close
+        close = getattr(aio, "aclose", None) or getattr(client, "close", None) or getattr(client, "aclose", None)
         if close is not None:
             result = close()
             if inspect.isawaitable(result):
                 await result
 
 
-async def guarded(chunks: AsyncIterator[ModelChunk], where: str) -> AsyncIterator[ModelChunk]:
-    """A provider's chunks with its SDK's exceptions mapped to model errors. A failure after
-    output went out live is not retryable: a retry would stream it twice."""
+async def guarded(chunks: AsyncIterator[ModelChunk], where: str,
+                  mapper: Callable[[BaseException, str], ModelError] | None = None) -> AsyncIterator[ModelChunk]:
+    """A provider's chunks with its SDK's exceptions mapped to model errors (by `mapper`, default
+    `map_sdk_error`). A failure after output went out live is not retryable: a retry would
+    stream it twice."""
     yielded = False
     try:
         async for chunk in chunks:
@@ -146,7 +149,7 @@ async def guarded(chunks: AsyncIterator[ModelChunk], where: str) -> AsyncIterato
             exc.retryable = False
         raise
     except Exception as exc:  # noqa: BLE001 - the SDK's errors, whatever their class
-        err = map_sdk_error(exc, where)
+        err = (mapper or map_sdk_error)(exc, where)
         if yielded:
             err.retryable = False
         raise err from exc
