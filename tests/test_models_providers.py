@@ -344,3 +344,30 @@ async def test_openai_chat_clients_raise_the_same_typed_errors(fake: FakeProvide
     if error == "ModelRateLimited":
         assert info.value.retry_after == 3 and info.value.retryable
     assert len(fake.requests) == 1
+
+
+async def test_openai_chat_client_records_the_reasoning_content_of_compatible_servers() -> None:
+    """`openai:` against a compatible server that streams `reasoning_content` (vLLM, DeepSeek):
+    the reasoning streams as deltas and lands in the response, and is not sent back."""
+    from agentlog.runtime.models import OpenAIChatModel, ReasoningDelta
+
+    from fake_openai import FakeOpenAI, Reply, chunk, usage_chunk
+
+    async with FakeOpenAI() as fake:
+        fake.script(Reply(events=[chunk({"reasoning_content": "think "}), chunk({"reasoning_content": "more"}),
+                                  chunk({"content": "answer"}), chunk(finish_reason="stop"), usage_chunk(3, 4)]),
+                    Reply.text("again"))
+        model = OpenAIChatModel("m", base_url=fake.url, api_key="k")
+        request = ModelRequest(model="x", messages=[_msg("u", "user", "hi")])
+        try:
+            async with asyncio.timeout(LIMIT):
+                chunks = [c async for c in model.stream(request)]
+                response = chunks[-1].response
+                followup = ModelRequest(model="x", messages=[*request.messages, Message(
+                    id="a", role="assistant", content=response.text, reasoning=response.reasoning)])
+                await complete(model, followup)
+        finally:
+            await model.aclose()
+    assert [c.text for c in chunks if isinstance(c, ReasoningDelta)] == ["think ", "more"]
+    assert response.text == "answer" and response.reasoning[0].text == "think more"
+    assert "think" not in json.dumps(fake.requests[1].body)

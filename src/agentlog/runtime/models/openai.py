@@ -33,7 +33,7 @@ from typing import Any
 
 import aiohttp
 
-from agentlog.log.events import Message, ToolCall, Usage
+from agentlog.log.events import Message, ReasoningPart, ToolCall, Usage
 
 from .base import (
     ContextOverflow,
@@ -47,6 +47,7 @@ from .base import (
     ModelRequestRejected,
     ModelResponse,
     ModelUnavailable,
+    ReasoningDelta,
     TextDelta,
     ToolCallDelta,
     ToolSpec,
@@ -335,6 +336,7 @@ class _StreamParser:
         self.usage = Usage()
         self.finish_reason: str | None = None
         self.completion_id = ""
+        self.reasoning: list[str] = []
 
     def feed(self, data: str) -> list[ModelChunk]:
         try:
@@ -368,6 +370,11 @@ class _StreamParser:
         if not isinstance(delta, dict):
             raise _malformed("delta is not an object", data)
         out: list[ModelChunk] = []
+        # compatible servers (vLLM, DeepSeek, OpenRouter...) stream the reasoning beside the content
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            self.reasoning.append(reasoning)
+            out.append(ReasoningDelta(reasoning))
         content = delta.get("content")
         if content is not None and not isinstance(content, str):
             raise _malformed("content is not a string", data)
@@ -406,6 +413,8 @@ class _StreamParser:
             tool_calls=[self._call(i, p) for i, p in sorted(self.calls.items())],
             usage=self.usage,
             stop_reason=self.finish_reason,
+            # recorded for people and replay; not sent back (those servers ask not to)
+            reasoning=[ReasoningPart(provider="openai-chat", text="".join(self.reasoning))] if self.reasoning else [],
         )
 
     def _call(self, index: int, partial: _PartialCall) -> ToolCall:
