@@ -89,3 +89,15 @@ def deployment(request: pytest.FixtureRequest, tmp_path: Path, deployment_option
     `topology.deploy` from a module-scoped fixture parametrized over `topology.TOPOLOGIES`."""
     with deploy(request.param, tmp_path / "deployment", **deployment_options) as running:  # type: ignore[arg-type]
         yield running
+
+
+@pytest.fixture(scope="session", params=["serve", "split"])
+def protocol_deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+                        ) -> Iterator[Deployment]:
+    """One deployment per topology of the scripted protocol app (tests/protocol_app.py), shared by
+    every module that uses it (the protocol, SSE and HTTP suites): its scenarios are chosen by
+    the user message and every test uses its own threads, so one process set serves them all
+    and the suite pays two deployments per worker, not two per module."""
+    where = tmp_path_factory.mktemp(f"protocol-{request.param}")
+    with deploy(request.param, where, app="protocol_app:app") as running:  # type: ignore[arg-type]
+        yield running

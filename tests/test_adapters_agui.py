@@ -249,6 +249,49 @@ def test_resumed_stream_emits_only_the_result_on_the_original_call() -> None:
     assert events[0].run_id == "agui-run-2" and events[1].tool_call_id == "c1"
 
 
+def _step_with_call(step: int, mid: str, call: str) -> list[Any]:
+    return [StepStarted(step=step), MessageAppended(message=Message(
+        id=mid, role="assistant", content="Adding.", tool_calls=[ToolCall(id=call, name="add", arguments={"a": 1})]))]
+
+
+def test_a_call_and_a_text_are_started_once_whichever_way_they_come() -> None:
+    """A step's commit after the NEXT step's deltas (a live link far ahead, unmerged) does not
+    start its text or tool call again: both are known by id."""
+    tr = AguiTranslator("t1", "r1")
+    out = tr.feed({"type": "text_delta", "step": 1, "text": "Add", "message_id": "m1"})
+    out += tr.feed({"type": "tool_call_delta", "step": 1, "index": 0, "message_id": "m1", "call_id": "c1",
+                    "name": "add", "arguments_delta": '{"a": 1}'})
+    out += tr.feed({"type": "text_delta", "step": 2, "text": "Done", "message_id": "m2"})
+    for ev in _step_with_call(1, "m1", "c1"):
+        out += tr.feed(ev)
+    out += tr.feed(MessageAppended(message=Message(id="m1", role="assistant", content="Adding.")))
+    wire = [e.model_dump(mode="json", by_alias=True, exclude_none=True) for e in out]
+    starts = [e.get("messageId") or e.get("toolCallId") for e in wire if e["type"].endswith("_START")
+              and e["type"] != "STEP_STARTED"]
+    assert starts == ["m1", "c1", "m2"]
+
+
+def test_a_replay_leaves_out_what_the_request_already_holds() -> None:
+    """A retried resume from a client that saw the first answer: the tool result and the text
+    it holds are not sent again (the official client would append them under the same ids);
+    the snapshot still carries them."""
+    held = ag.RunAgentInput.model_validate({
+        "threadId": "t1", "runId": "r9", "state": {}, "tools": [], "context": [], "forwardedProps": {},
+        "messages": [{"id": "m3", "role": "tool", "content": "deployed", "toolCallId": "c1"},
+                     {"id": "m4", "role": "assistant", "content": "Deployed."}]})
+    items = [ToolCallCompleted(call_id="c1", outcome="succeeded", result="deployed", message_id="m3"),
+             MessageAppended(message=Message(id="m3", role="tool", content="deployed", tool_call_id="c1")),
+             StepStarted(step=2), MessageAppended(message=Message(id="m4", role="assistant", content="Deployed.")),
+             MessageAppended(message=Message(id="m5", role="assistant", content="And more."))]
+    from agentlog.log.events import RunFinished, Termination
+    items.append(RunFinished(termination=Termination(type="natural_end")))
+    events = verify_agui_stream(translate("t1", "r9", items, input=held))
+    assert [e.message_id for e in events if e.type == "TEXT_MESSAGE_START"] == ["m5"]
+    assert not any(e.type == "TOOL_CALL_RESULT" for e in events)
+    snapshot = next(e for e in events if e.type == "MESSAGES_SNAPSHOT")
+    assert [m.id for m in snapshot.messages] == ["m3", "m4", "m5"]
+
+
 def test_source_ending_early_closes_and_errors() -> None:
     tr = AguiTranslator("t1", "r1")
     out = tr.feed({"type": "text_delta", "step": 1, "text": "partial"})

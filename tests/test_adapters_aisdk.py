@@ -20,7 +20,15 @@ from agentlog.adapters.aisdk import (
     translate,
 )
 from agentlog.adapters.common import AdapterInputError, ResumeError, UnknownInterrupt
-from agentlog.log.events import Message, MessageAppended, ToolCallCompleted, ToolCallDecided, ToolCallDecision
+from agentlog.log.events import (
+    Message,
+    MessageAppended,
+    StepStarted,
+    ToolCall,
+    ToolCallCompleted,
+    ToolCallDecided,
+    ToolCallDecision,
+)
 from agentlog.runtime import PermissionPlugin
 from agentlog.runtime.models import ModelRequestRejected, Turn
 
@@ -115,6 +123,22 @@ async def test_suspended_turn_requests_approval_and_finishes_with_tool_calls(sto
     req = parse_chat_request(body)
     open_ids = [c.call_id for c in rec.result.run.calls.values() if c.status == "suspended"]
     assert [d["target_id"] for d in check_approvals(req, open_ids)] == ["call_0_0"]
+
+
+def test_a_tool_call_is_started_once_whichever_way_it_comes() -> None:
+    """The step's commit after the next step's deltas (a live link far ahead, unmerged): one
+    `tool-input-start` for the call, found by id whatever step is open."""
+    tr = AiSdkTranslator("t", "r1")
+    parts = tr.feed({"type": "tool_call_delta", "step": 1, "index": 0, "message_id": "m1", "call_id": "c1",
+                     "name": "add", "arguments_delta": '{"a": 1}'})
+    parts += tr.feed({"type": "text_delta", "step": 2, "text": "Done", "message_id": "m2"})
+    parts += tr.feed(StepStarted(step=1))
+    parts += tr.feed(MessageAppended(message=Message(
+        id="m1", role="assistant", content="", tool_calls=[ToolCall(id="c1", name="add", arguments={"a": 1})])))
+    parts += tr.feed({"type": "tool_call_delta", "step": 1, "index": 0, "message_id": "m1", "call_id": "c1",
+                      "name": "add", "arguments_delta": "}"})
+    assert [p["toolCallId"] for p in parts if p["type"] == "tool-input-start"] == ["c1"]
+    assert [p["toolCallId"] for p in parts if p["type"] == "tool-input-available"] == ["c1"]
 
 
 def test_resumed_stream_continues_the_same_message() -> None:

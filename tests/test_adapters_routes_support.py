@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import nats
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -92,6 +93,42 @@ async def open_stack(server: EmbeddedNatsServer, turns: list[Any], *, mode: str 
 
 
 @dataclass
+class Deployed:
+    """A running deployment (tests/topology.py) as the transports see a `Stack`: an HTTP client
+    on its gateway (relative paths), its log, a NATS connection for adapter requests."""
+
+    client: aiohttp.ClientSession
+    store: JetStreamEventStore
+    nc: Any
+    base: str  # the gateway's URL
+
+    async def last_seq(self) -> int:
+        return await self.store.last_seq()
+
+    async def events_of(self, thread_id: str) -> list[Any]:
+        return [e async for sc in self.store.read_thread(thread_id) for e in sc.commit.events]
+
+    async def run_of(self, thread_id: str) -> str:
+        """The thread's last run (an AG-UI run id is the client's, not the log's)."""
+        runs = [sc.commit.run_id async for sc in self.store.read_thread(thread_id) if sc.commit.run_id]
+        return runs[-1]
+
+
+@contextlib.asynccontextmanager
+async def open_deployed(deployment: Any) -> AsyncIterator[Deployed]:
+    store = await JetStreamEventStore.connect(deployment.nats_url, request_timeout=2.0, connect_timeout=5.0)
+    nc = await nats.connect(deployment.nats_url)
+    client = aiohttp.ClientSession(deployment.http_url, timeout=aiohttp.ClientTimeout(total=TIMEOUT))
+    try:
+        yield Deployed(client, store, nc, deployment.http_url)
+    finally:
+        await client.close()
+        await nc.close()
+        with contextlib.suppress(ConnectionError):
+            await store.close()
+
+
+@dataclass
 class Answer:
     """What a client received: the events/parts, whether the body was rejected before any
     stream (HTTP 400 JSON / NATS exactly one error event), and for AI SDK whether it ended
@@ -115,7 +152,7 @@ class Transport:
 class Http(Transport):
     name = "http"
 
-    async def _post(self, stack: Stack, path: str, body: Any) -> tuple[int, dict[str, str], str]:
+    async def _post(self, stack: Stack | Deployed, path: str, body: Any) -> tuple[int, dict[str, str], str]:
         async with asyncio.timeout(TIMEOUT):
             resp = await stack.client.post(path, data=json.dumps(body))
             return resp.status, dict(resp.headers), await resp.text()
@@ -177,4 +214,4 @@ class Nats(Transport):
 
 TRANSPORTS = [Http(), Nats()]
 
-__all__ = ["Answer", "Http", "Nats", "nats_request", "Stack", "TIMEOUT", "TRANSPORTS", "Transport", "open_stack"]
+__all__ = ["Answer", "Deployed", "Http", "Nats", "nats_request", "open_deployed", "Stack", "TIMEOUT", "TRANSPORTS", "Transport", "open_stack"]

@@ -215,7 +215,7 @@ def test_replay_of_a_continuation_shows_its_parent_and_cancellation(seeded: Log)
 def test_replay_unknown_run_exits_2(seeded: Log) -> None:
     result = cli(seeded, "replay", "nope")
     assert result.exit_code == 2
-    assert "error [unknown_run]" in result.stderr and "'nope'" in result.stderr
+    assert "error [run_not_found]" in result.stderr and "'nope'" in result.stderr
 
 
 @pytest.mark.parametrize("bad", ["x:y", "0:0", "3:-1", "abc"])

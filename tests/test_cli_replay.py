@@ -232,11 +232,12 @@ def test_verify_usage(recorded: Recorded) -> None:
     def run(*args: str) -> Any:
         return runner.invoke(cli_app, ["replay", *args, "--nats", recorded.url, "--timeout", "5"])
 
-    assert run(recorded.run_id, "--verify").exit_code == 2  # no --app
+    no_app = run(recorded.run_id, "--verify")  # no --app: the demo app, which has not this run's agent
+    assert no_app.exit_code == 2 and "agentlog.cli.demo:app" in no_app.stderr and "app_mismatch" in no_app.stderr
     assert run(recorded.run_id, "--verify", "--app", f"{APP}:app", "--to", "1:0").exit_code == 2
     assert run(recorded.run_id, "--app", f"{APP}:app").exit_code == 2  # --app without --verify
     missing = run("nope", "--verify", "--app", f"{APP}:app")
-    assert missing.exit_code == 2 and "error [unknown_run]" in missing.stderr
+    assert missing.exit_code == 2 and "error [run_not_found]" in missing.stderr
     unknown_tool = run(recorded.run_id, "--verify", "--app", f"{APP}:app", "--reexecute-tools", "nope")
     assert unknown_tool.exit_code == 2 and "error [app_mismatch]" in unknown_tool.stderr
     unknown_kept = run(recorded.run_id, "--verify", "--app", f"{APP}:app", "--tools-from-log", "nope")

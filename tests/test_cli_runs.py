@@ -127,8 +127,11 @@ def test_start_prints_ids_and_show_renders_tables(server: Server) -> None:
     assert result.exit_code == 0, result.output
     first = result.stdout.splitlines()[0]
     assert first.startswith("started run ") and " on thread " in first
-    assert "RunSuspended" in result.stdout.splitlines()[-1]
     run_id = first.split()[2]
+    # the pause ends the output with the commands that decide it
+    *_, suspended, hint = result.stdout.splitlines()
+    assert "RunSuspended" in suspended
+    assert hint == f"waiting for a human: agentlog run approve {run_id}   |   agentlog run deny {run_id} --reason ..."
     shown = cli(server, "run", "show", run_id)
     assert shown.exit_code == 0, shown.output
     for text in ("status", "waiting", "deployer", "calls (1)", "pending approvals (1)", "deploy", "usage",
@@ -179,7 +182,7 @@ def test_api_errors_are_one_line_and_exit_2(server: Server, http: bool) -> None:
     assert agent.exit_code == 2 and "error [agent_not_found]" in agent.stderr, agent.output
     chat = lines(cli(server, "run", "start", "--agent", "chat", "hi", "--follow", "--json", http=http))[0]
     nothing = cli(server, "run", "approve", chat["run_id"], http=http)
-    assert nothing.exit_code == 2 and "error [nothing_pending]" in nothing.stderr, nothing.output
+    assert nothing.exit_code == 2 and "error [run_not_waiting]" in nothing.stderr, nothing.output
     assert "Traceback" not in unknown.output + agent.output + nothing.output
 
 
@@ -239,5 +242,5 @@ def test_events_tail_run_and_last_n(server: Server) -> None:
     everything = lines(cli(server, "events", "tail", "-n", "3", "--json"))
     assert len(everything) == 3 and everything[-1]["run_id"] == other
     missing = cli(server, "events", "tail", "--run", "nosuchrun")
-    assert missing.exit_code == 2 and "error [unknown_run]" in missing.stderr, missing.output
+    assert missing.exit_code == 2 and "error [run_not_found]" in missing.stderr, missing.output
     assert [e for e in run_events(server.nats, one) if isinstance(e, RunSuspended)]

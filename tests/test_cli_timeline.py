@@ -105,7 +105,7 @@ def test_to_before_the_run_started_gives_an_empty_timeline() -> None:
 def test_unknown_run() -> None:
     with pytest.raises(UnknownRun) as info:
         build_replay("other", history())
-    assert info.value.code == "unknown_run"
+    assert info.value.code == "run_not_found"
 
 
 @pytest.mark.parametrize(("text", "expected"), [("3:2", Position(3, 2)), ("7", Position(7, 0)), (" 4:0 ", Position(4, 0))])

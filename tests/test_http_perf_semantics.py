@@ -81,7 +81,7 @@ async def open_stack(server: EmbeddedNatsServer, *, other_views: bool = False) -
     runner = ProjectionRunner(store.nc, views, fetch_timeout=0.2)
     await runner.open()
     app_views = await KVViewStore.open(store.nc) if other_views else views
-    app = create_app(store, app_views, runner, auth_tokens="", settings=Settings(read_wait=5.0),
+    app = create_app(store, app_views, runner, auth_tokens="", settings=Settings(read_wait=5.0, fresh_wait=0.05),
                      count_runs=False)
     client = TestClient(TestServer(app, host="127.0.0.1"))
     await client.start_server()
@@ -142,8 +142,11 @@ async def test_never_older_than_kv_before_during_and_after_puts(stack: Stack) ->
         stack.views.put_views = put_then_read  # type: ignore[method-assign]
         for k in range(1, 6):
             seq = await stack.append("t1", "r1", [StatePatched(ops=[{"op": "add", "path": f"/k{k}", "value": k}])])
-            before = await stack.get_run("r1")  # not yet folded: the old view, from the cache
+            # not yet folded: a read whose min_seq the views have reached gets the old view,
+            # from the cache; a read without min_seq folds the log (the views are behind)
+            before = await stack.get_run("r1", min_seq=1)
             assert before == await stack.kv_run("r1") and before["last_seq"] < seq
+            assert (await stack.get_run("r1"))["last_seq"] == seq
             await stack.step_until(seq)
             got, kv = during[-1]
             assert got == kv and got["last_seq"] == seq  # mid-batch read: KV's new view, not the cached old one

@@ -6,11 +6,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 from agentlog.http.sse import Pump
 from agentlog.log.events import RunFinished, RunStarted, StepStarted, Termination
 
-from test_http_support import TIMEOUT, Api, api, error, recorded_thread, sse_events  # noqa: F401
+from test_http_runs import follow_run
+from test_http_support import (  # noqa: F401
+    TIMEOUT,
+    Api,
+    Remote,
+    api,
+    body,
+    error,
+    recorded_thread,
+    remote,
+    sse_events,
+    uid,
+)
 
 
 async def _all(api: Api, path: str, **headers: str):
@@ -170,3 +183,51 @@ async def test_an_unexpected_source_error_ends_the_stream_with_an_error_event() 
         assert got[0] == b"data: 0\n\n"
         assert got[-1].startswith(b"event: error\n") and b'"code":"agentlog_error"' in got[-1]
         assert b"internal detail" not in b"".join(got)
+
+
+# -- what users run: serve, gateway + worker ------------------------------------------------------
+
+
+async def _remote_all(remote: Remote, path: str, **headers: str) -> list[Any]:
+    async with remote.client.get(path, headers=headers) as resp:
+        assert resp.status == 200, await resp.text()
+        assert resp.headers["Content-Type"].startswith("text/event-stream")
+        return await sse_events(resp)
+
+
+async def test_deployed_follow_across_a_decision(remote: Remote) -> None:
+    """A run that asks for approval: its follow ends at the pause, the run reads `waiting` at
+    once; after the decision (202) the follow from Last-Event-ID gives exactly the rest, to
+    the end; the whole stream is the two joined."""
+    async with asyncio.timeout(TIMEOUT):
+        started = await body(await remote.client.post(
+            "/v1/runs", json={"agent_id": "sequential", "messages": "approval: deploy"}), 202)
+        run_id = started["run_id"]
+        first = await follow_run(remote, run_id)
+        assert first[-1].event == "RunSuspended"
+        (call,) = first[-1].data["event"]["call_ids"]
+        run = await body(await remote.client.get(f"/v1/runs/{run_id}"), 200)
+        assert run["status"] == "waiting" and run["calls"][call]["status"] == "suspended"
+        decided = await body(await remote.client.post(f"/v1/runs/{run_id}/inputs", json={"decisions": [
+            {"target_id": call, "decision_id": uid("d"), "action": "resume", "result": {"approved": True}}]}), 202)
+        rest = await follow_run(remote, run_id, first[-1].id)
+        assert rest[0].event == "ToolCallDecided" and int(rest[0].id.split(":")[0]) == decided["seq"]
+        assert rest[-1].event == "RunFinished"
+        whole = await _remote_all(remote, f"/v1/runs/{run_id}/events")
+        assert [e.id for e in whole] == [e.id for e in first + rest]
+        run = await body(await remote.client.get(f"/v1/runs/{run_id}"), 200)
+        assert run["status"] == "done" and run["calls"][call]["status"] == "succeeded"
+
+
+async def test_deployed_resume_after_every_event_gives_exactly_the_rest(remote: Remote) -> None:
+    async with asyncio.timeout(TIMEOUT):
+        thread, run = uid("t"), uid("r")
+        await recorded_thread(remote, thread, run)  # type: ignore[arg-type]
+        full = await _remote_all(remote, f"/v1/threads/{thread}/events")
+        ids = [e.id for e in full]
+        assert len(ids) == 9 and full[-1].event == "RunFinished"
+        for k in range(1, len(full) + 1):
+            rest = await _remote_all(remote, f"/v1/threads/{thread}/events", **{"Last-Event-ID": ids[k - 1]})
+            assert [e.id for e in rest] == ids[k:], k
+            run_rest = await _remote_all(remote, f"/v1/runs/{run}/events?after={ids[k - 1]}")
+            assert [e.id for e in run_rest] == [i for i in ids[k:] if i != ids[0]]

@@ -2,6 +2,11 @@
 
 `api(...)` builds the real stack: a JetStream store on the test's own nats-server, KV views, a
 running ProjectionRunner, the aiohttp app on a real loopback server and an aiohttp client.
+
+`remote` is an `Api`-like client of what users run (`agentlog serve`, and `agentlog gateway` +
+`agentlog worker`, tests/topology.py; one deployment per topology shared by the session, see
+`protocol_deployment` in conftest.py, so tests use their own ids): HTTP on its gateway, and the
+log on its nats-server for raw appends and checks.
 """
 
 from __future__ import annotations
@@ -13,9 +18,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
+from topology import Deployment
 
 from agentlog.http import Settings, create_app
 from agentlog.log.events import (
@@ -78,6 +85,44 @@ async def open_api(server: EmbeddedNatsServer, *, tokens: str = "", settings: Se
         # nats-py may raise "connection lost" while flushing on close after a server restart.
         with contextlib.suppress(ConnectionError):
             await store.close()
+
+
+@dataclass
+class Remote:
+    """A deployment seen like `Api`: `client` takes paths relative to its gateway."""
+
+    client: aiohttp.ClientSession
+    store: JetStreamEventStore
+
+    async def append(self, thread_id: str, run_id: str | None, events: list[Any]) -> int:
+        version = await self.store.thread_version(thread_id)
+        commit = Commit(commit_id=new_id(), thread_id=thread_id, run_id=run_id, ts=now_ms(), events=events)
+        return (await self.store.append(commit, expected_version=version)).seq
+
+
+@contextlib.asynccontextmanager
+async def open_remote(deployment: Deployment) -> AsyncIterator[Remote]:
+    store = await JetStreamEventStore.connect(deployment.nats_url, request_timeout=2.0, connect_timeout=5.0)
+    client = aiohttp.ClientSession(deployment.http_url, timeout=aiohttp.ClientTimeout(total=TIMEOUT))
+    try:
+        yield Remote(client, store)
+    finally:
+        await client.close()
+        with contextlib.suppress(ConnectionError):
+            await store.close()
+
+
+@pytest.fixture
+async def remote(protocol_deployment: Deployment) -> AsyncIterator[Remote]:
+    """A client of the shared deployment of tests/protocol_app.py (`protocol_deployment` in
+    conftest.py: `agentlog serve`, and `agentlog gateway` + `agentlog worker`)."""
+    async with open_remote(protocol_deployment) as value:
+        yield value
+
+
+def uid(prefix: str = "x") -> str:
+    """A fresh id: tests sharing one deployment never meet each other's threads and runs."""
+    return f"{prefix}{new_id()[-12:]}"
 
 
 async def stop_runner(runner: ProjectionRunner) -> None:
@@ -169,4 +214,5 @@ async def recorded_thread(api: Api, thread_id: str = "t1", run_id: str = "r1", *
     ])
 
 
-__all__ = ["Api", "SseEvent", "TIMEOUT", "api", "body", "error", "open_api", "recorded_thread", "sse_events"]
+__all__ = ["Api", "Remote", "SseEvent", "TIMEOUT", "api", "body", "error", "open_api",
+           "open_remote", "recorded_thread", "remote", "sse_events", "uid"]

@@ -6,7 +6,18 @@ import asyncio
 
 import pytest
 
-from test_http_support import TIMEOUT, Api, api, body, error, recorded_thread  # noqa: F401
+from test_http_runs import follow_run
+from test_http_support import (  # noqa: F401
+    TIMEOUT,
+    Api,
+    Remote,
+    api,
+    body,
+    error,
+    recorded_thread,
+    remote,
+    uid,
+)
 
 
 async def test_create_get_list_roundtrip(api: Api) -> None:
@@ -190,3 +201,36 @@ async def test_state_time_travel(api: Api) -> None:
         assert bare["state"] == {"count": 2}
         for bad in ("abc", "0:0", "1:-1", "1:2:3", ""):
             await error(await api.client.get("/v1/threads/t1/state", params={"at": bad}), 400, "invalid_input")
+
+
+# -- what users run: serve, gateway + worker ------------------------------------------------------
+
+
+async def test_deployed_thread_lifecycle(remote: Remote) -> None:
+    """Create, read (no min_seq: at least the caller's write), patch, run on it, read its
+    messages / state / view, delete: every read right after its write shows it."""
+    async with asyncio.timeout(TIMEOUT):
+        thread = uid("t")
+        created = await body(await remote.client.post("/v1/threads", json={
+            "thread_id": thread, "resource_id": "acme/x", "metadata": {"title": "hello"}}), 201)
+        got = await body(await remote.client.get(f"/v1/threads/{thread}"), 200)
+        assert got["version"] == created["seq"] and got["metadata"] == {"title": "hello"}
+        patched = await body(await remote.client.patch(f"/v1/threads/{thread}", json={"metadata": {"n": 1}}), 200)
+        got = await body(await remote.client.get(f"/v1/threads/{thread}"), 200)
+        assert got["version"] == patched["seq"] and got["metadata"] == {"title": "hello", "n": 1}
+        started = await body(await remote.client.post("/v1/runs", json={
+            "agent_id": "open", "thread_id": thread, "messages": "state: add"}), 202)
+        events = await follow_run(remote, started["run_id"])
+        assert events[-1].event == "RunFinished"
+        end = int(events[-1].id.split(":")[0])
+        got = await body(await remote.client.get(f"/v1/threads/{thread}"), 200)
+        assert got["version"] == end and got["state"] == {"last_sum": 3} and got["run_ids"] == [started["run_id"]]
+        state = await body(await remote.client.get(f"/v1/threads/{thread}/state"), 200)
+        assert state["state"] == {"last_sum": 3}
+        messages = await body(await remote.client.get(f"/v1/threads/{thread}/messages"), 200)
+        roles = [m["message"]["role"] for m in messages["messages"]]
+        assert roles[0] == "user" and roles[-1] == "assistant" and "tool" in roles
+        await body(await remote.client.delete(f"/v1/threads/{thread}"), 200)
+        await error(await remote.client.get(f"/v1/threads/{thread}"), 404, "thread_not_found")
+        await error(await remote.client.get(f"/v1/threads/{uid('t')}"), 404, "thread_not_found")
+        await error(await remote.client.get("/v1/threads/a.b"), 400, "invalid_id")

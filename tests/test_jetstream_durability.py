@@ -126,7 +126,7 @@ async def test_stream_setup_is_idempotent_and_explicit(nats_server: EmbeddedNats
         assert config["num_replicas"] == 1
         assert config["duplicate_window"] == 120 * 1_000_000_000
         assert config["allow_direct"] is True
-        assert config["discard"] == "old"
+        assert config["discard"] == "new"  # a size limit added later refuses commits, never drops them
         assert (config["max_msgs"], config["max_bytes"], config["max_age"]) == (-1, -1, 0)
         assert info["state"]["messages"] == 1  # connecting again kept the data
         assert await second.thread_version("t") == 1

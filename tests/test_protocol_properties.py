@@ -40,7 +40,7 @@ histories = st.fixed_dictionaries({
 })
 
 
-def _turns(runs: list[Any]) -> list[list[Any]]:
+def scripts_of(runs: list[Any]) -> list[list[Any]]:
     """Scripts per run; call ids unique on the thread (as a real model's are)."""
     out = []
     for r, (tool_turns, final) in enumerate(runs):
@@ -90,7 +90,7 @@ async def _check(server: EmbeddedNatsServer, history: dict[str, Any], n: int) ->
         plugins = [PermissionPlugin(ask=["echo"])] if history["ask"] else []
         agui_client: AguiClient | None = None
         chat = AiSdkChat()
-        for i, turns in enumerate(_turns(history["runs"])):
+        for i, turns in enumerate(scripts_of(history["runs"])):
             rec = await record(store, turns, message=f"question {i}", thread_id=thread if i else None, live=True,
                                chunk_words=1, prefix=f"r{n}x{i}x", tools=TOOLS, plugins=plugins)
             thread = rec.result.thread_id

@@ -6,8 +6,8 @@ The names here are the ones an app needs; everything else lives in the subpackag
 `agentlog.log` (events, the JetStream store), `agentlog.views` (folds, KV projections),
 `agentlog.runtime` (agents, tools, models, plugins, the loop, workers), `agentlog.api` (what
 every transport shares: operations, dispatch, the app loader), `agentlog.http`, `agentlog.nats`,
-`agentlog.adapters` (AG-UI, AI SDK, A2A), `agentlog.cli` and `agentlog.testing` (helpers for
-tests of agentlog apps). The names are imported on first use, so `import agentlog` is cheap.
+`agentlog.adapters` (AG-UI, AI SDK, A2A), `agentlog.cli`, `agentlog.client` (the Python client
+of the HTTP API) and `agentlog.testing` (helpers for tests of agentlog apps). The names are imported on first use, so `import agentlog` is cheap.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ const PAR = "parallel_batch_approval";
 const PICK = { name: "pick_color", description: "Let the user pick a color", parameters: { type: "object", properties: {} } };
 const scenarios = {};
 const errors = [];
+let current = ""; // the scenario running (errors name it)
 let counter = 0;
 const uid = (p) => `${p}${++counter}${Date.now().toString(36)}`;
 
@@ -105,6 +106,18 @@ const agui = {
     await lost.runAgent({ runId: uid("r"), resume });
     return lost;
   },
+  "agui-resume-sent-twice": async () => {
+    // the client saw the first answer and sends the same resume again (a retried request):
+    // the replay must not hand it a second copy of what it already holds
+    const a = agent(SEQ, uid("t"));
+    user(a, "log: append x after approval");
+    await a.runAgent({ runId: uid("r") });
+    if (a.pendingInterrupts.length !== 1) throw new Error("expected one interrupt");
+    const resume = resumeAll(a, "resolved", { approved: true });
+    await a.runAgent({ runId: uid("r"), resume });
+    await a.runAgent({ runId: uid("r"), resume });
+    return a;
+  },
   "agui-two-interrupts": async () => {
     const a = agent(PAR, uid("t"));
     user(a, "two: do a and b");
@@ -153,7 +166,7 @@ class Chat extends AbstractChat {
         lastAssistantMessageIsCompleteWithApprovalResponses({ messages }) ||
         lastAssistantMessageIsCompleteWithToolCalls({ messages }),
       onToolCall: opts.onToolCall,
-      onError: (e) => errors.push(`${agentId}: ${e.message}`),
+      onError: (e) => errors.push(`${current} (${agentId}): ${e.message}`),
     });
     this.store = state;
   }
@@ -238,9 +251,19 @@ const ai = {
     await chat.resumeStream();
     return chat;
   },
+  "ai-resumed-stream-after-a-step": async () => {
+    // a tool step before the approval: the message the client holds when it resumes the stream
+    let chat;
+    chat = new Chat(SEQ, { runId: () => chat.messages.at(-1).id });
+    await chat.sendMessage({ text: "log: append x after approval" });
+    await approveAll(chat, true);
+    await chat.resumeStream();
+    return chat;
+  },
 };
 
 for (const [name, run] of Object.entries(agui)) {
+  current = name;
   try {
     record(name, await run());
   } catch (e) {
@@ -248,6 +271,7 @@ for (const [name, run] of Object.entries(agui)) {
   }
 }
 for (const [name, run] of Object.entries(ai)) {
+  current = name;
   try {
     await recordChat(name, await run());
   } catch (e) {

@@ -196,6 +196,16 @@ class AguiTranslator:
         self._streamed: dict[str, str] = {}      # live text message id -> text streamed so far
         self._live_calls: dict[tuple[int, int], _Call] = {}   # (step, index) -> streamed call
         self._calls: dict[str, tuple[str, Any]] = {}          # call id -> (name, arguments)
+        self._announced: set[str] = set()        # call ids whose committed message was translated
+        # Message and tool call ids the client already holds (the request's `messages`): a
+        # retried resume replays a run the client may have seen, and the official client
+        # appends a TOOL_CALL_RESULT / TEXT_MESSAGE_CONTENT / TOOL_CALL_ARGS for an id it has
+        # (a second tool message under one id, doubled text), which no snapshot repairs.
+        self._client_has: set[str] = set()
+        for held in (input.messages if input is not None else ()):
+            self._client_has.add(held.id)
+            self._client_has.update(c.id for c in getattr(held, "tool_calls", None) or ())
+        self._ended: set[str] = set()            # text message ids whose TEXT_MESSAGE_END was sent
         self._tickets: dict[str, SuspendTicket] = {}
         self._progress: set[str] = set()
         self._usage = Usage()
@@ -256,8 +266,10 @@ class AguiTranslator:
             text = p.get("text")
             if not isinstance(text, str) or not text:
                 return []
-            out += self._open_step(step)
             mid = live_message_id(p, self.run_id, step)
+            if mid in self._ended or mid in self._client_has:
+                return []  # a message is started once; the commit and the snapshot carry the rest
+            out += self._open_step(step)
             if self._text is None or self._text.message_id != mid:
                 out += self._close_text()
                 self._text = _Text(mid, step, self._streamed.get(mid, ""))
@@ -274,6 +286,8 @@ class AguiTranslator:
                 call_id, name = p.get("call_id"), p.get("name")
                 if not isinstance(call_id, str) or not isinstance(name, str):
                     return out  # cannot open a call without its id and name; the commit will
+                if self._live_call(call_id) is not None or call_id in self._announced | self._client_has:
+                    return out  # a call is started once, whichever way it was first seen
                 call = _Call(call_id, name)
                 self._live_calls[(step, index)] = call
                 out.append(ag.ToolCallStartEvent(tool_call_id=call_id, tool_call_name=name,
@@ -288,6 +302,9 @@ class AguiTranslator:
                 self._progress.add(call_id)
                 out.append(self._activity(call_id, "running", p.get("data")))
         return out
+
+    def _live_call(self, call_id: str) -> _Call | None:
+        return next((c for c in self._live_calls.values() if c.call_id == call_id), None)
 
     def _activity(self, call_id: str, status: str, data: Any = None) -> ag.ActivitySnapshotEvent:
         content: dict[str, Any] = {
@@ -365,14 +382,19 @@ class AguiTranslator:
         self.messages.append(m)
         if m.visibility != "all":
             return []
+        if m.id in self._client_has:  # the client has it: only the snapshots carry it
+            self._announced.update(c.id for c in m.tool_calls or ())
+            return self._close_calls() if m.role == "assistant" else []
         out: list[Any] = []
         if m.role == "assistant":
             out += self._committed_text(m)
-            live = {c.call_id: c for k, c in self._live_calls.items() if k[0] == self._step}
             for call in m.tool_calls or ():
+                if call.id in self._announced:
+                    continue  # already started, streamed and ended: one TOOL_CALL_START per call
+                self._announced.add(call.id)
                 self._calls[call.id] = (call.name, call.arguments)
                 args = json_text(call.arguments)
-                streamed_call = live.get(call.id)
+                streamed_call = self._live_call(call.id)  # by id: call ids are unique on the thread
                 if streamed_call is not None:
                     if streamed_call.open:
                         if args.startswith(streamed_call.args) and len(args) > len(streamed_call.args):
@@ -412,9 +434,12 @@ class AguiTranslator:
                 out.append(ag.TextMessageContentEvent(message_id=mid, delta=m.content[len(streamed):]))
             self._streamed.pop(mid, None)
             return out + self._close_text()
+        if m.id in self._ended:
+            return out  # started and ended already: a second START would double the client's text
         sent = streamed or ""
         rest = m.content[len(sent):] if m.content.startswith(sent) else ""
         if rest:
+            self._ended.add(m.id)
             out += [ag.TextMessageStartEvent(message_id=m.id, role="assistant"),
                     ag.TextMessageContentEvent(message_id=m.id, delta=rest),
                     ag.TextMessageEndEvent(message_id=m.id)]
@@ -435,6 +460,7 @@ class AguiTranslator:
         if self._text is None:
             return []
         mid, self._text = self._text.message_id, None
+        self._ended.add(mid)
         return [ag.TextMessageEndEvent(message_id=mid)]
 
     def _close_calls(self) -> list[Any]:

@@ -104,6 +104,7 @@ class AiSdkTranslator:
         self._max_step = 0
         self._text: tuple[str, int, str] | None = None          # (id, step, text so far)
         self._streamed: set[str] = set()                         # text ids streamed live
+        self._ended: set[str] = set()                            # text ids whose text-end was sent
         self._live_calls: dict[tuple[int, int], list[Any]] = {}  # (step, index) -> [call_id, args, open]
         self._calls: dict[str, tuple[str, Any]] = {}
         self._available: set[str] = set()
@@ -175,8 +176,10 @@ class AiSdkTranslator:
             step = int_or(p.get("step"), self._max_step)
             if not isinstance(text, str) or not text:
                 return []
-            out += self._open_step(step)
             mid = live_message_id(p, self.run_id, step)
+            if mid in self._ended:
+                return []  # a text part is started once
+            out += self._open_step(step)
             if self._text is None or self._text[0] != mid:
                 out += self._close_text()
                 self._text = (mid, step, "")
@@ -193,6 +196,9 @@ class AiSdkTranslator:
                 call_id, name = p.get("call_id"), p.get("name")
                 if not isinstance(call_id, str) or not isinstance(name, str):
                     return out
+                known = self._live_call(call_id)
+                if known is not None or call_id in self._available:
+                    return out  # a call is started once, whichever way it was first seen
                 call = self._live_calls[(step, index)] = [call_id, "", True]
                 out.append({"type": "tool-input-start", "toolCallId": call_id, "toolName": name})
             delta = p.get("arguments_delta")
@@ -254,14 +260,16 @@ class AiSdkTranslator:
             if m.content.startswith(streamed) and len(m.content) > len(streamed):
                 out.append({"type": "text-delta", "id": tid, "delta": m.content[len(streamed):]})
             out += self._close_text()
-        elif m.content and m.id not in self._streamed:
+        elif m.content and m.id not in self._streamed and m.id not in self._ended:
+            self._ended.add(m.id)
             out += [{"type": "text-start", "id": m.id},
                     {"type": "text-delta", "id": m.id, "delta": m.content},
                     {"type": "text-end", "id": m.id}]
-        live = {c[0]: c for k, c in self._live_calls.items() if k[0] == self._step}
         for call in m.tool_calls or ():
+            if call.id in self._available:
+                continue  # already announced (a replayed commit): one tool part per call
             self._calls[call.id] = (call.name, call.arguments)
-            streamed_call = live.get(call.id)
+            streamed_call = self._live_call(call.id)  # by id: call ids are unique on the thread
             if streamed_call is not None:
                 streamed_call[2] = False
             else:
@@ -271,6 +279,9 @@ class AiSdkTranslator:
             out.append({"type": "tool-input-available", "toolCallId": call.id, "toolName": call.name,
                         "input": call.arguments})
         return out
+
+    def _live_call(self, call_id: str) -> list[Any] | None:
+        return next((c for c in self._live_calls.values() if c[0] == call_id), None)
 
     def _suspend(self, call_id: str, ticket: Any) -> list[dict[str, Any]]:
         if is_frontend_ticket(ticket):
@@ -321,6 +332,7 @@ class AiSdkTranslator:
         if self._text is None:
             return []
         tid, self._text = self._text[0], None
+        self._ended.add(tid)
         return [{"type": "text-end", "id": tid}]
 
     def _close_step(self) -> list[dict[str, Any]]:

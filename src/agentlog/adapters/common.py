@@ -51,6 +51,14 @@ class MissingResume(ResumeError):
     code = "missing_resume"
 
 
+class MissingToolResult(ResumeError):
+    """The run waits for the client's results of frontend tool calls (AG-UI
+    `pendingToolCallIds`): no interrupt is open, so the answer names the calls and how to
+    answer them (`role: tool` messages), not interrupts the client never received."""
+
+    code = "missing_tool_result"
+
+
 class UnknownInterrupt(ResumeError):
     code = "unknown_interrupt"
 

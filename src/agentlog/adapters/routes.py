@@ -26,6 +26,7 @@ from ag_ui import core as ag
 from ag_ui.encoder import EventEncoder
 from aiohttp import web
 
+from agentlog.api.agents import agent_catalog
 from agentlog.api.json_input import parse_json
 from agentlog.http.auth import principal
 from agentlog.http.context import services
@@ -165,29 +166,15 @@ async def aisdk_messages(request: web.Request) -> web.Response:
 # -- agents --------------------------------------------------------------------------------------
 
 
-def agent_catalog(runtime_or_dispatcher: Any) -> list[dict[str, Any]]:
-    """The agents this gateway can run, for clients choosing `{agent_id}`: from the runtime when
-    it runs here (ids, descriptions, tools with their JSON Schemas), else only the ids a
-    work-queue dispatcher knows from the app, with their descriptions (tools unknown here: `null`)."""
-    runtime = getattr(runtime_or_dispatcher, "runtime", runtime_or_dispatcher)
-    agents = getattr(runtime, "agents", None)
-    tools = getattr(runtime, "tools", None)
-    if agents is None:
-        return []
-    if tools is None:  # QueueDispatcher: a set of ids
-        described = getattr(runtime, "descriptions", {})
-        return [{"id": a, "description": described.get(a, ""), "tools": None} for a in sorted(agents)]
-    out = []
-    for spec in agents:
-        specs = [tools.get(n).spec for n in spec.tools if tools.get(n) is not None]
-        out.append({"id": spec.id, "description": spec.description,
-                    "tools": [{"name": t.name, "description": t.description, "parameters": t.parameters}
-                              for t in specs]})
-    return out
+#: The catalog of the app this gateway serves, set by the server assembly (`agentlog.cli.server`)
+#: whenever it knows the app (always in `serve`, with `--app` in `gateway`): the dispatcher of a
+#: deployment is the work queue, which knows agent ids only.
+AGENT_CATALOG = web.AppKey("agentlog.agent_catalog", list)
 
 
 async def list_agents(request: web.Request) -> web.Response:
-    return reply({"agents": agent_catalog(services(request).runtime)})
+    catalog = request.app.get(AGENT_CATALOG)
+    return reply({"agents": catalog if catalog is not None else agent_catalog(services(request).runtime)})
 
 
 _AGENTS = {"type": "object", "properties": {"agents": {"type": "array", "items": {
@@ -219,4 +206,4 @@ ROUTES: list[Route] = [
           "ai-sdk", response=_MESSAGES, errors=(404,)),
 ]
 
-__all__ = ["ROUTES"]
+__all__ = ["AGENT_CATALOG", "ROUTES"]

@@ -41,7 +41,16 @@ from agentlog.views.timetravel import messages_at, state_at
 from agentlog.views.views import RunView, ThreadView
 
 from . import agui, aisdk
-from .common import AdapterInputError, Decision, ResumeError, decision_id, error_text, needs_approval
+from .common import (
+    AdapterInputError,
+    Decision,
+    MissingToolResult,
+    ResumeError,
+    decision_id,
+    error_text,
+    is_frontend_ticket,
+    needs_approval,
+)
 from .source import RunSource
 
 
@@ -180,6 +189,20 @@ def _tool_result_decisions(req: agui.AguiRunRequest, open_ids: set[str]) -> list
     return out
 
 
+def _check_tool_results(waiting: RunView, decisions: list[Decision]) -> None:
+    """A run that waits only on frontend tool calls ended its AG-UI run with
+    `pendingToolCallIds`, not interrupts: a request that does not answer them is refused
+    naming those calls and the `role: tool` answer they need (`MissingToolResult`)."""
+    answered = {d["target_id"] for d in decisions}
+    pending = sorted(c.call_id for c in waiting.calls.values()
+                     if c.status == "suspended" and is_frontend_ticket(c.ticket) and c.call_id not in answered)
+    if pending:
+        raise MissingToolResult(
+            f"the run waits for the client's result of frontend tool call(s) {', '.join(pending)} "
+            "(pendingToolCallIds): send each as a role: tool message with its toolCallId before new input",
+            pending)
+
+
 async def agui_events(backend: Backend, agent_id: str, req: agui.AguiRunRequest, who: Any = None,
                       ) -> AsyncGenerator[Any, None]:
     """Steps 2-4 for a parsed `RunAgentInput`: yields `ag_ui.core` events, ending with
@@ -198,6 +221,7 @@ async def agui_events(backend: Backend, agent_id: str, req: agui.AguiRunRequest,
             decisions = list(req.decisions) + [
                 d for d in _tool_result_decisions(req, open_ids)
                 if d["target_id"] not in {x["target_id"] for x in req.decisions}]
+            _check_tool_results(waiting, decisions)
             agui.check_resume(decisions, sorted(open_ids))
             if req.messages:
                 raise AdapterInputError("send new messages after the resumed run has finished "
@@ -270,7 +294,7 @@ async def _drive(backend: Backend, tr: Any, thread: ThreadLog, agent_id: str, me
                     # recorded, but the run still waits for the rest (a partial answer)
                     run = fold_commits(commits).runs[run_id]
                     still = [c.call_id for c in run.calls.values() if c.status == "suspended"]
-                    for ev in tr.feed(RunSuspended(call_ids=still)):
+                    for ev in with_position(tr, tr.feed(RunSuspended(call_ids=still)), commits[-1].seq):
                         yield ev
                     return
         except AgentlogError as exc:
@@ -280,7 +304,10 @@ async def _drive(backend: Backend, tr: Any, thread: ThreadLog, agent_id: str, me
         src.follow(after)
         try:
             async for item in src.items():
-                for ev in tr.feed(item):
+                out = tr.feed(item)
+                if tr.done and isinstance(item, CommittedEvent):
+                    out = with_position(tr, out, item.position.seq)
+                for ev in out:
                     yield ev
                 if tr.done:
                     return
@@ -292,6 +319,27 @@ async def _drive(backend: Backend, tr: Any, thread: ThreadLog, agent_id: str, me
             yield ev
     finally:
         await src.close()
+
+
+#: The name of the AG-UI CUSTOM event / the type of the AI SDK data part that carries the log
+#: position a stream ended at (see `with_position`).
+POSITION = "agentlog.position"
+AISDK_POSITION = "data-agentlog-position"
+
+
+def with_position(tr: Any, out: list[Any], seq: int) -> list[Any]:
+    """`out` (a translator's last events) with the log position the stream ended at just before
+    the terminal event: an AG-UI CUSTOM `agentlog.position` / a transient AI SDK
+    `data-agentlog-position` part, `{"seq": seq}`. A client passes it as `min_seq` to read its
+    run's effects where the read cannot know the thread (listings); the official clients ignore
+    both (CUSTOM goes to subscribers, a transient part is not kept in the message)."""
+    if isinstance(tr, agui.AguiTranslator):
+        at = next((i for i, ev in enumerate(out) if isinstance(ev, (ag.RunFinishedEvent, ag.RunErrorEvent))), None)
+        event: Any = ag.CustomEvent(name=POSITION, value={"seq": seq})
+    else:
+        at = next((i for i, p in enumerate(out) if p.get("type") in ("error", "finish", "abort")), None)
+        event = {"type": AISDK_POSITION, "transient": True, "data": {"seq": seq}}
+    return out if at is None else [*out[:at], event, *out[at:]]
 
 
 def agui_history(thread: ThreadLog) -> list[dict[str, Any]]:
@@ -450,5 +498,5 @@ def aisdk_error_part(exc: BaseException) -> dict[str, Any]:
     return {"type": "error", "errorText": error_text(exc)}
 
 
-__all__ = ["Backend", "NotVisible", "ThreadLog", "agui_error_event", "agui_events", "agui_history", "agui_parse",
+__all__ = ["AISDK_POSITION", "POSITION", "Backend", "NotVisible", "ThreadLog", "agui_error_event", "agui_events", "agui_history", "agui_parse",
            "aisdk_error_part", "aisdk_events", "aisdk_history", "aisdk_replay", "backend_of", "load_thread"]

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from agentlog.log.errors import StoreUnavailable
 from agentlog.log.events import StoredCommit
 from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.views.errors import ProjectionTimeout
 from agentlog.views.fold import Folder
 from agentlog.views.store import ViewStore
 from agentlog.views.views import RunView, ThreadView
@@ -56,6 +57,9 @@ class Settings:
     sse_queue: int = 1000
     #: Largest accepted request body (bytes); bigger -> 413.
     max_body: int = 1024 * 1024
+    #: How long a view read without `min_seq` waits for the views to reach the thread's last
+    #: commit before it answers from a fold of the log instead (`current_run`, `current_thread`).
+    fresh_wait: float = 1.0
     #: Browser origins allowed by CORS (`*`: any); default `AGENTLOG_CORS_ORIGINS` (see `cors`).
     cors_origins: tuple[str, ...] = field(default_factory=cors_origins_from_env)
 
@@ -71,6 +75,12 @@ class Services:
     runtime: Any = None
 
 
+def _connected(svc: Services) -> None:
+    """Fail fast (503) while NATS is down: a read would otherwise sit out nats-py's own timeout."""
+    if not svc.store.nc.is_connected:
+        raise StoreUnavailable("not connected to NATS (reconnecting); retry shortly")
+
+
 async def wait_min_seq(svc: Services, min_seq: int | None) -> None:
     """Before a view read: fail fast with 503 if NATS is down (a KV read would otherwise sit out
     nats-py's own timeout), then read-your-writes: bounded wait until the views include
@@ -80,8 +90,7 @@ async def wait_min_seq(svc: Services, min_seq: int | None) -> None:
     returns is already in the log), so waiting for it could only end in a 503 that blames the
     server: it is a 400 `min_seq_ahead` instead. The head is read only when the views are behind
     `min_seq`, so the usual read-your-writes path costs nothing extra."""
-    if not svc.store.nc.is_connected:
-        raise StoreUnavailable("not connected to NATS (reconnecting); retry shortly")
+    _connected(svc)
     if min_seq:
         if svc.runner.applied_seq < min_seq:
             head = await svc.store.last_seq()
@@ -142,6 +151,81 @@ async def visible_run(svc: Services, who: Principal, run_id: str) -> RunView:
     return view
 
 
+async def _caught_up(svc: Services, seq: int) -> bool:
+    """Whether the views include `seq`, waiting for them at most `settings.fresh_wait`."""
+    if svc.runner.applied_seq >= seq:
+        return True
+    try:
+        await svc.runner.wait_for(seq, timeout=svc.settings.fresh_wait)
+    except ProjectionTimeout:
+        return False
+    return True
+
+
+async def current_run(svc: Services, who: Principal, run_id: str) -> RunView:
+    """The run as of (at least) its thread's last commit: what a read without `min_seq` answers.
+
+    Why the thread's head and not a client token: whoever just wrote (a 202 start, a decision,
+    the end of an AG-UI / AI SDK / A2A stream) has a write at or below that head, and the
+    official protocol clients never send a position back. So every read shows the caller's own
+    write by default, from any gateway, at the cost of one direct get of the head. The views
+    answer when they have reached it (or reach it within `fresh_wait`); else, and for a run the
+    views do not know yet, the run is folded from the log (exact, and it works while the
+    projections lag, e.g. right after a restart)."""
+    _connected(svc)
+    applied = svc.runner.applied_seq  # before the view read: the view holds at least this
+    view = await get_run_view(svc, run_id)
+    if view is not None:
+        thread_id = view.thread_id
+    else:
+        first = None
+        async for sc in svc.store.read_run(run_id):
+            first = sc
+            break
+        if first is None:
+            raise not_found("run", run_id)
+        thread_id = first.commit.thread_id
+    head = await svc.store.thread_version(thread_id)
+    if view is not None and applied >= head:
+        return await _tenant_checked(svc, who, view)
+    if await _caught_up(svc, head):
+        return await visible_run(svc, who, run_id)
+    commits = [c async for c in svc.store.read_thread(thread_id)]
+    folder = _fold(commits)
+    run, thread = folder.run(run_id), folder.thread(thread_id)
+    if run is None or (who.tenant is not None and (thread is None or not who.can_see(thread.resource_id))):
+        raise not_found("run", run_id)
+    return run
+
+
+async def current_thread(svc: Services, who: Principal, thread_id: str) -> ThreadView:
+    """The thread as of (at least) its last commit: what a read without `min_seq` answers (see
+    `current_run`); 404 if unknown, deleted or outside the caller's tenant."""
+    _connected(svc)
+    applied = svc.runner.applied_seq
+    head = await svc.store.thread_version(thread_id)
+    if head == 0:
+        raise not_found("thread", thread_id)
+    if applied >= head or await _caught_up(svc, head):
+        return await visible_thread(svc, who, thread_id)
+    return (await thread_from_log(svc, who, thread_id))[1]
+
+
+async def _tenant_checked(svc: Services, who: Principal, view: RunView) -> RunView:
+    if who.tenant is not None:
+        thread = await get_thread_view(svc, view.thread_id)
+        if thread is None or not who.can_see(thread.resource_id):
+            raise not_found("run", view.run_id)
+    return view
+
+
+def _fold(commits: list[StoredCommit]) -> Folder:
+    folder = Folder()
+    for stored in commits:
+        folder.apply_commit(stored.seq, stored.commit)
+    return folder
+
+
 async def thread_from_log(svc: Services, who: Principal, thread_id: str) -> tuple[list[StoredCommit], ThreadView]:
     """Every commit of the thread and its fold: exact, not subject to projection lag.
     404 if it has no commits, is deleted or is outside the caller's tenant."""
@@ -155,5 +239,6 @@ async def thread_from_log(svc: Services, who: Principal, thread_id: str) -> tupl
     return commits, view
 
 
-__all__ = ["CORS_ENV", "Runner", "Services", "Settings", "cors_origins_from_env", "get_run_view", "get_thread_view",
+__all__ = ["CORS_ENV", "Runner", "Services", "Settings", "cors_origins_from_env", "current_run", "current_thread",
+           "get_run_view", "get_thread_view",
            "parse_origins", "thread_from_log", "visible_run", "visible_thread", "wait_min_seq"]

@@ -189,6 +189,10 @@ class CancelRunBody(_Model):
 # -- NATS request bodies: the HTTP inputs plus the path ids ------------------------------------
 
 
+class AgentsQuery(_Query):
+    """`agents.list` takes nothing (an empty body)."""
+
+
 class RunRef(GetViewQuery):
     run_id: RunId
 
@@ -210,7 +214,7 @@ class ThreadMessagesRequest(MessagesQuery):
 
 
 __all__ = [
-    "CancelRunBody", "CancelRunRequest", "DecisionIn", "InputMessage", "RunInputsBody", "RunInputsRequest",
+    "AgentsQuery", "CancelRunBody", "CancelRunRequest", "DecisionIn", "InputMessage", "RunInputsBody", "RunInputsRequest",
     "RunRef", "StartRunBody", "ThreadMessagesRequest", "ThreadRef",
     "CreateThread", "DeleteThreadQuery", "EventsQuery", "GetViewQuery", "ListRunsQuery", "ListThreadsQuery",
     "MAX_LIMIT", "MessagesQuery", "StateQuery", "UpdateThread",

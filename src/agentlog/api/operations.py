@@ -34,6 +34,8 @@ from . import threads
 from .auth import Principal
 from .context import (
     Services,
+    current_run,
+    current_thread,
     get_thread_view,
     thread_from_log,
     visible_run,
@@ -128,6 +130,10 @@ async def cancel_run(svc: Services, who: Principal, dispatcher: Dispatcher, run_
 
 
 async def get_run(svc: Services, who: Principal, run_id: str, q: GetViewQuery) -> Any:
+    """With `min_seq`: the views once they include it. Without: at least the run's thread's
+    last commit (`current_run`), so a read right after a write shows it."""
+    if q.min_seq is None:
+        return await current_run(svc, who, run_id)
     await wait_min_seq(svc, q.min_seq)
     return await visible_run(svc, who, run_id)
 
@@ -142,8 +148,12 @@ def _listing(key: str, items: list[Any], total: int, q: Any) -> dict[str, Any]:
 
 async def list_runs(svc: Services, who: Principal, q: ListRunsQuery) -> dict[str, Any]:
     """Ascending run id, from the listing index (`agentlog.views.listing`: O(limit) reads for one
-    filter or none; a tenant reads the lists of its resources)."""
-    await wait_min_seq(svc, q.min_seq)
+    filter or none; a tenant reads the lists of its resources). A thread's runs without
+    `min_seq` are listed as of (at least) the thread's last commit: the position is known there."""
+    min_seq = q.min_seq
+    if min_seq is None and q.thread_id is not None:
+        min_seq = await svc.store.thread_version(q.thread_id)
+    await wait_min_seq(svc, min_seq)
     filters = _filters(q, RUN_FILTERS)
     tenant = who.tenant
     if tenant is not None and q.thread_id is not None:
@@ -160,6 +170,9 @@ async def create_thread(svc: Services, who: Principal, body: CreateThread) -> di
 
 
 async def get_thread(svc: Services, who: Principal, thread_id: str, q: GetViewQuery) -> Any:
+    """Like `get_run`: without `min_seq`, at least the thread's last commit (`current_thread`)."""
+    if q.min_seq is None:
+        return await current_thread(svc, who, thread_id)
     await wait_min_seq(svc, q.min_seq)
     return await visible_thread(svc, who, thread_id)
 

@@ -42,7 +42,7 @@ _END = 2**31
 class UnknownRun(AgentlogError, LookupError):
     """The log holds no commit of this run."""
 
-    code = "unknown_run"
+    code = "run_not_found"
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id

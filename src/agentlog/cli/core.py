@@ -61,6 +61,16 @@ class AppMismatch(AgentlogError):
 
 #: `-h` is `--help` on every command (click hands help option names down to subcommands).
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+#: Plain (click) help rather than typer's rich panels: those print a type placeholder on every
+#: flag (`--json <bool>`) and arguments as `{run_id}`; click's shows flags bare and choices as
+#: `--status [running|waiting|done]`. Every command group is made with it (`group`).
+PLAIN_HELP: dict[str, Any] = {"rich_markup_mode": None}
+
+
+def group(help: str) -> typer.Typer:
+    """A command group (`agentlog events ...`), with the CLI's help settings."""
+    return typer.Typer(help=help, no_args_is_help=True, **PLAIN_HELP)
+
 
 app = typer.Typer(
     name="agentlog",
@@ -69,10 +79,13 @@ app = typer.Typer(
     context_settings=HELP_OPTIONS,
     add_completion=False,
     pretty_exceptions_enable=False,
+    **PLAIN_HELP,
 )
-events_app = typer.Typer(help="Read the event log.", no_args_is_help=True)
+events_app = group("Read the event log.")
 app.add_typer(events_app, name="events")
-projections_app = typer.Typer(help="Maintain the KV views (projections) of the log.", no_args_is_help=True)
+thread_app = group("One thread from the log: its view, runs and state (show), or its messages.")
+app.add_typer(thread_app, name="thread")
+projections_app = group("Maintain the KV views (projections) of the log.")
 app.add_typer(projections_app, name="projections")
 
 
@@ -169,6 +182,12 @@ def _fail(exc: AgentlogError) -> NoReturn:
     raise typer.Exit(2 if usage else 1)
 
 
+def warn(message: str) -> None:
+    """One yellow `warning: ...` line on stderr (stdout stays data, even with --json)."""
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err.print(Text(f"warning: {message}", style="yellow"))
+
+
 def _print_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
     sys.stdout.flush()
@@ -254,10 +273,18 @@ async def read_to_end(store: JetStreamEventStore, thread_id: str | None = None, 
     if last <= after:
         return
     async with aclosing(as_generator(store.follow(None, after))) as commits:
-        async for stored in commits:
-            yield stored
-            if stored.seq >= last:
-                return
+        # archived threads are in the stream as their markers: put their commits back
+        filled = store.archive.fill_log(_until(commits, last)) if after == 0 else _until(commits, last)
+        async with aclosing(as_generator(filled)) as stream:
+            async for stored in stream:
+                yield stored
+
+
+async def _until(commits: AsyncIterator[StoredCommit], last: int) -> AsyncIterator[StoredCommit]:
+    async for stored in commits:
+        yield stored
+        if stored.seq >= last:
+            return
 
 
 def _time(ms: int) -> str:
@@ -278,7 +305,8 @@ def _version(value: bool) -> None:
 @app.callback()
 def _main(
     log_level: Annotated[str, typer.Option("--log-level", envvar="AGENTLOG_LOG_LEVEL",
-                                           help="debug, info, warning, error.")] = "warning",
+                                           metavar="<debug|info|warning|error>", help="What goes to stderr.")
+                         ] = "warning",
     nats: Annotated[str | None, typer.Option("--nats", envvar=NATS_URL_ENV, metavar="URL", help=_NATS_HELP)] = None,
     creds: Annotated[Path | None, typer.Option("--creds", envvar="AGENTLOG_NATS_CREDS", exists=True,
                                                   dir_okay=False, help=_CREDS_HELP)] = None,

@@ -1,12 +1,13 @@
-"""`agentlog events tail`, `threads`, `runs` and `projections rebuild`: reads of the log and
-maintenance of its views (DESIGN 5.3). Registered on `agentlog.cli.core.app`."""
+"""`agentlog events tail`, `threads`, `thread show|messages`, `runs` and `projections rebuild`:
+reads of the log and maintenance of its views (DESIGN 5.3). Registered on `agentlog.cli.core.app`."""
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import Iterator
 from contextlib import aclosing
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 import typer
@@ -21,15 +22,19 @@ from agentlog.api.timeline import (
     event_summary,
     learn_call_names,
     parse_event_id,
+    within,
 )
+from agentlog.log.errors import AgentlogError
 from agentlog.log.events import AnyEvent, Position, StoredCommit
 from agentlog.log.ids import validate_id, validate_run_id
 from agentlog.log.jetstream import JetStreamEventStore
 from agentlog.log.server import DEFAULT_DATA_DIR
 from agentlog.log.store import as_generator
 from agentlog.views import RunView, ThreadView, fold_commits
+from agentlog.views.fold import fold_messages
 from agentlog.views.kv import KVViewStore
 from agentlog.views.rebuild import rebuild
+from agentlog.views.timetravel import state_at
 
 from .core import (
     CredsOpt,
@@ -48,7 +53,9 @@ from .core import (
     events_app,
     projections_app,
     read_to_end,
+    thread_app,
     usd,
+    warn,
 )
 
 # -- events tail ----------------------------------------------------------------------------------
@@ -159,7 +166,8 @@ async def _thread_of_run(store: JetStreamEventStore, run_id: str) -> str:
 # -- listings -------------------------------------------------------------------------------------
 
 
-SourceOpt = Annotated[str, typer.Option(
+Source = Literal["log", "views"]
+SourceOpt = Annotated[Source, typer.Option(
     "--source", help="log: fold the log now (exact, reads every commit); "
                      "views: the KV projections (fast, as fresh as the projection runner).")]
 
@@ -176,11 +184,6 @@ async def _views(store: JetStreamEventStore, source: str, thread_id: str | None 
     return list(views.threads.values()), list(views.runs.values())
 
 
-def _check_source(source: str) -> None:
-    if source not in ("log", "views"):
-        raise typer.BadParameter("expected log or views", param_hint="--source")
-
-
 @app.command("threads")
 def threads_cmd(
     limit: Annotated[int, typer.Option("--limit", min=1, max=10_000)] = 50,
@@ -192,7 +195,6 @@ def threads_cmd(
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
     """List threads, newest first (deleted threads are hidden)."""
-    _check_source(source)
 
     async def body(store: JetStreamEventStore) -> None:
         threads, _ = await _views(store, source)
@@ -216,7 +218,8 @@ def threads_cmd(
 @app.command("runs")
 def runs_cmd(
     thread: Annotated[str | None, typer.Option("--thread", help="Only runs of this thread.")] = None,
-    status: Annotated[str | None, typer.Option("--status", help="running, waiting or done.")] = None,
+    status: Annotated[Literal["running", "waiting", "done"] | None, typer.Option(
+        "--status", help="Only runs in this status.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=10_000)] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="A JSON array of run views.")] = False,
     source: SourceOpt = "log",
@@ -224,9 +227,6 @@ def runs_cmd(
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
     """List runs, newest first."""
-    _check_source(source)
-    if status is not None and status not in ("running", "waiting", "done"):
-        raise typer.BadParameter("expected running, waiting or done", param_hint="--status")
     if thread is not None:
         _guard(lambda: validate_id(thread, "thread_id"))
 
@@ -247,6 +247,128 @@ def runs_cmd(
                           r.termination.type if r.termination else "-", str(r.steps), r.parent_run_id or "-",
                           str(r.usage.total_tokens), usd(r.cost), _time(r.updated))
         _out().print(table)
+
+    _run(_options(nats, creds, token, data_dir, timeout), body)
+
+
+# -- thread show / messages -----------------------------------------------------------------------
+
+
+class UnknownThread(AgentlogError, LookupError):
+    """The log has no commit of this thread (the API's code for it)."""
+
+    code = "thread_not_found"
+    usage_error = True
+
+    def __init__(self, thread_id: str) -> None:
+        super().__init__(f"thread {thread_id!r} not found in the log")
+
+
+async def _thread_commits(store: JetStreamEventStore, thread_id: str) -> list[StoredCommit]:
+    commits = [c async for c in store.read_thread(thread_id)]
+    if not commits:
+        raise UnknownThread(thread_id)
+    return commits
+
+
+ThreadArg = Annotated[str, typer.Argument(help="The thread id.")]
+
+
+@thread_app.command("show")
+def thread_show(
+    thread_id: ThreadArg,
+    at: Annotated[str | None, typer.Option(
+        "--at", metavar="EVENT_ID", help="The state as of this event (seq:index) instead of now.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document: thread, runs, state.")] = False,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """One thread from the log: its view, its runs, and its state (now, or --at an event)."""
+    _guard(lambda: validate_id(thread_id, "thread_id"))
+    position: Position | None = _guard(lambda: parse_event_id(at)) if at else None
+
+    async def body(store: JetStreamEventStore) -> None:
+        commits = await _thread_commits(store, thread_id)
+        views = fold_commits(commits)
+        thread = views.threads.get(thread_id) or ThreadView(thread_id=thread_id)
+        runs = sorted((r for r in views.runs.values() if r.thread_id == thread_id), key=lambda r: (r.created, r.run_id))
+        # past the thread's end: as of its last event, with the API's warning (`state?at=`)
+        at, warning = within(commits, position) if position is not None else (None, None)
+        state = state_at(commits, thread_id, at) if at is not None else thread.state
+        if warning:
+            warn(warning["message"])
+        if as_json:
+            doc = {"thread": msgspec.to_builtins(thread), "runs": msgspec.to_builtins(runs),
+                   "at": str(at) if at else None, "state": state}
+            _print_json({**doc, "warning": warning} if warning else doc)
+            return
+        out = _out()
+        head = Table(title=f"thread {thread_id}", title_justify="left", show_header=False)
+        head.add_column(style="bold")
+        head.add_column(overflow="fold")
+        for label, value in (
+            ("resource", thread.resource_id or "-"), ("parent thread", thread.parent_thread_id or "-"),
+            ("metadata", msgspec.json.encode(thread.metadata).decode() if thread.metadata else "-"),
+            ("messages", str(thread.message_count)), ("version", str(thread.version)),
+            ("active run", thread.active_run_id or "-"), ("deleted", "yes" if thread.deleted else "no"),
+            ("created", _time(thread.created)), ("updated", _time(thread.updated)),
+        ):
+            head.add_row(label, value)
+        out.print(head)
+        if runs:
+            table = Table(title=f"runs ({len(runs)})", title_justify="left")
+            for column in ("run", "agent", "status", "termination", "parent run", "updated"):
+                table.add_column(column, overflow="fold")
+            for r in runs:
+                table.add_row(r.run_id, r.agent_id or "-", r.status, r.termination.type if r.termination else "-",
+                              r.parent_run_id or "-", _time(r.updated))
+            out.print(table)
+        out.print(Text(f"state ({f'as of {at}' if at else 'now'}):", style="bold"))
+        out.print(Text(json.dumps(state, ensure_ascii=False, indent=2, sort_keys=True)))
+
+    _run(_options(nats, creds, token, data_dir, timeout), body)
+
+
+@thread_app.command("messages")
+def thread_messages(
+    thread_id: ThreadArg,
+    run: Annotated[str | None, typer.Option("--run", help="Only the messages this run appended.")] = None,
+    after: Annotated[str | None, typer.Option(
+        "--after", metavar="EVENT_ID", help="Only messages after this event (seq:index).")] = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="A JSON array of {event_id, run_id, message}.")] = False,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """A thread's messages in log order, each with the event id that appended it."""
+    _guard(lambda: validate_id(thread_id, "thread_id"))
+    if run is not None:
+        _guard(lambda: validate_run_id(run))
+    start: Position | None = _guard(lambda: parse_event_id(after)) if after else None
+
+    async def body(store: JetStreamEventStore) -> None:
+        items: list[dict[str, Any]] = []
+        for stored in await _thread_commits(store, thread_id):
+            if run is not None and stored.commit.run_id != run:
+                continue
+            for position, event in stored.positioned():
+                appended = fold_messages((), event)  # the fold decides what appends a message
+                if appended and (start is None or position > start):
+                    items.append({"event_id": str(position), "run_id": stored.commit.run_id,
+                                  "message": appended[-1]})
+        if as_json:
+            _print_json(msgspec.to_builtins(items))
+            return
+        out = _out()
+        for item in items:
+            message = item["message"]
+            line = Text(f"{item['event_id']:>8}", style="cyan")
+            line.append(f"  {message.role:<9}", style="bold")
+            calls = ", ".join(c.name for c in message.tool_calls or ())
+            text = message.content or (f"(calls {calls})" if calls else "(stored by reference)"
+                                       if message.content_ref else "")
+            line.append(" " + text)
+            out.print(line)
 
     _run(_options(nats, creds, token, data_dir, timeout), body)
 

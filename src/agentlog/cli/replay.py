@@ -18,9 +18,11 @@ from agentlog.api.timeline import (
     ReplayReport,
     UnknownRun,
     build_replay,
+    last_position,
+    learn_call_names,
     parse_event_id,
 )
-from agentlog.log.events import Position
+from agentlog.log.events import Position, StoredCommit
 from agentlog.log.ids import validate_run_id
 from agentlog.log.jetstream import JetStreamEventStore
 from agentlog.log.server import DEFAULT_DATA_DIR
@@ -39,6 +41,7 @@ from .core import (
     _print_json,
     _run,
     app,
+    warn,
 )
 from .reads import _thread_of_run
 
@@ -124,7 +127,9 @@ def replay_cmd(
         "--verify", help="Re-execute the run with --app's agents and tools and check every commit against the "
                          "log; exit 1 at the first difference.")] = False,
     app_spec: Annotated[str | None, typer.Option(
-        "--app", metavar="MODULE:ATTR", help="The application for --verify: an App, a Runtime, or factory(store).")] = None,
+        "--app", metavar="MODULE:ATTR", help="The application for --verify: an App, a Runtime, or factory(store). "
+                                             "Default: the built-in demo app (the one `serve` and `demo` run); "
+                                             "the app used is printed.")] = None,
     reexecute: Annotated[list[str] | None, typer.Option(
         "--reexecute-tools", metavar="NAME",
         help="With --verify: run this tool for real instead of answering it from its recorded results "
@@ -143,18 +148,28 @@ def replay_cmd(
     if verify:
         if to is not None:
             raise typer.BadParameter("--verify checks the whole run; drop --to", param_hint="--to")
-        if app_spec is None:
-            raise typer.BadParameter("--verify needs the app that made the run", param_hint="--app")
-        source = _guard(lambda: load_app(app_spec))
-        _run(_options(nats, creds, token, data_dir, timeout),
-             lambda store: _verify(store, run_id, app_spec, source, list(reexecute or ()),
-                                   list(keep_from_log or ()), as_json))
+        source = _guard(lambda: load_app(app_spec)) if app_spec is not None else None
+
+        async def verify_body(store: JetStreamEventStore) -> None:
+            spec, loaded = app_spec, source
+            if spec is None:
+                spec = await default_app(store, run_id)
+                warn(f"no --app: verifying with {spec}, the built-in demo app (`agentlog serve` without --app); "
+                     f"pass --app MODULE:ATTR for your own")
+                loaded = load_app(spec)
+            await _verify(store, run_id, spec, loaded, list(reexecute or ()), list(keep_from_log or ()), as_json)
+
+        _run(_options(nats, creds, token, data_dir, timeout), verify_body)
         return
     if app_spec is not None or reexecute or keep_from_log:
         raise typer.BadParameter("only with --verify", param_hint="--app/--reexecute-tools/--tools-from-log")
 
     async def body(store: JetStreamEventStore) -> None:
         thread_commits = [c async for c in store.read_thread(await _thread_of_run(store, run_id))]
+        if position is not None:
+            outside = outside_run(thread_commits, run_id, position)
+            if outside:
+                warn(outside)
         report = build_replay(run_id, thread_commits, position)
         if as_json:
             _print_json(report.to_json())
@@ -162,6 +177,33 @@ def replay_cmd(
             _render_replay(report)
 
     _run(_options(nats, creds, token, data_dir, timeout), body)
+
+
+def outside_run(thread_commits: list[StoredCommit], run_id: str, position: Position) -> str | None:
+    """A warning when `--to` is not within the run's events: before its first one the timeline
+    is empty, after its last one it is the whole run, neither of which is what `--to` asks.
+    (Past the end of the thread the report carries its own warning: `timeline.within`.)"""
+    events = [p for c in thread_commits if c.commit.run_id == run_id for p, _e in c.positioned()]
+    end = last_position(thread_commits)
+    if not events or events[0] <= position <= events[-1] or (end is not None and position > end):
+        return None
+    where = "before its first" if position < events[0] else "after its last"
+    return (f"--to {position} is outside run {run_id!r}: {where} event (the run's events are "
+            f"{events[0]} .. {events[-1]})")
+
+
+#: The demo's MCP tool: a run that called it was made by `agentlog demo` (`demo:app_with_mcp`).
+_DEMO_MCP_TOOL = "mcp__notes__release_notes"
+
+
+async def default_app(store: JetStreamEventStore, run_id: str) -> str:
+    """The app to verify with when none is given: the built-in demo app `agentlog serve` runs
+    without --app, or, for a run of `agentlog demo` (which called the demo's MCP tool), that one."""
+    names: dict[str, str] = {}
+    async for stored in store.read_run(run_id):
+        for event in stored.commit.events:
+            learn_call_names(event, names)
+    return "agentlog.cli.demo:app_with_mcp" if _DEMO_MCP_TOOL in names.values() else "agentlog.cli.demo:app"
 
 
 # -- trace (agentlog.cli.trace) ------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""`agentlog run start|approve|deny|cancel|continue|show`: drive runs of a running agentlog.
+"""`agentlog run start|approve|deny|cancel|continue|show` and `agentlog agents`: drive runs of a
+running agentlog.
 
 The CLI never runs an agent itself here: it asks a running server (`agentlog serve` or
 `gateway`) through its API, so every command takes the same path as any other client and gets
@@ -8,13 +9,17 @@ the same typed answers. Two transports behind one small protocol (`RunsApi`):
   with the usual connection options (`--nats/--creds/--token`, or the embedded server of
   `--data-dir`), so whatever `ConnectionOptions`/`open_store` learn about finding a server, these
   commands learn too;
-- HTTP with `--url http://127.0.0.1:8480` (the same JSON bodies on `/v1/runs...`).
+- HTTP with `--url http://127.0.0.1:8480`: the Python client `agentlog.client` (the same JSON
+  bodies on `/v1/runs...`, its typed errors turned into the same one-line answers).
 
 `--api-token` is the API's bearer token (HTTP `Authorization`, or the same header on the NATS
 request) when the server has tokens configured. An API error is one line `error [<code>]: ...`
 with exit 2 for a 4xx (the request was wrong: unknown run, nothing pending, bad id) and 1 for
 the rest. `--follow` prints the run's events until it suspends (waits for a human) or finishes;
-it reads the log (NATS) or the run's SSE stream (HTTP), never polls.
+it reads the log (NATS) or the run's SSE stream (HTTP), never polls. A run that stops to wait for
+a human ends the output with the `run approve` / `run deny` commands that decide it. `approve`
+records `{"approved": true}` as the decision's result and `deny` `{"approved": false}` (what the
+inspector page and the API examples send), unless `--result` says otherwise.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
-from typing import Annotated, Any, ClassVar, NamedTuple, Protocol
+from typing import Annotated, Any, NamedTuple, Protocol
 
 import msgspec
 import nats.errors
@@ -45,8 +50,11 @@ from agentlog.cli.core import (
     _run_main,
     _time,
     app,
+    group,
     usd,
 )
+from agentlog.client import APPROVED, DENIED, AsyncClient, ClientError, pending_calls
+from agentlog.client import ApiError as ClientApiError
 from agentlog.log.auth import Role
 from agentlog.log.errors import AgentlogError, StoreUnavailable
 from agentlog.log.events import AnyEvent, RunFinished, RunSuspended
@@ -56,8 +64,7 @@ from agentlog.nats.service import API_PREFIX
 
 from .reads import _event_json
 
-run_app = typer.Typer(help="Start and steer runs on a running agentlog server (its NATS API, or --url).",
-                      no_args_is_help=True)
+run_app = group("Start and steer runs on a running agentlog server (its NATS API, or --url).")
 app.add_typer(run_app, name="run")
 
 
@@ -75,9 +82,10 @@ class ApiRejected(AgentlogError):
 
 
 class NothingPending(AgentlogError):
-    """approve/deny found no suspended call to decide."""
+    """approve/deny found no suspended call to decide: the API's own code for it (a decision
+    sent to such a run is refused with it)."""
 
-    code = "nothing_pending"
+    code = "run_not_waiting"
     usage_error = True
 
 
@@ -85,7 +93,10 @@ class NothingPending(AgentlogError):
 
 
 class RunsApi(Protocol):
-    """The four run operations of the API; bodies and answers are the HTTP JSON."""
+    """The run operations of the API (`start`, `inputs`, `cancel`, `get`) and `agents`; bodies
+    and answers are the HTTP JSON. `current` is `get` as of the run's last commit in the log, so
+    a command right after another (`run start --follow`, then `run approve`) never reads views
+    that have not caught up yet."""
 
     async def call(self, op: str, body: dict[str, Any]) -> Any: ...
 
@@ -123,7 +134,13 @@ class NatsRunsApi:
         self.headers = {"Authorization": f"Bearer {api_token}"} if api_token else None
 
     async def call(self, op: str, body: dict[str, Any]) -> Any:
-        subject = f"{API_PREFIX}.runs.{op}"
+        if op == "current":  # `get` as of the run's last commit in the log (the views may lag it)
+            last = 0
+            async with aclosing(self.store.read_run(body["run_id"])) as commits:
+                async for stored in commits:
+                    last = stored.seq
+            return await self.call("get", {**body, **({"min_seq": last} if last else {})})
+        subject = f"{API_PREFIX}.agents.list" if op == "agents" else f"{API_PREFIX}.runs.{op}"
         try:
             msg = await self.store.nc.request(subject, json.dumps(body).encode(), timeout=self.timeout,
                                               headers=self.headers)
@@ -148,59 +165,54 @@ class NatsRunsApi:
 
 
 class HttpRunsApi:
-    """The same operations over the HTTP API at `url`; SSE `/v1/runs/{id}/events?follow=true`."""
+    """The same operations over the HTTP API, through `agentlog.client`; --follow reads the run's
+    SSE stream (`client.runs.stream`, resumed with `Last-Event-ID` if the connection breaks)."""
 
-    ROUTES: ClassVar[dict[str, tuple[str, str]]] = {
-        "start": ("POST", "/v1/runs"), "inputs": ("POST", "/v1/runs/{run_id}/inputs"),
-        "cancel": ("POST", "/v1/runs/{run_id}/cancel"), "get": ("GET", "/v1/runs/{run_id}"),
-    }
-
-    def __init__(self, session: Any, url: str, api_token: str | None) -> None:
-        self.session, self.url = session, url.rstrip("/")
-        self.headers = {"Authorization": f"Bearer {api_token}"} if api_token else {}
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
 
     async def call(self, op: str, body: dict[str, Any]) -> Any:
-        method, path = self.ROUTES[op]
         body = dict(body)
-        run_id = body.pop("run_id", None)
-        url = self.url + path.format(run_id=run_id)
-        params = {k: str(v) for k, v in body.items()} if method == "GET" else None
-        async with self.session.request(method, url, json=None if method == "GET" else body, params=params,
-                                        headers=self.headers) as resp:
-            text = await resp.text()
-            if resp.status >= 400:
-                raise _error_of(resp.status, text, resp.reason or "error")
-            return json.loads(text)
+        runs = self.client.runs
+        try:
+            if op == "start":
+                return await runs.create(body.pop("agent_id"), body.pop("messages", ()), **body)
+            if op == "inputs":
+                return await runs.inputs(body["run_id"], decisions=body.get("decisions", ()),
+                                         messages=body.get("messages", ()))
+            if op == "cancel":
+                return await runs.cancel(body["run_id"], reason=body.get("reason"))
+            if op == "get":
+                return await runs.get(body["run_id"], min_seq=body.get("min_seq"))
+            if op == "current":
+                return await runs.current(body["run_id"])
+            if op == "agents":
+                return {"agents": await self.client.agents.list()}
+        except ClientError as exc:
+            raise _rejected(exc) from None
+        raise ValueError(f"unknown operation {op!r}")
 
     async def follow(self, thread_id: str, run_id: str, after_seq: int) -> AsyncGenerator[Followed, None]:
         """The run's SSE stream from its start; events of commits up to `after_seq` are skipped
         here (so an earlier suspension does not end the stream of an approved run)."""
-        url = f"{self.url}/v1/runs/{run_id}/events"
-        async with self.session.get(url, params={"follow": "true"},
-                                    headers={**self.headers, "Accept": "text/event-stream"}) as resp:
-            if resp.status >= 400:
-                raise _error_of(resp.status, await resp.text(), resp.reason or "error")
-            frame: dict[str, str] = {}
-            async for raw in resp.content:
-                line = raw.decode().rstrip("\r\n")
-                if line:
-                    key, _, value = line.partition(":")
-                    frame[key] = value.lstrip(" ")
-                    continue
-                if "data" in frame and frame.get("event") not in (None, "error"):
-                    doc = json.loads(frame["data"])
-                    event_id = frame.get("id", "0:0")
-                    if int(event_id.split(":", 1)[0]) > after_seq:
-                        event = msgspec.convert(doc["event"], AnyEvent)
-                        yield Followed(event_id, event, {"id": event_id, "thread_id": doc.get("thread_id"),
-                                                         "run_id": doc.get("run_id"), "type": frame["event"],
-                                                         "commit_id": None, "ts": None, "event": doc["event"]})
-                        if _paused(event):
-                            return
-                elif frame.get("event") == "error":
-                    err = json.loads(frame.get("data") or "{}")
-                    raise ApiRejected(500, str(err.get("code", "stream_error")), str(err.get("error", "error")))
-                frame = {}
+        try:
+            async with aclosing(self.client.runs.stream(run_id)) as events:
+                async for item in events:
+                    if item.seq <= after_seq:
+                        continue
+                    event = msgspec.convert(item.event, AnyEvent)
+                    yield Followed(item.id, event, {**item.to_json(), "commit_id": None, "ts": None})
+                    if _paused(event):
+                        return
+        except ClientError as exc:
+            raise _rejected(exc) from None
+
+
+def _rejected(exc: ClientError) -> AgentlogError:
+    """The client's typed error as the CLI's: the API's answer keeps its status and code."""
+    if isinstance(exc, ClientApiError):
+        return ApiRejected(exc.status or 500, exc.code, exc.message)
+    return StoreUnavailable(str(exc))
 
 
 @asynccontextmanager
@@ -209,14 +221,8 @@ async def _connect(options: ConnectionOptions, url: str | None, api_token: str |
     """The runs API over HTTP (`url`) or NATS. On the data dir's embedded server the NATS login is
     `role`: `gateway` may call every endpoint, `readonly` only the read ones (`run show`)."""
     if url:
-        import aiohttp
-
-        timeout = aiohttp.ClientTimeout(total=None, connect=options.timeout, sock_connect=options.timeout)
-        try:
-            async with aiohttp.ClientSession(timeout=timeout) as session:
-                yield HttpRunsApi(session, url, api_token)
-        except aiohttp.ClientConnectionError as exc:
-            raise StoreUnavailable(f"the agentlog API at {url} did not answer: {exc}") from None
+        async with AsyncClient(url, token=api_token, timeout=max(options.timeout, 30.0)) as client:
+            yield HttpRunsApi(client)
         return
     async with open_store(options, role) as store:
         yield NatsRunsApi(store, api_token, options.timeout)
@@ -249,12 +255,16 @@ def _on_run(run_id: str, options: ConnectionOptions, url: str | None, api_token:
     _drive(options, url, api_token, body, role)
 
 
-async def _answer(api: RunsApi, op: str, body: dict[str, Any], verb: str, follow: bool, as_json: bool) -> None:
-    await _report(api, await api.call(op, body), verb, follow, as_json)
+async def _answer(api: RunsApi, op: str, body: dict[str, Any], verb: str, follow: bool, as_json: bool,
+                  url: str | None = None) -> None:
+    await _report(api, await api.call(op, body), verb, follow, as_json, url)
 
 
-async def _report(api: RunsApi, accepted: dict[str, Any], verb: str, follow: bool, as_json: bool) -> None:
-    """Print what the API accepted, then (with --follow) the run's events until it pauses."""
+async def _report(api: RunsApi, accepted: dict[str, Any], verb: str, follow: bool, as_json: bool,
+                  url: str | None = None, names: dict[str, str] | None = None) -> None:
+    """Print what the API accepted, then (with --follow) the run's events until it pauses. `url`
+    (the --url given) goes into the approve/deny commands printed at a pause; `names` are the
+    tool names of calls decided before the followed events begin."""
     if as_json:
         _print_json(accepted)
     else:
@@ -262,14 +272,16 @@ async def _report(api: RunsApi, accepted: dict[str, Any], verb: str, follow: boo
                           f"(seq {accepted.get('seq', '-')})", style="bold"))
     if follow:
         await _follow(api, accepted["thread_id"], accepted["run_id"], max(int(accepted.get("seq") or 1) - 1, 0),
-                      as_json)
+                      as_json, url, dict(names or {}))
 
 
-async def _follow(api: RunsApi, thread_id: str, run_id: str, after: int, as_json: bool) -> None:
+async def _follow(api: RunsApi, thread_id: str, run_id: str, after: int, as_json: bool, url: str | None,
+                  names: dict[str, str]) -> None:
     out = _out()
-    names: dict[str, str] = {}
+    last: AnyEvent | None = None
     async with aclosing(api.follow(thread_id, run_id, after)) as events:
         async for item in events:
+            last = item.event
             if as_json:
                 _print_json(item.doc)
                 continue
@@ -278,6 +290,14 @@ async def _follow(api: RunsApi, thread_id: str, run_id: str, after: int, as_json
             line.append(f"  {type(item.event).__name__}", style="bold")
             line.append("  " + event_summary(item.event, names))
             out.print(line)
+    if isinstance(last, RunSuspended) and not as_json:
+        out.print(Text(f"waiting for a human: {decide_commands(run_id, url)}", style="yellow"))
+
+
+def decide_commands(run_id: str, url: str | None = None) -> str:
+    """The two commands that decide a waiting run (with `--url` when it was reached over HTTP)."""
+    target = f" --url {url}" if url else ""
+    return f"agentlog run approve {run_id}{target}   |   agentlog run deny {run_id}{target} --reason ..."
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -300,12 +320,7 @@ def run_start(
     body: dict[str, Any] = {"agent_id": agent, "messages": message}
     body.update({k: v for k, v in (("thread_id", thread), ("resource_id", resource_id)) if v is not None})
     _drive(_options(nats, creds, token, data_dir, timeout), url, api_token,
-           lambda api: _answer(api, "start", body, "started", follow, as_json))
-
-
-def _pending(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """The calls waiting for a human: suspended and not yet decided."""
-    return [c for c in (run.get("calls") or {}).values() if c.get("status") == "suspended" and not c.get("decision")]
+           lambda api: _answer(api, "start", body, "started", follow, as_json, url))
 
 
 def _decide(action: str, run_id: str, call_ids: list[str], reason: str | None, result: str | None,
@@ -313,7 +328,7 @@ def _decide(action: str, run_id: str, call_ids: list[str], reason: str | None, r
     _guard(lambda: validate_run_id(run_id))
     for call_id in call_ids:
         _guard(lambda: validate_id(call_id, "call_id"))  # noqa: B023  (called at once)
-    value: Any = None
+    value: Any = APPROVED if action == "resume" else DENIED
     if result is not None:
         try:
             value = json.loads(result)
@@ -322,18 +337,18 @@ def _decide(action: str, run_id: str, call_ids: list[str], reason: str | None, r
 
     async def go(api: RunsApi) -> None:
         targets = call_ids
+        pending = pending_calls(await api.call("current", {"run_id": run_id}))
         if not targets:
-            pending = _pending(await api.call("get", {"run_id": run_id}))
             if not pending:
                 raise NothingPending(f"run {run_id!r} has no call waiting for a decision")
             targets = [c["call_id"] for c in pending]
-        decisions = [{"target_id": c, "decision_id": new_id(), "action": action,
-                      **({"reason": reason} if reason else {}),
-                      **({"result": value} if result is not None else {})} for c in targets]
+        decisions = [{"target_id": c, "decision_id": new_id(), "action": action, "result": value,
+                      **({"reason": reason} if reason else {})} for c in targets]
         accepted = await api.call("inputs", {"run_id": run_id, "decisions": decisions})
         accepted = {**accepted, "decided": targets, "action": action}
         verb = f"{'approved' if action == 'resume' else 'denied'} {', '.join(targets)} of"
-        await _report(api, accepted, verb, follow, as_json)
+        names = {c["call_id"]: _tool(c) for c in pending}
+        await _report(api, accepted, verb, follow, as_json, url, names)
 
     _drive(options, url, api_token, go)
 
@@ -360,9 +375,10 @@ def _decision_command(name: str, action: str, doc: str) -> None:
     run_app.command(name)(command)
 
 
-_decision_command("approve", "resume", "Approve suspended calls of RUN_ID (decision `resume`); the run continues.")
-_decision_command("deny", "cancel", "Deny suspended calls of RUN_ID (decision `cancel`); the run continues "
-                                    "without them.")
+_decision_command("approve", "resume", "Approve suspended calls of RUN_ID (decision `resume`, result "
+                                      '`{"approved": true}`); the run continues.')
+_decision_command("deny", "cancel", "Deny suspended calls of RUN_ID (decision `cancel`, result "
+                                    '`{"approved": false}`); the run continues without them.')
 
 
 @run_app.command("cancel")
@@ -390,7 +406,7 @@ def run_continue(
     """Start the continuation run of RUN_ID on its thread with MESSAGE (lineage: parent_run_id)."""
     body = {"run_id": run_id, "messages": message}
     _on_run(run_id, _options(nats, creds, token, data_dir, timeout), url, api_token,
-            lambda api: _answer(api, "inputs", body, "continued with", follow, as_json))
+            lambda api: _answer(api, "inputs", body, "continued with", follow, as_json, url))
 
 
 @run_app.command("show")
@@ -403,13 +419,38 @@ def run_show(
     """One run as the server sees it: status, calls, usage, pending approvals."""
 
     async def show(api: RunsApi) -> None:
-        run = await api.call("get", {"run_id": run_id})
+        run = await api.call("current", {"run_id": run_id})
         if as_json:
             _print_json(run)
         else:
             render_run(run)
 
     _on_run(run_id, _options(nats, creds, token, data_dir, timeout), url, api_token, show, role="readonly")
+
+
+@app.command("agents")
+def agents_cmd(
+    as_json: JsonOpt = False, url: UrlOpt = None, api_token: ApiTokenOpt = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """The agents the running server can start (`run start --agent ID`): ids, descriptions, tools."""
+
+    async def show(api: RunsApi) -> None:
+        agents = (await api.call("agents", {}))["agents"]
+        if as_json:
+            _print_json(agents)
+            return
+        table = Table(title=f"agents ({len(agents)})", title_justify="left")
+        for column in ("agent", "description", "tools"):
+            table.add_column(column, overflow="fold")
+        for agent in agents:
+            tools = agent.get("tools")
+            table.add_row(agent["id"], agent.get("description") or "-",
+                          "(held by the workers)" if tools is None else ", ".join(t["name"] for t in tools) or "-")
+        _out().print(table)
+
+    _drive(_options(nats, creds, token, data_dir, timeout), url, api_token, show, role="readonly")
 
 
 def render_run(run: dict[str, Any]) -> None:
@@ -443,7 +484,7 @@ def render_run(run: dict[str, Any]) -> None:
             table.add_row(c["call_id"], _tool(c), c.get("status", "-"), c.get("verdict") or "-",
                           decision.get("action") or "-", _short(c.get("result")))
         out.print(table)
-    pending = _pending(run)
+    pending = pending_calls(run)
     if pending:
         table = Table(title=f"pending approvals ({len(pending)})", title_justify="left", style="yellow")
         for column in ("call", "tool", "arguments", "asks"):
@@ -454,8 +495,7 @@ def render_run(run: dict[str, Any]) -> None:
             table.add_row(c["call_id"], _tool(c), _short(c.get("arguments") or asked.get("arguments")),
                           ticket.get("message") or ticket.get("action") or "-")
         out.print(table)
-        out.print(Text(f"agentlog run approve {run['run_id']}   |   agentlog run deny {run['run_id']} --reason ...",
-                       style="dim"))
+        out.print(Text(decide_commands(run["run_id"]), style="dim"))
 
 
 def _tool(call: dict[str, Any]) -> str:
@@ -471,4 +511,4 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-__all__ = ["ApiRejected", "HttpRunsApi", "NatsRunsApi", "RunsApi", "render_run", "run_app"]
+__all__ = ["ApiRejected", "HttpRunsApi", "NatsRunsApi", "RunsApi", "decide_commands", "render_run", "run_app"]

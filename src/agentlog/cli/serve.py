@@ -46,14 +46,14 @@ def _server_config(role: str, app_spec: str | None, host: str, port: int, tokens
                    options: ConnectionOptions, concurrency: int | None = None, app_obj: Any = None,
                    ack_wait: float | None = None, shutdown_timeout: float | None = None,
                    max_deliver: int | None = None, metrics_port: int | None = None,
-                   public_url: str | None = None) -> Any:
+                   public_url: str | None = None, archive_after: float | None = None) -> Any:
     from .server import ServerConfig
 
     source = app_obj if app_obj is not None else (_guard(lambda: load_app(app_spec)) if app_spec else None)
     return ServerConfig(role=role, app=source, app_spec=app_spec, host=host, port=port, tokens=tokens,  # type: ignore[arg-type]
                         connection=options, worker_concurrency=concurrency, worker_ack_wait=ack_wait,
                         worker_shutdown_timeout=shutdown_timeout, worker_max_deliver=max_deliver,
-                        worker_metrics_port=metrics_port, public_url=public_url)
+                        worker_metrics_port=metrics_port, public_url=public_url, archive_after=archive_after)
 
 
 def _banner(server: Any) -> None:
@@ -78,14 +78,15 @@ def _serve_role(role: str, app_spec: str | None, host: str, port: int, tokens: s
                 options: ConnectionOptions, concurrency: int | None, ack_wait: float | None = None,
                 shutdown_timeout: float | None = None, max_deliver: int | None = None,
                 metrics_port: int | None = None, ready_file: Path | None = None,
-                public_url: str | None = None) -> None:
+                public_url: str | None = None, archive_after: float | None = None) -> None:
     from agentlog.http.urls import public_base_url
 
     from .server import run_until_stopped
 
     config = _server_config(role, app_spec, host, port, tokens, options, concurrency,
                             ack_wait=ack_wait, shutdown_timeout=shutdown_timeout, max_deliver=max_deliver,
-                            metrics_port=metrics_port, public_url=_guard(lambda: public_base_url(public_url)))
+                            metrics_port=metrics_port, public_url=_guard(lambda: public_base_url(public_url)),
+                            archive_after=archive_after)
 
     def ready(server: Any) -> None:
         _banner(server)
@@ -95,30 +96,38 @@ def _serve_role(role: str, app_spec: str | None, host: str, port: int, tokens: s
     _run_main(lambda: run_until_stopped(config, on_ready=ready))
 
 
+ArchiveAfterOpt = Annotated[float | None, typer.Option(
+    "--archive-after", envvar="AGENTLOG_ARCHIVE_AFTER", metavar="DAYS", min=0.0,
+    help="Retention policy: every hour (AGENTLOG_ARCHIVE_INTERVAL seconds) archive finished threads older than "
+         "DAYS, as `agentlog retention` does.")]
+
+
 @app.command("serve")
 def serve_cmd(
     app_spec: AppOpt = None, host: HostOpt = "127.0.0.1", port: PortOpt = 8480, tokens: TokensOpt = None,
     concurrency: ServeConcurrencyOpt = None, ack_wait: AckWaitOpt = None, shutdown_timeout: ShutdownOpt = None,
     public_url: PublicUrlOpt = None,
+    archive_after: ArchiveAfterOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
 ) -> None:
     """Gateway + worker in one process: HTTP API, NATS service, projections and the runtime.
     Every run goes through the durable command queue, so a stopped or killed process strands none."""
     _serve_role("serve", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout, replicas),
-                concurrency, ack_wait, shutdown_timeout, public_url=public_url)
+                concurrency, ack_wait, shutdown_timeout, public_url=public_url, archive_after=archive_after)
 
 
 @app.command("gateway")
 def gateway_cmd(
     app_spec: AppOpt = None, host: HostOpt = "127.0.0.1", port: PortOpt = 8480, tokens: TokensOpt = None,
     public_url: PublicUrlOpt = None,
+    archive_after: ArchiveAfterOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
 ) -> None:
     """The gateway alone (HTTP + NATS service); commands are queued for `agentlog worker`s."""
     _serve_role("gateway", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout, replicas), 1,
-                public_url=public_url)
+                public_url=public_url, archive_after=archive_after)
 
 
 @app.command("worker")

@@ -46,6 +46,7 @@ from agentlog.adapters import nats_routes as adapter_nats_routes
 from agentlog.adapters import routes as adapter_routes
 from agentlog.adapters import session as adapter_session
 from agentlog.api import dispatch
+from agentlog.api.agents import agent_catalog
 from agentlog.api.app_loader import AppSource, load_app, resolve_app
 from agentlog.api.connection import ConnectionOptions, connect
 from agentlog.http.write import write_routes
@@ -98,6 +99,9 @@ class ServerConfig:
     #: The gateway's address as clients reach it, the base of the URLs it publishes (A2A cards;
     #: `agentlog.http.urls`). None reads AGENTLOG_PUBLIC_URL; unset: the listen address.
     public_url: str | None = None
+    #: Retention policy of a gateway (`serve`, `gateway`): archive finished threads older than
+    #: this many days (`agentlog.api.retention`). None: no policy.
+    archive_after: float | None = None
 
 
 def _load_source(config: ServerConfig) -> AppSource:
@@ -175,6 +179,8 @@ class Server:
         self.dispatcher: Any = None
         #: The app's agents (id -> AgentSpec) when known here (the A2A server's cards).
         self.agent_specs: dict[str, Any] = {}
+        #: `GET /v1/agents` when the app is known here (ids, descriptions, tools).
+        self.agent_catalog: list[dict[str, Any]] | None = None
         self.worker: Any = None
         #: The worker role's /metrics server and the OTLP tracer provider (`agentlog.runtime.telemetry`).
         self.metrics_runner: Any = None
@@ -183,6 +189,7 @@ class Server:
         self.tracer_provider: Any = None
         self.service: Any = None
         self.adapter_service: Any = None
+        self.retention: Any = None
         self.web_runner: web.AppRunner | None = None
         self.app: web.Application | None = None
         self.port: int | None = None
@@ -290,6 +297,12 @@ class Server:
             await self._start_http()
             if self.config.nats_service:
                 await self._start_service()
+            if self.config.archive_after is not None:
+                from agentlog.api.retention import RetentionLoop
+
+                self.retention = RetentionLoop(opts, self.config.archive_after)
+                self.retention.start()
+                self.parts.append("retention")
         log.info("server.started", role=self.config.role, http=self.http_url, nats=self.nats_url, parts=self.parts)
 
     def _dispatcher(self, source: AppSource) -> Any:
@@ -300,8 +313,11 @@ class Server:
         self.parts.append("dispatch:queue")
         if self.runtime is not None:
             self.agent_specs = {spec.id: spec for spec in self.runtime.agents}
+            self.agent_catalog = agent_catalog(self.runtime)
         elif self.config.app is not None or self.config.app_spec:
-            self.agent_specs = {spec.id: spec for spec in resolve_app(source, self.store).agents}
+            resolved = resolve_app(source, self.store)
+            self.agent_specs = {spec.id: spec for spec in resolved.agents}
+            self.agent_catalog = agent_catalog(resolved)
         agents = list(self.agent_specs) if self.agent_specs else None
         return dispatch.QueueDispatcher(self.store.nc, self.store, agents=agents, descriptions={
             agent_id: spec.description for agent_id, spec in self.agent_specs.items()})
@@ -331,6 +347,8 @@ class Server:
                               runtime=self.dispatcher if self.dispatcher is not None else self.runtime,
                               extra_routes=self._routes(), settings=self.config.settings or Settings())
         self.app[SERVER] = self
+        if self.agent_catalog is not None:
+            self.app[adapter_routes.AGENT_CATALOG] = self.agent_catalog
         if self.runtime is not None:  # `POST /v1/runs/{id}/verify` replays with the worker's app
             from agentlog.http.inspector import REPLAY_APP
 
@@ -348,7 +366,7 @@ class Server:
         assert self.store is not None and self.dispatcher is not None
         self.service = await nats_service.start_nats_service(
             self.store, self.views, self.runner, self.dispatcher, auth_tokens=self.config.tokens,
-            settings=self.config.settings)
+            settings=self.config.settings, catalog=self.agent_catalog)
         self.parts.append("nats-service")
         backend = adapter_session.backend_of(self.store, self.dispatcher)
         self.adapter_service = adapter_nats_routes.AdapterService(
@@ -360,6 +378,9 @@ class Server:
         """Reverse order: stop taking requests (HTTP, NATS service), let the worker finish or hand
         back its commands, stop in-process runs uncommitted, flush live output, stop the
         projection runner, close the store, stop the embedded nats-server."""
+        if self.retention is not None:
+            await self.retention.stop()
+            self.retention = None
         if self.web_runner is not None:
             with contextlib.suppress(Exception):
                 await self.web_runner.cleanup()

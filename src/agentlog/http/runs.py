@@ -54,11 +54,16 @@ async def _run_from_log(svc: Services, who: Principal, run_id: str) -> tuple[lis
 
 
 def _running(commits: list[StoredCommit], run_id: str) -> bool:
+    """Live: running, or waiting only for a worker to apply decisions already recorded (a
+    follower that joins right after an approval must see the run go on, not just its past)."""
     folder = Folder()
     for stored in commits:
         folder.apply_commit(stored.seq, stored.commit)
     view = folder.run(run_id)
-    return view is not None and view.status == "running"
+    if view is None or view.status == "done":
+        return False
+    return view.status == "running" or all(c.decision is not None for c in view.calls.values()
+                                           if c.status == "suspended")
 
 
 async def _follow_run(request: web.Request, svc: Services, run_id: str, thread_id: str,

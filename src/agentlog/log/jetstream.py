@@ -16,6 +16,10 @@ Design notes (the why behind the code):
 * `follow` runs its own ephemeral push consumer (ack none, flow control, idle heartbeats) and keeps
   the last stream sequence it yielded; on a gap, a stall or any consumer error it recreates the
   consumer from last + 1, so nothing is missed or repeated across reconnects and server restarts.
+* Threads archived by retention (`agentlog.log.retention`) live in the Object Store; `read_thread`
+  and `read_run` put their commits back at their positions (`agentlog.log.archive`), so no reader
+  knows the difference. The stream refuses to run under limits that would delete commits
+  (`agentlog.log.limits`).
 * Every NATS failure (no connection, timeout, no responders) becomes `StoreUnavailable`, bounded by
   `request_timeout`. A failed append may still land later (the publish can sit in the client's
   reconnect buffer); retrying the same commit is always safe.
@@ -40,7 +44,8 @@ import nats
 import nats.errors
 from nats.aio.client import Client as NATS
 
-from .codec import encode_commit
+from .archive import ThreadArchive
+from .codec import decode_commit, encode_commit
 from .errors import AgentlogError, CommitTooLarge, StoreUnavailable, VersionConflict
 from .events import AppendResult, Commit, StoredCommit
 from .ids import validate_id
@@ -68,6 +73,7 @@ from .js_api import (
 from .js_connection import _DENIED_HOOKS, _open_connection, flush_subscriptions
 from .js_follow import _Follower
 from .js_requests import JetStreamRequests
+from .limits import check_limits
 from .payloads import ObjectStoreBlobs, offload
 from .replicas import log_kept, replicas_target, wait_replicated
 from .store import encode_checked
@@ -116,6 +122,8 @@ class JetStreamEventStore(JetStreamRequests):
         self._closed = False
         #: Large tool outputs of an oversized commit go here by reference (`agentlog.log.payloads`).
         self._blobs = ObjectStoreBlobs(nc, replicas=replicas)
+        #: Commits of archived threads, put back into reads (`agentlog.log.archive`).
+        self.archive = ThreadArchive(nc, self._decode, timeout=request_timeout)
         _DENIED_HOOKS[nc] = weakref.WeakMethod(self._on_denied)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -222,7 +230,9 @@ class JetStreamEventStore(JetStreamRequests):
             "storage": "file",
             "num_replicas": replicas or 1,
             "duplicate_window": int(duplicate_window * _NS),
-            "discard": "old",
+            # no limits are set; if an operator adds a size limit, new commits are refused rather
+            # than old ones dropped (`agentlog.log.limits`)
+            "discard": "new",
             "max_msgs": -1,
             "max_bytes": -1,
             "max_age": 0,
@@ -238,7 +248,8 @@ class JetStreamEventStore(JetStreamRequests):
         """Create the stream, or check an existing one: its subjects and storage must match (we
         never move data); duplicate window and direct get are updated if they differ, replicas
         only raised when asked (never lowered: `agentlog.log.replicas`). Limits set by an operator are
-        left alone. Returns the stream config in effect."""
+        left alone, unless they would delete commits: then `LossyStreamLimits` (`agentlog.log.limits`).
+        Returns the stream config in effect."""
         desired = self.desired_stream_config(replicas=replicas, duplicate_window=duplicate_window)
         info = await self._api(f"$JS.API.STREAM.INFO.{self.stream}", b"")
         if info.error is not None:
@@ -252,6 +263,7 @@ class JetStreamEventStore(JetStreamRequests):
             if info.error is not None:
                 raise _api_failure("stream create", created.error)
         current = dict(info.config or {})
+        check_limits(self.stream, current)
         if EVENTS_SUBJECTS not in current.get("subjects", []):
             raise AgentlogError(
                 f"stream {self.stream} exists with subjects {current.get('subjects')}, not "
@@ -327,13 +339,43 @@ class JetStreamEventStore(JetStreamRequests):
 
     async def read_thread(self, thread_id: str, after: int = 0) -> AsyncIterator[StoredCommit]:
         validate_id(thread_id, "thread_id")
-        async for seq, msg in self._scan(thread_filter(thread_id), after):
-            yield StoredCommit(seq, await self._decode(msg.data))
+        async for sc in self.archive.fill_thread(thread_id, after, self._stream_commits(thread_filter(thread_id), after)):
+            yield sc
 
     async def read_run(self, run_id: str, after: int = 0) -> AsyncIterator[StoredCommit]:
         validate_id(run_id, "run_id")
-        async for seq, msg in self._scan(run_filter(run_id), after):
+        async for sc in self.archive.fill_run(run_id, after, self._stream_commits(run_filter(run_id), after)):
+            yield sc
+
+    async def read_log(self, after: int = 0) -> AsyncIterator[StoredCommit]:
+        """Every commit in the stream with seq > `after` (all threads, archived ones as their
+        markers), up to the end at call time: batched reads, no consumer. Large-payload
+        references are left as they are (a scan of the whole log, e.g. retention's, never needs
+        the tool outputs)."""
+        async for seq, msg in self._scan(EVENTS_SUBJECTS, after):
+            yield StoredCommit(seq, decode_commit(msg.data))
+
+    async def _stream_commits(self, subject_filter: str, after: int) -> AsyncIterator[StoredCommit]:
+        """The commits in the stream matching the filter (without archived ones)."""
+        async for seq, msg in self._scan(subject_filter, after):
             yield StoredCommit(seq, await self._decode(msg.data))
+
+    async def purge_thread(self, thread_id: str, below: int) -> int:
+        """Remove the thread's commits with seq < `below` from the stream (retention, after they
+        were archived: `agentlog.log.retention`). Needs a login allowed to purge (the `archiver`
+        role). Returns how many were removed."""
+        validate_id(thread_id, "thread_id")
+        body = _json_encoder.encode({"filter": thread_filter(thread_id), "seq": below})
+        reply = await self._request(f"$JS.API.STREAM.PURGE.{self.stream}", body, None, "purge")
+        try:
+            answer = msgspec.json.decode(reply.data)
+        except msgspec.DecodeError as exc:
+            raise StoreUnavailable(f"unreadable JetStream purge answer: {exc}") from None
+        if answer.get("error"):
+            error = answer["error"]
+            raise AgentlogError(f"purge of thread {thread_id!r} refused: {error.get('description')} "
+                                f"(err {error.get('err_code')})")
+        return int(answer.get("purged", 0))
 
     async def thread_version(self, thread_id: str) -> int:
         validate_id(thread_id, "thread_id")

@@ -78,9 +78,12 @@ class JetStreamRequests:
 
     def _on_denied(self, subject: str) -> None:
         """The server refused a publish of ours (it sends no reply): fail the requests waiting on
-        that subject at once with a typed error instead of letting them time out."""
+        that subject at once with a typed error instead of letting them time out. nats-py hands
+        the server's message over lowercased, so subjects are compared without case (an upper-case
+        one such as `$JS.API.STREAM.PURGE.<stream>` would never match otherwise)."""
+        denied = subject.lower()
         for waiter in list(self._waiters.values()):
-            if isinstance(waiter, _Waiter) and waiter.subject == subject and not waiter.done.done():
+            if isinstance(waiter, _Waiter) and waiter.subject.lower() == denied and not waiter.done.done():
                 waiter.done.set_exception(PermissionDenied(
                     f"NATS denied this connection's user publishing to {subject!r}: the user's role does "
                     "not allow it (e.g. readonly cannot append or queue commands)"))

@@ -5,7 +5,7 @@
     # nats req agentlog.api.runs.start '{"agent_id": "calc", "messages": "hi"}'
 
 Endpoints `agentlog.api.<group>.<op>` (runs.start|inputs|cancel|get|list, threads.create|get|list|
-messages) take the HTTP JSON bodies, with the path id as a field (`run_id` / `thread_id`) and
+messages, agents.list) take the HTTP JSON bodies, with the path id as a field (`run_id` / `thread_id`) and
 query parameters as fields too. They call the very functions the HTTP handlers call
 (`agentlog.api.operations`), and errors are the HTTP answers: micro error headers
 `Nats-Service-Error: <message>`, `Nats-Service-Error-Code: <HTTP status>`, and the JSON body
@@ -29,6 +29,7 @@ from nats.micro.service import Service
 from pydantic import BaseModel
 
 from agentlog.api import operations as ops
+from agentlog.api.agents import agent_catalog
 from agentlog.api.auth import Authenticator, Principal, resolve_tokens
 from agentlog.api.context import Services, Settings
 from agentlog.api.dispatch import Dispatcher
@@ -36,6 +37,7 @@ from agentlog.api.errors import ApiError, answer
 from agentlog.api.json_input import parse_json
 from agentlog.api.metrics import Metrics
 from agentlog.api.models import (
+    AgentsQuery,
     CancelRunRequest,
     CreateThread,
     ListRunsQuery,
@@ -60,8 +62,10 @@ _encode = msgspec.json.Encoder().encode
 Operation = Callable[[Services, Principal, Any], Awaitable[Any]]
 
 
-def _op_table(dispatcher: Dispatcher) -> dict[str, dict[str, tuple[type[BaseModel], Operation]]]:
-    """group -> op -> (request model, operation). The one list of endpoints."""
+def _op_table(dispatcher: Dispatcher, catalog: list[dict[str, Any]] | None = None,
+              ) -> dict[str, dict[str, tuple[type[BaseModel], Operation]]]:
+    """group -> op -> (request model, operation). The one list of endpoints. `catalog`: the
+    agents of the app when the server knows it (else what the dispatcher knows)."""
     async def start(svc: Services, who: Principal, b: StartRunBody) -> Any:
         return ops.accepted(await ops.start_run(svc, who, dispatcher, b))
 
@@ -70,6 +74,9 @@ def _op_table(dispatcher: Dispatcher) -> dict[str, dict[str, tuple[type[BaseMode
 
     async def cancel(svc: Services, who: Principal, b: CancelRunRequest) -> Any:
         return ops.accepted(await ops.cancel_run(svc, who, dispatcher, b.run_id, b))
+
+    async def agents(_svc: Services, _who: Principal, _b: AgentsQuery) -> Any:
+        return {"agents": catalog if catalog is not None else agent_catalog(dispatcher)}
 
     return {
         "runs": {
@@ -84,6 +91,9 @@ def _op_table(dispatcher: Dispatcher) -> dict[str, dict[str, tuple[type[BaseMode
             "get": (ThreadRef, lambda svc, who, b: ops.get_thread(svc, who, b.thread_id, b)),
             "list": (ListThreadsQuery, ops.list_threads),
             "messages": (ThreadMessagesRequest, lambda svc, who, b: ops.thread_messages(svc, who, b.thread_id, b)),
+        },
+        "agents": {
+            "list": (AgentsQuery, agents),
         },
     }
 
@@ -109,10 +119,11 @@ def _header_line(text: str) -> str:
 class ApiService:
     """Binds the operation table to micro endpoints; one handler shape for all of them."""
 
-    def __init__(self, svc: Services, dispatcher: Dispatcher, auth: Authenticator) -> None:
+    def __init__(self, svc: Services, dispatcher: Dispatcher, auth: Authenticator,
+                 catalog: list[dict[str, Any]] | None = None) -> None:
         self.svc = svc
         self.auth = auth
-        self.table = _op_table(dispatcher)
+        self.table = _op_table(dispatcher, catalog)
 
     def handler(self, group: str, op: str) -> Callable[[Request], Awaitable[None]]:
         model, operation = self.table[group][op]
@@ -152,13 +163,15 @@ async def start_nats_service(
     metrics: Metrics | None = None,
     nc: Any = None,
     version: str = SERVICE_VERSION,
+    catalog: list[dict[str, Any]] | None = None,
 ) -> Service:
     """Start the `agentlog` micro service on `nc` (default: the store's connection, the one the
-    runtime uses). `auth_tokens` as for `create_app` (`None` reads AGENTLOG_TOKENS; "" = off).
+    runtime uses). `auth_tokens` as for `create_app` (`None` reads AGENTLOG_TOKENS; "" = off);
+    `catalog`: what `agents.list` answers when the app is known (`agentlog.api.agents`).
     Returns the nats-py `Service`; `await service.stop()` to leave."""
     svc = Services(store=store, views=views, runner=runner, metrics=metrics or Metrics(),
                    settings=settings or Settings())
-    api = ApiService(svc, dispatcher, Authenticator(resolve_tokens(auth_tokens)))
+    api = ApiService(svc, dispatcher, Authenticator(resolve_tokens(auth_tokens)), catalog)
     service = await add_service(nc or store.nc, name=SERVICE_NAME, version=version,
                                 description="agentlog API over NATS request/reply (DESIGN 5.2)")
     await api.register(service)

@@ -26,7 +26,9 @@ class LiveSink(Protocol):
     enabled: bool
 
     def publish(self, thread_id: str, run_id: str, payload: dict[str, Any]) -> None:
-        """Send one live item (`{"type": "text_delta" | "tool_call_delta" | "tool_progress", ...}`)."""
+        """Send one live item (`{"type": "text_delta" | "tool_call_delta" | "tool_progress", ...}`).
+        Deltas carry `seq`, the thread seq their inference followed: a listener that merges them
+        with the log (`agentlog.adapters.source.Merge`) places them after that commit."""
         ...
 
 

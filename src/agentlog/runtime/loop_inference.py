@@ -84,6 +84,9 @@ class Inference(StagingBase):
         live_on = self._live_on
         step = self.ctx.step
         for_live = (self.ctx.thread_id, self.ctx.run_id)
+        # the thread seq every delta of this inference follows: a listener merging deltas with
+        # the log holds them until its log follow has reached it (see agentlog.adapters.source)
+        seq = self.version
         async for chunk in model.stream(request):
             t = type(chunk)
             if t is ModelDone:
@@ -91,14 +94,14 @@ class Inference(StagingBase):
             if live_on:
                 if t is TextDelta:
                     self.live.publish(*for_live, {"type": "text_delta", "step": step, "text": chunk.text,
-                                                  "message_id": self._message_id()})
+                                                  "message_id": self._message_id(), "seq": seq})
                 elif t is ReasoningDelta:
                     self.live.publish(*for_live, {"type": "reasoning_delta", "step": step, "text": chunk.text,
-                                                  "message_id": self._message_id()})
+                                                  "message_id": self._message_id(), "seq": seq})
                 elif t is ToolCallDelta:
                     self.live.publish(*for_live, {
                         "type": "tool_call_delta", "step": step, "index": chunk.index,
-                        "message_id": self._message_id(),
+                        "message_id": self._message_id(), "seq": seq,
                         "call_id": chunk.call_id, "name": chunk.name, "arguments_delta": chunk.arguments_delta,
                     })
         raise ModelProtocolError(f"model {request.model!r} ended its stream without a final response")

@@ -518,7 +518,7 @@ class Worker:
             except RunNotWaiting as exc:
                 view = await rt.run_view(cmd.run_id)
                 if view.status == "done":
-                    raise GiveUp("run_finished", f"decision after the run finished: {exc}") from None
+                    raise GiveUp("run_not_waiting", f"decision after the run finished: {exc}") from None
                 if rt._active.get(cmd.run_id) is not None:
                     continue
                 log.info("command.run_busy_elsewhere", status=view.status)

@@ -25,8 +25,10 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
+from agentlog.log.archive import ThreadArchive, marker_of
 from agentlog.log.codec import decode_commit
 from agentlog.log.errors import CodecError
+from agentlog.log.events import Commit
 from agentlog.log.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 
 from .errors import ProjectionError
@@ -96,9 +98,25 @@ async def read_range(
             await sub.unsubscribe()
 
 
+async def _decode(data: bytes) -> Commit:
+    """As the stream's commits here: decoded, payload references left as they are (views never
+    look at tool outputs)."""
+    return decode_commit(data)
+
+
+async def _fold_archived(archive: ThreadArchive, folder: Folder, thread_id: str, upto: int, counts: list[int]) -> None:
+    """Fold the archived commits a marker stands for (those the stream no longer holds)."""
+    if folder.thread(thread_id) is not None:
+        return  # the thread's commits were in the stream: this marker stands for nothing purged
+    for sc in await archive.archived(thread_id, 0, upto):
+        folder.apply_commit(sc.seq, sc.commit)
+        counts[0] += 1
+        counts[1] += len(sc.commit.events)
+
+
 async def _fold_range(
     js: JetStreamContext, folder: Folder, start: int, end: int, total: int, counts: list[int],
-    progress: Progress | None, stream: str, subjects: str,
+    progress: Progress | None, stream: str, subjects: str, archive: ThreadArchive,
 ) -> None:
     decode = decode_commit
     apply = folder.apply_commit
@@ -109,6 +127,9 @@ async def _fold_range(
             except CodecError:
                 counts[2] += 1
                 continue
+            upto = marker_of(commit)
+            if upto is not None:  # an archived thread: its commits first (`agentlog.log.archive`)
+                await _fold_archived(archive, folder, commit.thread_id, upto, counts)
             apply(seq, commit)
             counts[0] += 1
             counts[1] += len(commit.events)
@@ -137,11 +158,12 @@ async def rebuild(
     folder = Folder()
     counts = [0, 0, 0]  # commits, events, skipped
     last = await stream_last_seq(js, stream)
-    await _fold_range(js, folder, 1, last, last, counts, progress, stream, subjects)
+    archive = ThreadArchive(nc, _decode)
+    await _fold_range(js, folder, 1, last, last, counts, progress, stream, subjects, archive)
     lock = runner._lock if runner is not None else contextlib.nullcontext()
     async with lock:
         tail_end = await stream_last_seq(js, stream)  # what arrived meanwhile
-        await _fold_range(js, folder, last + 1, tail_end, tail_end, counts, progress, stream, subjects)
+        await _fold_range(js, folder, last + 1, tail_end, tail_end, counts, progress, stream, subjects, archive)
         views = folder.views()
         fresh = await current.new_generation()
         await fresh.put_views(views.threads.values(), views.runs.values())

@@ -1,0 +1,206 @@
+"""The blocking client: the async client (`agentlog.client.aio`) run on a private event loop.
+
+    with get_sync_client("http://127.0.0.1:8480") as client:
+        run = client.runs.create("deployer", "ship it")
+        for event in client.runs.stream(run["run_id"]):
+            print(event.id, event.type)
+
+Why a loop thread rather than a second HTTP stack: aiohttp is already what agentlog runs on
+(httpx is not one of its dependencies), and one implementation of the protocol (typed errors, SSE
+parsing, `Last-Event-ID` resume, `wait`) serves both flavours, so they cannot drift apart. Each
+call hands a coroutine to the client's own loop thread and blocks on its result; a stream pulls
+one event at a time the same way. The thread is started with the client and stopped by `close()`
+(or the `with` block); a sync client can be used from any thread, one call at a time per thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+from .aio import APPROVED, DEFAULT_URL, DENIED, TOKEN_ENV, URL_ENV, AsyncClient, Json, JsonList, Messages
+from .sse import StreamEvent
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An event loop running forever on a daemon thread; `run(coro)` blocks for its result."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="agentlog-client", daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if not self.thread.is_alive():
+            coro.close()
+            raise RuntimeError("the agentlog client is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def iterate(self, events: AsyncIterator[T]) -> Iterator[T]:
+        """`events` pulled one item at a time on the loop; closed when the caller stops early."""
+        async def step() -> T:
+            return await anext(events)
+
+        try:
+            while True:
+                try:
+                    yield self.run(step())
+                except StopAsyncIteration:
+                    return
+        finally:
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None and self.thread.is_alive():
+                self.run(aclose())
+
+    def stop(self) -> None:
+        if self.thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join()
+        self.loop.close()
+
+
+class SyncClient:
+    """Blocking twin of `AsyncClient`: the same methods and answers, without `await`."""
+
+    def __init__(self, url: str, *, token: str | None = None, timeout: float = 60.0,
+                 max_reconnects: int = 5, stream_idle: float = 60.0,
+                 headers: Mapping[str, str] | None = None) -> None:
+        self.aio = AsyncClient(url, token=token, timeout=timeout, max_reconnects=max_reconnects,
+                               stream_idle=stream_idle, headers=headers)
+        self.url = self.aio.url
+        self._loop = LoopThread()
+        self.threads = SyncThreads(self)
+        self.runs = SyncRuns(self)
+        self.agents = SyncAgents(self)
+
+    def __enter__(self) -> SyncClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the HTTP session and stop the loop thread."""
+        if self._loop.thread.is_alive():
+            self._loop.run(self.aio.aclose())
+        self._loop.stop()
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._loop.run(coro)
+
+    def iterate(self, events: AsyncIterator[T]) -> Iterator[T]:
+        return self._loop.iterate(events)
+
+    def health(self) -> Json:
+        return self.call(self.aio.health())
+
+
+class SyncThreads:
+    """`client.threads` (see `agentlog.client.aio.Threads`)."""
+
+    def __init__(self, client: SyncClient) -> None:
+        self.c, self.a = client, client.aio.threads
+
+    def create(self, thread_id: str | None = None, *, resource_id: str | None = None,
+               metadata: Mapping[str, Any] | None = None, parent_thread_id: str | None = None) -> Json:
+        return self.c.call(self.a.create(thread_id, resource_id=resource_id, metadata=metadata,
+                                         parent_thread_id=parent_thread_id))
+
+    def get(self, thread_id: str, *, min_seq: int | None = None) -> Json:
+        return self.c.call(self.a.get(thread_id, min_seq=min_seq))
+
+    def list(self, *, limit: int = 50, offset: int = 0, resource_id: str | None = None,
+             parent_thread_id: str | None = None, min_seq: int | None = None) -> Json:
+        return self.c.call(self.a.list(limit=limit, offset=offset, resource_id=resource_id,
+                                       parent_thread_id=parent_thread_id, min_seq=min_seq))
+
+    def update(self, thread_id: str, metadata: Mapping[str, Any], *, expected_version: int | None = None) -> Json:
+        return self.c.call(self.a.update(thread_id, metadata, expected_version=expected_version))
+
+    def delete(self, thread_id: str, *, reason: str | None = None, expected_version: int | None = None) -> Json:
+        return self.c.call(self.a.delete(thread_id, reason=reason, expected_version=expected_version))
+
+    def messages(self, thread_id: str, *, after: str | None = None, limit: int = 50, run_id: str | None = None,
+                 visibility: str | None = None) -> Json:
+        return self.c.call(self.a.messages(thread_id, after=after, limit=limit, run_id=run_id, visibility=visibility))
+
+    def state(self, thread_id: str, *, at: str | None = None) -> Json:
+        return self.c.call(self.a.state(thread_id, at=at))
+
+    def stream(self, thread_id: str, *, after: str | None = None, follow: bool = False) -> Iterator[StreamEvent]:
+        return self.c.iterate(self.a.stream(thread_id, after=after, follow=follow))
+
+
+class SyncRuns:
+    """`client.runs` (see `agentlog.client.aio.Runs`)."""
+
+    def __init__(self, client: SyncClient) -> None:
+        self.c, self.a = client, client.aio.runs
+
+    def create(self, agent_id: str, messages: Messages = (), *, thread_id: str | None = None,
+               run_id: str | None = None, resource_id: str | None = None, parent_run_id: str | None = None,
+               decisions: Sequence[Mapping[str, Any]] = ()) -> Json:
+        return self.c.call(self.a.create(agent_id, messages, thread_id=thread_id, run_id=run_id,
+                                         resource_id=resource_id, parent_run_id=parent_run_id, decisions=decisions))
+
+    def get(self, run_id: str, *, min_seq: int | None = None) -> Json:
+        return self.c.call(self.a.get(run_id, min_seq=min_seq))
+
+    def list(self, *, thread_id: str | None = None, status: str | None = None, agent_id: str | None = None,
+             parent_run_id: str | None = None, limit: int = 50, offset: int = 0, min_seq: int | None = None) -> Json:
+        return self.c.call(self.a.list(thread_id=thread_id, status=status, agent_id=agent_id,
+                                       parent_run_id=parent_run_id, limit=limit, offset=offset, min_seq=min_seq))
+
+    def stream(self, run_id: str, *, after: str | None = None, follow: bool = True) -> Iterator[StreamEvent]:
+        return self.c.iterate(self.a.stream(run_id, after=after, follow=follow))
+
+    def current(self, run_id: str, *, min_seq: int | None = None) -> Json:
+        return self.c.call(self.a.current(run_id, min_seq=min_seq))
+
+    def wait(self, run_id: str, *, min_seq: int | None = None, timeout: float | None = None) -> Json:
+        return self.c.call(self.a.wait(run_id, min_seq=min_seq, timeout=timeout))
+
+    def inputs(self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = ()) -> Json:
+        return self.c.call(self.a.inputs(run_id, decisions=decisions, messages=messages))
+
+    def decide(self, run_id: str, decisions: Sequence[Mapping[str, Any]]) -> Json:
+        return self.c.call(self.a.decide(run_id, decisions))
+
+    def pending(self, run_id: str) -> JsonList:
+        return self.c.call(self.a.pending(run_id))
+
+    def approve(self, run_id: str, call_ids: Sequence[str] | None = None, *, reason: str | None = None,
+                result: Any = APPROVED) -> Json:
+        return self.c.call(self.a.approve(run_id, call_ids, reason=reason, result=result))
+
+    def deny(self, run_id: str, call_ids: Sequence[str] | None = None, *, reason: str | None = None,
+             result: Any = DENIED) -> Json:
+        return self.c.call(self.a.deny(run_id, call_ids, reason=reason, result=result))
+
+    def cancel(self, run_id: str, *, reason: str | None = None) -> Json:
+        return self.c.call(self.a.cancel(run_id, reason=reason))
+
+
+class SyncAgents:
+    """`client.agents` (see `agentlog.client.aio.Agents`)."""
+
+    def __init__(self, client: SyncClient) -> None:
+        self.c, self.a = client, client.aio.agents
+
+    def list(self) -> JsonList:
+        return self.c.call(self.a.list())
+
+
+def get_sync_client(url: str | None = None, *, token: str | None = None, timeout: float = 60.0) -> SyncClient:
+    """The blocking client of the API at `url` (default `$AGENTLOG_URL`, else
+    http://127.0.0.1:8480), with bearer `token` (default `$AGENTLOG_API_TOKEN`)."""
+    return SyncClient(url or os.environ.get(URL_ENV) or DEFAULT_URL,
+                      token=token if token is not None else os.environ.get(TOKEN_ENV), timeout=timeout)
+
+
+__all__ = ["LoopThread", "SyncAgents", "SyncClient", "SyncRuns", "SyncThreads", "get_sync_client"]

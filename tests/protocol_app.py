@@ -1,0 +1,94 @@
+"""Test app for the protocol suites run against real deployments (`agentlog serve --app
+protocol_app:app`, and `agentlog gateway` + `agentlog worker`): the official-client scenarios of
+tests/js/clients.mjs and the fidelity checks of tests/test_protocol_fidelity.py.
+
+Every agent answers from one scripted router: the first user message of the turn names the
+script (e.g. "approval: deploy it"), the assistant turns since then say how far it got. So one
+deployment serves every scenario of a module, each on its own thread, with no per-test model.
+
+Agents: `sequential` and `parallel_batch_approval` (the tool execution modes), both asking a
+human before `echo` and `append_log`; `open`, the same tools with no approval gate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentlog.adapters.frontend import frontend_tool
+from agentlog.api.app_loader import App
+from agentlog.runtime import AgentSpec, PermissionPlugin, ToolContext, ToolResult, tool
+from agentlog.runtime.models import ScriptedModel, Turn
+
+PICK = "pick_color"
+
+
+@tool
+def add(a: int, b: int, ctx: ToolContext) -> int:
+    """Add two integers and remember the last sum in the thread state."""
+    ctx.set("/last_sum", a + b)
+    return a + b
+
+
+@tool
+def echo(text: str) -> str:
+    """Echo the text."""
+    return text
+
+
+@tool
+def ask_name() -> ToolResult:
+    """Needs a human to type something."""
+    return ToolResult.pending("ticket2", action="input", message="your name?",
+                              response_schema={"type": "object", "properties": {"name": {"type": "string"}}})
+
+
+@tool
+def init_log(ctx: ToolContext) -> str:
+    """Start an empty log list in the thread state."""
+    ctx.set("/log", [])
+    return "ok"
+
+
+@tool
+def append_log(text: str, ctx: ToolContext) -> str:
+    """Append to the log list (an array append: applying it twice shows)."""
+    ctx.patch([{"op": "add", "path": "/log/-", "value": text}])
+    return text
+
+
+TOOLS = [add, echo, ask_name, init_log, append_log, frontend_tool(PICK, "Let the user pick a color")]
+
+#: scenario keyword (the first user message of the turn) -> the model's turns, by assistant turns so far
+SCRIPTS: dict[str, list[Any]] = {
+    "text": ["Hello from agentlog, streamed live."],
+    "state": [Turn.tool("add", {"a": 1, "b": 2}, text="Adding them up."), "The sum is 3."],
+    "add": [Turn.tool("add", {"a": 1, "b": 2}, text="Let me add those numbers"), "The sum is three."],
+    "approval": [Turn.tool("echo", {"text": "deploy"}, text="Deploying now."), "All done."],
+    "two": [Turn.tools(("echo", {"text": "a"}), ("echo", {"text": "b"}), text="Two things."), "Both handled."],
+    "frontend": [Turn.tool(PICK, {"palette": ["red", "blue"]}), "Thanks for picking."],
+    "log": [Turn.tool("init_log", {}), Turn.tool("append_log", {"text": "x"}), "Logged."],
+    "name": [Turn.tool("ask_name", {}), "Nice to meet you."],
+}
+
+
+def route(request: Any) -> Any:
+    """The scripted answer for the turn in progress (see the module docstring); a message that
+    names no script gets a plain answer."""
+    last = max(i for i, m in enumerate(request.messages) if m.role == "user")
+    script = SCRIPTS.get(request.messages[last].content.split(":")[0], ["Hello."])
+    done = sum(m.role == "assistant" for m in request.messages[last:])
+    return script[min(done, len(script) - 1)]
+
+
+def agents() -> list[AgentSpec]:
+    names = [t.name for t in TOOLS]
+    ask = [PermissionPlugin(ask=["echo", "append_log"])]
+    specs = [AgentSpec(id=mode, model=ScriptedModel([route] * 100_000, chunk_words=2), tools=names, plugins=ask,
+                       tool_execution_mode=mode) for mode in ("sequential", "parallel_batch_approval")]
+    specs.append(AgentSpec(id="open", model=ScriptedModel([route] * 100_000, chunk_words=2), tools=names))
+    return specs
+
+
+#: An `App`, not a `Runtime`: the server then builds the runtime with its own live sink, views
+#: and snapshots (a factory's `Runtime` would be used as is, streaming nothing live).
+app = App(agents=agents(), tools=TOOLS)
