@@ -371,3 +371,20 @@ async def test_openai_chat_client_records_the_reasoning_content_of_compatible_se
     assert [c.text for c in chunks if isinstance(c, ReasoningDelta)] == ["think ", "more"]
     assert response.text == "answer" and response.reasoning[0].text == "think more"
     assert "think" not in json.dumps(fake.requests[1].body)
+
+
+async def test_anthropic_provider_id_in_a_spec_needs_no_registration(store: Any, fake: FakeProviders,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """`AgentSpec(model="anthropic:...")`: the runtime builds the model from the id and the
+    provider's environment (`ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`) on first use."""
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.anthropic_url)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "from-env")
+    fake.script(Answer(text="hello from the id"))
+    rt = Runtime(store, agents=[AgentSpec(id="agent", model="anthropic:claude-test")])
+    async with asyncio.timeout(LIMIT):
+        result = await rt.run("agent", "hi")
+        log = await logged(rt, result)
+    fake.clients.append(rt.models.resolve("anthropic:claude-test"))
+    assert result.termination.type == "natural_end"
+    assert events_of(log, "InferenceCompleted")[0].model == "claude-test"
+    assert fake.requests[0].body["model"] == "claude-test"

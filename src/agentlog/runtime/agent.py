@@ -7,7 +7,7 @@ same spec can run against a scripted model in tests and a real one in production
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal
 
 import pydantic
@@ -158,10 +158,14 @@ class AgentRegistry:
 
 
 class ModelRegistry:
-    """Models by name; `resolve` accepts a name or passes a `Model` instance through."""
+    """Models by name; `resolve` accepts a name or passes a `Model` instance through. `build`
+    makes a model for a name nobody registered (the runtime's builds `provider:model` ids), or
+    returns None; what it builds is kept."""
 
-    def __init__(self, models: Mapping[str, Model] | None = None) -> None:
+    def __init__(self, models: Mapping[str, Model] | None = None, *,
+                 build: Callable[[str], Model | None] | None = None) -> None:
         self._models: dict[str, Model] = dict(models or {})
+        self._build = build
 
     def register(self, name: str, model: Model) -> None:
         self._models[name] = model
@@ -172,5 +176,9 @@ class ModelRegistry:
         try:
             return self._models[model]
         except KeyError:
+            built = self._build(model) if self._build is not None else None
+            if built is not None:
+                self._models[model] = built
+                return built
             known = ", ".join(sorted(self._models)) or "none"
             raise LookupError(f"unknown model {model!r} (registered: {known})") from None

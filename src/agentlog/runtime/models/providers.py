@@ -15,7 +15,7 @@ from .openai import DEFAULT_BASE_URL, OpenAIChatModel
 from .openai_responses import OpenAIResponsesModel
 from .openai_sdk import OpenAISDKChatModel
 
-__all__ = ["PROVIDERS", "is_provider_id", "model_from_id"]
+__all__ = ["PROVIDERS", "build_provider_model", "is_provider_id", "model_from_id"]
 
 #: provider prefix -> model class. `openai` is Chat Completions on the hand-written client (it
 #: measured faster than the SDK); `openai-sdk` the same API on the official SDK.
@@ -44,3 +44,9 @@ def model_from_id(model_id: str, *, base_url: str | None = None, **options: Any)
     if cls is OpenAIChatModel:
         return OpenAIChatModel(model, base_url=base_url or DEFAULT_BASE_URL, **options)
     return cls(model, base_url=base_url, **options)
+
+
+def build_provider_model(name: str) -> Any:
+    """The model a `provider:model` id names (configured from the environment), else None: what
+    the runtime's model registry builds for an id nobody registered."""
+    return model_from_id(name) if is_provider_id(name) else None
