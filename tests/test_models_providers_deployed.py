@@ -1,6 +1,6 @@
 """A provider model named in a config file runs what users run: `agentlog serve`, and `agentlog
-gateway` + `agentlog worker`, each as a subprocess on a real nats-server, the Anthropic and
-Gemini SDKs inside the worker pointed (by environment) at a local wire-format fake on loopback."""
+gateway` + `agentlog worker`, each as a subprocess on a real nats-server, the Anthropic, Gemini and
+OpenAI SDKs inside the worker pointed (by environment) at a local wire-format fake on loopback."""
 
 from __future__ import annotations
 
@@ -37,6 +37,9 @@ agents:
     tools: [add]
   - id: gemini-agent
     model: flash
+    tools: [add]
+  - id: responses-agent
+    model: "openai-responses:gpt-test"
     tools: [add]
 """
 
@@ -98,3 +101,14 @@ async def test_gemini_provider_id_agent_runs_deployed(deployment: Deployment, pr
     assert view["status"] == "done" and view["termination"]["type"] == "natural_end", deployment.outputs()
     assert all(r.path.endswith("/models/gemini-test:streamGenerateContent") for r in fake.requests)
     assert len(fake.requests) == 2
+
+
+async def test_responses_provider_id_agent_runs_deployed(deployment: Deployment, providers: Any) -> None:
+    _, fake = providers
+    fake.script(Answer(thinking="a sum", calls=[("add", {"a": 1, "b": 2})]), Answer(text="3"))
+    events, view = await run_over_http(deployment, "responses-agent")
+    assert view["status"] == "done" and view["termination"]["type"] == "natural_end", deployment.outputs()
+    assert [r.path for r in fake.requests] == ["/v1/responses", "/v1/responses"]
+    # the reasoning item went back, with the call and its result, as input items
+    kinds = [item.get("type") for item in fake.requests[1].body["input"]]
+    assert kinds[-3:] == ["reasoning", "function_call", "function_call_output"]
