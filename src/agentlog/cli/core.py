@@ -296,6 +296,11 @@ def _time(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S") if ms else "-"
 
 
+def usd(cost: float | None) -> str:
+    """A recorded cost for a table cell: `$0.004213`, or `-` when nothing was priced."""
+    return "-" if cost is None else f"${cost:.6f}"
+
+
 def _version(value: bool) -> None:
     if value:
         sys.stdout.write(f"agentlog {__version__}\n")  # the installed distribution's (importlib.metadata)

@@ -15,7 +15,10 @@ stdio). The default app of `serve` (`--app agentlog.cli.demo:app`) stays without
 started without `--app` spawns no subprocess.
 
 The model is a `ScriptedModel` (no API key, deterministic), positioned by the conversation so a
-resumed run on a fresh process continues the script where the log is.
+resumed run on a fresh process continues the script where the log is. With `AGENTLOG_DEMO_MODEL`
+set to a `provider:model` id (`anthropic:claude-sonnet-4-5`, `openai:gpt-4o-mini`,
+`gemini:gemini-2.5-flash`...), both agents run on that model instead (its key from the provider's
+usual variable, e.g. `ANTHROPIC_API_KEY`), with prompts that tell them the same plan.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import json
+import os
 import shlex
 import signal
 import sys
@@ -54,6 +58,13 @@ from agentlog.runtime.models.scripted import ScriptedModel, ScriptItem, Turn, la
 
 DEMO_AGENT = "deployer"
 DEMO_PROMPT = "Ship release 1.4.2 to staging."
+#: A `provider:model` id: the demo's agents run on that model instead of the scripted one.
+DEMO_MODEL_ENV = "AGENTLOG_DEMO_MODEL"
+PROVIDER_PROMPT = (
+    "You ship releases carefully. First ask the `checker` sub-agent to run the release checks (agent_run with "
+    "agent_id 'checker'), then deploy the release with the deploy tool (env and release from the request), then "
+    "say in one sentence that it is live."
+)
 
 
 def demo_app(*, mcp: bool = False) -> App:
@@ -107,10 +118,19 @@ def demo_app(*, mcp: bool = False) -> App:
                       plugins=[PermissionPlugin(ask=["deploy"])])
     checker = AgentSpec(id="checker", model="checker", tools=["run_checks"], max_rounds=3,
                         system_prompt="You run release checks.")
-    model = ScriptedModel(script, loop=True, position="conversation", name="demo-scripted")
-    checker_model = ScriptedModel([Turn.tool("run_checks", {"release": "1.4.2"}),
-                                   Turn.text("All 42 release checks passed for 1.4.2.")],
-                                  loop=True, position="conversation", name="checker-scripted")
+    model: Any = ScriptedModel(script, loop=True, position="conversation", name="demo-scripted")
+    checker_model: Any = ScriptedModel([Turn.tool("run_checks", {"release": "1.4.2"}),
+                                        Turn.text("All 42 release checks passed for 1.4.2.")],
+                                       loop=True, position="conversation", name="checker-scripted")
+    configured = os.environ.get(DEMO_MODEL_ENV, "").strip()
+    if configured:  # a real model: the same agents, told the plan the script follows
+        from agentlog.runtime.models.providers import model_from_id
+
+        model = checker_model = model_from_id(configured)
+        agent = agent.model_copy(update={"system_prompt": PROVIDER_PROMPT + (
+            " Also collect the release notes with mcp__notes__release_notes." if mcp else "")})
+        checker = checker.model_copy(update={"system_prompt": "You run release checks: call run_checks with the "
+                                                              "release, then report the result in one sentence."})
     return App(agents=[agent, checker], tools=tools, models={"demo": model, "checker": checker_model})
 
 

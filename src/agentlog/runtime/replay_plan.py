@@ -21,6 +21,7 @@ from agentlog.log.events import (
     AnyEvent,
     AppRef,
     CommitQuarantined,
+    ContextCompacted,
     InferenceCompleted,
     Message,
     MessageAppended,
@@ -148,6 +149,9 @@ class RecordedInference:
     position: Position
     message: Message
     record: InferenceCompleted
+    #: The provider refused this inference's first request as too long (a `ContextCompacted`
+    #: with reason "overflow" precedes it): replay refuses it the same way first.
+    overflowed: bool = False
 
 
 @dataclass(frozen=True)
@@ -245,11 +249,15 @@ def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
             next_ts[sc.commit.commit_id] = loop[k + 1].commit.ts
         tool_ops: list[dict[str, Any]] = []
         assistant: Message | None = None
+        overflowed = False
         for i, ev in enumerate(sc.commit.events):
             if isinstance(ev, MessageAppended) and ev.message.role == "assistant":
                 assistant = ev.message
+            elif isinstance(ev, ContextCompacted) and ev.reason == "overflow":
+                overflowed = True
             elif isinstance(ev, InferenceCompleted) and assistant is not None:
-                inferences.append(RecordedInference(Position(sc.seq, i), assistant, ev))
+                inferences.append(RecordedInference(Position(sc.seq, i), assistant, ev, overflowed))
+                overflowed = False
             elif isinstance(ev, ToolCallStarted):
                 in_flight.add(ev.call_id)
             elif isinstance(ev, StatePatched) and (ev.source or "").startswith("tool:"):

@@ -47,6 +47,7 @@ from .loading import LoadedRun, RunLoader, known_calls
 from .logs import get_logger
 from .loop import RunLoop
 from .models.base import Model, ToolSpec
+from .models.providers import build_provider_model
 from .outage import OutagePolicy
 from .run_context import RunContext, fold_context
 from .snapshot import (
@@ -302,7 +303,7 @@ class Runtime:
         self.outage = OutagePolicy.from_env(store_outage_deadline)
         self.agents = AgentRegistry(agents)
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
-        self.models = models if isinstance(models, ModelRegistry) else ModelRegistry(models)
+        self.models = models if isinstance(models, ModelRegistry) else ModelRegistry(models, build=build_provider_model)
         self.live: LiveSink = live or NullLiveSink()
         self.entropy: Entropy = entropy or SYSTEM_ENTROPY
         #: Optional projections `ViewStore` (e.g. `agentlog.views.kv.KVViewStore`): when given, a

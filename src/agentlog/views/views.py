@@ -83,6 +83,11 @@ class RunView(_View, frozen=True):
     inferences: int = 0
     usage: Usage = Usage()
     inference_usage: Usage = Usage()
+    #: USD: the sum of the run's recorded `InferenceCompleted.cost`; None while no inference
+    #: of the run was priced.
+    cost: float | None = None
+    #: The model a pool chose for the run (`RunStarted.model`), if it names a pool.
+    model: str | None = None
     message_count: int = 0
     calls: dict[str, CallView] = {}
     state: dict[str, Any] = {}
@@ -112,6 +117,8 @@ class ThreadView(_View, frozen=True):
     active_run_id: str | None = None
     deleted: bool = False
     rejected_patches: int = 0
+    #: USD: the sum of the recorded inference costs of all the thread's runs (None: none priced).
+    cost: float | None = None
 
     @property
     def last_seq(self) -> int:

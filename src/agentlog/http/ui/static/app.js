@@ -11,6 +11,8 @@ const S = {
 
 const json = (v) => JSON.stringify(v, null, 2);
 const enc = encodeURIComponent;
+// a recorded cost (the views' `cost`, USD; null while nothing was priced)
+const usd = (cost) => (cost === null || cost === undefined ? "" : ` · $${cost.toFixed(6)}`);
 
 class ApiError extends Error {
   constructor(status, body) {
@@ -192,7 +194,7 @@ function threadItem(t, runsOf, children, runs) {
                    "data-thread": t.thread_id, onclick: () => go(`#/threads/${enc(t.thread_id)}`) },
       el("span", { class: "first" }, first || (t.message_count ? "…" : "(no messages)")),
       el("span", { class: "sub" }, agents.join(", ") || "no runs", " · ", time(t.created), ` (${ago(t.updated)})`,
-         ` · ${t.run_ids.length} run(s)`, latest ? [" ", badge(latest.status)] : null,
+         ` · ${t.run_ids.length} run(s)`, usd(t.cost), latest ? [" ", badge(latest.status)] : null,
          t.parent_thread_id ? ` · sub-agent thread of ${t.parent_thread_id}` : "")),
     el("ul", { class: "runs" }, own.map((r) => runItem(r, children, 0))));
 }
@@ -260,7 +262,8 @@ async function renderRun(run) {
   $("#run-meta").replaceChildren(
     `agent ${run.agent_id || "?"} · thread `, el("a", { href: `#/threads/${enc(run.thread_id)}` }, el("code", {}, run.thread_id)),
     ` · started `, time(run.created), ` · ${runDuration(run)} · ${run.steps} step(s) · `,
-    `tokens in ${run.usage.input_tokens} / out ${run.usage.output_tokens}${term}`);
+    `tokens in ${run.usage.input_tokens} / out ${run.usage.output_tokens}${usd(run.cost)}`,
+    run.model ? ` · model ${run.model}` : "", term);
   $("#run-parent").replaceChildren(...(run.parent_run_id
     ? ["sub-agent run of ", el("a", { href: runHash(run.parent_run_id) }, el("code", {}, run.parent_run_id))] : []));
   const [tl] = await Promise.all([renderTimeline(), loadMessages(run.thread_id)]);
