@@ -87,6 +87,24 @@ class UpdateThread(_Model):
         default=None, ge=0, description="optimistic concurrency: 409 unless the thread is at this version")
 
 
+class ReplaceMessage(_Model):
+    """A message of the forked history to change (by id): its new content (and role)."""
+
+    id: str = Field(min_length=1, max_length=256, description="the id of a message in the history as of `at`")
+    content: str
+    role: Literal["user", "system", "assistant", "tool"] | None = None
+
+
+class ForkThread(_Model):
+    at: EventId = Field(description="the event of the source thread to fork at (its messages and state as of it)")
+    new_thread_id: Id | None = Field(default=None, description="the fork's id; generated when absent")
+    state: dict[str, Any] | None = Field(default=None, description="the fork's thread state (replaces it)")
+    state_patch: list[dict[str, Any]] | None = Field(
+        default=None, max_length=1000, description="RFC 6902 ops applied to the state as of `at`")
+    replace_message: ReplaceMessage | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict, description="merged into the source's metadata")
+
+
 class ListThreadsQuery(_Query):
     limit: Limit = DEFAULT_LIMIT
     offset: Offset = 0
@@ -213,9 +231,13 @@ class ThreadMessagesRequest(MessagesQuery):
     thread_id: Id
 
 
+class ForkThreadRequest(ForkThread):
+    thread_id: Id = Field(description="the source thread")
+
+
 __all__ = [
     "AgentsQuery", "CancelRunBody", "CancelRunRequest", "DecisionIn", "InputMessage", "RunInputsBody", "RunInputsRequest",
     "RunRef", "StartRunBody", "ThreadMessagesRequest", "ThreadRef",
-    "CreateThread", "DeleteThreadQuery", "EventsQuery", "GetViewQuery", "ListRunsQuery", "ListThreadsQuery",
+    "CreateThread", "DeleteThreadQuery", "ForkThread", "ForkThreadRequest", "ReplaceMessage", "EventsQuery", "GetViewQuery", "ListRunsQuery", "ListThreadsQuery",
     "MAX_LIMIT", "MessagesQuery", "StateQuery", "UpdateThread",
 ]

@@ -18,6 +18,7 @@ from agentlog.api.models import (
     CancelRunBody,
     CreateThread,
     DecisionIn,
+    ForkThread,
     GetViewQuery,
     InputMessage,
     ListRunsQuery,
@@ -171,6 +172,10 @@ async def create_thread(svc: Services, who: Principal, body: CreateThread) -> di
     return await threads.create(svc, who, body)
 
 
+async def fork_thread(svc: Services, who: Principal, thread_id: str, body: ForkThread) -> dict[str, Any]:
+    return await threads.fork(svc, who, thread_id, body)
+
+
 async def get_thread(svc: Services, who: Principal, thread_id: str, q: GetViewQuery) -> Any:
     """Like `get_run`: without `min_seq`, at least the thread's last commit (`current_thread`)."""
     if q.min_seq is None:
@@ -217,6 +222,6 @@ async def thread_messages(svc: Services, who: Principal, thread_id: str, q: Mess
 
 
 __all__ = [
-    "accepted", "cancel_run", "create_thread", "check_run_access", "check_thread_access", "get_run", "get_thread", "list_runs",
+    "accepted", "cancel_run", "create_thread", "fork_thread", "check_run_access", "check_thread_access", "get_run", "get_thread", "list_runs",
     "list_threads", "run_inputs", "start_run", "thread_messages",
 ]

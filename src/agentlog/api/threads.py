@@ -9,15 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 from agentlog.log.errors import VersionConflict
-from agentlog.log.events import Commit, ThreadCreated
+from agentlog.log.events import Commit, Position, ThreadCreated
 from agentlog.log.ids import new_id, now_ms
 from agentlog.views.fold import Folder
+from agentlog.views.fork import InvalidFork, fork_events
 from agentlog.views.views import ThreadView
 
 from .auth import Principal
-from .context import Services, visible_thread, wait_min_seq
+from .context import Services, thread_from_log, visible_thread, wait_min_seq
 from .errors import ApiError
-from .models import CreateThread
+from .models import CreateThread, ForkThread
 
 
 def conflict(message: str) -> ApiError:
@@ -55,6 +56,30 @@ async def create(svc: Services, who: Principal, body: CreateThread) -> dict[str,
     return {"thread": after(None, seq, commit), "seq": seq}
 
 
+async def fork(svc: Services, who: Principal, thread_id: str, body: ForkThread) -> dict[str, Any]:
+    """Fork `thread_id` at the event `body.at` into a new thread (HTTP `POST /v1/threads/{id}/fork`,
+    NATS `threads.fork`): `{"thread_id", "thread": view, "seq"}`. One commit
+    (`agentlog.views.fork`); the fork inherits the source's `resource_id`, so a tenant forks only
+    its own threads (another's is a 404, like any read of it). Every check is made before it."""
+    commits, _view = await thread_from_log(svc, who, thread_id)
+    new_thread = body.new_thread_id or new_id()
+    try:
+        events = fork_events(
+            commits, thread_id, Position.parse(body.at), new_id=new_id, state=body.state,
+            state_patch=body.state_patch,
+            replace_message=body.replace_message.model_dump() if body.replace_message else None,
+            metadata=body.metadata)
+    except InvalidFork as exc:
+        raise ApiError(400, exc.code, str(exc)) from None
+    if await svc.store.thread_version(new_thread) != 0:
+        raise conflict(f"thread {new_thread!r} already exists")
+    try:
+        seq, commit = await append(svc, new_thread, events, 0)
+    except VersionConflict:
+        raise conflict(f"thread {new_thread!r} already exists") from None
+    return {"thread_id": new_thread, "thread": after(None, seq, commit), "seq": seq}
+
+
 async def _check_parent(svc: Services, who: Principal, parent_id: str) -> None:
     """The parent must exist (in the log) and, for a tenant, be one of its own threads."""
     version = await svc.store.thread_version(parent_id)
@@ -78,4 +103,4 @@ async def current(svc: Services, who: Principal, thread_id: str, expected: int |
     return view, version
 
 
-__all__ = ["after", "append", "conflict", "create", "current"]
+__all__ = ["after", "append", "conflict", "create", "current", "fork"]

@@ -51,6 +51,7 @@ from agentlog.cli.core import (
     _time,
     app,
     group,
+    thread_app,
     usd,
 )
 from agentlog.client import APPROVED, DENIED, AsyncClient, ClientError, pending_calls
@@ -140,7 +141,8 @@ class NatsRunsApi:
                 async for stored in commits:
                     last = stored.seq
             return await self.call("get", {**body, **({"min_seq": last} if last else {})})
-        subject = f"{API_PREFIX}.agents.list" if op == "agents" else f"{API_PREFIX}.runs.{op}"
+        group = {"agents": "agents.list", "fork": "threads.fork"}
+        subject = f"{API_PREFIX}.{group.get(op) or f'runs.{op}'}"
         try:
             msg = await self.store.nc.request(subject, json.dumps(body).encode(), timeout=self.timeout,
                                               headers=self.headers)
@@ -188,6 +190,10 @@ class HttpRunsApi:
                 return await runs.current(body["run_id"])
             if op == "agents":
                 return {"agents": await self.client.agents.list()}
+            if op == "fork":
+                return await self.client.threads.fork(
+                    body["thread_id"], body["at"], new_thread_id=body.get("new_thread_id"),
+                    state=body.get("state"), state_patch=body.get("state_patch"))
         except ClientError as exc:
             raise _rejected(exc) from None
         raise ValueError(f"unknown operation {op!r}")
@@ -426,6 +432,49 @@ def run_show(
             render_run(run)
 
     _on_run(run_id, _options(nats, creds, token, data_dir, timeout), url, api_token, show, role="readonly")
+
+
+def _json_option(text: str | None, what: str, kind: type) -> Any:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{what}: not JSON ({exc})") from None
+    if not isinstance(value, kind):
+        raise typer.BadParameter(f"{what}: expected a JSON {'object' if kind is dict else 'array'}")
+    return value
+
+
+@thread_app.command("fork")
+def thread_fork(
+    thread_id: Annotated[str, typer.Argument(help="The thread to fork.")],
+    at: Annotated[str, typer.Option("--at", metavar="EVENT_ID",
+                                    help="The event (seq:index, as in the timeline) to fork at.")],
+    new_thread_id: Annotated[str | None, typer.Option("--id", help="The fork's thread id (generated if absent).")] = None,
+    state: Annotated[str | None, typer.Option("--state", metavar="JSON", help="Replace the fork's state.")] = None,
+    patch: Annotated[str | None, typer.Option(
+        "--patch", metavar="JSON", help="RFC 6902 ops applied to the state as of --at.")] = None,
+    as_json: JsonOpt = False, url: UrlOpt = None, api_token: ApiTokenOpt = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """A new thread with THREAD_ID's messages and state as of event --at (lineage: forked_from).
+    Start runs on it with `agentlog run start --thread NEW_ID`."""
+    _guard(lambda: validate_id(thread_id, "thread_id"))
+    body = {"thread_id": thread_id, "at": at, "new_thread_id": new_thread_id,
+            "state": _json_option(state, "--state", dict), "state_patch": _json_option(patch, "--patch", list)}
+    body = {k: v for k, v in body.items() if v is not None}
+
+    async def fork(api: RunsApi) -> None:
+        answer = await api.call("fork", body)
+        if as_json:
+            _print_json(answer)
+        else:
+            _out().print(Text(f"forked thread {thread_id} at {at} into {answer['thread_id']} "
+                              f"(seq {answer['seq']})", style="bold"))
+
+    _drive(_options(nats, creds, token, data_dir, timeout), url, api_token, fork)
 
 
 @app.command("agents")

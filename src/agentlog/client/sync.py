@@ -132,6 +132,12 @@ class SyncThreads:
     def state(self, thread_id: str, *, at: str | None = None) -> Json:
         return self.c.call(self.a.state(thread_id, at=at))
 
+    def fork(self, thread_id: str, at: str, *, new_thread_id: str | None = None,
+             state: Mapping[str, Any] | None = None, state_patch: Sequence[Mapping[str, Any]] | None = None,
+             replace_message: Mapping[str, Any] | None = None, metadata: Mapping[str, Any] | None = None) -> Json:
+        return self.c.call(self.a.fork(thread_id, at, new_thread_id=new_thread_id, state=state,
+                                       state_patch=state_patch, replace_message=replace_message, metadata=metadata))
+
     def stream(self, thread_id: str, *, after: str | None = None, follow: bool = False) -> Iterator[StreamEvent]:
         return self.c.iterate(self.a.stream(thread_id, after=after, follow=follow))
 

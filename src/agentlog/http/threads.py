@@ -14,6 +14,7 @@ from agentlog.api.models import (
     CreateThread,
     DeleteThreadQuery,
     EventsQuery,
+    ForkThread,
     GetViewQuery,
     ListThreadsQuery,
     MessagesQuery,
@@ -41,6 +42,12 @@ from .routing import Route, parse_body, parse_query, path_id
 async def create_thread(request: web.Request) -> web.Response:
     body = await parse_body(request, CreateThread)
     return reply(await create(services(request), principal(request), body), status=201)
+
+
+async def fork_thread(request: web.Request) -> web.Response:
+    """A new thread from this one's history as of an event (`agentlog.api.threads.fork`)."""
+    body = await parse_body(request, ForkThread)
+    return reply(await ops.fork_thread(services(request), principal(request), path_id(request), body), status=201)
 
 
 async def list_threads(request: web.Request) -> web.Response:
@@ -150,6 +157,13 @@ ROUTES: list[Route] = [
           response={"type": "object", "properties": {"thread_id": {"type": "string"},
                                                      "deleted": {"type": "boolean"}, "seq": {"type": "integer"}}},
           errors=(404, 409)),
+    Route("POST", "/v1/threads/{id}/fork", fork_thread,
+          "Fork the thread at an event into a new thread (ThreadCreated.forked_from, its messages and state as of it)",
+          "threads", body=ForkThread,
+          response={"type": "object", "properties": {"thread_id": {"type": "string"}, "thread": _THREAD,
+                                                     "seq": {"type": "integer"}},
+                    "required": ["thread_id", "thread", "seq"]},
+          status=201, errors=(400, 404, 409, 413)),
     Route("GET", "/v1/threads/{id}/messages", thread_messages, "Messages, from the log", "threads",
           query=MessagesQuery,
           response={"type": "object", "properties": {

@@ -1,0 +1,202 @@
+"""Forking a thread at an event (`POST /v1/threads/{id}/fork`, NATS `agentlog.api.threads.fork`,
+`agentlog thread fork`, `client.threads.fork`), against what users run: `agentlog serve`, and
+`agentlog gateway` + `agentlog worker` (the shared `protocol_deployment` of tests/protocol_app.py,
+whose scripted agents answer by the first word of the user message: "state" calls `add`, which
+sets `/last_sum`).
+
+Synchronisation: `runs.wait` follows the log; no test waits on time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import nats
+import pytest
+from topology import Deployment
+from typer.testing import CliRunner
+
+from agentlog.cli.core import app
+from agentlog.client import ApiError, AsyncClient, SyncClient, get_sync_client
+from agentlog.log.events import (
+    Commit,
+    Message,
+    MessageAppended,
+    Position,
+    StoredCommit,
+    ThreadCreated,
+    ToolCall,
+)
+from agentlog.log.ids import new_id
+from agentlog.views.fork import CUT_OFF, fork_events
+
+from test_http_support import uid
+
+runner = CliRunner()
+pytestmark = pytest.mark.usefixtures("keep_structlog_config")
+WAIT = 90
+
+
+@pytest.fixture
+def client(protocol_deployment: Deployment) -> Iterator[SyncClient]:
+    with get_sync_client(protocol_deployment.http_url) as value:
+        yield value
+
+
+def finished_thread(client: SyncClient, text: str = "state: add them") -> tuple[str, str, list[dict[str, Any]]]:
+    """A thread whose one run (agent `open`) has finished: (thread, run, its messages with event ids)."""
+    run = client.runs.create("open", text)
+    assert client.runs.wait(run["run_id"], timeout=WAIT)["status"] == "done"
+    messages = client.threads.messages(run["thread_id"])["messages"]
+    return run["thread_id"], run["run_id"], messages
+
+
+def contents(client: SyncClient, thread: str) -> list[tuple[str, str]]:
+    return [(m["message"]["role"], m["message"]["content"]) for m in client.threads.messages(thread)["messages"]]
+
+
+def verify(d: Deployment, run_id: str) -> Any:
+    return runner.invoke(app, ["replay", run_id, "--verify", "--app", "protocol_app:app", "--nats", d.nats_url,
+                               "--timeout", "10"])
+
+
+def test_fork_copies_messages_and_state_as_of_the_position(client: SyncClient) -> None:
+    """Forked at the user message: that message and the state before the tool ran; forked at
+    the end: every message and the state after it. Both record their lineage."""
+    thread, _run, messages = finished_thread(client)
+    assert client.threads.state(thread)["state"] == {"last_sum": 3}
+    first = messages[0]["event_id"]
+    early = client.threads.fork(thread, first)
+    assert early["thread"]["forked_from"] == {"thread_id": thread, "position": first}
+    assert contents(client, early["thread_id"]) == [("user", "state: add them")]
+    assert client.threads.state(early["thread_id"])["state"] == {}
+    last = messages[-1]["event_id"]
+    late = client.threads.fork(thread, last, new_thread_id=uid("f"))
+    assert contents(client, late["thread_id"]) == contents(client, thread)
+    assert client.threads.state(late["thread_id"])["state"] == {"last_sum": 3}
+    got = client.threads.get(late["thread_id"], min_seq=late["seq"])
+    assert got["forked_from"] == {"thread_id": thread, "position": last} and got["run_ids"] == []
+    assert client.threads.messages(thread)["messages"] == messages  # the source is untouched
+
+
+def test_fork_runs_normally_and_replay_verify_passes(client: SyncClient, protocol_deployment: Deployment) -> None:
+    """A run started on a fork sees the copied history (the scripted agent answers the copied
+    "state" request: it calls `add`), and `replay --verify` of it passes from the fork's log."""
+    thread, _run, messages = finished_thread(client)
+    fork = client.threads.fork(thread, messages[0]["event_id"])
+    run = client.runs.create("open", [], thread_id=fork["thread_id"])
+    view = client.runs.wait(run["run_id"], timeout=WAIT)
+    assert view["status"] == "done" and view["termination"]["type"] == "natural_end"
+    assert client.threads.state(fork["thread_id"])["state"] == {"last_sum": 3}
+    assert contents(client, fork["thread_id"])[-1] == ("assistant", "The sum is 3.")
+    result = verify(protocol_deployment, run["run_id"])
+    assert result.exit_code == 0, result.output
+    assert f"verified run {run['run_id']}" in result.stdout
+
+
+def test_fork_with_edited_state_and_a_replaced_message(client: SyncClient) -> None:
+    """LangGraph's update_state + fork: the fork's state is edited (a patch, or a replacement)
+    and its user message replaced; a run on it answers the replaced message."""
+    thread, _run, messages = finished_thread(client, "text: hello")
+    user = messages[0]
+    patched = client.threads.fork(thread, messages[-1]["event_id"],
+                                  state_patch=[{"op": "add", "path": "/mode", "value": "edited"}])
+    assert client.threads.state(patched["thread_id"])["state"] == {"mode": "edited"}
+    replaced = client.threads.fork(thread, user["event_id"], state={"from": "fork"},
+                                   replace_message={"id": user["message"]["id"], "content": "state: please"})
+    assert contents(client, replaced["thread_id"]) == [("user", "state: please")]
+    run = client.runs.create("open", [], thread_id=replaced["thread_id"])
+    assert client.runs.wait(run["run_id"], timeout=WAIT)["status"] == "done"
+    assert client.threads.state(replaced["thread_id"])["state"] == {"from": "fork", "last_sum": 3}
+    assert contents(client, thread) == [(m["message"]["role"], m["message"]["content"]) for m in messages]
+
+
+def test_fork_bad_input_is_a_typed_4xx_and_writes_nothing(client: SyncClient, protocol_deployment: Deployment) -> None:
+    thread, _run, messages = finished_thread(client, "text: hi")
+    at = messages[-1]["event_id"]
+    taken = client.threads.fork(thread, at)
+    before = client.threads.list(limit=1, min_seq=taken["seq"])["total"]
+    cases: list[tuple[dict[str, Any], int, str]] = [
+        ({"at": "nope"}, 400, "invalid_input"),
+        ({"at": "999999999:0"}, 400, "position_not_found"),
+        ({"at": f"{Position.parse(at).seq}:99"}, 400, "position_not_found"),
+        ({"at": at, "state_patch": [{"op": "remove", "path": "/missing"}]}, 400, "invalid_patch"),
+        ({"at": at, "state": {}, "state_patch": []}, 400, "invalid_fork"),
+        ({"at": at, "replace_message": {"id": "no-such-message", "content": "x"}}, 400, "message_not_found"),
+        ({"at": at, "new_thread_id": taken["thread_id"]}, 409, "thread_exists"),
+        ({"at": at, "new_thread_id": "a.b"}, 400, "invalid_input"),
+    ]
+    for body, status, code in cases:
+        with pytest.raises(ApiError) as raised:
+            _post(client, thread, body)
+        assert (raised.value.status, raised.value.code) == (status, code), (body, raised.value)
+    with pytest.raises(ApiError) as raised:
+        client.threads.fork(uid("t"), "1:0")
+    assert (raised.value.status, raised.value.code) == (404, "thread_not_found")
+    marker = client.threads.create()  # read after a later write: every bad request has been answered
+    assert client.threads.list(limit=1, min_seq=marker["seq"])["total"] == before + 1
+
+
+def _post(client: SyncClient, thread: str, body: dict[str, Any]) -> Any:
+    return client.call(client.aio.request("POST", f"/v1/threads/{thread}/fork", json_body=body))
+
+
+async def test_fork_over_nats(protocol_deployment: Deployment) -> None:
+    d = protocol_deployment
+    async with AsyncClient(d.http_url) as aio:
+        run = await aio.runs.create("open", "state: add")
+        await aio.runs.wait(run["run_id"], timeout=WAIT)
+        thread = run["thread_id"]
+        at = (await aio.threads.messages(thread))["messages"][0]["event_id"]
+    nc = await nats.connect(d.nats_url)
+    try:
+        reply = await nc.request("agentlog.api.threads.fork", json.dumps({"thread_id": thread, "at": at}).encode(),
+                                 timeout=30)
+        assert not (reply.headers or {}).get("Nats-Service-Error-Code"), reply.data
+        forked = json.loads(reply.data)
+        assert forked["thread"]["forked_from"] == {"thread_id": thread, "position": at}
+        bad = await nc.request("agentlog.api.threads.fork", json.dumps({"thread_id": thread, "at": "999999999:0"}
+                                                                       ).encode(), timeout=30)
+        assert (bad.headers or {}).get("Nats-Service-Error-Code") == "400"
+        assert json.loads(bad.data)["code"] == "position_not_found"
+    finally:
+        await nc.close()
+
+
+def test_fork_from_the_cli(client: SyncClient, protocol_deployment: Deployment) -> None:
+    d = protocol_deployment
+    thread, _run, messages = finished_thread(client)
+    at = messages[0]["event_id"]
+    for target in (["--nats", d.nats_url], ["--url", d.http_url]):
+        result = runner.invoke(app, ["thread", "fork", thread, "--at", at, "--patch",
+                                     '[{"op": "add", "path": "/cli", "value": true}]', "--json", *target,
+                                     "--timeout", "10"])
+        assert result.exit_code == 0, result.output
+        doc = json.loads(result.stdout)
+        assert doc["thread"]["forked_from"]["thread_id"] == thread and doc["thread"]["state"] == {"cli": True}
+    result = runner.invoke(app, ["thread", "fork", thread, "--at", "999999999:0", "--nats", d.nats_url])
+    assert result.exit_code == 2 and "position_not_found" in result.output, result.output
+
+
+def test_fork_mid_step_answers_the_calls_it_cut_off() -> None:
+    """Forked after an assistant message that asked for a tool but before its result: the fork
+    answers the call (cancelled), so a model never sees an unanswered call."""
+    call = ToolCall(id="c1", name="echo", arguments={"text": "x"})
+    commits = [
+        StoredCommit(1, Commit(commit_id="k1", thread_id="t", ts=1, events=[ThreadCreated(metadata={"a": 1})])),
+        StoredCommit(2, Commit(commit_id="k2", thread_id="t", run_id="r", ts=2, events=[
+            MessageAppended(message=Message(id="m1", role="user", content="go")),
+            MessageAppended(message=Message(id="m2", role="assistant", tool_calls=[call])),
+            MessageAppended(message=Message(id="m3", role="tool", content="x", tool_call_id="c1")),
+        ])),
+    ]
+    events = fork_events(commits, "t", Position(2, 1), new_id=new_id)
+    created, *appended = events
+    assert isinstance(created, ThreadCreated) and created.metadata == {"a": 1}
+    messages = [e.message for e in appended if isinstance(e, MessageAppended)]
+    assert [(m.role, m.content, m.tool_call_id) for m in messages] == [
+        ("user", "go", None), ("assistant", "", None), ("tool", CUT_OFF, "c1")]
+    whole = fork_events(commits, "t", Position(2, 2), new_id=new_id)
+    assert [e.message.content for e in whole if isinstance(e, MessageAppended)] == ["go", "", "x"]
