@@ -9,6 +9,7 @@ Synchronisation: `runs.wait` follows the log; no test waits on time.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -33,6 +34,7 @@ from agentlog.log.ids import new_id
 from agentlog.views.fork import CUT_OFF, fork_events
 
 from test_http_support import uid
+from test_inspector_browser import CHROMIUM, chromium_page
 
 runner = CliRunner()
 pytestmark = pytest.mark.usefixtures("keep_structlog_config")
@@ -200,3 +202,32 @@ def test_fork_mid_step_answers_the_calls_it_cut_off() -> None:
         ("user", "go", None), ("assistant", "", None), ("tool", CUT_OFF, "c1")]
     whole = fork_events(commits, "t", Position(2, 2), new_id=new_id)
     assert [e.message.content for e in whole if isinstance(e, MessageAppended)] == ["go", "", "x"]
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium not installed (/usr/bin/chromium missing)")
+async def test_fork_from_here_in_the_inspector(protocol_deployment: Deployment) -> None:
+    """Headless Chromium: pick an event of a run's timeline, "Fork from here"; the page shows the
+    new thread (its lineage and the messages it starts with), which the API confirms."""
+    from playwright.async_api import expect
+
+    url = protocol_deployment.http_url
+    async with asyncio.timeout(180), AsyncClient(url) as aio, chromium_page() as page:
+        run = await aio.runs.create("open", "state: add them")
+        await aio.runs.wait(run["run_id"], timeout=WAIT)
+        thread = run["thread_id"]
+        at = (await aio.threads.messages(thread))["messages"][0]["event_id"]
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        await page.goto(f"{url}/ui#/runs/{run['run_id']}")
+        await expect(page.locator("#run-id")).to_have_text(run["run_id"])
+        button = page.locator(f"button.fork[data-fork='{at}']")
+        await expect(button).to_be_hidden()  # offered for the picked event only
+        await page.click(f"a.ev[data-event='{at}']")
+        await expect(button).to_be_visible()
+        await button.click()
+        await expect(page.locator("#thread-head")).to_contain_text(f"Forked from thread {thread} at event {at}.")
+        await expect(page.locator("#thread-messages li")).to_have_count(1)
+        await expect(page.locator("#thread-messages li")).to_contain_text("state: add them")
+        fork = page.url.rsplit("/", 1)[-1]
+        assert (await aio.threads.get(fork))["forked_from"] == {"thread_id": thread, "position": at}
+        assert errors == []
