@@ -33,6 +33,7 @@ from agentlog.log.events import (
 from agentlog.log.ids import new_id
 from agentlog.views.fork import CUT_OFF, fork_events
 
+from test_adapters_routes_support import TRANSPORTS, Transport, open_deployed
 from test_http_support import uid
 from test_inspector_browser import CHROMIUM, chromium_page
 
@@ -231,3 +232,59 @@ async def test_fork_from_here_in_the_inspector(protocol_deployment: Deployment) 
         fork = page.url.rsplit("/", 1)[-1]
         assert (await aio.threads.get(fork))["forked_from"] == {"thread_id": thread, "position": at}
         assert errors == []
+
+
+# -- AI SDK regenerate-message: a fork before the answer --------------------------------------------
+
+
+def chat_body(chat: str, texts: list[tuple[str, str]], **extra: Any) -> dict[str, Any]:
+    """A `useChat` request: the client's messages (id, text) as UI messages."""
+    return {"id": chat, "messages": [{"id": i, "role": "user", "parts": [{"type": "text", "text": t}]}
+                                     for i, t in texts], "trigger": "submit-message", **extra}
+
+
+@pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)
+async def test_fork_regenerate_message_answers_again_from_before_the_answer(
+        protocol_deployment: Deployment, tr: Transport) -> None:
+    """`regenerate-message` on the last answer: a new run answers the same input on a fork made
+    before the old answer; the chat (same id) now shows the new answer only, continues on the
+    fork, keeps the old answer in its original thread's log, and `replay --verify` passes."""
+    async with asyncio.timeout(180), open_deployed(protocol_deployment) as stack:
+        chat, user = uid("c"), uid("u")
+        first = await tr.aisdk(stack, chat_body(chat, [(user, "state: add")]), agent="open")
+        old = next(p["messageId"] for p in first.events if p["type"] == "start")
+        again = await tr.aisdk(stack, chat_body(chat, [(user, "state: add")], trigger="regenerate-message",
+                                                messageId=old), agent="open")
+        assert not [p for p in again.events if p["type"] == "error"], again.events
+        new = next(p["messageId"] for p in again.events if p["type"] == "start")
+        assert new != old and again.events[-1]["type"] == "finish"
+        async with stack.client.get(f"/v1/ai-sdk/threads/{chat}/messages") as resp:
+            shown = (await resp.json())["messages"]
+        assert [(m["role"], m["id"]) for m in shown] == [("user", user), ("assistant", new)]
+        async with stack.client.get(f"/v1/threads/{chat}") as resp:
+            fork = (await resp.json())["metadata"]["agentlog.branch"]
+        async with stack.client.get(f"/v1/threads/{fork}") as resp:
+            view = await resp.json()
+        assert view["forked_from"]["thread_id"] == chat and view["run_ids"] == [new]
+        assert old in [sc.commit.run_id async for sc in stack.store.read_thread(chat)]  # never erased
+        follow_up = await tr.aisdk(stack, chat_body(chat, [(user, "state: add"), (uid("u"), "text: more")]),
+                                   agent="open")
+        assert follow_up.events[-1]["type"] == "finish"
+        async with stack.client.get(f"/v1/ai-sdk/threads/{chat}/messages") as resp:
+            shown = (await resp.json())["messages"]
+        assert [m["role"] for m in shown] == ["user", "assistant", "user", "assistant"] and shown[1]["id"] == new
+    result = await asyncio.to_thread(verify, protocol_deployment, new)
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)
+async def test_fork_regenerate_of_an_older_answer_is_refused(protocol_deployment: Deployment, tr: Transport) -> None:
+    async with asyncio.timeout(120), open_deployed(protocol_deployment) as stack:
+        chat, user = uid("c"), uid("u")
+        await tr.aisdk(stack, chat_body(chat, [(user, "text: hi")]), agent="open")
+        before = await stack.store.thread_version(chat)
+        answer = await tr.aisdk(stack, chat_body(chat, [(user, "text: hi")], trigger="regenerate-message",
+                                                 messageId="not-the-last"), agent="open")
+        errors = [p for p in answer.events if p["type"] == "error"]
+        assert errors and "only the last assistant message" in errors[0]["errorText"], answer.events
+        assert await stack.store.thread_version(chat) == before
