@@ -105,6 +105,11 @@ class ForkThread(_Model):
     metadata: dict[str, Any] = Field(default_factory=dict, description="merged into the source's metadata")
 
 
+class RevokeQuery(_Query):
+    tool: str = Field(min_length=1, max_length=256, description="the tool (glob) of the standing rules to remove")
+    verdict: Literal["allow", "deny"] | None = Field(default=None, description="only rules of this verdict")
+
+
 class ListThreadsQuery(_Query):
     limit: Limit = DEFAULT_LIMIT
     offset: Offset = 0
@@ -231,6 +236,10 @@ class ThreadMessagesRequest(MessagesQuery):
     thread_id: Id
 
 
+class RevokeRequest(RevokeQuery):
+    thread_id: Id
+
+
 class ForkThreadRequest(ForkThread):
     thread_id: Id = Field(description="the source thread")
 
@@ -238,6 +247,6 @@ class ForkThreadRequest(ForkThread):
 __all__ = [
     "AgentsQuery", "CancelRunBody", "CancelRunRequest", "DecisionIn", "InputMessage", "RunInputsBody", "RunInputsRequest",
     "RunRef", "StartRunBody", "ThreadMessagesRequest", "ThreadRef",
-    "CreateThread", "DeleteThreadQuery", "ForkThread", "ForkThreadRequest", "ReplaceMessage", "EventsQuery", "GetViewQuery", "ListRunsQuery", "ListThreadsQuery",
+    "CreateThread", "DeleteThreadQuery", "ForkThread", "ForkThreadRequest", "ReplaceMessage", "RevokeQuery", "RevokeRequest", "EventsQuery", "GetViewQuery", "ListRunsQuery", "ListThreadsQuery",
     "MAX_LIMIT", "MessagesQuery", "StateQuery", "UpdateThread",
 ]

@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from agentlog.log.errors import VersionConflict
-from agentlog.log.events import Commit, Position, ThreadCreated
+from agentlog.log.events import Commit, Position, StatePatched, ThreadCreated
 from agentlog.log.ids import new_id, now_ms
+from agentlog.runtime.permission import STANDING_KEY
 from agentlog.views.fold import Folder
 from agentlog.views.fork import InvalidFork, fork_events
 from agentlog.views.views import ThreadView
@@ -18,7 +19,7 @@ from agentlog.views.views import ThreadView
 from .auth import Principal
 from .context import Services, thread_from_log, visible_thread, wait_min_seq
 from .errors import ApiError
-from .models import CreateThread, ForkThread
+from .models import CreateThread, ForkThread, RevokeQuery
 
 
 def conflict(message: str) -> ApiError:
@@ -80,6 +81,35 @@ async def fork(svc: Services, who: Principal, thread_id: str, body: ForkThread) 
     return {"thread_id": new_thread, "thread": after(None, seq, commit), "seq": seq}
 
 
+async def revoke(svc: Services, who: Principal, thread_id: str, q: RevokeQuery) -> dict[str, Any]:
+    """Remove standing permission rules (`agentlog.runtime.permission`) of tool `q.tool` from the
+    thread state: one `StatePatched`, under OCC. Refused (409 `run_active`) while a run is
+    active on the thread: the run owns the thread's writes until it stops."""
+    view, version = await current(svc, who, thread_id, None)
+    if view.active_run_id is not None:
+        raise ApiError(409, "run_active", f"run {view.active_run_id!r} is active on thread {thread_id!r}: "
+                                          "revoke once it has stopped (or cancel it)")
+    stored = view.state.get(STANDING_KEY)
+    rules = dict(stored) if isinstance(stored, dict) else {}
+    removed: list[dict[str, Any]] = []
+    kept: dict[str, Any] = dict(rules)
+    for verdict in ("allow", "deny"):
+        if q.verdict not in (None, verdict):
+            continue
+        entries = rules.get(verdict) or []
+        gone = [r for r in entries if isinstance(r, dict) and r.get("tool") == q.tool]
+        removed += [{"verdict": verdict, **r} for r in gone]
+        kept[verdict] = [r for r in entries if r not in gone]
+    if not removed:
+        raise ApiError(404, "rule_not_found", f"no standing rule for tool {q.tool!r} on thread {thread_id!r}")
+    op = {"op": "add", "path": "/" + STANDING_KEY, "value": kept}
+    try:
+        seq, _commit = await append(svc, thread_id, [StatePatched(ops=[op], source="api")], version)
+    except VersionConflict:
+        raise ApiError(409, "version_conflict", f"thread {thread_id!r} changed: try again") from None
+    return {"thread_id": thread_id, "removed": removed, "permissions": kept, "seq": seq}
+
+
 async def _check_parent(svc: Services, who: Principal, parent_id: str) -> None:
     """The parent must exist (in the log) and, for a tenant, be one of its own threads."""
     version = await svc.store.thread_version(parent_id)
@@ -103,4 +133,4 @@ async def current(svc: Services, who: Principal, thread_id: str, expected: int |
     return view, version
 
 
-__all__ = ["after", "append", "conflict", "create", "current", "fork"]
+__all__ = ["after", "append", "conflict", "create", "current", "fork", "revoke"]

@@ -62,6 +62,7 @@ from agentlog.log.events import AnyEvent, RunFinished, RunSuspended
 from agentlog.log.ids import new_id, validate_id, validate_run_id
 from agentlog.log.server import DEFAULT_DATA_DIR
 from agentlog.nats.service import API_PREFIX
+from agentlog.runtime.permission import STANDING_KEY
 
 from .reads import _event_json
 
@@ -141,7 +142,8 @@ class NatsRunsApi:
                 async for stored in commits:
                     last = stored.seq
             return await self.call("get", {**body, **({"min_seq": last} if last else {})})
-        group = {"agents": "agents.list", "fork": "threads.fork"}
+        group = {"agents": "agents.list", "fork": "threads.fork", "revoke": "threads.revoke",
+                 "thread": "threads.get"}
         subject = f"{API_PREFIX}.{group.get(op) or f'runs.{op}'}"
         try:
             msg = await self.store.nc.request(subject, json.dumps(body).encode(), timeout=self.timeout,
@@ -190,6 +192,10 @@ class HttpRunsApi:
                 return await runs.current(body["run_id"])
             if op == "agents":
                 return {"agents": await self.client.agents.list()}
+            if op == "thread":
+                return await self.client.threads.get(body["thread_id"])
+            if op == "revoke":
+                return await self.client.threads.revoke(body["thread_id"], body["tool"], verdict=body.get("verdict"))
             if op == "fork":
                 return await self.client.threads.fork(
                     body["thread_id"], body["at"], new_thread_id=body.get("new_thread_id"),
@@ -475,6 +481,57 @@ def thread_fork(
                               f"(seq {answer['seq']})", style="bold"))
 
     _drive(_options(nats, creds, token, data_dir, timeout), url, api_token, fork)
+
+
+@thread_app.command("permissions")
+def thread_permissions(
+    thread_id: Annotated[str, typer.Argument(help="The thread.")],
+    as_json: JsonOpt = False, url: UrlOpt = None, api_token: ApiTokenOpt = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """The standing permission rules of THREAD_ID ("always allow / deny" answers to approvals)."""
+    _guard(lambda: validate_id(thread_id, "thread_id"))
+
+    async def show(api: RunsApi) -> None:
+        view = await api.call("thread", {"thread_id": thread_id})
+        rules = (view.get("state") or {}).get(STANDING_KEY) or {}
+        if as_json:
+            _print_json({"thread_id": thread_id, "permissions": rules})
+            return
+        out = _out()
+        rows = [(verdict, rule) for verdict in ("allow", "deny") for rule in rules.get(verdict) or []]
+        if not rows:
+            out.print(f"no standing permissions on thread {thread_id}")
+        for verdict, rule in rows:
+            args = ", ".join(f"{k}={v}" for k, v in sorted((rule.get("args") or {}).items()))
+            out.print(f"always {verdict}  {rule.get('tool')}" + (f"({args})" if args else ""))
+
+    _drive(_options(nats, creds, token, data_dir, timeout), url, api_token, show, role="readonly")
+
+
+@thread_app.command("revoke")
+def thread_revoke(
+    thread_id: Annotated[str, typer.Argument(help="The thread.")],
+    tool: Annotated[str, typer.Argument(help="The tool whose standing rules to remove.")],
+    verdict: Annotated[str | None, typer.Option("--verdict", help="Only 'allow' or only 'deny' rules.")] = None,
+    as_json: JsonOpt = False, url: UrlOpt = None, api_token: ApiTokenOpt = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """Remove the standing permission rules of TOOL on THREAD_ID: approvals are asked again."""
+    _guard(lambda: validate_id(thread_id, "thread_id"))
+    body = {"thread_id": thread_id, "tool": tool, **({"verdict": verdict} if verdict else {})}
+
+    async def revoke(api: RunsApi) -> None:
+        answer = await api.call("revoke", body)
+        if as_json:
+            _print_json(answer)
+        else:
+            _out().print(f"revoked {len(answer['removed'])} standing rule(s) of {tool} on thread {thread_id} "
+                         f"(seq {answer['seq']})")
+
+    _drive(_options(nats, creds, token, data_dir, timeout), url, api_token, revoke)
 
 
 @app.command("agents")

@@ -201,6 +201,12 @@ class Threads:
         return await self.client.request("GET", f"/v1/threads/{thread_id}/state",
                                          params=_params(at=at))
 
+    async def revoke(self, thread_id: str, tool: str, *, verdict: str | None = None) -> Json:
+        """Remove the standing permission rules of `tool` on the thread ("always allow / deny"
+        answers): `{"thread_id", "removed", "permissions", "seq"}`."""
+        return await self.client.request("DELETE", f"/v1/threads/{thread_id}/permissions",
+                                         params=_params(tool=tool, verdict=verdict))
+
     async def fork(self, thread_id: str, at: str, *, new_thread_id: str | None = None,
                    state: Mapping[str, Any] | None = None,
                    state_patch: Sequence[Mapping[str, Any]] | None = None,

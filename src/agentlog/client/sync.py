@@ -132,6 +132,9 @@ class SyncThreads:
     def state(self, thread_id: str, *, at: str | None = None) -> Json:
         return self.c.call(self.a.state(thread_id, at=at))
 
+    def revoke(self, thread_id: str, tool: str, *, verdict: str | None = None) -> Json:
+        return self.c.call(self.a.revoke(thread_id, tool, verdict=verdict))
+
     def fork(self, thread_id: str, at: str, *, new_thread_id: str | None = None,
              state: Mapping[str, Any] | None = None, state_patch: Sequence[Mapping[str, Any]] | None = None,
              replace_message: Mapping[str, Any] | None = None, metadata: Mapping[str, Any] | None = None) -> Json:

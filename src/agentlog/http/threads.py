@@ -18,10 +18,11 @@ from agentlog.api.models import (
     GetViewQuery,
     ListThreadsQuery,
     MessagesQuery,
+    RevokeQuery,
     StateQuery,
     UpdateThread,
 )
-from agentlog.api.threads import after, append, create, current
+from agentlog.api.threads import after, append, create, current, revoke
 from agentlog.api.timeline import within
 from agentlog.log.events import (
     Position,
@@ -48,6 +49,12 @@ async def fork_thread(request: web.Request) -> web.Response:
     """A new thread from this one's history as of an event (`agentlog.api.threads.fork`)."""
     body = await parse_body(request, ForkThread)
     return reply(await ops.fork_thread(services(request), principal(request), path_id(request), body), status=201)
+
+
+async def revoke_permission(request: web.Request) -> web.Response:
+    """Remove standing permission rules of a tool (`agentlog.api.threads.revoke`)."""
+    q = parse_query(request, RevokeQuery)
+    return reply(await revoke(services(request), principal(request), path_id(request), q))
 
 
 async def list_threads(request: web.Request) -> web.Response:
@@ -164,6 +171,13 @@ ROUTES: list[Route] = [
                                                      "seq": {"type": "integer"}},
                     "required": ["thread_id", "thread", "seq"]},
           status=201, errors=(400, 404, 409, 413)),
+    Route("DELETE", "/v1/threads/{id}/permissions", revoke_permission,
+          "Revoke standing permission rules of a tool (thread state agentlog.permissions)", "threads",
+          query=RevokeQuery,
+          response={"type": "object", "properties": {"thread_id": {"type": "string"},
+                                                     "removed": {"type": "array"}, "permissions": {"type": "object"},
+                                                     "seq": {"type": "integer"}}},
+          errors=(404, 409)),
     Route("GET", "/v1/threads/{id}/messages", thread_messages, "Messages, from the log", "threads",
           query=MessagesQuery,
           response={"type": "object", "properties": {
