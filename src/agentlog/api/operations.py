@@ -28,6 +28,7 @@ from agentlog.api.models import (
     StartRunBody,
 )
 from agentlog.log.events import Position
+from agentlog.runtime.errors import RunConflict
 from agentlog.views.fold import fold_messages
 from agentlog.views.index import RUN_FILTERS, THREAD_FILTERS
 
@@ -118,8 +119,19 @@ async def run_inputs(svc: Services, who: Principal, dispatcher: Dispatcher, run_
                      body: RunInputsBody) -> Accepted:
     if who.tenant is not None:  # else the dispatcher's own load of the run answers `run_not_found`
         await check_run_access(svc, who, run_id)
-    return await dispatcher.submit_inputs(run_id, decisions=_decisions(body.decisions),
-                                          messages=_messages(body.messages))
+    if body.mode is not None and not body.messages:
+        raise ApiError(400, "invalid_input", f"mode {body.mode!r} needs messages")
+    if body.mode == "interrupt":
+        return await dispatcher.submit_inputs(run_id, decisions=_decisions(body.decisions),
+                                              messages=_messages(body.messages), mode="interrupt")
+    try:
+        return await dispatcher.submit_inputs(run_id, decisions=_decisions(body.decisions),
+                                              messages=_messages(body.messages))
+    except RunConflict as exc:
+        if not body.messages:
+            raise
+        raise ApiError(409, exc.code, f"{exc} (to cancel it and go on with these messages in one step, "
+                                      "send them with \"mode\": \"interrupt\")") from None
 
 
 async def cancel_run(svc: Services, who: Principal, dispatcher: Dispatcher, run_id: str,

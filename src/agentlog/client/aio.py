@@ -301,10 +301,12 @@ class Runs:
         raise ConnectionFailed(f"the event stream of run {run_id!r} ended before the run paused")
 
     async def inputs(self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (),
-                     messages: Messages = ()) -> Json:
+                     messages: Messages = (), mode: str | None = None) -> Json:
         """`POST /v1/runs/{id}/inputs`: decisions for suspended calls and/or messages (which start
-        the continuation run on the same thread): `{"thread_id", "run_id", "seq"}`."""
-        body = _body(decisions=[_decision(d) for d in decisions] or None, messages=_messages(messages) or None)
+        the continuation run on the same thread): `{"thread_id", "run_id", "seq"}`. Messages for
+        a run that is still running need `mode="interrupt"` (cancel it, then continue)."""
+        body = _body(decisions=[_decision(d) for d in decisions] or None, messages=_messages(messages) or None,
+                     mode=mode)
         return await self.client.request("POST", f"/v1/runs/{run_id}/inputs",
                                          json_body=body)
 

@@ -174,8 +174,9 @@ class SyncRuns:
     def wait(self, run_id: str, *, min_seq: int | None = None, timeout: float | None = None) -> Json:
         return self.c.call(self.a.wait(run_id, min_seq=min_seq, timeout=timeout))
 
-    def inputs(self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = ()) -> Json:
-        return self.c.call(self.a.inputs(run_id, decisions=decisions, messages=messages))
+    def inputs(self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
+               mode: str | None = None) -> Json:
+        return self.c.call(self.a.inputs(run_id, decisions=decisions, messages=messages, mode=mode))
 
     def decide(self, run_id: str, decisions: Sequence[Mapping[str, Any]]) -> Json:
         return self.c.call(self.a.decide(run_id, decisions))
