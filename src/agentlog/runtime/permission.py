@@ -41,12 +41,11 @@ Verdict = Literal["allow", "deny", "ask"]
 #: What an approval answer looks like (the ticket's response schema).
 APPROVAL_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"approved": {"type": "boolean"}, "reason": {"type": "string"},
-                   "always": {"type": "boolean", "description": "remember for this tool on this thread"},
-                   "args": {"type": "object", "additionalProperties": {"type": "string"},
-                            "description": "with always: only for arguments matching these glob patterns"}},
+    "properties": {"approved": {"type": "boolean"}, "reason": {"type": "string"}},
     "required": ["approved"],
 }
+# (An answer may also carry `always` and `args`, the standing-rule options below; they stay out of
+# the schema so that forms built from it, like the inspector's, still send just an approval.)
 #: The thread-state key of the standing rules.
 STANDING_KEY = "agentlog.permissions"
 _encode = msgspec.json.Encoder().encode
