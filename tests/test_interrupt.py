@@ -9,6 +9,8 @@ Synchronisation: the thread's event stream (followed) and `runs.wait`; no test w
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,9 @@ from topology import Deployment
 from typer.testing import CliRunner
 
 from agentlog.cli.core import app
-from agentlog.client import ApiError, SyncClient, get_sync_client
+from agentlog.client import ApiError, AsyncClient, SyncClient, get_sync_client
+
+from test_adapters_routes_support import TRANSPORTS, Transport, open_deployed
 
 runner = CliRunner()
 pytestmark = pytest.mark.usefixtures("keep_structlog_config")
@@ -105,3 +109,51 @@ def test_interrupt_of_a_finished_run_is_a_plain_continuation(deployment: Deploym
         done = client.runs.wait(new["run_id"], timeout=WAIT)
         assert done["status"] == "done" and done["parent_run_id"] == first["run_id"]
         assert not [e for e in log_of(client, first["thread_id"]) if e.type == "RunCancelRequested"]
+
+
+@pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)
+async def test_interrupt_stop_then_send_in_the_ai_sdk(deployment: Deployment, hold_dir: Path, tr: Transport) -> None:
+    """The AI SDK client stopped its stream (the run went on) and sends a new message: one
+    interrupting command, the old run cancelled, the new message answered in the stream."""
+    async with asyncio.timeout(WAIT), open_deployed(deployment) as stack, AsyncClient(deployment.http_url) as aio:
+        old = await aio.runs.create("held", "go")
+        chat = old["thread_id"]
+        async with contextlib.aclosing(aio.threads.stream(chat, follow=True)) as events:
+            async for event in events:
+                if event.type == "ToolCallStarted":
+                    break
+        (hold_dir / chat).touch()
+        body = {"id": chat, "trigger": "submit-message", "messages": [
+            {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "go"}]},
+            {"id": "u2", "role": "user", "parts": [{"type": "text", "text": "stop, then this"}]}]}
+        answer = await tr.aisdk(stack, body, agent="held")
+        assert not [p for p in answer.events if p["type"] == "error"], answer.events
+        assert answer.events[-1]["type"] == "finish"
+        new = next(p["messageId"] for p in answer.events if p["type"] == "start")
+        view = await aio.runs.wait(new, timeout=WAIT)
+        assert view["parent_run_id"] == old["run_id"]
+        stopped = await aio.runs.get(old["run_id"], min_seq=view["last_seq"])
+        assert stopped["termination"]["type"] == "cancelled"
+
+
+@pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)
+async def test_interrupt_stop_then_send_in_ag_ui(deployment: Deployment, hold_dir: Path, tr: Transport) -> None:
+    """The same through AG-UI: a run request on a thread whose run still runs interrupts it."""
+    async with asyncio.timeout(WAIT), open_deployed(deployment) as stack, AsyncClient(deployment.http_url) as aio:
+        old = await aio.runs.create("held", "go")
+        chat = old["thread_id"]
+        async with contextlib.aclosing(aio.threads.stream(chat, follow=True)) as events:
+            async for event in events:
+                if event.type == "ToolCallStarted":
+                    break
+        (hold_dir / chat).touch()
+        body = {"threadId": chat, "runId": "r-agui-interrupt", "tools": [], "context": [], "state": {},
+                "forwardedProps": {}, "messages": [{"id": "u1", "role": "user", "content": "go"},
+                                                   {"id": "u2", "role": "user", "content": "stop, then this"}]}
+        answer = await tr.agui(stack, body, agent="held")
+        types = [e["type"] for e in answer.events]
+        assert "RUN_ERROR" not in types and types[-1] == "RUN_FINISHED", answer.events
+        stopped = await aio.runs.get(old["run_id"])
+        assert stopped["termination"]["type"] == "cancelled"
+        runs = (await aio.runs.list(thread_id=chat))["runs"]
+        assert [r["parent_run_id"] for r in runs if r["run_id"] != old["run_id"]] == [old["run_id"]]

@@ -286,10 +286,15 @@ async def _drive(backend: Backend, tr: Any, thread: ThreadLog, agent_id: str, me
         try:
             if action[0] == "start":
                 tenant = getattr(who, "tenant", None)
+                # a new message while the thread's last run still runs: "stop, then send" (the
+                # client stopped its stream; the run went on): one interrupting command
+                last = thread.last_run
+                interrupt = last is not None and last.run_id == action[1] and last.status == "running"
                 await backend.dispatcher.start_run(
                     agent_id, messages, thread_id=thread.thread_id, run_id=run_id, parent_run_id=action[1],
                     resource_id=tenant if thread.view is None else None,
-                    **({"frontend_tools": frontend_tools} if frontend_tools else {}))
+                    **({"frontend_tools": frontend_tools} if frontend_tools else {}),
+                    **({"interrupt": True} if interrupt else {}))
             elif action[0] == "decide":
                 accepted = await backend.dispatcher.submit_inputs(run_id, decisions=action[1])
                 if accepted.duplicate:  # a retried answer: replay from where it was recorded,

@@ -125,6 +125,7 @@ class Dispatcher(Protocol):
         decisions: Sequence[Mapping[str, Any]] | None = None,
         resource_id: str | None = None,
         frontend_tools: Sequence[Mapping[str, Any]] | None = None,
+        interrupt: bool = False,
     ) -> Accepted: ...
 
     async def submit_inputs(
@@ -205,11 +206,15 @@ class InProcessDispatcher:
         self, agent_id: str, messages: Messages = (), *, thread_id: str | None = None,
         run_id: str | None = None, parent_run_id: str | None = None,
         decisions: Sequence[Mapping[str, Any]] | None = None, resource_id: str | None = None,
-        frontend_tools: Sequence[Mapping[str, Any]] | None = None,
+        frontend_tools: Sequence[Mapping[str, Any]] | None = None, interrupt: bool = False,
     ) -> Accepted:
         check_start_ids(agent_id, thread_id, run_id, parent_run_id)
         if agent_id not in self.runtime.agents:
             raise AgentNotFound(f"unknown agent {agent_id!r}")
+        if interrupt and parent_run_id is not None:
+            commits = await _run_commits(self.runtime.store, parent_run_id)
+            if not _finished(commits):
+                await self._interrupt(parent_run_id, commits[0].commit.thread_id)
         try:
             handle = await self.runtime.start(
                 agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
