@@ -18,7 +18,7 @@ import pytest
 
 from test_http_support import TIMEOUT, body
 from test_http_write_support import suspended_call
-from test_inspector_support import AGENT, inspect_app, open_stack, waiting_run
+from test_inspector_support import AGENT, REASONING, inspect_app, open_stack, waiting_run
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = [
@@ -115,3 +115,27 @@ async def test_inspector_approves_a_run_in_the_browser(nats_server: Any) -> None
         spec = await body(await s.client.get("/openapi.json"), 200)
         await expect(page.locator(".opblock")).to_have_count(sum(len(methods) for methods in spec["paths"].values()))
         assert errors == []
+
+
+async def test_inspector_shows_the_models_reasoning_collapsed(nats_server: Any) -> None:
+    """The messages panel shows an assistant message's reasoning folded away under "reasoning";
+    a click opens it."""
+    from playwright.async_api import expect
+
+    async with asyncio.timeout(TIMEOUT * 2), open_stack(nats_server, tokens=TOKEN, make_app=inspect_app,
+                                                        agents=(AGENT,)) as s, chromium_page() as page:
+        s.client.session.headers.update({"Authorization": f"Bearer {TOKEN}"})
+        run = await waiting_run(s)
+        base = str(s.client.make_url("")).rstrip("/")
+        await page.goto(f"{base}/ui")
+        await page.fill("#token", TOKEN)
+        await page.click("#token-form button")
+        await page.click(f"[data-thread='{run['thread_id']}']")
+        await page.click(f"[data-run='{run['run_id']}']")
+        folded = page.locator("#messages details.reasoning")
+        await expect(folded).to_have_count(1)  # only the message that had some
+        assert await folded.get_attribute("open") is None
+        await expect(folded.locator("div")).to_be_hidden()
+        await folded.locator("summary").click()
+        await expect(folded.locator("div")).to_be_visible()
+        await expect(folded.locator("div")).to_have_text(REASONING)

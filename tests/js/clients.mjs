@@ -2,6 +2,7 @@
 // tests/test_protocol_clients.py, which starts the server and compares what this prints with the
 // server's GET views). Usage: node clients.mjs http://127.0.0.1:PORT
 // Prints one JSON line: {"scenarios": {name: {protocol, threadId, messages, state?, valid?}}, "errors": [...]}.
+// An optional third argument runs only the scenarios whose name contains it (e.g. "reasoning").
 import { HttpAgent } from "@ag-ui/client";
 import {
   AbstractChat,
@@ -12,6 +13,7 @@ import {
 } from "ai";
 
 const base = process.argv[2];
+const only = process.argv[3] ?? "";
 if (!base || !base.startsWith("http://127.0.0.1:")) throw new Error(`loopback base URL required, got ${base}`);
 
 // Only loopback: every request the clients make must go to the test server.
@@ -129,6 +131,12 @@ const agui = {
       { interruptId: y.id, status: "cancelled" }] });
     return a;
   },
+  "agui-reasoning": async () => {
+    const a = agent(SEQ, uid("t"));
+    user(a, "think: add 1 and 2");
+    await a.runAgent({ runId: uid("r") });
+    return a;
+  },
   "agui-frontend-tool": async () => {
     const a = agent(SEQ, uid("t"));
     user(a, "frontend: pick a color");
@@ -243,6 +251,11 @@ const ai = {
                 "the run after the client's tool output");
     return chat;
   },
+  "ai-reasoning": async () => {
+    const chat = new Chat(SEQ);
+    await chat.sendMessage({ text: "think: add 1 and 2" });
+    return chat;
+  },
   "ai-resumed-stream": async () => {
     let chat;
     chat = new Chat(SEQ, { runId: () => chat.messages.at(-1).id });
@@ -263,6 +276,7 @@ const ai = {
 };
 
 for (const [name, run] of Object.entries(agui)) {
+  if (!name.includes(only)) continue;
   current = name;
   try {
     record(name, await run());
@@ -271,6 +285,7 @@ for (const [name, run] of Object.entries(agui)) {
   }
 }
 for (const [name, run] of Object.entries(ai)) {
+  if (!name.includes(only)) continue;
   current = name;
   try {
     await recordChat(name, await run());

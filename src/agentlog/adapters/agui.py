@@ -68,6 +68,8 @@ from .common import (
     is_frontend_ticket,
     json_text,
     live_message_id,
+    reasoning_id,
+    reasoning_text,
     safe_id,
 )
 
@@ -82,6 +84,13 @@ def step_name(step: int) -> str:
 
 
 # -- messages ----------------------------------------------------------------------------------
+
+
+def to_agui_reasoning(m: Message) -> ag.ReasoningMessage | None:
+    """An assistant message's shown reasoning as the AG-UI `reasoning` message before it (the
+    one `REASONING_MESSAGE_*` builds in the client), or None when it has none."""
+    text = reasoning_text(m) if m.role == "assistant" else ""
+    return ag.ReasoningMessage(id=reasoning_id(m.id), content=text) if text else None
 
 
 def to_agui_message(m: Message) -> Any:
@@ -102,8 +111,17 @@ def to_agui_message(m: Message) -> Any:
 
 
 def to_agui_messages(messages: Iterable[Message]) -> list[Any]:
-    """The conversation as AG-UI shows it: internal messages (plugin context) stay hidden."""
-    return [to_agui_message(m) for m in messages if m.visibility == "all"]
+    """The conversation as AG-UI shows it: internal messages (plugin context) stay hidden; an
+    assistant message's reasoning is a `reasoning` message just before it."""
+    out: list[Any] = []
+    for m in messages:
+        if m.visibility != "all":
+            continue
+        reasoning = to_agui_reasoning(m)
+        if reasoning is not None:
+            out.append(reasoning)
+        out.append(to_agui_message(m))
+    return out
 
 
 # -- interrupts --------------------------------------------------------------------------------
@@ -193,6 +211,7 @@ class AguiTranslator:
         self._step: int | None = None            # the open step
         self._max_step = 0
         self._text: _Text | None = None          # the open live text message
+        self._reasoning: _Text | None = None     # the open live reasoning (id = reasoning id)
         self._streamed: dict[str, str] = {}      # live text message id -> text streamed so far
         self._live_calls: dict[tuple[int, int], _Call] = {}   # (step, index) -> streamed call
         self._calls: dict[str, tuple[str, Any]] = {}          # call id -> (name, arguments)
@@ -261,7 +280,11 @@ class AguiTranslator:
     def _live(self, p: dict[str, Any]) -> list[Any]:
         kind = p.get("type")
         out: list[Any] = []
-        if kind == "text_delta":
+        if kind in ("text_delta", "tool_call_delta"):
+            out += self._close_reasoning()  # the model answers: its reasoning is over
+        if kind == "reasoning_delta":
+            out += self._live_reasoning(p)
+        elif kind == "text_delta":
             step = int_or(p.get("step"), self._max_step)
             text = p.get("text")
             if not isinstance(text, str) or not text:
@@ -302,6 +325,48 @@ class AguiTranslator:
                 self._progress.add(call_id)
                 out.append(self._activity(call_id, "running", p.get("data")))
         return out
+
+    def _live_reasoning(self, p: dict[str, Any]) -> list[Any]:
+        """A reasoning delta: opens the message's reasoning (REASONING_START + a `reasoning`
+        message) once, then streams its content; the commit closes it or catches it up."""
+        step = int_or(p.get("step"), self._max_step)
+        text = p.get("text")
+        if not isinstance(text, str) or not text:
+            return []
+        mid = live_message_id(p, self.run_id, step)
+        rid = reasoning_id(mid)
+        if rid in self._ended or mid in self._client_has or rid in self._client_has:
+            return []
+        out = self._open_step(step)
+        if self._reasoning is None or self._reasoning.message_id != rid:
+            out += self._close_reasoning() + self._close_text()
+            self._reasoning = _Text(rid, step, self._streamed.get(rid, ""))
+            out += [ag.ReasoningStartEvent(message_id=rid),
+                    ag.ReasoningMessageStartEvent(message_id=rid, role="reasoning")]
+        self._reasoning.text += text
+        self._streamed[rid] = self._reasoning.text
+        out.append(ag.ReasoningMessageContentEvent(message_id=rid, delta=text))
+        return out
+
+    def _committed_reasoning(self, m: Message) -> list[Any]:
+        """The reasoning of a committed assistant message, given what was streamed live: the
+        open reasoning gets the rest and is closed; one never streamed is synthesised; one
+        already closed is never started again."""
+        text, rid = reasoning_text(m), reasoning_id(m.id)
+        if self._reasoning is not None and self._reasoning.message_id == rid:
+            streamed = self._reasoning.text
+            out: list[Any] = []
+            if text.startswith(streamed) and len(text) > len(streamed):
+                out.append(ag.ReasoningMessageContentEvent(message_id=rid, delta=text[len(streamed):]))
+            return out + self._close_reasoning()
+        if not text or rid in self._ended or rid in self._client_has:
+            return []
+        self._ended.add(rid)
+        return [ag.ReasoningStartEvent(message_id=rid),
+                ag.ReasoningMessageStartEvent(message_id=rid, role="reasoning"),
+                ag.ReasoningMessageContentEvent(message_id=rid, delta=text),
+                ag.ReasoningMessageEndEvent(message_id=rid),
+                ag.ReasoningEndEvent(message_id=rid)]
 
     def _live_call(self, call_id: str) -> _Call | None:
         return next((c for c in self._live_calls.values() if c.call_id == call_id), None)
@@ -387,6 +452,7 @@ class AguiTranslator:
             return self._close_calls() if m.role == "assistant" else []
         out: list[Any] = []
         if m.role == "assistant":
+            out += self._committed_reasoning(m)
             out += self._committed_text(m)
             for call in m.tool_calls or ():
                 if call.id in self._announced:
@@ -463,6 +529,14 @@ class AguiTranslator:
         self._ended.add(mid)
         return [ag.TextMessageEndEvent(message_id=mid)]
 
+    def _close_reasoning(self) -> list[Any]:
+        if self._reasoning is None:
+            return []
+        rid, self._reasoning = self._reasoning.message_id, None
+        self._ended.add(rid)
+        self._streamed.pop(rid, None)
+        return [ag.ReasoningMessageEndEvent(message_id=rid), ag.ReasoningEndEvent(message_id=rid)]
+
     def _close_calls(self) -> list[Any]:
         out: list[Any] = []
         for call in self._live_calls.values():
@@ -472,7 +546,7 @@ class AguiTranslator:
         return out
 
     def _close_step(self) -> list[Any]:
-        out = self._close_text() + self._close_calls()
+        out = self._close_reasoning() + self._close_text() + self._close_calls()
         if self._step is not None:
             out.append(ag.StepFinishedEvent(step_name=step_name(self._step)))
             self._step = None

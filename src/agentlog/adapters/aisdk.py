@@ -15,6 +15,9 @@ Mapping, and why:
   live deltas carry the committed message's id (`message_id`), used as the text part id, and
   the text part stays open while that message's tool calls stream, so the committed text is
   never emitted a second time (issue #14 item 2: duplicated text parts);
+* reasoning -> one `reasoning-start`/`reasoning-delta`/`reasoning-end` part per assistant
+  message (id `<message id>-reasoning`), streamed from live `reasoning_delta`s and closed when
+  the answer starts, else synthesised from the committed message's reasoning;
 * tool calls -> `tool-input-start` (+ `tool-input-delta` from live) + `tool-input-available`,
   results -> `tool-output-available` / `tool-output-error`, a denied call (permission deny or a
   human's cancel) -> `tool-output-denied`;
@@ -64,6 +67,8 @@ from .common import (
     is_frontend_ticket,
     live_message_id,
     needs_approval,
+    reasoning_id,
+    reasoning_text,
     safe_id,
 )
 
@@ -103,6 +108,7 @@ class AiSdkTranslator:
         self._step: int | None = None
         self._max_step = 0
         self._text: tuple[str, int, str] | None = None          # (id, step, text so far)
+        self._reasoning: tuple[str, str] | None = None           # open reasoning (id, text so far)
         self._streamed: set[str] = set()                         # text ids streamed live
         self._ended: set[str] = set()                            # text ids whose text-end was sent
         self._live_calls: dict[tuple[int, int], list[Any]] = {}  # (step, index) -> [call_id, args, open]
@@ -142,7 +148,7 @@ class AiSdkTranslator:
         it = as_item(item)
         out = self.start()
         if it.live is not None:
-            if self._running and it.live.get("type") in ("text_delta", "tool_call_delta"):
+            if self._running and it.live.get("type") in ("text_delta", "reasoning_delta", "tool_call_delta"):
                 self._held.append(it.live)
                 return out
             return out + self._live(it.live)
@@ -171,7 +177,11 @@ class AiSdkTranslator:
     def _live(self, p: dict[str, Any]) -> list[dict[str, Any]]:
         kind = p.get("type")
         out: list[dict[str, Any]] = []
-        if kind == "text_delta":
+        if kind in ("text_delta", "tool_call_delta"):
+            out += self._close_reasoning()  # the model answers: its reasoning is over
+        if kind == "reasoning_delta":
+            out += self._live_reasoning(p)
+        elif kind == "text_delta":
             text = p.get("text")
             step = int_or(p.get("step"), self._max_step)
             if not isinstance(text, str) or not text:
@@ -211,6 +221,37 @@ class AiSdkTranslator:
                 out.append({"type": "data-tool-progress", "id": call_id, "transient": True,
                             "data": {"callId": call_id, "status": "running", "data": p.get("data")}})
         return out
+
+    def _live_reasoning(self, p: dict[str, Any]) -> list[dict[str, Any]]:
+        text = p.get("text")
+        step = int_or(p.get("step"), self._max_step)
+        if not isinstance(text, str) or not text:
+            return []
+        rid = reasoning_id(live_message_id(p, self.run_id, step))
+        if rid in self._ended:
+            return []  # a reasoning part is started once
+        out = self._open_step(step)
+        if self._reasoning is None or self._reasoning[0] != rid:
+            out += self._close_reasoning() + self._close_text()
+            self._reasoning = (rid, "")
+            out.append({"type": "reasoning-start", "id": rid})
+        self._reasoning = (rid, self._reasoning[1] + text)
+        out.append({"type": "reasoning-delta", "id": rid, "delta": text})
+        return out
+
+    def _committed_reasoning(self, m: Message) -> list[dict[str, Any]]:
+        text, rid = reasoning_text(m), reasoning_id(m.id)
+        if self._reasoning is not None and self._reasoning[0] == rid:
+            streamed = self._reasoning[1]
+            out: list[dict[str, Any]] = []
+            if text.startswith(streamed) and len(text) > len(streamed):
+                out.append({"type": "reasoning-delta", "id": rid, "delta": text[len(streamed):]})
+            return out + self._close_reasoning()
+        if not text or rid in self._ended:
+            return []
+        self._ended.add(rid)
+        return [{"type": "reasoning-start", "id": rid}, {"type": "reasoning-delta", "id": rid, "delta": text},
+                {"type": "reasoning-end", "id": rid}]
 
     # -- committed -------------------------------------------------------------------------------
 
@@ -254,7 +295,7 @@ class AiSdkTranslator:
     def _message(self, m: Message) -> list[dict[str, Any]]:
         if m.visibility != "all" or m.role != "assistant":
             return []  # tool results come from ToolCallCompleted (structured output)
-        out: list[dict[str, Any]] = []
+        out: list[dict[str, Any]] = self._committed_reasoning(m)
         if self._text is not None and (self._text[0] == m.id or m.id not in self._streamed):
             tid, _, streamed = self._text
             if m.content.startswith(streamed) and len(m.content) > len(streamed):
@@ -335,8 +376,15 @@ class AiSdkTranslator:
         self._ended.add(tid)
         return [{"type": "text-end", "id": tid}]
 
+    def _close_reasoning(self) -> list[dict[str, Any]]:
+        if self._reasoning is None:
+            return []
+        rid, self._reasoning = self._reasoning[0], None
+        self._ended.add(rid)
+        return [{"type": "reasoning-end", "id": rid}]
+
     def _close_step(self) -> list[dict[str, Any]]:
-        out = self._close_text()
+        out = self._close_reasoning() + self._close_text()
         if self._step is not None:
             out.append({"type": "finish-step"})
             self._step = None

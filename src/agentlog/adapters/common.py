@@ -16,7 +16,7 @@ import msgspec
 import structlog
 
 from agentlog.log.errors import AgentlogError
-from agentlog.log.events import Event, SuspendTicket
+from agentlog.log.events import Event, Message, SuspendTicket
 from agentlog.log.ids import is_valid_id
 from agentlog.runtime.frontend import ACTION as FRONTEND_ACTION
 
@@ -147,7 +147,7 @@ def needs_approval(ticket: SuspendTicket | None) -> bool:
 
 class Item(NamedTuple):
     """One thing fed to a translator, normalised: a committed event (with its commit's ts) or a
-    live payload (`{"type": "text_delta" | "tool_call_delta" | "tool_progress", ...}`)."""
+    live payload (`{"type": "text_delta" | "reasoning_delta" | "tool_call_delta" | "tool_progress", ...}`)."""
 
     event: Event | None
     live: dict[str, Any] | None
@@ -191,6 +191,19 @@ def live_message_id(p: Mapping[str, Any], run_id: str, step: int) -> str:
     """The message a live delta belongs to: the log id it carries, else a provisional one."""
     mid = p.get("message_id")
     return mid if is_valid_id(mid) else f"{run_id}-s{step}-text"
+
+
+def reasoning_id(message_id: str) -> str:
+    """The id of a message's reasoning as the protocols show it (an AG-UI reasoning message and
+    span, an AI SDK reasoning part): derived from the message's id, so live deltas and the
+    committed message name the same reasoning and a client holds it once."""
+    return f"{message_id}-reasoning"
+
+
+def reasoning_text(m: Message) -> str:
+    """What may be shown of a message's reasoning: its parts' text, joined as the live
+    `reasoning_delta`s streamed it (opaque parts, e.g. redacted thinking, show nothing)."""
+    return "".join(r.text for r in m.reasoning or ())
 
 
 def error_text(exc: BaseException) -> str:

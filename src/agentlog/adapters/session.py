@@ -50,6 +50,7 @@ from .common import (
     error_text,
     is_frontend_ticket,
     needs_approval,
+    reasoning_text,
 )
 from .source import RunSource
 
@@ -438,7 +439,7 @@ async def aisdk_replay(backend: Backend, run_id: str, who: Any = None) -> AsyncG
 
 def aisdk_history(thread: ThreadLog) -> list[dict[str, Any]]:
     """The thread as AI SDK UI messages: user messages as they were sent, one assistant message
-    per run (id = run id, as the stream's `start.messageId`) with text and tool parts."""
+    per run (id = run id, as the stream's `start.messageId`) with reasoning, text and tool parts."""
     out: list[dict[str, Any]] = []
     current: dict[str, Any] | None = None
     for sc in thread.commits:
@@ -455,6 +456,8 @@ def aisdk_history(thread: ThreadLog) -> list[dict[str, Any]]:
                     current = {"id": run.run_id, "role": "assistant", "parts": []}
                     out.append(current)
                 current["parts"].append({"type": "step-start"})
+                if reasoning_text(m):
+                    current["parts"].append({"type": "reasoning", "text": reasoning_text(m), "state": "done"})
                 if m.content:
                     current["parts"].append({"type": "text", "text": m.content, "state": "done"})
                 for c in m.tool_calls or ():

@@ -435,9 +435,16 @@ function renderMessages() {
   const later = S.messages.length - shown.length;
   $("#messages-at").textContent = S.at ? `as of event ${S.at}${later ? ` (${later} later hidden)` : ""}` : "of the thread";
   $("#messages").replaceChildren(...shown.map(({ message: m, event_id: id }) => el("li", { title: id, "data-event": id },
-    el("span", { class: "role" }, m.role + ":"), typeof m.content === "string" ? m.content : JSON.stringify(m.content),
+    el("span", { class: "role" }, m.role + ":"), reasoningOf(m),
+    typeof m.content === "string" ? m.content : JSON.stringify(m.content),
     m.tool_calls && m.tool_calls.length ? el("div", { class: "sub mono" },
       m.tool_calls.map((c) => `-> ${c.name}(${JSON.stringify(c.arguments || {})})`).join(" ")) : null)));
+}
+
+// The model's reasoning before an answer: collapsed, it is long and rarely what one looks for.
+function reasoningOf(m) {
+  const text = (m.reasoning || []).map((r) => r.text || "").join("");
+  return text ? el("details", { class: "reasoning" }, el("summary", {}, "reasoning"), el("div", { class: "sub" }, text)) : null;
 }
 
 async function verify() {
