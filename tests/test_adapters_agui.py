@@ -418,7 +418,7 @@ def test_parse_known_ids_and_tool_results() -> None:
     (body(messages="nope"), "messages"),
     (body(messages=[{"id": "m", "role": "wizard", "content": "x"}]), "messages[0]"),
     (body(messages=[{"id": "m", "role": "user", "content": [{"type": "image", "source": {
-        "type": "url", "value": "http://x"}}]}]), "messages[0].content[0]"),
+        "type": "file", "value": "file-abc"}}]}]), "messages[0].content[0].source"),  # a provider's handle
     (body(resume=[{"interruptId": "c", "status": "maybe"}]), "resume[0].status"),
     (body(resume=[{"interruptId": "a.b", "status": "resolved"}]), "resume[0].interruptId"),
     (body(tools=[{"name": "a", "description": ""}, {"name": "a", "description": ""}]), "tools"),

@@ -37,6 +37,7 @@ import pydantic
 from ag_ui import core as ag
 
 from agentlog.log.events import (
+    ContentPart,
     Event,
     InferenceCompleted,
     Message,
@@ -55,6 +56,7 @@ from agentlog.log.events import (
     Usage,
 )
 from agentlog.log.ids import is_valid_id
+from agentlog.runtime.admission import as_parts
 from agentlog.runtime.models.base import ToolSpec
 
 from .common import (
@@ -96,7 +98,7 @@ def to_agui_reasoning(m: Message) -> ag.ReasoningMessage | None:
 def to_agui_message(m: Message) -> Any:
     """One log message as an AG-UI message (tool arguments become a JSON-encoded string)."""
     if m.role == "user":
-        return ag.UserMessage(id=m.id, content=m.content)
+        return ag.UserMessage(id=m.id, content=agui_parts(m.parts) if m.parts else m.content)
     if m.role == "system":
         return ag.SystemMessage(id=m.id, content=m.content)
     if m.role == "tool":
@@ -108,6 +110,21 @@ def to_agui_message(m: Message) -> Any:
     return ag.AssistantMessage(
         id=m.id, content=m.content if (m.content or not calls) else None, tool_calls=calls or None,
     )
+
+
+def agui_parts(parts: Sequence[ContentPart]) -> list[Any]:
+    """Message parts as AG-UI 1.0 input content: text, image, and document for a file, with a
+    `data` (base64) or `url` source."""
+    out: list[Any] = []
+    for p in parts:
+        if p.type == "text":
+            out.append(ag.TextInputContent(text=p.text))
+            continue
+        source = ({"type": "data", "value": p.data, "mimeType": p.media_type or "application/octet-stream"}
+                  if p.data is not None else {"type": "url", "value": p.url or "", "mimeType": p.media_type})
+        kind = ag.ImageInputContent if p.type == "image" else ag.DocumentInputContent
+        out.append(kind.model_validate({"source": {k: v for k, v in source.items() if v is not None}}))
+    return out
 
 
 def to_agui_messages(messages: Iterable[Message]) -> list[Any]:
@@ -684,7 +701,7 @@ def parse_run_input(body: Any, *, known_ids: Iterable[str] | None = None) -> Agu
     tool_results: list[dict[str, Any]] = []
     for i, m in fresh:
         if m.role == "user":
-            msg: dict[str, Any] = {"role": "user", "content": _text_content(m.content, f"messages[{i}].content")}
+            msg: dict[str, Any] = {"role": "user", "content": _user_content(m.content, f"messages[{i}].content")}
             if safe_id(m.id):
                 msg["id"] = m.id
             new_messages.append(msg)
@@ -749,6 +766,47 @@ def _text_content(content: Any, where: str) -> str:
                 f"content part type {getattr(part, 'type', '?')!r} is not supported (text only)", f"{where}[{j}]")
         parts.append(part.text)
     return "".join(parts)
+
+
+#: AG-UI media part types -> agentlog part types (audio and video ride as files).
+_MEDIA = {"image": "image", "document": "file", "audio": "file", "video": "file"}
+
+
+def _user_content(content: Any, where: str) -> str | list[dict[str, Any]]:
+    """A user message's content: a string, or its parts as agentlog content parts (text, and
+    image / document / audio / video with a `data` or `url` source). A `file` source (a handle
+    only one provider can read) is refused: the run may go to any model."""
+    if isinstance(content, str):
+        return content
+    parts: list[dict[str, Any]] = []
+    for j, part in enumerate(content):
+        kind = getattr(part, "type", None)
+        if kind == "text":
+            parts.append({"type": "text", "text": part.text})
+            continue
+        if kind not in _MEDIA:
+            raise AdapterInputError(f"content part type {kind!r} is not supported", f"{where}[{j}]")
+        source = part.source
+        out: dict[str, Any] = {"type": _MEDIA[kind]}
+        if getattr(source, "mime_type", None):
+            out["media_type"] = source.mime_type
+        if source.type == "data":
+            out["data"] = source.value
+        elif source.type == "url":
+            out["url"] = source.value
+        else:
+            raise AdapterInputError("a provider file handle cannot be used here: send the bytes (data) or a url",
+                                    f"{where}[{j}].source")
+        if kind != "image" and isinstance((part.metadata or {}), dict) and (part.metadata or {}).get("filename"):
+            out["filename"] = str(part.metadata["filename"])
+        parts.append(out)
+    try:
+        as_parts(parts)
+    except ValueError as exc:
+        raise AdapterInputError(str(exc), where) from None
+    if all(p["type"] == "text" for p in parts):
+        return "".join(p["text"] for p in parts)
+    return parts
 
 
 def _kind(value: Any) -> str:

@@ -55,12 +55,14 @@ from agentlog.log.events import (
     ToolCallSuspended,
 )
 from agentlog.log.ids import is_valid_id
+from agentlog.runtime.admission import as_parts
 
 from .common import (
     AdapterInputError,
     Decision,
     as_item,
     check_decisions,
+    data_url_part,
     decision_id,
     int_or,
     interrupt_reason,
@@ -489,9 +491,9 @@ def parse_chat_request(body: Any) -> AiSdkRequest:
         i = len(messages) - 1
         last = messages[i]
         if last["role"] == "user" and trigger == "submit-message":
-            text = _user_text(last, f"messages[{i}]")
-            if text:
-                message = {"role": "user", "content": text}
+            content = _user_content(last, f"messages[{i}]")
+            if content:
+                message = {"role": "user", "content": content}
                 if safe_id(last.get("id")):
                     message["id"] = last["id"]
         decisions = _approvals(thread_id, last, f"messages[{i}]")
@@ -532,19 +534,33 @@ def _tool_outputs(thread_id: str, m: dict[str, Any], where: str, approved: set[s
     return out
 
 
-def _user_text(m: dict[str, Any], where: str) -> str:
+def _user_content(m: dict[str, Any], where: str) -> str | list[dict[str, Any]]:
+    """The new user message's content: its text, or (with `file` parts: `{mediaType, url,
+    filename?}`, the url a `data:` URL or a link) agentlog content parts."""
     if isinstance(m.get("content"), str) and not m.get("parts"):
         return m["content"]  # the older `{role, content}` shape some transports still send
-    texts: list[str] = []
+    parts: list[dict[str, Any]] = []
     for j, p in enumerate(m.get("parts", [])):
         kind = p.get("type")
         if kind == "text":
             if not isinstance(p.get("text"), str):
                 raise AdapterInputError("text must be a string", f"{where}.parts[{j}].text")
-            texts.append(p["text"])
+            parts.append({"type": "text", "text": p["text"]})
         elif kind == "file":
-            raise AdapterInputError("file parts are not supported (text only)", f"{where}.parts[{j}]")
-    return "".join(texts)
+            url, media, name = p.get("url"), p.get("mediaType"), p.get("filename")
+            if not isinstance(url, str) or not isinstance(media, str) or not isinstance(name, (str, type(None))):
+                raise AdapterInputError("a file part has a string url and mediaType", f"{where}.parts[{j}]")
+            try:
+                parts.append(data_url_part(url, media, name))
+            except AdapterInputError as exc:
+                raise AdapterInputError(str(exc), f"{where}.parts[{j}].url") from None
+    if all(p["type"] == "text" for p in parts):
+        return "".join(p["text"] for p in parts)
+    try:
+        as_parts(parts)
+    except ValueError as exc:
+        raise AdapterInputError(str(exc), f"{where}.parts") from None
+    return parts
 
 
 def _approvals(thread_id: str, m: dict[str, Any], where: str) -> list[Decision]:

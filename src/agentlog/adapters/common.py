@@ -193,6 +193,34 @@ def live_message_id(p: Mapping[str, Any], run_id: str, step: int) -> str:
     return mid if is_valid_id(mid) else f"{run_id}-s{step}-text"
 
 
+def data_url_part(url: str, media_type: str | None, filename: str | None = None) -> dict[str, Any]:
+    """An agentlog content part from a URL that may be a `data:` URL (AI SDK file parts): the
+    bytes when it is one, else the URL; an image when its media type says so, else a file."""
+    part: dict[str, Any] = {}
+    if url.startswith("data:") and "," in url:
+        head, data = url[5:].split(",", 1)
+        if not head.endswith(";base64"):
+            raise AdapterInputError("a data: URL must be base64 (data:<type>;base64,...)")
+        part["data"] = data
+        media_type = media_type or head[:-len(";base64")] or None
+    else:
+        part["url"] = url
+    part["type"] = "image" if (media_type or "").startswith("image/") else "file"
+    if media_type:
+        part["media_type"] = media_type
+    if filename and part["type"] == "file":
+        part["filename"] = filename
+    return part
+
+
+def part_url(part: Any) -> str:
+    """An image/file part's bytes as a `data:` URL (or its own URL): how the AI SDK and A2A
+    histories give them back."""
+    if part.data is None:
+        return str(part.url or "")
+    return f"data:{part.media_type or 'application/octet-stream'};base64,{part.data}"
+
+
 def reasoning_id(message_id: str) -> str:
     """The id of a message's reasoning as the protocols show it (an AG-UI reasoning message and
     span, an AI SDK reasoning part): derived from the message's id, so live deltas and the
