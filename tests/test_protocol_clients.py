@@ -78,7 +78,8 @@ async def test_official_clients_end_in_the_servers_state(protocol_deployment: De
     report = await _clients(base)
     expected = {"agui-text", "agui-state", "agui-approve", "agui-deny", "agui-retried-resume",
                 "agui-resume-sent-twice", "agui-two-interrupts", "agui-frontend-tool", "agui-reasoning",
-                "ai-text", "ai-state", "ai-approve", "ai-deny", "ai-partial", "ai-client-tool", "ai-reasoning",
+                "agui-image", "ai-text", "ai-state", "ai-approve", "ai-deny", "ai-partial", "ai-client-tool",
+                "ai-reasoning", "ai-image",
                 "ai-resumed-stream", "ai-resumed-stream-after-a-step"}
     assert set(report["scenarios"]) == expected
     await _compare(base, report)
@@ -99,6 +100,23 @@ async def test_official_clients_show_the_models_reasoning(protocol_deployment: D
     parts = report["scenarios"]["ai-reasoning"]["messages"][-1]["parts"]
     assert [p["text"] for p in parts if p["type"] == "reasoning"] == thoughts
     assert all(p["state"] == "done" for p in parts if p["type"] == "reasoning")
+    await _compare(base, report)
+
+
+async def test_official_clients_send_an_image(protocol_deployment: Deployment) -> None:
+    """`@ag-ui/client` with image input content and `ai`'s `sendMessage({files})`: the run's
+    user message has the image as a part, and each client's messages equal the history's."""
+    base = protocol_deployment.http_url
+    report = await _clients(base, "image")
+    assert set(report["scenarios"]) == {"agui-image", "ai-image"}
+    async with aiohttp.ClientSession(base) as http:
+        for got in report["scenarios"].values():
+            async with http.get(f"/v1/threads/{got['threadId']}/messages") as resp:
+                [user, *_] = [m["message"] for m in (await resp.json())["messages"]]
+            assert user["content"] == "what is in this picture?", got["protocol"]
+            assert [p["type"] for p in user["parts"]] == ["text", "image"] or \
+                [p["type"] for p in user["parts"]] == ["image", "text"], user
+            assert {p.get("media_type") for p in user["parts"] if p["type"] == "image"} == {"image/png"}
     await _compare(base, report)
 
 

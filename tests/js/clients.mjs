@@ -27,6 +27,7 @@ globalThis.fetch = (input, init) => {
 const SEQ = "sequential";
 const PAR = "parallel_batch_approval";
 const PICK = { name: "pick_color", description: "Let the user pick a color", parameters: { type: "object", properties: {} } };
+const PNG = Buffer.from([0x89, 0x50, 0x4e, 0x47, 13, 10, 26, 10, 1, 2, 3, 4]).toString("base64");
 const scenarios = {};
 const errors = [];
 let current = ""; // the scenario running (errors name it)
@@ -134,6 +135,14 @@ const agui = {
   "agui-reasoning": async () => {
     const a = agent(SEQ, uid("t"));
     user(a, "think: add 1 and 2");
+    await a.runAgent({ runId: uid("r") });
+    return a;
+  },
+  "agui-image": async () => {
+    const a = agent(SEQ, uid("t"));
+    a.addMessage({ id: uid("u"), role: "user", content: [
+      { type: "text", text: "what is in this picture?" },
+      { type: "image", source: { type: "data", value: PNG, mimeType: "image/png" } }] });
     await a.runAgent({ runId: uid("r") });
     return a;
   },
@@ -254,6 +263,12 @@ const ai = {
   "ai-reasoning": async () => {
     const chat = new Chat(SEQ);
     await chat.sendMessage({ text: "think: add 1 and 2" });
+    return chat;
+  },
+  "ai-image": async () => {
+    const chat = new Chat(SEQ);
+    await chat.sendMessage({ text: "what is in this picture?",
+                             files: [{ type: "file", mediaType: "image/png", url: `data:image/png;base64,${PNG}` }] });
     return chat;
   },
   "ai-resumed-stream": async () => {
