@@ -100,6 +100,7 @@ async def test_anthropic_receives_images_and_files_as_native_blocks(store: Any, 
     model = AnthropicModel("claude-test", base_url=fake.anthropic_url, api_key="k")
     fake.clients.append(model)
     await run_with(store, model)
+    assert fake.media_errors == []  # the fake checks the API's shapes
     [turn] = fake.requests[0].body["messages"]  # (prompt caching marks the last block)
     assert [{k: v for k, v in b.items() if k != "cache_control"} for b in turn["content"]] == [
         {"type": "text", "text": "What is in "}, {"type": "text", "text": "these?"},
@@ -114,6 +115,7 @@ async def test_responses_receives_input_image_and_input_file(store: Any, fake: F
     model = OpenAIResponsesModel("gpt-test", base_url=fake.openai_url, api_key="k")
     fake.clients.append(model)
     await run_with(store, model)
+    assert fake.media_errors == []
     [item] = [i for i in fake.requests[0].body["input"] if i.get("role") == "user"]
     assert item["content"] == [
         {"type": "input_text", "text": "What is in "}, {"type": "input_text", "text": "these?"},
@@ -128,6 +130,7 @@ async def test_gemini_receives_inline_data_and_file_data_parts(store: Any, fake:
     model = GeminiModel("gemini-test", base_url=fake.gemini_url, api_key="k")
     fake.clients.append(model)
     await run_with(store, model)
+    assert fake.media_errors == []
     [turn] = fake.requests[0].body["contents"]
     assert [gemini_wire(p) for p in turn["parts"]] == [
         {"text": "What is in "}, {"text": "these?"},
@@ -135,6 +138,19 @@ async def test_gemini_receives_inline_data_and_file_data_parts(store: Any, fake:
         {"inlineData": {"mimeType": "application/pdf", "data": PDF}},
         {"fileData": {"fileUri": "https://example.test/cat.jpg", "mimeType": "image/jpeg"}},
     ]
+
+
+async def test_anthropic_fake_refuses_an_image_the_api_would_refuse(store: Any, fake: FakeProviders) -> None:
+    """The fakes' shape checks have teeth: an `image` whose media type is not an image is a 400,
+    which the run reports as a refused model request."""
+    fake.script(Answer(text="never"))
+    model = AnthropicModel("claude-test", base_url=fake.anthropic_url, api_key="k")
+    fake.clients.append(model)
+    rt = Runtime(store, agents=[AgentSpec(id="agent", model=model)])
+    async with asyncio.timeout(LIMIT):
+        result = await rt.run("agent", [{"role": "user", "content": [
+            {"type": "image", "media_type": "text/plain", "data": PNG}]}])
+    assert result.termination.type == "error" and fake.media_errors, result.termination
 
 
 def gemini_wire(part: dict[str, Any]) -> dict[str, Any]:
