@@ -94,9 +94,9 @@ async def test_official_clients_show_the_models_reasoning(protocol_deployment: D
     assert set(report["scenarios"]) == {"agui-reasoning", "ai-reasoning"}
     thoughts = ["The user wants a sum, so I call add.", "add returned 3."]
     agui_messages = report["scenarios"]["agui-reasoning"]["messages"]
-    assert [m["content"] for m in agui_messages if m["role"] == "reasoning"] == thoughts
+    assert [m["content"] for m in agui_messages if m["role"] == "reasoning"] == thoughts * 2  # two turns
     roles = [m["role"] for m in agui_messages]
-    assert roles == ["user", "reasoning", "assistant", "tool", "reasoning", "assistant"], roles
+    assert roles == ["user", "reasoning", "assistant", "tool", "reasoning", "assistant"] * 2, roles
     parts = report["scenarios"]["ai-reasoning"]["messages"][-1]["parts"]
     assert [p["text"] for p in parts if p["type"] == "reasoning"] == thoughts
     assert all(p["state"] == "done" for p in parts if p["type"] == "reasoning")

@@ -136,6 +136,9 @@ const agui = {
     const a = agent(SEQ, uid("t"));
     user(a, "think: add 1 and 2");
     await a.runAgent({ runId: uid("r") });
+    // a second turn: the client sends its reasoning messages back with the conversation
+    user(a, "think: add them again");
+    await a.runAgent({ runId: uid("r") });
     return a;
   },
   "agui-image": async () => {
