@@ -26,7 +26,8 @@ from agentlog.log.payloads import INLINE_BINARY_LIMIT, has_refs
 from agentlog.runtime import AgentSpec, Runtime
 from agentlog.runtime.admission import as_messages, check_messages
 from agentlog.runtime.models import ScriptedModel
-from agentlog.runtime.models.openai import to_wire_messages
+from agentlog.runtime.models.openai import OpenAIChatModel, to_wire_messages
+from agentlog.runtime.models.openai_sdk import OpenAISDKChatModel
 from agentlog.runtime.replay import ReplayApp, verify_run
 
 from test_runtime_support import events_of, logged, store  # noqa: F401  (fixture)
@@ -138,6 +139,22 @@ async def test_gemini_receives_inline_data_and_file_data_parts(store: Any, fake:
         {"inlineData": {"mimeType": "application/pdf", "data": PDF}},
         {"fileData": {"fileUri": "https://example.test/cat.jpg", "mimeType": "image/jpeg"}},
     ]
+
+
+@pytest.mark.parametrize("client", ["aiohttp", "sdk"])
+async def test_openai_chat_clients_send_image_url_and_file_parts(store: Any, fake: FakeProviders, client: str) -> None:
+    """Both Chat Completions clients (`openai:` on aiohttp, and on the SDK) put the parts on
+    the wire as the API takes them."""
+    fake.script(Answer(text="a picture and a pdf"))
+    if client == "aiohttp":
+        model: Any = OpenAIChatModel("gpt-test", base_url=fake.openai_url, api_key="k")
+    else:
+        model = OpenAISDKChatModel("gpt-test", base_url=fake.openai_url, api_key="k")
+    fake.clients.append(model)
+    await run_with(store, model)
+    assert fake.media_errors == [] and fake.requests[0].path.endswith("/chat/completions")
+    [user] = [m for m in fake.requests[0].body["messages"] if m["role"] == "user"]
+    assert [c["type"] for c in user["content"]] == ["text", "text", "image_url", "file", "image_url"]
 
 
 async def test_anthropic_fake_refuses_an_image_the_api_would_refuse(store: Any, fake: FakeProviders) -> None:
