@@ -28,6 +28,7 @@ Why the shapes are what they are:
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,6 +126,18 @@ def agui_parts(parts: Sequence[ContentPart]) -> list[Any]:
         kind = ag.ImageInputContent if p.type == "image" else ag.DocumentInputContent
         out.append(kind.model_validate({"source": {k: v for k, v in source.items() if v is not None}}))
     return out
+
+
+def args_rest(arguments: Any, streamed: str) -> str:
+    """What completes a tool call's streamed argument text (some of its deltas were dropped):
+    the rest of the committed arguments in the first common JSON spelling the streamed text is a
+    prefix of (compact; `json.dumps`'s default, which providers stream; sorted). Empty when none
+    fits: the snapshot then carries the arguments."""
+    for text in (json_text(arguments), json.dumps(arguments),
+                 json.dumps(arguments, sort_keys=True, separators=(", ", ": "))):
+        if text.startswith(streamed) and len(text) > len(streamed):
+            return text[len(streamed):]
+    return ""
 
 
 def to_agui_messages(messages: Iterable[Message]) -> list[Any]:
@@ -480,9 +493,9 @@ class AguiTranslator:
                 streamed_call = self._live_call(call.id)  # by id: call ids are unique on the thread
                 if streamed_call is not None:
                     if streamed_call.open:
-                        if args.startswith(streamed_call.args) and len(args) > len(streamed_call.args):
-                            out.append(ag.ToolCallArgsEvent(
-                                tool_call_id=call.id, delta=args[len(streamed_call.args):]))
+                        rest = args_rest(call.arguments, streamed_call.args)
+                        if rest:
+                            out.append(ag.ToolCallArgsEvent(tool_call_id=call.id, delta=rest))
                         streamed_call.open = False
                         out.append(ag.ToolCallEndEvent(tool_call_id=call.id))
                     continue
