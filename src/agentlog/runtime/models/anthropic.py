@@ -19,7 +19,7 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from agentlog.log.events import Message, ReasoningPart, ToolCall, Usage
+from agentlog.log.events import ContentPart, Message, ReasoningPart, ToolCall, Usage
 
 from .base import (
     ModelChunk,
@@ -205,5 +205,15 @@ def to_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
             blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in m.tool_calls or ()]
             add("assistant", blocks or [{"type": "text", "text": ""}])
         else:
-            add("user", [{"type": "text", "text": m.content}])
+            add("user", [anthropic_part(p) for p in m.parts] if m.parts else [{"type": "text", "text": m.content}])
     return out
+
+
+def anthropic_part(p: ContentPart) -> dict[str, Any]:
+    """A content part as a Messages API block: `image`, or `document` for a file (PDF, text),
+    from base64 data or a URL."""
+    if p.type == "text":
+        return {"type": "text", "text": p.text}
+    source = ({"type": "base64", "media_type": p.media_type, "data": p.data} if p.data is not None
+              else {"type": "url", "url": p.url})
+    return {"type": "image" if p.type == "image" else "document", "source": source}

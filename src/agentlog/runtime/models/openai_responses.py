@@ -19,7 +19,7 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from agentlog.log.events import Message, ReasoningPart, ToolCall, Usage
+from agentlog.log.events import ContentPart, Message, ReasoningPart, ToolCall, Usage
 
 from .base import (
     ModelChunk,
@@ -30,6 +30,7 @@ from .base import (
     ReasoningDelta,
     TextDelta,
     ToolCallDelta,
+    data_url,
 )
 from .pricing import ModelPrices
 from .sdk import ClientPerLoop, guarded, import_sdk, map_status_error, parse_arguments, system_text
@@ -181,6 +182,19 @@ def to_responses_input(messages: list[Message]) -> list[dict[str, Any]]:
                 items.append({"role": "assistant", "content": m.content})
             items += [{"type": "function_call", "call_id": c.id, "name": c.name, "arguments": json.dumps(c.arguments)}
                       for c in m.tool_calls or ()]
+        elif m.parts:  # images and files: input_image / input_file content
+            items.append({"role": "user", "content": [responses_part(p) for p in m.parts]})
         else:
             items.append({"role": "user", "content": m.content})
     return items
+
+
+def responses_part(p: ContentPart) -> dict[str, Any]:
+    """A content part as Responses input content (`input_text`, `input_image`, `input_file`)."""
+    if p.type == "text":
+        return {"type": "input_text", "text": p.text}
+    if p.type == "image":
+        return {"type": "input_image", "image_url": data_url(p)}
+    if p.data is None:
+        return {"type": "input_file", "file_url": p.url}
+    return {"type": "input_file", "filename": p.filename or "file", "file_data": data_url(p)}
