@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -33,7 +32,15 @@ from .base import (
     data_url,
 )
 from .pricing import ModelPrices
-from .sdk import ClientPerLoop, guarded, import_sdk, map_status_error, parse_arguments, system_text
+from .sdk import (
+    ClientPerLoop,
+    client_options,
+    guarded,
+    import_sdk,
+    map_status_error,
+    parse_arguments,
+    system_text,
+)
 
 __all__ = ["OpenAIResponsesModel", "to_responses_input"]
 
@@ -60,13 +67,9 @@ class OpenAIResponsesModel:
         self.name = name or model or "openai-responses"
         self.reasoning_effort = reasoning_effort
         self.prices = prices
-        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        client_options: dict[str, Any] = {
-            "api_key": key or "unset", "max_retries": 0, "timeout": timeout, "default_headers": dict(headers or {}),
-        }
-        if base_url := base_url or os.environ.get("OPENAI_BASE_URL"):
-            client_options["base_url"] = base_url
-        self._clients = ClientPerLoop(lambda: import_sdk("openai", "openai").AsyncOpenAI(**client_options))
+        options = client_options(api_key=api_key, key_env="OPENAI_API_KEY", base_url=base_url,
+                                 base_url_env="OPENAI_BASE_URL", timeout=timeout, headers=headers)
+        self._clients = ClientPerLoop(lambda: import_sdk("openai", "openai").AsyncOpenAI(**options))
 
     async def aclose(self) -> None:
         await self._clients.aclose()
