@@ -82,8 +82,68 @@ def _sse(event: str | None, data: Any) -> bytes:
     return f"{head}data: {json.dumps(data)}\n\n".encode()
 
 
+def _b64_ok(data: Any, urlsafe: bool = False) -> bool:
+    try:
+        (base64.urlsafe_b64decode if urlsafe else base64.b64decode)(data)
+    except (ValueError, TypeError):
+        return False
+    return isinstance(data, str) and bool(data)
+
+
+def _data_url_ok(url: Any, prefix: str = "") -> bool:
+    if not isinstance(url, str):
+        return False
+    if url.startswith("data:"):
+        head, _, data = url[5:].partition(",")
+        return head.startswith(prefix) and head.endswith(";base64") and _b64_ok(data)
+    return url.startswith(("http://", "https://"))
+
+
+def media_problems(path: str, body: dict[str, Any]) -> list[str]:
+    """The image / file parts of a request that its API would refuse (the shapes of each API's
+    reference): so a test passing through a fake proves the native form arrived."""
+    out: list[str] = []
+    if path.endswith("/messages"):  # Anthropic
+        for m in body.get("messages", []):
+            for b in m["content"] if isinstance(m.get("content"), list) else ():
+                if b.get("type") in ("image", "document"):
+                    src = b.get("source") or {}
+                    ok = (src.get("type") == "base64" and isinstance(src.get("media_type"), str) and _b64_ok(src.get("data"))
+                          and (b["type"] == "document" or src["media_type"].startswith("image/"))) or \
+                        (src.get("type") == "url" and _data_url_ok(src.get("url")))
+                    out += [] if ok else [f"anthropic: bad {b['type']} block {b}"]
+    elif path.endswith("/responses"):
+        for item in body.get("input", []):
+            for c in item["content"] if isinstance(item.get("content"), list) else ():
+                if c.get("type") == "input_image" and not _data_url_ok(c.get("image_url"), "image/"):
+                    out.append(f"responses: bad input_image {c}")
+                if c.get("type") == "input_file" and not (
+                        (_data_url_ok(c.get("file_data")) and c.get("filename")) or _data_url_ok(c.get("file_url"))):
+                    out.append(f"responses: bad input_file {c}")
+    elif path.endswith("/chat/completions"):
+        for m in body.get("messages", []):
+            for c in m["content"] if isinstance(m.get("content"), list) else ():
+                if c.get("type") == "image_url" and not _data_url_ok((c.get("image_url") or {}).get("url"), "image/"):
+                    out.append(f"chat: bad image_url {c}")
+                if c.get("type") == "file" and not _data_url_ok((c.get("file") or {}).get("file_data")):
+                    out.append(f"chat: bad file {c}")
+    elif "generateContent" in path:  # Gemini
+        for content in body.get("contents", []):
+            for part in content.get("parts", []):
+                blob = part.get("inlineData")
+                if blob is not None and not ((blob.get("mimeType") or blob.get("mime_type"))
+                                             and _b64_ok(blob.get("data"), urlsafe=True)):
+                    out.append(f"gemini: bad inlineData {blob}")
+                ref = part.get("fileData")
+                if ref is not None and not (ref.get("fileUri") or ref.get("file_uri")):
+                    out.append(f"gemini: bad fileData {ref}")
+    return out
+
+
 class FakeProviders:
     def __init__(self) -> None:
+        #: Malformed image / file parts the fakes refused (each API's native shape is checked).
+        self.media_errors: list[str] = []
         self.answers: deque[Answer] = deque()
         self.always: Answer | None = None
         self.requests: list[Recorded] = []
@@ -130,6 +190,10 @@ class FakeProviders:
     async def _next(self, request: web.Request) -> Answer:
         body = await request.json()
         self.requests.append(Recorded(request.path, {k.lower(): v for k, v in request.headers.items()}, body))
+        problems = media_problems(request.path, body)
+        if problems:  # what the real API answers to a malformed image or file: a 400
+            self.media_errors += problems
+            return Answer.failure(400, "; ".join(problems), code="invalid_request_error")
         if self.responder is not None:
             return self.responder(self.requests[-1])
         if self.answers:

@@ -68,6 +68,9 @@ SCRIPTS: dict[str, list[Any]] = {
     "frontend": [Turn.tool(PICK, {"palette": ["red", "blue"]}), "Thanks for picking."],
     "log": [Turn.tool("init_log", {}), Turn.tool("append_log", {"text": "x"}), "Logged."],
     "name": [Turn.tool("ask_name", {}), "Nice to meet you."],
+    # a reasoning model: it thinks before the call and before the answer
+    "think": [Turn.tool("add", {"a": 1, "b": 2}, text="Adding.", reasoning="The user wants a sum, so I call add."),
+              Turn.text("The sum is 3.", reasoning="add returned 3.")],
 }
 
 

@@ -418,7 +418,7 @@ def test_parse_known_ids_and_tool_results() -> None:
     (body(messages="nope"), "messages"),
     (body(messages=[{"id": "m", "role": "wizard", "content": "x"}]), "messages[0]"),
     (body(messages=[{"id": "m", "role": "user", "content": [{"type": "image", "source": {
-        "type": "url", "value": "http://x"}}]}]), "messages[0].content[0]"),
+        "type": "file", "value": "file-abc"}}]}]), "messages[0].content[0].source"),  # a provider's handle
     (body(resume=[{"interruptId": "c", "status": "maybe"}]), "resume[0].status"),
     (body(resume=[{"interruptId": "a.b", "status": "resolved"}]), "resume[0].interruptId"),
     (body(tools=[{"name": "a", "description": ""}, {"name": "a", "description": ""}]), "tools"),
@@ -490,3 +490,16 @@ def test_parser_never_crashes(value: Any) -> None:
         check_resume(req, ["call_0_0"])
     except ResumeError:
         pass
+
+
+def test_dropped_argument_deltas_are_completed_in_the_providers_json_spelling() -> None:
+    """A provider streams arguments as `json.dumps` spells them ('{"a": 1, ...'); when the rest of
+    its deltas were dropped, the commit completes the call in that spelling, so the client's
+    arguments parse to the committed ones without waiting for a snapshot."""
+    tr = AguiTranslator("t", "r")
+    out = tr.feed({"type": "tool_call_delta", "step": 1, "index": 0, "call_id": "c1", "name": "add",
+                   "message_id": "m1", "arguments_delta": '{"a": 1, '})
+    out += tr.feed(MessageAppended(message=Message(id="m1", role="assistant",
+                                                   tool_calls=[ToolCall(id="c1", name="add", arguments={"a": 1, "b": 2})])))
+    args = "".join(e.delta for e in out if e.type == ag.EventType.TOOL_CALL_ARGS)
+    assert json.loads(args) == {"a": 1, "b": 2}

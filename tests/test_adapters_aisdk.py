@@ -236,8 +236,8 @@ def test_parse_regenerate() -> None:
     ({"id": "t", "messages": []}, "messages"),
     ({"id": "t", "messages": {}}, "messages"),
     ({"id": "t", "messages": [{"role": "robot", "parts": []}]}, "messages[0].role"),
-    ({"id": "t", "messages": [{"role": "user", "parts": [{"type": "file", "url": "x", "mediaType": "a/b"}]}]},
-     "messages[0].parts[0]"),
+    ({"id": "t", "messages": [{"role": "user", "parts": [{"type": "file", "mediaType": "a/b"}]}]},
+     "messages[0].parts[0]"),  # a file part without its url
     ({"id": "t", "trigger": "regenerate-message", "messages": []}, "messageId"),
     ({"id": "t", "trigger": "reload", "messages": []}, "trigger"),
     ({"id": "t", "runId": "r r", "messages": []}, "runId"),

@@ -1,6 +1,7 @@
 """SSE from the log: frame shape, exact resume after every event (mid-commit too), live follow
 with heartbeats, run streams that end when the run finishes or suspends, and the bounded
-per-client queue (a slow client is dropped, never waited for)."""
+per-client queue (a client that stops taking frames is dropped; one that keeps taking them gets a
+history of any length)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+from agentlog.http import Settings
 from agentlog.http.sse import Pump
 from agentlog.log.events import RunFinished, RunStarted, StepStarted, Termination
 
@@ -19,6 +21,7 @@ from test_http_support import (  # noqa: F401
     api,
     body,
     error,
+    open_api,
     recorded_thread,
     remote,
     sse_events,
@@ -129,10 +132,36 @@ async def test_slow_client_is_dropped_not_waited_for() -> None:
         async def never_drains(_data: bytes) -> None:
             await stuck.wait()
 
+        for stall in (0, 0.01):  # dropped at once, or once it took no frame for `stall` seconds
+            closed: list[bool] = []
+            pump = Pump(_frames(100, closed), never_drains, queue_size=3, heartbeat=60, stall=stall)
+            assert await pump.run() == "overflow"
+            assert closed == [True]
+
+
+async def test_a_draining_client_gets_a_history_longer_than_its_queue() -> None:
+    """The log is read faster than a client is written to, so a long history fills the queue;
+    a client that keeps taking frames is not slow and gets every one."""
+    async with asyncio.timeout(TIMEOUT):
+        got: list[bytes] = []
+
+        async def write(data: bytes) -> None:
+            got.append(data)
+            await asyncio.sleep(0)  # a network write yields
+
         closed: list[bool] = []
-        pump = Pump(_frames(100, closed), never_drains, queue_size=3, heartbeat=60)
-        assert await pump.run() == "overflow"
-        assert closed == [True]
+        assert await Pump(_frames(100, closed), write, queue_size=3, heartbeat=60).run() == "end"
+        assert len(got) == 100 and closed == [True]
+
+
+async def test_event_streams_longer_than_the_client_queue_end_whole(nats_server: Any) -> None:
+    settings = Settings(sse_queue=2, sse_heartbeat=0.2)
+    async with asyncio.timeout(TIMEOUT), open_api(nats_server, settings=settings) as small:
+        await recorded_thread(small, "t1", "r1")
+        thread = await _all(small, "/v1/threads/t1/events")
+        run = await _all(small, "/v1/runs/r1/events")
+        assert [e.id for e in thread] == ["1:0", "2:0", "2:1", "2:2", "3:0", "3:1", "4:0", "5:0", "5:1"]
+        assert [e.id for e in run] == [e.id for e in thread[1:]]
 
 
 async def test_gone_client_ends_the_producer() -> None:

@@ -9,6 +9,7 @@ Skips when /usr/bin/chromium is absent (scripts/test installs it on CI)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 
 from test_http_support import TIMEOUT, body
 from test_http_write_support import suspended_call
-from test_inspector_support import AGENT, inspect_app, open_stack, waiting_run
+from test_inspector_support import AGENT, REASONING, inspect_app, open_stack, until_status, waiting_run
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = [
@@ -115,3 +116,53 @@ async def test_inspector_approves_a_run_in_the_browser(nats_server: Any) -> None
         spec = await body(await s.client.get("/openapi.json"), 200)
         await expect(page.locator(".opblock")).to_have_count(sum(len(methods) for methods in spec["paths"].values()))
         assert errors == []
+
+
+async def test_inspector_shows_the_models_reasoning_collapsed(nats_server: Any) -> None:
+    """The messages panel shows an assistant message's reasoning folded away under "reasoning";
+    a click opens it."""
+    from playwright.async_api import expect
+
+    async with asyncio.timeout(TIMEOUT * 2), open_stack(nats_server, tokens=TOKEN, make_app=inspect_app,
+                                                        agents=(AGENT,)) as s, chromium_page() as page:
+        s.client.session.headers.update({"Authorization": f"Bearer {TOKEN}"})
+        run = await waiting_run(s)
+        base = str(s.client.make_url("")).rstrip("/")
+        await page.goto(f"{base}/ui")
+        await page.fill("#token", TOKEN)
+        await page.click("#token-form button")
+        await page.click(f"[data-thread='{run['thread_id']}']")
+        await page.click(f"[data-run='{run['run_id']}']")
+        folded = page.locator("#messages details.reasoning")
+        await expect(folded).to_have_count(1)  # only the message that had some
+        assert await folded.get_attribute("open") is None
+        await expect(folded.locator("div")).to_be_hidden()
+        await folded.locator("summary").click()
+        await expect(folded.locator("div")).to_be_visible()
+        await expect(folded.locator("div")).to_have_text(REASONING)
+
+
+async def test_inspector_names_a_messages_images_and_files(nats_server: Any) -> None:
+    """A user message sent with an image and a file shows its text and names its attachments."""
+    from playwright.async_api import expect
+
+    png = base64.b64encode(bytes(range(256)) * 8).decode()  # 2 KiB
+    content = [{"type": "text", "text": "ship this picture"},
+               {"type": "image", "media_type": "image/png", "data": png},
+               {"type": "file", "url": "https://example.test/notes.pdf", "media_type": "application/pdf",
+                "filename": "notes.pdf"}]
+    async with asyncio.timeout(TIMEOUT * 2), open_stack(nats_server, tokens=TOKEN, make_app=inspect_app,
+                                                        agents=(AGENT,)) as s, chromium_page() as page:
+        s.client.session.headers.update({"Authorization": f"Bearer {TOKEN}"})
+        resp = await s.client.post("/v1/runs", json={"agent_id": AGENT, "messages": [{"role": "user", "content": content}]})
+        assert resp.status == 202, await resp.text()
+        run = await until_status(s, (await resp.json())["run_id"], {"waiting"})
+        base = str(s.client.make_url("")).rstrip("/")
+        await page.goto(f"{base}/ui")
+        await page.fill("#token", TOKEN)
+        await page.click("#token-form button")
+        await page.click(f"[data-thread='{run['thread_id']}']")
+        await page.click(f"[data-run='{run['run_id']}']")
+        await expect(page.locator("#messages")).to_contain_text("ship this picture")
+        await expect(page.locator("#messages .attachments")).to_have_text(
+            "attached: image image/png (2 KiB), file notes.pdf")

@@ -17,6 +17,8 @@ from test_http_write import until_status
 from test_http_write_support import Stack, open_stack
 
 AGENT = "inspect"
+#: What the scripted model thinks before its first call (the inspector shows it collapsed).
+REASONING = "Before deploying I should take a note."
 
 
 @tool
@@ -37,7 +39,7 @@ def inspect_app(store: Any, note_tool: Any = note, system_prompt: str = "") -> R
     """The app; `note_tool` swaps in another `note`, `system_prompt` another prompt (changed apps)."""
     spec = AgentSpec(id=AGENT, model=AGENT, tools=["note", "deploy"], max_rounds=5, system_prompt=system_prompt,
                      plugins=[PermissionPlugin(ask=["deploy"])])
-    model = ScriptedModel([Turn.tool("note", {"text": "first"}), Turn.tool("deploy", {"env": "prod"}),
+    model = ScriptedModel([Turn.tool("note", {"text": "first"}, reasoning=REASONING), Turn.tool("deploy", {"env": "prod"}),
                            Turn.text("deployed")], loop=True, position="conversation")
     return Runtime(store, agents=[spec], tools=[note_tool, deploy], models={AGENT: model})
 
@@ -49,4 +51,4 @@ async def waiting_run(s: Stack) -> dict[str, Any]:
     return await until_status(s, (await resp.json())["run_id"], {"waiting"})
 
 
-__all__ = ["AGENT", "Stack", "inspect_app", "open_stack", "until_status", "waiting_run"]
+__all__ = ["AGENT", "REASONING", "Stack", "inspect_app", "open_stack", "until_status", "waiting_run"]

@@ -166,7 +166,7 @@ async def test_agentlog_serve_command_prints_urls_and_stops_on_sigterm(tmp_path:
             banner = await read_banner(proc)
             http = HTTP_ROW.search(banner)
             nats_port = re.search(r"nats://127\.0\.0\.1:(\d+)\s+\(embedded", banner)
-            assert http and nats_port and f"{http.group(1)}/openapi.json" in banner, banner
+            assert http and nats_port and f"{http.group(1)}/docs" in banner and "/openapi.json" in banner, banner
             async with aiohttp.ClientSession() as client:
                 async with client.get(f"{http.group(1)}/health") as r:
                     assert r.status == 200

@@ -2,6 +2,7 @@
 // tests/test_protocol_clients.py, which starts the server and compares what this prints with the
 // server's GET views). Usage: node clients.mjs http://127.0.0.1:PORT
 // Prints one JSON line: {"scenarios": {name: {protocol, threadId, messages, state?, valid?}}, "errors": [...]}.
+// An optional third argument runs only the scenarios whose name contains it (e.g. "reasoning").
 import { HttpAgent } from "@ag-ui/client";
 import {
   AbstractChat,
@@ -12,6 +13,7 @@ import {
 } from "ai";
 
 const base = process.argv[2];
+const only = process.argv[3] ?? "";
 if (!base || !base.startsWith("http://127.0.0.1:")) throw new Error(`loopback base URL required, got ${base}`);
 
 // Only loopback: every request the clients make must go to the test server.
@@ -25,6 +27,7 @@ globalThis.fetch = (input, init) => {
 const SEQ = "sequential";
 const PAR = "parallel_batch_approval";
 const PICK = { name: "pick_color", description: "Let the user pick a color", parameters: { type: "object", properties: {} } };
+const PNG = Buffer.from([0x89, 0x50, 0x4e, 0x47, 13, 10, 26, 10, 1, 2, 3, 4]).toString("base64");
 const scenarios = {};
 const errors = [];
 let current = ""; // the scenario running (errors name it)
@@ -127,6 +130,23 @@ const agui = {
     await a.runAgent({ runId: uid("r"), resume: [
       { interruptId: x.id, status: "resolved", payload: { approved: true } },
       { interruptId: y.id, status: "cancelled" }] });
+    return a;
+  },
+  "agui-reasoning": async () => {
+    const a = agent(SEQ, uid("t"));
+    user(a, "think: add 1 and 2");
+    await a.runAgent({ runId: uid("r") });
+    // a second turn: the client sends its reasoning messages back with the conversation
+    user(a, "think: add them again");
+    await a.runAgent({ runId: uid("r") });
+    return a;
+  },
+  "agui-image": async () => {
+    const a = agent(SEQ, uid("t"));
+    a.addMessage({ id: uid("u"), role: "user", content: [
+      { type: "text", text: "what is in this picture?" },
+      { type: "image", source: { type: "data", value: PNG, mimeType: "image/png" } }] });
+    await a.runAgent({ runId: uid("r") });
     return a;
   },
   "agui-frontend-tool": async () => {
@@ -243,6 +263,17 @@ const ai = {
                 "the run after the client's tool output");
     return chat;
   },
+  "ai-reasoning": async () => {
+    const chat = new Chat(SEQ);
+    await chat.sendMessage({ text: "think: add 1 and 2" });
+    return chat;
+  },
+  "ai-image": async () => {
+    const chat = new Chat(SEQ);
+    await chat.sendMessage({ text: "what is in this picture?",
+                             files: [{ type: "file", mediaType: "image/png", url: `data:image/png;base64,${PNG}` }] });
+    return chat;
+  },
   "ai-resumed-stream": async () => {
     let chat;
     chat = new Chat(SEQ, { runId: () => chat.messages.at(-1).id });
@@ -263,6 +294,7 @@ const ai = {
 };
 
 for (const [name, run] of Object.entries(agui)) {
+  if (!name.includes(only)) continue;
   current = name;
   try {
     record(name, await run());
@@ -271,6 +303,7 @@ for (const [name, run] of Object.entries(agui)) {
   }
 }
 for (const [name, run] of Object.entries(ai)) {
+  if (!name.includes(only)) continue;
   current = name;
   try {
     await recordChat(name, await run());

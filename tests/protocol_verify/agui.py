@@ -3,7 +3,7 @@
 Mirrors the upstream TS `verify.ts` rules and the interrupt contract, a little stricter where our
 producer can afford it (a stream is one run; ids are never reused; deltas are never empty):
 * the first event is RUN_STARTED (or RUN_ERROR); nothing follows RUN_FINISHED / RUN_ERROR;
-* TEXT_MESSAGE_* per messageId and TOOL_CALL_* per toolCallId: START before CONTENT/ARGS/END,
+* TEXT_MESSAGE_* / REASONING_MESSAGE_* / REASONING_START..END per messageId and TOOL_CALL_* per toolCallId: START before CONTENT/ARGS/END,
   no START while the same id is open; TOOL_CALL_RESULT never while its call's args are open;
 * STEP_FINISHED needs a started step of that name;
 * RUN_FINISHED only with no open message, tool call or step, and with the RUN_STARTED ids;
@@ -70,6 +70,9 @@ def verify_agui_stream(events: Iterable[Any], *, require_end: bool = True) -> li
     calls_open: set[str] = set()
     calls_seen: set[str] = set()
     steps_open: set[str] = set()
+    reasoning_open: set[str] = set()       # REASONING_START..END spans
+    reasoning_msgs_open: set[str] = set()  # REASONING_MESSAGE_START..END
+    reasoning_seen: set[str] = set()
     state: Any = None
     state_known = False
     fresh_state = fresh_messages = False
@@ -103,6 +106,26 @@ def verify_agui_stream(events: Iterable[Any], *, require_end: bool = True) -> li
                 fail("empty delta")
             if t == T.TEXT_MESSAGE_END:
                 messages_open.discard(ev.message_id)
+        elif t == T.REASONING_START:
+            if ev.message_id in reasoning_seen:
+                fail(f"reasoning {ev.message_id!r} started twice")
+            reasoning_open.add(ev.message_id)
+            reasoning_seen.add(ev.message_id)
+        elif t == T.REASONING_MESSAGE_START:
+            if ev.message_id not in reasoning_open or ev.message_id in reasoning_msgs_open:
+                fail(f"reasoning message {ev.message_id!r} outside its span, or started twice")
+            reasoning_msgs_open.add(ev.message_id)
+        elif t in (T.REASONING_MESSAGE_CONTENT, T.REASONING_MESSAGE_END):
+            if ev.message_id not in reasoning_msgs_open:
+                fail(f"reasoning message {ev.message_id!r} is not open")
+            if t == T.REASONING_MESSAGE_CONTENT and not ev.delta:
+                fail("empty delta")
+            if t == T.REASONING_MESSAGE_END:
+                reasoning_msgs_open.discard(ev.message_id)
+        elif t == T.REASONING_END:
+            if ev.message_id not in reasoning_open or ev.message_id in reasoning_msgs_open:
+                fail(f"reasoning {ev.message_id!r} is not open, or its message is")
+            reasoning_open.discard(ev.message_id)
         elif t == T.TOOL_CALL_START:
             if ev.tool_call_id in calls_seen:
                 fail(f"tool call {ev.tool_call_id!r} started twice")
@@ -138,7 +161,7 @@ def verify_agui_stream(events: Iterable[Any], *, require_end: bool = True) -> li
             fresh_messages = True
         elif t in (T.RUN_FINISHED, T.RUN_ERROR):
             if t == T.RUN_FINISHED:
-                if messages_open or calls_open or steps_open:
+                if messages_open or calls_open or steps_open or reasoning_open:
                     fail(f"run finished with open messages {sorted(messages_open)}, tool calls "
                          f"{sorted(calls_open)}, steps {sorted(steps_open)}")
                 if ids is not None and (ev.thread_id, ev.run_id) != ids:

@@ -117,6 +117,8 @@ def verify_ui_stream(
     out = list(parts)
     open_text: set[str] = set()
     used_text: set[str] = set()
+    open_reasoning: set[str] = set()
+    used_reasoning: set[str] = set()
     started_calls: set[str] = set()
     available: set[str] = set(known_tool_calls)
     answered: set[str] = set()
@@ -145,8 +147,8 @@ def verify_ui_stream(
         elif kind == "finish-step":
             if not in_step:
                 fail("finish-step without start-step")
-            if open_text:
-                fail(f"finish-step with open text {sorted(open_text)}")
+            if open_text or open_reasoning:
+                fail(f"finish-step with open text {sorted(open_text)} / reasoning {sorted(open_reasoning)}")
             in_step = False
         elif kind == "text-start":
             if p["id"] in used_text:
@@ -158,6 +160,16 @@ def verify_ui_stream(
                 fail(f"text {p['id']!r} is not open")
             if kind == "text-end":
                 open_text.discard(p["id"])
+        elif kind == "reasoning-start":
+            if p["id"] in used_reasoning:
+                fail(f"reasoning id {p['id']!r} reused")
+            open_reasoning.add(p["id"])
+            used_reasoning.add(p["id"])
+        elif kind in ("reasoning-delta", "reasoning-end"):
+            if p["id"] not in open_reasoning:
+                fail(f"reasoning {p['id']!r} is not open")
+            if kind == "reasoning-end":
+                open_reasoning.discard(p["id"])
         elif kind == "tool-input-start":
             if p["toolCallId"] in started_calls or p["toolCallId"] in available:
                 fail(f"tool call {p['toolCallId']!r} started twice")

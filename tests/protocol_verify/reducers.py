@@ -64,6 +64,15 @@ class AguiClient:
                 self.problems.append(f"TEXT_MESSAGE_CONTENT: no message {e['messageId']}")
             else:
                 m["content"] = (m.get("content") or "") + e["delta"]
+        elif t == "REASONING_MESSAGE_START":
+            if self._find(e["messageId"]) is None:
+                self.messages.append({"id": e["messageId"], "role": "reasoning", "content": ""})
+        elif t == "REASONING_MESSAGE_CONTENT":
+            m = self._find(e["messageId"])
+            if m is None:
+                self.problems.append(f"REASONING_MESSAGE_CONTENT: no message {e['messageId']}")
+            else:
+                m["content"] = (m.get("content") or "") + e["delta"]
         elif t == "TOOL_CALL_START":
             if self._holder(e["toolCallId"]) is not None:
                 return
@@ -104,8 +113,11 @@ class AguiClient:
                 self.problems.append(f"STATE_DELTA does not apply: {exc}")
         elif t == "MESSAGES_SNAPSHOT" and snapshots:
             snap = {m["id"]: m for m in e["messages"]}
+            # the client keeps its reasoning messages only when the snapshot carries none
+            has_reasoning = any(m.get("role") == "reasoning" for m in e["messages"])
             kept = [copy.deepcopy(snap.get(m["id"], m)) for m in self.messages
-                    if m["id"] in snap or m.get("role") == "activity"]
+                    if m["id"] in snap or m.get("role") == "activity"
+                    or (m.get("role") == "reasoning" and not has_reasoning)]
             have = {m["id"] for m in kept}
             self.messages = kept + [copy.deepcopy(m) for m in e["messages"] if m["id"] not in have]
         elif t == "ACTIVITY_SNAPSHOT":
@@ -195,11 +207,16 @@ class AiSdkChat:
                 active[p["id"]] = part
                 message["parts"].append(part)
                 written = True
-            elif t in ("text-delta", "text-end"):
+            elif t == "reasoning-start":
+                part = {"type": "reasoning", "text": "", "state": "streaming"}
+                active[p["id"]] = part
+                message["parts"].append(part)
+                written = True
+            elif t in ("text-delta", "text-end", "reasoning-delta", "reasoning-end"):
                 part = active.get(p["id"])
                 if part is None:
-                    raise UiStreamFailure(f"{t} for missing text part {p['id']}")
-                if t == "text-delta":
+                    raise UiStreamFailure(f"{t} for missing {t.split('-')[0]} part {p['id']}")
+                if t.endswith("-delta"):
                     part["text"] += p["delta"]
                 else:
                     part["state"] = "done"
@@ -255,8 +272,8 @@ def normalise_aisdk(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for m in messages:
         parts: list[dict[str, Any]] = []
         for p in m["parts"]:
-            if p["type"] == "text":
-                parts.append({"type": "text", "text": p["text"]})
+            if p["type"] in ("text", "reasoning"):
+                parts.append({"type": p["type"], "text": p["text"]})
             elif p["type"] == "step-start":
                 parts.append({"type": "step-start"})
             elif "toolCallId" in p:

@@ -28,6 +28,7 @@ Why the shapes are what they are:
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,7 @@ import pydantic
 from ag_ui import core as ag
 
 from agentlog.log.events import (
+    ContentPart,
     Event,
     InferenceCompleted,
     Message,
@@ -55,6 +57,7 @@ from agentlog.log.events import (
     Usage,
 )
 from agentlog.log.ids import is_valid_id
+from agentlog.runtime.admission import as_parts
 from agentlog.runtime.models.base import ToolSpec
 
 from .common import (
@@ -68,6 +71,8 @@ from .common import (
     is_frontend_ticket,
     json_text,
     live_message_id,
+    reasoning_id,
+    reasoning_text,
     safe_id,
 )
 
@@ -84,10 +89,17 @@ def step_name(step: int) -> str:
 # -- messages ----------------------------------------------------------------------------------
 
 
+def to_agui_reasoning(m: Message) -> ag.ReasoningMessage | None:
+    """An assistant message's shown reasoning as the AG-UI `reasoning` message before it (the
+    one `REASONING_MESSAGE_*` builds in the client), or None when it has none."""
+    text = reasoning_text(m) if m.role == "assistant" else ""
+    return ag.ReasoningMessage(id=reasoning_id(m.id), content=text) if text else None
+
+
 def to_agui_message(m: Message) -> Any:
     """One log message as an AG-UI message (tool arguments become a JSON-encoded string)."""
     if m.role == "user":
-        return ag.UserMessage(id=m.id, content=m.content)
+        return ag.UserMessage(id=m.id, content=agui_parts(m.parts) if m.parts else m.content)
     if m.role == "system":
         return ag.SystemMessage(id=m.id, content=m.content)
     if m.role == "tool":
@@ -101,9 +113,45 @@ def to_agui_message(m: Message) -> Any:
     )
 
 
+def agui_parts(parts: Sequence[ContentPart]) -> list[Any]:
+    """Message parts as AG-UI 1.0 input content: text, image, and document for a file, with a
+    `data` (base64) or `url` source."""
+    out: list[Any] = []
+    for p in parts:
+        if p.type == "text":
+            out.append(ag.TextInputContent(text=p.text))
+            continue
+        source = ({"type": "data", "value": p.data, "mimeType": p.media_type or "application/octet-stream"}
+                  if p.data is not None else {"type": "url", "value": p.url or "", "mimeType": p.media_type})
+        kind = ag.ImageInputContent if p.type == "image" else ag.DocumentInputContent
+        out.append(kind.model_validate({"source": {k: v for k, v in source.items() if v is not None}}))
+    return out
+
+
+def args_rest(arguments: Any, streamed: str) -> str:
+    """What completes a tool call's streamed argument text (some of its deltas were dropped):
+    the rest of the committed arguments in the first common JSON spelling the streamed text is a
+    prefix of (compact; `json.dumps`'s default, which providers stream; sorted). Empty when none
+    fits: the snapshot then carries the arguments."""
+    for text in (json_text(arguments), json.dumps(arguments),
+                 json.dumps(arguments, sort_keys=True, separators=(", ", ": "))):
+        if text.startswith(streamed) and len(text) > len(streamed):
+            return text[len(streamed):]
+    return ""
+
+
 def to_agui_messages(messages: Iterable[Message]) -> list[Any]:
-    """The conversation as AG-UI shows it: internal messages (plugin context) stay hidden."""
-    return [to_agui_message(m) for m in messages if m.visibility == "all"]
+    """The conversation as AG-UI shows it: internal messages (plugin context) stay hidden; an
+    assistant message's reasoning is a `reasoning` message just before it."""
+    out: list[Any] = []
+    for m in messages:
+        if m.visibility != "all":
+            continue
+        reasoning = to_agui_reasoning(m)
+        if reasoning is not None:
+            out.append(reasoning)
+        out.append(to_agui_message(m))
+    return out
 
 
 # -- interrupts --------------------------------------------------------------------------------
@@ -193,6 +241,7 @@ class AguiTranslator:
         self._step: int | None = None            # the open step
         self._max_step = 0
         self._text: _Text | None = None          # the open live text message
+        self._reasoning: _Text | None = None     # the open live reasoning (id = reasoning id)
         self._streamed: dict[str, str] = {}      # live text message id -> text streamed so far
         self._live_calls: dict[tuple[int, int], _Call] = {}   # (step, index) -> streamed call
         self._calls: dict[str, tuple[str, Any]] = {}          # call id -> (name, arguments)
@@ -261,7 +310,11 @@ class AguiTranslator:
     def _live(self, p: dict[str, Any]) -> list[Any]:
         kind = p.get("type")
         out: list[Any] = []
-        if kind == "text_delta":
+        if kind in ("text_delta", "tool_call_delta"):
+            out += self._close_reasoning()  # the model answers: its reasoning is over
+        if kind == "reasoning_delta":
+            out += self._live_reasoning(p)
+        elif kind == "text_delta":
             step = int_or(p.get("step"), self._max_step)
             text = p.get("text")
             if not isinstance(text, str) or not text:
@@ -302,6 +355,48 @@ class AguiTranslator:
                 self._progress.add(call_id)
                 out.append(self._activity(call_id, "running", p.get("data")))
         return out
+
+    def _live_reasoning(self, p: dict[str, Any]) -> list[Any]:
+        """A reasoning delta: opens the message's reasoning (REASONING_START + a `reasoning`
+        message) once, then streams its content; the commit closes it or catches it up."""
+        step = int_or(p.get("step"), self._max_step)
+        text = p.get("text")
+        if not isinstance(text, str) or not text:
+            return []
+        mid = live_message_id(p, self.run_id, step)
+        rid = reasoning_id(mid)
+        if rid in self._ended or mid in self._client_has or rid in self._client_has:
+            return []
+        out = self._open_step(step)
+        if self._reasoning is None or self._reasoning.message_id != rid:
+            out += self._close_reasoning() + self._close_text()
+            self._reasoning = _Text(rid, step, self._streamed.get(rid, ""))
+            out += [ag.ReasoningStartEvent(message_id=rid),
+                    ag.ReasoningMessageStartEvent(message_id=rid, role="reasoning")]
+        self._reasoning.text += text
+        self._streamed[rid] = self._reasoning.text
+        out.append(ag.ReasoningMessageContentEvent(message_id=rid, delta=text))
+        return out
+
+    def _committed_reasoning(self, m: Message) -> list[Any]:
+        """The reasoning of a committed assistant message, given what was streamed live: the
+        open reasoning gets the rest and is closed; one never streamed is synthesised; one
+        already closed is never started again."""
+        text, rid = reasoning_text(m), reasoning_id(m.id)
+        if self._reasoning is not None and self._reasoning.message_id == rid:
+            streamed = self._reasoning.text
+            out: list[Any] = []
+            if text.startswith(streamed) and len(text) > len(streamed):
+                out.append(ag.ReasoningMessageContentEvent(message_id=rid, delta=text[len(streamed):]))
+            return out + self._close_reasoning()
+        if not text or rid in self._ended or rid in self._client_has:
+            return []
+        self._ended.add(rid)
+        return [ag.ReasoningStartEvent(message_id=rid),
+                ag.ReasoningMessageStartEvent(message_id=rid, role="reasoning"),
+                ag.ReasoningMessageContentEvent(message_id=rid, delta=text),
+                ag.ReasoningMessageEndEvent(message_id=rid),
+                ag.ReasoningEndEvent(message_id=rid)]
 
     def _live_call(self, call_id: str) -> _Call | None:
         return next((c for c in self._live_calls.values() if c.call_id == call_id), None)
@@ -387,6 +482,7 @@ class AguiTranslator:
             return self._close_calls() if m.role == "assistant" else []
         out: list[Any] = []
         if m.role == "assistant":
+            out += self._committed_reasoning(m)
             out += self._committed_text(m)
             for call in m.tool_calls or ():
                 if call.id in self._announced:
@@ -397,9 +493,9 @@ class AguiTranslator:
                 streamed_call = self._live_call(call.id)  # by id: call ids are unique on the thread
                 if streamed_call is not None:
                     if streamed_call.open:
-                        if args.startswith(streamed_call.args) and len(args) > len(streamed_call.args):
-                            out.append(ag.ToolCallArgsEvent(
-                                tool_call_id=call.id, delta=args[len(streamed_call.args):]))
+                        rest = args_rest(call.arguments, streamed_call.args)
+                        if rest:
+                            out.append(ag.ToolCallArgsEvent(tool_call_id=call.id, delta=rest))
                         streamed_call.open = False
                         out.append(ag.ToolCallEndEvent(tool_call_id=call.id))
                     continue
@@ -463,6 +559,14 @@ class AguiTranslator:
         self._ended.add(mid)
         return [ag.TextMessageEndEvent(message_id=mid)]
 
+    def _close_reasoning(self) -> list[Any]:
+        if self._reasoning is None:
+            return []
+        rid, self._reasoning = self._reasoning.message_id, None
+        self._ended.add(rid)
+        self._streamed.pop(rid, None)
+        return [ag.ReasoningMessageEndEvent(message_id=rid), ag.ReasoningEndEvent(message_id=rid)]
+
     def _close_calls(self) -> list[Any]:
         out: list[Any] = []
         for call in self._live_calls.values():
@@ -472,7 +576,7 @@ class AguiTranslator:
         return out
 
     def _close_step(self) -> list[Any]:
-        out = self._close_text() + self._close_calls()
+        out = self._close_reasoning() + self._close_text() + self._close_calls()
         if self._step is not None:
             out.append(ag.StepFinishedEvent(step_name=step_name(self._step)))
             self._step = None
@@ -610,7 +714,7 @@ def parse_run_input(body: Any, *, known_ids: Iterable[str] | None = None) -> Agu
     tool_results: list[dict[str, Any]] = []
     for i, m in fresh:
         if m.role == "user":
-            msg: dict[str, Any] = {"role": "user", "content": _text_content(m.content, f"messages[{i}].content")}
+            msg: dict[str, Any] = {"role": "user", "content": _user_content(m.content, f"messages[{i}].content")}
             if safe_id(m.id):
                 msg["id"] = m.id
             new_messages.append(msg)
@@ -675,6 +779,47 @@ def _text_content(content: Any, where: str) -> str:
                 f"content part type {getattr(part, 'type', '?')!r} is not supported (text only)", f"{where}[{j}]")
         parts.append(part.text)
     return "".join(parts)
+
+
+#: AG-UI media part types -> agentlog part types (audio and video ride as files).
+_MEDIA = {"image": "image", "document": "file", "audio": "file", "video": "file"}
+
+
+def _user_content(content: Any, where: str) -> str | list[dict[str, Any]]:
+    """A user message's content: a string, or its parts as agentlog content parts (text, and
+    image / document / audio / video with a `data` or `url` source). A `file` source (a handle
+    only one provider can read) is refused: the run may go to any model."""
+    if isinstance(content, str):
+        return content
+    parts: list[dict[str, Any]] = []
+    for j, part in enumerate(content):
+        kind = getattr(part, "type", None)
+        if kind == "text":
+            parts.append({"type": "text", "text": part.text})
+            continue
+        if kind not in _MEDIA:
+            raise AdapterInputError(f"content part type {kind!r} is not supported", f"{where}[{j}]")
+        source = part.source
+        out: dict[str, Any] = {"type": _MEDIA[kind]}
+        if getattr(source, "mime_type", None):
+            out["media_type"] = source.mime_type
+        if source.type == "data":
+            out["data"] = source.value
+        elif source.type == "url":
+            out["url"] = source.value
+        else:
+            raise AdapterInputError("a provider file handle cannot be used here: send the bytes (data) or a url",
+                                    f"{where}[{j}].source")
+        if kind != "image" and isinstance((part.metadata or {}), dict) and (part.metadata or {}).get("filename"):
+            out["filename"] = str(part.metadata["filename"])
+        parts.append(out)
+    try:
+        as_parts(parts)
+    except ValueError as exc:
+        raise AdapterInputError(str(exc), where) from None
+    if all(p["type"] == "text" for p in parts):
+        return "".join(p["text"] for p in parts)
+    return parts
 
 
 def _kind(value: Any) -> str:

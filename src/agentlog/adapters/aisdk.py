@@ -15,6 +15,9 @@ Mapping, and why:
   live deltas carry the committed message's id (`message_id`), used as the text part id, and
   the text part stays open while that message's tool calls stream, so the committed text is
   never emitted a second time (issue #14 item 2: duplicated text parts);
+* reasoning -> one `reasoning-start`/`reasoning-delta`/`reasoning-end` part per assistant
+  message (id `<message id>-reasoning`), streamed from live `reasoning_delta`s and closed when
+  the answer starts, else synthesised from the committed message's reasoning;
 * tool calls -> `tool-input-start` (+ `tool-input-delta` from live) + `tool-input-available`,
   results -> `tool-output-available` / `tool-output-error`, a denied call (permission deny or a
   human's cancel) -> `tool-output-denied`;
@@ -52,18 +55,22 @@ from agentlog.log.events import (
     ToolCallSuspended,
 )
 from agentlog.log.ids import is_valid_id
+from agentlog.runtime.admission import as_parts
 
 from .common import (
     AdapterInputError,
     Decision,
     as_item,
     check_decisions,
+    data_url_part,
     decision_id,
     int_or,
     interrupt_reason,
     is_frontend_ticket,
     live_message_id,
     needs_approval,
+    reasoning_id,
+    reasoning_text,
     safe_id,
 )
 
@@ -103,6 +110,7 @@ class AiSdkTranslator:
         self._step: int | None = None
         self._max_step = 0
         self._text: tuple[str, int, str] | None = None          # (id, step, text so far)
+        self._reasoning: tuple[str, str] | None = None           # open reasoning (id, text so far)
         self._streamed: set[str] = set()                         # text ids streamed live
         self._ended: set[str] = set()                            # text ids whose text-end was sent
         self._live_calls: dict[tuple[int, int], list[Any]] = {}  # (step, index) -> [call_id, args, open]
@@ -142,7 +150,7 @@ class AiSdkTranslator:
         it = as_item(item)
         out = self.start()
         if it.live is not None:
-            if self._running and it.live.get("type") in ("text_delta", "tool_call_delta"):
+            if self._running and it.live.get("type") in ("text_delta", "reasoning_delta", "tool_call_delta"):
                 self._held.append(it.live)
                 return out
             return out + self._live(it.live)
@@ -171,7 +179,11 @@ class AiSdkTranslator:
     def _live(self, p: dict[str, Any]) -> list[dict[str, Any]]:
         kind = p.get("type")
         out: list[dict[str, Any]] = []
-        if kind == "text_delta":
+        if kind in ("text_delta", "tool_call_delta"):
+            out += self._close_reasoning()  # the model answers: its reasoning is over
+        if kind == "reasoning_delta":
+            out += self._live_reasoning(p)
+        elif kind == "text_delta":
             text = p.get("text")
             step = int_or(p.get("step"), self._max_step)
             if not isinstance(text, str) or not text:
@@ -211,6 +223,37 @@ class AiSdkTranslator:
                 out.append({"type": "data-tool-progress", "id": call_id, "transient": True,
                             "data": {"callId": call_id, "status": "running", "data": p.get("data")}})
         return out
+
+    def _live_reasoning(self, p: dict[str, Any]) -> list[dict[str, Any]]:
+        text = p.get("text")
+        step = int_or(p.get("step"), self._max_step)
+        if not isinstance(text, str) or not text:
+            return []
+        rid = reasoning_id(live_message_id(p, self.run_id, step))
+        if rid in self._ended:
+            return []  # a reasoning part is started once
+        out = self._open_step(step)
+        if self._reasoning is None or self._reasoning[0] != rid:
+            out += self._close_reasoning() + self._close_text()
+            self._reasoning = (rid, "")
+            out.append({"type": "reasoning-start", "id": rid})
+        self._reasoning = (rid, self._reasoning[1] + text)
+        out.append({"type": "reasoning-delta", "id": rid, "delta": text})
+        return out
+
+    def _committed_reasoning(self, m: Message) -> list[dict[str, Any]]:
+        text, rid = reasoning_text(m), reasoning_id(m.id)
+        if self._reasoning is not None and self._reasoning[0] == rid:
+            streamed = self._reasoning[1]
+            out: list[dict[str, Any]] = []
+            if text.startswith(streamed) and len(text) > len(streamed):
+                out.append({"type": "reasoning-delta", "id": rid, "delta": text[len(streamed):]})
+            return out + self._close_reasoning()
+        if not text or rid in self._ended:
+            return []
+        self._ended.add(rid)
+        return [{"type": "reasoning-start", "id": rid}, {"type": "reasoning-delta", "id": rid, "delta": text},
+                {"type": "reasoning-end", "id": rid}]
 
     # -- committed -------------------------------------------------------------------------------
 
@@ -254,7 +297,7 @@ class AiSdkTranslator:
     def _message(self, m: Message) -> list[dict[str, Any]]:
         if m.visibility != "all" or m.role != "assistant":
             return []  # tool results come from ToolCallCompleted (structured output)
-        out: list[dict[str, Any]] = []
+        out: list[dict[str, Any]] = self._committed_reasoning(m)
         if self._text is not None and (self._text[0] == m.id or m.id not in self._streamed):
             tid, _, streamed = self._text
             if m.content.startswith(streamed) and len(m.content) > len(streamed):
@@ -335,8 +378,15 @@ class AiSdkTranslator:
         self._ended.add(tid)
         return [{"type": "text-end", "id": tid}]
 
+    def _close_reasoning(self) -> list[dict[str, Any]]:
+        if self._reasoning is None:
+            return []
+        rid, self._reasoning = self._reasoning[0], None
+        self._ended.add(rid)
+        return [{"type": "reasoning-end", "id": rid}]
+
     def _close_step(self) -> list[dict[str, Any]]:
-        out = self._close_text()
+        out = self._close_reasoning() + self._close_text()
         if self._step is not None:
             out.append({"type": "finish-step"})
             self._step = None
@@ -441,9 +491,9 @@ def parse_chat_request(body: Any) -> AiSdkRequest:
         i = len(messages) - 1
         last = messages[i]
         if last["role"] == "user" and trigger == "submit-message":
-            text = _user_text(last, f"messages[{i}]")
-            if text:
-                message = {"role": "user", "content": text}
+            content = _user_content(last, f"messages[{i}]")
+            if content:
+                message = {"role": "user", "content": content}
                 if safe_id(last.get("id")):
                     message["id"] = last["id"]
         decisions = _approvals(thread_id, last, f"messages[{i}]")
@@ -484,19 +534,33 @@ def _tool_outputs(thread_id: str, m: dict[str, Any], where: str, approved: set[s
     return out
 
 
-def _user_text(m: dict[str, Any], where: str) -> str:
+def _user_content(m: dict[str, Any], where: str) -> str | list[dict[str, Any]]:
+    """The new user message's content: its text, or (with `file` parts: `{mediaType, url,
+    filename?}`, the url a `data:` URL or a link) agentlog content parts."""
     if isinstance(m.get("content"), str) and not m.get("parts"):
         return m["content"]  # the older `{role, content}` shape some transports still send
-    texts: list[str] = []
+    parts: list[dict[str, Any]] = []
     for j, p in enumerate(m.get("parts", [])):
         kind = p.get("type")
         if kind == "text":
             if not isinstance(p.get("text"), str):
                 raise AdapterInputError("text must be a string", f"{where}.parts[{j}].text")
-            texts.append(p["text"])
+            parts.append({"type": "text", "text": p["text"]})
         elif kind == "file":
-            raise AdapterInputError("file parts are not supported (text only)", f"{where}.parts[{j}]")
-    return "".join(texts)
+            url, media, name = p.get("url"), p.get("mediaType"), p.get("filename")
+            if not isinstance(url, str) or not isinstance(media, str) or not isinstance(name, (str, type(None))):
+                raise AdapterInputError("a file part has a string url and mediaType", f"{where}.parts[{j}]")
+            try:
+                parts.append(data_url_part(url, media, name))
+            except AdapterInputError as exc:
+                raise AdapterInputError(str(exc), f"{where}.parts[{j}].url") from None
+    if all(p["type"] == "text" for p in parts):
+        return "".join(p["text"] for p in parts)
+    try:
+        as_parts(parts)
+    except ValueError as exc:
+        raise AdapterInputError(str(exc), f"{where}.parts") from None
+    return parts
 
 
 def _approvals(thread_id: str, m: dict[str, Any], where: str) -> list[Decision]:

@@ -16,7 +16,7 @@ import msgspec
 import structlog
 
 from agentlog.log.errors import AgentlogError
-from agentlog.log.events import Event, SuspendTicket
+from agentlog.log.events import Event, Message, SuspendTicket
 from agentlog.log.ids import is_valid_id
 from agentlog.runtime.frontend import ACTION as FRONTEND_ACTION
 
@@ -147,7 +147,7 @@ def needs_approval(ticket: SuspendTicket | None) -> bool:
 
 class Item(NamedTuple):
     """One thing fed to a translator, normalised: a committed event (with its commit's ts) or a
-    live payload (`{"type": "text_delta" | "tool_call_delta" | "tool_progress", ...}`)."""
+    live payload (`{"type": "text_delta" | "reasoning_delta" | "tool_call_delta" | "tool_progress", ...}`)."""
 
     event: Event | None
     live: dict[str, Any] | None
@@ -191,6 +191,47 @@ def live_message_id(p: Mapping[str, Any], run_id: str, step: int) -> str:
     """The message a live delta belongs to: the log id it carries, else a provisional one."""
     mid = p.get("message_id")
     return mid if is_valid_id(mid) else f"{run_id}-s{step}-text"
+
+
+def data_url_part(url: str, media_type: str | None, filename: str | None = None) -> dict[str, Any]:
+    """An agentlog content part from a URL that may be a `data:` URL (AI SDK file parts): the
+    bytes when it is one, else the URL; an image when its media type says so, else a file."""
+    part: dict[str, Any] = {}
+    if url.startswith("data:") and "," in url:
+        head, data = url[5:].split(",", 1)
+        if not head.endswith(";base64"):
+            raise AdapterInputError("a data: URL must be base64 (data:<type>;base64,...)")
+        part["data"] = data
+        media_type = media_type or head[:-len(";base64")] or None
+    else:
+        part["url"] = url
+    part["type"] = "image" if (media_type or "").startswith("image/") else "file"
+    if media_type:
+        part["media_type"] = media_type
+    if filename and part["type"] == "file":
+        part["filename"] = filename
+    return part
+
+
+def part_url(part: Any) -> str:
+    """An image/file part's bytes as a `data:` URL (or its own URL): how the AI SDK and A2A
+    histories give them back."""
+    if part.data is None:
+        return str(part.url or "")
+    return f"data:{part.media_type or 'application/octet-stream'};base64,{part.data}"
+
+
+def reasoning_id(message_id: str) -> str:
+    """The id of a message's reasoning as the protocols show it (an AG-UI reasoning message and
+    span, an AI SDK reasoning part): derived from the message's id, so live deltas and the
+    committed message name the same reasoning and a client holds it once."""
+    return f"{message_id}-reasoning"
+
+
+def reasoning_text(m: Message) -> str:
+    """What may be shown of a message's reasoning: its parts' text, joined as the live
+    `reasoning_delta`s streamed it (opaque parts, e.g. redacted thinking, show nothing)."""
+    return "".join(r.text for r in m.reasoning or ())
 
 
 def error_text(exc: BaseException) -> str:

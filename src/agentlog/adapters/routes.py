@@ -91,7 +91,7 @@ async def _stream(request: web.Request, events: AsyncGenerator[Any, None], encod
     response = web.StreamResponse(headers=headers)
     await response.prepare(request)
     outcome = await Pump(frames(), response.write, queue_size=svc.settings.sse_queue,
-                         heartbeat=svc.settings.sse_heartbeat).run()
+                         heartbeat=svc.settings.sse_heartbeat, stall=svc.settings.sse_stall).run()
     if outcome != "end" and request.transport is not None:
         request.transport.close()
         return response

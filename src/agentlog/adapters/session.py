@@ -50,6 +50,8 @@ from .common import (
     error_text,
     is_frontend_ticket,
     needs_approval,
+    part_url,
+    reasoning_text,
 )
 from .source import RunSource
 
@@ -456,7 +458,7 @@ async def aisdk_replay(backend: Backend, run_id: str, who: Any = None) -> AsyncG
 
 def aisdk_history(thread: ThreadLog) -> list[dict[str, Any]]:
     """The thread as AI SDK UI messages: user messages as they were sent, one assistant message
-    per run (id = run id, as the stream's `start.messageId`) with text and tool parts."""
+    per run (id = run id, as the stream's `start.messageId`) with reasoning, text and tool parts."""
     out: list[dict[str, Any]] = []
     current: dict[str, Any] | None = None
     for sc in thread.commits:
@@ -467,16 +469,32 @@ def aisdk_history(thread: ThreadLog) -> list[dict[str, Any]]:
             m = e.message
             if m.role == "user":
                 current = None
-                out.append({"id": m.id, "role": "user", "parts": [{"type": "text", "text": m.content}]})
+                out.append({"id": m.id, "role": "user", "parts": aisdk_user_parts(m)})
             elif m.role == "assistant" and run is not None:
                 if current is None or current["id"] != run.run_id:
                     current = {"id": run.run_id, "role": "assistant", "parts": []}
                     out.append(current)
                 current["parts"].append({"type": "step-start"})
+                if reasoning_text(m):
+                    current["parts"].append({"type": "reasoning", "text": reasoning_text(m), "state": "done"})
                 if m.content:
                     current["parts"].append({"type": "text", "text": m.content, "state": "done"})
                 for c in m.tool_calls or ():
                     current["parts"].append(_tool_part(c.id, c.name, c.arguments, run))
+    return out
+
+
+def aisdk_user_parts(m: Message) -> list[dict[str, Any]]:
+    """A user message's UI parts: text, and `file` parts (`data:` URLs) for images and files."""
+    if not m.parts:
+        return [{"type": "text", "text": m.content}]
+    out: list[dict[str, Any]] = []
+    for p in m.parts:
+        if p.type == "text":
+            out.append({"type": "text", "text": p.text})
+        else:
+            part = {"type": "file", "mediaType": p.media_type or "application/octet-stream", "url": part_url(p)}
+            out.append({**part, "filename": p.filename} if p.filename else part)
     return out
 
 

@@ -12,7 +12,7 @@ Why both, and why this order:
   thread seq its inference followed, and `Merge` holds it until the follow has passed that seq:
   the translators then see committed events and deltas in the order the loop produced them,
   however the commits were batched and however far the live link ran ahead.
-* A late delta is dropped: text/tool-call deltas of a step whose `StepStarted` is committed (the
+* A late delta is dropped: text/reasoning/tool-call deltas of a step whose `StepStarted` is committed (the
   loop commits `StepStarted` with the inference result), progress of a call already completed.
   The translators then synthesise what a dropped delta would have said from the commit.
 * The source ends at the run's next stop: `RunFinished` or `RunSuspended` after `after`.
@@ -94,7 +94,7 @@ class Merge:
     def _late(self, payload: dict[str, Any]) -> bool:
         kind = payload.get("type")
         step = payload.get("step")
-        if kind in ("text_delta", "tool_call_delta") and isinstance(step, int) and step <= self._committed_step:
+        if kind in ("text_delta", "reasoning_delta", "tool_call_delta") and isinstance(step, int) and step <= self._committed_step:
             return True
         return kind == "tool_progress" and payload.get("call_id") in self._completed
 

@@ -53,8 +53,11 @@ class Settings:
     read_wait: float = 5.0
     #: Seconds between SSE heartbeat comments while the log is quiet.
     sse_heartbeat: float = 15.0
-    #: Frames buffered per SSE client before it is dropped as too slow.
+    #: Frames buffered per SSE client.
     sse_queue: int = 1000
+    #: Seconds an SSE client may take no frame while its buffer is full before it is dropped
+    #: as stalled (it resumes with `Last-Event-ID`).
+    sse_stall: float = 10.0
     #: Largest accepted request body (bytes); bigger -> 413.
     max_body: int = 1024 * 1024
     #: How long a view read without `min_seq` waits for the views to reach the thread's last

@@ -162,11 +162,24 @@ class ListRunsQuery(_Query):
 MAX_ITEMS = 1000
 
 
+class ContentPartIn(_Model):
+    """One part of a multimodal message: text, or an image / file as base64 `data` (with its
+    `media_type`) or a `url`. Large binaries are kept in the Object Store by reference."""
+
+    type: Literal["text", "image", "file"]
+    text: str | None = None
+    media_type: str | None = Field(default=None, description="e.g. image/png, application/pdf")
+    data: str | None = Field(default=None, description="the bytes, base64")
+    url: str | None = None
+    filename: str | None = None
+
+
 class InputMessage(_Model):
-    """One input message; a bare string is shorthand for `{"role": "user", "content": ...}`."""
+    """One input message; a bare string is shorthand for `{"role": "user", "content": ...}`;
+    `content` may be a list of parts (text, image, file)."""
 
     role: Literal["user", "system", "assistant", "tool"] = "user"
-    content: str = ""
+    content: str | list[ContentPartIn] = ""
     tool_call_id: Id | None = None
 
 

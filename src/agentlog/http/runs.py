@@ -124,7 +124,7 @@ async def run_events(request: web.Request) -> web.StreamResponse:
     frames = sse.positioned_events(commits, live, after, keep=lambda c: c.commit.run_id == run_id,
                                    stop=_pauses)
     return await sse.stream(request, frames, queue_size=svc.settings.sse_queue,
-                            heartbeat=svc.settings.sse_heartbeat)
+                            heartbeat=svc.settings.sse_heartbeat, stall=svc.settings.sse_stall)
 
 
 _RUN = {"$ref": "#/components/schemas/RunView"}

@@ -5,11 +5,15 @@ Each event is one SSE frame: `id: <seq>:<index>` (the event id, so a browser's a
 `data:` one line of JSON `{"thread_id", "run_id", "event"}`.
 
 Why a pump with a bounded queue: the producer (a log read, then a live `follow`) must never wait
-on a slow client, or one stalled browser would pin a JetStream consumer and memory without bound.
-The producer only ever `put_nowait`s; when a client's queue is full the client is dropped (the
-connection is closed) and it reconnects with `Last-Event-ID`, losing nothing. Heartbeat comment
-lines keep proxies from timing the stream out and are how a vanished client is noticed while the
-log is quiet.
+long on a slow client, or one stalled browser would pin a JetStream consumer and memory without
+bound. When a client's queue is full the producer waits for room at most `stall` seconds; a client
+that takes no frame for that long is dropped (the connection is closed) and reconnects with
+`Last-Event-ID`, losing nothing. The wait is what lets a client read a history longer than its
+queue: the log is read faster than any network writes, so a long history always fills the queue
+once, and a client that keeps draining it is not slow. Live commits never wait on a client: the
+hub below puts them into each follower's own bounded queue without waiting and drops a follower
+whose queue is full. Heartbeat comment lines keep proxies from timing the stream out and are how
+a vanished client is noticed while the log is quiet.
 
 Why a fan-out hub (`FollowHub`): a followed stream used to open its own JetStream consumer, so N
 browsers on one run meant N consumers and N copies of every message over NATS. The hub keeps one
@@ -302,18 +306,33 @@ class Pump:
     """Moves frames from `frames` to `write` through a queue of at most `queue_size` frames."""
 
     def __init__(self, frames: AsyncIterator[bytes], write: Callable[[bytes], Awaitable[None]], *,
-                 queue_size: int = 1000, heartbeat: float = 15.0) -> None:
+                 queue_size: int = 1000, heartbeat: float = 15.0, stall: float = 10.0) -> None:
         self.frames = frames
         self.write = write
         self.queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=queue_size)  # None: the end
         self.heartbeat = heartbeat
+        self.stall = stall
         self.overflowed = False
+
+    async def _put(self, item: bytes | None) -> None:
+        """Queue `item`, waiting for room at most `stall` seconds (QueueFull after that)."""
+        try:
+            self.queue.put_nowait(item)
+            return
+        except asyncio.QueueFull:
+            if self.stall <= 0:
+                raise
+        try:
+            async with asyncio.timeout(self.stall):
+                await self.queue.put(item)
+        except TimeoutError:
+            raise asyncio.QueueFull from None
 
     async def _produce(self) -> None:
         try:
             async for item in self.frames:
-                self.queue.put_nowait(item)
-            self.queue.put_nowait(None)
+                await self._put(item)
+            await self._put(None)
         except asyncio.QueueFull:
             self.overflowed = True
         except Exception as exc:  # noqa: BLE001 - e.g. NATS gone mid-read, or a bug: tell the client, then end
@@ -371,7 +390,7 @@ class Pump:
 
 
 async def stream(request: web.Request, frames: AsyncIterator[bytes], *,
-                 queue_size: int, heartbeat: float) -> web.StreamResponse:
+                 queue_size: int, heartbeat: float, stall: float = 10.0) -> web.StreamResponse:
     """Answer `request` with the SSE stream of `frames`. Call only after every check that can
     fail with an error answer: once the headers are out the status is 200."""
     response = web.StreamResponse(headers={
@@ -380,7 +399,7 @@ async def stream(request: web.Request, frames: AsyncIterator[bytes], *,
         "X-Accel-Buffering": "no",
     })
     await response.prepare(request)
-    pump = Pump(frames, response.write, queue_size=queue_size, heartbeat=heartbeat)
+    pump = Pump(frames, response.write, queue_size=queue_size, heartbeat=heartbeat, stall=stall)
     outcome = await pump.run()
     if outcome == "overflow":
         log.info("dropping slow event-stream client", path=request.path, queue_size=queue_size)

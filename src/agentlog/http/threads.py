@@ -140,7 +140,7 @@ async def thread_events(request: web.Request) -> web.StreamResponse:
         raise
     frames = sse.positioned_events(commits, live, after)
     return await sse.stream(request, frames, queue_size=svc.settings.sse_queue,
-                            heartbeat=svc.settings.sse_heartbeat)
+                            heartbeat=svc.settings.sse_heartbeat, stall=svc.settings.sse_stall)
 
 
 _THREAD = {"$ref": "#/components/schemas/ThreadView"}

@@ -51,7 +51,7 @@ def write_routes(dispatcher: Dispatcher) -> list[Route]:
         frames = sse.positioned_events(commits, live, None, keep=lambda c: c.commit.run_id == done.run_id,
                                        stop=_pauses)
         return await sse.stream(request, frames, queue_size=svc.settings.sse_queue,
-                                heartbeat=svc.settings.sse_heartbeat)
+                                heartbeat=svc.settings.sse_heartbeat, stall=svc.settings.sse_stall)
 
     async def run_inputs(request: web.Request) -> web.Response:
         svc, who = services(request), principal(request)

@@ -104,6 +104,21 @@ class ReasoningPart(_Value, frozen=True):
     call_id: str | None = None
 
 
+class ContentPart(_Value, frozen=True):
+    """One part of a multimodal message: text, an image or a file. A binary travels as base64
+    `data` (with its `media_type`) or as a `url` the provider fetches; one larger than
+    `agentlog.log.payloads.INLINE_BINARY_LIMIT` is kept in the Object Store (`data_ref`, the raw
+    bytes) and every read puts it back, so a commit never carries it inline."""
+
+    type: Literal["text", "image", "file"]
+    text: str = ""
+    media_type: str | None = None
+    data: str | None = None
+    url: str | None = None
+    filename: str | None = None
+    data_ref: PayloadRef | None = None
+
+
 class Message(_Value, frozen=True):
     id: str
     role: Role
@@ -115,6 +130,9 @@ class Message(_Value, frozen=True):
     visibility: Visibility = "all"
     #: Set (and `content` empty) while the content is stored by reference.
     content_ref: PayloadRef | None = None
+    #: The content as parts when it is more than text (images, files); `content` then holds its
+    #: text parts, joined, so text-only readers still see the words. Omitted for plain text.
+    parts: list[ContentPart] | None = None
 
 
 class Termination(_Value, frozen=True):

@@ -74,7 +74,7 @@ from .js_connection import _DENIED_HOOKS, _open_connection, flush_subscriptions
 from .js_follow import _Follower
 from .js_requests import JetStreamRequests
 from .limits import check_limits
-from .payloads import ObjectStoreBlobs, offload
+from .payloads import ObjectStoreBlobs, offload, offload_binaries
 from .quarantine import Quarantine
 from .replicas import log_kept, replicas_target, wait_replicated
 from .store import encode_checked
@@ -315,6 +315,7 @@ class JetStreamEventStore(JetStreamRequests):
     async def append(self, commit: Commit, expected_version: int | None) -> AppendResult:
         if expected_version is not None and expected_version < 0:
             raise ValueError(f"expected_version must be >= 0 or None, not {expected_version}")
+        commit = await offload_binaries(commit, self._blobs)
         data = encode_checked(commit)
         thread = commit.thread_id
         headers = {_HDR_MSG_ID: commit.commit_id}

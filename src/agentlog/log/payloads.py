@@ -8,6 +8,11 @@ event carries a `PayloadRef{bucket, name, size, sha256}` instead. Every read res
 references again, so projections, resume and verified replay see exactly the value the tool
 returned. Only tool outputs move: an oversized user message or state is still `CommitTooLarge`.
 
+Binary message parts (images, files: `ContentPart.data`, base64) over `INLINE_BINARY_LIMIT`
+always move, whatever the commit's size (`offload_binaries`): a log of conversations with
+pictures stays a log of small commits, and the bytes are stored once, raw, by digest-checked
+reference (`data_ref`).
+
 Object names are derived from the commit id and the event index, so a retried append rewrites
 the same objects (idempotent), and the sha256 in the reference is checked on read.
 
@@ -17,6 +22,8 @@ I/O behind a two-method protocol, so they are unit-testable and the store stays 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -24,16 +31,19 @@ from typing import Any, Protocol
 import msgspec
 
 from .errors import AgentlogError
-from .events import Commit, MessageAppended, PayloadRef, ToolCallCompleted
+from .events import Commit, ContentPart, MessageAppended, PayloadRef, ToolCallCompleted
 from .replicas import raise_replicas
 
-__all__ = ["PAYLOAD_BUCKET", "BlobStore", "ObjectStoreBlobs", "PayloadMissing", "has_refs", "offload", "resolve"]
+__all__ = ["INLINE_BINARY_LIMIT", "PAYLOAD_BUCKET", "BlobStore", "ObjectStoreBlobs", "PayloadMissing", "has_refs",
+           "offload", "offload_binaries", "resolve", "without_binaries"]
 
 PAYLOAD_BUCKET = "agentlog_payloads"
 _enc = msgspec.json.Encoder()
 _dec = msgspec.json.Decoder()
 #: Cheap pre-check on the raw bytes of a commit: no reference field, nothing to resolve.
-_MARKERS = (b'"result_ref"', b'"content_ref"')
+_MARKERS = (b'"result_ref"', b'"content_ref"', b'"data_ref"')
+#: Base64 characters of a binary part above which it goes to the Object Store (about 12 KiB).
+INLINE_BINARY_LIMIT = 16 * 1024
 
 
 class PayloadMissing(AgentlogError):
@@ -91,6 +101,58 @@ async def offload(commit: Commit, limit: int, blobs: BlobStore, size_of: Callabl
     return out
 
 
+def _big_parts(commit: Commit, limit: int) -> list[tuple[int, int]]:
+    """(event index, part index) of every inline binary part over `limit`."""
+    return [(i, j) for i, ev in enumerate(commit.events) if type(ev) is MessageAppended and ev.message.parts
+            for j, p in enumerate(ev.message.parts) if p.data is not None and len(p.data) > limit]
+
+
+def _replace_parts(commit: Commit, new: dict[tuple[int, int], ContentPart]) -> Commit:
+    events: list[Any] = list(commit.events)
+    for i in sorted({i for i, _ in new}):
+        ev = events[i]
+        parts = [new.get((i, j), p) for j, p in enumerate(ev.message.parts)]
+        events[i] = msgspec.structs.replace(ev, message=msgspec.structs.replace(ev.message, parts=parts))
+    return msgspec.structs.replace(commit, events=events)
+
+
+def _part(commit: Commit, i: int, j: int) -> ContentPart:
+    ev = commit.events[i]
+    assert type(ev) is MessageAppended and ev.message.parts is not None  # from _big_parts
+    return ev.message.parts[j]
+
+
+def _raw(part: ContentPart) -> bytes:
+    try:
+        return base64.b64decode(part.data or "", validate=True)
+    except (binascii.Error, ValueError):
+        return (part.data or "").encode()  # checked at admission; stored as given if not base64
+
+
+async def offload_binaries(commit: Commit, blobs: BlobStore, limit: int = INLINE_BINARY_LIMIT) -> Commit:
+    """`commit` with every binary message part over `limit` moved to `blobs` (the raw bytes,
+    named after the commit, event and part: a retried append rewrites the same object)."""
+    big = _big_parts(commit, limit)
+    if not big:
+        return commit
+    new: dict[tuple[int, int], ContentPart] = {}
+    for i, j in big:
+        part = _part(commit, i, j)
+        data, name = _raw(part), f"{commit.commit_id}.{i}.part{j}"
+        await blobs.put(name, data)
+        new[(i, j)] = msgspec.structs.replace(part, data=None, data_ref=_ref(blobs.bucket, name, data))
+    return _replace_parts(commit, new)
+
+
+def without_binaries(commit: Commit, limit: int = INLINE_BINARY_LIMIT) -> Commit:
+    """`commit` as `offload_binaries` will shape it (placeholder references, no I/O): what a
+    size check must measure."""
+    placeholder = PayloadRef(bucket=PAYLOAD_BUCKET, name="0" * 40, size=0, sha256="0" * 64)
+    new = {(i, j): msgspec.structs.replace(_part(commit, i, j), data=None, data_ref=placeholder)
+           for i, j in _big_parts(commit, limit)}
+    return _replace_parts(commit, new) if new else commit
+
+
 async def resolve(commit: Commit, get: Callable[[PayloadRef], Awaitable[bytes]]) -> Commit:
     """`commit` with every payload reference replaced by its value (checked against its digest)."""
     events: list[Any] = list(commit.events)
@@ -104,6 +166,16 @@ async def resolve(commit: Commit, get: Callable[[PayloadRef], Awaitable[bytes]])
             data = await _fetch(ev.message.content_ref, get)
             msg = msgspec.structs.replace(ev.message, content=data.decode(), content_ref=None)
             events[i] = msgspec.structs.replace(ev, message=msg)
+            changed = True
+        if type(ev) is MessageAppended and any(p.data_ref is not None for p in ev.message.parts or ()):
+            ev = events[i]
+            parts = []
+            for p in ev.message.parts or ():
+                if p.data_ref is not None:
+                    raw = await _fetch(p.data_ref, get)
+                    p = msgspec.structs.replace(p, data=base64.b64encode(raw).decode(), data_ref=None)
+                parts.append(p)
+            events[i] = msgspec.structs.replace(ev, message=msgspec.structs.replace(ev.message, parts=parts))
             changed = True
     return msgspec.structs.replace(commit, events=events) if changed else commit
 

@@ -20,6 +20,8 @@ are not known here; a start that only they push over the limit is refused by the
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
@@ -27,8 +29,17 @@ from typing import Any
 import msgspec
 
 from agentlog.log.errors import AgentlogError, CommitTooLarge, InvalidCommit
-from agentlog.log.events import Commit, Message, MessageAppended, RunStarted, StoredCommit, ThreadCreated
+from agentlog.log.events import (
+    Commit,
+    ContentPart,
+    Message,
+    MessageAppended,
+    RunStarted,
+    StoredCommit,
+    ThreadCreated,
+)
 from agentlog.log.ids import validate_id, validate_run_id
+from agentlog.log.payloads import without_binaries
 from agentlog.log.store import EventStore, as_generator, encode_checked
 from agentlog.views.fold import fold_commits
 from agentlog.views.views import ThreadView
@@ -46,8 +57,50 @@ class InvalidRunInput(AgentlogError, ValueError):
     code = "invalid_input"
 
 
+def as_parts(content: Sequence[Any]) -> list[ContentPart]:
+    """Content parts as a route receives them: `{"type": "text", "text"}`, `{"type": "image" |
+    "file", "media_type", "data" (base64)}` or `{..., "url"}` (plus `filename` for files).
+    Raises `ValueError` naming the part for anything else."""
+    out: list[ContentPart] = []
+    for j, p in enumerate(content):
+        if isinstance(p, ContentPart):
+            out.append(p)
+            continue
+        if not isinstance(p, Mapping) or p.get("type") not in ("text", "image", "file"):
+            raise ValueError(f"content[{j}]: a part is an object of type text, image or file")
+        try:
+            part = msgspec.convert({k: v for k, v in p.items() if k != "data_ref"}, ContentPart)
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"content[{j}]: {exc}") from None
+        if part.type != "text":
+            if (part.data is None) == (part.url is None):
+                raise ValueError(f"content[{j}]: an {part.type} part has either data (base64) or a url")
+            if part.data is not None:
+                if not part.media_type:
+                    raise ValueError(f"content[{j}]: media_type is required with data")
+                try:
+                    base64.b64decode(part.data, validate=True)
+                except (binascii.Error, ValueError):
+                    raise ValueError(f"content[{j}]: data is not base64") from None
+        out.append(part)
+    return out
+
+
+def message_of(id: str, role: Any, content: Any, **fields: Any) -> Message:
+    """A message from its content: a string stays a string; a list of parts keeps them in
+    `parts`, with their text joined in `content` (a text-only list becomes plain text)."""
+    if isinstance(content, (list, tuple)):
+        parts = as_parts(content)
+        text = "".join(p.text for p in parts if p.type == "text")
+        if all(p.type == "text" for p in parts):
+            return Message(id=id, role=role, content=text, **fields)
+        return Message(id=id, role=role, content=text, parts=parts, **fields)
+    return Message(id=id, role=role, content=str(content), **fields)
+
+
 def as_messages(messages: str | Message | Mapping[str, Any] | Sequence[Any], entropy: Any) -> list[Message]:
-    """Input messages: a string (one user message), `Message`s, or `{"role", "content"}` dicts."""
+    """Input messages: a string (one user message), `Message`s, or `{"role", "content"}` dicts,
+    whose content may be a list of parts (`as_parts`)."""
     if isinstance(messages, (str, Message, Mapping)):
         messages = [messages]
     out: list[Message] = []
@@ -60,8 +113,8 @@ def as_messages(messages: str | Message | Mapping[str, Any] | Sequence[Any], ent
             role = m.get("role", "user")
             if role not in ("user", "system", "assistant", "tool"):
                 raise ValueError(f"invalid message role {role!r}")
-            out.append(Message(
-                id=m.get("id") or entropy.new_id(), role=role, content=str(m.get("content", "")),
+            out.append(message_of(
+                m.get("id") or entropy.new_id(), role, m.get("content", ""),
                 tool_call_id=m.get("tool_call_id"), visibility=m.get("visibility", "all"),
             ))
         else:
@@ -146,7 +199,7 @@ def check_start(
     commit = Commit(commit_id=placeholder, thread_id=thread_id or placeholder, run_id=run_id or placeholder,
                     ts=0, events=events)
     try:
-        data = encode_checked(commit)
+        data = encode_checked(without_binaries(commit))  # large binaries go to the Object Store
     except InvalidCommit as exc:
         raise InvalidRunInput(f"the run's input cannot be stored: {exc}") from None
     if max_payload is not None and len(data) + HEADER_ALLOWANCE > max_payload:

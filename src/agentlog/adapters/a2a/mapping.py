@@ -8,6 +8,7 @@ messages; a finished run's last answer is the `answer` artifact.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,7 +58,25 @@ def data_part(value: Any) -> Part:
 
 def a2a_message(m: Message, task_id: str, context_id: str) -> A2AMessage:
     return A2AMessage(message_id=m.id, task_id=task_id, context_id=context_id,
-                      role=Role.ROLE_USER if m.role == "user" else Role.ROLE_AGENT, parts=[Part(text=m.content)])
+                      role=Role.ROLE_USER if m.role == "user" else Role.ROLE_AGENT, parts=a2a_parts(m))
+
+
+def a2a_parts(m: Message) -> list[Part]:
+    """A message's A2A parts: its text, or each part (an image/file as `raw` bytes, or `url`)."""
+    if not m.parts:
+        return [Part(text=m.content)]
+    out: list[Part] = []
+    for p in m.parts:
+        if p.type == "text":
+            out.append(Part(text=p.text))
+            continue
+        part = Part(raw=base64.b64decode(p.data)) if p.data is not None else Part(url=p.url or "")
+        if p.media_type:
+            part.media_type = p.media_type
+        if p.filename:
+            part.filename = p.filename
+        out.append(part)
+    return out
 
 
 def _run_messages(view: RunView, commits: Sequence[StoredCommit]) -> list[Message]:
@@ -126,18 +145,45 @@ def run_task(view: RunView, commits: Sequence[StoredCommit], history_length: int
 def message_inputs(message: A2AMessage) -> tuple[str, list[dict[str, Any]]]:
     """(text, decisions) of an incoming A2A message: its text parts joined, and the decisions
     its data parts carry (`{"decisions": [...]}` or one decision `{"target_id", "action", ...}`)."""
+    content, decisions = message_content(message)
+    if isinstance(content, str):
+        return content, decisions
+    return "\n".join(p["text"] for p in content if p["type"] == "text" and p["text"]), decisions
+
+
+def message_content(message: A2AMessage) -> tuple[str | list[dict[str, Any]], list[dict[str, Any]]]:
+    """(content, decisions) of an incoming A2A message: its text parts joined (a string), or,
+    when it carries files (`raw` bytes or a `url`, with `media_type` / `filename`), agentlog
+    content parts (an image when the media type says so); and the decisions its data parts
+    carry (`{"decisions": [...]}` or one decision `{"target_id", "action", ...}`)."""
     from google.protobuf.json_format import MessageToDict
 
     texts: list[str] = []
+    parts: list[dict[str, Any]] = []
     decisions: list[dict[str, Any]] = []
     for part in message.parts:
         kind = part.WhichOneof("content")
         if kind == "text":
             texts.append(part.text)
+            parts.append({"type": "text", "text": part.text})
+        elif kind in ("raw", "url"):
+            media = part.media_type or None
+            out: dict[str, Any] = {"type": "image" if (media or "").startswith("image/") else "file"}
+            if kind == "raw":
+                out.update(data=base64.b64encode(part.raw).decode(), media_type=media or "application/octet-stream")
+            else:
+                out["url"] = part.url
+                if media:
+                    out["media_type"] = media
+            if part.filename and out["type"] == "file":
+                out["filename"] = part.filename
+            parts.append(out)
         elif kind == "data":
             data = MessageToDict(part.data)
             if isinstance(data, dict) and isinstance(data.get("decisions"), list):
                 decisions.extend(data["decisions"])
             elif isinstance(data, dict) and "target_id" in data:
                 decisions.append(data)
-    return "\n".join(t for t in texts if t), decisions
+    if all(p["type"] == "text" for p in parts):
+        return "\n".join(t for t in texts if t), decisions
+    return parts, decisions

@@ -53,7 +53,7 @@ from agentlog.log.ids import InvalidId, validate_run_id
 from agentlog.views.fold import Folder, fold_commits
 from agentlog.views.views import RunView
 
-from .mapping import a2a_message, answer_artifact, message_inputs, run_task, status_message, task_state
+from .mapping import a2a_message, answer_artifact, message_content, run_task, status_message, task_state
 
 #: `after` for a follow that only ends when the run is done.
 _ONLY_DONE = 1 << 62
@@ -110,7 +110,8 @@ class RunTaskHandler(RequestHandler):
     async def _submit(self, params: SendMessageRequest) -> tuple[str, str, int]:
         """Apply an incoming message; returns (thread_id, run_id, seq) of the run to answer with."""
         msg = params.message
-        text, decisions = message_inputs(msg)
+        content, decisions = message_content(msg)
+        text: Any = content if isinstance(content, str) else [{"role": "user", "content": content}]
         try:
             if msg.task_id:
                 await self._commits(msg.task_id)

@@ -15,11 +15,10 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from agentlog.log.events import Message, ReasoningPart, ToolCall, Usage
+from agentlog.log.events import ContentPart, Message, ReasoningPart, ToolCall, Usage
 
 from .base import (
     ModelChunk,
@@ -32,7 +31,7 @@ from .base import (
     ToolCallDelta,
 )
 from .pricing import ModelPrices
-from .sdk import ClientPerLoop, guarded, import_sdk, parse_arguments, system_text
+from .sdk import ClientPerLoop, client_options, guarded, import_sdk, parse_arguments, system_text
 
 __all__ = ["AnthropicModel", "to_anthropic_messages"]
 
@@ -64,13 +63,9 @@ class AnthropicModel:
         self.thinking_budget = thinking_budget
         self.prompt_cache = prompt_cache
         self.prices = prices
-        key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
-        client_options: dict[str, Any] = {
-            "api_key": key or "unset", "max_retries": 0, "timeout": timeout, "default_headers": dict(headers or {}),
-        }
-        if base_url := base_url or os.environ.get("ANTHROPIC_BASE_URL"):
-            client_options["base_url"] = base_url
-        self._clients = ClientPerLoop(lambda: import_sdk("anthropic", "anthropic").AsyncAnthropic(**client_options))
+        options = client_options(api_key=api_key, key_env="ANTHROPIC_API_KEY", base_url=base_url,
+                                 base_url_env="ANTHROPIC_BASE_URL", timeout=timeout, headers=headers)
+        self._clients = ClientPerLoop(lambda: import_sdk("anthropic", "anthropic").AsyncAnthropic(**options))
 
     async def aclose(self) -> None:
         await self._clients.aclose()
@@ -205,5 +200,15 @@ def to_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
             blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in m.tool_calls or ()]
             add("assistant", blocks or [{"type": "text", "text": ""}])
         else:
-            add("user", [{"type": "text", "text": m.content}])
+            add("user", [anthropic_part(p) for p in m.parts] if m.parts else [{"type": "text", "text": m.content}])
     return out
+
+
+def anthropic_part(p: ContentPart) -> dict[str, Any]:
+    """A content part as a Messages API block: `image`, or `document` for a file (PDF, text),
+    from base64 data or a URL."""
+    if p.type == "text":
+        return {"type": "text", "text": p.text}
+    source = ({"type": "base64", "media_type": p.media_type, "data": p.data} if p.data is not None
+              else {"type": "url", "url": p.url})
+    return {"type": "image" if p.type == "image" else "document", "source": source}

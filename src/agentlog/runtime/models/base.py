@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 import msgspec
 
 from agentlog.log.errors import AgentlogError
-from agentlog.log.events import Message, ReasoningPart, ToolCall, Usage
+from agentlog.log.events import ContentPart, Message, ReasoningPart, ToolCall, Usage
 
 
 class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,6 +58,14 @@ def is_truncated(response: ModelResponse) -> bool:
 
 class TextDelta(msgspec.Struct, frozen=True):
     text: str
+
+
+def data_url(part: ContentPart) -> str:
+    """An image/file part as the URL OpenAI's APIs take: its own `url`, or a `data:` URL of its
+    bytes."""
+    if part.data is None:
+        return part.url or ""
+    return f"data:{part.media_type or 'application/octet-stream'};base64,{part.data}"
 
 
 class ReasoningDelta(msgspec.Struct, frozen=True):

@@ -21,7 +21,7 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from agentlog.log.events import Message, ReasoningPart, ToolCall, Usage
+from agentlog.log.events import ContentPart, Message, ReasoningPart, ToolCall, Usage
 
 from .base import (
     ModelChunk,
@@ -192,8 +192,18 @@ def to_gemini_contents(messages: list[Message]) -> list[dict[str, Any]]:
                       for c in m.tool_calls or ()]
             add("model", parts or [{"text": ""}])
         else:
-            add("user", [{"text": m.content}])
+            add("user", [gemini_part(p) for p in m.parts] if m.parts else [{"text": m.content}])
     return out
+
+
+def gemini_part(p: ContentPart) -> dict[str, Any]:
+    """A content part as a Gemini part: `inline_data` (the bytes) or `file_data` (a URI)."""
+    if p.type == "text":
+        return {"text": p.text}
+    mime = p.media_type or "application/octet-stream"
+    if p.data is None:
+        return {"file_data": {"file_uri": p.url, "mime_type": mime}}
+    return {"inline_data": {"mime_type": mime, "data": base64.b64decode(p.data)}}
 
 
 def _map_error(exc: BaseException, where: str) -> ModelError:

@@ -33,7 +33,7 @@ from typing import Any
 
 import aiohttp
 
-from agentlog.log.events import Message, ReasoningPart, ToolCall, Usage
+from agentlog.log.events import ContentPart, Message, ReasoningPart, ToolCall, Usage
 
 from .base import (
     ContextOverflow,
@@ -51,6 +51,7 @@ from .base import (
     TextDelta,
     ToolCallDelta,
     ToolSpec,
+    data_url,
     looks_like_overflow,
 )
 from .pricing import ModelPrices
@@ -483,9 +484,20 @@ def to_wire_messages(messages: list[Message]) -> list[dict[str, Any]]:
             if not m.tool_call_id:
                 raise ModelRequestRejected(f"tool message {m.id!r} has no tool_call_id")
             wire.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
+        elif m.parts:  # images and files: chat-completions content parts
+            wire.append({"role": m.role, "content": [chat_part(p) for p in m.parts]})
         else:
             wire.append({"role": m.role, "content": m.content})
     return wire
+
+
+def chat_part(p: ContentPart) -> dict[str, Any]:
+    """A content part in Chat Completions' form (`text`, `image_url`, `file` with `file_data`)."""
+    if p.type == "text":
+        return {"type": "text", "text": p.text}
+    if p.type == "image":
+        return {"type": "image_url", "image_url": {"url": data_url(p)}}
+    return {"type": "file", "file": {"filename": p.filename or "file", "file_data": data_url(p)}}
 
 
 def to_wire_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:

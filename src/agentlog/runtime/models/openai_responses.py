@@ -15,11 +15,10 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from agentlog.log.events import Message, ReasoningPart, ToolCall, Usage
+from agentlog.log.events import ContentPart, Message, ReasoningPart, ToolCall, Usage
 
 from .base import (
     ModelChunk,
@@ -30,9 +29,18 @@ from .base import (
     ReasoningDelta,
     TextDelta,
     ToolCallDelta,
+    data_url,
 )
 from .pricing import ModelPrices
-from .sdk import ClientPerLoop, guarded, import_sdk, map_status_error, parse_arguments, system_text
+from .sdk import (
+    ClientPerLoop,
+    client_options,
+    guarded,
+    import_sdk,
+    map_status_error,
+    parse_arguments,
+    system_text,
+)
 
 __all__ = ["OpenAIResponsesModel", "to_responses_input"]
 
@@ -59,13 +67,9 @@ class OpenAIResponsesModel:
         self.name = name or model or "openai-responses"
         self.reasoning_effort = reasoning_effort
         self.prices = prices
-        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        client_options: dict[str, Any] = {
-            "api_key": key or "unset", "max_retries": 0, "timeout": timeout, "default_headers": dict(headers or {}),
-        }
-        if base_url := base_url or os.environ.get("OPENAI_BASE_URL"):
-            client_options["base_url"] = base_url
-        self._clients = ClientPerLoop(lambda: import_sdk("openai", "openai").AsyncOpenAI(**client_options))
+        options = client_options(api_key=api_key, key_env="OPENAI_API_KEY", base_url=base_url,
+                                 base_url_env="OPENAI_BASE_URL", timeout=timeout, headers=headers)
+        self._clients = ClientPerLoop(lambda: import_sdk("openai", "openai").AsyncOpenAI(**options))
 
     async def aclose(self) -> None:
         await self._clients.aclose()
@@ -181,6 +185,19 @@ def to_responses_input(messages: list[Message]) -> list[dict[str, Any]]:
                 items.append({"role": "assistant", "content": m.content})
             items += [{"type": "function_call", "call_id": c.id, "name": c.name, "arguments": json.dumps(c.arguments)}
                       for c in m.tool_calls or ()]
+        elif m.parts:  # images and files: input_image / input_file content
+            items.append({"role": "user", "content": [responses_part(p) for p in m.parts]})
         else:
             items.append({"role": "user", "content": m.content})
     return items
+
+
+def responses_part(p: ContentPart) -> dict[str, Any]:
+    """A content part as Responses input content (`input_text`, `input_image`, `input_file`)."""
+    if p.type == "text":
+        return {"type": "input_text", "text": p.text}
+    if p.type == "image":
+        return {"type": "input_image", "image_url": data_url(p)}
+    if p.data is None:
+        return {"type": "input_file", "file_url": p.url}
+    return {"type": "input_file", "filename": p.filename or "file", "file_data": data_url(p)}

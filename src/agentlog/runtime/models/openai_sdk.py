@@ -9,7 +9,6 @@ mapping as the hand-written client, same `Model` contract and typed errors.
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -26,7 +25,7 @@ from .base import (
 )
 from .openai import to_wire_messages, to_wire_tools
 from .pricing import ModelPrices
-from .sdk import ClientPerLoop, derived_call_id, guarded, import_sdk, parse_arguments
+from .sdk import ClientPerLoop, client_options, derived_call_id, guarded, import_sdk, parse_arguments
 
 __all__ = ["OpenAISDKChatModel"]
 
@@ -48,13 +47,9 @@ class OpenAISDKChatModel:
         self.model = model
         self.name = name or model or "openai"
         self.prices = prices
-        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        client_options: dict[str, Any] = {
-            "api_key": key or "unset", "max_retries": 0, "timeout": timeout, "default_headers": dict(headers or {}),
-        }
-        if base_url := base_url or os.environ.get("OPENAI_BASE_URL"):
-            client_options["base_url"] = base_url
-        self._clients = ClientPerLoop(lambda: import_sdk("openai", "openai").AsyncOpenAI(**client_options))
+        options = client_options(api_key=api_key, key_env="OPENAI_API_KEY", base_url=base_url,
+                                 base_url_env="OPENAI_BASE_URL", timeout=timeout, headers=headers)
+        self._clients = ClientPerLoop(lambda: import_sdk("openai", "openai").AsyncOpenAI(**options))
 
     async def aclose(self) -> None:
         await self._clients.aclose()

@@ -1,7 +1,7 @@
 """`ScriptedModel`: a deterministic stand-in for an LLM, for tests, benchmarks and the demo.
 
-A script is a list of assistant turns. Each `stream()` call plays the next turn: its text in a few
-`TextDelta`s, one `ToolCallDelta` per tool call, then a `ModelDone` with the whole response. Nothing
+A script is a list of assistant turns. Each `stream()` call plays the next turn: its reasoning (if
+any) in a few `ReasoningDelta`s, its text in a few `TextDelta`s, one `ToolCallDelta` per tool call, then a `ModelDone` with the whole response. Nothing
 random enters: tool call ids come from the turn index and call position (or are given), usage is a
 word count unless given, so the same script always yields the same chunks and a log written with it
 replays identically.
@@ -21,9 +21,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequen
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentlog.log.events import JSON, Message, ToolCall, Usage
+from agentlog.log.events import JSON, Message, ReasoningPart, ToolCall, Usage
 
-from .base import ModelChunk, ModelDone, ModelError, ModelRequest, ModelResponse, TextDelta, ToolCallDelta
+from .base import (
+    ModelChunk,
+    ModelDone,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+)
 from .pricing import ModelPrices
 
 
@@ -56,7 +65,9 @@ class Turn:
 
     Build with the constructors: `Turn.text("hi")`, `Turn.tool("get_weather", {"city": "Paris"})`,
     `Turn.tools(("a", {}), ScriptedCall("b", {"x": 1}, id="c1"), text="two calls")`,
-    `Turn.fail(ModelUnavailable("down"))`.
+    `Turn.fail(ModelUnavailable("down"))`. `reasoning=` (on `text`/`tool`/`tools`) makes the turn
+    think first, as a reasoning model does: streamed as `ReasoningDelta`s and recorded in the
+    message's `reasoning` (provider "scripted").
 
     `gate`, if set, is awaited before the first chunk: tests use it to hold a model call open (to
     cancel a run mid-inference, say) without sleeping.
@@ -68,10 +79,12 @@ class Turn:
     stop_reason: str | None = None
     error: BaseException | None = None
     gate: asyncio.Event | None = None
+    reasoning: str = ""
 
     @classmethod
-    def text(cls, text: str, *, usage: Usage | None = None, gate: asyncio.Event | None = None) -> Turn:
-        return cls(content=text, usage=usage, gate=gate)
+    def text(cls, text: str, *, usage: Usage | None = None, gate: asyncio.Event | None = None,
+             reasoning: str = "") -> Turn:
+        return cls(content=text, usage=usage, gate=gate, reasoning=reasoning)
 
     @classmethod
     def tool(
@@ -83,9 +96,10 @@ class Turn:
         text: str = "",
         usage: Usage | None = None,
         gate: asyncio.Event | None = None,
+        reasoning: str = "",
     ) -> Turn:
         call = ScriptedCall(name, dict(arguments or {}), id)
-        return cls(content=text, calls=(call,), usage=usage, gate=gate)
+        return cls(content=text, calls=(call,), usage=usage, gate=gate, reasoning=reasoning)
 
     @classmethod
     def tools(
@@ -94,9 +108,11 @@ class Turn:
         text: str = "",
         usage: Usage | None = None,
         gate: asyncio.Event | None = None,
+        reasoning: str = "",
     ) -> Turn:
         """Several calls in one turn (parallel tool calls); tuples are `(name, args[, id])`."""
-        return cls(content=text, calls=tuple(_as_call(c) for c in calls), usage=usage, gate=gate)
+        return cls(content=text, calls=tuple(_as_call(c) for c in calls), usage=usage, gate=gate,
+                   reasoning=reasoning)
 
     @classmethod
     def fail(cls, error: BaseException, *, gate: asyncio.Event | None = None) -> Turn:
@@ -172,6 +188,8 @@ class ScriptedModel:
         if turn.error is not None:
             raise turn.error
         response = self._response(index, turn, request)
+        for piece in _split_words(turn.reasoning, self.chunk_words):
+            yield ReasoningDelta(piece)
         for piece in _split_words(response.text, self.chunk_words):
             yield TextDelta(piece)
         for i, call in enumerate(response.tool_calls):
@@ -222,6 +240,7 @@ class ScriptedModel:
             tool_calls=calls,
             usage=usage,
             stop_reason=turn.stop_reason or ("tool_calls" if calls else "stop"),
+            reasoning=[ReasoningPart(provider="scripted", text=turn.reasoning)] if turn.reasoning else [],
         )
 
 

@@ -18,6 +18,7 @@ import hashlib
 import importlib
 import inspect
 import json
+import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -37,7 +38,7 @@ from .base import (
 from .openai import retry_after_from
 
 __all__ = [
-    "ClientPerLoop", "call_names", "derived_call_id", "guarded", "import_sdk", "map_sdk_error", "map_status_error",
+    "ClientPerLoop", "call_names", "client_options", "derived_call_id", "guarded", "import_sdk", "map_sdk_error", "map_status_error",
     "parse_arguments", "system_text",
 ]
 
@@ -52,6 +53,18 @@ def import_sdk(module: str, extra: str) -> Any:
         raise ModelRequestRejected(
             f"this model needs the {module!r} package: pip install 'agentlog[{extra}]' ({exc})"
         ) from None
+
+
+def client_options(*, api_key: str | None, key_env: str, base_url: str | None, base_url_env: str,
+                   timeout: float, headers: Mapping[str, str] | None) -> dict[str, Any]:
+    """An Anthropic / OpenAI SDK client's keyword arguments: the key and base URL given, else from
+    the provider's environment variables; the SDK's own retries off (the run loop owns retries)."""
+    key = api_key if api_key is not None else os.environ.get(key_env)
+    options: dict[str, Any] = {"api_key": key or "unset", "max_retries": 0, "timeout": timeout,
+                               "default_headers": dict(headers or {})}
+    if base_url := base_url or os.environ.get(base_url_env):
+        options["base_url"] = base_url
+    return options
 
 
 def map_status_error(status: int, message: str, headers: Mapping[str, str] | None = None,

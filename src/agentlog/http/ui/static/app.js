@@ -455,9 +455,26 @@ function renderMessages() {
   const later = S.messages.length - shown.length;
   $("#messages-at").textContent = S.at ? `as of event ${S.at}${later ? ` (${later} later hidden)` : ""}` : "of the thread";
   $("#messages").replaceChildren(...shown.map(({ message: m, event_id: id }) => el("li", { title: id, "data-event": id },
-    el("span", { class: "role" }, m.role + ":"), typeof m.content === "string" ? m.content : JSON.stringify(m.content),
+    el("span", { class: "role" }, m.role + ":"), reasoningOf(m),
+    typeof m.content === "string" ? m.content : JSON.stringify(m.content),
+    attachmentsOf(m),
     m.tool_calls && m.tool_calls.length ? el("div", { class: "sub mono" },
       m.tool_calls.map((c) => `-> ${c.name}(${JSON.stringify(c.arguments || {})})`).join(" ")) : null)));
+}
+
+// The model's reasoning before an answer: collapsed, it is long and rarely what one looks for.
+function reasoningOf(m) {
+  const text = (m.reasoning || []).map((r) => r.text || "").join("");
+  return text ? el("details", { class: "reasoning" }, el("summary", {}, "reasoning"), el("div", { class: "sub" }, text)) : null;
+}
+
+// A message's images and files (its non-text parts), named, not shown: the bytes stay server-side.
+function attachmentsOf(m) {
+  const files = (m.parts || []).filter((p) => p.type !== "text");
+  if (!files.length) return null;
+  const name = (p) => `${p.type} ${p.filename || p.media_type || p.url || ""}`.trim() +
+    (p.data ? ` (${Math.round((p.data.length * 3) / 4 / 1024)} KiB)` : "");
+  return el("div", { class: "sub mono attachments" }, "attached: " + files.map(name).join(", "));
 }
 
 async function verify() {
