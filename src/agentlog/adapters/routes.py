@@ -160,6 +160,7 @@ async def aisdk_messages(request: web.Request) -> web.Response:
     thread = await session.load_thread(svc.store, thread_id, who)
     if thread.view is None:
         raise ApiError(404, "thread_not_found", f"thread {thread_id!r} not found")
+    thread = await session.chat_branch(svc.store, thread, who)  # a regenerated chat: its fork
     return reply({"thread_id": thread_id, "messages": session.aisdk_history(thread)})
 
 

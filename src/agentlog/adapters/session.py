@@ -40,7 +40,7 @@ from agentlog.views.fold import fold_commits
 from agentlog.views.timetravel import messages_at, state_at
 from agentlog.views.views import RunView, ThreadView
 
-from . import agui, aisdk
+from . import agui, aisdk, regenerate
 from .common import (
     AdapterInputError,
     Decision,
@@ -152,6 +152,13 @@ async def load_thread(store: Any, thread_id: str, who: Any = None) -> ThreadLog:
         raise NotVisible(f"thread {thread_id!r} not found")
     runs = {r: v for r, v in views.runs.items() if v.thread_id == thread_id} if views else {}
     return ThreadLog(thread_id, commits, view, runs)
+
+
+async def chat_branch(store: Any, chat: ThreadLog, who: Any = None) -> ThreadLog:
+    """The thread that carries a chat now: the chat's own, or the fork its last AI SDK
+    regeneration made (`agentlog.adapters.regenerate`)."""
+    fork = regenerate.branch_of(chat.view.metadata if chat.view is not None else None)
+    return chat if fork is None else await load_thread(store, fork, who)
 
 
 async def run_commits(store: Any, run_id: str) -> list[StoredCommit]:
@@ -281,10 +288,15 @@ async def _drive(backend: Backend, tr: Any, thread: ThreadLog, agent_id: str, me
         try:
             if action[0] == "start":
                 tenant = getattr(who, "tenant", None)
+                # a new message while the thread's last run still runs: "stop, then send" (the
+                # client stopped its stream; the run went on): one interrupting command
+                last = thread.last_run
+                interrupt = last is not None and last.run_id == action[1] and last.status == "running"
                 await backend.dispatcher.start_run(
                     agent_id, messages, thread_id=thread.thread_id, run_id=run_id, parent_run_id=action[1],
                     resource_id=tenant if thread.view is None else None,
-                    **({"frontend_tools": frontend_tools} if frontend_tools else {}))
+                    **({"frontend_tools": frontend_tools} if frontend_tools else {}),
+                    **({"interrupt": True} if interrupt else {}))
             elif action[0] == "decide":
                 accepted = await backend.dispatcher.submit_inputs(run_id, decisions=action[1])
                 if accepted.duplicate:  # a retried answer: replay from where it was recorded,
@@ -362,13 +374,19 @@ def agui_error_event(exc: BaseException) -> ag.RunErrorEvent:
 async def aisdk_events(backend: Backend, agent_id: str, req: aisdk.AiSdkRequest, who: Any = None,
                        ) -> AsyncGenerator[dict[str, Any], None]:
     """A parsed `useChat` request -> UI message stream parts (without the `[DONE]` frame)."""
-    thread = await load_thread(backend.store, req.thread_id, who)
+    chat = await load_thread(backend.store, req.thread_id, who)
+    thread = await chat_branch(backend.store, chat, who)
     waiting = thread.waiting
     messages = [req.message] if req.message is not None else []
     action: Action
     try:
         if req.trigger == "regenerate-message":
-            raise AdapterInputError("regenerate-message is not supported: send a new user message", "trigger")
+            # a fork before the answer, which now carries the chat (`agentlog.adapters.regenerate`)
+            fork = await regenerate.fork_for_regenerate(
+                backend.store, chat.thread_id, chat.version, thread.thread_id, thread.commits,
+                thread.last_run.run_id if thread.last_run is not None else None, req.message_id or "")
+            thread = await load_thread(backend.store, fork, who)
+            messages = []
         open_ids = [c.call_id for c in waiting.calls.values() if c.status == "suspended"] if waiting else []
         outputs = [d for d in req.tool_outputs if d["target_id"] in open_ids]
         if waiting is not None and (req.decisions or outputs) and not messages:
@@ -517,4 +535,4 @@ def aisdk_error_part(exc: BaseException) -> dict[str, Any]:
 
 
 __all__ = ["AISDK_POSITION", "POSITION", "Backend", "NotVisible", "ThreadLog", "agui_error_event", "agui_events", "agui_history", "agui_parse",
-           "aisdk_error_part", "aisdk_events", "aisdk_history", "aisdk_replay", "backend_of", "load_thread"]
+           "aisdk_error_part", "aisdk_events", "chat_branch", "aisdk_history", "aisdk_replay", "backend_of", "load_thread"]

@@ -23,6 +23,8 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
+import msgspec
+
 from agentlog.log.errors import AgentlogError
 from agentlog.log.events import RunCancelRequested, RunFinished, RunStarted, StoredCommit, ToolCallDecided
 from agentlog.log.ids import new_id, validate_run_id
@@ -37,6 +39,7 @@ from agentlog.runtime.commands import (
     DLQ_CODE,
     DLQ_COMMAND_ID,
     DLQ_ERROR,
+    INTERRUPTED,
     Cancel,
     CommandClient,
     ContinueRun,
@@ -44,13 +47,14 @@ from agentlog.runtime.commands import (
     StartRun,
     dlq_subject,
 )
-from agentlog.runtime.errors import RunNotFound, ThreadNotFound
+from agentlog.runtime.errors import RunConflict, RunNotFound, ThreadNotFound
 from agentlog.runtime.frontend import InvalidFrontendTools, normalize_frontend_tools
 from agentlog.runtime.hitl import check_decisions, decision_seqs, parse_decisions
 from agentlog.runtime.loading import LoadedRun, RunLoader, known_calls
 from agentlog.runtime.outage import is_transient
 from agentlog.runtime.runtime import Runtime
 from agentlog.runtime.snapshot import SnapshotStore
+from agentlog.views.fold import fold_commits
 
 Messages = str | Sequence[Any]
 
@@ -121,10 +125,12 @@ class Dispatcher(Protocol):
         decisions: Sequence[Mapping[str, Any]] | None = None,
         resource_id: str | None = None,
         frontend_tools: Sequence[Mapping[str, Any]] | None = None,
+        interrupt: bool = False,
     ) -> Accepted: ...
 
     async def submit_inputs(
-        self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = ()
+        self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
+        mode: str | None = None,
     ) -> Accepted: ...
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Accepted: ...
@@ -185,6 +191,10 @@ def _finished(commits: Sequence[StoredCommit]) -> bool:
 # == in process ====================================================================================
 
 
+#: How long an in-process interrupt waits for the cancelled run to finish.
+INTERRUPT_WAIT = 30.0
+
+
 class InProcessDispatcher:
     """Runs execute in this process (`serve`): calls the `Runtime` directly. The runtime
     validates before it appends, so its typed errors are the answers."""
@@ -196,11 +206,15 @@ class InProcessDispatcher:
         self, agent_id: str, messages: Messages = (), *, thread_id: str | None = None,
         run_id: str | None = None, parent_run_id: str | None = None,
         decisions: Sequence[Mapping[str, Any]] | None = None, resource_id: str | None = None,
-        frontend_tools: Sequence[Mapping[str, Any]] | None = None,
+        frontend_tools: Sequence[Mapping[str, Any]] | None = None, interrupt: bool = False,
     ) -> Accepted:
         check_start_ids(agent_id, thread_id, run_id, parent_run_id)
         if agent_id not in self.runtime.agents:
             raise AgentNotFound(f"unknown agent {agent_id!r}")
+        if interrupt and parent_run_id is not None:
+            commits = await _run_commits(self.runtime.store, parent_run_id)
+            if not _finished(commits):
+                await self._interrupt(parent_run_id, commits[0].commit.thread_id)
         try:
             handle = await self.runtime.start(
                 agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
@@ -214,12 +228,15 @@ class InProcessDispatcher:
         return Accepted(handle.thread_id, handle.run_id, seq)
 
     async def submit_inputs(
-        self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = ()
+        self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
+        mode: str | None = None,
     ) -> Accepted:
         _check_storable(decisions, "decisions")
         validate_run_id(run_id)
         if _has_messages(messages):
             commits = await _run_commits(self.runtime.store, run_id)
+            if mode == "interrupt" and not _finished(commits):
+                await self._interrupt(run_id, commits[0].commit.thread_id)
             return await self.start_run(_agent_of(commits), messages, thread_id=commits[0].commit.thread_id,
                                         parent_run_id=run_id, decisions=decisions)
         if not decisions:
@@ -227,6 +244,21 @@ class InProcessDispatcher:
         # the runtime loads the run once (snapshot + tail) and raises RunNotFound itself
         res = await self.runtime.decide(run_id, list(decisions))
         return Accepted(res.thread_id, run_id, res.seq, res.duplicate)
+
+    async def _interrupt(self, run_id: str, thread_id: str) -> None:
+        """Cancel the run and wait (bounded by the caller) until it has finished, so the
+        continuation never runs beside it."""
+        store = self.runtime.store
+        version = await store.thread_version(thread_id)
+        await self.runtime.cancel(run_id, reason=INTERRUPTED)
+        if _finished(await _run_commits(store, run_id)):
+            return
+        try:
+            async with asyncio.timeout(INTERRUPT_WAIT):
+                await _first(store.follow(thread_id, after=version),
+                             lambda sc: sc.commit.run_id == run_id and _has(sc, RunFinished))
+        except TimeoutError:
+            raise RunConflict(f"run {run_id!r} did not stop within {INTERRUPT_WAIT:g}s of its cancel") from None
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Accepted:
         _check_storable(reason, "reason")
@@ -276,8 +308,11 @@ class QueueDispatcher:
         self, agent_id: str, messages: Messages = (), *, thread_id: str | None = None,
         run_id: str | None = None, parent_run_id: str | None = None,
         decisions: Sequence[Mapping[str, Any]] | None = None, resource_id: str | None = None,
-        frontend_tools: Sequence[Mapping[str, Any]] | None = None,
+        frontend_tools: Sequence[Mapping[str, Any]] | None = None, interrupt: bool = False,
     ) -> Accepted:
+        """`interrupt` (a continuation of a running parent): ONE command (`ContinueRun.interrupt`)
+        that the worker executes as "cancel the parent, then start once it has finished", so the
+        thread never has two active runs and a crash between the two leaves the command queued."""
         check_start_ids(agent_id, thread_id, run_id, parent_run_id)
         if self.agents is not None and agent_id not in self.agents:
             raise AgentNotFound(f"unknown agent {agent_id!r}")
@@ -305,7 +340,8 @@ class QueueDispatcher:
             if decisions:
                 self._check_decisions(await self.loader.load(parent_run_id, thread_id), decisions)
         thread_id = thread_id or new_id()
-        version = await self._check_start(thread_id, run_id, parent_run_id)
+        version = await self._check_start(thread_id, run_id, parent_run_id, interrupting=parent_run_id
+                                          if interrupt else None)
         run_id = run_id or new_id()
         cls = ContinueRun if parent_run_id is not None else StartRun
         # resource_id rides in the command: the worker's run-start commit creates the thread, so
@@ -314,29 +350,43 @@ class QueueDispatcher:
         cmd = cls(thread_id=thread_id, run_id=run_id, agent_id=agent_id, messages=_wire_messages(messages),
                   parent_run_id=parent_run_id, decisions=[dict(d) for d in decisions], frontend_tools=frontend,
                   resource_id=resource_id)
+        if interrupt:
+            cmd = ContinueRun(**{**msgspec.structs.asdict(cmd), "interrupt": True})
         seq = await self._submit_and_wait(cmd, thread_id, version,
                                           lambda sc: sc.commit.run_id == run_id and _has(sc, RunStarted),
                                           app_name)
         return Accepted(thread_id, run_id, seq)
 
-    async def _check_start(self, thread_id: str, run_id: str | None, parent_run_id: str | None) -> int:
+    async def _check_start(self, thread_id: str, run_id: str | None, parent_run_id: str | None,
+                           interrupting: str | None = None) -> int:
         """The start admission `Runtime.start` applies (`agentlog.runtime.admission.admit_thread`),
         from the log, before anything is queued. Returns the thread's version (where the wait
-        for the effect starts)."""
-        history, _thread = await admit_thread(self.store, thread_id, run_id=run_id, parent_run_id=parent_run_id)
+        for the effect starts). `interrupting`: the running run the command cancels first (its
+        being active is then no conflict; the worker starts only once it has finished)."""
+        try:
+            history, _thread = await admit_thread(self.store, thread_id, run_id=run_id, parent_run_id=parent_run_id)
+        except RunConflict:
+            if interrupting is None:
+                raise
+            history = [sc async for sc in self.store.read_thread(thread_id)]
+            thread = fold_commits(history).threads.get(thread_id)
+            if thread is None or thread.active_run_id != interrupting or (run_id is not None and run_id in thread.run_ids):
+                raise
         return history[-1].seq if history else 0
 
     # -- inputs --------------------------------------------------------------------------------
 
     async def submit_inputs(
-        self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = ()
+        self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
+        mode: str | None = None,
     ) -> Accepted:
         _check_storable(decisions, "decisions")
         validate_run_id(run_id)
         if _has_messages(messages):
             commits = await _run_commits(self.store, run_id)
             return await self.start_run(_agent_of(commits), messages, thread_id=commits[0].commit.thread_id,
-                                        parent_run_id=run_id, decisions=decisions)
+                                        parent_run_id=run_id, decisions=decisions,
+                                        interrupt=mode == "interrupt" and not _finished(commits))
         if not decisions:
             raise InvalidInput("give decisions and/or messages")
         run = await self.loader.load(run_id)  # the one read of the run: snapshot + tail

@@ -87,6 +87,29 @@ class UpdateThread(_Model):
         default=None, ge=0, description="optimistic concurrency: 409 unless the thread is at this version")
 
 
+class ReplaceMessage(_Model):
+    """A message of the forked history to change (by id): its new content (and role)."""
+
+    id: str = Field(min_length=1, max_length=256, description="the id of a message in the history as of `at`")
+    content: str
+    role: Literal["user", "system", "assistant", "tool"] | None = None
+
+
+class ForkThread(_Model):
+    at: EventId = Field(description="the event of the source thread to fork at (its messages and state as of it)")
+    new_thread_id: Id | None = Field(default=None, description="the fork's id; generated when absent")
+    state: dict[str, Any] | None = Field(default=None, description="the fork's thread state (replaces it)")
+    state_patch: list[dict[str, Any]] | None = Field(
+        default=None, max_length=1000, description="RFC 6902 ops applied to the state as of `at`")
+    replace_message: ReplaceMessage | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict, description="merged into the source's metadata")
+
+
+class RevokeQuery(_Query):
+    tool: str = Field(min_length=1, max_length=256, description="the tool (glob) of the standing rules to remove")
+    verdict: Literal["allow", "deny"] | None = Field(default=None, description="only rules of this verdict")
+
+
 class ListThreadsQuery(_Query):
     limit: Limit = DEFAULT_LIMIT
     offset: Offset = 0
@@ -189,6 +212,9 @@ class StartRunBody(_Model):
 class RunInputsBody(_Model):
     decisions: list[DecisionIn] = Field(default_factory=list, max_length=MAX_ITEMS)
     messages: Messages = Field(default_factory=list, description="non-empty: a continuation run")
+    mode: Literal["interrupt"] | None = Field(
+        default=None, description="with messages on a running run: `interrupt` cancels it and continues "
+                                  "with the messages, one command (without a mode such a request is a 409)")
 
     def model_post_init(self, _context: Any) -> None:
         if not self.decisions and not self.messages:
@@ -226,9 +252,17 @@ class ThreadMessagesRequest(MessagesQuery):
     thread_id: Id
 
 
+class RevokeRequest(RevokeQuery):
+    thread_id: Id
+
+
+class ForkThreadRequest(ForkThread):
+    thread_id: Id = Field(description="the source thread")
+
+
 __all__ = [
     "AgentsQuery", "CancelRunBody", "CancelRunRequest", "DecisionIn", "InputMessage", "RunInputsBody", "RunInputsRequest",
     "RunRef", "StartRunBody", "ThreadMessagesRequest", "ThreadRef",
-    "CreateThread", "DeleteThreadQuery", "EventsQuery", "GetViewQuery", "ListRunsQuery", "ListThreadsQuery",
+    "CreateThread", "DeleteThreadQuery", "ForkThread", "ForkThreadRequest", "ReplaceMessage", "RevokeQuery", "RevokeRequest", "EventsQuery", "GetViewQuery", "ListRunsQuery", "ListThreadsQuery",
     "MAX_LIMIT", "MessagesQuery", "StateQuery", "UpdateThread",
 ]

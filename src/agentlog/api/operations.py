@@ -18,6 +18,7 @@ from agentlog.api.models import (
     CancelRunBody,
     CreateThread,
     DecisionIn,
+    ForkThread,
     GetViewQuery,
     InputMessage,
     ListRunsQuery,
@@ -27,6 +28,7 @@ from agentlog.api.models import (
     StartRunBody,
 )
 from agentlog.log.events import Position
+from agentlog.runtime.errors import RunConflict
 from agentlog.views.fold import fold_messages
 from agentlog.views.index import RUN_FILTERS, THREAD_FILTERS
 
@@ -117,8 +119,19 @@ async def run_inputs(svc: Services, who: Principal, dispatcher: Dispatcher, run_
                      body: RunInputsBody) -> Accepted:
     if who.tenant is not None:  # else the dispatcher's own load of the run answers `run_not_found`
         await check_run_access(svc, who, run_id)
-    return await dispatcher.submit_inputs(run_id, decisions=_decisions(body.decisions),
-                                          messages=_messages(body.messages))
+    if body.mode is not None and not body.messages:
+        raise ApiError(400, "invalid_input", f"mode {body.mode!r} needs messages")
+    if body.mode == "interrupt":
+        return await dispatcher.submit_inputs(run_id, decisions=_decisions(body.decisions),
+                                              messages=_messages(body.messages), mode="interrupt")
+    try:
+        return await dispatcher.submit_inputs(run_id, decisions=_decisions(body.decisions),
+                                              messages=_messages(body.messages))
+    except RunConflict as exc:
+        if not body.messages:
+            raise
+        raise ApiError(409, exc.code, f"{exc} (to cancel it and go on with these messages in one step, "
+                                      "send them with \"mode\": \"interrupt\")") from None
 
 
 async def cancel_run(svc: Services, who: Principal, dispatcher: Dispatcher, run_id: str,
@@ -171,6 +184,10 @@ async def create_thread(svc: Services, who: Principal, body: CreateThread) -> di
     return await threads.create(svc, who, body)
 
 
+async def fork_thread(svc: Services, who: Principal, thread_id: str, body: ForkThread) -> dict[str, Any]:
+    return await threads.fork(svc, who, thread_id, body)
+
+
 async def get_thread(svc: Services, who: Principal, thread_id: str, q: GetViewQuery) -> Any:
     """Like `get_run`: without `min_seq`, at least the thread's last commit (`current_thread`)."""
     if q.min_seq is None:
@@ -217,6 +234,6 @@ async def thread_messages(svc: Services, who: Principal, thread_id: str, q: Mess
 
 
 __all__ = [
-    "accepted", "cancel_run", "create_thread", "check_run_access", "check_thread_access", "get_run", "get_thread", "list_runs",
+    "accepted", "cancel_run", "create_thread", "fork_thread", "check_run_access", "check_thread_access", "get_run", "get_thread", "list_runs",
     "list_threads", "run_inputs", "start_run", "thread_messages",
 ]

@@ -9,15 +9,17 @@ from __future__ import annotations
 from typing import Any
 
 from agentlog.log.errors import VersionConflict
-from agentlog.log.events import Commit, ThreadCreated
+from agentlog.log.events import Commit, Position, StatePatched, ThreadCreated
 from agentlog.log.ids import new_id, now_ms
+from agentlog.runtime.permission import STANDING_KEY
 from agentlog.views.fold import Folder
+from agentlog.views.fork import InvalidFork, fork_events
 from agentlog.views.views import ThreadView
 
 from .auth import Principal
-from .context import Services, visible_thread, wait_min_seq
+from .context import Services, thread_from_log, visible_thread, wait_min_seq
 from .errors import ApiError
-from .models import CreateThread
+from .models import CreateThread, ForkThread, RevokeQuery
 
 
 def conflict(message: str) -> ApiError:
@@ -55,6 +57,59 @@ async def create(svc: Services, who: Principal, body: CreateThread) -> dict[str,
     return {"thread": after(None, seq, commit), "seq": seq}
 
 
+async def fork(svc: Services, who: Principal, thread_id: str, body: ForkThread) -> dict[str, Any]:
+    """Fork `thread_id` at the event `body.at` into a new thread (HTTP `POST /v1/threads/{id}/fork`,
+    NATS `threads.fork`): `{"thread_id", "thread": view, "seq"}`. One commit
+    (`agentlog.views.fork`); the fork inherits the source's `resource_id`, so a tenant forks only
+    its own threads (another's is a 404, like any read of it). Every check is made before it."""
+    commits, _view = await thread_from_log(svc, who, thread_id)
+    new_thread = body.new_thread_id or new_id()
+    try:
+        events = fork_events(
+            commits, thread_id, Position.parse(body.at), new_id=new_id, state=body.state,
+            state_patch=body.state_patch,
+            replace_message=body.replace_message.model_dump() if body.replace_message else None,
+            metadata=body.metadata)
+    except InvalidFork as exc:
+        raise ApiError(400, exc.code, str(exc)) from None
+    if await svc.store.thread_version(new_thread) != 0:
+        raise conflict(f"thread {new_thread!r} already exists")
+    try:
+        seq, commit = await append(svc, new_thread, events, 0)
+    except VersionConflict:
+        raise conflict(f"thread {new_thread!r} already exists") from None
+    return {"thread_id": new_thread, "thread": after(None, seq, commit), "seq": seq}
+
+
+async def revoke(svc: Services, who: Principal, thread_id: str, q: RevokeQuery) -> dict[str, Any]:
+    """Remove standing permission rules (`agentlog.runtime.permission`) of tool `q.tool` from the
+    thread state: one `StatePatched`, under OCC. Refused (409 `run_active`) while a run is
+    active on the thread: the run owns the thread's writes until it stops."""
+    view, version = await current(svc, who, thread_id, None)
+    if view.active_run_id is not None:
+        raise ApiError(409, "run_active", f"run {view.active_run_id!r} is active on thread {thread_id!r}: "
+                                          "revoke once it has stopped (or cancel it)")
+    stored = view.state.get(STANDING_KEY)
+    rules = dict(stored) if isinstance(stored, dict) else {}
+    removed: list[dict[str, Any]] = []
+    kept: dict[str, Any] = dict(rules)
+    for verdict in ("allow", "deny"):
+        if q.verdict not in (None, verdict):
+            continue
+        entries = rules.get(verdict) or []
+        gone = [r for r in entries if isinstance(r, dict) and r.get("tool") == q.tool]
+        removed += [{"verdict": verdict, **r} for r in gone]
+        kept[verdict] = [r for r in entries if r not in gone]
+    if not removed:
+        raise ApiError(404, "rule_not_found", f"no standing rule for tool {q.tool!r} on thread {thread_id!r}")
+    op = {"op": "add", "path": "/" + STANDING_KEY, "value": kept}
+    try:
+        seq, _commit = await append(svc, thread_id, [StatePatched(ops=[op], source="api")], version)
+    except VersionConflict:
+        raise ApiError(409, "version_conflict", f"thread {thread_id!r} changed: try again") from None
+    return {"thread_id": thread_id, "removed": removed, "permissions": kept, "seq": seq}
+
+
 async def _check_parent(svc: Services, who: Principal, parent_id: str) -> None:
     """The parent must exist (in the log) and, for a tenant, be one of its own threads."""
     version = await svc.store.thread_version(parent_id)
@@ -78,4 +133,4 @@ async def current(svc: Services, who: Principal, thread_id: str, expected: int |
     return view, version
 
 
-__all__ = ["after", "append", "conflict", "create", "current"]
+__all__ = ["after", "append", "conflict", "create", "current", "fork", "revoke"]

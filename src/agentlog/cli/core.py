@@ -83,7 +83,7 @@ app = typer.Typer(
 )
 events_app = group("Read the event log.")
 app.add_typer(events_app, name="events")
-thread_app = group("One thread from the log: its view, runs and state (show), or its messages.")
+thread_app = group("One thread from the log: its view, runs and state (show), or its messages; fork it.")
 app.add_typer(thread_app, name="thread")
 projections_app = group("Maintain the KV views (projections) of the log.")
 app.add_typer(projections_app, name="projections")

@@ -51,6 +51,7 @@ from agentlog.cli.core import (
     _time,
     app,
     group,
+    thread_app,
     usd,
 )
 from agentlog.client import APPROVED, DENIED, AsyncClient, ClientError, pending_calls
@@ -61,6 +62,7 @@ from agentlog.log.events import AnyEvent, RunFinished, RunSuspended
 from agentlog.log.ids import new_id, validate_id, validate_run_id
 from agentlog.log.server import DEFAULT_DATA_DIR
 from agentlog.nats.service import API_PREFIX
+from agentlog.runtime.permission import STANDING_KEY
 
 from .reads import _event_json
 
@@ -140,7 +142,9 @@ class NatsRunsApi:
                 async for stored in commits:
                     last = stored.seq
             return await self.call("get", {**body, **({"min_seq": last} if last else {})})
-        subject = f"{API_PREFIX}.agents.list" if op == "agents" else f"{API_PREFIX}.runs.{op}"
+        group = {"agents": "agents.list", "fork": "threads.fork", "revoke": "threads.revoke",
+                 "thread": "threads.get"}
+        subject = f"{API_PREFIX}.{group.get(op) or f'runs.{op}'}"
         try:
             msg = await self.store.nc.request(subject, json.dumps(body).encode(), timeout=self.timeout,
                                               headers=self.headers)
@@ -188,6 +192,14 @@ class HttpRunsApi:
                 return await runs.current(body["run_id"])
             if op == "agents":
                 return {"agents": await self.client.agents.list()}
+            if op == "thread":
+                return await self.client.threads.get(body["thread_id"])
+            if op == "revoke":
+                return await self.client.threads.revoke(body["thread_id"], body["tool"], verdict=body.get("verdict"))
+            if op == "fork":
+                return await self.client.threads.fork(
+                    body["thread_id"], body["at"], new_thread_id=body.get("new_thread_id"),
+                    state=body.get("state"), state_patch=body.get("state_patch"))
         except ClientError as exc:
             raise _rejected(exc) from None
         raise ValueError(f"unknown operation {op!r}")
@@ -426,6 +438,100 @@ def run_show(
             render_run(run)
 
     _on_run(run_id, _options(nats, creds, token, data_dir, timeout), url, api_token, show, role="readonly")
+
+
+def _json_option(text: str | None, what: str, kind: type) -> Any:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{what}: not JSON ({exc})") from None
+    if not isinstance(value, kind):
+        raise typer.BadParameter(f"{what}: expected a JSON {'object' if kind is dict else 'array'}")
+    return value
+
+
+@thread_app.command("fork")
+def thread_fork(
+    thread_id: Annotated[str, typer.Argument(help="The thread to fork.")],
+    at: Annotated[str, typer.Option("--at", metavar="EVENT_ID",
+                                    help="The event (seq:index, as in the timeline) to fork at.")],
+    new_thread_id: Annotated[str | None, typer.Option("--id", help="The fork's thread id (generated if absent).")] = None,
+    state: Annotated[str | None, typer.Option("--state", metavar="JSON", help="Replace the fork's state.")] = None,
+    patch: Annotated[str | None, typer.Option(
+        "--patch", metavar="JSON", help="RFC 6902 ops applied to the state as of --at.")] = None,
+    as_json: JsonOpt = False, url: UrlOpt = None, api_token: ApiTokenOpt = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """A new thread with THREAD_ID's messages and state as of event --at (lineage: forked_from).
+    Start runs on it with `agentlog run start --thread NEW_ID`."""
+    _guard(lambda: validate_id(thread_id, "thread_id"))
+    body = {"thread_id": thread_id, "at": at, "new_thread_id": new_thread_id,
+            "state": _json_option(state, "--state", dict), "state_patch": _json_option(patch, "--patch", list)}
+    body = {k: v for k, v in body.items() if v is not None}
+
+    async def fork(api: RunsApi) -> None:
+        answer = await api.call("fork", body)
+        if as_json:
+            _print_json(answer)
+        else:
+            _out().print(Text(f"forked thread {thread_id} at {at} into {answer['thread_id']} "
+                              f"(seq {answer['seq']})", style="bold"))
+
+    _drive(_options(nats, creds, token, data_dir, timeout), url, api_token, fork)
+
+
+@thread_app.command("permissions")
+def thread_permissions(
+    thread_id: Annotated[str, typer.Argument(help="The thread.")],
+    as_json: JsonOpt = False, url: UrlOpt = None, api_token: ApiTokenOpt = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """The standing permission rules of THREAD_ID ("always allow / deny" answers to approvals)."""
+    _guard(lambda: validate_id(thread_id, "thread_id"))
+
+    async def show(api: RunsApi) -> None:
+        view = await api.call("thread", {"thread_id": thread_id})
+        rules = (view.get("state") or {}).get(STANDING_KEY) or {}
+        if as_json:
+            _print_json({"thread_id": thread_id, "permissions": rules})
+            return
+        out = _out()
+        rows = [(verdict, rule) for verdict in ("allow", "deny") for rule in rules.get(verdict) or []]
+        if not rows:
+            out.print(f"no standing permissions on thread {thread_id}")
+        for verdict, rule in rows:
+            args = ", ".join(f"{k}={v}" for k, v in sorted((rule.get("args") or {}).items()))
+            out.print(f"always {verdict}  {rule.get('tool')}" + (f"({args})" if args else ""))
+
+    _drive(_options(nats, creds, token, data_dir, timeout), url, api_token, show, role="readonly")
+
+
+@thread_app.command("revoke")
+def thread_revoke(
+    thread_id: Annotated[str, typer.Argument(help="The thread.")],
+    tool: Annotated[str, typer.Argument(help="The tool whose standing rules to remove.")],
+    verdict: Annotated[str | None, typer.Option("--verdict", help="Only 'allow' or only 'deny' rules.")] = None,
+    as_json: JsonOpt = False, url: UrlOpt = None, api_token: ApiTokenOpt = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """Remove the standing permission rules of TOOL on THREAD_ID: approvals are asked again."""
+    _guard(lambda: validate_id(thread_id, "thread_id"))
+    body = {"thread_id": thread_id, "tool": tool, **({"verdict": verdict} if verdict else {})}
+
+    async def revoke(api: RunsApi) -> None:
+        answer = await api.call("revoke", body)
+        if as_json:
+            _print_json(answer)
+        else:
+            _out().print(f"revoked {len(answer['removed'])} standing rule(s) of {tool} on thread {thread_id} "
+                         f"(seq {answer['seq']})")
+
+    _drive(_options(nats, creds, token, data_dir, timeout), url, api_token, revoke)
 
 
 @app.command("agents")

@@ -201,6 +201,27 @@ class Threads:
         return await self.client.request("GET", f"/v1/threads/{thread_id}/state",
                                          params=_params(at=at))
 
+    async def revoke(self, thread_id: str, tool: str, *, verdict: str | None = None) -> Json:
+        """Remove the standing permission rules of `tool` on the thread ("always allow / deny"
+        answers): `{"thread_id", "removed", "permissions", "seq"}`."""
+        return await self.client.request("DELETE", f"/v1/threads/{thread_id}/permissions",
+                                         params=_params(tool=tool, verdict=verdict))
+
+    async def fork(self, thread_id: str, at: str, *, new_thread_id: str | None = None,
+                   state: Mapping[str, Any] | None = None,
+                   state_patch: Sequence[Mapping[str, Any]] | None = None,
+                   replace_message: Mapping[str, Any] | None = None,
+                   metadata: Mapping[str, Any] | None = None) -> Json:
+        """A new thread from this one's messages and state as of event id `at` (its lineage in
+        `forked_from`): `{"thread_id", "thread", "seq"}`. `state` replaces the fork's state,
+        `state_patch` (RFC 6902 ops) edits it; `replace_message` (`{"id", "content"[, "role"]}`)
+        changes one message of the copied history. Start runs on it like on any thread."""
+        body = _body(at=at, new_thread_id=new_thread_id, state=dict(state) if state is not None else None,
+                     state_patch=[dict(op) for op in state_patch] if state_patch is not None else None,
+                     replace_message=dict(replace_message) if replace_message is not None else None,
+                     metadata=dict(metadata) if metadata is not None else None)
+        return await self.client.request("POST", f"/v1/threads/{thread_id}/fork", json_body=body)
+
     def stream(self, thread_id: str, *, after: str | None = None, follow: bool = False) -> AsyncGenerator[StreamEvent, None]:
         """The thread's events from the log (after event id `after`); `follow` keeps tailing."""
         return self.client.events(f"/v1/threads/{thread_id}/events", after=after, follow=follow)
@@ -280,10 +301,12 @@ class Runs:
         raise ConnectionFailed(f"the event stream of run {run_id!r} ended before the run paused")
 
     async def inputs(self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (),
-                     messages: Messages = ()) -> Json:
+                     messages: Messages = (), mode: str | None = None) -> Json:
         """`POST /v1/runs/{id}/inputs`: decisions for suspended calls and/or messages (which start
-        the continuation run on the same thread): `{"thread_id", "run_id", "seq"}`."""
-        body = _body(decisions=[_decision(d) for d in decisions] or None, messages=_messages(messages) or None)
+        the continuation run on the same thread): `{"thread_id", "run_id", "seq"}`. Messages for
+        a run that is still running need `mode="interrupt"` (cancel it, then continue)."""
+        body = _body(decisions=[_decision(d) for d in decisions] or None, messages=_messages(messages) or None,
+                     mode=mode)
         return await self.client.request("POST", f"/v1/runs/{run_id}/inputs",
                                          json_body=body)
 

@@ -132,6 +132,15 @@ class SyncThreads:
     def state(self, thread_id: str, *, at: str | None = None) -> Json:
         return self.c.call(self.a.state(thread_id, at=at))
 
+    def revoke(self, thread_id: str, tool: str, *, verdict: str | None = None) -> Json:
+        return self.c.call(self.a.revoke(thread_id, tool, verdict=verdict))
+
+    def fork(self, thread_id: str, at: str, *, new_thread_id: str | None = None,
+             state: Mapping[str, Any] | None = None, state_patch: Sequence[Mapping[str, Any]] | None = None,
+             replace_message: Mapping[str, Any] | None = None, metadata: Mapping[str, Any] | None = None) -> Json:
+        return self.c.call(self.a.fork(thread_id, at, new_thread_id=new_thread_id, state=state,
+                                       state_patch=state_patch, replace_message=replace_message, metadata=metadata))
+
     def stream(self, thread_id: str, *, after: str | None = None, follow: bool = False) -> Iterator[StreamEvent]:
         return self.c.iterate(self.a.stream(thread_id, after=after, follow=follow))
 
@@ -165,8 +174,9 @@ class SyncRuns:
     def wait(self, run_id: str, *, min_seq: int | None = None, timeout: float | None = None) -> Json:
         return self.c.call(self.a.wait(run_id, min_seq=min_seq, timeout=timeout))
 
-    def inputs(self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = ()) -> Json:
-        return self.c.call(self.a.inputs(run_id, decisions=decisions, messages=messages))
+    def inputs(self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
+               mode: str | None = None) -> Json:
+        return self.c.call(self.a.inputs(run_id, decisions=decisions, messages=messages, mode=mode))
 
     def decide(self, run_id: str, decisions: Sequence[Mapping[str, Any]]) -> Json:
         return self.c.call(self.a.decide(run_id, decisions))

@@ -14,13 +14,15 @@ from agentlog.api.models import (
     CreateThread,
     DeleteThreadQuery,
     EventsQuery,
+    ForkThread,
     GetViewQuery,
     ListThreadsQuery,
     MessagesQuery,
+    RevokeQuery,
     StateQuery,
     UpdateThread,
 )
-from agentlog.api.threads import after, append, create, current
+from agentlog.api.threads import after, append, create, current, revoke
 from agentlog.api.timeline import within
 from agentlog.log.events import (
     Position,
@@ -41,6 +43,18 @@ from .routing import Route, parse_body, parse_query, path_id
 async def create_thread(request: web.Request) -> web.Response:
     body = await parse_body(request, CreateThread)
     return reply(await create(services(request), principal(request), body), status=201)
+
+
+async def fork_thread(request: web.Request) -> web.Response:
+    """A new thread from this one's history as of an event (`agentlog.api.threads.fork`)."""
+    body = await parse_body(request, ForkThread)
+    return reply(await ops.fork_thread(services(request), principal(request), path_id(request), body), status=201)
+
+
+async def revoke_permission(request: web.Request) -> web.Response:
+    """Remove standing permission rules of a tool (`agentlog.api.threads.revoke`)."""
+    q = parse_query(request, RevokeQuery)
+    return reply(await revoke(services(request), principal(request), path_id(request), q))
 
 
 async def list_threads(request: web.Request) -> web.Response:
@@ -149,6 +163,20 @@ ROUTES: list[Route] = [
           query=DeleteThreadQuery,
           response={"type": "object", "properties": {"thread_id": {"type": "string"},
                                                      "deleted": {"type": "boolean"}, "seq": {"type": "integer"}}},
+          errors=(404, 409)),
+    Route("POST", "/v1/threads/{id}/fork", fork_thread,
+          "Fork the thread at an event into a new thread (ThreadCreated.forked_from, its messages and state as of it)",
+          "threads", body=ForkThread,
+          response={"type": "object", "properties": {"thread_id": {"type": "string"}, "thread": _THREAD,
+                                                     "seq": {"type": "integer"}},
+                    "required": ["thread_id", "thread", "seq"]},
+          status=201, errors=(400, 404, 409, 413)),
+    Route("DELETE", "/v1/threads/{id}/permissions", revoke_permission,
+          "Revoke standing permission rules of a tool (thread state agentlog.permissions)", "threads",
+          query=RevokeQuery,
+          response={"type": "object", "properties": {"thread_id": {"type": "string"},
+                                                     "removed": {"type": "array"}, "permissions": {"type": "object"},
+                                                     "seq": {"type": "integer"}}},
           errors=(404, 409)),
     Route("GET", "/v1/threads/{id}/messages", thread_messages, "Messages, from the log", "threads",
           query=MessagesQuery,

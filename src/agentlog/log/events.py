@@ -168,10 +168,22 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_f
 # -- thread ---------------------------------------------------------------------------------------
 
 
+class ForkOrigin(_Value, frozen=True):
+    """Where a forked thread branched off: the source thread and the event position (its
+    `"<seq>:<index>"` id) whose state and messages the fork starts from."""
+
+    thread_id: str
+    position: str
+
+
 class ThreadCreated(Event, frozen=True):
+    """`forked_from`: set on a thread made by forking another (`agentlog.views.fork`); omitted
+    otherwise, so logs written before the field existed decode as before."""
+
     resource_id: str | None = None
     parent_thread_id: str | None = None
     metadata: dict[str, JSON] = {}
+    forked_from: ForkOrigin | None = None
 
 
 class ThreadMetadataUpdated(Event, frozen=True):

@@ -4,7 +4,7 @@
     ...; await service.stop()
     # nats req agentlog.api.runs.start '{"agent_id": "calc", "messages": "hi"}'
 
-Endpoints `agentlog.api.<group>.<op>` (runs.start|inputs|cancel|get|list, threads.create|get|list|
+Endpoints `agentlog.api.<group>.<op>` (runs.start|inputs|cancel|get|list, threads.create|fork|revoke|get|list|
 messages, agents.list) take the HTTP JSON bodies, with the path id as a field (`run_id` / `thread_id`) and
 query parameters as fields too. They call the very functions the HTTP handlers call
 (`agentlog.api.operations`), and errors are the HTTP answers: micro error headers
@@ -29,6 +29,7 @@ from nats.micro.service import Service
 from pydantic import BaseModel
 
 from agentlog.api import operations as ops
+from agentlog.api import threads as threads_api
 from agentlog.api.agents import agent_catalog
 from agentlog.api.auth import Authenticator, Principal, resolve_tokens
 from agentlog.api.context import Services, Settings
@@ -40,8 +41,10 @@ from agentlog.api.models import (
     AgentsQuery,
     CancelRunRequest,
     CreateThread,
+    ForkThreadRequest,
     ListRunsQuery,
     ListThreadsQuery,
+    RevokeRequest,
     RunInputsRequest,
     RunRef,
     StartRunBody,
@@ -88,6 +91,8 @@ def _op_table(dispatcher: Dispatcher, catalog: list[dict[str, Any]] | None = Non
         },
         "threads": {
             "create": (CreateThread, ops.create_thread),
+            "fork": (ForkThreadRequest, lambda svc, who, b: ops.fork_thread(svc, who, b.thread_id, b)),
+            "revoke": (RevokeRequest, lambda svc, who, b: threads_api.revoke(svc, who, b.thread_id, b)),
             "get": (ThreadRef, lambda svc, who, b: ops.get_thread(svc, who, b.thread_id, b)),
             "list": (ListThreadsQuery, ops.list_threads),
             "messages": (ThreadMessagesRequest, lambda svc, who, b: ops.thread_messages(svc, who, b.thread_id, b)),

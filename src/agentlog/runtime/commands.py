@@ -105,7 +105,18 @@ class StartRun(_Base, tag="start", kw_only=True, omit_defaults=True):
 
 
 class ContinueRun(StartRun, tag="continue", kw_only=True):
-    """A continuation: a new run after `parent_run_id` (required) on the same thread."""
+    """A continuation: a new run after `parent_run_id` (required) on the same thread.
+
+    `interrupt`: the parent may still be running; the worker cancels it (reason `INTERRUPTED`)
+    and starts this run once the parent has finished: "stop, then send" as one command, so the
+    thread never has two active runs and a crash in between leaves the command to redo (both
+    halves are idempotent: a finished parent is not cancelled again, a started run is resumed)."""
+
+    interrupt: bool = False
+
+
+#: The cancel reason an interrupting continuation records on the run it stops.
+INTERRUPTED = "interrupted by a new message"
 
 
 class Decide(_Base, tag="decide", kw_only=True):
@@ -288,9 +299,12 @@ class CommandClient:
         ack = await self.js.publish(
             command_subject(cmd.thread_id, app_name or self.app_name), payload, headers={"Nats-Msg-Id": cmd.command_id}
         )
+        live: tuple[str, bytes] | None = None
         if isinstance(cmd, (Decide, Cancel)):
+            live = (cmd.run_id, payload)
+        if live is not None:
             try:
-                await self.nc.publish(control_subject(cmd.run_id), payload)
+                await self.nc.publish(control_subject(live[0]), live[1])
             except Exception:  # noqa: BLE001 - live delivery is a shortcut; the queue is the truth
                 pass
         return Submitted(cmd.command_id, cmd.thread_id, cmd.run_id, ack.seq, bool(ack.duplicate))

@@ -11,6 +11,15 @@ verdict, rule}` by the loop, and a deny fails the call with a result that tells 
 this gate with `PhaseContext.decision` set: an approval is recorded as `allow` (same rule) and the
 tool runs; `approved: false` is recorded as `deny` and the model is told a human turned it down.
 The plugin holds nothing between the two: the decision is in the log.
+
+Standing permissions: an answer with `"always": true` (`{"approved": true, "always": true}`, or
+false) also stores a rule in the thread state under `agentlog.permissions` (`{"allow": [rule],
+"deny": [rule]}`, each rule `{"tool", "args"}`; the answer's optional `args` patterns narrow it),
+committed with the decision's gate as a `StatePatched`, so resume and replay read it from the
+log. From then on, on this thread: a standing deny fails a matching call without asking (and a
+tool denied whatever its arguments is hidden from the model), a standing allow lets a call the
+rules would ask about run. A configured deny still wins over a standing allow. Revoke a rule by
+removing it from the state (`DELETE /v1/threads/{id}/permissions`, `agentlog thread revoke`).
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ import pydantic
 from agentlog.log.events import SuspendTicket, ToolCall
 
 from .hitl import is_approved
-from .plugins import Gate, PhaseContext, Plugin
+from .plugins import Action, ExcludeTools, Gate, PatchState, PhaseContext, Plugin
 
 Verdict = Literal["allow", "deny", "ask"]
 
@@ -35,6 +44,10 @@ APPROVAL_SCHEMA: dict[str, Any] = {
     "properties": {"approved": {"type": "boolean"}, "reason": {"type": "string"}},
     "required": ["approved"],
 }
+# (An answer may also carry `always` and `args`, the standing-rule options below; they stay out of
+# the schema so that forms built from it, like the inspector's, still send just an approval.)
+#: The thread-state key of the standing rules.
+STANDING_KEY = "agentlog.permissions"
 _encode = msgspec.json.Encoder().encode
 
 
@@ -97,6 +110,40 @@ def decide(
     return default, f"default:{default}"
 
 
+def standing_rules(state: Mapping[str, Any]) -> tuple[tuple[PermissionRule, ...], tuple[PermissionRule, ...]]:
+    """(allow, deny) standing rules of a thread state; malformed entries are ignored (the state
+    is anyone's to write, a bad entry must not break every later call)."""
+    stored = state.get(STANDING_KEY)
+    out: dict[str, list[PermissionRule]] = {"allow": [], "deny": []}
+    if isinstance(stored, Mapping):
+        for verdict in out:
+            for raw in stored.get(verdict) or ():
+                try:
+                    rule = PermissionRule.model_validate(raw)
+                except pydantic.ValidationError:
+                    continue
+                out[verdict].append(PermissionRule(tool=rule.tool, args=rule.args, name=f"standing:{rule.label(verdict)}"))
+    return tuple(out["allow"]), tuple(out["deny"])
+
+
+def remember(state: Mapping[str, Any], verdict: str, call: ToolCall, result: Any) -> PatchState:
+    """The state patch that stores a standing rule for `call`'s tool (narrowed by the answer's
+    `args` patterns), replacing an equal rule of the other verdict."""
+    args = result.get("args") if isinstance(result, Mapping) else None
+    rule = {"tool": call.name, **({"args": {str(k): str(v) for k, v in args.items()}}
+                                  if isinstance(args, Mapping) and args else {})}
+    stored = state.get(STANDING_KEY)
+    current = dict(stored) if isinstance(stored, Mapping) else {}
+    other = "deny" if verdict == "allow" else "allow"
+    kept = {v: [r for r in (current.get(v) or []) if r != rule] for v in ("allow", "deny")}
+    value = {**current, verdict: [*kept[verdict], rule], other: kept[other]}
+    return PatchState(ops=({"op": "add", "path": "/" + STANDING_KEY, "value": value},))
+
+
+def _always(result: Any) -> bool:
+    return isinstance(result, Mapping) and result.get("always") is True
+
+
 class PermissionPlugin(Plugin):
     """`PermissionPlugin(allow=["read_*"], ask=["deploy"], deny=[{"tool": "fs_*", "args": {"path":
     "/etc/*"}}], default="deny")`. A rule may be a tool glob string, a dict, or a `PermissionRule`."""
@@ -115,19 +162,37 @@ class PermissionPlugin(Plugin):
         self.ask = _rules(ask)
         self.default: Verdict = default
 
-    def before_tool_execute(self, ctx: PhaseContext, call: ToolCall) -> list[Gate]:
+    def before_inference(self, ctx: PhaseContext) -> list[Action]:
+        """Tools a standing rule denies whatever their arguments are not offered to the model."""
+        _allow, deny = standing_rules(ctx.state)
+        hidden = tuple(sorted({r.tool for r in deny if not r.args and "*" not in r.tool and "?" not in r.tool}))
+        return [ExcludeTools(names=hidden)] if hidden else []
+
+    def before_tool_execute(self, ctx: PhaseContext, call: ToolCall) -> list[Action]:
         verdict, rule = decide(call, self.allow, self.deny, self.default, self.ask)
         if verdict == "deny":
             reason = f"permission denied: tool {call.name!r} is not allowed here (rule {rule})"
             return [Gate(verdict="deny", rule=rule, reason=reason)]
+        standing_allow, standing_deny = standing_rules(ctx.state)
+        for standing in standing_deny:
+            if standing.matches(call):
+                label = standing.label("deny")
+                return [Gate(verdict="deny", rule=label,
+                             reason=f"permission denied: tool {call.name!r} is denied on this thread (rule {label})")]
         if verdict == "ask":
             decision = ctx.decision
             if decision is not None and decision.action == "resume":
-                if is_approved(decision.result):
-                    return [Gate(verdict="allow", rule=rule)]
+                approved = is_approved(decision.result)
+                remembered = ([remember(ctx.state, "allow" if approved else "deny", call, decision.result)]
+                              if _always(decision.result) else [])
+                if approved:
+                    return [Gate(verdict="allow", rule=rule), *remembered]
                 why = decision.reason or (decision.result.get("reason") if isinstance(decision.result, dict) else None)
                 reason = f"permission denied by a human: tool {call.name!r} was not approved" + (f" ({why})" if why else "")
-                return [Gate(verdict="deny", rule=rule, reason=reason)]
+                return [Gate(verdict="deny", rule=rule, reason=reason), *remembered]
+            for standing in standing_allow:
+                if standing.matches(call):
+                    return [Gate(verdict="allow", rule=standing.label("allow"))]
             ticket = SuspendTicket(
                 id=call.id, action="approve", message=f"Allow tool {call.name!r} to run? (rule {rule})",
                 parameters={"tool": call.name, "arguments": call.arguments}, response_schema=APPROVAL_SCHEMA,

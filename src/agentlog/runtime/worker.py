@@ -72,14 +72,17 @@ from .commands import (
     DLQ_ERROR,
     DLQ_QUEUE_SEQ,
     DLQ_RUN_ID,
+    INTERRUPTED,
     WORKER_CONSUMER,
     Cancel,
+    ContinueRun,
     Decide,
     InvalidCommand,
     StartRun,
     control_subject,
     decode_command,
     dlq_subject,
+    encode_command,
     ensure_commands_stream,
     ensure_dlq_stream,
     validate_app_name,
@@ -295,6 +298,10 @@ class Worker:
             if isinstance(cmd, Cancel):
                 outcome = await self._cancel(cmd, log, meta.sequence.stream)
             else:
+                if isinstance(cmd, ContinueRun) and cmd.interrupt and cmd.parent_run_id is not None:
+                    # stop the parent first (outside the thread's order: its own command holds
+                    # the thread until it finishes); the start below then waits for that
+                    await self._interrupt_parent(cmd, log, meta.sequence.stream)
                 lock = self._locks.setdefault(cmd.thread_id, asyncio.Lock())
                 async with lock:
                     if await self._earlier_pending(cmd.thread_id, meta.sequence.stream):
@@ -597,6 +604,18 @@ class Worker:
             except RunConflict as exc:  # someone else moved it on: it is not ours to finish
                 log.info("command.reevaluate", reason=str(exc))
         return ACK
+
+    async def _interrupt_parent(self, cmd: ContinueRun, log: Any, queue_seq: int) -> None:
+        """Record the cancel of the parent (`RunCancelRequested`, so resume and replay see why it
+        stopped), then signal it live: the worker driving it may be another one, and a loop
+        blocked in a tool only meets a recorded request at its next append."""
+        assert cmd.parent_run_id is not None
+        stop = Cancel(thread_id=cmd.thread_id, run_id=cmd.parent_run_id, reason=INTERRUPTED)
+        await self._cancel(stop, log, queue_seq)
+        try:
+            await self.nc.publish(control_subject(cmd.parent_run_id), encode_command(stop))
+        except Exception:  # noqa: BLE001 - live delivery is a shortcut; the recorded request is the truth
+            pass
 
     async def _orphaned(self, cmd: Cancel, queue_seq: int) -> bool:
         """Is the run driven by nobody? Not here, and no other command of its thread is in the

@@ -23,6 +23,7 @@ from agentlog.log.events import (
     AnyEvent,
     AppRef,
     Commit,
+    ForkOrigin,
     InferenceCompleted,
     Message,
     MessageAppended,
@@ -102,6 +103,7 @@ class _ThreadAcc:
     deleted: bool
     rejected_patches: int
     cost: float | None
+    forked_from: ForkOrigin | None
 
     @classmethod
     def thaw(cls, view: ThreadView) -> _ThreadAcc:
@@ -129,6 +131,7 @@ class _ThreadAcc:
         self.resource_id = ev.resource_id
         self.parent_thread_id = ev.parent_thread_id
         self.metadata = merge_metadata(self.metadata, ev.metadata)
+        self.forked_from = ev.forked_from
 
     def _metadata(self, ev: ThreadMetadataUpdated, run_id: str | None) -> None:
         self.metadata = merge_metadata(self.metadata, ev.metadata)

@@ -11,7 +11,15 @@ from typing import Any, Literal
 
 import msgspec
 
-from agentlog.log.events import AppRef, PayloadRef, SuspendTicket, Termination, ToolCallDecision, Usage
+from agentlog.log.events import (
+    AppRef,
+    ForkOrigin,
+    PayloadRef,
+    SuspendTicket,
+    Termination,
+    ToolCallDecision,
+    Usage,
+)
 
 CallStatus = Literal["new", "running", "suspended", "resuming", "succeeded", "failed", "cancelled"]
 RunStatus = Literal["running", "waiting", "done"]
@@ -119,6 +127,8 @@ class ThreadView(_View, frozen=True):
     rejected_patches: int = 0
     #: USD: the sum of the recorded inference costs of all the thread's runs (None: none priced).
     cost: float | None = None
+    #: The thread and event position this thread was forked from (None: not a fork).
+    forked_from: ForkOrigin | None = None
 
     @property
     def last_seq(self) -> int:

@@ -228,9 +228,26 @@ async function selectThread(threadId) {
   await loadLists();
   const runs = S.runs.filter((r) => r.thread_id === threadId);
   if (runs.length) return go(runHash(runs[runs.length - 1].run_id));  // its latest run
+  // no run yet (e.g. a fork just made): the thread itself, from the log, and its messages
+  const [thread, data] = await Promise.all([api("GET", `/v1/threads/${enc(threadId)}`),
+    api("GET", `/v1/threads/${enc(threadId)}/messages?limit=200`)]);
+  if (threadId !== S.thread) return undefined;
+  const from = thread.forked_from;
   showMain("empty");
-  $("#empty").replaceChildren(el("p", {}, `Thread ${threadId} has no runs yet.`));
+  $("#empty").replaceChildren(
+    el("p", { id: "thread-head" }, `Thread ${threadId} has no runs yet.`,
+      from ? el("span", { class: "forked" }, ` Forked from thread ${from.thread_id} at event ${from.position}.`) : null),
+    el("ol", { id: "thread-messages" }, data.messages.map(({ message: m }) => el("li", {},
+      el("span", { class: "role" }, m.role + ":"), " ", m.content))));
   return undefined;
+}
+
+// A new thread from this one's history as of event `at` (POST /v1/threads/{id}/fork), then show it.
+async function forkAt(at) {
+  await guarded(async () => {
+    const fork = await api("POST", `/v1/threads/${enc(S.thread)}/fork`, { at });
+    go(`#/threads/${enc(fork.thread_id)}`);
+  });
 }
 
 // -- one run ----------------------------------------------------------------------------------------
@@ -398,6 +415,8 @@ async function renderTimeline() {
       el("a", { class: "ev" + (e.type === "CommitQuarantined" ? " quarantined" : "") + (e.id === S.at ? " sel" : ""), href: runHash(S.run, e.id), "data-event": e.id },
         el("span", { class: "id mono" }, e.id), el("span", { class: "type" }, e.type),
         el("span", { class: "sum mono" }, e.summary)),
+      el("button", { class: "fork", type: "button", "data-fork": e.id, hidden: e.id === S.at ? null : "",
+        title: "a new thread with the messages and state as of this event" }, "Fork from here"),
       e.state_diff && e.state_diff.length ? el("pre", { class: "diff" }, e.state_diff.map(
         (op) => `${op.op} ${op.path}${"value" in op ? " = " + JSON.stringify(op.value) : ""}`).join("\n")) : null,
     ]))));
@@ -413,6 +432,7 @@ const atOrBefore = (id, at) => { const [a, b] = pos(id), [c, d] = pos(at); retur
 async function renderState(at) {
   S.at = at || null;
   for (const b of document.querySelectorAll(".ev")) b.classList.toggle("sel", b.dataset.event === S.at);
+  for (const b of document.querySelectorAll("button.fork")) b.hidden = b.dataset.fork !== S.at;
   $("#permalink").href = runHash(S.run, S.at);
   const thread = S.thread;
   const data = await api("GET", `/v1/threads/${enc(thread)}/state${S.at ? `?at=${enc(S.at)}` : ""}`);
@@ -580,6 +600,10 @@ for (const id of ["#q", "#f-status", "#f-agent", "#f-time"]) $(id).addEventListe
 $("#filters").addEventListener("submit", (e) => e.preventDefault());
 $("#refresh").addEventListener("click", () => guarded(loadLists));
 $("#verify").addEventListener("click", verify);
+$("#timeline").addEventListener("click", (e) => {
+  const button = e.target.closest("button.fork");
+  if (button) forkAt(button.dataset.fork);
+});
 $("#state-now").addEventListener("click", () => go(runHash(S.run)));
 window.addEventListener("hashchange", route);
 route();

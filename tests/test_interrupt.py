@@ -1,0 +1,159 @@
+"""Interrupt: `POST /v1/runs/{id}/inputs {"messages", "mode": "interrupt"}` on a RUNNING run
+cancels it and continues the thread with the messages, as one command a worker executes (the
+thread never has two active runs), against what users run: `agentlog serve`, and `agentlog
+gateway` + `agentlog worker` (tests/serve_app.py: agent `held` calls `hold`, which blocks until
+its thread is released by a file, or the run is cancelled).
+
+Synchronisation: the thread's event stream (followed) and `runs.wait`; no test waits on time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from topology import Deployment
+from typer.testing import CliRunner
+
+from agentlog.cli.core import app
+from agentlog.client import ApiError, AsyncClient, SyncClient, get_sync_client
+
+from test_adapters_routes_support import TRANSPORTS, Transport, open_deployed
+
+runner = CliRunner()
+pytestmark = pytest.mark.usefixtures("keep_structlog_config")
+WAIT = 90
+
+
+@pytest.fixture
+def hold_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "hold"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def deployment_options(hold_dir: Path) -> dict[str, object]:
+    return {"app": "serve_app:app", "env": {"SERVE_APP_HOLD_DIR": str(hold_dir)}}
+
+
+def holding(client: SyncClient) -> dict[str, Any]:
+    """A `held` run whose `hold` call has started (and blocks): followed from the thread's stream."""
+    run = client.runs.create("held", "go")
+    for event in client.threads.stream(run["thread_id"], follow=True):
+        if event.type == "ToolCallStarted":
+            return run
+    raise AssertionError("the thread's stream ended before the hold call started")
+
+
+def log_of(client: SyncClient, thread_id: str) -> list[Any]:
+    return list(client.threads.stream(thread_id))
+
+
+def test_interrupt_cancels_the_running_run_and_continues_with_the_message(
+        deployment: Deployment, hold_dir: Path) -> None:
+    with get_sync_client(deployment.http_url) as client:
+        old = holding(client)
+        thread = old["thread_id"]
+        (hold_dir / thread).touch()  # the continuation's own hold returns at once
+        new = client.runs.inputs(old["run_id"], messages="stop, then do this", mode="interrupt")
+        assert new["thread_id"] == thread and new["run_id"] != old["run_id"]
+        done = client.runs.wait(new["run_id"], timeout=WAIT)
+        assert done["status"] == "done" and done["parent_run_id"] == old["run_id"]
+        stopped = client.runs.get(old["run_id"], min_seq=done["last_seq"])
+        assert stopped["termination"]["type"] == "cancelled"
+        events = log_of(client, thread)
+        ended = next(e.seq for e in events if e.type == "RunFinished" and e.run_id == old["run_id"])
+        started = next(e.seq for e in events if e.type == "RunStarted" and e.run_id == new["run_id"])
+        assert ended < started  # never two active runs
+        # stopped by the live signal or the recorded request, whichever came first
+        assert all(e.event.get("reason") == "interrupted by a new message"
+                   for e in events if e.type == "RunCancelRequested")
+        users = [e.event["message"]["content"] for e in events
+                 if e.type == "MessageAppended" and e.event["message"]["role"] == "user"]
+        assert users == ["go", "stop, then do this"]
+    for run_id in (old["run_id"], new["run_id"]):
+        result = runner.invoke(app, ["replay", run_id, "--verify", "--app", "serve_app:app",
+                                     "--nats", deployment.nats_url, "--timeout", "10"])
+        assert result.exit_code == 0, result.output
+
+
+def test_interrupt_without_a_mode_is_a_409_naming_it_and_writes_nothing(
+        deployment: Deployment, hold_dir: Path) -> None:
+    with get_sync_client(deployment.http_url) as client:
+        old = holding(client)
+        thread = old["thread_id"]
+        before = len(log_of(client, thread))
+        with pytest.raises(ApiError) as raised:
+            client.runs.inputs(old["run_id"], messages="hello?")
+        assert raised.value.status == 409 and '"mode": "interrupt"' in raised.value.message, raised.value
+        for body in ({"messages": "x", "mode": "steer"}, {"mode": "interrupt"},
+                     {"decisions": [], "messages": [], "mode": "interrupt"}):
+            with pytest.raises(ApiError) as bad:
+                client.call(client.aio.request("POST", f"/v1/runs/{old['run_id']}/inputs", json_body=body))
+            assert (bad.value.status, bad.value.code) == (400, "invalid_input"), body
+        assert len(log_of(client, thread)) == before
+        (hold_dir / thread).touch()
+        client.runs.cancel(old["run_id"])
+
+
+def test_interrupt_of_a_finished_run_is_a_plain_continuation(deployment: Deployment, hold_dir: Path) -> None:
+    with get_sync_client(deployment.http_url) as client:
+        (hold_dir / "t-interrupt-done").touch()  # before the run: its hold returns at once
+        first = client.runs.create("held", "go", thread_id="t-interrupt-done")
+        assert client.runs.wait(first["run_id"], timeout=WAIT)["status"] == "done"
+        new = client.runs.inputs(first["run_id"], messages="more", mode="interrupt")
+        done = client.runs.wait(new["run_id"], timeout=WAIT)
+        assert done["status"] == "done" and done["parent_run_id"] == first["run_id"]
+        assert not [e for e in log_of(client, first["thread_id"]) if e.type == "RunCancelRequested"]
+
+
+@pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)
+async def test_interrupt_stop_then_send_in_the_ai_sdk(deployment: Deployment, hold_dir: Path, tr: Transport) -> None:
+    """The AI SDK client stopped its stream (the run went on) and sends a new message: one
+    interrupting command, the old run cancelled, the new message answered in the stream."""
+    async with asyncio.timeout(WAIT), open_deployed(deployment) as stack, AsyncClient(deployment.http_url) as aio:
+        old = await aio.runs.create("held", "go")
+        chat = old["thread_id"]
+        async with contextlib.aclosing(aio.threads.stream(chat, follow=True)) as events:
+            async for event in events:
+                if event.type == "ToolCallStarted":
+                    break
+        (hold_dir / chat).touch()
+        body = {"id": chat, "trigger": "submit-message", "messages": [
+            {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "go"}]},
+            {"id": "u2", "role": "user", "parts": [{"type": "text", "text": "stop, then this"}]}]}
+        answer = await tr.aisdk(stack, body, agent="held")
+        assert not [p for p in answer.events if p["type"] == "error"], answer.events
+        assert answer.events[-1]["type"] == "finish"
+        new = next(p["messageId"] for p in answer.events if p["type"] == "start")
+        view = await aio.runs.wait(new, timeout=WAIT)
+        assert view["parent_run_id"] == old["run_id"]
+        stopped = await aio.runs.get(old["run_id"], min_seq=view["last_seq"])
+        assert stopped["termination"]["type"] == "cancelled"
+
+
+@pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)
+async def test_interrupt_stop_then_send_in_ag_ui(deployment: Deployment, hold_dir: Path, tr: Transport) -> None:
+    """The same through AG-UI: a run request on a thread whose run still runs interrupts it."""
+    async with asyncio.timeout(WAIT), open_deployed(deployment) as stack, AsyncClient(deployment.http_url) as aio:
+        old = await aio.runs.create("held", "go")
+        chat = old["thread_id"]
+        async with contextlib.aclosing(aio.threads.stream(chat, follow=True)) as events:
+            async for event in events:
+                if event.type == "ToolCallStarted":
+                    break
+        (hold_dir / chat).touch()
+        body = {"threadId": chat, "runId": "r-agui-interrupt", "tools": [], "context": [], "state": {},
+                "forwardedProps": {}, "messages": [{"id": "u1", "role": "user", "content": "go"},
+                                                   {"id": "u2", "role": "user", "content": "stop, then this"}]}
+        answer = await tr.agui(stack, body, agent="held")
+        types = [e["type"] for e in answer.events]
+        assert "RUN_ERROR" not in types and types[-1] == "RUN_FINISHED", answer.events
+        stopped = await aio.runs.get(old["run_id"])
+        assert stopped["termination"]["type"] == "cancelled"
+        runs = (await aio.runs.list(thread_id=chat))["runs"]
+        assert [r["parent_run_id"] for r in runs if r["run_id"] != old["run_id"]] == [old["run_id"]]
