@@ -522,8 +522,14 @@ class Worker:
             return
         try:
             if isinstance(cmd, Cancel):
-                # signal only: the queued Cancel command records it (or finds the run finished)
-                rt.signal_cancel(cmd.run_id)
+                active = rt._active.get(cmd.run_id)
+                if active is not None and not active[1].done:
+                    # Record the request, then signal the loop (`Runtime.cancel` does both, in that
+                    # order): a loop stopped by the signal alone finishes `cancelled` before the
+                    # queued command can record why, and its log then shows no cancel request for
+                    # resume and `replay --verify` to follow. The queued command then finds the
+                    # run finished or its request recorded.
+                    await rt.cancel(cmd.run_id, reason=cmd.reason)
             elif isinstance(cmd, Decide):
                 active = rt._active.get(cmd.run_id)
                 if active is not None and not active[1].done:
