@@ -186,6 +186,8 @@ class Server:
         self.tracer_provider: Any = None
         self.service: Any = None
         self.adapter_service: Any = None
+        #: `/v1/mcp` (agentlog.adapters.mcp_http) when the app's agents are known here.
+        self.mcp: Any = None
         self.web_runner: web.AppRunner | None = None
         self.app: web.Application | None = None
         self.port: int | None = None
@@ -327,6 +329,13 @@ class Server:
             public = public_base_url(configured if configured is not None else os.environ.get(PUBLIC_URL_ENV))
             routes += a2a_routes(self.dispatcher, lambda: specs, public_url=public)
             self.parts.append("a2a")
+        if self.agent_catalog is not None:  # the agents as MCP tools (agentlog.adapters.mcp_http)
+            from agentlog.adapters.mcp_http import McpEndpoint
+
+            catalog = self.agent_catalog
+            self.mcp = McpEndpoint(adapter_session.backend_of(self.store, self.dispatcher), lambda: catalog)
+            routes += self.mcp.routes()
+            self.parts.append("mcp")
         return routes
 
     async def _start_http(self) -> None:
@@ -337,6 +346,8 @@ class Server:
                               runtime=self.dispatcher if self.dispatcher is not None else self.runtime,
                               extra_routes=self._routes(), settings=self.config.settings or Settings())
         self.app[SERVER] = self
+        if self.mcp is not None:
+            self.app.on_shutdown.append(self.mcp.close)
         if self.agent_catalog is not None:
             self.app[adapter_routes.AGENT_CATALOG] = self.agent_catalog
         if self.runtime is not None:  # `POST /v1/runs/{id}/verify` replays with the worker's app
