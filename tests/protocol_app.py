@@ -56,7 +56,18 @@ def append_log(text: str, ctx: ToolContext) -> str:
     return text
 
 
-TOOLS = [add, echo, ask_name, init_log, append_log, frontend_tool(PICK, "Let the user pick a color")]
+@tool
+def report(ctx: ToolContext) -> str:
+    """Tell the client what happened: a custom event, a raw one, an activity and its change."""
+    ctx.emit("report.started", {"step": 1})
+    ctx.emit_raw({"vendor": "acme", "seq": 1}, source="acme")
+    ctx.activity("plan", {"steps": ["fetch", "sum"], "done": 0})
+    ctx.activity_patch("plan", [{"op": "replace", "path": "/done", "value": 1}])
+    ctx.emit("report.finished", {"step": 2})
+    return "reported"
+
+
+TOOLS = [add, echo, report, ask_name, init_log, append_log, frontend_tool(PICK, "Let the user pick a color")]
 
 #: scenario keyword (the first user message of the turn) -> the model's turns, by assistant turns so far
 SCRIPTS: dict[str, list[Any]] = {
@@ -68,6 +79,7 @@ SCRIPTS: dict[str, list[Any]] = {
     "frontend": [Turn.tool(PICK, {"palette": ["red", "blue"]}), "Thanks for picking."],
     "log": [Turn.tool("init_log", {}), Turn.tool("append_log", {"text": "x"}), "Logged."],
     "name": [Turn.tool("ask_name", {}), "Nice to meet you."],
+    "emit": [Turn.tool("report", {}, text="Reporting."), "Reported."],
 }
 
 

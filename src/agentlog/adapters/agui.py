@@ -37,6 +37,7 @@ import pydantic
 from ag_ui import core as ag
 
 from agentlog.log.events import (
+    Emitted,
     Event,
     InferenceCompleted,
     Message,
@@ -104,6 +105,28 @@ def to_agui_message(m: Message) -> Any:
 def to_agui_messages(messages: Iterable[Message]) -> list[Any]:
     """The conversation as AG-UI shows it: internal messages (plugin context) stay hidden."""
     return [to_agui_message(m) for m in messages if m.visibility == "all"]
+
+
+# -- what tools and plugins emit ------------------------------------------------------------------
+
+
+def emitted_events(ev: Emitted) -> list[Any]:
+    """An `Emitted` log event as its AG-UI event: CUSTOM, RAW, ACTIVITY_SNAPSHOT (content is an
+    object; anything else is wrapped as `{"value": ...}`) or ACTIVITY_DELTA (JSON patch ops; a
+    patch AG-UI cannot carry is dropped rather than failing the stream)."""
+    if ev.kind == "custom":
+        return [ag.CustomEvent(name=ev.name, value=ev.value)]
+    if ev.kind == "raw":
+        return [ag.RawEvent(event=ev.value, source=ev.name or None)]
+    mid = ev.message_id or f"activity-{ev.name}"
+    if ev.kind == "activity_snapshot":
+        content = ev.value if isinstance(ev.value, dict) else {"value": ev.value}
+        return [ag.ActivitySnapshotEvent(message_id=mid, activity_type=ev.name, content=content)]
+    try:
+        return [ag.ActivityDeltaEvent.model_validate(
+            {"message_id": mid, "activity_type": ev.name, "patch": ev.patch or []})]
+    except pydantic.ValidationError:
+        return []
 
 
 # -- interrupts --------------------------------------------------------------------------------
@@ -376,6 +399,8 @@ class AguiTranslator:
             return self._suspended(ev.call_ids)
         if isinstance(ev, RunFinished):
             return self._finished(ev)
+        if isinstance(ev, Emitted):
+            return emitted_events(ev)
         return []
 
     def _message(self, m: Message) -> list[Any]:
