@@ -1,4 +1,5 @@
-"""A2A ListTasks, the authenticated extended agent card and tenant-scoped tokens, with the
+"""A2A ListTasks, the authenticated extended agent card, tenant-scoped tokens and push
+notifications (a loopback webhook receiver; a gateway killed mid-delivery), with the
 official a2a-sdk client against what users run (`agentlog serve`, and `agentlog gateway` +
 `agentlog worker`) with tokens `admin` (unscoped), `tok-a:tenantA`, `tok-b:tenantB`.
 """
@@ -6,6 +7,7 @@ official a2a-sdk client against what users run (`agentlog serve`, and `agentlog 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,17 +16,25 @@ import httpx
 import pytest
 from a2a.client import A2ACardResolver, ClientConfig, create_client
 from a2a.types.a2a_pb2 import (
+    DeleteTaskPushNotificationConfigRequest,
     GetExtendedAgentCardRequest,
     GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
     Message,
     Part,
     Role,
     SendMessageRequest,
+    TaskPushNotificationConfig,
     TaskState,
 )
 from a2a.utils.errors import TaskNotFoundError
-from topology import TOPOLOGIES, Deployment, deploy
+from aiohttp import web
+from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.struct_pb2 import Value
+from topology import TOPOLOGIES, Deployment, Kind, deploy
+
+from agentlog.adapters.a2a.push import signature
 
 TIMEOUT = 60
 TOKENS = "admin,tok-a:tenantA,tok-b:tenantB"
@@ -128,3 +138,124 @@ async def test_extended_card_for_authenticated_callers(a2a_deployment: Deploymen
             card = await (await client_for(base, token)).get_extended_agent_card(GetExtendedAgentCardRequest())
             names = {s.name for s in card.skills}
             assert {"open", "add", "echo", "report"} <= names and len(card.skills) > len(public.skills)
+
+
+# -- push notifications ------------------------------------------------------------------------
+
+
+class Webhook:
+    """A loopback webhook receiver: records every POST; `hang_first` holds the first delivery of
+    a completed task open (never answering) so a test can kill the gateway mid-delivery."""
+
+    def __init__(self, hang_first: bool = False) -> None:
+        self.hang_first = hang_first
+        self.received: list[tuple[dict[str, str], bytes]] = []
+        self.changed = asyncio.Condition()
+        self.hanging = asyncio.Event()
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def __aenter__(self) -> Webhook:
+        app = web.Application()
+        app.router.add_post("/hook", self.handle)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{port}/hook"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._runner is not None
+        await self._runner.cleanup()
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        async with self.changed:
+            self.received.append((dict(request.headers), body))
+            self.changed.notify_all()
+        if self.hang_first and self.state(body) == "TASK_STATE_COMPLETED" and not self.hanging.is_set():
+            self.hanging.set()
+            await asyncio.Event().wait()  # until the connection dies with the gateway
+        return web.Response(status=204)
+
+    @staticmethod
+    def state(body: bytes) -> str:
+        return str(json.loads(body)["task"]["status"]["state"])
+
+    async def wait_for(self, cond: Any) -> None:
+        async with self.changed:
+            await self.changed.wait_for(lambda: cond(self.received))
+
+
+def completed(received: list[tuple[dict[str, str], bytes]]) -> list[tuple[dict[str, str], bytes]]:
+    return [(h, b) for h, b in received if Webhook.state(b) == "TASK_STATE_COMPLETED"]
+
+
+async def waiting_task(client: Any, mid: str) -> tuple[Any, str]:
+    task = await send(client, "approval: deploy it", mid)
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED, task
+    call_id = MessageToDict(task.status.message.parts[1].data)["suspended"][0]["call_id"]
+    return task, call_id
+
+
+async def approve(client: Any, task_id: str, call_id: str) -> Any:
+    data = ParseDict({"decisions": [{"target_id": call_id, "decision_id": f"ok-{task_id}", "action": "resume",
+                                     "result": {"approved": True}}]}, Value())
+    msg = Message(message_id=f"d-{task_id}", role=Role.ROLE_USER, parts=[Part(data=data)], task_id=task_id)
+    events = [ev async for ev in client.send_message(SendMessageRequest(message=msg))]
+    return events[-1].task
+
+
+async def test_push_notifications_are_delivered_signed(a2a_deployment: Deployment) -> None:
+    """A webhook set on a waiting task gets its next state changes (resumed, completed) as A2A
+    task notifications, with the config's token and an HMAC signature of the body; the configs
+    are readable, listable and deletable; the card says push is supported."""
+    base = a2a_deployment.http_url
+    async with asyncio.timeout(TIMEOUT), Webhook() as hook:
+        client = await client_for(base, "tok-a", "sequential")
+        assert (await A2ACardResolver(httpx.AsyncClient(), base, "/a2a/sequential/.well-known/agent-card.json")
+                .get_agent_card()).capabilities.push_notifications
+        task, call_id = await waiting_task(client, "mp1")
+        created = await client.create_task_push_notification_config(
+            TaskPushNotificationConfig(task_id=task.id, id="hook1", url=hook.url, token="s3cret"))
+        assert created.id == "hook1" and created.url == hook.url
+        listed = await client.list_task_push_notification_configs(ListTaskPushNotificationConfigsRequest(task_id=task.id))
+        assert [c.id for c in listed.configs] == ["hook1"]
+        done = await approve(client, task.id, call_id)
+        assert done.status.state == TaskState.TASK_STATE_COMPLETED
+        await hook.wait_for(lambda got: completed(got))
+        headers, body = completed(hook.received)[0]
+        assert headers["X-A2A-Notification-Token"] == "s3cret"
+        assert headers["X-Agentlog-Signature"] == signature("s3cret", body)
+        assert json.loads(body)["task"]["id"] == task.id
+        other = await client_for(base, "tok-b", "sequential")
+        with pytest.raises(TaskNotFoundError):  # another tenant cannot see (or set) the task's hooks
+            await other.list_task_push_notification_configs(ListTaskPushNotificationConfigsRequest(task_id=task.id))
+        await client.delete_task_push_notification_config(
+            DeleteTaskPushNotificationConfigRequest(task_id=task.id, id="hook1"))
+        listed = await client.list_task_push_notification_configs(ListTaskPushNotificationConfigsRequest(task_id=task.id))
+        assert list(listed.configs) == []
+
+
+@pytest.mark.parametrize("kind", TOPOLOGIES)
+async def test_push_survives_a_gateway_killed_mid_delivery(tmp_path: Path, kind: Kind) -> None:
+    """The gateway is SIGKILLed while it is POSTing the completed-task notification (the webhook
+    holds the request open): after a restart the same notification (same delivery id) is
+    delivered again, from the outbox, not lost."""
+    async with asyncio.timeout(TIMEOUT * 2), Webhook(hang_first=True) as hook:
+        with deploy(kind, tmp_path, app="protocol_app:app", tokens=TOKENS,
+                    env={"AGENTLOG_A2A_PUSH_ACK_WAIT": "2"}) as d:
+            client = await client_for(d.http_url, "admin", "sequential")
+            task, call_id = await waiting_task(client, "mk1")
+            await client.create_task_push_notification_config(
+                TaskPushNotificationConfig(task_id=task.id, id="hook1", url=hook.url, token="t"))
+            await approve(client, task.id, call_id)
+            await hook.hanging.wait()
+            gateway = "serve" if kind == "serve" else "gateway"
+            d.kill(gateway)
+            d.start(gateway)
+            await hook.wait_for(lambda got: len(completed(got)) >= 2)
+        deliveries = [h["X-Agentlog-Delivery"] for h, _ in completed(hook.received)]
+        assert len(set(deliveries)) == 1, deliveries  # the same notification, delivered again

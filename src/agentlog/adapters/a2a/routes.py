@@ -39,11 +39,12 @@ JSONRPC_PARSE_ERROR = -32700
 BEARER_SCHEME = "bearer"
 
 
-def agent_card(spec: Any, url: str, *, bearer: bool = False, extended: bool = False) -> Any:
+def agent_card(spec: Any, url: str, *, bearer: bool = False, extended: bool = False, push: bool = False) -> Any:
     """The A2A card of an agent (`AgentSpec`), served at `url` over JSON-RPC. `bearer`: the
     endpoint wants `Authorization: Bearer <token>` (the gateway has tokens), which the card
     declares so that a client knows before its first call is refused. `extended`: the card for
-    an authenticated caller (GetExtendedAgentCard), with a skill per tool of the agent."""
+    an authenticated caller (GetExtendedAgentCard), with a skill per tool of the agent. `push`: the
+    gateway delivers push notifications (`push.PushDelivery`)."""
     from a2a.types.a2a_pb2 import (
         AgentCapabilities,
         AgentCard,
@@ -67,7 +68,7 @@ def agent_card(spec: Any, url: str, *, bearer: bool = False, extended: bool = Fa
     return AgentCard(
         name=spec.id, description=description, version="1.0.0",
         supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")],
-        capabilities=AgentCapabilities(streaming=True, push_notifications=False, extended_agent_card=True),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=push, extended_agent_card=True),
         default_input_modes=["text/plain", "application/json"], default_output_modes=["text/plain"],
         skills=[AgentSkill(id=spec.id, name=spec.id, description=description, tags=["agentlog"])] + (
             [AgentSkill(id=f"{spec.id}.{name}", name=name, description=f"the agent's tool {name}", tags=["tool"])
@@ -77,7 +78,7 @@ def agent_card(spec: Any, url: str, *, bearer: bool = False, extended: bool = Fa
 
 
 def a2a_routes(dispatcher: Any, agents: Callable[[], Mapping[str, Any]], default_agent: str | None = None,
-               *, public_url: str | None = None) -> list[Route]:
+               *, public_url: str | None = None, push: Any = None) -> list[Route]:
     """Routes of the A2A server; `agents()` gives the agents served (id -> AgentSpec).
     `public_url`: the base of the card's URLs (`agentlog.http.urls.public_base_url`); None: the
     listen address of the socket each request came in on."""
@@ -102,7 +103,8 @@ def a2a_routes(dispatcher: Any, agents: Callable[[], Mapping[str, Any]], default
             raise ApiError(404, "agent_not_found", "no agent to describe")
         spec = spec_of(agent_id)
         bearer = request.app[AUTHENTICATOR].enabled
-        return web.json_response(agent_card_to_dict(agent_card(spec, f"{base(request)}/a2a/{spec.id}", bearer=bearer)))
+        card = agent_card(spec, f"{base(request)}/a2a/{spec.id}", bearer=bearer, push=push is not None)
+        return web.json_response(agent_card_to_dict(card))
 
     async def rpc(request: web.Request) -> web.StreamResponse:
         agent_id = request.match_info["agent_id"]
@@ -117,7 +119,7 @@ def a2a_routes(dispatcher: Any, agents: Callable[[], Mapping[str, Any]], default
         if app is None:
             spec, bearer, url = spec_of(agent_id), request.app[AUTHENTICATOR].enabled, f"{base(request)}/a2a/{agent_id}"
             app = apps[(id(svc.store), agent_id)] = _jsonrpc_app(
-                agent_id, dispatcher, svc, lambda: agent_card(spec, url, bearer=bearer, extended=True))
+                agent_id, dispatcher, svc, lambda: agent_card(spec, url, bearer=bearer, extended=True, push=push is not None), push)
         return await serve_asgi(app, request, {PRINCIPAL_SCOPE: principal(request)})
 
     return [
@@ -134,7 +136,7 @@ def a2a_routes(dispatcher: Any, agents: Callable[[], Mapping[str, Any]], default
 PRINCIPAL_SCOPE = "agentlog.principal"
 
 
-def _jsonrpc_app(agent_id: str, dispatcher: Any, svc: Any, extended_card: Callable[[], Any]) -> Any:
+def _jsonrpc_app(agent_id: str, dispatcher: Any, svc: Any, extended_card: Callable[[], Any], push: Any) -> Any:
     from a2a.server.routes.common import DefaultServerCallContextBuilder
     from a2a.server.routes.jsonrpc_routes import create_jsonrpc_routes
     from starlette.applications import Starlette
@@ -149,7 +151,7 @@ def _jsonrpc_app(agent_id: str, dispatcher: Any, svc: Any, extended_card: Callab
             context.state[PRINCIPAL_STATE] = request.scope.get(PRINCIPAL_SCOPE)
             return context
 
-    handler = RunTaskHandler(agent_id, dispatcher, svc.store, services=svc, extended_card=extended_card)
+    handler = RunTaskHandler(agent_id, dispatcher, svc.store, services=svc, extended_card=extended_card, push=push)
     return Starlette(routes=create_jsonrpc_routes(handler, rpc_url=f"/a2a/{agent_id}", context_builder=WithCaller()))
 
 

@@ -12,6 +12,7 @@
     ListTasks                the agent's tasks the caller may see (a tenant token: its tenant's),
                              from the listing index (as of the log's head), each folded from the log
     GetExtendedAgentCard     the card with the agent's tools as skills (authenticated callers only)
+    *TaskPushNotificationConfig   a task's webhooks (agentlog.adapters.a2a.push delivers them)
 
 Tenant-scoped tokens are served: the caller (`agentlog.api.auth.Principal`, put in the call
 context by the routes) sees only tasks on its tenant's threads (others answer like unknown
@@ -33,13 +34,18 @@ from a2a.server.request_handlers.request_handler import RequestHandler
 from a2a.types.a2a_pb2 import (
     AgentCard,
     CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse,
     ListTasksRequest,
     ListTasksResponse,
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
     TaskArtifactUpdateEvent,
+    TaskPushNotificationConfig,
     TaskStatusUpdateEvent,
 )
 from a2a.types.a2a_pb2 import (
@@ -57,7 +63,7 @@ from agentlog.api.auth import Principal
 from agentlog.api.dispatch import Dispatcher, RunAlreadyFinished
 from agentlog.log.errors import AgentlogError
 from agentlog.log.events import MessageAppended, StoredCommit, ThreadCreated
-from agentlog.log.ids import InvalidId, validate_run_id
+from agentlog.log.ids import InvalidId, new_id, validate_run_id
 from agentlog.views.fold import Folder, fold_commits
 from agentlog.views.views import RunView
 
@@ -74,13 +80,15 @@ class RunTaskHandler(RequestHandler):
     """A2A for agent `agent_id`; `store` is read for task state (the log is the truth)."""
 
     def __init__(self, agent_id: str, dispatcher: Dispatcher, store: Any, *, services: Any = None,
-                 extended_card: Callable[[], AgentCard] | None = None) -> None:
+                 extended_card: Callable[[], AgentCard] | None = None, push: Any = None) -> None:
         self.agent_id = agent_id
         self.dispatcher = dispatcher
         self.store = store
         #: The gateway's `agentlog.api.context.Services` (the listing index for ListTasks).
         self.services = services
         self.extended_card = extended_card
+        #: The task webhooks (`push.PushConfigs`); None: push notifications unsupported.
+        self.push = push
 
     @staticmethod
     def caller(context: ServerCallContext | None) -> Principal:
@@ -278,17 +286,46 @@ class RunTaskHandler(RequestHandler):
         return ListTasksResponse(tasks=tasks, page_size=query.limit, total_size=int(page["total"]),
                                  next_page_token=str(following) if following < page["total"] else "")
 
-    async def on_create_task_push_notification_config(self, params: Any, context: ServerCallContext) -> Any:
-        raise PushNotificationNotSupportedError()
+    # -- push notifications (agentlog.adapters.a2a.push) ----------------------------------------
 
-    async def on_get_task_push_notification_config(self, params: Any, context: ServerCallContext) -> Any:
-        raise PushNotificationNotSupportedError()
+    def _push(self) -> Any:
+        if self.push is None:
+            raise PushNotificationNotSupportedError()
+        return self.push
 
-    async def on_list_task_push_notification_configs(self, params: Any, context: ServerCallContext) -> Any:
-        raise PushNotificationNotSupportedError()
+    async def on_create_task_push_notification_config(self, params: TaskPushNotificationConfig,
+                                                      context: ServerCallContext) -> TaskPushNotificationConfig:
+        """A webhook for the task's state changes from now on (one per config id: the same id
+        replaces it). Only http(s) URLs."""
+        push = self._push()
+        await self._commits(params.task_id, self.caller(context))
+        if not params.url.startswith(("http://", "https://")):
+            raise InvalidParamsError(message="the push notification url must be http(s)")
+        config = {"id": params.id or new_id(), "url": params.url, "token": params.token}
+        configs = [c for c in await push.get(params.task_id) if c["id"] != config["id"]] + [config]
+        await push.put(params.task_id, configs)
+        return _config(params.task_id, config)
 
-    async def on_delete_task_push_notification_config(self, params: Any, context: ServerCallContext) -> None:
-        raise PushNotificationNotSupportedError()
+    async def on_get_task_push_notification_config(self, params: GetTaskPushNotificationConfigRequest,
+                                                   context: ServerCallContext) -> TaskPushNotificationConfig:
+        await self._commits(params.task_id, self.caller(context))
+        for config in await self._push().get(params.task_id):
+            if config["id"] == params.id:
+                return _config(params.task_id, config)
+        raise TaskNotFoundError(message=f"no push notification config {params.id!r} on task {params.task_id!r}")
+
+    async def on_list_task_push_notification_configs(self, params: ListTaskPushNotificationConfigsRequest,
+                                                     context: ServerCallContext
+                                                     ) -> ListTaskPushNotificationConfigsResponse:
+        await self._commits(params.task_id, self.caller(context))
+        return ListTaskPushNotificationConfigsResponse(
+            configs=[_config(params.task_id, c) for c in await self._push().get(params.task_id)])
+
+    async def on_delete_task_push_notification_config(self, params: DeleteTaskPushNotificationConfigRequest,
+                                                      context: ServerCallContext) -> None:
+        await self._commits(params.task_id, self.caller(context))
+        push = self._push()
+        await push.put(params.task_id, [c for c in await push.get(params.task_id) if c["id"] != params.id])
 
     async def on_get_extended_agent_card(self, params: Any, context: ServerCallContext) -> AgentCard:
         """The card for an authenticated caller (the JSON-RPC endpoint is behind the gateway's
@@ -296,3 +333,8 @@ class RunTaskHandler(RequestHandler):
         if self.extended_card is None:
             raise UnsupportedOperationError(message="no extended agent card")
         return self.extended_card()
+
+
+def _config(task_id: str, config: dict[str, Any]) -> TaskPushNotificationConfig:
+    return TaskPushNotificationConfig(task_id=task_id, id=config["id"], url=config["url"],
+                                      token=config.get("token") or "")
