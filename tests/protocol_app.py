@@ -12,6 +12,9 @@ human before `echo` and `append_log`; `open`, the same tools with no approval ga
 
 from __future__ import annotations
 
+import asyncio
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from agentlog.adapters.frontend import frontend_tool
@@ -67,7 +70,20 @@ def report(ctx: ToolContext) -> str:
     return "reported"
 
 
-TOOLS = [add, echo, report, ask_name, init_log, append_log, frontend_tool(PICK, "Let the user pick a color")]
+#: Where a test releases a `hold` call: a file named after the thread.
+HOLD_DIR = Path(tempfile.gettempdir()) / "agentlog-protocol-hold"
+
+
+@tool
+async def hold(ctx: ToolContext) -> str:
+    """Keep the run going until the test releases the thread (a file in HOLD_DIR): a run that
+    is live for as long as a test needs it to be."""
+    while not (HOLD_DIR / ctx.thread_id).exists():
+        await asyncio.sleep(0.05)
+    return "released"
+
+
+TOOLS = [add, echo, report, hold, ask_name, init_log, append_log, frontend_tool(PICK, "Let the user pick a color")]
 
 #: scenario keyword (the first user message of the turn) -> the model's turns, by assistant turns so far
 SCRIPTS: dict[str, list[Any]] = {
@@ -80,6 +96,7 @@ SCRIPTS: dict[str, list[Any]] = {
     "log": [Turn.tool("init_log", {}), Turn.tool("append_log", {"text": "x"}), "Logged."],
     "name": [Turn.tool("ask_name", {}), "Nice to meet you."],
     "emit": [Turn.tool("report", {}, text="Reporting."), "Reported."],
+    "hold": [Turn.tool("hold", {}, text="Holding on."), "Released."],
 }
 
 

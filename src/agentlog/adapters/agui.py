@@ -518,6 +518,23 @@ class AguiTranslator:
     def _snapshot_messages(self) -> ag.MessagesSnapshotEvent:
         return ag.MessagesSnapshotEvent(messages=to_agui_messages(self.messages))
 
+    def feed_suspended(self, run: Any) -> list[Any]:
+        """The waiting end of a run read from its view (`RunView`), not from its events: its
+        open calls' tickets, then STATE/MESSAGES snapshots and RUN_FINISHED with the interrupts."""
+        open_calls = [c for c in run.calls.values() if c.status == "suspended"]
+        for c in open_calls:
+            if c.ticket is not None:
+                self._tickets[c.call_id] = c.ticket
+            self._calls.setdefault(c.call_id, (c.name, c.arguments))
+        return self.start() + self._suspended([c.call_id for c in open_calls])
+
+    def reconnect(self) -> list[Any]:
+        """What a client reconnecting to the run gets first: RUN_STARTED, then the thread's
+        state and messages as of where the stream resumes (snapshots replace what the client
+        holds, so nothing it already has is added twice)."""
+        self._send_initial_state = True
+        return [*self.start(), self._snapshot_messages()]
+
     def _suspended(self, call_ids: list[str]) -> list[Any]:
         """A waiting run ends the AG-UI run. Frontend tool calls are NOT interrupts (AG-UI 1.0:
         the run finishes successfully with `pendingToolCallIds`, the client runs the tools and
