@@ -72,7 +72,7 @@ async def main(n_events: int) -> dict:
 
             # incremental runner from an empty KV
             views = await KVViewStore.open(nc, prefix="inc")
-            runner = ProjectionRunner(nc, views, batch=1000, durable="bench_inc")
+            runner = ProjectionRunner(nc, views, batch=1000)
             await runner.open()
             t0 = time.perf_counter()
             while runner.applied_seq < last:
@@ -112,7 +112,8 @@ async def main(n_events: int) -> dict:
         "incremental_ratio": round(raw_s / inc_s, 3),
         "fold_events_per_s": round(events / fold_s),
         "fold_target_met": events / fold_s >= 200_000,
-        "rebuild_ratio_target_met": raw_s / rebuild_s >= 0.5,
+        "rebuild_ratio_target_met": raw_s / rebuild_s >= 0.6,
+        "incremental_ratio_target_met": raw_s / inc_s >= 0.5,
         "rebuild_equals_incremental": same,
         "incremental_equals_pure_fold": same_fold,
         "progress_ticks": len(ticks),
@@ -123,7 +124,7 @@ async def main(n_events: int) -> dict:
     table.add_column("ratio vs raw", justify="right")
     table.add_row("raw ordered consumer + decode", f"{figures['raw_consume_events_per_s']:,}", "1.00")
     table.add_row("rebuild (fold + KV write)", f"{figures['rebuild_events_per_s']:,}", f"{figures['rebuild_ratio']:.2f}")
-    table.add_row("incremental runner (batch 1000)", f"{figures['incremental_events_per_s']:,}", f"{figures['incremental_ratio']:.2f}")
+    table.add_row("incremental runner (batch 1000, 5000 while behind)", f"{figures['incremental_events_per_s']:,}", f"{figures['incremental_ratio']:.2f}")
     table.add_row("pure fold in memory", f"{figures['fold_events_per_s']:,}", "-")
     console.print(table)
     console.print(f"rebuild views == incremental views: {same}; == pure fold: {same_fold}; "

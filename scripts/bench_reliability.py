@@ -1,6 +1,6 @@
 """Reliability report (issue #12): chaos and scale, one section per item.
 
-    python scripts/bench_reliability.py [--quick] [--only crash,outage,list,cluster] [--runs N]
+    python scripts/bench_reliability.py [--quick] [--only crash,outage,poison,disk,list,cluster] [--runs N]
 
 Sections (each `async def run(quick) -> (rows, figures)`; rows are label -> value for the table,
 figures go in the last-line JSON with the section name as key prefix):
@@ -12,6 +12,13 @@ figures go in the last-line JSON with the section name as key prefix):
 - `outage` (item 2): N runs on an in-process worker; the real nats-server is stopped for longer
   than the store's 5 s request timeout mid-load and restarted on the same port and data dir.
   Reports runs finished / failed (any non-natural end) / lost and duplicates.
+- `poison` (issue 21 item 2): runs through `agentlog serve` whose threads get undecodable messages
+  mid-run, then more runs on the same threads. Reports runs finished / lost, bad messages
+  published / quarantined, listings and `/messages` still answering, health ok without a restart.
+- `disk` (issue 21 item 3): runs through `agentlog serve` when the log fills up (the events stream
+  at a `discard: new` byte limit) and while it is full, then with room again. Reports the 503s
+  and `degraded` health while full, runs lost (accepted or queued, never finished: 0), health ok
+  after and no restart.
 - `list` (item 12) and `cluster` (item 13): `scripts/reliability_list.py` and
   `scripts/reliability_cluster.py`, imported only when selected.
 
@@ -27,6 +34,7 @@ import asyncio
 import contextlib
 import importlib
 import json
+import logging
 import os
 import re
 import signal
@@ -300,6 +308,196 @@ async def outage(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
     return rows, figures
 
 
+# == poison (issue 21 item 2) =======================================================================
+
+#: Bytes that are not a commit, as anyone with `worker`/`gateway` NATS credentials can publish them.
+POISONS = (b"{not json", b"\x00\xff garbage", b'{"v": 99, "commit_id": "x", "thread_id": "x", "ts": 1, "events": []}')
+
+
+async def _http_json(url: str, path: str) -> tuple[int, Any]:
+    import aiohttp
+
+    async with aiohttp.ClientSession(url) as http, http.get(path) as r:
+        text = await r.text()
+        try:
+            return r.status, json.loads(text)
+        except ValueError:
+            return r.status, text
+
+
+async def _cli_ok(nats_url: str, *args: str) -> bool:
+    """`agentlog <args> --nats URL` exits 0 (what an operator runs)."""
+    agentlog = str(Path(sys.executable).parent / "agentlog")
+    proc = await asyncio.create_subprocess_exec(
+        agentlog, *args, "--nats", nats_url, "--json", stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL, stdin=asyncio.subprocess.DEVNULL)
+    return await proc.wait() == 0
+
+
+def _quarantined(metrics_text: str) -> int:
+    for line in metrics_text.splitlines():
+        if line.startswith("agentlog_commits_quarantined_total"):
+            return int(float(line.split()[-1]))
+    return -1
+
+
+async def poison(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
+    """N runs through `agentlog serve`; once all are mid-run, undecodable messages are published on
+    their threads (thread level and on the run's own subject), then, once those runs are done,
+    N more runs go on the same threads. Every run must finish, listings and /messages keep working, every bad message is
+    quarantined once, health stays ok, and no process is restarted."""
+    import nats as nats_client
+
+    n = runs or (10 if quick else 50)
+    async with _testbed("poison") as (tmp, server, store, progress):
+        proc, url = await _spawn_serve(server.url, tmp, "serve")
+        try:
+            t0 = time.perf_counter()
+            first = await _post_runs(url, n, "p")
+            await progress.until(lambda p: all(p.completed[r] >= 1 for r in first), LIMIT_S)
+            nc = await nats_client.connect(server.url)
+            try:
+                js = nc.jetstream()
+                bad = 0
+                for i, (run_id, thread) in enumerate(first.items()):
+                    await js.publish(f"agentlog.ev.{thread}._", POISONS[i % len(POISONS)])
+                    await js.publish(f"agentlog.ev.{thread}.{run_id}", POISONS[(i + 1) % len(POISONS)])
+                    bad += 2
+            finally:
+                await nc.close()
+            await progress.until(lambda p: first.keys() <= p.finished, LIMIT_S)
+            second = await _post_runs(url, n, "p")  # the same threads, past their bad messages
+            everything = {**first, **second}
+            await progress.until(lambda p: everything.keys() <= p.finished, LIMIT_S)
+            wall = time.perf_counter() - t0
+            figures = await tally(store, everything)
+            messages = [(await _http_json(url, f"/v1/threads/{t}/messages"))[0] for t in sorted(set(first.values()))]
+            listings = await _cli_ok(server.url, "runs") and await _cli_ok(server.url, "threads")
+            status, body = await _http_json(url, "/health")
+            _, metrics = await _http_json(url, "/metrics")
+            figures.update(poisoned=bad, quarantined=_quarantined(str(metrics)),
+                           messages_ok=sum(s == 200 for s in messages), threads=len(messages),
+                           listings_ok=listings, healthy=status == 200 and body.get("status") == "ok",
+                           restarted=proc.returncode is not None, wall_s=round(wall, 3))
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    rows = [
+        ("runs (half after the bad messages)", str(figures["runs"])),
+        ("finished (natural end)", str(figures["finished"])),
+        ("failed (other termination)", str(figures["failed"])),
+        ("lost (never finished)", str(figures["lost"])),
+        ("bad messages published", str(figures["poisoned"])),
+        ("quarantined (metric)", str(figures["quarantined"])),
+        ("threads whose /messages answer 200", f"{figures['messages_ok']}/{figures['threads']}"),
+        ("agentlog runs + threads exit 0", str(figures["listings_ok"])),
+        ("health ok, no restart", str(figures["healthy"] and not figures["restarted"])),
+        ("wall s", f"{figures['wall_s']:.2f}"),
+    ]
+    return rows, figures
+
+
+# == disk (issue 21 item 3) =========================================================================
+
+
+async def _limit_events(nats_url: str, room: int | None) -> None:
+    """Leave `room` bytes in the events stream with `discard: new` (what a full disk or a quota
+    does to writes), or lift the limit (None)."""
+    import nats as nats_client
+    from nats.js.api import DiscardPolicy
+
+    nc = await nats_client.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        info = await js.stream_info("AGENTLOG_EVENTS")
+        config = info.config
+        config.max_bytes = -1 if room is None else info.state.bytes + room
+        config.discard = DiscardPolicy.OLD if room is None else DiscardPolicy.NEW
+        await js.update_stream(config)
+    finally:
+        await nc.close()
+
+
+async def _post_statuses(url: str, n: int, tag: str) -> tuple[dict[str, str], list[int]]:
+    """POST n runs on threads `<tag><i>`: (accepted run -> thread, every status answered)."""
+    import aiohttp
+
+    async with aiohttp.ClientSession(url) as http:
+        async def one(i: int) -> tuple[int, Any]:
+            body = {"agent_id": "steady", "messages": "go", "thread_id": f"{tag}{i}"}
+            async with http.post("/v1/runs", json=body) as r:
+                return r.status, await r.json()
+
+        answers = await asyncio.gather(*(one(i) for i in range(n)))
+    return {b["run_id"]: b["thread_id"] for s, b in answers if s == 202}, [s for s, _ in answers]
+
+
+async def disk(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
+    """N runs through `agentlog serve` are mid-run when the log fills up (the events stream at a
+    `discard: new` byte limit); N more are posted while it is full (503, or 202 if they squeeze in)
+    and /health must say `degraded`. Then there is room again: every run accepted or queued
+    finishes, health is `ok`, and the serve process was never restarted."""
+    n = runs or (10 if quick else 50)
+    async with _testbed("disk") as (tmp, server, store, progress):
+        proc, url = await _spawn_serve(server.url, tmp, "serve")
+        try:
+            t0 = time.perf_counter()
+            before = await _post_runs(url, n, "d")
+            await progress.until(lambda p: all(p.completed[r] >= 1 for r in before), LIMIT_S)
+            await _limit_events(server.url, 0)
+            full_at = time.perf_counter()
+            during, statuses = await _post_statuses(url, n, "full")
+            _, degraded = await _http_json(url, "/health")
+            await _limit_events(server.url, None)
+            freed = time.perf_counter()
+            finished_threads: set[str] = set()
+            await progress.until(lambda p: before.keys() <= p.finished and during.keys() <= p.finished, LIMIT_S)
+            figures = await tally(store, {**before, **during})
+            # a refused POST is still queued: its thread must get a finished run too
+            refused = [f"full{i}" for i, s in enumerate(statuses) if s != 202]
+            for thread in refused:
+                ends = [e for sc in await _read(store, thread) for e in sc.commit.events if isinstance(e, RunFinished)]
+                if ends:
+                    finished_threads.add(thread)
+            after, _ = await _post_statuses(url, n, "after")
+            await progress.until(lambda p: after.keys() <= p.finished, LIMIT_S)
+            recovered = time.perf_counter()
+            status, health = await _http_json(url, "/health")
+            figures.update(
+                refused_503=sum(s == 503 for s in statuses), accepted_while_full=len(during),
+                queued_refused=len(refused), queued_refused_finished=len(finished_threads),
+                lost=figures["lost"] + len(refused) - len(finished_threads),
+                after_accepted=len(after), degraded_seen=degraded.get("status") == "degraded",
+                healthy_after=status == 200 and health.get("status") == "ok",
+                restarted=proc.returncode is not None,
+                full_s=round(freed - full_at, 3), recovery_s=round(recovered - freed, 3),
+                wall_s=round(recovered - t0, 3))
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    rows = [
+        ("runs mid-run when the log filled", str(n)),
+        ("POSTs while full: 503", str(figures["refused_503"])),
+        ("/health while full", "degraded" if figures["degraded_seen"] else "NOT degraded"),
+        ("runs finished (natural end)", str(figures["finished"])),
+        ("failed (other termination)", str(figures["failed"])),
+        ("refused POSTs whose queued run finished", f"{figures['queued_refused_finished']}/{figures['queued_refused']}"),
+        ("lost (accepted or queued, never finished)", str(figures["lost"])),
+        ("duplicated commits", str(figures["duplicated_commits"])),
+        ("runs accepted after room is back", f"{figures['after_accepted']}/{n}"),
+        ("health ok after, no restart", str(figures["healthy_after"] and not figures["restarted"])),
+        ("full s (until room is back)", f"{figures['full_s']:.2f}"),
+        ("room back -> new runs done s", f"{figures['recovery_s']:.2f}"),
+    ]
+    return rows, figures
+
+
+async def _read(store: JetStreamEventStore, thread: str) -> list[StoredCommit]:
+    return [sc async for sc in store.read_thread(thread)]
+
+
 # == the report =====================================================================================
 
 
@@ -317,6 +515,8 @@ def sections(runs: int | None) -> dict[str, Section]:
     return {
         "crash": lambda quick: crash(quick, runs),
         "outage": lambda quick: outage(quick, runs),
+        "poison": lambda quick: poison(quick, runs),
+        "disk": lambda quick: disk(quick, runs),
         "list": _external("reliability_list"),
         "cluster": _external("reliability_cluster"),
     }
@@ -338,7 +538,8 @@ def print_table(name: str, rows: Iterable[tuple[str, str]], seconds: float) -> N
 async def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes: finishes in well under a minute")
-    ap.add_argument("--only", help="comma-separated sections (crash, outage, list, cluster); default all")
+    ap.add_argument("--only", help="comma-separated sections (crash, outage, poison, disk, list, cluster); "
+                                   "default all")
     ap.add_argument("--runs", type=int, help="runs per chaos section (default 20 quick, 100 full)")
     args = ap.parse_args(argv)
     available = sections(args.runs)
@@ -350,6 +551,7 @@ async def main(argv: list[str] | None = None) -> int:
     from agentlog.cli.logging import configure as configure_logging
 
     configure_logging("error")
+    logging.getLogger("agentlog").setLevel(logging.ERROR)  # stdlib loggers too (quarantine, projections)
     out: Figures = {"bench": "reliability", "quick": args.quick, "sections": chosen}
     print(f"bench_reliability: sections {', '.join(chosen)}{' (quick)' if args.quick else ''}, {os.cpu_count()} CPUs")
     failed: list[str] = []

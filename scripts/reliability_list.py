@@ -173,7 +173,7 @@ class ViewsOnly:
 
 async def runner_rates(nc: Any, name: str, commits: list[Commit]) -> tuple[float, float]:
     """Commits/s of two projection runners catching up on `commits`, views only and views with
-    the listing index (fresh buckets, own durable consumers), stepped in turn (one batch each)
+    the listing index (fresh buckets, each from seq 1), stepped in turn (one batch each)
     so a load burst on this shared machine slows both alike."""
     js = nc.jetstream()
     stream = f"list_{name}"
@@ -184,7 +184,7 @@ async def runner_rates(nc: Any, name: str, commits: list[Commit]) -> tuple[float
     for mode in ("views", "index"):
         store = await KVViewStore.open(nc, prefix=f"{stream}_{mode}")
         runner = ProjectionRunner(nc, ViewsOnly(store) if mode == "views" else store, stream=stream,
-                                  subjects=f"{stream}.>", durable=f"{stream}_{mode}", fetch_timeout=0.5)
+                                  subjects=f"{stream}.>", fetch_timeout=0.5)
         await runner.open()
         runners.append(runner)
     seconds = [0.0, 0.0]

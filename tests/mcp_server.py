@@ -5,11 +5,14 @@
 
 Tools: `add` (structured result), `count` (reports MCP progress per step), `fail` (an MCP tool
 error), `shout` (text content), `unlock` (adds the tool `later` at run time, for the
-`tools/list` refresh test).
+`tools/list` refresh test), `crash` (the server process exits mid-call), `hang` (never answers),
+`pid` (which server process answered: a restarted one has another).
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 import sys
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -53,6 +56,25 @@ def unlock() -> str:
     """Add the tool `later` to this server."""
     server.add_tool(later)
     return "unlocked"
+
+
+@server.tool()
+def crash() -> str:
+    """Exit this server process at once, mid-call."""
+    os._exit(3)
+
+
+@server.tool()
+async def hang() -> str:
+    """Never answer."""
+    await asyncio.Event().wait()
+    return "unreachable"
+
+
+@server.tool()
+def pid() -> int:
+    """The id of the server process answering."""
+    return os.getpid()
 
 
 if __name__ == "__main__":

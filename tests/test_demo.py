@@ -4,6 +4,7 @@ finishes, exit 0. Subprocesses (the installed script), each bounded by `timeout`
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -30,6 +31,9 @@ def _check_output(out: str) -> None:
     assert match, out
     _port, run_id, body = match.groups()
     assert f"started run {run_id}" in out
+    # where to look next: the inspector and the API docs of this very server
+    assert re.search(r"inspector\s+http://127\.0\.0\.1:\d+/ui\b", out), out
+    assert re.search(r"API docs\s+http://127\.0\.0\.1:\d+/docs\b", out), out
     assert '"action":"resume"' in body and '"approved":true' in body
     call_id = re.search(r'"target_id":"([^"]+)"', body).group(1)  # type: ignore[union-attr]
     assert "ToolCallSuspended    deploy suspended" in out and f"call={call_id}" in out
@@ -72,10 +76,19 @@ def test_scripts_demo_end_to_end(tmp_path: Path) -> None:
     bin_dir.mkdir()
     path = [d for d in env.get("PATH", "").split(os.pathsep) if d and not (Path(d) / "agentlog").exists()]
     env.update(AGENTLOG_BIN_DIR=str(bin_dir), PATH=os.pathsep.join([str(bin_dir), *path]))
+    stamp = ROOT / ".venv" / ".agentlog-demo-install"
+    stamp.unlink(missing_ok=True)  # as on a first run: the script installs, and says so
     proc = subprocess.run(["timeout", "300", str(ROOT / "scripts" / "demo")], cwd=tmp_path, env=env,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     _check_output(proc.stdout)
+    assert "scripts/demo: installing agentlog" in proc.stderr, proc.stderr
+    assert stamp.read_text().strip() == hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    # nothing changed since: the next start skips pip (and says nothing about installing)
+    again = subprocess.run(["timeout", "120", str(ROOT / "scripts" / "demo"), "--help"], cwd=tmp_path,
+                           env={**env, "AGENTLOG_DEMO_ARGS": ""}, capture_output=True, text=True)
+    assert again.returncode == 0 and "--auto-approve" in again.stdout, again.stdout + again.stderr
+    assert "installing" not in again.stderr, again.stderr
     venv_cli = ROOT / ".venv" / "bin" / "agentlog"
     assert (bin_dir / "agentlog").resolve() == venv_cli.resolve()
     assert f"linked {bin_dir / 'agentlog'} -> {venv_cli}" in proc.stderr, proc.stderr

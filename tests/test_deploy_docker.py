@@ -27,7 +27,7 @@ DOCKER = REPO / "scripts" / "docker"
 NATS_CONF = REPO / "scripts" / "nats" / "nats-server.conf"
 ACCOUNTS = REPO / "scripts" / "nats" / "agentlog-accounts.conf"
 NODES = ["nats-1", "nats-2", "nats-3"]
-ROLES = ["serve", "gateway", "worker", "readonly", "client", "sys"]
+ROLES = ["serve", "gateway", "worker", "readonly", "client", "archiver", "sys"]
 
 _VAR = re.compile(r"\$\{(?P<name>[A-Z0-9_]+)(?:(?P<op>:[-?])(?P<arg>[^}]*))?\}")
 

@@ -33,8 +33,9 @@ def echo_result(request: Any) -> str:
     return f"You picked {json.loads(last_tool_result(request) or 'null')['color']}."
 
 
+#: Every stream ends with its log position (CUSTOM `agentlog.position`) before RUN_FINISHED.
 INTERRUPTED = ["RUN_STARTED", "STATE_SNAPSHOT", "STEP_STARTED", "TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END",
-               "STEP_FINISHED", "STATE_SNAPSHOT", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
+               "STEP_FINISHED", "STATE_SNAPSHOT", "MESSAGES_SNAPSHOT", "CUSTOM", "RUN_FINISHED"]
 _LIVE = {"STEP_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END"}
 
 
@@ -44,7 +45,8 @@ def assert_resumed(events: list[Any]) -> None:
     live events depends on arrival: the log's events and the live ones are each exact."""
     types = event_types(events)
     assert [t for t in types if t not in _LIVE] == [
-        "RUN_STARTED", "STATE_SNAPSHOT", "TOOL_CALL_RESULT", "STEP_FINISHED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
+        "RUN_STARTED", "STATE_SNAPSHOT", "TOOL_CALL_RESULT", "STEP_FINISHED", "MESSAGES_SNAPSHOT", "CUSTOM",
+        "RUN_FINISHED"]
     assert [t for t in types if t in _LIVE] == [
         "STEP_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END"]
     assert types.index("TEXT_MESSAGE_END") < types.index("STEP_FINISHED")

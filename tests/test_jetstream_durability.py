@@ -14,7 +14,6 @@ import pytest
 
 from agentlog.log import (
     AgentlogError,
-    CodecError,
     Commit,
     EmbeddedNatsServer,
     ServerTooOld,
@@ -126,7 +125,7 @@ async def test_stream_setup_is_idempotent_and_explicit(nats_server: EmbeddedNats
         assert config["num_replicas"] == 1
         assert config["duplicate_window"] == 120 * 1_000_000_000
         assert config["allow_direct"] is True
-        assert config["discard"] == "old"
+        assert config["discard"] == "new"  # a size limit added later refuses commits, never drops them
         assert (config["max_msgs"], config["max_bytes"], config["max_age"]) == (-1, -1, 0)
         assert info["state"]["messages"] == 1  # connecting again kept the data
         assert await second.thread_version("t") == 1
@@ -191,18 +190,19 @@ def test_server_version_gate(found: str, ok: bool) -> None:
         assert found in str(info.value) and MIN_SERVER_VERSION in str(info.value)
 
 
-async def test_undecodable_message_raises_codec_error(nats_server: EmbeddedNatsServer) -> None:
+async def test_undecodable_message_is_quarantined_not_raised(nats_server: EmbeddedNatsServer) -> None:
+    """Reads and the live tail put a quarantine stand-in at the bad message's seq (tests/test_quarantine.py)."""
     store = await connect(nats_server, follow_heartbeat=0.3)
     try:
         await store.append(commit("t"), 0)
         await store.nc.request("agentlog.ev.t._", b"{not json", timeout=5)
         async with asyncio.timeout(WAIT):
-            with pytest.raises(CodecError):
-                await collect(store.read_thread("t"))
+            read = await collect(store.read_thread("t"))
+            assert [type(e).__name__ for sc in read for e in sc.commit.events][-1] == "CommitQuarantined"
             follower = store.follow("t")
             assert (await anext(follower)).seq == 1
-            with pytest.raises(CodecError):
-                await anext(follower)
+            assert (await anext(follower)).commit == read[1].commit
+            await follower.aclose()
     finally:
         await store.close()
 

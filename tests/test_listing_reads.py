@@ -143,7 +143,7 @@ async def test_kv_listings_equal_the_fold_through_the_runner_and_the_rebuild(nat
                 return fold_commits(log)
 
             views = await KVViewStore.open(nc)
-            runner = ProjectionRunner(nc, views, batch=37, fetch_timeout=0.2)
+            runner = ProjectionRunner(nc, views, batch=37, catch_up_batch=37, fetch_timeout=0.2)  # many batches
             last = await append(commits[:split])
             await runner.open()
             # Every third batch dies after its index changes, half-way through its view puts; the

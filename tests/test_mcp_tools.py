@@ -101,7 +101,8 @@ def agent(tools: list[str], script: list[Any], **kw: Any) -> AgentSpec:
 
 async def test_stdio_tools_listed_called_recorded_with_progress(store: Any, stdio_tools: McpToolset) -> None:
     assert sorted(stdio_tools.names()) == [
-        "mcp__test__add", "mcp__test__count", "mcp__test__fail", "mcp__test__shout", "mcp__test__unlock"]
+        "mcp__test__add", "mcp__test__count", "mcp__test__crash", "mcp__test__fail", "mcp__test__hang",
+        "mcp__test__pid", "mcp__test__shout", "mcp__test__unlock"]
     add = next(t for t in stdio_tools.tools if t.name == "mcp__test__add")
     assert add.spec.parameters["required"] == ["a", "b"]  # the server's inputSchema, offered to the model
     # MCP progress notifications arrive on the live channel (core NATS agentlog.live.<thread>.<run>)

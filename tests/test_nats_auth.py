@@ -42,6 +42,7 @@ from agentlog.log.errors import PermissionDenied, StoreUnavailable
 from agentlog.log.events import Commit, MessageAppended, ThreadCreated
 from agentlog.log.ids import new_id
 from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.retention import archive_due
 from agentlog.log.server import EmbeddedNatsServer, find_nats_server
 from agentlog.log.subjects import EVENTS_STREAM
 from agentlog.runtime.commands import COMMANDS_STREAM, CommandClient, StartRun
@@ -190,9 +191,38 @@ async def check_roles(url: str, passwords: Mapping[str, str]) -> None:
                 with pytest.raises((nats.errors.Error, asyncio.TimeoutError)):
                     await op
         assert await gateway.last_seq() == 2
+
+        # ... but the archiver purges what it archived (retention), by subject; it too cannot
+        # delete the stream or a single commit.
+        for store in (gateway, worker, readonly):
+            with pytest.raises(PermissionDenied):
+                await asyncio.wait_for(store.purge_thread("tw", below=2), 2.5)
+        archiver = await _login(url, passwords, "archiver")
+        try:
+            outcomes = await archive_due(archiver, 0)
+            assert sorted((o.thread_id, o.result, o.removed) for o in outcomes) == [("tg", "archived", 1),
+                                                                                   ("tw", "archived", 1)]
+            ajs = archiver.nc.jetstream(timeout=0.5)
+            for op in (ajs.delete_stream(EVENTS_STREAM), ajs.delete_msg(EVENTS_STREAM, 3)):
+                with pytest.raises((nats.errors.Error, asyncio.TimeoutError)):
+                    await op
+            # readonly reads archived threads (Object Store, run index) like any other
+            assert [sc.seq async for sc in readonly.read_thread("tw")][0] == 1
+            assert [sc.seq async for sc in readonly.read_thread("tg")][0] == 2
+        finally:
+            await archiver.close()
     finally:
         for store in (worker, gateway, readonly):
             await store.close()
+
+
+def test_a_credentials_file_from_before_a_role_existed_gets_that_role(tmp_path: Path) -> None:
+    old = {role: f"pw-{role}" for role in ("serve", "gateway", "worker", "readonly")}
+    (tmp_path / auth.CREDENTIALS_FILE).write_text(json.dumps({"version": 1, "passwords": old}))
+    passwords = auth.load_or_create_credentials(tmp_path).passwords
+    assert set(passwords) == set(auth.ROLES)
+    assert {role: passwords[role] for role in old} == old  # the existing ones are kept
+    assert auth.load_or_create_credentials(tmp_path).passwords == passwords  # and the new one stays
 
 
 async def test_embedded_server_refuses_clients_without_credentials_and_enforces_roles(tmp_path: Path) -> None:
@@ -271,7 +301,7 @@ async def test_production_accounts_enforce_the_roles(tmp_path: Path, monkeypatch
             # What the README tells production processes to do: the login in AGENTLOG_NATS_URL.
             url = server.url.replace("nats://", f"nats://worker:{passwords['worker']}@")
             async with open_store(ConnectionOptions(nats_url=f"{url},{url}")) as store:
-                assert await store.last_seq() == 2
+                assert await store.last_seq() == 4  # two commits and the two archive markers
         finally:
             await server.astop()
 

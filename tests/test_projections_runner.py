@@ -2,16 +2,16 @@
 
 The main property: for generated thread histories, the KV views equal the pure fold of the log
 however the work is cut: appends interleaved with batches of any size, restarts (cold cache),
-crashes before the ack (redelivery), crashes between the puts of one batch, and a consumer reset
-that redelivers everything from seq 1. Apply-once holds throughout.
+crashes before the position is written (the batch is read again), crashes between the puts of
+one batch, and a lost position that has the runner read everything again from seq 1. Apply-once
+holds throughout.
 
 Each hypothesis example gets its own nats-server. Sharing one (the function-scoped fixture lives
 across examples) and deleting the events stream between examples was flaky: a file-backed stream
 re-created right after its deletion can come back holding the deleted stream's messages (seen
 with nats-server 2.15: STREAM.INFO says "not found", the CREATE succeeds, and the new stream has
 an earlier example's commits), so an example started on leftover data and its first append got a
-VersionConflict. For the same reason a consumer reset takes a new durable name instead of
-re-creating the deleted one. A server costs ~25 ms to start.
+VersionConflict. A server costs ~25 ms to start.
 """
 
 from __future__ import annotations
@@ -28,10 +28,17 @@ from hypothesis import strategies as st
 
 from agentlog.log import Commit, collect
 from agentlog.log.codec import encode_commit
-from agentlog.log.events import Message, MessageAppended, RunStarted, StepStarted, ThreadCreated
+from agentlog.log.events import (
+    Message,
+    MessageAppended,
+    RunStarted,
+    StepStarted,
+    ThreadCreated,
+    ThreadMetadataUpdated,
+)
 from agentlog.log.jetstream import JetStreamEventStore
 from agentlog.log.server import EmbeddedNatsServer
-from agentlog.log.subjects import EVENTS_STREAM, event_subject
+from agentlog.log.subjects import event_subject
 from agentlog.testing.synth import generate_history
 from agentlog.views import ProjectionTimeout, fold_commits
 from agentlog.views.kv import KVViewStore
@@ -83,7 +90,7 @@ actions = st.lists(
         st.tuples(st.just("restart"), st.integers(1, 8)),
         st.tuples(st.just("crash_before_ack"), st.integers(1, 8)),
         st.tuples(st.just("crash_mid_put"), st.integers(0, 3)),
-        st.tuples(st.just("reset_consumer"), st.integers(1, 8)),
+        st.tuples(st.just("reset_position"), st.integers(1, 8)),
     ),
     max_size=25,
 )
@@ -91,19 +98,15 @@ actions = st.lists(
 
 async def scenario(url: str, history: list[Commit], plan: list[tuple[str, int]]) -> None:
     nc = await nats.connect(url)
-    js = nc.jetstream()
     store = await JetStreamEventStore.connect(nc)
     assert await store.last_seq() == 0, "a fresh log per example"
     views = await KVViewStore.open(nc, prefix="ex")
     versions: dict[str, int] = {}
     pending = list(history)
     last = 0
-    resets = 0
 
     def new_runner(store=views) -> ProjectionRunner:
-        # A short ack_wait: a batch left at a "dead" runner comes back quickly (correctness does
-        # not depend on it: the runner applies strictly in stream order and waits for gaps).
-        return ProjectionRunner(nc, store, durable=f"ex_d{resets}", batch=8, fetch_timeout=0.5, ack_wait=1.0)
+        return ProjectionRunner(nc, store, batch=8, fetch_timeout=0.5)
 
     async def until_crash(r: ProjectionRunner, limit: int | None = None) -> None:
         """Step until the injected crash fires (a step may fetch nothing while a batch is away)."""
@@ -145,11 +148,11 @@ async def scenario(url: str, history: list[Commit], plan: list[tuple[str, int]])
                     await flaky.stop()
                     await runner.stop()
                     runner = new_runner()
-                elif action == "reset_consumer":
+                elif action == "reset_position":
                     await runner.stop()
-                    await js.delete_consumer(EVENTS_STREAM, runner.durable)
-                    resets += 1  # a new consumer, delivering everything from seq 1
+                    await views.meta.delete(f"position.{views.generation}")  # read all again from seq 1
                     runner = new_runner()
+                    await runner.open()
                     assert runner.applied_seq == 0
                     await runner.step(n)
             if pending:
@@ -222,7 +225,7 @@ async def test_read_your_writes_with_a_running_runner(nats_server):
                 await runner.wait_for(res.seq, timeout=10)
                 view = await views.get_thread(f"t{i}")
                 assert view is not None and view.metadata == {"i": i} and view.version == res.seq
-        # A restarted runner knows how far the durable consumer got.
+        # A restarted runner knows how far the views got (the position they store).
         again = ProjectionRunner(nc, views)
         await again.open()
         await again.wait_for(5, timeout=0.01)
@@ -254,6 +257,39 @@ async def test_raw_published_commits_and_undecodable_ones(nats_server):
         assert [seq for seq, _ in runner.skipped] == [2]
         view = await views.get_thread("t1")
         assert view is not None and view.resource_id == "x" and view.version == 3
+        await runner.stop()
+    finally:
+        await store.close()
+        await nc.close()
+
+
+async def test_a_commit_on_a_subject_that_does_not_name_it_still_folds_onto_its_stored_view(nats_server):
+    """The runner loads a batch's views by the ids its subjects name; a commit published where its
+    subject names other ids (or none) gets its own views loaded when it is decoded."""
+    nc = await nats.connect(nats_server.url)
+    store = await JetStreamEventStore.connect(nc)
+    js = nc.jetstream()
+    try:
+        views = await KVViewStore.open(nc)
+        await js.publish(event_subject("tx", None), encode_commit(commit(0, "tx", None, [ThreadCreated(metadata={"a": 1})])))
+        runner = ProjectionRunner(nc, views, fetch_timeout=0.2)
+        await runner.open()
+        async with asyncio.timeout(20):
+            while runner.applied_seq < 1:
+                await runner.step()
+        await runner.stop()
+        # a new runner (cold cache): the next commit of tx comes on t1's subject, then one on a
+        # subject that is no event subject at all
+        await js.publish(event_subject("t1", None), encode_commit(commit(1, "tx", None, [ThreadMetadataUpdated(metadata={"b": 2})])))
+        await js.publish("agentlog.ev.tx.x.y", encode_commit(commit(2, "tx", None, [ThreadMetadataUpdated(metadata={"c": 3})])))
+        runner = ProjectionRunner(nc, views, fetch_timeout=0.2)
+        await runner.open()
+        async with asyncio.timeout(20):
+            while runner.applied_seq < 3:
+                await runner.step()
+        view = await views.get_thread("tx")
+        assert view is not None and view.metadata == {"a": 1, "b": 2, "c": 3} and view.version == 3
+        assert await views.get_thread("t1") is None
         await runner.stop()
     finally:
         await store.close()

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import copy
 
+import jsonpatch
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentlog.log.errors import AgentlogError
 from agentlog.views import InvalidPatch, validate_patch, validate_state
@@ -107,3 +110,38 @@ def test_validate_state():
         validate_state([1, 2])
     with pytest.raises(InvalidPatch):
         validate_state({"a": object()})
+
+
+# -- the fast path equals the library ------------------------------------------------------------
+
+_TOKENS = st.sampled_from(["a", "b", "0", "1", "2", "-", "01", "~0x", "~1y", "", "c"])
+_JSON = st.recursive(st.none() | st.integers(-3, 3) | st.text("xy", max_size=2),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TOKENS, inner, max_size=3),
+                     max_leaves=8)
+_POINTERS = st.lists(_TOKENS, min_size=0, max_size=3).map(lambda ts: "".join("/" + t for t in ts))
+_OPS = st.lists(st.fixed_dictionaries({
+    "op": st.sampled_from(["add", "replace", "remove", "test", "move", "copy"]),
+    "path": _POINTERS,
+    "from": _POINTERS,
+    "value": _JSON,
+}), min_size=1, max_size=4)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.dictionaries(_TOKENS, _JSON, max_size=4), _OPS)
+def test_patches_match_the_reference_library(state, ops):
+    """validate_patch applies the plain cases of every op itself; the answers must be the
+    jsonpatch library's (RFC 6902): the same document, or a refusal where the library refuses."""
+    try:
+        expected = jsonpatch.JsonPatch(copy.deepcopy(ops)).apply(copy.deepcopy(state))
+    except Exception:  # noqa: BLE001 - any refusal of the library
+        expected = None
+    if expected is not None and not isinstance(expected, dict):
+        expected = None  # the state must stay an object
+    before = copy.deepcopy(state)
+    try:
+        got = validate_patch(state, ops)
+    except InvalidPatch:
+        got = None
+    assert got == expected
+    assert state == before

@@ -17,6 +17,7 @@ test checks that every such citation names a section that file has.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -25,6 +26,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,6 +39,25 @@ DESIGN = REPO / "docs" / "DESIGN.md"
 SNIPPET_TIMEOUT = 90
 
 _BLOCK = re.compile(r"^```python\n(?P<code>.*?)^```$", re.S | re.M)
+@pytest.fixture(scope="module")
+def providers_env() -> Iterator[dict[str, str]]:
+    """The environment that points the provider SDKs at a local fake of the Anthropic, OpenAI
+    Responses and Gemini APIs (their `*_BASE_URL` variables), which answers like a model using
+    the examples' `add` tool: a call `add(2, 3)`, then the answer."""
+    from fake_providers import Answer, FakeProvidersThread
+
+    def answer(request: Any) -> Answer:
+        text = json.dumps(request.body)
+        if any(marker in text for marker in ("tool_result", "function_call_output", "functionResponse")):
+            return Answer(text="2 + 3 = 5", input_tokens=1200, cache_read=1000, output_tokens=8)
+        return Answer(calls=[("add", {"a": 2, "b": 3})], input_tokens=1000, output_tokens=20)
+
+    runner = FakeProvidersThread()
+    with runner as fake:
+        fake.responder = answer
+        yield runner.env()
+
+
 _NOT_RUNNABLE = re.compile(r"<!--\s*not-runnable:\s*(?P<reason>.*?)\s*-->\s*$")
 _PRINTS = re.compile(r"#\s*prints:\s*(?P<text>.+?)\s*$", re.M)
 
@@ -61,6 +82,11 @@ class Snippet:
     @property
     def needs_gateway(self) -> bool:
         return "AGENTLOG_URL" in self.code
+
+    @property
+    def needs_providers(self) -> bool:
+        """Examples on provider SDKs run against local fakes of their APIs (tests/fake_providers.py)."""
+        return any(name in self.code for name in ("AnthropicModel", "GeminiModel", "OpenAIResponsesModel"))
 
 
 def readme_snippets(text: str) -> list[Snippet]:
@@ -151,6 +177,8 @@ def test_readme_python_block_runs_as_pasted(snippet: Snippet, nats_url: str, req
     extra = {"AGENTLOG_NATS_URL": nats_url}
     if snippet.needs_gateway:
         extra["AGENTLOG_URL"] = request.getfixturevalue("gateway_url")
+    if snippet.needs_providers:
+        extra.update(request.getfixturevalue("providers_env"))
     script = tmp_path / "example.py"
     script.write_text(snippet.code)
     done = subprocess.run([sys.executable, str(script)], cwd=REPO, env=_child_env(**extra), stdin=subprocess.DEVNULL,

@@ -249,6 +249,25 @@ async def test_projection_runner_keeps_snapshots_of_runs_no_loop_snapshotted(sto
     assert res.handle is not None and (await res.handle.result()).status == "waiting"
 
 
+async def test_snapshot_writer_skips_a_run_its_runtime_snapshotted_itself(store: Any) -> None:
+    """`agentlog serve` hooks a `SnapshotWriter` over its own Runtime into the projections: a run
+    that Runtime drove to a pause was snapshotted by its loop, so the writer does not fold and
+    write the same snapshot again (once per approval). A run nobody snapshotted it still writes."""
+    snaps = await KVSnapshotStore.open(store.nc)
+    rt = app(store, DeterministicEntropy(prefix="k"), snaps)
+    result = await rt.run("cycler", "go", thread_id="snap-k", run_id="snap-k-run")
+    assert result.status == "waiting"
+    await rt.flush_snapshots()
+    writer = SnapshotWriter(rt)
+    await writer([await rt.run_view("snap-k-run")])
+    assert writer.writes == 0
+    other = await app(store, DeterministicEntropy(prefix="k2")).run("cycler", "go", thread_id="snap-k2",
+                                                                     run_id="snap-k2-run")
+    assert other.status == "waiting"
+    await writer([await rt.run_view("snap-k2-run")])
+    assert writer.writes == 1
+
+
 async def test_lazy_snapshot_store_opens_the_bucket_at_first_use(store: Any) -> None:
     lazy = KVSnapshotStore.lazy(store.nc)
     assert lazy.kv is None

@@ -46,6 +46,11 @@ _EXPORTS: dict[str, str] = {
     "load_config": "agentlog.runtime.config",
     "Model": "agentlog.runtime.models.base",
     "OpenAIChatModel": "agentlog.runtime.models.openai",
+    "OpenAIResponsesModel": "agentlog.runtime.models.openai_responses",
+    "AnthropicModel": "agentlog.runtime.models.anthropic",
+    "GeminiModel": "agentlog.runtime.models.gemini",
+    "ModelPrices": "agentlog.runtime.models.pricing",
+    "ModelPool": "agentlog.runtime.models.pool",
     "ScriptedModel": "agentlog.runtime.models.scripted",
     "Turn": "agentlog.runtime.models.scripted",
     # an app for `agentlog serve|worker --app module:attr`
@@ -58,6 +63,7 @@ __all__ = [
     "McpServerConfig", "McpToolset", "MemoryEventStore", "Model", "OpenAIChatModel", "PermissionPlugin",
     "RunHandle", "RunResult", "Runtime", "ScriptedModel", "SubAgents", "Tool", "ToolContext", "ToolError",
     "Turn", "Worker", "load_config", "tool",
+    "AnthropicModel", "GeminiModel", "OpenAIResponsesModel", "ModelPrices", "ModelPool",
 ]
 
 
@@ -84,8 +90,13 @@ if TYPE_CHECKING:
     from agentlog.runtime.config import load_config
     from agentlog.runtime.context import ContextPolicy
     from agentlog.runtime.mcp import McpServerConfig, McpToolset
+    from agentlog.runtime.models.anthropic import AnthropicModel
     from agentlog.runtime.models.base import Model
+    from agentlog.runtime.models.gemini import GeminiModel
     from agentlog.runtime.models.openai import OpenAIChatModel
+    from agentlog.runtime.models.openai_responses import OpenAIResponsesModel
+    from agentlog.runtime.models.pool import ModelPool
+    from agentlog.runtime.models.pricing import ModelPrices
     from agentlog.runtime.models.scripted import ScriptedModel, Turn
     from agentlog.runtime.permission import PermissionPlugin
     from agentlog.runtime.runtime import RunHandle, RunResult, Runtime

@@ -47,8 +47,10 @@ from agentlog.runtime.commands import (
 from agentlog.runtime.errors import RunNotFound, ThreadNotFound
 from agentlog.runtime.frontend import InvalidFrontendTools, normalize_frontend_tools
 from agentlog.runtime.hitl import check_decisions, decision_seqs, parse_decisions
-from agentlog.runtime.run_context import RunContext, fold_context
-from agentlog.runtime.runtime import Runtime, _call_ids
+from agentlog.runtime.loading import LoadedRun, RunLoader, known_calls
+from agentlog.runtime.outage import is_transient
+from agentlog.runtime.runtime import Runtime
+from agentlog.runtime.snapshot import SnapshotStore
 
 Messages = str | Sequence[Any]
 
@@ -159,6 +161,23 @@ def _agent_of(commits: Sequence[StoredCommit]) -> str:
     return next(e.agent_id for sc in commits for e in sc.commit.events if type(e) is RunStarted)
 
 
+def _app_of(commits: Sequence[StoredCommit]) -> str | None:
+    """The app name the run's `RunStarted` records (None: not recorded)."""
+    app = next((e.app for sc in commits for e in sc.commit.events if type(e) is RunStarted), None)
+    return app.name if app is not None else None
+
+
+def _app_of_loaded(run: LoadedRun) -> str | None:
+    """`_app_of` for a run loaded from its snapshot + tail: the tail's `RunStarted` if it holds
+    it, else the app the snapshot's run view recorded."""
+    if any(type(e) is RunStarted for sc in run.run_commits for e in sc.commit.events):
+        return _app_of(run.run_commits)
+    if run.snapshot is not None:
+        app = run.snapshot.tail_view().app
+        return app.name if app is not None else None
+    return None
+
+
 def _finished(commits: Sequence[StoredCommit]) -> bool:
     return any(type(e) is RunFinished for sc in commits for e in sc.commit.events)
 
@@ -198,15 +217,16 @@ class InProcessDispatcher:
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = ()
     ) -> Accepted:
         _check_storable(decisions, "decisions")
-        commits = await _run_commits(self.runtime.store, run_id)
-        thread_id = commits[0].commit.thread_id
+        validate_run_id(run_id)
         if _has_messages(messages):
-            return await self.start_run(_agent_of(commits), messages, thread_id=thread_id,
+            commits = await _run_commits(self.runtime.store, run_id)
+            return await self.start_run(_agent_of(commits), messages, thread_id=commits[0].commit.thread_id,
                                         parent_run_id=run_id, decisions=decisions)
         if not decisions:
             raise InvalidInput("give decisions and/or messages")
-        res = await self.runtime.decide(run_id, list(decisions), thread_id=thread_id)
-        return Accepted(thread_id, run_id, res.seq, res.duplicate)
+        # the runtime loads the run once (snapshot + tail) and raises RunNotFound itself
+        res = await self.runtime.decide(run_id, list(decisions))
+        return Accepted(res.thread_id, run_id, res.seq, res.duplicate)
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Accepted:
         _check_storable(reason, "reason")
@@ -233,15 +253,22 @@ class QueueDispatcher:
 
     `agents`: ids a worker can run; when given, unknown agents are refused here (404).
     `descriptions`: their `AgentSpec.description`s (agent id -> text), for `GET /v1/agents`.
+    `snapshots`: the workers' run-context snapshots (read only): the run a decision is checked
+    against is then loaded from its snapshot and the log after it (`RunLoader`), not folded
+    from the thread's first commit.
+    `app_name`: the app whose workers get new runs; a run's later commands (continue, decide,
+    cancel) go to the app recorded in its `RunStarted` (`_app_of`), this one if none is.
     """
 
     def __init__(self, nc: Any, store: Any, *, agents: Collection[str] | None = None,
-                 timeout: float = 10.0, descriptions: Mapping[str, str] | None = None) -> None:
+                 descriptions: Mapping[str, str] | None = None, timeout: float = 10.0,
+                 snapshots: SnapshotStore | None = None, app_name: str | None = None) -> None:
         self.store = store
-        self.client = CommandClient(nc)
+        self.client = CommandClient(nc, app_name=app_name)
         self.agents = set(agents) if agents is not None else None
         self.descriptions = dict(descriptions or {})
         self.timeout = timeout
+        self.loader = RunLoader(store, snapshots=snapshots)
 
     # -- start ---------------------------------------------------------------------------------
 
@@ -267,15 +294,16 @@ class QueueDispatcher:
             raise
         except (ValueError, TypeError) as exc:
             raise InvalidInput(str(exc)) from None
+        app_name = None
         if parent_run_id is not None:
             parent = await _run_commits(self.store, parent_run_id)
+            app_name = _app_of(parent)
             parent_thread = parent[0].commit.thread_id
             if thread_id is not None and thread_id != parent_thread:
                 raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")
             thread_id = parent_thread
             if decisions:
-                history = [sc async for sc in self.store.read_thread(thread_id)]
-                self._check_decisions(parent_run_id, thread_id, history, decisions)
+                self._check_decisions(await self.loader.load(parent_run_id, thread_id), decisions)
         thread_id = thread_id or new_id()
         version = await self._check_start(thread_id, run_id, parent_run_id)
         run_id = run_id or new_id()
@@ -287,7 +315,8 @@ class QueueDispatcher:
                   parent_run_id=parent_run_id, decisions=[dict(d) for d in decisions], frontend_tools=frontend,
                   resource_id=resource_id)
         seq = await self._submit_and_wait(cmd, thread_id, version,
-                                          lambda sc: sc.commit.run_id == run_id and _has(sc, RunStarted))
+                                          lambda sc: sc.commit.run_id == run_id and _has(sc, RunStarted),
+                                          app_name)
         return Accepted(thread_id, run_id, seq)
 
     async def _check_start(self, thread_id: str, run_id: str | None, parent_run_id: str | None) -> int:
@@ -303,34 +332,34 @@ class QueueDispatcher:
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = ()
     ) -> Accepted:
         _check_storable(decisions, "decisions")
-        commits = await _run_commits(self.store, run_id)
-        thread_id = commits[0].commit.thread_id
+        validate_run_id(run_id)
         if _has_messages(messages):
-            return await self.start_run(_agent_of(commits), messages, thread_id=thread_id,
+            commits = await _run_commits(self.store, run_id)
+            return await self.start_run(_agent_of(commits), messages, thread_id=commits[0].commit.thread_id,
                                         parent_run_id=run_id, decisions=decisions)
         if not decisions:
             raise InvalidInput("give decisions and/or messages")
-        history = [sc async for sc in self.store.read_thread(thread_id)]
-        new, dups = self._check_decisions(run_id, thread_id, history, decisions)
+        run = await self.loader.load(run_id)  # the one read of the run: snapshot + tail
+        thread_id = run.thread_id
+        new, dups = self._check_decisions(run, decisions)
         if not new:
+            commits = [sc async for sc in self.store.read_run(run_id)]  # rare: a retried decision
             return Accepted(thread_id, run_id, decision_seqs(commits)[dups[0].decision_id], True)
         ids = {d.decision_id for d in new}
         cmd = Decide(thread_id=thread_id, run_id=run_id, decisions=[dict(d) for d in decisions])
         seq = await self._submit_and_wait(
-            cmd, thread_id, history[-1].seq,
-            lambda sc: any(type(e) is ToolCallDecided and e.decision.decision_id in ids for e in sc.commit.events))
+            cmd, thread_id, run.version,
+            lambda sc: any(type(e) is ToolCallDecided and e.decision.decision_id in ids for e in sc.commit.events),
+            _app_of_loaded(run))
         return Accepted(thread_id, run_id, seq)
 
     @staticmethod
-    def _check_decisions(run_id: str, thread_id: str, history: list[StoredCommit],
-                         decisions: Sequence[Mapping[str, Any]]) -> tuple[list[Any], list[Any]]:
-        """`Runtime.decide`'s validation, on the run folded here from the log."""
+    def _check_decisions(run: LoadedRun, decisions: Sequence[Mapping[str, Any]]) -> tuple[list[Any], list[Any]]:
+        """`Runtime.decide`'s validation, on the run loaded here from the log."""
         from agentlog.log.ids import now_ms
 
         parsed = parse_decisions(decisions, now_ms())
-        ctx = fold_context(RunContext(thread_id=thread_id, run_id=run_id), history)
-        run_commits = [sc for sc in history if sc.commit.run_id == run_id]
-        return check_decisions(ctx, parsed, _call_ids(run_commits))
+        return check_decisions(run.ctx, parsed, known_calls(run.ctx, run.run_commits, run.snapshot, parsed))
 
     # -- cancel --------------------------------------------------------------------------------
 
@@ -343,13 +372,27 @@ class QueueDispatcher:
         version = await self.store.thread_version(thread_id)
         seq = await self._submit_and_wait(
             Cancel(thread_id=thread_id, run_id=run_id, reason=reason), thread_id, version,
-            lambda sc: sc.commit.run_id == run_id and (_has(sc, RunCancelRequested) or _has(sc, RunFinished)))
+            lambda sc: sc.commit.run_id == run_id and (_has(sc, RunCancelRequested) or _has(sc, RunFinished)),
+            _app_of(commits))
         return Accepted(thread_id, run_id, seq)
 
     # -- waiting for the effect ----------------------------------------------------------------
 
+    async def _queue(self, cmd: Any, app_name: str | None) -> None:
+        """Queue `cmd` for `app_name`'s workers; its outcome is a write of this process
+        (`/health`'s `log writes failing`)."""
+        writes = getattr(self.store, "writes", None)
+        try:
+            await self.client.submit(cmd, app_name=app_name)
+        except Exception as exc:
+            if writes is not None and is_transient(exc):
+                writes.failed("queue command", exc)
+            raise
+        if writes is not None:
+            writes.succeeded()
+
     async def _submit_and_wait(self, cmd: Any, thread_id: str, after: int,
-                               done: Callable[[StoredCommit], bool]) -> int:
+                               done: Callable[[StoredCommit], bool], app_name: str | None = None) -> int:
         """Follow the thread from `after` (opened BEFORE the submit, so the effect cannot slip
         by), submit, and return the seq of the first commit `done` accepts. If a worker
         dead-letters the command first (also watched from before the submit), raise
@@ -367,7 +410,7 @@ class QueueDispatcher:
             await self.client.nc.flush()
             first = asyncio.ensure_future(_first(follower, done))
             try:
-                await self.client.submit(cmd)
+                await self._queue(cmd, app_name)
                 finished, _ = await asyncio.wait({first, dead}, timeout=self.timeout,
                                                  return_when=asyncio.FIRST_COMPLETED)
                 if first in finished:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import (
@@ -21,8 +22,11 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from agentlog.log.events import RunFinished, RunStarted
+from agentlog.runtime.mcp import mcp_health
 from agentlog.runtime.telemetry import AgentMetrics
 
 
@@ -44,11 +48,63 @@ class Metrics:
         )
 
         self.runs = RunMetrics(self.registry)
+        self.log_health = LogHealthCollector()
+        self.registry.register(self.log_health)
+        self.registry.register(McpCollector())
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
     content_type = CONTENT_TYPE_LATEST
+
+
+class LogHealthCollector(Collector):
+    """Figures read at scrape time from the parts that keep them (no copy to keep in sync):
+    the commits quarantined by this process's readers (`agentlog.log.quarantine`), whether its
+    writes to the log go through (`agentlog.log.write_health`)."""
+
+    def __init__(self) -> None:
+        self.quarantines: list[Any] = []
+        self.writes: Any = None
+
+    def watch_writes(self, writes: Any) -> None:
+        self.writes = writes
+
+    def watch_quarantine(self, quarantine: Any) -> None:
+        if quarantine is not None and all(q is not quarantine for q in self.quarantines):
+            self.quarantines.append(quarantine)
+
+    def collect(self) -> Iterator[Metric]:
+        counter = CounterMetricFamily(
+            "agentlog_commits_quarantined", "Undecodable messages of the log this process's readers "
+            "quarantined (distinct seqs; each is shown as a CommitQuarantined marker)")
+        counter.add_metric([], float(sum(q.total for q in self.quarantines)))
+        yield counter
+        if self.writes is not None:
+            failing = GaugeMetricFamily("agentlog_log_writes_failing",
+                                        "1 while this process's writes to the log fail (a full disk), else 0")
+            failing.add_metric([], 1.0 if self.writes.failing else 0.0)
+            yield failing
+            failures = CounterMetricFamily("agentlog_log_write_failures", "Writes to the log that failed")
+            failures.add_metric([], float(self.writes.failures))
+            yield failures
+
+
+class McpCollector(Collector):
+    """Each MCP server of this process (`agentlog.runtime.mcp.mcp_health`): up or not, and how
+    many times its session was reopened after being lost."""
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("agentlog_mcp_server_up", "1 while the MCP server's session is open, else 0",
+                               labels=["server"])
+        restarts = CounterMetricFamily("agentlog_mcp_server_restarts",
+                                       "MCP sessions reopened after one was lost (the server exited or hung)",
+                                       labels=["server"])
+        for name, health in sorted(mcp_health().items()):
+            up.add_metric([name], 1.0 if health["status"] == "ok" else 0.0)
+            restarts.add_metric([name], float(health["restarts"]))
+        yield up
+        yield restarts
 
 
 class RunMetrics:
@@ -104,4 +160,4 @@ class RunMetrics:
             await self.watch(store)
 
 
-__all__ = ["Metrics", "RunMetrics"]
+__all__ = ["LogHealthCollector", "McpCollector", "Metrics", "RunMetrics"]

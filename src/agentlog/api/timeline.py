@@ -18,6 +18,7 @@ import msgspec
 from agentlog.log.errors import AgentlogError
 from agentlog.log.events import (
     AnyEvent,
+    CommitQuarantined,
     InferenceCompleted,
     MessageAppended,
     Position,
@@ -33,6 +34,7 @@ from agentlog.log.events import (
     ToolCallStarted,
     ToolCallSuspended,
 )
+from agentlog.log.quarantine import is_quarantined, quarantined_run
 from agentlog.views import RunView, fold_commits, run_at, states_along
 
 #: An index past the end of any commit: `Position(seq, END)` means "all of commit seq".
@@ -147,6 +149,8 @@ def event_summary(event: AnyEvent, call_names: dict[str, str] | None = None) -> 
         case RunFinished(termination=t, usage=usage):
             detail = "".join(f" {k}={excerpt(v, 60)}" for k, v in (("code", t.code), ("detail", t.detail)) if v)
             return f"{t.type}{detail} in={usage.input_tokens} out={usage.output_tokens}"
+        case CommitQuarantined(code=code, reason=reason, size=size, sha256=digest):
+            return f"QUARANTINED undecodable message ({code}, {size} bytes, sha256 {digest[:12]}): {excerpt(reason, 80)}"
         case StatePatched(ops=ops, scope=scope):
             shown = "; ".join(
                 f"{op.get('op')} {op.get('path')}" + (f"={excerpt(op['value'], 30)}" if "value" in op else "")
@@ -226,6 +230,19 @@ def _before(position: Position) -> Position:
     return Position(position.seq - 1, _END)
 
 
+def _run_span(run_id: str, thread_commits: Sequence[StoredCommit]) -> tuple[int, int]:
+    """(first, last) seq of the run's own commits in its thread."""
+    seqs = [sc.seq for sc in thread_commits if sc.commit.run_id == run_id]
+    return (seqs[0], seqs[-1]) if seqs else (0, 0)
+
+
+def _shown_quarantined(stored: StoredCommit, run_id: str, span: tuple[int, int]) -> bool:
+    """A quarantine marker belongs in a run's timeline if it was published on the run's subject
+    or sits between the run's first and last commit."""
+    commit = stored.commit
+    return is_quarantined(commit) and (span[0] < stored.seq < span[1] or quarantined_run(commit) == run_id)
+
+
 def build_replay(run_id: str, thread_commits: Sequence[StoredCommit], to: Position | None = None) -> ReplayReport:
     """The replay report of `run_id` from all commits of its thread, in log order.
 
@@ -233,6 +250,10 @@ def build_replay(run_id: str, thread_commits: Sequence[StoredCommit], to: Positi
     is the result of everything before it, earlier runs included. Each group's `state_diff` is
     `jsonpatch.make_patch(state before its first event, state after its last event)` over
     `{"thread": ..., "run": ...}` so ops read like `/thread/todo/0`.
+
+    The events are the run's, plus the quarantine markers (`CommitQuarantined`) published on the
+    run's subject or sitting between its first and last commit: what the run's readers skipped
+    is shown where it was.
     """
     views = fold_commits(thread_commits)
     run = views.runs.get(run_id)
@@ -245,8 +266,9 @@ def build_replay(run_id: str, thread_commits: Sequence[StoredCommit], to: Positi
     call_names: dict[str, str] = {}
     groups: list[StepGroup] = []
     current = StepGroup("start", None)
+    span = _run_span(run_id, thread_commits)
     for stored in thread_commits:
-        if stored.commit.run_id != run_id:
+        if stored.commit.run_id != run_id and not _shown_quarantined(stored, run_id, span):
             continue
         for position, event in stored.positioned():
             if position > limit:

@@ -3,7 +3,7 @@
 `core` holds the typer app, the shared connection options and error handling; each command
 group registers itself on that app from its own module, imported here (in the order of
 `agentlog --help`) so that `app` has every command once the package is imported: `reads`
-(events, threads, runs, projections), `replay` (replay, trace), `serve` (serve, gateway, worker,
+(events, threads, runs, projections), `replay` (replay, trace), `retention`, `serve` (serve, gateway, worker,
 demo), `runs` (`agentlog run ...`), `dev`, `mcp` (the MCP stdio server). The command modules import `core`, never each other's
 registration, so the package has no import cycle (import-linter checks it).
 """
@@ -13,6 +13,7 @@ registration, so the package has no import cycle (import-linter checks it).
 from . import core
 from . import reads as _reads  # noqa: F401 - each registers its commands on `app`
 from . import replay as _replay  # noqa: F401
+from . import retention as _retention  # noqa: F401
 from . import serve as _serve  # noqa: F401
 from . import runs as _runs  # noqa: F401
 from . import dev as _dev  # noqa: F401

@@ -118,6 +118,11 @@ AppOpt = Annotated[str | None, typer.Option(
     "--app", "--config", metavar="MODULE:ATTR|FILE.yaml",
     help="The application: an App, a Runtime, or factory(store), or a YAML/JSON agent configuration file. "
          "Default: the built-in demo agent.")]
+AppNameOpt = Annotated[str | None, typer.Option(
+    "--app-name", envvar="AGENTLOG_APP_NAME", metavar="NAME",
+    help="The app's name: workers take only the commands of their app, and a gateway queues new runs "
+         "for its app's workers (letters, digits, '_', '-'). Several apps on one NATS need one each. "
+         "Default: 'default'.")]
 PublicUrlOpt = Annotated[str | None, typer.Option(
     "--public-url", envvar="AGENTLOG_PUBLIC_URL", metavar="URL",
     help="The gateway's address as clients reach it (http(s)://host:port/prefix), behind a proxy or "
@@ -273,14 +278,27 @@ async def read_to_end(store: JetStreamEventStore, thread_id: str | None = None, 
     if last <= after:
         return
     async with aclosing(as_generator(store.follow(None, after))) as commits:
-        async for stored in commits:
-            yield stored
-            if stored.seq >= last:
-                return
+        # archived threads are in the stream as their markers: put their commits back
+        filled = store.archive.fill_log(_until(commits, last)) if after == 0 else _until(commits, last)
+        async with aclosing(as_generator(filled)) as stream:
+            async for stored in stream:
+                yield stored
+
+
+async def _until(commits: AsyncIterator[StoredCommit], last: int) -> AsyncIterator[StoredCommit]:
+    async for stored in commits:
+        yield stored
+        if stored.seq >= last:
+            return
 
 
 def _time(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S") if ms else "-"
+
+
+def usd(cost: float | None) -> str:
+    """A recorded cost for a table cell: `$0.004213`, or `-` when nothing was priced."""
+    return "-" if cost is None else f"${cost:.6f}"
 
 
 def _version(value: bool) -> None:

@@ -15,7 +15,10 @@ stdio). The default app of `serve` (`--app agentlog.cli.demo:app`) stays without
 started without `--app` spawns no subprocess.
 
 The model is a `ScriptedModel` (no API key, deterministic), positioned by the conversation so a
-resumed run on a fresh process continues the script where the log is.
+resumed run on a fresh process continues the script where the log is. With `AGENTLOG_DEMO_MODEL`
+set to a `provider:model` id (`anthropic:claude-sonnet-4-5`, `openai:gpt-4o-mini`,
+`gemini:gemini-2.5-flash`...), both agents run on that model instead (its key from the provider's
+usual variable, e.g. `ANTHROPIC_API_KEY`), with prompts that tell them the same plan.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import json
+import os
 import shlex
 import signal
 import sys
@@ -47,11 +51,20 @@ from agentlog.log.events import (
     ToolCallSuspended,
 )
 from agentlog.log.ids import new_id
+from agentlog.log.server import DEFAULT_DATA_DIR
 from agentlog.runtime import AgentSpec, McpServerConfig, McpToolset, PermissionPlugin, ToolContext, tool
-from agentlog.runtime.models.scripted import ScriptedModel, Turn
+from agentlog.runtime.models.base import ModelRequest
+from agentlog.runtime.models.scripted import ScriptedModel, ScriptItem, Turn, last_tool_result
 
 DEMO_AGENT = "deployer"
 DEMO_PROMPT = "Ship release 1.4.2 to staging."
+#: A `provider:model` id: the demo's agents run on that model instead of the scripted one.
+DEMO_MODEL_ENV = "AGENTLOG_DEMO_MODEL"
+PROVIDER_PROMPT = (
+    "You ship releases carefully. First ask the `checker` sub-agent to run the release checks (agent_run with "
+    "agent_id 'checker'), then deploy the release with the deploy tool (env and release from the request), then "
+    "say in one sentence that it is live."
+)
 
 
 def demo_app(*, mcp: bool = False) -> App:
@@ -74,6 +87,15 @@ def demo_app(*, mcp: bool = False) -> App:
         ctx.set("/deployed", {"env": env, "release": release})
         return f"release {release} is live on {env}"
 
+    def deploy_outcome(request: ModelRequest) -> Turn:
+        """The last answer reads the deploy's result: a human may have turned it down, and then
+        nothing is live."""
+        result = last_tool_result(request) or ""
+        if "is live" in result:
+            return Turn.text("Done: release 1.4.2 is live on staging.")
+        return Turn.text("Not deployed: the deploy of release 1.4.2 to staging was not approved, so nothing "
+                         "changed. Ask again when it may go out.")
+
     tools: list[Any] = [run_checks, deploy, *SubAgents().tools]
     mcp_tools: list[str] = []
     checks = ("agent_run", {"agent_id": "checker", "prompt": "Run the release checks for 1.4.2."})
@@ -86,20 +108,29 @@ def demo_app(*, mcp: bool = False) -> App:
         first = Turn.tools(checks, ("mcp__notes__release_notes", {"release": "1.4.2"}),
                            text="Asking the checker sub-agent for the release checks and collecting the release "
                                 "notes first.")
-    script = [
+    script: list[ScriptItem] = [
         first,
         Turn.tool("deploy", {"env": "staging", "release": "1.4.2"}, text="Checks passed; deploying."),
-        Turn.text("Done: release 1.4.2 is live on staging."),
+        deploy_outcome,
     ]
     agent = AgentSpec(id=DEMO_AGENT, model="demo", tools=["agent_run", "deploy", *mcp_tools], max_rounds=6,
                       system_prompt="You ship releases carefully.", allowed_agents=["checker"],
                       plugins=[PermissionPlugin(ask=["deploy"])])
     checker = AgentSpec(id="checker", model="checker", tools=["run_checks"], max_rounds=3,
                         system_prompt="You run release checks.")
-    model = ScriptedModel(script, loop=True, position="conversation", name="demo-scripted")
-    checker_model = ScriptedModel([Turn.tool("run_checks", {"release": "1.4.2"}),
-                                   Turn.text("All 42 release checks passed for 1.4.2.")],
-                                  loop=True, position="conversation", name="checker-scripted")
+    model: Any = ScriptedModel(script, loop=True, position="conversation", name="demo-scripted")
+    checker_model: Any = ScriptedModel([Turn.tool("run_checks", {"release": "1.4.2"}),
+                                        Turn.text("All 42 release checks passed for 1.4.2.")],
+                                       loop=True, position="conversation", name="checker-scripted")
+    configured = os.environ.get(DEMO_MODEL_ENV, "").strip()
+    if configured:  # a real model: the same agents, told the plan the script follows
+        from agentlog.runtime.models.providers import model_from_id
+
+        model = checker_model = model_from_id(configured)
+        agent = agent.model_copy(update={"system_prompt": PROVIDER_PROMPT + (
+            " Also collect the release notes with mcp__notes__release_notes." if mcp else "")})
+        checker = checker.model_copy(update={"system_prompt": "You run release checks: call run_checks with the "
+                                                              "release, then report the result in one sentence."})
     return App(agents=[agent, checker], tools=tools, models={"demo": model, "checker": checker_model})
 
 
@@ -189,8 +220,8 @@ async def run_demo(server: Any, *, auto_approve: bool, keep_running: bool, conso
     store = server.store
     console.print(Panel.fit(
         Text.assemble(("agentlog demo\n", "bold"),
-                      f"HTTP  {server.http_url}\nNATS  {server.nats_url}\n"
-                      f"docs  {server.http_url}/openapi.json"),
+                      f"HTTP       {server.http_url}\nNATS       {server.nats_url}\n"
+                      f"inspector  {server.http_url}/ui\nAPI docs   {server.http_url}/docs"),
         border_style="magenta"))
     run_id, thread_id = new_id(), new_id()
     if server.dispatcher is not None:  # the same path as POST /v1/runs
@@ -234,12 +265,15 @@ async def run_demo(server: Any, *, auto_approve: bool, keep_running: bool, conso
         kinds = ", ".join(type(item.event).__name__ for item in group.events)
         console.print(Text(f"  {group.label}: {kinds}"))
     console.print(Text(f"final state: {json.dumps(report.state, sort_keys=True)}"))
+    data_dir = server.config.connection.data_dir
+    where = f" --data-dir {data_dir}" if server.embedded is not None and data_dir != DEFAULT_DATA_DIR else ""
     for child in sub_agent_runs(seen):
         console.print(Text(f"sub-agent {child['agent_id']} ran as run {child['run_id']} on its own thread "
-                           f"{child['thread_id']}: {child['output']!r}  (agentlog replay {child['run_id']})"))
-    console.print(Text(f"inspect it again any time:  agentlog replay {run_id}", style="dim"))
+                           f"{child['thread_id']}: {child['output']!r}  (agentlog replay {child['run_id']}{where})"))
+    console.print(Text(f"inspect it again any time:  agentlog replay {run_id}{where}", style="dim"))
     if keep_running:
-        console.print(Text(f"--keep-running: server up at {server.http_url} (Ctrl-C to stop)", style="bold"))
+        console.print(Text(f"--keep-running: server up at {server.http_url} (Ctrl-C to stop); "
+                           f"inspector {server.http_url}/ui, API docs {server.http_url}/docs", style="bold"))
         await wait_for_signal()
     return 0
 

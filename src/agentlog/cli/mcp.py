@@ -45,7 +45,8 @@ async def serve_stdio(source: Any, options: ConnectionOptions, app_spec: str | N
         assert server.store is not None
         specs = server.runtime.agents
         dispatcher = dispatch.QueueDispatcher(server.store.nc, server.store, agents=[s.id for s in specs],
-                                              descriptions={s.id: s.description for s in specs})
+                                              descriptions={s.id: s.description for s in specs},
+                                              snapshots=server.snapshots, app_name=config.resolved_app_name())
         catalog = agent_catalog(server.runtime)
         mcp = build_server(session.backend_of(server.store, dispatcher), lambda: catalog, who=lambda _ctx: None)
         async with stdio_server() as (read, write):

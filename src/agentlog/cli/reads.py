@@ -54,6 +54,7 @@ from .core import (
     projections_app,
     read_to_end,
     thread_app,
+    usd,
     warn,
 )
 
@@ -204,11 +205,11 @@ def threads_cmd(
             _print_json(msgspec.to_builtins(rows))
             return
         table = Table(title=f"threads ({len(rows)})", title_justify="left")
-        for column in ("thread", "resource", "parent", "runs", "active run", "messages", "version", "updated"):
+        for column in ("thread", "resource", "parent", "runs", "active run", "messages", "cost", "version", "updated"):
             table.add_column(column, overflow="fold")
         for t in rows:
             table.add_row(t.thread_id, t.resource_id or "-", t.parent_thread_id or "-", str(len(t.run_ids)),
-                          t.active_run_id or "-", str(t.message_count), str(t.version), _time(t.updated))
+                          t.active_run_id or "-", str(t.message_count), usd(t.cost), str(t.version), _time(t.updated))
         _out().print(table)
 
     _run(_options(nats, creds, token, data_dir, timeout), body)
@@ -238,12 +239,13 @@ def runs_cmd(
             _print_json(msgspec.to_builtins(rows))
             return
         table = Table(title=f"runs ({len(rows)})", title_justify="left")
-        for column in ("run", "thread", "agent", "status", "termination", "steps", "parent run", "tokens", "updated"):
+        for column in ("run", "thread", "agent", "status", "termination", "steps", "parent run", "tokens", "cost",
+                       "updated"):
             table.add_column(column, overflow="fold")
         for r in rows:
             table.add_row(r.run_id, r.thread_id, r.agent_id or "-", r.status,
                           r.termination.type if r.termination else "-", str(r.steps), r.parent_run_id or "-",
-                          str(r.usage.total_tokens), _time(r.updated))
+                          str(r.usage.total_tokens), usd(r.cost), _time(r.updated))
         _out().print(table)
 
     _run(_options(nats, creds, token, data_dir, timeout), body)

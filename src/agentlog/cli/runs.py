@@ -51,6 +51,7 @@ from agentlog.cli.core import (
     _time,
     app,
     group,
+    usd,
 )
 from agentlog.client import APPROVED, DENIED, AsyncClient, ClientError, pending_calls
 from agentlog.client import ApiError as ClientApiError
@@ -468,6 +469,7 @@ def render_run(run: dict[str, Any]) -> None:
         ("steps", str(run.get("steps", 0))), ("inferences", str(run.get("inferences", 0))),
         ("usage", f"in {usage.get('input_tokens', 0)}  out {usage.get('output_tokens', 0)}  total "
                   f"{usage.get('total_tokens') or usage.get('input_tokens', 0) + usage.get('output_tokens', 0)}"),
+        ("cost", usd(run.get("cost"))), ("model", run.get("model") or "-"),
         ("updated", _time(int(run.get("updated") or 0))),
     ):
         head.add_row(label, value)

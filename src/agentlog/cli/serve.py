@@ -4,7 +4,9 @@ assembles them). `agentlog worker` is the one worker entry point. Registered on
 
 from __future__ import annotations
 
+import errno
 import os
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,10 +16,12 @@ from rich.text import Text
 
 from agentlog.api.app_loader import load_app
 from agentlog.api.connection import ConnectionOptions
+from agentlog.log.errors import AgentlogError
 from agentlog.log.server import DEFAULT_DATA_DIR
 
 from .core import (
     AckWaitOpt,
+    AppNameOpt,
     AppOpt,
     ConcurrencyOpt,
     CredsOpt,
@@ -46,14 +50,16 @@ def _server_config(role: str, app_spec: str | None, host: str, port: int, tokens
                    options: ConnectionOptions, concurrency: int | None = None, app_obj: Any = None,
                    ack_wait: float | None = None, shutdown_timeout: float | None = None,
                    max_deliver: int | None = None, metrics_port: int | None = None,
-                   public_url: str | None = None) -> Any:
+                   public_url: str | None = None, archive_after: float | None = None,
+                   app_name: str | None = None) -> Any:
     from .server import ServerConfig
 
     source = app_obj if app_obj is not None else (_guard(lambda: load_app(app_spec)) if app_spec else None)
     return ServerConfig(role=role, app=source, app_spec=app_spec, host=host, port=port, tokens=tokens,  # type: ignore[arg-type]
                         connection=options, worker_concurrency=concurrency, worker_ack_wait=ack_wait,
                         worker_shutdown_timeout=shutdown_timeout, worker_max_deliver=max_deliver,
-                        worker_metrics_port=metrics_port, public_url=public_url)
+                        worker_metrics_port=metrics_port, public_url=public_url, archive_after=archive_after,
+                        app_name=app_name)
 
 
 def _banner(server: Any) -> None:
@@ -63,12 +69,14 @@ def _banner(server: Any) -> None:
     table.add_column(overflow="fold")
     if server.http_url:
         table.add_row("HTTP", server.http_url)
-        table.add_row("API docs", f"{server.http_url}/openapi.json")
+        table.add_row("inspector", f"{server.http_url}/ui")
+        table.add_row("API docs", f"{server.http_url}/docs  (spec: /openapi.json)")
         table.add_row("health", f"{server.http_url}/health")
     table.add_row("NATS", server.nats_url + ("  (embedded, data in " + str(server.config.connection.data_dir)
                                              + ")" if server.embedded is not None else ""))
     if server.metrics_url:
         table.add_row("metrics", server.metrics_url)
+    table.add_row("app", server.config.resolved_app_name())
     table.add_row("parts", ", ".join(server.parts) or "-")
     _out().print(table)
     _out().print(Text("Ctrl-C stops it (in order: HTTP, worker, runs, views, NATS).", style="dim"))
@@ -78,21 +86,48 @@ def _serve_role(role: str, app_spec: str | None, host: str, port: int, tokens: s
                 options: ConnectionOptions, concurrency: int | None, ack_wait: float | None = None,
                 shutdown_timeout: float | None = None, max_deliver: int | None = None,
                 metrics_port: int | None = None, ready_file: Path | None = None,
-                public_url: str | None = None) -> None:
+                public_url: str | None = None, archive_after: float | None = None,
+                app_name: str | None = None) -> None:
     from agentlog.http.urls import public_base_url
 
     from .server import run_until_stopped
 
     config = _server_config(role, app_spec, host, port, tokens, options, concurrency,
                             ack_wait=ack_wait, shutdown_timeout=shutdown_timeout, max_deliver=max_deliver,
-                            metrics_port=metrics_port, public_url=_guard(lambda: public_base_url(public_url)))
+                            metrics_port=metrics_port, public_url=_guard(lambda: public_base_url(public_url)),
+                            archive_after=archive_after, app_name=app_name)
 
     def ready(server: Any) -> None:
         _banner(server)
         if ready_file is not None:
             ready_file.write_text(str(os.getpid()))
 
-    _run_main(lambda: run_until_stopped(config, on_ready=ready))
+    async def main() -> None:
+        try:
+            await run_until_stopped(config, on_ready=ready)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or not port:
+                raise
+            raise PortBusy(host, port) from None
+
+    _run_main(main)
+
+
+class PortBusy(AgentlogError):
+    """The HTTP port is taken (often another `agentlog serve`): say which, and how to get a free one."""
+
+    code = "port_busy"
+    usage_error = True
+
+    def __init__(self, host: str, port: int) -> None:
+        super().__init__(f"{host}:{port} is already in use (another agentlog serve?); pick another with "
+                         f"--port N, or --port 0 for any free port (the banner prints the one it got)")
+
+
+ArchiveAfterOpt = Annotated[float | None, typer.Option(
+    "--archive-after", envvar="AGENTLOG_ARCHIVE_AFTER", metavar="DAYS", min=0.0,
+    help="Retention policy: every hour (AGENTLOG_ARCHIVE_INTERVAL seconds) archive finished threads older than "
+         "DAYS, as `agentlog retention` does.")]
 
 
 @app.command("serve")
@@ -100,25 +135,31 @@ def serve_cmd(
     app_spec: AppOpt = None, host: HostOpt = "127.0.0.1", port: PortOpt = 8480, tokens: TokensOpt = None,
     concurrency: ServeConcurrencyOpt = None, ack_wait: AckWaitOpt = None, shutdown_timeout: ShutdownOpt = None,
     public_url: PublicUrlOpt = None,
+    archive_after: ArchiveAfterOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
+    app_name: AppNameOpt = None,
 ) -> None:
     """Gateway + worker in one process: HTTP API, NATS service, projections and the runtime.
     Every run goes through the durable command queue, so a stopped or killed process strands none."""
     _serve_role("serve", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout, replicas),
-                concurrency, ack_wait, shutdown_timeout, public_url=public_url)
+                concurrency, ack_wait, shutdown_timeout, public_url=public_url, archive_after=archive_after,
+                app_name=app_name)
 
 
 @app.command("gateway")
 def gateway_cmd(
     app_spec: AppOpt = None, host: HostOpt = "127.0.0.1", port: PortOpt = 8480, tokens: TokensOpt = None,
     public_url: PublicUrlOpt = None,
+    archive_after: ArchiveAfterOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
+    app_name: AppNameOpt = None,
 ) -> None:
-    """The gateway alone (HTTP + NATS service); commands are queued for `agentlog worker`s."""
+    """The gateway alone (HTTP + NATS service); commands are queued for `agentlog worker`s (of
+    `--app-name` for new runs, of the app each run records for the rest)."""
     _serve_role("gateway", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout, replicas), 1,
-                public_url=public_url)
+                public_url=public_url, archive_after=archive_after, app_name=app_name)
 
 
 @app.command("worker")
@@ -135,11 +176,32 @@ def worker_cmd(
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
     ready_file: Annotated[Path | None, typer.Option(
         "--ready-file", hidden=True, help="Write the pid to this file once consuming (for tests and benchmarks).")] = None,
+    app_name: AppNameOpt = None,
 ) -> None:
     """A worker alone: takes commands from the JetStream work queue (agentlog.runtime.worker.Worker).
     The one worker entry point (`python -m agentlog worker` is the same)."""
     _serve_role("worker", app_spec, "127.0.0.1", 0, None, _options(nats, creds, token, data_dir, timeout, replicas),
-                concurrency, ack_wait, shutdown_timeout, max_deliver, metrics_port, ready_file=ready_file)
+                concurrency, ack_wait, shutdown_timeout, max_deliver, metrics_port, ready_file=ready_file,
+                app_name=app_name)
+
+
+#: The demo's app name: its runs go to its own worker even on a NATS another app serves.
+DEMO_APP_NAME = "demo"
+
+
+def _demo_data_dir(default: Path) -> Path:
+    """The default data dir, unless a process (a `serve`) runs on it: then `<default>-demo`, or
+    a new temporary dir if that one is busy too. Sharing the running server would mix the demo's
+    data with that process's."""
+    from agentlog.log.datadir import busy
+
+    if not busy(default):
+        return default
+    sibling = default.with_name(default.name + "-demo")
+    chosen = sibling if not busy(sibling) else Path(tempfile.mkdtemp(prefix="agentlog-demo-"))
+    _out().print(Text(f"{default} is in use by another agentlog process: the demo keeps its data in {chosen}",
+                      style="yellow"))
+    return chosen
 
 
 @app.command("demo")
@@ -152,7 +214,10 @@ def demo_cmd(
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
 ) -> None:
     """Start a server with a demo agent whose deploy waits for your approval (a curl), then show
-    the finished run."""
+    the finished run. Its runs are app `demo`'s (only the demo's worker drives them); without
+    --data-dir, when another process runs on the default data dir, it uses its own."""
+    if nats is None and data_dir == DEFAULT_DATA_DIR and not os.environ.get("AGENTLOG_DATA_DIR"):
+        data_dir = _demo_data_dir(data_dir)
     options = _options(nats, creds, token, data_dir, timeout, replicas)
 
     async def main() -> int:
@@ -162,7 +227,8 @@ def demo_cmd(
         from .demo import run_demo
         from .server import serve
 
-        config = _server_config("serve", None, host, port, tokens, options, app_obj=demo_factory)
+        config = _server_config("serve", None, host, port, tokens, options, app_obj=demo_factory,
+                                app_name=DEMO_APP_NAME)
         try:
             server_cm = serve(config)
             server = await server_cm.__aenter__()

@@ -52,6 +52,7 @@ from agentlog.api.connection import ConnectionOptions, connect
 from agentlog.http.write import write_routes
 from agentlog.log.datadir import SharedServer
 from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.log.subjects import DEFAULT_APP
 from agentlog.nats import service as nats_service
 from agentlog.runtime.outage import OutagePolicy, is_transient, through_outage
 
@@ -99,6 +100,19 @@ class ServerConfig:
     #: The gateway's address as clients reach it, the base of the URLs it publishes (A2A cards;
     #: `agentlog.http.urls`). None reads AGENTLOG_PUBLIC_URL; unset: the listen address.
     public_url: str | None = None
+    #: Retention policy of a gateway (`serve`, `gateway`): archive finished threads older than
+    #: this many days (`agentlog.api.retention`). None: no policy.
+    archive_after: float | None = None
+    #: The app's name (`agentlog.runtime.commands`): the worker takes only its app's commands, the
+    #: gateway queues new runs for its app's workers, runs record it. None: $AGENTLOG_APP_NAME,
+    #: else "default".
+    app_name: str | None = None
+
+    def resolved_app_name(self) -> str:
+        from agentlog.runtime.commands import validate_app_name
+
+        name = self.app_name or os.environ.get(ENV_APP_NAME, "").strip() or DEFAULT_APP
+        return validate_app_name(name)
 
 
 def _load_source(config: ServerConfig) -> AppSource:
@@ -134,6 +148,7 @@ def build_runtime(source: AppSource, store: JetStreamEventStore, *, views: Any, 
 
 
 ENV_ACK_WAIT = "AGENTLOG_WORKER_ACK_WAIT"
+ENV_APP_NAME = "AGENTLOG_APP_NAME"
 ENV_SHUTDOWN_TIMEOUT = "AGENTLOG_SHUTDOWN_TIMEOUT"
 
 
@@ -146,6 +161,15 @@ def _seconds(value: float | None, env: str, default: float) -> float:
         return float(raw) if raw else default
     except ValueError:
         raise ValueError(f"{env} must be a number of seconds, not {raw!r}") from None
+
+
+def app_ref(name: str, runtime: Any) -> Any:
+    """What the runs of `runtime` record as their app (`RunStarted.app`): the name it serves
+    under and the digest of its agents and tools."""
+    from agentlog.log.events import AppRef
+    from agentlog.runtime.digest import app_digest
+
+    return AppRef(name=name, digest=app_digest(runtime.agents, runtime.tools))
 
 
 def _stop_runs(runtime: Any) -> list[asyncio.Task[Any]]:
@@ -168,8 +192,11 @@ class Server:
         self.config = config
         #: This process's share of the data dir's embedded nats-server (None with a NATS URL).
         self.embedded: SharedServer | None = None
+        #: Restarts the embedded server's JetStream once a full disk has room again (`agentlog.log.revive`).
+        self.disk_watch: Any = None
         self.store: JetStreamEventStore | None = None
         self.views: Any = None
+        self.snapshots: Any = None
         self.runner: Any = None
         self.live: Any = None
         self.runtime: Any = None
@@ -186,6 +213,7 @@ class Server:
         self.tracer_provider: Any = None
         self.service: Any = None
         self.adapter_service: Any = None
+        self.retention: Any = None
         #: `/v1/mcp` (agentlog.adapters.mcp_http) when the app's agents are known here.
         self.mcp: Any = None
         #: A2A push notification delivery (agentlog.adapters.a2a.push), with the A2A server.
@@ -232,6 +260,7 @@ class Server:
         from agentlog.views.runner import ProjectionRunner
 
         opts = self.config.connection
+        app_name = self.config.resolved_app_name()  # fail on a bad name before anything starts
         source = _load_source(self.config)  # fail on a bad --app before anything starts
         # NATS may be starting or electing leaders (a compose file, a fresh cluster, a restarted
         # node): a server process waits for it like the loop waits through an outage (same
@@ -242,6 +271,11 @@ class Server:
             policy, log, "server.connect", is_transient)
         self.store = store
         nc = store.nc
+        if self.embedded is not None:  # the data dir's own server: bring its JetStream back after a full disk
+            from agentlog.log.revive import DiskWatch
+
+            self.disk_watch = DiskWatch(self.embedded.data_dir, store)
+            self.disk_watch.start()
 
         async def layout() -> tuple[KVViewStore, KVSnapshotStore | None]:
             """The streams and buckets this process uses, each created if missing (so repeatable):
@@ -250,12 +284,14 @@ class Server:
             if opts.replicas is not None:  # else the defaults are created lazily where they are used
                 await ensure_runtime_streams(nc.jetstream(timeout=opts.timeout), replicas=opts.replicas)
             views = await KVViewStore.open(nc, replicas=opts.replicas)
-            snapshots = await KVSnapshotStore.open(nc, replicas=opts.replicas) if self.has_worker else None
+            # the gateway reads them too (its dispatcher checks a decision on the run loaded from one)
+            snapshots = await KVSnapshotStore.open(nc, replicas=opts.replicas)
             return views, snapshots
 
         self.views, snapshots = await through_outage(layout, policy, log, "server.layout", is_transient)
+        self.snapshots = snapshots
         if self.has_http:
-            self.runner = ProjectionRunner(nc, self.views)
+            self.runner = ProjectionRunner(nc, self.views, quarantine=store.quarantine)
             await self.runner.start()
         if self.has_worker:
             self.live = NatsLiveSink(nc)
@@ -263,6 +299,7 @@ class Server:
             from agentlog.runtime.snapshot import SnapshotWriter
 
             self.runtime = build_runtime(source, self.store, views=self.views, live=self.live, snapshots=snapshots)
+            self.runtime.app = app_ref(app_name, self.runtime)
             if self.runner is not None and getattr(self.runtime, "snapshots", None) is not None:
                 self.runner.after_batch = SnapshotWriter(self.runtime)
             # OTLP spans of the runs this process executes, when OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
@@ -273,7 +310,10 @@ class Server:
             if self.config.worker_metrics_port is not None:
                 from prometheus_client import CollectorRegistry
 
+                from agentlog.api.metrics import McpCollector
+
                 registry = CollectorRegistry()
+                registry.register(McpCollector())
                 self.metrics_runner = await serve_metrics(registry, self.config.worker_metrics_port)
                 host, bound = self.metrics_runner.addresses[0][:2]
                 self.metrics_url = f"http://{host}:{bound}/metrics"
@@ -290,13 +330,19 @@ class Server:
                 or (SERVE_CONCURRENCY if self.config.role == "serve" else 4),
                 ack_wait=_seconds(self.config.worker_ack_wait, ENV_ACK_WAIT, 30.0),
                 shutdown_timeout=_seconds(self.config.worker_shutdown_timeout, ENV_SHUTDOWN_TIMEOUT, 10.0),
-                max_deliver=DEFAULT_MAX_DELIVER if max_deliver is None else max_deliver)
+                max_deliver=DEFAULT_MAX_DELIVER if max_deliver is None else max_deliver, app_name=app_name)
             await through_outage(self.worker.start, policy, log, "worker.start", is_transient)
             self.parts.append("worker")
         if self.has_http:
             await self._start_http()
             if self.config.nats_service:
                 await self._start_service()
+            if self.config.archive_after is not None:
+                from agentlog.api.retention import RetentionLoop
+
+                self.retention = RetentionLoop(opts, self.config.archive_after)
+                self.retention.start()
+                self.parts.append("retention")
         log.info("server.started", role=self.config.role, http=self.http_url, nats=self.nats_url, parts=self.parts)
 
     def _dispatcher(self, source: AppSource) -> Any:
@@ -314,7 +360,8 @@ class Server:
             self.agent_catalog = agent_catalog(resolved)
         agents = list(self.agent_specs) if self.agent_specs else None
         return dispatch.QueueDispatcher(self.store.nc, self.store, agents=agents, descriptions={
-            agent_id: spec.description for agent_id, spec in self.agent_specs.items()})
+            agent_id: spec.description for agent_id, spec in self.agent_specs.items()}, snapshots=self.snapshots,
+            app_name=self.config.resolved_app_name())
 
     def _routes(self) -> list[Any]:
         assert self.dispatcher is not None
@@ -389,6 +436,12 @@ class Server:
         """Reverse order: stop taking requests (HTTP, NATS service), let the worker finish or hand
         back its commands, stop in-process runs uncommitted, flush live output, stop the
         projection runner, close the store, stop the embedded nats-server."""
+        if self.retention is not None:
+            await self.retention.stop()
+            self.retention = None
+        if self.disk_watch is not None:
+            await self.disk_watch.stop()
+            self.disk_watch = None
         if self.web_runner is not None:
             with contextlib.suppress(Exception):
                 await self.web_runner.cleanup()

@@ -20,7 +20,7 @@ from agentlog.http import ui
 from agentlog.log.jetstream import JetStreamEventStore
 from agentlog.views.store import ViewStore
 
-from . import cors, health, inspector, openapi, runs, sse, threads
+from . import cors, health, inspector, openapi, ops, runs, sse, threads
 from .auth import AUTHENTICATOR, Authenticator, auth_middleware, resolve_tokens
 from .context import SERVICES, Runner, Services, Settings
 from .errors import error_middleware
@@ -39,11 +39,21 @@ async def openapi_json(request: web.Request) -> web.Response:
 
 OPENAPI_ROUTE = Route("GET", "/openapi.json", openapi_json, "This document (OpenAPI 3.1)", "health",
                       response={"type": "object"}, auth=False)
+OPENAPI_30 = web.AppKey("agentlog.openapi30", dict)
+
+
+async def openapi_30_json(request: web.Request) -> web.Response:
+    return reply(request.app[OPENAPI_30])
+
+
+OPENAPI_30_ROUTE = Route("GET", "/openapi-3.0.json", openapi_30_json,
+                         "This document in OpenAPI 3.0 terms (what the Swagger UI at /docs reads)", "health",
+                         response={"type": "object"}, auth=False)
 
 
 def route_table(extra_routes: Sequence[Route] = ()) -> list[Route]:
-    return [*health.ROUTES, OPENAPI_ROUTE, *threads.ROUTES, *runs.ROUTES, *inspector.ROUTES, *ui.ROUTES,
-            *extra_routes]
+    return [*health.ROUTES, OPENAPI_ROUTE, OPENAPI_30_ROUTE, *threads.ROUTES, *runs.ROUTES, *inspector.ROUTES,
+            *ops.ROUTES, *ui.ROUTES, *extra_routes]
 
 
 def create_app(
@@ -68,6 +78,9 @@ def create_app(
     """
     settings = settings or Settings()
     metrics = metrics or Metrics()
+    metrics.log_health.watch_quarantine(getattr(store, "quarantine", None))
+    metrics.log_health.watch_quarantine(getattr(runner, "quarantine", None))
+    metrics.log_health.watch_writes(getattr(store, "writes", None))
     auth = Authenticator(resolve_tokens(auth_tokens))
     app = web.Application(
         middlewares=[metrics_middleware(metrics), error_middleware, auth_middleware(auth)],
@@ -82,6 +95,7 @@ def create_app(
         app.router.add_route(route.method, route.path, route.handler)
     app[ROUTES] = table
     app[OPENAPI] = openapi.build(table)
+    app[OPENAPI_30] = openapi.as_openapi_30(app[OPENAPI])
     # one shared log follow per followed thread for every SSE client of this app (sse.FollowHub)
     hub = app[sse.HUB] = sse.FollowHub(store, queue_size=settings.sse_queue)
     app.on_cleanup.append(lambda _app: hub.close())

@@ -106,4 +106,49 @@ def build(routes: Iterable[Route], *, title: str = "agentlog", version: str = "0
     }
 
 
-__all__ = ["build"]
+def as_openapi_30(node: Any) -> Any:
+    """The same document in OpenAPI 3.0 terms, for docs UIs that read 3.0 only (the Swagger UI
+    the `swagger-ui-bundle` package ships, at `/docs`). 3.1 schemas are JSON Schema 2020-12; 3.0
+    has a subset plus `nullable`, so: `type: [X, "null"]` and `anyOf: [..., {type: null}]` become
+    `nullable: true`, a list of `examples` its first `example`, `const` a one-value `enum`, and a
+    numeric `exclusiveMinimum`/`Maximum` the boolean form. Nothing is lost that a reader of the
+    docs needs; `/openapi.json` stays the exact 3.1 document."""
+    if isinstance(node, list):
+        return [as_openapi_30(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "openapi":
+            out[key] = "3.0.3"
+        elif key == "type" and isinstance(value, list):
+            kinds = [k for k in value if k != "null"]
+            if len(kinds) < len(value):
+                out["nullable"] = True
+            if len(kinds) == 1:
+                out["type"] = kinds[0]
+            elif kinds:
+                out["anyOf"] = [{"type": k} for k in kinds]
+        elif key in ("anyOf", "oneOf") and isinstance(value, list):
+            options = [as_openapi_30(v) for v in value if v != {"type": "null"}]
+            if len(options) < len(value):
+                out["nullable"] = True
+            if len(options) == 1 and isinstance(options[0], dict):
+                out.update({k: v for k, v in options[0].items() if k not in out})
+            else:
+                out[key] = options
+        elif key == "examples" and isinstance(value, list):
+            if value:
+                out["example"] = as_openapi_30(value[0])
+        elif key == "const":
+            out["enum"] = [value]
+        elif key in ("exclusiveMinimum", "exclusiveMaximum") and isinstance(value, (int, float)) \
+                and not isinstance(value, bool):
+            out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
+            out[key] = True
+        else:
+            out[key] = as_openapi_30(value)
+    return out
+
+
+__all__ = ["as_openapi_30", "build"]

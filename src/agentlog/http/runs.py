@@ -11,8 +11,16 @@ from aiohttp import web
 
 from agentlog.api import operations as ops
 from agentlog.api.models import EventsQuery, GetViewQuery, ListRunsQuery
-from agentlog.log.events import AnyEvent, RunFinished, RunSuspended, StoredCommit
-from agentlog.views.fold import Folder
+from agentlog.log.events import (
+    AnyEvent,
+    Position,
+    RunFinished,
+    RunResumed,
+    RunStarted,
+    RunSuspended,
+    StoredCommit,
+    ToolCallDecided,
+)
 
 from . import sse
 from .auth import Principal, principal
@@ -39,39 +47,60 @@ def _pauses(event: AnyEvent) -> bool:
     return isinstance(event, (RunFinished, RunSuspended))
 
 
-async def _run_from_log(svc: Services, who: Principal, run_id: str) -> tuple[list[StoredCommit], str, bool]:
-    """The run's commits, its thread, and whether it is live (not done, not waiting)."""
-    commits = [c async for c in svc.store.read_run(run_id)]
-    if not commits:
-        raise not_found("run", run_id)
+def paused(commits: list[StoredCommit]) -> bool | None:
+    """Whether the run whose commits (a suffix of them, in log order) are `commits` is paused
+    now: the last of its pause events (`RunSuspended`, `RunFinished`) and its go events
+    (`RunStarted`, `RunResumed`) says which; None if `commits` hold neither (read further back).
+    A suspension whose calls all have a decision recorded after it is not a pause: a worker is
+    to apply them (the run is on its way, and its stream goes on to its next pause).
+
+    The same events as the live stream's end (`_pauses`), so that "the pause is already in the
+    history" and "wait for the pause live" cannot disagree: a run paused by this test ends the
+    stream after its history, one not paused is followed until a pause event arrives live. (A
+    fold's status could say `running` after a `RunSuspended`, and the stream would then wait for
+    a pause that had already happened.)"""
+    decided: set[str] = set()
+    for stored in reversed(commits):
+        for event in reversed(stored.commit.events):
+            if isinstance(event, ToolCallDecided):
+                decided.add(event.call_id)
+            elif isinstance(event, RunFinished):
+                return True
+            elif isinstance(event, RunSuspended):
+                return not (event.call_ids and decided.issuperset(event.call_ids))
+            elif isinstance(event, (RunStarted, RunResumed)):
+                return False
+    return None
+
+
+async def _run_from_log(svc: Services, who: Principal, run_id: str,
+                        after: Position | None = None) -> tuple[list[StoredCommit], str, bool]:
+    """The run's commits (with `after`, those from `after`'s commit on, when that is enough to
+    tell whether the run is paused: a stream resumed with `Last-Event-ID` does not read the
+    run's whole history again), its thread, and whether it is live (not paused: see `paused`)."""
+    commits: list[StoredCommit] = []
+    if after is not None and after.seq > 1:
+        commits = [c async for c in svc.store.read_run(run_id, after=after.seq - 1)]
+    state = paused(commits) if commits else None
+    if state is None:
+        commits = [c async for c in svc.store.read_run(run_id)]
+        if not commits:
+            raise not_found("run", run_id)
+        state = paused(commits)
     thread_id = commits[0].commit.thread_id
     if who.tenant is not None:
         await wait_min_seq(svc, commits[0].seq)  # the thread's creation precedes its runs
         thread = await get_thread_view(svc, thread_id)
         if thread is None or not who.can_see(thread.resource_id):
             raise not_found("run", run_id)
-    return commits, thread_id, _running(commits, run_id)
-
-
-def _running(commits: list[StoredCommit], run_id: str) -> bool:
-    """Live: running, or waiting only for a worker to apply decisions already recorded (a
-    follower that joins right after an approval must see the run go on, not just its past)."""
-    folder = Folder()
-    for stored in commits:
-        folder.apply_commit(stored.seq, stored.commit)
-    view = folder.run(run_id)
-    if view is None or view.status == "done":
-        return False
-    return view.status == "running" or all(c.decision is not None for c in view.calls.values()
-                                           if c.status == "suspended")
+    return commits, thread_id, not state
 
 
 async def _follow_run(request: web.Request, svc: Services, run_id: str, thread_id: str,
                       commits: list[StoredCommit]) -> sse.Membership | None:
     """Join the thread's shared feed, then read the run's commits appended since `commits` (so
     the history ends after the join: no gap). Extends `commits`; None (and left) if the run
-    stopped running meanwhile (its end is then in the history, and nothing live would end the
-    stream)."""
+    paused meanwhile (its pause is then in the history, and nothing live would end the stream)."""
     live = await sse.hub_of(request).join(thread_id)
     try:
         tail = [c async for c in svc.store.read_run(run_id, after=commits[-1].seq)]
@@ -79,7 +108,7 @@ async def _follow_run(request: web.Request, svc: Services, run_id: str, thread_i
         await live.aclose()
         raise
     commits.extend(tail)
-    if tail and not _running(commits, run_id):
+    if paused(tail):
         await live.aclose()
         return None
     return live
@@ -90,7 +119,7 @@ async def run_events(request: web.Request) -> web.StreamResponse:
     run_id = path_id(request, kind="run_id")
     q = parse_query(request, EventsQuery)
     after = resume_point(request, q)
-    commits, thread_id, running = await _run_from_log(svc, who, run_id)
+    commits, thread_id, running = await _run_from_log(svc, who, run_id, after if q.follow else None)
     live = await _follow_run(request, svc, run_id, thread_id, commits) if q.follow and running else None
     frames = sse.positioned_events(commits, live, after, keep=lambda c: c.commit.run_id == run_id,
                                    stop=_pauses)

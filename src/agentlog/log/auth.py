@@ -11,6 +11,8 @@ permissions, rendered from the one table below (a test keeps the file equal to i
 * `worker`: takes commands (the work-queue consumer and its acks), appends, publishes live output,
   receives live decisions.
 * `serve`: gateway + worker in one process (`agentlog serve`, `agentlog demo`).
+* `archiver`: retention (`agentlog retention`): the service permissions plus purging the event
+  stream, which it does only for commits it has archived first (`agentlog.log.retention`).
 * `readonly`: reads the log (direct gets, its own ephemeral consumers) and the KV views, calls the
   read endpoints of the API, watches live output. It cannot append, queue or ack commands, write
   KV or touch streams.
@@ -22,8 +24,9 @@ permissions, rendered from the one table below (a test keeps the file equal to i
   included); a JetStream read, a live subscription or a shared `_INBOX.>` (where the services'
   own JetStream replies pass) would go around those checks. The login to hand to applications.
 
-No role may delete or purge the event stream or delete a message from it: the log is append-only
-by permission, not by convention. The service roles manage their streams through `$JS.API.>`
+No role but `archiver` may purge the event stream, and none may delete it or delete a message from
+it: the log is append-only by permission, not by convention, for every process that serves or
+runs agents. The service roles manage their streams through `$JS.API.>`
 (create, update, consumers) because they create them at start.
 
 Credentials of the embedded server: one random password per role in `<data_dir>/credentials.json`
@@ -44,8 +47,8 @@ from typing import Literal, TypedDict
 from .errors import AgentlogError
 from .subjects import EVENTS_STREAM, PREFIX
 
-Role = Literal["serve", "gateway", "worker", "readonly", "client"]
-ROLES: tuple[Role, ...] = ("serve", "gateway", "worker", "readonly", "client")
+Role = Literal["serve", "gateway", "worker", "readonly", "client", "archiver"]
+ROLES: tuple[Role, ...] = ("serve", "gateway", "worker", "readonly", "client", "archiver")
 CREDENTIALS_FILE = "credentials.json"
 
 
@@ -95,7 +98,10 @@ READONLY = Permissions(
         "$JS.API.INFO", "$JS.API.STREAM.INFO.*", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
         f"$JS.API.DIRECT.GET.{EVENTS_STREAM}", f"$JS.API.DIRECT.GET.{EVENTS_STREAM}.>",
         "$JS.API.DIRECT.GET.*.$KV.>",  # KV view reads (any generation of the view buckets)
-        "$JS.API.DIRECT.GET.*.$O.>", "$JS.API.STREAM.MSG.GET.OBJ_*",  # outputs stored by reference
+        # outputs stored by reference, archived threads (nats-py reads an object's info with a
+        # plain message get; `*` is a whole-token wildcard, so each bucket's stream is named)
+        "$JS.API.DIRECT.GET.*.$O.>", "$JS.API.STREAM.MSG.GET.OBJ_agentlog_payloads",
+        "$JS.API.STREAM.MSG.GET.OBJ_agentlog_archive",
         "$JS.API.CONSUMER.CREATE.*", "$JS.API.CONSUMER.CREATE.*.>",  # ephemeral readers (follow, KV listing)
         "$JS.API.CONSUMER.DELETE.*.*", "$JS.API.CONSUMER.INFO.*.*", "$JS.FC.>",
         f"{PREFIX}.api.*.get", f"{PREFIX}.api.*.list", f"{PREFIX}.api.threads.messages", "$SRV.>",
@@ -122,8 +128,15 @@ CLIENT = Permissions(
                   "$JS.>", "$KV.>", "$O.>", "_INBOX.>"),
     subscribe=(f"{CLIENT_INBOX}.>",),
 )
+#: Retention: archives (Object Store, KV run index, marker commits) and then purges what it
+#: archived. The stream itself and single messages stay undeletable.
+ARCHIVER = Permissions(
+    publish=("$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>", "$O.>", "_INBOX.>", f"{PREFIX}.ev.>"),
+    publish_deny=(f"$JS.API.STREAM.DELETE.{EVENTS_STREAM}", f"$JS.API.STREAM.MSG.DELETE.{EVENTS_STREAM}"),
+    subscribe=("_INBOX.>",),
+)
 PERMISSIONS: dict[Role, Permissions] = {"serve": GATEWAY | WORKER, "gateway": GATEWAY, "worker": WORKER,
-                                        "readonly": READONLY, "client": CLIENT}
+                                        "readonly": READONLY, "client": CLIENT, "archiver": ARCHIVER}
 
 
 # -- nats-server config ---------------------------------------------------------------------------
@@ -258,7 +271,8 @@ def accounts_config() -> str:
         "# from src/agentlog/log/auth.py (a test keeps them equal): edit that table, not this file.",
         "# Passwords come from the environment of nats-server: AGENTLOG_SERVE_PASSWORD,",
         "# AGENTLOG_GATEWAY_PASSWORD, AGENTLOG_WORKER_PASSWORD, AGENTLOG_READONLY_PASSWORD,",
-        "# AGENTLOG_CLIENT_PASSWORD, AGENTLOG_SYS_PASSWORD (or bcrypt hashes: `nats server passwd`).",
+        "# AGENTLOG_CLIENT_PASSWORD, AGENTLOG_ARCHIVER_PASSWORD, AGENTLOG_SYS_PASSWORD (or bcrypt hashes:",
+        "# `nats server passwd`).",
         "accounts {",
         "  AGENTLOG {",
         "    jetstream: enabled",

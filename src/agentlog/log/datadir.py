@@ -149,6 +149,19 @@ class SharedServer:
         await asyncio.to_thread(self.close, timeout)
 
 
+def busy(data_dir: str | os.PathLike[str]) -> bool:
+    """Does a nats-server run on this data dir (its `server.lock` is held)? Only a hint: it may
+    start or stop right after."""
+    directory = Path(data_dir)
+    if not (directory / SERVER_LOCK).exists():
+        return False
+    fd = _open(directory / SERVER_LOCK)
+    try:
+        return not _try_flock(fd, fcntl.LOCK_EX)
+    finally:
+        os.close(fd)  # closing drops a lock we took
+
+
 async def acquire(data_dir: str | os.PathLike[str], *, timeout: float = 10.0,
                   on_started: OnStarted | None = None) -> SharedServer:
     """Use the data dir's running server, or start it (with its credentials) if none runs."""
@@ -205,4 +218,4 @@ async def _start(directory: Path, credentials: Credentials, lock_fd: int, timeou
     return server
 
 
-__all__ = ["SERVER_FILE", "SERVER_LOCK", "SharedServer", "USERS_LOCK", "acquire", "read_server_file"]
+__all__ = ["SERVER_FILE", "SERVER_LOCK", "SharedServer", "USERS_LOCK", "acquire", "busy", "read_server_file"]

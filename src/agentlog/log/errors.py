@@ -64,6 +64,11 @@ class StoreUnavailable(AgentlogError):
     code = "store_unavailable"
 
 
+class NoAnswer(StoreUnavailable):
+    """A request NATS took but nobody answered in time (the server down or overloaded, or a
+    JetStream stream that stopped answering its writes, as after a full disk)."""
+
+
 class NotAuthorized(StoreUnavailable):
     """NATS refused the login (no, wrong or revoked credentials). Retrying will not help."""
 

@@ -44,8 +44,17 @@ class _Value(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=F
 
 
 class Usage(_Value, frozen=True):
+    """Tokens of one or more inferences. `input_tokens` counts every prompt token, cached or
+    not; `cache_read_tokens` / `cache_write_tokens` say how many of them were read from or
+    written to the provider's prompt cache (priced differently), `reasoning_tokens` how many of
+    `output_tokens` were hidden reasoning. The three are omitted when 0, so logs without them
+    decode and encode as before."""
+
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -55,6 +64,9 @@ class Usage(_Value, frozen=True):
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
 
 
@@ -76,11 +88,29 @@ class ToolCall(_Value, frozen=True):
     arguments: dict[str, JSON] = {}
 
 
+class ReasoningPart(_Value, frozen=True):
+    """A piece of a model's reasoning, as its provider gave it, so the next request can send it
+    back (providers check it: Anthropic thinking blocks by `signature`, OpenAI reasoning items by
+    `id` + encrypted `data`, Gemini thought signatures, on a call's part when `call_id` is set).
+    `text` is what may be shown (a summary, or the thinking itself); `data` is opaque."""
+
+    #: Which provider's format this is ("anthropic", "openai", "gemini"): each sends back only its
+    #: own (a pool may mix providers in one conversation).
+    provider: str | None = None
+    text: str = ""
+    signature: str | None = None
+    data: str | None = None
+    id: str | None = None
+    call_id: str | None = None
+
+
 class Message(_Value, frozen=True):
     id: str
     role: Role
     content: str = ""
     tool_calls: list[ToolCall] | None = None
+    #: The model's reasoning before this answer (assistant messages; omitted when none).
+    reasoning: list[ReasoningPart] | None = None
     tool_call_id: str | None = None
     visibility: Visibility = "all"
     #: Set (and `content` empty) while the content is stored by reference.
@@ -141,11 +171,23 @@ class ThreadDeleted(Event, frozen=True):
 # -- run ------------------------------------------------------------------------------------------
 
 
+class AppRef(_Value, frozen=True):
+    """The app a run was started by: its name (which workers may drive the run: commands are
+    queued per app name, `agentlog.runtime.commands`) and a digest of its agents and tools
+    (`agentlog.runtime.digest.app_digest`), so a replay or an operator can tell which app a run
+    needs."""
+
+    name: str
+    digest: str = ""
+
+
 class RunStarted(Event, frozen=True):
     """`frontend_tools`: tools the client executes (AG-UI `RunAgentInput.tools`), each
     `{name, description, parameters}`, offered to the model for this run only. Recorded here so
     that resume and verified replay rebuild them from the log alone; omitted when empty, so logs
-    written before the field existed (and runs without frontend tools) encode as before."""
+    written before the field existed (and runs without frontend tools) encode as before.
+    `app`: the app that started the run (None: not recorded, e.g. an in-process `Runtime`
+    without an app name, or a log written before the field existed; omitted then)."""
 
     run_id: str
     agent_id: str
@@ -153,6 +195,10 @@ class RunStarted(Event, frozen=True):
     parent_thread_id: str | None = None
     origin: str = "user"
     frontend_tools: list[dict[str, JSON]] = []
+    app: AppRef | None = None
+    #: The model a pool chose for this run (`agentlog.runtime.models.pool`): resumes, on any
+    #: worker, keep it. None when the agent names no pool (omitted: older logs decode as before).
+    model: str | None = None
 
 
 class RunSuspended(Event, frozen=True):
@@ -170,6 +216,8 @@ class RunCancelRequested(Event, frozen=True):
 class RunFinished(Event, frozen=True):
     termination: Termination
     usage: Usage = Usage()
+    #: The run's summed inference cost in USD; None (omitted) when no inference had prices.
+    cost: float | None = None
 
 
 class StepStarted(Event, frozen=True):
@@ -200,6 +248,9 @@ class InferenceCompleted(Event, frozen=True):
     message_id: str | None = None
     request_digest: str | None = None
     request_digests: dict[str, str] | None = None
+    #: What the call cost in USD, from the model's prices (`agentlog.runtime.models.pricing`);
+    #: None (omitted) when the model has no prices.
+    cost: float | None = None
 
 
 # -- tool calls -----------------------------------------------------------------------------------
@@ -256,6 +307,29 @@ class ContextCompacted(Event, frozen=True):
     usage: Usage = Usage()
     tokens_before: int = 0
     tokens_after: int = 0
+    #: Why: None when the context policy's budget was exceeded, "overflow" when the provider
+    #: refused the request as too long (the inference is retried once after it).
+    reason: str | None = None
+
+
+# -- quarantine -----------------------------------------------------------------------------------
+
+
+class CommitQuarantined(Event, frozen=True):
+    """Stands in, for every reader, for a message of the log that is not a commit this build can
+    decode (raw bytes published on an event subject, a newer schema). Readers make it from the
+    message (`agentlog.log.quarantine`); no writer may append one (`check_commit` refuses it).
+
+    No fold gives it meaning, so it changes nothing but what any commit changes: the views'
+    version and last-seen sequence count its seq (per-thread OCC counts every message on the
+    thread's subjects). `code`: the codec error's code; `subject`: where it was published; `size`
+    and `sha256` identify the bytes."""
+
+    code: str
+    reason: str
+    subject: str = ""
+    size: int = 0
+    sha256: str = ""
 
 
 # -- state ----------------------------------------------------------------------------------------
@@ -322,6 +396,7 @@ AnyEvent = Union[
     StatePatched,
     StateReplaced,
     ContextCompacted,
+    CommitQuarantined,
     Emitted,
 ]
 

@@ -16,6 +16,10 @@ Design notes (the why behind the code):
 * `follow` runs its own ephemeral push consumer (ack none, flow control, idle heartbeats) and keeps
   the last stream sequence it yielded; on a gap, a stall or any consumer error it recreates the
   consumer from last + 1, so nothing is missed or repeated across reconnects and server restarts.
+* Threads archived by retention (`agentlog.log.retention`) live in the Object Store; `read_thread`
+  and `read_run` put their commits back at their positions (`agentlog.log.archive`), so no reader
+  knows the difference. The stream refuses to run under limits that would delete commits
+  (`agentlog.log.limits`).
 * Every NATS failure (no connection, timeout, no responders) becomes `StoreUnavailable`, bounded by
   `request_timeout`. A failed append may still land later (the publish can sit in the client's
   reconnect buffer); retrying the same commit is always safe.
@@ -40,8 +44,9 @@ import nats
 import nats.errors
 from nats.aio.client import Client as NATS
 
-from .codec import encode_commit
-from .errors import AgentlogError, CommitTooLarge, StoreUnavailable, VersionConflict
+from .archive import ThreadArchive
+from .codec import decode_commit, encode_commit
+from .errors import AgentlogError, CodecError, CommitTooLarge, StoreUnavailable, VersionConflict
 from .events import AppendResult, Commit, StoredCommit
 from .ids import validate_id
 from .js_api import (
@@ -68,10 +73,13 @@ from .js_api import (
 from .js_connection import _DENIED_HOOKS, _open_connection, flush_subscriptions
 from .js_follow import _Follower
 from .js_requests import JetStreamRequests
+from .limits import check_limits
 from .payloads import ObjectStoreBlobs, offload
+from .quarantine import Quarantine
 from .replicas import log_kept, replicas_target, wait_replicated
 from .store import encode_checked
 from .subjects import EVENTS_STREAM, EVENTS_SUBJECTS, event_subject, run_filter, thread_filter
+from .write_health import WriteHealth
 
 __all__ = [
     "ERR_NO_MESSAGE_FOUND", "ERR_STREAM_NOT_FOUND", "ERR_WRONG_LAST_SEQUENCE", "MIN_SERVER_VERSION",
@@ -116,6 +124,11 @@ class JetStreamEventStore(JetStreamRequests):
         self._closed = False
         #: Large tool outputs of an oversized commit go here by reference (`agentlog.log.payloads`).
         self._blobs = ObjectStoreBlobs(nc, replicas=replicas)
+        self.quarantine = Quarantine()
+        #: Whether this process's appends go through (`/health`: `agentlog.log.write_health`).
+        self.writes = WriteHealth()
+        #: Commits of archived threads, put back into reads (`agentlog.log.archive`).
+        self.archive = ThreadArchive(nc, self._decode_data, timeout=request_timeout)
         _DENIED_HOOKS[nc] = weakref.WeakMethod(self._on_denied)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -222,7 +235,9 @@ class JetStreamEventStore(JetStreamRequests):
             "storage": "file",
             "num_replicas": replicas or 1,
             "duplicate_window": int(duplicate_window * _NS),
-            "discard": "old",
+            # no limits are set; if an operator adds a size limit, new commits are refused rather
+            # than old ones dropped (`agentlog.log.limits`)
+            "discard": "new",
             "max_msgs": -1,
             "max_bytes": -1,
             "max_age": 0,
@@ -238,7 +253,8 @@ class JetStreamEventStore(JetStreamRequests):
         """Create the stream, or check an existing one: its subjects and storage must match (we
         never move data); duplicate window and direct get are updated if they differ, replicas
         only raised when asked (never lowered: `agentlog.log.replicas`). Limits set by an operator are
-        left alone. Returns the stream config in effect."""
+        left alone, unless they would delete commits: then `LossyStreamLimits` (`agentlog.log.limits`).
+        Returns the stream config in effect."""
         desired = self.desired_stream_config(replicas=replicas, duplicate_window=duplicate_window)
         info = await self._api(f"$JS.API.STREAM.INFO.{self.stream}", b"")
         if info.error is not None:
@@ -252,6 +268,7 @@ class JetStreamEventStore(JetStreamRequests):
             if info.error is not None:
                 raise _api_failure("stream create", created.error)
         current = dict(info.config or {})
+        check_limits(self.stream, current)
         if EVENTS_SUBJECTS not in current.get("subjects", []):
             raise AgentlogError(
                 f"stream {self.stream} exists with subjects {current.get('subjects')}, not "
@@ -314,26 +331,68 @@ class JetStreamEventStore(JetStreamRequests):
                 size = len(data) + head
             if size > limit:
                 raise CommitTooLarge(size, limit)
-        reply = await self._request(event_subject(thread, commit.run_id), data, headers, "append")
         try:
-            ack = _ack_decoder.decode(reply.data)
-        except msgspec.DecodeError as exc:
-            raise StoreUnavailable(f"unreadable JetStream publish ack {reply.data[:200]!r}: {exc}") from None
+            reply = await self._request(event_subject(thread, commit.run_id), data, headers, "append")
+            try:
+                ack = _ack_decoder.decode(reply.data)
+            except msgspec.DecodeError as exc:
+                raise StoreUnavailable(f"unreadable JetStream publish ack {reply.data[:200]!r}: {exc}") from None
+        except StoreUnavailable as exc:
+            self.writes.failed("append", exc)
+            raise
         if ack.error is None:
+            self.writes.succeeded()
             return AppendResult(ack.seq, duplicate=ack.duplicate)
         if ack.error.err_code == ERR_WRONG_LAST_SEQUENCE and expected_version is not None:
+            self.writes.succeeded()  # the server took the request and checked it: writes work
             return await self._resolve_conflict(commit, expected_version, ack.error.description)
-        raise _api_failure(f"append to thread {thread!r}", ack.error)
+        failure = _api_failure(f"append to thread {thread!r}", ack.error)
+        self.writes.failed("append", failure)
+        raise failure
 
     async def read_thread(self, thread_id: str, after: int = 0) -> AsyncIterator[StoredCommit]:
         validate_id(thread_id, "thread_id")
-        async for seq, msg in self._scan(thread_filter(thread_id), after):
-            yield StoredCommit(seq, await self._decode(msg.data))
+        async for sc in self.archive.fill_thread(thread_id, after, self._stream_commits(thread_filter(thread_id), after)):
+            yield sc
 
     async def read_run(self, run_id: str, after: int = 0) -> AsyncIterator[StoredCommit]:
         validate_id(run_id, "run_id")
-        async for seq, msg in self._scan(run_filter(run_id), after):
-            yield StoredCommit(seq, await self._decode(msg.data))
+        async for sc in self.archive.fill_run(run_id, after, self._stream_commits(run_filter(run_id), after)):
+            yield sc
+
+    async def read_log(self, after: int = 0) -> AsyncIterator[StoredCommit]:
+        """Every commit in the stream with seq > `after` (all threads, archived ones as their
+        markers), up to the end at call time: batched reads, no consumer. Large-payload
+        references are left as they are (a scan of the whole log, e.g. retention's, never needs
+        the tool outputs)."""
+        async for seq, msg in self._scan(EVENTS_SUBJECTS, after):
+            try:
+                commit = decode_commit(msg.data)
+            except CodecError:
+                commit = await self._decode(seq, msg)  # its quarantine stand-in
+            yield StoredCommit(seq, commit)
+
+    async def _stream_commits(self, subject_filter: str, after: int) -> AsyncIterator[StoredCommit]:
+        """The commits in the stream matching the filter (without archived ones)."""
+        async for seq, msg in self._scan(subject_filter, after):
+            yield StoredCommit(seq, await self._decode(seq, msg))
+
+    async def purge_thread(self, thread_id: str, below: int) -> int:
+        """Remove the thread's commits with seq < `below` from the stream (retention, after they
+        were archived: `agentlog.log.retention`). Needs a login allowed to purge (the `archiver`
+        role). Returns how many were removed."""
+        validate_id(thread_id, "thread_id")
+        body = _json_encoder.encode({"filter": thread_filter(thread_id), "seq": below})
+        reply = await self._request(f"$JS.API.STREAM.PURGE.{self.stream}", body, None, "purge")
+        try:
+            answer = msgspec.json.decode(reply.data)
+        except msgspec.DecodeError as exc:
+            raise StoreUnavailable(f"unreadable JetStream purge answer: {exc}") from None
+        if answer.get("error"):
+            error = answer["error"]
+            raise AgentlogError(f"purge of thread {thread_id!r} refused: {error.get('description')} "
+                                f"(err {error.get('err_code')})")
+        return int(answer.get("purged", 0))
 
     async def thread_version(self, thread_id: str) -> int:
         validate_id(thread_id, "thread_id")
@@ -351,6 +410,28 @@ class JetStreamEventStore(JetStreamRequests):
         if info.error is not None:
             raise _api_failure("stream info", info.error)
         return int((info.state or {}).get("last_seq", 0))
+
+    async def stream_full(self, name: str | None = None) -> str | None:
+        """Why stream `name` (default: the events stream) cannot take a commit of the largest
+        size now, or None: with `discard: new`, a stream at its `max_bytes` or `max_msgs`
+        refuses every write (a full disk, as an operator's limit or a quota models it). A stream
+        that discards old messages never refuses; one that does not exist is not full."""
+        stream = name or self.stream
+        info = await self._api(f"$JS.API.STREAM.INFO.{stream}", b"")
+        if info.error is not None:
+            if info.error.err_code == ERR_STREAM_NOT_FOUND:
+                return None
+            raise _api_failure("stream info", info.error)
+        config, state = info.config or {}, info.state or {}
+        if config.get("discard") != "new":
+            return None
+        max_bytes, used = int(config.get("max_bytes") or -1), int(state.get("bytes") or 0)
+        if max_bytes > 0 and max_bytes - used < self.max_payload:
+            return f"stream {stream} is full: {used} of its max_bytes {max_bytes} used"
+        max_msgs, count = int(config.get("max_msgs") or -1), int(state.get("messages") or 0)
+        if max_msgs > 0 and count >= max_msgs:
+            return f"stream {stream} is full: {count} of its max_msgs {max_msgs}"
+        return None
 
     async def follow(self, thread_id: str | None = None, after: int = 0) -> AsyncIterator[StoredCommit]:
         if thread_id is not None:

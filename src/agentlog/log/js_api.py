@@ -32,6 +32,9 @@ _HDR_EXPECTED_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 _HDR_SEQUENCE = "Nats-Sequence"
 _HDR_NUM_PENDING = "Nats-Num-Pending"
 _HDR_STATUS = "Status"
+#: On a Direct Get reply: the stored message's subject and time (RFC 3339).
+HDR_SUBJECT = "Nats-Subject"
+HDR_TIME_STAMP = "Nats-Time-Stamp"
 _WRONG_LAST_RE = re.compile(r"wrong last sequence:\s*(\d+)")
 
 
@@ -115,6 +118,16 @@ def _ack_reply_seqs(reply: str) -> tuple[int, int]:
     if len(tokens) >= 12:  # $JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<dseq>...
         return int(tokens[7]), int(tokens[8])
     raise StoreUnavailable(f"unexpected JetStream ack subject {reply!r}")
+
+
+def ack_reply_time(reply: str) -> int | None:
+    """The stored time (ns since the epoch) from a JetStream ack subject, None if it has none."""
+    tokens = reply.split(".")
+    if len(tokens) == 9:
+        return int(tokens[7])
+    if len(tokens) >= 12:
+        return int(tokens[9])
+    return None
 
 
 def _status(msg: Msg) -> str | None:

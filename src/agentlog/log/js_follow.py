@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from typing import Any
+from typing import Any, TypeVar
 
 import nats
 import nats.errors
@@ -24,6 +24,20 @@ from .js_api import _NS, _ack_reply_seqs, _json_encoder, _status
 from .js_requests import JetStreamRequests
 
 log = logging.getLogger(__name__)
+
+
+_T = TypeVar("_T")
+
+
+async def get_within(queue: asyncio.Queue[_T], seconds: float) -> _T:
+    """`queue.get()`, or `TimeoutError` after `seconds`. Not `asyncio.wait_for`: on Python 3.11 it
+    returns the item when the get completes in the same loop step as a cancel of the caller, so
+    the cancel is lost. A follow closed just as its next message arrived then kept running (a
+    follow is closed by cancelling its task), and whoever awaited its end (the SSE hub's last
+    leaver, and so that follower's stream) waited forever. Here a cancel always wins, and the
+    item stays in the queue."""
+    async with asyncio.timeout(seconds):
+        return await queue.get()
 
 
 class _Follower:
@@ -120,7 +134,7 @@ class _Follower:
         stall = self.heartbeat * 2.5
         while True:
             try:
-                msg = await asyncio.wait_for(self.queue.get(), stall)
+                msg = await get_within(self.queue, stall)
             except TimeoutError:
                 log.debug("follow %s: no message or heartbeat for %.1fs, recreating", self.filter, stall)
                 await self._start()
@@ -140,7 +154,7 @@ class _Follower:
             self.next_dseq = dseq + 1
             if sseq <= self.last:
                 continue
-            commit = await self.store._decode(msg.data)
+            commit = await self.store._decode(sseq, msg)
             self.last = sseq
             return StoredCommit(sseq, commit)
 

@@ -24,10 +24,21 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from .codec import decode_commit
-from .errors import PermissionDenied, StoreUnavailable
+from .errors import CodecError, NoAnswer, PermissionDenied, StoreUnavailable
 from .events import Commit
-from .js_api import _HDR_NUM_PENDING, _HDR_SEQUENCE, _HDR_STATUS, _api_decoder, _ApiResponse, _json_encoder
+from .js_api import (
+    _HDR_NUM_PENDING,
+    _HDR_SEQUENCE,
+    _HDR_STATUS,
+    HDR_SUBJECT,
+    HDR_TIME_STAMP,
+    _api_decoder,
+    _ApiResponse,
+    _json_encoder,
+    ack_reply_time,
+)
 from .payloads import ObjectStoreBlobs, has_refs, resolve
+from .quarantine import Quarantine
 
 
 class _Waiter:
@@ -75,12 +86,17 @@ class JetStreamRequests:
     _closed: bool
     #: Large tool outputs of an oversized commit go here by reference (`agentlog.log.payloads`).
     _blobs: ObjectStoreBlobs
+    #: The undecodable messages this store's reads met (`agentlog.log.quarantine`).
+    quarantine: Quarantine
 
     def _on_denied(self, subject: str) -> None:
         """The server refused a publish of ours (it sends no reply): fail the requests waiting on
-        that subject at once with a typed error instead of letting them time out."""
+        that subject at once with a typed error instead of letting them time out. nats-py hands
+        the server's message over lowercased, so subjects are compared without case (an upper-case
+        one such as `$JS.API.STREAM.PURGE.<stream>` would never match otherwise)."""
+        denied = subject.lower()
         for waiter in list(self._waiters.values()):
-            if isinstance(waiter, _Waiter) and waiter.subject == subject and not waiter.done.done():
+            if isinstance(waiter, _Waiter) and waiter.subject.lower() == denied and not waiter.done.done():
                 waiter.done.set_exception(PermissionDenied(
                     f"NATS denied this connection's user publishing to {subject!r}: the user's role does "
                     "not allow it (e.g. readonly cannot append or queue commands)"))
@@ -90,9 +106,26 @@ class JetStreamRequests:
         """The underlying client (e.g. for KV buckets or live subjects on the same connection)."""
         return self._nc
 
-    async def _decode(self, data: bytes) -> Commit:
-        """Decode a commit and resolve its payload references (only a commit that has any pays
-        for more than a byte scan)."""
+    async def _decode(self, seq: int, msg: Msg) -> Commit:
+        """Decode the commit stored at `seq` (a Direct Get reply or a consumer's delivery) and
+        resolve its payload references (only a commit that has any pays for more than a byte
+        scan). A message that is not a decodable commit becomes its quarantine stand-in
+        (`agentlog.log.quarantine`): one bad message never fails a read."""
+        data = msg.data
+        try:
+            return await self._decode_data(data)
+        except CodecError as exc:
+            headers = msg.headers or {}
+            subject = headers.get(HDR_SUBJECT) or msg.subject
+            ts: int | str | None = headers.get(HDR_TIME_STAMP)
+            if ts is None and msg.reply:
+                ts = ack_reply_time(msg.reply)
+            return self.quarantine.hold(seq, subject, ts, data, exc)
+
+    async def _decode_data(self, data: bytes) -> Commit:
+        """Decode a commit's bytes (from the stream, or from a thread's archive, which holds
+        only commits that decoded when they were archived) and resolve its payload references
+        (only a commit that has any pays for more than a byte scan). Raises CodecError."""
         commit = decode_commit(data)
         if has_refs(data):
             commit = await resolve(commit, self._blobs.get_ref)
@@ -132,7 +165,7 @@ class JetStreamRequests:
         except nats.errors.Error as exc:
             raise StoreUnavailable(f"{what}: NATS error: {exc or type(exc).__name__}") from None
         except TimeoutError:
-            raise StoreUnavailable(
+            raise NoAnswer(
                 f"{what}: JetStream did not answer within {self.request_timeout:g}s "
                 "(server down or overloaded); retrying the same commit is safe"
             ) from None

@@ -14,7 +14,7 @@ import msgspec
 
 from .codec import decode_commit, encode_commit
 from .errors import CodecError, InvalidCommit
-from .events import AppendResult, Commit, RunStarted, StoredCommit
+from .events import AppendResult, Commit, CommitQuarantined, RunStarted, StoredCommit
 from .ids import validate_id, validate_run_id
 
 
@@ -56,6 +56,9 @@ def check_commit(commit: Commit) -> None:
     if not commit.events:
         raise InvalidCommit("a commit holds at least one event")
     for event in commit.events:
+        if isinstance(event, CommitQuarantined):
+            raise InvalidCommit("CommitQuarantined stands in for an undecodable message, made by readers; "
+                                "no writer may append one")
         if isinstance(event, RunStarted):
             validate_run_id(event.run_id)
             if event.run_id != commit.run_id:

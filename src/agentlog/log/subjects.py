@@ -29,8 +29,25 @@ def live_subject(thread_id: str, run_id: str) -> str:
     return f"{PREFIX}.live.{thread_id}.{run_id}"
 
 
-def command_subject(thread_id: str) -> str:
-    return f"{PREFIX}.cmd.{thread_id}"
+#: The app name of a process not given one. Its commands keep the subjects agentlog used before
+#: apps had names (`agentlog.cmd.<thread>`), so existing queues, workers and gateways go on.
+DEFAULT_APP = "default"
+
+
+def command_subject(thread_id: str, app: str | None = None) -> str:
+    """Where commands for `thread_id` are queued for the workers of `app`: `agentlog.cmd.<app>.<thread>`,
+    or `agentlog.cmd.<thread>` for the default app. A worker takes only its app's (`commands_filter`)."""
+    if app is None or app == DEFAULT_APP:
+        return f"{PREFIX}.cmd.{thread_id}"
+    return f"{PREFIX}.cmd.{app}.{thread_id}"
+
+
+def commands_filter(app: str | None = None) -> str:
+    """Every command subject of `app` (and of no other app: the default app's subjects have one
+    token less, so the two wildcards never overlap, as a work queue's consumers must not)."""
+    if app is None or app == DEFAULT_APP:
+        return f"{PREFIX}.cmd.*"
+    return f"{PREFIX}.cmd.{app}.*"
 
 
 def parse_event_subject(subject: str) -> tuple[str, str | None]:

@@ -7,7 +7,7 @@ same spec can run against a scripted model in tests and a real one in production
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal
 
 import pydantic
@@ -16,6 +16,7 @@ from agentlog.log.ids import validate_id
 
 from .context import ContextPolicy
 from .models.base import Model
+from .models.pool import ModelPool
 from .plugins import Plugin
 from .stop import MaxRounds, StopCondition
 
@@ -63,6 +64,14 @@ class AgentOptions(pydantic.BaseModel):
     retry: RetryPolicy = RetryPolicy()
     #: Model registry names tried in order after the primary model fails.
     fallback_models: list[str] = []
+    #: A pool of models (`agentlog.runtime.models.pool`): each run gets one by the pool's
+    #: affinity, recorded in its `RunStarted`; the others are its fallbacks (instead of
+    #: `model` / `fallback_models`).
+    pool: ModelPool | None = None
+    #: An answer cut off by the output token limit (no tool calls) is continued this many times
+    #: at most in the same step: the partial answer is kept, an internal user message asks the
+    #: model to go on, and every piece is recorded (replay answers each from the log).
+    max_continuations: int = pydantic.Field(default=2, ge=0)
     #: Provider options passed to every inference (temperature, max_tokens...).
     model_options: dict[str, Any] = {}
     #: Token budget, tool-result shrinking, truncation and summaries (`agentlog.runtime.context`).
@@ -149,10 +158,14 @@ class AgentRegistry:
 
 
 class ModelRegistry:
-    """Models by name; `resolve` accepts a name or passes a `Model` instance through."""
+    """Models by name; `resolve` accepts a name or passes a `Model` instance through. `build`
+    makes a model for a name nobody registered (the runtime's builds `provider:model` ids), or
+    returns None; what it builds is kept."""
 
-    def __init__(self, models: Mapping[str, Model] | None = None) -> None:
+    def __init__(self, models: Mapping[str, Model] | None = None, *,
+                 build: Callable[[str], Model | None] | None = None) -> None:
         self._models: dict[str, Model] = dict(models or {})
+        self._build = build
 
     def register(self, name: str, model: Model) -> None:
         self._models[name] = model
@@ -163,5 +176,9 @@ class ModelRegistry:
         try:
             return self._models[model]
         except KeyError:
+            built = self._build(model) if self._build is not None else None
+            if built is not None:
+                self._models[model] = built
+                return built
             known = ", ".join(sorted(self._models)) or "none"
             raise LookupError(f"unknown model {model!r} (registered: {known})") from None

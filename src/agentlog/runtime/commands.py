@@ -6,8 +6,9 @@
                                        messages=[{"role": "user", "content": "hi"}]))
 
 Commands are msgspec structs with a `type` tag, JSON on the wire. They go to the work-queue stream
-`AGENTLOG_COMMANDS` on `agentlog.cmd.<thread_id>` (one subject per thread, so a worker can see
-whether an earlier command of the same thread is still unacknowledged), with
+`AGENTLOG_COMMANDS` on `agentlog.cmd.<app>.<thread_id>` (`agentlog.cmd.<thread_id>` for the
+default app; one subject per app and thread, so a worker takes only its app's commands and can
+see whether an earlier command of the same thread is still unacknowledged), with
 `Nats-Msg-Id: <command_id>`: a resubmitted command is a no-op inside the duplicate window. The
 client chooses `run_id` (and `command_id`), so it knows them before any worker runs anything.
 
@@ -24,7 +25,7 @@ import msgspec
 
 from agentlog.log.errors import AgentlogError, InvalidId
 from agentlog.log.ids import new_id, validate_id
-from agentlog.log.subjects import PREFIX, command_subject
+from agentlog.log.subjects import DEFAULT_APP, PREFIX, command_subject
 
 from .frontend import InvalidFrontendTools, normalize_frontend_tools
 
@@ -53,6 +54,19 @@ def dlq_subject(thread_id: str | None) -> str:
 def control_subject(run_id: str) -> str:
     """Core NATS (not persisted): live decisions and cancels for the worker driving `run_id`."""
     return f"{PREFIX}.ctl.{run_id}"
+
+
+def validate_app_name(name: object) -> str:
+    """An app name is one subject token, like an id (`[A-Za-z0-9_-]`, at most 128)."""
+    try:
+        return validate_id(name, "app name")
+    except InvalidId as exc:
+        raise ValueError(f"{exc} (an app name is letters, digits, '_' and '-')") from None
+
+
+def worker_consumer(app: str | None = None) -> str:
+    """The durable consumer the workers of `app` share."""
+    return WORKER_CONSUMER if app is None or app == DEFAULT_APP else f"{WORKER_CONSUMER}-{app}"
 
 
 class InvalidCommand(AgentlogError, ValueError):
@@ -243,10 +257,12 @@ class Submitted(NamedTuple):
 
 class CommandClient:
     """Publishes commands to the work queue with dedup (`Nats-Msg-Id`), and decisions/cancels
-    also live on `agentlog.ctl.<run_id>`."""
+    also live on `agentlog.ctl.<run_id>`. Commands go to the workers of `app_name` (default:
+    the default app's), or of the app `submit` is given."""
 
-    def __init__(self, nc: Any, *, timeout: float = 5.0) -> None:
+    def __init__(self, nc: Any, *, timeout: float = 5.0, app_name: str | None = None) -> None:
         self.nc = nc
+        self.app_name = validate_app_name(app_name) if app_name is not None else DEFAULT_APP
         self.js = nc.jetstream(timeout=timeout)
         self._ensured = False
 
@@ -265,11 +281,12 @@ class CommandClient:
             raise CommandTooLarge(f"the command is {size} bytes, over the server's max payload of {limit}")
         return payload
 
-    async def submit(self, cmd: Command) -> Submitted:
+    async def submit(self, cmd: Command, *, app_name: str | None = None) -> Submitted:
+        """Queue `cmd` for the workers of `app_name` (default: this client's app)."""
         payload = self.check(cmd)
         await self.ensure_stream()
         ack = await self.js.publish(
-            command_subject(cmd.thread_id), payload, headers={"Nats-Msg-Id": cmd.command_id}
+            command_subject(cmd.thread_id, app_name or self.app_name), payload, headers={"Nats-Msg-Id": cmd.command_id}
         )
         if isinstance(cmd, (Decide, Cancel)):
             try:

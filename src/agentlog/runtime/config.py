@@ -5,7 +5,8 @@
 The file is validated by `AgentlogConfig` (pydantic), whose JSON Schema is published in
 `src/agentlog/runtime/agentlog-config.schema.json` (editors can use it: `# yaml-language-server: $schema=...`;
 regenerate with `python -m agentlog.runtime.config > src/agentlog/runtime/agentlog-config.schema.json`; a test keeps it
-up to date). It covers models (scripted or OpenAI-compatible), tools (Python import paths), MCP
+up to date). It covers models (scripted, OpenAI-compatible, or `provider:model` ids on the official
+SDKs: `anthropic:`, `openai-responses:`, `gemini:`), their prices, model pools, tools (Python import paths), MCP
 servers, plugins, permissions, stop conditions, context policy and sub-agents; `load_config` turns
 it into an app (`agents`, `tools`, `models`) that every command accepting `--app` can run.
 
@@ -34,6 +35,9 @@ from agentlog.log.errors import AgentlogError
 
 from .agent import AgentOptions, AgentSpec
 from .mcp import McpError, McpServerConfig, McpToolset
+from .models.pool import ModelPool
+from .models.pricing import ModelPrices
+from .models.providers import PROVIDERS, is_provider_id, model_from_id
 from .permission import PermissionPlugin, PermissionRule
 from .plugins import Plugin
 from .tools import Tool, ToolRegistry
@@ -76,6 +80,7 @@ class ScriptedModelConfig(_Model):
     #: `conversation`: the turn is picked from the conversation (works across workers/restarts).
     position: Literal["counter", "conversation"] = "conversation"
     loop: bool = False
+    prices: ModelPrices | None = None
 
 
 class OpenAIModelConfig(_Model):
@@ -88,9 +93,32 @@ class OpenAIModelConfig(_Model):
     api_key_env: str | None = None
     timeout_s: float = pydantic.Field(default=120.0, gt=0)
     headers: dict[str, str] = {}
+    #: USD per 1M tokens: each inference's cost is recorded in the log.
+    prices: ModelPrices | None = None
 
 
-ModelConfig = Annotated[ScriptedModelConfig | OpenAIModelConfig, pydantic.Field(discriminator="type")]
+class ProviderModelConfig(_Model):
+    """A model on a provider's official SDK (an optional extra: `pip install 'agentlog[anthropic]'`,
+    `[gemini]`, `[openai]`). `anthropic`: Messages API (prompt caching on; `thinking_budget`
+    turns extended thinking on); `openai-responses`: the Responses API (`reasoning_effort`);
+    `gemini`: google-genai (`thinking_budget`); `openai-sdk`: Chat Completions on the SDK. The
+    key is read from `api_key_env` (default: the provider's usual variable)."""
+
+    type: Literal["anthropic", "gemini", "openai-responses", "openai-sdk"]
+    model: str
+    base_url: str | None = None
+    api_key_env: str | None = None
+    timeout_s: float = pydantic.Field(default=120.0, gt=0)
+    headers: dict[str, str] = {}
+    prices: ModelPrices | None = None
+    thinking_budget: int | None = pydantic.Field(default=None, ge=0)
+    reasoning_effort: str | None = None
+    max_tokens: int | None = pydantic.Field(default=None, ge=1)
+
+
+ModelConfig = Annotated[
+    ScriptedModelConfig | OpenAIModelConfig | ProviderModelConfig, pydantic.Field(discriminator="type")
+]
 
 # -- agents ----------------------------------------------------------------------------------------
 
@@ -115,8 +143,11 @@ class AgentConfig(AgentOptions):
     behaviour options it shares with `AgentSpec` (`fallback_models` are keys of `models`)."""
 
     id: str
-    #: A key of `models`.
-    model: str
+    #: A key of `models`, or a `provider:model` id (`anthropic:claude-sonnet-4-5`). Optional
+    #: with a `pool` (its first model is the default).
+    model: str | None = None
+    #: A key of `pools`, or a pool written here: the run's model is picked from it.
+    pool: str | ModelPool | None = None  # type: ignore[assignment]
     #: Tool names or globs over every tool of the file (local and `mcp__<server>__<tool>`).
     tools: list[str] = []
     plugins: list[str | PluginConfig] = []
@@ -131,7 +162,10 @@ class AgentlogConfig(_Model):
     """An agentlog application as data (version 1)."""
 
     version: Literal[1] = 1
-    models: dict[str, ModelConfig] = {}
+    #: Models by name: a model entry, or a `provider:model` id string.
+    models: dict[str, ModelConfig | str] = {}
+    #: Model pools by name (`agentlog.runtime.models.pool`): `{models: [...], affinity: thread}`.
+    pools: dict[str, ModelPool] = {}
     #: `module:attr` import paths of tools: a `Tool`, a function (made a tool), or a list of them.
     tools: list[str] = []
     mcp_servers: list[McpServerConfig] = []
@@ -146,9 +180,17 @@ class AgentlogConfig(_Model):
         names = [s.name for s in self.mcp_servers]
         if len(set(names)) != len(names):
             raise ValueError("duplicate MCP server names")
+        for name, entry in self.models.items():
+            if isinstance(entry, str) and not is_provider_id(entry):
+                raise ValueError(f"model {name!r}: {entry!r} is not a provider:model id ({', '.join(PROVIDERS)})")
         for a in self.agents:
-            for m in [a.model, *a.fallback_models]:
-                if m not in self.models:
+            if a.model is None and a.pool is None:
+                raise ValueError(f"agent {a.id!r}: needs a model or a pool")
+            if isinstance(a.pool, str) and a.pool not in self.pools:
+                raise ValueError(f"agent {a.id!r}: unknown pool {a.pool!r} (pools: {', '.join(self.pools) or 'none'})")
+            pool = self.pools.get(a.pool) if isinstance(a.pool, str) else a.pool
+            for m in [*([a.model] if a.model else []), *a.fallback_models, *(pool.models if pool else [])]:
+                if m not in self.models and not is_provider_id(m):
                     raise ValueError(f"agent {a.id!r}: unknown model {m!r} (models: {', '.join(self.models) or 'none'})")
             for sub in a.sub_agents:
                 if sub not in ids or sub == a.id:
@@ -254,22 +296,34 @@ def _plugin(entry: str | PluginConfig, source: str) -> Plugin:
     return obj
 
 
-def _model(name: str, cfg: ScriptedModelConfig | OpenAIModelConfig, source: str) -> Any:
+def _model(name: str, cfg: ScriptedModelConfig | OpenAIModelConfig | ProviderModelConfig | str, source: str) -> Any:
+    if isinstance(cfg, str):
+        return model_from_id(cfg, name=name)
     if isinstance(cfg, ScriptedModelConfig):
         from .models import ScriptedCall, ScriptedModel, Turn
 
         turns = [t if isinstance(t, str) else Turn.tools(
             *(ScriptedCall(c.name, c.arguments, c.id) for c in t.tool_calls), text=t.text) for t in cfg.script]
-        return ScriptedModel(turns, position=cfg.position, loop=cfg.loop, name=name)
-    from .models import OpenAIChatModel
-
+        return ScriptedModel(turns, position=cfg.position, loop=cfg.loop, name=name, prices=cfg.prices)
     key = None
     if cfg.api_key_env is not None:
         key = os.environ.get(cfg.api_key_env)
         if not key:
             raise ConfigError(f"{source}: model {name!r}: environment variable {cfg.api_key_env} is not set")
+    if isinstance(cfg, ProviderModelConfig):
+        extra: dict[str, Any] = {}
+        if cfg.type in ("anthropic", "gemini") and cfg.thinking_budget is not None:
+            extra["thinking_budget"] = cfg.thinking_budget
+        if cfg.type == "openai-responses" and cfg.reasoning_effort is not None:
+            extra["reasoning_effort"] = cfg.reasoning_effort
+        if cfg.type == "anthropic" and cfg.max_tokens is not None:
+            extra["max_tokens"] = cfg.max_tokens
+        return model_from_id(f"{cfg.type}:{cfg.model}", base_url=cfg.base_url, api_key=key, timeout=cfg.timeout_s,
+                             headers=cfg.headers or None, prices=cfg.prices, name=name, **extra)
+    from .models import OpenAIChatModel
+
     return OpenAIChatModel(cfg.model, base_url=cfg.base_url, api_key=key, timeout=cfg.timeout_s,
-                           headers=cfg.headers or None)
+                           headers=cfg.headers or None, prices=cfg.prices)
 
 
 def _expand(patterns: list[str], known: list[str], agent: str, source: str) -> list[str]:
@@ -294,6 +348,12 @@ def build(config: AgentlogConfig, source: str = "<config>") -> LoadedConfig:
         except ValueError as exc:
             raise ConfigError(f"{source}: {exc}") from None
     models = {name: _model(name, cfg, source) for name, cfg in config.models.items()}
+    pools = {a.id: config.pools[a.pool] if isinstance(a.pool, str) else a.pool for a in config.agents}
+    for a in config.agents:  # `provider:model` ids named directly by agents and pools
+        pool = pools[a.id]
+        for ref in [*([a.model] if a.model else []), *a.fallback_models, *(pool.models if pool else [])]:
+            if ref not in models:
+                models[ref] = _model(ref, ref, source)
     toolset: McpToolset | None = None
     if config.mcp_servers:
         toolset = McpToolset(config.mcp_servers)
@@ -325,8 +385,11 @@ def build(config: AgentlogConfig, source: str = "<config>") -> LoadedConfig:
                 tools += [t.name for t in sub_tools if t.name not in tools]
                 if options["allowed_agents"] is None:
                     options["allowed_agents"] = list(a.sub_agents)
+            pool = pools[a.id]
+            options["pool"] = pool
+            model = a.model or (pool.models[0] if pool is not None else None)
             try:
-                agents.append(AgentSpec(id=a.id, model=a.model, tools=tools, plugins=plugins, **options))
+                agents.append(AgentSpec(id=a.id, model=model, tools=tools, plugins=plugins, **options))
             except (pydantic.ValidationError, ValueError) as exc:
                 raise ConfigError(f"{source}: agent {a.id!r}: {exc}") from None
     except ConfigError:

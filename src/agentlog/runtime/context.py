@@ -33,7 +33,7 @@ from agentlog.log.events import ContextCompacted, Message, Usage
 from .models.base import ModelDone, ModelRequest
 
 __all__ = [
-    "ContextPolicy", "ModelSummarizer", "context_tokens", "SummaryResult", "Summarizer", "estimate_tokens", "fit",
+    "ContextPolicy", "ModelSummarizer", "context_tokens", "overflow_policy", "SummaryResult", "Summarizer", "estimate_tokens", "fit",
     "RecordedSummaries", "plan_summary", "summary_request", "units",
 ]
 
@@ -197,6 +197,18 @@ def plan_summary(policy: ContextPolicy | None, messages: Sequence[Message],
         used += cost
     older = [m for unit in parts[: len(parts) - keep] for m in unit]
     return older or None
+
+
+def overflow_policy(policy: ContextPolicy | None, messages: Sequence[Message],
+                    compaction: ContextCompacted | None = None) -> ContextPolicy:
+    """The policy a compaction forced by a provider's overflow error uses: the agent's (or the
+    defaults), summarising, with a budget of half the current context (or the agent's budget,
+    if smaller), so the summary replaces the older half at least."""
+    base = policy or ContextPolicy()
+    budget = max(1, context_tokens(base, messages, compaction) // 2)
+    if base.max_tokens is not None:
+        budget = min(budget, base.max_tokens)
+    return base.model_copy(update={"summarize": True, "max_tokens": budget})
 
 
 def _render(m: Message) -> str:

@@ -129,7 +129,7 @@ def build_request(
     conversation, the tools on offer, options (+ overrides)."""
     system = spec.system_prompt
     options = spec.model_options
-    model_name = spec.model_name
+    model_name = ctx.model or spec.model_name
     for action in actions:
         if isinstance(action, AddContext):
             system = f"{system}\n\n{action.text}" if system else action.text
@@ -183,5 +183,7 @@ def stop_input(ctx: RunContext, now_ms: int) -> StopInput:
         consecutive_errors=ctx.consecutive_errors,
         round_tools=ctx.round_tools,
         text=ctx.step_text,
+        cost=ctx.cost or 0.0,
+        budget_extensions=ctx.budget_extensions,
     )
 

@@ -1,4 +1,5 @@
-"""Digests of model requests: what `InferenceCompleted.request_digest(s)` record.
+"""Digests of model requests (what `InferenceCompleted.request_digest(s)` record) and of an app
+(what `RunStarted.app.digest` records: `app_digest`).
 
 Pure (hashing only). The loop computes them as it records an inference (`agentlog.runtime.decisions`);
 verified replay (`agentlog.runtime.replay`) compares a replayed request against them. They live here, below
@@ -9,7 +10,7 @@ that was a cycle).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -108,3 +109,21 @@ def differing_parts(recorded: Mapping[str, str], actual: Mapping[str, str]) -> l
     return [word for key, word in REQUEST_PARTS.items() if key in recorded and recorded[key] != actual.get(key)]
 
 
+
+
+def app_digest(agents: Iterable[Any], tools: Iterable[Any]) -> str:
+    """Short (64-bit) digest of an app: its agents' specs and its tools' names, descriptions and
+    parameter schemas. Two processes serving the same app code get the same digest; a changed
+    prompt, agent or tool changes it. A spec field that is an object (a `Model` instance, a
+    plugin) counts by its type name: the digest says which app, not which instance."""
+    agent_docs = sorted((a.model_dump(mode="python") for a in agents), key=lambda d: str(d.get("id")))
+    tool_docs = sorted(({"name": t.name, "description": t.description, "parameters": t.parameters} for t in tools),
+                       key=lambda d: str(d["name"]))
+    return _short(_app_enc.encode({"agents": agent_docs, "tools": tool_docs}))
+
+
+def _by_type(obj: Any) -> Any:
+    return f"<{type(obj).__module__}.{type(obj).__qualname__}>"
+
+
+_app_enc = msgspec.json.Encoder(order="deterministic", enc_hook=_by_type)

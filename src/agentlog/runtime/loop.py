@@ -34,6 +34,7 @@ import msgspec
 from agentlog.log.errors import StoreUnavailable
 from agentlog.log.events import (
     AnyEvent,
+    AppRef,
     Commit,
     ContextCompacted,
     InferenceCompleted,
@@ -53,7 +54,14 @@ from agentlog.log.events import (
 from agentlog.log.store import EventStore
 
 from .agent import AgentSpec, ModelRegistry
-from .context import ModelSummarizer, Summarizer, context_tokens, plan_summary, summary_request
+from .context import (
+    ModelSummarizer,
+    Summarizer,
+    context_tokens,
+    overflow_policy,
+    plan_summary,
+    summary_request,
+)
 from .decisions import (
     CallPlan,
     GateDecision,
@@ -73,7 +81,7 @@ from .logs import SafeLog, get_logger
 from .loop_inference import Inference
 from .loop_resume import Resume
 from .loop_staging import _Cancelled, _Running
-from .models.base import ModelError
+from .models.base import ContextOverflow, ModelError, ModelResponse, is_truncated
 from .outage import OutagePolicy
 from .plugins import (
     Action,
@@ -95,6 +103,10 @@ __all__ = [
     "CallPlan", "GateDecision", "RunConflict", "RunContext", "RunLoop", "SafeLog", "apply_event", "build_request",
     "classify_result", "fold_context", "get_logger", "plan_call", "resolve_gate", "stop_input", "tool_specs",
 ]
+
+
+#: The internal user message that asks a model cut off by its output limit to go on.
+CONTINUE_PROMPT = "Your answer was cut off by the output token limit. Continue exactly where it stopped."
 
 
 class RunLoop(Resume, Inference):
@@ -263,16 +275,21 @@ class RunLoop(Resume, Inference):
 
     async def begin(self, messages: Sequence[Message], *, parent_run_id: str | None, origin: str,
                     thread_metadata: dict[str, Any] | None = None, resource_id: str | None = None,
-                    frontend_tools: Sequence[dict[str, Any]] = (), parent_thread_id: str | None = None) -> None:
+                    frontend_tools: Sequence[dict[str, Any]] = (), parent_thread_id: str | None = None,
+                    app: AppRef | None = None) -> None:
         """The run-start commit: [ThreadCreated] + RunStarted (with the run's frontend tools,
-        already normalised by the caller) + the new messages (+ RunStart plugin patches).
+        already normalised by the caller, and the app starting it) + the new messages (+ RunStart
+        plugin patches).
         `parent_thread_id`: a sub-agent run's parent thread (lineage in both events).
         Raises VersionConflict if the thread moved since it was folded."""
         if not self.ctx.thread_exists:
             self._emit(ThreadCreated(resource_id=resource_id, parent_thread_id=parent_thread_id,
                                      metadata=thread_metadata or {}))
+        pool = self.spec.pool
         self._emit(RunStarted(run_id=self.ctx.run_id, agent_id=self.spec.id, parent_run_id=parent_run_id,
-                              parent_thread_id=parent_thread_id, origin=origin, frontend_tools=list(frontend_tools)))
+                              parent_thread_id=parent_thread_id, origin=origin, frontend_tools=list(frontend_tools),
+                              app=app,
+                              model=None if pool is None else pool.choose(self.ctx.thread_id, self.ctx.run_id)))
         # the run's frontend tools are folded now: offer them from the first inference on
         self._base_tool_specs = tool_specs(self.spec, self._agent_tools, (), self.ctx.frontend_tools)
         for m in messages:
@@ -356,24 +373,23 @@ class RunLoop(Resume, Inference):
                 specs = tool_specs(self.spec, self._agent_tools, actions, self.ctx.frontend_tools)
             await self._messages_ready()
             await self._compact()
-            request = build_request(self.spec, self.ctx, specs, actions)
-            t0 = self.entropy.now_ms()
-            try:
-                response = await self._race(self._infer(request))
-            except ModelError as exc:
-                self._streaming_message_id = None  # nothing of that stream is committed
-                self.log.warning("run.model_error", error=str(exc))
-                return await self._finish(Termination(type="error", code=exc.code, detail=str(exc)))
-            message = Message(
-                id=self._message_id(take=True), role="assistant", content=response.text,
-                tool_calls=list(response.tool_calls) or None,
-            )
-            self._emit(MessageAppended(message=message))
-            self._emit(InferenceCompleted(
-                model=response.model, usage=response.usage, duration_ms=self.entropy.now_ms() - t0,
-                stop_reason=response.stop_reason, message_id=message.id,
-                request_digest=digest_of(request), request_digests=part_digests_of(request),
-            ))
+            continuations = 0
+            while True:
+                try:
+                    response = await self._inference(specs, actions)
+                except ModelError as exc:
+                    self._streaming_message_id = None  # nothing of that stream is committed
+                    self.log.warning("run.model_error", error=str(exc))
+                    return await self._finish(Termination(type="error", code=exc.code, detail=str(exc)))
+                if not is_truncated(response) or continuations >= self.spec.max_continuations:
+                    break
+                # cut off by the output limit: keep the part, ask for the rest (recorded, so a
+                # replay, answering the same stop reason from the log, asks again identically)
+                continuations += 1
+                self.log.info("inference.continued", stop_reason=response.stop_reason, continuation=continuations)
+                self._emit(MessageAppended(message=Message(
+                    id=self.entropy.new_id(), role="user", content=CONTINUE_PROMPT, visibility="internal",
+                )))
             actions = await self._hook("after_inference", response)
             self._apply_patches(actions, "plugin")
             term = self._terminate(actions)
@@ -389,17 +405,47 @@ class RunLoop(Resume, Inference):
             if await self._step_end():
                 return
 
-    async def _compact(self) -> None:
+    async def _inference(self, specs: list[Any], actions: Sequence[Action]) -> ModelResponse:
+        """One inference, staged (assistant message + `InferenceCompleted`). A provider refusing
+        the request as too long (`ContextOverflow`) gets the conversation compacted once (a
+        recorded `ContextCompacted`, reason "overflow") and the request sent again."""
+        request = build_request(self.spec, self.ctx, specs, actions)
+        t0 = self.entropy.now_ms()
+        try:
+            response = await self._race(self._infer(request))
+        except ContextOverflow as exc:
+            self._streaming_message_id = None
+            if not await self._compact(force=True):
+                raise
+            self.log.warning("inference.overflow_compacted", error=str(exc))
+            request = build_request(self.spec, self.ctx, specs, actions)
+            t0 = self.entropy.now_ms()
+            response = await self._race(self._infer(request))
+        message = Message(
+            id=self._message_id(take=True), role="assistant", content=response.text,
+            tool_calls=list(response.tool_calls) or None, reasoning=list(response.reasoning) or None,
+        )
+        self._emit(MessageAppended(message=message))
+        self._emit(InferenceCompleted(
+            model=response.model, usage=response.usage, duration_ms=self.entropy.now_ms() - t0,
+            stop_reason=response.stop_reason, message_id=message.id,
+            request_digest=digest_of(request), request_digests=part_digests_of(request), cost=response.cost,
+        ))
+        return response
+
+    async def _compact(self, *, force: bool = False) -> bool:
         """Context compaction (`agentlog.runtime.context`): when the agent's policy asks for a summary
         now, get one and stage it as `ContextCompacted` (it commits with the inference, so a
         resume or replay folds it and sends the same context). A failed summary is logged and
         the step goes on with truncation only."""
         policy = self.spec.context
-        if policy is None or not policy.summarize:
-            return
+        if force:
+            policy = overflow_policy(policy, self.ctx.messages, self.ctx.compaction)
+        elif policy is None or not policy.summarize:
+            return False
         older = plan_summary(policy, self.ctx.messages, self.ctx.compaction)
         if older is None:
-            return
+            return False
         model = policy.summary_model or self.spec.model
         name = model if isinstance(model, str) else self.spec.model_name
         request = summary_request(policy, name, older, self.ctx.compaction)
@@ -407,13 +453,14 @@ class RunLoop(Resume, Inference):
             res = await self._race(self.summarizer.summarize(model, request))
         except ModelError as exc:
             self.log.warning("context.summary_failed", error=str(exc))
-            return
+            return False
         before = context_tokens(policy, self.ctx.messages, self.ctx.compaction)
         event = ContextCompacted(summary=res.text, upto_message_id=older[-1].id, model=res.model, usage=res.usage,
-                                 tokens_before=before)
+                                 tokens_before=before, reason="overflow" if force else None)
         after = context_tokens(policy, self.ctx.messages, event)
         self._emit(msgspec.structs.replace(event, tokens_after=after))
         self.log.info("context.compacted", upto=event.upto_message_id, tokens_before=before, tokens_after=after)
+        return True
 
     # -- tool rounds ---------------------------------------------------------------------------
 
@@ -430,7 +477,7 @@ class RunLoop(Resume, Inference):
             self._emit(StepFinished(step=ctx.step))
         actions = await self._hook("run_end")
         self._apply_patches(actions, "plugin")
-        self._emit(RunFinished(termination=termination, usage=ctx.usage))
+        self._emit(RunFinished(termination=termination, usage=ctx.usage, cost=ctx.cost))
         await self._flush()
 
     def _emit_cancelled(self, call_id: str, why: str = "cancelled") -> None:

@@ -15,15 +15,18 @@ import msgspec
 
 from .loop_staging import StagingBase
 from .models.base import (
+    ContextOverflow,
     ModelDone,
     ModelError,
     ModelProtocolError,
     ModelRequest,
     ModelResponse,
+    ReasoningDelta,
     SelfRetrying,
     TextDelta,
     ToolCallDelta,
 )
+from .models.pricing import prices_of
 
 
 class Inference(StagingBase):
@@ -32,17 +35,25 @@ class Inference(StagingBase):
     async def _infer(self, request: ModelRequest) -> ModelResponse:
         """Primary model with retries of retryable errors, then each fallback model in turn."""
         retry = self.spec.retry
-        names: list[Any] = [request.model if request.model != self.spec.model_name else self.spec.model]
-        names += self.spec.fallback_models
+        spec = self.spec
+        names: list[Any] = [request.model if request.model != spec.model_name else spec.model]
+        if spec.pool is not None:  # the run's model (recorded at its start), then the rest of the pool
+            names += [m for m in spec.pool.order(self.ctx.model) if m != names[0]]
+        else:
+            names += spec.fallback_models
         last: ModelError | None = None
         for name in names:
-            model = self.models.resolve(name)
-            if isinstance(model, SelfRetrying):
-                model = model.single_attempt()  # this policy owns retries: they must not multiply
+            resolved = self.models.resolve(name)
+            model = resolved.single_attempt() if isinstance(resolved, SelfRetrying) else resolved  # one retry policy
             req = request if name is names[0] else msgspec.structs.replace(request, model=str(name))
             for attempt in range(retry.max_attempts):
                 try:
-                    return await self._stream(model, req)
+                    response = await self._stream(model, req)
+                    if response.cost is None and (prices := prices_of(resolved)) is not None:
+                        response = msgspec.structs.replace(response, cost=prices.cost(response.usage))
+                    return response
+                except ContextOverflow:
+                    raise  # the loop compacts and asks again: another model or attempt won't help
                 except ModelError as exc:
                     last = exc
                     self.log.warning("model.failed", model=req.model, attempt=attempt + 1, error=str(exc))
@@ -83,6 +94,9 @@ class Inference(StagingBase):
             if live_on:
                 if t is TextDelta:
                     self.live.publish(*for_live, {"type": "text_delta", "step": step, "text": chunk.text,
+                                                  "message_id": self._message_id(), "seq": seq})
+                elif t is ReasoningDelta:
+                    self.live.publish(*for_live, {"type": "reasoning_delta", "step": step, "text": chunk.text,
                                                   "message_id": self._message_id(), "seq": seq})
                 elif t is ToolCallDelta:
                     self.live.publish(*for_live, {

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from agentlog.log.events import (
     Message,
     MessageAppended,
+    Outcome,
     RunCancelRequested,
     RunFinished,
     RunResumed,
@@ -20,6 +21,7 @@ from agentlog.log.events import (
     StepFinished,
     Termination,
     ToolCall,
+    ToolCallCompleted,
     ToolCallDecided,
     ToolCallDecision,
     ToolCallResuming,
@@ -29,7 +31,7 @@ from .decisions import CallPlan, stop_input
 from .hitl import ready_calls, unstarted_calls
 from .loop_rounds import ToolRounds
 from .loop_staging import _Cancelled, _Replay, _Running
-from .stop import evaluate_stop
+from .stop import evaluate_stop, is_budget_call
 from .tools import ToolResult
 
 
@@ -75,7 +77,10 @@ class Resume(ToolRounds):
             self._emit(ToolCallResuming(call_id=cid, mode=modes[cid]))
         for cid in ready:
             decision = self.ctx.resuming[cid]
-            if decision.action == "cancel":
+            if is_budget_call(cid):  # a budget ticket: extended or declined, no tool message
+                outcome: Outcome = "cancelled" if decision.action == "cancel" else "succeeded"
+                self._emit(ToolCallCompleted(call_id=cid, outcome=outcome, result=decision.result))
+            elif decision.action == "cancel":
                 why = "cancelled by a human" + (f": {decision.reason}" if decision.reason else "")
                 self._emit_cancelled(cid, why)
             elif modes[cid] == "use_decision_as_tool_result":
@@ -196,6 +201,9 @@ class Resume(ToolRounds):
             await self._flush()
             return not await self._resume_if_decided()
         term = evaluate_stop(self._stop_conditions, stop_input(self.ctx, self.entropy.now_ms()))
+        if term is not None and self._over_budget(term):
+            await self._suspend_for_budget(term)
+            return False
         if term is not None:
             await self._finish(term)
             return False

@@ -19,6 +19,8 @@ from agentlog.log.events import (
     RunSuspended,
     StatePatched,
     StepFinished,
+    SuspendTicket,
+    Termination,
     ToolCall,
     ToolCallCompleted,
     ToolCallDecision,
@@ -31,7 +33,7 @@ from .decisions import CallPlan, GateDecision, classify_result, plan_call, resol
 from .frontend import frontend_ticket
 from .loop_staging import StagingBase, _Cancelled, _Replay, _Running
 from .plugins import AddUserMessage
-from .stop import evaluate_stop
+from .stop import BUDGET_CALL_PREFIX, evaluate_stop
 from .tools import ToolContext, ToolResult
 
 
@@ -250,11 +252,34 @@ class ToolRounds(StagingBase):
         if term is None:
             self._emit(StepFinished(step=self.ctx.step))
             term = evaluate_stop(self._stop_conditions, stop_input(self.ctx, self.entropy.now_ms()))
+            if term is not None and self._over_budget(term):
+                return await self._suspend_for_budget(term)
         if term is not None:
             await self._finish(term)
             return True
         await self._flush(wait=False)  # the round trip overlaps the next inference
         return False
+
+    def _over_budget(self, term: Termination | None) -> bool:
+        """A `budget` stop suspends the run for a human instead of ending it, unless a human
+        already declined to extend it (then it ends `stopped`/budget)."""
+        return term is not None and term.code == "budget" and not self.ctx.budget_declined
+
+    async def _suspend_for_budget(self, term: Termination) -> bool:
+        """Stage a budget ticket (a suspension of no tool call: `stop.BUDGET_CALL_PREFIX`) and
+        wait for a human, as an approval waits: `resume` extends the budget, `cancel` ends the
+        run. The step is already closed; the next one starts after the decision."""
+        ctx = self.ctx
+        call_id = f"{BUDGET_CALL_PREFIX}{ctx.budget_extensions + 1}"  # the run's n-th ticket: each is answered first
+        self._emit(ToolCallSuspended(call_id=call_id, ticket=SuspendTicket(
+            id=call_id, action="budget", message=f"The run reached its budget ({term.detail}). Extend it?",
+            parameters={"tokens": ctx.usage.total_tokens, "cost": ctx.cost, "extensions": ctx.budget_extensions},
+            response_schema={"type": "object"}, resume_mode="use_decision_as_tool_result",
+        )))
+        self._emit(RunSuspended(call_ids=[call_id]))
+        self.log.info("run.budget_suspended", detail=term.detail, call_id=call_id)
+        await self._flush()
+        return await self._resume_if_decided()
 
     if TYPE_CHECKING:  # `agentlog.runtime.loop_resume.Resume`'s methods a round calls
         def _live_ready(self) -> list[str]: ...

@@ -17,9 +17,12 @@ are owned by one background thread that outlives them all; calls hop onto it and
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import sys
 import threading
+import warnings
+import weakref
 from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import Future
 from contextlib import AsyncExitStack
@@ -32,7 +35,9 @@ from agentlog.log.ids import validate_id
 
 from .tools import InvalidToolArguments, Tool, ToolContext, ToolRegistry, ToolResult
 
-__all__ = ["McpError", "McpServerConfig", "McpTool", "McpToolset", "mcp_tool_name"]
+__all__ = ["McpError", "McpServerConfig", "McpTool", "McpToolset", "mcp_health", "mcp_tool_name"]
+
+log = logging.getLogger("agentlog.mcp")
 
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9-]{1,40}$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
@@ -153,15 +158,40 @@ class McpTool(Tool):
         return _result(res)
 
 
+#: Reconnect backoff: first wait, then doubled up to the cap (seconds).
+RECONNECT_FIRST = 0.2
+RECONNECT_MAX = 10.0
+
+
+def _lost(exc: BaseException) -> bool:
+    """Whether a failed request means the session is gone (the server exited, the stream closed,
+    the server stopped answering) rather than a JSON-RPC error answered by a live server."""
+    from mcp.shared.exceptions import MCPError
+    from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+    if isinstance(exc, MCPError):
+        return exc.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT)
+    return True
+
+
 class _Connection:
-    """One open MCP client session (lives on the toolset's thread)."""
+    """One MCP server's session, kept by one task on the toolset's thread (`McpToolset._keep`):
+    it opens the session, waits until the session is lost (a call or a ping found it dead, or
+    the toolset closes), leaves it in the same task (the anyio scopes of a session must be) and
+    opens a new one with backoff. `ready` is set while a session is open."""
 
     def __init__(self, config: McpServerConfig) -> None:
         self.config = config
-        self.stack = AsyncExitStack()
         self.client: Any = None
+        self.ready = asyncio.Event()
+        self.lost = asyncio.Event()
+        #: `connecting` (first open), `ok`, `reconnecting` (lost; backing off), `closed`.
+        self.state = "connecting"
+        self.restarts = 0
+        self.last_error: str | None = None
+        self.task: asyncio.Task[None] | None = None
 
-    async def open(self) -> None:
+    async def open(self, stack: AsyncExitStack) -> Any:
         from mcp import Client
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -171,8 +201,15 @@ class _Connection:
             target: Any = stdio_client(params, errlog=sys.stderr)
         else:
             target = c.url
-        client = Client(target, read_timeout_seconds=c.timeout_s)
-        self.client = await self.stack.enter_async_context(client)
+        return await stack.enter_async_context(Client(target, read_timeout_seconds=c.timeout_s))
+
+    def drop(self, error: BaseException | str) -> None:
+        """The session is gone: `_keep` leaves it and reconnects (once, however many calls saw it)."""
+        if self.state == "ok":
+            self.state = "reconnecting"
+            self.last_error = error if isinstance(error, str) else _describe(error)
+            self.ready.clear()
+            self.lost.set()
 
     async def list(self, refresh: bool) -> list[Any]:
         tools: list[Any] = []
@@ -187,6 +224,16 @@ class _Connection:
         return [t for t in tools if not wanted or t.name in wanted]
 
 
+#: Every toolset started in this process, for `/health` and `/metrics` (`mcp_health`).
+_LIVE: weakref.WeakSet[McpToolset] = weakref.WeakSet()
+
+
+def mcp_health() -> dict[str, dict[str, Any]]:
+    """Each MCP server of this process's started toolsets: `status` (`ok`, `connecting`,
+    `reconnecting`, `closed`), `restarts` (sessions reopened after one was lost), `last_error`."""
+    return {name: health for toolset in list(_LIVE) for name, health in toolset.health().items()}
+
+
 class McpToolset:
     """The tools of one or more MCP servers, kept open on a background thread.
 
@@ -195,15 +242,23 @@ class McpToolset:
     `toolset.tools` are the `McpTool`s; `register(registry)` adds them to a `ToolRegistry`;
     `await refresh()` re-lists (`tools/list`) and updates the tools in place; `close()` ends the
     sessions (stdio servers exit).
+
+    A server that exits, closes its stream or stops answering (a call past `timeout_s`, or a
+    ping every `ping_interval` seconds) is reconnected with backoff (a stdio server is started
+    again): the call in flight when it died fails once with an error saying so, calls made while
+    it reconnects wait for it (up to `timeout_s`), later ones go to the new session.
+    `health()` / `mcp_health()` say where each server is.
     """
 
-    def __init__(self, servers: Iterable[McpServerConfig]) -> None:
+    def __init__(self, servers: Iterable[McpServerConfig], *, ping_interval: float = 10.0) -> None:
         self.servers = {s.name: s for s in servers}
+        self.ping_interval = ping_interval
         self._connections: dict[str, _Connection] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._tools: dict[str, McpTool] = {}
         self._registries: list[ToolRegistry] = []
+        self._closing = False
 
     # -- the background loop ---------------------------------------------------------------------
 
@@ -227,30 +282,102 @@ class McpToolset:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
+    async def _keep(self, conn: _Connection, first: asyncio.Future[None]) -> None:
+        """Hold `conn`'s session for the toolset's life: open, wait until lost, leave, reopen."""
+        name = conn.config.name
+        delay = RECONNECT_FIRST
+        while not self._closing:
+            try:
+                async with AsyncExitStack() as stack:
+                    async with asyncio.timeout(conn.config.timeout_s):
+                        conn.client = await conn.open(stack)
+                    if first.done():
+                        conn.restarts += 1
+                        log.warning("MCP server %r reconnected (restart %d)", name, conn.restarts)
+                    conn.state = "ok"
+                    conn.lost.clear()
+                    conn.ready.set()
+                    if not first.done():
+                        first.set_result(None)
+                    delay = RECONNECT_FIRST
+                    await self._watch(conn)
+            except Exception as exc:  # noqa: BLE001 - any transport failure: reconnect (or fail the first open)
+                if not first.done():
+                    first.set_exception(McpError(f"MCP server {name!r}: could not connect: {_describe(exc)}"))
+                    return
+                if conn.state == "ok":
+                    conn.drop(exc)
+                elif not self._closing:
+                    conn.last_error = _describe(exc)
+            conn.ready.clear()
+            if self._closing:
+                break
+            conn.state = "reconnecting"
+            log.warning("MCP server %r lost (%s): reconnecting in %.1fs", name, conn.last_error, delay)
+            await asyncio.sleep(delay)  # the backoff itself
+            delay = min(delay * 2, RECONNECT_MAX)
+        conn.state = "closed"
+
+    async def _watch(self, conn: _Connection) -> None:
+        """Return once the session is lost: a call saw it (`conn.lost`), a ping got no answer
+        (the server exited or hangs), or the toolset is closing."""
+        while not self._closing:
+            try:
+                async with asyncio.timeout(self.ping_interval):
+                    await conn.lost.wait()
+                return
+            except TimeoutError:
+                pass
+            try:
+                async with asyncio.timeout(conn.config.timeout_s):
+                    with warnings.catch_warnings():  # newer protocol versions drop `ping`: any answer will do
+                        warnings.simplefilter("ignore")
+                        await conn.client.send_ping()
+            except Exception as exc:  # noqa: BLE001 - an error answer still proves the server is there
+                if _lost(exc):
+                    conn.drop(exc)
+                    return
+
     async def _open_all(self) -> None:
         for name, config in self.servers.items():
             if name in self._connections:
                 continue
             conn = _Connection(config)
-            try:
-                await asyncio.wait_for(conn.open(), config.timeout_s)
-            except Exception as exc:  # noqa: BLE001 - any transport failure is one typed error
-                await conn.stack.aclose()
-                raise McpError(f"MCP server {name!r}: could not connect: {_describe(exc)}") from None
+            first: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            conn.task = asyncio.get_running_loop().create_task(self._keep(conn, first), name=f"mcp-{name}")
+            await first  # raises the typed McpError of a failed first connect
             self._connections[name] = conn
         await self._list_all(refresh=False)
+        _LIVE.add(self)
 
     async def _list_all(self, refresh: bool) -> None:
         tools: dict[str, McpTool] = {}
         for name, conn in self._connections.items():
             try:
-                listed = await asyncio.wait_for(conn.list(refresh), conn.config.timeout_s)
+                await self._ready(conn)
+                async with asyncio.timeout(conn.config.timeout_s):
+                    listed = await conn.list(refresh)
             except Exception as exc:  # noqa: BLE001
                 raise McpError(f"MCP server {name!r}: tools/list failed: {_describe(exc)}") from None
             for remote in listed:
                 t = McpTool(self, name, remote)
                 tools[t.name] = t
         self._tools = tools
+
+    async def _ready(self, conn: _Connection) -> None:
+        """Wait (up to the server's `timeout_s`) for an open session."""
+        if conn.ready.is_set():
+            return
+        try:
+            async with asyncio.timeout(conn.config.timeout_s):
+                await conn.ready.wait()
+        except TimeoutError:
+            raise McpError(f"MCP server {conn.config.name!r} is down, reconnecting "
+                           f"(last error: {conn.last_error})") from None
+
+    def health(self) -> dict[str, dict[str, Any]]:
+        return {name: {"status": c.state, "restarts": c.restarts, "last_error": c.last_error}
+                for name, c in self._connections.items()}
 
     def start(self) -> McpToolset:
         """Connect to every server and list its tools (blocking). Raises `McpError`."""
@@ -271,11 +398,15 @@ class McpToolset:
         return list(self._tools)
 
     async def _close_all(self) -> None:
-        for conn in reversed(list(self._connections.values())):
-            try:
-                await conn.stack.aclose()
-            except Exception:  # noqa: BLE001 - closing is best effort
-                pass
+        self._closing = True
+        _LIVE.discard(self)
+        tasks = []
+        for conn in self._connections.values():
+            conn.lost.set()
+            if conn.task is not None:
+                tasks.append(conn.task)
+        if tasks:
+            await asyncio.wait(tasks, timeout=self._timeout())
         self._connections.clear()
 
     def close(self) -> None:
@@ -321,9 +452,15 @@ class McpToolset:
             raise McpError(f"MCP server {server!r} is not connected")
 
         async def call() -> Any:
+            await self._ready(conn)
             try:
                 return await conn.client.call_tool(tool, arguments, progress_callback=on_progress)
             except Exception as exc:  # noqa: BLE001
+                if _lost(exc):
+                    conn.drop(exc)
+                    raise McpError(
+                        f"MCP server {server!r} was lost during tools/call {tool!r} ({_describe(exc)}): "
+                        "this call failed and is not retried; the server is being reconnected") from None
                 raise McpError(f"MCP server {server!r}: tools/call {tool!r} failed: {_describe(exc)}") from None
 
         return await asyncio.wrap_future(self._submit(call()))

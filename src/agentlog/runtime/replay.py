@@ -245,6 +245,7 @@ async def verify_run(
             active[0].request_cancel()
 
     store.on_cancel = signal_cancel
+    rt.app = plan.app
     try:
         async with asyncio.timeout(timeout_s):
             handle = await rt.start(

@@ -21,7 +21,15 @@ from agentlog.log.events import AnyEvent, AppendResult, Commit, Position, Stored
 
 from .agent import ModelRegistry
 from .digest import differing_parts, request_digest, request_part_digests
-from .models.base import Model, ModelChunk, ModelDone, ModelError, ModelRequest, ModelResponse
+from .models.base import (
+    ContextOverflow,
+    Model,
+    ModelChunk,
+    ModelDone,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+)
 from .replay_plan import (
     NonDeterminismError,
     RecordedOutcome,
@@ -139,7 +147,9 @@ class ReplayEntropy:
         return self._base + self._offset
 
     def inference(self, duration_ms: int) -> None:
-        self._offset = duration_ms
+        # added up: a commit may hold several inferences (an answer cut off by its output limit
+        # and continued), each timed from the clock the previous one left
+        self._offset += duration_ms
 
 
 # == model ========================================================================================
@@ -166,6 +176,7 @@ class ReplayModel:
         self.requests = requests
         self.name = name
         self.calls = 0
+        self._overflowed: set[int] = set()
 
     def _check(self, index: int, request: ModelRequest) -> None:
         """The request must match the recorded `InferenceCompleted.request_digest` (or, for logs
@@ -194,19 +205,25 @@ class ReplayModel:
         if self.session.error is not None:
             raise self.session.error
         if index < len(plan.inferences):
+            rec = plan.inferences[index]
+            if rec.overflowed and index not in self._overflowed:
+                self._overflowed.add(index)  # refused as too long first, as recorded
+                raise ContextOverflow("replay: the recorded request overflowed the model's context")
             self._check(index, request)
             self.calls += 1
-            rec = plan.inferences[index]
             self.entropy.inference(rec.record.duration_ms)
             yield ModelDone(ModelResponse(
                 model=rec.record.model, text=rec.message.content, tool_calls=list(rec.message.tool_calls or []),
-                usage=rec.record.usage, stop_reason=rec.record.stop_reason,
+                usage=rec.record.usage, stop_reason=rec.record.stop_reason, cost=rec.record.cost,
+                reasoning=list(rec.message.reasoning or []),
             ))
             return
         if plan.open:
             raise _EndOfRecording()
         term = plan.termination
         if term is not None and term.type == "error":
+            if term.code == ContextOverflow.code:
+                raise ContextOverflow(term.detail or "context overflow")
             raise _RecordedModelError(term.code, term.detail)
         if plan.has_cancel:  # the recorded run was cancelled during this inference
             await self.session.diverged.wait()

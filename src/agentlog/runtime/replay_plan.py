@@ -19,6 +19,9 @@ import msgspec
 from agentlog.log.errors import AgentlogError
 from agentlog.log.events import (
     AnyEvent,
+    AppRef,
+    CommitQuarantined,
+    ContextCompacted,
     Emitted,
     InferenceCompleted,
     Message,
@@ -47,7 +50,9 @@ from .tools import ToolResult
 #: visible where it was recorded. A decision commit that also holds what the runtime derived from
 #: the decisions (`RunResumed`, `ToolCallResuming`, outcomes needing no tool run) *is* the loop's:
 #: replay re-drives it through `Runtime.decide()` with the recorded decisions and verifies it.
-EXTERNAL_EVENT_TYPES: tuple[type, ...] = (RunCancelRequested, ToolCallDecided, ThreadMetadataUpdated)
+#: A quarantined message (`CommitQuarantined`, a reader's stand-in) is never the loop's either.
+EXTERNAL_EVENT_TYPES: tuple[type, ...] = (RunCancelRequested, ToolCallDecided, ThreadMetadataUpdated,
+                                          CommitQuarantined)
 
 _enc = msgspec.json.Encoder(order="deterministic")
 
@@ -147,6 +152,9 @@ class RecordedInference:
     position: Position
     message: Message
     record: InferenceCompleted
+    #: The provider refused this inference's first request as too long (a `ContextCompacted`
+    #: with reason "overflow" precedes it): replay refuses it the same way first.
+    overflowed: bool = False
 
 
 @dataclass(frozen=True)
@@ -182,6 +190,9 @@ class ReplayPlan:
     #: A sub-agent run's parent thread, and its thread's metadata (`agentlog.runtime.subagents`).
     parent_thread_id: str | None = None
     thread_metadata: Mapping[str, Any] | None = None
+    #: The app the run records (`RunStarted.app`): the replay records the same. Which app it
+    #: really is shows where the replayed requests differ, as for a run without it.
+    app: AppRef | None = None
 
     @property
     def events(self) -> int:
@@ -242,11 +253,15 @@ def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
         tool_ops: list[dict[str, Any]] = []
         tool_emits: list[Emitted] = []
         assistant: Message | None = None
+        overflowed = False
         for i, ev in enumerate(sc.commit.events):
             if isinstance(ev, MessageAppended) and ev.message.role == "assistant":
                 assistant = ev.message
+            elif isinstance(ev, ContextCompacted) and ev.reason == "overflow":
+                overflowed = True
             elif isinstance(ev, InferenceCompleted) and assistant is not None:
-                inferences.append(RecordedInference(Position(sc.seq, i), assistant, ev))
+                inferences.append(RecordedInference(Position(sc.seq, i), assistant, ev, overflowed))
+                overflowed = False
             elif isinstance(ev, ToolCallStarted):
                 in_flight.add(ev.call_id)
             elif isinstance(ev, StatePatched) and (ev.source or "").startswith("tool:"):
@@ -278,6 +293,7 @@ def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
         groups={k: frozenset(v) for k, v in groups.items()}, ids=tuple(ids), next_ts=next_ts,
         termination=termination, has_cancel=has_cancel, frontend_tools=tuple(started.frontend_tools),
         parent_thread_id=started.parent_thread_id, thread_metadata=created.metadata if created else None,
+        app=started.app,
     )
 
 

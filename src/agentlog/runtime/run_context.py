@@ -44,6 +44,7 @@ from agentlog.views.state import validate_patch, validate_state
 
 from .frontend import frontend_specs
 from .models.base import ToolSpec
+from .stop import BUDGET_CALL_PREFIX
 
 
 @dataclass(slots=True)
@@ -98,6 +99,14 @@ class RunContext:
     #: The thread's latest `ContextCompacted` (the model sees its summary instead of the
     #: messages up to its `upto_message_id`; `agentlog.runtime.context`).
     compaction: ContextCompacted | None = None
+    #: The run's summed `InferenceCompleted.cost` (None: no priced inference yet).
+    cost: float | None = None
+    #: The model a pool chose for the run (its `RunStarted.model`), else None.
+    model: str | None = None
+    #: Budget suspensions a human extended (each grants one more budget), and whether one was
+    #: declined (the run then ends `stopped`/budget); see `agentlog.runtime.stop.Budget`.
+    budget_extensions: int = 0
+    budget_declined: bool = False
 
 
 def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *, thread_scope: bool = True) -> None:
@@ -144,6 +153,12 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.resuming.pop(call_id, None)
         ctx.resume_modes.pop(call_id, None)
         ctx.answered.add(call_id)
+        if call_id.startswith(BUDGET_CALL_PREFIX):  # a budget ticket answered, not a tool's outcome
+            if completed.outcome == "succeeded":
+                ctx.budget_extensions += 1
+            else:
+                ctx.budget_declined = True
+            return
         if completed.outcome == "succeeded":
             ctx.step_succeeded += 1
         else:
@@ -160,7 +175,10 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.answered = set()
         ctx.step_failed = ctx.step_succeeded = 0
     elif t is InferenceCompleted:
-        ctx.usage = ctx.usage + cast(InferenceCompleted, event).usage
+        inference = cast(InferenceCompleted, event)
+        ctx.usage = ctx.usage + inference.usage
+        if inference.cost is not None:
+            ctx.cost = inference.cost if ctx.cost is None else ctx.cost + inference.cost
     elif t is StepFinished:
         ctx.step_open = False
         if ctx.step_failed or ctx.step_succeeded:
@@ -207,6 +225,10 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.cancel_requested = False
         ctx.finished = None
         ctx.frontend_tools = frontend_specs(cast(RunStarted, event).frontend_tools)
+        ctx.model = cast(RunStarted, event).model
+        ctx.cost = None
+        ctx.budget_extensions = 0
+        ctx.budget_declined = False
     elif t is RunCancelRequested:
         ctx.cancel_requested = True
     elif t is RunSuspended:

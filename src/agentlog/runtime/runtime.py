@@ -11,20 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from agentlog.log.errors import VersionConflict
 from agentlog.log.events import (
     AnyEvent,
+    AppRef,
     Commit,
-    ContextCompacted,
     Message,
-    MessageAppended,
     Position,
     RunCancelRequested,
     RunFinished,
-    RunStarted,
     StoredCommit,
     Termination,
     ToolCallDecided,
@@ -44,24 +43,26 @@ from .errors import RunConflict, RunNotFound
 from .frontend import check_no_conflict, is_frontend_stub, normalize_frontend_tools
 from .hitl import DecisionInput, check_decisions, decision_seqs, parse_decisions, ready_calls
 from .live import LiveSink, NullLiveSink
+from .loading import LoadedRun, RunLoader, known_calls
 from .logs import get_logger
 from .loop import RunLoop
 from .models.base import Model, ToolSpec
+from .models.providers import build_provider_model
 from .outage import OutagePolicy
 from .run_context import RunContext, fold_context
 from .snapshot import (
     LoadedSnapshot,
     RunSnapshot,
     SnapshotStore,
-    load_chunks,
     make_snapshot,
-    read_entry,
     save_snapshot,
     with_finished_calls,
 )
 from .tools import Tool, ToolRegistry
 
 _log = get_logger()
+
+_SNAPSHOT_SEQS_KEPT = 10_000
 
 #: A callable given every commit a run loop writes (`Runtime.observers`).
 CommitObserver = Callable[[StoredCommit], None]
@@ -126,6 +127,8 @@ class DecideResult(NamedTuple):
     duplicate: bool
     resumed: list[str]
     handle: RunHandle | None
+    #: the run's thread (as the log says)
+    thread_id: str = ""
 
 
 class _Loaded(NamedTuple):
@@ -273,18 +276,6 @@ class RunHandle:
         return self._done
 
 
-def _call_ids(commits: Sequence[StoredCommit]) -> set[str]:
-    """Every tool call id a run's log mentions (assistant messages and call events)."""
-    out: set[str] = set()
-    for sc in commits:
-        for ev in sc.commit.events:
-            if type(ev) is MessageAppended:
-                out.update(c.id for c in ev.message.tool_calls or ())
-            elif (call_id := getattr(ev, "call_id", None)) is not None:
-                out.add(call_id)
-    return out
-
-
 class Runtime:
     """Agents, tools and models wired to one event store.
 
@@ -312,7 +303,7 @@ class Runtime:
         self.outage = OutagePolicy.from_env(store_outage_deadline)
         self.agents = AgentRegistry(agents)
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
-        self.models = models if isinstance(models, ModelRegistry) else ModelRegistry(models)
+        self.models = models if isinstance(models, ModelRegistry) else ModelRegistry(models, build=build_provider_model)
         self.live: LiveSink = live or NullLiveSink()
         self.entropy: Entropy = entropy or SYSTEM_ENTROPY
         #: Optional projections `ViewStore` (e.g. `agentlog.views.kv.KVViewStore`): when given, a
@@ -325,11 +316,16 @@ class Runtime:
         #: starts from one (see `_load`). A cache: every miss falls back to folding the log.
         self.snapshots = snapshots
         self._snapshot_writes: set[asyncio.Task[None]] = set()
+        # run id -> seq of the last snapshot this Runtime wrote or is writing (see `snapshot_seq`)
+        self._snapshot_seqs: OrderedDict[str, int] = OrderedDict()
         self._active: dict[str, tuple[RunLoop, RunHandle]] = {}
         #: Called with every commit a run loop of this Runtime writes (telemetry, metrics,
         #: sub-agent lineage); an observer's `run_released(run_id, ts)`, if any, when a loop
         #: lets go of a run. Their failures are logged and never reach the run.
         self.observers: list[CommitObserver] = list(observers)
+        #: The app this Runtime is (name + digest), recorded in each run it starts (`RunStarted.app`);
+        #: set by the server processes (`agentlog.cli.server`), None in process unless set.
+        self.app: AppRef | None = None
         # tools that act on runs (sub-agents: `agentlog.runtime.subagents`) bind to the runtime they run in
         for t in self.tools:
             bind = getattr(t, "bind_runtime", None)
@@ -421,7 +417,7 @@ class Runtime:
         )
         try:
             await loop.begin(msgs, parent_run_id=parent_run_id, origin=origin, resource_id=resource_id,
-                             frontend_tools=frontend, parent_thread_id=parent_thread_id,
+                             frontend_tools=frontend, parent_thread_id=parent_thread_id, app=self.app,
                              thread_metadata=dict(thread_metadata) if thread_metadata else None)
         except VersionConflict as exc:
             raise RunConflict(f"thread {thread_id!r} changed while run {run_id!r} was starting: {exc}") from None
@@ -451,83 +447,25 @@ class Runtime:
         return {n: t for n in spec.tools if (t := self.tools.get(n)) is not None}
 
     async def _thread_of(self, run_id: str) -> str:
-        async for sc in self.store.read_run(run_id):
-            return sc.commit.thread_id
-        raise RunNotFound(f"unknown run {run_id!r}")
+        return await self.loader().thread_of(run_id)
 
     # -- human in the loop ---------------------------------------------------------------------
 
+    def loader(self, *, views: bool = True) -> RunLoader:
+        """The run loader over this Runtime's store, snapshots and (unless `views=False`) views,
+        using run-context snapshots of this Runtime's agents only (`agentlog.runtime.loading`)."""
+        return RunLoader(self.store, snapshots=self.snapshots, views=self.views if views else None,
+                         agents=self.agents)
+
     async def _load(self, run_id: str, thread_id: str | None = None, *, use_snapshot: bool = True) -> _Loaded:
-        """Fold a run from the log alone (any process) into a RunContext.
+        """The run folded from the log alone (any process) into a RunContext: the run-context
+        snapshot + the thread's tail, else the thread view + tail, else the whole thread
+        (`RunLoader.load`). `use_snapshot=False`: the retry after an OCC conflict."""
+        return self._loaded(await self.loader().load(run_id, thread_id, use_snapshot=use_snapshot))
 
-        With `snapshots` (flat in run length and history): the run's context snapshot (one KV
-        get) plus the thread's commits after its seq (`_load_from_run_snapshot`); on a miss, or
-        with `use_snapshot=False` (the retry after an OCC conflict, so a stale snapshot never
-        loops), the paths below.
-
-        Without `views`: one read of the whole thread from seq 1 (the read grows with history).
-        With `views` (flat in history): the run's own commits (`read_run`) and the thread view
-        snapshot (state + the seq it covers) concurrently, then the thread's tail after that
-        seq. The run's commits the snapshot covers are folded run-scoped only
-        (`thread_scope=False`: the snapshot holds their thread state), the tail in full. The
-        messages the snapshot covers are not in a view: the loop loads them concurrently and
-        awaits them only before it reads them (next inference, plugin hooks), so a replayed
-        tool starts without them. A missing or lagging snapshot only lengthens the tail.
-
-        `thread_id` is checked first: the snapshot read puts it into subject wildcards.
-        """
-        if thread_id is not None:
-            validate_id(thread_id, "thread_id")
-        if self.snapshots is not None and use_snapshot:
-            loaded = await self._load_from_run_snapshot(run_id, thread_id)
-            if loaded is not None:
-                return loaded
-        if self.views is not None:
-            loaded = await self._load_from_snapshot(run_id, thread_id)
-            if loaded is not None:
-                return loaded
-            thread_id = thread_id or await self._thread_of(run_id)
-        return await self._load_folded(run_id, thread_id)
-
-    async def _load_folded(self, run_id: str, thread_id: str | None) -> _Loaded:
-        """`_load` by folding the whole thread from seq 1."""
-        if thread_id is None:
-            thread_id = await self._thread_of(run_id)
-        history = [sc async for sc in self.store.read_thread(thread_id)]
-        run_commits = [sc for sc in history if sc.commit.run_id == run_id]
-        if not run_commits:
-            raise RunNotFound(f"unknown run {run_id!r}")
-        agent_id = next(e.agent_id for e in run_commits[0].commit.events if type(e) is RunStarted)
-        spec = self.agents.get(agent_id)
-        ctx = fold_context(RunContext(thread_id=thread_id, run_id=run_id), history)
-        return _Loaded(thread_id, spec, ctx, history[-1].seq, run_commits)
-
-    async def _load_from_run_snapshot(self, run_id: str, thread_id: str | None) -> _Loaded | None:
-        """`_load` from the run-context snapshot: the context as of `snap.seq` with the thread's
-        tail folded on top (the same `fold_context`); None on a miss."""
-        store = self.snapshots
-        if store is None:  # callers check first
-            return None
-        read = await read_entry(store, run_id, thread_id)
-        if read is None or read[0].agent_id not in self.agents:
-            return None
-        entry, prefetched = read
-
-        async def read_tail() -> list[StoredCommit]:
-            return [sc async for sc in self.store.read_thread(entry.ctx.thread_id, after=entry.seq)]
-
-        # the tail after the entry's seq, and meanwhile the chunks: checked and decoded from what
-        # a cold read fetched with the entry (CPU work, done while the tail's read is out: so the
-        # tail's read is sent first), taken from this process's cache, or (a warm read that
-        # misses some) fetched in the same round trip as the tail
-        tail, snap = await asyncio.gather(read_tail(), load_chunks(store, entry, prefetched=prefetched))
-        if snap is None:
-            return None
-        ctx = snap.ctx
-        fold_context(ctx, tail)
-        version = tail[-1].seq if tail else snap.seq
-        run_tail = [sc for sc in tail if sc.commit.run_id == run_id]
-        return _Loaded(ctx.thread_id, self.agents.get(snap.agent_id), ctx, version, run_tail, snapshot=snap)
+    def _loaded(self, run: LoadedRun) -> _Loaded:
+        return _Loaded(run.thread_id, self.agents.get(run.agent_id), run.ctx, run.version, run.run_commits,
+                       run.older_messages, run.snapshot)
 
     async def write_snapshot(self, run_id: str, *, thread_id: str | None = None) -> RunSnapshot:
         """Fold the run as of the log's head (its current snapshot + the tail, else the whole
@@ -538,7 +476,8 @@ class Runtime:
         validate_run_id(run_id)
         if thread_id is not None:
             validate_id(thread_id, "thread_id")
-        loaded = await self._load_from_run_snapshot(run_id, thread_id) or await self._load_folded(run_id, thread_id)
+        loader = self.loader(views=False)
+        loaded = self._loaded(await loader.from_run_snapshot(run_id, thread_id) or await loader.fold(run_id, thread_id))
         known = loaded.snapshot.chunks if loaded.snapshot else {}
         snap, chunks = make_snapshot(seq=loaded.version, agent_id=loaded.spec.id, ctx=loaded.ctx,
                                      run=self._handle_for(loaded).view(), known=known)
@@ -553,6 +492,10 @@ class Runtime:
         the stopped loop's context afterwards (a later resume folds its own)."""
         if self.snapshots is None or not loop.snapshot_ready:
             return
+        self._snapshot_seqs[handle.run_id] = loop.version
+        self._snapshot_seqs.move_to_end(handle.run_id)
+        while len(self._snapshot_seqs) > _SNAPSHOT_SEQS_KEPT:
+            self._snapshot_seqs.popitem(last=False)
         task = asyncio.get_running_loop().create_task(
             self._write_snapshot_later(loop, handle.view_as_of(), handle.stored_chunks))
         self._snapshot_writes.add(task)
@@ -571,60 +514,17 @@ class Runtime:
                                      known=known)
         await save_snapshot(snapshots, snap, chunks, replaced=known)
 
+    def snapshot_seq(self, run_id: str) -> int:
+        """The seq of the last snapshot of `run_id` this Runtime wrote (or is writing in the
+        background) when a loop of it stopped; 0 if none (of its last 10,000 runs). A
+        `SnapshotWriter` over this Runtime (`agentlog serve`: the projections' hook) then does not
+        fold and write the same snapshot a second time."""
+        return self._snapshot_seqs.get(run_id, 0)
+
     async def flush_snapshots(self) -> None:
         """Wait for the snapshot writes in flight (tests, benchmarks, shutdown)."""
         while self._snapshot_writes:
             await asyncio.gather(*self._snapshot_writes)
-
-    async def _load_from_snapshot(self, run_id: str, thread_id: str | None) -> _Loaded | None:
-        """`_load` from the thread view snapshot; None if there is no usable snapshot."""
-        store = self.store
-
-        async def run_commits() -> list[StoredCommit]:
-            return [sc async for sc in store.read_run(run_id)]
-
-        if thread_id is None:
-            commits = await run_commits()
-            if not commits:
-                raise RunNotFound(f"unknown run {run_id!r}")
-            thread_id = commits[0].commit.thread_id
-            snap = await self.views.get_thread(thread_id)
-        else:
-            commits, snap = await asyncio.gather(run_commits(), self.views.get_thread(thread_id))
-            if not commits:
-                raise RunNotFound(f"unknown run {run_id!r}")
-        if snap is None or snap.version <= 0 or snap.deleted:
-            return None
-        base = snap.version
-        tail = [sc async for sc in store.read_thread(thread_id, after=base)]
-        covered = [sc for sc in commits if sc.seq <= base]
-        ctx = RunContext(thread_id=thread_id, run_id=run_id, thread_exists=True, state=dict(snap.state))
-        fold_context(ctx, covered, thread_scope=False)
-        fold_context(ctx, tail)
-        run_commits_all = covered + [sc for sc in tail if sc.commit.run_id == run_id]
-        if not run_commits_all:
-            return None
-        agent_id = next(e.agent_id for e in run_commits_all[0].commit.events if type(e) is RunStarted)
-        spec = self.agents.get(agent_id)
-        version = tail[-1].seq if tail else base
-
-        async def older_messages() -> list[Message]:
-            out: list[Message] = []
-            compaction: ContextCompacted | None = None
-            async with contextlib.aclosing(as_generator(store.read_thread(thread_id))) as commits_:
-                async for sc in commits_:
-                    if sc.seq > base:
-                        break
-                    for e in sc.commit.events:
-                        if type(e) is MessageAppended:
-                            out.append(e.message)
-                        elif type(e) is ContextCompacted:
-                            compaction = e
-            if ctx.compaction is None:  # a compaction in the tail is newer and wins
-                ctx.compaction = compaction
-            return out
-
-        return _Loaded(thread_id, spec, ctx, version, run_commits_all, older_messages)
 
     def _loop_for(self, loaded: _Loaded, handle: RunHandle) -> RunLoop:
         return RunLoop(
@@ -789,7 +689,7 @@ class Runtime:
             thread_id = loaded.thread_id
             new, dups = check_decisions(loaded.ctx, parsed, self._known_calls(loaded, parsed))
             if not new:
-                return DecideResult(await self._decision_seq(loaded, dups[0].decision_id), True, [], None)
+                return DecideResult(await self._decision_seq(loaded, dups[0].decision_id), True, [], None, thread_id)
             ctx = loaded.ctx
             if not (ctx.waiting and not ctx.running and not ctx.resuming):
                 commit = Commit(
@@ -806,7 +706,7 @@ class Runtime:
                     live = active[1]
                     active[0].poke()
                 _log.info("run.decided_live", thread_id=thread_id, run_id=run_id, seq=res.seq, here=live is not None)
-                return DecideResult(res.seq, False, [], live)
+                return DecideResult(res.seq, False, [], live, thread_id)
             handle = self._handle_for(loaded)
             loop = self._loop_for(loaded, handle)
             try:
@@ -814,22 +714,13 @@ class Runtime:
             except VersionConflict:
                 continue  # someone else moved the thread: re-fold and re-check
             self._drive(loop, handle)
-            return DecideResult(loop.version, False, list(loop.resumed), handle)
+            return DecideResult(loop.version, False, list(loop.resumed), handle, thread_id)
         raise RunConflict(f"could not record decisions for run {run_id!r}: the thread keeps moving")
 
     @staticmethod
     def _known_calls(loaded: _Loaded, decisions: Sequence[ToolCallDecision]) -> set[str]:
-        """Every call id the run's log mentions (what tells `UnknownCall` from a call that is
-        not suspended). From a snapshot: the calls it names and the tail's. Empty when every
-        decision targets a suspended call: `check_decisions` then never reads it (a long run's
-        call ids are read from its call chunks: ~0.1 ms of a cold resume, now only for a
-        decision that fails)."""
-        if all(d.target_id in loaded.ctx.suspended for d in decisions):
-            return set()
-        known = _call_ids(loaded.run_commits)
-        if loaded.snapshot is not None:
-            known.update(loaded.snapshot.call_ids)
-        return known
+        """`agentlog.runtime.loading.known_calls` of a loaded run."""
+        return known_calls(loaded.ctx, loaded.run_commits, loaded.snapshot, decisions)
 
     async def _decision_seq(self, loaded: _Loaded, decision_id: str) -> int:
         """The seq of the commit that first recorded `decision_id` (the answer to a duplicate).

@@ -895,7 +895,9 @@ class SnapshotWriter:
     Per batch, for each unfinished run it touched: `runtime.write_snapshot` (the run's current
     snapshot + the tail, folded) when the run waits, or when it moved `every` commits past the
     last snapshot this writer wrote (a long run is not rewritten on every commit). Runs of
-    agents this runtime does not know are skipped; any failure is logged and skipped."""
+    agents this runtime does not know are skipped, and so are runs whose snapshot is already at
+    their last commit (written here, or by the runtime's own loop: `Runtime.snapshot_seq`, which
+    in `agentlog serve` covers every run it drives); any failure is logged and skipped."""
 
     def __init__(self, runtime: Any, *, every: int = 32, concurrency: int = 8, remember: int = 10_000) -> None:
         self.runtime = runtime
@@ -913,7 +915,12 @@ class SnapshotWriter:
     def _due(self, run: RunView) -> bool:
         if run.status == "done" or run.agent_id is None or run.agent_id not in self.runtime.agents:
             return False
-        return run.status == "waiting" or run.last_seq - self._written.get(run.run_id, 0) >= self.every
+        # the runtime's own loop snapshots a run it drives when it stops: not the same again
+        own = getattr(self.runtime, "snapshot_seq", None)
+        written = max(self._written.get(run.run_id, 0), own(run.run_id) if own is not None else 0)
+        if written >= run.last_seq:
+            return False
+        return run.status == "waiting" or run.last_seq - written >= self.every
 
     async def _write(self, run: RunView) -> None:
         async with self._limit:

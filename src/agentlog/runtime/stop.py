@@ -6,7 +6,8 @@ built from the run context: the same log always stops at the same step, which re
 
 When: at the end of every step that would otherwise continue (the model asked for tools). A step
 whose answer has no tool calls ends the run `natural_end`; stop conditions never override that.
-Every condition ends the run with termination `stopped` and its own code (the spec's `type`).
+Every condition ends the run with termination `stopped` and its own code (the spec's `type`),
+except `budget`, which suspends the run for a human (`agentlog.runtime.hitl`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,13 @@ from typing import Annotated, Literal
 import pydantic
 
 from agentlog.log.events import Termination
+
+#: Call ids of budget tickets (`Budget`): a suspension that answers no tool call of the model.
+BUDGET_CALL_PREFIX = "budget-"
+
+
+def is_budget_call(call_id: str) -> bool:
+    return call_id.startswith(BUDGET_CALL_PREFIX)
 
 
 class _Spec(pydantic.BaseModel):
@@ -44,6 +52,24 @@ class TokenBudget(_Spec):
 
     type: Literal["token_budget"] = "token_budget"
     max_tokens: int = pydantic.Field(ge=1)
+
+
+class Budget(_Spec):
+    """A spending limit: once the run's tokens reach `max_tokens` or its recorded cost (USD, from
+    the models' prices) reaches `max_cost`, the run is SUSPENDED for a human, not finished: a
+    ticket (action "budget") waits like an approval. A `resume` decision grants one more budget
+    of the same size (the limits become 2x, 3x...), a `cancel` decision ends the run `stopped`
+    with code "budget". At least one limit is required."""
+
+    type: Literal["budget"] = "budget"
+    max_tokens: int | None = pydantic.Field(default=None, ge=1)
+    max_cost: float | None = pydantic.Field(default=None, gt=0)
+
+    @pydantic.model_validator(mode="after")
+    def _a_limit(self) -> Budget:
+        if self.max_tokens is None and self.max_cost is None:
+            raise ValueError("a budget needs max_tokens or max_cost")
+        return self
 
 
 class ConsecutiveErrors(_Spec):
@@ -76,7 +102,7 @@ class LoopDetection(_Spec):
 
 
 StopCondition = Annotated[
-    MaxRounds | Timeout | TokenBudget | ConsecutiveErrors | StopOnTool | ContentMatch | LoopDetection,
+    MaxRounds | Timeout | TokenBudget | Budget | ConsecutiveErrors | StopOnTool | ContentMatch | LoopDetection,
     pydantic.Field(discriminator="type"),
 ]
 
@@ -93,6 +119,10 @@ class StopInput:
     round_tools: Sequence[tuple[str, ...]]
     #: The model's text in this round.
     text: str
+    #: The run's recorded cost in USD so far (0 when nothing was priced).
+    cost: float = 0.0
+    #: How many times a human extended the run's budget.
+    budget_extensions: int = 0
 
 
 def evaluate_stop(conditions: Sequence[StopCondition], inp: StopInput) -> Termination | None:
@@ -114,6 +144,12 @@ def _check(cond: _Spec, inp: StopInput) -> str | None:
     elif isinstance(cond, TokenBudget):
         if inp.total_tokens >= cond.max_tokens:
             return f"used {inp.total_tokens} tokens, budget {cond.max_tokens}"
+    elif isinstance(cond, Budget):
+        grants = 1 + inp.budget_extensions
+        if cond.max_tokens is not None and inp.total_tokens >= cond.max_tokens * grants:
+            return f"used {inp.total_tokens} tokens, budget {cond.max_tokens * grants}"
+        if cond.max_cost is not None and inp.cost >= cond.max_cost * grants:
+            return f"cost ${inp.cost:.6f}, budget ${cond.max_cost * grants:.6f}"
     elif isinstance(cond, ConsecutiveErrors):
         if inp.consecutive_errors >= cond.max_errors:
             return f"{inp.consecutive_errors} consecutive rounds with only failed tool calls"

@@ -202,7 +202,7 @@ class SubAgents:
                 command_id=f"start-{run_id}", thread_id=thread_id, run_id=run_id, agent_id=agent_id,
                 messages=[prompt], parent_run_id=ctx.run_id, parent_thread_id=ctx.thread_id, origin=ORIGIN,
                 thread_metadata=metadata, resource_id=resource_id,
-            ))
+            ), app_name=rt.app.name if rt.app is not None else None)  # the child runs on this app's workers
             return
         started = False
         async for _sc in rt.store.read_run(run_id):
@@ -322,7 +322,7 @@ class SubAgents:
                 await self.commands.submit(Decide(
                     command_id=f"d-{run_id}", thread_id=started.parent_thread_id or "", run_id=started.parent_run_id,
                     decisions=[decision],
-                ))
+                ), app_name=rt.app.name if rt.app is not None else None)
             else:
                 await rt.decide(started.parent_run_id, [decision])
             _log.info("subagent.parent_resumed", run_id=run_id, parent_run_id=started.parent_run_id)

@@ -348,7 +348,7 @@ class AgentMetrics:
     def __init__(self, registry: Any) -> None:
         from prometheus_client import Counter, Histogram
 
-        self.tokens = Counter("agentlog_model_tokens_total", "Model tokens, by model and type (input/output)",
+        self.tokens = Counter("agentlog_model_tokens_total", "Model tokens, by model and type (input/output, and cache_read/cache_write/reasoning when reported)",
                               ["model", "type"], registry=registry)
         self.inferences = Counter("agentlog_model_calls_total", "Model calls (inferences), by model",
                                   ["model"], registry=registry)
@@ -357,6 +357,13 @@ class AgentMetrics:
                                  buckets=(0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
         self.tool_calls = Counter("agentlog_tool_calls_total", "Tool calls completed, by tool and outcome",
                                   ["tool", "outcome"], registry=registry)
+        self.cost = Counter("agentlog_model_cost_usd_total",
+                            "Model cost in USD (InferenceCompleted.cost, from the model's prices), by model",
+                            ["model"], registry=registry)
+        # per-run cost as a distribution: a label per run or thread would grow without bound
+        self.run_cost = Histogram("agentlog_run_cost_usd", "Cost in USD of each finished run (RunFinished.cost)",
+                                  registry=registry,
+                                  buckets=(0.0001, 0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 50))
         self._names: dict[str, str] = {}  # call_id -> tool name (bounded by calls in flight)
         # labelled children, looked up once (`labels()` validates and locks on every call)
         self._per_model: dict[str, tuple[Any, Any, Any, Any]] = {}
@@ -380,6 +387,16 @@ class AgentMetrics:
                 tokens_in.inc(ev.usage.input_tokens)
                 tokens_out.inc(ev.usage.output_tokens)
                 latency.observe(max(ev.duration_ms, 0) / 1000)
+                usage = ev.usage
+                if usage.cache_read_tokens or usage.cache_write_tokens or usage.reasoning_tokens:
+                    for kind in ("cache_read", "cache_write", "reasoning"):
+                        if n := getattr(usage, f"{kind}_tokens"):
+                            self.tokens.labels(ev.model, kind).inc(n)
+                if ev.cost is not None:
+                    self.cost.labels(ev.model).inc(ev.cost)
+            elif isinstance(ev, RunFinished):
+                if ev.cost is not None:
+                    self.run_cost.observe(ev.cost)
             elif isinstance(ev, ToolCallStarted):
                 self._names[ev.call_id] = ev.name
             elif isinstance(ev, ToolCallCompleted):

@@ -14,7 +14,11 @@ Guarantees, and how:
 - **At-least-once tools.** A call that started but did not complete before a crash runs again
   with the same `call_id` (its idempotency key); a completed call (its `ToolCallCompleted` is
   committed) never runs again.
-- **Per-thread order.** Commands of a thread share the subject `agentlog.cmd.<thread_id>`. Before
+- **Per app.** A worker takes only the commands of the app it serves (`app_name`): they are
+  queued on `agentlog.cmd.<app>.<thread_id>` (`agentlog.cmd.<thread_id>` for the default app) and
+  each app's workers share one durable consumer filtered to their app's subjects, so a process
+  with another app never drives a run.
+- **Per-thread order.** Commands of a thread share the subject `agentlog.cmd.<app>.<thread_id>`. Before
   a start/continue/decide runs, the worker checks that no earlier command of that thread is still
   in the queue (work-queue retention deletes acked commands; acks are synchronous); if one is, the
   command is nak'ed with a short delay. Inside one worker, commands of a thread also queue on a
@@ -57,7 +61,7 @@ from agentlog.log.errors import (
 )
 from agentlog.log.events import Commit, RunFinished, RunStarted, Termination
 from agentlog.log.ids import is_valid_id, new_id, now_ms
-from agentlog.log.subjects import command_subject
+from agentlog.log.subjects import DEFAULT_APP, command_subject, commands_filter
 
 from .commands import (
     COMMANDS_STREAM,
@@ -78,6 +82,8 @@ from .commands import (
     dlq_subject,
     ensure_commands_stream,
     ensure_dlq_stream,
+    validate_app_name,
+    worker_consumer,
 )
 from .errors import RunConflict, RunNotFound
 from .hitl import HitlError, RunNotWaiting
@@ -130,8 +136,9 @@ class Worker:
         nak_delay: float = 0.05,
         max_nak_delay: float = 0.25,
         shutdown_timeout: float = 10.0,
-        consumer: str = WORKER_CONSUMER,
+        consumer: str | None = None,
         fetch_timeout: float = 0.5,
+        app_name: str | None = None,
     ) -> None:
         if (app is None) == (runtime is None):
             raise ValueError("give exactly one of app= (store -> Runtime) or runtime=")
@@ -147,7 +154,9 @@ class Worker:
         self.nak_delay = nak_delay
         self.max_nak_delay = max_nak_delay
         self.shutdown_timeout = shutdown_timeout
-        self.consumer = consumer
+        #: The app whose commands this worker takes (see "Per app" above).
+        self.app_name = validate_app_name(app_name) if app_name is not None else DEFAULT_APP
+        self.consumer = consumer or worker_consumer(self.app_name)
         self.fetch_timeout = fetch_timeout
         self._sub: Any = None
         self._slots = asyncio.Semaphore(self.concurrency)
@@ -155,7 +164,7 @@ class Worker:
         self._locks: dict[str, asyncio.Lock] = {}
         self._stopping = asyncio.Event()
         self._fetcher: asyncio.Task[None] | None = None
-        self.log = _log.bind(consumer=consumer, pid=os.getpid())
+        self.log = _log.bind(consumer=self.consumer, app=self.app_name, pid=os.getpid())
         #: Counters (for tests and `bench_workers`).
         self.stats = {"acked": 0, "naked": 0, "termed": 0, "resumed": 0, "reevaluated": 0, "dead_lettered": 0}
 
@@ -171,10 +180,11 @@ class Worker:
             self.runtime = await rt if inspect.isawaitable(rt) else rt
         await ensure_commands_stream(self.js)
         await ensure_dlq_stream(self.js)
+        await self._narrow_legacy_consumer()
         config = ConsumerConfig(  # max_deliver unlimited on the server: see "Dead letters" above
             durable_name=self.consumer, ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
             ack_wait=self.ack_wait, max_deliver=-1, max_ack_pending=10_000,
-            filter_subject=COMMANDS_SUBJECTS,
+            filter_subject=commands_filter(self.app_name),
         )
         try:
             await self.js.add_consumer(COMMANDS_STREAM, config)
@@ -183,6 +193,20 @@ class Worker:
         self._sub = await self.js.pull_subscribe_bind(self.consumer, COMMANDS_STREAM)
         self._fetcher = asyncio.get_running_loop().create_task(self._fetch_loop(), name="agentlog-worker-fetch")
         self.log.info("worker.started", concurrency=self.concurrency, ack_wait=self.ack_wait)
+
+    async def _narrow_legacy_consumer(self) -> None:
+        """The workers' consumer from before apps had names took every command subject
+        (`agentlog.cmd.>`), which would overlap every app's (a work queue refuses that): narrow
+        it to the default app's subjects, which are the ones it ever saw."""
+        from nats.js.errors import NotFoundError
+
+        try:
+            info = await self.js.consumer_info(COMMANDS_STREAM, WORKER_CONSUMER)
+        except NotFoundError:
+            return
+        if info.config.filter_subject == COMMANDS_SUBJECTS:
+            info.config.filter_subject = commands_filter(DEFAULT_APP)
+            await self.js.add_consumer(COMMANDS_STREAM, info.config)  # an update: the filter may change
 
     async def stop(self, timeout: float | None = None) -> None:
         """Stop fetching; let in-flight commands finish within `timeout`, then nak the rest."""
@@ -394,7 +418,7 @@ class Worker:
     async def _next_pending(self, thread_id: str, from_seq: int) -> int | None:
         """Queue seq of the first command of this thread at or after `from_seq` still in the
         queue (work-queue retention: acked commands are gone), or None."""
-        req = msgspec.json.encode({"seq": from_seq, "next_by_subj": command_subject(thread_id)})
+        req = msgspec.json.encode({"seq": from_seq, "next_by_subj": command_subject(thread_id, self.app_name)})
         resp = await self.nc.request(f"$JS.API.STREAM.MSG.GET.{COMMANDS_STREAM}", req, timeout=5.0)
         message = msgspec.json.decode(resp.data).get("message")
         return int(message["seq"]) if message else None

@@ -21,6 +21,7 @@ import msgspec
 
 from agentlog.log.events import (
     AnyEvent,
+    AppRef,
     Commit,
     InferenceCompleted,
     Message,
@@ -100,6 +101,7 @@ class _ThreadAcc:
     active_run_id: str | None
     deleted: bool
     rejected_patches: int
+    cost: float | None
 
     @classmethod
     def thaw(cls, view: ThreadView) -> _ThreadAcc:
@@ -146,6 +148,10 @@ class _ThreadAcc:
     def _message(self, ev: MessageAppended, run_id: str | None) -> None:
         self.message_count += 1
 
+    def _inference(self, ev: InferenceCompleted, run_id: str | None) -> None:
+        if ev.cost is not None:
+            self.cost = ev.cost if self.cost is None else self.cost + ev.cost
+
     def _patched(self, ev: StatePatched, run_id: str | None) -> None:
         if ev.scope == "thread":
             try:
@@ -170,6 +176,7 @@ _THREAD_HANDLERS: dict[type, Any] = {
     RunStarted: _ThreadAcc._run_started,
     RunFinished: _ThreadAcc._run_finished,
     MessageAppended: _ThreadAcc._message,
+    InferenceCompleted: _ThreadAcc._inference,
     StatePatched: _ThreadAcc._patched,
     StateReplaced: _ThreadAcc._replaced,
 }
@@ -196,6 +203,7 @@ class _RunAcc:
     parent_run_id: str | None
     parent_thread_id: str | None
     origin: str | None
+    app: AppRef | None
     status: RunStatus
     termination: Termination | None
     cancel_requested: bool
@@ -204,6 +212,8 @@ class _RunAcc:
     inferences: int
     usage: Usage
     inference_usage: Usage
+    cost: float | None
+    model: str | None
     message_count: int
     calls: dict[str, CallView]
     state: dict[str, Any]
@@ -253,6 +263,8 @@ class _RunAcc:
         self.parent_run_id = ev.parent_run_id
         self.parent_thread_id = ev.parent_thread_id
         self.origin = ev.origin
+        self.app = ev.app
+        self.model = ev.model
 
     def _cancel_requested(self, ev: RunCancelRequested, ts: int) -> None:
         self.cancel_requested = True
@@ -276,6 +288,8 @@ class _RunAcc:
     def _inference(self, ev: InferenceCompleted, ts: int) -> None:
         self.inferences += 1
         self.inference_usage = self.inference_usage + ev.usage
+        if ev.cost is not None:
+            self.cost = ev.cost if self.cost is None else self.cost + ev.cost
         if self.status != "done":
             self.usage = self.inference_usage
 

@@ -13,7 +13,7 @@ history 1, direct gets on).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError
@@ -25,10 +25,14 @@ from nats.js.kv import KeyValue
 from agentlog.log.replicas import raise_replicas
 
 from .errors import ProjectionError
+from .kvpipe import get_many
 from .listing import IndexedListings, KVBlobs, ListingIndex, kv_get, put_pipelined
 from .views import RunView, ThreadView, decode_run, decode_thread, encode_view
 
 POINTER_KEY = "generation"
+#: `position.<generation>`: the highest seq whose commits are all in that generation's views
+#: (`read_position`).
+POSITION_KEY = "position"
 
 
 def bucket_names(prefix: str, generation: int) -> tuple[str, str]:
@@ -130,9 +134,10 @@ class KVViewStore(IndexedListings):
     async def _buckets(js: JetStreamContext, prefix: str, generation: int, replicas: int | None,
                        ) -> tuple[KeyValue, KeyValue, KeyValue]:
         tname, rname, iname = generation_buckets(prefix, generation)
-        threads = await ensure_bucket(js, tname, replicas=replicas, description="agentlog thread views")
-        runs = await ensure_bucket(js, rname, replicas=replicas, description="agentlog run views")
-        index = await ensure_bucket(js, iname, replicas=replicas, description="agentlog listing index")
+        threads, runs, index = await asyncio.gather(
+            ensure_bucket(js, tname, replicas=replicas, description="agentlog thread views"),
+            ensure_bucket(js, rname, replicas=replicas, description="agentlog run views"),
+            ensure_bucket(js, iname, replicas=replicas, description="agentlog listing index"))
         return threads, runs, index
 
     async def refresh(self) -> bool:
@@ -148,19 +153,14 @@ class KVViewStore(IndexedListings):
     async def new_generation(self) -> KVViewStore:
         """Empty buckets for the next generation (not yet visible to readers)."""
         generation = self.generation + 1
-        for name in generation_buckets(self.prefix, generation):  # leftovers of an interrupted rebuild
-            try:
-                await self.js.delete_key_value(name)
-            except (NotFoundError, BucketNotFoundError):
-                pass
+        await asyncio.gather(*(self._drop(name) for name in generation_buckets(self.prefix, generation)))
         # The next generation gets the replicas of the one it replaces unless told otherwise, so a
         # rebuild on an operator's R3 buckets does not fall back to R1.
         replicas = self.replicas or (await self.js.stream_info(self.threads._stream)).config.num_replicas
         threads, runs, index = await self._buckets(self.js, self.prefix, generation, replicas)
         # And purge: a file-backed stream re-created right after its deletion can come back with
         # the deleted one's messages (seen with the events stream on nats-server 2.15).
-        for kv in (threads, runs, index):
-            await self.js.purge_stream(kv._stream)
+        await asyncio.gather(*(self.js.purge_stream(kv._stream) for kv in (threads, runs, index)))
         return KVViewStore(self.js, self.meta, threads, runs, index, prefix=self.prefix, generation=generation,
                            replicas=replicas)
 
@@ -169,11 +169,29 @@ class KVViewStore(IndexedListings):
         previous = await read_generation(self.meta)
         await self.meta.put(POINTER_KEY, str(self.generation).encode())
         if drop_previous and previous != self.generation:
-            for name in generation_buckets(self.prefix, previous):
-                try:
-                    await self.js.delete_key_value(name)
-                except (NotFoundError, BucketNotFoundError):
-                    pass
+            await asyncio.gather(*(self._drop(name) for name in generation_buckets(self.prefix, previous)))
+
+    async def _drop(self, bucket: str) -> None:
+        try:
+            await self.js.delete_key_value(bucket)
+        except (NotFoundError, BucketNotFoundError):
+            pass
+
+    # -- the runner's position ----------------------------------------------------------------
+
+    async def read_position(self) -> int | None:
+        """The seq up to which every commit is in this generation's views (written by the runner
+        after each batch, and by the rebuild that made the generation), or None if never
+        written. A resume hint that is never ahead of the views: the views themselves carry the
+        seq they hold, so reading again from an older position changes nothing."""
+        data = await kv_get(self.meta, f"{POSITION_KEY}.{self.generation}")
+        try:
+            return int(data) if data is not None else None
+        except ValueError:
+            return None  # unreadable: read the log again from the start (the views skip it)
+
+    async def write_position(self, seq: int) -> None:
+        await self.meta.put(f"{POSITION_KEY}.{self.generation}", str(seq).encode())
 
     # -- ViewStore ----------------------------------------------------------------------------
 
@@ -184,6 +202,14 @@ class KVViewStore(IndexedListings):
     async def get_run(self, run_id: str) -> RunView | None:
         data = await kv_get(self.runs, run_id)
         return decode_run(data) if data is not None else None
+
+    async def get_views(self, thread_ids: Sequence[str], run_ids: Sequence[str],
+                        ) -> tuple[list[ThreadView | None], list[RunView | None]]:
+        """Many views in one exchange (`agentlog.views.kvpipe`), None where there is none."""
+        values = await get_many(self.js._nc, [(self.threads, t) for t in thread_ids] + [(self.runs, r) for r in run_ids])
+        threads = [decode_thread(v) if v is not None else None for v in values[: len(thread_ids)]]
+        runs = [decode_run(v) if v is not None else None for v in values[len(thread_ids):]]
+        return threads, runs
 
     async def put_views(self, threads: Iterable[ThreadView], runs: Iterable[RunView]) -> None:
         """Pipelined puts (many in flight, each acked), one per view."""

@@ -55,6 +55,7 @@ from .index import (
     target_pages,
     thread_slot,
 )
+from .kvpipe import put_many
 from .views import RunView, ThreadView
 
 PUT_CONCURRENCY = 512
@@ -113,9 +114,9 @@ async def kv_get(kv: KeyValue, key: str) -> bytes | None:
 
 
 async def put_pipelined(writes: Sequence[tuple[KeyValue, str, bytes]]) -> None:
-    """KV puts, PUT_CONCURRENCY in flight, each acked (views and lists alike)."""
-    for i in range(0, len(writes), PUT_CONCURRENCY):
-        await asyncio.gather(*(kv.put(key, value) for kv, key, value in writes[i : i + PUT_CONCURRENCY]))
+    """KV puts, many in flight, each acked (views and lists alike: `agentlog.views.kvpipe`)."""
+    if writes:
+        await put_many(writes[0][0]._js._nc, writes)
 
 
 class ListingIndex:

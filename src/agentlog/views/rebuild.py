@@ -25,8 +25,11 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
+from agentlog.log.archive import ThreadArchive, marker_of
 from agentlog.log.codec import decode_commit
 from agentlog.log.errors import CodecError
+from agentlog.log.events import Commit
+from agentlog.log.quarantine import Quarantine
 from agentlog.log.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 
 from .errors import ProjectionError
@@ -35,6 +38,9 @@ from .kv import KVViewStore
 from .runner import ProjectionRunner
 
 Progress = Callable[[int, int], None]
+
+#: Logs each quarantined seq once per process, however many rebuilds meet it.
+_QUARANTINE = Quarantine()
 
 
 class RebuildResult(msgspec.Struct, frozen=True):
@@ -96,9 +102,33 @@ async def read_range(
             await sub.unsubscribe()
 
 
+async def _decode(data: bytes) -> Commit:
+    """As the stream's commits here: decoded, payload references left as they are (views never
+    look at tool outputs)."""
+    return decode_commit(data)
+
+
+async def _fold_archived(archive: ThreadArchive, folder: Folder, thread_id: str, upto: int, counts: list[int]) -> None:
+    """Fold the archived commits a marker stands for (those the stream no longer holds)."""
+    if folder.thread(thread_id) is not None:
+        return  # the thread's commits were in the stream: this marker stands for nothing purged
+    for sc in await archive.archived(thread_id, 0, upto):
+        folder.apply_commit(sc.seq, sc.commit)
+        counts[0] += 1
+        counts[1] += len(sc.commit.events)
+
+
+async def _quarantined(js: JetStreamContext, stream: str, seq: int, data: bytes, error: CodecError) -> Commit:
+    """The quarantine stand-in of the undecodable message at `seq`, folded as every reader folds
+    it (`agentlog.log.quarantine`). Its subject and stored time are fetched here, on this rare
+    path, so the bulk read stays `(seq, data)`."""
+    raw = await js.get_msg(stream, seq)
+    return _QUARANTINE.hold(seq, raw.subject or "", raw.time, data, error)
+
+
 async def _fold_range(
     js: JetStreamContext, folder: Folder, start: int, end: int, total: int, counts: list[int],
-    progress: Progress | None, stream: str, subjects: str,
+    progress: Progress | None, stream: str, subjects: str, archive: ThreadArchive,
 ) -> None:
     decode = decode_commit
     apply = folder.apply_commit
@@ -106,9 +136,13 @@ async def _fold_range(
         for seq, data in part:
             try:
                 commit = decode(data)
-            except CodecError:
+            except CodecError as exc:
                 counts[2] += 1
-                continue
+                commit = await _quarantined(js, stream, seq, data, exc)
+            else:
+                upto = marker_of(commit)
+                if upto is not None:  # an archived thread: its commits first (`agentlog.log.archive`)
+                    await _fold_archived(archive, folder, commit.thread_id, upto, counts)
             apply(seq, commit)
             counts[0] += 1
             counts[1] += len(commit.events)
@@ -137,15 +171,17 @@ async def rebuild(
     folder = Folder()
     counts = [0, 0, 0]  # commits, events, skipped
     last = await stream_last_seq(js, stream)
-    await _fold_range(js, folder, 1, last, last, counts, progress, stream, subjects)
+    archive = ThreadArchive(nc, _decode)
+    await _fold_range(js, folder, 1, last, last, counts, progress, stream, subjects, archive)
     lock = runner._lock if runner is not None else contextlib.nullcontext()
     async with lock:
         tail_end = await stream_last_seq(js, stream)  # what arrived meanwhile
-        await _fold_range(js, folder, last + 1, tail_end, tail_end, counts, progress, stream, subjects)
+        await _fold_range(js, folder, last + 1, tail_end, tail_end, counts, progress, stream, subjects, archive)
         views = folder.views()
         fresh = await current.new_generation()
         await fresh.put_views(views.threads.values(), views.runs.values())
         await fresh.index.put_all(list(views.threads.values()), list(views.runs.values()))
+        await fresh.write_position(tail_end)  # a runner reading this generation goes on from here
         await fresh.activate()
         if runner is not None:
             runner.store = fresh

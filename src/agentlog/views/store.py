@@ -58,6 +58,14 @@ class MemoryViewStore(IndexedListings):
         self.runs: dict[str, RunView] = {}
         self.puts = 0
         self.index = ListingIndex(DictBlobs())
+        self.position: int | None = None
+
+    async def read_position(self) -> int | None:
+        """The runner's position (see `KVViewStore.read_position`)."""
+        return self.position
+
+    async def write_position(self, seq: int) -> None:
+        self.position = seq
 
     async def get_thread(self, thread_id: str) -> ThreadView | None:
         return self.threads.get(thread_id)

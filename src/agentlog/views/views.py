@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from agentlog.log.events import PayloadRef, SuspendTicket, Termination, ToolCallDecision, Usage
+from agentlog.log.events import AppRef, PayloadRef, SuspendTicket, Termination, ToolCallDecision, Usage
 
 CallStatus = Literal["new", "running", "suspended", "resuming", "succeeded", "failed", "cancelled"]
 RunStatus = Literal["running", "waiting", "done"]
@@ -73,6 +73,8 @@ class RunView(_View, frozen=True):
     parent_run_id: str | None = None
     parent_thread_id: str | None = None
     origin: str | None = None
+    #: The app that started the run (`RunStarted.app`), if recorded.
+    app: AppRef | None = None
     status: RunStatus = "running"
     termination: Termination | None = None
     cancel_requested: bool = False
@@ -81,6 +83,11 @@ class RunView(_View, frozen=True):
     inferences: int = 0
     usage: Usage = Usage()
     inference_usage: Usage = Usage()
+    #: USD: the sum of the run's recorded `InferenceCompleted.cost`; None while no inference
+    #: of the run was priced.
+    cost: float | None = None
+    #: The model a pool chose for the run (`RunStarted.model`), if it names a pool.
+    model: str | None = None
     message_count: int = 0
     calls: dict[str, CallView] = {}
     state: dict[str, Any] = {}
@@ -110,6 +117,8 @@ class ThreadView(_View, frozen=True):
     active_run_id: str | None = None
     deleted: bool = False
     rejected_patches: int = 0
+    #: USD: the sum of the recorded inference costs of all the thread's runs (None: none priced).
+    cost: float | None = None
 
     @property
     def last_seq(self) -> int:

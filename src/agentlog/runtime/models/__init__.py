@@ -1,26 +1,52 @@
-"""Models: the streaming `Model` protocol and its implementations (scripted, OpenAI-compatible)."""
+"""Models: the streaming `Model` protocol and its implementations: scripted, OpenAI-compatible
+(hand-written client), and the providers on their official SDKs (Anthropic, OpenAI Responses,
+Gemini; optional extras, imported when a model is built)."""
 
+from .anthropic import AnthropicModel
 from .base import (
+    ContextOverflow,
     Model,
+    ModelAuthError,
     ModelChunk,
     ModelDone,
     ModelError,
     ModelProtocolError,
+    ModelRateLimited,
     ModelRequest,
     ModelRequestRejected,
     ModelResponse,
     ModelUnavailable,
+    ReasoningDelta,
     SelfRetrying,
     TextDelta,
     ToolCallDelta,
     ToolSpec,
     complete,
+    is_truncated,
 )
+from .gemini import GeminiModel
 from .openai import OpenAIChatModel, RetryPolicy
+from .openai_responses import OpenAIResponsesModel
+from .openai_sdk import OpenAISDKChatModel
+from .pool import ModelPool
+from .pricing import ModelPrices
+from .providers import is_provider_id, model_from_id
 from .scripted import ScriptedCall, ScriptedModel, ScriptExhausted, Turn, last_tool_result
 
 __all__ = [
+    "AnthropicModel",
+    "ContextOverflow",
+    "GeminiModel",
     "Model",
+    "ModelAuthError",
+    "ModelPool",
+    "ModelPrices",
+    "ModelRateLimited",
+    "OpenAIResponsesModel",
+    "OpenAISDKChatModel",
+    "is_provider_id",
+    "is_truncated",
+    "model_from_id",
     "ModelChunk",
     "ModelDone",
     "ModelError",
@@ -29,6 +55,7 @@ __all__ = [
     "ModelRequestRejected",
     "ModelResponse",
     "ModelUnavailable",
+    "ReasoningDelta",
     "OpenAIChatModel",
     "RetryPolicy",
     "ScriptExhausted",

@@ -1,7 +1,7 @@
 """The `Model` protocol: what the loop needs from any LLM, streaming.
 
-A model streams `TextDelta`s (forwarded live, never persisted), optional `ToolCallDelta`s (live
-progress of streamed arguments) and ends with exactly one `ModelDone` carrying the whole
+A model streams `TextDelta`s (forwarded live, never persisted), optional `ReasoningDelta`s and
+`ToolCallDelta`s (live progress of reasoning and of streamed arguments) and ends with exactly one `ModelDone` carrying the whole
 `ModelResponse`, which is what the loop commits. Keeping the complete response in one final chunk
 means the loop never re-assembles fragments and replay can answer with the recorded response.
 """
@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 import msgspec
 
 from agentlog.log.errors import AgentlogError
-from agentlog.log.events import Message, ToolCall, Usage
+from agentlog.log.events import Message, ReasoningPart, ToolCall, Usage
 
 
 class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,9 +39,30 @@ class ModelResponse(msgspec.Struct, frozen=True, kw_only=True):
     tool_calls: list[ToolCall] = []
     usage: Usage = Usage()
     stop_reason: str | None = None
+    #: USD, when the answerer already knows it (a replay answers the recorded cost); else the
+    #: loop prices `usage` with the model's `prices`.
+    cost: float | None = None
+    #: The reasoning the provider returned (thinking, summaries, signatures), recorded in the
+    #: assistant message and sent back with it.
+    reasoning: list[ReasoningPart] = []
+
+
+#: Stop reasons meaning "the output hit its token limit", as each provider spells it.
+TRUNCATED_STOP_REASONS = frozenset({"length", "max_tokens", "max_output_tokens", "MAX_TOKENS"})
+
+
+def is_truncated(response: ModelResponse) -> bool:
+    """The answer was cut off by the output token limit (and asked for no tools)."""
+    return response.stop_reason in TRUNCATED_STOP_REASONS and not response.tool_calls
 
 
 class TextDelta(msgspec.Struct, frozen=True):
+    text: str
+
+
+class ReasoningDelta(msgspec.Struct, frozen=True):
+    """Streamed reasoning text (live only; the whole reasoning is in the final response)."""
+
     text: str
 
 
@@ -58,7 +79,7 @@ class ModelDone(msgspec.Struct, frozen=True):
     response: ModelResponse
 
 
-ModelChunk = TextDelta | ToolCallDelta | ModelDone
+ModelChunk = TextDelta | ReasoningDelta | ToolCallDelta | ModelDone
 
 
 @runtime_checkable
@@ -121,3 +142,36 @@ class ModelRequestRejected(ModelError):
     """4xx other than 429: the request itself is wrong (bad key, unknown model, bad params)."""
 
     code = "model_request_rejected"
+
+
+class ModelRateLimited(ModelUnavailable):
+    """429 (or the provider's quota error): retryable, after `retry_after` when it said."""
+
+    code = "model_rate_limited"
+
+
+class ModelAuthError(ModelRequestRejected):
+    """401/403: the key is missing, wrong or lacks access. Another attempt won't help."""
+
+    code = "model_auth_failed"
+
+
+class ContextOverflow(ModelRequestRejected):
+    """The request is longer than the model's context window. The run loop answers it by
+    compacting the conversation (a recorded `ContextCompacted`, reason "overflow") and trying
+    once more, instead of retrying the same request."""
+
+    code = "context_overflow"
+
+
+#: Phrases providers use for a prompt over the context window (their error codes vary).
+_OVERFLOW_HINTS = (
+    "context_length_exceeded", "context length", "context window", "prompt is too long",
+    "too many tokens", "maximum context", "input token count", "exceeds the maximum number of tokens",
+)
+
+
+def looks_like_overflow(text: str) -> bool:
+    """Whether a provider's 400 message says the prompt is too long for the model."""
+    low = text.lower()
+    return any(h in low for h in _OVERFLOW_HINTS)

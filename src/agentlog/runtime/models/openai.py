@@ -33,21 +33,27 @@ from typing import Any
 
 import aiohttp
 
-from agentlog.log.events import Message, ToolCall, Usage
+from agentlog.log.events import Message, ReasoningPart, ToolCall, Usage
 
 from .base import (
+    ContextOverflow,
     Model,
+    ModelAuthError,
     ModelChunk,
     ModelDone,
     ModelProtocolError,
+    ModelRateLimited,
     ModelRequest,
     ModelRequestRejected,
     ModelResponse,
     ModelUnavailable,
+    ReasoningDelta,
     TextDelta,
     ToolCallDelta,
     ToolSpec,
+    looks_like_overflow,
 )
+from .pricing import ModelPrices
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _BODY_EXCERPT = 300
@@ -118,8 +124,14 @@ class OpenAIChatModel:
         connect_timeout: float = 10.0,
         retry: RetryPolicy | None = None,
         headers: Mapping[str, str] | None = None,
+        prices: ModelPrices | None = None,
+        name: str | None = None,
     ) -> None:
         self.model = model
+        #: USD per 1M tokens (`agentlog.runtime.models.pricing`): the loop records each call's cost.
+        self.prices = prices
+        if name is not None:
+            self.name = name
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self.fallback_models = list(fallback_models or [])
@@ -204,7 +216,8 @@ class OpenAIChatModel:
 
     def _unavailable(self, failures: list[_Failure]) -> ModelUnavailable:
         parts = [f"{f.model!r}: {f.attempts} attempt(s), last error {f.last.reason}" for f in failures]
-        err = ModelUnavailable(f"model unavailable at {self.url}: " + "; ".join(parts))
+        text = f"model unavailable at {self.url}: " + "; ".join(parts)
+        err = ModelRateLimited(text) if failures[-1].last.status == 429 else ModelUnavailable(text)
         err.attempts = sum(f.attempts for f in failures)
         err.status = failures[-1].last.status
         err.models = [f.model for f in failures]
@@ -241,8 +254,13 @@ class OpenAIChatModel:
         text = (await resp.text(errors="replace"))[:_BODY_EXCERPT]
         reason = f"HTTP {resp.status}: {text}"
         if resp.status == 429 or resp.status >= 500:
-            raise _Transient(reason, resp.status, _retry_after(resp.headers))
-        raise ModelRequestRejected(f"{self.url} rejected the request for model {model!r}: {reason}")
+            raise _Transient(reason, resp.status, retry_after_from(resp.headers))
+        text = f"{self.url} rejected the request for model {model!r}: {reason}"
+        if resp.status in (401, 403):
+            raise ModelAuthError(text)
+        if resp.status == 413 or looks_like_overflow(text):
+            raise ContextOverflow(text)
+        raise ModelRequestRejected(text)
 
 
 class _SingleAttempt:
@@ -255,14 +273,14 @@ class _SingleAttempt:
         return self._client._stream(request, 1)
 
 
-def _retry_after(headers: Mapping[str, str]) -> float | None:
+def retry_after_from(headers: Mapping[str, str]) -> float | None:
     """`retry-after-ms` (OpenAI) or `Retry-After` as seconds or an HTTP date."""
     if (ms := headers.get("retry-after-ms")) is not None:
         try:
             return float(ms) / 1000
         except ValueError:
             pass
-    value = headers.get("Retry-After")
+    value = headers.get("Retry-After") or headers.get("retry-after")
     if value is None:
         return None
     try:
@@ -318,6 +336,7 @@ class _StreamParser:
         self.usage = Usage()
         self.finish_reason: str | None = None
         self.completion_id = ""
+        self.reasoning: list[str] = []
 
     def feed(self, data: str) -> list[ModelChunk]:
         try:
@@ -351,6 +370,11 @@ class _StreamParser:
         if not isinstance(delta, dict):
             raise _malformed("delta is not an object", data)
         out: list[ModelChunk] = []
+        # compatible servers (vLLM, DeepSeek, OpenRouter...) stream the reasoning beside the content
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            self.reasoning.append(reasoning)
+            out.append(ReasoningDelta(reasoning))
         content = delta.get("content")
         if content is not None and not isinstance(content, str):
             raise _malformed("content is not a string", data)
@@ -389,6 +413,8 @@ class _StreamParser:
             tool_calls=[self._call(i, p) for i, p in sorted(self.calls.items())],
             usage=self.usage,
             stop_reason=self.finish_reason,
+            # recorded for people and replay; not sent back (those servers ask not to)
+            reasoning=[ReasoningPart(provider="openai-chat", text="".join(self.reasoning))] if self.reasoning else [],
         )
 
     def _call(self, index: int, partial: _PartialCall) -> ToolCall:
@@ -425,7 +451,11 @@ def _usage(usage: Any, data: str) -> Usage:
     prompt, completion = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
     if not isinstance(prompt, int) or not isinstance(completion, int):
         raise _malformed("usage token counts are not integers", data)
-    return Usage(input_tokens=prompt, output_tokens=completion)
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
+    return Usage(input_tokens=prompt, output_tokens=completion,
+                 cache_read_tokens=cached if isinstance(cached, int) else 0,
+                 reasoning_tokens=reasoning if isinstance(reasoning, int) else 0)
 
 
 # -- request mapping --------------------------------------------------------------------------------

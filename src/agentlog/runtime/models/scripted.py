@@ -24,6 +24,7 @@ from typing import Any, Literal
 from agentlog.log.events import JSON, Message, ToolCall, Usage
 
 from .base import ModelChunk, ModelDone, ModelError, ModelRequest, ModelResponse, TextDelta, ToolCallDelta
+from .pricing import ModelPrices
 
 
 class ScriptExhausted(ModelError):
@@ -128,6 +129,7 @@ class ScriptedModel:
         name: str = "scripted",
         id_prefix: str = "call",
         chunk_words: int = 2,
+        prices: ModelPrices | None = None,
     ) -> None:
         self.script: list[ScriptItem] = list(script)
         if not self.script:
@@ -139,6 +141,8 @@ class ScriptedModel:
         self.name = name
         self.id_prefix = id_prefix
         self.chunk_words = chunk_words
+        #: USD per 1M tokens: the loop records each inference's cost from them.
+        self.prices = prices
         self.requests: list[ModelRequest] = []
         self._next = 0
 

@@ -1,11 +1,18 @@
 // agentlog run inspector: plain JS over the HTTP API, no build step, no dependencies.
-// Everything shown comes from /v1 (the token the user typed is sent as Bearer); nothing is cached
-// beyond the current selection, so a reload always shows what the log says now.
+// Everything shown comes from /v1 (the token the user typed is sent as Bearer). The URL hash is
+// the page's state (#/runs/ID, #/runs/ID/at/EVENT, #/threads/ID, #/ops): links can be pasted and
+// Back works, because every click only changes the hash and `route()` renders what it names.
 "use strict";
 
-const S = { thread: null, run: null, follow: null, selected: null, refreshTimer: null };
+const S = {
+  thread: null, run: null, at: null, follow: null, refreshTimer: null, opsTimer: null,
+  threads: [], runs: [], firstMessages: new Map(), messages: [],
+};
 
 const json = (v) => JSON.stringify(v, null, 2);
+const enc = encodeURIComponent;
+// a recorded cost (the views' `cost`, USD; null while nothing was priced)
+const usd = (cost) => (cost === null || cost === undefined ? "" : ` · $${cost.toFixed(6)}`);
 
 class ApiError extends Error {
   constructor(status, body) {
@@ -30,74 +37,239 @@ function showError(err) {
   if (!err) { box.hidden = true; box.textContent = ""; return; }
   box.hidden = false;
   box.textContent = err.status === 401 || err.status === 403
-    ? `${err.message} — type a token above` : String(err.message || err);
+    ? `${err.message} (type a token above)` : String(err.message || err);
 }
 
 async function guarded(fn) {
   try { showError(null); return await fn(); } catch (err) { showError(err); return undefined; }
 }
 
-const enc = encodeURIComponent;
+// -- time -------------------------------------------------------------------------------------------
 
-// -- lists -----------------------------------------------------------------------------------------
+const pad = (n) => String(n).padStart(2, "0");
 
-async function loadThreads() {
-  // listings ascend by id (creation order): the newest 200 are the last page
-  const { total } = await api("GET", "/v1/threads?limit=1");
-  const data = await api("GET", `/v1/threads?limit=200&offset=${Math.max(0, total - 200)}`);
-  const ul = $("#threads");
-  ul.replaceChildren(...data.threads.slice().reverse().map((t) => el("li", {},
-    el("button", { class: t.thread_id === S.thread ? "sel" : "", "data-thread": t.thread_id,
-                   onclick: () => guarded(() => selectThread(t.thread_id)) },
-      el("code", {}, t.thread_id),
-      el("span", { class: "sub" }, `${t.run_ids.length} run(s) · ${t.message_count} message(s)`,
-         t.active_run_id ? " · active" : "")))));
-  if (!data.threads.length) ul.replaceChildren(el("li", { class: "sub" }, "no threads yet"));
+function clock(ms) {
+  const d = new Date(ms);
+  const today = new Date().toDateString() === d.toDateString();
+  const hms = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  return today ? hms : `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${hms}`;
 }
 
-async function loadRuns() {
-  const ul = $("#runs");
-  if (!S.thread) { ul.replaceChildren(); return; }
-  $("#runs-of").textContent = "of " + S.thread;
-  const data = await api("GET", `/v1/runs?thread_id=${enc(S.thread)}&limit=200`);
-  ul.replaceChildren(...data.runs.map((r) => el("li", {},
-    el("button", { class: r.run_id === S.run ? "sel" : "", "data-run": r.run_id,
-                   onclick: () => guarded(() => selectRun(r.run_id)) },
-      el("code", {}, r.run_id), " ", el("span", { class: `badge ${r.status}` }, r.status),
-      el("span", { class: "sub" }, `${r.agent_id || "?"} · ${r.steps} step(s)`,
-         r.parent_run_id ? ` · continues ${r.parent_run_id}` : "")))));
+function ago(ms) {
+  const s = Math.max(0, Math.round((Date.now() - ms) / 1000));
+  if (s < 60) return `${s}s ago`;
+  if (s < 3600) return `${Math.round(s / 60)}m ago`;
+  if (s < 86400) return `${Math.round(s / 3600)}h ago`;
+  return `${Math.round(s / 86400)}d ago`;
+}
+
+function duration(ms) {
+  if (ms < 1000) return `${ms} ms`;
+  if (ms < 60000) return `${(ms / 1000).toFixed(1)} s`;
+  if (ms < 3600000) return `${Math.floor(ms / 60000)}m ${pad(Math.round((ms % 60000) / 1000))}s`;
+  return `${Math.floor(ms / 3600000)}h ${pad(Math.round((ms % 3600000) / 60000))}m`;
+}
+
+// How long a run took, or has been going (running / waiting: until now).
+const runDuration = (r) => duration((r.status === "done" ? r.updated : Date.now()) - r.created);
+
+const time = (ms) => el("time", { datetime: new Date(ms).toISOString(), title: new Date(ms).toString() }, clock(ms));
+
+// -- navigation -------------------------------------------------------------------------------------
+
+function go(hash) {
+  if (location.hash === hash) return route();  // same place: render again (e.g. a refresh)
+  location.hash = hash;  // `hashchange` renders it
+  return undefined;
+}
+
+const runHash = (runId, at) => `#/runs/${enc(runId)}` + (at ? `/at/${enc(at)}` : "");
+
+function route() {
+  const h = location.hash;
+  let m;
+  if (h === "#/ops") return guarded(showOps);
+  stopOps();
+  if ((m = h.match(/^#\/runs\/([^/]+)(?:\/at\/([^/]+))?$/))) {
+    return guarded(() => selectRun(decodeURIComponent(m[1]), m[2] ? decodeURIComponent(m[2]) : null));
+  }
+  if ((m = h.match(/^#\/threads\/([^/]+)$/))) return guarded(() => selectThread(decodeURIComponent(m[1])));
+  S.thread = S.run = null;
+  showMain("empty");
+  return guarded(loadLists);
+}
+
+function showMain(id) {
+  for (const m of ["run", "ops", "empty"]) $("#" + m).hidden = m !== id;
+}
+
+// -- lists ------------------------------------------------------------------------------------------
+
+// The newest `limit` of a listing (listings ascend by id, i.e. creation order).
+async function newest(kind, limit) {
+  const { total } = await api("GET", `/v1/${kind}?limit=1`);
+  const data = await api("GET", `/v1/${kind}?limit=${limit}&offset=${Math.max(0, total - limit)}`);
+  return data[kind];
+}
+
+async function loadLists() {
+  const [threads, runs] = await Promise.all([newest("threads", 200), newest("runs", 200)]);
+  S.threads = threads; S.runs = runs;
+  const agents = [...new Set(runs.map((r) => r.agent_id).filter(Boolean))].sort();
+  const select = $("#f-agent"), chosen = select.value;
+  select.replaceChildren(el("option", { value: "" }, "any agent"), ...agents.map((a) => el("option", { value: a }, a)));
+  select.value = agents.includes(chosen) ? chosen : "";
+  // first messages never change: fetched once per thread, for the threads shown at the top
+  await Promise.all(threads.filter((t) => !t.parent_thread_id && t.message_count && !S.firstMessages.has(t.thread_id))
+    .map(async (t) => {
+      const data = await api("GET", `/v1/threads/${enc(t.thread_id)}/messages?limit=1`);
+      const m = data.messages[0] && data.messages[0].message;
+      S.firstMessages.set(t.thread_id, m ? (typeof m.content === "string" ? m.content : JSON.stringify(m.content)) : "");
+    }));
+  renderLists();
+}
+
+// A sub-agent's run: started by a call of a run on another thread (a continuation of a run on
+// the same thread also names its parent run, and stays in its thread's list).
+const isSubAgent = (r) => Boolean(r.parent_run_id && r.parent_thread_id && r.parent_thread_id !== r.thread_id);
+
+// The thread tree: top-level threads, each with its runs; a sub-agent's runs nest under the run
+// (and call) that started them, not among the threads.
+function tree() {
+  const runsOf = new Map(), children = new Map();
+  const runIds = new Set(S.runs.map((r) => r.run_id));
+  for (const r of S.runs) {
+    if (isSubAgent(r) && runIds.has(r.parent_run_id)) {
+      if (!children.has(r.parent_run_id)) children.set(r.parent_run_id, []);
+      children.get(r.parent_run_id).push(r);
+    }
+    if (!runsOf.has(r.thread_id)) runsOf.set(r.thread_id, []);
+    runsOf.get(r.thread_id).push(r);
+  }
+  // a sub-agent thread is at the top only when the run that started it is not loaded
+  const top = S.threads.filter((t) => !t.parent_thread_id ||
+    !(runsOf.get(t.thread_id) || []).some((r) => isSubAgent(r) && runIds.has(r.parent_run_id)));
+  return { top: top.slice().reverse(), runsOf, children };
+}
+
+// Every run under a thread entry, sub-agent runs included (for filters and search).
+function allRuns(runs, children) {
+  const out = [];
+  const walk = (list) => { for (const r of list) { out.push(r); walk(children.get(r.run_id) || []); } };
+  walk(runs);
+  return out;
+}
+
+function matches(t, runs) {
+  const q = $("#q").value.trim().toLowerCase(), status = $("#f-status").value, agent = $("#f-agent").value;
+  const since = Number($("#f-time").value || 0);
+  if (status && !runs.some((r) => r.status === status)) return false;
+  if (agent && !runs.some((r) => r.agent_id === agent)) return false;
+  if (since && t.updated < Date.now() - since) return false;
+  if (!q) return true;
+  const hay = [t.thread_id, S.firstMessages.get(t.thread_id) || "", ...runs.flatMap((r) => [r.run_id, r.agent_id || ""])];
+  return hay.some((s) => s.toLowerCase().includes(q));
+}
+
+function renderLists() {
+  const { top, runsOf, children } = tree();
+  const shown = [];
+  for (const t of top) {
+    const runs = allRuns(runsOf.get(t.thread_id) || [], children);
+    if (matches(t, runs)) shown.push([t, runs]);
+  }
+  $("#count").textContent = `${shown.length} of ${top.length}`;
+  const ul = $("#threads");
+  ul.replaceChildren(...shown.map(([t, runs]) => threadItem(t, runsOf, children, runs)));
+  if (!shown.length) ul.replaceChildren(el("li", { class: "sub" }, top.length ? "nothing matches the filters" : "no threads yet"));
+}
+
+function threadItem(t, runsOf, children, runs) {
+  const first = S.firstMessages.get(t.thread_id);
+  const agents = [...new Set(runs.map((r) => r.agent_id).filter(Boolean))];
+  const own = runsOf.get(t.thread_id) || [];
+  const latest = own[own.length - 1];
+  return el("li", { class: "thread" + (t.thread_id === S.thread ? " open" : ""), "data-thread-item": t.thread_id },
+    el("button", { type: "button", class: "thread-btn" + (t.thread_id === S.thread && !S.run ? " sel" : ""),
+                   "data-thread": t.thread_id, onclick: () => go(`#/threads/${enc(t.thread_id)}`) },
+      el("span", { class: "first" }, first || (t.message_count ? "…" : "(no messages)")),
+      el("span", { class: "sub" }, agents.join(", ") || "no runs", " · ", time(t.created), ` (${ago(t.updated)})`,
+         ` · ${t.run_ids.length} run(s)`, usd(t.cost), latest ? [" ", badge(latest.status)] : null,
+         t.parent_thread_id ? ` · sub-agent thread of ${t.parent_thread_id}` : "")),
+    el("ul", { class: "runs" }, own.map((r) => runItem(r, children, 0))));
+}
+
+const badge = (status) => el("span", { class: `badge ${status}` }, status);
+
+function runItem(r, children, depth) {
+  const kids = children.get(r.run_id) || [];
+  const via = depth > 0 ? subAgentCall(r) : null;
+  return el("li", { class: depth ? "child" : "" },
+    el("button", { type: "button", class: r.run_id === S.run ? "sel" : "", "data-run": r.run_id,
+                   onclick: () => go(runHash(r.run_id)) },
+      depth ? el("span", { class: "via" }, via ? `${via} → ` : "sub-agent → ") : null,
+      el("strong", {}, r.agent_id || "?"), " ", badge(r.status),
+      el("span", { class: "sub" }, time(r.created), ` · ${runDuration(r)} · ${r.steps} step(s)`)),
+    kids.length ? el("ul", { class: "runs" }, kids.map((k) => runItem(k, children, depth + 1))) : null);
+}
+
+// The parent call a sub-agent run was started by, e.g. "agent_run call_0_0" (from the thread's metadata).
+function subAgentCall(r) {
+  const t = S.threads.find((x) => x.thread_id === r.thread_id);
+  const callId = t && t.metadata && t.metadata.parent_call_id;
+  const parent = S.runs.find((p) => p.run_id === r.parent_run_id);
+  const call = parent && parent.calls && callId ? parent.calls[callId] : null;
+  return callId ? `${call && call.name ? call.name : "call"} ${callId}` : null;
 }
 
 async function selectThread(threadId) {
-  S.thread = threadId;
-  location.hash = "#/threads/" + enc(threadId);
-  await Promise.all([loadThreads(), loadRuns()]);
+  S.thread = threadId; S.run = null;
+  stopFollow();
+  await loadLists();
+  const runs = S.runs.filter((r) => r.thread_id === threadId);
+  if (runs.length) return go(runHash(runs[runs.length - 1].run_id));  // its latest run
+  showMain("empty");
+  $("#empty").replaceChildren(el("p", {}, `Thread ${threadId} has no runs yet.`));
+  return undefined;
 }
 
 // -- one run ----------------------------------------------------------------------------------------
 
-async function selectRun(runId) {
-  S.run = runId; S.selected = null;
+async function selectRun(runId, at) {
+  if (S.run === runId && !$("#run").hidden) {  // the same run: move in time only
+    await renderState(at);
+    return;
+  }
+  S.run = runId; S.at = at;
   const run = await api("GET", `/v1/runs/${enc(runId)}`);
   S.thread = run.thread_id;
-  location.hash = `#/runs/${enc(runId)}`;
-  $("#empty").hidden = true; $("#run").hidden = false;
+  showMain("run");
   $("#verify-result").replaceChildren();
-  await Promise.all([renderRun(run), loadRuns(), loadThreads()]);
+  await Promise.all([renderRun(run), loadLists()]);
   follow(run.thread_id);
 }
 
+// Every render that awaits checks, once its answer is in, that it is still for the run on show:
+// a late answer (a decision's re-read, a live refresh) must not paint over a run picked since.
 async function renderRun(run) {
   run = run || await api("GET", `/v1/runs/${enc(S.run)}`);
+  if (run.run_id !== S.run) return;
   $("#run-id").textContent = run.run_id;
-  const badge = $("#run-status");
-  badge.textContent = run.status; badge.className = `badge ${run.status}`;
-  const term = run.termination ? ` · finished: ${run.termination.type}${run.termination.code ? " (" + run.termination.code + ")" : ""}` : "";
+  const status = $("#run-status");
+  status.textContent = run.status; status.className = `badge ${run.status}`;
+  const term = run.termination
+    ? ` · finished: ${run.termination.type}${run.termination.code ? " (" + run.termination.code + ")" : ""}` : "";
   $("#run-meta").replaceChildren(
-    `thread `, el("code", {}, run.thread_id), ` · agent ${run.agent_id || "?"} · ${run.steps} step(s) · `,
-    `tokens in ${run.usage.input_tokens} / out ${run.usage.output_tokens}${term}`,
-    run.parent_run_id ? ` · continues ${run.parent_run_id}` : "");
-  const [tl] = await Promise.all([renderTimeline(), renderMessages(run.thread_id), renderState(S.selected)]);
+    `agent ${run.agent_id || "?"} · thread `, el("a", { href: `#/threads/${enc(run.thread_id)}` }, el("code", {}, run.thread_id)),
+    ` · started `, time(run.created), ` · ${runDuration(run)} · ${run.steps} step(s) · `,
+    `tokens in ${run.usage.input_tokens} / out ${run.usage.output_tokens}${usd(run.cost)}`,
+    run.model ? ` · model ${run.model}` : "", term);
+  $("#run-parent").replaceChildren(...(run.parent_run_id
+    ? ["sub-agent run of ", el("a", { href: runHash(run.parent_run_id) }, el("code", {}, run.parent_run_id))] : []));
+  const [tl] = await Promise.all([renderTimeline(), loadMessages(run.thread_id)]);
+  if (run.run_id !== S.run) return;
+  await renderState(S.at);
+  if (run.run_id !== S.run) return;
   renderApprovals(run, requestedCalls(tl));
 }
 
@@ -115,35 +287,115 @@ function requestedCalls(tl) {
 function renderApprovals(run, requested) {
   const pending = Object.values(run.calls || {}).filter((c) => c.status === "suspended");
   $("#approvals-box").hidden = pending.length === 0;
-  $("#approvals").replaceChildren(...pending.map((c) => el("li", { "data-call": c.call_id },
-    el("div", {}, el("strong", {}, c.name || (requested[c.call_id] || {}).name || "tool"), " ",
-       el("code", {}, JSON.stringify(c.name ? c.arguments : (requested[c.call_id] || {}).arguments || {}))),
-    c.ticket && c.ticket.message ? el("div", { class: "sub" }, c.ticket.message) : null,
-    el("div", { class: "actions" },
-      el("button", { class: "approve", type: "button", onclick: (e) => decide(c.call_id, true, e.target) }, "Approve"),
-      el("button", { class: "deny", type: "button", onclick: (e) => decide(c.call_id, false, e.target) }, "Deny"),
-      el("code", { class: "sub" }, c.call_id)))));
+  $("#approvals").replaceChildren(...pending.map((c) => {
+    const asked = requested[c.call_id] || {};
+    return el("li", { "data-call": c.call_id },
+      el("div", {}, el("strong", {}, c.name || asked.name || "tool"), " ",
+         el("code", {}, JSON.stringify(c.name ? c.arguments : asked.arguments || {}))),
+      c.ticket && c.ticket.message ? el("div", { class: "sub" }, c.ticket.message) : null,
+      ticketForm(c));
+  }));
 }
 
-async function decide(callId, approved, button) {
-  button.disabled = true;
-  const decision = { target_id: callId, decision_id: `ui-${callId}-${Date.now()}`, action: "resume",
-                     result: { approved } };
+// The answer form of an interrupt, built from its ticket's `response_schema` (an object schema:
+// one field per property). A schema with a boolean `approved` (the permission gate's) gets
+// Approve / Deny buttons that set it; any other gets one Submit button. No schema: approve / deny.
+function ticketForm(call) {
+  const schema = (call.ticket && call.ticket.response_schema) || { type: "object", properties: { approved: { type: "boolean" } } };
+  const props = schema.type === "object" && schema.properties ? schema.properties : null;
+  const required = new Set(schema.required || []);
+  const form = el("form", { class: "ticket", "data-call": call.call_id });
+  const fields = [];
+  if (!props) {  // not an object: the whole answer as JSON
+    fields.push(el("label", {}, "answer (JSON)", el("textarea", { name: "json", required: "" })));
+  } else {
+    for (const [name, p] of Object.entries(props)) {
+      if (name === "approved" && p.type === "boolean") continue;
+      fields.push(field(name, p, required.has(name)));
+    }
+  }
+  const decideWith = props && props.approved && props.approved.type === "boolean";
+  const note = el("span", { class: "form-error", role: "status" });
+  const send = async (approved) => {
+    let result;
+    try { result = formValue(form, props, approved); } catch (err) { note.textContent = err.message; return; }
+    note.textContent = "";
+    for (const b of form.querySelectorAll("button")) b.disabled = true;
+    await decide(call.call_id, result);
+    for (const b of form.querySelectorAll("button")) b.disabled = false;
+  };
+  form.addEventListener("submit", (e) => { e.preventDefault(); send(decideWith ? true : undefined); });
+  form.append(...fields, el("div", { class: "actions" },
+    decideWith
+      ? [el("button", { class: "approve", type: "submit" }, "Approve"),
+         el("button", { class: "deny", type: "button", onclick: () => send(false) }, "Deny")]
+      : el("button", { class: "approve", type: "submit" }, "Submit"),
+    note, el("code", { class: "sub" }, call.call_id)));
+  return form;
+}
+
+function field(name, p, isRequired) {
+  const label = `${p.title || name}${isRequired ? " *" : ""}`;
+  const attrs = { name: "f:" + name, "data-type": p.type || "json" };
+  if (isRequired) attrs.required = "";
+  let input;
+  if (Array.isArray(p.enum)) {
+    input = el("select", attrs, isRequired ? null : el("option", { value: "" }, ""),
+               p.enum.map((v) => el("option", { value: JSON.stringify(v) }, String(v))));
+    input.dataset.type = "enum";
+  } else if (p.type === "boolean") {
+    input = el("input", { ...attrs, type: "checkbox" });
+    delete input.required;
+    input.removeAttribute("required");
+  } else if (p.type === "integer" || p.type === "number") {
+    input = el("input", { ...attrs, type: "number", step: p.type === "integer" ? "1" : "any" });
+  } else if (p.type === "string") {
+    input = p.maxLength && p.maxLength <= 200 ? el("input", { ...attrs, type: "text" }) : el("textarea", attrs);
+  } else {
+    input = el("textarea", { ...attrs, placeholder: "JSON" });
+  }
+  return el("label", { class: p.type === "boolean" ? "check" : "" }, label, input,
+            p.description ? el("small", {}, p.description) : null);
+}
+
+// The decision's `result` from the form (throws with a message on bad input).
+function formValue(form, props, approved) {
+  if (!props) return JSON.parse(form.querySelector("[name=json]").value);
+  const out = {};
+  if (approved !== undefined) out.approved = approved;
+  for (const input of form.querySelectorAll("[name^='f:']")) {
+    const name = input.name.slice(2), type = input.dataset.type, raw = input.value;
+    if (type === "boolean") { out[name] = input.checked; continue; }
+    if (raw === "") continue;
+    if (type === "enum") out[name] = JSON.parse(raw);
+    else if (type === "integer" || type === "number") {
+      const n = Number(raw);
+      if (!Number.isFinite(n) || (type === "integer" && !Number.isInteger(n))) throw new Error(`${name}: not a${type === "integer" ? "n integer" : " number"}`);
+      out[name] = n;
+    } else if (type === "string") out[name] = raw;
+    else {
+      try { out[name] = JSON.parse(raw); } catch (_e) { throw new Error(`${name}: not valid JSON`); }
+    }
+  }
+  return out;
+}
+
+async function decide(callId, result) {
+  const decision = { target_id: callId, decision_id: `ui-${callId}-${Date.now()}`, action: "resume", result };
   await guarded(async () => {
     const done = await api("POST", `/v1/runs/${enc(S.run)}/inputs`, { decisions: [decision] });
     await renderRun(await api("GET", `/v1/runs/${enc(S.run)}?min_seq=${done.seq}`));
   });
-  button.disabled = false;
 }
 
 async function renderTimeline() {
-  const tl = await api("GET", `/v1/runs/${enc(S.run)}/timeline`);
-  const ol = $("#timeline");
-  ol.replaceChildren(...tl.steps.map((g) => el("li", { class: "group" },
+  const runId = S.run;
+  const tl = await api("GET", `/v1/runs/${enc(runId)}/timeline`);
+  if (runId !== S.run) return tl;
+  $("#timeline").replaceChildren(...tl.steps.map((g) => el("li", { class: "group" },
     el("div", { class: "label" }, g.label),
     g.events.map((e) => [
-      el("button", { class: "ev" + (e.id === S.selected ? " sel" : ""), type: "button", "data-event": e.id,
-                     onclick: () => guarded(() => renderState(e.id)) },
+      el("a", { class: "ev" + (e.type === "CommitQuarantined" ? " quarantined" : "") + (e.id === S.at ? " sel" : ""), href: runHash(S.run, e.id), "data-event": e.id },
         el("span", { class: "id mono" }, e.id), el("span", { class: "type" }, e.type),
         el("span", { class: "sum mono" }, e.summary)),
       e.state_diff && e.state_diff.length ? el("pre", { class: "diff" }, e.state_diff.map(
@@ -152,22 +404,40 @@ async function renderTimeline() {
   return tl;
 }
 
-// The thread's state as of an event (time travel: a fold of the log up to it), or now.
-async function renderState(eventId) {
-  S.selected = eventId;
-  for (const b of document.querySelectorAll(".ev")) b.classList.toggle("sel", b.dataset.event === eventId);
-  const at = eventId ? `?at=${enc(eventId)}` : "";
-  const data = await api("GET", `/v1/threads/${enc(S.thread)}/state${at}`);
-  $("#state-at").textContent = eventId ? `as of event ${eventId}` : "now";
+// "12:3" -> [12, 3]: event ids order by (seq, index).
+const pos = (id) => id.split(":").map(Number);
+const atOrBefore = (id, at) => { const [a, b] = pos(id), [c, d] = pos(at); return a < c || (a === c && b <= d); };
+
+// The thread's state as of an event (time travel: a fold of the log up to it), or now; the
+// Messages follow: only those the thread had by then.
+async function renderState(at) {
+  S.at = at || null;
+  for (const b of document.querySelectorAll(".ev")) b.classList.toggle("sel", b.dataset.event === S.at);
+  $("#permalink").href = runHash(S.run, S.at);
+  const thread = S.thread;
+  const data = await api("GET", `/v1/threads/${enc(thread)}/state${S.at ? `?at=${enc(S.at)}` : ""}`);
+  if (thread !== S.thread) return;
+  $("#state-at").textContent = S.at ? `as of event ${S.at}` : "now";
+  $("#state-now").hidden = !S.at;
   $("#state").textContent = json(data.state);
+  renderMessages();
 }
 
-async function renderMessages(threadId) {
+async function loadMessages(threadId) {
   const data = await api("GET", `/v1/threads/${enc(threadId)}/messages?limit=200`);
-  $("#messages").replaceChildren(...data.messages.map(({ message: m, event_id: id }) => el("li", { title: id },
+  if (threadId !== S.thread) return;
+  S.messages = data.messages;
+  renderMessages();
+}
+
+function renderMessages() {
+  const shown = S.at ? S.messages.filter((m) => atOrBefore(m.event_id, S.at)) : S.messages;
+  const later = S.messages.length - shown.length;
+  $("#messages-at").textContent = S.at ? `as of event ${S.at}${later ? ` (${later} later hidden)` : ""}` : "of the thread";
+  $("#messages").replaceChildren(...shown.map(({ message: m, event_id: id }) => el("li", { title: id, "data-event": id },
     el("span", { class: "role" }, m.role + ":"), typeof m.content === "string" ? m.content : JSON.stringify(m.content),
     m.tool_calls && m.tool_calls.length ? el("div", { class: "sub mono" },
-      m.tool_calls.map((c) => `→ ${c.name}(${JSON.stringify(c.arguments)})`).join(" ")) : null)));
+      m.tool_calls.map((c) => `-> ${c.name}(${JSON.stringify(c.arguments || {})})`).join(" ")) : null)));
 }
 
 async function verify() {
@@ -177,12 +447,56 @@ async function verify() {
   if (!r) { box.replaceChildren(); return; }
   box.replaceChildren(r.ok
     ? el("span", { class: "verify-ok", id: "verify-ok" },
-         `✓ verified: ${r.commits_verified}/${r.commits_recorded} commits, ${r.events_verified} events replay identically (${r.status})`)
+         `verified: ${r.commits_verified}/${r.commits_recorded} commits, ${r.events_verified} events replay identically (${r.status})`)
     : el("span", { class: "verify-bad", id: "verify-bad" },
-         `✗ diverged at ${r.divergence.position}: ${r.divergence.message}`));
+         `diverged at ${r.divergence.position}: ${r.divergence.message}`));
+}
+
+// -- operations -------------------------------------------------------------------------------------
+
+async function showOps() {
+  S.run = null; stopFollow();
+  showMain("ops");
+  await renderOps();
+  stopOps();
+  S.opsTimer = setInterval(() => guarded(renderOps), 5000);
+}
+
+function stopOps() { clearInterval(S.opsTimer); S.opsTimer = null; }
+
+async function renderOps() {
+  const q = await api("GET", "/v1/ops/queue");
+  const kv = (rows) => el("table", { class: "kv" }, rows.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", {}, v))));
+  const c = q.commands, w = q.workers, d = q.dead_letters;
+  $("#ops-body").replaceChildren(
+    el("section", { id: "ops-queue" }, el("h3", {}, "Command queue"), c
+      ? kv([["stream", c.stream], ["queued commands", String(c.queued)]])
+      : el("p", { class: "sub" }, "no command was ever queued")),
+    el("section", { id: "ops-workers" }, el("h3", {}, "Workers"), w
+      ? kv([["consumer", w.consumer], ["open pull requests (idle worker slots)", String(w.open_pull_requests)],
+            ["commands in progress", String(w.in_progress)], ["waiting for a worker", String(w.pending)],
+            ["redelivered", String(w.redelivered)],
+            ["last command handed out", w.last_delivered ? [time(w.last_delivered), ` (${ago(w.last_delivered)})`] : "never"]])
+      : el("p", { class: "sub" }, "no worker has started yet")),
+    el("section", { id: "ops-dlq" }, el("h3", {}, "Dead letters ", el("small", {}, d ? `${d.count} in ${d.stream}` : "")),
+      d && d.recent.length
+        ? el("table", { class: "dlq" },
+            el("tr", {}, ["time", "run", "thread", "code", "error", "deliveries"].map((h) => el("th", {}, h))),
+            d.recent.map((x) => el("tr", { "data-dlq": String(x.seq) },
+              el("td", {}, x.time ? time(x.time) : ""),
+              el("td", {}, x.run_id ? el("a", { href: runHash(x.run_id) }, el("code", {}, x.run_id)) : ""),
+              el("td", {}, x.thread_id ? el("code", {}, x.thread_id) : ""),
+              el("td", {}, el("code", {}, x.code || "")), el("td", {}, x.error || ""),
+              el("td", {}, x.deliveries === null ? "" : String(x.deliveries)))))
+        : el("p", { class: "sub" }, "none")));
 }
 
 // -- live follow (SSE over fetch, so the bearer token can be sent) ------------------------------------
+
+function stopFollow() {
+  if (S.follow) { S.follow.abort.abort(); S.follow = null; }
+  $("#live").hidden = true;
+}
 
 // Tails the thread from `after` (an event id; default: the end of the log as of now). When the
 // stream ends or the network drops it, follows again from the last event seen (what a browser's
@@ -230,27 +544,25 @@ function follow(threadId, after) {
 function onLive(frame) {
   clearTimeout(S.refreshTimer);
   S.refreshTimer = setTimeout(() => guarded(async () => {
-    if (frame.run_id === S.run) await renderRun(); else await renderMessages(S.thread);
-    await Promise.all([loadRuns(), loadThreads()]);
+    if (frame.run_id === S.run) await renderRun(); else await loadMessages(S.thread);
+    await loadLists();
   }), 150);
 }
 
 // -- start ------------------------------------------------------------------------------------------
 
-function route() {
-  const m = location.hash.match(/^#\/(threads|runs)\/(.+)$/);
-  if (!m) return guarded(loadThreads);
-  const id = decodeURIComponent(m[2]);
-  return guarded(() => (m[1] === "runs" ? selectRun(id) : selectThread(id)));
-}
-
 $("#token").value = sessionStorage.getItem(TOKEN_KEY) || "";
 $("#token-form").addEventListener("submit", (e) => {
   e.preventDefault();
   sessionStorage.setItem(TOKEN_KEY, $("#token").value.trim());
-  if (S.follow) { S.follow.abort.abort(); S.follow = null; }
+  stopFollow();
+  S.run = null;  // render the current place again, with the new token
   route();
 });
-$("#refresh").addEventListener("click", () => guarded(() => Promise.all([loadThreads(), loadRuns()])));
+for (const id of ["#q", "#f-status", "#f-agent", "#f-time"]) $(id).addEventListener("input", renderLists);
+$("#filters").addEventListener("submit", (e) => e.preventDefault());
+$("#refresh").addEventListener("click", () => guarded(loadLists));
 $("#verify").addEventListener("click", verify);
+$("#state-now").addEventListener("click", () => go(runHash(S.run)));
+window.addEventListener("hashchange", route);
 route();

@@ -1,0 +1,114 @@
+"""A provider model named in a config file runs what users run: `agentlog serve`, and `agentlog
+gateway` + `agentlog worker`, each as a subprocess on a real nats-server, the Anthropic, Gemini and
+OpenAI SDKs inside the worker pointed (by environment) at a local wire-format fake on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from fake_providers import Answer, FakeProviders, FakeProvidersThread
+from topology import Deployment
+
+from agentlog.cli.demo import follow_run
+from agentlog.log.events import InferenceCompleted, RunFinished
+from agentlog.log.jetstream import JetStreamEventStore
+
+LIMIT = 60
+
+CONFIG = """\
+version: 1
+models:
+  claude:
+    type: anthropic
+    model: claude-test
+    prices: {input: 3.0, output: 15.0, cache_read: 0.3}
+  flash: "gemini:gemini-test"
+pools:
+  main: {models: [claude], affinity: thread}
+tools: ["config_app:add"]
+agents:
+  - id: assistant
+    pool: main
+    tools: [add]
+  - id: gemini-agent
+    model: flash
+    tools: [add]
+  - id: responses-agent
+    model: "openai-responses:gpt-test"
+    tools: [add]
+"""
+
+
+@pytest.fixture
+def providers() -> Iterator[tuple[FakeProvidersThread, FakeProviders]]:
+    runner = FakeProvidersThread()
+    with runner as fake:
+        yield runner, fake
+
+
+@pytest.fixture
+def deployment_options(tmp_path: Path, providers: tuple[FakeProvidersThread, FakeProviders]) -> dict[str, object]:
+    config = tmp_path / "agents.yaml"
+    config.write_text(CONFIG)
+    return {"app": str(config), "env": providers[0].env()}
+
+
+async def run_over_http(deployment: Deployment, agent: str) -> tuple[list[Any], Any]:
+    async with aiohttp.ClientSession(deployment.http_url) as http:
+        async with http.post("/v1/runs", json={"agent_id": agent, "messages": "what is 1 + 2?"}) as r:
+            assert r.status == 202, await r.text()
+            started = await r.json()
+        store = await JetStreamEventStore.connect(deployment.nats_url)
+        try:
+            async with asyncio.timeout(LIMIT):
+                seq, last = await follow_run(store, started["thread_id"], started["run_id"], 0, lambda _c: None)
+            events = [e async for sc in store.read_run(started["run_id"]) for e in sc.commit.events]
+        finally:
+            await store.close()
+        async with http.get(f"/v1/runs/{started['run_id']}", params={"min_seq": str(seq)}) as r:
+            view = await r.json()
+    assert any(isinstance(e, RunFinished) for e in last.commit.events), deployment.outputs()
+    return events, view
+
+
+async def test_anthropic_config_agent_runs_deployed(deployment: Deployment, providers: Any) -> None:
+    _, fake = providers
+    fake.script(Answer(calls=[("add", {"a": 1, "b": 2})], input_tokens=1000, cache_read=200, output_tokens=50),
+                Answer(text="It is 3.", input_tokens=1200, output_tokens=10))
+    events, view = await run_over_http(deployment, "assistant")
+    finished = [e for e in events if isinstance(e, RunFinished)][0]
+    assert finished.termination.type == "natural_end", deployment.outputs()
+    inferences = [e for e in events if isinstance(e, InferenceCompleted)]
+    assert [i.model for i in inferences] == ["claude-test", "claude-test"]
+    assert inferences[0].usage.cache_read_tokens == 200
+    expected = (800 * 3 + 200 * 0.3 + 50 * 15 + 1200 * 3 + 10 * 15) / 1e6
+    assert finished.cost == pytest.approx(expected) and view["cost"] == pytest.approx(expected)
+    assert view["model"] == "claude"  # the pool's pick, recorded
+    assert [r.path for r in fake.requests] == ["/v1/messages", "/v1/messages"]
+    headers = fake.requests[0].headers  # the key from the worker's environment (the SDK's header for it)
+    assert "fake" in (headers.get("x-api-key") or headers.get("authorization") or "")
+
+
+async def test_gemini_provider_id_agent_runs_deployed(deployment: Deployment, providers: Any) -> None:
+    _, fake = providers
+    fake.script(Answer(calls=[("add", {"a": 1, "b": 2})]), Answer(text="3"))
+    events, view = await run_over_http(deployment, "gemini-agent")
+    assert view["status"] == "done" and view["termination"]["type"] == "natural_end", deployment.outputs()
+    assert all(r.path.endswith("/models/gemini-test:streamGenerateContent") for r in fake.requests)
+    assert len(fake.requests) == 2
+
+
+async def test_responses_provider_id_agent_runs_deployed(deployment: Deployment, providers: Any) -> None:
+    _, fake = providers
+    fake.script(Answer(thinking="a sum", calls=[("add", {"a": 1, "b": 2})]), Answer(text="3"))
+    events, view = await run_over_http(deployment, "responses-agent")
+    assert view["status"] == "done" and view["termination"]["type"] == "natural_end", deployment.outputs()
+    assert [r.path for r in fake.requests] == ["/v1/responses", "/v1/responses"]
+    # the reasoning item went back, with the call and its result, as input items
+    kinds = [item.get("type") for item in fake.requests[1].body["input"]]
+    assert kinds[-3:] == ["reasoning", "function_call", "function_call_output"]

@@ -1,0 +1,72 @@
+"""`agentlog.runtime.loading.RunLoader`: the one way every caller loads a run (snapshot + tail)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentlog.log.memory import MemoryEventStore
+from agentlog.runtime import AgentSpec, Runtime, ToolContext, ToolResult, tool
+from agentlog.runtime.loading import RunLoader
+from agentlog.runtime.models import ScriptedModel, Turn
+from agentlog.runtime.snapshot import CHUNKS, MemorySnapshotStore, decode_snapshot
+
+
+@tool
+def approve(ctx: ToolContext) -> Any:
+    """Pending until a human decides; then done."""
+    if ctx.decision is None:
+        return ToolResult.pending(f"t-{ctx.call_id}", resume_mode="pass_decision_to_tool")
+    return "approved"
+
+
+def cycler(store: Any, snapshots: Any) -> Runtime:
+    model = ScriptedModel([lambda req: Turn.tool("approve", id=f"ask{sum(m.role == 'assistant' for m in req.messages)}",
+                                                 text="again?")], loop=True)
+    agent = AgentSpec(id="cycler", model=model, tools=["approve"], max_rounds=1000)
+    return Runtime(store, agents=[agent], tools=[approve], snapshots=snapshots)
+
+
+async def cycle(rt: Runtime, run_id: str, n: int) -> None:
+    view = await rt.run_view(run_id)
+    [call] = [c for c, v in view.calls.items() if v.status == "suspended"]
+    res = await rt.decide(run_id, [{"target_id": call, "decision_id": f"d{n}", "action": "resume", "updated_at": 1}])
+    assert res.handle is not None and (await res.handle.result()).status == "waiting"
+    await rt.flush_snapshots()
+
+
+async def test_a_snapshot_replaced_while_it_is_read_is_read_again_not_folded() -> None:
+    """A snapshot written meanwhile purges the chunks its predecessor named: a loader that read
+    the old entry misses them, reads the entry again and loads from the new one (not from seq 1)."""
+    store, snaps = MemoryEventStore(), MemorySnapshotStore()
+    rt = cycler(store, snaps)
+    result = await rt.run("cycler", "go", thread_id="t-r", run_id="t-r-run")
+    assert result.status == "waiting"
+    await rt.flush_snapshots()
+    gone: set[str] = set()
+    for n in range(200):  # until a new snapshot purges a chunk its predecessor named (a span merge)
+        old = snaps.entries["t-r-run"]
+        await cycle(rt, "t-r-run", n)
+        old_entry, new_entry = decode_snapshot(old), decode_snapshot(snaps.entries["t-r-run"])
+        assert old_entry is not None and new_entry is not None
+        gone = {*old_entry.message_chunks, *old_entry.call_chunks} - {*new_entry.message_chunks, *new_entry.call_chunks}
+        if gone:
+            break
+    assert gone, "no snapshot replaced a chunk"
+
+    reads = {"entry": 0}
+    real_get = snaps.get
+
+    async def get(key: str) -> bytes | None:  # the first read of the entry: the one just replaced
+        if key == "t-r-run":
+            reads["entry"] += 1
+            if reads["entry"] == 1:
+                return old
+        return await real_get(key)
+
+    snaps.get = get  # type: ignore[method-assign]
+    CHUNKS.clear()  # a process that holds none of the chunks (a gateway, another worker)
+    loaded = await RunLoader(store, snapshots=snaps).load("t-r-run")
+    assert reads["entry"] == 2
+    assert loaded.snapshot is not None and loaded.snapshot.seq == new_entry.seq
+    folded = await RunLoader(store).load("t-r-run")
+    assert loaded.ctx.messages == folded.ctx.messages and loaded.version == folded.version
