@@ -65,6 +65,8 @@ class McpServerConfig(pydantic.BaseModel):
     tools: list[str] = []
     #: Seconds to wait for the connection, a listing or one call.
     timeout_s: float = pydantic.Field(default=30.0, gt=0)
+    #: Seconds between `tools/list` refreshes (None: only when the server says its list changed).
+    refresh_s: float | None = pydantic.Field(default=None, gt=0)
 
     @pydantic.field_validator("name")
     @classmethod
@@ -190,6 +192,8 @@ class _Connection:
         self.restarts = 0
         self.last_error: str | None = None
         self.task: asyncio.Task[None] | None = None
+        #: Set when the server says its tool list changed (`McpToolset._follow_changes`).
+        self.changed = asyncio.Event()
 
     async def open(self, stack: AsyncExitStack) -> Any:
         from mcp import Client
@@ -201,7 +205,15 @@ class _Connection:
             target: Any = stdio_client(params, errlog=sys.stderr)
         else:
             target = c.url
-        return await stack.enter_async_context(Client(target, read_timeout_seconds=c.timeout_s))
+        return await stack.enter_async_context(Client(target, read_timeout_seconds=c.timeout_s,
+                                                      message_handler=self.on_message))
+
+    async def on_message(self, message: Any) -> None:
+        """`notifications/tools/list_changed` on a handshake-era session: re-list (`changed`)."""
+        from mcp_types import ToolListChangedNotification
+
+        if isinstance(message, ToolListChangedNotification):
+            self.changed.set()
 
     def drop(self, error: BaseException | str) -> None:
         """The session is gone: `_keep` leaves it and reconnects (once, however many calls saw it)."""
@@ -222,6 +234,11 @@ class _Connection:
                 break
         wanted = set(self.config.tools)
         return [t for t in tools if not wanted or t.name in wanted]
+
+
+def _resolve(found: asyncio.Future[None]) -> None:
+    if not found.done():
+        found.set_result(None)
 
 
 #: Every toolset started in this process, for `/health` and `/metrics` (`mcp_health`).
@@ -258,6 +275,7 @@ class McpToolset:
         self._thread: threading.Thread | None = None
         self._tools: dict[str, McpTool] = {}
         self._registries: list[ToolRegistry] = []
+        self._waiters: list[tuple[str, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._closing = False
 
     # -- the background loop ---------------------------------------------------------------------
@@ -300,7 +318,12 @@ class McpToolset:
                     if not first.done():
                         first.set_result(None)
                     delay = RECONNECT_FIRST
-                    await self._watch(conn)
+                    changes = asyncio.create_task(self._follow_changes(conn), name=f"mcp-{name}-changes")
+                    try:
+                        await self._watch(conn)
+                    finally:
+                        changes.cancel()
+                        await asyncio.gather(changes, return_exceptions=True)
             except Exception as exc:  # noqa: BLE001 - any transport failure: reconnect (or fail the first open)
                 if not first.done():
                     first.set_exception(McpError(f"MCP server {name!r}: could not connect: {_describe(exc)}"))
@@ -337,6 +360,61 @@ class McpToolset:
                 if _lost(exc):
                     conn.drop(exc)
                     return
+
+    async def _follow_changes(self, conn: _Connection) -> None:
+        """Re-list the tools (and update the registered registries) when the server says its
+        list changed, and every `refresh_s` if set. On 2026-07-28 sessions the change comes on a
+        `subscriptions/listen` stream; before, as `notifications/tools/list_changed`
+        (`_Connection.on_message`). Runs with the session (`_keep` cancels it when it ends)."""
+        listener = asyncio.create_task(self._listen(conn))
+        try:
+            while not self._closing:
+                try:
+                    async with asyncio.timeout(conn.config.refresh_s):
+                        await conn.changed.wait()
+                except TimeoutError:
+                    pass
+                conn.changed.clear()
+                try:
+                    await self._list_all(refresh=True)
+                except McpError as exc:  # the next change or period tries again
+                    log.warning("MCP server %r: re-listing failed: %s", conn.config.name, exc)
+                    continue
+                for registry in self._registries:
+                    self._put(registry)
+                self._wake()
+        finally:
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
+
+    async def wait_listed(self, tool: str) -> None:
+        """Return once `tool` (an `mcp__<server>__<tool>` id) is listed: after a server said
+        its list changed, or a periodic refresh found it (bound it with `asyncio.timeout`)."""
+        loop = asyncio.get_running_loop()
+        found: asyncio.Future[None] = loop.create_future()
+        self._waiters.append((tool, loop, found))
+        self._wake()
+        await found
+
+    def _wake(self) -> None:
+        """Resolve the `wait_listed` waiters whose tool is listed now (from any thread)."""
+        for waiter in list(self._waiters):
+            tool, loop, found = waiter
+            if tool in self._tools:
+                self._waiters.remove(waiter)
+                loop.call_soon_threadsafe(_resolve, found)
+
+    async def _listen(self, conn: _Connection) -> None:
+        from mcp.client.subscriptions import ListenNotSupportedError
+
+        try:
+            async with conn.client.listen(tools_list_changed=True) as changes:
+                async for _event in changes:
+                    conn.changed.set()
+        except ListenNotSupportedError:
+            return  # a handshake-era session: the notification handler sets `changed`
+        except Exception as exc:  # noqa: BLE001 - no stream: periodic refresh (if any) still runs
+            log.info("MCP server %r: no tools/list_changed stream: %s", conn.config.name, _describe(exc))
 
     async def _open_all(self) -> None:
         for name, config in self.servers.items():
