@@ -47,10 +47,10 @@ def a2a_deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
         yield running
 
 
-async def client_for(base: str, token: str, agent: str = "open") -> Any:
+async def client_for(base: str, token: str, agent: str = "open", *, streaming: bool = False) -> Any:
     http = httpx.AsyncClient(timeout=TIMEOUT, headers={"Authorization": f"Bearer {token}"})
     card = await A2ACardResolver(http, base, f"/a2a/{agent}/.well-known/agent-card.json").get_agent_card()
-    return await create_client(card, ClientConfig(streaming=False, httpx_client=http))
+    return await create_client(card, ClientConfig(streaming=streaming, httpx_client=http))
 
 
 def text(t: str, *, mid: str, context_id: str = "") -> SendMessageRequest:
@@ -259,3 +259,36 @@ async def test_push_survives_a_gateway_killed_mid_delivery(tmp_path: Path, kind:
             await hook.wait_for(lambda got: len(completed(got)) >= 2)
         deliveries = [h["X-Agentlog-Delivery"] for h, _ in completed(hook.received)]
         assert len(set(deliveries)) == 1, deliveries  # the same notification, delivered again
+
+
+async def test_resubscribe_to_a_task_from_another_gateway(tmp_path: Path) -> None:
+    """Two gateways on one log (and one worker): a task started through the first is followed to
+    its end by a SubscribeToTask on the second (tasks are read from the log, not from the
+    gateway that started them)."""
+    from a2a.types.a2a_pb2 import SendMessageConfiguration, SubscribeToTaskRequest
+
+    from protocol_app import HOLD_DIR
+
+    with deploy("split", tmp_path / "one", app="protocol_app:app", tokens=TOKENS) as first, \
+            deploy("split", tmp_path / "two", app="protocol_app:app", tokens=TOKENS, workers=0,
+                   nats=first.nats) as second:
+        async with asyncio.timeout(TIMEOUT):
+            starter = await client_for(first.http_url, "tok-a")
+            request = text("hold: on", mid="mh1")
+            request.configuration.CopyFrom(SendMessageConfiguration(return_immediately=True))
+            (event,) = [ev async for ev in starter.send_message(request)]
+            task = event.task
+            assert task.status.state in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING), task
+            follower = await client_for(second.http_url, "tok-a", streaming=True)
+            states: list[int] = []
+            async for ev in follower.subscribe(SubscribeToTaskRequest(id=task.id)):
+                kind = ev.WhichOneof("payload")
+                if kind == "task":
+                    HOLD_DIR.mkdir(parents=True, exist_ok=True)
+                    (HOLD_DIR / task.context_id).write_text("go")  # released once we follow it
+                elif kind == "status_update":
+                    states.append(ev.status_update.status.state)
+            assert states[-1] == TaskState.TASK_STATE_COMPLETED, states
+            other = await client_for(second.http_url, "tok-b", streaming=True)
+            with pytest.raises(TaskNotFoundError):
+                [ev async for ev in other.subscribe(SubscribeToTaskRequest(id=task.id))]
