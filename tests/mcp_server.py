@@ -73,6 +73,16 @@ async def unlock(ctx: Context, quietly: bool = False) -> str:
     return "unlocked"
 
 
+@server.resource("notes://release", name="release-notes", description="The release notes")
+def release_notes() -> str:
+    return "1.4.2: faster resume"
+
+
+@server.prompt(description="Ask for a review of a file")
+def review(path: str) -> str:
+    return f"Please review {path}."
+
+
 @server.tool()
 def crash() -> str:
     """Exit this server process at once, mid-call."""

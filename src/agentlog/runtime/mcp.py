@@ -65,6 +65,10 @@ class McpServerConfig(pydantic.BaseModel):
     tools: list[str] = []
     #: Seconds to wait for the connection, a listing or one call.
     timeout_s: float = pydantic.Field(default=30.0, gt=0)
+    #: Also give agents the server's resources (`mcp__<server>__read_resource`, by URI) and
+    #: prompts (`mcp__<server>__get_prompt`, by name): ordinary tools, listed with the tools.
+    resources: bool = False
+    prompts: bool = False
     #: Seconds between `tools/list` refreshes (None: only when the server says its list changed).
     refresh_s: float | None = pydantic.Field(default=None, gt=0)
 
@@ -158,6 +162,62 @@ class McpTool(Tool):
         except McpError as exc:
             return ToolResult.failure(str(exc))
         return _result(res)
+
+
+class McpServerOpTool(Tool):
+    """A server's resources or prompts as one tool: `read_resource(uri)` answers the resource's
+    text, `get_prompt(name, arguments)` the prompt's messages. The description lists what the
+    server offered at the last listing, so the model knows the URIs and names."""
+
+    def __init__(self, toolset: McpToolset, server: str, op: str, description: str,
+                 parameters: dict[str, Any]) -> None:
+        super().__init__(mcp_tool_name(server, op), description, _RemoteArgs, _not_local, None)
+        self.parameters = parameters
+        self.is_async = True
+        self.server = server
+        self.op = op
+        self._toolset = toolset
+        import jsonschema
+
+        self._validator = jsonschema.Draft202012Validator(parameters)
+
+    def validate(self, arguments: Any) -> dict[str, Any]:
+        if not isinstance(arguments, dict):
+            raise InvalidToolArguments(self.name, [{"loc": (), "msg": "arguments must be a JSON object"}])
+        errors = [{"loc": tuple(e.absolute_path), "msg": e.message} for e in self._validator.iter_errors(arguments)]
+        if errors:
+            raise InvalidToolArguments(self.name, errors)
+        return dict(arguments)
+
+    async def invoke(self, arguments: Any, ctx: ToolContext) -> ToolResult:
+        args = self.validate(arguments)
+        try:
+            return ToolResult.success(await self._toolset.server_op(self.server, self.op, args))
+        except McpError as exc:
+            return ToolResult.failure(str(exc))
+
+
+def _op_tools(toolset: McpToolset, server: str, resources: list[Any] | None, prompts: list[Any] | None
+              ) -> list[McpServerOpTool]:
+    out = []
+    if resources is not None:
+        listed = "; ".join(f"{r.uri} ({r.name}{': ' + r.description if r.description else ''})" for r in resources)
+        out.append(McpServerOpTool(
+            toolset, server, "read_resource", f"Read a resource of the MCP server {server!r} by URI. "
+            f"Resources: {listed or 'none listed'}.",
+            {"type": "object", "properties": {"uri": {"type": "string"}}, "required": ["uri"],
+             "additionalProperties": False}))
+    if prompts is not None:
+        listed = "; ".join(
+            f"{p.name}({', '.join(a.name for a in p.arguments or ())}){': ' + p.description if p.description else ''}"
+            for p in prompts)
+        out.append(McpServerOpTool(
+            toolset, server, "get_prompt", f"Get a prompt of the MCP server {server!r} by name, with its "
+            f"arguments (strings). Prompts: {listed or 'none listed'}.",
+            {"type": "object", "properties": {"name": {"type": "string"}, "arguments": {
+                "type": "object", "additionalProperties": {"type": "string"}}},
+             "required": ["name"], "additionalProperties": False}))
+    return out
 
 
 #: Reconnect backoff: first wait, then doubled up to the cap (seconds).
@@ -273,7 +333,7 @@ class McpToolset:
         self._connections: dict[str, _Connection] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._tools: dict[str, McpTool] = {}
+        self._tools: dict[str, McpTool | McpServerOpTool] = {}
         self._registries: list[ToolRegistry] = []
         self._waiters: list[tuple[str, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._closing = False
@@ -429,7 +489,7 @@ class McpToolset:
         _LIVE.add(self)
 
     async def _list_all(self, refresh: bool) -> None:
-        tools: dict[str, McpTool] = {}
+        tools: dict[str, McpTool | McpServerOpTool] = {}
         for name, conn in self._connections.items():
             try:
                 await self._ready(conn)
@@ -440,7 +500,45 @@ class McpToolset:
             for remote in listed:
                 t = McpTool(self, name, remote)
                 tools[t.name] = t
+            for op in await self._list_ops(conn):
+                tools[op.name] = op
         self._tools = tools
+
+    async def _list_ops(self, conn: _Connection) -> list[McpServerOpTool]:
+        """The resource / prompt tools of a server whose config asks for them."""
+        c = conn.config
+        if not (c.resources or c.prompts):
+            return []
+        try:
+            async with asyncio.timeout(c.timeout_s):
+                resources = list((await conn.client.list_resources()).resources) if c.resources else None
+                prompts = list((await conn.client.list_prompts()).prompts) if c.prompts else None
+        except Exception as exc:  # noqa: BLE001
+            raise McpError(f"MCP server {c.name!r}: resources/prompts listing failed: {_describe(exc)}") from None
+        return _op_tools(self, c.name, resources, prompts)
+
+    async def server_op(self, server: str, op: str, args: dict[str, Any]) -> Any:
+        """`resources/read` or `prompts/get` on `server` (on the toolset's thread): the text of
+        the resource's contents / the prompt's messages as `[{role, text}]`."""
+        conn = self._connections.get(server)
+        if conn is None:
+            raise McpError(f"MCP server {server!r} is not connected")
+
+        async def run() -> Any:
+            await self._ready(conn)
+            try:
+                if op == "read_resource":
+                    res = await conn.client.read_resource(args["uri"])
+                    texts = [getattr(c, "text", None) for c in res.contents]
+                    return "\n".join(t for t in texts if isinstance(t, str))
+                got = await conn.client.get_prompt(args["name"], dict(args.get("arguments") or {}))
+                return [{"role": m.role, "text": getattr(m.content, "text", None)} for m in got.messages]
+            except Exception as exc:  # noqa: BLE001
+                if _lost(exc):
+                    conn.drop(exc)
+                raise McpError(f"MCP server {server!r}: {op} failed: {_describe(exc)}") from None
+
+        return await asyncio.wrap_future(self._submit(run()))
 
     async def _ready(self, conn: _Connection) -> None:
         """Wait (up to the server's `timeout_s`) for an open session."""
@@ -505,7 +603,7 @@ class McpToolset:
     # -- tools -----------------------------------------------------------------------------------
 
     @property
-    def tools(self) -> list[McpTool]:
+    def tools(self) -> list[McpTool | McpServerOpTool]:
         return list(self._tools.values())
 
     def names(self, server: str | None = None) -> list[str]:
