@@ -52,6 +52,7 @@ from a2a.types.a2a_pb2 import (
     Message as A2AMessage,
 )
 from a2a.utils.errors import (
+    InternalError,
     InvalidParamsError,
     PushNotificationNotSupportedError,
     TaskNotCancelableError,
@@ -71,6 +72,9 @@ from .mapping import a2a_message, answer_artifact, message_inputs, run_task, sta
 
 #: Where the routes put the caller in the call context's state.
 PRINCIPAL_STATE = "agentlog.principal"
+
+#: Seconds ListTasks waits for the listing index to reach the log's head.
+LIST_WAIT = 30.0
 
 #: `after` for a follow that only ends when the run is done.
 _ONLY_DONE = 1 << 62
@@ -263,10 +267,18 @@ class RunTaskHandler(RequestHandler):
             offset = int(params.page_token or 0)
             size = params.page_size if params.HasField("page_size") and params.page_size else 50
             query = ListRunsQuery(agent_id=self.agent_id, thread_id=params.context_id or None,
-                                  limit=min(max(size, 1), 100), offset=max(offset, 0),
-                                  min_seq=await self.store.last_seq() or None)
+                                  limit=min(max(size, 1), 100), offset=max(offset, 0))
         except ValueError as exc:
             raise InvalidParamsError(message=f"bad ListTasks parameters: {exc}") from None
+        # as of the log's head: the listing index is a projection, which may trail the log (the
+        # gateway's own runner applies every worker's commits); a bound, then a typed error
+        head = await self.store.last_seq()
+        runner = getattr(self.services, "runner", None)
+        if head and runner is not None:
+            try:
+                await runner.wait_for(head, timeout=LIST_WAIT)
+            except AgentlogError as exc:
+                raise InternalError(message=f"[{exc.code}] the task listing is behind the log: {exc}") from None
         page = await list_runs(self.services, who, query)
         length = params.history_length if params.HasField("history_length") else 0
         tasks: list[Task] = []
