@@ -51,11 +51,36 @@ def later() -> str:
     return "late"
 
 
+def quiet() -> str:
+    """Added at run time by `unlock(quietly=True)`."""
+    return "quiet"
+
+
 @server.tool()
-def unlock() -> str:
-    """Add the tool `later` to this server."""
+async def unlock(ctx: Context, quietly: bool = False) -> str:
+    """Add the tool `later` to this server and say the tool list changed (to `listen` streams on
+    2026-07-28 sessions, as `notifications/tools/list_changed` before); `quietly`: add `quiet`
+    and tell no one (only a periodic `tools/list` finds it)."""
+    if quietly:
+        server.add_tool(quiet)
+        return "unlocked"
     server.add_tool(later)
+    await ctx.notify_tools_changed()
+    try:
+        await ctx.request_context.session.send_tool_list_changed()
+    except Exception:  # noqa: BLE001 - a session without a back-channel has the listen stream
+        pass
     return "unlocked"
+
+
+@server.resource("notes://release", name="release-notes", description="The release notes")
+def release_notes() -> str:
+    return "1.4.2: faster resume"
+
+
+@server.prompt(description="Ask for a review of a file")
+def review(path: str) -> str:
+    return f"Please review {path}."
 
 
 @server.tool()

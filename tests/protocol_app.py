@@ -12,6 +12,9 @@ human before `echo` and `append_log`; `open`, the same tools with no approval ga
 
 from __future__ import annotations
 
+import asyncio
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from agentlog.adapters.frontend import frontend_tool
@@ -56,7 +59,31 @@ def append_log(text: str, ctx: ToolContext) -> str:
     return text
 
 
-TOOLS = [add, echo, ask_name, init_log, append_log, frontend_tool(PICK, "Let the user pick a color")]
+@tool
+def report(ctx: ToolContext) -> str:
+    """Tell the client what happened: a custom event, a raw one, an activity and its change."""
+    ctx.emit("report.started", {"step": 1})
+    ctx.emit_raw({"vendor": "acme", "seq": 1}, source="acme")
+    ctx.activity("plan", {"steps": ["fetch", "sum"], "done": 0})
+    ctx.activity_patch("plan", [{"op": "replace", "path": "/done", "value": 1}])
+    ctx.emit("report.finished", {"step": 2})
+    return "reported"
+
+
+#: Where a test releases a `hold` call: a file named after the thread.
+HOLD_DIR = Path(tempfile.gettempdir()) / "agentlog-protocol-hold"
+
+
+@tool
+async def hold(ctx: ToolContext) -> str:
+    """Keep the run going until the test releases the thread (a file in HOLD_DIR): a run that
+    is live for as long as a test needs it to be."""
+    while not (HOLD_DIR / ctx.thread_id).exists():
+        await asyncio.sleep(0.05)
+    return "released"
+
+
+TOOLS = [add, echo, report, hold, ask_name, init_log, append_log, frontend_tool(PICK, "Let the user pick a color")]
 
 #: scenario keyword (the first user message of the turn) -> the model's turns, by assistant turns so far
 SCRIPTS: dict[str, list[Any]] = {
@@ -71,6 +98,8 @@ SCRIPTS: dict[str, list[Any]] = {
     # a reasoning model: it thinks before the call and before the answer
     "think": [Turn.tool("add", {"a": 1, "b": 2}, text="Adding.", reasoning="The user wants a sum, so I call add."),
               Turn.text("The sum is 3.", reasoning="add returned 3.")],
+    "emit": [Turn.tool("report", {}, text="Reporting."), "Reported."],
+    "hold": [Turn.tool("hold", {}, text="Holding on."), "Released."],
 }
 
 

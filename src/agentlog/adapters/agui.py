@@ -39,6 +39,7 @@ from ag_ui import core as ag
 
 from agentlog.log.events import (
     ContentPart,
+    Emitted,
     Event,
     InferenceCompleted,
     Message,
@@ -152,6 +153,28 @@ def to_agui_messages(messages: Iterable[Message]) -> list[Any]:
             out.append(reasoning)
         out.append(to_agui_message(m))
     return out
+
+
+# -- what tools and plugins emit ------------------------------------------------------------------
+
+
+def emitted_events(ev: Emitted) -> list[Any]:
+    """An `Emitted` log event as its AG-UI event: CUSTOM, RAW, ACTIVITY_SNAPSHOT (content is an
+    object; anything else is wrapped as `{"value": ...}`) or ACTIVITY_DELTA (JSON patch ops; a
+    patch AG-UI cannot carry is dropped rather than failing the stream)."""
+    if ev.kind == "custom":
+        return [ag.CustomEvent(name=ev.name, value=ev.value)]
+    if ev.kind == "raw":
+        return [ag.RawEvent(event=ev.value, source=ev.name or None)]
+    mid = ev.message_id or f"activity-{ev.name}"
+    if ev.kind == "activity_snapshot":
+        content = ev.value if isinstance(ev.value, dict) else {"value": ev.value}
+        return [ag.ActivitySnapshotEvent(message_id=mid, activity_type=ev.name, content=content)]
+    try:
+        return [ag.ActivityDeltaEvent.model_validate(
+            {"message_id": mid, "activity_type": ev.name, "patch": ev.patch or []})]
+    except pydantic.ValidationError:
+        return []
 
 
 # -- interrupts --------------------------------------------------------------------------------
@@ -471,6 +494,8 @@ class AguiTranslator:
             return self._suspended(ev.call_ids)
         if isinstance(ev, RunFinished):
             return self._finished(ev)
+        if isinstance(ev, Emitted):
+            return emitted_events(ev)
         return []
 
     def _message(self, m: Message) -> list[Any]:
@@ -596,6 +621,23 @@ class AguiTranslator:
 
     def _snapshot_messages(self) -> ag.MessagesSnapshotEvent:
         return ag.MessagesSnapshotEvent(messages=to_agui_messages(self.messages))
+
+    def feed_suspended(self, run: Any) -> list[Any]:
+        """The waiting end of a run read from its view (`RunView`), not from its events: its
+        open calls' tickets, then STATE/MESSAGES snapshots and RUN_FINISHED with the interrupts."""
+        open_calls = [c for c in run.calls.values() if c.status == "suspended"]
+        for c in open_calls:
+            if c.ticket is not None:
+                self._tickets[c.call_id] = c.ticket
+            self._calls.setdefault(c.call_id, (c.name, c.arguments))
+        return self.start() + self._suspended([c.call_id for c in open_calls])
+
+    def reconnect(self) -> list[Any]:
+        """What a client reconnecting to the run gets first: RUN_STARTED, then the thread's
+        state and messages as of where the stream resumes (snapshots replace what the client
+        holds, so nothing it already has is added twice)."""
+        self._send_initial_state = True
+        return [*self.start(), self._snapshot_messages()]
 
     def _suspended(self, call_ids: list[str]) -> list[Any]:
         """A waiting run ends the AG-UI run. Frontend tool calls are NOT interrupts (AG-UI 1.0:

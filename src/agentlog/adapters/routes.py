@@ -2,6 +2,7 @@
 `create_app(..., extra_routes=adapters.routes.ROUTES)`.
 
     POST /v1/ag-ui/agents/{agent_id}/runs     RunAgentInput -> AG-UI events (SSE, official encoder)
+    POST /v1/ag-ui/agents/{agent_id}/connect  reconnect to the thread's run: snapshots, then the rest
     GET  /v1/ag-ui/threads/{id}/messages      the thread as AG-UI messages
     GET  /v1/agents                           the agents a client can run (ids, descriptions, tools)
     POST /v1/ai-sdk/agents/{agent_id}/runs    useChat body -> UI message stream (SSE, [DONE])
@@ -118,6 +119,19 @@ async def agui_run(request: web.Request) -> web.StreamResponse:
                          session.agui_error_event, _SSE)
 
 
+async def agui_connect(request: web.Request) -> web.StreamResponse:
+    """AG-UI `connect`: a client reconnecting to its thread's run (see `session.agui_connect`)."""
+    svc, who = services(request), principal(request)
+    agent_id = path_id(request, "agent_id", "agent_id")
+    try:
+        req = session.agui_parse(await _json_body(request))
+    except AdapterInputError as exc:
+        raise _bad_input(exc) from None
+    backend = session.backend_of(svc.store, svc.runtime)
+    return await _stream(request, session.agui_connect(backend, agent_id, req, who), _ENCODER.encode,
+                         session.agui_error_event, _SSE)
+
+
 async def agui_messages(request: web.Request) -> web.Response:
     svc, who = services(request), principal(request)
     thread_id = path_id(request)
@@ -195,6 +209,10 @@ ROUTES: list[Route] = [
           "AG-UI: run an agent on RunAgentInput (new messages, or resume[] for the waiting run, or "
           "tool messages answering pending frontend tool calls); AG-UI events as SSE", "ag-ui",
           body=ag.RunAgentInput, content_type="text/event-stream", errors=(404,)),
+    Route("POST", "/v1/ag-ui/agents/{agent_id}/connect", agui_connect,
+          "AG-UI connect: reconnect to the thread's run (RunAgentInput naming the thread): RUN_STARTED, "
+          "the state and messages as of now, then the rest of the run from the log; AG-UI events as SSE",
+          "ag-ui", body=ag.RunAgentInput, content_type="text/event-stream", errors=(404,)),
     Route("GET", "/v1/ag-ui/threads/{id}/messages", agui_messages, "AG-UI: the thread's messages",
           "ag-ui", response=_MESSAGES, errors=(404,)),
     Route("POST", "/v1/ai-sdk/agents/{agent_id}/runs", aisdk_run,

@@ -29,6 +29,7 @@ from agentlog.log.events import (
     Message,
     MessageAppended,
     Position,
+    RunFinished,
     RunResumed,
     RunSuspended,
     StoredCommit,
@@ -265,6 +266,34 @@ async def agui_events(backend: Backend, agent_id: str, req: agui.AguiRunRequest,
     frontend = [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in req.tools]
     async for ev in _drive(backend, tr, thread, agent_id, req.messages, run_id, after, action, who,
                            frontend_tools=frontend):
+        yield ev
+
+
+async def agui_connect(backend: Backend, agent_id: str, req: agui.AguiRunRequest, who: Any = None,
+                       ) -> AsyncGenerator[Any, None]:
+    """A client reconnecting to the thread's run (AG-UI `connect`): RUN_STARTED, the state and
+    messages as of the log's position now, then the rest of the run from that position (live
+    deltas included), so the client ends with the run's messages once each. A run that is no
+    longer going ends at once, as its stream did (finished, or waiting with its interrupts)."""
+    thread = await load_thread(backend.store, req.thread_id, who)
+    run = thread.last_run
+    if thread.view is None or run is None:
+        raise NotVisible(f"thread {req.thread_id!r} has no run to connect to")
+    tr = agui.AguiTranslator(req.thread_id, run.run_id, state=thread.state, messages=thread.messages,
+                             parent_run_id=run.parent_run_id, input=req.input)
+    for ev in tr.reconnect():
+        yield ev
+    if run.status == "waiting":
+        for ev in tr.feed_suspended(run):
+            yield ev
+        return
+    if run.status == "done":
+        commits = await run_commits(backend.store, run.run_id)
+        finished = [e for sc in commits for e in sc.commit.events if isinstance(e, RunFinished)]
+        for ev in tr.feed(finished[-1]) if finished else tr.finish():
+            yield ev
+        return
+    async for ev in _drive(backend, tr, thread, agent_id, [], run.run_id, thread.version, ("replay", None), who):
         yield ev
 
 
@@ -534,5 +563,6 @@ def aisdk_error_part(exc: BaseException) -> dict[str, Any]:
     return {"type": "error", "errorText": error_text(exc)}
 
 
-__all__ = ["AISDK_POSITION", "POSITION", "Backend", "NotVisible", "ThreadLog", "agui_error_event", "agui_events", "agui_history", "agui_parse",
-           "aisdk_error_part", "aisdk_events", "chat_branch", "aisdk_history", "aisdk_replay", "backend_of", "load_thread"]
+__all__ = ["AISDK_POSITION", "POSITION", "Backend", "NotVisible", "ThreadLog", "agui_connect", "agui_error_event",
+           "agui_events", "agui_history", "agui_parse", "aisdk_error_part", "aisdk_events", "aisdk_history",
+           "aisdk_replay", "backend_of", "chat_branch", "load_thread"]

@@ -214,6 +214,10 @@ class Server:
         self.service: Any = None
         self.adapter_service: Any = None
         self.retention: Any = None
+        #: `/v1/mcp` (agentlog.adapters.mcp_http) when the app's agents are known here.
+        self.mcp: Any = None
+        #: A2A push notification delivery (agentlog.adapters.a2a.push), with the A2A server.
+        self.a2a_push: Any = None
         self.web_runner: web.AppRunner | None = None
         self.app: web.Application | None = None
         self.port: int | None = None
@@ -372,8 +376,20 @@ class Server:
             specs = self.agent_specs
             configured = self.config.public_url
             public = public_base_url(configured if configured is not None else os.environ.get(PUBLIC_URL_ENV))
-            routes += a2a_routes(self.dispatcher, lambda: specs, public_url=public)
+            from agentlog.adapters.a2a.push import PushConfigs, PushDelivery
+
+            assert self.store is not None
+            configs = PushConfigs(self.store.nc)
+            self.a2a_push = PushDelivery(self.store, configs)
+            routes += a2a_routes(self.dispatcher, lambda: specs, public_url=public, push=configs)
             self.parts.append("a2a")
+        if self.agent_catalog is not None:  # the agents as MCP tools (agentlog.adapters.mcp_http)
+            from agentlog.adapters.mcp_http import McpEndpoint
+
+            catalog = self.agent_catalog
+            self.mcp = McpEndpoint(adapter_session.backend_of(self.store, self.dispatcher), lambda: catalog)
+            routes += self.mcp.routes()
+            self.parts.append("mcp")
         return routes
 
     async def _start_http(self) -> None:
@@ -384,6 +400,8 @@ class Server:
                               runtime=self.dispatcher if self.dispatcher is not None else self.runtime,
                               extra_routes=self._routes(), settings=self.config.settings or Settings())
         self.app[SERVER] = self
+        if self.mcp is not None:
+            self.app.on_shutdown.append(self.mcp.close)
         if self.agent_catalog is not None:
             self.app[adapter_routes.AGENT_CATALOG] = self.agent_catalog
         if self.runtime is not None:  # `POST /v1/runs/{id}/verify` replays with the worker's app
@@ -396,6 +414,9 @@ class Server:
         await site.start()
         sockets = getattr(site._server, "sockets", None) or []  # noqa: SLF001 - the bound port
         self.port = sockets[0].getsockname()[1] if sockets else self.config.port
+        if self.a2a_push is not None:
+            await self.a2a_push.start()
+            self.parts.append("a2a-push")
 
     async def _start_service(self) -> None:
         """The `agentlog` NATS micro service (DESIGN 5.2) and the adapters' NATS subjects, on the
@@ -425,7 +446,7 @@ class Server:
             with contextlib.suppress(Exception):
                 await self.web_runner.cleanup()
             self.web_runner = None
-        for part in ("adapter_service", "service"):
+        for part in ("adapter_service", "service", "a2a_push"):
             obj = getattr(self, part)
             if obj is not None:
                 with contextlib.suppress(Exception):

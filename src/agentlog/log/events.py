@@ -380,6 +380,30 @@ class StateReplaced(Event, frozen=True):
     call_id: str | None = None
 
 
+# -- events for clients ----------------------------------------------------------------------------
+
+
+EmitKind = Literal["custom", "raw", "activity_snapshot", "activity_delta"]
+
+
+class Emitted(Event, frozen=True):
+    """A protocol event a tool or plugin emitted for the run's clients (AG-UI `CUSTOM`, `RAW`,
+    `ACTIVITY_SNAPSHOT`, `ACTIVITY_DELTA`). Recorded like everything else, so a stream replayed
+    from the log, a reconnecting client and a live one see the same events in the same place.
+
+    `name`: the custom event's name, the raw event's source, or the activity type. `value`: the
+    custom value, the raw event, or the activity's content (snapshot). `patch`: the RFC 6902 ops
+    of an activity delta. `message_id`: the activity message. `call_id`: the tool call that
+    emitted it (None: a plugin)."""
+
+    kind: EmitKind
+    name: str = ""
+    value: JSON = None
+    patch: list[dict[str, JSON]] | None = None
+    message_id: str | None = None
+    call_id: str | None = None
+
+
 AnyEvent = Union[
     ThreadCreated,
     ThreadMetadataUpdated,
@@ -403,6 +427,7 @@ AnyEvent = Union[
     StateReplaced,
     ContextCompacted,
     CommitQuarantined,
+    Emitted,
 ]
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.__name__: cls for cls in get_args(AnyEvent)}

@@ -85,6 +85,7 @@ from .models.base import ContextOverflow, ModelError, ModelResponse, is_truncate
 from .outage import OutagePolicy
 from .plugins import (
     Action,
+    Emit,
     ExcludeTools,
     IncludeOnlyTools,
     PatchState,
@@ -221,6 +222,8 @@ class RunLoop(Resume, Inference):
         for action in actions:
             if isinstance(action, PatchState):
                 self._emit(StatePatched(ops=list(action.ops), source=source))
+            elif isinstance(action, Emit):
+                self._emit(action.event)
 
     @staticmethod
     def _terminate(actions: Sequence[Action]) -> Termination | None:

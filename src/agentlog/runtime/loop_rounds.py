@@ -123,7 +123,9 @@ class ToolRounds(StagingBase):
         AfterToolExecute actions. A pending result suspends the call instead. Returns True if
         it suspended."""
         call = plan.call
-        self._running.pop(call.id, None)
+        running = self._running.pop(call.id, None)
+        for emitted in running.ctx.emitted if running is not None and running.ctx is not None else ():
+            self._emit(emitted)
         if ops:
             try:
                 self._emit(StatePatched(ops=ops, source=f"tool:{call.name}"))

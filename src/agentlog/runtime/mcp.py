@@ -65,6 +65,12 @@ class McpServerConfig(pydantic.BaseModel):
     tools: list[str] = []
     #: Seconds to wait for the connection, a listing or one call.
     timeout_s: float = pydantic.Field(default=30.0, gt=0)
+    #: Also give agents the server's resources (`mcp__<server>__read_resource`, by URI) and
+    #: prompts (`mcp__<server>__get_prompt`, by name): ordinary tools, listed with the tools.
+    resources: bool = False
+    prompts: bool = False
+    #: Seconds between `tools/list` refreshes (None: only when the server says its list changed).
+    refresh_s: float | None = pydantic.Field(default=None, gt=0)
 
     @pydantic.field_validator("name")
     @classmethod
@@ -158,6 +164,62 @@ class McpTool(Tool):
         return _result(res)
 
 
+class McpServerOpTool(Tool):
+    """A server's resources or prompts as one tool: `read_resource(uri)` answers the resource's
+    text, `get_prompt(name, arguments)` the prompt's messages. The description lists what the
+    server offered at the last listing, so the model knows the URIs and names."""
+
+    def __init__(self, toolset: McpToolset, server: str, op: str, description: str,
+                 parameters: dict[str, Any]) -> None:
+        super().__init__(mcp_tool_name(server, op), description, _RemoteArgs, _not_local, None)
+        self.parameters = parameters
+        self.is_async = True
+        self.server = server
+        self.op = op
+        self._toolset = toolset
+        import jsonschema
+
+        self._validator = jsonschema.Draft202012Validator(parameters)
+
+    def validate(self, arguments: Any) -> dict[str, Any]:
+        if not isinstance(arguments, dict):
+            raise InvalidToolArguments(self.name, [{"loc": (), "msg": "arguments must be a JSON object"}])
+        errors = [{"loc": tuple(e.absolute_path), "msg": e.message} for e in self._validator.iter_errors(arguments)]
+        if errors:
+            raise InvalidToolArguments(self.name, errors)
+        return dict(arguments)
+
+    async def invoke(self, arguments: Any, ctx: ToolContext) -> ToolResult:
+        args = self.validate(arguments)
+        try:
+            return ToolResult.success(await self._toolset.server_op(self.server, self.op, args))
+        except McpError as exc:
+            return ToolResult.failure(str(exc))
+
+
+def _op_tools(toolset: McpToolset, server: str, resources: list[Any] | None, prompts: list[Any] | None
+              ) -> list[McpServerOpTool]:
+    out = []
+    if resources is not None:
+        listed = "; ".join(f"{r.uri} ({r.name}{': ' + r.description if r.description else ''})" for r in resources)
+        out.append(McpServerOpTool(
+            toolset, server, "read_resource", f"Read a resource of the MCP server {server!r} by URI. "
+            f"Resources: {listed or 'none listed'}.",
+            {"type": "object", "properties": {"uri": {"type": "string"}}, "required": ["uri"],
+             "additionalProperties": False}))
+    if prompts is not None:
+        listed = "; ".join(
+            f"{p.name}({', '.join(a.name for a in p.arguments or ())}){': ' + p.description if p.description else ''}"
+            for p in prompts)
+        out.append(McpServerOpTool(
+            toolset, server, "get_prompt", f"Get a prompt of the MCP server {server!r} by name, with its "
+            f"arguments (strings). Prompts: {listed or 'none listed'}.",
+            {"type": "object", "properties": {"name": {"type": "string"}, "arguments": {
+                "type": "object", "additionalProperties": {"type": "string"}}},
+             "required": ["name"], "additionalProperties": False}))
+    return out
+
+
 #: Reconnect backoff: first wait, then doubled up to the cap (seconds).
 RECONNECT_FIRST = 0.2
 RECONNECT_MAX = 10.0
@@ -190,6 +252,8 @@ class _Connection:
         self.restarts = 0
         self.last_error: str | None = None
         self.task: asyncio.Task[None] | None = None
+        #: Set when the server says its tool list changed (`McpToolset._follow_changes`).
+        self.changed = asyncio.Event()
 
     async def open(self, stack: AsyncExitStack) -> Any:
         from mcp import Client
@@ -201,7 +265,15 @@ class _Connection:
             target: Any = stdio_client(params, errlog=sys.stderr)
         else:
             target = c.url
-        return await stack.enter_async_context(Client(target, read_timeout_seconds=c.timeout_s))
+        return await stack.enter_async_context(Client(target, read_timeout_seconds=c.timeout_s,
+                                                      message_handler=self.on_message))
+
+    async def on_message(self, message: Any) -> None:
+        """`notifications/tools/list_changed` on a handshake-era session: re-list (`changed`)."""
+        from mcp_types import ToolListChangedNotification
+
+        if isinstance(message, ToolListChangedNotification):
+            self.changed.set()
 
     def drop(self, error: BaseException | str) -> None:
         """The session is gone: `_keep` leaves it and reconnects (once, however many calls saw it)."""
@@ -222,6 +294,11 @@ class _Connection:
                 break
         wanted = set(self.config.tools)
         return [t for t in tools if not wanted or t.name in wanted]
+
+
+def _resolve(found: asyncio.Future[None]) -> None:
+    if not found.done():
+        found.set_result(None)
 
 
 #: Every toolset started in this process, for `/health` and `/metrics` (`mcp_health`).
@@ -256,8 +333,9 @@ class McpToolset:
         self._connections: dict[str, _Connection] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._tools: dict[str, McpTool] = {}
+        self._tools: dict[str, McpTool | McpServerOpTool] = {}
         self._registries: list[ToolRegistry] = []
+        self._waiters: list[tuple[str, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._closing = False
 
     # -- the background loop ---------------------------------------------------------------------
@@ -300,7 +378,12 @@ class McpToolset:
                     if not first.done():
                         first.set_result(None)
                     delay = RECONNECT_FIRST
-                    await self._watch(conn)
+                    changes = asyncio.create_task(self._follow_changes(conn), name=f"mcp-{name}-changes")
+                    try:
+                        await self._watch(conn)
+                    finally:
+                        changes.cancel()
+                        await asyncio.gather(changes, return_exceptions=True)
             except Exception as exc:  # noqa: BLE001 - any transport failure: reconnect (or fail the first open)
                 if not first.done():
                     first.set_exception(McpError(f"MCP server {name!r}: could not connect: {_describe(exc)}"))
@@ -338,6 +421,61 @@ class McpToolset:
                     conn.drop(exc)
                     return
 
+    async def _follow_changes(self, conn: _Connection) -> None:
+        """Re-list the tools (and update the registered registries) when the server says its
+        list changed, and every `refresh_s` if set. On 2026-07-28 sessions the change comes on a
+        `subscriptions/listen` stream; before, as `notifications/tools/list_changed`
+        (`_Connection.on_message`). Runs with the session (`_keep` cancels it when it ends)."""
+        listener = asyncio.create_task(self._listen(conn))
+        try:
+            while not self._closing:
+                try:
+                    async with asyncio.timeout(conn.config.refresh_s):
+                        await conn.changed.wait()
+                except TimeoutError:
+                    pass
+                conn.changed.clear()
+                try:
+                    await self._list_all(refresh=True)
+                except McpError as exc:  # the next change or period tries again
+                    log.warning("MCP server %r: re-listing failed: %s", conn.config.name, exc)
+                    continue
+                for registry in self._registries:
+                    self._put(registry)
+                self._wake()
+        finally:
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
+
+    async def wait_listed(self, tool: str) -> None:
+        """Return once `tool` (an `mcp__<server>__<tool>` id) is listed: after a server said
+        its list changed, or a periodic refresh found it (bound it with `asyncio.timeout`)."""
+        loop = asyncio.get_running_loop()
+        found: asyncio.Future[None] = loop.create_future()
+        self._waiters.append((tool, loop, found))
+        self._wake()
+        await found
+
+    def _wake(self) -> None:
+        """Resolve the `wait_listed` waiters whose tool is listed now (from any thread)."""
+        for waiter in list(self._waiters):
+            tool, loop, found = waiter
+            if tool in self._tools:
+                self._waiters.remove(waiter)
+                loop.call_soon_threadsafe(_resolve, found)
+
+    async def _listen(self, conn: _Connection) -> None:
+        from mcp.client.subscriptions import ListenNotSupportedError
+
+        try:
+            async with conn.client.listen(tools_list_changed=True) as changes:
+                async for _event in changes:
+                    conn.changed.set()
+        except ListenNotSupportedError:
+            return  # a handshake-era session: the notification handler sets `changed`
+        except Exception as exc:  # noqa: BLE001 - no stream: periodic refresh (if any) still runs
+            log.info("MCP server %r: no tools/list_changed stream: %s", conn.config.name, _describe(exc))
+
     async def _open_all(self) -> None:
         for name, config in self.servers.items():
             if name in self._connections:
@@ -351,7 +489,7 @@ class McpToolset:
         _LIVE.add(self)
 
     async def _list_all(self, refresh: bool) -> None:
-        tools: dict[str, McpTool] = {}
+        tools: dict[str, McpTool | McpServerOpTool] = {}
         for name, conn in self._connections.items():
             try:
                 await self._ready(conn)
@@ -362,7 +500,45 @@ class McpToolset:
             for remote in listed:
                 t = McpTool(self, name, remote)
                 tools[t.name] = t
+            for op in await self._list_ops(conn):
+                tools[op.name] = op
         self._tools = tools
+
+    async def _list_ops(self, conn: _Connection) -> list[McpServerOpTool]:
+        """The resource / prompt tools of a server whose config asks for them."""
+        c = conn.config
+        if not (c.resources or c.prompts):
+            return []
+        try:
+            async with asyncio.timeout(c.timeout_s):
+                resources = list((await conn.client.list_resources()).resources) if c.resources else None
+                prompts = list((await conn.client.list_prompts()).prompts) if c.prompts else None
+        except Exception as exc:  # noqa: BLE001
+            raise McpError(f"MCP server {c.name!r}: resources/prompts listing failed: {_describe(exc)}") from None
+        return _op_tools(self, c.name, resources, prompts)
+
+    async def server_op(self, server: str, op: str, args: dict[str, Any]) -> Any:
+        """`resources/read` or `prompts/get` on `server` (on the toolset's thread): the text of
+        the resource's contents / the prompt's messages as `[{role, text}]`."""
+        conn = self._connections.get(server)
+        if conn is None:
+            raise McpError(f"MCP server {server!r} is not connected")
+
+        async def run() -> Any:
+            await self._ready(conn)
+            try:
+                if op == "read_resource":
+                    res = await conn.client.read_resource(args["uri"])
+                    texts = [getattr(c, "text", None) for c in res.contents]
+                    return "\n".join(t for t in texts if isinstance(t, str))
+                got = await conn.client.get_prompt(args["name"], dict(args.get("arguments") or {}))
+                return [{"role": m.role, "text": getattr(m.content, "text", None)} for m in got.messages]
+            except Exception as exc:  # noqa: BLE001
+                if _lost(exc):
+                    conn.drop(exc)
+                raise McpError(f"MCP server {server!r}: {op} failed: {_describe(exc)}") from None
+
+        return await asyncio.wrap_future(self._submit(run()))
 
     async def _ready(self, conn: _Connection) -> None:
         """Wait (up to the server's `timeout_s`) for an open session."""
@@ -427,7 +603,7 @@ class McpToolset:
     # -- tools -----------------------------------------------------------------------------------
 
     @property
-    def tools(self) -> list[McpTool]:
+    def tools(self) -> list[McpTool | McpServerOpTool]:
         return list(self._tools.values())
 
     def names(self, server: str | None = None) -> list[str]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Union
 
 from agentlog.log.errors import AgentlogError
-from agentlog.log.events import JSON, SuspendTicket, ToolCall, ToolCallDecision, Verdict
+from agentlog.log.events import JSON, Emitted, SuspendTicket, ToolCall, ToolCallDecision, Verdict
 
 from .models.base import ModelResponse
 from .tools import ToolResult
@@ -110,6 +110,15 @@ class PatchState:
 
 
 @dataclass(frozen=True, slots=True)
+class Emit:
+    """Any phase that takes `PatchState`: an event for the run's clients (AG-UI `CUSTOM`, `RAW`,
+    `ACTIVITY_SNAPSHOT`, `ACTIVITY_DELTA`), committed in the log as `Emitted` where the phase's
+    other effects are, so every reader sees it in the same place."""
+
+    event: Emitted
+
+
+@dataclass(frozen=True, slots=True)
 class AddUserMessage:
     """AfterToolExecute: a user message appended after this step's tool results."""
 
@@ -118,19 +127,19 @@ class AddUserMessage:
 
 Action = Union[
     AddContext, ExcludeTools, IncludeOnlyTools, OverrideInference, Terminate, Block, Gate, Suspend,
-    SetResult, PatchState, AddUserMessage,
+    SetResult, PatchState, AddUserMessage, Emit,
 ]
 
 #: Which actions each phase accepts.
 PHASE_ACTIONS: dict[str, tuple[type[Action], ...]] = {
-    "run_start": (PatchState, Terminate),
-    "step_start": (PatchState, Terminate),
-    "before_inference": (AddContext, ExcludeTools, IncludeOnlyTools, OverrideInference, Terminate, PatchState),
-    "after_inference": (Terminate, PatchState),
-    "before_tool_execute": (Block, Gate, Suspend, SetResult, PatchState),
-    "after_tool_execute": (AddUserMessage, PatchState),
-    "step_end": (PatchState, Terminate),
-    "run_end": (PatchState,),
+    "run_start": (PatchState, Emit, Terminate),
+    "step_start": (PatchState, Emit, Terminate),
+    "before_inference": (AddContext, ExcludeTools, IncludeOnlyTools, OverrideInference, Terminate, PatchState, Emit),
+    "after_inference": (Terminate, PatchState, Emit),
+    "before_tool_execute": (Block, Gate, Suspend, SetResult, PatchState, Emit),
+    "after_tool_execute": (AddUserMessage, PatchState, Emit),
+    "step_end": (PatchState, Emit, Terminate),
+    "run_end": (PatchState, Emit),
 }
 
 

@@ -279,6 +279,7 @@ class _ReplayTool(Tool):
                 result = ToolResult.failure("replay ended")
             else:
                 ctx.patch(outcome.ops)
+                ctx.emitted.extend(outcome.emitted)
                 result = outcome.as_result()
         else:
             session.executed += 1

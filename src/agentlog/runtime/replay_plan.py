@@ -22,6 +22,7 @@ from agentlog.log.events import (
     AppRef,
     CommitQuarantined,
     ContextCompacted,
+    Emitted,
     InferenceCompleted,
     Message,
     MessageAppended,
@@ -128,6 +129,8 @@ class RecordedOutcome:
     loop_index: int
     event: ToolCallCompleted | ToolCallSuspended
     ops: tuple[dict[str, Any], ...] = ()
+    #: What the execution emitted for clients (`ToolContext.emit`, `activity`, ...).
+    emitted: tuple[Emitted, ...] = ()
 
     @property
     def cancelled(self) -> bool:
@@ -248,6 +251,7 @@ def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
         if k + 1 < len(loop):
             next_ts[sc.commit.commit_id] = loop[k + 1].commit.ts
         tool_ops: list[dict[str, Any]] = []
+        tool_emits: list[Emitted] = []
         assistant: Message | None = None
         overflowed = False
         for i, ev in enumerate(sc.commit.events):
@@ -262,15 +266,19 @@ def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
                 in_flight.add(ev.call_id)
             elif isinstance(ev, StatePatched) and (ev.source or "").startswith("tool:"):
                 tool_ops = list(ev.ops)
+            elif isinstance(ev, Emitted) and ev.call_id is not None:
+                tool_emits.append(ev)
             elif isinstance(ev, (ToolCallCompleted, ToolCallSuspended)):
                 # Only the outcome of an execution (a start before it) answers a tool run: a
                 # permission `ask` suspension, a denial or a decision-made result runs no tool.
                 if ev.call_id in in_flight:
                     in_flight.discard(ev.call_id)
-                    outcomes.setdefault(ev.call_id, []).append(RecordedOutcome(k, ev, tuple(tool_ops)))
+                    outcomes.setdefault(ev.call_id, []).append(
+                        RecordedOutcome(k, ev, tuple(tool_ops), tuple(e for e in tool_emits if e.call_id == ev.call_id)))
                     if not (isinstance(ev, ToolCallCompleted) and ev.outcome == "cancelled"):
                         groups.setdefault(k, set()).add(ev.call_id)
                 tool_ops = []
+                tool_emits = [e for e in tool_emits if e.call_id != ev.call_id]
     termination = next(
         (e.termination for sc in loop for e in sc.commit.events if isinstance(e, RunFinished)), None
     )

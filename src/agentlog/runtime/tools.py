@@ -17,7 +17,7 @@ import msgspec
 import pydantic
 
 from agentlog.log.errors import AgentlogError
-from agentlog.log.events import JSON, ResumeMode, SuspendTicket, ToolCallDecision
+from agentlog.log.events import JSON, Emitted, ResumeMode, SuspendTicket, ToolCallDecision
 from agentlog.log.ids import validate_id
 
 from .models.base import ToolSpec
@@ -112,6 +112,8 @@ class ToolContext:
         self._progress = progress
         self._cancelled = cancelled or asyncio.Event()
         self.ops: list[dict[str, JSON]] = []
+        #: Events for the run's clients, committed with the call's completion (`Emitted`).
+        self.emitted: list[Emitted] = []
 
     @property
     def state(self) -> dict[str, JSON]:
@@ -135,6 +137,30 @@ class ToolContext:
 
     def remove(self, path: str) -> None:
         self.ops.append({"op": "remove", "path": path})
+
+    def emit(self, name: str, value: JSON = None) -> None:
+        """A custom event for the run's clients (AG-UI `CUSTOM`), recorded with the call's
+        completion: unlike `progress`, a client reading the run later sees it too."""
+        self.emitted.append(Emitted(kind="custom", name=name, value=value, call_id=self.call_id))
+
+    def emit_raw(self, event: JSON, source: str = "") -> None:
+        """An event of another system passed through to the run's clients (AG-UI `RAW`)."""
+        self.emitted.append(Emitted(kind="raw", name=source, value=event, call_id=self.call_id))
+
+    def activity(self, activity_type: str, content: JSON, message_id: str | None = None) -> str:
+        """Publish an activity (AG-UI `ACTIVITY_SNAPSHOT`: a plan, a progress card) and return its
+        message id (default: one per call and activity type)."""
+        mid = message_id or f"activity-{self.call_id}-{activity_type}"
+        self.emitted.append(Emitted(kind="activity_snapshot", name=activity_type, value=content,
+                                    message_id=mid, call_id=self.call_id))
+        return mid
+
+    def activity_patch(self, activity_type: str, ops: Iterable[dict[str, JSON]], message_id: str | None = None
+                       ) -> None:
+        """Change a published activity with RFC 6902 ops (AG-UI `ACTIVITY_DELTA`)."""
+        mid = message_id or f"activity-{self.call_id}-{activity_type}"
+        self.emitted.append(Emitted(kind="activity_delta", name=activity_type, patch=[dict(op) for op in ops],
+                                    message_id=mid, call_id=self.call_id))
 
     def progress(self, data: JSON) -> None:
         """Report live progress (core NATS, not persisted); a no-op when nobody listens."""

@@ -13,7 +13,9 @@ from typing import Any
 from aiohttp import web
 
 
-async def serve_asgi(app: Any, request: web.Request) -> web.StreamResponse:
+async def serve_asgi(app: Any, request: web.Request, extra: dict[str, Any] | None = None) -> web.StreamResponse:
+    """`extra`: entries added to the ASGI scope (what the app needs from the aiohttp side, e.g.
+    the authenticated caller)."""
     body = await request.read()
     peer = request.transport.get_extra_info("peername") if request.transport else None
     sock = request.transport.get_extra_info("sockname") if request.transport else None
@@ -23,6 +25,7 @@ async def serve_asgi(app: Any, request: web.Request) -> web.StreamResponse:
         "raw_path": request.raw_path.split("?", 1)[0].encode(), "query_string": request.query_string.encode(),
         "root_path": "", "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in request.headers.items()],
         "client": tuple(peer[:2]) if peer else None, "server": tuple(sock[:2]) if sock else None,
+        **(extra or {}),
     }
     done = asyncio.Event()
     sent_body = False
@@ -58,5 +61,5 @@ async def serve_asgi(app: Any, request: web.Request) -> web.StreamResponse:
     finally:
         done.set()
     if response is None:
-        raise web.HTTPInternalServerError(text="the A2A app sent no response")
+        raise web.HTTPInternalServerError(text="the ASGI app sent no response")
     return response

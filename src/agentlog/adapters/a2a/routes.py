@@ -39,10 +39,12 @@ JSONRPC_PARSE_ERROR = -32700
 BEARER_SCHEME = "bearer"
 
 
-def agent_card(spec: Any, url: str, *, bearer: bool = False) -> Any:
+def agent_card(spec: Any, url: str, *, bearer: bool = False, extended: bool = False, push: bool = False) -> Any:
     """The A2A card of an agent (`AgentSpec`), served at `url` over JSON-RPC. `bearer`: the
     endpoint wants `Authorization: Bearer <token>` (the gateway has tokens), which the card
-    declares so that a client knows before its first call is refused."""
+    declares so that a client knows before its first call is refused. `extended`: the card for
+    an authenticated caller (GetExtendedAgentCard), with a skill per tool of the agent. `push`: the
+    gateway delivers push notifications (`push.PushDelivery`)."""
     from a2a.types.a2a_pb2 import (
         AgentCapabilities,
         AgentCard,
@@ -59,22 +61,24 @@ def agent_card(spec: Any, url: str, *, bearer: bool = False) -> Any:
     if bearer:
         security = {
             "security_schemes": {BEARER_SCHEME: SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(
-                scheme="Bearer", description="an agentlog gateway token (AGENTLOG_TOKENS); tenant-scoped "
-                                             "tokens are refused here"))},
+                scheme="Bearer", description="an agentlog gateway token (AGENTLOG_TOKENS); a tenant-scoped "
+                                             "token sees and starts its tenant's tasks only"))},
             "security_requirements": [SecurityRequirement(schemes={BEARER_SCHEME: StringList()})],
         }
     return AgentCard(
         name=spec.id, description=description, version="1.0.0",
         supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")],
-        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=push, extended_agent_card=True),
         default_input_modes=["text/plain", "application/json"], default_output_modes=["text/plain"],
-        skills=[AgentSkill(id=spec.id, name=spec.id, description=description, tags=["agentlog"])],
+        skills=[AgentSkill(id=spec.id, name=spec.id, description=description, tags=["agentlog"])] + (
+            [AgentSkill(id=f"{spec.id}.{name}", name=name, description=f"the agent's tool {name}", tags=["tool"])
+             for name in (str(getattr(t, "name", t)) for t in (spec.tools or ()))] if extended else []),
         **security,
     )
 
 
 def a2a_routes(dispatcher: Any, agents: Callable[[], Mapping[str, Any]], default_agent: str | None = None,
-               *, public_url: str | None = None) -> list[Route]:
+               *, public_url: str | None = None, push: Any = None) -> list[Route]:
     """Routes of the A2A server; `agents()` gives the agents served (id -> AgentSpec).
     `public_url`: the base of the card's URLs (`agentlog.http.urls.public_base_url`); None: the
     listen address of the socket each request came in on."""
@@ -99,24 +103,24 @@ def a2a_routes(dispatcher: Any, agents: Callable[[], Mapping[str, Any]], default
             raise ApiError(404, "agent_not_found", "no agent to describe")
         spec = spec_of(agent_id)
         bearer = request.app[AUTHENTICATOR].enabled
-        return web.json_response(agent_card_to_dict(agent_card(spec, f"{base(request)}/a2a/{spec.id}", bearer=bearer)))
+        card = agent_card(spec, f"{base(request)}/a2a/{spec.id}", bearer=bearer, push=push is not None)
+        return web.json_response(agent_card_to_dict(card))
 
     async def rpc(request: web.Request) -> web.StreamResponse:
         agent_id = request.match_info["agent_id"]
         spec_of(agent_id)
-        if principal(request).tenant is not None:
-            # tasks are read by id from the log, across tenants: refuse rather than leak
-            raise ApiError(403, "tenant_scoped_token", "A2A needs an unscoped token (tenant-scoped tokens: use /v1)")
         try:  # the project's one request decoder first: the SDK's parser recurses (RecursionError
             parse_json(await request.read())  # on deep nesting became -32603 "internal error")
         except InvalidJson as exc:
             return web.json_response({"jsonrpc": "2.0", "id": None, "error": {
                 "code": JSONRPC_PARSE_ERROR, "message": str(exc), "data": {"code": exc.code}}})
-        store = services(request).store
-        app = apps.get((id(store), agent_id))
+        svc = services(request)
+        app = apps.get((id(svc.store), agent_id))
         if app is None:
-            app = apps[(id(store), agent_id)] = _jsonrpc_app(agent_id, dispatcher, store)
-        return await serve_asgi(app, request)
+            spec, bearer, url = spec_of(agent_id), request.app[AUTHENTICATOR].enabled, f"{base(request)}/a2a/{agent_id}"
+            app = apps[(id(svc.store), agent_id)] = _jsonrpc_app(
+                agent_id, dispatcher, svc, lambda: agent_card(spec, url, bearer=bearer, extended=True, push=push is not None), push)
+        return await serve_asgi(app, request, {PRINCIPAL_SCOPE: principal(request)})
 
     return [
         Route("GET", "/.well-known/agent-card.json", card, "A2A agent card (default agent)", "a2a",
@@ -128,14 +132,27 @@ def a2a_routes(dispatcher: Any, agents: Callable[[], Mapping[str, Any]], default
     ]
 
 
-def _jsonrpc_app(agent_id: str, dispatcher: Any, store: Any) -> Any:
+#: Where the route puts the caller (`agentlog.api.auth.Principal`) in the ASGI scope.
+PRINCIPAL_SCOPE = "agentlog.principal"
+
+
+def _jsonrpc_app(agent_id: str, dispatcher: Any, svc: Any, extended_card: Callable[[], Any], push: Any) -> Any:
+    from a2a.server.routes.common import DefaultServerCallContextBuilder
     from a2a.server.routes.jsonrpc_routes import create_jsonrpc_routes
     from starlette.applications import Starlette
 
-    from .server import RunTaskHandler
+    from .server import PRINCIPAL_STATE, RunTaskHandler
 
-    handler = RunTaskHandler(agent_id, dispatcher, store)
-    return Starlette(routes=create_jsonrpc_routes(handler, rpc_url=f"/a2a/{agent_id}"))
+    class WithCaller(DefaultServerCallContextBuilder):
+        """The SDK's call context plus the caller the gateway authenticated."""
+
+        def build(self, request: Any) -> Any:
+            context = super().build(request)
+            context.state[PRINCIPAL_STATE] = request.scope.get(PRINCIPAL_SCOPE)
+            return context
+
+    handler = RunTaskHandler(agent_id, dispatcher, svc.store, services=svc, extended_card=extended_card, push=push)
+    return Starlette(routes=create_jsonrpc_routes(handler, rpc_url=f"/a2a/{agent_id}", context_builder=WithCaller()))
 
 
 def available() -> bool:

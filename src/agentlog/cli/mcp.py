@@ -1,0 +1,112 @@
+"""`agentlog mcp --app X`: the app's agents as an MCP server on stdio (agentlog.adapters.mcp_server),
+for MCP hosts that start their servers as subprocesses (editors, desktop assistants); and
+`agentlog acp --app X [--agent ID]`: one agent over the Agent Client Protocol on stdio
+(agentlog.adapters.acp), for editors that drive agents.
+
+The process is a worker for the app plus the MCP session: calls go through the durable command
+queue like the gateway's (its own worker takes them, or any other worker of the deployment when
+`--nats` points at one), so a run outlives the MCP host that started it. stdout carries the MCP
+protocol only: logs go to stderr and no banner is printed.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from agentlog.api.connection import ConnectionOptions
+from agentlog.log.server import DEFAULT_DATA_DIR
+
+from .core import (
+    AppOpt,
+    CredsOpt,
+    DataDirOpt,
+    NatsOpt,
+    ReplicasOpt,
+    TimeoutOpt,
+    TokenOpt,
+    _guard,
+    _options,
+    _run_main,
+    app,
+)
+
+
+async def serve_stdio(source: Any, options: ConnectionOptions, app_spec: str | None) -> None:
+    """Run the app's worker and the MCP server on this process's stdin/stdout until stdin ends."""
+    from mcp.server.stdio import stdio_server
+
+    from agentlog.adapters import session
+    from agentlog.adapters.mcp_server import build_server
+    from agentlog.api import dispatch
+    from agentlog.api.agents import agent_catalog
+
+    from .server import ServerConfig, serve
+
+    config = ServerConfig(role="worker", app=source, app_spec=app_spec, connection=options, nats_service=False)
+    async with serve(config) as server:
+        assert server.store is not None
+        specs = server.runtime.agents
+        dispatcher = dispatch.QueueDispatcher(server.store.nc, server.store, agents=[s.id for s in specs],
+                                              descriptions={s.id: s.description for s in specs},
+                                              snapshots=server.snapshots, app_name=config.resolved_app_name())
+        catalog = agent_catalog(server.runtime)
+        mcp = build_server(session.backend_of(server.store, dispatcher), lambda: catalog, who=lambda _ctx: None)
+        async with stdio_server() as (read, write):
+            await mcp.run(read, write, mcp.create_initialization_options())
+
+
+async def serve_acp(source: Any, options: ConnectionOptions, app_spec: str | None, agent: str | None) -> None:
+    """Run the app's worker and one agent as an ACP agent on this process's stdin/stdout."""
+    from acp import run_agent
+
+    from agentlog import __version__
+    from agentlog.adapters import session
+    from agentlog.adapters.acp import AgentlogAcpAgent
+    from agentlog.api import dispatch
+    from agentlog.api.dispatch import AgentNotFound
+
+    from .server import ServerConfig, serve
+
+    config = ServerConfig(role="worker", app=source, app_spec=app_spec, connection=options, nats_service=False)
+    async with serve(config) as server:
+        assert server.store is not None
+        specs = server.runtime.agents
+        ids = [s.id for s in specs]
+        chosen = agent or (ids[0] if ids else "")
+        if chosen not in ids:
+            raise AgentNotFound(f"unknown agent {chosen!r} (the app has: {', '.join(ids)})")
+        dispatcher = dispatch.QueueDispatcher(server.store.nc, server.store, agents=ids,
+                                              snapshots=server.snapshots, app_name=config.resolved_app_name())
+        acp_agent: Any = AgentlogAcpAgent(session.backend_of(server.store, dispatcher), chosen, version=__version__)
+        await run_agent(acp_agent)  # the package's `Agent` protocol, implemented structurally
+
+
+@app.command("acp")
+def acp_cmd(
+    app_spec: AppOpt = None,
+    agent: Annotated[str | None, typer.Option("--agent", help="The agent to serve (default: the app's first).")] = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
+) -> None:
+    """One agent of the app over the Agent Client Protocol on stdio (editors); permission
+    requests are the run's approvals. Runs a worker for the app in this process."""
+    from agentlog.api.app_loader import load_app
+
+    source = _guard(lambda: load_app(app_spec)) if app_spec else None
+    _run_main(lambda: serve_acp(source, _options(nats, creds, token, data_dir, timeout, replicas), app_spec, agent))
+
+
+@app.command("mcp")
+def mcp_cmd(
+    app_spec: AppOpt = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
+) -> None:
+    """The app's agents as an MCP server on stdio (each agent a tool; approvals as elicitation).
+    Runs a worker for the app in this process."""
+    from agentlog.api.app_loader import load_app
+
+    source = _guard(lambda: load_app(app_spec)) if app_spec else None
+    _run_main(lambda: serve_stdio(source, _options(nats, creds, token, data_dir, timeout, replicas), app_spec))

@@ -1,0 +1,71 @@
+"""MCP client: the tool list follows the server's. A real MCP server (tests/mcp_server.py, official
+SDK, stdio subprocess) adds a tool at run time: a server that says so
+(`notifications/tools/list_changed`, a `subscriptions/listen` event on 2026-07-28 sessions) is
+re-listed at once, one that does not is found by the periodic `tools/list` (`refresh_s`); either
+way the registered registries get the new tool, callable, with no explicit `refresh()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentlog.runtime.mcp import McpServerConfig, McpToolset
+from agentlog.runtime.tools import ToolContext, ToolRegistry
+
+SERVER = str(Path(__file__).with_name("mcp_server.py"))
+TIMEOUT = 30
+CTX = ToolContext(thread_id="t", run_id="r", call_id="c", agent_id="a", tool_name="x", state={})
+
+
+def toolset(**kw: float) -> Iterator[McpToolset]:
+    tools = McpToolset([McpServerConfig(name="test", command=sys.executable, args=[SERVER, "stdio"],
+                                        timeout_s=20, **kw)]).start()
+    try:
+        yield tools
+    finally:
+        tools.close()
+
+
+@pytest.fixture
+def notified() -> Iterator[McpToolset]:
+    yield from toolset()
+
+
+@pytest.fixture
+def periodic() -> Iterator[McpToolset]:
+    yield from toolset(refresh_s=0.2)
+
+
+async def test_list_changed_notification_relists_the_tools(notified: McpToolset) -> None:
+    registry = notified.register(ToolRegistry())
+    assert "mcp__test__later" not in registry
+    async with asyncio.timeout(TIMEOUT):
+        assert (await registry.get("mcp__test__unlock").invoke({}, CTX)).value == {"result": "unlocked"}
+        await notified.wait_listed("mcp__test__later")
+        assert "mcp__test__later" in registry
+        assert (await registry.get("mcp__test__later").invoke({}, CTX)).value == {"result": "late"}
+
+
+async def test_list_changed_not_sent_is_found_by_the_periodic_refresh(periodic: McpToolset) -> None:
+    registry = periodic.register(ToolRegistry())
+    async with asyncio.timeout(TIMEOUT):
+        assert (await registry.get("mcp__test__unlock").invoke({"quietly": True}, CTX)).value == {"result": "unlocked"}
+        await periodic.wait_listed("mcp__test__quiet")
+        assert (await registry.get("mcp__test__quiet").invoke({}, CTX)).value == {"result": "quiet"}
+
+
+async def test_list_changed_without_periodic_refresh_does_not_find_a_quiet_tool(notified: McpToolset) -> None:
+    """Without `refresh_s` only the server's word re-lists: a quietly added tool stays unknown
+    until something (here the notifying `unlock`) triggers a listing, which then finds both."""
+    registry = notified.register(ToolRegistry())
+    async with asyncio.timeout(TIMEOUT):
+        await registry.get("mcp__test__unlock").invoke({"quietly": True}, CTX)
+        assert "mcp__test__quiet" not in registry
+        await registry.get("mcp__test__unlock").invoke({}, CTX)
+        await notified.wait_listed("mcp__test__later")
+        assert "mcp__test__quiet" in registry
