@@ -152,6 +152,7 @@ class Webhook:
         self.received: list[tuple[dict[str, str], bytes]] = []
         self.changed = asyncio.Condition()
         self.hanging = asyncio.Event()
+        self._release = asyncio.Event()  # ends the held delivery's handler (else cleanup waits 60 s on it)
         self.url = ""
         self._runner: web.AppRunner | None = None
 
@@ -168,6 +169,7 @@ class Webhook:
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._runner is not None
+        self._release.set()
         await self._runner.cleanup()
 
     async def handle(self, request: web.Request) -> web.Response:
@@ -177,7 +179,7 @@ class Webhook:
             self.changed.notify_all()
         if self.hang_first and self.state(body) == "TASK_STATE_COMPLETED" and not self.hanging.is_set():
             self.hanging.set()
-            await asyncio.Event().wait()  # until the connection dies with the gateway
+            await self._release.wait()  # its gateway dies meanwhile; the receiver closes after
         return web.Response(status=204)
 
     @staticmethod

@@ -39,7 +39,7 @@ from agentlog.api.connection import ConnectionOptions, open_store
 from agentlog.cli.server import ServerConfig, serve
 from agentlog.log import auth
 from agentlog.log.errors import PermissionDenied, StoreUnavailable
-from agentlog.log.events import Commit, MessageAppended, ThreadCreated
+from agentlog.log.events import Commit, Message, MessageAppended, ThreadCreated
 from agentlog.log.ids import new_id
 from agentlog.log.jetstream import JetStreamEventStore
 from agentlog.log.retention import archive_due
@@ -55,7 +55,7 @@ LIMIT = 60
 
 def _commit(thread: str) -> Commit:
     return Commit(commit_id=new_id(), thread_id=thread, run_id=None, ts=1,
-                  events=[ThreadCreated(), MessageAppended(message={"id": new_id(), "role": "user", "content": "hi"})])
+                  events=[ThreadCreated(), MessageAppended(message=Message(id=new_id(), role="user", content="hi"))])
 
 
 async def _login(url: str, passwords: Mapping[str, str], role: str, **kw: Any) -> JetStreamEventStore:

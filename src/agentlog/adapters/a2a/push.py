@@ -114,7 +114,7 @@ class PushDelivery:
         # the scan starts at the log's head when first created (no config can predate it) and
         # then resumes where it was acked, across restarts
         scan = await js.pull_subscribe(EVENTS_SUBJECTS, durable=SCAN_CONSUMER, stream=EVENTS_STREAM,
-                                       config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW, ack_wait=30,
+                                       config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW, ack_wait=self.ack_wait,
                                                              max_ack_pending=1))
         send = await js.pull_subscribe(f"{OUTBOX_SUBJECT}.>", durable=SEND_CONSUMER, stream=OUTBOX_STREAM,
                                        config=ConsumerConfig(ack_wait=self.ack_wait, max_deliver=-1))
