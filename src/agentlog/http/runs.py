@@ -103,7 +103,7 @@ async def _follow_run(request: web.Request, svc: Services, run_id: str, thread_i
     paused meanwhile (its pause is then in the history, and nothing live would end the stream)."""
     live = await sse.hub_of(request).join(thread_id)
     try:
-        tail = [c async for c in svc.store.read_run(run_id, after=commits[-1].seq)]
+        tail = [c async for c in svc.store.read_run_tail(run_id, commits[-1].seq)]
     except BaseException:
         await live.aclose()
         raise

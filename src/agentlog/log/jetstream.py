@@ -361,6 +361,16 @@ class JetStreamEventStore(JetStreamRequests):
         async for sc in self.archive.fill_run(run_id, after, self._stream_commits(run_filter(run_id), after)):
             yield sc
 
+    async def read_run_tail(self, run_id: str, after: int) -> AsyncIterator[StoredCommit]:
+        """The run's commits after `after` in the stream, without the archive fallback of
+        `read_run`: for a reader that has just read the run's earlier commits (from the stream,
+        or from the archive of a finished, archived run, which has no later ones). An empty tail
+        is the common case (a follow that waits for what comes next), and `read_run` would pay an
+        archive index lookup for it, on the path of every follow."""
+        validate_id(run_id, "run_id")
+        async for sc in self._stream_commits(run_filter(run_id), after):
+            yield sc
+
     async def read_log(self, after: int = 0) -> AsyncIterator[StoredCommit]:
         """Every commit in the stream with seq > `after` (all threads, archived ones as their
         markers), up to the end at call time: batched reads, no consumer. Large-payload
