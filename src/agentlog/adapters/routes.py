@@ -107,7 +107,9 @@ _SSE = {"Content-Type": _ENCODER.get_content_type(), "Cache-Control": "no-cache"
 # -- AG-UI ---------------------------------------------------------------------------------------
 
 
-async def agui_run(request: web.Request) -> web.StreamResponse:
+async def _agui_stream(request: web.Request, events_of: Any) -> web.StreamResponse:
+    """Parse a `RunAgentInput` for the path's agent and stream `events_of(backend, agent, input,
+    principal)` as AG-UI SSE (a run, or a reconnect to one)."""
     svc, who = services(request), principal(request)
     agent_id = path_id(request, "agent_id", "agent_id")
     try:
@@ -115,21 +117,17 @@ async def agui_run(request: web.Request) -> web.StreamResponse:
     except AdapterInputError as exc:
         raise _bad_input(exc) from None
     backend = session.backend_of(svc.store, svc.runtime)
-    return await _stream(request, session.agui_events(backend, agent_id, req, who), _ENCODER.encode,
+    return await _stream(request, events_of(backend, agent_id, req, who), _ENCODER.encode,
                          session.agui_error_event, _SSE)
+
+
+async def agui_run(request: web.Request) -> web.StreamResponse:
+    return await _agui_stream(request, session.agui_events)
 
 
 async def agui_connect(request: web.Request) -> web.StreamResponse:
     """AG-UI `connect`: a client reconnecting to its thread's run (see `session.agui_connect`)."""
-    svc, who = services(request), principal(request)
-    agent_id = path_id(request, "agent_id", "agent_id")
-    try:
-        req = session.agui_parse(await _json_body(request))
-    except AdapterInputError as exc:
-        raise _bad_input(exc) from None
-    backend = session.backend_of(svc.store, svc.runtime)
-    return await _stream(request, session.agui_connect(backend, agent_id, req, who), _ENCODER.encode,
-                         session.agui_error_event, _SSE)
+    return await _agui_stream(request, session.agui_connect)
 
 
 async def agui_messages(request: web.Request) -> web.Response:

@@ -142,12 +142,7 @@ class McpTool(Tool):
         self._validator = jsonschema.Draft202012Validator(schema)
 
     def validate(self, arguments: Any) -> dict[str, Any]:
-        if not isinstance(arguments, dict):
-            raise InvalidToolArguments(self.name, [{"loc": (), "msg": "arguments must be a JSON object"}])
-        errors = [{"loc": tuple(e.absolute_path), "msg": e.message} for e in self._validator.iter_errors(arguments)]
-        if errors:
-            raise InvalidToolArguments(self.name, errors)
-        return dict(arguments)
+        return _validated(self.name, self._validator, arguments)
 
     async def invoke(self, arguments: Any, ctx: ToolContext) -> ToolResult:
         args = self.validate(arguments)
@@ -162,6 +157,17 @@ class McpTool(Tool):
         except McpError as exc:
             return ToolResult.failure(str(exc))
         return _result(res)
+
+
+def _validated(name: str, validator: Any, arguments: Any) -> dict[str, Any]:
+    """`arguments` checked against a JSON Schema validator (the server's `inputSchema`, or an op
+    tool's parameters): a failed check names each field, like a local tool's."""
+    if not isinstance(arguments, dict):
+        raise InvalidToolArguments(name, [{"loc": (), "msg": "arguments must be a JSON object"}])
+    errors = [{"loc": tuple(e.absolute_path), "msg": e.message} for e in validator.iter_errors(arguments)]
+    if errors:
+        raise InvalidToolArguments(name, errors)
+    return dict(arguments)
 
 
 class McpServerOpTool(Tool):
@@ -182,12 +188,7 @@ class McpServerOpTool(Tool):
         self._validator = jsonschema.Draft202012Validator(parameters)
 
     def validate(self, arguments: Any) -> dict[str, Any]:
-        if not isinstance(arguments, dict):
-            raise InvalidToolArguments(self.name, [{"loc": (), "msg": "arguments must be a JSON object"}])
-        errors = [{"loc": tuple(e.absolute_path), "msg": e.message} for e in self._validator.iter_errors(arguments)]
-        if errors:
-            raise InvalidToolArguments(self.name, errors)
-        return dict(arguments)
+        return _validated(self.name, self._validator, arguments)
 
     async def invoke(self, arguments: Any, ctx: ToolContext) -> ToolResult:
         args = self.validate(arguments)
