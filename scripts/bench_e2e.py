@@ -48,8 +48,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "src"))  # agentlog from this checkout, installed or not
 
-from agentlog.api.app_loader import App  # noqa: E402
-from agentlog.log.events import Usage  # noqa: E402
+from agentlog.eventlog.events import Usage  # noqa: E402
+from agentlog.gateway.operations.app_loader import App  # noqa: E402
 from agentlog.runtime import AgentSpec, ToolContext, ToolResult, tool  # noqa: E402
 from agentlog.runtime.models import ScriptedModel, Turn  # noqa: E402
 
@@ -146,7 +146,7 @@ def cpu_ns(pids: list[int]) -> int:
 def deployment(kind: str, tmp: Path) -> Iterator[tuple[str, list[int]]]:
     """`serve`, or `gateway` + one `worker`, on a fresh nats-server; yields the HTTP URL and the
     agentlog processes' pids."""
-    from agentlog.log.server import EmbeddedNatsServer
+    from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 
     nats = EmbeddedNatsServer(tmp / "nats")
     nats.start()

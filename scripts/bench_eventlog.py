@@ -29,9 +29,9 @@ from nats.js.api import DeliverPolicy
 from rich.console import Console
 from rich.table import Table
 
-from agentlog.log import Commit, EmbeddedNatsServer, JetStreamEventStore, encode_commit, new_id, now_ms
-from agentlog.log.events import Message, MessageAppended
-from agentlog.log.subjects import event_subject, thread_filter
+from agentlog.eventlog import Commit, EmbeddedNatsServer, JetStreamEventStore, encode_commit, new_id, now_ms
+from agentlog.eventlog.events import Message, MessageAppended
+from agentlog.eventlog.subjects import event_subject, thread_filter
 
 IN_FLIGHT = 500
 THREADS = 100

@@ -36,9 +36,9 @@ from aiohttp import web  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from agentlog.api.app_loader import App  # noqa: E402
-from agentlog.api.connection import ConnectionOptions  # noqa: E402
 from agentlog.cli.server import ServerConfig, serve  # noqa: E402
+from agentlog.gateway.operations.app_loader import App  # noqa: E402
+from agentlog.gateway.operations.connection import ConnectionOptions  # noqa: E402
 from agentlog.runtime import AgentSpec, ToolContext, tool  # noqa: E402
 from agentlog.runtime.models.scripted import ScriptedModel, Turn  # noqa: E402
 

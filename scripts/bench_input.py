@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark the request JSON decoder (`agentlog.api.json_input.parse_json`: msgspec + the depth
+"""Benchmark the request JSON decoder (`agentlog.gateway.operations.json_input.parse_json`: msgspec + the depth
 walk, refusing lone surrogates and deep nesting) against the baseline it replaced, `json.loads`,
 on the same bodies in the same run: a run start, a decision, an AG-UI request with 20 messages
 and a 256 KB message. Prints a rich table, then ONE JSON line with every figure (the last line).
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # agentlog
 from rich.console import Console
 from rich.table import Table
 
-from agentlog.api.json_input import parse_json
+from agentlog.gateway.operations.json_input import parse_json
 
 
 def bodies() -> dict[str, bytes]:

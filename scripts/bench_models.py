@@ -31,7 +31,7 @@ from aiohttp import web
 from rich.console import Console
 from rich.table import Table
 
-from agentlog.log.events import Message
+from agentlog.eventlog.events import Message
 from agentlog.runtime.models import ModelRequest, OpenAIChatModel, OpenAISDKChatModel, ToolSpec, complete
 
 

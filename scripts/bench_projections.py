@@ -23,16 +23,16 @@ import nats
 from rich.console import Console
 from rich.table import Table
 
-from agentlog.log.codec import decode_commit, encode_commit
-from agentlog.log.events import StoredCommit
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
-from agentlog.log.subjects import event_subject
+from agentlog.eventlog.codec import decode_commit, encode_commit
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.events import StoredCommit
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.eventlog.subjects import event_subject
+from agentlog.projections.fold import fold_commits
+from agentlog.projections.kv import KVViewStore
+from agentlog.projections.rebuild import read_range, rebuild
+from agentlog.projections.runner import ProjectionRunner
 from agentlog.testing.synth import history_of_size
-from agentlog.views.fold import fold_commits
-from agentlog.views.kv import KVViewStore
-from agentlog.views.rebuild import read_range, rebuild
-from agentlog.views.runner import ProjectionRunner
 
 
 async def publish_all(nc, commits) -> int:

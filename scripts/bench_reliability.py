@@ -50,9 +50,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
 sys.path[:0] = [str(ROOT / "src"), str(SCRIPTS)]
 
-from agentlog.log.events import RunFinished, StoredCommit, ToolCallCompleted  # noqa: E402
-from agentlog.log.jetstream import JetStreamEventStore  # noqa: E402
-from agentlog.log.server import EmbeddedNatsServer  # noqa: E402
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer  # noqa: E402
+from agentlog.eventlog.events import RunFinished, StoredCommit, ToolCallCompleted  # noqa: E402
+from agentlog.eventlog.jetstream.store import JetStreamEventStore  # noqa: E402
 from agentlog.runtime import AgentSpec, Runtime, tool  # noqa: E402
 from agentlog.runtime.models.scripted import ScriptedModel, Turn  # noqa: E402
 
@@ -277,8 +277,8 @@ async def crash(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
 
 
 async def outage(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
-    from agentlog.runtime.commands import CommandClient, StartRun
-    from agentlog.runtime.worker import Worker
+    from agentlog.runtime.workers.commands import CommandClient, StartRun
+    from agentlog.runtime.workers.worker import Worker
 
     n = runs or (20 if quick else 100)
     async with _testbed("outage") as (_tmp, server, store, progress):

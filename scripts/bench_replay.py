@@ -32,13 +32,13 @@ import structlog
 from rich.console import Console
 from rich.table import Table
 
-from agentlog.log import MemoryEventStore
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog import MemoryEventStore
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.projections.fold import fold_commits
 from agentlog.runtime import AgentSpec, Runtime, ToolContext, tool
 from agentlog.runtime.models import ScriptedModel, Turn
-from agentlog.runtime.replay import load_run_log, replay_throughput
-from agentlog.views.fold import fold_commits
+from agentlog.runtime.replay.verify import load_run_log, replay_throughput
 
 STEPS = 20
 

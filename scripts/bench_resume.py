@@ -67,14 +67,14 @@ import structlog
 from rich.console import Console
 from rich.table import Table
 
-from agentlog.log.events import Usage
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.events import Usage
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.projections.fold import fold_commits
+from agentlog.projections.kv import KVViewStore
 from agentlog.runtime import AgentSpec, Runtime, ToolContext, ToolResult, tool
 from agentlog.runtime.models import ScriptedModel, Turn
-from agentlog.runtime.snapshot import CHUNKS, KVSnapshotStore
-from agentlog.views.fold import fold_commits
-from agentlog.views.kv import KVViewStore
+from agentlog.runtime.snapshots.store import CHUNKS, KVSnapshotStore
 
 MODES = ("fold", "views", "snapshots", "snapshots_cold")
 #: Given, so the scripted model does not count the words of the whole conversation on every turn

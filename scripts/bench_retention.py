@@ -28,9 +28,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))  # agent
 from rich.console import Console
 from rich.table import Table
 
-from agentlog.log import Commit, EmbeddedNatsServer, JetStreamEventStore, new_id, now_ms
-from agentlog.log.events import Message, MessageAppended, RunFinished, RunStarted, Termination, ThreadCreated
-from agentlog.log.retention import DAY_MS, archive_due
+from agentlog.eventlog import Commit, EmbeddedNatsServer, JetStreamEventStore, new_id, now_ms
+from agentlog.eventlog.events import (
+    Message,
+    MessageAppended,
+    RunFinished,
+    RunStarted,
+    Termination,
+    ThreadCreated,
+)
+from agentlog.eventlog.jetstream.retention import DAY_MS, archive_due
 
 
 async def write_thread(store: JetStreamEventStore, thread: str, commits: int, ts: int) -> str:

@@ -42,8 +42,9 @@ import structlog
 from rich.console import Console
 from rich.table import Table
 
-from agentlog.log import MemoryEventStore
-from agentlog.log.events import (
+from agentlog.eventlog import MemoryEventStore
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.events import (
     Commit,
     Message,
     MessageAppended,
@@ -52,8 +53,7 @@ from agentlog.log.events import (
     Termination,
     ThreadCreated,
 )
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.runtime import (
     AgentSpec,
     ContextPolicy,
@@ -65,8 +65,8 @@ from agentlog.runtime import (
     tool,
 )
 from agentlog.runtime.models import ScriptedModel, Turn
-from agentlog.runtime.replay import replay_throughput
-from agentlog.runtime.snapshot import KVSnapshotStore
+from agentlog.runtime.replay.verify import replay_throughput
+from agentlog.runtime.snapshots.store import KVSnapshotStore
 
 STEPS = 20
 
@@ -77,9 +77,9 @@ AREAS = [
     # the loop and its split parts (loop_*, run_context, decisions, digest), plugins, stop, the
     # runtime facade: everything else under agentlog.runtime
     ("runtime loop (agentlog.runtime: loop*, run_context, decisions, plugins, stop)", ("src/agentlog/runtime/",)),
-    ("state patches (agentlog.views.state, jsonpatch)", ("src/agentlog/views/state.py", "jsonpatch", "jsonpointer")),
-    ("run view fold at result() (agentlog.views.fold)", ("src/agentlog/views/",)),
-    ("event store (agentlog.log: codec, jetstream, memory)", ("src/agentlog/log/",)),
+    ("state patches (agentlog.projections.state, jsonpatch)", ("src/agentlog/projections/state.py", "jsonpatch", "jsonpointer")),
+    ("run view fold at result() (agentlog.projections.fold)", ("src/agentlog/projections/",)),
+    ("event store (agentlog.eventlog: codec, jetstream, memory)", ("src/agentlog/eventlog/",)),
     ("nats client (nats-py)", ("site-packages/nats/",)),
     ("sync tool thread hop (to_thread, threading, queue)", ("threading.py", "concurrent/", "queue", "to_thread",
                                                             "asyncio/threads.py")),
@@ -141,8 +141,8 @@ def make_feature_runtime(store: Any, toolset: McpToolset) -> Runtime:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from prometheus_client import CollectorRegistry
 
-    from agentlog.runtime.subagents import SubAgents
     from agentlog.runtime.telemetry import AgentMetrics, LiveTracer
+    from agentlog.runtime.toolkits.subagents import SubAgents
 
     model = ScriptedModel([Turn.tool("mcp__bench__add", {"a": 2, "b": 3}, text="checking")], loop=True)
     summarizer = ScriptedModel(["the run so far: add(2, 3) returned 5, repeatedly"], loop=True)
@@ -173,7 +173,7 @@ async def run_many(store: Any, runs: int, rt: Runtime | None = None) -> tuple[fl
 async def verified_replay(store: Any, runs: int) -> tuple[float, int, int]:
     """(seconds, events, commits) to verify `runs` recorded 20-step runs read from `store`:
     the loop re-executed with models, tools, ids and clock answering from the log, every commit
-    compared (agentlog.runtime.replay; scripts/bench_replay.py has the detailed breakdown)."""
+    compared (agentlog.runtime.replay.verify; scripts/bench_replay.py has the detailed breakdown)."""
     rt = make_runtime(store)
     ids = []
     for _ in range(runs):
@@ -390,7 +390,7 @@ async def main() -> None:
     figures["cold_resume_1000_vs_10_p50_ratio"] = round(figures["cold_resume_1000_p50_ms"] / figures["cold_resume_10_p50_ms"], 2)
     figures["cold_resume_samples"] = samples
     console.print(cold_table)
-    replay_table = Table(title="verified replay (agentlog.runtime.replay.verify_run): recorded 20-step runs read from JetStream")
+    replay_table = Table(title="verified replay (agentlog.runtime.replay.verify.verify_run): recorded 20-step runs read from JetStream")
     for col in ("events verified", "commits verified", "seconds", "events/s"):
         replay_table.add_column(col, justify="right")
     replay_table.add_row(f"{rp_events:,}", f"{rp_commits:,}", f"{rp_s:.3f}", f"{rp_events / rp_s:,.0f}")

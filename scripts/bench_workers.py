@@ -24,11 +24,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))  # agentlog from this checkout, installed or not
 
 from agentlog.cli.logging import configure as configure_logging  # noqa: E402
-from agentlog.log.jetstream import JetStreamEventStore  # noqa: E402
-from agentlog.log.server import EmbeddedNatsServer  # noqa: E402
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer  # noqa: E402
+from agentlog.eventlog.jetstream.store import JetStreamEventStore  # noqa: E402
 from agentlog.runtime import AgentSpec, Runtime, tool  # noqa: E402
-from agentlog.runtime.commands import CommandClient, StartRun  # noqa: E402
 from agentlog.runtime.models.scripted import ScriptedModel, Turn  # noqa: E402
+from agentlog.runtime.workers.commands import CommandClient, StartRun  # noqa: E402
 
 
 @tool

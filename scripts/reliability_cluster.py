@@ -30,12 +30,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))  # agentlog from this checkout, installed or not
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from agentlog.log.cluster import LocalCluster, stream_leader  # noqa: E402
-from agentlog.log.errors import StoreUnavailable  # noqa: E402
-from agentlog.log.jetstream import JetStreamEventStore  # noqa: E402
-from agentlog.log.subjects import EVENTS_STREAM  # noqa: E402
+from agentlog.eventlog.errors import StoreUnavailable  # noqa: E402
+from agentlog.eventlog.jetstream.store import JetStreamEventStore  # noqa: E402
+from agentlog.eventlog.subjects import EVENTS_STREAM  # noqa: E402
 from agentlog.runtime import Runtime  # noqa: E402
-from agentlog.runtime.commands import CommandClient, StartRun, ensure_commands_stream  # noqa: E402
+from agentlog.runtime.workers.commands import CommandClient, StartRun, ensure_commands_stream  # noqa: E402
+from agentlog.testing.cluster import LocalCluster, stream_leader  # noqa: E402
 
 import bench_workers  # noqa: E402  (its worker app and process helpers)
 

@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # agentlog
 import nats
 from aiohttp.test_utils import TestClient, TestServer
 
-from agentlog.http import create_app
-from agentlog.log.codec import encode_commit
-from agentlog.log.events import (
+from agentlog.eventlog.codec import encode_commit
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.events import (
     Commit,
     RunFinished,
     RunStarted,
@@ -51,12 +51,12 @@ from agentlog.log.events import (
     ToolCallStarted,
     ToolCallSuspended,
 )
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.gateway.http import create_app
+from agentlog.projections.fold import Folder
+from agentlog.projections.kv import KVViewStore
+from agentlog.projections.runner import ProjectionRunner
 from agentlog.testing.synth import history_of_size
-from agentlog.views.fold import Folder
-from agentlog.views.kv import KVViewStore
-from agentlog.views.runner import ProjectionRunner
 
 RUNS_PER_THREAD = 4
 #: name -> (path, query, bearer token); "tenant" is scoped to resource_id prefix "res1" (11 of

@@ -1,11 +1,11 @@
-"""Every form `--app module:attr` accepts (agentlog.api.app_loader), for tests/test_app_forms.py."""
+"""Every form `--app module:attr` accepts (agentlog.gateway.operations.app_loader), for tests/test_app_forms.py."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from agentlog.api.app_loader import App
-from agentlog.log.memory import MemoryEventStore
+from agentlog.eventlog.memory import MemoryEventStore
+from agentlog.gateway.operations.app_loader import App
 from agentlog.runtime import AgentSpec, Runtime
 from agentlog.runtime.agent import AgentRegistry
 from agentlog.runtime.models.scripted import ScriptedModel, Turn

@@ -25,7 +25,7 @@ import structlog
 from hypothesis import HealthCheck, settings
 from topology import Deployment, deploy
 
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 
 # Hypothesis itself loads its built-in "ci" profile whenever $CI is set (to anything, even
 # "false"), so both profiles name their parent explicitly rather than inheriting whatever is loaded.

@@ -15,7 +15,7 @@ from typing import Any
 
 from agentlog.runtime import AgentSpec, PermissionPlugin, Runtime, ToolContext, tool
 from agentlog.runtime.models.scripted import ScriptedModel, Turn
-from agentlog.runtime.subagents import SubAgents
+from agentlog.runtime.toolkits.subagents import SubAgents
 
 SECRET_PROMPT = "You are the deployer. Internal: the prod vault key is hunter2."
 DESCRIPTION = "Deploys releases after a human approves."

@@ -13,10 +13,10 @@ from typing import Any
 
 import aiohttp
 
-from agentlog.api.connection import ConnectionOptions
 from agentlog.cli.demo import DEMO_AGENT
 from agentlog.cli.server import Server, ServerConfig, serve
-from agentlog.log.events import RunSuspended
+from agentlog.eventlog.events import RunSuspended
+from agentlog.gateway.operations.connection import ConnectionOptions
 
 from test_adapters_routes_support import Nats
 

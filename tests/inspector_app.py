@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentlog.api.app_loader import App
 from agentlog.cli.demo import demo_app
+from agentlog.gateway.operations.app_loader import App
 from agentlog.runtime import AgentSpec, ToolResult, tool
 from agentlog.runtime.models.scripted import ScriptedModel, Turn
 

@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from agentlog.adapters.frontend import frontend_tool
-from agentlog.api.app_loader import App
+from agentlog.gateway.adapters.frontend import frontend_tool
+from agentlog.gateway.operations.app_loader import App
 from agentlog.runtime import AgentSpec, PermissionPlugin, ToolContext, ToolResult, tool
 from agentlog.runtime.models import ScriptedModel, Turn
 

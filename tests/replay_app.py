@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentlog.api.app_loader import App
+from agentlog.gateway.operations.app_loader import App
 from agentlog.runtime import AddContext, AgentSpec, Plugin, Runtime, ToolContext, tool
 from agentlog.runtime.models import ScriptedModel, Turn
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from agentlog.runtime import AgentSpec, Runtime, ToolContext, tool
 from agentlog.runtime.models.scripted import ScriptedModel, Turn
-from agentlog.runtime.subagents import SubAgents
+from agentlog.runtime.toolkits.subagents import SubAgents
 
 
 def _lookup(answer: str) -> Any:

@@ -25,8 +25,8 @@ from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNot
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Value
 
-from agentlog.adapters.a2a.routes import a2a_routes
-from agentlog.views.fold import fold_commits
+from agentlog.gateway.adapters.a2a.routes import a2a_routes
+from agentlog.projections.fold import fold_commits
 
 from test_http_write_support import open_stack
 
@@ -174,9 +174,9 @@ async def test_a_remote_a2a_agent_as_a_sub_agent(nats_server: Any) -> None:
     our A2A server on 127.0.0.1): a completed remote task is the call's result, an input-required
     one suspends the call with a ticket naming the remote task; replay answers from the log."""
     from agentlog.runtime import AgentSpec, Runtime
-    from agentlog.runtime.a2a_agent import remote_agent_tool
     from agentlog.runtime.models.scripted import ScriptedModel, Turn
-    from agentlog.runtime.replay import verify_run
+    from agentlog.runtime.replay.verify import verify_run
+    from agentlog.runtime.toolkits.a2a import remote_agent_tool
 
     async with asyncio.timeout(TIMEOUT), open_stack(nats_server, "inprocess", more_routes=_routes) as s:
         base = str(s.client.make_url("")).rstrip("/")

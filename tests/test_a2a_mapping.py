@@ -9,7 +9,7 @@ from a2a.types.a2a_pb2 import Message, Part, Role
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentlog.adapters.a2a.mapping import data_part, message_inputs
+from agentlog.gateway.adapters.a2a.mapping import data_part, message_inputs
 
 _ids = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=12)
 _json = st.recursive(

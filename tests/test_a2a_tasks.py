@@ -34,7 +34,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Value
 from topology import TOPOLOGIES, Deployment, Kind, deploy
 
-from agentlog.adapters.a2a.push import signature
+from agentlog.gateway.adapters.a2a.push import signature
 
 TIMEOUT = 60
 TOKENS = "admin,tok-a:tenantA,tok-b:tenantB"

@@ -13,22 +13,7 @@ from ag_ui.encoder import EventEncoder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentlog.adapters.agui import (
-    AguiTranslator,
-    check_resume,
-    open_interrupts,
-    parse_run_input,
-    to_agui_messages,
-    translate,
-)
-from agentlog.adapters.common import (
-    AdapterInputError,
-    DuplicateResume,
-    MissingResume,
-    ResumeError,
-    UnknownInterrupt,
-)
-from agentlog.log.events import (
+from agentlog.eventlog.events import (
     Message,
     MessageAppended,
     RunSuspended,
@@ -41,6 +26,21 @@ from agentlog.log.events import (
     ToolCallDecision,
     ToolCallStarted,
     ToolCallSuspended,
+)
+from agentlog.gateway.adapters.agui import (
+    AguiTranslator,
+    check_resume,
+    open_interrupts,
+    parse_run_input,
+    to_agui_messages,
+    translate,
+)
+from agentlog.gateway.adapters.common import (
+    AdapterInputError,
+    DuplicateResume,
+    MissingResume,
+    ResumeError,
+    UnknownInterrupt,
 )
 from agentlog.runtime import PermissionPlugin
 from agentlog.runtime.models import ModelRequestRejected, Turn
@@ -239,7 +239,7 @@ def test_resumed_stream_emits_only_the_result_on_the_original_call() -> None:
         MessageAppended(message=Message(id="m4", role="assistant", content="Deployed.")),
         StepFinished(step=2),
     ]
-    from agentlog.log.events import RunFinished, Termination
+    from agentlog.eventlog.events import RunFinished, Termination
     items.append(RunFinished(termination=Termination(type="natural_end")))
     events = verify_agui_stream(translate("t1", "agui-run-2", items))
     assert event_types(events) == [
@@ -283,7 +283,7 @@ def test_a_replay_leaves_out_what_the_request_already_holds() -> None:
              MessageAppended(message=Message(id="m3", role="tool", content="deployed", tool_call_id="c1")),
              StepStarted(step=2), MessageAppended(message=Message(id="m4", role="assistant", content="Deployed.")),
              MessageAppended(message=Message(id="m5", role="assistant", content="And more."))]
-    from agentlog.log.events import RunFinished, Termination
+    from agentlog.eventlog.events import RunFinished, Termination
     items.append(RunFinished(termination=Termination(type="natural_end")))
     events = verify_agui_stream(translate("t1", "r9", items, input=held))
     assert [e.message_id for e in events if e.type == "TEXT_MESSAGE_START"] == ["m5"]

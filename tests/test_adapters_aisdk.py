@@ -10,17 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentlog.adapters.aisdk import (
-    DONE,
-    HEADERS,
-    AiSdkTranslator,
-    check_approvals,
-    encode_stream,
-    parse_chat_request,
-    translate,
-)
-from agentlog.adapters.common import AdapterInputError, ResumeError, UnknownInterrupt
-from agentlog.log.events import (
+from agentlog.eventlog.events import (
     Message,
     MessageAppended,
     StepStarted,
@@ -29,6 +19,16 @@ from agentlog.log.events import (
     ToolCallDecided,
     ToolCallDecision,
 )
+from agentlog.gateway.adapters.aisdk import (
+    DONE,
+    HEADERS,
+    AiSdkTranslator,
+    check_approvals,
+    encode_stream,
+    parse_chat_request,
+    translate,
+)
+from agentlog.gateway.adapters.common import AdapterInputError, ResumeError, UnknownInterrupt
 from agentlog.runtime import PermissionPlugin
 from agentlog.runtime.models import ModelRequestRejected, Turn
 

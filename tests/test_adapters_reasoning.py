@@ -22,9 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentlog import AnthropicModel, GeminiModel, OpenAIResponsesModel
-from agentlog.adapters import agui, aisdk, session
-from agentlog.adapters.source import Merge
-from agentlog.log.events import MessageAppended, StoredCommit
+from agentlog.eventlog.events import MessageAppended, StoredCommit
+from agentlog.gateway.adapters import agui, aisdk, session
+from agentlog.gateway.adapters.source import Merge
 from agentlog.runtime import AgentSpec, Runtime, tool
 from agentlog.runtime.live import MemoryLiveSink
 from agentlog.runtime.models import ScriptedModel, Turn

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agentlog.log.events import ToolCallDecided
+from agentlog.eventlog.events import ToolCallDecided
 from agentlog.runtime import PermissionPlugin
 from agentlog.runtime.models import ModelRequestRejected, Turn
 

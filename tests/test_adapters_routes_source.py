@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentlog.adapters.source import Merge
-from agentlog.log.events import (
+from agentlog.eventlog.events import (
     Commit,
     RunFinished,
     StepStarted,
@@ -14,6 +13,7 @@ from agentlog.log.events import (
     Termination,
     ToolCallCompleted,
 )
+from agentlog.gateway.adapters.source import Merge
 from agentlog.runtime import CommittedEvent
 
 

@@ -16,16 +16,16 @@ import aiohttp
 import nats
 from aiohttp.test_utils import TestClient, TestServer
 
-from agentlog.adapters import nats_routes, routes
-from agentlog.adapters.session import Backend
-from agentlog.api.dispatch import InProcessDispatcher
-from agentlog.http import Settings, create_app
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.gateway.adapters import nats_routes, routes
+from agentlog.gateway.adapters.session import Backend
+from agentlog.gateway.http import Settings, create_app
+from agentlog.gateway.operations.dispatch import InProcessDispatcher
+from agentlog.projections.kv import KVViewStore
+from agentlog.projections.runner import ProjectionRunner
 from agentlog.runtime import AgentSpec, NatsLiveSink, Runtime
 from agentlog.runtime.models import ScriptedModel
-from agentlog.views.kv import KVViewStore
-from agentlog.views.runner import ProjectionRunner
 
 from protocol_verify.agui import parse_sse
 from protocol_verify.aisdk import parse_ui_sse

@@ -7,7 +7,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from agentlog.log.events import Message, StoredCommit
+from agentlog.eventlog.events import Message, StoredCommit
 from agentlog.runtime import (
     AgentSpec,
     CommittedEvent,
@@ -102,7 +102,7 @@ async def record(
     before: list[StoredCommit] = []
     if thread_id is not None:
         before = [sc async for sc in store.read_thread(thread_id)]
-    from agentlog.views.fold import fold_commits
+    from agentlog.projections.fold import fold_commits
     view = fold_commits(before).threads.get(thread_id) if before else None
     messages_before = [e.message for sc in before for e in sc.commit.events if type(e).__name__ == "MessageAppended"]
     async with asyncio.timeout(15):

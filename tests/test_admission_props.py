@@ -10,8 +10,8 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentlog.log.errors import CommitTooLarge
-from agentlog.log.memory import MemoryEventStore
+from agentlog.eventlog.errors import CommitTooLarge
+from agentlog.eventlog.memory import MemoryEventStore
 from agentlog.runtime import AgentSpec, Runtime
 from agentlog.runtime.admission import check_start
 from agentlog.runtime.models.scripted import ScriptedModel, Turn

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from topology import TESTS, Deployment
 
-from agentlog.adapters.agui import emitted_events
-from agentlog.log.events import Emitted
-from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.eventlog.events import Emitted
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.gateway.adapters.agui import emitted_events
 from agentlog.runtime import Emit, PhaseContext, Plugin
 
 TIMEOUT = 90

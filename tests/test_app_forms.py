@@ -11,9 +11,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from agentlog.api.connection import ConnectionOptions
 from agentlog.cli.server import ServerConfig, serve
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.gateway.operations.connection import ConnectionOptions
 from tests.app_forms import FORMS
 
 

@@ -19,9 +19,9 @@ import pytest
 import two_apps
 from topology import TESTS, deploy
 
-from agentlog.log.events import MessageAppended, RunStarted
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.events import MessageAppended, RunStarted
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.runtime.digest import app_digest
 
 AGENTLOG = Path(sys.executable).parent / "agentlog"

@@ -14,7 +14,7 @@ import pytest
 from topology import Deployment
 
 from agentlog.cli.demo import follow_run
-from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
 
 LIMIT = 60
 

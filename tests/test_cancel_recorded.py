@@ -16,8 +16,8 @@ import aiohttp
 import pytest
 from topology import TESTS, Deployment
 
-from agentlog.log.events import RunCancelRequested, RunFinished
-from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.eventlog.events import RunCancelRequested, RunFinished
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
 
 
 @pytest.fixture

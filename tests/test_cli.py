@@ -22,8 +22,9 @@ import pytest
 from typer.testing import CliRunner
 
 from agentlog.cli.core import app
-from agentlog.log import Commit, EmbeddedNatsServer, JetStreamEventStore, collect, new_id
-from agentlog.log.events import (
+from agentlog.eventlog import Commit, EmbeddedNatsServer, JetStreamEventStore, collect, new_id
+from agentlog.eventlog.embedded.server import free_port
+from agentlog.eventlog.events import (
     InferenceCompleted,
     Message,
     MessageAppended,
@@ -40,9 +41,8 @@ from agentlog.log.events import (
     ToolCallStarted,
     Usage,
 )
-from agentlog.log.server import free_port
-from agentlog.views import fold_commits
-from agentlog.views.kv import KVViewStore
+from agentlog.projections import fold_commits
+from agentlog.projections.kv import KVViewStore
 
 AGENTLOG = str(Path(sys.executable).parent / "agentlog")
 runner = CliRunner()

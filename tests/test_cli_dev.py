@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from agentlog.cli.core import app
 from agentlog.cli.dev import changed, snapshot, watch_roots
-from agentlog.log import EmbeddedNatsServer
+from agentlog.eventlog import EmbeddedNatsServer
 
 AGENTLOG = str(Path(sys.executable).parent / "agentlog")
 runner = CliRunner()
@@ -113,7 +113,7 @@ def test_dev_restarts_the_server_when_the_app_changes(tmp_path: Path, nats_serve
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", port), timeout=2).close()
         if embedded:  # the last user of the data dir stopped its nats-server
-            from agentlog.log.datadir import read_server_file
+            from agentlog.eventlog.embedded.datadir import read_server_file
 
             doc = read_server_file(tmp_path / "data")
             assert doc is None or not _alive(int(doc["pid"])), doc

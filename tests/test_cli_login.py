@@ -23,7 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agentlog.cli.core import app
-from agentlog.log import EmbeddedNatsServer
+from agentlog.eventlog import EmbeddedNatsServer
 
 runner = CliRunner()
 pytestmark = pytest.mark.usefixtures("keep_structlog_config")

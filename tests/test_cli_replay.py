@@ -21,9 +21,9 @@ import pytest
 from typer.testing import CliRunner
 
 from agentlog.cli.core import app as cli_app
-from agentlog.log.events import InferenceCompleted, StatePatched, StoredCommit
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.events import InferenceCompleted, StatePatched, StoredCommit
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.runtime import DeterministicEntropy
 
 import replay_app
@@ -295,7 +295,7 @@ agents:
 def test_a_yaml_config_is_an_app_for_verify(nats_server: EmbeddedNatsServer, tmp_path: Path) -> None:
     """README: `replay --verify` takes a declarative config as `--app agents.yaml`; a changed
     config (another system prompt) diverges."""
-    from agentlog.api.app_loader import load_app
+    from agentlog.gateway.operations.app_loader import load_app
 
     config = tmp_path / "agents.yaml"
     config.write_text(YAML_APP)

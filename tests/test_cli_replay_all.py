@@ -26,10 +26,10 @@ import pytest
 from typer.testing import CliRunner
 
 from agentlog.cli.core import app as cli_app
-from agentlog.log.events import StoredCommit, ToolCallCompleted
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
-from agentlog.runtime.replay import plan_replay, verify_run
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.events import StoredCommit, ToolCallCompleted
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.runtime.replay.verify import plan_replay, verify_run
 
 import test_hitl_support as S
 from test_hitl_scenarios import resume_in_process, start_waiting

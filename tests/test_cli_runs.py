@@ -23,8 +23,8 @@ import pytest
 from typer.testing import CliRunner
 
 from agentlog.cli.core import app
-from agentlog.log import EmbeddedNatsServer, JetStreamEventStore
-from agentlog.log.events import RunFinished, RunSuspended, ToolCallDecided
+from agentlog.eventlog import EmbeddedNatsServer, JetStreamEventStore
+from agentlog.eventlog.events import RunFinished, RunSuspended, ToolCallDecided
 
 AGENTLOG = str(Path(sys.executable).parent / "agentlog")
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,19 +1,11 @@
-"""Pure tests of `agentlog.api.timeline`: the replay report and event summaries from in-memory commits
+"""Pure tests of `agentlog.gateway.operations.timeline`: the replay report and event summaries from in-memory commits
 (no server needed: the report is a function of the commits alone)."""
 
 from __future__ import annotations
 
 import pytest
 
-from agentlog.api.timeline import (
-    InvalidEventId,
-    UnknownRun,
-    build_replay,
-    event_summary,
-    excerpt,
-    parse_event_id,
-)
-from agentlog.log.events import (
+from agentlog.eventlog.events import (
     Commit,
     Message,
     MessageAppended,
@@ -37,6 +29,14 @@ from agentlog.log.events import (
     ToolCallResuming,
     ToolCallStarted,
     ToolCallSuspended,
+)
+from agentlog.gateway.operations.timeline import (
+    InvalidEventId,
+    UnknownRun,
+    build_replay,
+    event_summary,
+    excerpt,
+    parse_event_id,
 )
 
 

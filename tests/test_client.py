@@ -21,7 +21,6 @@ import pytest
 from aiohttp import web
 from topology import TOPOLOGIES, Deployment, deploy
 
-from agentlog.api.errors import STATUS_BY_CODE as SERVER_STATUS_BY_CODE
 from agentlog.client import (
     STATUS_BY_CODE,
     AsyncClient,
@@ -34,8 +33,9 @@ from agentlog.client import (
     get_client,
     get_sync_client,
 )
-from agentlog.log import JetStreamEventStore, new_id, now_ms
-from agentlog.log.events import Commit, ToolCallDecided, ToolCallDecision
+from agentlog.eventlog import JetStreamEventStore, new_id, now_ms
+from agentlog.eventlog.events import Commit, ToolCallDecided, ToolCallDecision
+from agentlog.gateway.operations.errors import STATUS_BY_CODE as SERVER_STATUS_BY_CODE
 
 TOKEN = "client-test-token"
 
@@ -249,8 +249,8 @@ def test_no_server_is_connection_failed() -> None:
 def test_import_is_light() -> None:
     """`import agentlog.client` loads neither the runtime nor the log nor nats."""
     code = ("import sys, agentlog.client; "
-            "heavy = sorted(m for m in sys.modules if m.startswith(('agentlog.runtime', 'agentlog.log', "
-            "'agentlog.views', 'agentlog.api', 'agentlog.http', 'nats'))); print(heavy); assert not heavy")
+            "heavy = sorted(m for m in sys.modules if m.startswith(('agentlog.runtime', 'agentlog.eventlog', "
+            "'agentlog.projections', 'agentlog.gateway.operations', 'agentlog.gateway.http', 'nats'))); print(heavy); assert not heavy")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parent.parent)
     assert proc.returncode == 0, proc.stdout + proc.stderr

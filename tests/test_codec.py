@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentlog.log import codec
-from agentlog.log.codec import decode_commit, decode_event, encode_commit, encode_event
-from agentlog.log.errors import CodecError, UnknownEventType, UnsupportedSchemaVersion
-from agentlog.log.events import EVENT_TYPES, SCHEMA_VERSION, AnyEvent, Commit, StepStarted
+from agentlog.eventlog import codec
+from agentlog.eventlog.codec import decode_commit, decode_event, encode_commit, encode_event
+from agentlog.eventlog.errors import CodecError, UnknownEventType, UnsupportedSchemaVersion
+from agentlog.eventlog.events import EVENT_TYPES, SCHEMA_VERSION, AnyEvent, Commit, StepStarted
 
 ids = st.from_regex(r"[A-Za-z0-9_-]{1,128}", fullmatch=True)
 json_scalars = (

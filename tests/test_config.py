@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from agentlog.api.app_loader import AppConfigInvalid, load_app, resolve_app
+from agentlog.gateway.operations.app_loader import AppConfigInvalid, load_app, resolve_app
 from agentlog.runtime.config import SCHEMA_PATH, AgentlogConfig, load_config, schema
-from agentlog.runtime.context import ContextPolicy
+from agentlog.runtime.context_policy import ContextPolicy
 from agentlog.runtime.permission import PermissionPlugin
 from agentlog.runtime.stop import MaxRounds, StopOnTool
 
@@ -159,7 +159,7 @@ def test_cli_config_option_rejects_a_bad_file_before_connecting(tmp_path: Path, 
     from typer.testing import CliRunner
 
     from agentlog.cli.core import app as cli_app
-    from agentlog.log.server import free_port
+    from agentlog.eventlog.embedded.server import free_port
 
     bad = write(tmp_path, "agents: [{id: a, model: nope}]")
     result = CliRunner().invoke(cli_app, [command, "--config", bad, "--nats", f"nats://127.0.0.1:{free_port()}"])

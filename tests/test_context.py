@@ -1,4 +1,4 @@
-"""Context management (agentlog.runtime.context): pure properties of estimate / units / fit / plan_summary,
+"""Context management (agentlog.runtime.context_policy): pure properties of estimate / units / fit / plan_summary,
 and on a real nats-server: a summary recorded as `ContextCompacted`, used by the next request,
 by a cold resume in a fresh Runtime (no second summary), and by verified replay."""
 
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentlog.log.events import ContextCompacted, Message, ToolCall
+from agentlog.eventlog.events import ContextCompacted, Message, ToolCall
 from agentlog.runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime, tool
-from agentlog.runtime.context import (
+from agentlog.runtime.context_policy import (
     SUMMARY_MESSAGE_ID,
     ContextPolicy,
     estimate_tokens,
@@ -22,7 +22,7 @@ from agentlog.runtime.context import (
     units,
 )
 from agentlog.runtime.models import ScriptedModel, Turn
-from agentlog.runtime.replay import ReplayApp, verify_run
+from agentlog.runtime.replay.verify import ReplayApp, verify_run
 
 from test_runtime_support import events_of, logged, store  # noqa: F401  (fixture)
 

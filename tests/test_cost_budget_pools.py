@@ -15,15 +15,15 @@ from typer.testing import CliRunner
 
 from agentlog import ModelPool, ModelPrices
 from agentlog.cli import app as cli_app
-from agentlog.log.events import Usage
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.events import Usage
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.projections import fold_commits
 from agentlog.runtime import AgentSpec, PermissionPlugin, Runtime, tool
 from agentlog.runtime.models import ModelUnavailable, ScriptedModel, Turn
-from agentlog.runtime.replay import ReplayApp, verify_run
+from agentlog.runtime.replay.verify import ReplayApp, verify_run
 from agentlog.runtime.stop import Budget
 from agentlog.runtime.telemetry import AgentMetrics
-from agentlog.views import fold_commits
 
 from test_runtime_support import events_of, logged, store, thread_log  # noqa: F401  (fixture)
 

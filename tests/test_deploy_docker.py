@@ -20,7 +20,7 @@ import pytest
 import typer
 import yaml
 
-from agentlog.log.server import find_nats_server
+from agentlog.eventlog.embedded.server import find_nats_server
 
 REPO = Path(__file__).resolve().parent.parent
 DOCKER = REPO / "scripts" / "docker"

@@ -13,7 +13,7 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentlog.log.events import Message, ToolCall
+from agentlog.eventlog.events import Message, ToolCall
 from agentlog.runtime.digest import _digests_plain, request_digest, request_part_digests
 from agentlog.runtime.models.base import ModelRequest, ToolSpec
 

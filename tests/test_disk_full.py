@@ -15,9 +15,9 @@ import pytest
 from nats.js.api import DiscardPolicy
 from topology import Deployment
 
-from agentlog.log import JetStreamEventStore
-from agentlog.log.events import RunFinished
-from agentlog.log.subjects import EVENTS_STREAM
+from agentlog.eventlog import JetStreamEventStore
+from agentlog.eventlog.events import RunFinished
+from agentlog.eventlog.subjects import EVENTS_STREAM
 
 
 @pytest.fixture

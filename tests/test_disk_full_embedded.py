@@ -2,7 +2,7 @@
 small tmpfs that a file fills up. Writes fail with 503 and `/health` says `degraded`; once the
 file is gone, writes go through again and health is `ok` with neither agentlog nor nats-server
 restarted (nats-server keeps a stream's write error after ENOSPC; agentlog restarts JetStream in
-place, `agentlog.log.revive`). Needs root to mount the tmpfs: skipped otherwise."""
+place, `agentlog.eventlog.embedded.revive`). Needs root to mount the tmpfs: skipped otherwise."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentlog.log.revive import server_pid
+from agentlog.eventlog.embedded.revive import server_pid
 
 from serve_support import HTTP_ROW
 

@@ -22,8 +22,8 @@ import nats
 import pytest
 from topology import TOPOLOGIES, Deployment, deploy
 
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.runtime.snapshot import SNAPSHOT_BUCKET, decode_snapshot
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.runtime.snapshots.store import SNAPSHOT_BUCKET, decode_snapshot
 
 #: A bound on one follow, not a sync: the run pauses again within milliseconds on a quiet machine.
 FOLLOW_TIMEOUT = 30.0

@@ -11,7 +11,7 @@ import asyncio
 
 import pytest
 
-from agentlog.log.js_follow import get_within
+from agentlog.eventlog.jetstream.follow import get_within
 
 
 async def test_a_cancel_that_meets_the_next_message_still_cancels() -> None:

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from agentlog.cli.core import app
 from agentlog.client import ApiError, AsyncClient, SyncClient, get_sync_client
-from agentlog.log.events import (
+from agentlog.eventlog.events import (
     Commit,
     Message,
     MessageAppended,
@@ -30,8 +30,8 @@ from agentlog.log.events import (
     ThreadCreated,
     ToolCall,
 )
-from agentlog.log.ids import new_id
-from agentlog.views.fork import CUT_OFF, fork_events
+from agentlog.eventlog.ids import new_id
+from agentlog.projections.fork import CUT_OFF, fork_events
 
 from test_adapters_routes_support import TRANSPORTS, Transport, open_deployed
 from test_http_support import uid

@@ -13,10 +13,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentlog.adapters.frontend import frontend_tool
-from agentlog.api.dispatch import InvalidInput, QueueDispatcher
-from agentlog.log.codec import decode_commit, encode_commit
-from agentlog.log.events import (
+from agentlog.eventlog.codec import decode_commit, encode_commit
+from agentlog.eventlog.events import (
     Commit,
     RunFinished,
     RunStarted,
@@ -24,8 +22,9 @@ from agentlog.log.events import (
     ToolCallDecided,
     ToolCallDecision,
 )
+from agentlog.gateway.adapters.frontend import frontend_tool
+from agentlog.gateway.operations.dispatch import InvalidInput, QueueDispatcher
 from agentlog.runtime import AgentSpec, PermissionPlugin, Runtime, tool
-from agentlog.runtime.commands import InvalidCommand, StartRun, decode_command, encode_command
 from agentlog.runtime.frontend import (
     ACTION,
     FrontendToolConflict,
@@ -34,8 +33,9 @@ from agentlog.runtime.frontend import (
 )
 from agentlog.runtime.models import ToolSpec
 from agentlog.runtime.models.scripted import ScriptedModel, Turn, last_tool_result
-from agentlog.runtime.replay import ReplayApp, verify_run
-from agentlog.runtime.worker import Worker
+from agentlog.runtime.replay.verify import ReplayApp, verify_run
+from agentlog.runtime.workers.commands import InvalidCommand, StartRun, decode_command, encode_command
+from agentlog.runtime.workers.worker import Worker
 
 from test_runtime_support import shape, store, thread_log  # noqa: F401  (fixture)
 

@@ -16,7 +16,7 @@ import pytest
 
 from agentlog.runtime.models import ToolSpec, Turn
 from agentlog.runtime.models.scripted import last_tool_result
-from agentlog.runtime.replay import ReplayApp, verify_run
+from agentlog.runtime.replay.verify import ReplayApp, verify_run
 
 from protocol_verify.agui import event_types, verify_agui_stream
 from test_adapters_routes import agui_ok, run_input, text_of, user

@@ -24,7 +24,7 @@ import aiohttp
 import pytest
 from topology import TOPOLOGIES, Deployment, Kind, deploy
 
-from agentlog.runtime.subagents import child_ids
+from agentlog.runtime.toolkits.subagents import child_ids
 
 from hardening_app import DESCRIPTION, SECRET_PROMPT
 

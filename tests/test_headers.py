@@ -1,4 +1,4 @@
-"""`agentlog.log.headers`: the store connection's lean header parse gives exactly nats-py's result
+"""`agentlog.eventlog.jetstream.headers`: the store connection's lean header parse gives exactly nats-py's result
 (property test against `nats.aio.client.Client._parse_header_lines`), and the store reads
 through it on a real nats-server."""
 
@@ -11,10 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from nats.aio.client import Client
 
-from agentlog.log.events import Commit, Message, MessageAppended
-from agentlog.log.headers import LeanHeadersClient, parse_header_lines
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.events import Commit, Message, MessageAppended
+from agentlog.eventlog.jetstream.headers import LeanHeadersClient, parse_header_lines
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
 
 _piece = st.one_of(
     st.sampled_from([b"Nats-Sequence", b"Nats-Msg-Id", b" Name ", b"Bad Name", b"X\x1cY", b"\xff\xfe", b"",

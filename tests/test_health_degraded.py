@@ -9,12 +9,12 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from agentlog.http import Settings, create_app
-from agentlog.log.events import Commit, ThreadCreated
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
-from agentlog.views.kv import KVViewStore
-from agentlog.views.runner import ProjectionRunner
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.events import Commit, ThreadCreated
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.gateway.http import Settings, create_app
+from agentlog.projections.kv import KVViewStore
+from agentlog.projections.runner import ProjectionRunner
 
 
 class RefusingViews:

@@ -19,11 +19,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentlog.log.events import StoredCommit
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.events import StoredCommit
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.projections.fold import fold_commits
 from agentlog.runtime import CallNotSuspended, InvalidDecision, RunNotFound, RunNotWaiting, UnknownCall
-from agentlog.views.fold import fold_commits
 
 import test_hitl_support as S
 from test_runtime_support import events_of, shape, store, thread_log  # noqa: F401  (fixture)

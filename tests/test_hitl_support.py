@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.runtime import (
     AgentSpec,
     DeterministicEntropy,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agentlog.log.events import RunStarted
+from agentlog.eventlog.events import RunStarted
 
 from test_http_support import (  # noqa: F401
     TIMEOUT,

@@ -7,8 +7,8 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from agentlog.api.models import CreateThread
-from agentlog.http import Route, create_app
+from agentlog.gateway.http import Route, create_app
+from agentlog.gateway.operations.models import CreateThread
 
 from test_http_support import TIMEOUT, Api, api, body, error, open_api  # noqa: F401
 
@@ -63,7 +63,7 @@ class _Broken:
 
 async def test_unexpected_errors_are_500_internal_and_extra_routes_plug_in(api: Api) -> None:
     async def hello(request) -> Any:
-        from agentlog.http.replies import reply
+        from agentlog.gateway.http.replies import reply
         return reply({"hello": "write side"})
 
     extra = [Route("POST", "/v1/runs", hello, "Start a run", "runs")]

@@ -9,9 +9,9 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agentlog.http import Settings
-from agentlog.http.sse import Pump
-from agentlog.log.events import RunFinished, RunStarted, StepStarted, Termination
+from agentlog.eventlog.events import RunFinished, RunStarted, StepStarted, Termination
+from agentlog.gateway.http import Settings
+from agentlog.gateway.http.sse import Pump
 
 from test_http_runs import follow_run
 from test_http_support import (  # noqa: F401

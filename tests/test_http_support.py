@@ -24,8 +24,8 @@ from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 from topology import Deployment
 
-from agentlog.http import Settings, create_app
-from agentlog.log.events import (
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.events import (
     Commit,
     Message,
     MessageAppended,
@@ -40,11 +40,11 @@ from agentlog.log.events import (
     ToolCallStarted,
     ToolCallSuspended,
 )
-from agentlog.log.ids import new_id, now_ms
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
-from agentlog.views.kv import KVViewStore
-from agentlog.views.runner import ProjectionRunner
+from agentlog.eventlog.ids import new_id, now_ms
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.gateway.http import Settings, create_app
+from agentlog.projections.kv import KVViewStore
+from agentlog.projections.runner import ProjectionRunner
 
 TIMEOUT = 60
 

@@ -125,8 +125,8 @@ async def test_read_your_writes_with_min_seq(api: Api) -> None:
 async def test_min_seq_beyond_the_log_is_400_and_a_lagging_view_is_503(nats_server) -> None:
     """A seq the log does not have is the client's mistake (400, nothing to wait for); a seq the
     log has but the views have not reached within `read_wait` is a 503 to retry."""
-    from agentlog.http import Settings
-    from agentlog.log.events import ThreadCreated
+    from agentlog.eventlog.events import ThreadCreated
+    from agentlog.gateway.http import Settings
 
     from test_http_support import open_api, stop_runner
 

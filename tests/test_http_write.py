@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agentlog.http.context import SERVICES
+from agentlog.gateway.http.context import SERVICES
 
 from test_http_support import TIMEOUT, body, error, sse_events
 from test_http_write_support import Stack, open_stack, suspended_call
@@ -25,7 +25,7 @@ async def run_view(s: Stack, run_id: str, seq: int, headers: dict[str, str] | No
 async def until_status(s: Stack, run_id: str, statuses: set[str], headers: dict[str, str] | None = None
                        ) -> dict[str, Any]:
     """Follow the run's thread in the log until the run's status is one of `statuses`."""
-    from agentlog.views.fold import fold_commits
+    from agentlog.projections.fold import fold_commits
 
     first = [sc async for sc in s.store.read_run(run_id)]
     thread_id = first[0].commit.thread_id

@@ -21,7 +21,7 @@ _PATH_IDS = ["ok-id", "unknown-run", "a.b", "_", "x" * 200, "%20", "ok-id%2Fx"]
 @pytest.mark.parametrize("mode", ["inprocess", "queue"])
 async def test_bad_write_requests(nats_server: Any, mode: str) -> None:
     async with asyncio.timeout(TIMEOUT * 3), open_stack(nats_server, mode, timeout=2.0) as s:
-        from agentlog.nats.service import start_nats_service
+        from agentlog.gateway.nats.service import start_nats_service
 
         service = await start_nats_service(s.store, s.views, s.runner, s.dispatcher)
         try:

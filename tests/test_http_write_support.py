@@ -16,16 +16,16 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from agentlog.api.dispatch import Dispatcher, InProcessDispatcher, QueueDispatcher
-from agentlog.http import Settings, create_app
-from agentlog.http.write import write_routes
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.gateway.http import Settings, create_app
+from agentlog.gateway.http.write import write_routes
+from agentlog.gateway.operations.dispatch import Dispatcher, InProcessDispatcher, QueueDispatcher
+from agentlog.projections.kv import KVViewStore
+from agentlog.projections.runner import ProjectionRunner
 from agentlog.runtime import AgentSpec, PermissionPlugin, Runtime, ToolContext, tool
 from agentlog.runtime.models.scripted import ScriptedModel, Turn
-from agentlog.runtime.worker import Worker
-from agentlog.views.kv import KVViewStore
-from agentlog.views.runner import ProjectionRunner
+from agentlog.runtime.workers.worker import Worker
 
 from test_http_support import Api, stop_runner
 

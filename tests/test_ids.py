@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentlog.log import ids
-from agentlog.log.errors import InvalidId
-from agentlog.log.ids import THREAD_LEVEL_RUN, is_valid_id, new_id, validate_id, validate_run_id
+from agentlog.eventlog import ids
+from agentlog.eventlog.errors import InvalidId
+from agentlog.eventlog.ids import THREAD_LEVEL_RUN, is_valid_id, new_id, validate_id, validate_run_id
 
 VALID = ["a", "Z", "0", "_", "-", "thread-1", "run_2", "A-z_09", "x" * 128, "0191b3c4d5e6f7a8b9c0d1e2f3a4b5c6"]
 INVALID = [

@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from agentlog.log.server import EmbeddedNatsServer
-from agentlog.runtime.commands import COMMANDS_STREAM
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.runtime.workers.commands import COMMANDS_STREAM
 
 from input_support import AGENT, TIMEOUT, Stack, codes_of, open_stack
 
 
 async def _queued(s: Stack) -> int:
-    from agentlog.runtime.commands import ensure_commands_stream
+    from agentlog.runtime.workers.commands import ensure_commands_stream
 
     js = s.nc.jetstream()
     await ensure_commands_stream(js)

@@ -7,7 +7,7 @@ reason, forwardedProps, an AG-UI resume payload, messages, metadata, ...)}.
 
 Before: json.loads raised RecursionError (500) and let `"\\ud800"` through to the UTF-8 encoders
 (msgspec, the log, the command queue): 500s, and in gateway mode an orphan thread.
-The decoder itself (`agentlog.api.json_input`) gets property tests at the end."""
+The decoder itself (`agentlog.gateway.operations.json_input`) gets property tests at the end."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentlog.adapters import nats_routes
-from agentlog.api.json_input import MAX_DEPTH, InvalidJson, check_depth, parse_json
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.gateway.adapters import nats_routes
+from agentlog.gateway.operations.json_input import MAX_DEPTH, InvalidJson, check_depth, parse_json
 
 from input_support import AGENT, TIMEOUT, Stack, adapter_call, http_call, nats_call, open_stack, waiting_run
 

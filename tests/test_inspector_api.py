@@ -12,9 +12,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentlog.api.connection import ConnectionOptions
 from agentlog.cli.demo import DEMO_AGENT, follow_run
 from agentlog.cli.server import Server, ServerConfig
+from agentlog.gateway.operations.connection import ConnectionOptions
 from agentlog.runtime import Runtime, ToolContext, tool
 
 from test_http_support import TIMEOUT, body, error, open_api

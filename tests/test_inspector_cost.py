@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agentlog import ModelPool, ModelPrices
-from agentlog.log.events import Usage
+from agentlog.eventlog.events import Usage
 from agentlog.runtime import AgentSpec, Runtime
 from agentlog.runtime.models import ScriptedModel, Turn
 

@@ -1,4 +1,4 @@
-"""Property: the inspector's per-event state diffs (`agentlog.api.timeline.event_state_diffs`) are the
+"""Property: the inspector's per-event state diffs (`agentlog.gateway.operations.timeline.event_state_diffs`) are the
 state history of the run. Applied in log order to the state before the run, they give the state
 the replay report ends with; only state events carry one. Pure: commits built in memory."""
 
@@ -10,8 +10,7 @@ import jsonpatch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentlog.api.timeline import build_replay, event_state_diffs
-from agentlog.log.events import (
+from agentlog.eventlog.events import (
     Commit,
     Position,
     RunStarted,
@@ -21,7 +20,8 @@ from agentlog.log.events import (
     StoredCommit,
     ThreadCreated,
 )
-from agentlog.views import run_at, state_at, states_along
+from agentlog.gateway.operations.timeline import build_replay, event_state_diffs
+from agentlog.projections import run_at, state_at, states_along
 
 KEYS = st.sampled_from(["/a", "/b", "/c"])
 OPS = st.one_of(

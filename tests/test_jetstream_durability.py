@@ -12,7 +12,7 @@ from pathlib import Path
 import nats
 import pytest
 
-from agentlog.log import (
+from agentlog.eventlog import (
     AgentlogError,
     Commit,
     EmbeddedNatsServer,
@@ -22,15 +22,15 @@ from agentlog.log import (
     new_id,
     now_ms,
 )
-from agentlog.log.events import StepStarted
-from agentlog.log.jetstream import (
+from agentlog.eventlog.embedded.server import free_port
+from agentlog.eventlog.events import StepStarted
+from agentlog.eventlog.jetstream.store import (
     MIN_SERVER_VERSION,
     JetStreamEventStore,
     check_server_version,
     version_at_least,
 )
-from agentlog.log.server import free_port
-from agentlog.log.subjects import EVENTS_STREAM
+from agentlog.eventlog.subjects import EVENTS_STREAM
 
 WAIT = 20.0
 

@@ -1,4 +1,4 @@
-"""Pipelined KV writes and reads (`agentlog.views.kvpipe`) against a real nats-server: the same
+"""Pipelined KV writes and reads (`agentlog.projections.kvpipe`) against a real nats-server: the same
 answers as nats-py's own `kv.put` / `kv.get`, and a refusal is an error, never a silent loss."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import nats
 import pytest
 from nats.js.api import KeyValueConfig
 
-from agentlog.log.server import EmbeddedNatsServer
-from agentlog.views.errors import ProjectionError
-from agentlog.views.kvpipe import get_many, put_many
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.projections.errors import ProjectionError
+from agentlog.projections.kvpipe import get_many, put_many
 
 
 async def test_put_many_then_get_many_like_the_client(nats_server: EmbeddedNatsServer) -> None:

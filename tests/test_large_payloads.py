@@ -13,14 +13,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentlog.log import CommitTooLarge, EmbeddedNatsServer
-from agentlog.log.codec import decode_commit, encode_commit
-from agentlog.log.events import Commit, Message, MessageAppended, PayloadRef, ToolCallCompleted
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.payloads import PayloadMissing, has_refs, offload, resolve
+from agentlog.eventlog import CommitTooLarge, EmbeddedNatsServer
+from agentlog.eventlog.codec import decode_commit, encode_commit
+from agentlog.eventlog.events import Commit, Message, MessageAppended, PayloadRef, ToolCallCompleted
+from agentlog.eventlog.jetstream.payloads import PayloadMissing, has_refs, offload, resolve
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.runtime import AgentSpec, DeterministicEntropy, Runtime, tool
 from agentlog.runtime.models import ScriptedModel, Turn
-from agentlog.runtime.replay import ReplayApp, verify_run
+from agentlog.runtime.replay.verify import ReplayApp, verify_run
 
 from test_runtime_support import events_of, logged, store  # noqa: F401  (fixture, on the server above)
 

@@ -18,14 +18,14 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentlog.log.events import Commit, ThreadCreated
+from agentlog.eventlog.events import Commit, ThreadCreated
+from agentlog.projections import fold_commits
+from agentlog.projections import index as ix
+from agentlog.projections.fold import Folder
+from agentlog.projections.index import Change, apply_changes, locate
+from agentlog.projections.listing import READ_ATTEMPTS, DictBlobs, ListingIndex
+from agentlog.projections.store import MemoryViewStore
 from agentlog.testing.synth import generate_history, stored
-from agentlog.views import fold_commits
-from agentlog.views import index as ix
-from agentlog.views.fold import Folder
-from agentlog.views.index import Change, apply_changes, locate
-from agentlog.views.listing import READ_ATTEMPTS, DictBlobs, ListingIndex
-from agentlog.views.store import MemoryViewStore
 
 IDS = [f"id{i:02d}" for i in range(24)]
 
@@ -306,8 +306,8 @@ def test_listing_reads_do_not_grow_with_the_number_of_runs() -> None:
 
 
 def test_a_reader_that_never_gets_a_consistent_list_gives_up_with_a_typed_503() -> None:
-    from agentlog.http.errors import status_of
-    from agentlog.views.errors import ListingBusy
+    from agentlog.gateway.http.errors import status_of
+    from agentlog.projections.errors import ListingBusy
 
     class Churning(DictBlobs):
         async def get(self, key: str):

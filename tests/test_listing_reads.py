@@ -17,15 +17,15 @@ from typing import Any
 import nats
 from aiohttp.test_utils import TestClient, TestServer
 
-from agentlog.http import Settings, create_app
-from agentlog.log import collect
-from agentlog.log.events import Commit, RunFinished, RunStarted, Termination, ThreadCreated
-from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.eventlog import collect
+from agentlog.eventlog.events import Commit, RunFinished, RunStarted, Termination, ThreadCreated
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.gateway.http import Settings, create_app
+from agentlog.projections import fold_commits
+from agentlog.projections.kv import KVViewStore
+from agentlog.projections.rebuild import rebuild
+from agentlog.projections.runner import ProjectionRunner
 from agentlog.testing.synth import history_of_size
-from agentlog.views import fold_commits
-from agentlog.views.kv import KVViewStore
-from agentlog.views.rebuild import rebuild
-from agentlog.views.runner import ProjectionRunner
 
 from test_http_support import body, stop_runner
 

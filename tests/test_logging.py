@@ -11,8 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
 
 import test_hitl_support as S
 from test_hitl_scenarios import resume_in_process, start_waiting
@@ -29,7 +29,7 @@ def _python(code: str, *args: str, env: dict[str, str] | None = None) -> subproc
 
 def test_loggers_bound_before_configuration_log_to_stderr_at_the_level() -> None:
     proc = _python(
-        "import agentlog.runtime.runtime as rr\n"  # binds its module-level logger under the default config
+        "import agentlog.runtime.facade as rr\n"  # binds its module-level logger under the default config
         "from agentlog.cli import logging as L\n"
         "L.configure('info')\n"
         "rr._log.info('early.info')\n"
@@ -67,7 +67,7 @@ def test_json_cli_output_is_clean_when_runtime_is_imported_first(nats_server: Em
     asyncio.run(record())
     for level in ("info", "debug"):
         proc = _python(
-            "import sys, agentlog.runtime, agentlog.runtime.runtime\n"
+            "import sys, agentlog.runtime, agentlog.runtime.facade\n"
             "from agentlog.cli import main\n"
             "sys.argv[0] = 'agentlog'\n"
             "main()\n",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agentlog.runtime.mcp import McpServerConfig, McpToolset
+from agentlog.runtime.toolkits.mcp import McpServerConfig, McpToolset
 from agentlog.runtime.tools import ToolContext, ToolRegistry
 
 SERVER = str(Path(__file__).with_name("mcp_server.py"))

@@ -16,9 +16,9 @@ import aiohttp
 import pytest
 from topology import Deployment
 
-from agentlog.log import JetStreamEventStore
-from agentlog.log.events import RunFinished, ToolCallCompleted
-from agentlog.runtime.mcp import McpServerConfig, McpToolset, mcp_health
+from agentlog.eventlog import JetStreamEventStore
+from agentlog.eventlog.events import RunFinished, ToolCallCompleted
+from agentlog.runtime.toolkits.mcp import McpServerConfig, McpToolset, mcp_health
 from agentlog.runtime.tools import ToolContext, ToolRegistry
 
 SERVER = str(Path(__file__).with_name("mcp_server.py"))

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from agentlog.runtime import AgentSpec, Runtime
-from agentlog.runtime.mcp import McpServerConfig, McpToolset
 from agentlog.runtime.models import ScriptedModel, Turn
+from agentlog.runtime.toolkits.mcp import McpServerConfig, McpToolset
 from agentlog.runtime.tools import ToolContext, ToolRegistry
 
 from test_runtime_support import store  # noqa: F401  (fixture)

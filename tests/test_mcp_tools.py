@@ -18,12 +18,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentlog.log.server import free_port
+from agentlog.eventlog.embedded.server import free_port
 from agentlog.runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime
 from agentlog.runtime.live import NatsLiveSink
-from agentlog.runtime.mcp import McpError, McpServerConfig, McpToolset
 from agentlog.runtime.models import ScriptedModel, Turn
-from agentlog.runtime.replay import ReplayApp, verify_run
+from agentlog.runtime.replay.verify import ReplayApp, verify_run
+from agentlog.runtime.toolkits.mcp import McpError, McpServerConfig, McpToolset
 from agentlog.runtime.tools import ToolRegistry
 
 from test_runtime_support import events_of, logged, store  # noqa: F401  (fixture)

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from agentlog.log.events import Message, ToolCall, Usage
+from agentlog.eventlog.events import Message, ToolCall, Usage
 from agentlog.runtime.models import (
     Model,
     ModelDone,

@@ -18,11 +18,11 @@ import pytest
 from fake_providers import Answer, FakeProviders
 
 from agentlog import AnthropicModel, GeminiModel, ModelPrices, OpenAIResponsesModel
-from agentlog.log.events import Message
+from agentlog.eventlog.events import Message
 from agentlog.runtime import AgentSpec, Runtime, tool
 from agentlog.runtime.live import MemoryLiveSink
 from agentlog.runtime.models import ModelRequest, ToolSpec, complete
-from agentlog.runtime.replay import ReplayApp, verify_run
+from agentlog.runtime.replay.verify import ReplayApp, verify_run
 
 from test_runtime_support import events_of, logged, store  # noqa: F401  (fixture)
 

@@ -15,8 +15,8 @@ from fake_providers import Answer, FakeProviders, FakeProvidersThread
 from topology import Deployment
 
 from agentlog.cli.demo import follow_run
-from agentlog.log.events import InferenceCompleted, RunFinished
-from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.eventlog.events import InferenceCompleted, RunFinished
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
 
 LIMIT = 60
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from agentlog.log.events import Message, ToolCall, Usage
+from agentlog.eventlog.events import Message, ToolCall, Usage
 from agentlog.runtime.models import (
     Model,
     ModelDone,

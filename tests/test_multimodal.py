@@ -19,16 +19,16 @@ from topology import Deployment
 
 from agentlog import AnthropicModel, GeminiModel, OpenAIResponsesModel
 from agentlog.cli.demo import follow_run
-from agentlog.log.codec import decode_commit
-from agentlog.log.events import ContentPart, MessageAppended
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.payloads import INLINE_BINARY_LIMIT, has_refs
+from agentlog.eventlog.codec import decode_commit
+from agentlog.eventlog.events import ContentPart, MessageAppended
+from agentlog.eventlog.jetstream.payloads import INLINE_BINARY_LIMIT, has_refs
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.runtime import AgentSpec, Runtime
 from agentlog.runtime.admission import as_messages, check_messages
 from agentlog.runtime.models import ScriptedModel
 from agentlog.runtime.models.openai import OpenAIChatModel, to_wire_messages
 from agentlog.runtime.models.openai_sdk import OpenAISDKChatModel
-from agentlog.runtime.replay import ReplayApp, verify_run
+from agentlog.runtime.replay.verify import ReplayApp, verify_run
 
 from test_runtime_support import events_of, logged, store  # noqa: F401  (fixture)
 

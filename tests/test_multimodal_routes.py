@@ -18,15 +18,15 @@ from a2a.types.a2a_pb2 import Message as A2AMessage
 from a2a.types.a2a_pb2 import Part, Role, SendMessageRequest
 from topology import Deployment
 
-from agentlog.adapters import agui, aisdk
-from agentlog.adapters.a2a.mapping import a2a_parts, message_content
-from agentlog.adapters.a2a.routes import a2a_routes
-from agentlog.adapters.common import AdapterInputError
 from agentlog.cli.demo import follow_run
-from agentlog.log.events import MessageAppended
-from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.eventlog.events import MessageAppended
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.gateway.adapters import agui, aisdk
+from agentlog.gateway.adapters.a2a.mapping import a2a_parts, message_content
+from agentlog.gateway.adapters.a2a.routes import a2a_routes
+from agentlog.gateway.adapters.common import AdapterInputError
+from agentlog.projections.fold import fold_commits
 from agentlog.runtime.admission import as_messages
-from agentlog.views.fold import fold_commits
 
 from test_http_write_support import open_stack
 

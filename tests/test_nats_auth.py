@@ -1,14 +1,14 @@
 """NATS auth (issue #12 item 4), against real nats-servers.
 
-* The embedded server every agentlog process uses (through `agentlog.api.connection`) refuses a client
+* The embedded server every agentlog process uses (through `agentlog.gateway.operations.connection`) refuses a client
   without credentials; the generated credentials are a 0600 file in the data dir.
 * Roles: `readonly` reads the log and KV views but cannot append, queue commands or write KV;
   `gateway` and `worker` do their jobs (a run through `agentlog gateway` + `agentlog worker`
   processes' assembly on one data dir finishes); nobody can delete or purge the log.
-* The shipped production config (scripts/nats/) is what agentlog.log.auth renders, passes
+* The shipped production config (scripts/nats/) is what agentlog.eventlog.roles renders, passes
   `nats-server -t`, and enforces the same roles when a server runs with it.
 * `client` (what NATS protocol clients of the API log in as): calls the API and the adapters
-  (`agentlog.api.>`, `agentlog.ag-ui.>`, `$SRV.>`) of a real `agentlog serve` / `gateway` +
+  (`agentlog.gateway.operations.>`, `agentlog.ag-ui.>`, `$SRV.>`) of a real `agentlog serve` / `gateway` +
   `worker` and gets the answers on its `_INBOX.client.>` inboxes; every publish on `agentlog.ev.*`,
   `agentlog.cmd.*`, `agentlog.ctl.*`, `$KV`, `$JS` is a permissions violation and nothing lands; it
   cannot subscribe to other users' inboxes or live output. A data dir whose credentials predate
@@ -35,18 +35,18 @@ import nats.js.errors
 import pytest
 from topology import TOPOLOGIES, Kind, deploy
 
-from agentlog.api.connection import ConnectionOptions, open_store
 from agentlog.cli.server import ServerConfig, serve
-from agentlog.log import auth
-from agentlog.log.errors import PermissionDenied, StoreUnavailable
-from agentlog.log.events import Commit, Message, MessageAppended, ThreadCreated
-from agentlog.log.ids import new_id
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.retention import archive_due
-from agentlog.log.server import EmbeddedNatsServer, find_nats_server
-from agentlog.log.subjects import EVENTS_STREAM
-from agentlog.runtime.commands import COMMANDS_STREAM, CommandClient, StartRun
-from agentlog.views.kv import ensure_bucket
+from agentlog.eventlog import roles as auth
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer, find_nats_server
+from agentlog.eventlog.errors import PermissionDenied, StoreUnavailable
+from agentlog.eventlog.events import Commit, Message, MessageAppended, ThreadCreated
+from agentlog.eventlog.ids import new_id
+from agentlog.eventlog.jetstream.retention import archive_due
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.eventlog.subjects import EVENTS_STREAM
+from agentlog.gateway.operations.connection import ConnectionOptions, open_store
+from agentlog.projections.kv import ensure_bucket
+from agentlog.runtime.workers.commands import COMMANDS_STREAM, CommandClient, StartRun
 
 ROOT = Path(__file__).resolve().parent.parent
 NATS_DIR = ROOT / "scripts" / "nats"

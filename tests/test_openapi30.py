@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentlog.http.app import route_table
-from agentlog.http.openapi import as_openapi_30, build
+from agentlog.gateway.http.app import route_table
+from agentlog.gateway.http.openapi import as_openapi_30, build
 
 
 def _walk(node: Any) -> Any:

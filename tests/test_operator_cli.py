@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from topology import Deployment
 
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import nats
 import pytest
 from topology import Deployment
 
-from agentlog.runtime.commands import COMMANDS_STREAM, WORKER_CONSUMER
+from agentlog.runtime.workers.commands import COMMANDS_STREAM, WORKER_CONSUMER
 
 ADMIN, TENANT = "ops-admin", "ops-tenant"
 

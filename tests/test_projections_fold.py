@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentlog.log.events import (
+from agentlog.eventlog.events import (
     Commit,
     InferenceCompleted,
     Message,
@@ -38,8 +38,7 @@ from agentlog.log.events import (
     ToolCallSuspended,
     Usage,
 )
-from agentlog.testing.synth import generate_history, stored
-from agentlog.views import (
+from agentlog.projections import (
     CallView,
     Folder,
     RunView,
@@ -53,6 +52,7 @@ from agentlog.views import (
     fold_run,
     fold_thread,
 )
+from agentlog.testing.synth import generate_history, stored
 
 T0 = 1_700_000_000_000
 

@@ -8,13 +8,13 @@ import random
 
 import nats
 
-from agentlog.log import collect
-from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.eventlog import collect
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.projections import fold_commits
+from agentlog.projections.kv import KVViewStore, bucket_names
+from agentlog.projections.rebuild import RebuildResult, rebuild
+from agentlog.projections.runner import ProjectionRunner
 from agentlog.testing.synth import history_of_size
-from agentlog.views import fold_commits
-from agentlog.views.kv import KVViewStore, bucket_names
-from agentlog.views.rebuild import RebuildResult, rebuild
-from agentlog.views.runner import ProjectionRunner
 
 
 async def test_rebuild_equals_incremental_runner_and_runner_continues(nats_server):

@@ -26,9 +26,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentlog.log import Commit, collect
-from agentlog.log.codec import encode_commit
-from agentlog.log.events import (
+from agentlog.eventlog import Commit, collect
+from agentlog.eventlog.codec import encode_commit
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.events import (
     Message,
     MessageAppended,
     RunStarted,
@@ -36,13 +37,12 @@ from agentlog.log.events import (
     ThreadCreated,
     ThreadMetadataUpdated,
 )
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
-from agentlog.log.subjects import event_subject
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.eventlog.subjects import event_subject
+from agentlog.projections import ProjectionTimeout, fold_commits
+from agentlog.projections.kv import KVViewStore
+from agentlog.projections.runner import ProjectionRunner
 from agentlog.testing.synth import generate_history
-from agentlog.views import ProjectionTimeout, fold_commits
-from agentlog.views.kv import KVViewStore
-from agentlog.views.runner import ProjectionRunner
 
 
 class Crash(Exception):

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentlog.log.errors import AgentlogError
-from agentlog.views import InvalidPatch, validate_patch, validate_state
+from agentlog.eventlog.errors import AgentlogError
+from agentlog.projections import InvalidPatch, validate_patch, validate_state
 
 BASE = {"a": 1, "b": [1, 2, 3], "c": {"d": "x"}}
 

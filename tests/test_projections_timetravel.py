@@ -7,10 +7,9 @@ import random
 
 import pytest
 
-from agentlog.log import MemoryEventStore, Position, collect
-from agentlog.log.events import MessageAppended, StoredCommit
-from agentlog.testing.synth import generate_history
-from agentlog.views import (
+from agentlog.eventlog import MemoryEventStore, Position, collect
+from agentlog.eventlog.events import MessageAppended, StoredCommit
+from agentlog.projections import (
     RunView,
     ThreadView,
     fold_messages,
@@ -23,6 +22,7 @@ from agentlog.views import (
     state_at,
     thread_at,
 )
+from agentlog.testing.synth import generate_history
 
 
 async def recorded(seed: int) -> tuple[str, list[StoredCommit]]:

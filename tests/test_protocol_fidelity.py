@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from agentlog.adapters import nats_routes
-from agentlog.adapters.frontend import frontend_tool
+from agentlog.gateway.adapters import nats_routes
+from agentlog.gateway.adapters.frontend import frontend_tool
 from agentlog.runtime import PermissionPlugin, ToolContext, tool
 from agentlog.runtime.models import Turn
 
@@ -90,7 +90,7 @@ async def test_nats_adapters_check_tokens_and_tenants(nats_server: Any) -> None:
 async def test_agui_lone_surrogate_is_refused_before_the_stream(nats_server: Any, tr: Transport,
                                                                 where: str) -> None:
     """The issue's trigger (a lone surrogate in content or forwardedProps) no longer reaches the
-    producer: the one request decoder (`agentlog.api.json_input`) refuses it as `invalid_json` (HTTP 400,
+    producer: the one request decoder (`agentlog.gateway.operations.json_input`) refuses it as `invalid_json` (HTTP 400,
     NATS one RUN_ERROR) and nothing is written. Before: the HTTP stream never ended."""
     async with open_stack(nats_server, ["fine"]) as stack:
         body = _agui_body("t1", "r1")
@@ -111,7 +111,7 @@ async def test_agui_stream_ends_with_run_error_on_unexpected_error(nats_server: 
     """Whatever the producer raises once the stream is open (here: the translator, with a lone
     surrogate in the exception text), the stream ends with RUN_ERROR `internal_error` whose text
     can be encoded. Before: the HTTP stream never ended."""
-    from agentlog.adapters import agui
+    from agentlog.gateway.adapters import agui
 
     feed = agui.AguiTranslator.feed
     calls = {"n": 0}

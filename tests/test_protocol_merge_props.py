@@ -1,4 +1,4 @@
-"""Property tests of the order a route's translators see (`agentlog.adapters.source.Merge`): for
+"""Property tests of the order a route's translators see (`agentlog.gateway.adapters.source.Merge`): for
 generated histories recorded for real (text, tool calls that succeed, fail or patch the state,
 approvals that suspend, continuation runs, live deltas), and for generated ARRIVAL orders of the
 same commits and deltas (the live link ahead of the log by any amount, as on a worker; or behind
@@ -20,11 +20,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentlog.adapters import agui, aisdk, session
-from agentlog.adapters.source import Merge
-from agentlog.log.events import MessageAppended, StoredCommit
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.events import MessageAppended, StoredCommit
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.gateway.adapters import agui, aisdk, session
+from agentlog.gateway.adapters.source import Merge
 from agentlog.runtime import PermissionPlugin
 
 from protocol_verify.agui import verify_agui_stream

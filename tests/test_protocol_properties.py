@@ -13,10 +13,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentlog.adapters import agui, aisdk, session
-from agentlog.log.events import MessageAppended, RunStarted, StepStarted
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.events import MessageAppended, RunStarted, StepStarted
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.gateway.adapters import agui, aisdk, session
 from agentlog.runtime import PermissionPlugin
 from agentlog.runtime.models import Turn
 from agentlog.runtime.models.scripted import ScriptedCall

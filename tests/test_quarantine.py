@@ -16,15 +16,22 @@ import nats
 import pytest
 from topology import Deployment
 
-from agentlog.log import JetStreamEventStore
-from agentlog.log.errors import InvalidCommit
-from agentlog.log.events import Commit, CommitQuarantined, Message, MessageAppended, RunStarted, ThreadCreated
-from agentlog.log.quarantine import is_quarantined
-from agentlog.log.subjects import event_subject
-from agentlog.views import fold_commits
-from agentlog.views.kv import KVViewStore
-from agentlog.views.rebuild import rebuild
-from agentlog.views.runner import ProjectionRunner
+from agentlog.eventlog import JetStreamEventStore
+from agentlog.eventlog.errors import InvalidCommit
+from agentlog.eventlog.events import (
+    Commit,
+    CommitQuarantined,
+    Message,
+    MessageAppended,
+    RunStarted,
+    ThreadCreated,
+)
+from agentlog.eventlog.quarantine import is_quarantined
+from agentlog.eventlog.subjects import event_subject
+from agentlog.projections import fold_commits
+from agentlog.projections.kv import KVViewStore
+from agentlog.projections.rebuild import rebuild
+from agentlog.projections.runner import ProjectionRunner
 
 POISONS = [b"{not json", b'{"v": 99, "commit_id": "x", "thread_id": "t", "ts": 1, "events": []}', b"\x00\xff"]
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"

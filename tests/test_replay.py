@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from agentlog.log.events import StoredCommit
+from agentlog.eventlog.events import StoredCommit
 from agentlog.runtime import AddContext, AgentSpec, DeterministicEntropy, Plugin, Runtime, ToolContext, tool
 from agentlog.runtime.models import ScriptedModel, Turn
-from agentlog.runtime.replay import (
+from agentlog.runtime.replay.verify import (
     NonDeterminismError,
     ReplayApp,
     plan_replay,

@@ -17,9 +17,9 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentlog.log.events import InferenceCompleted, Message, StoredCommit
+from agentlog.eventlog.events import InferenceCompleted, Message, StoredCommit
 from agentlog.runtime.models.base import ModelRequest, ToolSpec
-from agentlog.runtime.replay import (
+from agentlog.runtime.replay.verify import (
     REQUEST_PARTS,
     NonDeterminismError,
     differing_parts,

@@ -17,10 +17,16 @@ from typing import Any
 
 import pytest
 
-from agentlog.log.events import ToolCallCompleted
+from agentlog.eventlog.events import ToolCallCompleted
 from agentlog.runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime, ToolContext, tool
 from agentlog.runtime.models import ScriptedModel, Turn
-from agentlog.runtime.replay import NonDeterminismError, ReplayApp, next_session, plan_replay, verify_run
+from agentlog.runtime.replay.verify import (
+    NonDeterminismError,
+    ReplayApp,
+    next_session,
+    plan_replay,
+    verify_run,
+)
 
 import test_hitl_support as S
 from test_hitl_scenarios import resume_in_process, start_waiting
@@ -189,7 +195,7 @@ def triple(x: int, ctx: ToolContext) -> int:
 async def test_a_decision_recorded_alone_then_resumed_verifies(store: Any) -> None:
     """Decisions appended by one process (which died before resuming), applied by another's
     `Runtime.resume`: replay reveals the decision commit where it was recorded and resumes."""
-    from agentlog.log.events import Commit, ToolCallDecided, ToolCallDecision
+    from agentlog.eventlog.events import Commit, ToolCallDecided, ToolCallDecision
 
     await start_waiting(store, "ask_approve")
     log = await thread_log(store, S.THREAD)

@@ -19,16 +19,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentlog.api.connection import ConnectionOptions, open_store
 from agentlog.cli.server import ServerConfig, serve
-from agentlog.log.cluster import LocalCluster
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.payloads import PAYLOAD_BUCKET
-from agentlog.log.replicas import replicas_target
-from agentlog.log.subjects import EVENTS_STREAM
-from agentlog.runtime.commands import COMMANDS_STREAM, DLQ_STREAM, CommandClient, ensure_runtime_streams
-from agentlog.runtime.snapshot import KVSnapshotStore
-from agentlog.views.kv import KVViewStore
+from agentlog.eventlog.jetstream.payloads import PAYLOAD_BUCKET
+from agentlog.eventlog.jetstream.replicas import replicas_target
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.eventlog.subjects import EVENTS_STREAM
+from agentlog.gateway.operations.connection import ConnectionOptions, open_store
+from agentlog.projections.kv import KVViewStore
+from agentlog.runtime.snapshots.store import KVSnapshotStore
+from agentlog.runtime.workers.commands import (
+    COMMANDS_STREAM,
+    DLQ_STREAM,
+    CommandClient,
+    ensure_runtime_streams,
+)
+from agentlog.testing.cluster import LocalCluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import reliability_cluster
@@ -78,7 +83,7 @@ async def test_replicas_flag_raises_and_nothing_lowers_them(tmp_path: Path, capl
             assert (await _replicas(server.store.nc)) == dict.fromkeys(STREAMS, 3)
         # A process with the default (any CLI command), and one asking for fewer, keep R3.
         assert set((await _ensure_all(None, cluster)).values()) == {3}
-        with caplog.at_level(logging.WARNING, logger="agentlog.log.replicas"):
+        with caplog.at_level(logging.WARNING, logger="agentlog.eventlog.jetstream.replicas"):
             assert set((await _ensure_all(1, cluster)).values()) == {3}
         kept = [r.getMessage() for r in caplog.records if "keeps its 3 replicas (asked for 1)" in r.getMessage()]
         assert len(kept) == len(STREAMS), kept  # each stream says what it kept

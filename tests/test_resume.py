@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from agentlog.log.events import Commit, StoredCommit
-from agentlog.log.memory import MemoryEventStore
+from agentlog.eventlog.events import Commit, StoredCommit
+from agentlog.eventlog.memory import MemoryEventStore
 from agentlog.runtime import AgentSpec, DeterministicEntropy, Runtime, ToolContext, ToolResult, tool
 from agentlog.runtime.models.scripted import ScriptedCall, ScriptedModel, Turn
 
@@ -245,8 +245,8 @@ async def test_cold_resume_from_a_views_snapshot_writes_the_same_log(store: Any)
     """With `views`, resume folds the thread view snapshot + the run's commits + the tail; the
     older messages arrive concurrently. The log (incl. the next inference's request digest,
     which covers every message) equals what a resume folding the whole thread writes."""
-    from agentlog.views.fold import fold_commits
-    from agentlog.views.kv import KVViewStore
+    from agentlog.projections.fold import fold_commits
+    from agentlog.projections.kv import KVViewStore
 
     views = await KVViewStore.open(store.nc)
 

@@ -16,9 +16,18 @@ import msgspec
 import nats
 import pytest
 
-from agentlog.api.connection import ConnectionOptions, open_store
-from agentlog.log import Commit, EmbeddedNatsServer, StoreUnavailable, new_id, now_ms
-from agentlog.log.archive import (
+from agentlog.eventlog import Commit, EmbeddedNatsServer, StoreUnavailable, new_id, now_ms
+from agentlog.eventlog.events import (
+    Message,
+    MessageAppended,
+    RunFinished,
+    RunStarted,
+    StepStarted,
+    StoredCommit,
+    Termination,
+    ThreadCreated,
+)
+from agentlog.eventlog.jetstream.archive import (
     ARCHIVE_BUCKET,
     ARCHIVE_KEY,
     SHA_HEADER,
@@ -29,23 +38,14 @@ from agentlog.log.archive import (
     marker_of,
     sha256_hex,
 )
-from agentlog.log.events import (
-    Message,
-    MessageAppended,
-    RunFinished,
-    RunStarted,
-    StepStarted,
-    StoredCommit,
-    Termination,
-    ThreadCreated,
-)
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.limits import LossyStreamLimits, lossy_limits
-from agentlog.log.retention import DAY_MS, archive_due, archive_thread, due, tally
-from agentlog.log.subjects import EVENTS_STREAM, thread_filter
-from agentlog.views import fold_commits
-from agentlog.views.kv import KVViewStore
-from agentlog.views.rebuild import rebuild
+from agentlog.eventlog.jetstream.limits import LossyStreamLimits, lossy_limits
+from agentlog.eventlog.jetstream.retention import DAY_MS, archive_due, archive_thread, due, tally
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.eventlog.subjects import EVENTS_STREAM, thread_filter
+from agentlog.gateway.operations.connection import ConnectionOptions, open_store
+from agentlog.projections import fold_commits
+from agentlog.projections.kv import KVViewStore
+from agentlog.projections.rebuild import rebuild
 
 WAIT = 30.0
 NOW = 1_800_000_000_000

@@ -19,11 +19,11 @@ import pytest
 from nats.js.api import ObjectMeta
 from topology import REPO, TESTS, TOPOLOGIES, Deployment, Kind, deploy
 
-from agentlog.log.archive import ARCHIVE_BUCKET, marker_of
-from agentlog.log.events import RunFinished
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
-from agentlog.log.subjects import EVENTS_STREAM, thread_filter
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.events import RunFinished
+from agentlog.eventlog.jetstream.archive import ARCHIVE_BUCKET, marker_of
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.eventlog.subjects import EVENTS_STREAM, thread_filter
 
 LIMIT = 90
 

@@ -1,12 +1,11 @@
-"""When a followed run stream ends (`agentlog.http.runs.paused`): the history's last pause or go
+"""When a followed run stream ends (`agentlog.gateway.http.runs.paused`): the history's last pause or go
 event decides whether the stream ends after the history or waits live for the next pause, and
 those are the events the live part ends on (`RunSuspended`, `RunFinished`), so the two can never
 disagree (a stream that saw the pause in its history and waited live for another hung)."""
 
 from __future__ import annotations
 
-from agentlog.http.runs import paused
-from agentlog.log.events import (
+from agentlog.eventlog.events import (
     AnyEvent,
     Commit,
     RunFinished,
@@ -21,6 +20,7 @@ from agentlog.log.events import (
     ToolCallStarted,
     ToolCallSuspended,
 )
+from agentlog.gateway.http.runs import paused
 
 
 def commits(*groups: list[AnyEvent]) -> list[StoredCommit]:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentlog.log.memory import MemoryEventStore
+from agentlog.eventlog.memory import MemoryEventStore
 from agentlog.runtime import AgentSpec, Runtime, ToolContext, ToolResult, tool
 from agentlog.runtime.loading import RunLoader
 from agentlog.runtime.models import ScriptedModel, Turn
-from agentlog.runtime.snapshot import CHUNKS, MemorySnapshotStore, decode_snapshot
+from agentlog.runtime.snapshots.store import CHUNKS, MemorySnapshotStore, decode_snapshot
 
 
 @tool

@@ -12,11 +12,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentlog.log.codec import encode_commit
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.codec import encode_commit
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime, ToolContext, tool
-from agentlog.runtime.entropy import Entropy, SystemEntropy
+from agentlog.runtime.loop.entropy import Entropy, SystemEntropy
 from agentlog.runtime.models import ScriptedModel, Turn
 
 pytestmark = pytest.mark.asyncio

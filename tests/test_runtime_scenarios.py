@@ -10,7 +10,7 @@ import msgspec
 import nats
 import pytest
 
-from agentlog.log.events import Message, ToolCall
+from agentlog.eventlog.events import Message, ToolCall
 from agentlog.runtime import (
     AgentSpec,
     DeterministicEntropy,

@@ -58,7 +58,7 @@ async def test_a_rejected_continuation_writes_nothing(store: Any, case: Any) -> 
 
 
 async def _delete_thread(store: Any, thread_id: str) -> None:
-    from agentlog.log.events import Commit, ThreadDeleted
+    from agentlog.eventlog.events import Commit, ThreadDeleted
 
     commit = Commit(commit_id=f"del-{thread_id}", thread_id=thread_id, ts=1, events=[ThreadDeleted(reason="gone")])
     await store.append(commit, expected_version=await store.last_seq())
@@ -70,7 +70,7 @@ async def test_a_deleted_thread_takes_no_run_through_any_path(store: Any) -> Non
     waiting parent stays waiting. Before: `Runtime.start` raised a bare AgentlogError (a 500
     `agentlog_error` over HTTP) while the dispatcher said 404, and a continuation cancelled the
     waiting parent (a write) before it failed."""
-    from agentlog.api.dispatch import InProcessDispatcher
+    from agentlog.gateway.operations.dispatch import InProcessDispatcher
 
     async with asyncio.timeout(WAIT):
         rt = await waiting_parent(store)

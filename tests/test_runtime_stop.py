@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agentlog.log.events import Usage
+from agentlog.eventlog.events import Usage
 from agentlog.runtime import (
     AgentSpec,
     ConsecutiveErrors,

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from agentlog.log.events import StoredCommit
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.events import StoredCommit
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.runtime import RunResult, Runtime
 
 

@@ -10,9 +10,9 @@ from typing import Any
 import pydantic
 import pytest
 
-from agentlog.log import MemoryEventStore
-from agentlog.log.events import SuspendTicket, ToolCall
-from agentlog.log.ids import is_valid_id
+from agentlog.eventlog import MemoryEventStore
+from agentlog.eventlog.events import SuspendTicket, ToolCall
+from agentlog.eventlog.ids import is_valid_id
 from agentlog.runtime import (
     AddContext,
     AgentSpec,
@@ -29,7 +29,7 @@ from agentlog.runtime import (
     tool,
 )
 from agentlog.runtime.agent import MaxRounds
-from agentlog.runtime.loop import RunContext, fold_context, resolve_gate
+from agentlog.runtime.loop.driver import RunContext, fold_context, resolve_gate
 from agentlog.runtime.models import ScriptedModel, Turn
 from agentlog.runtime.permission import PermissionPlugin, PermissionRule, decide
 from agentlog.runtime.stop import (

@@ -35,7 +35,7 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 
 from test_http_write_support import open_stack
 
@@ -70,9 +70,9 @@ class LiveApi:
             self.loop.close()
 
     async def _serve(self) -> None:
-        from agentlog.adapters.routes import ROUTES as ADAPTER_ROUTES
-        from agentlog.http import Settings
-        from agentlog.http.write import write_routes
+        from agentlog.gateway.adapters.routes import ROUTES as ADAPTER_ROUTES
+        from agentlog.gateway.http import Settings
+        from agentlog.gateway.http.write import write_routes
 
         self._stop = asyncio.Event()
         async with open_stack(self.server) as stack:
@@ -81,7 +81,7 @@ class LiveApi:
             await stack.client.close()
             from aiohttp import web
 
-            from agentlog.http import create_app
+            from agentlog.gateway.http import create_app
 
             app = create_app(stack.store, stack.views, stack.runner, auth_tokens="", runtime=stack.runtime,
                              extra_routes=[*write_routes(stack.dispatcher), *ADAPTER_ROUTES],

@@ -14,11 +14,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentlog.api.connection import ConnectionOptions
 from agentlog.cli.demo import DEMO_AGENT, approval_for, follow_run, suspended_calls
 from agentlog.cli.server import Server, ServerConfig, serve
-from agentlog.log.events import RunFinished, RunSuspended, StoredCommit
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.events import RunFinished, RunSuspended, StoredCommit
+from agentlog.gateway.operations.connection import ConnectionOptions
 
 from serve_support import HTTP_ROW, read_banner
 

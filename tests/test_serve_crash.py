@@ -25,9 +25,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentlog.log.events import RunFinished, StoredCommit, ToolCallCompleted, ToolCallStarted
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.events import RunFinished, StoredCommit, ToolCallCompleted, ToolCallStarted
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
 
 from serve_support import HTTP_ROW, NATS_ROW, read_banner
 
@@ -146,8 +146,8 @@ async def test_cancel_finishes_a_run_that_no_command_holds(nats_server: Embedded
     """A run `running` in the log that nobody drives and no queued command leases (started
     in-process by a serve of before the fix, or its command given up on): a cancel must finish
     it `cancelled`, not just record a request nobody acts on."""
-    from agentlog.api.dispatch import QueueDispatcher
-    from agentlog.runtime.worker import Worker
+    from agentlog.gateway.operations.dispatch import QueueDispatcher
+    from agentlog.runtime.workers.worker import Worker
 
     import serve_app
 
@@ -174,7 +174,7 @@ async def test_cancel_finishes_a_run_that_no_command_holds(nats_server: Embedded
 
 def _login(tmp_path: Path) -> dict[str, str]:
     """The embedded server is locked down (issue #12 item 4): log in as the data dir's readonly user."""
-    from agentlog.log.auth import load_or_create_credentials
+    from agentlog.eventlog.roles import load_or_create_credentials
 
     return load_or_create_credentials(tmp_path / "data").login("readonly")
 

@@ -13,10 +13,13 @@ from typing import Any
 
 import pytest
 
-from agentlog.log.events import Commit, ThreadDeleted
-from agentlog.log.memory import MemoryEventStore
+from agentlog.eventlog.events import Commit, ThreadDeleted
+from agentlog.eventlog.memory import MemoryEventStore
+from agentlog.projections.fold import fold_commits
+from agentlog.projections.kv import KVViewStore
+from agentlog.projections.runner import ProjectionRunner
 from agentlog.runtime import DeterministicEntropy
-from agentlog.runtime.snapshot import (
+from agentlog.runtime.snapshots.store import (
     CHUNKS,
     KVSnapshotStore,
     SnapshotWriter,
@@ -27,9 +30,6 @@ from agentlog.runtime.snapshot import (
     encode_snapshot,
     message_chunks_prefix,
 )
-from agentlog.views.fold import fold_commits
-from agentlog.views.kv import KVViewStore
-from agentlog.views.runner import ProjectionRunner
 
 from test_runtime_support import store, thread_log  # noqa: F401  (fixture)
 from test_snapshot_resume import CountingStore, app, suspended_call
@@ -275,7 +275,7 @@ async def test_get_many_splits_large_requests_and_reads_the_rest_of_a_cut_batch(
     for i, value in enumerate(want):
         await kv.put(f"gm.cut{i}", value)
     keys = [f"gm.cut{i}" for i in range(5)]
-    monkeypatch.setattr("agentlog.runtime.snapshot._MULTI_LAST_MAX", 2)  # three batched gets
+    monkeypatch.setattr("agentlog.runtime.snapshots.store._MULTI_LAST_MAX", 2)  # three batched gets
     assert await kv.get_many(keys) == want
     kv.read_max_bytes = 150  # the server cuts each batch after a value or so: the rest one by one
     assert await kv.get_many(keys) == want

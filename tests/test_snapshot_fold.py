@@ -17,9 +17,9 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-import agentlog.runtime.snapshot as snapshot_mod
-import agentlog.views.fold as fold_mod
-from agentlog.log.events import (
+import agentlog.projections.fold as fold_mod
+import agentlog.runtime.snapshots.store as snapshot_mod
+from agentlog.eventlog.events import (
     Commit,
     InferenceCompleted,
     Message,
@@ -47,9 +47,11 @@ from agentlog.log.events import (
     ToolCallSuspended,
     Usage,
 )
+from agentlog.projections.fold import RunFolder, fold_commits
+from agentlog.projections.views import CallView, RunView
 from agentlog.runtime import RunHandle
-from agentlog.runtime.loop import RunContext, fold_context
-from agentlog.runtime.snapshot import (
+from agentlog.runtime.loop.driver import RunContext, fold_context
+from agentlog.runtime.snapshots.store import (
     ChunkCache,
     MemorySnapshotStore,
     RunSnapshot,
@@ -62,8 +64,6 @@ from agentlog.runtime.snapshot import (
     load_chunks,
     make_snapshot,
 )
-from agentlog.views.fold import RunFolder, fold_commits
-from agentlog.views.views import CallView, RunView
 
 THREAD, RUN = "t-snap", "r-snap"
 CALLS = ["c1", "c2", "c3"]
@@ -250,7 +250,7 @@ def test_decide_reads_the_snapshots_call_ids_only_for_a_decision_whose_call_is_n
     """`check_decisions` reads the run's known call ids only to tell `UnknownCall` from
     `CallNotSuspended`; a decision for a suspended call does not make a resume read them out of
     the call chunks, one for another call gets them all (chunked ones included)."""
-    from agentlog.runtime.runtime import Runtime, _Loaded
+    from agentlog.runtime.facade import Runtime, _Loaded
 
     calls = {f"c{i}": CallView(call_id=f"c{i}", status="succeeded", name="tool") for i in range(4)}
     ctx = RunContext(thread_id=THREAD, run_id=RUN, suspended={"s": SuspendTicket(id="t-s")})

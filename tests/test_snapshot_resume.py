@@ -15,9 +15,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentlog.log.errors import InvalidId
-from agentlog.log.events import Position, StoredCommit
-from agentlog.log.memory import MemoryEventStore
+from agentlog.eventlog.errors import InvalidId
+from agentlog.eventlog.events import Position, StoredCommit
+from agentlog.eventlog.memory import MemoryEventStore
+from agentlog.projections.fold import fold_commits
+from agentlog.projections.kv import KVViewStore
+from agentlog.projections.runner import ProjectionRunner
 from agentlog.runtime import (
     AgentSpec,
     DeterministicEntropy,
@@ -27,12 +30,9 @@ from agentlog.runtime import (
     UnknownCall,
     tool,
 )
-from agentlog.runtime.hitl import CallNotSuspended
+from agentlog.runtime.loop.hitl import CallNotSuspended
 from agentlog.runtime.models.scripted import ScriptedModel, Turn
-from agentlog.runtime.snapshot import KVSnapshotStore, SnapshotWriter, decode_snapshot, encode_snapshot
-from agentlog.views.fold import fold_commits
-from agentlog.views.kv import KVViewStore
-from agentlog.views.runner import ProjectionRunner
+from agentlog.runtime.snapshots.store import KVSnapshotStore, SnapshotWriter, decode_snapshot, encode_snapshot
 
 from test_runtime_support import store, thread_log  # noqa: F401  (fixture)
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import aiohttp
 
-from agentlog.api.app_loader import App
-from agentlog.api.connection import ConnectionOptions
 from agentlog.cli.server import ServerConfig, serve
+from agentlog.gateway.operations.app_loader import App
+from agentlog.gateway.operations.connection import ConnectionOptions
 from agentlog.runtime import AgentSpec, ToolContext, tool
 from agentlog.runtime.models.scripted import ScriptedModel, Turn
 

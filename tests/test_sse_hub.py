@@ -1,4 +1,4 @@
-"""The SSE fan-out hub (`agentlog.http.sse.FollowHub`) on a real nats-server: one JetStream
+"""The SSE fan-out hub (`agentlog.gateway.http.sse.FollowHub`) on a real nats-server: one JetStream
 consumer per followed thread however many followers, same commits in log order for each, a slow
 follower dropped alone, the follow stopped when the last follower leaves, and followers that join
 while the thread is being written get every event exactly once (join, then history, dedupe)."""
@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from agentlog.http.sse import HUB, FollowHub, SlowFollower
-from agentlog.log.events import ThreadCreated, ThreadMetadataUpdated
-from agentlog.log.subjects import EVENTS_STREAM, thread_filter
+from agentlog.eventlog.events import ThreadCreated, ThreadMetadataUpdated
+from agentlog.eventlog.subjects import EVENTS_STREAM, thread_filter
+from agentlog.gateway.http.sse import HUB, FollowHub, SlowFollower
 
 from test_http_support import TIMEOUT, Api, api, sse_events  # noqa: F401
 

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from agentlog.cli.core import app
 from agentlog.client import ApiError, SyncClient, get_sync_client
-from agentlog.log.events import ToolCall, ToolCallDecision
+from agentlog.eventlog.events import ToolCall, ToolCallDecision
 from agentlog.runtime import PermissionPlugin
 from agentlog.runtime.permission import STANDING_KEY
 from agentlog.runtime.plugins import ExcludeTools, Gate, PatchState, PhaseContext

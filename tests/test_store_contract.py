@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from agentlog.log import (
+from agentlog.eventlog import (
     AppendResult,
     Commit,
     CommitTooLarge,
@@ -25,7 +25,7 @@ from agentlog.log import (
     new_id,
     now_ms,
 )
-from agentlog.log.events import (
+from agentlog.eventlog.events import (
     AnyEvent,
     Message,
     MessageAppended,
@@ -34,7 +34,7 @@ from agentlog.log.events import (
     StepStarted,
     ToolCallCompleted,
 )
-from agentlog.log.jetstream import JetStreamEventStore
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
 
 WAIT = 20.0  # upper bound for anything that could hang; never a sleep
 

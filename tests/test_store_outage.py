@@ -21,16 +21,16 @@ from typing import Any
 import pytest
 
 from agentlog.cli.demo import follow_run
-from agentlog.log.errors import StoreUnavailable
-from agentlog.log.events import RunFinished, StoredCommit, ToolCallCompleted
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.errors import StoreUnavailable
+from agentlog.eventlog.events import RunFinished, StoredCommit, ToolCallCompleted
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.projections.fold import fold_commits
 from agentlog.runtime import AgentSpec, Runtime, ToolContext, tool
-from agentlog.runtime.commands import CommandClient, StartRun
 from agentlog.runtime.models.scripted import ScriptedModel, Turn
 from agentlog.runtime.outage import OutagePolicy
-from agentlog.runtime.worker import Worker
-from agentlog.views.fold import fold_commits
+from agentlog.runtime.workers.commands import CommandClient, StartRun
+from agentlog.runtime.workers.worker import Worker
 
 LIMIT = 60
 RUNS = 3
@@ -204,7 +204,7 @@ def test_outage_policy_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_through_outage_retries_the_same_operation_until_the_deadline() -> None:
     """The retry helper alone (no NATS): an operation failing `StoreUnavailable` is called again
     until it answers; past the deadline the last error is raised; other errors pass at once."""
-    from agentlog.runtime.loop import get_logger
+    from agentlog.runtime.loop.driver import get_logger
     from agentlog.runtime.outage import through_outage
 
     log = get_logger("test")

@@ -1,4 +1,4 @@
-"""Sub-agents as child runs (`agentlog.runtime.subagents`) on a real JetStream store: lineage in the log,
+"""Sub-agents as child runs (`agentlog.runtime.toolkits.subagents`) on a real JetStream store: lineage in the log,
 foreground and background children, progress forwarded to the parent's call, allowed / excluded
 agents, cancellation cascading to descendants, a child that waits for a human suspending its
 parent (resumed from the log when the child finishes), and verified replay of the whole tree."""
@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from agentlog.log.events import RunFinished, RunStarted, ThreadCreated
+from agentlog.eventlog.events import RunFinished, RunStarted, ThreadCreated
 from agentlog.runtime import AgentSpec, PermissionPlugin, Runtime, ToolContext, tool
 from agentlog.runtime.live import MemoryLiveSink
 from agentlog.runtime.models.scripted import ScriptedModel, Turn
-from agentlog.runtime.subagents import SubAgents, child_ids, verify_tree
+from agentlog.runtime.toolkits.subagents import SubAgents, child_ids, verify_tree
 
 from test_runtime_support import store  # noqa: F401  (fixture)
 

@@ -8,9 +8,9 @@ import json
 from typer.testing import CliRunner
 
 from agentlog.cli.core import app as cli_app
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
-from agentlog.runtime.subagents import child_ids
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.runtime.toolkits.subagents import child_ids
 
 import subagents_app
 

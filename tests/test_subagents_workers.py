@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from agentlog.log.events import RunStarted
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
-from agentlog.runtime.commands import CommandClient, Decide, StartRun
-from agentlog.runtime.subagents import child_ids
-from agentlog.views.fold import fold_commits
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.events import RunStarted
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.projections.fold import fold_commits
+from agentlog.runtime.toolkits.subagents import child_ids
+from agentlog.runtime.workers.commands import CommandClient, Decide, StartRun
 
 from test_worker_support import Watch, kill_all, read_lines, spawn_worker
 

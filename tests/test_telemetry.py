@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from agentlog.log.events import (
+from agentlog.eventlog.events import (
     Commit,
     InferenceCompleted,
     RunFinished,
@@ -127,7 +127,7 @@ def test_a_failing_observer_never_ends_a_run() -> None:
     """Observers are a side channel: one that raises is logged and skipped."""
     import asyncio
 
-    from agentlog.log.memory import MemoryEventStore
+    from agentlog.eventlog.memory import MemoryEventStore
 
     def broken(_sc: StoredCommit) -> None:
         raise RuntimeError("observer bug")

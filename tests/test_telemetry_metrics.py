@@ -13,10 +13,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentlog.http.context import SERVICES
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
-from agentlog.runtime.commands import CommandClient, StartRun
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.gateway.http.context import SERVICES
+from agentlog.runtime.workers.commands import CommandClient, StartRun
 
 from test_http_support import TIMEOUT, body
 from test_http_write import until_status

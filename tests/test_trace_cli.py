@@ -17,8 +17,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from typer.testing import CliRunner
 
 from agentlog.cli.core import app
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.runtime import AgentSpec, Runtime, ToolContext, tool
 from agentlog.runtime.models.scripted import ScriptedModel, Turn
 
@@ -108,8 +108,8 @@ def test_serve_exports_live_spans_when_otlp_is_configured(nats_server: EmbeddedN
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` set: the process that executes runs (here `serve`:
     its worker part) exports each run's spans live, as they happen, without `agentlog trace`."""
-    from agentlog.api.connection import ConnectionOptions
     from agentlog.cli.server import ServerConfig, serve
+    from agentlog.gateway.operations.connection import ConnectionOptions
 
     async def run_one() -> str:
         config = ServerConfig(role="serve", app_spec="worker_app:app", port=0, tokens="",

@@ -2,7 +2,7 @@
 at once: what the log got while it was down, and what its runner had in flight when it died, is
 readable right after the restart, and `/health` says how far the views are.
 
-The runner reads the log from the position its views store (`agentlog.views.feed`), so nothing on
+The runner reads the log from the position its views store (`agentlog.projections.feed`), so nothing on
 the server is leased to a dead process. A durable consumer kept the dead runner's unacked batch
 for its ack wait (30 s), and every read in between answered 404 or 503.
 """
@@ -19,10 +19,10 @@ import pytest
 from nats.js.errors import NotFoundError
 from topology import Deployment
 
-from agentlog.log import Commit
-from agentlog.log.events import RunStarted, ThreadCreated
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.subjects import EVENTS_STREAM
+from agentlog.eventlog import Commit
+from agentlog.eventlog.events import RunStarted, ThreadCreated
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.eventlog.subjects import EVENTS_STREAM
 
 #: Far below the 30 s a dead runner's batch was held; a bound, not a synchronisation.
 CATCH_UP_BOUND = 15.0

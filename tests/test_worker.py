@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
-from agentlog.runtime.commands import (
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.projections.fold import fold_commits
+from agentlog.runtime.workers.commands import (
     COMMANDS_STREAM,
     Cancel,
     CommandClient,
@@ -23,8 +24,7 @@ from agentlog.runtime.commands import (
     decode_command,
     encode_command,
 )
-from agentlog.runtime.worker import Worker
-from agentlog.views.fold import fold_commits
+from agentlog.runtime.workers.worker import Worker
 
 import worker_app
 from test_worker_support import Watch, kill_all, message_list, read_lines, spawn_worker

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
-from agentlog.runtime.commands import CommandClient, Decide, StartRun
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.runtime.workers.commands import CommandClient, Decide, StartRun
 
 import worker_app
 from test_worker_support import Watch, kill_all, message_list, read_lines, spawn_worker, thread_state

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from agentlog.api.dispatch import CommandFailed, QueueDispatcher
-from agentlog.log.events import Commit, RunFinished, RunStarted, ThreadCreated
-from agentlog.log.ids import new_id, now_ms
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer
-from agentlog.runtime.commands import (
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.events import Commit, RunFinished, RunStarted, ThreadCreated
+from agentlog.eventlog.ids import new_id, now_ms
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.gateway.operations.dispatch import CommandFailed, QueueDispatcher
+from agentlog.runtime.workers.commands import (
     COMMANDS_STREAM,
     DLQ_CODE,
     DLQ_COMMAND_ID,
@@ -30,7 +30,7 @@ from agentlog.runtime.commands import (
     StartRun,
     dlq_subject,
 )
-from agentlog.runtime.worker import Worker
+from agentlog.runtime.workers.worker import Worker
 from tests.app_forms import factory_runtime
 
 TIMEOUT = 20.0
@@ -142,7 +142,7 @@ async def test_the_gateway_answers_with_the_workers_code(nats_server: EmbeddedNa
 
 
 def test_dead_letter_codes_map_to_the_statuses_serve_mode_gives() -> None:
-    from agentlog.http.errors import answer
+    from agentlog.gateway.http.errors import answer
 
     for code, status in (("agent_not_found", 404), ("commit_too_large", 413), ("run_finished", 409),
                          ("frontend_tool_conflict", 400), ("max_deliveries", 503), (None, 500)):

@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import EmbeddedNatsServer, free_port
-from agentlog.runtime.commands import CommandClient, StartRun
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer, free_port
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.runtime.outage import is_transient
+from agentlog.runtime.workers.commands import CommandClient, StartRun
 
 from test_worker_support import Watch, kill_all, spawn_worker
 
@@ -47,7 +47,7 @@ def test_what_counts_as_transient() -> None:
     import nats.errors
     import nats.js.errors
 
-    from agentlog.log.errors import StoreUnavailable
+    from agentlog.eventlog.errors import StoreUnavailable
 
     assert is_transient(StoreUnavailable("x")) and is_transient(TimeoutError())
     assert is_transient(nats.errors.NoServersError()) and is_transient(nats.errors.NoRespondersError())

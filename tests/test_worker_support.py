@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentlog.log.events import StoredCommit
-from agentlog.views.fold import fold_commits
+from agentlog.eventlog.events import StoredCommit
+from agentlog.projections.fold import fold_commits
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent

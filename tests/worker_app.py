@@ -31,9 +31,9 @@ import signal
 from typing import Any
 
 from agentlog.runtime import AgentSpec, PermissionPlugin, Runtime, ToolContext, tool
-from agentlog.runtime.commands import CommandClient
 from agentlog.runtime.models.scripted import ScriptedModel, Turn
-from agentlog.runtime.subagents import SubAgents
+from agentlog.runtime.toolkits.subagents import SubAgents
+from agentlog.runtime.workers.commands import CommandClient
 
 _CRASH = os.environ.get("WORKER_APP_CRASH", "")
 _EXEC_LOG = os.environ.get("WORKER_APP_EXEC_LOG")
@@ -175,7 +175,7 @@ def app(store: Any) -> Runtime:
                   tool_execution_mode="parallel_streaming", plugins=[PermissionPlugin(ask=["deploy"])]),
         AgentSpec(id="quick", model="quick", tools=["work"], max_rounds=5),
         AgentSpec(id="held", model="held", tools=["hold"], max_rounds=5),
-        # sub-agents (agentlog.runtime.subagents): boss delegates to helper, a child run on its own thread
+        # sub-agents (agentlog.runtime.toolkits.subagents): boss delegates to helper, a child run on its own thread
         AgentSpec(id="boss", model="boss", tools=["agent_run"], max_rounds=5, allowed_agents=["helper"]),
         AgentSpec(id="helper", model="helper", tools=["work"], max_rounds=5),
         # boss2 delegates to ops, whose deploy waits for a human (the parent's call suspends too)

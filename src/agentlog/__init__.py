@@ -3,10 +3,10 @@
     from agentlog import AgentSpec, JetStreamEventStore, Runtime, ScriptedModel, Turn, tool
 
 The names here are the ones an app needs; everything else lives in the subpackages, by layer:
-`agentlog.log` (events, the JetStream store), `agentlog.views` (folds, KV projections),
-`agentlog.runtime` (agents, tools, models, plugins, the loop, workers), `agentlog.api` (what
-every transport shares: operations, dispatch, the app loader), `agentlog.http`, `agentlog.nats`,
-`agentlog.adapters` (AG-UI, AI SDK, A2A), `agentlog.cli`, `agentlog.client` (the Python client
+`agentlog.eventlog` (events, the JetStream store), `agentlog.projections` (folds, KV projections),
+`agentlog.runtime` (agents, tools, models, plugins, the loop, workers), `agentlog.gateway.operations` (what
+every transport shares: operations, dispatch, the app loader), `agentlog.gateway.http`, `agentlog.gateway.nats`,
+`agentlog.gateway.adapters` (AG-UI, AI SDK, A2A), `agentlog.cli`, `agentlog.client` (the Python client
 of the HTTP API) and `agentlog.testing` (helpers for tests of agentlog apps). The names are imported on first use, so `import agentlog` is cheap.
 """
 
@@ -24,25 +24,25 @@ except importlib.metadata.PackageNotFoundError:  # a source tree that was never 
 # public name -> the module that defines it
 _EXPORTS: dict[str, str] = {
     # the log
-    "JetStreamEventStore": "agentlog.log.jetstream",
-    "MemoryEventStore": "agentlog.log.memory",
-    "EmbeddedNatsServer": "agentlog.log.server",
-    "AgentlogError": "agentlog.log.errors",
+    "JetStreamEventStore": "agentlog.eventlog.jetstream.store",
+    "MemoryEventStore": "agentlog.eventlog.memory",
+    "EmbeddedNatsServer": "agentlog.eventlog.embedded.server",
+    "AgentlogError": "agentlog.eventlog.errors",
     # agents, tools, models
-    "Runtime": "agentlog.runtime.runtime",
-    "RunHandle": "agentlog.runtime.runtime",
-    "RunResult": "agentlog.runtime.runtime",
+    "Runtime": "agentlog.runtime.facade",
+    "RunHandle": "agentlog.runtime.facade",
+    "RunResult": "agentlog.runtime.facade",
     "AgentSpec": "agentlog.runtime.agent",
-    "ContextPolicy": "agentlog.runtime.context",
+    "ContextPolicy": "agentlog.runtime.context_policy",
     "tool": "agentlog.runtime.tools",
     "Tool": "agentlog.runtime.tools",
     "ToolContext": "agentlog.runtime.tools",
     "ToolError": "agentlog.runtime.tools",
     "PermissionPlugin": "agentlog.runtime.permission",
-    "McpServerConfig": "agentlog.runtime.mcp",
-    "McpToolset": "agentlog.runtime.mcp",
-    "SubAgents": "agentlog.runtime.subagents",
-    "Worker": "agentlog.runtime.worker",
+    "McpServerConfig": "agentlog.runtime.toolkits.mcp",
+    "McpToolset": "agentlog.runtime.toolkits.mcp",
+    "SubAgents": "agentlog.runtime.toolkits.subagents",
+    "Worker": "agentlog.runtime.workers.worker",
     "load_config": "agentlog.runtime.config",
     "Model": "agentlog.runtime.models.base",
     "OpenAIChatModel": "agentlog.runtime.models.openai",
@@ -54,7 +54,7 @@ _EXPORTS: dict[str, str] = {
     "ScriptedModel": "agentlog.runtime.models.scripted",
     "Turn": "agentlog.runtime.models.scripted",
     # an app for `agentlog serve|worker --app module:attr`
-    "App": "agentlog.api.app_loader",
+    "App": "agentlog.gateway.operations.app_loader",
 }
 
 __all__ = [
@@ -81,15 +81,15 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from agentlog.api.app_loader import App
-    from agentlog.log.errors import AgentlogError
-    from agentlog.log.jetstream import JetStreamEventStore
-    from agentlog.log.memory import MemoryEventStore
-    from agentlog.log.server import EmbeddedNatsServer
+    from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+    from agentlog.eventlog.errors import AgentlogError
+    from agentlog.eventlog.jetstream.store import JetStreamEventStore
+    from agentlog.eventlog.memory import MemoryEventStore
+    from agentlog.gateway.operations.app_loader import App
     from agentlog.runtime.agent import AgentSpec
     from agentlog.runtime.config import load_config
-    from agentlog.runtime.context import ContextPolicy
-    from agentlog.runtime.mcp import McpServerConfig, McpToolset
+    from agentlog.runtime.context_policy import ContextPolicy
+    from agentlog.runtime.facade import RunHandle, RunResult, Runtime
     from agentlog.runtime.models.anthropic import AnthropicModel
     from agentlog.runtime.models.base import Model
     from agentlog.runtime.models.gemini import GeminiModel
@@ -99,7 +99,7 @@ if TYPE_CHECKING:
     from agentlog.runtime.models.pricing import ModelPrices
     from agentlog.runtime.models.scripted import ScriptedModel, Turn
     from agentlog.runtime.permission import PermissionPlugin
-    from agentlog.runtime.runtime import RunHandle, RunResult, Runtime
-    from agentlog.runtime.subagents import SubAgents
+    from agentlog.runtime.toolkits.mcp import McpServerConfig, McpToolset
+    from agentlog.runtime.toolkits.subagents import SubAgents
     from agentlog.runtime.tools import Tool, ToolContext, ToolError, tool
-    from agentlog.runtime.worker import Worker
+    from agentlog.runtime.workers.worker import Worker

@@ -10,16 +10,16 @@ registration, so the package has no import cycle (import-linter checks it).
 
 # The order of `agentlog --help`:
 # isort: off
-from . import core
-from . import reads as _reads  # noqa: F401 - each registers its commands on `app`
-from . import replay as _replay  # noqa: F401
-from . import retention as _retention  # noqa: F401
-from . import serve as _serve  # noqa: F401
-from . import runs as _runs  # noqa: F401
-from . import dev as _dev  # noqa: F401
-from . import mcp as _mcp  # noqa: F401
+from agentlog.cli import core
+from agentlog.cli import reads as _reads  # noqa: F401 - each registers its commands on `app`
+from agentlog.cli import replay as _replay  # noqa: F401
+from agentlog.cli import retention as _retention  # noqa: F401
+from agentlog.cli import serve as _serve  # noqa: F401
+from agentlog.cli import runs as _runs  # noqa: F401
+from agentlog.cli import dev as _dev  # noqa: F401
+from agentlog.cli import mcp as _mcp  # noqa: F401
 # isort: on
-from .core import app
+from agentlog.cli.core import app
 
 
 def main() -> None:

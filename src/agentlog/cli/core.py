@@ -6,7 +6,7 @@ Every command takes the same connection options (`--nats URL`, `--creds`, `--tok
 command. Every answer is computed from the log itself (the only source of truth), so the CLI
 shows the same thing whichever process wrote the log and whether or not a projection runner is
 running. `replay RUN --verify --app module:attr` runs user code: it re-executes the run with the
-app's agents against the log (agentlog.runtime.replay; tools answered from the log unless
+app's agents against the log (agentlog.runtime.replay.verify; tools answered from the log unless
 `--reexecute-tools`) and exits 1 at the first difference. Errors are one red line `error [<code>]: <message>` on stderr, exit 1, or 2 for usage
 errors (bad ids, unknown run); never a traceback.
 """
@@ -33,20 +33,19 @@ from rich.console import Console
 from rich.text import Text
 
 from agentlog import __version__
-from agentlog.api.app_loader import AppLoadError
-from agentlog.api.connection import NATS_URL_ENV, ConnectionOptions, open_store
-from agentlog.api.timeline import (
+from agentlog.cli import logging as agentlog_logging
+from agentlog.eventlog.errors import AgentlogError, InvalidId, StoreUnavailable
+from agentlog.eventlog.events import StoredCommit
+from agentlog.eventlog.jetstream.replicas import REPLICAS_ENV
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.eventlog.roles import Role
+from agentlog.eventlog.store import as_generator
+from agentlog.gateway.operations.app_loader import AppLoadError
+from agentlog.gateway.operations.connection import NATS_URL_ENV, ConnectionOptions, open_store
+from agentlog.gateway.operations.timeline import (
     InvalidEventId,
     UnknownRun,
 )
-from agentlog.log.auth import Role
-from agentlog.log.errors import AgentlogError, InvalidId, StoreUnavailable
-from agentlog.log.events import StoredCommit
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.replicas import REPLICAS_ENV
-from agentlog.log.store import as_generator
-
-from . import logging as agentlog_logging
 
 log = structlog.get_logger("agentlog.cli")
 

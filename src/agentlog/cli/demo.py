@@ -40,9 +40,8 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
 
-from agentlog.api.app_loader import App
-from agentlog.api.timeline import build_replay, event_summary, learn_call_names
-from agentlog.log.events import (
+from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
+from agentlog.eventlog.events import (
     RunFinished,
     RunSuspended,
     StoredCommit,
@@ -50,8 +49,9 @@ from agentlog.log.events import (
     ToolCallStarted,
     ToolCallSuspended,
 )
-from agentlog.log.ids import new_id
-from agentlog.log.server import DEFAULT_DATA_DIR
+from agentlog.eventlog.ids import new_id
+from agentlog.gateway.operations.app_loader import App
+from agentlog.gateway.operations.timeline import build_replay, event_summary, learn_call_names
 from agentlog.runtime import AgentSpec, McpServerConfig, McpToolset, PermissionPlugin, ToolContext, tool
 from agentlog.runtime.models.base import ModelRequest
 from agentlog.runtime.models.scripted import ScriptedModel, ScriptItem, Turn, last_tool_result
@@ -69,11 +69,11 @@ PROVIDER_PROMPT = (
 
 def demo_app(*, mcp: bool = False) -> App:
     """The demo application: the `deployer` agent delegates the release checks to a `checker`
-    sub-agent (a child run on its own thread, `agentlog.runtime.subagents`), then deploys after a human
+    sub-agent (a child run on its own thread, `agentlog.runtime.toolkits.subagents`), then deploys after a human
     approves; scripted models. With `mcp`, it also collects the release notes from the demo MCP
     server (started here, closed at exit) while the checks run. (This module imports `runtime`,
     so the CLI imports it only after logging is configured.)"""
-    from agentlog.runtime.subagents import SubAgents
+    from agentlog.runtime.toolkits.subagents import SubAgents
 
     @tool
     async def run_checks(release: str, ctx: ToolContext) -> str:

@@ -29,8 +29,6 @@ import structlog
 import typer
 from rich.text import Text
 
-from agentlog.api.app_loader import AppModuleNotFound, InvalidAppSpec
-from agentlog.api.connection import ConnectionOptions, acquire_embedded
 from agentlog.cli.core import (
     CredsOpt,
     DataDirOpt,
@@ -46,8 +44,10 @@ from agentlog.cli.core import (
     _run_main,
     app,
 )
-from agentlog.log.datadir import SharedServer
-from agentlog.log.server import DEFAULT_DATA_DIR
+from agentlog.eventlog.embedded.datadir import SharedServer
+from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
+from agentlog.gateway.operations.app_loader import AppModuleNotFound, InvalidAppSpec
+from agentlog.gateway.operations.connection import ConnectionOptions, acquire_embedded
 
 log = structlog.get_logger("agentlog.dev")
 
@@ -147,7 +147,7 @@ async def supervise(spec: str, roots: list[Path], serve_args: list[str], options
     """Hold NATS (the data dir's shared, locked-down embedded server unless given), then run the
     serve child; restart it on every change. Embedded: the child runs on the same data dir, so it
     finds the server through its address file and logs in with the dir's generated credentials
-    (`agentlog.log.datadir`); holding a share here keeps that server up across restarts."""
+    (`agentlog.eventlog.embedded.datadir`); holding a share here keeps that server up across restarts."""
     embedded: SharedServer | None = None
     if options.embedded:
         embedded = await acquire_embedded(options)

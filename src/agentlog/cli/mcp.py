@@ -1,7 +1,7 @@
-"""`agentlog mcp --app X`: the app's agents as an MCP server on stdio (agentlog.adapters.mcp_server),
+"""`agentlog mcp --app X`: the app's agents as an MCP server on stdio (agentlog.gateway.adapters.mcp_server),
 for MCP hosts that start their servers as subprocesses (editors, desktop assistants); and
 `agentlog acp --app X [--agent ID]`: one agent over the Agent Client Protocol on stdio
-(agentlog.adapters.acp), for editors that drive agents.
+(agentlog.gateway.adapters.acp), for editors that drive agents.
 
 The process is a worker for the app plus the MCP session: calls go through the durable command
 queue like the gateway's (its own worker takes them, or any other worker of the deployment when
@@ -15,10 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from agentlog.api.connection import ConnectionOptions
-from agentlog.log.server import DEFAULT_DATA_DIR
-
-from .core import (
+from agentlog.cli.core import (
     AppOpt,
     CredsOpt,
     DataDirOpt,
@@ -31,18 +28,19 @@ from .core import (
     _run_main,
     app,
 )
+from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
+from agentlog.gateway.operations.connection import ConnectionOptions
 
 
 async def serve_stdio(source: Any, options: ConnectionOptions, app_spec: str | None) -> None:
     """Run the app's worker and the MCP server on this process's stdin/stdout until stdin ends."""
     from mcp.server.stdio import stdio_server
 
-    from agentlog.adapters import session
-    from agentlog.adapters.mcp_server import build_server
-    from agentlog.api import dispatch
-    from agentlog.api.agents import agent_catalog
-
-    from .server import ServerConfig, serve
+    from agentlog.cli.server import ServerConfig, serve
+    from agentlog.gateway.adapters import session
+    from agentlog.gateway.adapters.mcp_server import build_server
+    from agentlog.gateway.operations import dispatch
+    from agentlog.gateway.operations.agents import agent_catalog
 
     config = ServerConfig(role="worker", app=source, app_spec=app_spec, connection=options, nats_service=False)
     async with serve(config) as server:
@@ -62,12 +60,11 @@ async def serve_acp(source: Any, options: ConnectionOptions, app_spec: str | Non
     from acp import run_agent
 
     from agentlog import __version__
-    from agentlog.adapters import session
-    from agentlog.adapters.acp import AgentlogAcpAgent
-    from agentlog.api import dispatch
-    from agentlog.api.dispatch import AgentNotFound
-
-    from .server import ServerConfig, serve
+    from agentlog.cli.server import ServerConfig, serve
+    from agentlog.gateway.adapters import session
+    from agentlog.gateway.adapters.acp import AgentlogAcpAgent
+    from agentlog.gateway.operations import dispatch
+    from agentlog.gateway.operations.dispatch import AgentNotFound
 
     config = ServerConfig(role="worker", app=source, app_spec=app_spec, connection=options, nats_service=False)
     async with serve(config) as server:
@@ -92,7 +89,7 @@ def acp_cmd(
 ) -> None:
     """One agent of the app over the Agent Client Protocol on stdio (editors); permission
     requests are the run's approvals. Runs a worker for the app in this process."""
-    from agentlog.api.app_loader import load_app
+    from agentlog.gateway.operations.app_loader import load_app
 
     source = _guard(lambda: load_app(app_spec)) if app_spec else None
     _run_main(lambda: serve_acp(source, _options(nats, creds, token, data_dir, timeout, replicas), app_spec, agent))
@@ -106,7 +103,7 @@ def mcp_cmd(
 ) -> None:
     """The app's agents as an MCP server on stdio (each agent a tool; approvals as elicitation).
     Runs a worker for the app in this process."""
-    from agentlog.api.app_loader import load_app
+    from agentlog.gateway.operations.app_loader import load_app
 
     source = _guard(lambda: load_app(app_spec)) if app_spec else None
     _run_main(lambda: serve_stdio(source, _options(nats, creds, token, data_dir, timeout, replicas), app_spec))

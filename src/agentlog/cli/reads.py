@@ -16,27 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from agentlog.api.timeline import (
-    UnknownRun,
-    event_data,
-    event_summary,
-    learn_call_names,
-    parse_event_id,
-    within,
-)
-from agentlog.log.errors import AgentlogError
-from agentlog.log.events import AnyEvent, Position, StoredCommit
-from agentlog.log.ids import validate_id, validate_run_id
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import DEFAULT_DATA_DIR
-from agentlog.log.store import as_generator
-from agentlog.views import RunView, ThreadView, fold_commits
-from agentlog.views.fold import fold_messages
-from agentlog.views.kv import KVViewStore
-from agentlog.views.rebuild import rebuild
-from agentlog.views.timetravel import state_at
-
-from .core import (
+from agentlog.cli.core import (
     CredsOpt,
     DataDirOpt,
     NatsOpt,
@@ -57,6 +37,25 @@ from .core import (
     usd,
     warn,
 )
+from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
+from agentlog.eventlog.errors import AgentlogError
+from agentlog.eventlog.events import AnyEvent, Position, StoredCommit
+from agentlog.eventlog.ids import validate_id, validate_run_id
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.eventlog.store import as_generator
+from agentlog.gateway.operations.timeline import (
+    UnknownRun,
+    event_data,
+    event_summary,
+    learn_call_names,
+    parse_event_id,
+    within,
+)
+from agentlog.projections import RunView, ThreadView, fold_commits
+from agentlog.projections.fold import fold_messages
+from agentlog.projections.kv import KVViewStore
+from agentlog.projections.rebuild import rebuild
+from agentlog.projections.timetravel import state_at
 
 # -- events tail ----------------------------------------------------------------------------------
 

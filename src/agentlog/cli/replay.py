@@ -13,22 +13,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from agentlog.api.app_loader import load_app, resolve_app
-from agentlog.api.timeline import (
-    ReplayReport,
-    UnknownRun,
-    build_replay,
-    last_position,
-    learn_call_names,
-    parse_event_id,
-)
-from agentlog.log.events import Position, StoredCommit
-from agentlog.log.ids import validate_run_id
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.server import DEFAULT_DATA_DIR
-
-from . import logging as agentlog_logging
-from .core import (
+from agentlog.cli import logging as agentlog_logging
+from agentlog.cli.core import (
     AppMismatch,
     CredsOpt,
     DataDirOpt,
@@ -43,7 +29,20 @@ from .core import (
     app,
     warn,
 )
-from .reads import _thread_of_run
+from agentlog.cli.reads import _thread_of_run
+from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
+from agentlog.eventlog.events import Position, StoredCommit
+from agentlog.eventlog.ids import validate_run_id
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.gateway.operations.app_loader import load_app, resolve_app
+from agentlog.gateway.operations.timeline import (
+    ReplayReport,
+    UnknownRun,
+    build_replay,
+    last_position,
+    learn_call_names,
+    parse_event_id,
+)
 
 # -- replay ---------------------------------------------------------------------------------------
 
@@ -99,7 +98,7 @@ def _render_verified(report: Any) -> None:
 
 def _render_divergence(report: Any) -> None:
     """The diverging event: where (`seq:index`), the recorded event, the replayed one, why."""
-    from agentlog.runtime.replay import describe
+    from agentlog.runtime.replay.verify import describe
 
     d = report.divergence
     assert d is not None
@@ -220,7 +219,7 @@ def trace_cmd(
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
     """A run's OpenTelemetry spans (run > step > chat / execute_tool), derived from the log."""
-    from .trace import trace
+    from agentlog.cli.trace import trace
 
     _guard(lambda: validate_run_id(run_id))
 
@@ -232,13 +231,13 @@ def trace_cmd(
 
 async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: Any,
                   reexecute: list[str], keep_from_log: list[str], as_json: bool) -> None:
-    """Verified replay (agentlog.runtime.replay) of one run; exit 1 with the diverging event if it differs.
+    """Verified replay (agentlog.runtime.replay.verify) of one run; exit 1 with the diverging event if it differs.
 
     `runtime` is imported here, not at the top, so the CLI starts fast; its loggers log to
     stderr whatever the import order (`agentlog.cli.logging`)."""
     from agentlog.runtime.agent import UnknownAgent
-    from agentlog.runtime.replay import UnknownReplayRun
-    from agentlog.runtime.subagents import verify_tree
+    from agentlog.runtime.replay.verify import UnknownReplayRun
+    from agentlog.runtime.toolkits.subagents import verify_tree
 
     user_app = resolve_app(source, store, spec)
     names = {t.name for t in user_app.tools}
@@ -250,7 +249,7 @@ async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: An
     from_log = sorted(names - (rerun - set(keep_from_log)))
     try:
         with _replay_logs_quiet():
-            # the run and its sub-agent runs (agentlog.runtime.subagents), parents first
+            # the run and its sub-agent runs (agentlog.runtime.toolkits.subagents), parents first
             reports = await verify_tree(store, run_id, user_app, tools_from_log=from_log, raise_on_divergence=False)
     except UnknownReplayRun:
         raise UnknownRun(run_id) from None

@@ -1,5 +1,5 @@
 """`agentlog retention`: archive finished threads older than N days into the Object Store and
-remove them from the events stream (`agentlog.log.retention`); every run stays replayable.
+remove them from the events stream (`agentlog.eventlog.jetstream.retention`); every run stays replayable.
 Registered on `agentlog.cli.core.app`."""
 
 from __future__ import annotations
@@ -9,11 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.retention import DAY_MS, archive_due
-from agentlog.log.server import DEFAULT_DATA_DIR
-
-from .core import (
+from agentlog.cli.core import (
     CredsOpt,
     DataDirOpt,
     NatsOpt,
@@ -26,6 +22,9 @@ from .core import (
     _run,
     app,
 )
+from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
+from agentlog.eventlog.jetstream.retention import DAY_MS, archive_due
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
 
 
 @app.command("retention")

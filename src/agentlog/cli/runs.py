@@ -5,7 +5,7 @@ The CLI never runs an agent itself here: it asks a running server (`agentlog ser
 `gateway`) through its API, so every command takes the same path as any other client and gets
 the same typed answers. Two transports behind one small protocol (`RunsApi`):
 
-- NATS (default): the micro service `agentlog.api.runs.<op>` (src/agentlog/nats/service.py), reached
+- NATS (default): the micro service `agentlog.api.runs.<op>` (src/agentlog/gateway/nats/service.py), reached
   with the usual connection options (`--nats/--creds/--token`, or the embedded server of
   `--data-dir`), so whatever `ConnectionOptions`/`open_store` learn about finding a server, these
   commands learn too;
@@ -35,8 +35,6 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from agentlog.api.connection import ConnectionOptions, open_store
-from agentlog.api.timeline import event_summary, learn_call_names
 from agentlog.cli.core import (
     CredsOpt,
     DataDirOpt,
@@ -54,17 +52,18 @@ from agentlog.cli.core import (
     thread_app,
     usd,
 )
+from agentlog.cli.reads import _event_json
 from agentlog.client import APPROVED, DENIED, AsyncClient, ClientError, pending_calls
 from agentlog.client import ApiError as ClientApiError
-from agentlog.log.auth import Role
-from agentlog.log.errors import AgentlogError, StoreUnavailable
-from agentlog.log.events import AnyEvent, RunFinished, RunSuspended
-from agentlog.log.ids import new_id, validate_id, validate_run_id
-from agentlog.log.server import DEFAULT_DATA_DIR
-from agentlog.nats.service import API_PREFIX
+from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
+from agentlog.eventlog.errors import AgentlogError, StoreUnavailable
+from agentlog.eventlog.events import AnyEvent, RunFinished, RunSuspended
+from agentlog.eventlog.ids import new_id, validate_id, validate_run_id
+from agentlog.eventlog.roles import Role
+from agentlog.gateway.nats.service import API_PREFIX
+from agentlog.gateway.operations.connection import ConnectionOptions, open_store
+from agentlog.gateway.operations.timeline import event_summary, learn_call_names
 from agentlog.runtime.permission import STANDING_KEY
-
-from .reads import _event_json
 
 run_app = group("Start and steer runs on a running agentlog server (its NATS API, or --url).")
 app.add_typer(run_app, name="run")

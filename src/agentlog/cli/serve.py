@@ -14,12 +14,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from agentlog.api.app_loader import load_app
-from agentlog.api.connection import ConnectionOptions
-from agentlog.log.errors import AgentlogError
-from agentlog.log.server import DEFAULT_DATA_DIR
-
-from .core import (
+from agentlog.cli.core import (
     AckWaitOpt,
     AppNameOpt,
     AppOpt,
@@ -43,6 +38,10 @@ from .core import (
     app,
     log,
 )
+from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
+from agentlog.eventlog.errors import AgentlogError
+from agentlog.gateway.operations.app_loader import load_app
+from agentlog.gateway.operations.connection import ConnectionOptions
 
 # -- serve / gateway / worker / demo ------------------------------------------------------------
 
@@ -52,7 +51,7 @@ def _server_config(role: str, app_spec: str | None, host: str, port: int, tokens
                    max_deliver: int | None = None, metrics_port: int | None = None,
                    public_url: str | None = None, archive_after: float | None = None,
                    app_name: str | None = None) -> Any:
-    from .server import ServerConfig
+    from agentlog.cli.server import ServerConfig
 
     source = app_obj if app_obj is not None else (_guard(lambda: load_app(app_spec)) if app_spec else None)
     return ServerConfig(role=role, app=source, app_spec=app_spec, host=host, port=port, tokens=tokens,  # type: ignore[arg-type]
@@ -88,9 +87,8 @@ def _serve_role(role: str, app_spec: str | None, host: str, port: int, tokens: s
                 metrics_port: int | None = None, ready_file: Path | None = None,
                 public_url: str | None = None, archive_after: float | None = None,
                 app_name: str | None = None) -> None:
-    from agentlog.http.urls import public_base_url
-
-    from .server import run_until_stopped
+    from agentlog.cli.server import run_until_stopped
+    from agentlog.gateway.http.urls import public_base_url
 
     config = _server_config(role, app_spec, host, port, tokens, options, concurrency,
                             ack_wait=ack_wait, shutdown_timeout=shutdown_timeout, max_deliver=max_deliver,
@@ -168,7 +166,7 @@ def worker_cmd(
     ack_wait: AckWaitOpt = None, shutdown_timeout: ShutdownOpt = None,
     max_deliver: Annotated[int, typer.Option(
         "--max-deliver", help="Failed deliveries of a command before it is dead-lettered to agentlog.dlq.<thread> "
-                              "(0: never).")] = 25,  # agentlog.runtime.worker.DEFAULT_MAX_DELIVER
+                              "(0: never).")] = 25,  # agentlog.runtime.workers.worker.DEFAULT_MAX_DELIVER
     metrics_port: Annotated[int | None, typer.Option(
         "--metrics-port", min=0, max=65535,
         help="Serve Prometheus /metrics (tokens, tool calls, model latency) on 127.0.0.1:PORT.")] = None,
@@ -178,7 +176,7 @@ def worker_cmd(
         "--ready-file", hidden=True, help="Write the pid to this file once consuming (for tests and benchmarks).")] = None,
     app_name: AppNameOpt = None,
 ) -> None:
-    """A worker alone: takes commands from the JetStream work queue (agentlog.runtime.worker.Worker).
+    """A worker alone: takes commands from the JetStream work queue (agentlog.runtime.workers.worker.Worker).
     The one worker entry point (`python -m agentlog worker` is the same)."""
     _serve_role("worker", app_spec, "127.0.0.1", 0, None, _options(nats, creds, token, data_dir, timeout, replicas),
                 concurrency, ack_wait, shutdown_timeout, max_deliver, metrics_port, ready_file=ready_file,
@@ -193,7 +191,7 @@ def _demo_data_dir(default: Path) -> Path:
     """The default data dir, unless a process (a `serve`) runs on it: then `<default>-demo`, or
     a new temporary dir if that one is busy too. Sharing the running server would mix the demo's
     data with that process's."""
-    from agentlog.log.datadir import busy
+    from agentlog.eventlog.embedded.datadir import busy
 
     if not busy(default):
         return default
@@ -221,11 +219,10 @@ def demo_cmd(
     options = _options(nats, creds, token, data_dir, timeout, replicas)
 
     async def main() -> int:
-        from agentlog.http.auth import resolve_tokens
-
-        from .demo import app_with_mcp as demo_factory
-        from .demo import run_demo
-        from .server import serve
+        from agentlog.cli.demo import app_with_mcp as demo_factory
+        from agentlog.cli.demo import run_demo
+        from agentlog.cli.server import serve
+        from agentlog.gateway.http.auth import resolve_tokens
 
         config = _server_config("serve", None, host, port, tokens, options, app_obj=demo_factory,
                                 app_name=DEMO_APP_NAME)

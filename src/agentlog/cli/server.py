@@ -22,9 +22,9 @@ Roles:
   for `agentlog worker` processes.
 - `worker`: a `Worker` only (no HTTP).
 
-The write routes (`agentlog.http.write`), the dispatchers (`agentlog.api.dispatch`), the protocol
-adapters (`agentlog.adapters.routes` / `nats_routes`) and the NATS micro service
-(`agentlog.nats.service`) are imported at the top like any other dependency: a broken module fails
+The write routes (`agentlog.gateway.http.write`), the dispatchers (`agentlog.gateway.operations.dispatch`), the protocol
+adapters (`agentlog.gateway.adapters.routes` / `nats_routes`) and the NATS micro service
+(`agentlog.gateway.nats.service`) are imported at the top like any other dependency: a broken module fails
 the process loudly at start instead of serving a quietly smaller API (they used to be optional
 while the parts were developed in parallel).
 """
@@ -42,18 +42,18 @@ from typing import Any, Literal
 import structlog
 from aiohttp import web
 
-from agentlog.adapters import nats_routes as adapter_nats_routes
-from agentlog.adapters import routes as adapter_routes
-from agentlog.adapters import session as adapter_session
-from agentlog.api import dispatch
-from agentlog.api.agents import agent_catalog
-from agentlog.api.app_loader import AppSource, load_app, resolve_app
-from agentlog.api.connection import ConnectionOptions, connect
-from agentlog.http.write import write_routes
-from agentlog.log.datadir import SharedServer
-from agentlog.log.jetstream import JetStreamEventStore
-from agentlog.log.subjects import DEFAULT_APP
-from agentlog.nats import service as nats_service
+from agentlog.eventlog.embedded.datadir import SharedServer
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.eventlog.subjects import DEFAULT_APP
+from agentlog.gateway.adapters import nats_routes as adapter_nats_routes
+from agentlog.gateway.adapters import routes as adapter_routes
+from agentlog.gateway.adapters import session as adapter_session
+from agentlog.gateway.http.write import write_routes
+from agentlog.gateway.nats import service as nats_service
+from agentlog.gateway.operations import dispatch
+from agentlog.gateway.operations.agents import agent_catalog
+from agentlog.gateway.operations.app_loader import AppSource, load_app, resolve_app
+from agentlog.gateway.operations.connection import ConnectionOptions, connect
 from agentlog.runtime.outage import OutagePolicy, is_transient, through_outage
 
 log = structlog.get_logger("agentlog.server")
@@ -88,28 +88,28 @@ class ServerConfig:
     #: many seconds (JetStream ack_wait). None reads AGENTLOG_WORKER_ACK_WAIT, else 30.
     worker_ack_wait: float | None = None
     #: Failed deliveries of a command before it is dead-lettered (0: never). None: the worker's
-    #: default (`agentlog.runtime.worker.DEFAULT_MAX_DELIVER`).
+    #: default (`agentlog.runtime.workers.worker.DEFAULT_MAX_DELIVER`).
     worker_max_deliver: int | None = None
     #: Serve Prometheus `/metrics` (tokens, tool calls, model latency of the runs this worker
     #: executes) on 127.0.0.1:PORT: for the `worker` role, which has no gateway (0: any port).
     worker_metrics_port: int | None = None
-    #: agentlog.http Settings (None: defaults).
+    #: agentlog.gateway.http Settings (None: defaults).
     settings: Any = None
     #: Start the NATS micro service (and the adapters' NATS subjects).
     nats_service: bool = True
     #: The gateway's address as clients reach it, the base of the URLs it publishes (A2A cards;
-    #: `agentlog.http.urls`). None reads AGENTLOG_PUBLIC_URL; unset: the listen address.
+    #: `agentlog.gateway.http.urls`). None reads AGENTLOG_PUBLIC_URL; unset: the listen address.
     public_url: str | None = None
     #: Retention policy of a gateway (`serve`, `gateway`): archive finished threads older than
-    #: this many days (`agentlog.api.retention`). None: no policy.
+    #: this many days (`agentlog.gateway.operations.retention`). None: no policy.
     archive_after: float | None = None
-    #: The app's name (`agentlog.runtime.commands`): the worker takes only its app's commands, the
+    #: The app's name (`agentlog.runtime.workers.commands`): the worker takes only its app's commands, the
     #: gateway queues new runs for its app's workers, runs record it. None: $AGENTLOG_APP_NAME,
     #: else "default".
     app_name: str | None = None
 
     def resolved_app_name(self) -> str:
-        from agentlog.runtime.commands import validate_app_name
+        from agentlog.runtime.workers.commands import validate_app_name
 
         name = self.app_name or os.environ.get(ENV_APP_NAME, "").strip() or DEFAULT_APP
         return validate_app_name(name)
@@ -120,7 +120,7 @@ def _load_source(config: ServerConfig) -> AppSource:
         return config.app
     if config.app_spec:
         return load_app(config.app_spec)
-    from .demo import app as demo_factory
+    from agentlog.cli.demo import app as demo_factory
 
     return demo_factory
 
@@ -166,7 +166,7 @@ def _seconds(value: float | None, env: str, default: float) -> float:
 def app_ref(name: str, runtime: Any) -> Any:
     """What the runs of `runtime` record as their app (`RunStarted.app`): the name it serves
     under and the digest of its agents and tools."""
-    from agentlog.log.events import AppRef
+    from agentlog.eventlog.events import AppRef
     from agentlog.runtime.digest import app_digest
 
     return AppRef(name=name, digest=app_digest(runtime.agents, runtime.tools))
@@ -192,7 +192,7 @@ class Server:
         self.config = config
         #: This process's share of the data dir's embedded nats-server (None with a NATS URL).
         self.embedded: SharedServer | None = None
-        #: Restarts the embedded server's JetStream once a full disk has room again (`agentlog.log.revive`).
+        #: Restarts the embedded server's JetStream once a full disk has room again (`agentlog.eventlog.embedded.revive`).
         self.disk_watch: Any = None
         self.store: JetStreamEventStore | None = None
         self.views: Any = None
@@ -214,9 +214,9 @@ class Server:
         self.service: Any = None
         self.adapter_service: Any = None
         self.retention: Any = None
-        #: `/v1/mcp` (agentlog.adapters.mcp_http) when the app's agents are known here.
+        #: `/v1/mcp` (agentlog.gateway.adapters.mcp_http) when the app's agents are known here.
         self.mcp: Any = None
-        #: A2A push notification delivery (agentlog.adapters.a2a.push), with the A2A server.
+        #: A2A push notification delivery (agentlog.gateway.adapters.a2a.push), with the A2A server.
         self.a2a_push: Any = None
         self.web_runner: web.AppRunner | None = None
         self.app: web.Application | None = None
@@ -253,11 +253,11 @@ class Server:
         return self
 
     async def _start(self) -> None:
+        from agentlog.projections.kv import KVViewStore
+        from agentlog.projections.runner import ProjectionRunner
         from agentlog.runtime import NatsLiveSink
-        from agentlog.runtime.commands import ensure_runtime_streams
-        from agentlog.runtime.snapshot import KVSnapshotStore
-        from agentlog.views.kv import KVViewStore
-        from agentlog.views.runner import ProjectionRunner
+        from agentlog.runtime.snapshots.store import KVSnapshotStore
+        from agentlog.runtime.workers.commands import ensure_runtime_streams
 
         opts = self.config.connection
         app_name = self.config.resolved_app_name()  # fail on a bad name before anything starts
@@ -272,7 +272,7 @@ class Server:
         self.store = store
         nc = store.nc
         if self.embedded is not None:  # the data dir's own server: bring its JetStream back after a full disk
-            from agentlog.log.revive import DiskWatch
+            from agentlog.eventlog.embedded.revive import DiskWatch
 
             self.disk_watch = DiskWatch(self.embedded.data_dir, store)
             self.disk_watch.start()
@@ -296,7 +296,7 @@ class Server:
         if self.has_worker:
             self.live = NatsLiveSink(nc)
             self.live.start()
-            from agentlog.runtime.snapshot import SnapshotWriter
+            from agentlog.runtime.snapshots.store import SnapshotWriter
 
             self.runtime = build_runtime(source, self.store, views=self.views, live=self.live, snapshots=snapshots)
             self.runtime.app = app_ref(app_name, self.runtime)
@@ -310,7 +310,7 @@ class Server:
             if self.config.worker_metrics_port is not None:
                 from prometheus_client import CollectorRegistry
 
-                from agentlog.api.metrics import McpCollector
+                from agentlog.gateway.operations.metrics import McpCollector
 
                 registry = CollectorRegistry()
                 registry.register(McpCollector())
@@ -322,7 +322,7 @@ class Server:
         if self.has_http:
             self.dispatcher = self._dispatcher(source)
         if self.has_worker:
-            from agentlog.runtime.worker import DEFAULT_MAX_DELIVER, Worker
+            from agentlog.runtime.workers.worker import DEFAULT_MAX_DELIVER, Worker
 
             max_deliver = self.config.worker_max_deliver
             self.worker = Worker(
@@ -338,7 +338,7 @@ class Server:
             if self.config.nats_service:
                 await self._start_service()
             if self.config.archive_after is not None:
-                from agentlog.api.retention import RetentionLoop
+                from agentlog.gateway.operations.retention import RetentionLoop
 
                 self.retention = RetentionLoop(opts, self.config.archive_after)
                 self.retention.start()
@@ -367,24 +367,24 @@ class Server:
         assert self.dispatcher is not None
         self.parts += ["write", "adapters"]
         routes = [*write_routes(self.dispatcher), *adapter_routes.ROUTES]
-        # -- the A2A server (agentlog.adapters.a2a), when the `a2a` extra is installed --
-        from agentlog.adapters.a2a.routes import a2a_routes, available
+        # -- the A2A server (agentlog.gateway.adapters.a2a), when the `a2a` extra is installed --
+        from agentlog.gateway.adapters.a2a.routes import a2a_routes, available
 
         if available() and self.agent_specs:
-            from agentlog.http.urls import PUBLIC_URL_ENV, public_base_url
+            from agentlog.gateway.http.urls import PUBLIC_URL_ENV, public_base_url
 
             specs = self.agent_specs
             configured = self.config.public_url
             public = public_base_url(configured if configured is not None else os.environ.get(PUBLIC_URL_ENV))
-            from agentlog.adapters.a2a.push import PushConfigs, PushDelivery
+            from agentlog.gateway.adapters.a2a.push import PushConfigs, PushDelivery
 
             assert self.store is not None
             configs = PushConfigs(self.store.nc)
             self.a2a_push = PushDelivery(self.store, configs)
             routes += a2a_routes(self.dispatcher, lambda: specs, public_url=public, push=configs)
             self.parts.append("a2a")
-        if self.agent_catalog is not None:  # the agents as MCP tools (agentlog.adapters.mcp_http)
-            from agentlog.adapters.mcp_http import McpEndpoint
+        if self.agent_catalog is not None:  # the agents as MCP tools (agentlog.gateway.adapters.mcp_http)
+            from agentlog.gateway.adapters.mcp_http import McpEndpoint
 
             catalog = self.agent_catalog
             self.mcp = McpEndpoint(adapter_session.backend_of(self.store, self.dispatcher), lambda: catalog)
@@ -393,7 +393,7 @@ class Server:
         return routes
 
     async def _start_http(self) -> None:
-        from agentlog.http import Settings, create_app
+        from agentlog.gateway.http import Settings, create_app
 
         assert self.store is not None
         self.app = create_app(self.store, self.views, self.runner, auth_tokens=self.config.tokens,
@@ -405,7 +405,7 @@ class Server:
         if self.agent_catalog is not None:
             self.app[adapter_routes.AGENT_CATALOG] = self.agent_catalog
         if self.runtime is not None:  # `POST /v1/runs/{id}/verify` replays with the worker's app
-            from agentlog.http.inspector import REPLAY_APP
+            from agentlog.gateway.http.inspector import REPLAY_APP
 
             self.app[REPLAY_APP] = self.runtime
         self.web_runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
@@ -513,7 +513,7 @@ async def serve(config: ServerConfig) -> AsyncIterator[Server]:
 
 async def run_until_stopped(config: ServerConfig, on_ready: Any = None, stop: asyncio.Event | None = None) -> None:
     """Run a server until SIGINT/SIGTERM (or `stop` is set): the body of `agentlog serve`."""
-    from .demo import wait_for_signal
+    from agentlog.cli.demo import wait_for_signal
 
     async with serve(config) as server:
         if on_ready is not None:

@@ -13,8 +13,8 @@ from typing import Any
 from rich.console import Console
 from rich.tree import Tree
 
-from agentlog.api.timeline import UnknownRun
-from agentlog.log.events import StoredCommit
+from agentlog.eventlog.events import StoredCommit
+from agentlog.gateway.operations.timeline import UnknownRun
 from agentlog.runtime.telemetry import (
     SpanRecord,
     otlp_tracer_provider,

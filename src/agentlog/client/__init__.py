@@ -19,8 +19,8 @@
 each with `.code` and `.status`). Importing it imports aiohttp, not the agentlog runtime.
 """
 
-from .aio import APPROVED, DENIED, AsyncClient, get_client, pending_calls, settled
-from .errors import (
+from agentlog.client.aio import APPROVED, DENIED, AsyncClient, get_client, pending_calls, settled
+from agentlog.client.errors import (
     STATUS_BY_CODE,
     ApiError,
     ClientError,
@@ -36,8 +36,8 @@ from .errors import (
     Unavailable,
     UnsupportedMediaType,
 )
-from .sse import StreamEvent
-from .sync import SyncClient, get_sync_client
+from agentlog.client.sse import StreamEvent
+from agentlog.client.sync import SyncClient, get_sync_client
 
 __all__ = [
     "get_client", "get_sync_client", "AsyncClient", "SyncClient", "StreamEvent", "APPROVED", "DENIED",

@@ -23,8 +23,8 @@ from typing import Any
 
 import aiohttp
 
-from .errors import Conflict, ConnectionFailed, api_error
-from .sse import StreamEvent, frames
+from agentlog.client.errors import Conflict, ConnectionFailed, api_error
+from agentlog.client.sse import StreamEvent, frames
 
 #: Where `get_client()` looks when given no URL / token (the CLI reads the same variables).
 URL_ENV = "AGENTLOG_URL"

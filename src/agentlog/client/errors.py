@@ -1,7 +1,7 @@
 """Typed errors of the agentlog client: one class per family of the API's error codes.
 
 The API answers every failure with `{"error": message, "code": machine_code[, "detail"]}` and an
-HTTP status (`agentlog.api.errors`); the client raises the class of that status's family, with
+HTTP status (`agentlog.gateway.operations.errors`); the client raises the class of that status's family, with
 `.code` (the machine code, e.g. `run_not_found`), `.status`, `.message` and `.detail`, so callers
 catch a family (`except NotFound`) and branch on the code when they need to:
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-#: The API's error codes and their HTTP status (the server's `agentlog.api.errors.STATUS_BY_CODE`,
+#: The API's error codes and their HTTP status (the server's `agentlog.gateway.operations.errors.STATUS_BY_CODE`,
 #: plus the codes the gateway answers itself: auth, tenancy, unknown routes, bodies too large).
 STATUS_BY_CODE: dict[str, int] = {
     # 400: the request is wrong

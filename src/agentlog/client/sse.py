@@ -30,7 +30,7 @@ class Frame:
 class StreamEvent:
     """One event of the log: `id` (`"<seq>:<index>"`, the `Last-Event-ID` to resume after it),
     `type` (the event class, e.g. `ToolCallSuspended`), its thread and run, and `event`: the event
-    as JSON (`agentlog.log.events`' fields)."""
+    as JSON (`agentlog.eventlog.events`' fields)."""
 
     id: str
     type: str

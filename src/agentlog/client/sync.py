@@ -21,8 +21,18 @@ import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from .aio import APPROVED, DEFAULT_URL, DENIED, TOKEN_ENV, URL_ENV, AsyncClient, Json, JsonList, Messages
-from .sse import StreamEvent
+from agentlog.client.aio import (
+    APPROVED,
+    DEFAULT_URL,
+    DENIED,
+    TOKEN_ENV,
+    URL_ENV,
+    AsyncClient,
+    Json,
+    JsonList,
+    Messages,
+)
+from agentlog.client.sse import StreamEvent
 
 T = TypeVar("T")
 

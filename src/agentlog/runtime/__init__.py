@@ -23,15 +23,22 @@
     result = await rt.run("calc", "hi")                  # start + result
 """
 
-from .agent import AgentRegistry, AgentSpec, ModelRegistry, RetryPolicy, ToolExecutionMode
-from .context import ContextPolicy
-from .entropy import DeterministicEntropy, Entropy, SystemEntropy
-from .errors import RunConflict, RunNotFound, ThreadNotFound
-from .hitl import CallNotSuspended, HitlError, InvalidDecision, RunNotWaiting, UnknownCall
-from .live import LiveSink, MemoryLiveSink, NatsLiveSink, NullLiveSink
-from .mcp import McpServerConfig, McpToolset
-from .permission import PermissionPlugin, PermissionRule
-from .plugins import (
+from agentlog.runtime.agent import AgentRegistry, AgentSpec, ModelRegistry, RetryPolicy, ToolExecutionMode
+from agentlog.runtime.context_policy import ContextPolicy
+from agentlog.runtime.errors import RunConflict, RunNotFound, ThreadNotFound
+from agentlog.runtime.facade import CommittedEvent, DecideResult, RunHandle, RunResult, Runtime
+from agentlog.runtime.live import LiveSink, MemoryLiveSink, NatsLiveSink, NullLiveSink
+from agentlog.runtime.loop.entropy import DeterministicEntropy, Entropy, SystemEntropy
+from agentlog.runtime.loop.hitl import (
+    CallNotSuspended,
+    HitlError,
+    InvalidDecision,
+    RunNotWaiting,
+    UnknownCall,
+)
+from agentlog.runtime.loop.run_context import RunContext, apply_event
+from agentlog.runtime.permission import PermissionPlugin, PermissionRule
+from agentlog.runtime.plugins import (
     AddContext,
     AddUserMessage,
     Block,
@@ -48,10 +55,8 @@ from .plugins import (
     Suspend,
     Terminate,
 )
-from .run_context import RunContext, apply_event
-from .runtime import CommittedEvent, DecideResult, RunHandle, RunResult, Runtime
-from .snapshot import KVSnapshotStore, MemorySnapshotStore, RunSnapshot, SnapshotStore
-from .stop import (
+from agentlog.runtime.snapshots.store import KVSnapshotStore, MemorySnapshotStore, RunSnapshot, SnapshotStore
+from agentlog.runtime.stop import (
     ConsecutiveErrors,
     ContentMatch,
     LoopDetection,
@@ -60,7 +65,8 @@ from .stop import (
     Timeout,
     TokenBudget,
 )
-from .tools import Tool, ToolContext, ToolError, ToolRegistry, ToolResult, tool
+from agentlog.runtime.toolkits.mcp import McpServerConfig, McpToolset
+from agentlog.runtime.tools import Tool, ToolContext, ToolError, ToolRegistry, ToolResult, tool
 
 __all__ = [
     "AddContext", "AddUserMessage", "AgentRegistry", "AgentSpec", "Block", "CommittedEvent", "ContextPolicy",

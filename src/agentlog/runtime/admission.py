@@ -28,8 +28,8 @@ from typing import Any
 
 import msgspec
 
-from agentlog.log.errors import AgentlogError, CommitTooLarge, InvalidCommit
-from agentlog.log.events import (
+from agentlog.eventlog.errors import AgentlogError, CommitTooLarge, InvalidCommit
+from agentlog.eventlog.events import (
     Commit,
     ContentPart,
     Message,
@@ -38,13 +38,12 @@ from agentlog.log.events import (
     StoredCommit,
     ThreadCreated,
 )
-from agentlog.log.ids import validate_id, validate_run_id
-from agentlog.log.payloads import without_binaries
-from agentlog.log.store import EventStore, as_generator, encode_checked
-from agentlog.views.fold import fold_commits
-from agentlog.views.views import ThreadView
-
-from .errors import RunConflict, RunNotFound, ThreadNotFound
+from agentlog.eventlog.ids import validate_id, validate_run_id
+from agentlog.eventlog.jetstream.payloads import without_binaries
+from agentlog.eventlog.store import EventStore, as_generator, encode_checked
+from agentlog.projections.fold import fold_commits
+from agentlog.projections.views import ThreadView
+from agentlog.runtime.errors import RunConflict, RunNotFound, ThreadNotFound
 
 #: Bytes the store adds around a commit's payload (NATS headers: msg id, expected sequence and
 #: subject), over-estimated so the check never passes what the append would refuse.

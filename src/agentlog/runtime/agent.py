@@ -12,13 +12,12 @@ from typing import Any, Literal
 
 import pydantic
 
-from agentlog.log.ids import validate_id
-
-from .context import ContextPolicy
-from .models.base import Model
-from .models.pool import ModelPool
-from .plugins import Plugin
-from .stop import MaxRounds, StopCondition
+from agentlog.eventlog.ids import validate_id
+from agentlog.runtime.context_policy import ContextPolicy
+from agentlog.runtime.models.base import Model
+from agentlog.runtime.models.pool import ModelPool
+from agentlog.runtime.plugins import Plugin
+from agentlog.runtime.stop import MaxRounds, StopCondition
 
 ToolExecutionMode = Literal["sequential", "parallel_batch_approval", "parallel_streaming"]
 
@@ -74,9 +73,9 @@ class AgentOptions(pydantic.BaseModel):
     max_continuations: int = pydantic.Field(default=2, ge=0)
     #: Provider options passed to every inference (temperature, max_tokens...).
     model_options: dict[str, Any] = {}
-    #: Token budget, tool-result shrinking, truncation and summaries (`agentlog.runtime.context`).
+    #: Token budget, tool-result shrinking, truncation and summaries (`agentlog.runtime.context_policy`).
     context: ContextPolicy | None = None
-    #: Sub-agents (`agentlog.runtime.subagents`): the agents this one may start with `agent_run`
+    #: Sub-agents (`agentlog.runtime.toolkits.subagents`): the agents this one may start with `agent_run`
     #: (None: every registered agent), minus `excluded_agents`.
     allowed_agents: list[str] | None = None
     excluded_agents: list[str] = []
@@ -125,7 +124,7 @@ class AgentSpec(AgentOptions):
 
 
 class UnknownAgent(LookupError):
-    #: The API's code for it (agentlog.api.dispatch.AgentNotFound has the same): a worker that
+    #: The API's code for it (agentlog.gateway.operations.dispatch.AgentNotFound has the same): a worker that
     #: dead-letters a start for an agent it does not have reports this code to the gateway.
     code = "agent_not_found"
 

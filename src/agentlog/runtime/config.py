@@ -31,16 +31,15 @@ from typing import Annotated, Any, Literal
 
 import pydantic
 
-from agentlog.log.errors import AgentlogError
-
-from .agent import AgentOptions, AgentSpec
-from .mcp import McpError, McpServerConfig, McpToolset
-from .models.pool import ModelPool
-from .models.pricing import ModelPrices
-from .models.providers import PROVIDERS, is_provider_id, model_from_id
-from .permission import PermissionPlugin, PermissionRule
-from .plugins import Plugin
-from .tools import Tool, ToolRegistry
+from agentlog.eventlog.errors import AgentlogError
+from agentlog.runtime.agent import AgentOptions, AgentSpec
+from agentlog.runtime.models.pool import ModelPool
+from agentlog.runtime.models.pricing import ModelPrices
+from agentlog.runtime.models.providers import PROVIDERS, is_provider_id, model_from_id
+from agentlog.runtime.permission import PermissionPlugin, PermissionRule
+from agentlog.runtime.plugins import Plugin
+from agentlog.runtime.toolkits.mcp import McpError, McpServerConfig, McpToolset
+from agentlog.runtime.tools import Tool, ToolRegistry
 
 __all__ = ["AgentlogConfig", "ConfigError", "LoadedConfig", "is_config_path", "load_config", "schema"]
 
@@ -153,7 +152,7 @@ class AgentConfig(AgentOptions):
     plugins: list[str | PluginConfig] = []
     permissions: PermissionsConfig | None = None
     #: Ids of the agents of this file this agent may run as sub-agents (child runs): it gets the
-    #: `agent_run` / `agent_output` / `agent_stop` tools (`agentlog.runtime.subagents`) and, unless
+    #: `agent_run` / `agent_output` / `agent_stop` tools (`agentlog.runtime.toolkits.subagents`) and, unless
     #: `allowed_agents` is set, may start exactly these agents.
     sub_agents: list[str] = []
 
@@ -222,7 +221,7 @@ class LoadedConfig:
     config: AgentlogConfig | None = None
 
     def runtime(self, store: Any, **options: Any) -> Any:
-        from .runtime import Runtime
+        from agentlog.runtime.facade import Runtime
 
         return Runtime(store, agents=self.agents, tools=self.tools, models=dict(self.models), **options)
 
@@ -300,7 +299,7 @@ def _model(name: str, cfg: ScriptedModelConfig | OpenAIModelConfig | ProviderMod
     if isinstance(cfg, str):
         return model_from_id(cfg, name=name)
     if isinstance(cfg, ScriptedModelConfig):
-        from .models import ScriptedCall, ScriptedModel, Turn
+        from agentlog.runtime.models import ScriptedCall, ScriptedModel, Turn
 
         turns = [t if isinstance(t, str) else Turn.tools(
             *(ScriptedCall(c.name, c.arguments, c.id) for c in t.tool_calls), text=t.text) for t in cfg.script]
@@ -320,7 +319,7 @@ def _model(name: str, cfg: ScriptedModelConfig | OpenAIModelConfig | ProviderMod
             extra["max_tokens"] = cfg.max_tokens
         return model_from_id(f"{cfg.type}:{cfg.model}", base_url=cfg.base_url, api_key=key, timeout=cfg.timeout_s,
                              headers=cfg.headers or None, prices=cfg.prices, name=name, **extra)
-    from .models import OpenAIChatModel
+    from agentlog.runtime.models import OpenAIChatModel
 
     return OpenAIChatModel(cfg.model, base_url=cfg.base_url, api_key=key, timeout=cfg.timeout_s,
                            headers=cfg.headers or None, prices=cfg.prices)
@@ -365,8 +364,8 @@ def build(config: AgentlogConfig, source: str = "<config>") -> LoadedConfig:
         toolset.register(registry)
         atexit.register(toolset.close)  # stdio servers end with us even without an explicit close
     delegating = [a for a in config.agents if a.sub_agents]
-    if delegating:  # the sub-agent tools (`agentlog.runtime.subagents`), once, for the agents that delegate
-        from .subagents import SubAgents
+    if delegating:  # the sub-agent tools (`agentlog.runtime.toolkits.subagents`), once, for the agents that delegate
+        from agentlog.runtime.toolkits.subagents import SubAgents
 
         sub_tools = SubAgents().tools
         for t in sub_tools:

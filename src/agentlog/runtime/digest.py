@@ -1,8 +1,8 @@
 """Digests of model requests (what `InferenceCompleted.request_digest(s)` record) and of an app
 (what `RunStarted.app.digest` records: `app_digest`).
 
-Pure (hashing only). The loop computes them as it records an inference (`agentlog.runtime.decisions`);
-verified replay (`agentlog.runtime.replay`) compares a replayed request against them. They live here, below
+Pure (hashing only). The loop computes them as it records an inference (`agentlog.runtime.loop.decisions`);
+verified replay (`agentlog.runtime.replay.verify`) compares a replayed request against them. They live here, below
 both, so that the loop does not import replay (replay imports the runtime, which imports the loop:
 that was a cycle).
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from .models.base import ModelRequest
+from agentlog.runtime.models.base import ModelRequest
 
 _enc = msgspec.json.Encoder(order="deterministic")
 

@@ -4,7 +4,7 @@ moved from one of those to another keeps its error and so its HTTP status / NATS
 
 from __future__ import annotations
 
-from agentlog.log.errors import AgentlogError
+from agentlog.eventlog.errors import AgentlogError
 
 
 class RunNotFound(AgentlogError, LookupError):

@@ -18,11 +18,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from agentlog.log.errors import AgentlogError, InvalidId
-from agentlog.log.events import JSON, SuspendTicket, ToolCall
-from agentlog.log.ids import validate_id
-
-from .models.base import ToolSpec
+from agentlog.eventlog.errors import AgentlogError, InvalidId
+from agentlog.eventlog.events import JSON, SuspendTicket, ToolCall
+from agentlog.eventlog.ids import validate_id
+from agentlog.runtime.models.base import ToolSpec
 
 #: The ticket action of a frontend tool call (AG-UI: a pending tool call of a successful run,
 #: not an interrupt; AI SDK: the client answers with addToolOutput).
@@ -109,7 +108,7 @@ def frontend_ticket(call: ToolCall) -> SuspendTicket:
 
 
 def is_frontend_stub(tool: Any) -> bool:
-    """A backend `Tool` declared as a frontend tool stub (`agentlog.adapters.frontend.frontend_tool`)."""
+    """A backend `Tool` declared as a frontend tool stub (`agentlog.gateway.adapters.frontend.frontend_tool`)."""
     return bool(getattr(tool, "frontend_stub", False))
 
 

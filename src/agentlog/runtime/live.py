@@ -1,6 +1,6 @@
 """Live, unpersisted output of a run: token deltas and tool progress on core NATS.
 
-Subject `agentlog.live.<thread>.<run>` (`agentlog.log.subjects.live_subject`). Nothing here is a source
+Subject `agentlog.live.<thread>.<run>` (`agentlog.eventlog.subjects.live_subject`). Nothing here is a source
 of truth: a listener that misses a delta still gets the finished message from the log. So
 `publish` is synchronous and fire-and-forget, and the loop skips building payloads entirely when
 the sink is not `enabled`.
@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
-from agentlog.log.subjects import live_subject
+from agentlog.eventlog.subjects import live_subject
 
 _encode = msgspec.json.Encoder().encode
 
@@ -28,7 +28,7 @@ class LiveSink(Protocol):
     def publish(self, thread_id: str, run_id: str, payload: dict[str, Any]) -> None:
         """Send one live item (`{"type": "text_delta" | "tool_call_delta" | "tool_progress", ...}`).
         Deltas carry `seq`, the thread seq their inference followed: a listener that merges them
-        with the log (`agentlog.adapters.source.Merge`) places them after that commit."""
+        with the log (`agentlog.gateway.adapters.source.Merge`) places them after that commit."""
         ...
 
 

@@ -10,7 +10,7 @@ the run's `RunContext` folded up to the thread's head. Folding it from seq 1 gro
 thread's history; the cheapest exact answer is a snapshot plus the log after it, and that is the
 one path here, in order:
 
-- the run-context snapshot (`agentlog.runtime.snapshot`, a KV entry and its chunks) plus the
+- the run-context snapshot (`agentlog.runtime.snapshots.store`, a KV entry and its chunks) plus the
   thread's commits after its seq: flat in history;
 - else the thread view snapshot (`views`): the run's commits and the view's state, plus the
   thread's tail; the messages the view covers load lazily (`older_messages`);
@@ -27,7 +27,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Container, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from agentlog.log.events import (
+from agentlog.eventlog.events import (
     ContextCompacted,
     Message,
     MessageAppended,
@@ -35,12 +35,11 @@ from agentlog.log.events import (
     StoredCommit,
     ToolCallDecision,
 )
-from agentlog.log.ids import validate_id
-from agentlog.log.store import EventStore, as_generator
-
-from .errors import RunNotFound
-from .run_context import RunContext, fold_context
-from .snapshot import LoadedSnapshot, SnapshotStore, load_chunks, read_entry
+from agentlog.eventlog.ids import validate_id
+from agentlog.eventlog.store import EventStore, as_generator
+from agentlog.runtime.errors import RunNotFound
+from agentlog.runtime.loop.run_context import RunContext, fold_context
+from agentlog.runtime.snapshots.store import LoadedSnapshot, SnapshotStore, load_chunks, read_entry
 
 
 class LoadedRun(NamedTuple):
@@ -73,7 +72,7 @@ def call_ids(commits: Iterable[StoredCommit]) -> set[str]:
 def known_calls(ctx: RunContext, run_commits: Iterable[StoredCommit], snapshot: LoadedSnapshot | None,
                 decisions: Sequence[ToolCallDecision]) -> set[str]:
     """Every call id the run's log mentions (what tells `UnknownCall` from a call that is not
-    suspended, for `agentlog.runtime.hitl.check_decisions`). From a snapshot: the calls it names
+    suspended, for `agentlog.runtime.loop.hitl.check_decisions`). From a snapshot: the calls it names
     and the tail's. Empty when every decision targets a suspended call: `check_decisions` then
     never reads it (a long run's call ids are read from its call chunks: ~0.1 ms of a cold
     resume, now only for a decision that fails)."""

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from agentlog.log.errors import StoreUnavailable
+from agentlog.eventlog.errors import StoreUnavailable
 
 T = TypeVar("T")
 

@@ -31,10 +31,9 @@ from typing import Any, Literal
 import msgspec
 import pydantic
 
-from agentlog.log.events import SuspendTicket, ToolCall
-
-from .hitl import is_approved
-from .plugins import Action, ExcludeTools, Gate, PatchState, PhaseContext, Plugin
+from agentlog.eventlog.events import SuspendTicket, ToolCall
+from agentlog.runtime.loop.hitl import is_approved
+from agentlog.runtime.plugins import Action, ExcludeTools, Gate, PatchState, PhaseContext, Plugin
 
 Verdict = Literal["allow", "deny", "ask"]
 

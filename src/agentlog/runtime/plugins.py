@@ -15,11 +15,10 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Union
 
-from agentlog.log.errors import AgentlogError
-from agentlog.log.events import JSON, Emitted, SuspendTicket, ToolCall, ToolCallDecision, Verdict
-
-from .models.base import ModelResponse
-from .tools import ToolResult
+from agentlog.eventlog.errors import AgentlogError
+from agentlog.eventlog.events import JSON, Emitted, SuspendTicket, ToolCall, ToolCallDecision, Verdict
+from agentlog.runtime.models.base import ModelResponse
+from agentlog.runtime.tools import ToolResult
 
 
 class PluginError(AgentlogError):

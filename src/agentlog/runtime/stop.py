@@ -7,7 +7,7 @@ built from the run context: the same log always stops at the same step, which re
 When: at the end of every step that would otherwise continue (the model asked for tools). A step
 whose answer has no tool calls ends the run `natural_end`; stop conditions never override that.
 Every condition ends the run with termination `stopped` and its own code (the spec's `type`),
-except `budget`, which suspends the run for a human (`agentlog.runtime.hitl`).
+except `budget`, which suspends the run for a human (`agentlog.runtime.loop.hitl`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 
 import pydantic
 
-from agentlog.log.events import Termination
+from agentlog.eventlog.events import Termination
 
 #: Call ids of budget tickets (`Budget`): a suspension that answers no tool call of the model.
 BUDGET_CALL_PREFIX = "budget-"

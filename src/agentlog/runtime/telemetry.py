@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentlog.log.events import (
+from agentlog.eventlog.events import (
     InferenceCompleted,
     RunFinished,
     RunStarted,

@@ -16,11 +16,10 @@ from typing import Any, get_type_hints
 import msgspec
 import pydantic
 
-from agentlog.log.errors import AgentlogError
-from agentlog.log.events import JSON, Emitted, ResumeMode, SuspendTicket, ToolCallDecision
-from agentlog.log.ids import validate_id
-
-from .models.base import ToolSpec
+from agentlog.eventlog.errors import AgentlogError
+from agentlog.eventlog.events import JSON, Emitted, ResumeMode, SuspendTicket, ToolCallDecision
+from agentlog.eventlog.ids import validate_id
+from agentlog.runtime.models.base import ToolSpec
 
 
 class ToolError(AgentlogError):
@@ -176,9 +175,9 @@ class Tool:
 
     # Optional markers that other modules set on a tool; absent unless set (declared only, no
     # class value), so readers use `getattr(tool, name, default)`.
-    #: Verified replay answers the call from the log instead of re-running it (`agentlog.runtime.replay`).
+    #: Verified replay answers the call from the log instead of re-running it (`agentlog.runtime.replay.verify`).
     replay_from_log: bool
-    #: Called with the `Runtime` the tool is registered in (`agentlog.runtime.subagents`).
+    #: Called with the `Runtime` the tool is registered in (`agentlog.runtime.toolkits.subagents`).
     bind_runtime: Callable[[Any], None]
     #: Stands in for a tool the client runs (`agentlog.runtime.frontend.is_frontend_stub`).
     frontend_stub: bool

@@ -4,7 +4,7 @@ product code (an import-linter contract keeps it that way).
     from agentlog.testing import RecordingModel, generate_history, history_of_size, stored
 
 - `RecordingModel(model)`: wraps a model and keeps the request of every completed inference,
-  for `agentlog.runtime.replay.verify_run(..., requests=recorder.requests)` on logs without
+  for `agentlog.runtime.replay.verify.verify_run(..., requests=recorder.requests)` on logs without
   request digests and for tests that want the full request in a divergence.
 - `generate_history(rng, ...)` / `history_of_size(rng, events)`: plausible synthetic thread
   histories (valid protocol, interleaved threads) for property tests and benchmarks of views;
@@ -16,7 +16,7 @@ nats-server in tests, `agentlog.EmbeddedNatsServer`.
 
 from __future__ import annotations
 
-from .recording import RecordingModel
-from .synth import generate_history, history_of_size, stored
+from agentlog.testing.recording import RecordingModel
+from agentlog.testing.synth import generate_history, history_of_size, stored
 
 __all__ = ["RecordingModel", "generate_history", "history_of_size", "stored"]

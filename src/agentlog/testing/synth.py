@@ -14,7 +14,7 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
-from agentlog.log.events import (
+from agentlog.eventlog.events import (
     AnyEvent,
     Commit,
     DecisionAction,
@@ -49,7 +49,7 @@ from agentlog.log.events import (
     Usage,
     Verdict,
 )
-from agentlog.views.state import validate_patch
+from agentlog.projections.state import validate_patch
 
 _TERMINATIONS: tuple[TerminationType, ...] = ("natural_end", "natural_end", "natural_end", "stopped", "cancelled", "error")
 

@@ -2,8 +2,8 @@
 (hand-written client), and the providers on their official SDKs (Anthropic, OpenAI Responses,
 Gemini; optional extras, imported when a model is built)."""
 
-from .anthropic import AnthropicModel
-from .base import (
+from agentlog.runtime.models.anthropic import AnthropicModel
+from agentlog.runtime.models.base import (
     ContextOverflow,
     Model,
     ModelAuthError,
@@ -24,14 +24,20 @@ from .base import (
     complete,
     is_truncated,
 )
-from .gemini import GeminiModel
-from .openai import OpenAIChatModel, RetryPolicy
-from .openai_responses import OpenAIResponsesModel
-from .openai_sdk import OpenAISDKChatModel
-from .pool import ModelPool
-from .pricing import ModelPrices
-from .providers import is_provider_id, model_from_id
-from .scripted import ScriptedCall, ScriptedModel, ScriptExhausted, Turn, last_tool_result
+from agentlog.runtime.models.gemini import GeminiModel
+from agentlog.runtime.models.openai import OpenAIChatModel, RetryPolicy
+from agentlog.runtime.models.openai_responses import OpenAIResponsesModel
+from agentlog.runtime.models.openai_sdk import OpenAISDKChatModel
+from agentlog.runtime.models.pool import ModelPool
+from agentlog.runtime.models.pricing import ModelPrices
+from agentlog.runtime.models.providers import is_provider_id, model_from_id
+from agentlog.runtime.models.scripted import (
+    ScriptedCall,
+    ScriptedModel,
+    ScriptExhausted,
+    Turn,
+    last_tool_result,
+)
 
 __all__ = [
     "AnthropicModel",

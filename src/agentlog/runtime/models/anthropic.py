@@ -18,9 +18,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from agentlog.log.events import ContentPart, Message, ReasoningPart, ToolCall, Usage
-
-from .base import (
+from agentlog.eventlog.events import ContentPart, Message, ReasoningPart, ToolCall, Usage
+from agentlog.runtime.models.base import (
     ModelChunk,
     ModelDone,
     ModelRequest,
@@ -30,8 +29,15 @@ from .base import (
     TextDelta,
     ToolCallDelta,
 )
-from .pricing import ModelPrices
-from .sdk import ClientPerLoop, client_options, guarded, import_sdk, parse_arguments, system_text
+from agentlog.runtime.models.pricing import ModelPrices
+from agentlog.runtime.models.sdk import (
+    ClientPerLoop,
+    client_options,
+    guarded,
+    import_sdk,
+    parse_arguments,
+    system_text,
+)
 
 __all__ = ["AnthropicModel", "to_anthropic_messages"]
 

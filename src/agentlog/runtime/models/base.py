@@ -13,8 +13,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
-from agentlog.log.errors import AgentlogError
-from agentlog.log.events import ContentPart, Message, ReasoningPart, ToolCall, Usage
+from agentlog.eventlog.errors import AgentlogError
+from agentlog.eventlog.events import ContentPart, Message, ReasoningPart, ToolCall, Usage
 
 
 class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):

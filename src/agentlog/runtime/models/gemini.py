@@ -21,9 +21,8 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from agentlog.log.events import ContentPart, Message, ReasoningPart, ToolCall, Usage
-
-from .base import (
+from agentlog.eventlog.events import ContentPart, Message, ReasoningPart, ToolCall, Usage
+from agentlog.runtime.models.base import (
     ModelChunk,
     ModelDone,
     ModelError,
@@ -34,8 +33,8 @@ from .base import (
     TextDelta,
     ToolCallDelta,
 )
-from .pricing import ModelPrices
-from .sdk import (
+from agentlog.runtime.models.pricing import ModelPrices
+from agentlog.runtime.models.sdk import (
     ClientPerLoop,
     call_names,
     derived_call_id,

@@ -33,9 +33,8 @@ from typing import Any
 
 import aiohttp
 
-from agentlog.log.events import ContentPart, Message, ReasoningPart, ToolCall, Usage
-
-from .base import (
+from agentlog.eventlog.events import ContentPart, Message, ReasoningPart, ToolCall, Usage
+from agentlog.runtime.models.base import (
     ContextOverflow,
     Model,
     ModelAuthError,
@@ -54,7 +53,7 @@ from .base import (
     data_url,
     looks_like_overflow,
 )
-from .pricing import ModelPrices
+from agentlog.runtime.models.pricing import ModelPrices
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _BODY_EXCERPT = 300

@@ -18,9 +18,8 @@ import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from agentlog.log.events import ContentPart, Message, ReasoningPart, ToolCall, Usage
-
-from .base import (
+from agentlog.eventlog.events import ContentPart, Message, ReasoningPart, ToolCall, Usage
+from agentlog.runtime.models.base import (
     ModelChunk,
     ModelDone,
     ModelRequest,
@@ -31,8 +30,8 @@ from .base import (
     ToolCallDelta,
     data_url,
 )
-from .pricing import ModelPrices
-from .sdk import (
+from agentlog.runtime.models.pricing import ModelPrices
+from agentlog.runtime.models.sdk import (
     ClientPerLoop,
     client_options,
     guarded,

@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from agentlog.log.events import ToolCall, Usage
-
-from .base import (
+from agentlog.eventlog.events import ToolCall, Usage
+from agentlog.runtime.models.base import (
     ModelChunk,
     ModelDone,
     ModelRequest,
@@ -23,9 +22,16 @@ from .base import (
     TextDelta,
     ToolCallDelta,
 )
-from .openai import to_wire_messages, to_wire_tools
-from .pricing import ModelPrices
-from .sdk import ClientPerLoop, client_options, derived_call_id, guarded, import_sdk, parse_arguments
+from agentlog.runtime.models.openai import to_wire_messages, to_wire_tools
+from agentlog.runtime.models.pricing import ModelPrices
+from agentlog.runtime.models.sdk import (
+    ClientPerLoop,
+    client_options,
+    derived_call_id,
+    guarded,
+    import_sdk,
+    parse_arguments,
+)
 
 __all__ = ["OpenAISDKChatModel"]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pydantic
 
-from agentlog.log.events import Usage
+from agentlog.eventlog.events import Usage
 
 __all__ = ["ModelPrices", "cost_of", "prices_of"]
 

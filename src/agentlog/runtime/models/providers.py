@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .anthropic import AnthropicModel
-from .gemini import GeminiModel
-from .openai import DEFAULT_BASE_URL, OpenAIChatModel
-from .openai_responses import OpenAIResponsesModel
-from .openai_sdk import OpenAISDKChatModel
+from agentlog.runtime.models.anthropic import AnthropicModel
+from agentlog.runtime.models.gemini import GeminiModel
+from agentlog.runtime.models.openai import DEFAULT_BASE_URL, OpenAIChatModel
+from agentlog.runtime.models.openai_responses import OpenAIResponsesModel
+from agentlog.runtime.models.openai_sdk import OpenAISDKChatModel
 
 __all__ = ["PROVIDERS", "build_provider_model", "is_provider_id", "model_from_id"]
 

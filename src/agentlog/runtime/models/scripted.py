@@ -21,9 +21,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequen
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentlog.log.events import JSON, Message, ReasoningPart, ToolCall, Usage
-
-from .base import (
+from agentlog.eventlog.events import JSON, Message, ReasoningPart, ToolCall, Usage
+from agentlog.runtime.models.base import (
     ModelChunk,
     ModelDone,
     ModelError,
@@ -33,7 +32,7 @@ from .base import (
     TextDelta,
     ToolCallDelta,
 )
-from .pricing import ModelPrices
+from agentlog.runtime.models.pricing import ModelPrices
 
 
 class ScriptExhausted(ModelError):

@@ -22,9 +22,8 @@ import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from agentlog.log.events import Message
-
-from .base import (
+from agentlog.eventlog.events import Message
+from agentlog.runtime.models.base import (
     ContextOverflow,
     ModelAuthError,
     ModelChunk,
@@ -35,7 +34,7 @@ from .base import (
     ModelUnavailable,
     looks_like_overflow,
 )
-from .openai import retry_after_from
+from agentlog.runtime.models.openai import retry_after_from
 
 __all__ = [
     "ClientPerLoop", "call_names", "client_options", "derived_call_id", "guarded", "import_sdk", "map_sdk_error", "map_status_error",

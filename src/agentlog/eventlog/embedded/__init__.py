@@ -1,0 +1,1 @@
+"""The embedded default: a real nats-server per data dir, started and revived by agentlog."""

@@ -1,0 +1,202 @@
+"""A2A push notifications: a webhook config per task, delivered from the log through an outbox.
+
+    configs   KV bucket `agentlog_a2a_push`, key = task (run) id -> the task's configs (JSON)
+    scan      durable consumer on the event stream: each commit that changes a task's state
+              (run started, suspended, resumed, finished) of a task with configs becomes one
+              outbox message per config (the task as of that commit), then the commit is acked
+    outbox    stream `AGENTLOG_A2A_PUSH` (work queue), message id `<config>:<seq>` (a commit the
+              scan sees twice is enqueued once)
+    send      durable consumer on the outbox: POST the notification; a 2xx acks it, anything
+              else naks it with a growing delay (retries), a gateway that dies mid-POST leaves it
+              unacked and JetStream hands it to a gateway again after `ack_wait`
+
+So delivery is at least once and survives restarts: neither the scan position nor an undelivered
+notification lives in a process. Every gateway runs both consumers; JetStream shares the work.
+
+A notification is the A2A `StreamResponse` JSON (`{"task": {...}}`) with headers
+`X-A2A-Notification-Token` (the config's token, when it has one), `X-Agentlog-Signature:
+sha256=<hex HMAC-SHA256 of the body keyed by that token>` and `X-Agentlog-Delivery` (the
+outbox message id: the same for every retry, so a receiver can drop duplicates).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+from typing import Any
+
+import aiohttp
+import structlog
+
+from agentlog.eventlog.codec import decode_commit
+from agentlog.eventlog.events import RunFinished, RunResumed, RunStarted, RunSuspended
+from agentlog.eventlog.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
+from agentlog.gateway.adapters.a2a.mapping import run_task
+from agentlog.projections.fold import fold_commits
+
+log = structlog.get_logger("agentlog.a2a.push")
+
+BUCKET = "agentlog_a2a_push"
+OUTBOX_STREAM = "AGENTLOG_A2A_PUSH"
+OUTBOX_SUBJECT = "agentlog.a2apush"
+SCAN_CONSUMER = "agentlog-a2a-push-scan"
+SEND_CONSUMER = "agentlog-a2a-push-send"
+#: Seconds a delivery may stay unacked before JetStream hands it out again (a dead gateway's).
+ACK_WAIT_ENV = "AGENTLOG_A2A_PUSH_ACK_WAIT"
+#: The events that change a task's state: only their commits are notified.
+TRANSITIONS = (RunStarted, RunSuspended, RunResumed, RunFinished)
+SIGNATURE_HEADER = "X-Agentlog-Signature"
+DELIVERY_HEADER = "X-Agentlog-Delivery"
+TOKEN_HEADER = "X-A2A-Notification-Token"
+
+
+def signature(token: str, body: bytes) -> str:
+    return "sha256=" + hmac.new(token.encode(), body, hashlib.sha256).hexdigest()
+
+
+class PushConfigs:
+    """The configs of each task, in a KV bucket (shared by every gateway)."""
+
+    def __init__(self, nc: Any) -> None:
+        self.nc = nc
+        self._kv: Any = None
+
+    async def kv(self) -> Any:
+        if self._kv is None:
+            from nats.js.errors import BucketNotFoundError
+
+            js = self.nc.jetstream()
+            try:
+                self._kv = await js.key_value(BUCKET)
+            except BucketNotFoundError:
+                self._kv = await js.create_key_value(bucket=BUCKET, history=1)
+        return self._kv
+
+    async def get(self, task_id: str) -> list[dict[str, Any]]:
+        from nats.js.errors import KeyNotFoundError
+
+        try:
+            entry = await (await self.kv()).get(task_id)
+        except KeyNotFoundError:
+            return []
+        value: list[dict[str, Any]] = json.loads(entry.value) if entry.value else []
+        return value
+
+    async def put(self, task_id: str, configs: list[dict[str, Any]]) -> None:
+        await (await self.kv()).put(task_id, json.dumps(configs).encode())
+
+
+class PushDelivery:
+    """The scan and send consumers of one gateway process (`start()` / `stop()`)."""
+
+    def __init__(self, store: Any, configs: PushConfigs) -> None:
+        self.store = store
+        self.configs = configs
+        self.ack_wait = float(os.environ.get(ACK_WAIT_ENV) or 30.0)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._http: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        from nats.js.api import ConsumerConfig, DeliverPolicy, RetentionPolicy, StreamConfig
+        from nats.js.errors import NotFoundError
+
+        js = self.store.nc.jetstream()
+        try:
+            await js.stream_info(OUTBOX_STREAM)
+        except NotFoundError:
+            await js.add_stream(StreamConfig(name=OUTBOX_STREAM, subjects=[f"{OUTBOX_SUBJECT}.>"],
+                                             retention=RetentionPolicy.WORK_QUEUE, duplicate_window=600))
+        # the scan starts at the log's head when first created (no config can predate it) and
+        # then resumes where it was acked, across restarts
+        scan = await js.pull_subscribe(EVENTS_SUBJECTS, durable=SCAN_CONSUMER, stream=EVENTS_STREAM,
+                                       config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW, ack_wait=self.ack_wait,
+                                                             max_ack_pending=1))
+        send = await js.pull_subscribe(f"{OUTBOX_SUBJECT}.>", durable=SEND_CONSUMER, stream=OUTBOX_STREAM,
+                                       config=ConsumerConfig(ack_wait=self.ack_wait, max_deliver=-1))
+        self._http = aiohttp.ClientSession()
+        self._tasks = [asyncio.create_task(self._loop(scan, self._scan), name="a2a-push-scan"),
+                       asyncio.create_task(self._loop(send, self._send), name="a2a-push-send")]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+    async def _loop(self, sub: Any, handle: Any) -> None:
+        from nats.errors import TimeoutError as NatsTimeout
+
+        while True:
+            try:
+                msgs = await sub.fetch(1, timeout=5)
+            except (TimeoutError, NatsTimeout):
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - NATS away: try again, the consumer keeps its place
+                log.warning("a2a.push.fetch_failed", error=str(exc))
+                await asyncio.sleep(1)
+                continue
+            for msg in msgs:
+                await handle(msg)
+
+    async def _scan(self, msg: Any) -> None:
+        try:
+            commit = decode_commit(msg.data)
+            run_id = commit.run_id
+            if run_id and any(isinstance(ev, TRANSITIONS) for ev in commit.events):
+                configs = await self.configs.get(run_id)
+                if configs:
+                    await self._enqueue(run_id, msg.metadata.sequence.stream, configs)
+            await msg.ack()
+        except Exception as exc:  # noqa: BLE001 - the commit is seen again (nak), nothing is lost
+            log.warning("a2a.push.scan_failed", error=str(exc))
+            await msg.nak(delay=1)
+
+    async def _enqueue(self, run_id: str, seq: int, configs: list[dict[str, Any]]) -> None:
+        from google.protobuf.json_format import MessageToDict
+
+        commits = [sc async for sc in self.store.read_run(run_id) if sc.seq <= seq]
+        view = fold_commits(commits).runs.get(run_id)
+        if view is None:
+            return
+        task = MessageToDict(run_task(view, commits))
+        js = self.store.nc.jetstream()
+        for config in configs:
+            delivery = f"{config['id']}:{seq}"
+            body = json.dumps({"url": config["url"], "token": config.get("token") or "", "delivery": delivery,
+                               "notification": {"task": task}}).encode()
+            await js.publish(f"{OUTBOX_SUBJECT}.{run_id}", body, headers={"Nats-Msg-Id": delivery})
+
+    async def _send(self, msg: Any) -> None:
+        item = json.loads(msg.data)
+        body = json.dumps(item["notification"]).encode()
+        headers = {"Content-Type": "application/json", DELIVERY_HEADER: item["delivery"]}
+        if item["token"]:
+            headers[TOKEN_HEADER] = item["token"]
+            headers[SIGNATURE_HEADER] = signature(item["token"], body)
+        assert self._http is not None
+        try:
+            async with self._http.post(item["url"], data=body, headers=headers,
+                                       timeout=aiohttp.ClientTimeout(total=30)) as resp:
+                ok = 200 <= resp.status < 300
+        except Exception as exc:  # noqa: BLE001 - any failure is a retry
+            log.info("a2a.push.delivery_failed", delivery=item["delivery"], error=str(exc))
+            ok = False
+        if ok:
+            await msg.ack()
+        else:
+            attempt = msg.metadata.num_delivered or 1
+            with contextlib.suppress(Exception):
+                await msg.nak(delay=min(0.5 * 2 ** (attempt - 1), 60.0))
+
+
+__all__ = ["ACK_WAIT_ENV", "DELIVERY_HEADER", "SIGNATURE_HEADER", "TOKEN_HEADER", "PushConfigs", "PushDelivery",
+           "signature"]

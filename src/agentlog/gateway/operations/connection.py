@@ -1,0 +1,117 @@
+"""How an agentlog process (a CLI command, `serve`, `gateway`, `worker`) reaches the log.
+
+With a NATS URL it connects to the user's server or cluster (with the `--creds`/`--token` given);
+without one it uses the data dir's embedded nats-server (DESIGN 2.4) through `agentlog.eventlog.embedded.datadir`:
+started if no other agentlog process runs it, else shared, and always with the data dir's
+generated credentials (`agentlog.eventlog.roles`), logging in as the role the process needs (`readonly`
+for the CLI's read commands). Every path gets the same bounded connect, the same typed
+`StoreUnavailable` on failure, and the same clean shutdown (the embedded server is stopped by its
+last user, even when a command is cancelled by Ctrl-C or SIGTERM).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from agentlog.eventlog.embedded.datadir import SharedServer, acquire
+from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.eventlog.roles import Credentials, Login, Role
+
+log = structlog.get_logger("agentlog.connection")
+
+#: Environment variable naming the NATS server(s) when `--nats` is not given.
+NATS_URL_ENV = "AGENTLOG_NATS_URL"
+
+
+@dataclass(frozen=True)
+class ConnectionOptions:
+    """Where the log is. `nats_url=None` means "the embedded server of `data_dir`".
+
+    `timeout` bounds the connect and every request, so a dead server gives a clear error in
+    seconds instead of a hang.
+    """
+
+    nats_url: str | None = None
+    creds: Path | None = None
+    token: str | None = None
+    data_dir: Path = DEFAULT_DATA_DIR
+    timeout: float = 5.0
+    #: Replicas of the streams and KV buckets this process creates, or raises existing ones to
+    #: (None: 1 for new ones; existing ones are never lowered, see `agentlog.eventlog.jetstream.replicas`).
+    replicas: int | None = None
+
+    @property
+    def embedded(self) -> bool:
+        return not self.nats_url
+
+    def servers(self) -> list[str]:
+        """The URL option may name several servers, comma separated (a cluster)."""
+        assert self.nats_url
+        return [part.strip() for part in self.nats_url.split(",") if part.strip()]
+
+
+async def prepare_layout(replicas: int | None, url: str, credentials: Credentials) -> None:
+    """Run by the process that starts the embedded server: create the streams and KV buckets
+    (as `serve`), so processes with narrower roles (`readonly`) find them in place."""
+    from agentlog.projections.kv import KVViewStore
+    from agentlog.runtime.workers.commands import ensure_runtime_streams
+
+    store = await JetStreamEventStore.connect(url, name="agentlog-setup", replicas=replicas,
+                                              **credentials.login("serve"))
+    try:
+        await ensure_runtime_streams(store.nc.jetstream(), replicas=replicas)
+        await KVViewStore.open(store.nc, replicas=replicas)
+    finally:
+        await store.close()
+
+
+async def acquire_embedded(options: ConnectionOptions) -> SharedServer:
+    """This process's share of the data dir's embedded server (started, with `prepare_layout`, if
+    no other agentlog process runs it)."""
+    return await acquire(options.data_dir, timeout=max(options.timeout, 10.0),
+                         on_started=lambda url, creds: prepare_layout(options.replicas, url, creds))
+
+
+async def connect(options: ConnectionOptions, role: Role, name: str) -> tuple[JetStreamEventStore, SharedServer | None]:
+    """A connected store and, in embedded mode, this process's share of the data dir's server
+    (`aclose()` it after closing the store)."""
+    shared: SharedServer | None = None
+    login: Login = {}
+    if options.embedded:
+        shared = await acquire_embedded(options)
+        log.debug("embedded nats-server", data_dir=str(shared.data_dir), url=shared.url, owner=shared.owner,
+                  role=role)
+        servers, login = [shared.url], shared.credentials.login(role)
+    else:
+        servers = options.servers()
+    try:
+        log.debug("connecting", servers=servers)
+        store = await JetStreamEventStore.connect(
+            servers, creds=options.creds, token=options.token, name=name,
+            connect_timeout=options.timeout, request_timeout=options.timeout, replicas=options.replicas,
+            # readonly may not touch stream config; the server's starter has set the streams up
+            setup_stream=not (shared is not None and role == "readonly"), **login)
+    except BaseException:
+        if shared is not None:
+            await shared.aclose()
+        raise
+    return store, shared
+
+
+@asynccontextmanager
+async def open_store(options: ConnectionOptions, role: Role = "readonly") -> AsyncIterator[JetStreamEventStore]:
+    """Yield a connected `JetStreamEventStore`; close it (and leave the embedded server) on exit."""
+    store, shared = await connect(options, role, "agentlog-cli")
+    try:
+        yield store
+    finally:
+        await store.close()
+        if shared is not None:
+            log.debug("leaving the embedded nats-server")
+            await shared.aclose()

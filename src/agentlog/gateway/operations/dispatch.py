@@ -1,0 +1,510 @@
+"""The one seam every way in (HTTP, the NATS micro service, protocol adapters) uses to change a run.
+
+    dispatcher = InProcessDispatcher(runtime)            # `agentlog serve`: gateway + worker
+    dispatcher = QueueDispatcher(store.nc, store)        # `agentlog gateway`: workers elsewhere
+    accepted = await dispatcher.start_run("calc", "hi")  # Accepted(thread_id, run_id, seq)
+    accepted = await dispatcher.submit_inputs(run_id, decisions=[...])   # or messages=[...]
+    accepted = await dispatcher.cancel(run_id)
+
+Why one seam: the callers must not know whether runs execute in this process or on workers, and
+both implementations must reject bad input with the SAME typed errors (`agentlog.runtime.loop.hitl`'s
+`InvalidDecision`, `UnknownCall`, `CallNotSuspended`, `RunNotWaiting`, `RunNotFound`, and the ones
+below) before anything is written, so an HTTP or NATS answer does not depend on the deployment.
+
+Every answer carries `seq`: the log seq of the commit that made the request visible (the run's
+`RunStarted`, the `ToolCallDecided`, the `RunCancelRequested`), which a client passes as `min_seq`
+to read its own write from the views.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
+
+import msgspec
+
+from agentlog.eventlog.errors import AgentlogError
+from agentlog.eventlog.events import (
+    RunCancelRequested,
+    RunFinished,
+    RunStarted,
+    StoredCommit,
+    ToolCallDecided,
+)
+from agentlog.eventlog.ids import new_id, validate_run_id
+from agentlog.projections.fold import fold_commits
+from agentlog.runtime.admission import (
+    InvalidRunInput,
+    admit_thread,
+    check_start,
+    check_start_ids,
+    check_storable,
+)
+from agentlog.runtime.errors import RunConflict, RunNotFound, ThreadNotFound
+from agentlog.runtime.facade import Runtime
+from agentlog.runtime.frontend import InvalidFrontendTools, normalize_frontend_tools
+from agentlog.runtime.loading import LoadedRun, RunLoader, known_calls
+from agentlog.runtime.loop.hitl import check_decisions, decision_seqs, parse_decisions
+from agentlog.runtime.outage import is_transient
+from agentlog.runtime.snapshots.store import SnapshotStore
+from agentlog.runtime.workers.commands import (
+    DLQ_CODE,
+    DLQ_COMMAND_ID,
+    DLQ_ERROR,
+    INTERRUPTED,
+    Cancel,
+    CommandClient,
+    ContinueRun,
+    Decide,
+    StartRun,
+    dlq_subject,
+)
+
+Messages = str | Sequence[Any]
+
+
+class Accepted(NamedTuple):
+    """A request the log has taken: where it landed. `duplicate`: every decision given was
+    already recorded (idempotent retry); `seq` is then the commit that recorded them first."""
+
+    thread_id: str
+    run_id: str
+    seq: int
+    duplicate: bool = False
+
+
+# == errors (codes map to statuses in src/agentlog/gateway/http/errors.STATUS_BY_CODE) ==========================
+
+
+class AgentNotFound(AgentlogError, LookupError):
+    code = "agent_not_found"
+
+
+class RunAlreadyFinished(AgentlogError):
+    """Cancel of a run that already finished: nothing was appended."""
+
+    code = "run_finished"
+
+
+class InvalidInput(AgentlogError, ValueError):
+    """Input the runtime would refuse (bad message shape, inconsistent ids)."""
+
+    code = "invalid_input"
+
+
+class CommandFailed(AgentlogError, ValueError):
+    """A worker gave up on the command (dead-lettered it, see `agentlog.runtime.workers.worker`): the answer
+    carries the worker's error code (e.g. `commit_too_large` -> 413), so a request fails in
+    gateway mode as it would in serve mode instead of waiting into a `DispatchTimeout`. A code
+    the API has no status for is a refusal of the input (400, as the runtime's ValueErrors are
+    in serve mode); `max_deliveries` (503) and `command_failed` (500) are the worker's own."""
+
+    code = "command_failed"
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        if code:
+            self.code = code
+
+
+class DispatchTimeout(AgentlogError):
+    """The command is queued but no worker made its effect visible in time (no worker running?).
+    It stays queued: a worker that comes up later still executes it."""
+
+    code = "dispatch_timeout"
+
+
+# == the seam ======================================================================================
+
+
+class Dispatcher(Protocol):
+    async def start_run(
+        self,
+        agent_id: str,
+        messages: Messages = (),
+        *,
+        thread_id: str | None = None,
+        run_id: str | None = None,
+        parent_run_id: str | None = None,
+        decisions: Sequence[Mapping[str, Any]] | None = None,
+        resource_id: str | None = None,
+        frontend_tools: Sequence[Mapping[str, Any]] | None = None,
+        interrupt: bool = False,
+    ) -> Accepted: ...
+
+    async def submit_inputs(
+        self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
+        mode: str | None = None,
+    ) -> Accepted: ...
+
+    async def cancel(self, run_id: str, reason: str | None = None) -> Accepted: ...
+
+
+def _has_messages(messages: Messages | None) -> bool:
+    return bool(messages)
+
+
+def _check_storable(value: Any, what: str) -> None:
+    """Both dispatchers, before anything: input that can never be written is `InvalidInput`."""
+    try:
+        check_storable(value if not isinstance(value, Sequence) or isinstance(value, str) else list(value), what)
+    except InvalidRunInput as exc:
+        raise InvalidInput(str(exc)) from None
+
+
+def _seq_of(commits: Sequence[StoredCommit], pred: Callable[[Any], bool], last: bool = False) -> int:
+    seqs = [sc.seq for sc in commits if any(pred(e) for e in sc.commit.events)]
+    if not seqs:
+        raise RunNotFound("the run's commit was not found in the log")
+    return seqs[-1] if last else seqs[0]
+
+
+async def _run_commits(store: Any, run_id: str) -> list[StoredCommit]:
+    validate_run_id(run_id)
+    commits = [sc async for sc in store.read_run(run_id)]
+    if not commits:
+        raise RunNotFound(f"unknown run {run_id!r}")
+    return commits
+
+
+def _agent_of(commits: Sequence[StoredCommit]) -> str:
+    return next(e.agent_id for sc in commits for e in sc.commit.events if type(e) is RunStarted)
+
+
+def _app_of(commits: Sequence[StoredCommit]) -> str | None:
+    """The app name the run's `RunStarted` records (None: not recorded)."""
+    app = next((e.app for sc in commits for e in sc.commit.events if type(e) is RunStarted), None)
+    return app.name if app is not None else None
+
+
+def _app_of_loaded(run: LoadedRun) -> str | None:
+    """`_app_of` for a run loaded from its snapshot + tail: the tail's `RunStarted` if it holds
+    it, else the app the snapshot's run view recorded."""
+    if any(type(e) is RunStarted for sc in run.run_commits for e in sc.commit.events):
+        return _app_of(run.run_commits)
+    if run.snapshot is not None:
+        app = run.snapshot.tail_view().app
+        return app.name if app is not None else None
+    return None
+
+
+def _finished(commits: Sequence[StoredCommit]) -> bool:
+    return any(type(e) is RunFinished for sc in commits for e in sc.commit.events)
+
+
+# == in process ====================================================================================
+
+
+#: How long an in-process interrupt waits for the cancelled run to finish.
+INTERRUPT_WAIT = 30.0
+
+
+class InProcessDispatcher:
+    """Runs execute in this process (`serve`): calls the `Runtime` directly. The runtime
+    validates before it appends, so its typed errors are the answers."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    async def start_run(
+        self, agent_id: str, messages: Messages = (), *, thread_id: str | None = None,
+        run_id: str | None = None, parent_run_id: str | None = None,
+        decisions: Sequence[Mapping[str, Any]] | None = None, resource_id: str | None = None,
+        frontend_tools: Sequence[Mapping[str, Any]] | None = None, interrupt: bool = False,
+    ) -> Accepted:
+        check_start_ids(agent_id, thread_id, run_id, parent_run_id)
+        if agent_id not in self.runtime.agents:
+            raise AgentNotFound(f"unknown agent {agent_id!r}")
+        if interrupt and parent_run_id is not None:
+            commits = await _run_commits(self.runtime.store, parent_run_id)
+            if not _finished(commits):
+                await self._interrupt(parent_run_id, commits[0].commit.thread_id)
+        try:
+            handle = await self.runtime.start(
+                agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
+                decisions=list(decisions or ()), resource_id=resource_id, frontend_tools=frontend_tools,
+            )
+        except AgentlogError:
+            raise
+        except (ValueError, TypeError) as exc:
+            raise InvalidInput(str(exc)) from None
+        seq = _seq_of(handle.commits, lambda e: type(e) is RunStarted)
+        return Accepted(handle.thread_id, handle.run_id, seq)
+
+    async def submit_inputs(
+        self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
+        mode: str | None = None,
+    ) -> Accepted:
+        _check_storable(decisions, "decisions")
+        validate_run_id(run_id)
+        if _has_messages(messages):
+            commits = await _run_commits(self.runtime.store, run_id)
+            if mode == "interrupt" and not _finished(commits):
+                await self._interrupt(run_id, commits[0].commit.thread_id)
+            return await self.start_run(_agent_of(commits), messages, thread_id=commits[0].commit.thread_id,
+                                        parent_run_id=run_id, decisions=decisions)
+        if not decisions:
+            raise InvalidInput("give decisions and/or messages")
+        # the runtime loads the run once (snapshot + tail) and raises RunNotFound itself
+        res = await self.runtime.decide(run_id, list(decisions))
+        return Accepted(res.thread_id, run_id, res.seq, res.duplicate)
+
+    async def _interrupt(self, run_id: str, thread_id: str) -> None:
+        """Cancel the run and wait (bounded by the caller) until it has finished, so the
+        continuation never runs beside it."""
+        store = self.runtime.store
+        version = await store.thread_version(thread_id)
+        await self.runtime.cancel(run_id, reason=INTERRUPTED)
+        if _finished(await _run_commits(store, run_id)):
+            return
+        try:
+            async with asyncio.timeout(INTERRUPT_WAIT):
+                await _first(store.follow(thread_id, after=version),
+                             lambda sc: sc.commit.run_id == run_id and _has(sc, RunFinished))
+        except TimeoutError:
+            raise RunConflict(f"run {run_id!r} did not stop within {INTERRUPT_WAIT:g}s of its cancel") from None
+
+    async def cancel(self, run_id: str, reason: str | None = None) -> Accepted:
+        _check_storable(reason, "reason")
+        commits = await _run_commits(self.runtime.store, run_id)
+        if _finished(commits) or not await self.runtime.cancel(run_id, reason=reason):
+            raise RunAlreadyFinished(f"run {run_id!r} has already finished")
+        after = [sc async for sc in self.runtime.store.read_run(run_id, after=commits[-1].seq)]
+        seq = _seq_of(after, lambda e: type(e) is RunCancelRequested, last=True)
+        return Accepted(commits[0].commit.thread_id, run_id, seq)
+
+
+# == via the work queue ============================================================================
+
+
+class QueueDispatcher:
+    """Runs execute on workers (`gateway`): validate against the log, queue the command, wait
+    (bounded) until its effect is in the log.
+
+    The checks here are the runtime's own (the pure functions of `agentlog.runtime.loop.hitl` over the run
+    folded with `agentlog.runtime.loop.run_context.fold_context`), so a bad request gets the error the runtime would
+    raise and NOTHING is queued or written. The remaining race (the run changes between our
+    check and the worker's) is the worker's to settle; it then terminates the command and the
+    wait here ends in `DispatchTimeout`.
+
+    `agents`: ids a worker can run; when given, unknown agents are refused here (404).
+    `descriptions`: their `AgentSpec.description`s (agent id -> text), for `GET /v1/agents`.
+    `snapshots`: the workers' run-context snapshots (read only): the run a decision is checked
+    against is then loaded from its snapshot and the log after it (`RunLoader`), not folded
+    from the thread's first commit.
+    `app_name`: the app whose workers get new runs; a run's later commands (continue, decide,
+    cancel) go to the app recorded in its `RunStarted` (`_app_of`), this one if none is.
+    """
+
+    def __init__(self, nc: Any, store: Any, *, agents: Collection[str] | None = None,
+                 descriptions: Mapping[str, str] | None = None, timeout: float = 10.0,
+                 snapshots: SnapshotStore | None = None, app_name: str | None = None) -> None:
+        self.store = store
+        self.client = CommandClient(nc, app_name=app_name)
+        self.agents = set(agents) if agents is not None else None
+        self.descriptions = dict(descriptions or {})
+        self.timeout = timeout
+        self.loader = RunLoader(store, snapshots=snapshots)
+
+    # -- start ---------------------------------------------------------------------------------
+
+    async def start_run(
+        self, agent_id: str, messages: Messages = (), *, thread_id: str | None = None,
+        run_id: str | None = None, parent_run_id: str | None = None,
+        decisions: Sequence[Mapping[str, Any]] | None = None, resource_id: str | None = None,
+        frontend_tools: Sequence[Mapping[str, Any]] | None = None, interrupt: bool = False,
+    ) -> Accepted:
+        """`interrupt` (a continuation of a running parent): ONE command (`ContinueRun.interrupt`)
+        that the worker executes as "cancel the parent, then start once it has finished", so the
+        thread never has two active runs and a crash between the two leaves the command queued."""
+        check_start_ids(agent_id, thread_id, run_id, parent_run_id)
+        if self.agents is not None and agent_id not in self.agents:
+            raise AgentNotFound(f"unknown agent {agent_id!r}")
+        decisions = list(decisions or ())
+        try:  # the names are checked here; a clash with the agent's tools only a worker can see
+            frontend = normalize_frontend_tools(frontend_tools)
+            # the runtime's own input checks (serve mode makes the same call): same answers
+            check_start(agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
+                        decisions=decisions, resource_id=resource_id, frontend_tools=frontend,
+                        max_payload=getattr(self.store, "max_payload", None))
+        except (InvalidFrontendTools, InvalidRunInput) as exc:
+            raise InvalidInput(str(exc)) from None
+        except AgentlogError:
+            raise
+        except (ValueError, TypeError) as exc:
+            raise InvalidInput(str(exc)) from None
+        app_name = None
+        if parent_run_id is not None:
+            parent = await _run_commits(self.store, parent_run_id)
+            app_name = _app_of(parent)
+            parent_thread = parent[0].commit.thread_id
+            if thread_id is not None and thread_id != parent_thread:
+                raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")
+            thread_id = parent_thread
+            if decisions:
+                self._check_decisions(await self.loader.load(parent_run_id, thread_id), decisions)
+        thread_id = thread_id or new_id()
+        version = await self._check_start(thread_id, run_id, parent_run_id, interrupting=parent_run_id
+                                          if interrupt else None)
+        run_id = run_id or new_id()
+        cls = ContinueRun if parent_run_id is not None else StartRun
+        # resource_id rides in the command: the worker's run-start commit creates the thread, so
+        # the gateway writes nothing itself (it used to write ThreadCreated first: a start that
+        # then failed left an orphan thread)
+        cmd = cls(thread_id=thread_id, run_id=run_id, agent_id=agent_id, messages=_wire_messages(messages),
+                  parent_run_id=parent_run_id, decisions=[dict(d) for d in decisions], frontend_tools=frontend,
+                  resource_id=resource_id)
+        if interrupt:
+            cmd = ContinueRun(**{**msgspec.structs.asdict(cmd), "interrupt": True})
+        seq = await self._submit_and_wait(cmd, thread_id, version,
+                                          lambda sc: sc.commit.run_id == run_id and _has(sc, RunStarted),
+                                          app_name)
+        return Accepted(thread_id, run_id, seq)
+
+    async def _check_start(self, thread_id: str, run_id: str | None, parent_run_id: str | None,
+                           interrupting: str | None = None) -> int:
+        """The start admission `Runtime.start` applies (`agentlog.runtime.admission.admit_thread`),
+        from the log, before anything is queued. Returns the thread's version (where the wait
+        for the effect starts). `interrupting`: the running run the command cancels first (its
+        being active is then no conflict; the worker starts only once it has finished)."""
+        try:
+            history, _thread = await admit_thread(self.store, thread_id, run_id=run_id, parent_run_id=parent_run_id)
+        except RunConflict:
+            if interrupting is None:
+                raise
+            history = [sc async for sc in self.store.read_thread(thread_id)]
+            thread = fold_commits(history).threads.get(thread_id)
+            if thread is None or thread.active_run_id != interrupting or (run_id is not None and run_id in thread.run_ids):
+                raise
+        return history[-1].seq if history else 0
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    async def submit_inputs(
+        self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
+        mode: str | None = None,
+    ) -> Accepted:
+        _check_storable(decisions, "decisions")
+        validate_run_id(run_id)
+        if _has_messages(messages):
+            commits = await _run_commits(self.store, run_id)
+            return await self.start_run(_agent_of(commits), messages, thread_id=commits[0].commit.thread_id,
+                                        parent_run_id=run_id, decisions=decisions,
+                                        interrupt=mode == "interrupt" and not _finished(commits))
+        if not decisions:
+            raise InvalidInput("give decisions and/or messages")
+        run = await self.loader.load(run_id)  # the one read of the run: snapshot + tail
+        thread_id = run.thread_id
+        new, dups = self._check_decisions(run, decisions)
+        if not new:
+            commits = [sc async for sc in self.store.read_run(run_id)]  # rare: a retried decision
+            return Accepted(thread_id, run_id, decision_seqs(commits)[dups[0].decision_id], True)
+        ids = {d.decision_id for d in new}
+        cmd = Decide(thread_id=thread_id, run_id=run_id, decisions=[dict(d) for d in decisions])
+        seq = await self._submit_and_wait(
+            cmd, thread_id, run.version,
+            lambda sc: any(type(e) is ToolCallDecided and e.decision.decision_id in ids for e in sc.commit.events),
+            _app_of_loaded(run))
+        return Accepted(thread_id, run_id, seq)
+
+    @staticmethod
+    def _check_decisions(run: LoadedRun, decisions: Sequence[Mapping[str, Any]]) -> tuple[list[Any], list[Any]]:
+        """`Runtime.decide`'s validation, on the run loaded here from the log."""
+        from agentlog.eventlog.ids import now_ms
+
+        parsed = parse_decisions(decisions, now_ms())
+        return check_decisions(run.ctx, parsed, known_calls(run.ctx, run.run_commits, run.snapshot, parsed))
+
+    # -- cancel --------------------------------------------------------------------------------
+
+    async def cancel(self, run_id: str, reason: str | None = None) -> Accepted:
+        _check_storable(reason, "reason")
+        commits = await _run_commits(self.store, run_id)
+        if _finished(commits):
+            raise RunAlreadyFinished(f"run {run_id!r} has already finished")
+        thread_id = commits[0].commit.thread_id
+        version = await self.store.thread_version(thread_id)
+        seq = await self._submit_and_wait(
+            Cancel(thread_id=thread_id, run_id=run_id, reason=reason), thread_id, version,
+            lambda sc: sc.commit.run_id == run_id and (_has(sc, RunCancelRequested) or _has(sc, RunFinished)),
+            _app_of(commits))
+        return Accepted(thread_id, run_id, seq)
+
+    # -- waiting for the effect ----------------------------------------------------------------
+
+    async def _queue(self, cmd: Any, app_name: str | None) -> None:
+        """Queue `cmd` for `app_name`'s workers; its outcome is a write of this process
+        (`/health`'s `log writes failing`)."""
+        writes = getattr(self.store, "writes", None)
+        try:
+            await self.client.submit(cmd, app_name=app_name)
+        except Exception as exc:
+            if writes is not None and is_transient(exc):
+                writes.failed("queue command", exc)
+            raise
+        if writes is not None:
+            writes.succeeded()
+
+    async def _submit_and_wait(self, cmd: Any, thread_id: str, after: int,
+                               done: Callable[[StoredCommit], bool], app_name: str | None = None) -> int:
+        """Follow the thread from `after` (opened BEFORE the submit, so the effect cannot slip
+        by), submit, and return the seq of the first commit `done` accepts. If a worker
+        dead-letters the command first (also watched from before the submit), raise
+        `CommandFailed` with the worker's error code."""
+        follower = self.store.follow(thread_id, after=after)
+        dead: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        async def on_dead_letter(msg: Any) -> None:
+            headers = msg.headers or {}
+            if headers.get(DLQ_COMMAND_ID) == cmd.command_id and not dead.done():
+                dead.set_result(headers)
+
+        sub = await self.client.nc.subscribe(dlq_subject(thread_id), cb=on_dead_letter)
+        try:
+            await self.client.nc.flush()
+            first = asyncio.ensure_future(_first(follower, done))
+            try:
+                await self._queue(cmd, app_name)
+                finished, _ = await asyncio.wait({first, dead}, timeout=self.timeout,
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                if first in finished:
+                    return first.result()
+                if dead in finished:
+                    headers = dead.result()
+                    raise CommandFailed(headers.get(DLQ_ERROR) or "a worker gave up on the command",
+                                        headers.get(DLQ_CODE))
+                raise DispatchTimeout(
+                    f"{type(cmd).__name__} for run {cmd.run_id!r} is queued, but no worker committed it "
+                    f"within {self.timeout}s (is a worker running?)")
+            finally:
+                first.cancel()
+                with contextlib.suppress(BaseException):
+                    await first
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+            with contextlib.suppress(Exception):
+                await follower.aclose()
+
+
+async def _first(commits: AsyncIterator[StoredCommit], done: Callable[[StoredCommit], bool]) -> int:
+    async for sc in commits:
+        if done(sc):
+            return sc.seq
+    raise DispatchTimeout("the log follow ended before the effect was seen")
+
+
+def _has(sc: StoredCommit, kind: type) -> bool:
+    return any(type(e) is kind for e in sc.commit.events)
+
+
+def _wire_messages(messages: Messages) -> list[Any]:
+    return [messages] if isinstance(messages, str) else [dict(m) if isinstance(m, Mapping) else m for m in messages]
+
+
+__all__ = [
+    "Accepted", "AgentNotFound", "CommandFailed", "DispatchTimeout", "Dispatcher", "InProcessDispatcher", "InvalidInput",
+    "QueueDispatcher", "RunAlreadyFinished", "ThreadNotFound",
+]

@@ -1,0 +1,268 @@
+"""Pydantic models of every query string and body the HTTP API accepts.
+
+They are the single definition of the input: handlers parse with them (a `ValidationError`
+becomes a 400 with field detail) and `openapi` derives the parameters and request bodies from
+them, so the published schema cannot drift from what is enforced. Ids are checked with the log's
+own rule (`[A-Za-z0-9_-]{1,128}`) before anything touches NATS.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+
+from agentlog.eventlog.events import Position
+from agentlog.eventlog.ids import is_valid_id
+
+MAX_LIMIT = 200
+DEFAULT_LIMIT = 50
+ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
+
+
+def _check_id(value: str) -> str:
+    if not is_valid_id(value):
+        raise ValueError("ids must be 1-128 characters of A-Z, a-z, 0-9, '_' or '-'")
+    return value
+
+
+def _check_run_id(value: str) -> str:
+    _check_id(value)
+    if value == "_":
+        raise ValueError("'_' is reserved and is not a run id")
+    return value
+
+
+def _clamp_limit(value: Any) -> Any:
+    """DESIGN 5.1: limit is 1..200. Out-of-range numbers are clamped (a UI asking for 0 or 10000
+    gets a useful page); non-numbers still fail validation."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return value
+    return max(1, min(MAX_LIMIT, number))
+
+
+def _check_event_id(value: str) -> str:
+    Position.parse(value)  # ValueError with a clear message
+    return value
+
+
+Id = Annotated[str, Field(pattern=ID_PATTERN, examples=["01J9ZQ3V6K"]), AfterValidator(_check_id)]
+RunId = Annotated[str, Field(pattern=ID_PATTERN), AfterValidator(_check_run_id)]
+EventId = Annotated[
+    str,
+    Field(pattern=r"^\s*[0-9]+(:[0-9]+)?\s*$", description="event id '<seq>:<index>'", examples=["12:0"]),
+    AfterValidator(_check_event_id),
+]
+Limit = Annotated[int, BeforeValidator(_clamp_limit),
+                  Field(default=DEFAULT_LIMIT, description=f"page size, clamped to 1..{MAX_LIMIT}")]
+Offset = Annotated[int, Field(default=0, ge=0)]
+MinSeq = Annotated[int | None, Field(
+    default=None, ge=0, description="read-your-writes: wait (bounded) until the views include this seq")]
+ResourceId = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Query(_Model):
+    """Query strings: unknown parameters are rejected too (a typo must not silently widen a list)."""
+
+
+# -- threads ----------------------------------------------------------------------------------
+
+
+class CreateThread(_Model):
+    thread_id: Id | None = Field(default=None, description="generated (time-ordered) when absent")
+    resource_id: ResourceId | None = None
+    parent_thread_id: Id | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class UpdateThread(_Model):
+    metadata: dict[str, Any] = Field(description="merged into the metadata; a null value removes the key")
+    expected_version: int | None = Field(
+        default=None, ge=0, description="optimistic concurrency: 409 unless the thread is at this version")
+
+
+class ReplaceMessage(_Model):
+    """A message of the forked history to change (by id): its new content (and role)."""
+
+    id: str = Field(min_length=1, max_length=256, description="the id of a message in the history as of `at`")
+    content: str
+    role: Literal["user", "system", "assistant", "tool"] | None = None
+
+
+class ForkThread(_Model):
+    at: EventId = Field(description="the event of the source thread to fork at (its messages and state as of it)")
+    new_thread_id: Id | None = Field(default=None, description="the fork's id; generated when absent")
+    state: dict[str, Any] | None = Field(default=None, description="the fork's thread state (replaces it)")
+    state_patch: list[dict[str, Any]] | None = Field(
+        default=None, max_length=1000, description="RFC 6902 ops applied to the state as of `at`")
+    replace_message: ReplaceMessage | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict, description="merged into the source's metadata")
+
+
+class RevokeQuery(_Query):
+    tool: str = Field(min_length=1, max_length=256, description="the tool (glob) of the standing rules to remove")
+    verdict: Literal["allow", "deny"] | None = Field(default=None, description="only rules of this verdict")
+
+
+class ListThreadsQuery(_Query):
+    limit: Limit = DEFAULT_LIMIT
+    offset: Offset = 0
+    resource_id: ResourceId | None = None
+    parent_thread_id: Id | None = None
+    min_seq: MinSeq = None
+
+
+class GetViewQuery(_Query):
+    min_seq: MinSeq = None
+
+
+class DeleteThreadQuery(_Query):
+    expected_version: int | None = Field(default=None, ge=0)
+    reason: str | None = Field(default=None, max_length=1000)
+
+
+class MessagesQuery(_Query):
+    after: EventId | None = Field(default=None, description="only messages after this event id (cursor)")
+    limit: Limit = DEFAULT_LIMIT
+    run_id: RunId | None = None
+    visibility: Literal["all", "internal"] | None = None
+
+
+class StateQuery(_Query):
+    at: EventId | None = Field(default=None, description="time travel: the state as of this event id")
+
+
+class EventsQuery(_Query):
+    after: EventId | None = Field(
+        default=None, description="resume after this event id (the Last-Event-ID header wins)")
+    follow: bool = Field(default=False, description="keep tailing live events (with heartbeats)")
+
+
+# -- runs -------------------------------------------------------------------------------------
+
+
+class ListRunsQuery(_Query):
+    thread_id: Id | None = None
+    status: Literal["running", "waiting", "done"] | None = None
+    agent_id: Id | None = None
+    parent_run_id: RunId | None = None
+    limit: Limit = DEFAULT_LIMIT
+    offset: Offset = 0
+    min_seq: MinSeq = None
+
+
+# -- run writes (agentlog.gateway.http.write, agentlog.gateway.nats.service) -----------------------------------
+
+MAX_ITEMS = 1000
+
+
+class ContentPartIn(_Model):
+    """One part of a multimodal message: text, or an image / file as base64 `data` (with its
+    `media_type`) or a `url`. Large binaries are kept in the Object Store by reference."""
+
+    type: Literal["text", "image", "file"]
+    text: str | None = None
+    media_type: str | None = Field(default=None, description="e.g. image/png, application/pdf")
+    data: str | None = Field(default=None, description="the bytes, base64")
+    url: str | None = None
+    filename: str | None = None
+
+
+class InputMessage(_Model):
+    """One input message; a bare string is shorthand for `{"role": "user", "content": ...}`;
+    `content` may be a list of parts (text, image, file)."""
+
+    role: Literal["user", "system", "assistant", "tool"] = "user"
+    content: str | list[ContentPartIn] = ""
+    tool_call_id: Id | None = None
+
+
+Messages = Annotated[str | list[InputMessage | str], Field(
+    description="a string (one user message) or a list of {role, content} objects / strings")]
+
+
+class DecisionIn(_Model):
+    """A human decision for a suspended tool call (DESIGN 4.3); idempotent on decision_id."""
+
+    target_id: Id = Field(description="the suspended call id")
+    decision_id: Id = Field(description="idempotency key of the decision")
+    action: Literal["resume", "cancel"]
+    result: Any = None
+    reason: str | None = Field(default=None, max_length=10_000)
+    updated_at: int = Field(default=0, ge=0, description="unix ms; the server's clock when 0")
+
+
+class StartRunBody(_Model):
+    agent_id: Id
+    thread_id: Id | None = Field(default=None, description="a new thread when absent")
+    run_id: RunId | None = Field(default=None, description="generated when absent")
+    messages: Messages = Field(default_factory=list)
+    parent_run_id: RunId | None = Field(default=None, description="continue after this run (lineage)")
+    decisions: list[DecisionIn] = Field(default_factory=list, max_length=MAX_ITEMS,
+                                        description="for the waiting parent run's suspended calls")
+    resource_id: ResourceId | None = Field(default=None, description="owner of a new thread (tenant scoping)")
+
+
+class RunInputsBody(_Model):
+    decisions: list[DecisionIn] = Field(default_factory=list, max_length=MAX_ITEMS)
+    messages: Messages = Field(default_factory=list, description="non-empty: a continuation run")
+    mode: Literal["interrupt"] | None = Field(
+        default=None, description="with messages on a running run: `interrupt` cancels it and continues "
+                                  "with the messages, one command (without a mode such a request is a 409)")
+
+    def model_post_init(self, _context: Any) -> None:
+        if not self.decisions and not self.messages:
+            raise ValueError("give decisions and/or messages")
+
+
+class CancelRunBody(_Model):
+    reason: str | None = Field(default=None, max_length=1000)
+
+
+# -- NATS request bodies: the HTTP inputs plus the path ids ------------------------------------
+
+
+class AgentsQuery(_Query):
+    """`agents.list` takes nothing (an empty body)."""
+
+
+class RunRef(GetViewQuery):
+    run_id: RunId
+
+
+class ThreadRef(GetViewQuery):
+    thread_id: Id
+
+
+class RunInputsRequest(RunInputsBody):
+    run_id: RunId
+
+
+class CancelRunRequest(CancelRunBody):
+    run_id: RunId
+
+
+class ThreadMessagesRequest(MessagesQuery):
+    thread_id: Id
+
+
+class RevokeRequest(RevokeQuery):
+    thread_id: Id
+
+
+class ForkThreadRequest(ForkThread):
+    thread_id: Id = Field(description="the source thread")
+
+
+__all__ = [
+    "AgentsQuery", "CancelRunBody", "CancelRunRequest", "DecisionIn", "InputMessage", "RunInputsBody", "RunInputsRequest",
+    "RunRef", "StartRunBody", "ThreadMessagesRequest", "ThreadRef",
+    "CreateThread", "DeleteThreadQuery", "ForkThread", "ForkThreadRequest", "ReplaceMessage", "RevokeQuery", "RevokeRequest", "EventsQuery", "GetViewQuery", "ListRunsQuery", "ListThreadsQuery",
+    "MAX_LIMIT", "MessagesQuery", "StateQuery", "UpdateThread",
+]

@@ -1,0 +1,415 @@
+"""The projection runner: folds the log into KV views, from its last committed position on.
+
+Per batch: take up to `batch` commits from the log feed (`agentlog.projections.feed`: an ordered
+consumer from the runner's position), load the views they touch (memory cache, else KV), fold
+them in memory (`Folder`), write the listing index changes they make (`agentlog.projections.listing`),
+then each touched view ONCE (coalesced), then the position (the batch's last seq, next to the
+views: `KVViewStore.write_position`). A failed batch is read again from the position.
+
+A crash anywhere before the position is written means the batch is read again by the next
+runner; every view stores the seq of the last commit applied to it and the fold skips commits at
+or below it, so nothing is ever applied twice, and a crash between two puts of one batch is also
+safe (the written views skip, the others apply). Nothing on the server is leased: a runner
+started after a SIGKILL reads from the position at once, with nothing to wait out.
+
+Run ONE runner per view set: two runners would each write every view, an older copy possibly
+over a newer one until the slower runner catches up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+
+from agentlog.eventlog.codec import decode_commit
+from agentlog.eventlog.errors import CodecError
+from agentlog.eventlog.events import Commit
+from agentlog.eventlog.quarantine import Quarantine
+from agentlog.eventlog.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, parse_event_subject
+from agentlog.projections.errors import ProjectionTimeout
+from agentlog.projections.feed import LogFeed
+from agentlog.projections.fold import Folder, Views
+from agentlog.projections.index import diff
+from agentlog.projections.store import ViewStore
+from agentlog.projections.views import RunView, ThreadView
+
+log = logging.getLogger("agentlog.projections")
+
+#: The durable consumer earlier runners kept their position in: its ack floor is where a view
+#: set without a stored position goes on from (then the consumer is deleted).
+LEGACY_DURABLE = "agentlog_projections"
+
+
+class ProjectionRunner:
+    """Keeps a `ViewStore` up to date from the events stream. Use `start()`/`stop()` (or `async
+    with`), or drive it by hand with `step()` (tests, tools)."""
+
+    def __init__(
+        self,
+        nc: NATS,
+        store: ViewStore,
+        *,
+        stream: str = EVENTS_STREAM,
+        subjects: str = EVENTS_SUBJECTS,
+        batch: int = 500,
+        fetch_timeout: float = 1.0,
+        cache_size: int = 20_000,
+        after_batch: Callable[[list[RunView]], Awaitable[None]] | None = None,
+        quarantine: Quarantine | None = None,
+        refresh_interval: float = 1.0,
+        catch_up_batch: int = 5000,
+    ) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.store = store
+        self.stream = stream
+        self.subjects = subjects
+        self.batch = batch
+        #: Commits per batch while the runner is behind (more than `batch` wait in the feed):
+        #: fewer, larger batches write each view and list page fewer times (a restart catching
+        #: up). A runner keeping up takes what came, up to `batch`.
+        self.catch_up_batch = max(batch, catch_up_batch)
+        self.fetch_timeout = fetch_timeout
+        self.cache_size = cache_size
+        #: How often (s) a batch checks whether a rebuild elsewhere flipped the view generation
+        #: (a KV read; every batch after a failed one).
+        self.refresh_interval = refresh_interval
+        self._refresh_due = 0.0
+        #: Highest stream seq whose batch is in the views (what `wait_for` waits on; never lowered).
+        self.applied_seq = 0
+        #: Commits that could not be decoded (a newer writer's schema, raw bytes): quarantined.
+        self.skipped: list[tuple[int, str]] = []
+        self.quarantine = quarantine if quarantine is not None else Quarantine()
+        self.batches = 0
+        self.puts = 0
+        #: The log's last seq when the runner opened: until `applied_seq` reaches it the views
+        #: are catching up on what was written while no runner ran (`catching_up`).
+        self.head_at_open = 0
+        #: Why the last batch failed (e.g. a KV write refused), None once a batch succeeds.
+        self.failing: str | None = None
+        self._threads: OrderedDict[str, ThreadView] = OrderedDict()
+        self._runs: OrderedDict[str, RunView] = OrderedDict()
+        #: Highest seq folded into the current store's views: where the feed goes on from. Below
+        #: `applied_seq` only after a rebuild elsewhere made a generation that ends earlier.
+        self._cursor = 0
+        self._feed: LogFeed | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._advanced = asyncio.Condition()
+        self._lock = asyncio.Lock()  # one batch (or rebuild swap) at a time
+        #: Test hook: called after the KV puts of a batch, before its position is written.
+        #: Raising simulates a crash there (the batch is then read again).
+        self.before_ack: Callable[[list[int]], None] | None = None
+        #: Called with the run views each batch wrote, once the batch is committed and visible (so
+        #: it never delays read-your-writes): derived caches kept by someone else, e.g. the
+        #: runtime's run-context snapshots (`agentlog.runtime.snapshots.store.SnapshotWriter`). Its failures are
+        #: logged and never fail the batch. If it also has `threads_deleted`, that is awaited with
+        #: the views of the threads the batch deleted (`ThreadDeleted`), so the cache can drop
+        #: what it keeps for them (the snapshot writer: their runs' snapshots).
+        self.after_batch = after_batch
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Learn the position (the store's, else a legacy durable consumer's ack floor) and start
+        reading the log after it."""
+        position = await self._stored_position()
+        try:
+            stream = await self.js.stream_info(self.stream)
+            first, self.head_at_open = stream.state.first_seq or 1, stream.state.last_seq
+        except NotFoundError:
+            first = 1
+        self._cursor = max(position, first - 1)
+        self.applied_seq = max(self.applied_seq, self._cursor)
+        ensure_index = getattr(self.store, "ensure_index", None)
+        if ensure_index is not None and await ensure_index():
+            log.info("indexed the existing views for listings (they predate the listing index)")
+        self._feed = LogFeed(self.js, self.stream, self.subjects,
+                             max_buffered=max(10_000, 4 * self.batch, 2 * self.catch_up_batch))
+        await self._feed.open(self._cursor + 1)
+
+    async def _stored_position(self) -> int:
+        read = getattr(self.store, "read_position", None)
+        position = await read() if read is not None else None
+        if position is not None:
+            return int(position)
+        if self.stream != EVENTS_STREAM:
+            return 0
+        try:  # a view set kept by an earlier runner: go on from its durable consumer's ack floor
+            info = await self.js.consumer_info(self.stream, LEGACY_DURABLE)
+        except NotFoundError:
+            return 0
+        floor = info.ack_floor.stream_seq if info.ack_floor else 0
+        write = getattr(self.store, "write_position", None)
+        if write is not None:
+            await write(floor)
+            with contextlib.suppress(NotFoundError):
+                await self.js.delete_consumer(self.stream, LEGACY_DURABLE)
+        return floor
+
+    async def start(self) -> None:
+        if self._feed is None:
+            await self.open()
+        self._stopping = False
+        self._task = asyncio.create_task(self._loop(), name="projection-runner")
+
+    async def stop(self) -> None:
+        """Stop the loop and wait for it (cancelled again until it has really ended: a cancel
+        landing as an inner timeout fires can be swallowed), then stop reading the log."""
+        self._stopping = True
+        task, self._task = self._task, None
+        if task is not None:
+            while not task.done():
+                task.cancel()
+                await asyncio.wait({task}, timeout=self.fetch_timeout)
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                task.result()
+        if self._feed is not None:
+            await self._feed.close()
+            self._feed = None
+
+    async def __aenter__(self) -> ProjectionRunner:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _loop(self) -> None:
+        while not self._stopping:
+            try:
+                await self.step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # NATS hiccup, KV error: the batch is read again from the position
+                log.exception("projection batch failed; retrying")
+                await asyncio.sleep(0.5)
+
+    @property
+    def catching_up(self) -> bool:
+        """Still applying what was in the log when the runner opened (after a restart, a crash)."""
+        return self.applied_seq < self.head_at_open
+
+    # -- one batch ----------------------------------------------------------------------------
+
+    async def step(self, limit: int | None = None) -> int:
+        """Take up to `batch` commits (`catch_up_batch` while behind; never more than `limit`),
+        fold, write and commit them. Returns how many commits it held (0 if idle: nothing came
+        within `fetch_timeout`)."""
+        if self._feed is None:
+            await self.open()
+        assert self._feed is not None
+        size = self.catch_up_batch if self._feed.buffered > self.batch else self.batch
+        msgs = await self._feed.take(min(limit, size) if limit else size, self.fetch_timeout)
+        if not msgs:
+            return 0
+        async with self._lock:
+            try:
+                await self._apply_batch(msgs)
+            except BaseException as exc:
+                if isinstance(exc, Exception):
+                    self.failing = f"{type(exc).__name__}: {exc}"
+                self.forget_cache()  # it may hold views that never reached the store
+                self._refresh_due = 0.0  # the store may have moved (a rebuild dropped its buckets)
+                with contextlib.suppress(Exception):
+                    await self._feed.open(self._cursor + 1)  # read the batch again
+                raise
+        return len(msgs)
+
+    async def _apply_batch(self, msgs: list[tuple[int, str, bytes]]) -> None:
+        refresh = getattr(self.store, "refresh", None)
+        now = asyncio.get_running_loop().time()
+        flipped = False
+        if refresh is not None and now >= self._refresh_due:
+            self._refresh_due = now + self.refresh_interval
+            flipped = await refresh()
+        if flipped:
+            # A rebuild (in another process) flipped the generation: our cache is of the old
+            # one, and the new one holds the log up to its own position, maybe not up to ours.
+            # (Batches written to the old generation meanwhile are read again from there.)
+            self.forget_cache()
+            read = getattr(self.store, "read_position", None)
+            position = await read() if read is not None else None
+            if position is not None and position != self._cursor:
+                self._cursor = int(position)
+                assert self._feed is not None
+                await self._feed.open(self._cursor + 1)
+                return
+        fresh = []
+        last = self._cursor
+        for item in msgs:
+            if item[0] > last:  # else folded before (a feed reopened behind the cursor)
+                fresh.append(item)
+                last = item[0]
+        if last == self._cursor:
+            return
+        # The views to load come from the subjects (`agentlog.ev.<thread>.<run>`); each commit is
+        # then decoded and folded in turn, so a batch never holds all its decoded commits (they
+        # die young: the collector has little to scan). A commit on a subject that does not name
+        # its ids gets its views loaded when it comes.
+        thread_ids: set[str] = set()
+        run_ids: set[str] = set()
+        for _, subject, _ in fresh:
+            try:
+                thread_id, run_id = parse_event_subject(subject)
+            except ValueError:
+                continue
+            thread_ids.add(thread_id)
+            if run_id is not None:
+                run_ids.add(run_id)
+        folder = Folder()
+        before = await self._load(folder, thread_ids, run_ids)
+        for seq, subject, data in fresh:
+            try:
+                commit = decode_commit(data)
+            except CodecError as exc:
+                commit = await self._quarantined(seq, subject, data, exc)
+            if commit.thread_id not in thread_ids or (commit.run_id is not None and commit.run_id not in run_ids):
+                new_runs = {commit.run_id} - run_ids if commit.run_id is not None else set()
+                more = await self._load(folder, {commit.thread_id} - thread_ids, new_runs)
+                thread_ids.add(commit.thread_id)
+                if commit.run_id is not None:
+                    run_ids.add(commit.run_id)
+                before.threads.update(more.threads)
+                before.runs.update(more.runs)
+            folder.apply_commit(seq, commit)
+        touched = folder.take_touched()
+        if touched.threads or touched.runs:
+            # While the puts are in flight KV may already hold the new values: drop the cached
+            # (older) ones first, so `cached_*` never answers older than KV (see `cached_run`).
+            for cache, keys in ((self._threads, touched.threads), (self._runs, touched.runs)):
+                for key in keys:
+                    cache.pop(key, None)
+            # The listing index first: its changes are computed from the views before and after
+            # the batch, and a batch read again still finds the old views (then re-applies the
+            # same, idempotent, changes). Written after the views, a crash in between would lose
+            # them for good (the next reading would see the new views and change nothing).
+            update_index = getattr(self.store, "update_index", None)
+            if update_index is not None:
+                await update_index(diff(before.threads, touched.threads, before.runs, touched.runs))
+            await self.store.put_views(touched.threads.values(), touched.runs.values())
+            self.puts += len(touched.threads) + len(touched.runs)
+        self._remember(touched.threads, touched.runs)
+        if self.before_ack is not None:
+            self.before_ack([item[0] for item in msgs])
+        self._cursor = last
+        self.batches += 1
+        self.failing = None
+        async with self._advanced:
+            self.applied_seq = max(self.applied_seq, last)
+            self._advanced.notify_all()
+        write = getattr(self.store, "write_position", None)
+        if write is not None:
+            await write(last)  # after the views (never ahead of them), after the waiters
+        if self.after_batch is not None and touched.runs:
+            try:
+                await self.after_batch(list(touched.runs.values()))
+            except Exception:  # noqa: BLE001 - a cache writer must not stop the projections
+                log.exception("after_batch hook failed")
+        deleted_hook = getattr(self.after_batch, "threads_deleted", None)
+        if deleted_hook is None:
+            return
+        deleted = [t for t in touched.threads.values()
+                   if t.deleted and not getattr(before.threads.get(t.thread_id), "deleted", False)]
+        if deleted:
+            try:
+                await deleted_hook(deleted)
+            except Exception:  # noqa: BLE001 - as above
+                log.exception("threads_deleted hook failed")
+
+    async def _quarantined(self, seq: int, subject: str, data: bytes, error: CodecError) -> Commit:
+        """The quarantine stand-in of the undecodable message at `seq` (`agentlog.eventlog.quarantine`),
+        folded like every other reader folds it: it counts in the views' versions and changes
+        nothing else. Its stored time is fetched on this rare path (the feed carries seq, subject
+        and data only), so the views equal a rebuild's. Also listed in `skipped`."""
+        self.skipped.append((seq, str(error)))
+        try:
+            ts = (await self.js.get_msg(self.stream, seq)).time
+        except Exception:  # noqa: BLE001 - the stand-in without its time beats a stuck runner
+            log.exception("could not read the stored time of the quarantined message at seq %d", seq)
+            ts = None
+        return self.quarantine.hold(seq, subject, ts, data, error)
+
+    async def _load(self, folder: Folder, thread_ids: set[str], run_ids: set[str]) -> Views:
+        """Seed `folder` with these views (those that exist); returns them (before the batch)."""
+        missing_t = [t for t in thread_ids if t not in self._threads]
+        missing_r = [r for r in run_ids if r not in self._runs]
+        get_views = getattr(self.store, "get_views", None)
+        if get_views is not None:
+            loaded_t, loaded_r = await get_views(missing_t, missing_r)
+        else:
+            loaded_t = await asyncio.gather(*(self.store.get_thread(t) for t in missing_t))
+            loaded_r = await asyncio.gather(*(self.store.get_run(r) for r in missing_r))
+        threads = [self._threads[t] for t in thread_ids if t in self._threads] + [v for v in loaded_t if v]
+        runs = [self._runs[r] for r in run_ids if r in self._runs] + [v for v in loaded_r if v]
+        folder.add_views(threads, runs)
+        return Views({t.thread_id: t for t in threads}, {r.run_id: r for r in runs})
+
+    def _remember(self, threads: dict[str, ThreadView], runs: dict[str, RunView]) -> None:
+        _lru_put(self._threads, threads, self.cache_size)
+        _lru_put(self._runs, runs, self.cache_size)
+
+    # -- the cache as a read path --------------------------------------------------------------
+
+    def cached_run(self, run_id: str) -> RunView | None:
+        """The run's view as this runner last wrote it to `self.store`, or None (not cached: read
+        the store). Never older than the store: an entry is only (re)added once its put has
+        succeeded, is dropped before a put that changes it and on a failed batch, and the whole
+        cache is dropped when the store changes (a rebuild's swap, a generation flip). So with
+        ONE runner per view set (the rule above) a hit equals what the store would answer, and
+        a read after `wait_for(seq)` sees every commit up to `seq`, like a store read.
+        LRU order is left alone: reads must not keep views the runner no longer writes."""
+        return self._runs.get(run_id)
+
+    def cached_thread(self, thread_id: str) -> ThreadView | None:
+        """Like `cached_run`, for a thread view."""
+        return self._threads.get(thread_id)
+
+    def forget_cache(self) -> None:
+        self._threads.clear()
+        self._runs.clear()
+
+    # -- read-your-writes and lag -------------------------------------------------------------
+
+    async def wait_for(self, seq: int, timeout: float = 5.0) -> None:
+        """Return once every commit up to `seq` is in the views; `ProjectionTimeout` after
+        `timeout` seconds."""
+        if self.applied_seq >= seq:
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._advanced:
+                    await self._advanced.wait_for(lambda: self.applied_seq >= seq)
+        except TimeoutError:
+            raise ProjectionTimeout(seq, self.applied_seq, timeout) from None
+
+    async def stream_last_seq(self) -> int:
+        try:
+            info = await self.js.stream_info(self.stream)
+        except NotFoundError:
+            return 0
+        return info.state.last_seq
+
+    async def lag(self) -> int:
+        """Commits in the stream not yet in the views."""
+        return max(0, await self.stream_last_seq() - self.applied_seq)
+
+
+_V = TypeVar("_V")
+
+
+def _lru_put(cache: OrderedDict[str, _V], items: dict[str, _V], size: int) -> None:
+    """Put `items` in `cache` as the most recently used, then drop the least recent beyond `size`."""
+    for key, view in items.items():
+        cache[key] = view
+        cache.move_to_end(key)
+    while len(cache) > size:
+        cache.popitem(last=False)

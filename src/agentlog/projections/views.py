@@ -1,0 +1,160 @@
+"""The query views of DESIGN 3: `ThreadView`, `RunView` and the per-call `CallView`.
+
+Frozen msgspec Structs: JSON-encodable as they are (they are the KV values), cheap to compare in
+tests, and safe to hand to other tasks. Times are the commit `ts` (unix ms) of the events that
+made them, never a wall clock, so the same log always gives the same views.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from agentlog.eventlog.events import (
+    AppRef,
+    ForkOrigin,
+    PayloadRef,
+    SuspendTicket,
+    Termination,
+    ToolCallDecision,
+    Usage,
+)
+
+CallStatus = Literal["new", "running", "suspended", "resuming", "succeeded", "failed", "cancelled"]
+RunStatus = Literal["running", "waiting", "done"]
+
+#: Call statuses that mean "work in progress": the run is running while any call has one.
+ACTIVE_CALL_STATUSES: frozenset[str] = frozenset({"running", "resuming"})
+TERMINAL_CALL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+
+
+class _View(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """Views keep their defaults on the wire too (no omit_defaults): a KV reader sees every field.
+
+    `gc=False`, like the event values they hold (`agentlog.eventlog.events._Value`, which says why
+    that is safe): frozen, only JSON data and values inside; the collector need not
+    track the hundreds of call views a cold resume decodes, or those a chunk cache keeps.
+
+    Subclasses repeat `frozen=True` for mypy (msgspec inherits it; see `agentlog.eventlog.events._Value`)."""
+
+
+class CallView(_View, frozen=True):
+    """One tool call of a run, through new -> running -> suspended -> resuming -> terminal.
+
+    `state` is the call's `tool_call` scope state; it is cleared when the call completes.
+    `verdict`/`rule` come from the permission gate, `decision` from the human.
+    """
+
+    call_id: str
+    status: CallStatus = "new"
+    name: str | None = None
+    arguments: dict[str, Any] = {}
+    result: Any = None
+    #: A result stored by reference (too large for a commit; the view keeps the reference, as a
+    #: KV value has the same size limit). Read the run's events for the value.
+    result_ref: PayloadRef | None = None
+    ticket: SuspendTicket | None = None
+    decision: ToolCallDecision | None = None
+    resume_mode: str | None = None
+    verdict: str | None = None
+    rule: str | None = None
+    message_id: str | None = None
+    state: dict[str, Any] = {}
+    created: int = 0
+    updated: int = 0
+
+
+class RunView(_View, frozen=True):
+    """One run. `status` is derived from the calls (see `fold.derive_status`).
+
+    Usage: `inference_usage` is the running sum of `InferenceCompleted.usage`; `usage` equals it
+    while the run is live, and at `RunFinished` becomes `RunFinished.usage` when that is non-zero.
+    The runtime's final figure is authoritative (it is what its token budget used and may count
+    calls that never produced an InferenceCompleted, e.g. failed retries); the sum is the live
+    estimate and the fallback for a run finished without a usage figure.
+    """
+
+    run_id: str
+    thread_id: str
+    agent_id: str | None = None
+    parent_run_id: str | None = None
+    parent_thread_id: str | None = None
+    origin: str | None = None
+    #: The app that started the run (`RunStarted.app`), if recorded.
+    app: AppRef | None = None
+    status: RunStatus = "running"
+    termination: Termination | None = None
+    cancel_requested: bool = False
+    steps: int = 0
+    last_step: int | None = None
+    inferences: int = 0
+    usage: Usage = Usage()
+    inference_usage: Usage = Usage()
+    #: USD: the sum of the run's recorded `InferenceCompleted.cost`; None while no inference
+    #: of the run was priced.
+    cost: float | None = None
+    #: The model a pool chose for the run (`RunStarted.model`), if it names a pool.
+    model: str | None = None
+    message_count: int = 0
+    calls: dict[str, CallView] = {}
+    state: dict[str, Any] = {}
+    rejected_patches: int = 0
+    created: int = 0
+    updated: int = 0
+    last_seq: int = 0
+
+
+class ThreadView(_View, frozen=True):
+    """One thread. `version` is the seq of the last commit applied (the thread's OCC version).
+
+    Messages are not kept here (a KV value must stay small); `message_count` is, and
+    `fold.fold_messages` / `timetravel.messages_at` give the messages themselves.
+    """
+
+    thread_id: str
+    resource_id: str | None = None
+    parent_thread_id: str | None = None
+    metadata: dict[str, Any] = {}
+    created: int = 0
+    updated: int = 0
+    version: int = 0
+    message_count: int = 0
+    state: dict[str, Any] = {}
+    run_ids: list[str] = []
+    active_run_id: str | None = None
+    deleted: bool = False
+    rejected_patches: int = 0
+    #: USD: the sum of the recorded inference costs of all the thread's runs (None: none priced).
+    cost: float | None = None
+    #: The thread and event position this thread was forked from (None: not a fork).
+    forked_from: ForkOrigin | None = None
+
+    @property
+    def last_seq(self) -> int:
+        return self.version
+
+
+def empty_thread(thread_id: str) -> ThreadView:
+    return ThreadView(thread_id=thread_id)
+
+
+def empty_run(run_id: str, thread_id: str) -> RunView:
+    return RunView(run_id=run_id, thread_id=thread_id)
+
+
+_thread_encoder = msgspec.json.Encoder()
+_thread_decoder = msgspec.json.Decoder(ThreadView)
+_run_decoder = msgspec.json.Decoder(RunView)
+
+
+def encode_view(view: ThreadView | RunView) -> bytes:
+    return _thread_encoder.encode(view)
+
+
+def decode_thread(data: bytes) -> ThreadView:
+    return _thread_decoder.decode(data)
+
+
+def decode_run(data: bytes) -> RunView:
+    return _run_decoder.decode(data)

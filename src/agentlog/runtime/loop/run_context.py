@@ -1,0 +1,248 @@
+"""The run's working context as a fold of events: `RunContext`, `apply_event`, `fold_context`.
+
+Pure: no I/O, no clock, no ids. The loop stages every event through `apply_event` before it
+commits it, and a resumed run (or a verified replay, or the gateway's admission checks) builds
+the same context by folding the log: one function, every path. It lives apart from the driver
+(`agentlog.runtime.loop.driver`) so that readers of a folded context need not import the async machinery.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from agentlog.eventlog.events import (
+    AnyEvent,
+    ContextCompacted,
+    InferenceCompleted,
+    Message,
+    MessageAppended,
+    RunCancelRequested,
+    RunFinished,
+    RunResumed,
+    RunStarted,
+    RunSuspended,
+    StatePatched,
+    StateReplaced,
+    StepFinished,
+    StepStarted,
+    StoredCommit,
+    SuspendTicket,
+    Termination,
+    ThreadCreated,
+    ToolCall,
+    ToolCallCompleted,
+    ToolCallDecided,
+    ToolCallDecision,
+    ToolCallResuming,
+    ToolCallStarted,
+    ToolCallSuspended,
+    Usage,
+)
+from agentlog.projections.state import validate_patch, validate_state
+from agentlog.runtime.frontend import frontend_specs
+from agentlog.runtime.models.base import ToolSpec
+from agentlog.runtime.stop import BUDGET_CALL_PREFIX
+
+
+@dataclass(slots=True)
+class RunContext:
+    """Everything the loop's decisions read, built only by folding events (`apply_event`).
+
+    Thread-wide parts (messages, state, version) come from the whole thread; run-scoped parts are
+    reset by the run's `RunStarted`.
+    """
+
+    thread_id: str
+    run_id: str
+    thread_exists: bool = False
+    messages: list[Message] = field(default_factory=list)
+    state: dict[str, Any] = field(default_factory=dict)
+    # run-scoped
+    started_ms: int = 0
+    step: int = 0
+    step_open: bool = False
+    usage: Usage = Usage()
+    step_text: str = ""
+    #: Call ids of the current step's assistant message, and those that got a completion.
+    step_calls: list[str] = field(default_factory=list)
+    answered: set[str] = field(default_factory=set)
+    step_failed: int = 0
+    step_succeeded: int = 0
+    round_tools: list[tuple[str, ...]] = field(default_factory=list)
+    consecutive_errors: int = 0
+    #: Started, not yet completed calls (call_id -> tool name).
+    running: dict[str, str] = field(default_factory=dict)
+    suspended: dict[str, SuspendTicket] = field(default_factory=dict)
+    #: The current step's requested calls (to replay a suspended call, or start the calls a
+    #: sequential round left un-started).
+    step_tool_calls: list[ToolCall] = field(default_factory=list)
+    #: Recorded decisions not yet applied (call_id -> decision): partial batch decisions wait here.
+    decisions: dict[str, ToolCallDecision] = field(default_factory=dict)
+    #: Every decision_id recorded in this run (idempotency of `decide`).
+    decision_ids: set[str] = field(default_factory=set)
+    #: Calls between ToolCallResuming and their outcome (call_id -> the decision applied).
+    resuming: dict[str, ToolCallDecision] = field(default_factory=dict)
+    #: The resume mode of each `resuming` call (from its ToolCallResuming), to re-drive it.
+    resume_modes: dict[str, str] = field(default_factory=dict)
+    cancel_requested: bool = False
+    waiting: bool = False
+    #: Between a `RunResumed` and the end of that resume (the run waits again, finishes, or
+    #: starts its next step): a resume from the log finishes the decision's resume first.
+    resume_open: bool = False
+    finished: Termination | None = None
+    #: This run's frontend tools (name -> spec), from its `RunStarted`: offered to the model, and
+    #: a call to one suspends for the client instead of running here (`agentlog.runtime.frontend`).
+    frontend_tools: dict[str, ToolSpec] = field(default_factory=dict)
+    #: The thread's latest `ContextCompacted` (the model sees its summary instead of the
+    #: messages up to its `upto_message_id`; `agentlog.runtime.context_policy`).
+    compaction: ContextCompacted | None = None
+    #: The run's summed `InferenceCompleted.cost` (None: no priced inference yet).
+    cost: float | None = None
+    #: The model a pool chose for the run (its `RunStarted.model`), else None.
+    model: str | None = None
+    #: Budget suspensions a human extended (each grants one more budget), and whether one was
+    #: declined (the run then ends `stopped`/budget); see `agentlog.runtime.stop.Budget`.
+    budget_extensions: int = 0
+    budget_declined: bool = False
+
+
+def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *, thread_scope: bool = True) -> None:
+    """Fold one event (of a commit of `run_id`, committed at `ts`) into `ctx`.
+
+    Raises `InvalidPatch` for a state patch that does not apply: the loop stages its own events
+    through here, so that check runs before anything is appended.
+
+    `thread_scope=False` folds only the run-scoped parts (no messages, no thread state): a cold
+    resume uses it for the run's commits already covered by a thread-view snapshot.
+    """
+    t = type(event)
+    ours = run_id == ctx.run_id
+    if t is MessageAppended:
+        msg = cast(MessageAppended, event).message
+        if thread_scope:
+            ctx.messages.append(msg)
+        if ours and msg.role == "assistant":
+            ctx.step_text = msg.content
+            calls = msg.tool_calls or []
+            ctx.step_calls = [c.id for c in calls]
+            ctx.step_tool_calls = list(calls)
+            ctx.answered = set()
+            if calls:
+                ctx.round_tools.append(tuple(c.name for c in calls))
+    elif t is StatePatched:
+        patched = cast(StatePatched, event)
+        if patched.scope == "thread" and thread_scope:
+            ctx.state = validate_patch(ctx.state, patched.ops)
+    elif t is ContextCompacted:
+        if thread_scope:
+            ctx.compaction = cast(ContextCompacted, event)
+    elif not ours:
+        if t is ThreadCreated:
+            ctx.thread_exists = True
+        elif t is StateReplaced and cast(StateReplaced, event).scope == "thread" and thread_scope:
+            ctx.state = validate_state(cast(StateReplaced, event).state)
+    elif t is ToolCallCompleted:
+        completed = cast(ToolCallCompleted, event)
+        call_id = completed.call_id
+        ctx.running.pop(call_id, None)
+        ctx.suspended.pop(call_id, None)
+        ctx.decisions.pop(call_id, None)
+        ctx.resuming.pop(call_id, None)
+        ctx.resume_modes.pop(call_id, None)
+        ctx.answered.add(call_id)
+        if call_id.startswith(BUDGET_CALL_PREFIX):  # a budget ticket answered, not a tool's outcome
+            if completed.outcome == "succeeded":
+                ctx.budget_extensions += 1
+            else:
+                ctx.budget_declined = True
+            return
+        if completed.outcome == "succeeded":
+            ctx.step_succeeded += 1
+        else:
+            ctx.step_failed += 1
+    elif t is ToolCallStarted:
+        started = cast(ToolCallStarted, event)
+        ctx.running[started.call_id] = started.name
+    elif t is StepStarted:
+        ctx.step = cast(StepStarted, event).step
+        ctx.step_open = True
+        ctx.resume_open = False
+        ctx.step_text = ""
+        ctx.step_calls = []
+        ctx.answered = set()
+        ctx.step_failed = ctx.step_succeeded = 0
+    elif t is InferenceCompleted:
+        inference = cast(InferenceCompleted, event)
+        ctx.usage = ctx.usage + inference.usage
+        if inference.cost is not None:
+            ctx.cost = inference.cost if ctx.cost is None else ctx.cost + inference.cost
+    elif t is StepFinished:
+        ctx.step_open = False
+        if ctx.step_failed or ctx.step_succeeded:
+            ctx.consecutive_errors = ctx.consecutive_errors + 1 if not ctx.step_succeeded else 0
+    elif t is ToolCallSuspended:
+        suspended = cast(ToolCallSuspended, event)
+        ctx.running.pop(suspended.call_id, None)
+        ctx.resuming.pop(suspended.call_id, None)
+        ctx.resume_modes.pop(suspended.call_id, None)
+        ctx.suspended[suspended.call_id] = suspended.ticket
+    elif t is ToolCallDecided:
+        decided = cast(ToolCallDecided, event)
+        decision = decided.decision
+        ctx.decisions[decided.call_id] = decision
+        ctx.decision_ids.add(decision.decision_id)
+    elif t is ToolCallResuming:
+        resuming = cast(ToolCallResuming, event)
+        call_id = resuming.call_id
+        ctx.suspended.pop(call_id, None)
+        applied = ctx.decisions.pop(call_id, None)
+        if applied is not None:
+            ctx.resuming[call_id] = applied
+            ctx.resume_modes[call_id] = resuming.mode
+    elif t is RunResumed:
+        ctx.waiting = False
+        ctx.resume_open = True
+    elif t is ThreadCreated:
+        ctx.thread_exists = True
+    elif t is RunStarted:
+        ctx.started_ms = ts
+        ctx.step = 0
+        ctx.usage = Usage()
+        ctx.round_tools = []
+        ctx.consecutive_errors = 0
+        ctx.running = {}
+        ctx.suspended = {}
+        ctx.step_tool_calls = []
+        ctx.decisions = {}
+        ctx.decision_ids = set()
+        ctx.resuming = {}
+        ctx.resume_modes = {}
+        ctx.waiting = False
+        ctx.resume_open = False
+        ctx.cancel_requested = False
+        ctx.finished = None
+        ctx.frontend_tools = frontend_specs(cast(RunStarted, event).frontend_tools)
+        ctx.model = cast(RunStarted, event).model
+        ctx.cost = None
+        ctx.budget_extensions = 0
+        ctx.budget_declined = False
+    elif t is RunCancelRequested:
+        ctx.cancel_requested = True
+    elif t is RunSuspended:
+        ctx.waiting = True
+        ctx.resume_open = False
+    elif t is RunFinished:
+        ctx.finished = cast(RunFinished, event).termination
+        ctx.waiting = False
+        ctx.resume_open = False
+    elif t is StateReplaced and cast(StateReplaced, event).scope == "thread" and thread_scope:
+        ctx.state = validate_state(cast(StateReplaced, event).state)
+
+def fold_context(ctx: RunContext, commits: Sequence[StoredCommit], *, thread_scope: bool = True) -> RunContext:
+    for sc in commits:
+        for ev in sc.commit.events:
+            apply_event(ctx, ev, sc.commit.ts, sc.commit.run_id, thread_scope=thread_scope)
+    return ctx
+

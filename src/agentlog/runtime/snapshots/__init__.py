@@ -1,0 +1,1 @@
+"""Run-context snapshots: the pure format, and the stores that keep them."""

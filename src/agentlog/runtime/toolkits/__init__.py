@@ -1,0 +1,1 @@
+"""Tools that reach beyond the process: MCP servers, remote A2A agents, sub-agents."""

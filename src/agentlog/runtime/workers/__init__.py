@@ -1,0 +1,1 @@
+"""Workers: take commands from the durable work queue and run them."""
