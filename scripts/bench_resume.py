@@ -74,7 +74,8 @@ from agentlog.projections.fold import fold_commits
 from agentlog.projections.kv import KVViewStore
 from agentlog.runtime import AgentSpec, Runtime, ToolContext, ToolResult, tool
 from agentlog.runtime.models import ScriptedModel, Turn
-from agentlog.runtime.snapshots.store import CHUNKS, KVSnapshotStore
+from agentlog.runtime.snapshots.format import CHUNKS
+from agentlog.runtime.snapshots.store import KVSnapshotStore
 
 MODES = ("fold", "views", "snapshots", "snapshots_cold")
 #: Given, so the scripted model does not count the words of the whole conversation on every turn

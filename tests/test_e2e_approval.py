@@ -23,7 +23,7 @@ import pytest
 from topology import TOPOLOGIES, Deployment, deploy
 
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
-from agentlog.runtime.snapshots.store import SNAPSHOT_BUCKET, decode_snapshot
+from agentlog.runtime.snapshots.format import SNAPSHOT_BUCKET, decode_snapshot
 
 #: A bound on one follow, not a sync: the run pauses again within milliseconds on a quiet machine.
 FOLLOW_TIMEOUT = 30.0

@@ -8,7 +8,8 @@ from agentlog.eventlog.memory import MemoryEventStore
 from agentlog.runtime import AgentSpec, Runtime, ToolContext, ToolResult, tool
 from agentlog.runtime.loading import RunLoader
 from agentlog.runtime.models import ScriptedModel, Turn
-from agentlog.runtime.snapshots.store import CHUNKS, MemorySnapshotStore, decode_snapshot
+from agentlog.runtime.snapshots.format import CHUNKS, decode_snapshot
+from agentlog.runtime.snapshots.store import MemorySnapshotStore
 
 
 @tool

@@ -19,10 +19,8 @@ from agentlog.projections.fold import fold_commits
 from agentlog.projections.kv import KVViewStore
 from agentlog.projections.runner import ProjectionRunner
 from agentlog.runtime import DeterministicEntropy
-from agentlog.runtime.snapshots.store import (
+from agentlog.runtime.snapshots.format import (
     CHUNKS,
-    KVSnapshotStore,
-    SnapshotWriter,
     call_chunks_prefix,
     chunk_key,
     chunk_keys,
@@ -30,6 +28,7 @@ from agentlog.runtime.snapshots.store import (
     encode_snapshot,
     message_chunks_prefix,
 )
+from agentlog.runtime.snapshots.store import KVSnapshotStore, SnapshotWriter
 
 from test_runtime_support import store, thread_log  # noqa: F401  (fixture)
 from test_snapshot_resume import CountingStore, app, suspended_call

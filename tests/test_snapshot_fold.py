@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import agentlog.projections.fold as fold_mod
-import agentlog.runtime.snapshots.store as snapshot_mod
+import agentlog.runtime.snapshots.format as snapshot_format
 from agentlog.eventlog.events import (
     Commit,
     InferenceCompleted,
@@ -51,9 +51,8 @@ from agentlog.projections.fold import RunFolder, fold_commits
 from agentlog.projections.views import CallView, RunView
 from agentlog.runtime import RunHandle
 from agentlog.runtime.loop.driver import RunContext, fold_context
-from agentlog.runtime.snapshots.store import (
+from agentlog.runtime.snapshots.format import (
     ChunkCache,
-    MemorySnapshotStore,
     RunSnapshot,
     chunk_key,
     chunk_keys,
@@ -61,9 +60,9 @@ from agentlog.runtime.snapshots.store import (
     decode_chunk,
     decode_snapshot,
     encode_snapshot,
-    load_chunks,
     make_snapshot,
 )
+from agentlog.runtime.snapshots.store import MemorySnapshotStore, load_chunks
 
 THREAD, RUN = "t-snap", "r-snap"
 CALLS = ["c1", "c2", "c3"]
@@ -264,7 +263,7 @@ def test_decide_reads_the_snapshots_call_ids_only_for_a_decision_whose_call_is_n
     snap = _Loaded(THREAD, None, loaded.ctx, 3, [], snapshot=loaded)  # type: ignore[arg-type]
     decision = lambda target: ToolCallDecision(target_id=target, decision_id="d", action="resume")  # noqa: E731
     assert Runtime._known_calls(snap, [decision("c1")]) == {*calls, "s"}
-    monkeypatch.setattr(snapshot_mod, "_call_ids_decoder", None)  # reading the ids now would fail
+    monkeypatch.setattr(snapshot_format, "_call_ids_decoder", None)  # reading the ids now would fail
     assert Runtime._known_calls(snap, [decision("s")]) == set()
 
 
@@ -275,7 +274,7 @@ def test_a_chunk_that_matches_its_digest_but_does_not_decode_is_a_miss() -> None
     entry, chunks = make_snapshot(seq=3, agent_id="a", ctx=ctx, run=RunView(run_id=RUN, thread_id=THREAD),
                                   chunk_size=2, cache=ChunkCache())
     bad = b"\xc1"  # never valid MessagePack
-    forged = msgspec.structs.replace(entry, message_chunks=[snapshot_mod._digest(b"m", bad)])
+    forged = msgspec.structs.replace(entry, message_chunks=[snapshot_format.chunk_digest(snapshot_format.MESSAGES_KIND, bad)])
     store = MemorySnapshotStore()
     store.entries = {chunk_key(THREAD, forged.message_chunks[0]): bad}
     assert asyncio.run(load_chunks(store, forged, ChunkCache())) is None

@@ -32,7 +32,8 @@ from agentlog.runtime import (
 )
 from agentlog.runtime.loop.hitl import CallNotSuspended
 from agentlog.runtime.models.scripted import ScriptedModel, Turn
-from agentlog.runtime.snapshots.store import KVSnapshotStore, SnapshotWriter, decode_snapshot, encode_snapshot
+from agentlog.runtime.snapshots.format import decode_snapshot, encode_snapshot
+from agentlog.runtime.snapshots.store import KVSnapshotStore, SnapshotWriter
 
 from test_runtime_support import store, thread_log  # noqa: F401  (fixture)
 

@@ -55,7 +55,8 @@ from agentlog.runtime.plugins import (
     Suspend,
     Terminate,
 )
-from agentlog.runtime.snapshots.store import KVSnapshotStore, MemorySnapshotStore, RunSnapshot, SnapshotStore
+from agentlog.runtime.snapshots.format import RunSnapshot
+from agentlog.runtime.snapshots.store import KVSnapshotStore, MemorySnapshotStore, SnapshotStore
 from agentlog.runtime.stop import (
     ConsecutiveErrors,
     ContentMatch,

@@ -55,14 +55,8 @@ from agentlog.runtime.loop.run_context import RunContext, fold_context
 from agentlog.runtime.models.base import Model, ToolSpec
 from agentlog.runtime.models.providers import build_provider_model
 from agentlog.runtime.outage import OutagePolicy
-from agentlog.runtime.snapshots.store import (
-    LoadedSnapshot,
-    RunSnapshot,
-    SnapshotStore,
-    make_snapshot,
-    save_snapshot,
-    with_finished_calls,
-)
+from agentlog.runtime.snapshots.format import LoadedSnapshot, RunSnapshot, make_snapshot, with_finished_calls
+from agentlog.runtime.snapshots.store import SnapshotStore, save_snapshot
 from agentlog.runtime.tools import Tool, ToolRegistry
 
 _log = get_logger()

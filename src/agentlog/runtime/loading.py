@@ -39,7 +39,8 @@ from agentlog.eventlog.ids import validate_id
 from agentlog.eventlog.store import EventStore, as_generator
 from agentlog.runtime.errors import RunNotFound
 from agentlog.runtime.loop.run_context import RunContext, fold_context
-from agentlog.runtime.snapshots.store import LoadedSnapshot, SnapshotStore, load_chunks, read_entry
+from agentlog.runtime.snapshots.format import LoadedSnapshot
+from agentlog.runtime.snapshots.store import SnapshotStore, load_chunks, read_entry
 
 
 class LoadedRun(NamedTuple):
