@@ -72,7 +72,7 @@ def test_steer_fold_takes_steering_messages_at_a_boundary_and_every_message_at_t
 def test_steer_fold_is_the_same_from_a_snapshot_tail() -> None:
     """A cold resume folds the run's commits run-scoped only (`thread_scope=False`): the queue
     and what was taken are run-scoped, so it holds the same pending messages."""
-    events = [RunStarted(run_id="r", agent_id="a"), MessageQueued(message=_user("m1", "x")),
+    events = [RunStarted(run_id="r", agent_id="a"), MessageQueued(message=_user("m1", "x"), mode="steer"),
               MessageQueued(message=_user("m2", "y"), mode="follow_up"), MessageAppended(message=_user("m1", "x"))]
     full, tail = RunContext(thread_id="t", run_id="r"), RunContext(thread_id="t", run_id="r")
     for ev in events:

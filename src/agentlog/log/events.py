@@ -257,7 +257,7 @@ class MessageQueued(Event, frozen=True):
     recorded, untaken."""
 
     message: Message
-    mode: QueueMode = "steer"
+    mode: QueueMode
 
 
 class RunFinished(Event, frozen=True):
