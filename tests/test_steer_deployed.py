@@ -11,6 +11,7 @@ timeout to expire.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import threading
@@ -24,7 +25,9 @@ from topology import TOPOLOGIES, Deployment, deploy
 from typer.testing import CliRunner
 
 from agentlog.cli.core import app as cli
-from agentlog.client import ApiError, SyncClient, get_sync_client
+from agentlog.client import ApiError, AsyncClient, SyncClient, get_sync_client
+
+from test_adapters_routes_support import TRANSPORTS, Transport, open_deployed
 
 runner = CliRunner()
 pytestmark = pytest.mark.usefixtures("keep_structlog_config")
@@ -108,7 +111,7 @@ def test_steer_over_http_is_taken_at_the_next_step_boundary(deployment: Deployme
             taken = next(i for i, e in enumerate(events) if e.type == "MessageAppended"
                          and e.event["message"]["id"] == queued.event["message"]["id"])
             assert kinds.index("ToolCallCompleted") < taken < len(kinds) - 1 - kinds[::-1].index("InferenceCompleted")
-            assert [r["run_id"] for r in client.runs.list(thread_id=thread)["runs"]] == [run["run_id"]]
+            assert [e.run_id for e in events if e.type == "RunStarted"] == [run["run_id"]]
     finally:
         release.close()
     verify(deployment, run["run_id"])
@@ -203,3 +206,77 @@ def test_steer_outlives_the_worker_the_log_is_the_queue(deployment: Deployment, 
     finally:
         release.close()
     verify(deployment, run["run_id"])
+
+
+async def _queued_on(aio: AsyncClient, thread_id: str) -> None:
+    """Until a `MessageQueued` lands on the thread (the test's one)."""
+    async with contextlib.aclosing(aio.threads.stream(thread_id, follow=True)) as events:
+        async for event in events:
+            if event.type == "MessageQueued":
+                return
+
+
+async def _runs_of(aio: AsyncClient, thread_id: str) -> list[str]:
+    """The runs the thread's log started (the log, not a projection that may trail it)."""
+    async with contextlib.aclosing(aio.threads.stream(thread_id)) as events:
+        return [e.run_id async for e in events if e.type == "RunStarted"]
+
+
+async def _held_async(aio: AsyncClient, thread_id: str) -> dict[str, Any]:
+    run = await aio.runs.create("steered", "hold on", thread_id=thread_id)
+    async with contextlib.aclosing(aio.threads.stream(thread_id, follow=True)) as events:
+        async for event in events:
+            if event.type == "ToolCallStarted":
+                return run
+    raise AssertionError("the thread's stream ended before the wait call started")
+
+
+@pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)
+async def test_steer_in_ag_ui_via_forwarded_props(deployment: Deployment, fifo_dir: Path, tr: Transport) -> None:
+    """A run request with a new message on a thread whose run runs, `forwardedProps.agentlog.mode`
+    = steer: queued on that run (no second run), and this stream carries the rest of it."""
+    thread = f"t-steer-agui-{deployment.kind}-{tr.name}"
+    release = Release(fifo_dir, thread)
+    try:
+        async with asyncio.timeout(WAIT), open_deployed(deployment) as stack, AsyncClient(deployment.http_url) as aio:
+            run = await _held_async(aio, thread)
+            body = {"threadId": thread, "runId": "r-agui-steer", "tools": [], "context": [], "state": {},
+                    "forwardedProps": {"agentlog": {"mode": "steer"}},
+                    "messages": [{"id": "u-steer", "role": "user", "content": "change of plan"}]}
+            answering = asyncio.ensure_future(tr.agui(stack, body, agent="steered"))
+            await _queued_on(aio, thread)
+            release.one()
+            answer = await answering
+            types = [e["type"] for e in answer.events]
+            assert "RUN_ERROR" not in types and types[-1] == "RUN_FINISHED", answer.events
+            text = "".join(e.get("delta", "") for e in answer.events if e["type"] == "TEXT_MESSAGE_CONTENT")
+            assert "heard: change of plan" in text, answer.events
+            assert await _runs_of(aio, thread) == [run["run_id"]]
+    finally:
+        release.close()
+
+
+@pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)
+async def test_follow_up_in_the_ai_sdk_via_the_request_body(deployment: Deployment, fifo_dir: Path,
+                                                          tr: Transport) -> None:
+    """`sendMessage(message, {body: {agentlog: {mode: "follow_up"}}})` while the chat's run runs:
+    queued on it; the stream is that run's assistant message going on with the follow-up."""
+    thread = f"t-follow-aisdk-{deployment.kind}-{tr.name}"
+    release = Release(fifo_dir, thread)
+    try:
+        async with asyncio.timeout(WAIT), open_deployed(deployment) as stack, AsyncClient(deployment.http_url) as aio:
+            run = await _held_async(aio, thread)
+            body = {"id": thread, "trigger": "submit-message", "agentlog": {"mode": "follow_up"}, "messages": [
+                {"id": "u-follow", "role": "user", "parts": [{"type": "text", "text": "then the changelog"}]}]}
+            answering = asyncio.ensure_future(tr.aisdk(stack, body, agent="steered"))
+            await _queued_on(aio, thread)
+            release.one()
+            answer = await answering
+            assert not [p for p in answer.events if p["type"] == "error"], answer.events
+            assert answer.events[-1]["type"] == "finish"
+            assert next(p["messageId"] for p in answer.events if p["type"] == "start") == run["run_id"]
+            text = "".join(p.get("delta", "") for p in answer.events if p["type"] == "text-delta")
+            assert "heard: hold on" in text and "heard: then the changelog" in text, answer.events
+            assert await _runs_of(aio, thread) == [run["run_id"]]
+    finally:
+        release.close()
