@@ -218,3 +218,33 @@ async def test_steer_is_refused_once_the_run_finished_and_is_idempotent_on_ids(s
         assert (await rt.queue_messages(handle.run_id, [msg])).duplicate  # a retry still gets its answer
     log = await thread_log(store, "t-steer-ids")
     assert texts(log, "user").count("once") == 1
+
+
+@pytest.mark.asyncio
+async def test_steer_through_the_in_process_dispatcher(store: Any) -> None:
+    """`InProcessDispatcher.submit_inputs` with a queue mode: the run itself answers (its id, the
+    queueing commit's seq); a finished run is `run_finished`; decisions cannot be queued."""
+    from agentlog.api.dispatch import InProcessDispatcher, InvalidInput
+    from agentlog.api.timeline import event_summary
+
+    gate = Gate()
+    rt = runtime(store, gate)
+    dispatcher = InProcessDispatcher(rt)
+    async with asyncio.timeout(LIMIT):
+        handle = await rt.start("steered", "hold on", thread_id="t-steer-disp")
+        await gate.of(gate.started, "t-steer-disp").wait()
+        with pytest.raises(InvalidInput):
+            await dispatcher.submit_inputs(handle.run_id, messages="x", mode="steer",
+                                           decisions=[{"target_id": "c", "decision_id": "d", "action": "resume"}])
+        accepted = await dispatcher.submit_inputs(handle.run_id, messages="later", mode="follow_up")
+        assert (accepted.run_id, accepted.thread_id) == (handle.run_id, "t-steer-disp")
+        gate.of(gate.released, "t-steer-disp").set()
+        await handle.result()
+        with pytest.raises(RunEnded) as late:
+            await dispatcher.submit_inputs(handle.run_id, messages="too late", mode="steer")
+        assert late.value.code == "run_finished"
+    log = await thread_log(store, "t-steer-disp")
+    [queued] = [e for sc in log for e in sc.commit.events if type(e) is MessageQueued]
+    assert next(sc.seq for sc in log if queued in sc.commit.events) == accepted.seq
+    assert event_summary(queued).startswith("follow_up queued: user: later")
+    assert texts(log, "assistant")[-1] == "heard: later"
