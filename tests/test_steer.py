@@ -148,7 +148,7 @@ async def test_steer_in_process_is_taken_after_the_tool_round_before_the_next_mo
 
 
 @pytest.mark.asyncio
-async def test_follow_up_in_process_continues_the_run_when_it_would_end(store: Any) -> None:
+async def test_steer_follow_up_in_process_continues_the_run_when_it_would_end(store: Any) -> None:
     gate = Gate()
     rt = runtime(store, gate)
     async with asyncio.timeout(LIMIT):

@@ -117,7 +117,7 @@ def test_steer_over_http_is_taken_at_the_next_step_boundary(deployment: Deployme
     verify(deployment, run["run_id"])
 
 
-async def test_follow_up_over_nats_continues_the_run_when_it_would_end(deployment: Deployment, fifo_dir: Path) -> None:
+async def test_steer_follow_up_over_nats_continues_the_run_when_it_would_end(deployment: Deployment, fifo_dir: Path) -> None:
     thread = f"t-follow-nats-{deployment.kind}"
     release = Release(fifo_dir, thread)
     nc = await nats.connect(deployment.nats_url)
@@ -145,7 +145,7 @@ async def test_follow_up_over_nats_continues_the_run_when_it_would_end(deploymen
     await asyncio.to_thread(verify, deployment, run["run_id"])
 
 
-def test_steer_needs_a_mode_on_a_running_run_and_a_running_run(deployment: Deployment, fifo_dir: Path) -> None:
+def test_steer_needs_a_mode_and_a_running_run_and_works_from_the_cli(deployment: Deployment, fifo_dir: Path) -> None:
     thread = f"t-steer-409-{deployment.kind}"
     release = Release(fifo_dir, thread)
     try:
@@ -161,8 +161,14 @@ def test_steer_needs_a_mode_on_a_running_run_and_a_running_run(deployment: Deplo
                 client.runs.inputs(run["run_id"], messages=[{"role": "assistant", "content": "x"}], mode="steer")
             assert (bad.value.status, bad.value.code) == (400, "invalid_input")
             assert len(log_of(client, thread)) == before  # nothing written
+            # the CLI: agentlog run continue RUN MESSAGE --mode steer
+            result = runner.invoke(cli, ["run", "continue", run["run_id"], "via the cli", "--mode", "steer",
+                                         "--json", "--url", deployment.http_url, "--timeout", "30"])
+            assert result.exit_code == 0, result.output
+            assert json.loads(result.stdout)["run_id"] == run["run_id"]
             release.one()
             assert client.runs.wait(run["run_id"], timeout=WAIT)["status"] == "done"
+            assert said(log_of(client, thread), "assistant")[-1] == "heard: via the cli"
             with pytest.raises(ApiError) as late:
                 client.runs.inputs(run["run_id"], messages="too late", mode="steer")
             assert (late.value.status, late.value.code) == (409, "run_finished")
@@ -260,7 +266,7 @@ async def test_steer_in_ag_ui_via_forwarded_props(deployment: Deployment, fifo_d
 
 
 @pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)
-async def test_follow_up_in_the_ai_sdk_via_the_request_body(deployment: Deployment, fifo_dir: Path,
+async def test_steer_follow_up_in_the_ai_sdk_via_the_request_body(deployment: Deployment, fifo_dir: Path,
                                                           tr: Transport) -> None:
     """`sendMessage(message, {body: {agentlog: {mode: "follow_up"}}})` while the chat's run runs:
     queued on it; the stream is that run's assistant message going on with the follow-up."""
