@@ -248,3 +248,28 @@ async def test_steer_through_the_in_process_dispatcher(store: Any) -> None:
     assert next(sc.seq for sc in log if queued in sc.commit.events) == accepted.seq
     assert event_summary(queued).startswith("follow_up queued: user: later")
     assert texts(log, "assistant")[-1] == "heard: later"
+
+
+@pytest.mark.asyncio
+async def test_steer_with_a_large_image_is_stored_by_reference(store: Any) -> None:
+    """A queued message's large binary parts go to the Object Store like an appended message's
+    (the queueing commit would not fit in one NATS message otherwise); the run takes the whole
+    image and the replay verifies."""
+    import base64
+
+    image = base64.b64encode(bytes(range(256)) * 6000).decode()  # 1.5 MB raw: over any inline limit
+    gate = Gate()
+    rt = runtime(store, gate)
+    async with asyncio.timeout(LIMIT):
+        handle = await rt.start("steered", "hold on", thread_id="t-steer-image")
+        await gate.of(gate.started, "t-steer-image").wait()
+        content = [{"type": "text", "text": "this one"}, {"type": "image", "media_type": "image/png", "data": image}]
+        await rt.queue_messages(handle.run_id, [{"role": "user", "content": content}])
+        gate.of(gate.released, "t-steer-image").set()
+        await handle.result()
+    log = await thread_log(store, "t-steer-image")
+    taken = [e.message for sc in log for e in sc.commit.events
+             if type(e) is MessageAppended and e.message.content == "this one"]
+    assert len(taken) == 1 and taken[0].parts is not None and taken[0].parts[1].data == image
+    assert texts(log, "assistant")[-1] == "heard: this one"
+    assert (await verify_run(store, handle.run_id, rt)).ok
