@@ -4,6 +4,7 @@
     dispatcher = QueueDispatcher(store.nc, store)        # `agentlog gateway`: workers elsewhere
     accepted = await dispatcher.start_run("calc", "hi")  # Accepted(thread_id, run_id, seq)
     accepted = await dispatcher.submit_inputs(run_id, decisions=[...])   # or messages=[...]
+    accepted = await dispatcher.submit_inputs(run_id, messages="...", mode="steer")  # or follow_up
     accepted = await dispatcher.cancel(run_id)
 
 Why one seam: the callers must not know whether runs execute in this process or on workers, and
@@ -12,7 +13,7 @@ both implementations must reject bad input with the SAME typed errors (`agentlog
 below) before anything is written, so an HTTP or NATS answer does not depend on the deployment.
 
 Every answer carries `seq`: the log seq of the commit that made the request visible (the run's
-`RunStarted`, the `ToolCallDecided`, the `RunCancelRequested`), which a client passes as `min_seq`
+`RunStarted`, the `ToolCallDecided`, the `RunCancelRequested`, the `MessageQueued`), which a client passes as `min_seq`
 to read its own write from the views.
 """
 
