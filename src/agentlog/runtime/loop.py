@@ -490,8 +490,10 @@ class RunLoop(Resume, Inference):
         on (returns False). A message queued while the end commit is on its way makes that
         commit conflict: the end is undone (`Requeue`: the context from before it, the step's
         own events committed alone under the commit id already drawn) and the run goes on, so
-        a queued message is never left behind by a run that ended naturally. A resume or a
-        verified replay meets the same conflict at the same commit, so they take the same path."""
+        a queued message is never left behind by a run that ended naturally (RunEnd hooks ran
+        for the undone end; what they staged is dropped with it, and they run again at the real
+        end). A resume or a verified replay meets the same conflict at the same commit, so they
+        take the same path."""
         await self._drain()
         await self._absorb_poke()
         if not due_messages(self.ctx, ending=True):
