@@ -90,7 +90,7 @@ def test_interrupt_without_a_mode_is_a_409_naming_it_and_writes_nothing(
         with pytest.raises(ApiError) as raised:
             client.runs.inputs(old["run_id"], messages="hello?")
         assert raised.value.status == 409 and '"mode": "interrupt"' in raised.value.message, raised.value
-        for body in ({"messages": "x", "mode": "steer"}, {"mode": "interrupt"},
+        for body in ({"messages": "x", "mode": "later"}, {"mode": "interrupt"}, {"mode": "steer"},
                      {"decisions": [], "messages": [], "mode": "interrupt"}):
             with pytest.raises(ApiError) as bad:
                 client.call(client.aio.request("POST", f"/v1/runs/{old['run_id']}/inputs", json_body=body))

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
+from enum import StrEnum
 from typing import Annotated, Any, NamedTuple, Protocol
 
 import msgspec
@@ -182,7 +183,7 @@ class HttpRunsApi:
                 return await runs.create(body.pop("agent_id"), body.pop("messages", ()), **body)
             if op == "inputs":
                 return await runs.inputs(body["run_id"], decisions=body.get("decisions", ()),
-                                         messages=body.get("messages", ()))
+                                         messages=body.get("messages", ()), mode=body.get("mode"))
             if op == "cancel":
                 return await runs.cancel(body["run_id"], reason=body.get("reason"))
             if op == "get":
@@ -406,18 +407,31 @@ def run_cancel(
             lambda api: _answer(api, "cancel", body, "cancel requested for", False, as_json))
 
 
+class InputMode(StrEnum):
+    """What messages for a running run do (`POST /v1/runs/{id}/inputs` `mode`)."""
+
+    steer = "steer"
+    follow_up = "follow_up"
+    interrupt = "interrupt"
+
+
 @run_app.command("continue")
 def run_continue(
     run_id: Annotated[str, typer.Argument(help="The finished (or waiting) run to continue after.")],
     message: Annotated[str, typer.Argument(help="The next user message.")],
+    mode: Annotated[InputMode | None, typer.Option(
+        "--mode", help="RUN_ID still runs: steer (taken at its next step), follow_up (taken when it "
+                       "would end) or interrupt (cancel it, then continue).")] = None,
     follow: FollowOpt = False, as_json: JsonOpt = False, url: UrlOpt = None, api_token: ApiTokenOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
-    """Start the continuation run of RUN_ID on its thread with MESSAGE (lineage: parent_run_id)."""
-    body = {"run_id": run_id, "messages": message}
+    """Start the continuation run of RUN_ID on its thread with MESSAGE (lineage: parent_run_id),
+    or, with --mode steer|follow_up, queue MESSAGE for RUN_ID while it runs."""
+    body: dict[str, Any] = {"run_id": run_id, "messages": message, **({"mode": mode.value} if mode else {})}
     _on_run(run_id, _options(nats, creds, token, data_dir, timeout), url, api_token,
-            lambda api: _answer(api, "inputs", body, "continued with", follow, as_json, url))
+            lambda api: _answer(api, "inputs", body, "queued for" if mode in (InputMode.steer, InputMode.follow_up)
+                                else "continued with", follow, as_json, url))
 
 
 @run_app.command("show")

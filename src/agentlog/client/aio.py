@@ -304,7 +304,9 @@ class Runs:
                      messages: Messages = (), mode: str | None = None) -> Json:
         """`POST /v1/runs/{id}/inputs`: decisions for suspended calls and/or messages (which start
         the continuation run on the same thread): `{"thread_id", "run_id", "seq"}`. Messages for
-        a run that is still running need `mode="interrupt"` (cancel it, then continue)."""
+        a run that is still running need a mode: `"steer"` (the run takes them at its next step
+        boundary), `"follow_up"` (when it would otherwise end; the answer's `run_id` is then the
+        run itself) or `"interrupt"` (cancel it, then continue)."""
         body = _body(decisions=[_decision(d) for d in decisions] or None, messages=_messages(messages) or None,
                      mode=mode)
         return await self.client.request("POST", f"/v1/runs/{run_id}/inputs",

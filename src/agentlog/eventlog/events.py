@@ -243,6 +243,23 @@ class RunCancelRequested(Event, frozen=True):
     reason: str | None = None
 
 
+QueueMode = Literal["steer", "follow_up"]
+
+
+class MessageQueued(Event, frozen=True):
+    """A user message sent to a run while it runs, recorded on that run (the log is the queue).
+
+    `steer`: the loop takes it at its next step boundary (after the current tool round, before
+    the next model call); `follow_up`: only when the run would otherwise end naturally, and the
+    run then goes on with it instead of ending. Taking it is the loop's own
+    `MessageAppended` of this very message (same id) on the run: a queued message is pending
+    until then. One the run never takes (it was cancelled, hit a stop condition, failed) stays
+    recorded, untaken."""
+
+    message: Message
+    mode: QueueMode
+
+
 class RunFinished(Event, frozen=True):
     termination: Termination
     usage: Usage = Usage()
@@ -412,6 +429,7 @@ AnyEvent = Union[
     RunSuspended,
     RunResumed,
     RunCancelRequested,
+    MessageQueued,
     RunFinished,
     StepStarted,
     StepFinished,

@@ -26,4 +26,11 @@ class RunConflict(AgentlogError):
     code = "run_conflict"
 
 
-__all__ = ["RunConflict", "RunNotFound", "ThreadNotFound"]
+class RunEnded(AgentlogError):
+    """Input for a running run (a queued message) that has already finished: nothing was
+    written. Its code is the API's `run_finished` (409)."""
+
+    code = "run_finished"
+
+
+__all__ = ["RunConflict", "RunEnded", "RunNotFound", "ThreadNotFound"]

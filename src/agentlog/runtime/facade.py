@@ -22,6 +22,7 @@ from agentlog.eventlog.events import (
     Commit,
     Message,
     Position,
+    QueueMode,
     RunCancelRequested,
     RunFinished,
     StoredCommit,
@@ -55,6 +56,7 @@ from agentlog.runtime.loop.run_context import RunContext, fold_context
 from agentlog.runtime.models.base import Model, ToolSpec
 from agentlog.runtime.models.providers import build_provider_model
 from agentlog.runtime.outage import OutagePolicy
+from agentlog.runtime.queued import Queued, queue_input, queue_messages
 from agentlog.runtime.snapshots.format import LoadedSnapshot, RunSnapshot, make_snapshot, with_finished_calls
 from agentlog.runtime.snapshots.store import SnapshotStore, save_snapshot
 from agentlog.runtime.tools import Tool, ToolRegistry
@@ -585,6 +587,36 @@ class Runtime:
         (see `RunHandle.request_cancel`). Returns False if it is not running here."""
         active = self._active.get(run_id)
         return active is not None and active[1].request_cancel()
+
+    def poke(self, run_id: str) -> bool:
+        """Tell a run driven by this process that its thread has new commits for it (a queued
+        message): it reads them at its next step boundary instead of at its next append.
+        Returns False if it is not running here."""
+        active = self._active.get(run_id)
+        if active is None or active[1].done:
+            return False
+        active[0].poke()
+        return True
+
+    async def queue_messages(
+        self, run_id: str, messages: str | Message | Mapping[str, Any] | Sequence[Any], *,
+        mode: QueueMode = "steer", thread_id: str | None = None,
+    ) -> Queued:
+        """Record messages for a run that has not finished (`agentlog.runtime.queued`): `steer`
+        ones join the conversation at its next step boundary, `follow_up` ones when it would
+        otherwise end. A run driven here is poked, so it reads them at that boundary; one driven
+        elsewhere meets them at its next append (or its worker is poked through the control
+        subject). Raises `RunEnded` (finished), `RunNotFound`, `ValueError` (bad input)."""
+        validate_run_id(run_id)
+        msgs = queue_input(messages, mode, self.entropy)
+        active = self._active.get(run_id)
+        if thread_id is None:
+            thread_id = active[1].thread_id if active is not None else await self._thread_of(run_id)
+        res = await queue_messages(self.store, self.entropy, run_id, thread_id, msgs, mode)
+        if not res.duplicate:
+            _log.info("run.messages_queued", thread_id=thread_id, run_id=run_id, mode=mode, seq=res.seq)
+        self.poke(run_id)
+        return res
 
     async def resume(self, run_id: str, *, thread_id: str | None = None) -> RunHandle | None:
         """Continue an unfinished run from the log alone, on any worker, in any process.

@@ -31,7 +31,14 @@ from typing import Any, Protocol
 import msgspec
 
 from agentlog.eventlog.errors import AgentlogError
-from agentlog.eventlog.events import Commit, ContentPart, MessageAppended, PayloadRef, ToolCallCompleted
+from agentlog.eventlog.events import (
+    Commit,
+    ContentPart,
+    MessageAppended,
+    MessageQueued,
+    PayloadRef,
+    ToolCallCompleted,
+)
 from agentlog.eventlog.jetstream.replicas import raise_replicas
 
 __all__ = ["INLINE_BINARY_LIMIT", "PAYLOAD_BUCKET", "BlobStore", "ObjectStoreBlobs", "PayloadMissing", "has_refs",
@@ -103,7 +110,7 @@ async def offload(commit: Commit, limit: int, blobs: BlobStore, size_of: Callabl
 
 def _big_parts(commit: Commit, limit: int) -> list[tuple[int, int]]:
     """(event index, part index) of every inline binary part over `limit`."""
-    return [(i, j) for i, ev in enumerate(commit.events) if type(ev) is MessageAppended and ev.message.parts
+    return [(i, j) for i, ev in enumerate(commit.events) if isinstance(ev, (MessageAppended, MessageQueued)) and ev.message.parts
             for j, p in enumerate(ev.message.parts) if p.data is not None and len(p.data) > limit]
 
 
@@ -118,7 +125,7 @@ def _replace_parts(commit: Commit, new: dict[tuple[int, int], ContentPart]) -> C
 
 def _part(commit: Commit, i: int, j: int) -> ContentPart:
     ev = commit.events[i]
-    assert type(ev) is MessageAppended and ev.message.parts is not None  # from _big_parts
+    assert isinstance(ev, (MessageAppended, MessageQueued)) and ev.message.parts is not None  # from _big_parts
     return ev.message.parts[j]
 
 
@@ -167,7 +174,7 @@ async def resolve(commit: Commit, get: Callable[[PayloadRef], Awaitable[bytes]])
             msg = msgspec.structs.replace(ev.message, content=data.decode(), content_ref=None)
             events[i] = msgspec.structs.replace(ev, message=msg)
             changed = True
-        if type(ev) is MessageAppended and any(p.data_ref is not None for p in ev.message.parts or ()):
+        if isinstance(ev, (MessageAppended, MessageQueued)) and any(p.data_ref is not None for p in ev.message.parts or ()):
             ev = events[i]
             parts = []
             for p in ev.message.parts or ():

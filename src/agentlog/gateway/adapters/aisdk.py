@@ -67,6 +67,7 @@ from agentlog.gateway.adapters.common import (
     is_frontend_ticket,
     live_message_id,
     needs_approval,
+    queue_mode,
     reasoning_id,
     reasoning_text,
     safe_id,
@@ -444,6 +445,9 @@ class AiSdkRequest:
     #: `output-error`) as decisions. The last message repeats results the server already has
     #: (backend tools), so the session keeps only those for open calls (issue #14 item 6).
     tool_outputs: list[Decision] = field(default_factory=list)
+    #: `steer` / `follow_up` (body `agentlog.mode`): the new message is queued on the thread's
+    #: running run instead of interrupting it (`agentlog.gateway.adapters.common.queue_mode`).
+    mode: str | None = None
 
 
 def parse_chat_request(body: Any) -> AiSdkRequest:
@@ -502,7 +506,8 @@ def parse_chat_request(body: Any) -> AiSdkRequest:
     if message is None and not decisions and not outputs and trigger != "regenerate-message":
         raise AdapterInputError("request must include user input, tool approval responses or tool outputs",
                                 "messages")
-    return AiSdkRequest(thread_id, run_id, trigger, message_id, message, decisions, outputs)
+    return AiSdkRequest(thread_id, run_id, trigger, message_id, message, decisions, outputs,
+                        queue_mode(body, "body"))
 
 
 def _tool_outputs(thread_id: str, m: dict[str, Any], where: str, approved: set[str]) -> list[Decision]:

@@ -36,6 +36,21 @@ class AdapterInputError(AgentlogError, ValueError):
         super().__init__(f"{field}: {message}" if field else message)
 
 
+#: Where a protocol request says what its new message does to a run still running on the thread:
+#: AG-UI `forwardedProps.agentlog.mode`, AI SDK request body `agentlog.mode` (`sendMessage`'s
+#: `body` option). `steer` / `follow_up` queue it on that run; absent: "stop, then send".
+QUEUE_MODES = ("steer", "follow_up")
+
+
+def queue_mode(props: Any, where: str) -> str | None:
+    """The queue mode a request's props ask for (None: none); `AdapterInputError` for another."""
+    ours = props.get("agentlog") if isinstance(props, Mapping) else None
+    mode = ours.get("mode") if isinstance(ours, Mapping) else None
+    if mode is not None and mode not in QUEUE_MODES:
+        raise AdapterInputError(f"must be one of {', '.join(QUEUE_MODES)}", f"{where}.agentlog.mode")
+    return mode
+
+
 class ResumeError(AgentlogError, ValueError):
     """Resume entries / approvals that do not match the open interrupts of the waiting run.
     The route answers with RUN_ERROR (AG-UI) or an error part (AI SDK) and writes nothing."""

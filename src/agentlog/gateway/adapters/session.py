@@ -46,6 +46,7 @@ from agentlog.gateway.adapters.common import (
     is_frontend_ticket,
     needs_approval,
     part_url,
+    queue_mode,
     reasoning_text,
 )
 from agentlog.gateway.adapters.source import RunSource
@@ -54,6 +55,7 @@ from agentlog.projections.fold import fold_commits
 from agentlog.projections.timetravel import messages_at, state_at
 from agentlog.projections.views import RunView, ThreadView
 from agentlog.runtime import CommittedEvent
+from agentlog.runtime.admission import PlaceholderIds, as_messages
 
 
 class NotVisible(AgentlogError, LookupError):
@@ -251,10 +253,20 @@ async def agui_events(backend: Backend, agent_id: str, req: agui.AguiRunRequest,
         else:
             if not req.messages:
                 raise AdapterInputError("no new user message to run on", "messages")
-            parent = req.parent_run_id if req.parent_run_id in thread.runs else (
-                thread.last_run.run_id if thread.last_run is not None else None)
-            run_id, after, action = req.run_id, thread.version, ("start", parent)
-            tr.parent_run_id = parent
+            mode = queue_mode(req.forwarded_props, "forwardedProps")
+            running = thread.last_run if thread.last_run is not None and thread.last_run.status == "running" else None
+            if mode is not None and running is not None:
+                # queued on the running run, whose rest this stream then carries (as `connect`
+                # does): the snapshot holds the new message already, so it is not sent twice
+                run_id, after, action = running.run_id, thread.version, ("queue", mode)
+                tr = agui.AguiTranslator(req.thread_id, running.run_id, state=thread.state,
+                                         messages=[*thread.messages, *as_messages(req.messages, PlaceholderIds())],
+                                         parent_run_id=running.parent_run_id, input=req.input)
+            else:
+                parent = req.parent_run_id if req.parent_run_id in thread.runs else (
+                    thread.last_run.run_id if thread.last_run is not None else None)
+                run_id, after, action = req.run_id, thread.version, ("start", parent)
+                tr.parent_run_id = parent
     except (ResumeError, AdapterInputError) as exc:  # RUN_STARTED + RUN_ERROR, nothing written
         bare = agui.AguiTranslator(req.thread_id, req.run_id, parent_run_id=req.parent_run_id, input=req.input)
         for ev in bare.finish(exc, code=exc.code):
@@ -263,6 +275,9 @@ async def agui_events(backend: Backend, agent_id: str, req: agui.AguiRunRequest,
     # A new run records the request's tools as its frontend tools (resume requests carry them
     # too, but the waiting run has its own in its RunStarted: they are not needed there).
     frontend = [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in req.tools]
+    if action[0] == "queue":
+        for ev in tr.reconnect():
+            yield ev
     async for ev in _drive(backend, tr, thread, agent_id, req.messages, run_id, after, action, who,
                            frontend_tools=frontend):
         yield ev
@@ -302,6 +317,7 @@ Action = (
     tuple[Literal["decide"], list[Decision]]
     | tuple[Literal["replay"], None]
     | tuple[Literal["start"], str | None]
+    | tuple[Literal["queue"], str]
 )
 
 
@@ -325,6 +341,8 @@ async def _drive(backend: Backend, tr: Any, thread: ThreadLog, agent_id: str, me
                     resource_id=tenant if thread.view is None else None,
                     **({"frontend_tools": frontend_tools} if frontend_tools else {}),
                     **({"interrupt": True} if interrupt else {}))
+            elif action[0] == "queue":  # steer / follow_up: the running run takes the messages
+                await backend.dispatcher.submit_inputs(run_id, messages=messages, mode=action[1])
             elif action[0] == "decide":
                 accepted = await backend.dispatcher.submit_inputs(run_id, decisions=action[1])
                 if accepted.duplicate:  # a retried answer: replay from where it was recorded,
@@ -428,6 +446,10 @@ async def aisdk_events(backend: Backend, agent_id: str, req: aisdk.AiSdkRequest,
                 aisdk.check_approvals(req, [])  # raises UnknownInterrupt
                 raise AdapterInputError("no open tool approval to answer", "messages")
             run_id, after, action = seen[0], seen[1] - 1, ("replay", None)
+        elif req.mode is not None and messages and thread.last_run is not None \
+                and thread.last_run.status == "running":
+            # queued on the running run (body `agentlog.mode`): this stream carries its rest
+            run_id, after, action = thread.last_run.run_id, thread.version, ("queue", req.mode)
         else:
             parent = thread.last_run.run_id if thread.last_run is not None else None
             run_id, after = req.run_id or new_id(), thread.version

@@ -4,6 +4,7 @@
     dispatcher = QueueDispatcher(store.nc, store)        # `agentlog gateway`: workers elsewhere
     accepted = await dispatcher.start_run("calc", "hi")  # Accepted(thread_id, run_id, seq)
     accepted = await dispatcher.submit_inputs(run_id, decisions=[...])   # or messages=[...]
+    accepted = await dispatcher.submit_inputs(run_id, messages="...", mode="steer")  # or follow_up
     accepted = await dispatcher.cancel(run_id)
 
 Why one seam: the callers must not know whether runs execute in this process or on workers, and
@@ -12,7 +13,7 @@ both implementations must reject bad input with the SAME typed errors (`agentlog
 below) before anything is written, so an HTTP or NATS answer does not depend on the deployment.
 
 Every answer carries `seq`: the log seq of the commit that made the request visible (the run's
-`RunStarted`, the `ToolCallDecided`, the `RunCancelRequested`), which a client passes as `min_seq`
+`RunStarted`, the `ToolCallDecided`, the `RunCancelRequested`, the `MessageQueued`), which a client passes as `min_seq`
 to read its own write from the views.
 """
 
@@ -27,6 +28,8 @@ import msgspec
 
 from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.events import (
+    MessageQueued,
+    QueueMode,
     RunCancelRequested,
     RunFinished,
     RunStarted,
@@ -37,6 +40,7 @@ from agentlog.eventlog.ids import new_id, validate_run_id
 from agentlog.projections.fold import fold_commits
 from agentlog.runtime.admission import (
     InvalidRunInput,
+    PlaceholderIds,
     admit_thread,
     check_start,
     check_start_ids,
@@ -48,6 +52,7 @@ from agentlog.runtime.frontend import InvalidFrontendTools, normalize_frontend_t
 from agentlog.runtime.loading import LoadedRun, RunLoader, known_calls
 from agentlog.runtime.loop.hitl import check_decisions, decision_seqs, parse_decisions
 from agentlog.runtime.outage import is_transient
+from agentlog.runtime.queued import QUEUE_MODES, queue_input, recorded_ids
 from agentlog.runtime.snapshots.store import SnapshotStore
 from agentlog.runtime.workers.commands import (
     DLQ_CODE,
@@ -58,6 +63,7 @@ from agentlog.runtime.workers.commands import (
     CommandClient,
     ContinueRun,
     Decide,
+    QueueMessages,
     StartRun,
     dlq_subject,
 )
@@ -239,6 +245,13 @@ class InProcessDispatcher:
     ) -> Accepted:
         _check_storable(decisions, "decisions")
         validate_run_id(run_id)
+        if mode in QUEUE_MODES:
+            _check_queueable(messages, decisions)
+            try:
+                queued = await self.runtime.queue_messages(run_id, _with_ids(messages), mode=mode)
+            except (ValueError, TypeError) as exc:
+                raise InvalidInput(str(exc)) from None
+            return Accepted(queued.thread_id, run_id, queued.seq, queued.duplicate)
         if _has_messages(messages):
             commits = await _run_commits(self.runtime.store, run_id)
             if mode == "interrupt" and not _finished(commits):
@@ -388,6 +401,8 @@ class QueueDispatcher:
     ) -> Accepted:
         _check_storable(decisions, "decisions")
         validate_run_id(run_id)
+        if mode in QUEUE_MODES:
+            return await self._queue_messages(run_id, messages, decisions, mode)
         if _has_messages(messages):
             commits = await _run_commits(self.store, run_id)
             return await self.start_run(_agent_of(commits), messages, thread_id=commits[0].commit.thread_id,
@@ -407,6 +422,34 @@ class QueueDispatcher:
             cmd, thread_id, run.version,
             lambda sc: any(type(e) is ToolCallDecided and e.decision.decision_id in ids for e in sc.commit.events),
             _app_of_loaded(run))
+        return Accepted(thread_id, run_id, seq)
+
+    async def _queue_messages(self, run_id: str, messages: Messages, decisions: Sequence[Mapping[str, Any]],
+                              mode: QueueMode) -> Accepted:
+        """`QueueMessages` for a running run: checked here as the worker's runtime would (a
+        finished run is `run_finished`, nothing queued); the effect waited for is the
+        `MessageQueued` of these message ids (chosen here, so the wait can recognise them)."""
+        _check_queueable(messages, decisions)
+        wire = _with_ids(messages)
+        try:
+            ids = {m.id for m in queue_input(wire, mode, PlaceholderIds())}
+        except (ValueError, TypeError) as exc:
+            raise InvalidInput(str(exc)) from None
+        commits = await _run_commits(self.store, run_id)
+        thread_id = commits[0].commit.thread_id
+        seen = recorded_ids(commits)
+        if ids <= seen.keys():  # a retried request: answered from where it was recorded
+            return Accepted(thread_id, run_id, min(seen[i] for i in ids), True)
+        if _finished(commits):
+            raise RunAlreadyFinished(f"run {run_id!r} has already finished: nothing can be queued for it "
+                                     "(continue the thread with a new run instead)")
+        version = await self.store.thread_version(thread_id)
+        cmd = QueueMessages(thread_id=thread_id, run_id=run_id, messages=wire, mode=mode)
+        seq = await self._submit_and_wait(
+            cmd, thread_id, version,
+            lambda sc: sc.commit.run_id == run_id and any(
+                type(e) is MessageQueued and e.message.id in ids for e in sc.commit.events),
+            _app_of(commits))
         return Accepted(thread_id, run_id, seq)
 
     @staticmethod
@@ -498,6 +541,27 @@ async def _first(commits: AsyncIterator[StoredCommit], done: Callable[[StoredCom
 
 def _has(sc: StoredCommit, kind: type) -> bool:
     return any(type(e) is kind for e in sc.commit.events)
+
+
+def _check_queueable(messages: Messages, decisions: Sequence[Mapping[str, Any]]) -> None:
+    if not _has_messages(messages):
+        raise InvalidInput("a queued input needs messages")
+    if decisions:
+        raise InvalidInput("decisions cannot be queued: send them without a mode")
+
+
+def _with_ids(messages: Messages) -> list[Any]:
+    """The messages as they go on the wire, each with an id (given ones kept): the queued
+    message's id is the caller's handle on it, and what a redelivery is recognised by."""
+    out: list[Any] = []
+    for m in _wire_messages(messages):
+        if isinstance(m, str):
+            out.append({"id": new_id(), "role": "user", "content": m})
+        elif isinstance(m, Mapping) and not m.get("id"):
+            out.append({**m, "id": new_id()})
+        else:
+            out.append(m)
+    return out
 
 
 def _wire_messages(messages: Messages) -> list[Any]:

@@ -212,9 +212,12 @@ class StartRunBody(_Model):
 class RunInputsBody(_Model):
     decisions: list[DecisionIn] = Field(default_factory=list, max_length=MAX_ITEMS)
     messages: Messages = Field(default_factory=list, description="non-empty: a continuation run")
-    mode: Literal["interrupt"] | None = Field(
-        default=None, description="with messages on a running run: `interrupt` cancels it and continues "
-                                  "with the messages, one command (without a mode such a request is a 409)")
+    mode: Literal["interrupt", "steer", "follow_up"] | None = Field(
+        default=None, description="with messages on a running run (without a mode such a request is a 409): "
+                                  "`steer` queues them for its next step boundary, `follow_up` for when it "
+                                  "would otherwise end (both: the same run goes on with them; 409 "
+                                  "`run_finished` once it has finished); `interrupt` cancels it and "
+                                  "continues with the messages, one command")
 
     def model_post_init(self, _context: Any) -> None:
         if not self.decisions and not self.messages:

@@ -120,17 +120,18 @@ async def run_inputs(svc: Services, who: Principal, dispatcher: Dispatcher, run_
         await check_run_access(svc, who, run_id)
     if body.mode is not None and not body.messages:
         raise ApiError(400, "invalid_input", f"mode {body.mode!r} needs messages")
-    if body.mode == "interrupt":
+    if body.mode is not None:
         return await dispatcher.submit_inputs(run_id, decisions=_decisions(body.decisions),
-                                              messages=_messages(body.messages), mode="interrupt")
+                                              messages=_messages(body.messages), mode=body.mode)
     try:
         return await dispatcher.submit_inputs(run_id, decisions=_decisions(body.decisions),
                                               messages=_messages(body.messages))
     except RunConflict as exc:
         if not body.messages:
             raise
-        raise ApiError(409, exc.code, f"{exc} (to cancel it and go on with these messages in one step, "
-                                      "send them with \"mode\": \"interrupt\")") from None
+        raise ApiError(409, exc.code, f"{exc} (send them with \"mode\": \"steer\" (taken at its next step), "
+                                      "\"mode\": \"follow_up\" (taken when it would end) or "
+                                      "\"mode\": \"interrupt\" (cancel it, then go on))") from None
 
 
 async def cancel_run(svc: Services, who: Principal, dispatcher: Dispatcher, run_id: str,

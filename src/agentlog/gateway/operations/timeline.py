@@ -21,6 +21,7 @@ from agentlog.eventlog.events import (
     CommitQuarantined,
     InferenceCompleted,
     MessageAppended,
+    MessageQueued,
     Position,
     RunFinished,
     StatePatched,
@@ -131,6 +132,8 @@ def event_summary(event: AnyEvent, call_names: dict[str, str] | None = None) -> 
             if m.visibility != "all":
                 parts.append(f"[{m.visibility}]")
             return " ".join(parts)
+        case MessageQueued(message=m, mode=mode):
+            return f"{mode} queued: {m.role}: {excerpt(m.content)!s} id={m.id}"
         case ToolCallStarted(call_id=cid, name=name, arguments=args):
             return f"{name}({excerpt(args, 60)}) call={cid}"
         case ToolCallCompleted(call_id=cid, outcome=outcome, result=result):

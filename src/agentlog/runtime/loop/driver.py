@@ -79,8 +79,14 @@ from agentlog.runtime.loop.decisions import (
 from agentlog.runtime.loop.entropy import Entropy
 from agentlog.runtime.loop.inference import Inference
 from agentlog.runtime.loop.resume import Resume
-from agentlog.runtime.loop.run_context import RunContext, apply_event, fold_context
-from agentlog.runtime.loop.staging import _Cancelled, _Running
+from agentlog.runtime.loop.run_context import (
+    RunContext,
+    apply_event,
+    copy_context,
+    due_messages,
+    fold_context,
+)
+from agentlog.runtime.loop.staging import Requeue, _Cancelled, _Running
 from agentlog.runtime.models.base import ContextOverflow, ModelError, ModelResponse, is_truncated
 from agentlog.runtime.outage import OutagePolicy
 from agentlog.runtime.plugins import (
@@ -94,6 +100,7 @@ from agentlog.runtime.plugins import (
     overrides,
     run_hook,
 )
+from agentlog.runtime.stop import evaluate_stop
 from agentlog.runtime.tools import Tool
 
 # The loop's public names stay importable from here (their homes since the split: run_context,
@@ -148,6 +155,7 @@ class RunLoop(Resume, Inference):
         self._cancel_waiter: asyncio.Future[Any] | None = None
         self._running: dict[str, _Running] = {}
         self._queued_user: list[str] = []
+        self._finishing = False
         self._stop_conditions = spec.effective_stop_conditions()
         self._hooks = {
             hook: [p for p in spec.plugins if overrides(p, hook)]
@@ -395,7 +403,9 @@ class RunLoop(Resume, Inference):
             if term is not None:
                 return await self._finish(term)
             if not response.tool_calls:
-                return await self._finish(Termination(type="natural_end"))
+                if await self._natural_end():
+                    return
+                continue
             plans = [self._plan(c) for c in response.tool_calls]
             if self.spec.tool_execution_mode == "sequential":
                 await self._round_sequential(plans)
@@ -478,6 +488,49 @@ class RunLoop(Resume, Inference):
         self._apply_patches(actions, "plugin")
         self._emit(RunFinished(termination=termination, usage=ctx.usage, cost=ctx.cost))
         await self._flush()
+
+    async def _natural_end(self) -> bool:
+        """The model answered without tool calls: end the run, unless messages are queued for
+        it (`MessageQueued`): then the step closes, they become user messages and the run goes
+        on (returns False). A message queued while the end commit is on its way makes that
+        commit conflict: the end is undone (`Requeue`: the context from before it, the step's
+        own events committed alone under the commit id already drawn) and the run goes on, so
+        a queued message is never left behind by a run that ended naturally (RunEnd hooks ran
+        for the undone end; what they staged is dropped with it, and they run again at the real
+        end). A resume or a verified replay meets the same conflict at the same commit, so they
+        take the same path."""
+        await self._drain()
+        await self._absorb_poke()
+        if not due_messages(self.ctx, ending=True):
+            saved, mark = copy_context(self.ctx), len(self._pending)
+            self._finishing = True
+            try:
+                await self._finish(Termination(type="natural_end"))
+                return True
+            except Requeue as requeue:
+                self._finishing = False
+                self.ctx = saved
+                for sc in requeue.absorbed:
+                    for ev in sc.commit.events:
+                        apply_event(self.ctx, ev, sc.commit.ts, sc.commit.run_id)
+                commit = requeue.commit
+                self._pending = []
+                await self._append(Commit(commit_id=commit.commit_id, thread_id=commit.thread_id,
+                                          run_id=commit.run_id, ts=commit.ts, events=commit.events[:mark]))
+            finally:
+                self._finishing = False
+        self._emit(StepFinished(step=self.ctx.step))
+        # going on is a step like any other that goes on: the stop conditions apply
+        term = evaluate_stop(self._stop_conditions, stop_input(self.ctx, self.entropy.now_ms()))
+        if term is not None and self._over_budget(term):
+            if await self._suspend_for_budget(term):
+                return True
+        elif term is not None:  # the queued messages stay untaken: the run stops as it would have
+            await self._finish(term)
+            return True
+        self._take_queued(ending=True)
+        await self._flush(wait=False)
+        return False
 
     def _emit_cancelled(self, call_id: str, why: str = "cancelled") -> None:
         message_id = self.entropy.new_id()

@@ -206,6 +206,8 @@ class Resume(ToolRounds):
         if term is not None:
             await self._finish(term)
             return False
+        await self._absorb_poke()
+        self._take_queued(ending=False)
         await self._flush(wait=False)
         return True
 

@@ -263,6 +263,10 @@ class ToolRounds(StagingBase):
         if term is not None:
             await self._finish(term)
             return True
+        # the step boundary: steering messages queued meanwhile join the conversation now,
+        # before the next model call (a poke says one was recorded since the last commit)
+        await self._absorb_poke()
+        self._take_queued(ending=False)
         await self._flush(wait=False)  # the round trip overlaps the next inference
         return False
 

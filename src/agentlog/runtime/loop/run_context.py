@@ -8,6 +8,7 @@ the same context by folding the log: one function, every path. It lives apart fr
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -18,6 +19,7 @@ from agentlog.eventlog.events import (
     InferenceCompleted,
     Message,
     MessageAppended,
+    MessageQueued,
     RunCancelRequested,
     RunFinished,
     RunResumed,
@@ -106,6 +108,9 @@ class RunContext:
     #: declined (the run then ends `stopped`/budget); see `agentlog.runtime.stop.Budget`.
     budget_extensions: int = 0
     budget_declined: bool = False
+    #: Messages queued for this run (`MessageQueued`, steer or follow-up) and not taken yet, in
+    #: log order; taking one is the run's `MessageAppended` of the same message id.
+    queued: list[MessageQueued] = field(default_factory=list)
 
 
 def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *, thread_scope: bool = True) -> None:
@@ -123,6 +128,8 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         msg = cast(MessageAppended, event).message
         if thread_scope:
             ctx.messages.append(msg)
+        if ours and ctx.queued and msg.role == "user":
+            ctx.queued = [q for q in ctx.queued if q.message.id != msg.id]
         if ours and msg.role == "assistant":
             ctx.step_text = msg.content
             calls = msg.tool_calls or []
@@ -228,8 +235,13 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.cost = None
         ctx.budget_extensions = 0
         ctx.budget_declined = False
+        ctx.queued = []
     elif t is RunCancelRequested:
         ctx.cancel_requested = True
+    elif t is MessageQueued:
+        queued = cast(MessageQueued, event)
+        if all(q.message.id != queued.message.id for q in ctx.queued):
+            ctx.queued = [*ctx.queued, queued]
     elif t is RunSuspended:
         ctx.waiting = True
         ctx.resume_open = False
@@ -239,6 +251,23 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.resume_open = False
     elif t is StateReplaced and cast(StateReplaced, event).scope == "thread" and thread_scope:
         ctx.state = validate_state(cast(StateReplaced, event).state)
+
+def copy_context(ctx: RunContext) -> RunContext:
+    """A copy `apply_event` on the original cannot change (its containers copied, the values
+    they hold shared: events and messages are immutable)."""
+    out = copy.copy(ctx)
+    for name in RunContext.__slots__:
+        value = getattr(ctx, name)
+        if isinstance(value, (list, dict, set)):
+            setattr(out, name, copy.copy(value))
+    return out
+
+
+def due_messages(ctx: RunContext, *, ending: bool) -> list[Message]:
+    """The queued messages the loop takes now (pure): at a step boundary the steering ones; when
+    the run would end naturally (`ending`) every one, follow-ups included, in log order."""
+    return [q.message for q in ctx.queued if ending or q.mode == "steer"]
+
 
 def fold_context(ctx: RunContext, commits: Sequence[StoredCommit], *, thread_scope: bool = True) -> RunContext:
     for sc in commits:

@@ -20,6 +20,8 @@ from agentlog.eventlog.events import (
     AnyEvent,
     Commit,
     Message,
+    MessageAppended,
+    MessageQueued,
     RunCancelRequested,
     StoredCommit,
     Termination,
@@ -35,7 +37,7 @@ from agentlog.runtime.live import LiveSink
 from agentlog.runtime.logs import SafeLog
 from agentlog.runtime.loop.decisions import CallPlan
 from agentlog.runtime.loop.entropy import Entropy
-from agentlog.runtime.loop.run_context import RunContext, apply_event
+from agentlog.runtime.loop.run_context import RunContext, apply_event, due_messages
 from agentlog.runtime.models.base import ToolSpec
 from agentlog.runtime.outage import OutagePolicy, through_outage
 from agentlog.runtime.plugins import Action, Plugin
@@ -44,6 +46,17 @@ from agentlog.runtime.tools import Tool, ToolContext
 
 class _Cancelled(Exception):
     """Internal: the run was cancelled (signal or a RunCancelRequested found in the log)."""
+
+
+class Requeue(Exception):
+    """Internal: the commit ending the run naturally conflicted with a message queued for the
+    run (`agentlog.runtime.loop.driver.RunLoop._natural_end` undoes the end). `commit`: the refused one
+    (its id is reused), `absorbed`: the commits read meanwhile."""
+
+    def __init__(self, commit: Commit, absorbed: list[StoredCommit]) -> None:
+        super().__init__("a message was queued for the run as it ended")
+        self.commit = commit
+        self.absorbed = absorbed
 
 
 @dataclass(slots=True)
@@ -92,6 +105,8 @@ class StagingBase:
     _cancel_waiter: asyncio.Future[Any] | None
     _running: dict[str, _Running]
     _queued_user: list[str]
+    #: Set while the natural end's commit is appended (a queued message then undoes it).
+    _finishing: bool
     _stop_conditions: list[Any]
     _hooks: dict[str, list[Plugin]]
     _entry: str
@@ -150,7 +165,11 @@ class StagingBase:
                 res = await self._store_append(commit)
                 break
             except VersionConflict:
-                cancelled = await self._absorb_conflict() or cancelled
+                absorbed: list[StoredCommit] = []
+                cancelled = await self._absorb_conflict(absorbed) or cancelled
+                if self._finishing and any(type(ev) is MessageQueued and sc.commit.run_id == self.ctx.run_id
+                                           for sc in absorbed for ev in sc.commit.events):
+                    raise Requeue(commit, absorbed) from None
         self.version = res.seq
         self.on_commit(StoredCommit(res.seq, commit))
         if cancelled and self.ctx.finished is None:
@@ -162,9 +181,11 @@ class StagingBase:
         version = self.version
         return await through_outage(lambda: self.store.append(commit, version), self.outage, self.log)
 
-    async def _absorb_conflict(self) -> bool:
-        """Read what others appended; fold in what we can live with. Returns True if it holds a
-        cancel request for this run; raises RunConflict for anything else."""
+    async def _absorb_conflict(self, absorbed: list[StoredCommit] | None = None) -> bool:
+        """Read what others appended; fold in what we can live with (a message queued for this
+        run is folded and taken at the loop's next step boundary). Returns True if it holds a
+        cancel request for this run; raises RunConflict for anything else. `absorbed` gets the
+        commits read."""
         async def read() -> list[StoredCommit]:
             return [sc async for sc in self.store.read_thread(self.ctx.thread_id, after=self.version)]
 
@@ -177,6 +198,8 @@ class StagingBase:
                     cancel = True
                 elif type(ev) is ToolCallDecided and ours and ev.call_id in self.ctx.suspended:
                     pass  # a live decision (DESIGN 4.3): folded below, applied by the round
+                elif type(ev) is MessageQueued and ours:
+                    pass  # folded below, taken at the next step boundary
                 elif type(ev) is not ThreadMetadataUpdated:
                     raise RunConflict(
                         f"thread {self.ctx.thread_id!r} changed under run {self.ctx.run_id!r}: "
@@ -190,10 +213,18 @@ class StagingBase:
                 self.on_commit(sc)
         if new:
             self.version = new[-1].seq
+        if absorbed is not None:
+            absorbed.extend(new)
         if cancel:
             self.log.info("run.cancel_seen_in_log")
             self._cancel.set()
         return cancel
+
+    def _take_queued(self, *, ending: bool) -> None:
+        """Stage the queued messages due now (`due_messages`) as the run's user messages, with
+        their own ids (taking one is appending it)."""
+        for message in due_messages(self.ctx, ending=ending):
+            self._emit(MessageAppended(message=message))
 
     def _commit_now(self) -> Commit:
         commit = Commit(

@@ -38,6 +38,7 @@ from agentlog.runtime.replay.plan import (
     _request_difference,
     _signals_cancel,
     is_external,
+    signals_queued,
 )
 from agentlog.runtime.tools import Tool, ToolContext, ToolResult
 
@@ -308,6 +309,8 @@ class VerifyingStore:
         self._segment_at = 0
         #: Called with the run id when a recorded cancel must reach the loop in-process.
         self.on_cancel: Any = None
+        #: Called when a recorded queued message must reach the loop as the live poke it got.
+        self.on_poke: Any = None
         self.external = 0
 
     @property
@@ -366,6 +369,8 @@ class VerifyingStore:
             next_loop = self.plan.loop[nxt] if nxt < len(self.plan.loop) else None
             if _signals_cancel(self.plan, ext, next_loop) and self.on_cancel is not None:
                 self.on_cancel()
+            if signals_queued(self.plan, ext, next_loop) and self.on_poke is not None:
+                self.on_poke()
 
     async def read_thread(self, thread_id: str, after: int = 0) -> AsyncIterator[StoredCommit]:
         for sc in list(self.visible):

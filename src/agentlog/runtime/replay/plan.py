@@ -26,6 +26,7 @@ from agentlog.eventlog.events import (
     InferenceCompleted,
     Message,
     MessageAppended,
+    MessageQueued,
     Position,
     RunCancelRequested,
     RunFinished,
@@ -49,9 +50,10 @@ from agentlog.runtime.tools import ToolResult
 #: visible where it was recorded. A decision commit that also holds what the runtime derived from
 #: the decisions (`RunResumed`, `ToolCallResuming`, outcomes needing no tool run) *is* the loop's:
 #: replay re-drives it through `Runtime.decide()` with the recorded decisions and verifies it.
-#: A quarantined message (`CommitQuarantined`, a reader's stand-in) is never the loop's either.
+#: A quarantined message (`CommitQuarantined`, a reader's stand-in) is never the loop's either, nor
+#: a message queued for the run (`MessageQueued`): the loop's taking of it is.
 EXTERNAL_EVENT_TYPES: tuple[type, ...] = (RunCancelRequested, ToolCallDecided, ThreadMetadataUpdated,
-                                          CommitQuarantined)
+                                          CommitQuarantined, MessageQueued)
 
 _enc = msgspec.json.Encoder(order="deterministic")
 
@@ -233,6 +235,9 @@ def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
     created = next((e for e in first.events if isinstance(e, ThreadCreated)), None)
     messages = tuple(e.message for e in first.events if isinstance(e, MessageAppended))
 
+    # a queued message the loop takes keeps the id it was queued with: no entropy draw
+    queued = {e.message.id for sc in segment if sc.commit.run_id == run_id
+              for e in sc.commit.events if isinstance(e, MessageQueued)}
     ids: list[str] = [first.commit_id]
     next_ts: dict[str, int] = {}
     inferences: list[RecordedInference] = []
@@ -244,7 +249,7 @@ def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
             for ev in sc.commit.events:
                 mid = (ev.message.id if isinstance(ev, MessageAppended)
                        else ev.message_id if isinstance(ev, ToolCallCompleted) else None)
-                if mid is not None and (not ids or ids[-1] != mid):
+                if mid is not None and mid not in queued and (not ids or ids[-1] != mid):
                     ids.append(mid)
             ids.append(sc.commit.commit_id)
         if k + 1 < len(loop):
@@ -314,6 +319,17 @@ def _signals_cancel(plan: ReplayPlan, external: StoredCommit, next_loop: StoredC
         for e in evs
     )
     return finished and not worked
+
+
+def signals_queued(plan: ReplayPlan, external: StoredCommit, next_loop: StoredCommit | None) -> bool:
+    """Must the loop be poked for this external commit (a message queued for the run), or only
+    meet it on its next append? The recording tells: a loop that took the message in its very
+    next commit knew of it before writing that commit, so it read it on a poke (the live signal
+    a queued message sends); otherwise it met it on that commit's `VersionConflict`."""
+    if external.commit.run_id != plan.run_id or next_loop is None:
+        return False
+    ids = {e.message.id for e in external.commit.events if isinstance(e, MessageQueued)}
+    return bool(ids) and any(isinstance(e, MessageAppended) and e.message.id in ids for e in next_loop.commit.events)
 
 
 def next_session(plan: ReplayPlan, verified: int) -> tuple[str, Any] | None:

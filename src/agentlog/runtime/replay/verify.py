@@ -12,7 +12,9 @@ is being replayed:
   request, decisions recorded on their own, metadata edits) are made visible right after the
   loop commit they followed, so the loop meets them as it did: on its next append's
   `VersionConflict`, or -- when the recording shows the loop was idle until the cancel (its next
-  commit is the bare cancel finish) -- through `Runtime.signal_cancel` (no append).
+  commit is the bare cancel finish) -- through `Runtime.signal_cancel` (no append). A message
+  queued for the run that the loop took in its very next commit reaches it as the poke it got
+  live (`Runtime.poke`).
 - Sessions (human in the loop): when the replayed loop stops short of the recording's end
   (waiting), replay applies what the recording shows came next through the runtime's own API on
   the verifying store: `decide()` with the recorded decisions (the decision commit, with what the
@@ -243,7 +245,15 @@ async def verify_run(
         else:
             active[0].request_cancel()
 
+    pending_poke: list[bool] = []
+
+    def poke() -> None:
+        # a recorded queued message the loop read on its live poke: poke the replayed loop
+        if not rt.poke(plan.run_id):
+            pending_poke.append(True)  # during begin(): poked as soon as start returns
+
     store.on_cancel = signal_cancel
+    store.on_poke = poke
     rt.app = plan.app
     try:
         async with asyncio.timeout(timeout_s):
@@ -255,6 +265,8 @@ async def verify_run(
             )
             if pending_cancel:
                 signal_cancel()
+            if pending_poke:
+                poke()
             await _drive(rt, plan, session, await handle.result())
     except TimeoutError:
         if session.error is None:

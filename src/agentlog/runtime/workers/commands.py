@@ -14,7 +14,8 @@ client chooses `run_id` (and `command_id`), so it knows them before any worker r
 
 Decisions and cancels are also published on core NATS `agentlog.ctl.<run_id>`, so the worker that
 is driving the run sees them at once (a cancel mid-tool, a parallel_streaming decision) instead of
-when the queued command reaches the head of its thread.
+when the queued command reaches the head of its thread; so are queued messages once recorded
+(the worker driving the run reads them at its next step boundary).
 """
 
 from __future__ import annotations
@@ -130,8 +131,20 @@ class Cancel(_Base, tag="cancel", kw_only=True):
     reason: str | None = None
 
 
-Command = StartRun | ContinueRun | Decide | Cancel
-CommandKind = Literal["start", "continue", "decide", "cancel"]
+class QueueMessages(_Base, tag="queue", kw_only=True):
+    """User messages for run `run_id`, which is running (`agentlog.runtime.queued`): `steer` ones
+    join its conversation at its next step boundary, `follow_up` ones when it would otherwise
+    end. Each message carries its id (chosen by the client), so the effect is recognisable in
+    the log and a redelivered command records nothing twice. Like a cancel it skips the
+    thread's order (the run's own command holds the thread until the run ends)."""
+
+    run_id: str
+    messages: list[Any]
+    mode: Literal["steer", "follow_up"] = "steer"
+
+
+Command = StartRun | ContinueRun | Decide | Cancel | QueueMessages
+CommandKind = Literal["start", "continue", "decide", "cancel", "queue"]
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Command)
@@ -159,6 +172,8 @@ def validate_command(cmd: Command) -> Command:
                 normalize_frontend_tools(cmd.frontend_tools)
             except InvalidFrontendTools as exc:
                 raise InvalidCommand(str(exc)) from None
+        if isinstance(cmd, QueueMessages) and not cmd.messages:
+            raise InvalidCommand("a queue command needs at least one message")
         if isinstance(cmd, Decide) and not cmd.decisions:
             raise InvalidCommand("a decide command needs at least one decision")
     except InvalidId as exc:

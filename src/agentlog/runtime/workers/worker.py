@@ -22,7 +22,7 @@ Guarantees, and how:
   a start/continue/decide runs, the worker checks that no earlier command of that thread is still
   in the queue (work-queue retention deletes acked commands; acks are synchronous); if one is, the
   command is nak'ed with a short delay. Inside one worker, commands of a thread also queue on a
-  per-thread lock. Cancels skip the order (they must reach a running run).
+  per-thread lock. Cancels and queued messages skip the order (they must reach a running run).
 - **Races.** Per-thread OCC keeps two workers from interleaving. A worker that loses a race
   (`VersionConflict`/`RunConflict`) re-reads the log and re-evaluates its command (the run
   exists -> resume it; it finished or waits -> ack; the thread is busy with another run -> nak
@@ -62,7 +62,7 @@ from agentlog.eventlog.errors import (
 from agentlog.eventlog.events import Commit, RunFinished, RunStarted, Termination
 from agentlog.eventlog.ids import is_valid_id, new_id, now_ms
 from agentlog.eventlog.subjects import DEFAULT_APP, command_subject, commands_filter
-from agentlog.runtime.errors import RunConflict, RunNotFound
+from agentlog.runtime.errors import RunConflict, RunEnded, RunNotFound
 from agentlog.runtime.facade import RunHandle, Runtime
 from agentlog.runtime.logs import get_logger
 from agentlog.runtime.loop.hitl import HitlError, RunNotWaiting
@@ -81,6 +81,7 @@ from agentlog.runtime.workers.commands import (
     ContinueRun,
     Decide,
     InvalidCommand,
+    QueueMessages,
     StartRun,
     control_subject,
     decode_command,
@@ -296,6 +297,8 @@ class Worker:
         try:
             if isinstance(cmd, Cancel):
                 outcome = await self._cancel(cmd, log, meta.sequence.stream)
+            elif isinstance(cmd, QueueMessages):
+                outcome = await self._queue_messages(cmd, log)
             else:
                 if isinstance(cmd, ContinueRun) and cmd.interrupt and cmd.parent_run_id is not None:
                     # stop the parent first (outside the thread's order: its own command holds
@@ -529,6 +532,8 @@ class Worker:
                     # resume and `replay --verify` to follow. The queued command then finds the
                     # run finished or its request recorded.
                     await rt.cancel(cmd.run_id, reason=cmd.reason)
+            elif isinstance(cmd, QueueMessages):
+                rt.poke(cmd.run_id)  # recorded already: the loop reads it at its next step boundary
             elif isinstance(cmd, Decide):
                 active = rt._active.get(cmd.run_id)
                 if active is not None and not active[1].done:
@@ -608,6 +613,26 @@ class Worker:
                     await self._follow(handle, log)
             except RunConflict as exc:  # someone else moved it on: it is not ours to finish
                 log.info("command.reevaluate", reason=str(exc))
+        return ACK
+
+    async def _queue_messages(self, cmd: QueueMessages, log: Any) -> str:
+        """Record the messages on the run (idempotent on their ids), then poke the worker driving
+        it through the control subject: it may be another one, and it would otherwise meet them
+        only at its next append. A run that has finished cannot take them: dead-lettered with
+        `run_finished`, which the gateway answers as a 409."""
+        rt = self.runtime
+        assert rt is not None
+        try:
+            res = await rt.queue_messages(cmd.run_id, cmd.messages, mode=cmd.mode, thread_id=cmd.thread_id)
+        except (RunEnded, RunNotFound, ValueError, TypeError) as exc:
+            raise _give_up(exc) from None
+        except RunConflict:
+            return NAK
+        log.info("run.queue_command", seq=res.seq, duplicate=res.duplicate, mode=cmd.mode)
+        try:
+            await self.nc.publish(control_subject(cmd.run_id), encode_command(cmd))
+        except Exception:  # noqa: BLE001 - live delivery is a shortcut; the recorded message is the truth
+            pass
         return ACK
 
     async def _interrupt_parent(self, cmd: ContinueRun, log: Any, queue_seq: int) -> None:
