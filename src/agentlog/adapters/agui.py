@@ -38,6 +38,7 @@ import pydantic
 from ag_ui import core as ag
 
 from agentlog.log.events import (
+    AgentHandedOff,
     ContentPart,
     Emitted,
     Event,
@@ -62,11 +63,13 @@ from agentlog.runtime.admission import as_parts
 from agentlog.runtime.models.base import ToolSpec
 
 from .common import (
+    HANDOFF_EVENT,
     AdapterInputError,
     Decision,
     as_item,
     check_decisions,
     decision_id,
+    handoff_value,
     int_or,
     interrupt_reason,
     is_frontend_ticket,
@@ -175,6 +178,12 @@ def emitted_events(ev: Emitted) -> list[Any]:
             {"message_id": mid, "activity_type": ev.name, "patch": ev.patch or []})]
     except pydantic.ValidationError:
         return []
+
+
+def handoff_event(ev: AgentHandedOff) -> Any:
+    """A handoff as AG-UI `CUSTOM` `agentlog.handoff` (AG-UI has no agent-change event; the
+    value names both agents, so a client can follow the thread to the new agent's route)."""
+    return ag.CustomEvent(name=HANDOFF_EVENT, value=handoff_value(ev))
 
 
 # -- interrupts --------------------------------------------------------------------------------
@@ -496,6 +505,8 @@ class AguiTranslator:
             return self._finished(ev)
         if isinstance(ev, Emitted):
             return emitted_events(ev)
+        if isinstance(ev, AgentHandedOff):
+            return [handoff_event(ev)]
         return []
 
     def _message(self, m: Message) -> list[Any]:

@@ -26,7 +26,14 @@ from typing import Any, NamedTuple, Protocol
 import msgspec
 
 from agentlog.log.errors import AgentlogError
-from agentlog.log.events import RunCancelRequested, RunFinished, RunStarted, StoredCommit, ToolCallDecided
+from agentlog.log.events import (
+    AgentHandedOff,
+    RunCancelRequested,
+    RunFinished,
+    RunStarted,
+    StoredCommit,
+    ToolCallDecided,
+)
 from agentlog.log.ids import new_id, validate_run_id
 from agentlog.runtime.admission import (
     InvalidRunInput,
@@ -164,7 +171,14 @@ async def _run_commits(store: Any, run_id: str) -> list[StoredCommit]:
 
 
 def _agent_of(commits: Sequence[StoredCommit]) -> str:
-    return next(e.agent_id for sc in commits for e in sc.commit.events if type(e) is RunStarted)
+    """The run's active agent: the target of its last handoff, else its `RunStarted` agent. A
+    continuation that names no agent (messages sent to a run) goes on with it."""
+    agent = next(e.agent_id for sc in commits for e in sc.commit.events if type(e) is RunStarted)
+    for sc in commits:
+        for e in sc.commit.events:
+            if type(e) is AgentHandedOff:
+                agent = e.to_agent
+    return agent
 
 
 def _app_of(commits: Sequence[StoredCommit]) -> str | None:

@@ -38,6 +38,7 @@ from .plugins import (
     Emit,
     ExcludeTools,
     Gate,
+    HandOff,
     IncludeOnlyTools,
     OverrideInference,
     PatchState,
@@ -65,7 +66,7 @@ from .tools import Tool, ToolContext, ToolError, ToolRegistry, ToolResult, tool
 __all__ = [
     "AddContext", "AddUserMessage", "AgentRegistry", "AgentSpec", "Block", "CommittedEvent", "ContextPolicy",
     "McpServerConfig", "McpToolset",
-    "ConsecutiveErrors", "ContentMatch", "DeterministicEntropy", "Entropy", "ExcludeTools", "Gate",
+    "ConsecutiveErrors", "ContentMatch", "DeterministicEntropy", "Entropy", "ExcludeTools", "Gate", "HandOff",
     "IncludeOnlyTools", "LiveSink", "LoopDetection", "MaxRounds", "MemoryLiveSink", "ModelRegistry",
     "NatsLiveSink", "NullLiveSink", "OverrideInference", "PatchState", "Emit", "PermissionPlugin",
     "PermissionRule", "PhaseContext", "Plugin", "PluginError", "RetryPolicy", "RunConflict",

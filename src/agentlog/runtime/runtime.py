@@ -41,6 +41,7 @@ from .context import Summarizer
 from .entropy import SYSTEM_ENTROPY, Entropy
 from .errors import RunConflict, RunNotFound
 from .frontend import check_no_conflict, is_frontend_stub, normalize_frontend_tools
+from .handoff import handoff_tools
 from .hitl import DecisionInput, check_decisions, decision_seqs, parse_decisions, ready_calls
 from .live import LiveSink, NullLiveSink
 from .loading import LoadedRun, RunLoader, known_calls
@@ -326,6 +327,11 @@ class Runtime:
         #: The app this Runtime is (name + digest), recorded in each run it starts (`RunStarted.app`);
         #: set by the server processes (`agentlog.cli.server`), None in process unless set.
         self.app: AppRef | None = None
+        # the `transfer_to_<agent>` tools of the agents' declared handoffs (`agentlog.runtime.handoff`)
+        described = {a.id: a.description for a in self.agents}
+        for transfer in handoff_tools(self.agents, described):
+            if transfer.name not in self.tools:
+                self.tools.register(transfer)
         # tools that act on runs (sub-agents: `agentlog.runtime.subagents`) bind to the runtime they run in
         for t in self.tools:
             bind = getattr(t, "bind_runtime", None)
@@ -413,7 +419,7 @@ class Runtime:
             spec=spec, ctx=ctx, version=thread.version if thread else 0, store=self.store,
             tools=self._tools_for(spec), models=self.models, live=self.live, entropy=self.entropy,
             on_commit=self._on_commit_for(handle), outage=self.outage,
-            summarizer=self.summarizer,
+            summarizer=self.summarizer, agents=self._agent_for,
         )
         try:
             await loop.begin(msgs, parent_run_id=parent_run_id, origin=origin, resource_id=resource_id,
@@ -445,6 +451,11 @@ class Runtime:
 
     def _tools_for(self, spec: AgentSpec) -> dict[str, Tool]:
         return {n: t for n in spec.tools if (t := self.tools.get(n)) is not None}
+
+    def _agent_for(self, agent_id: str) -> tuple[AgentSpec, dict[str, Tool]]:
+        """A handoff target's spec and tools (raises `UnknownAgent`)."""
+        spec = self.agents.get(agent_id)
+        return spec, self._tools_for(spec)
 
     async def _thread_of(self, run_id: str) -> str:
         return await self.loader().thread_of(run_id)
@@ -531,7 +542,7 @@ class Runtime:
             spec=loaded.spec, ctx=loaded.ctx, version=loaded.version, store=self.store,
             tools=self._tools_for(loaded.spec), models=self.models, live=self.live, entropy=self.entropy,
             on_commit=self._on_commit_for(handle), older_messages=loaded.older_messages, outage=self.outage,
-            summarizer=self.summarizer,
+            summarizer=self.summarizer, agents=self._agent_for,
         )
 
     def _on_commit_for(self, handle: RunHandle) -> Callable[[StoredCommit], None]:

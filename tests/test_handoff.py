@@ -1,0 +1,251 @@
+"""Agent handoff (`agentlog.runtime.handoff`): the `transfer_to_<agent>` tools, the `HandOff`
+plugin action, the `AgentHandedOff` event and the folds that make the active agent thread
+state; each run recorded on a real JetStream store and verified by replay. Through real
+processes (HTTP, AG-UI, AI SDK, `replay --verify`): tests/test_handoff_skills_deployed.py."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+
+from agentlog.adapters.agui import AguiTranslator
+from agentlog.adapters.aisdk import AiSdkTranslator
+from agentlog.api.dispatch import InProcessDispatcher
+from agentlog.log.events import (
+    AgentHandedOff,
+    Commit,
+    RunFinished,
+    RunStarted,
+    StoredCommit,
+    ThreadCreated,
+)
+from agentlog.runtime import AgentSpec, DeterministicEntropy, HandOff, PhaseContext, Plugin, Runtime, tool
+from agentlog.runtime.agent import UnknownAgent
+from agentlog.runtime.handoff import HandoffPlugin, HandoffTool
+from agentlog.runtime.models import ScriptedModel, Turn
+from agentlog.runtime.replay import verify_run
+from agentlog.runtime.run_context import RunContext, fold_context
+from agentlog.testing import RecordingModel
+from agentlog.views import fold_commits
+
+from test_runtime_support import logged, store  # noqa: F401  (fixture)
+
+
+@tool
+def refund(order: str) -> str:
+    """Refund an order."""
+    return f"refunded {order}"
+
+
+@tool
+def lookup(order: str) -> str:
+    """Look an order up."""
+    return f"order {order}: paid"
+
+
+def app(triage_script: list[Any], billing_script: list[Any], **triage: Any
+        ) -> tuple[Runtime, RecordingModel, RecordingModel]:
+    t_model = RecordingModel(ScriptedModel(triage_script, name="triage-model", position="conversation"))
+    b_model = RecordingModel(ScriptedModel(billing_script, name="billing-model", position="conversation"))
+    agents = [
+        AgentSpec(id="triage", model=t_model, tools=["lookup"], system_prompt="You route requests.",
+                  handoffs=["billing"], description="Front desk", **triage),
+        AgentSpec(id="billing", model=b_model, tools=["refund"], system_prompt="You handle refunds.",
+                  description="Refunds and invoices"),
+    ]
+    return Runtime(None, agents=agents, tools=[refund, lookup], entropy=DeterministicEntropy(prefix=f"h{uuid.uuid4().hex[:8]}")), t_model, b_model  # type: ignore[arg-type]
+
+
+async def finished(store: Any, run_id: str) -> None:
+    """Wait (on the log, not a clock) for the run's `RunFinished`."""
+    follower = store.follow(None, 0)
+    try:
+        async for sc in follower:
+            if sc.commit.run_id == run_id and any(isinstance(e, RunFinished) for e in sc.commit.events):
+                return
+    finally:
+        await follower.aclose()
+
+
+def bind(rt: Runtime, s: Any) -> Runtime:
+    rt.store = s
+    return rt
+
+
+# -- pure ---------------------------------------------------------------------------------------
+
+
+def _commit(seq: int, run_id: str | None, *events: Any) -> StoredCommit:
+    return StoredCommit(seq, Commit(commit_id=f"c{seq}", thread_id="t1", run_id=run_id, ts=seq, events=list(events)))
+
+
+def test_handoff_folds_into_thread_run_and_loop_context() -> None:
+    """`AgentHandedOff` moves the active agent of the run view, the thread view and the loop's
+    context; a later run's `RunStarted` sets it again (explicit agent wins)."""
+    commits = [
+        _commit(1, "r1", ThreadCreated(), RunStarted(run_id="r1", agent_id="triage")),
+        _commit(2, "r1", AgentHandedOff(from_agent="triage", to_agent="billing", reason="refund", call_id="c1")),
+    ]
+    views = fold_commits(commits)
+    assert views.threads["t1"].active_agent == "billing"
+    run = views.runs["r1"]
+    assert run.agent_id == "triage" and run.active_agent == "billing"
+    assert run.handoffs == [{"from_agent": "triage", "to_agent": "billing", "reason": "refund", "call_id": "c1",
+                             "seq": 2}]
+    ctx = fold_context(RunContext(thread_id="t1", run_id="r1"), commits)
+    assert ctx.agent_id == "billing"
+    # another run's handoff is not this run's; a new run names its agent
+    other = fold_context(RunContext(thread_id="t1", run_id="r2"), commits)
+    assert other.agent_id is None
+    commits.append(_commit(3, "r2", RunStarted(run_id="r2", agent_id="triage")))
+    assert fold_commits(commits).threads["t1"].active_agent == "triage"
+
+
+def test_handoff_spec_declares_transfer_tools_and_plugin() -> None:
+    """`handoffs` adds one `transfer_to_<agent>` tool per target (deduplicated) and the plugin
+    that turns a successful call into `HandOff`; a failed call hands nothing off."""
+    spec = AgentSpec(id="a", model="m", tools=["lookup"], handoffs=["b", "c", "b"])
+    assert spec.tools == ["lookup", "transfer_to_b", "transfer_to_c"]
+    plugin = next(p for p in spec.plugins if isinstance(p, HandoffPlugin))
+    from agentlog.log.events import ToolCall
+    from agentlog.runtime.tools import ToolResult
+
+    call = ToolCall(id="c1", name="transfer_to_c", arguments={"reason": "why"})
+    ctx: Any = None
+    assert plugin.after_tool_execute(ctx, call, ToolResult.success({})) == [HandOff(agent="c", reason="why", call_id="c1")]
+    assert plugin.after_tool_execute(ctx, call, ToolResult.failure("no")) is None
+    assert HandoffTool("b", "Refunds").spec.parameters["properties"]["reason"]
+    with pytest.raises(ValueError):
+        AgentSpec(id="a", model="m", handoffs=["not an id"])
+
+
+# -- on a real store ----------------------------------------------------------------------------
+
+
+async def test_handoff_next_turn_uses_target_instructions_tools_and_model(store: Any) -> None:
+    """After `transfer_to_billing`, the next inference goes to billing's model with billing's
+    system prompt and tools; the log records the handoff; replay verifies the run."""
+    rt, t_model, b_model = app(
+        [Turn.tool("transfer_to_billing", {"reason": "refund asked"})],
+        ["(unused: triage's turn)", Turn.tool("refund", {"order": "42"}), "refund done"],
+    )
+    rt = bind(rt, store)
+    async with asyncio.timeout(20):
+        result = await rt.run("triage", "I want a refund for order 42")
+    assert result.termination.type == "natural_end"
+    (first,) = t_model.requests
+    assert first.messages[0].content == "You route requests."
+    assert [t.name for t in first.tools] == ["lookup", "transfer_to_billing"]
+    assert "Refunds and invoices" in first.tools[1].description
+    assert len(b_model.requests) == 2
+    assert all(r.messages[0].content == "You handle refunds." for r in b_model.requests)
+    assert [t.name for t in b_model.requests[0].tools] == ["refund"]
+    log = await logged(rt, result)
+    handoffs = [e for sc in log for e in sc.commit.events if isinstance(e, AgentHandedOff)]
+    assert handoffs == [AgentHandedOff(from_agent="triage", to_agent="billing", reason="refund asked",
+                                       call_id=handoffs[0].call_id)]
+    assert result.run.active_agent == "billing" and result.run.agent_id == "triage"
+    assert (await rt.thread_view(result.thread_id)).active_agent == "billing"
+    report = await verify_run(store, result.run_id, rt)
+    assert report.ok and report.inferences == 3
+
+
+async def test_handoff_plugin_action_and_unknown_target(store: Any) -> None:
+    """A plugin's `HandOff` at RunStart: the first inference is already the target's. A handoff
+    to an agent nobody registered ends the run `error` (`agent_not_found`) with no handoff
+    recorded (at RunStart it fails the start itself, before anything is written)."""
+
+    class Router(Plugin):
+        id = "router"
+
+        def __init__(self, target: str, at: str = "run_start") -> None:
+            self.target = target
+            setattr(self, at, self.route)
+
+        def route(self, ctx: PhaseContext) -> list[Any]:
+            return [HandOff(agent=self.target, reason="routed")]
+
+        def run_start(self, ctx: PhaseContext) -> list[Any]:
+            return []
+
+        def step_start(self, ctx: PhaseContext) -> list[Any]:
+            return []
+
+    rt, t_model, b_model = app(["unused"], ["billing answers"], plugins=[Router("billing")])
+    rt = bind(rt, store)
+    async with asyncio.timeout(20):
+        result = await rt.run("triage", "hi")
+    assert result.termination.type == "natural_end"
+    assert t_model.requests == [] and len(b_model.requests) == 1
+    assert (await verify_run(store, result.run_id, rt)).ok
+
+    rt2, _, _ = app(["unused"], ["unused"], plugins=[Router("nobody", at="step_start")])
+    rt2 = bind(rt2, store)
+    async with asyncio.timeout(20):
+        bad = await rt2.run("triage", "hi")
+    assert bad.termination.type == "error" and bad.termination.code == "agent_not_found"
+    assert not [e for sc in await logged(rt2, bad) for e in sc.commit.events if isinstance(e, AgentHandedOff)]
+    rt3, _, _ = app(["unused"], ["unused"], plugins=[Router("nobody")])
+    rt3 = bind(rt3, store)
+    with pytest.raises(UnknownAgent):
+        await rt3.start("triage", "hi", thread_id="never-written")
+    assert await store.thread_version("never-written") == 0
+
+
+async def test_handoff_continuation_starts_with_active_agent(store: Any) -> None:
+    """Messages sent to a finished run (a continuation naming no agent) go on with the run's
+    active agent; `start_run` naming an agent starts that one (explicit wins)."""
+    rt, _, b_model = app([Turn.tool("transfer_to_billing", {}), "-", "-", "triage again"],
+                         ["-", "billing 1", "billing again"])
+    rt = bind(rt, store)
+    dispatcher = InProcessDispatcher(rt)
+    async with asyncio.timeout(20):
+        first = await rt.run("triage", "refund please")
+        accepted = await dispatcher.submit_inputs(first.run_id, messages=[{"role": "user", "content": "and?"}])
+        await finished(store, accepted.run_id)
+        second = await rt.run_view(accepted.run_id)
+    assert second.agent_id == "billing" and second.status == "done"
+    assert len(b_model.requests) == 2
+    assert (await rt.thread_view(first.thread_id)).active_agent == "billing"
+    async with asyncio.timeout(20):
+        explicit = await dispatcher.start_run("triage", [{"role": "user", "content": "back"}],
+                                              parent_run_id=accepted.run_id)
+        await finished(store, explicit.run_id)
+    assert (await rt.run_view(explicit.run_id)).agent_id == "triage"
+    assert (await rt.thread_view(first.thread_id)).active_agent == "triage"
+
+
+async def test_handoff_resume_from_log_keeps_the_active_agent(store: Any) -> None:
+    """A run that handed off and then waited for a human resumes (a fresh loop folded from the
+    log, as on another worker) with the target agent, and verifies by replay across it."""
+    from agentlog.runtime import PermissionPlugin
+
+    rt, _, b_model = app([Turn.tool("transfer_to_billing", {})],
+                         ["-", Turn.tool("refund", {"order": "7"}), "refunded"])
+    billing = rt.agents.get("billing")
+    billing.plugins.append(PermissionPlugin(ask=["refund"]))
+    rt = bind(rt, store)
+    async with asyncio.timeout(20):
+        handle = await rt.start("triage", "refund 7")
+        waiting = await handle.result()
+        assert waiting.run.status == "waiting"
+        call_id = [c.call_id for c in waiting.run.calls.values() if c.status == "suspended"][0]
+        res = await rt.decide(waiting.run_id, [{"target_id": call_id, "decision_id": "d1", "action": "resume",
+                                                "result": {"approved": True}}])
+        done = await res.handle.result()
+    assert done.termination.type == "natural_end" and done.run.active_agent == "billing"
+    assert len(b_model.requests) == 2
+    assert (await verify_run(store, done.run_id, rt)).ok
+
+
+def test_handoff_protocol_mapping() -> None:
+    """AG-UI: a CUSTOM `agentlog.handoff`; AI SDK: a `data-agentlog-handoff` part."""
+    ev = AgentHandedOff(from_agent="triage", to_agent="billing", reason="r", call_id="c1")
+    value = {"from_agent": "triage", "to_agent": "billing", "reason": "r", "call_id": "c1"}
+    wire = [e.model_dump(mode="json", by_alias=True, exclude_none=True)
+            for e in AguiTranslator("t1", "r1").feed(ev)]
+    assert {"type": "CUSTOM", "name": "agentlog.handoff", "value": value} in wire
+    assert {"type": "data-agentlog-handoff", "data": value} in AiSdkTranslator("t1", "r1").feed(ev)
