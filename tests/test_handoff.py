@@ -249,3 +249,30 @@ def test_handoff_protocol_mapping() -> None:
             for e in AguiTranslator("t1", "r1").feed(ev)]
     assert {"type": "CUSTOM", "name": "agentlog.handoff", "value": value} in wire
     assert {"type": "data-agentlog-handoff", "data": value} in AiSdkTranslator("t1", "r1").feed(ev)
+
+
+def test_handoff_declared_in_the_config_file(tmp_path: Any) -> None:
+    """`handoffs:` of a config agent: the transfer tools and plugin; a target that is not
+    another agent of the file is a config error."""
+    from agentlog.runtime.config import ConfigError, load_config
+
+    text = """\
+version: 1
+models:
+  m: {type: scripted, script: ["hi"]}
+agents:
+  - id: triage
+    model: m
+    handoffs: [billing]
+  - id: billing
+    model: m
+"""
+    path = tmp_path / "app.yaml"
+    path.write_text(text)
+    triage, billing = load_config(path).agents
+    assert triage.tools == ["transfer_to_billing"] and triage.handoffs == ["billing"]
+    assert any(isinstance(p, HandoffPlugin) for p in triage.plugins) and billing.tools == []
+    for bad in ["[nobody]", "[triage]"]:
+        path.write_text(text.replace("[billing]", bad))
+        with pytest.raises(ConfigError, match="handoffs names"):
+            load_config(path)
