@@ -93,10 +93,14 @@ def sse(text: str) -> list[Any]:
 
 
 async def test_handoff_and_skill_over_http_then_continue_with_active_agent(app_deployment: Deployment) -> None:
-    """The run view and the thread view show the handoff; the skill's body and file are the
+    """`GET /v1/agents` lists the transfer and skill tools; the run view and the thread view
+    show the handoff; the skill's body and file are the
     recorded results of billing's calls; the inspector timeline has the handoff row; messages
     sent to the finished run continue with billing (the active agent); replay verifies."""
     async with aiohttp.ClientSession(app_deployment.http_url) as http:
+        async with http.get("/v1/agents") as r:  # the catalog offers the generated tools too
+            catalog = {a["id"]: [t["name"] for t in a["tools"]] for a in (await r.json())["agents"]}
+        assert catalog == {"triage": ["transfer_to_billing"], "billing": ["load_skill", "read_skill_file"]}
         async with http.post("/v1/runs", json={"agent_id": "triage", "messages": "refund order 42"}) as r:
             assert r.status == 202, await r.text()
             started = await r.json()
