@@ -17,7 +17,9 @@ from typing import Any
 import aiohttp
 import pytest
 from topology import TESTS, TOPOLOGIES, Deployment, deploy
+from typer.testing import CliRunner
 
+from agentlog.cli.core import app as cli_app
 from agentlog.cli.demo import follow_run
 from agentlog.log.jetstream import JetStreamEventStore
 
@@ -95,7 +97,8 @@ def sse(text: str) -> list[Any]:
 async def test_handoff_and_skill_over_http_then_continue_with_active_agent(app_deployment: Deployment) -> None:
     """`GET /v1/agents` lists the transfer and skill tools; the run view and the thread view
     show the handoff; the skill's body and file are the
-    recorded results of billing's calls; the inspector timeline has the handoff row; messages
+    recorded results of billing's calls; the inspector timeline has the handoff row and `agentlog
+    run show` names both agents; messages
     sent to the finished run continue with billing (the active agent); replay verifies."""
     async with aiohttp.ClientSession(app_deployment.http_url) as http:
         async with http.get("/v1/agents") as r:  # the catalog offers the generated tools too
@@ -122,6 +125,9 @@ async def test_handoff_and_skill_over_http_then_continue_with_active_agent(app_d
             timeline = await r.json()
         rows = [e for group in timeline["steps"] for e in group["events"] if e["type"] == "AgentHandedOff"]
         assert [e["summary"] for e in rows] == ["handoff triage -> billing: refund asked"]
+        shown = await asyncio.to_thread(CliRunner().invoke, cli_app, [
+            "run", "show", run_id, "--url", app_deployment.http_url, "--timeout", "10"], env={"COLUMNS": "200"})
+        assert shown.exit_code == 0 and "triage -> billing" in shown.stdout, shown.output
 
         async with http.post(f"/v1/runs/{run_id}/inputs", json={"messages": "thanks"}) as r:
             assert r.status == 202, await r.text()
