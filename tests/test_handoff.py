@@ -276,3 +276,19 @@ agents:
         path.write_text(text.replace("[billing]", bad))
         with pytest.raises(ConfigError, match="handoffs names"):
             load_config(path)
+
+
+async def test_handoff_from_sequential_to_parallel_agent_replays(store: Any) -> None:
+    """The target's execution mode applies after the handoff (two calls in flight together), and
+    replay holds their results as recorded for the agent that made them."""
+    rt, _, b_model = app([Turn.tool("transfer_to_billing", {})],
+                         ["-", Turn.tools(("refund", {"order": "1"}), ("refund", {"order": "2"})), "both refunded"],
+                         tool_execution_mode="sequential")
+    billing = rt.agents.get("billing")
+    assert billing.tool_execution_mode == "parallel_streaming"
+    rt = bind(rt, store)
+    async with asyncio.timeout(20):
+        result = await rt.run("triage", "refund 1 and 2")
+    assert result.termination.type == "natural_end" and len(b_model.requests) == 2
+    report = await verify_run(store, result.run_id, rt, tools_from_log=False)
+    assert report.ok and report.tools_executed >= 2

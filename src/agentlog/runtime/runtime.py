@@ -475,7 +475,9 @@ class Runtime:
         return self._loaded(await self.loader().load(run_id, thread_id, use_snapshot=use_snapshot))
 
     def _loaded(self, run: LoadedRun) -> _Loaded:
-        return _Loaded(run.thread_id, self.agents.get(run.agent_id), run.ctx, run.version, run.run_commits,
+        # after a handoff: the agent the loop goes on with (the open step's, else the active one)
+        agent_id = run.ctx.step_agent or run.ctx.agent_id or run.agent_id
+        return _Loaded(run.thread_id, self.agents.get(agent_id), run.ctx, run.version, run.run_commits,
                        run.older_messages, run.snapshot)
 
     async def write_snapshot(self, run_id: str, *, thread_id: str | None = None) -> RunSnapshot:
