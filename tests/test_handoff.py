@@ -292,3 +292,16 @@ async def test_handoff_from_sequential_to_parallel_agent_replays(store: Any) -> 
     assert result.termination.type == "natural_end" and len(b_model.requests) == 2
     report = await verify_run(store, result.run_id, rt, tools_from_log=False)
     assert report.ok and report.tools_executed >= 2
+
+
+async def test_handoff_agent_registered_after_the_runtime_gets_its_transfer_tool(store: Any) -> None:
+    """`rt.agents.register(spec)` later: the start registers the spec's transfer tools."""
+    rt, _, b_model = app(["unused"], ["-", "billing here"])
+    rt = bind(rt, store)
+    late = AgentSpec(id="late", model=ScriptedModel([Turn.tool("transfer_to_billing", {})], name="late-model"),
+                     handoffs=["billing"])
+    rt.agents.register(late)
+    async with asyncio.timeout(20):
+        result = await rt.run("late", "hi")
+    assert result.termination.type == "natural_end" and result.run.active_agent == "billing"
+    assert len(b_model.requests) == 1

@@ -327,11 +327,7 @@ class Runtime:
         #: The app this Runtime is (name + digest), recorded in each run it starts (`RunStarted.app`);
         #: set by the server processes (`agentlog.cli.server`), None in process unless set.
         self.app: AppRef | None = None
-        # the `transfer_to_<agent>` tools of the agents' declared handoffs (`agentlog.runtime.handoff`)
-        described = {a.id: a.description for a in self.agents}
-        for transfer in handoff_tools(self.agents, described):
-            if transfer.name not in self.tools:
-                self.tools.register(transfer)
+        self._register_handoff_tools(self.agents)
         # tools that act on runs (sub-agents: `agentlog.runtime.subagents`) bind to the runtime they run in
         for t in self.tools:
             bind = getattr(t, "bind_runtime", None)
@@ -389,6 +385,7 @@ class Runtime:
             if parent_run_id is None or decisions:
                 raise ValueError("a sub-agent run (parent_thread_id) needs parent_run_id and takes no decisions")
         spec = self.agents.get(agent_id)
+        self._register_handoff_tools([spec])  # an agent registered after this Runtime was made
         missing = [n for n in spec.tools if n not in self.tools]
         if missing:
             raise LookupError(f"agent {agent_id!r} lists unknown tools: {', '.join(missing)}")
@@ -451,6 +448,14 @@ class Runtime:
 
     def _tools_for(self, spec: AgentSpec) -> dict[str, Tool]:
         return {n: t for n in spec.tools if (t := self.tools.get(n)) is not None}
+
+    def _register_handoff_tools(self, specs: Iterable[AgentSpec]) -> None:
+        """The `transfer_to_<agent>` tools of the specs' declared handoffs (`agentlog.runtime.handoff`),
+        described with their targets' descriptions; a tool of that name already registered stays."""
+        described = {a.id: a.description for a in self.agents}
+        for transfer in handoff_tools(specs, described):
+            if transfer.name not in self.tools:
+                self.tools.register(transfer)
 
     def _agent_for(self, agent_id: str) -> tuple[AgentSpec, dict[str, Tool]]:
         """A handoff target's spec and tools (raises `UnknownAgent`)."""
