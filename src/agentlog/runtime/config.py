@@ -7,7 +7,8 @@ The file is validated by `AgentlogConfig` (pydantic), whose JSON Schema is publi
 regenerate with `python -m agentlog.runtime.config > src/agentlog/runtime/agentlog-config.schema.json`; a test keeps it
 up to date). It covers models (scripted, OpenAI-compatible, or `provider:model` ids on the official
 SDKs: `anthropic:`, `openai-responses:`, `gemini:`), their prices, model pools, tools (Python import paths), MCP
-servers, plugins, permissions, stop conditions, context policy and sub-agents; `load_config` turns
+servers, plugins, permissions, stop conditions, context policy, sub-agents, handoffs and skills
+(SKILL.md folders); `load_config` turns
 it into an app (`agents`, `tools`, `models`) that every command accepting `--app` can run.
 
 What cannot be expressed as data stays code, referenced by import path (`module:attr`): tools
