@@ -305,3 +305,71 @@ async def test_handoff_agent_registered_after_the_runtime_gets_its_transfer_tool
         result = await rt.run("late", "hi")
     assert result.termination.type == "natural_end" and result.run.active_agent == "billing"
     assert len(b_model.requests) == 1
+
+
+class _Crash(Exception):
+    """The simulated death of the process driving the run."""
+
+
+class _CrashingStore:
+    """Lets `after` appends through, then fails every append (the process died there)."""
+
+    def __init__(self, inner: Any, after: int) -> None:
+        self.inner, self.after, self.appended = inner, after, 0
+
+    async def append(self, commit: Commit, expected_version: int | None) -> Any:
+        if self.appended >= self.after:
+            raise _Crash(f"crashed after commit {self.after}")
+        res = await self.inner.append(commit, expected_version)
+        self.appended += 1
+        return res
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_handoff_crash_at_every_commit_then_resume_is_exact(store: Any) -> None:
+    """Kill the process after each commit of a run that hands off, resume it with a fresh
+    Runtime (new models and tools, nothing in memory): the log equals the uninterrupted run's,
+    commit for commit, ids and timestamps included."""
+    from agentlog.log.memory import MemoryEventStore
+
+    def fresh(s: Any, prefix: str, counter: int = 0) -> Runtime:
+        rt, _, _ = app([Turn.tool("transfer_to_billing", {"reason": "refund"})],
+                       ["-", Turn.tool("refund", {"order": "9"}), "refunded"],
+                       tool_execution_mode="sequential")
+        entropy = DeterministicEntropy(prefix=prefix)
+        entropy._counter = counter  # noqa: SLF001 - continue where the committed draws ended
+        rt.entropy = entropy
+        return bind(rt, s)
+
+    async def log_of(s: Any, thread: str) -> list[Commit]:
+        return [sc.commit async for sc in s.read_thread(thread)]  # (seqs differ: one store, many threads)
+
+    n = None
+    k = 1
+    while n is None or k < n:
+        prefix, thread, run = f"k{k}x", f"t-handoff-{k}", f"r-handoff-{k}"
+        mem = MemoryEventStore()
+        async with asyncio.timeout(20):
+            control = await fresh(mem, prefix).run("triage", "refund 9", thread_id=thread, run_id=run)
+        want = await log_of(mem, thread)
+        assert control.run.active_agent == "billing" and any(
+            isinstance(e, AgentHandedOff) for c in want for e in c.events)
+        n = len(want)
+        crashed = fresh(_CrashingStore(store, k), prefix)
+        async with asyncio.timeout(20):
+            with pytest.raises(_Crash):
+                await crashed.run("triage", "refund 9", thread_id=thread, run_id=run)
+        left = await log_of(store, thread)
+        assert left == want[:k]
+        counter = max(int(c.commit_id[len(prefix):]) for c in left)
+        resumer = fresh(store, prefix, counter)
+        async with asyncio.timeout(20):
+            handle = await resumer.resume(run)
+            assert handle is not None
+            result = await handle.result()
+        assert result.status == "done" and result.run.active_agent == "billing"
+        assert await log_of(store, thread) == want, f"resumed after commit {k} of {n}"
+        k += 1
+    assert n is not None and n >= 5
