@@ -84,10 +84,14 @@ async def settle(deployment: Deployment, http: aiohttp.ClientSession, thread_id:
             seq, _ = await follow_run(store, thread_id, run_id, 0, lambda _c: None)
     finally:
         await store.close()
-    async with http.get(f"/v1/runs/{run_id}", params={"min_seq": str(seq)}) as r:
-        assert r.status == 200, await r.text()
-        view: dict[str, Any] = await r.json()
-        return view
+    async with asyncio.timeout(LIMIT):
+        while True:  # the server waits for its projection itself; on a loaded machine, ask again
+            async with http.get(f"/v1/runs/{run_id}", params={"min_seq": str(seq)}) as r:
+                if r.status == 503 and (await r.json()).get("code") == "projection_timeout":
+                    continue
+                assert r.status == 200, await r.text()
+                view: dict[str, Any] = await r.json()
+                return view
 
 
 def sse(text: str) -> list[Any]:
