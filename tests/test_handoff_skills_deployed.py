@@ -181,3 +181,11 @@ async def test_handoff_and_skill_over_agui_and_ai_sdk(app_deployment: Deployment
         assert parts[-1]["type"] == "finish", parts
         outputs = [p for p in parts if p["type"] == "tool-output-available"]
         assert any(p["output"] == "Refund within 30 days.\n" for p in outputs), outputs
+        async with http.get(f"/v1/ai-sdk/threads/{chat['id']}/messages") as r:  # the history keeps the part
+            assert r.status == 200, await r.text()
+            history = (await r.json())["messages"]
+        assistant = [m for m in history if m["role"] == "assistant"]
+        kept = [p for m in assistant for p in m["parts"] if p["type"] == "data-agentlog-handoff"]
+        assert len(kept) == 1 and {k: kept[0]["data"][k] for k in value} == value
+        types_in_order = [p["type"] for p in assistant[0]["parts"]]
+        assert types_in_order.index("tool-transfer_to_billing") < types_in_order.index("data-agentlog-handoff")

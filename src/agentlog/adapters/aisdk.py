@@ -28,7 +28,7 @@ Mapping, and why:
   `abort`; tool progress -> transient `data-tool-progress`; thread state edits -> transient
   `data-state-delta` (RFC 6902 ops), so neither lands in the persisted UI message;
 * a handoff (`AgentHandedOff`) -> `data-agentlog-handoff` `{from_agent, to_agent, reason?,
-  call_id?}`, kept in the UI message (the conversation changed hands there).
+  call_id?}`, kept in the UI message (the conversation changed hands there) and in the history.
 """
 
 from __future__ import annotations
