@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -160,8 +160,8 @@ class SkillCatalog:
     def names(self) -> list[str]:
         return sorted(self._skills)
 
-    def __iter__(self) -> Any:
-        return iter(self._skills[n] for n in self.names())
+    def __iter__(self) -> Iterator[Skill]:
+        return iter([self._skills[n] for n in self.names()])
 
     def __len__(self) -> int:
         return len(self._skills)
