@@ -93,6 +93,7 @@ def test_read_skill_file_refuses_path_traversal_large_and_binary_files(tmp_path:
     (tmp_path / "secret.txt").write_text("do not read")
     os.symlink(tmp_path / "secret.txt", root / "refunds" / "escape.md")
     catalog = SkillCatalog.load(root)
+    assert "escape.md" not in catalog.get("refunds").files  # listed: only what a read returns
     assert catalog.read_file("refunds", "policy.md") == "Refund within 30 days.\n"
     assert catalog.read_file("refunds", "./templates/mail.txt") == "Dear customer,\n"
     for path in ["../greeting/SKILL.md", "/etc/passwd", "templates/../../secret.txt", "escape.md", "", "C:/x",

@@ -125,7 +125,8 @@ def load_skill_dir(folder: Path) -> Skill:
     files: list[str] = []
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root)
-        if p.is_file() and rel.as_posix() != SKILL_FILE and not any(part.startswith(".") for part in rel.parts):
+        if (p.is_file() and rel.as_posix() != SKILL_FILE and not any(part.startswith(".") for part in rel.parts)
+                and p.resolve().is_relative_to(root)):  # only what `read_file` would return
             files.append(rel.as_posix())
     return Skill(name=meta["name"], description=meta["description"].strip(), body=body, root=root,
                  files=tuple(files[:MAX_LISTED_FILES]))
