@@ -218,27 +218,38 @@ async def test_handoff_continuation_starts_with_active_agent(store: Any) -> None
     assert (await rt.thread_view(first.thread_id)).active_agent == "triage"
 
 
-async def test_handoff_resume_from_log_keeps_the_active_agent(store: Any) -> None:
-    """A run that handed off and then waited for a human resumes (a fresh loop folded from the
-    log, as on another worker) with the target agent, and verifies by replay across it."""
-    from agentlog.runtime import PermissionPlugin
+@pytest.mark.parametrize("snapshots", [False, True], ids=["folded", "from_snapshot"])
+async def test_handoff_resume_from_log_keeps_the_active_agent(store: Any, snapshots: bool) -> None:
+    """A run that handed off and then waited for a human is decided on another Runtime (a fresh
+    loop folded from the log, or from the run-context snapshot the first one wrote, as on
+    another worker): it goes on with the target agent, and verifies by replay across it."""
+    from agentlog.runtime import MemorySnapshotStore, PermissionPlugin
 
-    rt, _, b_model = app([Turn.tool("transfer_to_billing", {})],
-                         ["-", Turn.tool("refund", {"order": "7"}), "refunded"])
-    billing = rt.agents.get("billing")
-    billing.plugins.append(PermissionPlugin(ask=["refund"]))
-    rt = bind(rt, store)
+    def make() -> tuple[Runtime, RecordingModel]:
+        rt, _, b_model = app([Turn.tool("transfer_to_billing", {})],
+                             ["-", Turn.tool("refund", {"order": "7"}), "refunded"])
+        rt.agents.get("billing").plugins.append(PermissionPlugin(ask=["refund"]))
+        rt.snapshots = shared
+        return bind(rt, store), b_model
+
+    shared = MemorySnapshotStore() if snapshots else None
+    first, _ = make()
     async with asyncio.timeout(20):
-        handle = await rt.start("triage", "refund 7")
-        waiting = await handle.result()
-        assert waiting.run.status == "waiting"
+        waiting = await (await first.start("triage", "refund 7")).result()
+        assert waiting.run.status == "waiting" and waiting.run.active_agent == "billing"
+        await first.flush_snapshots()
+        if snapshots:
+            assert first.snapshot_seq(waiting.run_id) > 0
         call_id = [c.call_id for c in waiting.run.calls.values() if c.status == "suspended"][0]
-        res = await rt.decide(waiting.run_id, [{"target_id": call_id, "decision_id": "d1", "action": "resume",
-                                                "result": {"approved": True}}])
+        other, b_model = make()
+        res = await other.decide(waiting.run_id, [{"target_id": call_id, "decision_id": "d1", "action": "resume",
+                                                   "result": {"approved": True}}])
+        assert res.handle is not None
         done = await res.handle.result()
     assert done.termination.type == "natural_end" and done.run.active_agent == "billing"
-    assert len(b_model.requests) == 2
-    assert (await verify_run(store, done.run_id, rt)).ok
+    assert len(b_model.requests) == 1  # the other Runtime's billing model answered the last turn
+    assert b_model.requests[0].messages[0].content == "You handle refunds."
+    assert (await verify_run(store, done.run_id, other)).ok
 
 
 def test_handoff_protocol_mapping() -> None:
