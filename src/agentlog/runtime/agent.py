@@ -114,9 +114,9 @@ class AgentSpec(AgentOptions):
 
     @pydantic.model_validator(mode="after")
     def _wire_handoffs(self) -> AgentSpec:
-        """Declared handoffs become tools (offered after the agent's own) and the plugin that
-        turns their calls into `HandOff` (after the agent's plugins, so a permission plugin
-        gates the transfer like any call)."""
+        """Declared handoffs become tools (offered after the agent's own; a permission plugin
+        gates a transfer like any call) and the plugin that turns their calls into `HandOff`
+        (after the agent's own plugins, which see the transfer's result first)."""
         if self.handoffs:
             names = [transfer_tool_name(a) for a in self.handoffs]
             self.tools = [*self.tools, *(n for n in names if n not in self.tools)]
