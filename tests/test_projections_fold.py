@@ -209,7 +209,7 @@ def test_thread_fold():
     assert view == ThreadView(
         thread_id="t1", resource_id="res", parent_thread_id="t0", metadata={"b": 2, "c": 3},
         created=T0 + 1, updated=T0 + 5, version=5, message_count=1, state={"k": [1]},
-        run_ids=["r1", "r2"], active_run_id="r2",
+        run_ids=["r1", "r2"], active_run_id="r2", active_agent="x",
     )
     replaced = fold_thread(view, StateReplaced(state={"new": True}), 6, T0 + 6)
     assert replaced.state == {"new": True}

@@ -572,6 +572,12 @@ def agents_cmd(
     _drive(_options(nats, creds, token, data_dir, timeout), url, api_token, show, role="readonly")
 
 
+def _agents(run: dict[str, Any]) -> str:
+    """The run's agent, and the agents it handed the thread to (`a -> b -> c`)."""
+    hops = [h.get("to_agent", "?") for h in run.get("handoffs") or ()]
+    return " -> ".join([run.get("agent_id") or "-", *hops])
+
+
 def render_run(run: dict[str, Any]) -> None:
     """Three rich tables from a RunView's JSON: the run, its calls, what waits for a human."""
     out = _out()
@@ -582,7 +588,7 @@ def render_run(run: dict[str, Any]) -> None:
     head.add_column(overflow="fold")
     for label, value in (
         ("status", run.get("status", "-") + (" (cancel requested)" if run.get("cancel_requested") else "")),
-        ("thread", run.get("thread_id") or "-"), ("agent", run.get("agent_id") or "-"),
+        ("thread", run.get("thread_id") or "-"), ("agent", _agents(run)),
         ("parent run", run.get("parent_run_id") or "-"),
         ("termination", " ".join(str(term[k]) for k in ("type", "code", "detail") if term.get(k)) or "-"),
         ("steps", str(run.get("steps", 0))), ("inferences", str(run.get("inferences", 0))),

@@ -275,6 +275,19 @@ class StepFinished(Event, frozen=True):
     step: int
 
 
+class AgentHandedOff(Event, frozen=True):
+    """The run's active agent changed from `from_agent` to `to_agent` (a `transfer_to_<agent>`
+    tool call, `call_id`, or a plugin's `HandOff` action): from the next step on the loop uses
+    the target's instructions, tools, plugins and model, and a resume or replay of the run folds
+    this event to pick the same agent. The thread's active agent (its view's `active_agent`) is
+    the last run's after its handoffs."""
+
+    from_agent: str
+    to_agent: str
+    reason: str | None = None
+    call_id: str | None = None
+
+
 # -- messages and inference -----------------------------------------------------------------------
 
 
@@ -433,6 +446,7 @@ AnyEvent = Union[
     RunFinished,
     StepStarted,
     StepFinished,
+    AgentHandedOff,
     MessageAppended,
     InferenceCompleted,
     ToolCallGated,

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from agentlog.eventlog.events import (
+    AgentHandedOff,
     AnyEvent,
     AppRef,
     Commit,
@@ -103,6 +104,7 @@ class _ThreadAcc:
     rejected_patches: int
     cost: float | None
     forked_from: ForkOrigin | None
+    active_agent: str | None
 
     @classmethod
     def thaw(cls, view: ThreadView) -> _ThreadAcc:
@@ -142,6 +144,10 @@ class _ThreadAcc:
         if ev.run_id not in self.run_ids:
             self.run_ids.append(ev.run_id)
         self.active_run_id = ev.run_id
+        self.active_agent = ev.agent_id
+
+    def _handed_off(self, ev: AgentHandedOff, run_id: str | None) -> None:
+        self.active_agent = ev.to_agent
 
     def _run_finished(self, ev: RunFinished, run_id: str | None) -> None:
         if self.active_run_id == run_id:
@@ -177,6 +183,7 @@ _THREAD_HANDLERS: dict[type, Any] = {
     ThreadDeleted: _ThreadAcc._deleted,
     RunStarted: _ThreadAcc._run_started,
     RunFinished: _ThreadAcc._run_finished,
+    AgentHandedOff: _ThreadAcc._handed_off,
     MessageAppended: _ThreadAcc._message,
     InferenceCompleted: _ThreadAcc._inference,
     StatePatched: _ThreadAcc._patched,
@@ -216,6 +223,8 @@ class _RunAcc:
     inference_usage: Usage
     cost: float | None
     model: str | None
+    active_agent: str | None
+    handoffs: list[dict[str, Any]]
     message_count: int
     calls: dict[str, CallView]
     state: dict[str, Any]
@@ -267,6 +276,16 @@ class _RunAcc:
         self.origin = ev.origin
         self.app = ev.app
         self.model = ev.model
+        self.active_agent = ev.agent_id
+
+    def _handed_off(self, ev: AgentHandedOff, ts: int) -> None:
+        self.active_agent = ev.to_agent
+        entry: dict[str, Any] = {"from_agent": ev.from_agent, "to_agent": ev.to_agent, "seq": self.last_seq}
+        if ev.reason is not None:
+            entry["reason"] = ev.reason
+        if ev.call_id is not None:
+            entry["call_id"] = ev.call_id
+        self.handoffs = [*self.handoffs, entry]  # a new list: the frozen view's stays as it was
 
     def _cancel_requested(self, ev: RunCancelRequested, ts: int) -> None:
         self.cancel_requested = True
@@ -390,6 +409,7 @@ _RUN_HANDLERS: dict[type, Any] = {
     RunStarted: _RunAcc._started,
     RunCancelRequested: _RunAcc._cancel_requested,
     RunFinished: _RunAcc._finished,
+    AgentHandedOff: _RunAcc._handed_off,
     StepStarted: _RunAcc._step_started,
     StepFinished: _RunAcc._step_finished,
     MessageAppended: _RunAcc._message,

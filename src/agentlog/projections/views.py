@@ -96,6 +96,11 @@ class RunView(_View, frozen=True):
     cost: float | None = None
     #: The model a pool chose for the run (`RunStarted.model`), if it names a pool.
     model: str | None = None
+    #: The agent driving the run now: `agent_id`, or the target of its last handoff
+    #: (`AgentHandedOff`, `agentlog.runtime.handoff`).
+    active_agent: str | None = None
+    #: The run's handoffs in order: `{from_agent, to_agent, reason, call_id, seq}`.
+    handoffs: list[dict[str, Any]] = []
     message_count: int = 0
     calls: dict[str, CallView] = {}
     state: dict[str, Any] = {}
@@ -129,6 +134,9 @@ class ThreadView(_View, frozen=True):
     cost: float | None = None
     #: The thread and event position this thread was forked from (None: not a fork).
     forked_from: ForkOrigin | None = None
+    #: The agent the thread is with: its last run's agent after that run's handoffs. A
+    #: continuation that names no agent (`POST /v1/runs/{id}/inputs`) starts with it.
+    active_agent: str | None = None
 
     @property
     def last_seq(self) -> int:

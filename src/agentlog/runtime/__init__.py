@@ -45,6 +45,7 @@ from agentlog.runtime.plugins import (
     Emit,
     ExcludeTools,
     Gate,
+    HandOff,
     IncludeOnlyTools,
     OverrideInference,
     PatchState,
@@ -72,7 +73,7 @@ from agentlog.runtime.tools import Tool, ToolContext, ToolError, ToolRegistry, T
 __all__ = [
     "AddContext", "AddUserMessage", "AgentRegistry", "AgentSpec", "Block", "CommittedEvent", "ContextPolicy",
     "McpServerConfig", "McpToolset",
-    "ConsecutiveErrors", "ContentMatch", "DeterministicEntropy", "Entropy", "ExcludeTools", "Gate",
+    "ConsecutiveErrors", "ContentMatch", "DeterministicEntropy", "Entropy", "ExcludeTools", "Gate", "HandOff",
     "IncludeOnlyTools", "LiveSink", "LoopDetection", "MaxRounds", "MemoryLiveSink", "ModelRegistry",
     "NatsLiveSink", "NullLiveSink", "OverrideInference", "PatchState", "Emit", "PermissionPlugin",
     "PermissionRule", "PhaseContext", "Plugin", "PluginError", "RetryPolicy", "RunConflict",

@@ -14,6 +14,7 @@ import pydantic
 
 from agentlog.eventlog.ids import validate_id
 from agentlog.runtime.context_policy import ContextPolicy
+from agentlog.runtime.handoff import HandoffPlugin, transfer_tool_name
 from agentlog.runtime.models.base import Model
 from agentlog.runtime.models.pool import ModelPool
 from agentlog.runtime.plugins import Plugin
@@ -79,6 +80,16 @@ class AgentOptions(pydantic.BaseModel):
     #: (None: every registered agent), minus `excluded_agents`.
     allowed_agents: list[str] | None = None
     excluded_agents: list[str] = []
+    #: Agents this one may hand the thread to (`agentlog.runtime.handoff`): each gets a
+    #: `transfer_to_<agent>` tool; a successful call makes that agent the active one.
+    handoffs: list[str] = []
+
+    @pydantic.field_validator("handoffs")
+    @classmethod
+    def _handoffs_are_ids(cls, v: list[str]) -> list[str]:
+        for agent_id in v:
+            validate_id(agent_id, "handoff agent id")
+        return list(dict.fromkeys(v))
 
     def options(self) -> dict[str, Any]:
         """These fields as keyword arguments (to build an `AgentSpec` from a config)."""
@@ -99,6 +110,18 @@ class AgentSpec(AgentOptions):
     @classmethod
     def _id_is_token(cls, v: str) -> str:
         return validate_id(v, "agent_id")
+
+    @pydantic.model_validator(mode="after")
+    def _wire_handoffs(self) -> AgentSpec:
+        """Declared handoffs become tools (offered after the agent's own; a permission plugin
+        gates a transfer like any call) and the plugin that turns their calls into `HandOff`
+        (after the agent's own plugins, which see the transfer's result first)."""
+        if self.handoffs:
+            names = [transfer_tool_name(a) for a in self.handoffs]
+            self.tools = [*self.tools, *(n for n in names if n not in self.tools)]
+            if not any(isinstance(p, HandoffPlugin) for p in self.plugins):
+                self.plugins = [*self.plugins, HandoffPlugin(self.handoffs)]
+        return self
 
     @pydantic.field_validator("model")
     @classmethod

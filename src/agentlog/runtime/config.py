@@ -7,7 +7,8 @@ The file is validated by `AgentlogConfig` (pydantic), whose JSON Schema is publi
 regenerate with `python -m agentlog.runtime.config > src/agentlog/runtime/agentlog-config.schema.json`; a test keeps it
 up to date). It covers models (scripted, OpenAI-compatible, or `provider:model` ids on the official
 SDKs: `anthropic:`, `openai-responses:`, `gemini:`), their prices, model pools, tools (Python import paths), MCP
-servers, plugins, permissions, stop conditions, context policy and sub-agents; `load_config` turns
+servers, plugins, permissions, stop conditions, context policy, sub-agents, handoffs and skills
+(SKILL.md folders); `load_config` turns
 it into an app (`agents`, `tools`, `models`) that every command accepting `--app` can run.
 
 What cannot be expressed as data stays code, referenced by import path (`module:attr`): tools
@@ -38,6 +39,7 @@ from agentlog.runtime.models.pricing import ModelPrices
 from agentlog.runtime.models.providers import PROVIDERS, is_provider_id, model_from_id
 from agentlog.runtime.permission import PermissionPlugin, PermissionRule
 from agentlog.runtime.plugins import Plugin
+from agentlog.runtime.skills import SkillCatalog, SkillError, SkillsPlugin, skill_tools
 from agentlog.runtime.toolkits.mcp import McpError, McpServerConfig, McpToolset
 from agentlog.runtime.tools import Tool, ToolRegistry
 
@@ -155,6 +157,9 @@ class AgentConfig(AgentOptions):
     #: `agent_run` / `agent_output` / `agent_stop` tools (`agentlog.runtime.toolkits.subagents`) and, unless
     #: `allowed_agents` is set, may start exactly these agents.
     sub_agents: list[str] = []
+    #: Names (or globs) of the file's `skills` this agent may use: it gets them listed in its
+    #: system prompt and the `load_skill` / `read_skill_file` tools (`agentlog.runtime.skills`).
+    skills: list[str] = []
 
 
 class AgentlogConfig(_Model):
@@ -168,6 +173,9 @@ class AgentlogConfig(_Model):
     #: `module:attr` import paths of tools: a `Tool`, a function (made a tool), or a list of them.
     tools: list[str] = []
     mcp_servers: list[McpServerConfig] = []
+    #: Skill folders (relative to this file): each a skill (it holds SKILL.md) or a folder of
+    #: them (`agentlog.runtime.skills`). Agents choose theirs with their own `skills`.
+    skills: list[str] = []
     agents: list[AgentConfig] = pydantic.Field(min_length=1)
 
     @pydantic.model_validator(mode="after")
@@ -194,6 +202,11 @@ class AgentlogConfig(_Model):
             for sub in a.sub_agents:
                 if sub not in ids or sub == a.id:
                     raise ValueError(f"agent {a.id!r}: sub_agents names {sub!r}, not another agent of this file")
+            for target in a.handoffs:
+                if target not in ids or target == a.id:
+                    raise ValueError(f"agent {a.id!r}: handoffs names {target!r}, not another agent of this file")
+            if a.skills and not self.skills:
+                raise ValueError(f"agent {a.id!r}: uses skills but the file declares no `skills` folders")
         return self
 
 
@@ -337,9 +350,23 @@ def _expand(patterns: list[str], known: list[str], agent: str, source: str) -> l
     return out
 
 
-def build(config: AgentlogConfig, source: str = "<config>") -> LoadedConfig:
+def _skills(config: AgentlogConfig, base: Path, source: str) -> tuple[dict[str, list[str]], SkillCatalog | None]:
+    """The skill catalog of the file's `skills` folders (relative to `base`) and each agent's
+    chosen skill names. Raises `ConfigError`."""
+    if not config.skills:
+        return {}, None
+    try:
+        catalog = SkillCatalog.load(*(base / folder for folder in config.skills))
+        return {a.id: catalog.select(a.skills) for a in config.agents if a.skills}, catalog
+    except SkillError as exc:
+        raise ConfigError(f"{source}: skills: {exc}") from None
+
+
+def build(config: AgentlogConfig, source: str = "<config>", base: Path | None = None) -> LoadedConfig:
     """Turn a validated config into an app: import tools and plugins, build models, connect
-    the MCP servers (blocking, bounded by each server's `timeout_s`) and register their tools."""
+    the MCP servers (blocking, bounded by each server's `timeout_s`) and register their tools.
+    `base`: the folder relative paths (skills) are read from (default: the working directory)."""
+    chosen_skills, catalog = _skills(config, base or Path.cwd(), source)
     registry = ToolRegistry()
     for t in _tools(config.tools, source):
         try:
@@ -370,6 +397,11 @@ def build(config: AgentlogConfig, source: str = "<config>") -> LoadedConfig:
         sub_tools = SubAgents().tools
         for t in sub_tools:
             registry.register(t)
+    skill_tool_names: list[str] = []
+    if catalog is not None and chosen_skills:  # `load_skill` / `read_skill_file`, each agent its skills
+        for t in skill_tools(catalog, chosen_skills):
+            registry.register(t)
+            skill_tool_names.append(t.name)
     try:
         known = registry.names()
         agents = []
@@ -379,6 +411,9 @@ def build(config: AgentlogConfig, source: str = "<config>") -> LoadedConfig:
                 p = a.permissions
                 plugins.insert(0, PermissionPlugin(allow=p.allow, ask=p.ask, deny=p.deny, default=p.default))
             tools = _expand(a.tools, known, a.id, source)
+            if a.id in chosen_skills and catalog is not None:
+                plugins.append(SkillsPlugin(catalog, chosen_skills[a.id]))
+                tools += [n for n in skill_tool_names if n not in tools]
             options = a.options()
             if a.sub_agents:  # `sub_agents` is the config's spelling of the sub-agent tools + allowed_agents
                 tools += [t.name for t in sub_tools if t.name not in tools]
@@ -406,7 +441,7 @@ def load_config(path: str | os.PathLike[str]) -> LoadedConfig:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read the configuration file: {exc.strerror or exc}") from None
-    return build(parse_config(text, str(p)), str(p))
+    return build(parse_config(text, str(p)), str(p), p.parent)
 
 
 if __name__ == "__main__":  # python -m agentlog.runtime.config > src/agentlog/runtime/agentlog-config.schema.json

@@ -40,6 +40,7 @@ from agentlog.runtime.agent import AgentRegistry, AgentSpec, ModelRegistry
 from agentlog.runtime.context_policy import Summarizer
 from agentlog.runtime.errors import RunConflict, RunNotFound
 from agentlog.runtime.frontend import check_no_conflict, is_frontend_stub, normalize_frontend_tools
+from agentlog.runtime.handoff import handoff_tools
 from agentlog.runtime.live import LiveSink, NullLiveSink
 from agentlog.runtime.loading import LoadedRun, RunLoader, known_calls
 from agentlog.runtime.logs import get_logger
@@ -327,6 +328,7 @@ class Runtime:
         #: The app this Runtime is (name + digest), recorded in each run it starts (`RunStarted.app`);
         #: set by the server processes (`agentlog.cli.server`), None in process unless set.
         self.app: AppRef | None = None
+        self._register_handoff_tools(self.agents)
         # tools that act on runs (sub-agents: `agentlog.runtime.toolkits.subagents`) bind to the runtime they run in
         for t in self.tools:
             bind = getattr(t, "bind_runtime", None)
@@ -384,6 +386,7 @@ class Runtime:
             if parent_run_id is None or decisions:
                 raise ValueError("a sub-agent run (parent_thread_id) needs parent_run_id and takes no decisions")
         spec = self.agents.get(agent_id)
+        self._register_handoff_tools([spec])  # an agent registered after this Runtime was made
         missing = [n for n in spec.tools if n not in self.tools]
         if missing:
             raise LookupError(f"agent {agent_id!r} lists unknown tools: {', '.join(missing)}")
@@ -414,7 +417,7 @@ class Runtime:
             spec=spec, ctx=ctx, version=thread.version if thread else 0, store=self.store,
             tools=self._tools_for(spec), models=self.models, live=self.live, entropy=self.entropy,
             on_commit=self._on_commit_for(handle), outage=self.outage,
-            summarizer=self.summarizer,
+            summarizer=self.summarizer, agents=self._agent_for,
         )
         try:
             await loop.begin(msgs, parent_run_id=parent_run_id, origin=origin, resource_id=resource_id,
@@ -447,6 +450,19 @@ class Runtime:
     def _tools_for(self, spec: AgentSpec) -> dict[str, Tool]:
         return {n: t for n in spec.tools if (t := self.tools.get(n)) is not None}
 
+    def _register_handoff_tools(self, specs: Iterable[AgentSpec]) -> None:
+        """The `transfer_to_<agent>` tools of the specs' declared handoffs (`agentlog.runtime.handoff`),
+        described with their targets' descriptions; a tool of that name already registered stays."""
+        described = {a.id: a.description for a in self.agents}
+        for transfer in handoff_tools(specs, described):
+            if transfer.name not in self.tools:
+                self.tools.register(transfer)
+
+    def _agent_for(self, agent_id: str) -> tuple[AgentSpec, dict[str, Tool]]:
+        """A handoff target's spec and tools (raises `UnknownAgent`)."""
+        spec = self.agents.get(agent_id)
+        return spec, self._tools_for(spec)
+
     async def _thread_of(self, run_id: str) -> str:
         return await self.loader().thread_of(run_id)
 
@@ -465,7 +481,9 @@ class Runtime:
         return self._loaded(await self.loader().load(run_id, thread_id, use_snapshot=use_snapshot))
 
     def _loaded(self, run: LoadedRun) -> _Loaded:
-        return _Loaded(run.thread_id, self.agents.get(run.agent_id), run.ctx, run.version, run.run_commits,
+        # after a handoff: the agent the loop goes on with (the open step's, else the active one)
+        agent_id = run.ctx.step_agent or run.ctx.agent_id or run.agent_id
+        return _Loaded(run.thread_id, self.agents.get(agent_id), run.ctx, run.version, run.run_commits,
                        run.older_messages, run.snapshot)
 
     async def write_snapshot(self, run_id: str, *, thread_id: str | None = None) -> RunSnapshot:
@@ -532,7 +550,7 @@ class Runtime:
             spec=loaded.spec, ctx=loaded.ctx, version=loaded.version, store=self.store,
             tools=self._tools_for(loaded.spec), models=self.models, live=self.live, entropy=self.entropy,
             on_commit=self._on_commit_for(handle), older_messages=loaded.older_messages, outage=self.outage,
-            summarizer=self.summarizer,
+            summarizer=self.summarizer, agents=self._agent_for,
         )
 
     def _on_commit_for(self, handle: RunHandle) -> Callable[[StoredCommit], None]:

@@ -124,20 +124,34 @@ class AddUserMessage:
     text: str
 
 
+@dataclass(frozen=True, slots=True)
+class HandOff:
+    """RunStart/StepStart/AfterToolExecute/StepEnd: hand the thread to agent `agent` (a
+    registered agent id). Recorded as `AgentHandedOff`; the next inference (the next step, or
+    this step's if given at RunStart/StepStart) uses that agent's instructions, tools, plugins
+    and model. Not accepted where the current step's tool calls are still to be planned (after
+    an inference): those calls belong to the agent that asked for them."""
+
+    agent: str
+    reason: str | None = None
+    #: The tool call that asked for it (the `transfer_to_<agent>` tools set it).
+    call_id: str | None = None
+
+
 Action = Union[
     AddContext, ExcludeTools, IncludeOnlyTools, OverrideInference, Terminate, Block, Gate, Suspend,
-    SetResult, PatchState, AddUserMessage, Emit,
+    SetResult, PatchState, AddUserMessage, Emit, HandOff,
 ]
 
 #: Which actions each phase accepts.
 PHASE_ACTIONS: dict[str, tuple[type[Action], ...]] = {
-    "run_start": (PatchState, Emit, Terminate),
-    "step_start": (PatchState, Emit, Terminate),
+    "run_start": (PatchState, Emit, Terminate, HandOff),
+    "step_start": (PatchState, Emit, Terminate, HandOff),
     "before_inference": (AddContext, ExcludeTools, IncludeOnlyTools, OverrideInference, Terminate, PatchState, Emit),
     "after_inference": (Terminate, PatchState, Emit),
     "before_tool_execute": (Block, Gate, Suspend, SetResult, PatchState, Emit),
-    "after_tool_execute": (AddUserMessage, PatchState, Emit),
-    "step_end": (PatchState, Emit, Terminate),
+    "after_tool_execute": (AddUserMessage, PatchState, Emit, HandOff),
+    "step_end": (PatchState, Emit, Terminate, HandOff),
     "run_end": (PatchState, Emit),
 }
 

@@ -38,6 +38,7 @@ import pydantic
 from ag_ui import core as ag
 
 from agentlog.eventlog.events import (
+    AgentHandedOff,
     ContentPart,
     Emitted,
     Event,
@@ -59,11 +60,13 @@ from agentlog.eventlog.events import (
 )
 from agentlog.eventlog.ids import is_valid_id
 from agentlog.gateway.adapters.common import (
+    HANDOFF_EVENT,
     AdapterInputError,
     Decision,
     as_item,
     check_decisions,
     decision_id,
+    handoff_value,
     int_or,
     interrupt_reason,
     is_frontend_ticket,
@@ -174,6 +177,12 @@ def emitted_events(ev: Emitted) -> list[Any]:
             {"message_id": mid, "activity_type": ev.name, "patch": ev.patch or []})]
     except pydantic.ValidationError:
         return []
+
+
+def handoff_event(ev: AgentHandedOff) -> Any:
+    """A handoff as AG-UI `CUSTOM` `agentlog.handoff` (AG-UI has no agent-change event; the
+    value names both agents, so a client can follow the thread to the new agent's route)."""
+    return ag.CustomEvent(name=HANDOFF_EVENT, value=handoff_value(ev))
 
 
 # -- interrupts --------------------------------------------------------------------------------
@@ -495,6 +504,8 @@ class AguiTranslator:
             return self._finished(ev)
         if isinstance(ev, Emitted):
             return emitted_events(ev)
+        if isinstance(ev, AgentHandedOff):
+            return [handoff_event(ev)]
         return []
 
     def _message(self, m: Message) -> list[Any]:

@@ -26,7 +26,9 @@ Mapping, and why:
   a suspended turn ends with `finish{finishReason: "tool-calls"}`;
 * error termination -> `error{errorText}` then `finish{finishReason: "error"}`; cancelled ->
   `abort`; tool progress -> transient `data-tool-progress`; thread state edits -> transient
-  `data-state-delta` (RFC 6902 ops), so neither lands in the persisted UI message.
+  `data-state-delta` (RFC 6902 ops), so neither lands in the persisted UI message;
+* a handoff (`AgentHandedOff`) -> `data-agentlog-handoff` `{from_agent, to_agent, reason?,
+  call_id?}`, kept in the UI message (the conversation changed hands there) and in the history.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import msgspec
 import pydantic
 
 from agentlog.eventlog.events import (
+    AgentHandedOff,
     Event,
     Message,
     MessageAppended,
@@ -62,6 +65,7 @@ from agentlog.gateway.adapters.common import (
     check_decisions,
     data_url_part,
     decision_id,
+    handoff_value,
     int_or,
     interrupt_reason,
     is_frontend_ticket,
@@ -292,6 +296,8 @@ class AiSdkTranslator:
             return self._close_step() + [{"type": "finish", "finishReason": "tool-calls"}]
         if isinstance(ev, RunFinished):
             return self._finished(ev)
+        if isinstance(ev, AgentHandedOff):
+            return [{"type": "data-agentlog-handoff", "data": handoff_value(ev)}]
         return []
 
     def _message(self, m: Message) -> list[dict[str, Any]]:

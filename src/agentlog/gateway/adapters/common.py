@@ -16,13 +16,27 @@ import msgspec
 import structlog
 
 from agentlog.eventlog.errors import AgentlogError
-from agentlog.eventlog.events import Event, Message, SuspendTicket
+from agentlog.eventlog.events import AgentHandedOff, Event, Message, SuspendTicket
 from agentlog.eventlog.ids import is_valid_id
 from agentlog.runtime.frontend import ACTION as FRONTEND_ACTION
 
 _encode = msgspec.json.Encoder(order="deterministic").encode
 log = structlog.get_logger("agentlog.gateway.adapters")
 T = TypeVar("T")
+
+
+#: The AG-UI CUSTOM event name of a handoff (AI SDK: the `data-agentlog-handoff` part).
+HANDOFF_EVENT = "agentlog.handoff"
+
+
+def handoff_value(ev: AgentHandedOff) -> dict[str, Any]:
+    """What both protocols carry of a handoff: the two agents, and the reason and call if any."""
+    out: dict[str, Any] = {"from_agent": ev.from_agent, "to_agent": ev.to_agent}
+    if ev.reason is not None:
+        out["reason"] = ev.reason
+    if ev.call_id is not None:
+        out["call_id"] = ev.call_id
+    return out
 
 
 class AdapterInputError(AgentlogError, ValueError):

@@ -25,6 +25,7 @@ from ag_ui import core as ag
 
 from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.events import (
+    AgentHandedOff,
     Message,
     MessageAppended,
     Position,
@@ -43,6 +44,7 @@ from agentlog.gateway.adapters.common import (
     ResumeError,
     decision_id,
     error_text,
+    handoff_value,
     is_frontend_ticket,
     needs_approval,
     part_url,
@@ -508,12 +510,17 @@ async def aisdk_replay(backend: Backend, run_id: str, who: Any = None) -> AsyncG
 
 def aisdk_history(thread: ThreadLog) -> list[dict[str, Any]]:
     """The thread as AI SDK UI messages: user messages as they were sent, one assistant message
-    per run (id = run id, as the stream's `start.messageId`) with reasoning, text and tool parts."""
+    per run (id = run id, as the stream's `start.messageId`) with reasoning, text and tool parts
+    (and a `data-agentlog-handoff` part where the run handed off)."""
     out: list[dict[str, Any]] = []
     current: dict[str, Any] | None = None
     for sc in thread.commits:
         run = thread.runs.get(sc.commit.run_id or "")
         for e in sc.commit.events:
+            if type(e) is AgentHandedOff and current is not None and run is not None and current["id"] == run.run_id:
+                # the stream's part, kept in the message: the history shows it where it was
+                current["parts"].append({"type": "data-agentlog-handoff", "data": handoff_value(e)})
+                continue
             if type(e) is not MessageAppended or e.message.visibility != "all":
                 continue
             m = e.message

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentlog.runtime.handoff import handoff_tools
+
 
 def agent_catalog(app_or_runtime: Any) -> list[dict[str, Any]]:
     """The agents an app (a `Runtime`, an `App`, or a dispatcher holding a runtime) runs, for
@@ -21,6 +23,10 @@ def agent_catalog(app_or_runtime: Any) -> list[dict[str, Any]]:
         described = getattr(runtime, "descriptions", {})
         return [{"id": a, "description": described.get(a, ""), "tools": None} for a in sorted(agents)]
     by_name = {t.spec.name: t.spec for t in tools}  # a ToolRegistry or an App's list of tools
+    # the transfer tools a Runtime makes for declared handoffs (an App's list lacks them)
+    specs_of_agents = list(agents)
+    for transfer in handoff_tools(specs_of_agents, {a.id: a.description for a in specs_of_agents}):
+        by_name.setdefault(transfer.name, transfer.spec)
     out = []
     for spec in agents:
         specs = [by_name[n] for n in spec.tools if n in by_name]

@@ -28,6 +28,7 @@ import msgspec
 
 from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.events import (
+    AgentHandedOff,
     MessageQueued,
     QueueMode,
     RunCancelRequested,
@@ -176,7 +177,14 @@ async def _run_commits(store: Any, run_id: str) -> list[StoredCommit]:
 
 
 def _agent_of(commits: Sequence[StoredCommit]) -> str:
-    return next(e.agent_id for sc in commits for e in sc.commit.events if type(e) is RunStarted)
+    """The run's active agent: the target of its last handoff, else its `RunStarted` agent. A
+    continuation that names no agent (messages sent to a run) goes on with it."""
+    agent = next(e.agent_id for sc in commits for e in sc.commit.events if type(e) is RunStarted)
+    for sc in commits:
+        for e in sc.commit.events:
+            if type(e) is AgentHandedOff:
+                agent = e.to_agent
+    return agent
 
 
 def _app_of(commits: Sequence[StoredCommit]) -> str | None:

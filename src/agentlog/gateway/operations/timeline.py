@@ -17,6 +17,7 @@ import msgspec
 
 from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.events import (
+    AgentHandedOff,
     AnyEvent,
     CommitQuarantined,
     InferenceCompleted,
@@ -152,6 +153,8 @@ def event_summary(event: AnyEvent, call_names: dict[str, str] | None = None) -> 
         case RunFinished(termination=t, usage=usage):
             detail = "".join(f" {k}={excerpt(v, 60)}" for k, v in (("code", t.code), ("detail", t.detail)) if v)
             return f"{t.type}{detail} in={usage.input_tokens} out={usage.output_tokens}"
+        case AgentHandedOff(from_agent=src, to_agent=dst, reason=reason):
+            return f"handoff {src} -> {dst}" + (f": {excerpt(reason, 60)}" if reason else "")
         case CommitQuarantined(code=code, reason=reason, size=size, sha256=digest):
             return f"QUARANTINED undecodable message ({code}, {size} bytes, sha256 {digest[:12]}): {excerpt(reason, 80)}"
         case StatePatched(ops=ops, scope=scope):

@@ -33,6 +33,7 @@ import msgspec
 
 from agentlog.eventlog.errors import StoreUnavailable
 from agentlog.eventlog.events import (
+    AgentHandedOff,
     AnyEvent,
     AppRef,
     Commit,
@@ -93,9 +94,11 @@ from agentlog.runtime.plugins import (
     Action,
     Emit,
     ExcludeTools,
+    HandOff,
     IncludeOnlyTools,
     PatchState,
     PhaseContext,
+    PluginError,
     Terminate,
     overrides,
     run_hook,
@@ -134,14 +137,13 @@ class RunLoop(Resume, Inference):
         older_messages: Callable[[], Awaitable[list[Message]]] | None = None,
         outage: OutagePolicy = OutagePolicy(),
         summarizer: Summarizer | None = None,
+        agents: Callable[[str], tuple[AgentSpec, Mapping[str, Tool]]] | None = None,
     ) -> None:
-        self.spec = spec
         #: How long a store operation waits through a NATS outage (see `agentlog.runtime.outage`).
         self.outage = outage
         self.ctx = ctx
         self.version = version
         self.store = store
-        self.tools = tools
         self.models = models
         self.live = live
         self.entropy = entropy
@@ -156,20 +158,14 @@ class RunLoop(Resume, Inference):
         self._running: dict[str, _Running] = {}
         self._queued_user: list[str] = []
         self._finishing = False
-        self._stop_conditions = spec.effective_stop_conditions()
-        self._hooks = {
-            hook: [p for p in spec.plugins if overrides(p, hook)]
-            for hook in (
-                "run_start", "step_start", "before_inference", "after_inference",
-                "before_tool_execute", "after_tool_execute", "step_end", "run_end",
-            )
-        }
+        #: Resolves an agent id to its spec and tools, for handoffs (`agentlog.runtime.handoff`);
+        #: None: this loop cannot change agents (a `HandOff` then ends the run `error`).
+        self.agents = agents
+        self._use_agent(spec, tools)
         self._entry = "start"
         #: Calls the last `begin_resume` resumed (empty: decisions recorded, still waiting).
         self.resumed: list[str] = []
         self._start_termination: Termination | None = None
-        self._agent_tools = {n: tools[n] for n in spec.tools if n in tools}
-        self._base_tool_specs = tool_specs(spec, self._agent_tools, (), ctx.frontend_tools)
         self._live_on = live.enabled
         #: The id of the assistant message being streamed live (drawn at its first delta, see
         #: `_message_id`), so live deltas and the committed message share one id.
@@ -179,6 +175,45 @@ class RunLoop(Resume, Inference):
         self._older_factory = older_messages
         self._older: asyncio.Future[list[Message]] | None = None
         self.summarizer = summarizer or ModelSummarizer(models)
+        # a run resumed after a handoff: the agent of the open step's calls, else the active one
+        self._follow_handoff(ctx.step_agent or ctx.agent_id)
+
+    # -- the active agent (handoffs) -------------------------------------------------------------
+
+    def _use_agent(self, spec: AgentSpec, tools: Mapping[str, Tool]) -> None:
+        """Make `spec` the agent this loop drives: its tools, plugins and stop conditions."""
+        self.spec = spec
+        self.tools = tools
+        self._stop_conditions = spec.effective_stop_conditions()
+        self._hooks = {
+            hook: [p for p in spec.plugins if overrides(p, hook)]
+            for hook in (
+                "run_start", "step_start", "before_inference", "after_inference",
+                "before_tool_execute", "after_tool_execute", "step_end", "run_end",
+            )
+        }
+        self._agent_tools = {n: tools[n] for n in spec.tools if n in tools}
+        self._base_tool_specs = tool_specs(spec, self._agent_tools, (), self.ctx.frontend_tools)
+
+    def _follow_handoff(self, agent_id: str | None = None) -> None:
+        """Switch to the run's active agent (or `agent_id`) if it is another one. Called only
+        where no call of the current step is left to plan (a step's calls belong to the agent
+        whose inference asked for them), so a handoff takes effect at the next step."""
+        want = agent_id or self.ctx.agent_id
+        if want is None or want == self.spec.id or self.agents is None:
+            return
+        spec, tools = self.agents(want)
+        self.log.info("run.agent_switched", from_agent=self.spec.id, to_agent=want)
+        self._use_agent(spec, tools)
+
+    def _hand_off(self, action: HandOff) -> None:
+        if action.agent == self.ctx.agent_id:
+            return
+        if self.agents is None:
+            raise PluginError(f"a handoff to {action.agent!r} needs a loop that can resolve agents")
+        self.agents(action.agent)  # an unknown agent fails here, before anything is staged
+        self._emit(AgentHandedOff(from_agent=self.ctx.agent_id or self.spec.id, to_agent=action.agent,
+                                  reason=action.reason, call_id=action.call_id))
 
     @property
     def snapshot_ready(self) -> bool:
@@ -231,6 +266,8 @@ class RunLoop(Resume, Inference):
                 self._emit(StatePatched(ops=list(action.ops), source=source))
             elif isinstance(action, Emit):
                 self._emit(action.event)
+            elif isinstance(action, HandOff):
+                self._hand_off(action)
 
     @staticmethod
     def _terminate(actions: Sequence[Action]) -> Termination | None:
@@ -363,6 +400,7 @@ class RunLoop(Resume, Inference):
 
     async def _steps(self) -> None:
         while True:
+            self._follow_handoff()
             step = self.ctx.step + 1
             self._emit(StepStarted(step=step))
             actions = await self._hook("step_start")
@@ -370,6 +408,7 @@ class RunLoop(Resume, Inference):
             term = self._terminate(actions)
             if term is not None:
                 return await self._finish(term)
+            self._follow_handoff()
             actions = await self._hook("before_inference")
             self._apply_patches(actions, "plugin")
             term = self._terminate(actions)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from agentlog.eventlog.events import (
+    AgentHandedOff,
     AnyEvent,
     ContextCompacted,
     InferenceCompleted,
@@ -111,6 +112,13 @@ class RunContext:
     #: Messages queued for this run (`MessageQueued`, steer or follow-up) and not taken yet, in
     #: log order; taking one is the run's `MessageAppended` of the same message id.
     queued: list[MessageQueued] = field(default_factory=list)
+    #: The run's active agent: its `RunStarted.agent_id`, then each `AgentHandedOff.to_agent`
+    #: (`agentlog.runtime.handoff`). None before the run starts.
+    agent_id: str | None = None
+    #: The agent whose inference asked for the current step's calls (the active agent at the
+    #: step's `InferenceCompleted`): a resume plans those calls with that agent's tools even
+    #: when the step handed off.
+    step_agent: str | None = None
 
 
 def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *, thread_scope: bool = True) -> None:
@@ -182,6 +190,7 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.step_failed = ctx.step_succeeded = 0
     elif t is InferenceCompleted:
         inference = cast(InferenceCompleted, event)
+        ctx.step_agent = ctx.agent_id
         ctx.usage = ctx.usage + inference.usage
         if inference.cost is not None:
             ctx.cost = inference.cost if ctx.cost is None else ctx.cost + inference.cost
@@ -236,6 +245,10 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.budget_extensions = 0
         ctx.budget_declined = False
         ctx.queued = []
+        ctx.agent_id = cast(RunStarted, event).agent_id
+        ctx.step_agent = None
+    elif t is AgentHandedOff:
+        ctx.agent_id = cast(AgentHandedOff, event).to_agent
     elif t is RunCancelRequested:
         ctx.cancel_requested = True
     elif t is MessageQueued:

@@ -58,6 +58,7 @@ from agentlog.runtime.agent import AgentRegistry, AgentSpec
 from agentlog.runtime.context_policy import RecordedSummaries
 from agentlog.runtime.digest import REQUEST_PARTS, differing_parts, request_digest, request_part_digests
 from agentlog.runtime.facade import RunResult, Runtime
+from agentlog.runtime.handoff import handoff_tools
 from agentlog.runtime.models.base import ModelRequest
 from agentlog.runtime.replay.answer import (
     ReplayEntropy,
@@ -157,6 +158,10 @@ class AgentsAndTools(Protocol):
 def _agents_and_tools(app: AgentsAndTools) -> tuple[AgentRegistry, list[Tool]]:
     agents = app.agents if isinstance(app.agents, AgentRegistry) else AgentRegistry(app.agents)
     tools = list(app.tools)
+    # the handoff tools a `Runtime` registers for its agents (an app given as agents + tools
+    # lacks them), so that replay answers them like every other tool
+    names = {t.name for t in tools}
+    tools += [t for t in handoff_tools(agents, {a.id: a.description for a in agents}) if t.name not in names]
     return agents, tools
 
 
@@ -226,7 +231,8 @@ async def verify_run(
     tools = [_ReplayTool.wrap(t, session, t.name in names) for t in app_tools]
     # context summaries are inputs from the log, like the model's answers
     summaries = RecordedSummaries([e for sc in plan.loop for e in sc.commit.events if type(e) is ContextCompacted])
-    rt = Runtime(store, agents=[spec], tools=tools, models=_ReplayModels(model), entropy=entropy,
+    # every agent: a run that hands off goes on with another one
+    rt = Runtime(store, agents=list(agents), tools=tools, models=_ReplayModels(model), entropy=entropy,
                  summarizer=summaries)
 
     pending_cancel: list[bool] = []

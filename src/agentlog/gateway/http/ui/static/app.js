@@ -277,7 +277,7 @@ async function renderRun(run) {
   const term = run.termination
     ? ` · finished: ${run.termination.type}${run.termination.code ? " (" + run.termination.code + ")" : ""}` : "";
   $("#run-meta").replaceChildren(
-    `agent ${run.agent_id || "?"} · thread `, el("a", { href: `#/threads/${enc(run.thread_id)}` }, el("code", {}, run.thread_id)),
+    `agent ${run.agent_id || "?"}${run.active_agent && run.active_agent !== run.agent_id ? " → " + run.active_agent + " (handoff)" : ""} · thread `, el("a", { href: `#/threads/${enc(run.thread_id)}` }, el("code", {}, run.thread_id)),
     ` · started `, time(run.created), ` · ${runDuration(run)} · ${run.steps} step(s) · `,
     `tokens in ${run.usage.input_tokens} / out ${run.usage.output_tokens}${usd(run.cost)}`,
     run.model ? ` · model ${run.model}` : "", term);
