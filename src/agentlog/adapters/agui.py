@@ -716,6 +716,9 @@ class AguiRunRequest:
     forwarded_props: Any
     decisions: list[Decision]
     input: ag.RunAgentInput = field(repr=False)
+    #: What a started run records of the request besides its messages and tools
+    #: (`agentlog.runtime.run_input`, JSON form): overrides, context, forwarded props, state.
+    run_input: dict[str, Any] | None = None
 
 
 def _loc(loc: Sequence[Any]) -> str:
@@ -791,12 +794,57 @@ def parse_run_input(body: Any, *, known_ids: Iterable[str] | None = None) -> Agu
             action="resume" if entry.status == "resolved" else "cancel",
             result=entry.payload,
         ))
+    context = [(c.description, c.value) for c in inp.context or ()]
     return AguiRunRequest(
         thread_id=inp.thread_id, run_id=inp.run_id, parent_run_id=inp.parent_run_id,
-        messages=new_messages, tool_results=tool_results, tools=tools,
-        context=[(c.description, c.value) for c in inp.context or ()],
+        messages=new_messages, tool_results=tool_results, tools=tools, context=context,
         state=inp.state, forwarded_props=inp.forwarded_props, decisions=decisions, input=inp,
+        run_input=agui_run_input(context, inp.state, inp.forwarded_props),
     )
+
+
+#: The `forwardedProps` keys read as overrides (CopilotKit-style: the provider's `properties`
+#: arrive as `forwardedProps`), and the `RunOverrides` field each fills.
+OVERRIDE_PROPS = {"model": "model", "systemPrompt": "system_prompt", "config": "options"}
+
+
+def agui_overrides(forwarded: Any) -> dict[str, Any] | None:
+    """`forwardedProps.model` (a string), `.systemPrompt` (a string) and `.config` (an object of
+    provider options) as run overrides; other keys are only recorded. Raises `AdapterInputError`
+    for a wrong shape (whether the agent allows them is the runtime's to say)."""
+    if not isinstance(forwarded, dict):
+        return None
+    out: dict[str, Any] = {}
+    for prop, name in OVERRIDE_PROPS.items():
+        value = forwarded.get(prop)
+        if value is None:
+            continue
+        if name == "options" and not isinstance(value, dict):
+            raise AdapterInputError("config is an object of provider options", f"forwardedProps.{prop}")
+        if name != "options" and (not isinstance(value, str) or (name == "model" and not value)):
+            raise AdapterInputError(f"{prop} is a{' non-empty' if name == 'model' else ''} string",
+                                    f"forwardedProps.{prop}")
+        out[name] = value
+    return out or None
+
+
+def agui_run_input(context: Sequence[tuple[str, str]], state: Any, forwarded: Any) -> dict[str, Any] | None:
+    """The run input a `RunAgentInput` carries: its context, its state (an object; null and `{}`
+    add nothing), its `forwardedProps` (recorded unless empty) and the overrides they hold."""
+    if state is not None and not isinstance(state, dict):
+        raise AdapterInputError(f"state must be an object (it is merged into the thread's state), not {_kind(state)}",
+                                "state")
+    out: dict[str, Any] = {}
+    overrides = agui_overrides(forwarded)
+    if overrides:
+        out["overrides"] = overrides
+    if context:
+        out["context"] = [{"description": d, "value": v} for d, v in context]
+    if forwarded not in (None, {}):
+        out["forwarded_props"] = forwarded
+    if state:
+        out["state"] = state
+    return out or None
 
 
 def check_resume(request: AguiRunRequest | Sequence[Decision], open: Iterable[Any]) -> list[Decision]:

@@ -37,6 +37,7 @@ from agentlog.log.events import (
 )
 from agentlog.log.ids import new_id
 from agentlog.runtime import CommittedEvent
+from agentlog.runtime.run_input import OverrideNotAllowed
 from agentlog.views.fold import fold_commits
 from agentlog.views.timetravel import messages_at, state_at
 from agentlog.views.views import RunView, ThreadView
@@ -265,7 +266,7 @@ async def agui_events(backend: Backend, agent_id: str, req: agui.AguiRunRequest,
     # too, but the waiting run has its own in its RunStarted: they are not needed there).
     frontend = [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in req.tools]
     async for ev in _drive(backend, tr, thread, agent_id, req.messages, run_id, after, action, who,
-                           frontend_tools=frontend):
+                           frontend_tools=frontend, run_input=req.run_input):
         yield ev
 
 
@@ -308,9 +309,12 @@ Action = (
 
 async def _drive(backend: Backend, tr: Any, thread: ThreadLog, agent_id: str, messages: list[Any],
                  run_id: str, after: int, action: Action, who: Any,
-                 frontend_tools: list[dict[str, Any]] | None = None) -> AsyncIterator[Any]:
+                 frontend_tools: list[dict[str, Any]] | None = None,
+                 run_input: dict[str, Any] | None = None) -> AsyncIterator[Any]:
     """Subscribe live, act (start / decide / nothing for a replay), follow, translate.
-    `frontend_tools`: recorded with a started run (AG-UI `tools`)."""
+    `frontend_tools`, `run_input`: recorded with a started run (AG-UI `tools`; overrides,
+    context, forwarded props, state). An override the agent does not allow is raised before
+    the first event, so the transport answers it as a refused request (HTTP 400), not a stream."""
     src = RunSource(backend.store, backend.nc, thread.thread_id, run_id)
     try:
         await src.subscribe()
@@ -325,6 +329,7 @@ async def _drive(backend: Backend, tr: Any, thread: ThreadLog, agent_id: str, me
                     agent_id, messages, thread_id=thread.thread_id, run_id=run_id, parent_run_id=action[1],
                     resource_id=tenant if thread.view is None else None,
                     **({"frontend_tools": frontend_tools} if frontend_tools else {}),
+                    **({"run_input": run_input} if run_input else {}),
                     **({"interrupt": True} if interrupt else {}))
             elif action[0] == "decide":
                 accepted = await backend.dispatcher.submit_inputs(run_id, decisions=action[1])
@@ -341,6 +346,8 @@ async def _drive(backend: Backend, tr: Any, thread: ThreadLog, agent_id: str, me
                         yield ev
                     return
         except AgentlogError as exc:
+            if exc.code == OverrideNotAllowed.code:
+                raise
             for ev in tr.finish(exc, **({"code": exc.code} if isinstance(tr, agui.AguiTranslator) else {})):
                 yield ev
             return

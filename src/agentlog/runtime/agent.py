@@ -18,6 +18,7 @@ from .context import ContextPolicy
 from .models.base import Model
 from .models.pool import ModelPool
 from .plugins import Plugin
+from .run_input import OverridePolicy
 from .stop import MaxRounds, StopCondition
 
 ToolExecutionMode = Literal["sequential", "parallel_batch_approval", "parallel_streaming"]
@@ -80,6 +81,9 @@ class AgentOptions(pydantic.BaseModel):
     #: (None: every registered agent), minus `excluded_agents`.
     allowed_agents: list[str] | None = None
     excluded_agents: list[str] = []
+    #: What one request may change for its run (model, system prompt, option keys): nothing
+    #: by default (`agentlog.runtime.run_input`).
+    overrides: OverridePolicy = OverridePolicy()
 
     def options(self) -> dict[str, Any]:
         """These fields as keyword arguments (to build an `AgentSpec` from a config)."""
