@@ -10,6 +10,7 @@ in tests/test_agui_run_input.py.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ import pytest
 from agentlog.adapters.agui import agui_run_input, parse_run_input
 from agentlog.adapters.common import AdapterInputError
 from agentlog.log.events import ContextEntry, RunOverrides, RunStarted, StatePatched
-from agentlog.runtime import AgentSpec, DeterministicEntropy, Runtime
+from agentlog.runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime, tool
 from agentlog.runtime.models import ScriptedModel, Turn
 from agentlog.runtime.replay import plan_replay, verify_run
 from agentlog.runtime.run_input import (
@@ -197,3 +198,37 @@ async def test_override_recorded_decides_replay(store: Any) -> None:
     report = await verify_run(commits, result.run_id, Runtime(store, agents=[changed], models={
         "big": ScriptedModel([Turn.text("x")]), "small": ScriptedModel([Turn.text("y")])}))
     assert report.ok, report
+
+
+async def test_override_kept_when_another_runtime_resumes(store: Any) -> None:
+    """A run waiting for an approval is resumed by another runtime (another worker: nothing in
+    memory): its next inference still gets the recorded model, options, prompt and context."""
+
+    @tool
+    def deploy(env: str) -> str:
+        """Deploy (needs an approval)."""
+        return f"deployed {env}"
+
+    def agent() -> AgentSpec:
+        return AgentSpec(id="helper", model="big", system_prompt="You help.", tools=["deploy"],
+                         plugins=[PermissionPlugin(ask=["deploy"])], overrides=POLICY)
+
+    script = [Turn.tool("deploy", {"env": "prod"}, id="c1"), "deployed"]
+    first_small = ScriptedModel(script, position="conversation")
+    one = Runtime(store, agents=[agent()], tools=[deploy],
+                  models={"big": ScriptedModel(["no"]), "small": first_small})
+    waiting = await one.run("helper", "deploy it", run_input={
+        "overrides": {"model": "small", "system_prompt": "Be careful.", "options": {"temperature": 0}},
+        "context": [{"description": "ticket", "value": "OPS-1"}]})
+    assert waiting.status == "waiting"
+
+    other_small = ScriptedModel(script, position="conversation")
+    two = Runtime(store, agents=[agent()], tools=[deploy], models={"big": ScriptedModel(["no"]), "small": other_small})
+    decided = await two.decide(waiting.run_id, [{"target_id": "c1", "decision_id": "d1", "action": "resume"}])
+    assert decided.handle is not None
+    async with asyncio.timeout(30):
+        done = await decided.handle.result()
+    assert done.status == "done"
+    (request,) = other_small.requests
+    assert request.model == "small" and request.options == {"temperature": 0}
+    assert request.messages[0].content == f"Be careful.\n\n{CONTEXT_HEADING}\n- ticket: OPS-1"
