@@ -189,3 +189,32 @@ async def test_override_run_verifies_by_replay(protocol_deployment: Deployment) 
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
     assert proc.returncode == 0, (out + err).decode(errors="replace")[-3000:]
+
+
+async def test_override_on_ai_sdk_route(protocol_deployment: Deployment) -> None:
+    """The AI SDK route reads `model`, `systemPrompt` and `config` from the chat request body
+    (what `sendMessage(message, {body})` adds), under the same policy."""
+    base = protocol_deployment.http_url
+    thread = f"t{uuid.uuid4().hex[:12]}"
+    body = {"id": thread, "trigger": "submit-message", "model": "tunable-small", "systemPrompt": "Terse.",
+            "config": {"temperature": 0.5},
+            "messages": [{"id": f"u{thread}", "role": "user", "parts": [{"type": "text", "text": "go"}]}]}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{base}/v1/ai-sdk/agents/tunable/runs", json=body) as resp:
+            assert resp.status == 200
+            stream = await resp.text()
+        assert '"type":"finish"' in stream.replace(" ", ""), stream[-500:]
+        commits = await until_finished(protocol_deployment, thread)
+        answer = [e.message.content for sc in commits for e in sc.commit.events
+                  if type(e).__name__ == "MessageAppended" and e.message.role == "assistant" and e.message.content]
+        assert json.loads(answer[-1]) == {"model": "tunable-small", "system": "Terse.",
+                                          "options": {"max_tokens": 100, "temperature": 0.5}, "state_seen": "null"}
+        refused = f"t{uuid.uuid4().hex[:12]}"
+        async with http.post(f"{base}/v1/ai-sdk/agents/tunable/runs",
+                             json={**body, "id": refused, "model": "tunable-huge"}) as resp:
+            assert resp.status == 400
+            assert (await resp.json())["code"] == "override_not_allowed"
+        async with http.post(f"{base}/v1/ai-sdk/agents/tunable/runs", json={**body, "id": refused, "config": 3}) as resp:
+            assert resp.status == 400
+            assert (await resp.json())["detail"][0]["field"] == "config"
+    assert await thread_log(protocol_deployment, refused) == []

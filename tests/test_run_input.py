@@ -232,3 +232,32 @@ async def test_override_kept_when_another_runtime_resumes(store: Any) -> None:
     (request,) = other_small.requests
     assert request.model == "small" and request.options == {"temperature": 0}
     assert request.messages[0].content == f"Be careful.\n\n{CONTEXT_HEADING}\n- ticket: OPS-1"
+
+
+async def test_override_refused_by_the_worker_when_the_gateway_knows_no_policy(nats_server: Any) -> None:
+    """A gateway without the app cannot check a request's overrides: the worker refuses the
+    command with the same code (dead-lettered, answered at once), and writes nothing."""
+    from agentlog.api.dispatch import CommandFailed, QueueDispatcher
+    from agentlog.log.jetstream import JetStreamEventStore
+    from agentlog.runtime.worker import Worker
+    from tests.app_forms import factory_runtime
+
+    store = await JetStreamEventStore.connect(nats_server.url, request_timeout=2.0)
+    worker = Worker(store, runtime=factory_runtime(store), ack_wait=5.0, fetch_timeout=0.2)
+    await worker.start()
+    try:
+        gateway = QueueDispatcher(store.nc, store, agents=None, timeout=20.0)
+        with pytest.raises(CommandFailed) as err:
+            await gateway.start_run("echo", "hi", thread_id="t-override-worker",
+                                    run_input={"overrides": {"options": {"temperature": 2}}})
+        assert err.value.code == "override_not_allowed"
+        assert [sc async for sc in store.read_thread("t-override-worker")] == []
+        # the same gateway knowing the policy refuses it itself, before anything is queued
+        knowing = QueueDispatcher(store.nc, store, timeout=20.0,
+                                  override_policies={"echo": ("echo-model", OverridePolicy())})
+        with pytest.raises(OverrideNotAllowed):
+            await knowing.start_run("echo", "hi", thread_id="t-override-worker",
+                                    run_input={"overrides": {"model": "other"}})
+    finally:
+        await worker.stop(timeout=2.0)
+        await store.close()

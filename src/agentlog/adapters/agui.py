@@ -74,6 +74,7 @@ from .common import (
     live_message_id,
     reasoning_id,
     reasoning_text,
+    request_overrides,
     safe_id,
 )
 
@@ -803,29 +804,10 @@ def parse_run_input(body: Any, *, known_ids: Iterable[str] | None = None) -> Agu
     )
 
 
-#: The `forwardedProps` keys read as overrides (CopilotKit-style: the provider's `properties`
-#: arrive as `forwardedProps`), and the `RunOverrides` field each fills.
-OVERRIDE_PROPS = {"model": "model", "systemPrompt": "system_prompt", "config": "options"}
-
-
 def agui_overrides(forwarded: Any) -> dict[str, Any] | None:
-    """`forwardedProps.model` (a string), `.systemPrompt` (a string) and `.config` (an object of
-    provider options) as run overrides; other keys are only recorded. Raises `AdapterInputError`
-    for a wrong shape (whether the agent allows them is the runtime's to say)."""
-    if not isinstance(forwarded, dict):
-        return None
-    out: dict[str, Any] = {}
-    for prop, name in OVERRIDE_PROPS.items():
-        value = forwarded.get(prop)
-        if value is None:
-            continue
-        if name == "options" and not isinstance(value, dict):
-            raise AdapterInputError("config is an object of provider options", f"forwardedProps.{prop}")
-        if name != "options" and (not isinstance(value, str) or (name == "model" and not value)):
-            raise AdapterInputError(f"{prop} is a{' non-empty' if name == 'model' else ''} string",
-                                    f"forwardedProps.{prop}")
-        out[name] = value
-    return out or None
+    """`forwardedProps.model`, `.systemPrompt` and `.config` as run overrides (CopilotKit-style:
+    the provider's `properties` arrive as `forwardedProps`); other keys are only recorded."""
+    return request_overrides(forwarded, "forwardedProps.") if isinstance(forwarded, dict) else None
 
 
 def agui_run_input(context: Sequence[tuple[str, str]], state: Any, forwarded: Any) -> dict[str, Any] | None:

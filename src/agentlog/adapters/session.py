@@ -449,7 +449,8 @@ async def aisdk_events(backend: Backend, agent_id: str, req: aisdk.AiSdkRequest,
     tr = aisdk.AiSdkTranslator(req.thread_id, run_id)
     if action[0] == "decide":
         tr.expect_results(d["target_id"] for d in action[1])
-    async for p in _drive(backend, tr, thread, agent_id, messages, run_id, after, action, who):
+    async for p in _drive(backend, tr, thread, agent_id, messages, run_id, after, action, who,
+                          run_input=req.run_input if action[0] == "start" else None):
         yield p
 
 
