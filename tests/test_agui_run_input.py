@@ -173,6 +173,18 @@ async def test_override_on_http_runs_and_nats_start(protocol_deployment: Deploym
     assert await thread_log(protocol_deployment, refused) == []
     started = started_of(await until_finished(protocol_deployment, nats_thread))
     assert started.overrides is not None and started.overrides.model == "tunable-small"
+    # the Python client passes them through
+    from agentlog.client import InvalidRequest, get_client
+
+    async with get_client(base) as client:
+        run = await client.runs.create("tunable", "go", overrides={"options": {"temperature": 1}},
+                                       context=[{"description": "from", "value": "client"}], state={"draft": "py"})
+        started = started_of(await until_finished(protocol_deployment, run["thread_id"]))
+        assert started.overrides is not None and started.overrides.options == {"temperature": 1}
+        assert [c.value for c in started.context] == ["client"]
+        with pytest.raises(InvalidRequest) as err:
+            await client.runs.create("tunable", "go", overrides={"system_prompt": "x", "options": {"stop": ["."]}})
+        assert err.value.code == "override_not_allowed"
 
 
 async def test_override_run_verifies_by_replay(protocol_deployment: Deployment) -> None:
