@@ -229,4 +229,11 @@ async def test_override_on_ai_sdk_route(protocol_deployment: Deployment) -> None
         async with http.post(f"{base}/v1/ai-sdk/agents/tunable/runs", json={**body, "id": refused, "config": 3}) as resp:
             assert resp.status == 400
             assert (await resp.json())["detail"][0]["field"] == "config"
+        # regenerating the answer with a refused override: 400 before the fork is made
+        regenerate = {**body, "trigger": "regenerate-message", "messageId": started_of(commits).run_id,
+                      "model": "tunable-huge"}
+        async with http.post(f"{base}/v1/ai-sdk/agents/tunable/runs", json=regenerate) as resp:
+            assert resp.status == 400
+            assert (await resp.json())["code"] == "override_not_allowed"
     assert await thread_log(protocol_deployment, refused) == []
+    assert len(await thread_log(protocol_deployment, thread)) == len(commits)  # no fork recorded

@@ -417,6 +417,8 @@ async def aisdk_events(backend: Backend, agent_id: str, req: aisdk.AiSdkRequest,
     action: Action
     try:
         if req.trigger == "regenerate-message":
+            # overrides first: a refused request must not leave a fork behind
+            backend.dispatcher.check_overrides(agent_id, req.run_input)
             # a fork before the answer, which now carries the chat (`agentlog.adapters.regenerate`)
             fork = await regenerate.fork_for_regenerate(
                 backend.store, chat.thread_id, chat.version, thread.thread_id, thread.commits,

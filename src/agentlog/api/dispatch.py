@@ -137,6 +137,8 @@ class Dispatcher(Protocol):
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Accepted: ...
 
+    def check_overrides(self, agent_id: str, run_input: RunInput | Mapping[str, Any] | None) -> None: ...
+
 
 def _has_messages(messages: Messages | None) -> bool:
     return bool(messages)
@@ -230,6 +232,17 @@ class InProcessDispatcher:
             raise InvalidInput(str(exc)) from None
         seq = _seq_of(handle.commits, lambda e: type(e) is RunStarted)
         return Accepted(handle.thread_id, handle.run_id, seq)
+
+    def check_overrides(self, agent_id: str, run_input: RunInput | Mapping[str, Any] | None) -> None:
+        """Raise what `start_run` would for the request's overrides (`OverrideNotAllowed`,
+        `InvalidInput`), for a caller that must check before it writes something else first."""
+        try:
+            given = as_run_input(run_input)
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from None
+        if given is not None and agent_id in self.runtime.agents:
+            spec = self.runtime.agents.get(agent_id)
+            check_overrides(given.overrides, spec.overrides, spec.model_name)
 
     async def submit_inputs(
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
@@ -329,10 +342,8 @@ class QueueDispatcher:
         decisions = list(decisions or ())
         try:  # the names are checked here; a clash with the agent's tools only a worker can see
             frontend = normalize_frontend_tools(frontend_tools)
+            self.check_overrides(agent_id, run_input)
             given = as_run_input(run_input)
-            policy = self.override_policies.get(agent_id)
-            if given is not None and policy is not None:
-                check_overrides(given.overrides, policy[1], policy[0])
             # the runtime's own input checks (serve mode makes the same call): same answers
             check_start(agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
                         decisions=decisions, resource_id=resource_id, frontend_tools=frontend,
@@ -370,6 +381,17 @@ class QueueDispatcher:
                                           lambda sc: sc.commit.run_id == run_id and _has(sc, RunStarted),
                                           app_name)
         return Accepted(thread_id, run_id, seq)
+
+    def check_overrides(self, agent_id: str, run_input: RunInput | Mapping[str, Any] | None) -> None:
+        """Raise what `start_run` would here for the request's overrides (`OverrideNotAllowed`,
+        `InvalidInput`); without the agent's policy only the worker can tell."""
+        try:
+            given = as_run_input(run_input)
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from None
+        policy = self.override_policies.get(agent_id)
+        if given is not None and policy is not None:
+            check_overrides(given.overrides, policy[1], policy[0])
 
     async def _check_start(self, thread_id: str, run_id: str | None, parent_run_id: str | None,
                            interrupting: str | None = None) -> int:
