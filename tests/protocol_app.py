@@ -135,13 +135,22 @@ def read_state(key: str, ctx: ToolContext) -> Any:
     return ctx.state.get(key)
 
 
+@tool
+def read_state_approved(key: str, ctx: ToolContext) -> Any:
+    """`read_state` once a human approved it (the run waits for the approval)."""
+    return ctx.state.get(key)
+
+
 def tell(request: Any) -> Any:
-    """Reads the thread state's `draft`, then answers with what it was sent, as JSON: the model
-    name, the system prompt (the client's context included), the options, and the state read."""
+    """Reads the thread state's `draft` (`read_state_approved` when the message starts with
+    "approve", so the run waits for a human first), then answers with what it was sent, as
+    JSON: the model name, the system prompt (the client's context included), the options, and
+    the state read."""
     last = max(i for i, m in enumerate(request.messages) if m.role == "user")
     results = [m.content for m in request.messages[last:] if m.role == "tool"]
     if not results:
-        return Turn.tool("read_state", {"key": "draft"})
+        asked = request.messages[last].content.startswith("approve")
+        return Turn.tool("read_state_approved" if asked else "read_state", {"key": "draft"})
     system = request.messages[0].content if request.messages[0].role == "system" else ""
     return json.dumps({"model": request.model, "system": system, "options": request.options,
                        "state_seen": results[-1]}, sort_keys=True)
@@ -154,8 +163,9 @@ TUNABLE_MODELS = {name: ScriptedModel([tell] * 100_000) for name in ("tunable-de
 #: and snapshots (a factory's `Runtime` would be used as is, streaming nothing live).
 app = App(
     agents=[*agents(), AgentSpec(
-        id="tunable", model="tunable-default", tools=["read_state"], system_prompt="You are tunable.",
-        model_options={"max_tokens": 100},
+        id="tunable", model="tunable-default", tools=["read_state", "read_state_approved"],
+        system_prompt="You are tunable.", model_options={"max_tokens": 100},
+        plugins=[PermissionPlugin(ask=["read_state_approved"])],
         overrides=OverridePolicy(models=["tunable-small"], system_prompt=True, options=["temperature"]))],
-    tools=[*TOOLS, read_state], models=TUNABLE_MODELS,
+    tools=[*TOOLS, read_state, read_state_approved], models=TUNABLE_MODELS,
 )

@@ -27,7 +27,14 @@ import aiohttp
 import pytest
 from topology import TESTS, Deployment
 
-from agentlog.log.events import RunFinished, RunStarted, StatePatched, StoredCommit
+from agentlog.log.events import (
+    RunFinished,
+    RunStarted,
+    RunSuspended,
+    StatePatched,
+    StoredCommit,
+    ToolCallSuspended,
+)
 from agentlog.log.jetstream import JetStreamEventStore
 from agentlog.runtime.run_input import CONTEXT_HEADING
 
@@ -62,8 +69,9 @@ async def thread_log(d: Deployment, thread: str) -> list[StoredCommit]:
         await store.close()
 
 
-async def until_finished(d: Deployment, thread: str) -> list[StoredCommit]:
-    """The thread's commits once its run has finished (following the log, bounded)."""
+async def until_finished(d: Deployment, thread: str, end: type = RunFinished) -> list[StoredCommit]:
+    """The thread's commits once its run has finished (or `end` is recorded), following the
+    log, bounded."""
     store = await JetStreamEventStore.connect(d.nats_url)
     out: list[StoredCommit] = []
     follower = store.follow(thread, 0)
@@ -71,7 +79,7 @@ async def until_finished(d: Deployment, thread: str) -> list[StoredCommit]:
         async with asyncio.timeout(TIMEOUT):
             async for sc in follower:
                 out.append(sc)
-                if any(isinstance(e, RunFinished) for e in sc.commit.events):
+                if any(isinstance(e, end) for e in sc.commit.events):
                     return out
     finally:
         await follower.aclose()  # type: ignore[attr-defined]
@@ -237,3 +245,29 @@ async def test_override_on_ai_sdk_route(protocol_deployment: Deployment) -> None
             assert (await resp.json())["code"] == "override_not_allowed"
     assert await thread_log(protocol_deployment, refused) == []
     assert len(await thread_log(protocol_deployment, thread)) == len(commits)  # no fork recorded
+
+
+async def test_override_kept_when_the_run_resumes_after_an_approval(protocol_deployment: Deployment) -> None:
+    """A run with overrides waits for an approval; the worker that resumes it rebuilds the run
+    from the log (its snapshot and the commits after it), and its next inference still gets
+    the recorded model, options and context."""
+    base = protocol_deployment.http_url
+    thread = f"t{uuid.uuid4().hex[:12]}"
+    body = {"agent_id": "tunable", "thread_id": thread, "messages": "approve: read it",
+            "overrides": {"model": "tunable-small", "options": {"temperature": 0.7}},
+            "context": [{"description": "ticket", "value": "OPS-7"}], "state": {"draft": "approved"}}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{base}/v1/runs", json=body) as resp:
+            assert resp.status == 202, await resp.text()
+            run_id = (await resp.json())["run_id"]
+        waiting = await until_finished(protocol_deployment, thread, RunSuspended)
+        (call_id,) = [e.call_id for sc in waiting for e in sc.commit.events if isinstance(e, ToolCallSuspended)]
+        decision = {"target_id": call_id, "decision_id": f"d{thread}", "action": "resume"}
+        async with http.post(f"{base}/v1/runs/{run_id}/inputs", json={"decisions": [decision]}) as resp:
+            assert resp.status == 202, await resp.text()
+    commits = await until_finished(protocol_deployment, thread)
+    answer = [e.message.content for sc in commits for e in sc.commit.events
+              if type(e).__name__ == "MessageAppended" and e.message.role == "assistant" and e.message.content]
+    assert json.loads(answer[-1]) == {
+        "model": "tunable-small", "system": f"You are tunable.\n\n{CONTEXT_HEADING}\n- ticket: OPS-7",
+        "options": {"max_tokens": 100, "temperature": 0.7}, "state_seen": "approved"}
