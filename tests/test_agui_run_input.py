@@ -190,6 +190,8 @@ async def test_override_on_http_runs_and_nats_start(protocol_deployment: Deploym
         started = started_of(await until_finished(protocol_deployment, run["thread_id"]))
         assert started.overrides is not None and started.overrides.options == {"temperature": 1}
         assert [c.value for c in started.context] == ["client"]
+        view = await client.runs.get(run["run_id"], min_seq=run["seq"])  # the run view shows them
+        assert view["overrides"] == {"options": {"temperature": 1}}
         with pytest.raises(InvalidRequest) as err:
             await client.runs.create("tunable", "go", overrides={"system_prompt": "x", "options": {"stop": ["."]}})
         assert err.value.code == "override_not_allowed"
