@@ -38,6 +38,8 @@ from agentlog.log.events import (
 from agentlog.log.jetstream import JetStreamEventStore
 from agentlog.runtime.run_input import CONTEXT_HEADING
 
+from test_adapters_routes_support import TRANSPORTS, Transport, open_deployed
+
 TIMEOUT = 90
 JS = TESTS / "js"
 OVERRIDES = {"model": "tunable-small", "systemPrompt": "Be brief.", "config": {"temperature": 0.2}, "tab": 3}
@@ -273,3 +275,29 @@ async def test_override_kept_when_the_run_resumes_after_an_approval(protocol_dep
     assert json.loads(answer[-1]) == {
         "model": "tunable-small", "system": f"You are tunable.\n\n{CONTEXT_HEADING}\n- ticket: OPS-7",
         "options": {"max_tokens": 100, "temperature": 0.7}, "state_seen": "approved"}
+
+
+@pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)
+async def test_agui_override_over_http_and_nats_subject(protocol_deployment: Deployment, tr: Transport) -> None:
+    """The AG-UI route over HTTP and over its NATS subject (`agentlog.ag-ui.runs`): allowed
+    overrides reach the model; a refused one is a 400 answer (HTTP) or exactly one RUN_ERROR
+    (NATS) with code `override_not_allowed`, and nothing is written."""
+    async with open_deployed(protocol_deployment) as stack:
+        thread = f"t{uuid.uuid4().hex[:12]}"
+        body = {"threadId": thread, "runId": f"r{thread}", "state": {"draft": tr.name}, "tools": [], "context": [],
+                "messages": [{"id": f"u{thread}", "role": "user", "content": "go"}],
+                "forwardedProps": {"model": "tunable-small", "config": {"temperature": 0.1}}}
+        answer = await tr.agui(stack, body, agent="tunable")
+        assert answer.rejected is None and answer.events[-1]["type"] == "RUN_FINISHED", answer
+        snapshot = [e for e in answer.events if e["type"] == "MESSAGES_SNAPSHOT"][-1]
+        assert answer_of(snapshot["messages"]) == {"model": "tunable-small", "system": "You are tunable.",
+                                                   "options": {"max_tokens": 100, "temperature": 0.1},
+                                                   "state_seen": tr.name}
+        refused = f"t{uuid.uuid4().hex[:12]}"
+        answer = await tr.agui(stack, {**body, "threadId": refused, "forwardedProps": {"systemPrompt": 1}},
+                               agent="tunable")
+        assert answer.rejected is not None and answer.rejected.get("code") == "invalid_input", answer
+        answer = await tr.agui(stack, {**body, "threadId": refused, "forwardedProps": {"model": "tunable-huge"}},
+                               agent="tunable")
+        assert answer.rejected is not None and answer.rejected.get("code") == "override_not_allowed", answer
+        assert [sc async for sc in stack.store.read_thread(refused)] == []
