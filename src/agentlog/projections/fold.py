@@ -29,6 +29,7 @@ from agentlog.eventlog.events import (
     MessageAppended,
     RunCancelRequested,
     RunFinished,
+    RunOverrides,
     RunStarted,
     StatePatched,
     StateReplaced,
@@ -216,6 +217,7 @@ class _RunAcc:
     inference_usage: Usage
     cost: float | None
     model: str | None
+    overrides: RunOverrides | None
     message_count: int
     calls: dict[str, CallView]
     state: dict[str, Any]
@@ -267,6 +269,7 @@ class _RunAcc:
         self.origin = ev.origin
         self.app = ev.app
         self.model = ev.model
+        self.overrides = ev.overrides
 
     def _cancel_requested(self, ev: RunCancelRequested, ts: int) -> None:
         self.cancel_requested = True

@@ -15,6 +15,7 @@ from agentlog.eventlog.events import (
     AppRef,
     ForkOrigin,
     PayloadRef,
+    RunOverrides,
     SuspendTicket,
     Termination,
     ToolCallDecision,
@@ -96,6 +97,9 @@ class RunView(_View, frozen=True):
     cost: float | None = None
     #: The model a pool chose for the run (`RunStarted.model`), if it names a pool.
     model: str | None = None
+    #: The request's overrides of the agent's model, system prompt and options
+    #: (`RunStarted.overrides`), if it made any.
+    overrides: RunOverrides | None = None
     message_count: int = 0
     calls: dict[str, CallView] = {}
     state: dict[str, Any] = {}

@@ -17,6 +17,7 @@ from agentlog.runtime.context_policy import ContextPolicy
 from agentlog.runtime.models.base import Model
 from agentlog.runtime.models.pool import ModelPool
 from agentlog.runtime.plugins import Plugin
+from agentlog.runtime.run_input import OverridePolicy
 from agentlog.runtime.stop import MaxRounds, StopCondition
 
 ToolExecutionMode = Literal["sequential", "parallel_batch_approval", "parallel_streaming"]
@@ -79,6 +80,9 @@ class AgentOptions(pydantic.BaseModel):
     #: (None: every registered agent), minus `excluded_agents`.
     allowed_agents: list[str] | None = None
     excluded_agents: list[str] = []
+    #: What one request may change for its run (model, system prompt, option keys): nothing
+    #: by default (`agentlog.runtime.run_input`).
+    overrides: OverridePolicy = OverridePolicy()
 
     def options(self) -> dict[str, Any]:
         """These fields as keyword arguments (to build an `AgentSpec` from a config)."""
