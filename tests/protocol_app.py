@@ -7,12 +7,15 @@ script (e.g. "approval: deploy it"), the assistant turns since then say how far 
 deployment serves every scenario of a module, each on its own thread, with no per-test model.
 
 Agents: `sequential` and `parallel_batch_approval` (the tool execution modes), both asking a
-human before `echo` and `append_log`; `open`, the same tools with no approval gate.
+human before `echo` and `append_log`; `open`, the same tools with no approval gate; `tunable`,
+which answers with what it was sent (model, system prompt, options, state) and allows some
+per-request overrides.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,7 @@ from agentlog.gateway.adapters.frontend import frontend_tool
 from agentlog.gateway.operations.app_loader import App
 from agentlog.runtime import AgentSpec, PermissionPlugin, ToolContext, ToolResult, tool
 from agentlog.runtime.models import ScriptedModel, Turn
+from agentlog.runtime.run_input import OverridePolicy
 
 PICK = "pick_color"
 
@@ -121,6 +125,47 @@ def agents() -> list[AgentSpec]:
     return specs
 
 
+
+# -- `tunable`: a run's client input (tests/test_agui_run_input.py) --------------------------------
+
+
+@tool
+def read_state(key: str, ctx: ToolContext) -> Any:
+    """The thread state's value at `key` as the tool sees it (the client's state reaches tools)."""
+    return ctx.state.get(key)
+
+
+@tool
+def read_state_approved(key: str, ctx: ToolContext) -> Any:
+    """`read_state` once a human approved it (the run waits for the approval)."""
+    return ctx.state.get(key)
+
+
+def tell(request: Any) -> Any:
+    """Reads the thread state's `draft` (`read_state_approved` when the message starts with
+    "approve", so the run waits for a human first), then answers with what it was sent, as
+    JSON: the model name, the system prompt (the client's context included), the options, and
+    the state read."""
+    last = max(i for i, m in enumerate(request.messages) if m.role == "user")
+    results = [m.content for m in request.messages[last:] if m.role == "tool"]
+    if not results:
+        asked = request.messages[last].content.startswith("approve")
+        return Turn.tool("read_state_approved" if asked else "read_state", {"key": "draft"})
+    system = request.messages[0].content if request.messages[0].role == "system" else ""
+    return json.dumps({"model": request.model, "system": system, "options": request.options,
+                       "state_seen": results[-1]}, sort_keys=True)
+
+
+#: The `tunable` agent's models: its own, one a request may choose, one it may not.
+TUNABLE_MODELS = {name: ScriptedModel([tell] * 100_000) for name in ("tunable-default", "tunable-small", "tunable-huge")}
+
 #: An `App`, not a `Runtime`: the server then builds the runtime with its own live sink, views
 #: and snapshots (a factory's `Runtime` would be used as is, streaming nothing live).
-app = App(agents=agents(), tools=TOOLS)
+app = App(
+    agents=[*agents(), AgentSpec(
+        id="tunable", model="tunable-default", tools=["read_state", "read_state_approved"],
+        system_prompt="You are tunable.", model_options={"max_tokens": 100},
+        plugins=[PermissionPlugin(ask=["read_state_approved"])],
+        overrides=OverridePolicy(models=["tunable-small"], system_prompt=True, options=["temperature"]))],
+    tools=[*TOOLS, read_state, read_state_approved], models=TUNABLE_MODELS,
+)

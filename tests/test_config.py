@@ -126,6 +126,10 @@ async def test_config_sub_agents_run_as_child_runs(store: Any, tmp_path: Path) -
 @pytest.mark.parametrize(("text", "message"), [
     ("agents: []", "agents: List should have at least 1 item"),
     ("agents: [{id: a, model: nope}]", "unknown model 'nope'"),
+    ("models: {m: {type: scripted, script: [x]}}\nagents: [{id: a, model: m, overrides: {models: [nope]}}]",
+     "unknown model 'nope'"),
+    ("models: {m: {type: scripted, script: [x]}}\nagents: [{id: a, model: m, overrides: {system: true}}]",
+     "overrides.system"),
     ("models: {m: {type: scripted, script: [x]}}\nagents: [{id: a, model: m, sub_agents: [b]}]",
      "sub_agents names 'b'"),
     ("models: {m: {type: scripted, script: [x]}}\nagents: [{id: a, model: m, tools: [nothing*]}]",

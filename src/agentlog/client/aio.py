@@ -235,12 +235,18 @@ class Runs:
 
     async def create(self, agent_id: str, messages: Messages = (), *, thread_id: str | None = None,
                      run_id: str | None = None, resource_id: str | None = None,
-                     parent_run_id: str | None = None, decisions: Sequence[Mapping[str, Any]] = ()) -> Json:
+                     parent_run_id: str | None = None, decisions: Sequence[Mapping[str, Any]] = (),
+                     overrides: Mapping[str, Any] | None = None, context: Sequence[Mapping[str, str]] = (),
+                     state: Mapping[str, Any] | None = None) -> Json:
         """Start a run of `agent_id` (a new thread unless `thread_id`): `{"thread_id", "run_id",
-        "seq"}`. `messages`: a string (one user message) or a list of strings / `{role, content}`."""
+        "seq"}`. `messages`: a string (one user message) or a list of strings / `{role, content}`.
+        `overrides` (`{model, system_prompt, options}`, within what the agent allows), `context`
+        (`[{description, value}]`) and `state` (merged into the thread's) are recorded with the run."""
         body = _body(agent_id=agent_id, messages=_messages(messages), thread_id=thread_id, run_id=run_id,
                      resource_id=resource_id, parent_run_id=parent_run_id,
-                     decisions=[_decision(d) for d in decisions] or None)
+                     decisions=[_decision(d) for d in decisions] or None,
+                     overrides=dict(overrides) if overrides is not None else None,
+                     context=[dict(c) for c in context] or None, state=dict(state) if state is not None else None)
         return await self.client.request("POST", "/v1/runs", json_body=body)
 
     async def get(self, run_id: str, *, min_seq: int | None = None) -> Json:

@@ -25,7 +25,8 @@ from typing import Any
 STATUS_BY_CODE: dict[str, int] = {
     # 400: the request is wrong
     "invalid_id": 400, "invalid_commit": 400, "invalid_patch": 400, "invalid_tool_arguments": 400,
-    "invalid_decision": 400, "unknown_call": 400, "invalid_input": 400, "invalid_command": 400,
+    "invalid_decision": 400, "unknown_call": 400, "invalid_input": 400, "override_not_allowed": 400,
+    "invalid_command": 400,
     "invalid_json": 400, "invalid_event_id": 400, "min_seq_ahead": 400, "command_rejected": 400,
     "bad_request": 400,
     # 401 / 403: who asks

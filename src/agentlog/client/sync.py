@@ -163,9 +163,11 @@ class SyncRuns:
 
     def create(self, agent_id: str, messages: Messages = (), *, thread_id: str | None = None,
                run_id: str | None = None, resource_id: str | None = None, parent_run_id: str | None = None,
-               decisions: Sequence[Mapping[str, Any]] = ()) -> Json:
+               decisions: Sequence[Mapping[str, Any]] = (), overrides: Mapping[str, Any] | None = None,
+               context: Sequence[Mapping[str, str]] = (), state: Mapping[str, Any] | None = None) -> Json:
         return self.c.call(self.a.create(agent_id, messages, thread_id=thread_id, run_id=run_id,
-                                         resource_id=resource_id, parent_run_id=parent_run_id, decisions=decisions))
+                                         resource_id=resource_id, parent_run_id=parent_run_id, decisions=decisions,
+                                         overrides=overrides, context=context, state=state))
 
     def get(self, run_id: str, *, min_seq: int | None = None) -> Json:
         return self.c.call(self.a.get(run_id, min_seq=min_seq))

@@ -211,6 +211,24 @@ class AppRef(_Value, frozen=True):
     digest: str = ""
 
 
+class ContextEntry(_Value, frozen=True):
+    """One piece of context a client sent with the run (AG-UI `RunAgentInput.context`): shown to
+    the model in the system prompt, in order (`agentlog.runtime.run_input.context_text`)."""
+
+    description: str
+    value: str
+
+
+class RunOverrides(_Value, frozen=True):
+    """What a request changed of the agent's configuration for this run only, within what the
+    agent allows (`agentlog.runtime.run_input.OverridePolicy`): the model, the system prompt,
+    provider options merged over `model_options`."""
+
+    model: str | None = None
+    system_prompt: str | None = None
+    options: dict[str, JSON] = {}
+
+
 class RunStarted(Event, frozen=True):
     """`frontend_tools`: tools the client executes (AG-UI `RunAgentInput.tools`), each
     `{name, description, parameters}`, offered to the model for this run only. Recorded here so
@@ -229,6 +247,13 @@ class RunStarted(Event, frozen=True):
     #: The model a pool chose for this run (`agentlog.runtime.models.pool`): resumes, on any
     #: worker, keep it. None when the agent names no pool (omitted: older logs decode as before).
     model: str | None = None
+    #: The request's overrides (model, system prompt, options), recorded so that a resume on any
+    #: worker and verified replay use the same values. None (omitted): none.
+    overrides: RunOverrides | None = None
+    #: The client's context for this run (AG-UI `context`), shown to the model.
+    context: list[ContextEntry] = []
+    #: What the client forwarded as is (AG-UI `forwardedProps`), for plugins and audits.
+    forwarded_props: JSON = None
 
 
 class RunSuspended(Event, frozen=True):

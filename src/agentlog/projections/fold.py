@@ -30,6 +30,7 @@ from agentlog.eventlog.events import (
     MessageAppended,
     RunCancelRequested,
     RunFinished,
+    RunOverrides,
     RunStarted,
     StatePatched,
     StateReplaced,
@@ -225,6 +226,7 @@ class _RunAcc:
     model: str | None
     active_agent: str | None
     handoffs: list[dict[str, Any]]
+    overrides: RunOverrides | None
     message_count: int
     calls: dict[str, CallView]
     state: dict[str, Any]
@@ -276,6 +278,7 @@ class _RunAcc:
         self.origin = ev.origin
         self.app = ev.app
         self.model = ev.model
+        self.overrides = ev.overrides
         self.active_agent = ev.agent_id
 
     def _handed_off(self, ev: AgentHandedOff, ts: int) -> None:

@@ -15,6 +15,7 @@ from agentlog.eventlog.events import (
     AppRef,
     ForkOrigin,
     PayloadRef,
+    RunOverrides,
     SuspendTicket,
     Termination,
     ToolCallDecision,
@@ -101,6 +102,9 @@ class RunView(_View, frozen=True):
     active_agent: str | None = None
     #: The run's handoffs in order: `{from_agent, to_agent, reason, call_id, seq}`.
     handoffs: list[dict[str, Any]] = []
+    #: The request's overrides of the agent's model, system prompt and options
+    #: (`RunStarted.overrides`), if it made any.
+    overrides: RunOverrides | None = None
     message_count: int = 0
     calls: dict[str, CallView] = {}
     state: dict[str, Any] = {}

@@ -35,6 +35,7 @@ from agentlog.eventlog.events import (
     Message,
     MessageAppended,
     RunStarted,
+    StatePatched,
     StoredCommit,
     ThreadCreated,
 )
@@ -44,6 +45,7 @@ from agentlog.eventlog.store import EventStore, as_generator, encode_checked
 from agentlog.projections.fold import fold_commits
 from agentlog.projections.views import ThreadView
 from agentlog.runtime.errors import RunConflict, RunNotFound, ThreadNotFound
+from agentlog.runtime.run_input import CLIENT_STATE_SOURCE, RunInput, client_state_ops
 
 #: Bytes the store adds around a commit's payload (NATS headers: msg id, expected sequence and
 #: subject), over-estimated so the check never passes what the append would refuse.
@@ -181,10 +183,12 @@ def check_start(
     resource_id: str | None = None,
     frontend_tools: Sequence[Mapping[str, Any]] = (),
     max_payload: int | None = None,
+    run_input: RunInput | None = None,
 ) -> None:
     """Raise the typed error a start with this input must get, before anything is written:
     `InvalidId`, `ValueError`/`TypeError` (shapes), `InvalidRunInput` (not encodable),
-    `CommitTooLarge` (over `max_payload`). `frontend_tools` must already be normalised."""
+    `CommitTooLarge` (over `max_payload`). `frontend_tools` must already be normalised;
+    `run_input` converted (`agentlog.runtime.run_input.as_run_input`)."""
     check_start_ids(agent_id, thread_id, run_id, parent_run_id)
     if decisions and parent_run_id is None:
         raise ValueError("decisions on a new run need parent_run_id (the run that waits for them)")
@@ -192,9 +196,13 @@ def check_start(
     msgs = check_messages(messages)
     placeholder = PlaceholderIds().new_id()
     events: list[Any] = [] if parent_run_id is not None else [ThreadCreated(resource_id=resource_id)]
+    given = run_input or RunInput()
     events.append(RunStarted(run_id=run_id or placeholder, agent_id=agent_id, parent_run_id=parent_run_id,
-                             frontend_tools=[dict(t) for t in frontend_tools]))
+                             frontend_tools=[dict(t) for t in frontend_tools], overrides=given.overrides,
+                             context=list(given.context), forwarded_props=given.forwarded_props))
     events.extend(MessageAppended(message=m) for m in msgs)
+    if given.state:  # at most this patch (only changed keys are recorded)
+        events.append(StatePatched(ops=client_state_ops({}, given.state), source=CLIENT_STATE_SOURCE))
     commit = Commit(commit_id=placeholder, thread_id=thread_id or placeholder, run_id=run_id or placeholder,
                     ts=0, events=events)
     try:

@@ -18,6 +18,7 @@ from agentlog.runtime.handoff import HandoffPlugin, transfer_tool_name
 from agentlog.runtime.models.base import Model
 from agentlog.runtime.models.pool import ModelPool
 from agentlog.runtime.plugins import Plugin
+from agentlog.runtime.run_input import OverridePolicy
 from agentlog.runtime.stop import MaxRounds, StopCondition
 
 ToolExecutionMode = Literal["sequential", "parallel_batch_approval", "parallel_streaming"]
@@ -90,6 +91,10 @@ class AgentOptions(pydantic.BaseModel):
         for agent_id in v:
             validate_id(agent_id, "handoff agent id")
         return list(dict.fromkeys(v))
+
+    #: What one request may change for its run (model, system prompt, option keys): nothing
+    #: by default (`agentlog.runtime.run_input`).
+    overrides: OverridePolicy = OverridePolicy()
 
     def options(self) -> dict[str, Any]:
         """These fields as keyword arguments (to build an `AgentSpec` from a config)."""

@@ -196,7 +196,8 @@ class AgentlogConfig(_Model):
             if isinstance(a.pool, str) and a.pool not in self.pools:
                 raise ValueError(f"agent {a.id!r}: unknown pool {a.pool!r} (pools: {', '.join(self.pools) or 'none'})")
             pool = self.pools.get(a.pool) if isinstance(a.pool, str) else a.pool
-            for m in [*([a.model] if a.model else []), *a.fallback_models, *(pool.models if pool else [])]:
+            for m in [*([a.model] if a.model else []), *a.fallback_models, *(pool.models if pool else []),
+                      *a.overrides.models]:
                 if m not in self.models and not is_provider_id(m):
                     raise ValueError(f"agent {a.id!r}: unknown model {m!r} (models: {', '.join(self.models) or 'none'})")
             for sub in a.sub_agents:
@@ -377,7 +378,8 @@ def build(config: AgentlogConfig, source: str = "<config>", base: Path | None = 
     pools = {a.id: config.pools[a.pool] if isinstance(a.pool, str) else a.pool for a in config.agents}
     for a in config.agents:  # `provider:model` ids named directly by agents and pools
         pool = pools[a.id]
-        for ref in [*([a.model] if a.model else []), *a.fallback_models, *(pool.models if pool else [])]:
+        for ref in [*([a.model] if a.model else []), *a.fallback_models, *(pool.models if pool else []),
+                    *a.overrides.models]:
             if ref not in models:
                 models[ref] = _model(ref, ref, source)
     toolset: McpToolset | None = None

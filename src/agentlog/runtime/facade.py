@@ -58,6 +58,7 @@ from agentlog.runtime.models.base import Model, ToolSpec
 from agentlog.runtime.models.providers import build_provider_model
 from agentlog.runtime.outage import OutagePolicy
 from agentlog.runtime.queued import Queued, queue_input, queue_messages
+from agentlog.runtime.run_input import RunInput, as_run_input, check_overrides
 from agentlog.runtime.snapshots.format import LoadedSnapshot, RunSnapshot, make_snapshot, with_finished_calls
 from agentlog.runtime.snapshots.store import SnapshotStore, save_snapshot
 from agentlog.runtime.tools import Tool, ToolRegistry
@@ -351,6 +352,7 @@ class Runtime:
         frontend_tools: Sequence[ToolSpec | Mapping[str, Any]] | None = None,
         parent_thread_id: str | None = None,
         thread_metadata: Mapping[str, Any] | None = None,
+        run_input: RunInput | Mapping[str, Any] | None = None,
     ) -> RunHandle:
         """Commit the start of a run and drive it in the background.
 
@@ -376,6 +378,10 @@ class Runtime:
         `parent_thread_id` (with `parent_run_id`): a sub-agent run (`agentlog.runtime.toolkits.subagents`): the run
         starts on its own (child) thread, and the lineage is recorded in `ThreadCreated` and
         `RunStarted`; it is not a continuation. `thread_metadata`: of a new thread.
+
+        `run_input` (`agentlog.runtime.run_input.RunInput` or its JSON form): the client's
+        overrides (checked against the agent's `overrides` policy: `OverrideNotAllowed`),
+        context, forwarded props and state, all recorded in the run-start commit.
         """
         # Everything that can reject the request is checked before the first write: closing a
         # waiting parent appends, so a continuation that is going to fail must fail before it.
@@ -391,10 +397,15 @@ class Runtime:
         if missing:
             raise LookupError(f"agent {agent_id!r} lists unknown tools: {', '.join(missing)}")
         self.models.resolve(spec.model)  # fail now, not at the first inference
+        given = as_run_input(run_input)
+        if given is not None and given.overrides is not None:
+            check_overrides(given.overrides, spec.overrides, spec.model_name)
+            if given.overrides.model is not None:
+                self.models.resolve(given.overrides.model)
         # the input checks the gateway makes too (agentlog.runtime.admission): same input, same answer
         check_start(agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
                     decisions=decisions, resource_id=resource_id, frontend_tools=frontend,
-                    max_payload=getattr(self.store, "max_payload", None))
+                    max_payload=getattr(self.store, "max_payload", None), run_input=given)
         chosen_run_id = run_id  # a generated id is new: only a chosen one can be taken
         if parent_run_id is not None and not child:  # a continuation on the parent's thread
             parent_thread = await self._thread_of(parent_run_id)
@@ -422,7 +433,8 @@ class Runtime:
         try:
             await loop.begin(msgs, parent_run_id=parent_run_id, origin=origin, resource_id=resource_id,
                              frontend_tools=frontend, parent_thread_id=parent_thread_id, app=self.app,
-                             thread_metadata=dict(thread_metadata) if thread_metadata else None)
+                             thread_metadata=dict(thread_metadata) if thread_metadata else None,
+                             run_input=given)
         except VersionConflict as exc:
             raise RunConflict(f"thread {thread_id!r} changed while run {run_id!r} was starting: {exc}") from None
         self._drive(loop, handle)

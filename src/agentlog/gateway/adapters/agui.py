@@ -74,6 +74,7 @@ from agentlog.gateway.adapters.common import (
     live_message_id,
     reasoning_id,
     reasoning_text,
+    request_overrides,
     safe_id,
 )
 from agentlog.runtime.admission import as_parts
@@ -726,6 +727,9 @@ class AguiRunRequest:
     forwarded_props: Any
     decisions: list[Decision]
     input: ag.RunAgentInput = field(repr=False)
+    #: What a started run records of the request besides its messages and tools
+    #: (`agentlog.runtime.run_input`, JSON form): overrides, context, forwarded props, state.
+    run_input: dict[str, Any] | None = None
 
 
 def _loc(loc: Sequence[Any]) -> str:
@@ -801,12 +805,38 @@ def parse_run_input(body: Any, *, known_ids: Iterable[str] | None = None) -> Agu
             action="resume" if entry.status == "resolved" else "cancel",
             result=entry.payload,
         ))
+    context = [(c.description, c.value) for c in inp.context or ()]
     return AguiRunRequest(
         thread_id=inp.thread_id, run_id=inp.run_id, parent_run_id=inp.parent_run_id,
-        messages=new_messages, tool_results=tool_results, tools=tools,
-        context=[(c.description, c.value) for c in inp.context or ()],
+        messages=new_messages, tool_results=tool_results, tools=tools, context=context,
         state=inp.state, forwarded_props=inp.forwarded_props, decisions=decisions, input=inp,
+        run_input=agui_run_input(context, inp.state, inp.forwarded_props),
     )
+
+
+def agui_overrides(forwarded: Any) -> dict[str, Any] | None:
+    """`forwardedProps.model`, `.systemPrompt` and `.config` as run overrides (CopilotKit-style:
+    the provider's `properties` arrive as `forwardedProps`); other keys are only recorded."""
+    return request_overrides(forwarded, "forwardedProps.") if isinstance(forwarded, dict) else None
+
+
+def agui_run_input(context: Sequence[tuple[str, str]], state: Any, forwarded: Any) -> dict[str, Any] | None:
+    """The run input a `RunAgentInput` carries: its context, its state (an object; null and `{}`
+    add nothing), its `forwardedProps` (recorded unless empty) and the overrides they hold."""
+    if state is not None and not isinstance(state, dict):
+        raise AdapterInputError(f"state must be an object (it is merged into the thread's state), not {_kind(state)}",
+                                "state")
+    out: dict[str, Any] = {}
+    overrides = agui_overrides(forwarded)
+    if overrides:
+        out["overrides"] = overrides
+    if context:
+        out["context"] = [{"description": d, "value": v} for d, v in context]
+    if forwarded not in (None, {}):
+        out["forwarded_props"] = forwarded
+    if state:
+        out["state"] = state
+    return out or None
 
 
 def check_resume(request: AguiRunRequest | Sequence[Decision], open: Iterable[Any]) -> list[Decision]:

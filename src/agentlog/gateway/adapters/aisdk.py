@@ -74,6 +74,7 @@ from agentlog.gateway.adapters.common import (
     queue_mode,
     reasoning_id,
     reasoning_text,
+    request_overrides,
     safe_id,
 )
 from agentlog.runtime.admission import as_parts
@@ -454,13 +455,18 @@ class AiSdkRequest:
     #: `steer` / `follow_up` (body `agentlog.mode`): the new message is queued on the thread's
     #: running run instead of interrupting it (`agentlog.gateway.adapters.common.queue_mode`).
     mode: str | None = None
+    #: The body's `model` / `systemPrompt` / `config` as a run input (`agentlog.runtime.run_input`),
+    #: recorded by a run it starts; None when it has none.
+    run_input: dict[str, Any] | None = None
 
 
 def parse_chat_request(body: Any) -> AiSdkRequest:
     """Validate a v6 chat request body (`id`, `messages` of UIMessages with `parts`, `trigger`,
     `messageId`, optional `runId`) and extract the new user text and the approval responses
     (explicit `tool-approval-response` parts, or tool parts in state `approval-responded` /
-    `output-denied` with `approval{id, approved, reason}`). `AdapterInputError` otherwise."""
+    `output-denied` with `approval{id, approved, reason}`), and the run overrides `model`,
+    `systemPrompt`, `config` (extra body fields, as `sendMessage(..., {body})` sends them).
+    `AdapterInputError` otherwise."""
     if not isinstance(body, dict):
         raise AdapterInputError("the body must be a JSON object")
     if "id" not in body and ("sessionId" in body or "input" in body):
@@ -512,8 +518,9 @@ def parse_chat_request(body: Any) -> AiSdkRequest:
     if message is None and not decisions and not outputs and trigger != "regenerate-message":
         raise AdapterInputError("request must include user input, tool approval responses or tool outputs",
                                 "messages")
+    overrides = request_overrides(body)
     return AiSdkRequest(thread_id, run_id, trigger, message_id, message, decisions, outputs,
-                        queue_mode(body, "body"))
+                        mode=queue_mode(body, "body"), run_input={"overrides": overrides} if overrides else None)
 
 
 def _tool_outputs(thread_id: str, m: dict[str, Any], where: str, approved: set[str]) -> list[Decision]:

@@ -293,3 +293,27 @@ async def guarded(events: AsyncIterator[Any], encode: Callable[[Any], T],
     except Exception as exc:  # noqa: BLE001 - reported as the stream's last event
         log.error("adapter stream failed", exc_info=exc, **log_ctx)
         yield encode(on_error(exc))
+
+
+#: The request keys read as run overrides (AG-UI `forwardedProps`, the AI SDK body), and the
+#: `RunOverrides` field each fills (`agentlog.runtime.run_input`).
+OVERRIDE_KEYS = {"model": "model", "systemPrompt": "system_prompt", "config": "options"}
+
+
+def request_overrides(props: Mapping[str, Any], where: str = "") -> dict[str, Any] | None:
+    """`model` (a non-empty string), `systemPrompt` (a string) and `config` (an object of
+    provider options) of a protocol request as run overrides, None when it has none. Raises
+    `AdapterInputError` (field `where` + key) for a wrong shape; whether the agent allows them is
+    the runtime's to say."""
+    out: dict[str, Any] = {}
+    for key, name in OVERRIDE_KEYS.items():
+        value = props.get(key)
+        if value is None:
+            continue
+        if name == "options":
+            if not isinstance(value, dict):
+                raise AdapterInputError("config is an object of provider options", f"{where}{key}")
+        elif not isinstance(value, str) or (name == "model" and not value):
+            raise AdapterInputError(f"{key} is a{' non-empty' if name == 'model' else ''} string", f"{where}{key}")
+        out[name] = value
+    return out or None

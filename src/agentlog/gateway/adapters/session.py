@@ -58,6 +58,7 @@ from agentlog.projections.timetravel import messages_at, state_at
 from agentlog.projections.views import RunView, ThreadView
 from agentlog.runtime import CommittedEvent
 from agentlog.runtime.admission import PlaceholderIds, as_messages
+from agentlog.runtime.run_input import OverrideNotAllowed
 
 
 class NotVisible(AgentlogError, LookupError):
@@ -281,7 +282,7 @@ async def agui_events(backend: Backend, agent_id: str, req: agui.AguiRunRequest,
         for ev in tr.reconnect():
             yield ev
     async for ev in _drive(backend, tr, thread, agent_id, req.messages, run_id, after, action, who,
-                           frontend_tools=frontend):
+                           frontend_tools=frontend, run_input=req.run_input):
         yield ev
 
 
@@ -325,9 +326,12 @@ Action = (
 
 async def _drive(backend: Backend, tr: Any, thread: ThreadLog, agent_id: str, messages: list[Any],
                  run_id: str, after: int, action: Action, who: Any,
-                 frontend_tools: list[dict[str, Any]] | None = None) -> AsyncIterator[Any]:
+                 frontend_tools: list[dict[str, Any]] | None = None,
+                 run_input: dict[str, Any] | None = None) -> AsyncIterator[Any]:
     """Subscribe live, act (start / decide / nothing for a replay), follow, translate.
-    `frontend_tools`: recorded with a started run (AG-UI `tools`)."""
+    `frontend_tools`, `run_input`: recorded with a started run (AG-UI `tools`; overrides,
+    context, forwarded props, state). An override the agent does not allow is raised before
+    the first event, so the transport answers it as a refused request (HTTP 400), not a stream."""
     src = RunSource(backend.store, backend.nc, thread.thread_id, run_id)
     try:
         await src.subscribe()
@@ -342,6 +346,7 @@ async def _drive(backend: Backend, tr: Any, thread: ThreadLog, agent_id: str, me
                     agent_id, messages, thread_id=thread.thread_id, run_id=run_id, parent_run_id=action[1],
                     resource_id=tenant if thread.view is None else None,
                     **({"frontend_tools": frontend_tools} if frontend_tools else {}),
+                    **({"run_input": run_input} if run_input else {}),
                     **({"interrupt": True} if interrupt else {}))
             elif action[0] == "queue":  # steer / follow_up: the running run takes the messages
                 await backend.dispatcher.submit_inputs(run_id, messages=messages, mode=action[1])
@@ -360,6 +365,8 @@ async def _drive(backend: Backend, tr: Any, thread: ThreadLog, agent_id: str, me
                         yield ev
                     return
         except AgentlogError as exc:
+            if exc.code == OverrideNotAllowed.code:
+                raise
             for ev in tr.finish(exc, **({"code": exc.code} if isinstance(tr, agui.AguiTranslator) else {})):
                 yield ev
             return
@@ -429,6 +436,8 @@ async def aisdk_events(backend: Backend, agent_id: str, req: aisdk.AiSdkRequest,
     action: Action
     try:
         if req.trigger == "regenerate-message":
+            # overrides first: a refused request must not leave a fork behind
+            backend.dispatcher.check_overrides(agent_id, req.run_input)
             # a fork before the answer, which now carries the chat (`agentlog.gateway.adapters.regenerate`)
             fork = await regenerate.fork_for_regenerate(
                 backend.store, chat.thread_id, chat.version, thread.thread_id, thread.commits,
@@ -465,7 +474,8 @@ async def aisdk_events(backend: Backend, agent_id: str, req: aisdk.AiSdkRequest,
     tr = aisdk.AiSdkTranslator(req.thread_id, run_id)
     if action[0] == "decide":
         tr.expect_results(d["target_id"] for d in action[1])
-    async for p in _drive(backend, tr, thread, agent_id, messages, run_id, after, action, who):
+    async for p in _drive(backend, tr, thread, agent_id, messages, run_id, after, action, who,
+                          run_input=req.run_input if action[0] == "start" else None):
         yield p
 
 

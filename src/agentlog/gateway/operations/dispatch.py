@@ -54,6 +54,7 @@ from agentlog.runtime.loading import LoadedRun, RunLoader, known_calls
 from agentlog.runtime.loop.hitl import check_decisions, decision_seqs, parse_decisions
 from agentlog.runtime.outage import is_transient
 from agentlog.runtime.queued import QUEUE_MODES, queue_input, recorded_ids
+from agentlog.runtime.run_input import OverridePolicy, RunInput, as_run_input, check_overrides, run_input_wire
 from agentlog.runtime.snapshots.store import SnapshotStore
 from agentlog.runtime.workers.commands import (
     DLQ_CODE,
@@ -139,6 +140,7 @@ class Dispatcher(Protocol):
         resource_id: str | None = None,
         frontend_tools: Sequence[Mapping[str, Any]] | None = None,
         interrupt: bool = False,
+        run_input: RunInput | Mapping[str, Any] | None = None,
     ) -> Accepted: ...
 
     async def submit_inputs(
@@ -147,6 +149,8 @@ class Dispatcher(Protocol):
     ) -> Accepted: ...
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Accepted: ...
+
+    def check_overrides(self, agent_id: str, run_input: RunInput | Mapping[str, Any] | None) -> None: ...
 
 
 def _has_messages(messages: Messages | None) -> bool:
@@ -227,6 +231,7 @@ class InProcessDispatcher:
         run_id: str | None = None, parent_run_id: str | None = None,
         decisions: Sequence[Mapping[str, Any]] | None = None, resource_id: str | None = None,
         frontend_tools: Sequence[Mapping[str, Any]] | None = None, interrupt: bool = False,
+        run_input: RunInput | Mapping[str, Any] | None = None,
     ) -> Accepted:
         check_start_ids(agent_id, thread_id, run_id, parent_run_id)
         if agent_id not in self.runtime.agents:
@@ -239,6 +244,7 @@ class InProcessDispatcher:
             handle = await self.runtime.start(
                 agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
                 decisions=list(decisions or ()), resource_id=resource_id, frontend_tools=frontend_tools,
+                run_input=run_input,
             )
         except AgentlogError:
             raise
@@ -246,6 +252,17 @@ class InProcessDispatcher:
             raise InvalidInput(str(exc)) from None
         seq = _seq_of(handle.commits, lambda e: type(e) is RunStarted)
         return Accepted(handle.thread_id, handle.run_id, seq)
+
+    def check_overrides(self, agent_id: str, run_input: RunInput | Mapping[str, Any] | None) -> None:
+        """Raise what `start_run` would for the request's overrides (`OverrideNotAllowed`,
+        `InvalidInput`), for a caller that must check before it writes something else first."""
+        try:
+            given = as_run_input(run_input)
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from None
+        if given is not None and agent_id in self.runtime.agents:
+            spec = self.runtime.agents.get(agent_id)
+            check_overrides(given.overrides, spec.overrides, spec.model_name)
 
     async def submit_inputs(
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
@@ -317,12 +334,17 @@ class QueueDispatcher:
     from the thread's first commit.
     `app_name`: the app whose workers get new runs; a run's later commands (continue, decide,
     cancel) go to the app recorded in its `RunStarted` (`_app_of`), this one if none is.
+    `override_policies`: agent id -> (its model name, its `OverridePolicy`), when the gateway
+    knows the app: a request's overrides are then checked here, else by the worker (which
+    refuses the command with the same code).
     """
 
     def __init__(self, nc: Any, store: Any, *, agents: Collection[str] | None = None,
                  descriptions: Mapping[str, str] | None = None, timeout: float = 10.0,
-                 snapshots: SnapshotStore | None = None, app_name: str | None = None) -> None:
+                 snapshots: SnapshotStore | None = None, app_name: str | None = None,
+                 override_policies: Mapping[str, tuple[str, OverridePolicy]] | None = None) -> None:
         self.store = store
+        self.override_policies = dict(override_policies or {})
         self.client = CommandClient(nc, app_name=app_name)
         self.agents = set(agents) if agents is not None else None
         self.descriptions = dict(descriptions or {})
@@ -336,6 +358,7 @@ class QueueDispatcher:
         run_id: str | None = None, parent_run_id: str | None = None,
         decisions: Sequence[Mapping[str, Any]] | None = None, resource_id: str | None = None,
         frontend_tools: Sequence[Mapping[str, Any]] | None = None, interrupt: bool = False,
+        run_input: RunInput | Mapping[str, Any] | None = None,
     ) -> Accepted:
         """`interrupt` (a continuation of a running parent): ONE command (`ContinueRun.interrupt`)
         that the worker executes as "cancel the parent, then start once it has finished", so the
@@ -346,10 +369,12 @@ class QueueDispatcher:
         decisions = list(decisions or ())
         try:  # the names are checked here; a clash with the agent's tools only a worker can see
             frontend = normalize_frontend_tools(frontend_tools)
+            self.check_overrides(agent_id, run_input)
+            given = as_run_input(run_input)
             # the runtime's own input checks (serve mode makes the same call): same answers
             check_start(agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
                         decisions=decisions, resource_id=resource_id, frontend_tools=frontend,
-                        max_payload=getattr(self.store, "max_payload", None))
+                        max_payload=getattr(self.store, "max_payload", None), run_input=given)
         except (InvalidFrontendTools, InvalidRunInput) as exc:
             raise InvalidInput(str(exc)) from None
         except AgentlogError:
@@ -376,13 +401,24 @@ class QueueDispatcher:
         # then failed left an orphan thread)
         cmd = cls(thread_id=thread_id, run_id=run_id, agent_id=agent_id, messages=_wire_messages(messages),
                   parent_run_id=parent_run_id, decisions=[dict(d) for d in decisions], frontend_tools=frontend,
-                  resource_id=resource_id)
+                  resource_id=resource_id, run_input=run_input_wire(given))
         if interrupt:
             cmd = ContinueRun(**{**msgspec.structs.asdict(cmd), "interrupt": True})
         seq = await self._submit_and_wait(cmd, thread_id, version,
                                           lambda sc: sc.commit.run_id == run_id and _has(sc, RunStarted),
                                           app_name)
         return Accepted(thread_id, run_id, seq)
+
+    def check_overrides(self, agent_id: str, run_input: RunInput | Mapping[str, Any] | None) -> None:
+        """Raise what `start_run` would here for the request's overrides (`OverrideNotAllowed`,
+        `InvalidInput`); without the agent's policy only the worker can tell."""
+        try:
+            given = as_run_input(run_input)
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from None
+        policy = self.override_policies.get(agent_id)
+        if given is not None and policy is not None:
+            check_overrides(given.overrides, policy[1], policy[0])
 
     async def _check_start(self, thread_id: str, run_id: str | None, parent_run_id: str | None,
                            interrupting: str | None = None) -> int:

@@ -43,6 +43,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "invalid_decision": 400,
     "unknown_call": 400,
     "invalid_input": 400,
+    "override_not_allowed": 400,
     "invalid_command": 400,
     "invalid_json": 400,
     "run_not_waiting": 409,

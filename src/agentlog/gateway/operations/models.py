@@ -198,6 +198,24 @@ class DecisionIn(_Model):
     updated_at: int = Field(default=0, ge=0, description="unix ms; the server's clock when 0")
 
 
+class OverridesIn(_Model):
+    """This run's overrides of the agent's configuration, within what the agent allows (its
+    `overrides` policy; anything else is a 400 `override_not_allowed`)."""
+
+    model: str | None = Field(default=None, min_length=1, max_length=256, description="a model the agent allows")
+    system_prompt: str | None = Field(default=None, max_length=100_000,
+                                      description="replaces the agent's system prompt, if it allows that")
+    options: dict[str, Any] = Field(default_factory=dict, description="provider options (temperature...) the "
+                                                                      "agent allows, over its model_options")
+
+
+class ContextIn(_Model):
+    """Context for the model (shown in the system prompt, after the agent's own)."""
+
+    description: str = Field(max_length=10_000)
+    value: str = Field(max_length=100_000)
+
+
 class StartRunBody(_Model):
     agent_id: Id
     thread_id: Id | None = Field(default=None, description="a new thread when absent")
@@ -207,6 +225,11 @@ class StartRunBody(_Model):
     decisions: list[DecisionIn] = Field(default_factory=list, max_length=MAX_ITEMS,
                                         description="for the waiting parent run's suspended calls")
     resource_id: ResourceId | None = Field(default=None, description="owner of a new thread (tenant scoping)")
+    overrides: OverridesIn | None = Field(default=None, description="model / system prompt / options for this run")
+    context: list[ContextIn] = Field(default_factory=list, max_length=MAX_ITEMS,
+                                     description="context for the model, recorded with the run")
+    state: dict[str, Any] | None = Field(default=None, description="merged into the thread's state at run start "
+                                                                     "(top-level keys; recorded as a state patch)")
 
 
 class RunInputsBody(_Model):

@@ -63,6 +63,18 @@ def _decisions(decisions: list[DecisionIn]) -> list[dict[str, Any]]:
     return [d.model_dump(exclude_none=True) for d in decisions]
 
 
+def _run_input(body: StartRunBody) -> dict[str, Any] | None:
+    """The body's overrides, context and state as a run input (`agentlog.runtime.run_input`)."""
+    out: dict[str, Any] = {}
+    if body.overrides is not None:
+        out["overrides"] = body.overrides.model_dump(exclude_none=True)
+    if body.context:
+        out["context"] = [c.model_dump() for c in body.context]
+    if body.state is not None:
+        out["state"] = body.state
+    return out or None
+
+
 # -- access checks (from the log first: a run just started may not be in the views yet) --------
 
 
@@ -111,6 +123,7 @@ async def start_run(svc: Services, who: Principal, dispatcher: Dispatcher, body:
     return await dispatcher.start_run(
         body.agent_id, _messages(body.messages), thread_id=body.thread_id, run_id=body.run_id,
         parent_run_id=body.parent_run_id, decisions=_decisions(body.decisions), resource_id=body.resource_id,
+        run_input=_run_input(body),
     )
 
 

@@ -32,6 +32,7 @@ from agentlog.runtime.plugins import (
     SetResult,
     Suspend,
 )
+from agentlog.runtime.run_input import context_text
 from agentlog.runtime.stop import StopInput
 from agentlog.runtime.tools import InvalidToolArguments, Tool, ToolResult
 
@@ -126,8 +127,17 @@ def build_request(
 ) -> ModelRequest:
     """The model request for this step: system prompt (+ plugin context), the thread's
     conversation, the tools on offer, options (+ overrides)."""
+    overrides = ctx.overrides
     system = spec.system_prompt
     options = spec.model_options
+    if overrides is not None:  # recorded in the run's RunStarted (agentlog.runtime.run_input)
+        if overrides.system_prompt is not None:
+            system = overrides.system_prompt
+        if overrides.options:
+            options = {**options, **overrides.options}
+    client = context_text(ctx.client_context)
+    if client:
+        system = f"{system}\n\n{client}" if system else client
     model_name = ctx.model or spec.model_name
     for action in actions:
         if isinstance(action, AddContext):

@@ -103,6 +103,7 @@ from agentlog.runtime.plugins import (
     overrides,
     run_hook,
 )
+from agentlog.runtime.run_input import CLIENT_STATE_SOURCE, RunInput, client_state_ops
 from agentlog.runtime.stop import evaluate_stop
 from agentlog.runtime.tools import Tool
 
@@ -320,24 +321,31 @@ class RunLoop(Resume, Inference):
     async def begin(self, messages: Sequence[Message], *, parent_run_id: str | None, origin: str,
                     thread_metadata: dict[str, Any] | None = None, resource_id: str | None = None,
                     frontend_tools: Sequence[dict[str, Any]] = (), parent_thread_id: str | None = None,
-                    app: AppRef | None = None) -> None:
+                    app: AppRef | None = None, run_input: RunInput | None = None) -> None:
         """The run-start commit: [ThreadCreated] + RunStarted (with the run's frontend tools,
-        already normalised by the caller, and the app starting it) + the new messages (+ RunStart
-        plugin patches).
+        already normalised by the caller, the app starting it, and the client's overrides,
+        context and forwarded props, already checked) + the new messages + the client's state
+        merged into the thread's (`StatePatched`, source `client`) (+ RunStart plugin patches).
         `parent_thread_id`: a sub-agent run's parent thread (lineage in both events).
         Raises VersionConflict if the thread moved since it was folded."""
         if not self.ctx.thread_exists:
             self._emit(ThreadCreated(resource_id=resource_id, parent_thread_id=parent_thread_id,
                                      metadata=thread_metadata or {}))
         pool = self.spec.pool
+        given = run_input or RunInput()
         self._emit(RunStarted(run_id=self.ctx.run_id, agent_id=self.spec.id, parent_run_id=parent_run_id,
                               parent_thread_id=parent_thread_id, origin=origin, frontend_tools=list(frontend_tools),
                               app=app,
-                              model=None if pool is None else pool.choose(self.ctx.thread_id, self.ctx.run_id)))
+                              model=None if pool is None else pool.choose(self.ctx.thread_id, self.ctx.run_id),
+                              overrides=given.overrides, context=list(given.context),
+                              forwarded_props=given.forwarded_props))
         # the run's frontend tools are folded now: offer them from the first inference on
         self._base_tool_specs = tool_specs(self.spec, self._agent_tools, (), self.ctx.frontend_tools)
         for m in messages:
             self._emit(MessageAppended(message=m))
+        ops = client_state_ops(self.ctx.state, given.state)
+        if ops:
+            self._emit(StatePatched(ops=ops, source=CLIENT_STATE_SOURCE))
         actions = await self._hook("run_start")
         self._apply_patches(actions, "plugin")
         self._start_termination = self._terminate(actions)

@@ -17,12 +17,14 @@ from agentlog.eventlog.events import (
     AgentHandedOff,
     AnyEvent,
     ContextCompacted,
+    ContextEntry,
     InferenceCompleted,
     Message,
     MessageAppended,
     MessageQueued,
     RunCancelRequested,
     RunFinished,
+    RunOverrides,
     RunResumed,
     RunStarted,
     RunSuspended,
@@ -103,8 +105,11 @@ class RunContext:
     compaction: ContextCompacted | None = None
     #: The run's summed `InferenceCompleted.cost` (None: no priced inference yet).
     cost: float | None = None
-    #: The model a pool chose for the run (its `RunStarted.model`), else None.
+    #: The run's model: a request's override, else the one a pool chose (its `RunStarted`), else None.
     model: str | None = None
+    #: The run's recorded overrides and client context (`RunStarted`, `agentlog.runtime.run_input`).
+    overrides: RunOverrides | None = None
+    client_context: list[ContextEntry] = field(default_factory=list)
     #: Budget suspensions a human extended (each grants one more budget), and whether one was
     #: declined (the run then ends `stopped`/budget); see `agentlog.runtime.stop.Budget`.
     budget_extensions: int = 0
@@ -240,7 +245,11 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.cancel_requested = False
         ctx.finished = None
         ctx.frontend_tools = frontend_specs(cast(RunStarted, event).frontend_tools)
-        ctx.model = cast(RunStarted, event).model
+        run_started = cast(RunStarted, event)
+        ctx.overrides = run_started.overrides
+        ctx.client_context = list(run_started.context)
+        override_model = run_started.overrides.model if run_started.overrides is not None else None
+        ctx.model = override_model or run_started.model
         ctx.cost = None
         ctx.budget_extensions = 0
         ctx.budget_declined = False

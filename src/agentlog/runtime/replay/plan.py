@@ -43,6 +43,7 @@ from agentlog.eventlog.events import (
     ToolCallSuspended,
 )
 from agentlog.runtime.models.base import ModelRequest
+from agentlog.runtime.run_input import CLIENT_STATE_SOURCE, RunInput, as_run_input, client_state_of
 from agentlog.runtime.tools import ToolResult
 
 #: Event types other parties write beside the loop (cancel requests, metadata edits, decisions). A
@@ -194,6 +195,9 @@ class ReplayPlan:
     #: The app the run records (`RunStarted.app`): the replay records the same. Which app it
     #: really is shows where the replayed requests differ, as for a run without it.
     app: AppRef | None = None
+    #: The client's overrides, context, forwarded props and state as the run start recorded
+    #: them (passed back to `start`, which records them again: `agentlog.runtime.run_input`).
+    run_input: RunInput | None = None
 
     @property
     def events(self) -> int:
@@ -234,6 +238,11 @@ def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
     started = next(e for e in first.events if isinstance(e, RunStarted))
     created = next((e for e in first.events if isinstance(e, ThreadCreated)), None)
     messages = tuple(e.message for e in first.events if isinstance(e, MessageAppended))
+    client_ops = [op for e in first.events if isinstance(e, StatePatched) and e.source == CLIENT_STATE_SOURCE
+                  for op in e.ops]
+    run_input = as_run_input(RunInput(overrides=started.overrides, context=list(started.context),
+                                      forwarded_props=started.forwarded_props,
+                                      state=client_state_of(client_ops) or None))
 
     # a queued message the loop takes keeps the id it was queued with: no entropy draw
     queued = {e.message.id for sc in segment if sc.commit.run_id == run_id
@@ -297,7 +306,7 @@ def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
         groups={k: frozenset(v) for k, v in groups.items()}, ids=tuple(ids), next_ts=next_ts,
         termination=termination, has_cancel=has_cancel, frontend_tools=tuple(started.frontend_tools),
         parent_thread_id=started.parent_thread_id, thread_metadata=created.metadata if created else None,
-        app=started.app,
+        app=started.app, run_input=run_input,
     )
 
 

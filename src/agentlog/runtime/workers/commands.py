@@ -28,6 +28,7 @@ from agentlog.eventlog.errors import AgentlogError, InvalidId
 from agentlog.eventlog.ids import new_id, validate_id
 from agentlog.eventlog.subjects import DEFAULT_APP, PREFIX, command_subject
 from agentlog.runtime.frontend import InvalidFrontendTools, normalize_frontend_tools
+from agentlog.runtime.run_input import as_run_input
 
 COMMANDS_STREAM = "AGENTLOG_COMMANDS"
 COMMANDS_SUBJECTS = f"{PREFIX}.cmd.>"
@@ -102,6 +103,9 @@ class StartRun(_Base, tag="start", kw_only=True, omit_defaults=True):
     #: the new child thread's metadata.
     parent_thread_id: str | None = None
     thread_metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    #: The client's overrides, context, forwarded props and state (`agentlog.runtime.run_input`,
+    #: its JSON form), checked and recorded by the worker's `Runtime.start`.
+    run_input: dict[str, Any] | None = None
 
 
 class ContinueRun(StartRun, tag="continue", kw_only=True):
@@ -170,7 +174,8 @@ def validate_command(cmd: Command) -> Command:
                 raise InvalidCommand("decisions on a start command need parent_run_id (the waiting run)")
             try:
                 normalize_frontend_tools(cmd.frontend_tools)
-            except InvalidFrontendTools as exc:
+                as_run_input(cmd.run_input)
+            except (InvalidFrontendTools, ValueError) as exc:
                 raise InvalidCommand(str(exc)) from None
         if isinstance(cmd, QueueMessages) and not cmd.messages:
             raise InvalidCommand("a queue command needs at least one message")

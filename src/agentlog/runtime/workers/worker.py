@@ -460,7 +460,7 @@ class Worker:
                         parent_run_id=cmd.parent_run_id, decisions=cmd.decisions, origin=cmd.origin,
                         frontend_tools=cmd.frontend_tools, resource_id=cmd.resource_id,
                         parent_thread_id=cmd.parent_thread_id,
-                        thread_metadata=cmd.thread_metadata or None,
+                        thread_metadata=cmd.thread_metadata or None, run_input=cmd.run_input,
                     )
                     log.info("run.started_by_worker")
                 except RunConflict as exc:
