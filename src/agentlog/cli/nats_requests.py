@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 import nats.errors
 import typer
@@ -68,7 +68,7 @@ class UsageError(AgentlogError):
 def _user(name: str) -> Role:
     if name not in ROLES:
         raise UsageError(f"--user must be one of {', '.join(ROLES)} (the deployment's logins), not {name!r}")
-    return cast(Role, name)  # checked against ROLES above
+    return name  # narrowed to a Role by the check above
 
 
 def _headers(given: list[str]) -> dict[str, str]:
