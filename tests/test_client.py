@@ -5,7 +5,8 @@ human before `deploy`; `chat` answers "hello").
 Synchronisation: `runs.wait` and `runs.stream` follow the log over SSE; every read after a write
 passes the write's `seq` as `min_seq`; no test waits on time. The one fake server here is an
 aiohttp app in the test's loop that drops an event stream mid-way, to check the client's
-`Last-Event-ID` resume (a real server drops only clients that fall behind its queue).
+`Last-Event-ID` resume (a real server drops only clients that fall behind its queue). Views that
+lag the log are made in process (the real HTTP app with its projection runner stopped).
 """
 
 from __future__ import annotations
@@ -329,3 +330,43 @@ async def test_a_silent_stream_is_resumed() -> None:
         assert got == ["1:0", "2:0"] and seen == [None, "1:0"]
     finally:
         await runner.cleanup()
+
+
+async def test_wait_and_current_answer_while_the_views_lag(nats_server: Any) -> None:
+    """The views may lag the log (a loaded machine, a restart): `runs.wait` and `runs.current`
+    read as of the commits they saw in the log (the server folds the run from the log), never
+    the views' 503 `projection_timeout`. Here the projection runner is stopped before the run:
+    the views never learn of it. (In process: a real nats-server and the real HTTP app.)"""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from agentlog.gateway.http import Settings, create_app
+    from agentlog.gateway.http.write import write_routes
+    from agentlog.gateway.operations.dispatch import InProcessDispatcher
+    from agentlog.projections.kv import KVViewStore
+    from agentlog.projections.runner import ProjectionRunner
+    from agentlog.runtime import AgentSpec, Runtime
+    from agentlog.runtime.models import ScriptedModel
+
+    from test_http_support import stop_runner
+
+    store = await JetStreamEventStore.connect(nats_server.url)
+    views = await KVViewStore.open(store.nc)
+    runner = ProjectionRunner(store.nc, views, fetch_timeout=0.2)
+    await runner.start()
+    await stop_runner(runner)
+    rt = Runtime(store, agents=[AgentSpec(id="chat", model=ScriptedModel(["hello"]))])
+    dispatcher = InProcessDispatcher(rt)
+    app = create_app(store, views, runner, runtime=dispatcher, extra_routes=write_routes(dispatcher),
+                     settings=Settings(read_wait=0.2))
+    server = TestClient(TestServer(app, host="127.0.0.1"))
+    await server.start_server()
+    try:
+        async with asyncio.timeout(60), AsyncClient(str(server.make_url("")).rstrip("/")) as client:
+            started = await client.runs.create("chat", "hi")
+            done = await client.runs.wait(started["run_id"], min_seq=started["seq"])
+            assert done["status"] == "done" and done["termination"]["type"] == "natural_end", done
+            assert (await client.runs.current(started["run_id"]))["status"] == "done"
+    finally:
+        await server.close()
+        await rt.aclose()
+        await store.close()

@@ -51,6 +51,15 @@ async def test_list_changed_notification_relists_the_tools(notified: McpToolset)
         assert (await registry.get("mcp__test__later").invoke({}, CTX)).value == {"result": "late"}
 
 
+async def test_list_changed_by_a_call_is_listed_when_the_call_returns(notified: McpToolset) -> None:
+    """The server says its list changed before it answers the call that changed it: the call
+    returns once the registries have the new tool, so the next step or run can name it."""
+    registry = notified.register(ToolRegistry())
+    async with asyncio.timeout(TIMEOUT):
+        assert (await registry.get("mcp__test__unlock").invoke({}, CTX)).value == {"result": "unlocked"}
+        assert "mcp__test__later" in registry and "mcp__test__later" in notified.names()
+
+
 async def test_list_changed_not_sent_is_found_by_the_periodic_refresh(periodic: McpToolset) -> None:
     registry = periodic.register(ToolRegistry())
     async with asyncio.timeout(TIMEOUT):

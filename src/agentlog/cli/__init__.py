@@ -4,7 +4,8 @@
 group registers itself on that app from its own module, imported here (in the order of
 `agentlog --help`) so that `app` has every command once the package is imported: `reads`
 (events, threads, runs, projections), `replay` (replay, trace), `retention`, `serve` (serve, gateway, worker,
-demo), `runs` (`agentlog run ...`), `dev`, `mcp` (the MCP stdio server). The command modules import `core`, never each other's
+demo), `runs` (`agentlog run ...`), `dev`, `mcp` (the MCP stdio server),
+`nats_requests` (`agentlog nats req|sub`). The command modules import `core`, never each other's
 registration, so the package has no import cycle (import-linter checks it).
 """
 
@@ -18,6 +19,7 @@ from agentlog.cli import serve as _serve  # noqa: F401
 from agentlog.cli import runs as _runs  # noqa: F401
 from agentlog.cli import dev as _dev  # noqa: F401
 from agentlog.cli import mcp as _mcp  # noqa: F401
+from agentlog.cli import nats_requests as _nats_requests  # noqa: F401
 # isort: on
 from agentlog.cli.core import app
 

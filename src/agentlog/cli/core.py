@@ -267,6 +267,12 @@ def _guard(check: Callable[[], Any]) -> Any:
         _fail(exc)
 
 
+#: The shared helpers under public names, for command modules.
+guard = _guard
+connection_options = _options
+run_main = _run_main
+
+
 async def read_to_end(store: JetStreamEventStore, thread_id: str | None = None, after: int = 0) -> AsyncIterator[StoredCommit]:
     """Commits with seq > `after` up to the end of the log as it is now (all threads, or one)."""
     if thread_id is not None:

@@ -273,7 +273,7 @@ class Runs:
         """The run's view once it is `done`, or `waiting` with a call no human has decided yet
         (a run whose decisions are recorded but not yet applied is still on its way). Reads the
         run's events from the log, then follows its thread's stream (no polling), and confirms
-        each pause with a read of the views at that commit, so the view is never older than the
+        each pause with a read as of that commit, so the view is never older than the
         log. `timeout` (seconds): `TimeoutError` if the run has not paused by then. `min_seq`: a
         commit the answer must include (e.g. the `seq` that `approve` answered)."""
         async with asyncio.timeout(timeout):
@@ -290,7 +290,15 @@ class Runs:
             last = event
         if last is None:  # a run's stream has at least its RunStarted
             raise ConnectionFailed(f"the event stream of run {run_id!r} was empty")
-        return await self.get(run_id, min_seq=max(last.seq, min_seq)), last
+        return await self._view_with(run_id, last.seq, min_seq), last
+
+    async def _view_with(self, run_id: str, seen: int, min_seq: int) -> Json:
+        """The run's view including commit `seen` of its thread (read from the log) and
+        `min_seq`. A read without `min_seq` answers as of the thread's last commit in the log,
+        which includes `seen`, folding the run from the log while the views lag; with `min_seq`
+        the server waits for the views and answers 503 if they stay behind (a loaded machine,
+        a restart). So `min_seq` is sent only for a position past what was seen."""
+        return await self.get(run_id, min_seq=min_seq if min_seq > seen else None)
 
     async def _wait(self, run_id: str, min_seq: int) -> Json:
         view, last = await self._current(run_id, min_seq)
@@ -301,7 +309,7 @@ class Runs:
         async with aclosing(self.client.threads.stream(view["thread_id"], after=last.id, follow=True)) as events:
             async for event in events:
                 if event.run_id == run_id and event.pauses:
-                    view = await self.get(run_id, min_seq=max(event.seq, min_seq))
+                    view = await self._view_with(run_id, event.seq, min_seq)
                     if settled(view):
                         return view
         raise ConnectionFailed(f"the event stream of run {run_id!r} ended before the run paused")

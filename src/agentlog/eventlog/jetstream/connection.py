@@ -50,6 +50,7 @@ async def _open_connection(
     name: str,
     connect_timeout: float,
     reconnect_wait: float,
+    inbox_prefix: str | None = None,
 ) -> NATS:
     options: dict[str, Any] = {
         "servers": servers,
@@ -75,6 +76,8 @@ async def _open_connection(
         options["tls"] = tls
     if tls_hostname is not None:
         options["tls_hostname"] = tls_hostname
+    if inbox_prefix is not None:
+        options["inbox_prefix"] = inbox_prefix
     nc = LeanHeadersClient()
     # nats-py retries a refused login like a network error (forever, with max_reconnect_attempts
     # -1): notice the refusal in the error callback and fail at once with a typed error.
@@ -119,6 +122,10 @@ async def _open_connection(
         ) from None
     return nc
 
+
+#: The bounded connect with typed login errors, for callers that want a plain NATS connection
+#: (no store): `agentlog nats req|sub`.
+open_connection = _open_connection
 
 _AUTH_REFUSED = re.compile(r"authorization violation|authentication (expired|revoked)|user authentication", re.I)
 

@@ -11,17 +11,21 @@ last user, even when a command is cancelled by Ctrl-C or SIGTERM).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import nats.errors
 import structlog
+from nats.aio.client import Client as NATS
 
 from agentlog.eventlog.embedded.datadir import SharedServer, acquire
 from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
+from agentlog.eventlog.jetstream.connection import open_connection
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
-from agentlog.eventlog.roles import Credentials, Login, Role
+from agentlog.eventlog.roles import CLIENT_INBOX, Credentials, Login, Role
 
 log = structlog.get_logger("agentlog.connection")
 
@@ -114,4 +118,43 @@ async def open_store(options: ConnectionOptions, role: Role = "readonly") -> Asy
         await store.close()
         if shared is not None:
             log.debug("leaving the embedded nats-server")
+            await shared.aclose()
+
+
+@asynccontextmanager
+async def open_nats(options: ConnectionOptions, user: Role, password: str | None = None,
+                    name: str = "agentlog-cli") -> AsyncIterator[NATS]:
+    """A plain NATS connection (no store, no JetStream setup), for protocol-level clients of the
+    API such as `agentlog nats req|sub`, logged in as `user`.
+
+    On the data dir's embedded server the password is the data dir's generated one for `user`
+    (`passwords.<user>` in its credentials.json) unless `password` is given; on a server named by
+    URL, `user`/`password` are sent only when a password is given (otherwise the URL's own
+    `user:password@`, `--creds` or `--token` log in). Inboxes use the `client` role's prefix, the
+    only one that login may receive on, and within every other role's `_INBOX.>`.
+    """
+    shared: SharedServer | None = None
+    login: Login = {}
+    if options.embedded:
+        shared = await acquire_embedded(options)
+        servers = [shared.url]
+        login = {"user": user, "password": password or shared.credentials.passwords[user]}
+    else:
+        servers = options.servers()
+        if password is not None:
+            login = {"user": user, "password": password}
+    try:
+        nc = await open_connection(servers, creds=options.creds, nkey_seed=None, token=options.token,
+                                   tls=None, tls_hostname=None, name=name, connect_timeout=options.timeout,
+                                   reconnect_wait=0.5, inbox_prefix=CLIENT_INBOX, **login)
+    except BaseException:
+        if shared is not None:
+            await shared.aclose()
+        raise
+    try:
+        yield nc
+    finally:
+        with contextlib.suppress(OSError, nats.errors.Error):
+            await nc.close()
+        if shared is not None:
             await shared.aclose()

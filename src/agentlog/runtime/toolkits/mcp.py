@@ -254,6 +254,9 @@ class _Connection:
         self.task: asyncio.Task[None] | None = None
         #: Set when the server says its tool list changed (`McpToolset._follow_changes`).
         self.changed = asyncio.Event()
+        #: True while `_follow_changes` re-lists; `settled` is set after each re-listing.
+        self.relisting = False
+        self.settled = asyncio.Event()
 
     async def open(self, stack: AsyncExitStack) -> Any:
         from mcp import Client
@@ -435,14 +438,17 @@ class McpToolset:
                 except TimeoutError:
                     pass
                 conn.changed.clear()
+                conn.relisting = True
                 try:
                     await self._list_all(refresh=True)
+                    for registry in self._registries:
+                        self._put(registry)
+                    self._wake()
                 except McpError as exc:  # the next change or period tries again
                     log.warning("MCP server %r: re-listing failed: %s", conn.config.name, exc)
-                    continue
-                for registry in self._registries:
-                    self._put(registry)
-                self._wake()
+                finally:
+                    conn.relisting = False
+                    conn.settled.set()
         finally:
             listener.cancel()
             await asyncio.gather(listener, return_exceptions=True)
@@ -630,7 +636,7 @@ class McpToolset:
         async def call() -> Any:
             await self._ready(conn)
             try:
-                return await conn.client.call_tool(tool, arguments, progress_callback=on_progress)
+                result = await conn.client.call_tool(tool, arguments, progress_callback=on_progress)
             except Exception as exc:  # noqa: BLE001
                 if _lost(exc):
                     conn.drop(exc)
@@ -638,5 +644,23 @@ class McpToolset:
                         f"MCP server {server!r} was lost during tools/call {tool!r} ({_describe(exc)}): "
                         "this call failed and is not retried; the server is being reconnected") from None
                 raise McpError(f"MCP server {server!r}: tools/call {tool!r} failed: {_describe(exc)}") from None
+            await self._settle(conn)
+            return result
 
         return await asyncio.wrap_future(self._submit(call()))
+
+    async def _settle(self, conn: _Connection) -> None:
+        """Wait for the re-listing a call caused, so that the next run can name the tools it
+        added. A server says its list changed before it answers the call that changed it; on one
+        stream (stdio) the session hands that word on in receive order, so by the time the
+        answer is here the re-listing is pending or running. (Over HTTP the word may come on
+        another stream, after the answer: then the re-listing simply follows.) Bounded by the
+        server's `timeout_s`; the call's own result stands either way."""
+        try:
+            async with asyncio.timeout(conn.config.timeout_s):
+                while conn.ready.is_set() and (conn.changed.is_set() or conn.relisting):
+                    conn.settled.clear()
+                    await conn.settled.wait()
+        except TimeoutError:
+            log.warning("MCP server %r: re-listing after a call took over %ss", conn.config.name,
+                        conn.config.timeout_s)

@@ -435,12 +435,45 @@ async function renderState(at) {
   for (const b of document.querySelectorAll("button.fork")) b.hidden = b.dataset.fork !== S.at;
   $("#permalink").href = runHash(S.run, S.at);
   const thread = S.thread;
-  const data = await api("GET", `/v1/threads/${enc(thread)}/state${S.at ? `?at=${enc(S.at)}` : ""}`);
+  const stateOf = (at) => api("GET", `/v1/threads/${enc(thread)}/state${at ? `?at=${enc(at)}` : ""}`);
+  const [data, now] = await Promise.all([stateOf(S.at), S.at ? stateOf(null) : null]);
   if (thread !== S.thread) return;
   $("#state-at").textContent = S.at ? `as of event ${S.at}` : "now";
   $("#state-now").hidden = !S.at;
   $("#state").textContent = json(data.state);
+  renderStanding((now || data).state);
   renderMessages();
+}
+
+// The thread's standing permission rules ("always allow / always deny" answers, thread state
+// `agentlog.permissions`), as they are now whatever event the page travelled to: they are what
+// the thread's next calls meet. Each has a Revoke button (DELETE /v1/threads/{id}/permissions),
+// which the API refuses (409 run_active, shown above) while a run is active on the thread.
+const STANDING = "agentlog.permissions";
+
+function renderStanding(state) {
+  const stored = (state && state[STANDING]) || {};
+  const rules = [];
+  for (const verdict of ["allow", "deny"]) {
+    for (const r of Array.isArray(stored[verdict]) ? stored[verdict] : []) {
+      if (r && typeof r.tool === "string") rules.push({ verdict, tool: r.tool, args: r.args || {} });
+    }
+  }
+  $("#standing-box").hidden = rules.length === 0;
+  $("#standing").replaceChildren(...rules.map((r) => el("li", { "data-tool": r.tool, "data-verdict": r.verdict },
+    el("span", { class: `badge ${r.verdict}` }, `always ${r.verdict}`), " ", el("code", {}, r.tool),
+    Object.keys(r.args).length ? [" ", el("code", { class: "sub", title: "argument patterns" }, JSON.stringify(r.args))] : null,
+    " ", el("button", { class: "revoke", type: "button", title: `ask again before ${r.tool} on this thread`,
+                        onclick: () => revoke(r) }, "Revoke"))));
+}
+
+// Revoking removes every rule of the tool with that verdict (argument patterns included).
+async function revoke(rule) {
+  const thread = S.thread;
+  await guarded(async () => {
+    await api("DELETE", `/v1/threads/${enc(thread)}/permissions?tool=${enc(rule.tool)}&verdict=${enc(rule.verdict)}`);
+    if (thread === S.thread) await renderState(S.at);
+  });
 }
 
 async function loadMessages(threadId) {
