@@ -32,6 +32,7 @@ from typing import Any
 import aiohttp
 import structlog
 
+from agentlog.log.cancel import cancel_wins
 from agentlog.log.codec import decode_commit
 from agentlog.log.events import RunFinished, RunResumed, RunStarted, RunSuspended
 from agentlog.log.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
@@ -127,11 +128,11 @@ class PushDelivery:
                        asyncio.create_task(self._loop(send, self._send), name="a2a-push-send")]
 
     async def stop(self) -> None:
-        """Stop both loops and wait for them. The cancel alone does not stop a loop for sure:
-        nats-py waits for a fetched message with `asyncio.wait_for`, which on Python 3.11 returns
-        the message when it arrives in the same loop step as the cancel, and the cancel is lost
-        (the loop fetched again, and a gateway's shutdown waited forever). So each loop also
-        checks `_stopping` before every fetch, and gives back what it fetched after the stop."""
+        """Stop both loops and wait for them. A cancel can be lost in any nats-py call that waits
+        (see `agentlog.log.cancel`; the fetch is awaited through `cancel_wins`, the KV read, the
+        publish and the ack are not), and a loop that lost it fetched on, so a gateway's shutdown
+        waited forever: each loop also checks `_stopping` before every fetch, and gives back what
+        it fetched after the stop."""
         self._stopping = True
         for task in self._tasks:
             task.cancel()
@@ -150,7 +151,7 @@ class PushDelivery:
 
         while not self._stopping:
             try:
-                msgs = await sub.fetch(1, timeout=5)
+                msgs = await cancel_wins(sub.fetch(1, timeout=5))
             except (TimeoutError, NatsTimeout):
                 continue
             except asyncio.CancelledError:
