@@ -118,11 +118,15 @@ class DiskWatch:
         self.restarts = 0
         self._last = float("-inf")
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     def start(self) -> None:
+        self._stopping = False
         self._task = asyncio.get_running_loop().create_task(self._watch(), name="agentlog-disk-watch")
 
     async def stop(self) -> None:
+        # also a flag: a cancel can be lost in a nats-py call (agentlog.eventlog.cancel)
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(BaseException):
@@ -130,7 +134,7 @@ class DiskWatch:
             self._task = None
 
     async def _watch(self) -> None:
-        while True:
+        while not self._stopping:
             await asyncio.sleep(CHECK_EVERY)  # the watch's pace
             try:
                 await self.check()

@@ -109,7 +109,10 @@ class _Follower:
     async def _drop(self, timeout: float | None = None) -> None:
         """Forget the current consumer and delete it on the server, bounded by `timeout` (default:
         briefly, as a recreate must not wait long on a server that is in trouble); if that fails
-        it expires by itself after `inactive_threshold`."""
+        it expires by itself after `inactive_threshold`. The delete goes through the store's
+        request layer, which a cancel always stops: nats-py's `request` can lose a cancel that
+        lands as its reply arrives (`agentlog.eventlog.cancel`), and a follow closed during a recreate
+        then read on, and whoever awaited its end waited forever."""
         nc = self.store.nc
         sub, self.sub = self.sub, None
         consumer, self.consumer = self.consumer, None
@@ -120,12 +123,9 @@ class _Follower:
             if sub is not None:
                 await sub.unsubscribe()
             if consumer is not None and nc.is_connected:
-                await nc.request(
-                    f"$JS.API.CONSUMER.DELETE.{self.store.stream}.{consumer}",
-                    b"",
-                    timeout=min(1.0, self.store.request_timeout) if timeout is None else timeout,
-                )
-        except nats.errors.Error:
+                async with asyncio.timeout(min(1.0, self.store.request_timeout) if timeout is None else timeout):
+                    await self.store._api(f"$JS.API.CONSUMER.DELETE.{self.store.stream}.{consumer}", b"")
+        except (nats.errors.Error, StoreUnavailable, TimeoutError):
             pass
 
     async def next(self) -> StoredCommit:

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from agentlog.eventlog.cancel import cancel_wins
 from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.events import (
     Commit,
@@ -242,7 +243,8 @@ class ObjectStoreBlobs:
         await (await self._store()).put(name, data, meta=meta)
 
     async def get(self, name: str) -> bytes:
-        res = await (await self._store()).get(name)
+        # read inside follows, which are stopped by a cancel: it must not be lost (agentlog.eventlog.cancel)
+        res = await cancel_wins((await self._store()).get(name))
         return bytes(res.data or b"")
 
     async def get_ref(self, ref: PayloadRef) -> bytes:

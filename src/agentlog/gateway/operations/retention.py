@@ -32,13 +32,18 @@ class RetentionLoop:
         self.older_than_ms = int(older_than_days * DAY_MS)
         self.interval = interval if interval is not None else float(os.environ.get(INTERVAL_ENV) or DEFAULT_INTERVAL)
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
         #: Threads archived (or finished purging) by this process so far.
         self.archived = 0
 
     def start(self) -> None:
+        self._stopping.clear()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="agentlog-retention")
 
     async def stop(self) -> None:
+        """Cancel the loop, and also tell it to stop: a cancel can be lost in a nats-py call
+        (`agentlog.eventlog.cancel`), and the loop would then wait out its whole interval."""
+        self._stopping.set()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -67,7 +72,11 @@ class RetentionLoop:
                     self.archived += len(done)
                     if outcomes:
                         log.info("retention.pass", archived=len(done), threads=[o.as_dict() for o in outcomes])
-                await asyncio.sleep(self.interval)  # the policy's period, not a synchronisation
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.interval):  # the policy's period
+                        await self._stopping.wait()
+                if self._stopping.is_set():
+                    return
         finally:
             await store.close()
             if shared is not None:

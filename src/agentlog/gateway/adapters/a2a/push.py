@@ -32,6 +32,7 @@ from typing import Any
 import aiohttp
 import structlog
 
+from agentlog.eventlog.cancel import cancel_wins
 from agentlog.eventlog.codec import decode_commit
 from agentlog.eventlog.events import RunFinished, RunResumed, RunStarted, RunSuspended
 from agentlog.eventlog.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
@@ -98,6 +99,8 @@ class PushDelivery:
         self.configs = configs
         self.ack_wait = float(os.environ.get(ACK_WAIT_ENV) or 30.0)
         self._tasks: list[asyncio.Task[None]] = []
+        self._subs: list[Any] = []
+        self._stopping = False
         self._http: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
@@ -118,14 +121,26 @@ class PushDelivery:
         send = await js.pull_subscribe(f"{OUTBOX_SUBJECT}.>", durable=SEND_CONSUMER, stream=OUTBOX_STREAM,
                                        config=ConsumerConfig(ack_wait=self.ack_wait, max_deliver=-1))
         self._http = aiohttp.ClientSession()
+        self._stopping = False
+        self._subs = [scan, send]
         self._tasks = [asyncio.create_task(self._loop(scan, self._scan), name="a2a-push-scan"),
                        asyncio.create_task(self._loop(send, self._send), name="a2a-push-send")]
 
     async def stop(self) -> None:
+        """Stop both loops and wait for them. A cancel can be lost in any nats-py call that waits
+        (see `agentlog.eventlog.cancel`; the fetch is awaited through `cancel_wins`, the KV read, the
+        publish and the ack are not), and a loop that lost it fetched on, so a gateway's shutdown
+        waited forever: each loop also checks `_stopping` before every fetch, and gives back what
+        it fetched after the stop."""
+        self._stopping = True
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        for sub in self._subs:  # no more deliveries to this process's inboxes
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        self._subs = []
         if self._http is not None:
             await self._http.close()
             self._http = None
@@ -133,9 +148,9 @@ class PushDelivery:
     async def _loop(self, sub: Any, handle: Any) -> None:
         from nats.errors import TimeoutError as NatsTimeout
 
-        while True:
+        while not self._stopping:
             try:
-                msgs = await sub.fetch(1, timeout=5)
+                msgs = await cancel_wins(sub.fetch(1, timeout=5))
             except (TimeoutError, NatsTimeout):
                 continue
             except asyncio.CancelledError:
@@ -145,7 +160,11 @@ class PushDelivery:
                 await asyncio.sleep(1)
                 continue
             for msg in msgs:
-                await handle(msg)
+                if self._stopping:  # another gateway takes it now, not after `ack_wait`
+                    with contextlib.suppress(Exception):
+                        await msg.nak()
+                else:
+                    await handle(msg)
 
     async def _scan(self, msg: Any) -> None:
         try:
