@@ -3,11 +3,12 @@
     from agentlog import AgentSpec, JetStreamEventStore, Runtime, ScriptedModel, Turn, tool
 
 The names here are the ones an app needs; everything else lives in the subpackages, by layer:
-`agentlog.eventlog` (events, the JetStream store), `agentlog.projections` (folds, KV projections),
-`agentlog.runtime` (agents, tools, models, plugins, the loop, workers), `agentlog.gateway.operations` (what
-every transport shares: operations, dispatch, the app loader), `agentlog.gateway.http`, `agentlog.gateway.nats`,
-`agentlog.gateway.adapters` (AG-UI, AI SDK, A2A), `agentlog.cli`, `agentlog.client` (the Python client
-of the HTTP API) and `agentlog.testing` (helpers for tests of agentlog apps). The names are imported on first use, so `import agentlog` is cheap.
+`agentlog.eventlog` (events, the JetStream store), `agentlog.projections` (folds, KV views),
+`agentlog.runtime` (agents, tools, models, plugins, the loop, replay, snapshots, workers),
+`agentlog.gateway` (the operations every transport shares, HTTP, the NATS micro service, the
+protocol adapters), `agentlog.cli`, `agentlog.client` (the Python client of the HTTP API) and
+`agentlog.testing` (helpers for tests of agentlog apps). The names are imported on first use, so
+`import agentlog` is cheap.
 """
 
 from __future__ import annotations
