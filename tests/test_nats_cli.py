@@ -180,7 +180,7 @@ def test_req_and_sub_errors_are_one_line_and_an_exit_code(demo: Deployment) -> N
     assert unknown.exit_code == 2 and "error [run_not_found]" in unknown.output, unknown.output
     bad = cli("req", "agentlog.api.runs.start", "{not json")
     assert bad.exit_code == 2 and "error [invalid_json]" in bad.output, bad.output
-    nobody = cli("req", "agentlog.gateway.operations.nothing.here", "{}")
+    nobody = cli("req", "agentlog.api.nothing.here", "{}")
     assert nobody.exit_code == 1 and "error [store_unavailable]" in nobody.output, nobody.output
     refused = cli("sub", "agentlog.live.>", "--user", "client")
     assert refused.exit_code == 1 and "error [permission_denied]" in refused.output, refused.output
