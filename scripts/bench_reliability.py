@@ -1,25 +1,25 @@
-"""Reliability report (issue #12): chaos and scale, one section per item.
+"""Reliability report: chaos and scale, one section per failure mode.
 
     python scripts/bench_reliability.py [--quick] [--only crash,outage,poison,disk,list,cluster] [--runs N]
 
 Sections (each `async def run(quick) -> (rows, figures)`; rows are label -> value for the table,
 figures go in the last-line JSON with the section name as key prefix):
 
-- `crash` (item 1): N runs through a real `agentlog serve` process, which is SIGKILLed while the
+- `crash`: N runs through a real `agentlog serve` process, which is SIGKILLed while the
   runs are mid-tool; a second `agentlog serve` starts on the same NATS. Reports runs finished /
   failed / lost, duplicated commits, calls completed twice, and the time from the kill until the
   last run finished (bounded by the command lease, `AGENTLOG_WORKER_ACK_WAIT`).
-- `outage` (item 2): N runs on an in-process worker; the real nats-server is stopped for longer
+- `outage`: N runs on an in-process worker; the real nats-server is stopped for longer
   than the store's 5 s request timeout mid-load and restarted on the same port and data dir.
   Reports runs finished / failed (any non-natural end) / lost and duplicates.
-- `poison` (issue 21 item 2): runs through `agentlog serve` whose threads get undecodable messages
+- `poison`: runs through `agentlog serve` whose threads get undecodable messages
   mid-run, then more runs on the same threads. Reports runs finished / lost, bad messages
   published / quarantined, listings and `/messages` still answering, health ok without a restart.
-- `disk` (issue 21 item 3): runs through `agentlog serve` when the log fills up (the events stream
+- `disk`: runs through `agentlog serve` when the log fills up (the events stream
   at a `discard: new` byte limit) and while it is full, then with room again. Reports the 503s
   and `degraded` health while full, runs lost (accepted or queued, never finished: 0), health ok
   after and no restart.
-- `list` (item 12) and `cluster` (item 13): `scripts/reliability_list.py` and
+- `list` and `cluster`: `scripts/reliability_list.py` and
   `scripts/reliability_cluster.py`, imported only when selected.
 
 Both chaos sections first run the same load without a fault, as the baseline of their wall-time
@@ -168,7 +168,7 @@ def _finish_figures(figures: Figures, baseline_s: float, wall_s: float) -> Figur
     return figures
 
 
-# == crash (item 1) =================================================================================
+# == crash ==============================================================================================
 
 
 async def _spawn_serve(nats_url: str, logdir: Path, name: str) -> tuple[asyncio.subprocess.Process, str]:
@@ -273,7 +273,7 @@ async def crash(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
     return rows, figures
 
 
-# == outage (item 2) ================================================================================
+# == outage =============================================================================================
 
 
 async def outage(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
@@ -308,7 +308,7 @@ async def outage(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
     return rows, figures
 
 
-# == poison (issue 21 item 2) =======================================================================
+# == poison =============================================================================================
 
 #: Bytes that are not a commit, as anyone with `worker`/`gateway` NATS credentials can publish them.
 POISONS = (b"{not json", b"\x00\xff garbage", b'{"v": 99, "commit_id": "x", "thread_id": "x", "ts": 1, "events": []}')
@@ -398,7 +398,7 @@ async def poison(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
     return rows, figures
 
 
-# == disk (issue 21 item 3) =========================================================================
+# == disk ===============================================================================================
 
 
 async def _limit_events(nats_url: str, room: int | None) -> None:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Cold resume and run views against run length (issue #13), on an embedded nats-server.
+"""Cold resume and run views against run length, on an embedded nats-server.
 
 Histories are built by real approval cycles in ONE run: the agent asks for approval (a pending
 tool), a decision resumes it, the tool answers, the model asks again. Short: 2 cycles; long: 222
@@ -35,7 +35,7 @@ runtime's own work, without the waits for the server or for a core) is reported 
 With snapshots the run's new snapshot is written in the background after the suspension commit
 (`Runtime.flush_snapshots`, untimed); the scripted model is given its usage figures; every sample
 starts after a `gc.collect()` (untimed), so none pays for the garbage another mode's sample left
-(the fold of 1,113 commits leaves a lot, and its collection used to land in the next sample).
+(the fold of 1,113 commits leaves a lot, and its collection would land in the next sample).
 
 Also `RunHandle.result()` on a finished run of 2 vs 230 tool steps (p50 of repeated calls).
 

@@ -14,9 +14,9 @@ a freshly constructed Runtime (new objects, `snapshots=KVSnapshotStore` holding 
 snapshot the waiting run's worker wrote when it suspended: the small entry, its chunks in this
 process's chunk cache, as on the worker that ran it) takes the decision: latency from
 `decide(..., thread_id=)` being called to the replayed tool starting, p50/p95 over many waiting
-runs. (Until issue #13 this section measured the thread-view path, `views=KVViewStore`.)
+runs.
 
-Features on (issue #15): the same 20-step runs with the tool served by a real MCP server (stdio
+Features on: the same 20-step runs with the tool served by a real MCP server (stdio
 subprocess, tests/mcp_server.py) and a context policy that shrinks, truncates and summarises
 (a `ContextCompacted` every few steps), durable vs memory, interleaved the same way.
 """
@@ -134,7 +134,7 @@ FEATURE_CONTEXT = ContextPolicy(max_tokens=160, max_tool_result_tokens=50, summa
 
 
 def make_feature_runtime(store: Any, toolset: McpToolset) -> Runtime:
-    """`make_runtime` with the issue #15 features on: the tool served by an MCP server, context
+    """`make_runtime` with the optional features on: the tool served by an MCP server, context
     compaction, live OTel spans (SDK tracer, batch processor), token/tool/latency Prometheus
     metrics, and the sub-agent tools + lineage observer."""
     from opentelemetry.sdk.trace import TracerProvider
@@ -181,7 +181,7 @@ async def verified_replay(store: Any, runs: int) -> tuple[float, int, int]:
         await handle.result()
         ids.append(handle.run_id)
     app = make_runtime(MemoryEventStore())  # the user's app: only its agents and tools are used
-    # tools re-executed, as this figure has always measured (verify_run now answers them from the log by default)
+    # tools re-executed (verify_run answers them from the log by default), so the figure includes them
     await replay_throughput(store, ids[:1], app, tools_from_log=False)  # warm up
     r = await replay_throughput(store, ids, app, tools_from_log=False)
     return r.seconds, r.events, r.commits

@@ -1,4 +1,4 @@
-"""Replication chaos (issue #12 item 13): a real 3-node JetStream cluster on loopback, R3 streams,
+"""Replication chaos: a real 3-node JetStream cluster on loopback, R3 streams,
 runs through 2 worker processes, the events stream's leader SIGKILLed mid-load.
 
     python scripts/reliability_cluster.py [--quick] [--runs N]

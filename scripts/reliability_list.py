@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Listing at scale (issue #12 item 12): p50 of `GET /v1/runs?limit=1`, `GET /v1/threads?limit=20`,
+"""Listing at scale: p50 of `GET /v1/runs?limit=1`, `GET /v1/threads?limit=20`,
 a filtered `GET /v1/runs?status=waiting&limit=20` and a tenant-scoped `GET /v1/runs?limit=20`
 (a token limited to 11 of the 50 resources), through the real aiohttp app on a real
 nats-server, at 1k and 20k runs (and 100k without --quick). Target: p50 at 20k <= 2x p50 at 1k.
@@ -7,7 +7,7 @@ nats-server, at 1k and 20k runs (and 100k without --quick). Target: p50 at 20k <
 The views are built fast, the way `agentlog projections rebuild` writes them: synthetic commits
 (4 runs per thread, continuations, mixed statuses, 5 agents, 50 resources) are folded in memory,
 then every view and every list of the listing index is put, pipelined, into KV under a prefix of
-its own per size. For comparison it also times the full scan every listing used to do
+its own per size. For comparison it also times the full scan a listing without the index does
 (`list_runs()`, every view) at the same sizes, and (default run only) what keeping the index
 costs the projection runner (commits/s catching up, views only vs views and index, on a log
 where every commit starts a run and on a synthetic agent history).
@@ -267,7 +267,7 @@ def main() -> None:
     from rich.table import Table
 
     rows, figures = asyncio.run(run(args.quick))
-    table = Table(title="listing at scale (issue #12 item 12)")
+    table = Table(title="listing at scale")
     table.add_column("measure")
     table.add_column("value", justify="right")
     for label, value in rows:

@@ -11,7 +11,7 @@ none today, keep it that way where possible). The declarative config example (``
 with `agentlog.runtime.config.load_config`. Shell blocks are not executed, but the `agentlog` command lines
 in them are checked against the CLI's command tree (commands and options exist).
 
-"DESIGN 4.3" in code and README means section 4.3 of docs/DESIGN.md (the fixed design); the last
+"DESIGN 4.3" in code and README means section 4.3 of docs/DESIGN.md (the design as built); the last
 test checks that every such citation names a section that file has.
 """
 
@@ -241,7 +241,7 @@ def test_readme_agentlog_command_lines_use_real_commands_and_flags() -> None:
 
 
 def test_design_citations_name_sections_of_docs_design() -> None:
-    """The code and README cite the fixed design as `DESIGN <section>`; it lives in docs/DESIGN.md."""
+    """The code and README cite the design as `DESIGN <section>`; it lives in docs/DESIGN.md."""
     assert DESIGN.is_file(), "docs/DESIGN.md is missing"
     design = DESIGN.read_text()
     assert design.startswith("> ") and "README.md#design-notes" in design.splitlines()[0]

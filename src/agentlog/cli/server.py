@@ -16,8 +16,8 @@ Roles:
   the dispatcher queues commands (`QueueDispatcher`) and this process's `Worker` takes them, so
   a run is always held by an unacked command (the lease) and a process that dies (SIGKILL) or
   stops (SIGTERM: drain, then nak) hands its runs to the next worker, which resumes them from
-  the log (issue #12 item 1). A run started in-process, outside the queue, had no such lease and
-  stayed `running` forever after a crash.
+  the log. A run started in-process, outside the queue, would have no such lease and stay
+  `running` forever after a crash.
 - `gateway`: HTTP + NATS service only; commands go to the JetStream work queue (`QueueDispatcher`)
   for `agentlog worker` processes.
 - `worker`: a `Worker` only (no HTTP).
@@ -25,8 +25,7 @@ Roles:
 The write routes (`agentlog.gateway.http.write`), the dispatchers (`agentlog.gateway.operations.dispatch`), the protocol
 adapters (`agentlog.gateway.adapters.routes` / `nats_routes`) and the NATS micro service
 (`agentlog.gateway.nats.service`) are imported at the top like any other dependency: a broken module fails
-the process loudly at start instead of serving a quietly smaller API (they used to be optional
-while the parts were developed in parallel).
+the process loudly at start instead of serving a quietly smaller API.
 """
 
 from __future__ import annotations

@@ -35,8 +35,8 @@ class _Value(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=F
     values and are frozen, so they are never part of a reference cycle (one would need a dict or
     list inside a value to be made to hold that value: nothing does; such a cycle would leak,
     not break). A cold resume of a long run decodes hundreds of them (messages, tool calls) at
-    once; untracked, they cost the collector nothing afterwards (measured, a cold resume of a
-    222-cycle run: ~0.15 ms less of collections, the decode ~10% faster).
+    once; untracked, they cost the collector nothing afterwards (figures in the README's design
+    notes).
 
     Subclasses here and of `Event` repeat `frozen=True`: msgspec inherits it anyway (same
     struct config), but mypy's dataclass_transform model does not, and would call each a

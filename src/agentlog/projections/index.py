@@ -1,6 +1,6 @@
 """The listing index, pure part: which ordered lists a view belongs to, and paged sorted lists.
 
-Why: `GET /v1/runs?limit=1` used to read every view. Instead, the runner keeps, in the same pass
+Why: `GET /v1/runs?limit=1` must not read every view. So the runner keeps, in the same pass
 as the views, a few sorted lists: all runs and all (live) threads by id, and one list per filter
 whose members are `<token of the value>\\x00<id>`, so the runs of one thread (status, agent,
 parent run, resource) and the threads of one resource (parent thread) are one key range of it. A

@@ -5,9 +5,9 @@ both ways of starting a run call before their first write.
                 resource_id=..., frontend_tools=..., max_payload=store.max_payload)
 
 Why one function: `Runtime.start` (serve mode, in process) and the gateway's `QueueDispatcher`
-(gateway mode, the command goes to a worker) used to carry their own copies of these checks, and
-they diverged: the gateway accepted what the runtime refused and only a worker found out (a 500
-after an orphan `ThreadCreated`, or a command retried forever). Checks that need the log (thread
+(gateway mode, the command goes to a worker) must refuse the same input with the same code
+before anything is written; two copies of the checks drift apart, and then the gateway accepts
+what the runtime refuses and only a worker finds out. Checks that need the log (thread
 deleted, run exists, a run running) are `check_thread` / `admit_thread` below, also one rule for
 both; the agent's tools are the runtime's to check.
 

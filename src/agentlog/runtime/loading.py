@@ -75,8 +75,8 @@ def known_calls(ctx: RunContext, run_commits: Iterable[StoredCommit], snapshot: 
     """Every call id the run's log mentions (what tells `UnknownCall` from a call that is not
     suspended, for `agentlog.runtime.loop.hitl.check_decisions`). From a snapshot: the calls it names
     and the tail's. Empty when every decision targets a suspended call: `check_decisions` then
-    never reads it (a long run's call ids are read from its call chunks: ~0.1 ms of a cold
-    resume, now only for a decision that fails)."""
+    never reads it (a long run's call ids are read from its call chunks, a cost a cold resume
+    pays only for a decision that fails)."""
     if all(d.target_id in ctx.suspended for d in decisions):
         return set()
     known = call_ids(run_commits)

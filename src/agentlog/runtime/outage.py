@@ -1,12 +1,12 @@
-"""Riding out a store outage: a NATS outage is never a run outcome (issue #12 item 2).
+"""Riding out a store outage: a NATS outage is never a run outcome.
 
     policy = OutagePolicy.from_env()               # AGENTLOG_STORE_OUTAGE_DEADLINE, default 60 s
     seq = await through_outage(lambda: store.append(commit, version), policy, log)
 
 Why: `JetStreamEventStore` turns every NATS failure into `StoreUnavailable` after its
-`request_timeout` (5 s by default). The loop used to treat that like any other error and finish
-the run `error/store_unavailable` (with its running calls recorded `cancelled`) as soon as NATS
-came back: a 6 s outage permanently failed runs that had done nothing wrong. Instead, a store
+`request_timeout` (5 s by default). Treated like any other error, it would finish the run
+`error/store_unavailable` (with its running calls recorded `cancelled`) as soon as NATS came
+back: a short outage would permanently fail runs that did nothing wrong. Instead, a store
 operation of the loop is retried (same commit: appends are idempotent on the commit id) with a
 capped backoff until the store answers or `deadline` seconds have passed since the first failure.
 Past the deadline the `StoreUnavailable` propagates and the loop stops WITHOUT committing

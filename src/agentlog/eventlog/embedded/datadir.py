@@ -2,7 +2,7 @@
 
 Two nats-servers on one JetStream store dir corrupt it (two processes appending to the same block
 files): `agentlog serve` twice on `./.agentlog`, or `agentlog runs` next to a running `serve`,
-used to lose accepted runs. So the data dir has three files (all under it, nothing global):
+would lose accepted runs. So the data dir has three files (all under it, nothing global):
 
 * `server.lock` (flock, exclusive): held by the process that starts the server *and inherited by
   the nats-server child*, so it is held exactly while that server may be running, even if the

@@ -10,7 +10,7 @@ Why the shapes are what they are:
   committed assistant `MessageAppended` is synthesised into START + one CONTENT + END. Live
   deltas carry the id the committed message will have (`message_id`, drawn by the loop at the
   first delta), so live and committed events share one id scheme and the client's reducer
-  builds exactly the server's messages (issue #14 items 2-3); only deltas of an older runtime
+  builds exactly the server's messages; only deltas of an older runtime
   without it fall back to a provisional `<run>-s<step>-text`.
 * A streamed text message stays open while the same message's tool calls stream (AG-UI allows
   both at once; TOOL_CALL_START names it as `parentMessageId`): it is closed when its commit
@@ -557,7 +557,7 @@ class AguiTranslator:
         """The text of a committed assistant message, given what was streamed live: catch up on
         deltas the live link dropped (core NATS is best effort) and close it; a message streamed
         under its own id and already closed only gets the missing rest; one never streamed is
-        synthesised. Text is never sent twice (issue #14 item 2)."""
+        synthesised. Text is never sent twice."""
         out: list[Any] = []
         streamed = self._streamed.pop(m.id, None)
         if self._text is not None and (self._text.message_id == m.id or streamed is None):

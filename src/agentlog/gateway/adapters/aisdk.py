@@ -14,7 +14,7 @@ Mapping, and why:
 * text from live deltas when present, else synthesised from the committed assistant message;
   live deltas carry the committed message's id (`message_id`), used as the text part id, and
   the text part stays open while that message's tool calls stream, so the committed text is
-  never emitted a second time (issue #14 item 2: duplicated text parts);
+  never emitted a second time (a duplicated text part would show the text twice);
 * reasoning -> one `reasoning-start`/`reasoning-delta`/`reasoning-end` part per assistant
   message (id `<message id>-reasoning`), streamed from live `reasoning_delta`s and closed when
   the answer starts, else synthesised from the committed message's reasoning;
@@ -175,7 +175,7 @@ class AiSdkTranslator:
                 else error if isinstance(error, str) else (str(error) or type(error).__name__))
         self.done = True
         # an error before any part of the run: no messageId, or the client shows an empty
-        # assistant message under an id the thread does not have (issue #14 item 7)
+        # assistant message under an id the thread does not have
         return self.start(announce=False) + self._close_step() + [
             {"type": "error", "errorText": text}, {"type": "finish", "finishReason": "error"}]
 
@@ -450,7 +450,7 @@ class AiSdkRequest:
     decisions: list[Decision]
     #: Client-side tool results (`addToolOutput`: tool parts in state `output-available` /
     #: `output-error`) as decisions. The last message repeats results the server already has
-    #: (backend tools), so the session keeps only those for open calls (issue #14 item 6).
+    #: (backend tools), so the session keeps only those for open calls.
     tool_outputs: list[Decision] = field(default_factory=list)
     #: `steer` / `follow_up` (body `agentlog.mode`): the new message is queued on the thread's
     #: running run instead of interrupting it (`agentlog.gateway.adapters.common.queue_mode`).

@@ -277,7 +277,7 @@ async def guarded(events: AsyncIterator[Any], encode: Callable[[Any], T],
     """Encoded events of a protocol stream that always ENDS with the protocol's error event when
     anything fails: the producer (e.g. the dispatcher refusing to encode a commit) or the encoding
     of one event (e.g. RUN_STARTED echoing an input with a lone surrogate). Without this a
-    transport waited forever for an end that never came (issue #12 item 6). `on_error` builds the
+    transport would wait forever for an end that never comes. `on_error` builds the
     error event (AG-UI RUN_ERROR / AI SDK `error`); it must only use `error_text(exc)`."""
     try:
         async for ev in events:

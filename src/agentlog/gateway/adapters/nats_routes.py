@@ -10,7 +10,7 @@ connection end / `[DONE]` for that; NATS has no stream end of its own). An inval
 exactly one error event (RUN_ERROR / `error` part) and the end marker; nothing is written.
 Without the header the runtime's only agent is used (a multi-agent gateway needs the header).
 
-Auth is the HTTP API's (`AGENTLOG_TOKENS`, issue #12 item 3): with tokens configured a request
+Auth is the HTTP API's (`AGENTLOG_TOKENS`): with tokens configured a request
 must carry `Authorization: Bearer <token>`; a tenant token only sees and creates threads whose
 `resource_id` starts with its prefix (another tenant's thread answers like an unknown one). A
 refused request gets one error event with the micro error headers (`Nats-Service-Error-Code`

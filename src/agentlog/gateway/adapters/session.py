@@ -249,7 +249,7 @@ async def agui_events(backend: Backend, agent_id: str, req: agui.AguiRunRequest,
                 raise AdapterInputError("no open interrupt to resume", "resume")
             run_id, after, action = seen[0], seen[1] - 1, ("replay", None)
             # a retried resume replays from the decision: its snapshot is the state THEN, or the
-            # client applies the replayed deltas twice (issue #14 item 1)
+            # client applies the replayed deltas twice
             state, messages = thread.as_of(after)
             tr = agui.AguiTranslator(req.thread_id, req.run_id, state=state, messages=messages,
                                      parent_run_id=req.parent_run_id, input=req.input)
@@ -496,7 +496,7 @@ async def aisdk_replay(backend: Backend, run_id: str, who: Any = None) -> AsyncG
     except NotVisible:
         raise unknown from None
     # the whole assistant message (one per run): the client's resume-stream replaces the message
-    # it shows with what this stream builds (issue #14 item 5). What came before the last resume
+    # it shows with what this stream builds. What came before the last resume
     # is fed from the log without its intermediate stops; the rest is followed (live if running).
     resumed = [sc.seq for sc in commits if any(type(e) is RunResumed for e in sc.commit.events)]
     tr = aisdk.AiSdkTranslator(thread_id, run_id)
@@ -568,7 +568,7 @@ def aisdk_user_parts(m: Message) -> list[dict[str, Any]]:
 def _tool_part(call_id: str, name: str, arguments: Any, run: RunView) -> dict[str, Any]:
     """One tool part as the client ends up with it (and `validateUIMessages` accepts): a call a
     human approved or denied keeps its `approval{id, approved, reason?}`; a denial (the human's
-    or the permission gate's) is `output-denied`, not an error (issue #14 item 8)."""
+    or the permission gate's) is `output-denied`, not an error."""
     call = run.calls.get(call_id)
     part: dict[str, Any] = {"type": f"tool-{name}", "toolCallId": call_id, "input": arguments}
     if call is None:

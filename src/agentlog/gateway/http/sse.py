@@ -15,8 +15,8 @@ hub below puts them into each follower's own bounded queue without waiting and d
 whose queue is full. Heartbeat comment lines keep proxies from timing the stream out and are how
 a vanished client is noticed while the log is quiet.
 
-Why a fan-out hub (`FollowHub`): a followed stream used to open its own JetStream consumer, so N
-browsers on one run meant N consumers and N copies of every message over NATS. The hub keeps one
+Why a fan-out hub (`FollowHub`): a consumer per followed stream would mean N consumers and N
+copies of every message over NATS for N browsers on one run. The hub keeps one
 `store.follow` per followed thread in the process, shared by every live follower of that thread
 (thread streams and run streams alike), each with its own bounded queue: a slow follower is
 dropped alone (and resumes with `Last-Event-ID`), the others never wait on it. The follow stops

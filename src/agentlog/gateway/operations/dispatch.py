@@ -397,8 +397,8 @@ class QueueDispatcher:
         run_id = run_id or new_id()
         cls = ContinueRun if parent_run_id is not None else StartRun
         # resource_id rides in the command: the worker's run-start commit creates the thread, so
-        # the gateway writes nothing itself (it used to write ThreadCreated first: a start that
-        # then failed left an orphan thread)
+        # the gateway writes nothing itself (a ThreadCreated written here would be left an
+        # orphan thread by a start that then fails)
         cmd = cls(thread_id=thread_id, run_id=run_id, agent_id=agent_id, messages=_wire_messages(messages),
                   parent_run_id=parent_run_id, decisions=[dict(d) for d in decisions], frontend_tools=frontend,
                   resource_id=resource_id, run_input=run_input_wire(given))

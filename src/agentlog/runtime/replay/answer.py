@@ -4,7 +4,7 @@ Each injection point of the loop gets a replay double that answers from the `Rep
 `VerifyingStore` compares each commit with the recorded one instead of appending, `ReplayModel`
 answers inferences (after checking the request digest), `ReplayEntropy` hands out the recorded ids
 and timestamps, and `_ReplayTool` answers tool calls from the log (or re-executes them) and holds
-each result until its recorded turn. `_Session` is the state they share. Split from the entry
+each result until its recorded turn. `_Session` is the state they share. Apart from the entry
 point (`agentlog.runtime.replay.verify`) so that the doubles, which are the subtle part, read on their own.
 """
 

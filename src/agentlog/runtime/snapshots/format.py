@@ -104,7 +104,7 @@ class LoadedSnapshot:
     beside them; the run's next snapshot does not write them again, and purges those it does
     not name.
 
-    Every chunk's bytes were checked against its digest before this was built (a mismatch is a
+    Every chunk's bytes are checked against its digest before this is built (a mismatch is a
     miss, never something found later); decoding checked bytes cannot fail short of a bug."""
 
     __slots__ = ("_cache", "_call_ids", "_calls", "_finished", "_run", "_tail", "agent_id", "chunks", "ctx", "seq")
@@ -501,9 +501,8 @@ def decode_snapshot(data: bytes) -> RunSnapshot | None:
 def gc_paused() -> Iterator[None]:
     """Decoding a long run's snapshot allocates thousands of tracked objects at once: every
     allocation threshold crossed mid-decode runs a collection, and now and then a full one over
-    the whole heap (measured over 40 cold resumes of a 222-cycle run: decode 11 ms per resume
-    on average with collections running inside it, 0.6 ms without). Paused, the objects are
-    collected once afterwards at the usual thresholds."""
+    the whole heap, which costs far more than the decode itself (figures in the README's design
+    notes). Paused, the objects are collected once afterwards at the usual thresholds."""
     if not gc.isenabled():
         yield
         return

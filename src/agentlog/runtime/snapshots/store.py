@@ -177,8 +177,7 @@ class KVSnapshotStore:
     async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         """The values of `keys` in one batched Direct Get (`multi_last`: the last message of each
         key's subject, then an end-of-batch status) instead of one request per key: what a cold
-        resume fetches its chunks with (measured, the 10 chunks of a 222-cycle run: 0.47 ms vs
-        0.72 ms for 10 concurrent gets). Keys the server did not send because the batch was cut
+        resume fetches its chunks with (one round trip beats concurrent gets). Keys the server did not send because the batch was cut
         short (`read_max_bytes`) are read one by one."""
         if len(keys) <= 1 or self._js is None:
             return list(await asyncio.gather(*(self.get(key) for key in keys)))
@@ -246,9 +245,8 @@ class KVSnapshotStore:
 
     async def get_with_prefixes(self, key: str, prefixes: Sequence[str]) -> tuple[bytes | None, dict[str, bytes]]:
         """One batched Direct Get: `key`'s subject and a one-token wildcard per prefix (keys
-        under a prefix have one more token: a digest). Measured here, a cold read of a 222-cycle
-        run's entry and its 6 message chunks: 0.48 ms, against 0.82 ms for the entry's get and
-        then the chunks' batch."""
+        under a prefix have one more token: a digest), so a cold read of a run's entry and its
+        message chunks is one round trip, not the entry's get and then the chunks' batch."""
         if self._js is None:
             return await self.get(key), {}
         await self._kv()

@@ -427,7 +427,7 @@ class McpToolset:
     async def _follow_changes(self, conn: _Connection) -> None:
         """Re-list the tools (and update the registered registries) when the server says its
         list changed, and every `refresh_s` if set. On 2026-07-28 sessions the change comes on a
-        `subscriptions/listen` stream; before, as `notifications/tools/list_changed`
+        `subscriptions/listen` stream; on older ones, as `notifications/tools/list_changed`
         (`_Connection.on_message`). Runs with the session (`_keep` cancels it when it ends)."""
         listener = asyncio.create_task(self._listen(conn))
         try:
