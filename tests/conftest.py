@@ -97,7 +97,9 @@ def protocol_deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest
     """One deployment per topology of the scripted protocol app (tests/protocol_app.py), shared by
     every module that uses it (the protocol, SSE and HTTP suites): its scenarios are chosen by
     the user message and every test uses its own threads, so one process set serves them all
-    and the suite pays two deployments per worker, not two per module."""
+    and the suite pays two deployments per worker, not two per module. Heartbeats every second
+    (`AGENTLOG_SSE_HEARTBEAT`), so a test sees one on a quiet stream without waiting 15 s."""
     where = tmp_path_factory.mktemp(f"protocol-{request.param}")
-    with deploy(request.param, where, app="protocol_app:app") as running:  # type: ignore[arg-type]
+    with deploy(request.param, where, app="protocol_app:app",  # type: ignore[arg-type]
+                env={"AGENTLOG_SSE_HEARTBEAT": "1"}) as running:
         yield running
