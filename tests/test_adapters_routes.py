@@ -48,7 +48,7 @@ def text_of(events: list[Any]) -> str:
     return "".join(e.delta for e in events if e.type == "TEXT_MESSAGE_CONTENT")
 
 
-async def agui_ok(tr: Transport, stack: Deployed, body: dict[str, Any], agent: str) -> list[Any]:
+async def agui_ok(tr: Transport, stack: Deployed, body: dict[str, Any], agent: str = "agent") -> list[Any]:
     answer = await tr.agui(stack, body, agent)  # type: ignore[arg-type]
     assert answer.rejected is None, answer.rejected
     return verify_agui_stream(answer.events)
