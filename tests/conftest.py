@@ -108,13 +108,17 @@ def protocol_deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest
 #: The tokens of `tokens_deployment`: an admin and four tenants (`AGENTLOG_TOKENS` syntax). Each
 #: module takes tenants of its own, so exact per-tenant listings hold on the shared deployment.
 TOKENS = "admin, ta:tenantA, tb:tenantB, tc:tenantC, td:tenantD"
+#: The browser origins `tokens_deployment` allows (AGENTLOG_CORS_ORIGINS).
+CORS_ORIGINS = "http://127.0.0.1:5173, http://127.0.0.1:3000"
 
 
 @pytest.fixture(scope="session", params=["serve", "split"])
 def tokens_deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
                       ) -> Iterator[Deployment]:
-    """The protocol app (tests/protocol_app.py) with bearer tokens (`TOKENS`), one per topology
-    for the session: the auth and tenant checks of the HTTP, A2A and adapter suites share it."""
+    """The protocol app (tests/protocol_app.py) with bearer tokens (`TOKENS`) and CORS
+    (`CORS_ORIGINS`), one per topology for the session: the auth, tenant and CORS checks of the
+    HTTP, A2A and adapter suites share it."""
     where = tmp_path_factory.mktemp(f"tokens-{request.param}")
-    with deploy(request.param, where, app="protocol_app:app", tokens=TOKENS) as running:  # type: ignore[arg-type]
+    with deploy(request.param, where, app="protocol_app:app", tokens=TOKENS,  # type: ignore[arg-type]
+                env={"AGENTLOG_CORS_ORIGINS": CORS_ORIGINS}) as running:
         yield running
