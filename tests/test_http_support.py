@@ -93,6 +93,7 @@ class Remote:
 
     client: aiohttp.ClientSession
     store: JetStreamEventStore
+    url: str = ""  # the gateway's
 
     async def append(self, thread_id: str, run_id: str | None, events: list[Any]) -> int:
         version = await self.store.thread_version(thread_id)
@@ -105,7 +106,7 @@ async def open_remote(deployment: Deployment) -> AsyncIterator[Remote]:
     store = await JetStreamEventStore.connect(deployment.nats_url, request_timeout=2.0, connect_timeout=5.0)
     client = aiohttp.ClientSession(deployment.http_url, timeout=aiohttp.ClientTimeout(total=TIMEOUT))
     try:
-        yield Remote(client, store)
+        yield Remote(client, store, deployment.http_url.rstrip("/"))
     finally:
         await client.close()
         with contextlib.suppress(ConnectionError):
