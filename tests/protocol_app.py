@@ -118,6 +118,10 @@ SCRIPTS: dict[str, list[Any]] = {
     "fail": [Turn.fail(ModelRequestRejected("bad api key"))],
     # two calls that each wait for a human
     "pair": [Turn.tools(("approve_me", {"what": "x"}), ("approve_me", {"what": "y"}))],
+    # held at its first call until released, then three calls at once and one more: many events
+    "fan": [Turn.tool("hold", {}), Turn.tools(("add", {"a": 1, "b": 1}), ("add", {"a": 2, "b": 2}),
+                                             ("add", {"a": 3, "b": 3}), text="three at once"),
+            Turn.tool("add", {"a": 4, "b": 4}), "all done"],
     # a frontend tool the request declares (AG-UI `tools`), not the app
     "confirm": [Turn.tool("confirm_action", {"text": "really?"}), "Confirmed, thanks."],
 }
