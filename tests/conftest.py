@@ -112,13 +112,16 @@ TOKENS = "admin, ta:tenantA, tb:tenantB, tc:tenantC, td:tenantD"
 CORS_ORIGINS = "http://127.0.0.1:5173, http://127.0.0.1:3000"
 
 
-@pytest.fixture(scope="session", params=["serve", "split"])
-def tokens_deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+@pytest.fixture(scope="session")
+def tokens_deployment(protocol_deployment: Deployment, tmp_path_factory: pytest.TempPathFactory
                       ) -> Iterator[Deployment]:
     """The protocol app (tests/protocol_app.py) with bearer tokens (`TOKENS`) and CORS
     (`CORS_ORIGINS`), one per topology for the session: the auth, tenant and CORS checks of the
-    HTTP, A2A and adapter suites share it."""
-    where = tmp_path_factory.mktemp(f"tokens-{request.param}")
-    with deploy(request.param, where, app="protocol_app:app", tokens=TOKENS,  # type: ignore[arg-type]
+    HTTP, A2A and adapter suites share it. Its topology is `protocol_deployment`'s (not a
+    parameter of its own): pytest keeps one instance of a parametrized session fixture at a time,
+    and two independent ones interleaved would stop and start deployments as tests alternate."""
+    kind = protocol_deployment.kind
+    where = tmp_path_factory.mktemp(f"tokens-{kind}")
+    with deploy(kind, where, app="protocol_app:app", tokens=TOKENS,
                 env={"AGENTLOG_CORS_ORIGINS": CORS_ORIGINS}) as running:
         yield running
