@@ -107,7 +107,7 @@ def protocol_deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest
 
 #: The tokens of `tokens_deployment`: an admin and four tenants (`AGENTLOG_TOKENS` syntax). Each
 #: module takes tenants of its own, so exact per-tenant listings hold on the shared deployment.
-TOKENS = "admin, ta:tenantA, tb:tenantB, tc:tenantC, td:tenantD, te:tenantE, tf:tenantF"
+TOKENS = "admin, ta:tenantA, tb:tenantB, tc:tenantC, td:tenantD, te:tenantE, tf:tenantF, tg:tenantG, th:tenantH"
 #: The browser origins `tokens_deployment` allows (AGENTLOG_CORS_ORIGINS).
 CORS_ORIGINS = "http://127.0.0.1:5173, http://127.0.0.1:3000"
 
