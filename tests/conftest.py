@@ -97,7 +97,31 @@ def protocol_deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest
     """One deployment per topology of the scripted protocol app (tests/protocol_app.py), shared by
     every module that uses it (the protocol, SSE and HTTP suites): its scenarios are chosen by
     the user message and every test uses its own threads, so one process set serves them all
-    and the suite pays two deployments per worker, not two per module."""
+    and the suite pays two deployments per worker, not two per module. Heartbeats every second
+    (`AGENTLOG_SSE_HEARTBEAT`), so a test sees one on a quiet stream without waiting 15 s."""
     where = tmp_path_factory.mktemp(f"protocol-{request.param}")
-    with deploy(request.param, where, app="protocol_app:app") as running:  # type: ignore[arg-type]
+    with deploy(request.param, where, app="protocol_app:app",  # type: ignore[arg-type]
+                env={"AGENTLOG_SSE_HEARTBEAT": "1"}) as running:
+        yield running
+
+
+#: The tokens of `tokens_deployment`: an admin and four tenants (`AGENTLOG_TOKENS` syntax). Each
+#: module takes tenants of its own, so exact per-tenant listings hold on the shared deployment.
+TOKENS = "admin, ta:tenantA, tb:tenantB, tc:tenantC, td:tenantD, te:tenantE, tf:tenantF, tg:tenantG, th:tenantH"
+#: The browser origins `tokens_deployment` allows (AGENTLOG_CORS_ORIGINS).
+CORS_ORIGINS = "http://127.0.0.1:5173, http://127.0.0.1:3000"
+
+
+@pytest.fixture(scope="session")
+def tokens_deployment(protocol_deployment: Deployment, tmp_path_factory: pytest.TempPathFactory
+                      ) -> Iterator[Deployment]:
+    """The protocol app (tests/protocol_app.py) with bearer tokens (`TOKENS`) and CORS
+    (`CORS_ORIGINS`), one per topology for the session: the auth, tenant and CORS checks of the
+    HTTP, A2A and adapter suites share it. Its topology is `protocol_deployment`'s (not a
+    parameter of its own): pytest keeps one instance of a parametrized session fixture at a time,
+    and two independent ones interleaved would stop and start deployments as tests alternate."""
+    kind = protocol_deployment.kind
+    where = tmp_path_factory.mktemp(f"tokens-{kind}")
+    with deploy(kind, where, app="protocol_app:app", tokens=TOKENS,
+                env={"AGENTLOG_CORS_ORIGINS": CORS_ORIGINS}) as running:
         yield running

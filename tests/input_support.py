@@ -1,7 +1,12 @@
-"""A real deployment for the bad-input tests (tests/test_input_*.py): `serve` (one process,
-in-process dispatcher) or `gateway` (gateway + worker processes' parts, QueueDispatcher), on a
-real nats-server, with the demo app (its run suspends for approval of `deploy`). Helpers send raw
-bytes over every JSON route: HTTP, the NATS micro service and the adapters' NATS subjects."""
+"""Stacks for the bad-input tests (tests/test_input_*.py), and helpers that send raw bytes over
+every JSON route: HTTP, the NATS micro service and the adapters' NATS subjects.
+
+- `open_deployed(deployment)`: what users run (tests/topology.py: `agentlog serve`, or `agentlog
+  gateway` + `agentlog worker`), with tests/protocol_app.py (its `sequential` agent waits for
+  approval of `echo`); for everything a client can send.
+- `open_stack(url, mode)`: the same server assembly in this process (`serve`, or `gateway` +
+  `worker` parts), with the demo app (its run suspends for approval of `deploy`); only for the
+  checks that call the dispatcher's Python API directly."""
 
 from __future__ import annotations
 
@@ -16,27 +21,48 @@ import aiohttp
 from agentlog.cli.demo import DEMO_AGENT
 from agentlog.cli.server import Server, ServerConfig, serve
 from agentlog.eventlog.events import RunSuspended
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.gateway.operations.connection import ConnectionOptions
 
 from test_adapters_routes_support import Nats
 
 TIMEOUT = 30.0
 AGENT = DEMO_AGENT
+#: protocol_app's agent that asks before `echo`, and the message that makes it call `echo`.
+DEPLOYED_AGENT, DEPLOYED_ASK = "sequential", "approval: ship it"
 
 
 @dataclass
 class Stack:
-    front: Server  # the process with HTTP + NATS service (serve or gateway)
+    front: Server | None  # in process: the server with HTTP + NATS service (serve or gateway)
     http: aiohttp.ClientSession
     mode: str
+    agent: str = AGENT
+    ask: str = "ship it"  # a message that makes `agent` wait for an approval
+    log: JetStreamEventStore | None = None  # deployed: a connection to the deployment's log
 
     @property
     def store(self) -> Any:
+        if self.log is not None:
+            return self.log
+        assert self.front is not None
         return self.front.store
 
     @property
     def nc(self) -> Any:
-        return self.front.store.nc
+        return self.store.nc
+
+
+@contextlib.asynccontextmanager
+async def open_deployed(deployment: Any) -> AsyncIterator[Stack]:
+    """A client of a running deployment (tests/topology.py) of tests/protocol_app.py."""
+    log = await JetStreamEventStore.connect(deployment.nats_url, request_timeout=5.0, connect_timeout=5.0)
+    try:
+        async with aiohttp.ClientSession(deployment.http_url) as http:
+            yield Stack(None, http, deployment.kind, agent=DEPLOYED_AGENT, ask=DEPLOYED_ASK, log=log)
+    finally:
+        with contextlib.suppress(ConnectionError):
+            await log.close()
 
 
 @contextlib.asynccontextmanager
@@ -57,7 +83,7 @@ async def open_stack(nats_url: str, mode: str = "serve", tokens: str = "", **con
 
 async def waiting_run(s: Stack, headers: dict[str, str] | None = None, **body: Any) -> tuple[str, str, str]:
     """Start a demo run and wait until it suspends: (thread_id, run_id, suspended call id)."""
-    async with s.http.post("/v1/runs", json={"agent_id": AGENT, "messages": "ship it", **body},
+    async with s.http.post("/v1/runs", json={"agent_id": s.agent, "messages": s.ask, **body},
                            headers=headers or {}) as r:
         assert r.status == 202, await r.text()
         started = await r.json()
@@ -84,12 +110,13 @@ async def nats_call(s: Stack, subject: str, data: bytes, headers: dict[str, str]
     return h.get("Nats-Service-Error-Code"), h.get("Nats-Service-Error"), msg.data
 
 
-async def adapter_call(s: Stack, subject: str, data: bytes, agent: str = AGENT) -> list[dict[str, Any]]:
+async def adapter_call(s: Stack, subject: str, data: bytes, agent: str | None = None) -> list[dict[str, Any]]:
     """An adapter request over NATS: every event streamed back until the end marker."""
-    return await Nats()._request(s, subject, data, agent)  # noqa: SLF001 - the one NATS adapter client
+    return await Nats()._request(s, subject, data, agent or s.agent)  # type: ignore[arg-type]  # noqa: SLF001
 
 
-__all__ = ["AGENT", "Stack", "TIMEOUT", "adapter_call", "http_call", "nats_call", "open_stack", "waiting_run"]
+__all__ = ["AGENT", "DEPLOYED_AGENT", "Stack", "TIMEOUT", "adapter_call", "http_call", "nats_call", "open_deployed",
+           "open_stack", "waiting_run"]
 
 
 async def codes_of(calls: Sequence[Callable[[], Awaitable[Any]]]) -> list[str]:

@@ -22,8 +22,8 @@ from typing import Any
 
 from agentlog.gateway.adapters.frontend import frontend_tool
 from agentlog.gateway.operations.app_loader import App
-from agentlog.runtime import AgentSpec, PermissionPlugin, ToolContext, ToolResult, tool
-from agentlog.runtime.models import ScriptedModel, Turn
+from agentlog.runtime import AgentSpec, PermissionPlugin, ToolContext, ToolError, ToolResult, tool
+from agentlog.runtime.models import ModelRequestRejected, ScriptedModel, Turn
 from agentlog.runtime.run_input import OverridePolicy
 
 PICK = "pick_color"
@@ -47,6 +47,18 @@ def ask_name() -> ToolResult:
     """Needs a human to type something."""
     return ToolResult.pending("ticket2", action="input", message="your name?",
                               response_schema={"type": "object", "properties": {"name": {"type": "string"}}})
+
+
+@tool
+def broken() -> str:
+    """Always fails."""
+    raise ToolError("the disk is on fire")
+
+
+@tool
+def approve_me(what: str) -> ToolResult:
+    """Needs a human to approve (a pending result, whatever the agent's permissions)."""
+    return ToolResult.pending("ticket1", message=f"approve {what}?")
 
 
 @tool
@@ -87,7 +99,8 @@ async def hold(ctx: ToolContext) -> str:
     return "released"
 
 
-TOOLS = [add, echo, report, hold, ask_name, init_log, append_log, frontend_tool(PICK, "Let the user pick a color")]
+TOOLS = [add, echo, report, hold, ask_name, broken, approve_me, init_log, append_log,
+         frontend_tool(PICK, "Let the user pick a color")]
 
 #: scenario keyword (the first user message of the turn) -> the model's turns, by assistant turns so far
 SCRIPTS: dict[str, list[Any]] = {
@@ -104,6 +117,17 @@ SCRIPTS: dict[str, list[Any]] = {
               Turn.text("The sum is 3.", reasoning="add returned 3.")],
     "emit": [Turn.tool("report", {}, text="Reporting."), "Reported."],
     "hold": [Turn.tool("hold", {}, text="Holding on."), "Released."],
+    # three calls at once, one of which fails
+    "trio": [Turn.tools(("add", {"a": 1, "b": 2}), ("echo", {"text": "b"}), ("broken", {})), "The sum is 3."],
+    "fail": [Turn.fail(ModelRequestRejected("bad api key"))],
+    # two calls that each wait for a human
+    "pair": [Turn.tools(("approve_me", {"what": "x"}), ("approve_me", {"what": "y"}))],
+    # held at its first call until released, then three calls at once and one more: many events
+    "fan": [Turn.tool("hold", {}), Turn.tools(("add", {"a": 1, "b": 1}), ("add", {"a": 2, "b": 2}),
+                                             ("add", {"a": 3, "b": 3}), text="three at once"),
+            Turn.tool("add", {"a": 4, "b": 4}), "all done"],
+    # a frontend tool the request declares (AG-UI `tools`), not the app
+    "confirm": [Turn.tool("confirm_action", {"text": "really?"}), "Confirmed, thanks."],
 }
 
 

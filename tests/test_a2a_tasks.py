@@ -1,14 +1,15 @@
 """A2A ListTasks, the authenticated extended agent card, tenant-scoped tokens and push
 notifications (a loopback webhook receiver; a gateway killed mid-delivery), with the
 official a2a-sdk client against what users run (`agentlog serve`, and `agentlog gateway` +
-`agentlog worker`) with tokens `admin` (unscoped), `tok-a:tenantA`, `tok-b:tenantB`.
+`agentlog worker`): the shared `tokens_deployment` (conftest.py; tokens `admin` (unscoped), and
+this module's tenants `te:tenantE`, `tf:tenantF`), and deployments of their own with `TOKENS`
+for the kill and two-gateway checks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +41,11 @@ TIMEOUT = 60
 TOKENS = "admin,tok-a:tenantA,tok-b:tenantB"
 
 
-@pytest.fixture(scope="module", params=TOPOLOGIES)
-def a2a_deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    where: Path = tmp_path_factory.mktemp(f"a2a-{request.param}")
-    with deploy(request.param, where, app="protocol_app:app", tokens=TOKENS) as running:
-        yield running
+@pytest.fixture
+def a2a_deployment(tokens_deployment: Deployment) -> Deployment:
+    """The shared deployment with tokens (`tokens_deployment`, conftest.py): `admin`, and this
+    module's tenants E (`te`) and F (`tf`)."""
+    return tokens_deployment
 
 
 async def client_for(base: str, token: str, agent: str = "open", *, streaming: bool = False) -> Any:
@@ -79,7 +80,7 @@ async def test_list_tasks_is_scoped_to_the_tenant(a2a_deployment: Deployment) ->
     unscoped token lists them all."""
     base = a2a_deployment.http_url
     async with asyncio.timeout(TIMEOUT):
-        a, b, admin = [await client_for(base, t) for t in ("tok-a", "tok-b", "admin")]
+        a, b, admin = [await client_for(base, t) for t in ("te", "tf", "admin")]
         mine = [await send(a, "text: a1", "ma1"), await send(a, "text: a2", "ma2")]
         theirs = await send(b, "text: b1", "mb1")
         assert all(t.status.state == TaskState.TASK_STATE_COMPLETED for t in [*mine, theirs])
@@ -94,7 +95,7 @@ async def test_list_tasks_is_scoped_to_the_tenant(a2a_deployment: Deployment) ->
 async def test_list_tasks_pages_and_filters(a2a_deployment: Deployment) -> None:
     base = a2a_deployment.http_url
     async with asyncio.timeout(TIMEOUT):
-        a = await client_for(base, "tok-a")
+        a = await client_for(base, "te")
         first = await send(a, "text: p1", "mp1")
         second = await send(a, "text: p2", "mp2", context_id=first.context_id)
         page = await a.list_tasks(ListTasksRequest(context_id=first.context_id, page_size=1, history_length=0))
@@ -103,7 +104,7 @@ async def test_list_tasks_pages_and_filters(a2a_deployment: Deployment) -> None:
                                                    page_token=page.next_page_token, include_artifacts=True))
         assert [t.id for t in [*page.tasks, *rest.tasks]] == sorted([first.id, second.id])
         assert rest.tasks[0].artifacts and not page.tasks[0].artifacts
-        waiting = await (await client_for(base, "tok-a", "sequential")).list_tasks(
+        waiting = await (await client_for(base, "te", "sequential")).list_tasks(
             ListTasksRequest(status=TaskState.TASK_STATE_INPUT_REQUIRED))
         assert all(t.status.state == TaskState.TASK_STATE_INPUT_REQUIRED for t in waiting.tasks)
 
@@ -113,7 +114,7 @@ async def test_list_tasks_tenant_token_cannot_reach_another_tenants_task(a2a_dep
     one, to reads and to messages; its own task is readable."""
     base = a2a_deployment.http_url
     async with asyncio.timeout(TIMEOUT):
-        a, b = await client_for(base, "tok-a"), await client_for(base, "tok-b")
+        a, b = await client_for(base, "te"), await client_for(base, "tf")
         task = await send(a, "text: secret", "ms1")
         assert (await a.get_task(GetTaskRequest(id=task.id))).id == task.id
         with pytest.raises(TaskNotFoundError):
@@ -134,7 +135,7 @@ async def test_extended_card_for_authenticated_callers(a2a_deployment: Deploymen
                                                                  "method": "GetExtendedAgentCard", "params": {}},
                                       headers={"A2A-Version": "1.0"})
             assert refused.status_code == 401
-        for token in ("admin", "tok-a"):
+        for token in ("admin", "te"):
             card = await (await client_for(base, token)).get_extended_agent_card(GetExtendedAgentCardRequest())
             names = {s.name for s in card.skills}
             assert {"open", "add", "echo", "report"} <= names and len(card.skills) > len(public.skills)
@@ -216,7 +217,7 @@ async def test_push_notifications_are_delivered_signed(a2a_deployment: Deploymen
     are readable, listable and deletable; the card says push is supported."""
     base = a2a_deployment.http_url
     async with asyncio.timeout(TIMEOUT), Webhook() as hook:
-        client = await client_for(base, "tok-a", "sequential")
+        client = await client_for(base, "te", "sequential")
         assert (await A2ACardResolver(httpx.AsyncClient(), base, "/a2a/sequential/.well-known/agent-card.json")
                 .get_agent_card()).capabilities.push_notifications
         task, call_id = await waiting_task(client, "mp1")
@@ -232,7 +233,7 @@ async def test_push_notifications_are_delivered_signed(a2a_deployment: Deploymen
         assert headers["X-A2A-Notification-Token"] == "s3cret"
         assert headers["X-Agentlog-Signature"] == signature("s3cret", body)
         assert json.loads(body)["task"]["id"] == task.id
-        other = await client_for(base, "tok-b", "sequential")
+        other = await client_for(base, "tf", "sequential")
         with pytest.raises(TaskNotFoundError):  # another tenant cannot see (or set) the task's hooks
             await other.list_task_push_notification_configs(ListTaskPushNotificationConfigsRequest(task_id=task.id))
         await client.delete_task_push_notification_config(

@@ -292,26 +292,22 @@ async def test_fork_regenerate_of_an_older_answer_is_refused(protocol_deployment
 
 # -- tenants ---------------------------------------------------------------------------------------
 
-TOKENS = "root,ta:tenantA,tb:tenantB"
 
-
-@pytest.fixture
-def deployment_options() -> dict[str, object]:
-    return {"app": "protocol_app:app", "tokens": TOKENS}
-
-
-def test_fork_inherits_the_tenant_and_a_tenant_forks_only_its_own(deployment: Deployment) -> None:
-    with get_sync_client(deployment.http_url, token="ta") as a, get_sync_client(deployment.http_url, token="tb") as b:
-        run = a.runs.create("open", "text: mine", resource_id="tenantA-1")
+def test_fork_inherits_the_tenant_and_a_tenant_forks_only_its_own(tokens_deployment: Deployment) -> None:
+    """The shared deployment with tokens (`tokens_deployment`, conftest.py): this module's tenants
+    are G (`tg`) and H (`th`)."""
+    deployment = tokens_deployment
+    with get_sync_client(deployment.http_url, token="tg") as a, get_sync_client(deployment.http_url, token="th") as b:
+        run = a.runs.create("open", "text: mine", resource_id="tenantG-1")
         assert a.runs.wait(run["run_id"], timeout=WAIT)["status"] == "done"
         at = a.threads.messages(run["thread_id"])["messages"][-1]["event_id"]
         fork = a.threads.fork(run["thread_id"], at)
-        assert fork["thread"]["resource_id"] == "tenantA-1"
+        assert fork["thread"]["resource_id"] == "tenantG-1"
         with pytest.raises(ApiError) as raised:
             b.threads.fork(run["thread_id"], at)
         assert (raised.value.status, raised.value.code) == (404, "thread_not_found")
         with pytest.raises(ApiError) as raised:
             b.threads.get(fork["thread_id"])
-        assert raised.value.status == 404  # the fork is tenant A's too
-        marker = a.threads.create(resource_id="tenantA-2")
-        assert b.threads.list(min_seq=marker["seq"])["total"] == 0  # tenant B's fork wrote nothing
+        assert raised.value.status == 404  # the fork is tenant G's too
+        marker = a.threads.create(resource_id="tenantG-2")
+        assert b.threads.list(min_seq=marker["seq"])["total"] == 0  # tenant H's fork wrote nothing

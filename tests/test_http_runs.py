@@ -1,4 +1,6 @@
-"""Run read routes: list with filters and pagination, get, 404s and bad ids."""
+"""Run read routes: list with filters and pagination, get, 404s and bad ids; against what users
+run (`remote`: `agentlog serve`, and `agentlog gateway` + `agentlog worker`, one shared deployment
+per topology, so every test uses its own ids)."""
 
 from __future__ import annotations
 
@@ -6,12 +8,11 @@ import asyncio
 from typing import Any
 
 from agentlog.eventlog.events import RunStarted
+from agentlog.eventlog.ids import new_id
 
 from test_http_support import (  # noqa: F401
     TIMEOUT,
-    Api,
     Remote,
-    api,
     body,
     error,
     recorded_thread,
@@ -21,49 +22,58 @@ from test_http_support import (  # noqa: F401
 )
 
 
-async def _runs(api: Api) -> int:
-    await recorded_thread(api, "t1", "r1")
-    await recorded_thread(api, "t2", "r2", finish=False)
-    return await api.append("t1", "r3", [RunStarted(run_id="r3", agent_id="other", parent_run_id="r1")])
+async def _runs(remote: Remote) -> tuple[int, list[str], list[str], list[str]]:
+    """Three runs on two new threads: r1 done and r2 waiting (agent A), r3 running (agent B, a
+    child of r1). Their ids sort after every other id of the shared log, in this order
+    (generated ids are time-ordered), so they are the last page of an unfiltered listing.
+    Returns the last seq, the run ids, the thread ids and the agent ids."""
+    base = f"zz{new_id()}"
+    runs = [f"{base}{n}" for n in "abc"]
+    threads, agents = [uid("t"), uid("t")], [uid("a"), uid("a")]
+    await recorded_thread(remote, threads[0], runs[0], agent_id=agents[0])
+    await recorded_thread(remote, threads[1], runs[1], finish=False, agent_id=agents[0])
+    seq = await remote.append(threads[0], runs[2], [RunStarted(run_id=runs[2], agent_id=agents[1],
+                                                               parent_run_id=runs[0])])
+    return seq, runs, threads, agents
 
 
-async def test_list_and_filters(api: Api) -> None:
+async def test_list_and_filters(remote: Remote) -> None:
     async with asyncio.timeout(TIMEOUT):
-        seq = await _runs(api)
+        seq, (r1, r2, r3), (t1, _t2), (a, b) = await _runs(remote)
         q = {"min_seq": seq}
-        everything = await body(await api.client.get("/v1/runs", params=q), 200)
-        assert [r["run_id"] for r in everything["runs"]] == ["r1", "r2", "r3"] and everything["total"] == 3
+        everything = await body(await remote.client.get("/v1/runs", params=q), 200)
+        total = everything["total"]
+        last = await body(await remote.client.get("/v1/runs", params={**q, "offset": total - 3}), 200)
+        assert [r["run_id"] for r in last["runs"]] == [r1, r2, r3] and last["total"] == total
         cases = [
-            ({"thread_id": "t1"}, ["r1", "r3"]),
-            ({"status": "done"}, ["r1"]),
-            ({"status": "waiting"}, ["r2"]),
-            ({"status": "running"}, ["r3"]),
-            ({"agent_id": "other"}, ["r3"]),
-            ({"parent_run_id": "r1"}, ["r3"]),
-            ({"limit": 1, "offset": 1}, ["r2"]),
-            ({"limit": 0}, ["r1"]),
-            ({"offset": 3}, []),
+            ({"thread_id": t1}, [r1, r3]),
+            ({"agent_id": a, "status": "done"}, [r1]),
+            ({"agent_id": a, "status": "waiting"}, [r2]),
+            ({"agent_id": b, "status": "running"}, [r3]),
+            ({"agent_id": b}, [r3]),
+            ({"parent_run_id": r1}, [r3]),
+            ({"agent_id": a}, [r1, r2]),
+            ({"agent_id": a, "limit": 1, "offset": 1}, [r2]),
+            ({"agent_id": a, "limit": 0}, [r1]),
+            ({"agent_id": a, "offset": 2}, []),
         ]
         for params, wanted in cases:
-            got = await body(await api.client.get("/v1/runs", params={**q, **params}), 200)
+            got = await body(await remote.client.get("/v1/runs", params={**q, **params}), 200)
             assert [r["run_id"] for r in got["runs"]] == wanted, params
         for bad in ({"status": "sleeping"}, {"thread_id": "a.b"}, {"parent_run_id": "_"}, {"limit": "x"}):
-            await error(await api.client.get("/v1/runs", params=bad), 400, "invalid_input")
+            await error(await remote.client.get("/v1/runs", params=bad), 400, "invalid_input")
 
 
-async def test_get_run(api: Api) -> None:
+async def test_get_run(remote: Remote) -> None:
     async with asyncio.timeout(TIMEOUT):
-        seq = await _runs(api)
-        run = await body(await api.client.get("/v1/runs/r2", params={"min_seq": seq}), 200)
-        assert run["thread_id"] == "t2" and run["status"] == "waiting"
+        seq, (_r1, r2, _r3), (_t1, t2), _agents = await _runs(remote)
+        run = await body(await remote.client.get(f"/v1/runs/{r2}", params={"min_seq": seq}), 200)
+        assert run["thread_id"] == t2 and run["status"] == "waiting"
         assert run["calls"]["c1"]["status"] == "suspended"
-        await error(await api.client.get("/v1/runs/nope"), 404, "run_not_found")
-        await error(await api.client.get("/v1/runs/a.b"), 400, "invalid_id")
-        await error(await api.client.get("/v1/runs/_"), 400, "invalid_id")
-        await error(await api.client.get("/v1/runs/nope/events"), 404, "run_not_found")
-
-
-# -- what users run: serve, gateway + worker ------------------------------------------------------
+        await error(await remote.client.get(f"/v1/runs/{uid('r')}"), 404, "run_not_found")
+        await error(await remote.client.get("/v1/runs/a.b"), 400, "invalid_id")
+        await error(await remote.client.get("/v1/runs/_"), 400, "invalid_id")
+        await error(await remote.client.get(f"/v1/runs/{uid('r')}/events"), 404, "run_not_found")
 
 
 async def follow_run(remote: Remote, run_id: str, last_event_id: str | None = None) -> list[Any]:

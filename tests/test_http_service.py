@@ -1,27 +1,34 @@
-"""Health, metrics, OpenAPI completeness, the 500 path and 503 with NATS stopped."""
+"""Health, metrics, OpenAPI completeness, the 500 path and 503 with NATS stopped.
+
+Health, metrics and the NATS outage run against what users run (`agentlog serve`, and `agentlog
+gateway` + `agentlog worker`; the outage on a deployment of its own, as it stops NATS). In
+process: the OpenAPI check (it compares the document with the app's router) and the 500 path (it
+needs a view store that fails with a bug)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from topology import Deployment
 
 from agentlog.gateway.http import Route, create_app
 from agentlog.gateway.operations.models import CreateThread
 
-from test_http_support import TIMEOUT, Api, api, body, error, open_api  # noqa: F401
+from test_http_support import TIMEOUT, Api, Remote, api, body, error, open_remote, remote, uid  # noqa: F401
 
 
-async def test_health_live_and_metrics(api: Api) -> None:
+async def test_health_live_and_metrics(remote: Remote) -> None:
     async with asyncio.timeout(TIMEOUT):
-        health = await body(await api.client.get("/health"), 200)
+        health = await body(await remote.client.get("/health"), 200)
         assert health["status"] == "ok" and health["nats"]["connected"] is True
         assert health["projection"]["lag"] >= 0
-        assert await body(await api.client.get("/health/live"), 200) == {"status": "ok"}
-        await body(await api.client.get("/v1/threads"), 200)
-        await error(await api.client.get("/v1/threads/nope"), 404)
-        resp = await api.client.get("/metrics")
+        assert await body(await remote.client.get("/health/live"), 200) == {"status": "ok"}
+        await body(await remote.client.get("/v1/threads"), 200)
+        await error(await remote.client.get(f"/v1/threads/{uid('t')}"), 404)
+        resp = await remote.client.get("/metrics")
         text = await resp.text()
         assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/plain")
         assert 'agentlog_http_request_duration_seconds_count{method="GET",route="/v1/threads",status="200"}' in text
@@ -81,35 +88,47 @@ async def test_unexpected_errors_are_500_internal_and_extra_routes_plug_in(api: 
         await client.close()
 
 
-async def test_nats_stopped_gives_503(nats_server) -> None:
-    async with asyncio.timeout(TIMEOUT), open_api(nats_server) as api:
-        c = api.client
-        created = await body(await c.post("/v1/threads", json={"thread_id": "t"}), 201)
-        await api.synced(created["seq"])
-        nats_server.stop()
+@pytest.fixture
+def deployment_options() -> dict[str, object]:
+    """`--timeout 2`: a log read waits that long for NATS to come back before its 503."""
+    return {"args": ["--timeout", "2"]}
+
+
+async def test_nats_stopped_gives_503(deployment: Deployment) -> None:
+    """NATS goes away under a running gateway: health says so (503), liveness stays 200, every
+    route that needs the log is a 503 `store_unavailable` (after `--timeout`: a reconnect within
+    it is waited for), bad input is still a 400."""
+    async with asyncio.timeout(TIMEOUT), open_remote(deployment) as remote:
+        c = remote.client
+        thread = uid("t")
+        created = await body(await c.post("/v1/threads", json={"thread_id": thread}), 201)
+        await body(await c.get(f"/v1/threads/{thread}", params={"min_seq": created["seq"]}), 200)
+        await remote.store.close()
+        deployment.nats.stop()
         try:
-            # The client learns of the stop from its read loop a moment later (a fresh clone's
-            # run once asked before that: 503 already, its lag probe failing, but the socket
-            # still reported connected). Wait for that, bounded, then ask.
-            async with asyncio.timeout(10):
-                while api.store.nc.is_connected:
-                    await asyncio.sleep(0.01)
+            # The gateway learns of the stop from its client's read loop a moment later: wait
+            # for its health to say so (bounded), then ask.
+            while (await c.get("/health")).status != 503:
+                await asyncio.sleep(0.05)
             health = await body(await c.get("/health"), 503)
             assert health["status"] == "unavailable" and health["nats"]["connected"] is False
             assert (await c.get("/health/live")).status == 200
-            for method, path, payload in (
-                ("POST", "/v1/threads", {"thread_id": "u"}),
-                ("GET", "/v1/threads/t/messages", None),
-                ("GET", "/v1/threads/t/state", None),
-                ("GET", "/v1/threads/t/events", None),
-                ("GET", "/v1/runs/r/events", None),
-                ("PATCH", "/v1/threads/t", {"metadata": {"a": 1}}),
+            routes = (
+                ("POST", "/v1/threads", {"thread_id": uid("u")}),
+                ("GET", f"/v1/threads/{thread}/messages", None),
+                ("GET", f"/v1/threads/{thread}/state", None),
+                ("GET", f"/v1/threads/{thread}/events", None),
+                ("GET", f"/v1/runs/{uid('r')}/events", None),
+                ("PATCH", f"/v1/threads/{thread}", {"metadata": {"a": 1}}),
                 ("GET", "/v1/threads", None),
-                ("GET", "/v1/threads/t", None),
-            ):
-                resp = await c.request(method, path, json=payload)
-                await error(resp, 503, "store_unavailable")
+                ("GET", f"/v1/threads/{thread}", None),
+            )
+
+            async def refused(method: str, path: str, payload: Any) -> None:
+                await error(await c.request(method, path, json=payload), 503, "store_unavailable")
+
+            await asyncio.gather(*(refused(*route) for route in routes))  # each waits out --timeout
             # Bad input is still 400, even with NATS down: it never reaches NATS.
             await error(await c.get("/v1/threads/a.b"), 400, "invalid_id")
         finally:
-            nats_server.start()
+            deployment.nats.start()

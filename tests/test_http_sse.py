@@ -1,7 +1,11 @@
 """SSE from the log: frame shape, exact resume after every event (mid-commit too), live follow
 with heartbeats, run streams that end when the run finishes or suspends, and the bounded
 per-client queue (a client that stops taking frames is dropped; one that keeps taking them gets a
-history of any length)."""
+history of any length).
+
+The route checks run against what users run (`remote`: `agentlog serve`, and `agentlog gateway`
++ `agentlog worker`, one shared deployment per topology, so every test uses its own ids); the
+`Pump` checks are units, and the small-queue check needs an in-process setting."""
 
 from __future__ import annotations
 
@@ -9,18 +13,23 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
 from agentlog.eventlog.events import RunFinished, RunStarted, StepStarted, Termination
 from agentlog.gateway.http import Settings
 from agentlog.gateway.http.sse import Pump
+from agentlog.gateway.operations.services import SSE_HEARTBEAT_ENV
 
 from test_http_runs import follow_run
 from test_http_support import (  # noqa: F401
+    RECORDED_SIZES,
     TIMEOUT,
     Api,
     Remote,
-    api,
+    SseEvent,
     body,
     error,
+    event_ids,
     open_api,
     recorded_thread,
     remote,
@@ -29,90 +38,101 @@ from test_http_support import (  # noqa: F401
 )
 
 
-async def _all(api: Api, path: str, **headers: str):
+async def _all(api: Remote | Api, path: str, **headers: str) -> list[SseEvent]:
     async with api.client.get(path, headers=headers) as resp:
-        assert resp.status == 200
+        assert resp.status == 200, await resp.text()
         assert resp.headers["Content-Type"].startswith("text/event-stream")
         return await sse_events(resp)
 
 
-async def test_frames_carry_position_type_and_ids(api: Api) -> None:
+async def test_frames_carry_position_type_and_ids(remote: Remote) -> None:
     async with asyncio.timeout(TIMEOUT):
-        await recorded_thread(api, "t1", "r1")
-        events = await _all(api, "/v1/threads/t1/events")
-        assert [e.id for e in events] == ["1:0", "2:0", "2:1", "2:2", "3:0", "3:1", "4:0", "5:0", "5:1"]
+        thread, run, seqs = uid("t"), uid("r"), []
+        await recorded_thread(remote, thread, run, seqs=seqs)
+        events = await _all(remote, f"/v1/threads/{thread}/events")
+        assert [e.id for e in events] == event_ids(seqs)
         assert events[0].event == "ThreadCreated" and events[0].data["run_id"] is None
-        assert events[1].event == "RunStarted" and events[1].data["run_id"] == "r1"
-        assert all(e.data["thread_id"] == "t1" and e.data["event"]["type"] == e.event for e in events)
-        run = await _all(api, "/v1/runs/r1/events")
-        assert [e.id for e in run] == [e.id for e in events[1:]]
+        assert events[1].event == "RunStarted" and events[1].data["run_id"] == run
+        assert all(e.data["thread_id"] == thread and e.data["event"]["type"] == e.event for e in events)
+        run_events = await _all(remote, f"/v1/runs/{run}/events")
+        assert [e.id for e in run_events] == [e.id for e in events[1:]]
 
 
-async def test_resume_after_every_event_gives_exactly_the_rest(api: Api) -> None:
+async def test_resume_after_every_event_gives_exactly_the_rest(remote: Remote) -> None:
     """For every k: read k events of a live stream, drop the connection, reconnect with
     Last-Event-ID (or ?after=) and get exactly events k.. — no gap, no repeat."""
     async with asyncio.timeout(TIMEOUT):
-        await recorded_thread(api, "t1", "r1")
-        full = await _all(api, "/v1/threads/t1/events")
+        thread, run = uid("t"), uid("r")
+        await recorded_thread(remote, thread, run)
+        full = await _all(remote, f"/v1/threads/{thread}/events")
         ids = [e.id for e in full]
+        assert len(ids) == sum(RECORDED_SIZES) and full[-1].event == "RunFinished"
         for k in range(len(full) + 1):
-            async with api.client.get("/v1/threads/t1/events", params={"follow": "true"}) as resp:
+            async with remote.client.get(f"/v1/threads/{thread}/events", params={"follow": "true"}) as resp:
                 first = await sse_events(resp, k)
             assert [e.id for e in first] == ids[:k]
             headers = {"Last-Event-ID": first[-1].id} if k else {}
-            rest = await _all(api, "/v1/threads/t1/events", **headers)
+            rest = await _all(remote, f"/v1/threads/{thread}/events", **headers)
             assert [e.id for e in rest] == ids[k:], k
             assert [e.data for e in rest] == [e.data for e in full[k:]]
             if k:
-                by_query = await _all(api, f"/v1/threads/t1/events?after={first[-1].id}")
+                by_query = await _all(remote, f"/v1/threads/{thread}/events?after={first[-1].id}")
                 assert [e.id for e in by_query] == ids[k:]
-                run_rest = await _all(api, "/v1/runs/r1/events", **headers)
-                assert [e.id for e in run_rest] == [i for i in ids[k:] if i != "1:0"]
+                run_rest = await _all(remote, f"/v1/runs/{run}/events", **headers)
+                assert [e.id for e in run_rest] == [i for i in ids[k:] if i != ids[0]]
 
 
-async def test_last_event_id_wins_and_bad_ids_are_400(api: Api) -> None:
+async def test_last_event_id_wins_and_bad_ids_are_400(remote: Remote) -> None:
     async with asyncio.timeout(TIMEOUT):
-        await recorded_thread(api, "t1", "r1")
-        rest = await _all(api, "/v1/threads/t1/events?after=1:0", **{"Last-Event-ID": "5:0"})
-        assert [e.id for e in rest] == ["5:1"]
-        for bad in ("nope", "0:0", "3:-1"):
-            await error(await api.client.get("/v1/threads/t1/events", headers={"Last-Event-ID": bad}),
-                        400, "invalid_event_id")
-        await error(await api.client.get("/v1/threads/t1/events", params={"after": "x"}), 400, "invalid_input")
-        await error(await api.client.get("/v1/threads/t1/events", params={"follow": "maybe"}), 400, "invalid_input")
-        await error(await api.client.get("/v1/threads/none/events"), 404, "thread_not_found")
+        thread, run, seqs = uid("t"), uid("r"), []
+        await recorded_thread(remote, thread, run, seqs=seqs)
+        ids = event_ids(seqs)
+        rest = await _all(remote, f"/v1/threads/{thread}/events?after={ids[0]}", **{"Last-Event-ID": ids[-2]})
+        assert [e.id for e in rest] == ids[-1:]
+        path = f"/v1/threads/{thread}/events"
+        for bad in ("nope", "0:0", f"{seqs[2]}:-1"):
+            await error(await remote.client.get(path, headers={"Last-Event-ID": bad}), 400, "invalid_event_id")
+        await error(await remote.client.get(path, params={"after": "x"}), 400, "invalid_input")
+        await error(await remote.client.get(path, params={"follow": "maybe"}), 400, "invalid_input")
+        await error(await remote.client.get(f"/v1/threads/{uid('t')}/events"), 404, "thread_not_found")
 
 
-async def test_follow_tails_live_commits_with_heartbeats(api: Api) -> None:
+async def test_follow_tails_live_commits_with_heartbeats(remote: Remote) -> None:
+    """The deployment sends a heartbeat every second (`AGENTLOG_SSE_HEARTBEAT`, conftest.py)."""
     async with asyncio.timeout(TIMEOUT):
-        await recorded_thread(api, "t1", "r1")
+        thread, run, seqs = uid("t"), uid("r"), []
+        await recorded_thread(remote, thread, run, seqs=seqs)
+        ids = event_ids(seqs)
         comments: list[str] = []
-        async with api.client.get("/v1/threads/t1/events", params={"follow": "true"},
-                                  headers={"Last-Event-ID": "5:0"}) as resp:
-            assert [e.id for e in await sse_events(resp, 1)] == ["5:1"]
-            seq = await api.append("t1", "r9", [RunStarted(run_id="r9", agent_id="a"), StepStarted(step=1)])
+        async with remote.client.get(f"/v1/threads/{thread}/events", params={"follow": "true"},
+                                     headers={"Last-Event-ID": ids[-2]}) as resp:
+            assert [e.id for e in await sse_events(resp, 1)] == ids[-1:]
+            other = uid("r")
+            seq = await remote.append(thread, other, [RunStarted(run_id=other, agent_id="a"), StepStarted(step=1)])
             live = await sse_events(resp, 2, comments=comments)
             assert [e.id for e in live] == [f"{seq}:0", f"{seq}:1"]
             raw = await resp.content.readline()  # the log is quiet now: only heartbeats come
             assert raw.startswith(b":"), raw
 
 
-async def test_followed_run_stream_ends_when_the_run_finishes(api: Api) -> None:
+async def test_followed_run_stream_ends_when_the_run_finishes(remote: Remote) -> None:
     async with asyncio.timeout(TIMEOUT):
-        await api.append("t1", "r1", [RunStarted(run_id="r1", agent_id="a")])
-        async with api.client.get("/v1/runs/r1/events", params={"follow": "true"}) as resp:
+        thread, run, other = uid("t"), uid("r"), uid("r")
+        await remote.append(thread, run, [RunStarted(run_id=run, agent_id="a")])
+        async with remote.client.get(f"/v1/runs/{run}/events", params={"follow": "true"}) as resp:
             assert [e.event for e in await sse_events(resp, 1)] == ["RunStarted"]
-            await api.append("t1", "other", [RunStarted(run_id="other", agent_id="a")])
-            seq = await api.append("t1", "r1", [StepStarted(step=1),
-                                                RunFinished(termination=Termination(type="natural_end"))])
+            await remote.append(thread, other, [RunStarted(run_id=other, agent_id="a")])
+            seq = await remote.append(thread, run, [StepStarted(step=1),
+                                                    RunFinished(termination=Termination(type="natural_end"))])
             rest = await sse_events(resp)  # to the end of the stream: the server closes it
             assert [e.id for e in rest] == [f"{seq}:0", f"{seq}:1"]
 
 
-async def test_followed_run_stream_of_a_waiting_run_ends_after_history(api: Api) -> None:
+async def test_followed_run_stream_of_a_waiting_run_ends_after_history(remote: Remote) -> None:
     async with asyncio.timeout(TIMEOUT):
-        await recorded_thread(api, "t1", "r1", finish=False)
-        async with api.client.get("/v1/runs/r1/events", params={"follow": "true"}) as resp:
+        thread, run = uid("t"), uid("r")
+        await recorded_thread(remote, thread, run, finish=False)
+        async with remote.client.get(f"/v1/runs/{run}/events", params={"follow": "true"}) as resp:
             events = await sse_events(resp)
         assert events[-1].event == "RunSuspended"
 
@@ -155,6 +175,7 @@ async def test_a_draining_client_gets_a_history_longer_than_its_queue() -> None:
 
 
 async def test_event_streams_longer_than_the_client_queue_end_whole(nats_server: Any) -> None:
+    """In process: it needs a client queue of 2 frames, which no deployment setting gives."""
     settings = Settings(sse_queue=2, sse_heartbeat=0.2)
     async with asyncio.timeout(TIMEOUT), open_api(nats_server, settings=settings) as small:
         await recorded_thread(small, "t1", "r1")
@@ -214,16 +235,6 @@ async def test_an_unexpected_source_error_ends_the_stream_with_an_error_event() 
         assert b"internal detail" not in b"".join(got)
 
 
-# -- what users run: serve, gateway + worker ------------------------------------------------------
-
-
-async def _remote_all(remote: Remote, path: str, **headers: str) -> list[Any]:
-    async with remote.client.get(path, headers=headers) as resp:
-        assert resp.status == 200, await resp.text()
-        assert resp.headers["Content-Type"].startswith("text/event-stream")
-        return await sse_events(resp)
-
-
 async def test_deployed_follow_across_a_decision(remote: Remote) -> None:
     """A run that asks for approval: its follow ends at the pause, the run reads `waiting` at
     once; after the decision (202) the follow from Last-Event-ID gives exactly the rest, to
@@ -242,21 +253,18 @@ async def test_deployed_follow_across_a_decision(remote: Remote) -> None:
         rest = await follow_run(remote, run_id, first[-1].id)
         assert rest[0].event == "ToolCallDecided" and int(rest[0].id.split(":")[0]) == decided["seq"]
         assert rest[-1].event == "RunFinished"
-        whole = await _remote_all(remote, f"/v1/runs/{run_id}/events")
+        whole = await _all(remote, f"/v1/runs/{run_id}/events")
         assert [e.id for e in whole] == [e.id for e in first + rest]
         run = await body(await remote.client.get(f"/v1/runs/{run_id}"), 200)
         assert run["status"] == "done" and run["calls"][call]["status"] == "succeeded"
 
 
-async def test_deployed_resume_after_every_event_gives_exactly_the_rest(remote: Remote) -> None:
-    async with asyncio.timeout(TIMEOUT):
-        thread, run = uid("t"), uid("r")
-        await recorded_thread(remote, thread, run)  # type: ignore[arg-type]
-        full = await _remote_all(remote, f"/v1/threads/{thread}/events")
-        ids = [e.id for e in full]
-        assert len(ids) == 9 and full[-1].event == "RunFinished"
-        for k in range(1, len(full) + 1):
-            rest = await _remote_all(remote, f"/v1/threads/{thread}/events", **{"Last-Event-ID": ids[k - 1]})
-            assert [e.id for e in rest] == ids[k:], k
-            run_rest = await _remote_all(remote, f"/v1/runs/{run}/events?after={ids[k - 1]}")
-            assert [e.id for e in run_rest] == [i for i in ids[k:] if i != ids[0]]
+def test_heartbeat_interval_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(SSE_HEARTBEAT_ENV, raising=False)
+    assert Settings().sse_heartbeat == 15.0
+    monkeypatch.setenv(SSE_HEARTBEAT_ENV, "2.5")
+    assert Settings().sse_heartbeat == 2.5
+    for bad in ("soon", "0", "-1", "inf", "nan"):
+        monkeypatch.setenv(SSE_HEARTBEAT_ENV, bad)
+        with pytest.raises(ValueError, match=SSE_HEARTBEAT_ENV):
+            Settings()

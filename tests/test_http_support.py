@@ -93,6 +93,7 @@ class Remote:
 
     client: aiohttp.ClientSession
     store: JetStreamEventStore
+    url: str = ""  # the gateway's
 
     async def append(self, thread_id: str, run_id: str | None, events: list[Any]) -> int:
         version = await self.store.thread_version(thread_id)
@@ -105,7 +106,7 @@ async def open_remote(deployment: Deployment) -> AsyncIterator[Remote]:
     store = await JetStreamEventStore.connect(deployment.nats_url, request_timeout=2.0, connect_timeout=5.0)
     client = aiohttp.ClientSession(deployment.http_url, timeout=aiohttp.ClientTimeout(total=TIMEOUT))
     try:
-        yield Remote(client, store)
+        yield Remote(client, store, deployment.http_url.rstrip("/"))
     finally:
         await client.close()
         with contextlib.suppress(ConnectionError):
@@ -188,31 +189,43 @@ async def sse_events(resp: ClientResponse, count: int | None = None, *, comments
     return events
 
 
-async def recorded_thread(api: Api, thread_id: str = "t1", run_id: str = "r1", *, finish: bool = True,
-                          resource_id: str | None = None) -> int:
-    """A thread with single- and multi-event commits (so resume points fall mid-commit)."""
-    await api.append(thread_id, None, [ThreadCreated(resource_id=resource_id, metadata={"k": 1})])
-    await api.append(thread_id, run_id, [
-        RunStarted(run_id=run_id, agent_id="helper"),
-        MessageAppended(message=Message(id=new_id(), role="user", content="hi")),
-        StepStarted(step=1),
-    ])
-    await api.append(thread_id, run_id, [
-        MessageAppended(message=Message(id=new_id(), role="assistant", content="thinking", visibility="internal")),
-        StatePatched(ops=[{"op": "add", "path": "/count", "value": 1}]),
-    ])
-    await api.append(thread_id, run_id, [StatePatched(ops=[{"op": "replace", "path": "/count", "value": 2}])])
+#: The events per commit of `recorded_thread` (finished): positions fall mid-commit too.
+RECORDED_SIZES = (1, 3, 2, 1, 2)
+
+
+async def recorded_thread(api: Api | Remote, thread_id: str = "t1", run_id: str = "r1", *, finish: bool = True,
+                          resource_id: str | None = None, agent_id: str = "helper",
+                          seqs: list[int] | None = None) -> int:
+    """A thread with single- and multi-event commits (so resume points fall mid-commit); the
+    last commit's seq, and every commit's in `seqs` when given (on a shared deployment the
+    thread's seqs are not 1, 2, 3...: other tests write to the same log)."""
+    commits: list[tuple[str | None, list[Any]]] = [
+        (None, [ThreadCreated(resource_id=resource_id, metadata={"k": 1})]),
+        (run_id, [RunStarted(run_id=run_id, agent_id=agent_id),
+                  MessageAppended(message=Message(id=new_id(), role="user", content="hi")),
+                  StepStarted(step=1)]),
+        (run_id, [MessageAppended(message=Message(id=new_id(), role="assistant", content="thinking",
+                                                  visibility="internal")),
+                  StatePatched(ops=[{"op": "add", "path": "/count", "value": 1}])]),
+        (run_id, [StatePatched(ops=[{"op": "replace", "path": "/count", "value": 2}])]),
+    ]
     if finish:
-        return await api.append(thread_id, run_id, [
-            MessageAppended(message=Message(id=new_id(), role="assistant", content="done")),
-            RunFinished(termination=Termination(type="natural_end")),
-        ])
-    return await api.append(thread_id, run_id, [
-        ToolCallStarted(call_id="c1", name="approve_me"),
-        ToolCallSuspended(call_id="c1", ticket=SuspendTicket(id="tk1")),
-        RunSuspended(call_ids=["c1"]),
-    ])
+        commits.append((run_id, [MessageAppended(message=Message(id=new_id(), role="assistant", content="done")),
+                                 RunFinished(termination=Termination(type="natural_end"))]))
+    else:
+        commits.append((run_id, [ToolCallStarted(call_id="c1", name="approve_me"),
+                                 ToolCallSuspended(call_id="c1", ticket=SuspendTicket(id="tk1")),
+                                 RunSuspended(call_ids=["c1"])]))
+    out = seqs if seqs is not None else []
+    for run, events in commits:
+        out.append(await api.append(thread_id, run, events))
+    return out[-1]
 
 
-__all__ = ["Api", "Remote", "SseEvent", "TIMEOUT", "api", "body", "error", "open_api",
-           "open_remote", "recorded_thread", "remote", "sse_events", "uid"]
+def event_ids(seqs: list[int], sizes: tuple[int, ...] = RECORDED_SIZES) -> list[str]:
+    """The SSE ids (`seq:index`) of commits at `seqs` holding `sizes` events."""
+    return [f"{seq}:{i}" for seq, size in zip(seqs, sizes, strict=True) for i in range(size)]
+
+
+__all__ = ["Api", "RECORDED_SIZES", "Remote", "SseEvent", "TIMEOUT", "api", "body", "error", "event_ids",
+           "open_api", "open_remote", "recorded_thread", "remote", "sse_events", "uid"]

@@ -1,5 +1,10 @@
-"""Write routes over HTTP (POST /v1/runs, /inputs, /cancel) with both dispatchers: approval round
-trips, every documented error status, tenant isolation, read-your-writes, SSE, restart while waiting."""
+"""Write routes over HTTP (POST /v1/runs, /inputs, /cancel) against what users run (`agentlog
+serve`, and `agentlog gateway` + `agentlog worker`: the shared `protocol_deployment` of
+tests/protocol_app.py, whose `sequential` agent asks before `echo` and `open` answers at once;
+`tokens_deployment` for tenants; a deployment of its own for the restart, the run metrics and the
+NATS outage): approval round trips, every documented error status, tenant isolation,
+read-your-writes, SSE, restart while waiting. In process: a queue without a worker (the gateway's
+10 s dispatch timeout is not a setting)."""
 
 from __future__ import annotations
 
@@ -7,22 +12,21 @@ import asyncio
 from typing import Any
 
 import pytest
+from topology import Deployment
 
-from agentlog.gateway.http.context import SERVICES
-
-from test_http_support import TIMEOUT, body, error, sse_events
-from test_http_write_support import Stack, open_stack, suspended_call
+from test_http_support import TIMEOUT, Remote, body, error, open_remote, remote, sse_events, uid  # noqa: F401
+from test_http_write_support import open_stack, suspended_call
 
 pytestmark = pytest.mark.asyncio
 
-MODES = ["inprocess", "queue"]
+ASKS, OPEN = "sequential", "open"
 
 
-async def run_view(s: Stack, run_id: str, seq: int, headers: dict[str, str] | None = None) -> dict[str, Any]:
+async def run_view(s: Remote, run_id: str, seq: int, headers: dict[str, str] | None = None) -> dict[str, Any]:
     return await body(await s.client.get(f"/v1/runs/{run_id}", params={"min_seq": str(seq)}, headers=headers), 200)
 
 
-async def until_status(s: Stack, run_id: str, statuses: set[str], headers: dict[str, str] | None = None
+async def until_status(s: Remote, run_id: str, statuses: set[str], headers: dict[str, str] | None = None
                        ) -> dict[str, Any]:
     """Follow the run's thread in the log until the run's status is one of `statuses`."""
     from agentlog.projections.fold import fold_commits
@@ -42,11 +46,11 @@ def approve(call_id: str, decision_id: str = "d1", approved: bool = True) -> dic
     return {"target_id": call_id, "decision_id": decision_id, "action": "resume", "result": {"approved": approved}}
 
 
-@pytest.mark.parametrize("mode", MODES)
-async def test_approval_round_trip(nats_server: Any, mode: str) -> None:
-    async with asyncio.timeout(TIMEOUT), open_stack(nats_server, mode) as s:
+async def test_approval_round_trip(remote: Remote) -> None:
+    s = remote
+    async with asyncio.timeout(TIMEOUT):
         c = s.client
-        started = await body(await c.post("/v1/runs", json={"agent_id": "approver", "messages": "deploy it"}), 202)
+        started = await body(await c.post("/v1/runs", json={"agent_id": ASKS, "messages": "approval: deploy it"}), 202)
         assert set(started) == {"thread_id", "run_id", "seq"}
         # read-your-writes: the returned seq makes the run visible in the views
         assert (await run_view(s, started["run_id"], started["seq"]))["run_id"] == started["run_id"]
@@ -58,7 +62,7 @@ async def test_approval_round_trip(nats_server: Any, mode: str) -> None:
                                  json={"decisions": [approve("nope")]}), 400, "unknown_call")
         await error(await c.post(f"/v1/runs/{started['run_id']}/inputs",
                                  json={"decisions": [{"target_id": call}]}), 400, "invalid_input")
-        await error(await c.post("/v1/runs/unknown-run/inputs", json={"decisions": [approve(call)]}),
+        await error(await c.post(f"/v1/runs/{uid('unknown-run')}/inputs", json={"decisions": [approve(call)]}),
                     404, "run_not_found")
         assert await s.store.last_seq() == before
         decided = await body(await c.post(f"/v1/runs/{started['run_id']}/inputs",
@@ -75,7 +79,8 @@ async def test_approval_round_trip(nats_server: Any, mode: str) -> None:
                                  json={"decisions": [approve(call, "d2")]}), 409)
         await error(await c.post(f"/v1/runs/{started['run_id']}/cancel"), 409, "run_finished")
         assert await s.store.last_seq() == last
-        cont = await body(await c.post(f"/v1/runs/{started['run_id']}/inputs", json={"messages": ["again"]}), 202)
+        cont = await body(await c.post(f"/v1/runs/{started['run_id']}/inputs",
+                                       json={"messages": ["approval: again"]}), 202)
         assert cont["thread_id"] == started["thread_id"] and cont["run_id"] != started["run_id"]
         child = await until_status(s, cont["run_id"], {"waiting"})
         assert child["parent_run_id"] == started["run_id"]
@@ -85,14 +90,14 @@ async def test_approval_round_trip(nats_server: Any, mode: str) -> None:
         assert (await until_status(s, cont["run_id"], {"done"}))["termination"]["type"] == "cancelled"
 
 
-@pytest.mark.parametrize("mode", MODES)
-async def test_continuation_carrying_decisions(nats_server: Any, mode: str) -> None:
-    async with asyncio.timeout(TIMEOUT), open_stack(nats_server, mode) as s:
+async def test_continuation_carrying_decisions(remote: Remote) -> None:
+    s = remote
+    async with asyncio.timeout(TIMEOUT):
         c = s.client
-        a = await body(await c.post("/v1/runs", json={"agent_id": "approver", "messages": "go"}), 202)
+        a = await body(await c.post("/v1/runs", json={"agent_id": ASKS, "messages": "approval: go"}), 202)
         call = suspended_call(await until_status(s, a["run_id"], {"waiting"}))
         b = await body(await c.post("/v1/runs", json={
-            "agent_id": "quick", "parent_run_id": a["run_id"], "messages": [{"role": "user", "content": "next"}],
+            "agent_id": OPEN, "parent_run_id": a["run_id"], "messages": [{"role": "user", "content": "text: next"}],
             "decisions": [approve(call, "dc")]}), 202)
         assert b["thread_id"] == a["thread_id"]
         parent = await until_status(s, a["run_id"], {"done"})
@@ -100,34 +105,36 @@ async def test_continuation_carrying_decisions(nats_server: Any, mode: str) -> N
         assert (await until_status(s, b["run_id"], {"done"}))["parent_run_id"] == a["run_id"]
 
 
-async def test_start_errors(nats_server: Any) -> None:
-    async with asyncio.timeout(TIMEOUT), open_stack(nats_server, "inprocess") as s:
+async def test_start_errors(remote: Remote) -> None:
+    s = remote
+    async with asyncio.timeout(TIMEOUT):
         c = s.client
-        a = await body(await c.post("/v1/runs", json={"agent_id": "quick", "messages": "hi", "run_id": "r-1",
-                                                      "thread_id": "t-1"}), 202)
-        await until_status(s, "r-1", {"done"})
+        run, thread = uid("r-"), uid("t-")
+        a = await body(await c.post("/v1/runs", json={"agent_id": OPEN, "messages": "text: hi", "run_id": run,
+                                                      "thread_id": thread}), 202)
+        await until_status(s, run, {"done"})
         before = await s.store.last_seq()
         bad = await error(await c.post("/v1/runs", json={"agent_id": "a.b"}), 400, "invalid_input")
         assert bad["detail"][0]["field"] == "agent_id"
         await error(await c.post("/v1/runs", json={}), 400, "invalid_input")
         await error(await c.post("/v1/runs", data=b"{not json"), 400, "invalid_json")
-        await error(await c.post("/v1/runs", json={"agent_id": "quick", "extra": 1}), 400, "invalid_input")
+        await error(await c.post("/v1/runs", json={"agent_id": OPEN, "extra": 1}), 400, "invalid_input")
         await error(await c.post("/v1/runs", json={"agent_id": "nobody"}), 404, "agent_not_found")
-        await error(await c.post("/v1/runs", json={"agent_id": "quick", "parent_run_id": "nope"}), 404)
-        await error(await c.post("/v1/runs", json={"agent_id": "quick", "thread_id": "t-1", "run_id": "r-1"}),
+        await error(await c.post("/v1/runs", json={"agent_id": OPEN, "parent_run_id": uid("nope")}), 404)
+        await error(await c.post("/v1/runs", json={"agent_id": OPEN, "thread_id": thread, "run_id": run}),
                     409, "run_conflict")
-        await error(await c.post("/v1/runs", data=b"x" * (70 * 1024)), 413)
+        await error(await c.post("/v1/runs", data=b"x" * (1024 * 1024 + 1)), 413)  # the default max body: 1 MiB
         await error(await c.post("/v1/runs/a.b/cancel"), 400, "invalid_id")
-        await error(await c.post("/v1/runs/r-1/inputs", json={}), 400, "invalid_input")
-        await error(await c.post("/v1/runs/nope/cancel"), 404, "run_not_found")
+        await error(await c.post(f"/v1/runs/{run}/inputs", json={}), 400, "invalid_input")
+        await error(await c.post(f"/v1/runs/{uid('nope')}/cancel"), 404, "run_not_found")
         assert await s.store.last_seq() == before
         assert a["seq"] <= before
 
 
-async def test_sse_start_streams_until_suspended(nats_server: Any) -> None:
-    async with asyncio.timeout(TIMEOUT), open_stack(nats_server, "queue") as s:
-        resp = await s.client.post("/v1/runs", json={"agent_id": "approver", "messages": "go"},
-                                   headers={"Accept": "text/event-stream"})
+async def test_sse_start_streams_until_suspended(remote: Remote) -> None:
+    async with asyncio.timeout(TIMEOUT):
+        resp = await remote.client.post("/v1/runs", json={"agent_id": ASKS, "messages": "approval: go"},
+                                        headers={"Accept": "text/event-stream"})
         assert resp.status == 200 and resp.headers["Content-Type"] == "text/event-stream"
         events = await sse_events(resp)
         kinds = [e.event for e in events]
@@ -135,56 +142,76 @@ async def test_sse_start_streams_until_suspended(nats_server: Any) -> None:
         assert all(e.data["run_id"] == events[0].data["run_id"] for e in events)
 
 
-async def test_auth_and_tenant_isolation(nats_server: Any) -> None:
-    async with asyncio.timeout(TIMEOUT), open_stack(nats_server, "inprocess", tokens="root,ta:tenantA,tb:tenantB") as s:
+async def test_auth_and_tenant_isolation(tokens_deployment: Deployment) -> None:
+    """Tenants C and D of `tokens_deployment` (conftest.py)."""
+    async with asyncio.timeout(TIMEOUT), open_remote(tokens_deployment) as s:
         c = s.client
 
         def h(tok: str) -> dict[str, str]:
             return {"Authorization": f"Bearer {tok}"}
 
-        await error(await c.post("/v1/runs", json={"agent_id": "quick"}), 401, "unauthorized")
-        await error(await c.post("/v1/runs", json={"agent_id": "quick"}, headers=h("bad")), 403, "forbidden")
-        await error(await c.post("/v1/runs", json={"agent_id": "quick"}, headers=h("ta")), 403, "tenant_mismatch")
-        await error(await c.post("/v1/runs", json={"agent_id": "quick", "resource_id": "tenantB-x"},
-                                 headers=h("ta")), 403, "tenant_mismatch")
-        a = await body(await c.post("/v1/runs", json={"agent_id": "approver", "resource_id": "tenantA-1",
-                                                      "messages": "go"}, headers=h("ta")), 202)
-        call = suspended_call(await until_status(s, a["run_id"], {"waiting"}, h("ta")))
+        await error(await c.post("/v1/runs", json={"agent_id": OPEN}), 401, "unauthorized")
+        await error(await c.post("/v1/runs", json={"agent_id": OPEN}, headers=h("bad")), 403, "forbidden")
+        await error(await c.post("/v1/runs", json={"agent_id": OPEN}, headers=h("tc")), 403, "tenant_mismatch")
+        await error(await c.post("/v1/runs", json={"agent_id": OPEN, "resource_id": "tenantD-x"},
+                                 headers=h("tc")), 403, "tenant_mismatch")
+        a = await body(await c.post("/v1/runs", json={"agent_id": ASKS, "resource_id": f"tenantC-{uid()}",
+                                                      "messages": "approval: go"}, headers=h("tc")), 202)
+        call = suspended_call(await until_status(s, a["run_id"], {"waiting"}, h("tc")))
         before = await s.store.last_seq()
         await error(await c.post(f"/v1/runs/{a['run_id']}/inputs", json={"decisions": [approve(call)]},
-                                 headers=h("tb")), 404, "run_not_found")
-        await error(await c.post(f"/v1/runs/{a['run_id']}/cancel", headers=h("tb")), 404, "run_not_found")
-        await error(await c.post("/v1/runs", json={"agent_id": "quick", "thread_id": a["thread_id"],
-                                                   "resource_id": "tenantB-1"}, headers=h("tb")), 404)
-        await error(await c.post("/v1/runs", json={"agent_id": "quick", "parent_run_id": a["run_id"]},
-                                 headers=h("tb")), 404)
+                                 headers=h("td")), 404, "run_not_found")
+        await error(await c.post(f"/v1/runs/{a['run_id']}/cancel", headers=h("td")), 404, "run_not_found")
+        await error(await c.post("/v1/runs", json={"agent_id": OPEN, "thread_id": a["thread_id"],
+                                                   "resource_id": "tenantD-1"}, headers=h("td")), 404)
+        await error(await c.post("/v1/runs", json={"agent_id": OPEN, "parent_run_id": a["run_id"]},
+                                 headers=h("td")), 404)
         assert await s.store.last_seq() == before
         await body(await c.post(f"/v1/runs/{a['run_id']}/inputs", json={"decisions": [approve(call)]},
-                                headers=h("ta")), 202)
-        await until_status(s, a["run_id"], {"done"}, h("root"))
+                                headers=h("tc")), 202)
+        await until_status(s, a["run_id"], {"done"}, h("admin"))
 
 
-@pytest.mark.parametrize("mode", MODES)
-async def test_restart_while_waiting(nats_server: Any, mode: str) -> None:
-    async with asyncio.timeout(TIMEOUT):
-        async with open_stack(nats_server, mode) as s:
-            a = await body(await s.client.post("/v1/runs", json={"agent_id": "approver", "messages": "go"}), 202)
-            call = suspended_call(await until_status(s, a["run_id"], {"waiting"}))
-        async with open_stack(nats_server, mode) as s2:  # new connection, runtime, worker, app
-            await body(await s2.client.post(f"/v1/runs/{a['run_id']}/inputs",
+@pytest.fixture
+def deployment_options() -> dict[str, object]:
+    """The protocol app; `--timeout 2`: a write waits that long for NATS to come back before its 503."""
+    return {"app": "protocol_app:app", "args": ["--timeout", "2"]}
+
+
+async def metric(s: Remote, line: str) -> None:
+    """Wait (bounded by the caller) until /metrics shows `line`: the run metrics follow the log."""
+    while True:
+        text = await (await s.client.get("/metrics")).text()
+        if line in text.splitlines():
+            return
+        await asyncio.sleep(0.05)
+
+
+async def test_metrics_restart_while_waiting_and_nats_down(deployment: Deployment) -> None:
+    """On a deployment of its own: the run metrics from the log (exact counts), a waiting run
+    decided after the processes restarted (orderly stop, new processes on the same log), and
+    writes refused with a 503 while NATS is down."""
+    async with asyncio.timeout(TIMEOUT * 2), open_remote(deployment) as s:
+        a = await body(await s.client.post("/v1/runs", json={"agent_id": OPEN, "messages": "text: hi"}), 202)
+        await until_status(s, a["run_id"], {"done"})
+        b = await body(await s.client.post("/v1/runs", json={"agent_id": ASKS, "messages": "approval: go"}), 202)
+        call = suspended_call(await until_status(s, b["run_id"], {"waiting"}))
+        for line in ("agentlog_runs_started_total 2.0", 'agentlog_runs_finished_total{termination="natural_end"} 1.0',
+                     "agentlog_runs_active 1.0"):
+            await metric(s, line)
+
+        deployment.restart(kill=False)
+        async with open_remote(deployment) as s2:  # the gateway's new address
+            await body(await s2.client.post(f"/v1/runs/{b['run_id']}/inputs",
                                             json={"decisions": [approve(call)]}), 202)
-            assert (await until_status(s2, a["run_id"], {"done"}))["termination"]["type"] == "natural_end"
-
-
-async def test_503_when_nats_is_down(nats_server: Any) -> None:
-    async with asyncio.timeout(TIMEOUT), open_stack(nats_server, "inprocess") as s:
-        await nats_server.astop()
-        try:
-            resp = await s.client.post("/v1/runs", json={"agent_id": "quick", "messages": "hi"})
-            await error(resp, 503)
-            await error(await s.client.post("/v1/runs/r1/cancel"), 503)
-        finally:
-            await nats_server.astart()
+            assert (await until_status(s2, b["run_id"], {"done"}))["termination"]["type"] == "natural_end"
+            await s2.store.close()
+            deployment.nats.stop()
+            try:
+                await error(await s2.client.post("/v1/runs", json={"agent_id": OPEN, "messages": "text: hi"}), 503)
+                await error(await s2.client.post(f"/v1/runs/{uid('r')}/cancel"), 503)
+            finally:
+                deployment.nats.start()
 
 
 async def test_queue_without_worker_times_out_with_503(nats_server: Any) -> None:
@@ -195,25 +222,9 @@ async def test_queue_without_worker_times_out_with_503(nats_server: Any) -> None
                     503, "dispatch_timeout")
 
 
-async def test_openapi_documents_write_routes(nats_server: Any) -> None:
-    async with asyncio.timeout(TIMEOUT), open_stack(nats_server, "inprocess") as s:
-        doc = await body(await s.client.get("/openapi.json"), 200)
+async def test_openapi_documents_write_routes(remote: Remote) -> None:
+    async with asyncio.timeout(TIMEOUT):
+        doc = await body(await remote.client.get("/openapi.json"), 200)
         assert "post" in doc["paths"]["/v1/runs"]
         assert "post" in doc["paths"]["/v1/runs/{id}/inputs"]
         assert "post" in doc["paths"]["/v1/runs/{id}/cancel"]
-
-
-async def test_run_metrics_from_the_log(nats_server: Any) -> None:
-    async with asyncio.timeout(TIMEOUT), open_stack(nats_server, "queue") as s:
-        a = await body(await s.client.post("/v1/runs", json={"agent_id": "quick", "messages": "hi"}), 202)
-        await until_status(s, a["run_id"], {"done"})
-        b = await body(await s.client.post("/v1/runs", json={"agent_id": "approver", "messages": "go"}), 202)
-        await until_status(s, b["run_id"], {"waiting"})
-        runs = s.client.app[SERVICES].metrics.runs  # type: ignore[union-attr]
-        # the watcher follows the same log: wait until it has seen both (bounded by the test timeout)
-        await runs.wait_until(lambda: runs.started._value.get() >= 2
-                              and runs.finished.labels("natural_end")._value.get() >= 1)
-        text = await (await s.client.get("/metrics")).text()
-        assert "agentlog_runs_started_total 2.0" in text
-        assert 'agentlog_runs_finished_total{termination="natural_end"} 1.0' in text
-        assert "agentlog_runs_active 1.0" in text

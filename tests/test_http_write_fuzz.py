@@ -1,43 +1,38 @@
-"""Hypothesis-generated bodies and ids on every write route: never a 5xx, never a write."""
+"""Hypothesis-generated bodies and ids on every write route, against what users run (`agentlog
+serve`, and `agentlog gateway` + `agentlog worker`: the shared `protocol_deployment`): never a
+5xx, never a write."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 
 import pytest
 
-from test_http_support import TIMEOUT
-from test_http_write_support import open_stack
-from test_nats_service import examples, until
+from test_http_support import TIMEOUT, Remote, body, remote, uid  # noqa: F401
+from test_http_write import until_status
+from test_nats_service import examples
 
 pytestmark = pytest.mark.asyncio
 
 _ROUTES = {"runs.start": "/v1/runs", "runs.inputs": "/v1/runs/{id}/inputs", "runs.cancel": "/v1/runs/{id}/cancel"}
-_PATH_IDS = ["ok-id", "unknown-run", "a.b", "_", "x" * 200, "%20", "ok-id%2Fx"]
 
 
-@pytest.mark.parametrize("mode", ["inprocess", "queue"])
-async def test_bad_write_requests(nats_server: Any, mode: str) -> None:
-    async with asyncio.timeout(TIMEOUT * 3), open_stack(nats_server, mode, timeout=2.0) as s:
-        from agentlog.gateway.nats.service import start_nats_service
-
-        service = await start_nats_service(s.store, s.views, s.runner, s.dispatcher)
-        try:
-            from test_nats_service import call
-
-            await call(s, "runs.start", {"agent_id": "approver", "run_id": "ok-id", "messages": "go"})
-            await until(s, "ok-id", {"waiting"})
-        finally:
-            await service.stop()
+async def test_bad_write_requests(remote: Remote) -> None:
+    s = remote
+    async with asyncio.timeout(TIMEOUT * 3):
+        ok = uid("ok-id")  # a waiting run the generated requests may name
+        path_ids = [ok, "unknown-run", "a.b", "_", "x" * 200, "%20", f"{ok}%2Fx"]
+        await body(await s.client.post("/v1/runs", json={"agent_id": "sequential", "run_id": ok,
+                                                         "messages": "approval: go"}), 202)
+        await until_status(s, ok, {"waiting"})
         before = await s.store.last_seq()
         for i, (op, payload, raw) in enumerate(examples(list(_ROUTES), 40)):
             path = _ROUTES[op]
             if "{id}" in path:
                 run_id = payload.pop("run_id", None) if isinstance(payload, dict) else None
-                pid = run_id if isinstance(run_id, str) and run_id else _PATH_IDS[i % len(_PATH_IDS)]
-                if op == "runs.cancel" and pid == "ok-id":
+                pid = run_id if isinstance(run_id, str) and run_id else path_ids[i % len(path_ids)]
+                if op == "runs.cancel" and pid == ok:
                     pid = "unknown-run"
                 path = path.replace("{id}", pid.replace("/", "%2F").replace("?", "%3F").replace("#", "%23") or "x")
             data = raw if raw is not None else json.dumps(payload).encode()

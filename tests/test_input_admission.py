@@ -6,7 +6,11 @@ leaves anything behind: no orphan `ThreadCreated`, no queued command.
 Before: gateway mode wrote `ThreadCreated` (for `resource_id`) and only then encoded the command,
 so `messages="\\ud800"` was a 500 plus an orphan thread; and a start whose commit is over the
 server's max payload was queued, failed on the worker, and was retried forever while the client
-got a 503 (serve mode answered 413)."""
+got a 503 (serve mode answered 413).
+
+The HTTP checks run against what users run (`protocol_deployment`: `agentlog serve`, and `agentlog
+gateway` + `agentlog worker`); the ones that call the dispatcher's Python API run on the same
+server assembly in this process."""
 
 from __future__ import annotations
 
@@ -14,11 +18,12 @@ import asyncio
 from typing import Any
 
 import pytest
+from topology import Deployment
 
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 from agentlog.runtime.workers.commands import COMMANDS_STREAM
 
-from input_support import AGENT, TIMEOUT, Stack, codes_of, open_stack
+from input_support import AGENT, TIMEOUT, Stack, codes_of, open_deployed, open_stack
 
 
 async def _queued(s: Stack) -> int:
@@ -65,17 +70,16 @@ async def test_bad_starts_get_the_same_typed_error_in_both_modes_and_write_nothi
         assert await _queued(s) == queued  # and nothing queued for a worker
 
 
-@pytest.mark.parametrize("mode", ["serve", "gateway"])
-async def test_start_over_max_payload_is_413_over_http(mode: str, nats_server: EmbeddedNatsServer) -> None:
-    async with asyncio.timeout(TIMEOUT * 2), open_stack(nats_server.url, mode) as s:
-        head = await s.store.last_seq()
+async def test_start_over_max_payload_is_413_over_http(protocol_deployment: Deployment) -> None:
+    async with asyncio.timeout(TIMEOUT * 2), open_deployed(protocol_deployment) as s:
+        head, queued = await s.store.last_seq(), await _queued(s)
         text = "x" * (s.nc.max_payload - 200)  # the body fits max_body, the start commit does not
         for extra in ({}, {"resource_id": "tenant/1"}):
-            async with s.http.post("/v1/runs", json={"agent_id": AGENT, "messages": text, **extra}) as r:
+            async with s.http.post("/v1/runs", json={"agent_id": s.agent, "messages": text, **extra}) as r:
                 assert r.status == 413, await r.text()
                 assert (await r.json())["code"] == "commit_too_large"
         assert await s.store.last_seq() == head
-        assert await _queued(s) == 0
+        assert await _queued(s) == queued
 
 
 @pytest.mark.parametrize("mode", ["serve", "gateway"])
@@ -100,21 +104,19 @@ async def test_unstorable_decisions_and_reasons_are_the_same_400_in_both_modes(
         assert await s.store.last_seq() == head and await _queued(s) == queued
 
 
-@pytest.mark.parametrize("mode", ["serve", "gateway"])
-async def test_a_deleted_thread_is_404_for_a_new_run_and_a_continuation(
-        mode: str, nats_server: EmbeddedNatsServer) -> None:
+async def test_a_deleted_thread_is_404_for_a_new_run_and_a_continuation(protocol_deployment: Deployment) -> None:
     """Issue #16 item 3: one start-admission rule (`agentlog.runtime.admission.admit_thread`)
     answers a deleted thread with 404 `thread_not_found` however the run would start, and the
     waiting run on it is left as it was (a continuation used to cancel it before failing)."""
     from input_support import waiting_run
 
-    async with asyncio.timeout(TIMEOUT * 2), open_stack(nats_server.url, mode) as s:
+    async with asyncio.timeout(TIMEOUT * 2), open_deployed(protocol_deployment) as s:
         t, r, _c = await waiting_run(s)
         async with s.http.delete(f"/v1/threads/{t}") as d:
             assert d.status == 200, await d.text()
         head, queued = await s.store.last_seq(), await _queued(s)
-        for path, body in (("/v1/runs", {"agent_id": AGENT, "messages": "again", "thread_id": t}),
-                           ("/v1/runs", {"agent_id": AGENT, "messages": "go on", "parent_run_id": r}),
+        for path, body in (("/v1/runs", {"agent_id": s.agent, "messages": "again", "thread_id": t}),
+                           ("/v1/runs", {"agent_id": s.agent, "messages": "go on", "parent_run_id": r}),
                            (f"/v1/runs/{r}/inputs", {"messages": "go on"})):
             async with s.http.post(path, json=body) as resp:
                 assert resp.status == 404, (path, body, await resp.text())

@@ -7,7 +7,9 @@ reason, forwardedProps, an AG-UI resume payload, messages, metadata, ...)}.
 
 Before: json.loads raised RecursionError (500) and let `"\\ud800"` through to the UTF-8 encoders
 (msgspec, the log, the command queue): 500s, and in gateway mode an orphan thread.
-The decoder itself (`agentlog.gateway.operations.json_input`) gets property tests at the end."""
+The routes are checked against what users run (`protocol_deployment`: `agentlog serve`, and
+`agentlog gateway` + `agentlog worker`). The decoder itself (`agentlog.gateway.operations.json_input`) gets
+property tests at the end."""
 
 from __future__ import annotations
 
@@ -19,20 +21,22 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from topology import Deployment
 
-from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 from agentlog.gateway.adapters import nats_routes
 from agentlog.gateway.operations.json_input import MAX_DEPTH, InvalidJson, check_depth, parse_json
 
-from input_support import AGENT, TIMEOUT, Stack, adapter_call, http_call, nats_call, open_stack, waiting_run
+from input_support import TIMEOUT, Stack, adapter_call, http_call, nats_call, open_deployed, waiting_run
+from test_http_support import uid
 
 SURROGATE = "\ud800"
 
 
-def _targets(t: str, r: str, c: str) -> list[tuple[str, str, dict[str, Any]]]:
-    """(transport, route, realistic body) for every JSON route; t/r/c: a waiting run's ids."""
+def _targets(t: str, r: str, c: str, agent: str, tool: str = "echo") -> list[tuple[str, str, dict[str, Any]]]:
+    """(transport, route, realistic body) for every JSON route; t/r/c: a waiting run's ids (of
+    `agent`, waiting for an approval of `tool`)."""
     decision = {"target_id": c, "decision_id": "d-1", "action": "resume", "result": {"note": "ok"}, "reason": "why"}
-    start = {"agent_id": AGENT, "messages": [{"role": "user", "content": "hi"}], "resource_id": "res-1",
+    start = {"agent_id": agent, "messages": [{"role": "user", "content": "hi"}], "resource_id": "res-1",
              "thread_id": "t-new"}
     agui = {"threadId": t, "runId": "agui-1", "messages": [{"id": "m-1", "role": "user", "content": "hi"}],
             "tools": [], "context": [{"description": "d", "value": "v"}], "state": {"s": "v"},
@@ -41,20 +45,20 @@ def _targets(t: str, r: str, c: str) -> list[tuple[str, str, dict[str, Any]]]:
                                                        "payload": {"approved": "yes"}}]}
     aisdk = {"id": t, "messages": [{"id": "m-2", "role": "user", "parts": [{"type": "text", "text": "hi"}]}]}
     aisdk_approval = {"id": t, "messages": [{"id": "m-3", "role": "assistant", "parts": [
-        {"type": "tool-deploy", "toolCallId": c, "state": "approval-responded",
+        {"type": f"tool-{tool}", "toolCallId": c, "state": "approval-responded",
          "approval": {"id": c, "approved": True, "reason": "fine"}}]}]}
     return [
         ("http:POST", "/v1/threads", {"thread_id": "t-other", "resource_id": "res", "metadata": {"k": "v"}}),
         ("http:PATCH", f"/v1/threads/{t}", {"metadata": {"k": "v"}}),
         ("http:POST", "/v1/runs", start),
-        ("http:POST", "/v1/runs", {"agent_id": AGENT, "messages": "hi"}),
+        ("http:POST", "/v1/runs", {"agent_id": agent, "messages": "hi"}),
         ("http:POST", f"/v1/runs/{r}/inputs", {"decisions": [decision]}),
         ("http:POST", f"/v1/runs/{r}/inputs", {"messages": "more"}),
         ("http:POST", f"/v1/runs/{r}/cancel", {"reason": "stop"}),
-        ("http:POST", f"/v1/ag-ui/agents/{AGENT}/runs", agui),
-        ("http:POST", f"/v1/ag-ui/agents/{AGENT}/runs", agui_resume),
-        ("http:POST", f"/v1/ai-sdk/agents/{AGENT}/runs", aisdk),
-        ("http:POST", f"/v1/ai-sdk/agents/{AGENT}/runs", aisdk_approval),
+        ("http:POST", f"/v1/ag-ui/agents/{agent}/runs", agui),
+        ("http:POST", f"/v1/ag-ui/agents/{agent}/runs", agui_resume),
+        ("http:POST", f"/v1/ai-sdk/agents/{agent}/runs", aisdk),
+        ("http:POST", f"/v1/ai-sdk/agents/{agent}/runs", aisdk_approval),
         ("nats", "agentlog.api.threads.create", {"thread_id": "t-other", "resource_id": "res", "metadata": {"k": "v"}}),
         ("nats", "agentlog.api.threads.get", {"thread_id": t}),
         ("nats", "agentlog.api.threads.list", {"resource_id": "res"}),
@@ -64,7 +68,7 @@ def _targets(t: str, r: str, c: str) -> list[tuple[str, str, dict[str, Any]]]:
         ("nats", "agentlog.api.runs.inputs", {"run_id": r, "messages": [{"role": "user", "content": "more"}]}),
         ("nats", "agentlog.api.runs.cancel", {"run_id": r, "reason": "stop"}),
         ("nats", "agentlog.api.runs.get", {"run_id": r}),
-        ("nats", "agentlog.api.runs.list", {"thread_id": t, "agent_id": AGENT}),
+        ("nats", "agentlog.api.runs.list", {"thread_id": t, "agent_id": agent}),
         ("adapter", nats_routes.AGUI_SUBJECT, agui),
         ("adapter", nats_routes.AGUI_SUBJECT, agui_resume),
         ("adapter", nats_routes.AISDK_SUBJECT, aisdk),
@@ -135,13 +139,12 @@ async def _problem(s: Stack, transport: str, target: str, data: bytes) -> str | 
     return None
 
 
-@pytest.mark.parametrize("mode", ["serve", "gateway"])
-async def test_hostile_json_is_a_typed_400_on_every_route(mode: str, nats_server: EmbeddedNatsServer) -> None:
-    async with asyncio.timeout(TIMEOUT * 4), open_stack(nats_server.url, mode) as s:
+async def test_hostile_json_is_a_typed_400_on_every_route(protocol_deployment: Deployment) -> None:
+    async with asyncio.timeout(TIMEOUT * 4), open_deployed(protocol_deployment) as s:
         t, r, c = await waiting_run(s)
         head = await s.store.last_seq()
         problems = []
-        for transport, target, body in _targets(t, r, c):
+        for transport, target, body in _targets(t, r, c, s.agent):
             for name, data in _variants(body):
                 try:
                     async with asyncio.timeout(5):
@@ -204,22 +207,26 @@ def test_parse_json_refuses_with_one_typed_error(raw: bytes) -> None:
 
 @pytest.mark.parametrize("content", ['"a\\ud800b"', "[" * 1000 + "]" * 1000])
 async def test_frontend_tool_result_holding_hostile_json_is_taken_as_text(
-        nats_server: EmbeddedNatsServer, content: str) -> None:
+        protocol_deployment: Deployment, content: str) -> None:
     """The content is parsed as JSON when it is JSON we can store; otherwise it is the text.
     Before: json.loads gave a lone surrogate (the decision commit failed to encode: RUN_ERROR)
-    or raised RecursionError (not a ValueError: the request crashed)."""
-    from agentlog.runtime.models import Turn
-
+    or raised RecursionError (not a ValueError: the request crashed). protocol_app's `confirm`
+    scenario calls `confirm_action`, a frontend tool the request declares."""
     from test_adapters_routes import agui_ok, run_input, user
     from test_adapters_routes_support import Http
-    from test_adapters_routes_support import open_stack as open_adapters
+    from test_adapters_routes_support import open_deployed as open_adapters
 
-    pick = {"name": "pick", "description": "d", "parameters": {"type": "object"}}
-    async with asyncio.timeout(TIMEOUT), open_adapters(nats_server, [Turn.tool("pick", {}), "done"]) as stack:
-        events = await agui_ok(Http(), stack, run_input("t1", "r1", user("pick one", "u1"), tools=[pick]))
+    confirm = {"name": "confirm_action", "description": "d", "parameters": {"type": "object"}}
+    thread, first = uid("t"), uid("r")
+    async with asyncio.timeout(TIMEOUT), open_adapters(protocol_deployment) as stack:
+        events = await agui_ok(Http(), stack, run_input(thread, first, user("confirm: one", uid("u")),  # type: ignore[arg-type]
+                                                       tools=[confirm]), "open")
         (call_id,) = events[-1].outcome.pending_tool_call_ids  # AG-UI 1.0: the run ends, the call pending
-        result = {"id": "m-tool", "role": "tool", "toolCallId": call_id, "content": content}
-        events = await agui_ok(Http(), stack, run_input("t1", "r2", result, tools=[pick]))
+        result = {"id": uid("m-tool"), "role": "tool", "toolCallId": call_id, "content": content}
+        events = await agui_ok(Http(), stack, run_input(thread, uid("r"), result, tools=[confirm]),  # type: ignore[arg-type]
+                               "open")
         assert events[-1].type == "RUN_FINISHED" and events[-1].outcome.type == "success"
-        view = await stack.runtime.run_view("r1")
-        assert view.status == "done" and view.calls[call_id].result == content
+        async with stack.client.get(f"/v1/runs/{first}") as resp:
+            view = await resp.json()
+            assert resp.status == 200, view
+        assert view["status"] == "done" and view["calls"][call_id]["result"] == content

@@ -3,36 +3,39 @@ code, message, body) to the 404 for an id that does not exist, on every route th
 thread id: HTTP (core API and both adapters) and the NATS micro service. Before, tenant B's
 `GET /v1/ai-sdk/runs/<A's run>/stream` answered `thread '<A's thread id>' not found`.
 
-The probe ids have the same length as the real ones, so even Content-Length cannot tell."""
+The probe ids have the same length as the real ones, so even Content-Length cannot tell. Against
+what users run: `tokens_deployment` (conftest.py; this module's tenants are C and D), `agentlog
+serve` and `agentlog gateway` + `agentlog worker`."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 
-from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from topology import Deployment
 
-from input_support import AGENT, TIMEOUT, http_call, nats_call, open_stack, waiting_run
+from input_support import TIMEOUT, http_call, nats_call, open_deployed, waiting_run
 
-TOKENS = "ta:tenantA,tb:tenantB"
-A = {"Authorization": "Bearer ta"}
-B = {"Authorization": "Bearer tb"}
+A = {"Authorization": "Bearer tc"}
+B = {"Authorization": "Bearer td"}
 
 
 def _ghost(real: str, ch: str) -> str:
     return ch * len(real)
 
 
-async def test_other_tenants_ids_look_exactly_like_unknown_ids(nats_server: EmbeddedNatsServer) -> None:
-    async with asyncio.timeout(TIMEOUT * 2), open_stack(nats_server.url, "serve", tokens=TOKENS) as s:
-        t, r, _call = await waiting_run(s, A, resource_id="tenantA/u1")
+async def test_other_tenants_ids_look_exactly_like_unknown_ids(tokens_deployment: Deployment) -> None:
+    async with asyncio.timeout(TIMEOUT * 2), open_deployed(tokens_deployment) as s:
+        t, r, _call = await waiting_run(s, A, resource_id="tenantC/u1")
         seq = await s.store.last_seq()
-        await s.front.runner.wait_for(seq, timeout=TIMEOUT)  # the views know A's thread and run
+        status, raw = await http_call(s, "GET", f"/v1/runs/{r}?min_seq={seq}", None, A)
+        assert status == 200, raw  # the views know A's thread and run
+        agent = s.agent
         http = [
             ("GET", "/v1/runs/{r}", None), ("GET", "/v1/runs/{r}/events", None),
             ("POST", "/v1/runs/{r}/inputs", {"messages": "hi"}), ("POST", "/v1/runs/{r}/cancel", {}),
             ("GET", "/v1/ai-sdk/runs/{r}/stream", None),
-            ("POST", "/v1/runs", {"agent_id": AGENT, "parent_run_id": "{r}", "messages": "hi"}),
+            ("POST", "/v1/runs", {"agent_id": agent, "parent_run_id": "{r}", "messages": "hi"}),
             ("GET", "/v1/threads/{t}", None), ("GET", "/v1/threads/{t}/messages", None),
             ("GET", "/v1/threads/{t}/state", None), ("GET", "/v1/threads/{t}/events", None),
             ("PATCH", "/v1/threads/{t}", {"metadata": {"k": "v"}}), ("DELETE", "/v1/threads/{t}", None),
@@ -42,7 +45,7 @@ async def test_other_tenants_ids_look_exactly_like_unknown_ids(nats_server: Embe
             ("runs.get", {"run_id": "{r}"}), ("runs.inputs", {"run_id": "{r}", "messages": "hi"}),
             ("runs.cancel", {"run_id": "{r}"}), ("threads.get", {"thread_id": "{t}"}),
             ("threads.messages", {"thread_id": "{t}"}),
-            ("runs.start", {"agent_id": AGENT, "parent_run_id": "{r}", "messages": "hi"}),
+            ("runs.start", {"agent_id": agent, "parent_run_id": "{r}", "messages": "hi"}),
         ]
 
         def fill(text: str, run: str, thread: str) -> str:

@@ -1,8 +1,8 @@
 """Images and files on every protocol route: AG-UI image/document input content, AI SDK `file`
 parts (`data:` URLs), A2A `raw`/`url` parts. Each becomes the message's content parts (the pure
 parsers), the run gets them, and the history routes give them back, through a real
-`agentlog serve` and `agentlog gateway` + `agentlog worker` (AG-UI, AI SDK) and the a2a-sdk
-client against the gateway's A2A server (runs in process and on a worker)."""
+`agentlog serve` and `agentlog gateway` + `agentlog worker` (AG-UI, AI SDK, and the a2a-sdk
+client against the gateway's A2A server)."""
 
 from __future__ import annotations
 
@@ -23,12 +23,11 @@ from agentlog.eventlog.events import MessageAppended
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.gateway.adapters import agui, aisdk
 from agentlog.gateway.adapters.a2a.mapping import a2a_parts, message_content
-from agentlog.gateway.adapters.a2a.routes import a2a_routes
 from agentlog.gateway.adapters.common import AdapterInputError
 from agentlog.projections.fold import fold_commits
 from agentlog.runtime.admission import as_messages
 
-from test_http_write_support import open_stack
+from test_http_support import open_remote, uid
 
 LIMIT = 60
 RAW = b"\x89PNG\r\n\x1a\n" + bytes(range(40))
@@ -152,17 +151,12 @@ async def test_aisdk_route_takes_file_parts_deployed(protocol_deployment: Deploy
         assert messages[0]["parts"] == AISDK_PARTS
 
 
-@pytest.mark.parametrize("mode", ["inprocess", "queue"])
-async def test_a2a_file_parts_reach_the_run(nats_server: Any, mode: str) -> None:
-    def routes(dispatcher: Any, runtime: Any) -> list[Any]:
-        return a2a_routes(dispatcher, lambda: {a.id: a for a in runtime.agents}, default_agent="quick")
-
-    async with asyncio.timeout(LIMIT), open_stack(nats_server, mode, more_routes=routes) as s:
-        base = str(s.client.make_url("")).rstrip("/")
+async def test_a2a_file_parts_reach_the_run(protocol_deployment: Deployment) -> None:
+    async with asyncio.timeout(LIMIT), open_remote(protocol_deployment) as s:
         http = httpx.AsyncClient(timeout=LIMIT)
-        card = await A2ACardResolver(http, base, "/a2a/quick/.well-known/agent-card.json").get_agent_card()
+        card = await A2ACardResolver(http, s.url, "/a2a/open/.well-known/agent-card.json").get_agent_card()
         client = await create_client(card, ClientConfig(streaming=False, httpx_client=http))
-        msg = A2AMessage(message_id="m1", role=Role.ROLE_USER, parts=[
+        msg = A2AMessage(message_id=uid("m"), role=Role.ROLE_USER, parts=[
             Part(text="what is this?"), Part(raw=RAW, media_type="image/png")])
         events = [ev async for ev in client.send_message(SendMessageRequest(message=msg))]
         task = events[-1].task
@@ -174,6 +168,3 @@ async def test_a2a_file_parts_reach_the_run(nats_server: Any, mode: str) -> None
         assert users[0].parts[1].data == PNG
         assert fold_commits(log).runs[task.id].status == "done"
         await http.aclose()
-
-
-

@@ -21,11 +21,11 @@ from agentlog.runtime import PermissionPlugin
 from agentlog.runtime.models import Turn
 from agentlog.runtime.models.scripted import ScriptedCall
 
+from protocol_app import append_log, init_log
 from protocol_verify.agui import verify_agui_stream
 from protocol_verify.aisdk import verify_ui_stream
 from protocol_verify.reducers import AguiClient, AiSdkChat, normalise_agui, normalise_aisdk
 from test_adapters_support import ALL_TOOLS, record
-from test_protocol_fidelity import append_log, init_log
 
 TOOLS = [*ALL_TOOLS, init_log, append_log]
 words = st.lists(st.sampled_from(["alpha", "beta", "gamma", "delta", "eps"]), min_size=1, max_size=5).map(" ".join)

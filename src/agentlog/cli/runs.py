@@ -5,7 +5,7 @@ The CLI never runs an agent itself here: it asks a running server (`agentlog ser
 `gateway`) through its API, so every command takes the same path as any other client and gets
 the same typed answers. Two transports behind one small protocol (`RunsApi`):
 
-- NATS (default): the micro service `agentlog.api.runs.<op>` (src/agentlog/gateway/nats/service.py), reached
+- NATS (default): the micro service `agentlog.gateway.operations.runs.<op>` (src/agentlog/gateway/nats/service.py), reached
   with the usual connection options (`--nats/--creds/--token`, or the embedded server of
   `--data-dir`), so whatever `ConnectionOptions`/`open_store` learn about finding a server, these
   commands learn too;
@@ -129,7 +129,7 @@ def _error_of(status: int, payload: bytes | str, fallback: str) -> ApiRejected:
 
 
 class NatsRunsApi:
-    """`agentlog.api.runs.<op>` request/reply on the store's connection; the log for --follow."""
+    """`agentlog.gateway.operations.runs.<op>` request/reply on the store's connection; the log for --follow."""
 
     def __init__(self, store: Any, api_token: str | None, timeout: float) -> None:
         self.store, self.timeout = store, timeout

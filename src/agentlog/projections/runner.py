@@ -66,6 +66,7 @@ class ProjectionRunner:
         quarantine: Quarantine | None = None,
         refresh_interval: float = 1.0,
         catch_up_batch: int = 5000,
+        stall_check_interval: float = 1.0,
     ) -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
@@ -83,6 +84,14 @@ class ProjectionRunner:
         #: (a KV read; every batch after a failed one).
         self.refresh_interval = refresh_interval
         self._refresh_due = 0.0
+        #: How often (s) an idle runner asks the stream whether commits wait past its cursor
+        #: (`_check_stalled`).
+        self.stall_check_interval = stall_check_interval
+        self._stall_check_due = 0.0
+        self._stalled_at: int | None = None  # the cursor an idle check last found behind the stream
+        self._reopened_at: int | None = None  # the cursor the feed was last opened again at
+        #: Times the feed was found stalled and opened again (health, tests).
+        self.feed_reopens = 0
         #: Highest stream seq whose batch is in the views (what `wait_for` waits on; never lowered).
         self.applied_seq = 0
         #: Commits that could not be decoded (a newer writer's schema, raw bytes): quarantined.
@@ -210,7 +219,9 @@ class ProjectionRunner:
         size = self.catch_up_batch if self._feed.buffered > self.batch else self.batch
         msgs = await self._feed.take(min(limit, size) if limit else size, self.fetch_timeout)
         if not msgs:
+            await self._check_stalled()
             return 0
+        self._stalled_at = None
         async with self._lock:
             try:
                 await self._apply_batch(msgs)
@@ -223,6 +234,37 @@ class ProjectionRunner:
                     await self._feed.open(self._cursor + 1)  # read the batch again
                 raise
         return len(msgs)
+
+    async def _check_stalled(self) -> None:
+        """Open the feed again at the cursor when it has gone quiet while the stream holds commits
+        past it: two idle checks in a row (`stall_check_interval` apart) with the cursor where it
+        was. Why: the feed's ordered push consumer can die without telling. nats-py resets it
+        when it misses two idle heartbeats (an event loop held up, e.g. by a process starting on
+        a loaded machine) and, if creating the new consumer fails, the old one is gone and
+        nothing comes until the next reset; reads waiting for a position then time out (a fresh
+        gateway's views sat at seq 0 for 10 s and more). An ordered consumer delivers at once,
+        so a whole idle interval with commits waiting is a stall, not a slow delivery."""
+        assert self._feed is not None
+        now = asyncio.get_running_loop().time()
+        if now < self._stall_check_due:
+            return
+        self._stall_check_due = now + self.stall_check_interval
+        try:
+            behind = await self.stream_last_seq() > self._cursor and self._feed.buffered == 0
+        except Exception:  # noqa: BLE001 - NATS unreachable: the next idle check asks again
+            return
+        if not behind or self._reopened_at == self._cursor:
+            # caught up; or already opened again here and still nothing: the stream's last
+            # messages are not on the runner's subjects (a stream shared with other subjects)
+            self._stalled_at = None
+        elif self._stalled_at != self._cursor:
+            self._stalled_at = self._cursor  # first sight: give the feed one more interval
+        else:
+            log.warning("projection feed stalled at seq %d with commits waiting; reading again from there",
+                        self._cursor)
+            self.feed_reopens += 1
+            self._stalled_at, self._reopened_at = None, self._cursor
+            await self._feed.open(self._cursor + 1)
 
     async def _apply_batch(self, msgs: list[tuple[int, str, bytes]]) -> None:
         refresh = getattr(self.store, "refresh", None)

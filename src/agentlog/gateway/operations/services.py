@@ -8,6 +8,7 @@ time travel, event streams, and the checks before a write) folds the log itself.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -35,10 +36,27 @@ class Runner(Protocol):
 
 
 CORS_ENV = "AGENTLOG_CORS_ORIGINS"
+SSE_HEARTBEAT_ENV = "AGENTLOG_SSE_HEARTBEAT"
+DEFAULT_SSE_HEARTBEAT = 15.0
 
 
 def cors_origins_from_env() -> tuple[str, ...]:
     return parse_origins(os.environ.get(CORS_ENV, ""))
+
+
+def sse_heartbeat_from_env() -> float:
+    """`AGENTLOG_SSE_HEARTBEAT` (seconds), else 15: a proxy or load balancer that closes a
+    connection idle for less than that needs more frequent heartbeats on its quiet streams."""
+    raw = os.environ.get(SSE_HEARTBEAT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_SSE_HEARTBEAT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < math.inf:
+        raise ValueError(f"{SSE_HEARTBEAT_ENV} must be a positive number of seconds, not {raw!r}")
+    return value
 
 
 def parse_origins(spec: str) -> tuple[str, ...]:
@@ -50,8 +68,9 @@ def parse_origins(spec: str) -> tuple[str, ...]:
 class Settings:
     #: Upper bound of a read-your-writes wait (`min_seq`) and of pre-write projection catch-up.
     read_wait: float = 5.0
-    #: Seconds between SSE heartbeat comments while the log is quiet.
-    sse_heartbeat: float = 15.0
+    #: Seconds between SSE heartbeat comments while the log is quiet (default
+    #: `AGENTLOG_SSE_HEARTBEAT`, else 15; see `sse_heartbeat_from_env`).
+    sse_heartbeat: float = field(default_factory=sse_heartbeat_from_env)
     #: Frames buffered per SSE client.
     sse_queue: int = 1000
     #: Seconds an SSE client may take no frame while its buffer is full before it is dropped
