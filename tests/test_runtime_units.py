@@ -161,3 +161,22 @@ async def test_live_context_equals_the_fold_of_the_log() -> None:
     folded = fold_context(RunContext(thread_id=handle.thread_id, run_id=handle.run_id), commits)
     assert folded == live_ctx
     assert folded.state == {"n": 2} and folded.step == 4 and folded.round_tools == [("count", "oops"), ("oops",), ("count",)]
+
+
+def test_the_run_loop_is_composed_not_inherited() -> None:
+    """`RunLoop` holds its parts (no mixin bases), and the loop's modules neither reach up
+    through `TYPE_CHECKING` stubs nor import each other's private names."""
+    import ast
+    from pathlib import Path
+
+    from agentlog.runtime.loop import driver
+
+    assert driver.RunLoop.__bases__ == (object,)
+    for path in Path(driver.__file__).parent.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If):
+                assert "TYPE_CHECKING" not in ast.unparse(node.test), path.name
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("agentlog."):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                assert not private, f"{path.name} imports {private} from {node.module}"

@@ -1,19 +1,33 @@
-"""Inference for the run loop: the model call with retries and fallbacks, streamed live.
+"""Inference for the run loop: the model call with retries and fallbacks, streamed live, and
+the context compaction that makes the request fit.
 
 `_infer` owns the retry policy (a self-retrying model is asked for single attempts, so retries
 never multiply), `_stream` publishes text / tool-call deltas to the live sink under the message
 id the commit will carry. Separate so the loop's retry policy has one home (the context
-summarizer, called from the driver's `_compact`, does not retry).
+summarizer, called from `compact`, does not retry).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
-from agentlog.runtime.loop.staging import StagingBase
+from agentlog.eventlog.events import ContextCompacted, InferenceCompleted, Message, MessageAppended
+from agentlog.runtime.agent import ModelRegistry
+from agentlog.runtime.context_policy import (
+    Summarizer,
+    context_tokens,
+    overflow_policy,
+    plan_summary,
+    summary_request,
+)
+from agentlog.runtime.live import LiveSink
+from agentlog.runtime.loop.active_agent import ActiveAgent
+from agentlog.runtime.loop.decisions import build_request, digest_of, part_digests_of
+from agentlog.runtime.loop.staging import Staging
 from agentlog.runtime.models.base import (
     ContextOverflow,
     ModelDone,
@@ -27,18 +41,98 @@ from agentlog.runtime.models.base import (
     ToolCallDelta,
 )
 from agentlog.runtime.models.pricing import prices_of
+from agentlog.runtime.plugins import Action
 
 
-class Inference(StagingBase):
-    """RunLoop's model calls (a part of `agentlog.runtime.loop.driver.RunLoop`)."""
+class Inference:
+    """The run loop's model calls, staged through `staging` for the agent `agent` drives now."""
+
+    def __init__(self, staging: Staging, agent: ActiveAgent, models: ModelRegistry, live: LiveSink,
+                 summarizer: Summarizer) -> None:
+        self.staging = staging
+        self.agent = agent
+        self.models = models
+        self.live = live
+        self._live_on = live.enabled
+        self.summarizer = summarizer
+        #: The id of the assistant message being streamed live (drawn at its first delta, see
+        #: `_message_id`), so live deltas and the committed message share one id.
+        self._streaming_message_id: str | None = None
+
+    def drop_stream(self) -> None:
+        """Nothing of the current stream gets committed: its message id is not kept."""
+        self._streaming_message_id = None
+
+    async def infer(self, specs: list[Any], actions: Sequence[Action]) -> ModelResponse:
+        """One inference, staged (assistant message + `InferenceCompleted`). A provider refusing
+        the request as too long (`ContextOverflow`) gets the conversation compacted once (a
+        recorded `ContextCompacted`, reason "overflow") and the request sent again."""
+        staging, spec = self.staging, self.agent.spec
+        entropy = staging.entropy
+        request = build_request(spec, staging.ctx, specs, actions)
+        t0 = entropy.now_ms()
+        try:
+            response = await staging.race(self._infer(request))
+        except ContextOverflow as exc:
+            self._streaming_message_id = None
+            if not await self.compact(force=True):
+                raise
+            staging.log.warning("inference.overflow_compacted", error=str(exc))
+            request = build_request(self.agent.spec, staging.ctx, specs, actions)
+            t0 = entropy.now_ms()
+            response = await staging.race(self._infer(request))
+        message = Message(
+            id=self._message_id(take=True), role="assistant", content=response.text,
+            tool_calls=list(response.tool_calls) or None, reasoning=list(response.reasoning) or None,
+        )
+        staging.emit(MessageAppended(message=message))
+        staging.emit(InferenceCompleted(
+            model=response.model, usage=response.usage, duration_ms=entropy.now_ms() - t0,
+            stop_reason=response.stop_reason, message_id=message.id,
+            request_digest=digest_of(request), request_digests=part_digests_of(request), cost=response.cost,
+        ))
+        return response
+
+    async def compact(self, *, force: bool = False) -> bool:
+        """Context compaction (`agentlog.runtime.context_policy`): when the agent's policy asks for a summary
+        now, get one and stage it as `ContextCompacted` (it commits with the inference, so a
+        resume or replay folds it and sends the same context). A failed summary is logged and
+        the step goes on with truncation only."""
+        staging, spec = self.staging, self.agent.spec
+        ctx = staging.ctx
+        policy = spec.context
+        if force:
+            policy = overflow_policy(policy, ctx.messages, ctx.compaction)
+        elif policy is None or not policy.summarize:
+            return False
+        older = plan_summary(policy, ctx.messages, ctx.compaction)
+        if older is None:
+            return False
+        model = policy.summary_model or spec.model
+        name = model if isinstance(model, str) else spec.model_name
+        request = summary_request(policy, name, older, ctx.compaction)
+        try:
+            res = await staging.race(self.summarizer.summarize(model, request))
+        except ModelError as exc:
+            staging.log.warning("context.summary_failed", error=str(exc))
+            return False
+        ctx = staging.ctx
+        before = context_tokens(policy, ctx.messages, ctx.compaction)
+        event = ContextCompacted(summary=res.text, upto_message_id=older[-1].id, model=res.model, usage=res.usage,
+                                 tokens_before=before, reason="overflow" if force else None)
+        after = context_tokens(policy, ctx.messages, event)
+        staging.emit(msgspec.structs.replace(event, tokens_after=after))
+        staging.log.info("context.compacted", upto=event.upto_message_id, tokens_before=before, tokens_after=after)
+        return True
+
 
     async def _infer(self, request: ModelRequest) -> ModelResponse:
         """Primary model with retries of retryable errors, then each fallback model in turn."""
-        retry = self.spec.retry
-        spec = self.spec
+        retry = self.agent.spec.retry
+        spec = self.agent.spec
         names: list[Any] = [request.model if request.model != spec.model_name else spec.model]
         if spec.pool is not None:  # the run's model (recorded at its start), then the rest of the pool
-            names += [m for m in spec.pool.order(self.ctx.model) if m != names[0]]
+            names += [m for m in spec.pool.order(self.staging.ctx.model) if m != names[0]]
         else:
             names += spec.fallback_models
         last: ModelError | None = None
@@ -56,7 +150,7 @@ class Inference(StagingBase):
                     raise  # the loop compacts and asks again: another model or attempt won't help
                 except ModelError as exc:
                     last = exc
-                    self.log.warning("model.failed", model=req.model, attempt=attempt + 1, error=str(exc))
+                    self.staging.log.warning("model.failed", model=req.model, attempt=attempt + 1, error=str(exc))
                     if not exc.retryable:
                         break
                 except asyncio.CancelledError:
@@ -76,17 +170,17 @@ class Inference(StagingBase):
         message, not a provisional one and the committed one) or at the commit. The draw happens
         in the same entropy order as before (nothing else draws ids during inference), so
         recorded logs replay unchanged; `take` hands it to the commit and resets."""
-        mid = self._streaming_message_id or self.entropy.new_id()
+        mid = self._streaming_message_id or self.staging.entropy.new_id()
         self._streaming_message_id = None if take else mid
         return mid
 
     async def _stream(self, model: Any, request: ModelRequest) -> ModelResponse:
         live_on = self._live_on
-        step = self.ctx.step
-        for_live = (self.ctx.thread_id, self.ctx.run_id)
+        step = self.staging.ctx.step
+        for_live = (self.staging.ctx.thread_id, self.staging.ctx.run_id)
         # the thread seq every delta of this inference follows: a listener merging deltas with
         # the log holds them until its log follow has reached it (see agentlog.gateway.adapters.source)
-        seq = self.version
+        seq = self.staging.version
         async for chunk in model.stream(request):
             t = type(chunk)
             if t is ModelDone:

@@ -1,21 +1,27 @@
-"""Tool rounds and the step end for the run loop.
+"""Tool rounds, live decisions and the end of a step or run, for the run loop.
 
 Gate (BeforeToolExecute), start, execute, complete (AfterToolExecute) each call of a step,
 sequentially or in parallel per the agent's execution mode, committing each completion as it
-finishes; then StepEnd decides finish / wait / go on. The pure parts (plans, gate verdicts,
-results) are in `agentlog.runtime.loop.decisions`; this is their async driver, split from `agentlog.runtime.loop.driver` to
-keep each part of the loop readable on its own.
+finishes; decisions that arrive while a round runs are applied by it; then StepEnd decides
+finish / wait / go on, and RunEnd closes the run. The pure parts (plans, gate verdicts, results)
+are in `agentlog.runtime.loop.decisions`; this is their async driver. It stages through the
+run's `Staging` and reads the agent from `ActiveAgent`; going on after a wait whose decision
+already arrived is the one thing it hands back to its owner (`continue_run`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from agentlog.eventlog.events import (
     Message,
     MessageAppended,
+    Outcome,
+    RunFinished,
+    RunResumed,
     RunSuspended,
     StatePatched,
     StepFinished,
@@ -24,11 +30,14 @@ from agentlog.eventlog.events import (
     ToolCall,
     ToolCallCompleted,
     ToolCallDecision,
+    ToolCallResuming,
     ToolCallStarted,
     ToolCallSuspended,
 )
 from agentlog.projections.errors import InvalidPatch
 from agentlog.runtime.frontend import frontend_ticket
+from agentlog.runtime.live import LiveSink
+from agentlog.runtime.loop.active_agent import ActiveAgent
 from agentlog.runtime.loop.decisions import (
     CallPlan,
     GateDecision,
@@ -37,19 +46,64 @@ from agentlog.runtime.loop.decisions import (
     resolve_gate,
     stop_input,
 )
-from agentlog.runtime.loop.staging import StagingBase, _Cancelled, _Replay, _Running
+from agentlog.runtime.loop.hitl import ready_calls
+from agentlog.runtime.loop.staging import Cancelled, Staging
 from agentlog.runtime.plugins import AddUserMessage
-from agentlog.runtime.stop import BUDGET_CALL_PREFIX, evaluate_stop
+from agentlog.runtime.stop import BUDGET_CALL_PREFIX, evaluate_stop, is_budget_call
 from agentlog.runtime.tools import ToolContext, ToolResult
 
 
-class ToolRounds(StagingBase):
-    """RunLoop's tool rounds (a part of `agentlog.runtime.loop.driver.RunLoop`)."""
+@dataclass(slots=True)
+class Running:
+    """A call being executed: its plan and its cancel signal (set when the run is cancelled)."""
 
-    def _plan(self, call: ToolCall) -> CallPlan:
-        return plan_call(call, self._agent_tools, self.ctx.frontend_tools)
+    plan: CallPlan
+    cancel: asyncio.Event
+    ctx: ToolContext | None = None
+    #: Set when the call runs again after a human decision (replay / pass_decision_to_tool).
+    decision: ToolCallDecision | None = None
 
-    async def _gate(self, plan: CallPlan, replay: _Replay | None = None) -> GateDecision:
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """A decided call to run again: its plan, the decision, and the ticket's resume mode."""
+
+    plan: CallPlan
+    decision: ToolCallDecision
+    mode: str
+
+
+class ToolRounds:
+    """The run loop's tool rounds, live decisions, step end and run end."""
+
+    def __init__(self, staging: Staging, agent: ActiveAgent, live: LiveSink,
+                 continue_run: Callable[[], Awaitable[None]]) -> None:
+        self.staging = staging
+        self.agent = agent
+        self.live = live
+        self._live_on = live.enabled
+        #: Goes on from the log's last commit point (`agentlog.runtime.loop.resume.Resume`).
+        self._continue_run = continue_run
+        self.running: dict[str, Running] = {}
+        #: User messages plugins asked for (AddUserMessage), staged at the step's end.
+        self.queued_user: list[str] = []
+
+    # -- plans ---------------------------------------------------------------------------------
+
+    def plan(self, call: ToolCall) -> CallPlan:
+        return plan_call(call, self.agent.agent_tools, self.staging.ctx.frontend_tools)
+
+    def plan_for(self, call_id: str) -> CallPlan:
+        for call in self.staging.ctx.step_tool_calls:
+            if call.id == call_id:
+                return self.plan(call)
+        # a suspended call outside the current step's message cannot happen through this loop;
+        # fail it clearly rather than guess its arguments
+        return CallPlan(ToolCall(id=call_id, name="unknown"), None, f"tool call {call_id!r} not found in the run's step")
+
+    # -- one call ------------------------------------------------------------------------------
+
+    async def gate(self, plan: CallPlan, replay: Replay | None = None) -> GateDecision:
         """BeforeToolExecute, then: a frontend tool call the gate lets run never runs here: it
         suspends for the client (`frontend_ticket`), whose result the decision carries. So
         permission rules (deny / ask) apply to frontend tools too, and an approved `ask` on
@@ -59,7 +113,7 @@ class ToolRounds(StagingBase):
             return GateDecision("suspend", decision.events, ticket=frontend_ticket(plan.call))
         return decision
 
-    async def _gate_hooks(self, plan: CallPlan, replay: _Replay | None = None) -> GateDecision:
+    async def _gate_hooks(self, plan: CallPlan, replay: Replay | None = None) -> GateDecision:
         """BeforeToolExecute for one call, staged. Pre-failed calls get no hooks. A replayed call
         (replay_tool_call) goes through the hooks again with the decision in the phase context;
         pass_decision_to_tool hands the decision straight to the tool (no gate)."""
@@ -68,89 +122,103 @@ class ToolRounds(StagingBase):
         if replay is not None and replay.mode == "pass_decision_to_tool":
             return GateDecision("run")
         decided = replay.decision if replay is not None else None
-        actions = await self._hook("before_tool_execute", plan.call, decision=decided)
+        actions = await self.agent.hook("before_tool_execute", plan.call, decision=decided)
         gate = resolve_gate(plan.call.id, actions)
         for ev in gate.events:
-            self._emit(ev)
-        self._apply_patches(actions, "plugin")
+            self.staging.emit(ev)
+        self.agent.apply_patches(actions, "plugin")
         return gate
 
-    async def _settle(self, plan: CallPlan, decision: GateDecision) -> bool:
+    async def settle(self, plan: CallPlan, decision: GateDecision) -> bool:
         """Stage the outcome of a call that does not run. Returns True if it suspended."""
         if decision.kind == "suspend":
-            self._emit(ToolCallSuspended(call_id=plan.call.id, ticket=decision.ticket))  # type: ignore[arg-type]
+            self.staging.emit(ToolCallSuspended(call_id=plan.call.id, ticket=decision.ticket))  # type: ignore[arg-type]
             return True
         result = decision.result if decision.kind == "result" else ToolResult.failure(decision.reason or "blocked")
-        await self._complete(plan, result, [])  # type: ignore[arg-type]
+        await self.complete(plan, result, [])  # type: ignore[arg-type]
         return False
 
-    def _start(self, plan: CallPlan, replay: _Replay | None = None) -> _Running:
-        self._emit(ToolCallStarted(call_id=plan.call.id, name=plan.call.name, arguments=plan.call.arguments))
-        running = _Running(plan, asyncio.Event(), decision=replay.decision if replay is not None else None)
-        self._running[plan.call.id] = running
+    def start(self, plan: CallPlan, replay: Replay | None = None) -> Running:
+        self.staging.emit(ToolCallStarted(call_id=plan.call.id, name=plan.call.name, arguments=plan.call.arguments))
+        running = Running(plan, asyncio.Event(), decision=replay.decision if replay is not None else None)
+        self.running[plan.call.id] = running
         return running
 
-    def _rerun(self, plan: CallPlan, decision: ToolCallDecision | None) -> _Running:
+    def _rerun(self, plan: CallPlan, decision: ToolCallDecision | None) -> Running:
         """A call whose `ToolCallStarted` is committed but whose outcome is not (its worker died):
         it runs again under the same call_id, with no new event, so the log reads as if it ran
         once (at-least-once execution; the call_id is the tool's idempotency key)."""
-        running = _Running(plan, asyncio.Event(), decision=decision)
-        self._running[plan.call.id] = running
+        running = Running(plan, asyncio.Event(), decision=decision)
+        self.running[plan.call.id] = running
         return running
 
-    async def _execute(self, running: _Running) -> tuple[ToolResult, list[dict[str, Any]]]:
+    async def _execute(self, running: Running) -> tuple[ToolResult, list[dict[str, Any]]]:
         plan = running.plan
         call_id = plan.call.id
+        staging = self.staging
+        ctx = staging.ctx
         progress = None
         if self._live_on:
-            thread_id, run_id, live = self.ctx.thread_id, self.ctx.run_id, self.live
+            thread_id, run_id, live = ctx.thread_id, ctx.run_id, self.live
 
             def progress(data: Any) -> None:
                 live.publish(thread_id, run_id, {"type": "tool_progress", "call_id": call_id, "data": data})
 
         tctx = ToolContext(
-            thread_id=self.ctx.thread_id, run_id=self.ctx.run_id, call_id=call_id, agent_id=self.spec.id,
-            tool_name=plan.call.name, state=self.ctx.state, progress=progress, cancelled=running.cancel,
+            thread_id=ctx.thread_id, run_id=ctx.run_id, call_id=call_id, agent_id=self.agent.spec.id,
+            tool_name=plan.call.name, state=ctx.state, progress=progress, cancelled=running.cancel,
             decision=running.decision,
         )
         running.ctx = tctx
-        if self._older_factory is not None and self._older is None:
+        if staging.older_factory is not None and staging.older is None:
             # after a snapshot resume: the older messages load while the tool runs (not before
             # it starts: their read and decode would compete with the replay's start)
             invocation = asyncio.ensure_future(plan.tool.invoke(plan.call.arguments, tctx))  # type: ignore[union-attr]
-            self.prefetch_messages()
+            staging.prefetch_messages()
             result = await invocation
         else:
             result = await plan.tool.invoke(plan.call.arguments, tctx)  # type: ignore[union-attr]
         return result, tctx.ops
 
-    async def _complete(self, plan: CallPlan, result: ToolResult, ops: list[dict[str, Any]]) -> bool:
+    async def complete(self, plan: CallPlan, result: ToolResult, ops: list[dict[str, Any]]) -> bool:
         """Stage a finished call: its state edits (validated), completion and result message,
         AfterToolExecute actions. A pending result suspends the call instead. Returns True if
         it suspended."""
+        staging = self.staging
         call = plan.call
-        running = self._running.pop(call.id, None)
+        running = self.running.pop(call.id, None)
         for emitted in running.ctx.emitted if running is not None and running.ctx is not None else ():
-            self._emit(emitted)
+            staging.emit(emitted)
         if ops:
             try:
-                self._emit(StatePatched(ops=ops, source=f"tool:{call.name}"))
+                staging.emit(StatePatched(ops=ops, source=f"tool:{call.name}"))
             except InvalidPatch as exc:
                 result = ToolResult.failure(f"tool {call.name!r} made an invalid state edit: {exc}")
-        actions = await self._hook("after_tool_execute", call, result)
-        self._apply_patches(actions, "plugin")
-        self._queued_user.extend(a.text for a in actions if isinstance(a, AddUserMessage))
+        actions = await self.agent.hook("after_tool_execute", call, result)
+        self.agent.apply_patches(actions, "plugin")
+        self.queued_user.extend(a.text for a in actions if isinstance(a, AddUserMessage))
         if result.status == "pending":
-            self._emit(ToolCallSuspended(call_id=call.id, ticket=result.ticket))  # type: ignore[arg-type]
+            staging.emit(ToolCallSuspended(call_id=call.id, ticket=result.ticket))  # type: ignore[arg-type]
             return True
         outcome, value, content = classify_result(result)
-        message_id = self.entropy.new_id()
-        self._emit(ToolCallCompleted(call_id=call.id, outcome=outcome, result=value, message_id=message_id))  # type: ignore[arg-type]
-        self._emit(MessageAppended(message=Message(id=message_id, role="tool", content=content, tool_call_id=call.id)))
+        message_id = staging.entropy.new_id()
+        staging.emit(ToolCallCompleted(call_id=call.id, outcome=outcome, result=value, message_id=message_id))  # type: ignore[arg-type]
+        staging.emit(MessageAppended(message=Message(id=message_id, role="tool", content=content, tool_call_id=call.id)))
         return False
 
-    async def _round_sequential(
-        self, plans: list[CallPlan], replays: Mapping[str, _Replay] | None = None,
+    def emit_cancelled(self, call_id: str, why: str = "cancelled") -> None:
+        message_id = self.staging.entropy.new_id()
+        self.staging.emit(ToolCallCompleted(call_id=call_id, outcome="cancelled", result={"error": why},
+                                            message_id=message_id))
+        content = "Error: the call was cancelled" if why == "cancelled" else f"Error: the call was {why}"
+        self.staging.emit(MessageAppended(message=Message(
+            id=message_id, role="tool", content=content, tool_call_id=call_id,
+        )))
+
+    # -- rounds --------------------------------------------------------------------------------
+
+    async def round_sequential(
+        self, plans: list[CallPlan], replays: Mapping[str, Replay] | None = None,
         started: Mapping[str, ToolCallDecision | None] | None = None,
     ) -> bool:
         """One call at a time, in order; each completion commits with the next call's start.
@@ -164,68 +232,69 @@ class ToolRounds(StagingBase):
                 running = self._rerun(plan, started[plan.call.id])
             else:
                 replay = replays.get(plan.call.id)
-                decision = await self._gate(plan, replay)
+                decision = await self.gate(plan, replay)
                 if decision.kind != "run":
-                    if await self._settle(plan, decision):
+                    if await self.settle(plan, decision):
                         return True
                     continue
-                running = self._start(plan, replay)
-            await self._flush()
-            result, ops = await self._race(self._execute(running), running.cancel)
-            if await self._complete(plan, result, ops):
+                running = self.start(plan, replay)
+            await self.staging.flush()
+            result, ops = await self.staging.race(self._execute(running), running.cancel)
+            if await self.complete(plan, result, ops):
                 return True
         return False
 
-    async def _round_parallel(
-        self, plans: list[CallPlan], replays: Mapping[str, _Replay] | None = None,
+    async def round_parallel(
+        self, plans: list[CallPlan], replays: Mapping[str, Replay] | None = None,
         started: Mapping[str, ToolCallDecision | None] | None = None,
     ) -> None:
         """All calls of the step at once; each completion is committed as it finishes (the last
         one carries the step end). Simultaneous completions are staged in call order.
-        `started`: as in `_round_sequential`."""
+        `started`: as in `round_sequential`."""
+        staging = self.staging
         replays = replays or {}
         started = started or {}
-        to_run: list[_Running] = []
+        to_run: list[Running] = []
         for plan in plans:
             if plan.call.id in started:
                 to_run.append(self._rerun(plan, started[plan.call.id]))
                 continue
             replay = replays.get(plan.call.id)
-            decision = await self._gate(plan, replay)
+            decision = await self.gate(plan, replay)
             if decision.kind == "run":
-                to_run.append(self._start(plan, replay))
+                to_run.append(self.start(plan, replay))
             else:
-                await self._settle(plan, decision)
+                await self.settle(plan, decision)
         to_run += await self._live_replays()
         if not to_run:
             return
-        await self._flush()
+        await staging.flush()
         order = {r.plan.call.id: i for i, r in enumerate(to_run)}
         tasks = {asyncio.ensure_future(self._execute(r)): r for r in to_run}
-        waiter = self._waiter()
+        waiter = staging.waiter()
         poked: asyncio.Future[Any] | None = None
         try:
             while tasks:
-                if self._cancel.is_set():
-                    raise _Cancelled()
+                if staging.cancel.is_set():
+                    raise Cancelled()
                 if poked is None or poked.done():
-                    poked = asyncio.ensure_future(self._poked.wait())
+                    poked = asyncio.ensure_future(staging.poked.wait())
                 done, _ = await asyncio.wait((*tasks, waiter, poked), return_when=asyncio.FIRST_COMPLETED)
-                if self._cancel.is_set():
-                    raise _Cancelled()
+                if staging.cancel.is_set():
+                    raise Cancelled()
                 finished = sorted((t for t in done if t in tasks), key=lambda t: order[tasks[t].plan.call.id])
                 for task in finished:
                     running = tasks.pop(task)
                     result, ops = task.result()
-                    await self._complete(running.plan, result, ops)
+                    await self.complete(running.plan, result, ops)
                 if poked in done:
-                    await self._absorb_poke()
+                    await staging.absorb_poke()
                 # decisions that arrived (poke, or folded by a flush's conflict) start now
                 for running in await self._live_replays():
                     order[running.plan.call.id] = len(order)
                     tasks[asyncio.ensure_future(self._execute(running))] = running
                 if tasks:
-                    await self._flush()
+                    await staging.flush()
         except BaseException:
             for task, running in tasks.items():
                 running.cancel.set()
@@ -236,62 +305,159 @@ class ToolRounds(StagingBase):
             if poked is not None and not poked.done():
                 poked.cancel()
 
-    async def _step_end(self) -> bool:
+    # -- decisions -----------------------------------------------------------------------------
+
+    async def stage_resumes(self, ready: Sequence[str], *, run_resumed: bool) -> None:
+        """Apply recorded decisions: [`RunResumed` when the run waited] + `ToolCallResuming{mode}`
+        per call, and the outcomes that need no tool run (cancel decisions,
+        use_decision_as_tool_result). replay_tool_call / pass_decision_to_tool calls stay
+        `resuming` in the context: the loop re-drives them from there (`Resume` reads them as
+        pending calls), the same way a resume from the log does."""
+        staging = self.staging
+        ctx = staging.ctx
+        modes = {cid: ctx.suspended[cid].resume_mode for cid in ready}
+        if run_resumed:
+            staging.emit(RunResumed(call_ids=list(ready)))
+        for cid in ready:
+            staging.emit(ToolCallResuming(call_id=cid, mode=modes[cid]))
+        for cid in ready:
+            decision = staging.ctx.resuming[cid]
+            if is_budget_call(cid):  # a budget ticket: extended or declined, no tool message
+                outcome: Outcome = "cancelled" if decision.action == "cancel" else "succeeded"
+                staging.emit(ToolCallCompleted(call_id=cid, outcome=outcome, result=decision.result))
+            elif decision.action == "cancel":
+                why = "cancelled by a human" + (f": {decision.reason}" if decision.reason else "")
+                self.emit_cancelled(cid, why)
+            elif modes[cid] == "use_decision_as_tool_result":
+                await self.complete(self.plan_for(cid), ToolResult.success(decision.result), [])
+
+    def live_ready(self) -> list[str]:
+        """Decided calls a running (not waiting) run applies now: parallel_streaming each as it
+        arrives, parallel_batch_approval once the whole batch is decided (`ready_calls`);
+        sequential never has a call in flight next to a suspended one."""
+        mode = self.agent.spec.tool_execution_mode
+        if mode == "sequential":
+            return []
+        return ready_calls(mode, self.staging.ctx)
+
+    async def _live_replays(self) -> list[Running]:
+        """Stage the live decisions' resumes and start the decided calls that need a tool run
+        (gated again for replay_tool_call). Their commit is the caller's next flush."""
+        ready = self.live_ready()
+        if not ready:
+            return []
+        await self.stage_resumes(ready, run_resumed=False)
+        started: list[Running] = []
+        ctx = self.staging.ctx
+        for cid in ready:
+            if cid not in ctx.resuming:
+                continue  # answered by the decision itself
+            plan = self.plan_for(cid)
+            replay = Replay(plan, ctx.resuming[cid], ctx.resume_modes.get(cid, "replay_tool_call"))
+            gate = await self.gate(plan, replay)
+            if gate.kind == "run":
+                started.append(self.start(plan, replay))
+            else:
+                await self.settle(plan, gate)
+        self.staging.log.info("run.live_decisions", resumed=ready)
+        return started
+
+    async def resume_if_decided(self) -> bool:
+        """After the commit that made the run wait: a decision folded in by that commit's
+        conflict (recorded just before it) is applied here, as a resume from the log would.
+        Returns True (the loop exits: the run waits, or was driven to its end here)."""
+        ctx = self.staging.ctx
+        ready = ready_calls(self.agent.spec.tool_execution_mode, ctx)
+        if ready and ctx.waiting:
+            await self.stage_resumes(ready, run_resumed=True)
+            await self._continue_run()
+        return True
+
+    # -- the step's end ------------------------------------------------------------------------
+
+    def stage_user_messages(self) -> None:
+        """Stage the user messages plugins asked for during the step."""
+        staging = self.staging
+        for text in self.queued_user:
+            staging.emit(MessageAppended(message=Message(id=staging.entropy.new_id(), role="user", content=text)))
+        self.queued_user = []
+
+    async def step_end(self) -> bool:
         """StepEnd: queued user messages, plugin actions, StepFinished, then the verdict: finish
         (terminate / stop condition), wait (suspended calls), or go on. Returns True when the
         run loop should exit. Everything rides in the commit of the step's last completion."""
-        for text in self._queued_user:
-            self._emit(MessageAppended(message=Message(id=self.entropy.new_id(), role="user", content=text)))
-        self._queued_user = []
-        actions = await self._hook("step_end")
-        self._apply_patches(actions, "plugin")
-        if self.ctx.suspended and not self.ctx.running:
-            await self._absorb_poke()
-            while self.ctx.suspended and self._live_ready():  # decided while the others ran
-                await self._round_parallel([])
-        if self.ctx.suspended and not self.ctx.running:
-            self._emit(StepFinished(step=self.ctx.step))
-            self._emit(RunSuspended(call_ids=list(self.ctx.suspended)))
-            await self._flush()
-            return await self._resume_if_decided()
-        term = self._terminate(actions)
+        staging = self.staging
+        self.stage_user_messages()
+        actions = await self.agent.hook("step_end")
+        self.agent.apply_patches(actions, "plugin")
+        if staging.ctx.suspended and not staging.ctx.running:
+            await staging.absorb_poke()
+            while staging.ctx.suspended and self.live_ready():  # decided while the others ran
+                await self.round_parallel([])
+        ctx = staging.ctx
+        if ctx.suspended and not ctx.running:
+            staging.emit(StepFinished(step=ctx.step))
+            staging.emit(RunSuspended(call_ids=list(ctx.suspended)))
+            await staging.flush()
+            return await self.resume_if_decided()
+        term = self.agent.terminate(actions)
         if term is None:
-            self._emit(StepFinished(step=self.ctx.step))
-            term = evaluate_stop(self._stop_conditions, stop_input(self.ctx, self.entropy.now_ms()))
-            if term is not None and self._over_budget(term):
-                return await self._suspend_for_budget(term)
+            staging.emit(StepFinished(step=ctx.step))
+            term = evaluate_stop(self.agent.stop_conditions, stop_input(ctx, staging.entropy.now_ms()))
+            if term is not None and self.over_budget(term):
+                return await self.suspend_for_budget(term)
         if term is not None:
-            await self._finish(term)
+            await self.finish(term)
             return True
         # the step boundary: steering messages queued meanwhile join the conversation now,
         # before the next model call (a poke says one was recorded since the last commit)
-        await self._absorb_poke()
-        self._take_queued(ending=False)
-        await self._flush(wait=False)  # the round trip overlaps the next inference
+        await staging.absorb_poke()
+        staging.take_queued(ending=False)
+        await staging.flush(wait=False)  # the round trip overlaps the next inference
         return False
 
-    def _over_budget(self, term: Termination | None) -> bool:
+    def over_budget(self, term: Termination | None) -> bool:
         """A `budget` stop suspends the run for a human instead of ending it, unless a human
         already declined to extend it (then it ends `stopped`/budget)."""
-        return term is not None and term.code == "budget" and not self.ctx.budget_declined
+        return term is not None and term.code == "budget" and not self.staging.ctx.budget_declined
 
-    async def _suspend_for_budget(self, term: Termination) -> bool:
+    async def suspend_for_budget(self, term: Termination) -> bool:
         """Stage a budget ticket (a suspension of no tool call: `stop.BUDGET_CALL_PREFIX`) and
         wait for a human, as an approval waits: `resume` extends the budget, `cancel` ends the
         run. The step is already closed; the next one starts after the decision."""
-        ctx = self.ctx
+        staging = self.staging
+        ctx = staging.ctx
         call_id = f"{BUDGET_CALL_PREFIX}{ctx.budget_extensions + 1}"  # the run's n-th ticket: each is answered first
-        self._emit(ToolCallSuspended(call_id=call_id, ticket=SuspendTicket(
+        staging.emit(ToolCallSuspended(call_id=call_id, ticket=SuspendTicket(
             id=call_id, action="budget", message=f"The run reached its budget ({term.detail}). Extend it?",
             parameters={"tokens": ctx.usage.total_tokens, "cost": ctx.cost, "extensions": ctx.budget_extensions},
             response_schema={"type": "object"}, resume_mode="use_decision_as_tool_result",
         )))
-        self._emit(RunSuspended(call_ids=[call_id]))
-        self.log.info("run.budget_suspended", detail=term.detail, call_id=call_id)
-        await self._flush()
-        return await self._resume_if_decided()
+        staging.emit(RunSuspended(call_ids=[call_id]))
+        staging.log.info("run.budget_suspended", detail=term.detail, call_id=call_id)
+        await staging.flush()
+        return await self.resume_if_decided()
 
-    if TYPE_CHECKING:  # `agentlog.runtime.loop.resume.Resume`'s methods a round calls
-        def _live_ready(self) -> list[str]: ...
-        async def _live_replays(self) -> list[_Running]: ...
-        async def _resume_if_decided(self) -> bool: ...
+    # -- the run's end -------------------------------------------------------------------------
+
+    async def finish(self, termination: Termination) -> None:
+        """RunEnd: answer any unanswered call of the current step (cancelled), close the step,
+        RunFinished with the summed usage; one commit with whatever is still staged."""
+        staging = self.staging
+        ctx = staging.ctx
+        for call_id in ctx.step_calls:
+            if call_id not in ctx.answered:
+                self.emit_cancelled(call_id)
+        if ctx.step_open:
+            staging.emit(StepFinished(step=ctx.step))
+        actions = await self.agent.hook("run_end")
+        self.agent.apply_patches(actions, "plugin")
+        staging.emit(RunFinished(termination=termination, usage=ctx.usage, cost=ctx.cost))
+        await staging.flush()
+
+    async def finish_cancelled(self) -> None:
+        for running in self.running.values():
+            running.cancel.set()
+        self.running.clear()
+        if self.staging.ctx.finished is None:
+            await self.finish(Termination(type="cancelled", detail="cancel requested"))

@@ -1,19 +1,19 @@
-"""Staging and committing for the run loop, and the state the loop's parts share.
+"""Staging and committing for the run loop: the run's state and the one way it reaches the log.
 
-Every event the loop writes goes through `_emit` (folded into the context at once, so decisions
-see it and an invalid patch raises before anything is appended) and reaches the log at a commit
-point (`_flush`; `_append_once` for the commits that must not absorb a conflict). A conflict is
-absorbed here when it is only a cancel request or a live decision, else it is a `RunConflict`.
-Its own module so the driver (`agentlog.runtime.loop.driver`) reads as the phase sequence, and this, the only
-code that appends, can be read on its own.
+Every event the loop writes goes through `Staging.emit` (folded into the context at once, so
+decisions see it and an invalid patch raises before anything is appended) and reaches the log at
+a commit point (`flush`; `append_once` for the commits that must not absorb a conflict). A
+conflict is absorbed here when it is only a cancel request or a live decision, else it is a
+`RunConflict`. The run's cancel signal lives here too, because a commit can find a cancel request
+in the log. One object, held by the driver (`agentlog.runtime.loop.driver.RunLoop`) and handed to
+the parts (rounds, resume, inference), so the only code that appends can be read on its own.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from agentlog.eventlog.errors import VersionConflict
 from agentlog.eventlog.events import (
@@ -24,34 +24,26 @@ from agentlog.eventlog.events import (
     MessageQueued,
     RunCancelRequested,
     StoredCommit,
-    Termination,
     ThreadMetadataUpdated,
     ToolCallDecided,
-    ToolCallDecision,
 )
 from agentlog.eventlog.store import EventStore
-from agentlog.runtime.agent import AgentSpec, ModelRegistry
-from agentlog.runtime.context_policy import Summarizer
 from agentlog.runtime.errors import RunConflict
-from agentlog.runtime.live import LiveSink
 from agentlog.runtime.logs import SafeLog
-from agentlog.runtime.loop.decisions import CallPlan
 from agentlog.runtime.loop.entropy import Entropy
 from agentlog.runtime.loop.run_context import RunContext, apply_event, due_messages
-from agentlog.runtime.models.base import ToolSpec
 from agentlog.runtime.outage import OutagePolicy, through_outage
-from agentlog.runtime.plugins import Action, Plugin
-from agentlog.runtime.tools import Tool, ToolContext
 
 
-class _Cancelled(Exception):
-    """Internal: the run was cancelled (signal or a RunCancelRequested found in the log)."""
+class Cancelled(Exception):
+    """The run was cancelled (signal or a RunCancelRequested found in the log); the driver
+    finishes it `cancelled`."""
 
 
 class Requeue(Exception):
-    """Internal: the commit ending the run naturally conflicted with a message queued for the
-    run (`agentlog.runtime.loop.driver.RunLoop._natural_end` undoes the end). `commit`: the refused one
-    (its id is reused), `absorbed`: the commits read meanwhile."""
+    """The commit ending the run naturally conflicted with a message queued for the run
+    (`agentlog.runtime.loop.driver.RunLoop` undoes the end). `commit`: the refused one (its id is
+    reused), `absorbed`: the commits read meanwhile."""
 
     def __init__(self, commit: Commit, absorbed: list[StoredCommit]) -> None:
         super().__init__("a message was queued for the run as it ended")
@@ -59,76 +51,61 @@ class Requeue(Exception):
         self.absorbed = absorbed
 
 
-@dataclass(slots=True)
-class _Running:
-    plan: CallPlan
-    cancel: asyncio.Event
-    ctx: ToolContext | None = None
-    #: Set when the call runs again after a human decision (replay / pass_decision_to_tool).
-    decision: ToolCallDecision | None = None
+class Staging:
+    """The run's folded context and the thread version it holds, the staged events, the cancel
+    signal, and the messages from before a snapshot. Stage (`emit`, folded at once), commit
+    (`flush`, `append_once`), absorb what others appended meanwhile (`absorb_conflict`)."""
 
+    def __init__(
+        self,
+        *,
+        ctx: RunContext,
+        version: int,
+        store: EventStore,
+        entropy: Entropy,
+        on_commit: Callable[[StoredCommit], None],
+        log: SafeLog,
+        outage: OutagePolicy,
+        older_messages: Callable[[], Awaitable[list[Message]]] | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.version = version
+        self.store = store
+        self.entropy = entropy
+        self.on_commit = on_commit
+        self.log = log
+        #: How long a store operation waits through a NATS outage (see `agentlog.runtime.outage`).
+        self.outage = outage
+        self.pending: list[AnyEvent] = []
+        self.pending_ts = 0
+        self.inflight: asyncio.Future[None] | None = None
+        #: Set while the natural end's commit is appended (a queued message then undoes it).
+        self.finishing = False
+        self.cancel = asyncio.Event()
+        self.poked = asyncio.Event()
+        self.cancel_waiter: asyncio.Future[Any] | None = None
+        #: A context folded from a snapshot lacks the messages before it: they are loaded by
+        #: this (started early by `prefetch_messages`, awaited before anything reads them).
+        self.older_factory = older_messages
+        self.older: asyncio.Future[list[Message]] | None = None
 
-@dataclass(frozen=True, slots=True)
-class _Replay:
-    """A decided call to run again: its plan, the decision, and the ticket's resume mode."""
-
-    plan: CallPlan
-    decision: ToolCallDecision
-    mode: str
-
-
-class StagingBase:
-    """The state the loop's parts share (declared here, set by `RunLoop.__init__`) and the one
-    way events reach the log: stage (`_emit`, folded at once), commit (`_flush`, `_append_once`),
-    absorb what others appended meanwhile (`_absorb_conflict`)."""
-
-    spec: AgentSpec
-    #: How long a store operation waits through a NATS outage (see `agentlog.runtime.outage`).
-    outage: OutagePolicy
-    ctx: RunContext
-    version: int
-    store: EventStore
-    tools: Mapping[str, Tool]
-    models: ModelRegistry
-    live: LiveSink
-    entropy: Entropy
-    on_commit: Callable[[StoredCommit], None]
-    log: SafeLog
-    summarizer: Summarizer
-    #: Calls the last `begin_resume` resumed (empty: decisions recorded, still waiting).
-    resumed: list[str]
-    _pending: list[AnyEvent]
-    _pending_ts: int
-    _inflight: asyncio.Future[None] | None
-    _cancel: asyncio.Event
-    _poked: asyncio.Event
-    _cancel_waiter: asyncio.Future[Any] | None
-    _running: dict[str, _Running]
-    _queued_user: list[str]
-    #: Set while the natural end's commit is appended (a queued message then undoes it).
-    _finishing: bool
-    _stop_conditions: list[Any]
-    _hooks: dict[str, list[Plugin]]
-    _entry: str
-    _start_termination: Termination | None
-    _agent_tools: dict[str, Tool]
-    _base_tool_specs: list[ToolSpec]
-    _live_on: bool
-    _streaming_message_id: str | None
-    _older_factory: Callable[[], Awaitable[list[Message]]] | None
-    _older: asyncio.Future[list[Message]] | None
+    @property
+    def settled(self) -> bool:
+        """True when `ctx` is exactly the fold of the thread up to `version` (nothing staged or
+        in flight, every message loaded)."""
+        return not self.pending and self.inflight is None and self.older_factory is None
 
     # -- staging and committing ----------------------------------------------------------------
 
-    def _emit(self, event: AnyEvent) -> None:
+    def emit(self, event: AnyEvent) -> None:
         """Stage an event: fold it into the context now (so decisions see it; raises
         InvalidPatch before anything is appended), commit it at the next flush."""
-        if not self._pending:
-            self._pending_ts = self.entropy.now_ms()
-        apply_event(self.ctx, event, self._pending_ts, self.ctx.run_id)
-        self._pending.append(event)
+        if not self.pending:
+            self.pending_ts = self.entropy.now_ms()
+        apply_event(self.ctx, event, self.pending_ts, self.ctx.run_id)
+        self.pending.append(event)
 
-    async def _flush(self, wait: bool = True) -> None:
+    async def flush(self, wait: bool = True) -> None:
         """Append the staged events as one commit at the thread version we hold.
 
         `wait=False` pipelines: the append is sent now and its ack awaited at the next flush, so
@@ -136,29 +113,22 @@ class StagingBase:
         the process depends on that ack before then: the next commit (and any tool run) waits
         for it, and a failed append surfaces there and ends the run as it would have here.
         """
-        await self._drain()
-        if not self._pending:
+        await self.drain()
+        if not self.pending:
             return
-        commit = Commit(
-            commit_id=self.entropy.new_id(),
-            thread_id=self.ctx.thread_id,
-            run_id=self.ctx.run_id,
-            ts=self._pending_ts,
-            events=self._pending,
-        )
-        self._pending = []
+        commit = self.commit_now()
         if wait:
-            await self._append(commit)
+            await self.append(commit)
         else:
-            self._inflight = asyncio.ensure_future(self._append(commit))
+            self.inflight = asyncio.ensure_future(self.append(commit))
 
-    async def _drain(self) -> None:
-        task = self._inflight
+    async def drain(self) -> None:
+        task = self.inflight
         if task is not None:
-            self._inflight = None
+            self.inflight = None
             await task
 
-    async def _append(self, commit: Commit) -> None:
+    async def append(self, commit: Commit) -> None:
         cancelled = False
         while True:
             try:
@@ -166,14 +136,14 @@ class StagingBase:
                 break
             except VersionConflict:
                 absorbed: list[StoredCommit] = []
-                cancelled = await self._absorb_conflict(absorbed) or cancelled
-                if self._finishing and any(type(ev) is MessageQueued and sc.commit.run_id == self.ctx.run_id
-                                           for sc in absorbed for ev in sc.commit.events):
+                cancelled = await self.absorb_conflict(absorbed) or cancelled
+                if self.finishing and any(type(ev) is MessageQueued and sc.commit.run_id == self.ctx.run_id
+                                          for sc in absorbed for ev in sc.commit.events):
                     raise Requeue(commit, absorbed) from None
         self.version = res.seq
         self.on_commit(StoredCommit(res.seq, commit))
         if cancelled and self.ctx.finished is None:
-            raise _Cancelled()
+            raise Cancelled()
 
     async def _store_append(self, commit: Commit) -> Any:
         """Append at the version we hold, waiting through a store outage (bounded by
@@ -181,7 +151,7 @@ class StagingBase:
         version = self.version
         return await through_outage(lambda: self.store.append(commit, version), self.outage, self.log)
 
-    async def _absorb_conflict(self, absorbed: list[StoredCommit] | None = None) -> bool:
+    async def absorb_conflict(self, absorbed: list[StoredCommit] | None = None) -> bool:
         """Read what others appended; fold in what we can live with (a message queued for this
         run is folded and taken at the loop's next step boundary). Returns True if it holds a
         cancel request for this run; raises RunConflict for anything else. `absorbed` gets the
@@ -217,42 +187,94 @@ class StagingBase:
             absorbed.extend(new)
         if cancel:
             self.log.info("run.cancel_seen_in_log")
-            self._cancel.set()
+            self.cancel.set()
         return cancel
 
-    def _take_queued(self, *, ending: bool) -> None:
+    def take_queued(self, *, ending: bool) -> None:
         """Stage the queued messages due now (`due_messages`) as the run's user messages, with
         their own ids (taking one is appending it)."""
         for message in due_messages(self.ctx, ending=ending):
-            self._emit(MessageAppended(message=message))
+            self.emit(MessageAppended(message=message))
 
-    def _commit_now(self) -> Commit:
+    def commit_now(self) -> Commit:
+        """The staged events as one commit (a new commit id), leaving nothing staged."""
         commit = Commit(
             commit_id=self.entropy.new_id(), thread_id=self.ctx.thread_id, run_id=self.ctx.run_id,
-            ts=self._pending_ts, events=self._pending,
+            ts=self.pending_ts, events=self.pending,
         )
-        self._pending = []
+        self.pending = []
         return commit
 
-    async def _append_once(self) -> int:
+    async def append_once(self) -> int:
         """Append what is staged at the version the context was folded at, without absorbing a
         conflict: a `VersionConflict` propagates so the caller re-folds and re-validates (what it
-        decided may no longer hold). Used by the commits that open a resume or cancel a wait."""
-        commit = self._commit_now()
+        decided may no longer hold). Used by the commits that start a run, open a resume or
+        cancel a wait."""
+        commit = self.commit_now()
         res = await self.store.append(commit, self.version)
         self.version = res.seq
         self.on_commit(StoredCommit(res.seq, commit))
         return res.seq
 
-    if TYPE_CHECKING:  # the driver's (`agentlog.runtime.loop.driver.RunLoop`) methods the parts call
-        async def _hook(self, hook: str, *args: Any, decision: ToolCallDecision | None = None) -> list[Action]: ...
-        def _apply_patches(self, actions: Sequence[Action], source: str) -> None: ...
-        @staticmethod
-        def _terminate(actions: Sequence[Action]) -> Termination | None: ...
-        def _waiter(self) -> asyncio.Future[Any]: ...
-        async def _race(self, coro: Any, on_cancel: asyncio.Event | None = None) -> Any: ...
-        async def _absorb_poke(self) -> None: ...
-        def prefetch_messages(self) -> None: ...
-        async def _steps(self) -> None: ...
-        async def _finish(self, termination: Termination) -> None: ...
-        def _emit_cancelled(self, call_id: str, why: str = "cancelled") -> None: ...
+    # -- cancellation --------------------------------------------------------------------------
+
+    async def absorb_poke(self) -> None:
+        """Read the commits a poke announced (a decision or message recorded for this run)."""
+        if self.poked.is_set():
+            self.poked.clear()
+            await self.drain()
+            if await self.absorb_conflict() and self.ctx.finished is None:
+                raise Cancelled()
+
+    def waiter(self) -> asyncio.Future[Any]:
+        """A future done when the run is cancelled (one per run, cancelled at its end)."""
+        if self.cancel_waiter is None:
+            self.cancel_waiter = asyncio.ensure_future(self.cancel.wait())
+        return self.cancel_waiter
+
+    async def race(self, coro: Any, on_cancel: asyncio.Event | None = None) -> Any:
+        """Await `coro` unless the run is cancelled first (then set `on_cancel` so a cooperative
+        tool sees it, cancel the task, raise Cancelled)."""
+        if self.cancel.is_set():
+            coro.close()
+            raise Cancelled()
+        task = asyncio.ensure_future(coro)
+        waiter = self.waiter()
+        await asyncio.wait((task, waiter), return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        if on_cancel is not None:
+            on_cancel.set()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise Cancelled()
+
+    # -- messages from before a snapshot ---------------------------------------------------------
+
+    def prefetch_messages(self) -> None:
+        """Start loading the messages older than the snapshot, concurrently with the first tool
+        run (a replayed tool does not need them; the next inference does)."""
+        if self.older_factory is not None and self.older is None:
+            self.older = asyncio.ensure_future(self.older_factory())
+
+    async def messages_ready(self) -> None:
+        """Make `ctx.messages` the whole conversation (older + folded tail) before it is read."""
+        if self.older_factory is None:
+            return
+        self.prefetch_messages()
+        older = await self.older  # type: ignore[misc]
+        self.older_factory = None
+        self.older = None
+        self.ctx.messages[:0] = older
+
+    async def close(self) -> None:
+        """At the run's end: stop what is left in flight (only when an exception escaped)."""
+        if self.inflight is not None:
+            self.inflight.cancel()
+            await asyncio.gather(self.inflight, return_exceptions=True)
+        if self.cancel_waiter is not None:
+            self.cancel_waiter.cancel()
+        task, self.older = self.older, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
