@@ -172,18 +172,6 @@ def app_ref(name: str, runtime: Any) -> Any:
     return AppRef(name=name, digest=app_digest(runtime.agents, runtime.tools))
 
 
-def _stop_runs(runtime: Any) -> list[asyncio.Task[Any]]:
-    """Cancel the in-process run tasks without committing anything: an interrupted run is
-    resumed from the log by the next process (a cancel event would end it for good)."""
-    tasks = []
-    for _loop, handle in list(getattr(runtime, "_active", {}).values()):
-        task = getattr(handle, "_task", None)
-        if task is not None and not task.done():
-            task.cancel()
-            tasks.append(task)
-    return tasks
-
-
 class Server:
     """One process's parts, started in dependency order by `start()` and stopped in reverse by
     `stop()` (idempotent; safe after a failed start)."""
@@ -458,7 +446,8 @@ class Server:
                 await self.worker.stop()
             self.worker = None
         if self.runtime is not None:
-            await asyncio.gather(*_stop_runs(self.runtime), return_exceptions=True)
+            # in-process runs stop uncommitted: the next process resumes them from the log
+            await asyncio.gather(*self.runtime.abandon_runs(), return_exceptions=True)
         if self.metrics_runner is not None:
             with contextlib.suppress(Exception):
                 await self.metrics_runner.cleanup()
