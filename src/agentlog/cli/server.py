@@ -376,6 +376,7 @@ class Server:
             from agentlog.gateway.adapters.mcp_http import McpEndpoint
 
             catalog = self.agent_catalog
+            assert self.store is not None
             self.mcp = McpEndpoint(adapter_session.backend_of(self.store, self.dispatcher), lambda: catalog)
             routes += self.mcp.routes()
             self.parts.append("mcp")
@@ -386,7 +387,7 @@ class Server:
 
         assert self.store is not None
         self.app = create_app(self.store, self.views, self.runner, auth_tokens=self.config.tokens,
-                              runtime=self.dispatcher if self.dispatcher is not None else self.runtime,
+                              dispatcher=self.dispatcher,
                               extra_routes=self._routes(), settings=self.config.settings or Settings())
         self.app[SERVER] = self
         if self.mcp is not None:

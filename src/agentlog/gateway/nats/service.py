@@ -31,7 +31,6 @@ from pydantic import BaseModel
 from agentlog.eventlog.jetstream.store import flush_subscriptions
 from agentlog.gateway.operations import operations as ops
 from agentlog.gateway.operations import threads as threads_api
-from agentlog.gateway.operations.agents import agent_catalog
 from agentlog.gateway.operations.auth import Authenticator, Principal, resolve_tokens
 from agentlog.gateway.operations.dispatch import Dispatcher
 from agentlog.gateway.operations.errors import ApiError, answer
@@ -79,7 +78,7 @@ def _op_table(dispatcher: Dispatcher, catalog: list[dict[str, Any]] | None = Non
         return ops.accepted(await ops.cancel_run(svc, who, dispatcher, b.run_id, b))
 
     async def agents(_svc: Services, _who: Principal, _b: AgentsQuery) -> Any:
-        return {"agents": catalog if catalog is not None else agent_catalog(dispatcher)}
+        return {"agents": catalog if catalog is not None else dispatcher.agent_catalog()}
 
     return {
         "runs": {

@@ -38,6 +38,7 @@ from agentlog.eventlog.events import (
     ToolCallDecided,
 )
 from agentlog.eventlog.ids import new_id, validate_run_id
+from agentlog.gateway.operations.agents import agent_catalog
 from agentlog.projections.fold import fold_commits
 from agentlog.runtime.admission import (
     InvalidRunInput,
@@ -152,6 +153,15 @@ class Dispatcher(Protocol):
 
     def check_overrides(self, agent_id: str, run_input: RunInput | Mapping[str, Any] | None) -> None: ...
 
+    @property
+    def runtime(self) -> Runtime | None:
+        """The `Runtime` that executes the runs in this process (it can also replay them), or
+        None: the runs execute on workers."""
+
+    def agent_catalog(self) -> list[dict[str, Any]]:
+        """The agents this dispatcher can start (`agentlog.gateway.operations.agents.agent_catalog`)."""
+        ...
+
 
 def _has_messages(messages: Messages | None) -> bool:
     return bool(messages)
@@ -225,6 +235,9 @@ class InProcessDispatcher:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
+
+    def agent_catalog(self) -> list[dict[str, Any]]:
+        return agent_catalog(self.runtime)
 
     async def start_run(
         self, agent_id: str, messages: Messages = (), *, thread_id: str | None = None,
@@ -350,6 +363,16 @@ class QueueDispatcher:
         self.descriptions = dict(descriptions or {})
         self.timeout = timeout
         self.loader = RunLoader(store, snapshots=snapshots)
+
+    @property
+    def runtime(self) -> Runtime | None:
+        return None  # the runs execute on workers
+
+    def agent_catalog(self) -> list[dict[str, Any]]:
+        """Ids and descriptions only: the tools are the workers' to know (`null`)."""
+        if self.agents is None:
+            return []
+        return [{"id": a, "description": self.descriptions.get(a, ""), "tools": None} for a in sorted(self.agents)]
 
     # -- start ---------------------------------------------------------------------------------
 
