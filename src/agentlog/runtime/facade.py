@@ -33,6 +33,7 @@ from agentlog.eventlog.events import (
 from agentlog.eventlog.ids import validate_id, validate_run_id
 from agentlog.eventlog.store import EventStore, as_generator
 from agentlog.projections.fold import RunFolder, fold_commits
+from agentlog.projections.store import ViewStore
 from agentlog.projections.views import RunView, ThreadView
 from agentlog.runtime.admission import admit_thread, check_start
 from agentlog.runtime.admission import as_messages as _as_messages
@@ -294,7 +295,7 @@ class Runtime:
         models: Mapping[str, Model] | ModelRegistry | None = None,
         live: LiveSink | None = None,
         entropy: Entropy | None = None,
-        views: Any = None,
+        views: ViewStore | None = None,
         store_outage_deadline: float | None = None,
         summarizer: Summarizer | None = None,
         snapshots: SnapshotStore | None = None,

@@ -23,12 +23,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import msgspec
+from nats.aio.client import Client as NATS
 from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
 from pydantic import BaseModel
 
-from agentlog.eventlog.jetstream.store import flush_subscriptions
+from agentlog.eventlog.jetstream.store import JetStreamEventStore, flush_subscriptions
 from agentlog.gateway.operations import operations as ops
 from agentlog.gateway.operations import threads as threads_api
 from agentlog.gateway.operations.auth import Authenticator, Principal, resolve_tokens
@@ -50,7 +51,8 @@ from agentlog.gateway.operations.models import (
     ThreadMessagesRequest,
     ThreadRef,
 )
-from agentlog.gateway.operations.services import Services, Settings
+from agentlog.gateway.operations.services import Runner, Services, Settings
+from agentlog.projections.store import ViewStore
 
 SERVICE_NAME = "agentlog"
 SERVICE_VERSION = "0.1.0"
@@ -157,15 +159,15 @@ class ApiService:
 
 
 async def start_nats_service(
-    store: Any,
-    views: Any,
-    runner: Any,
+    store: JetStreamEventStore,
+    views: ViewStore,
+    runner: Runner,
     dispatcher: Dispatcher,
     *,
     auth_tokens: str | Mapping[str, str | None] | None = "",
     settings: Settings | None = None,
     metrics: Metrics | None = None,
-    nc: Any = None,
+    nc: NATS | None = None,
     version: str = SERVICE_VERSION,
     catalog: list[dict[str, Any]] | None = None,
 ) -> Service:
