@@ -38,6 +38,7 @@ from agentlog.eventlog.events import (
 )
 from agentlog.eventlog.ids import new_id
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.eventlog.store import EventStore
 from agentlog.gateway.adapters import agui, aisdk, regenerate
 from agentlog.gateway.adapters.common import (
     AdapterInputError,
@@ -54,6 +55,7 @@ from agentlog.gateway.adapters.common import (
     reasoning_text,
 )
 from agentlog.gateway.adapters.source import RunSource
+from agentlog.gateway.operations.auth import Principal
 from agentlog.gateway.operations.dispatch import Dispatcher
 from agentlog.gateway.operations.json_input import InvalidJson, parse_json
 from agentlog.projections.fold import fold_commits
@@ -145,7 +147,7 @@ class ThreadLog:
         return (runs.pop(), min(s for _, s in found.values())) if len(runs) == 1 else None
 
 
-async def load_thread(store: Any, thread_id: str, who: Any = None) -> ThreadLog:
+async def load_thread(store: EventStore, thread_id: str, who: Principal | None = None) -> ThreadLog:
     commits = [sc async for sc in store.read_thread(thread_id)]
     views = fold_commits(commits) if commits else None
     view = views.threads.get(thread_id) if views else None
@@ -157,14 +159,14 @@ async def load_thread(store: Any, thread_id: str, who: Any = None) -> ThreadLog:
     return ThreadLog(thread_id, commits, view, runs)
 
 
-async def chat_branch(store: Any, chat: ThreadLog, who: Any = None) -> ThreadLog:
+async def chat_branch(store: EventStore, chat: ThreadLog, who: Principal | None = None) -> ThreadLog:
     """The thread that carries a chat now: the chat's own, or the fork its last AI SDK
     regeneration made (`agentlog.gateway.adapters.regenerate`)."""
     fork = regenerate.branch_of(chat.view.metadata if chat.view is not None else None)
     return chat if fork is None else await load_thread(store, fork, who)
 
 
-async def run_commits(store: Any, run_id: str) -> list[StoredCommit]:
+async def run_commits(store: EventStore, run_id: str) -> list[StoredCommit]:
     return [sc async for sc in store.read_run(run_id)]
 
 

@@ -61,6 +61,7 @@ from agentlog.eventlog.errors import (
 )
 from agentlog.eventlog.events import Commit, RunFinished, RunStarted, Termination
 from agentlog.eventlog.ids import is_valid_id, new_id, now_ms
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.subjects import DEFAULT_APP, command_subject, commands_filter
 from agentlog.runtime.errors import RunConflict, RunEnded, RunNotFound
 from agentlog.runtime.facade import RunHandle, Runtime
@@ -128,7 +129,7 @@ class Worker:
 
     def __init__(
         self,
-        store: Any,
+        store: JetStreamEventStore,
         *,
         app: App | None = None,
         runtime: Runtime | None = None,
