@@ -71,7 +71,7 @@ async def open_stack(server: EmbeddedNatsServer, turns: list[Any], *, mode: str 
                             tool_execution_mode=mode, plugins=list(plugins))]
     rt = Runtime(store, agents=agents, tools=tools, live=live)
     dispatcher = InProcessDispatcher(rt)
-    app = create_app(store, views, runner, auth_tokens=tokens, runtime=dispatcher, extra_routes=routes.ROUTES,
+    app = create_app(store, views, runner, auth_tokens=tokens, dispatcher=dispatcher, extra_routes=routes.ROUTES,
                      settings=Settings(read_wait=5.0, sse_heartbeat=5.0))
     client = TestClient(TestServer(app, host="127.0.0.1"))
     await client.start_server()

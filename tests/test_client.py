@@ -356,7 +356,7 @@ async def test_wait_and_current_answer_while_the_views_lag(nats_server: Any) -> 
     await stop_runner(runner)
     rt = Runtime(store, agents=[AgentSpec(id="chat", model=ScriptedModel(["hello"]))])
     dispatcher = InProcessDispatcher(rt)
-    app = create_app(store, views, runner, runtime=dispatcher, extra_routes=write_routes(dispatcher),
+    app = create_app(store, views, runner, dispatcher=dispatcher, extra_routes=write_routes(dispatcher),
                      settings=Settings(read_wait=0.2))
     server = TestClient(TestServer(app, host="127.0.0.1"))
     await server.start_server()

@@ -81,7 +81,8 @@ async def open_stack(server: EmbeddedNatsServer, mode: str = "inprocess", *, tok
         worker = Worker(store, runtime=runtime, ack_wait=5.0, fetch_timeout=0.2, shutdown_timeout=2.0)
         await worker.start()
         dispatcher = QueueDispatcher(store.nc, store, agents=agents, timeout=timeout)
-    app = create_app(store, views, runner, auth_tokens=tokens, runtime=runtime,
+    # the adapters' routes and verified replay use the runtime in this process in both modes
+    app = create_app(store, views, runner, auth_tokens=tokens, dispatcher=InProcessDispatcher(runtime),
                      extra_routes=[*write_routes(dispatcher), *(more_routes(dispatcher, runtime) if more_routes else ())],
                      settings=Settings(read_wait=5.0, sse_heartbeat=0.2, max_body=64 * 1024))
     client = TestClient(TestServer(app, host="127.0.0.1"))

@@ -73,6 +73,7 @@ class LiveApi:
         from agentlog.gateway.adapters.routes import ROUTES as ADAPTER_ROUTES
         from agentlog.gateway.http import Settings
         from agentlog.gateway.http.write import write_routes
+        from agentlog.gateway.operations.dispatch import InProcessDispatcher
 
         self._stop = asyncio.Event()
         async with open_stack(self.server) as stack:
@@ -83,7 +84,8 @@ class LiveApi:
 
             from agentlog.gateway.http import create_app
 
-            app = create_app(stack.store, stack.views, stack.runner, auth_tokens="", runtime=stack.runtime,
+            app = create_app(stack.store, stack.views, stack.runner, auth_tokens="",
+                             dispatcher=InProcessDispatcher(stack.runtime),
                              extra_routes=[*write_routes(stack.dispatcher), *ADAPTER_ROUTES],
                              settings=Settings(read_wait=2.0, sse_heartbeat=0.5, max_body=64 * 1024))
             runner = web.AppRunner(app, access_log=None, handle_signals=False)

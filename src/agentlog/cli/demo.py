@@ -50,6 +50,7 @@ from agentlog.eventlog.events import (
     ToolCallSuspended,
 )
 from agentlog.eventlog.ids import new_id
+from agentlog.eventlog.store import EventStore, as_generator
 from agentlog.gateway.operations.app_loader import App
 from agentlog.gateway.operations.timeline import build_replay, event_summary, learn_call_names
 from agentlog.runtime import AgentSpec, McpServerConfig, McpToolset, PermissionPlugin, ToolContext, tool
@@ -135,12 +136,12 @@ def demo_app(*, mcp: bool = False) -> App:
 
 
 #: `--app agentlog.cli.demo:app` works too (a factory, so each process gets its own model instance).
-def app(_store: Any) -> App:
+def app(_store: EventStore) -> App:
     return demo_app()
 
 
 #: What `agentlog demo` runs: the demo app with its MCP step.
-def app_with_mcp(_store: Any) -> App:
+def app_with_mcp(_store: EventStore) -> App:
     return demo_app(mcp=True)
 
 
@@ -187,12 +188,12 @@ def _event_line(stored: StoredCommit, names: dict[str, str]) -> list[Text]:
     return lines
 
 
-async def follow_run(store: Any, thread_id: str, run_id: str, after: int,
+async def follow_run(store: EventStore, thread_id: str, run_id: str, after: int,
                      on_commit: Callable[[StoredCommit], None]) -> tuple[int, StoredCommit]:
     """Follow the thread's log after `after` until this run suspends or finishes; returns the last
     seq read and the commit that paused/ended the run. The log, not the runtime, is what we watch:
     the same loop works whichever process (or worker) drives the run."""
-    async with aclosing(store.follow(thread_id, after)) as commits:
+    async with aclosing(as_generator(store.follow(thread_id, after))) as commits:
         async for stored in commits:
             if stored.commit.run_id != run_id:
                 continue

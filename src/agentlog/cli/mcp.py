@@ -44,7 +44,7 @@ async def serve_stdio(source: Any, options: ConnectionOptions, app_spec: str | N
 
     config = ServerConfig(role="worker", app=source, app_spec=app_spec, connection=options, nats_service=False)
     async with serve(config) as server:
-        assert server.store is not None
+        assert server.store is not None and server.runtime is not None  # a worker's
         specs = server.runtime.agents
         dispatcher = dispatch.QueueDispatcher(server.store.nc, server.store, agents=[s.id for s in specs],
                                               descriptions={s.id: s.description for s in specs},
@@ -68,7 +68,7 @@ async def serve_acp(source: Any, options: ConnectionOptions, app_spec: str | Non
 
     config = ServerConfig(role="worker", app=source, app_spec=app_spec, connection=options, nats_service=False)
     async with serve(config) as server:
-        assert server.store is not None
+        assert server.store is not None and server.runtime is not None  # a worker's
         specs = server.runtime.agents
         ids = [s.id for s in specs]
         chosen = agent or (ids[0] if ids else "")

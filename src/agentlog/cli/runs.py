@@ -60,7 +60,9 @@ from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
 from agentlog.eventlog.errors import AgentlogError, StoreUnavailable
 from agentlog.eventlog.events import AnyEvent, RunFinished, RunSuspended
 from agentlog.eventlog.ids import new_id, validate_id, validate_run_id
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.roles import Role
+from agentlog.eventlog.store import as_generator
 from agentlog.gateway.nats.service import API_PREFIX
 from agentlog.gateway.operations.connection import ConnectionOptions, open_store
 from agentlog.gateway.operations.timeline import event_summary, learn_call_names
@@ -131,14 +133,14 @@ def _error_of(status: int, payload: bytes | str, fallback: str) -> ApiRejected:
 class NatsRunsApi:
     """`agentlog.gateway.operations.runs.<op>` request/reply on the store's connection; the log for --follow."""
 
-    def __init__(self, store: Any, api_token: str | None, timeout: float) -> None:
+    def __init__(self, store: JetStreamEventStore, api_token: str | None, timeout: float) -> None:
         self.store, self.timeout = store, timeout
         self.headers = {"Authorization": f"Bearer {api_token}"} if api_token else None
 
     async def call(self, op: str, body: dict[str, Any]) -> Any:
         if op == "current":  # `get` as of the run's last commit in the log (the views may lag it)
             last = 0
-            async with aclosing(self.store.read_run(body["run_id"])) as commits:
+            async with aclosing(as_generator(self.store.read_run(body["run_id"]))) as commits:
                 async for stored in commits:
                     last = stored.seq
             return await self.call("get", {**body, **({"min_seq": last} if last else {})})
@@ -158,7 +160,7 @@ class NatsRunsApi:
         return json.loads(msg.data)
 
     async def follow(self, thread_id: str, run_id: str, after_seq: int) -> AsyncGenerator[Followed, None]:
-        async with aclosing(self.store.follow(thread_id, after_seq)) as commits:
+        async with aclosing(as_generator(self.store.follow(thread_id, after_seq))) as commits:
             async for stored in commits:
                 if stored.commit.run_id != run_id:
                     continue

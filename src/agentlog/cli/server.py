@@ -36,7 +36,7 @@ import inspect
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 from aiohttp import web
@@ -54,6 +54,16 @@ from agentlog.gateway.operations.agents import agent_catalog
 from agentlog.gateway.operations.app_loader import AppSource, load_app, resolve_app
 from agentlog.gateway.operations.connection import ConnectionOptions, connect
 from agentlog.runtime.outage import OutagePolicy, is_transient, through_outage
+
+if TYPE_CHECKING:
+    from agentlog.eventlog.events import AppRef
+    from agentlog.projections.kv import KVViewStore
+    from agentlog.projections.runner import ProjectionRunner
+    from agentlog.projections.store import ViewStore
+    from agentlog.runtime.facade import Runtime
+    from agentlog.runtime.live import LiveSink, NatsLiveSink
+    from agentlog.runtime.snapshots.store import KVSnapshotStore, SnapshotStore
+    from agentlog.runtime.workers.worker import Worker
 
 log = structlog.get_logger("agentlog.server")
 
@@ -124,7 +134,8 @@ def _load_source(config: ServerConfig) -> AppSource:
     return demo_factory
 
 
-def build_runtime(source: AppSource, store: JetStreamEventStore, *, views: Any, live: Any, snapshots: Any = None) -> Any:
+def build_runtime(source: AppSource, store: JetStreamEventStore, *, views: ViewStore, live: LiveSink,
+                  snapshots: SnapshotStore | None = None) -> Runtime:
     """The user's app as a `Runtime` on this process's store, with the views snapshot, the
     run-context snapshots (fast cold resume) and the live sink. A `Runtime` returned by a
     factory is used as is: the factory was given this store, so its own wiring wins (it may wrap
@@ -162,25 +173,13 @@ def _seconds(value: float | None, env: str, default: float) -> float:
         raise ValueError(f"{env} must be a number of seconds, not {raw!r}") from None
 
 
-def app_ref(name: str, runtime: Any) -> Any:
+def app_ref(name: str, runtime: Runtime) -> AppRef:
     """What the runs of `runtime` record as their app (`RunStarted.app`): the name it serves
     under and the digest of its agents and tools."""
     from agentlog.eventlog.events import AppRef
     from agentlog.runtime.digest import app_digest
 
     return AppRef(name=name, digest=app_digest(runtime.agents, runtime.tools))
-
-
-def _stop_runs(runtime: Any) -> list[asyncio.Task[Any]]:
-    """Cancel the in-process run tasks without committing anything: an interrupted run is
-    resumed from the log by the next process (a cancel event would end it for good)."""
-    tasks = []
-    for _loop, handle in list(getattr(runtime, "_active", {}).values()):
-        task = getattr(handle, "_task", None)
-        if task is not None and not task.done():
-            task.cancel()
-            tasks.append(task)
-    return tasks
 
 
 class Server:
@@ -194,19 +193,19 @@ class Server:
         #: Restarts the embedded server's JetStream once a full disk has room again (`agentlog.eventlog.embedded.revive`).
         self.disk_watch: Any = None
         self.store: JetStreamEventStore | None = None
-        self.views: Any = None
-        self.snapshots: Any = None
-        self.runner: Any = None
-        self.live: Any = None
-        self.runtime: Any = None
-        self.dispatcher: Any = None
+        self.views: KVViewStore | None = None
+        self.snapshots: KVSnapshotStore | None = None
+        self.runner: ProjectionRunner | None = None
+        self.live: NatsLiveSink | None = None
+        self.runtime: Runtime | None = None
+        self.dispatcher: dispatch.Dispatcher | None = None
         #: The app's agents (id -> AgentSpec) when known here (the A2A server's cards).
         self.agent_specs: dict[str, Any] = {}
         #: `GET /v1/agents` when the app is known here (ids, descriptions, tools).
         self.agent_catalog: list[dict[str, Any]] | None = None
-        self.worker: Any = None
+        self.worker: Worker | None = None
         #: The worker role's /metrics server and the OTLP tracer provider (`agentlog.runtime.telemetry`).
-        self.metrics_runner: Any = None
+        self.metrics_runner: web.AppRunner | None = None
         #: Where the worker's /metrics answers (its port as bound: `--metrics-port 0` picks one).
         self.metrics_url = ""
         self.tracer_provider: Any = None
@@ -287,19 +286,19 @@ class Server:
             snapshots = await KVSnapshotStore.open(nc, replicas=opts.replicas)
             return views, snapshots
 
-        self.views, snapshots = await through_outage(layout, policy, log, "server.layout", is_transient)
-        self.snapshots = snapshots
+        views, snapshots = await through_outage(layout, policy, log, "server.layout", is_transient)
+        self.views, self.snapshots = views, snapshots
         if self.has_http:
-            self.runner = ProjectionRunner(nc, self.views, quarantine=store.quarantine)
+            self.runner = ProjectionRunner(nc, views, quarantine=store.quarantine)
             await self.runner.start()
         if self.has_worker:
             self.live = NatsLiveSink(nc)
             self.live.start()
             from agentlog.runtime.snapshots.store import SnapshotWriter
 
-            self.runtime = build_runtime(source, self.store, views=self.views, live=self.live, snapshots=snapshots)
+            self.runtime = build_runtime(source, self.store, views=views, live=self.live, snapshots=snapshots)
             self.runtime.app = app_ref(app_name, self.runtime)
-            if self.runner is not None and getattr(self.runtime, "snapshots", None) is not None:
+            if self.runner is not None and self.runtime.snapshots is not None:
                 self.runner.after_batch = SnapshotWriter(self.runtime)
             # OTLP spans of the runs this process executes, when OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
             # is set (agentlog.runtime.telemetry); the gateway's /metrics counts tokens/tools from the log
@@ -387,6 +386,7 @@ class Server:
             from agentlog.gateway.adapters.mcp_http import McpEndpoint
 
             catalog = self.agent_catalog
+            assert self.store is not None
             self.mcp = McpEndpoint(adapter_session.backend_of(self.store, self.dispatcher), lambda: catalog)
             routes += self.mcp.routes()
             self.parts.append("mcp")
@@ -395,9 +395,9 @@ class Server:
     async def _start_http(self) -> None:
         from agentlog.gateway.http import Settings, create_app
 
-        assert self.store is not None
+        assert self.store is not None and self.views is not None and self.runner is not None
         self.app = create_app(self.store, self.views, self.runner, auth_tokens=self.config.tokens,
-                              runtime=self.dispatcher if self.dispatcher is not None else self.runtime,
+                              dispatcher=self.dispatcher,
                               extra_routes=self._routes(), settings=self.config.settings or Settings())
         self.app[SERVER] = self
         if self.mcp is not None:
@@ -422,6 +422,7 @@ class Server:
         """The `agentlog` NATS micro service (DESIGN 5.2) and the adapters' NATS subjects, on the
         store's connection."""
         assert self.store is not None and self.dispatcher is not None
+        assert self.views is not None and self.runner is not None
         self.service = await nats_service.start_nats_service(
             self.store, self.views, self.runner, self.dispatcher, auth_tokens=self.config.tokens,
             settings=self.config.settings, catalog=self.agent_catalog)
@@ -457,7 +458,8 @@ class Server:
                 await self.worker.stop()
             self.worker = None
         if self.runtime is not None:
-            await asyncio.gather(*_stop_runs(self.runtime), return_exceptions=True)
+            # in-process runs stop uncommitted: the next process resumes them from the log
+            await asyncio.gather(*self.runtime.abandon_runs(), return_exceptions=True)
         if self.metrics_runner is not None:
             with contextlib.suppress(Exception):
                 await self.metrics_runner.cleanup()

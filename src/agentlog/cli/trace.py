@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.tree import Tree
 
 from agentlog.eventlog.events import StoredCommit
+from agentlog.eventlog.store import EventStore
 from agentlog.gateway.operations.timeline import UnknownRun
 from agentlog.runtime.telemetry import (
     SpanRecord,
@@ -24,14 +25,14 @@ from agentlog.runtime.telemetry import (
 )
 
 
-async def run_commits(store: Any, run_id: str) -> list[StoredCommit]:
+async def run_commits(store: EventStore, run_id: str) -> list[StoredCommit]:
     commits = [sc async for sc in store.read_run(run_id)]
     if not commits:
         raise UnknownRun(run_id)
     return commits
 
 
-async def trace(store: Any, run_id: str, *, as_json: bool, otlp: str | None, console: Console,
+async def trace(store: EventStore, run_id: str, *, as_json: bool, otlp: str | None, console: Console,
                 emit_json: Any) -> int:
     commits = await run_commits(store, run_id)
     provider = otlp_tracer_provider(otlp)

@@ -28,11 +28,12 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import pydantic
 
 from agentlog.eventlog.errors import AgentlogError
+from agentlog.eventlog.store import EventStore
 from agentlog.runtime.agent import AgentOptions, AgentSpec
 from agentlog.runtime.models.pool import ModelPool
 from agentlog.runtime.models.pricing import ModelPrices
@@ -42,6 +43,9 @@ from agentlog.runtime.plugins import Plugin
 from agentlog.runtime.skills import SkillCatalog, SkillError, SkillsPlugin, skill_tools
 from agentlog.runtime.toolkits.mcp import McpError, McpServerConfig, McpToolset
 from agentlog.runtime.tools import Tool, ToolRegistry
+
+if TYPE_CHECKING:
+    from agentlog.runtime.facade import Runtime
 
 __all__ = ["AgentlogConfig", "ConfigError", "LoadedConfig", "is_config_path", "load_config", "schema"]
 
@@ -234,7 +238,7 @@ class LoadedConfig:
     sub_agents: dict[str, list[str]] = field(default_factory=dict)
     config: AgentlogConfig | None = None
 
-    def runtime(self, store: Any, **options: Any) -> Any:
+    def runtime(self, store: EventStore, **options: Any) -> Runtime:
         from agentlog.runtime.facade import Runtime
 
         return Runtime(store, agents=self.agents, tools=self.tools, models=dict(self.models), **options)

@@ -4,7 +4,15 @@ moved from one of those to another keeps its error and so its HTTP status / NATS
 
 from __future__ import annotations
 
-from agentlog.eventlog.errors import AgentlogError
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from agentlog.eventlog.errors import AgentlogError, VersionConflict
+
+T = TypeVar("T")
+
+#: How many times a write under OCC re-reads the log and tries again before it gives up.
+CONFLICT_ATTEMPTS = 20
 
 
 class RunNotFound(AgentlogError, LookupError):
@@ -33,4 +41,20 @@ class RunEnded(AgentlogError):
     code = "run_finished"
 
 
-__all__ = ["RunConflict", "RunEnded", "RunNotFound", "ThreadNotFound"]
+async def retry_on_conflict(attempt: Callable[[int], Awaitable[T]], what: str, *,
+                            attempts: int = CONFLICT_ATTEMPTS) -> T:
+    """`await attempt(i)` for i = 0, 1, ... until it returns without `VersionConflict`.
+
+    Every append under OCC follows the same shape: read the log, decide, append at the version
+    read; a conflict means another writer moved the thread, so the decision is made again from
+    a fresh read. `attempt` receives its index (the first one may use a cached snapshot, later
+    ones re-read). After `attempts` conflicts in a row: `RunConflict("could not <what>: ...")`."""
+    for i in range(attempts):
+        try:
+            return await attempt(i)
+        except VersionConflict:
+            continue
+    raise RunConflict(f"could not {what}: the thread keeps moving")
+
+
+__all__ = ["CONFLICT_ATTEMPTS", "RunConflict", "RunEnded", "RunNotFound", "ThreadNotFound", "retry_on_conflict"]

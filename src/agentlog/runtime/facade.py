@@ -33,12 +33,13 @@ from agentlog.eventlog.events import (
 from agentlog.eventlog.ids import validate_id, validate_run_id
 from agentlog.eventlog.store import EventStore, as_generator
 from agentlog.projections.fold import RunFolder, fold_commits
+from agentlog.projections.store import ViewStore
 from agentlog.projections.views import RunView, ThreadView
 from agentlog.runtime.admission import admit_thread, check_start
 from agentlog.runtime.admission import as_messages as _as_messages
 from agentlog.runtime.agent import AgentRegistry, AgentSpec, ModelRegistry
 from agentlog.runtime.context_policy import Summarizer
-from agentlog.runtime.errors import RunConflict, RunNotFound
+from agentlog.runtime.errors import RunConflict, RunNotFound, retry_on_conflict
 from agentlog.runtime.frontend import check_no_conflict, is_frontend_stub, normalize_frontend_tools
 from agentlog.runtime.handoff import handoff_tools
 from agentlog.runtime.live import LiveSink, NullLiveSink
@@ -294,7 +295,7 @@ class Runtime:
         models: Mapping[str, Model] | ModelRegistry | None = None,
         live: LiveSink | None = None,
         entropy: Entropy | None = None,
-        views: Any = None,
+        views: ViewStore | None = None,
         store_outage_deadline: float | None = None,
         summarizer: Summarizer | None = None,
         snapshots: SnapshotStore | None = None,
@@ -612,6 +613,28 @@ class Runtime:
         if active is not None and active[1] is handle:
             del self._active[run_id]
 
+    def active(self, run_id: str) -> RunHandle | None:
+        """The handle of `run_id` if this Runtime drives it now (its loop has not returned),
+        else None: the run is finished, waiting, or driven by another process."""
+        active = self._active.get(run_id)
+        return active[1] if active is not None and not active[1].done else None
+
+    def active_handles(self) -> list[RunHandle]:
+        """The handles of every run this Runtime drives now."""
+        return [handle for _loop, handle in self._active.values() if not handle.done]
+
+    def abandon_runs(self) -> list[asyncio.Task[Any]]:
+        """Stop the runs driven here WITHOUT committing anything (their tasks are cancelled):
+        a process going away leaves them to be resumed from the log by the next one, where a
+        cancel would end them for good. Returns the cancelled tasks, to be awaited."""
+        tasks = []
+        for _loop, handle in list(self._active.values()):
+            task = handle._task
+            if task is not None and not task.done():
+                task.cancel()
+                tasks.append(task)
+        return tasks
+
     def signal_cancel(self, run_id: str) -> bool:
         """Signal a run driven by this process to cancel, without appending a cancel request
         (see `RunHandle.request_cancel`). Returns False if it is not running here."""
@@ -670,19 +693,19 @@ class Runtime:
         active = self._active.get(run_id)
         if active is not None and not active[1].done:
             return active[1]
-        for attempt in range(20):
-            loaded = await self._load(run_id, thread_id, use_snapshot=attempt == 0)
+
+        async def attempt(i: int) -> RunHandle | None:
+            nonlocal thread_id
+            loaded = await self._load(run_id, thread_id, use_snapshot=i == 0)
             thread_id = loaded.thread_id
             handle = self._handle_for(loaded)
             loop = self._loop_for(loaded, handle)
-            try:
-                if not await self._begin_continue(loaded, loop):
-                    return None
-            except VersionConflict:
-                continue  # the thread moved: re-fold and look again
+            if not await self._begin_continue(loaded, loop):  # a conflict: re-fold and look again
+                return None
             self._drive(loop, handle)
             return handle
-        raise RunConflict(f"could not resume run {run_id!r}: the thread keeps moving")
+
+        return await retry_on_conflict(attempt, f"resume run {run_id!r}")
 
     def _handle_for(self, loaded: _Loaded) -> RunHandle:
         run_id = loaded.ctx.run_id
@@ -745,38 +768,36 @@ class Runtime:
         active = self._active.get(run_id)
         if thread_id is None and active is not None:
             thread_id = active[1].thread_id
-        for attempt in range(20):
-            loaded = await self._load(run_id, thread_id, use_snapshot=attempt == 0)
+
+        async def attempt(i: int) -> DecideResult:
+            # a conflict anywhere below: someone else moved the thread, re-fold and re-check
+            nonlocal thread_id
+            loaded = await self._load(run_id, thread_id, use_snapshot=i == 0)
             thread_id = loaded.thread_id
             new, dups = check_decisions(loaded.ctx, parsed, self._known_calls(loaded, parsed))
             if not new:
-                return DecideResult(await self._decision_seq(loaded, dups[0].decision_id), True, [], None, thread_id)
+                seq = await self._decision_seq(loaded, dups[0].decision_id)
+                return DecideResult(seq, True, [], None, loaded.thread_id)
             ctx = loaded.ctx
             if not (ctx.waiting and not ctx.running and not ctx.resuming):
                 commit = Commit(
-                    commit_id=self.entropy.new_id(), thread_id=thread_id, run_id=run_id, ts=self.entropy.now_ms(),
-                    events=[ToolCallDecided(call_id=d.target_id, decision=d) for d in new],
+                    commit_id=self.entropy.new_id(), thread_id=loaded.thread_id, run_id=run_id,
+                    ts=self.entropy.now_ms(), events=[ToolCallDecided(call_id=d.target_id, decision=d) for d in new],
                 )
-                try:
-                    res = await self.store.append(commit, loaded.version)
-                except VersionConflict:
-                    continue
-                active = self._active.get(run_id)
-                live = None
-                if active is not None and not active[1].done:  # the loop folds the commit (and hands it to its handle)
-                    live = active[1]
-                    active[0].poke()
-                _log.info("run.decided_live", thread_id=thread_id, run_id=run_id, seq=res.seq, here=live is not None)
-                return DecideResult(res.seq, False, [], live, thread_id)
+                res = await self.store.append(commit, loaded.version)
+                live = self.active(run_id)
+                if live is not None:  # the loop folds the commit (and hands it to its handle)
+                    self.poke(run_id)
+                _log.info("run.decided_live", thread_id=loaded.thread_id, run_id=run_id, seq=res.seq,
+                          here=live is not None)
+                return DecideResult(res.seq, False, [], live, loaded.thread_id)
             handle = self._handle_for(loaded)
             loop = self._loop_for(loaded, handle)
-            try:
-                await self._begin_continue(loaded, loop, new)
-            except VersionConflict:
-                continue  # someone else moved the thread: re-fold and re-check
+            await self._begin_continue(loaded, loop, new)
             self._drive(loop, handle)
-            return DecideResult(loop.version, False, list(loop.resumed), handle, thread_id)
-        raise RunConflict(f"could not record decisions for run {run_id!r}: the thread keeps moving")
+            return DecideResult(loop.version, False, list(loop.resumed), handle, loaded.thread_id)
+
+        return await retry_on_conflict(attempt, f"record decisions for run {run_id!r}")
 
     @staticmethod
     def _known_calls(loaded: _Loaded, decisions: Sequence[ToolCallDecision]) -> set[str]:
@@ -816,22 +837,27 @@ class Runtime:
             active = None
         thread_id = active[1].thread_id if active else await self._thread_of(run_id)
         if active is None:
-            for attempt in range(20):
-                loaded = await self._load(run_id, thread_id, use_snapshot=attempt == 0)
+
+            async def cancel_waiting(i: int) -> bool | None:
+                loaded = await self._load(run_id, thread_id, use_snapshot=i == 0)
                 ctx = loaded.ctx
                 if ctx.finished is not None:
                     return False
                 if not (ctx.waiting and ctx.suspended and not ctx.running):
-                    break  # running somewhere else: a cancel request is all we can do
-                handle = RunHandle(run_id, thread_id, loaded.spec.id)
-                loop = self._loop_for(loaded, handle)
-                try:
-                    await loop.cancel_waiting(reason)
-                except VersionConflict:
-                    continue
+                    return None  # running somewhere else: a cancel request is all we can do
+                loop = self._loop_for(loaded, RunHandle(run_id, thread_id, loaded.spec.id))
+                await loop.cancel_waiting(reason)
                 _log.info("run.cancelled_while_waiting", thread_id=thread_id, run_id=run_id)
                 return True
-        for _ in range(20):
+
+            try:
+                cancelled = await retry_on_conflict(cancel_waiting, f"cancel waiting run {run_id!r}")
+            except RunConflict:
+                cancelled = None  # the thread keeps moving: record a request instead
+            if cancelled is not None:
+                return cancelled
+
+        async def request(_i: int) -> bool:
             # Version first: if the run finishes after this read, our append conflicts and we
             # look again, so a cancel request never lands after RunFinished.
             version = await self.store.thread_version(thread_id)
@@ -844,15 +870,13 @@ class Runtime:
                 commit_id=self.entropy.new_id(), thread_id=thread_id, run_id=run_id,
                 ts=self.entropy.now_ms(), events=[RunCancelRequested(reason=reason)],
             )
-            try:
-                await self.store.append(commit, version)
-            except VersionConflict:
-                continue  # the run moved on; look again (it may have finished meanwhile)
+            await self.store.append(commit, version)  # a conflict: the run moved on, look again
             _log.info("run.cancel_requested", thread_id=thread_id, run_id=run_id)
-            if active:
+            if active is not None:
                 active[0].request_cancel()
             return True
-        raise RunConflict(f"could not append a cancel request for run {run_id!r}: the thread keeps moving")
+
+        return await retry_on_conflict(request, f"append a cancel request for run {run_id!r}")
 
     async def settled(self, run_id: str, *, recover: bool = False) -> None:
         """Wait for the observers' asynchronous effects of `run_id`'s commits (sub-agent lineage:

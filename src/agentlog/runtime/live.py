@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import msgspec
+from nats.aio.client import Client as NATS
 
 from agentlog.eventlog.subjects import live_subject
 
@@ -64,7 +65,7 @@ class NatsLiveSink:
 
     enabled = True
 
-    def __init__(self, nc: Any, *, max_queue: int = 10_000) -> None:
+    def __init__(self, nc: NATS, *, max_queue: int = 10_000) -> None:
         self._nc = nc
         self._queue: asyncio.Queue[tuple[str, bytes] | None] = asyncio.Queue(max_queue)
         self._task: asyncio.Task[None] | None = None

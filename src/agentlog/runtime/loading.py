@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Container, Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from agentlog.eventlog.events import (
     ContextCompacted,
@@ -37,6 +37,7 @@ from agentlog.eventlog.events import (
 )
 from agentlog.eventlog.ids import validate_id
 from agentlog.eventlog.store import EventStore, as_generator
+from agentlog.projections.store import ViewStore
 from agentlog.runtime.errors import RunNotFound
 from agentlog.runtime.loop.run_context import RunContext, fold_context
 from agentlog.runtime.snapshots.format import LoadedSnapshot
@@ -95,7 +96,7 @@ class RunLoader:
     docstring). `agents`: the agent ids a run-context snapshot is used for (a snapshot written
     for an agent this process does not know is folded from the log instead); None: any."""
 
-    def __init__(self, store: EventStore, *, snapshots: SnapshotStore | None = None, views: Any = None,
+    def __init__(self, store: EventStore, *, snapshots: SnapshotStore | None = None, views: ViewStore | None = None,
                  agents: Container[str] | None = None) -> None:
         self.store = store
         self.snapshots = snapshots
@@ -119,7 +120,7 @@ class RunLoader:
             if loaded is not None:
                 return loaded
         if self.views is not None:
-            loaded = await self._from_thread_view(run_id, thread_id)
+            loaded = await self._from_thread_view(self.views, run_id, thread_id)
             if loaded is not None:
                 return loaded
         return await self.fold(run_id, thread_id)
@@ -169,7 +170,7 @@ class RunLoader:
             return LoadedRun(ctx.thread_id, snap.agent_id, ctx, version, run_tail, snapshot=snap)
         return None
 
-    async def _from_thread_view(self, run_id: str, thread_id: str | None) -> LoadedRun | None:
+    async def _from_thread_view(self, views: ViewStore, run_id: str, thread_id: str | None) -> LoadedRun | None:
         """The run from the thread view snapshot: the run's own commits (`read_run`) and the view
         (state + the seq it covers) concurrently, then the thread's tail after that seq. The
         run's commits the view covers are folded run-scoped only (`thread_scope=False`: the view
@@ -187,9 +188,9 @@ class RunLoader:
             if not commits:
                 raise RunNotFound(f"unknown run {run_id!r}")
             thread_id = commits[0].commit.thread_id
-            snap = await self.views.get_thread(thread_id)
+            snap = await views.get_thread(thread_id)
         else:
-            commits, snap = await asyncio.gather(run_commits(), self.views.get_thread(thread_id))
+            commits, snap = await asyncio.gather(run_commits(), views.get_thread(thread_id))
             if not commits:
                 raise RunNotFound(f"unknown run {run_id!r}")
         if snap is None or snap.version <= 0 or snap.deleted:

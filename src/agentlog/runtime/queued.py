@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from agentlog.eventlog.errors import VersionConflict
 from agentlog.eventlog.events import (
     Commit,
     Message,
@@ -28,7 +27,7 @@ from agentlog.eventlog.events import (
 )
 from agentlog.eventlog.store import EventStore
 from agentlog.runtime.admission import as_messages, check_messages
-from agentlog.runtime.errors import RunConflict, RunEnded, RunNotFound
+from agentlog.runtime.errors import RunEnded, RunNotFound, retry_on_conflict
 from agentlog.runtime.loop.entropy import Entropy
 
 QUEUE_MODES: tuple[QueueMode, ...] = ("steer", "follow_up")
@@ -76,7 +75,8 @@ async def queue_messages(store: EventStore, entropy: Entropy, run_id: str, threa
     (`RunEnded`). The version is read before the run: if the run finishes after that read, the
     append conflicts and we look again, so a queued message never lands after `RunFinished`."""
     ids = tuple(m.id for m in messages)
-    for _ in range(20):
+
+    async def attempt(_i: int) -> Queued:
         version = await store.thread_version(thread_id)
         commits = [sc async for sc in store.read_run(run_id)]
         if not commits:
@@ -90,9 +90,7 @@ async def queue_messages(store: EventStore, entropy: Entropy, run_id: str, threa
                            "(continue the thread with a new run instead)")
         commit = Commit(commit_id=entropy.new_id(), thread_id=thread_id, run_id=run_id, ts=entropy.now_ms(),
                         events=[MessageQueued(message=m, mode=mode) for m in new])
-        try:
-            res = await store.append(commit, version)
-        except VersionConflict:
-            continue
+        res = await store.append(commit, version)
         return Queued(thread_id, res.seq, False, ids)
-    raise RunConflict(f"could not queue messages for run {run_id!r}: the thread keeps moving")
+
+    return await retry_on_conflict(attempt, f"queue messages for run {run_id!r}")

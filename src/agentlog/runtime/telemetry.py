@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentlog.eventlog.events import (
     InferenceCompleted,
@@ -38,6 +38,11 @@ from agentlog.eventlog.events import (
     ToolCallStarted,
     ToolCallSuspended,
 )
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from agentlog.runtime.facade import Runtime
 
 #: Environment variable naming an OTLP/HTTP traces endpoint (the OTel standard one).
 OTLP_ENV = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
@@ -407,7 +412,8 @@ class AgentMetrics:
                 child.inc()
 
 
-def instrument(runtime: Any, registry: Any = None, *, otlp_endpoint: str | None = None) -> Any:
+def instrument(runtime: Runtime, registry: CollectorRegistry | None = None, *,
+               otlp_endpoint: str | None = None) -> Any:
     """Add this package's observers to a `Runtime`: `AgentMetrics` on `registry` (if given) and,
     when OTLP is configured (`otlp_endpoint` or `$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`), a
     `LiveTracer` exporting there. Returns the tracer provider (None when tracing is off) so the

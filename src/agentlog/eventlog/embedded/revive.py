@@ -20,9 +20,13 @@ import shutil
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import nats.errors
+from nats.aio.client import Client as NATS
+
+if TYPE_CHECKING:
+    from agentlog.eventlog.jetstream.store import JetStreamEventStore
 
 log = logging.getLogger("agentlog.revive")
 
@@ -48,7 +52,7 @@ def _write_private(path: Path, text: str) -> None:
         f.write(text)
 
 
-async def _jetstream_enabled(nc: Any) -> bool:
+async def _jetstream_enabled(nc: NATS) -> bool:
     try:
         await nc.request("$JS.API.INFO", b"", timeout=0.5)
         return True
@@ -58,7 +62,7 @@ async def _jetstream_enabled(nc: Any) -> bool:
         return True  # a slow answer is not "disabled"
 
 
-async def _until(nc: Any, enabled: bool, timeout: float) -> bool:
+async def _until(nc: NATS, enabled: bool, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if await _jetstream_enabled(nc) is enabled:
@@ -67,7 +71,7 @@ async def _until(nc: Any, enabled: bool, timeout: float) -> bool:
     return False
 
 
-async def restart_jetstream(data_dir: Path, nc: Any, timeout: float = 10.0) -> bool:
+async def restart_jetstream(data_dir: Path, nc: NATS, timeout: float = 10.0) -> bool:
     """Reload the data dir's nats-server with JetStream off, then with its config as it was.
     False if there is no server of the data dir to signal or it did not come back in time."""
     pid = server_pid(data_dir)
@@ -111,7 +115,7 @@ class DiskWatch:
     that is only slow) and the data dir's disk has `min_free` bytes again, restart JetStream in
     place (`restart_jetstream`), at most once per `MIN_BETWEEN` seconds."""
 
-    def __init__(self, data_dir: Path, store: Any, min_free: int | None = None) -> None:
+    def __init__(self, data_dir: Path, store: JetStreamEventStore, min_free: int | None = None) -> None:
         self.data_dir = data_dir
         self.store = store
         self.min_free = min_free if min_free is not None else max(2 * int(store.max_payload), 4 << 20)

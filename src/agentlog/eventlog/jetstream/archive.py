@@ -43,6 +43,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import msgspec
+from nats.aio.client import Client as NATS
 
 from agentlog.eventlog.errors import AgentlogError, StoreUnavailable
 from agentlog.eventlog.events import Commit, StoredCommit, ThreadMetadataUpdated
@@ -138,7 +139,7 @@ class ThreadArchive:
     `decode` is the store's commit decoder (it resolves large-payload references). A few parsed
     archives are kept in memory (keyed by their checksum, so a re-archived thread is re-read)."""
 
-    def __init__(self, nc: Any, decode: Callable[[bytes], Awaitable[Commit]], *, timeout: float = 5.0,
+    def __init__(self, nc: NATS, decode: Callable[[bytes], Awaitable[Commit]], *, timeout: float = 5.0,
                  cache_size: int = 16) -> None:
         self._nc = nc
         self._decode = decode

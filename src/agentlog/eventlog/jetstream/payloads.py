@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import msgspec
+from nats.aio.client import Client as NATS
 
 from agentlog.eventlog.cancel import cancel_wins
 from agentlog.eventlog.errors import AgentlogError
@@ -222,7 +223,7 @@ async def ensure_payload_bucket(js: Any, bucket: str = PAYLOAD_BUCKET, *, replic
 class ObjectStoreBlobs:
     """`BlobStore` on a JetStream Object Store bucket (created idempotently on first use)."""
 
-    def __init__(self, nc: Any, bucket: str = PAYLOAD_BUCKET, *, replicas: int | None = None) -> None:
+    def __init__(self, nc: NATS, bucket: str = PAYLOAD_BUCKET, *, replicas: int | None = None) -> None:
         self._nc = nc
         self.bucket = bucket
         #: For a new bucket (default 1), or to raise an existing one's (never lowered).

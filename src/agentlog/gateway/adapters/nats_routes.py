@@ -28,6 +28,7 @@ from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
 import structlog
+from nats.aio.client import Client as NATS
 
 from agentlog.eventlog.jetstream.store import flush_subscriptions
 from agentlog.gateway.adapters import aisdk, session
@@ -57,7 +58,7 @@ class AdapterService:
     """Serves both subjects on `nc` for `backend` (`session.Backend`). `start()`/`stop()`, or
     `async with`. `agent_ids`: the agents to default to when a request names none."""
 
-    def __init__(self, nc: Any, backend: session.Backend, *, default_agent: str | None = None,
+    def __init__(self, nc: NATS, backend: session.Backend, *, default_agent: str | None = None,
                  auth_tokens: str | Mapping[str, str | None] | None = "") -> None:
         """`auth_tokens` as for `create_app` (`None` reads AGENTLOG_TOKENS; "" = no auth)."""
         self.nc = nc

@@ -26,6 +26,7 @@ from agentlog.eventlog.events import (
     ThreadMetadataUpdated,
 )
 from agentlog.eventlog.ids import new_id, now_ms
+from agentlog.eventlog.store import EventStore
 from agentlog.gateway.adapters.common import AdapterInputError
 from agentlog.projections.fork import fork_events
 
@@ -60,7 +61,7 @@ def input_position(commits: list[StoredCommit], run_id: str) -> Position:
     raise AdapterInputError(f"no run {run_id!r} on this chat", "messageId")
 
 
-async def fork_for_regenerate(store: Any, chat_thread_id: str, chat_version: int, thread_id: str,
+async def fork_for_regenerate(store: EventStore, chat_thread_id: str, chat_version: int, thread_id: str,
                               commits: list[StoredCommit], last_run_id: str | None, message_id: str) -> str:
     """Fork `thread_id` (the thread carrying the chat, whose `commits` are given) before the run
     whose answer `message_id` is (an assistant message's id is its run's id), and point the

@@ -36,7 +36,6 @@ from agentlog.gateway.http.errors import ApiError
 from agentlog.gateway.http.replies import reply
 from agentlog.gateway.http.routing import Route, path_id
 from agentlog.gateway.http.sse import Pump
-from agentlog.gateway.operations.agents import agent_catalog
 from agentlog.gateway.operations.json_input import parse_json
 
 _ENCODER = EventEncoder()
@@ -115,7 +114,7 @@ async def _agui_stream(request: web.Request, events_of: Any) -> web.StreamRespon
         req = session.agui_parse(await _json_body(request))
     except AdapterInputError as exc:
         raise _bad_input(exc) from None
-    backend = session.backend_of(svc.store, svc.runtime)
+    backend = session.backend_of(svc.store, svc.dispatcher)
     return await _stream(request, events_of(backend, agent_id, req, who), _ENCODER.encode,
                          session.agui_error_event, _SSE)
 
@@ -152,7 +151,7 @@ async def aisdk_run(request: web.Request) -> web.StreamResponse:
         req = aisdk.parse_chat_request(await _json_body(request))
     except AdapterInputError as exc:
         raise _bad_input(exc) from None
-    backend = session.backend_of(svc.store, svc.runtime)
+    backend = session.backend_of(svc.store, svc.dispatcher)
     return await _stream(request, session.aisdk_events(backend, agent_id, req, who), _part,
                          session.aisdk_error_part, dict(aisdk.HEADERS), aisdk.DONE.encode())
 
@@ -160,7 +159,7 @@ async def aisdk_run(request: web.Request) -> web.StreamResponse:
 async def aisdk_stream(request: web.Request) -> web.StreamResponse:
     svc, who = services(request), principal(request)
     run_id = path_id(request, kind="run_id")
-    backend = session.backend_of(svc.store, svc.runtime)
+    backend = session.backend_of(svc.store, svc.dispatcher)
     return await _stream(request, session.aisdk_replay(backend, run_id, who), _part,
                          session.aisdk_error_part, dict(aisdk.HEADERS), aisdk.DONE.encode())
 
@@ -186,7 +185,10 @@ AGENT_CATALOG = web.AppKey("agentlog.agent_catalog", list)
 
 async def list_agents(request: web.Request) -> web.Response:
     catalog = request.app.get(AGENT_CATALOG)
-    return reply({"agents": catalog if catalog is not None else agent_catalog(services(request).runtime)})
+    if catalog is None:
+        dispatcher = services(request).dispatcher
+        catalog = dispatcher.agent_catalog() if dispatcher is not None else []
+    return reply({"agents": catalog})
 
 
 _AGENTS = {"type": "object", "properties": {"agents": {"type": "array", "items": {

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ag_ui import core as ag
+from nats.aio.client import Client as NATS
 
 from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.events import (
@@ -36,6 +37,8 @@ from agentlog.eventlog.events import (
     ToolCallDecided,
 )
 from agentlog.eventlog.ids import new_id
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.eventlog.store import EventStore
 from agentlog.gateway.adapters import agui, aisdk, regenerate
 from agentlog.gateway.adapters.common import (
     AdapterInputError,
@@ -52,6 +55,8 @@ from agentlog.gateway.adapters.common import (
     reasoning_text,
 )
 from agentlog.gateway.adapters.source import RunSource
+from agentlog.gateway.operations.auth import Principal
+from agentlog.gateway.operations.dispatch import Dispatcher
 from agentlog.gateway.operations.json_input import InvalidJson, parse_json
 from agentlog.projections.fold import fold_commits
 from agentlog.projections.timetravel import messages_at, state_at
@@ -72,22 +77,17 @@ class Backend:
     """What a session needs: the log (`store`), a `agentlog.gateway.operations.dispatch.Dispatcher`, and the NATS
     connection for live deltas (None: no live deltas, text comes from the commits)."""
 
-    store: Any
-    dispatcher: Any
-    nc: Any = None
+    store: JetStreamEventStore
+    dispatcher: Dispatcher
+    nc: NATS | None = None
 
 
-def backend_of(store: Any, runtime_or_dispatcher: Any) -> Backend:
-    """A Backend from what the HTTP app holds in `services(request).runtime`: a Dispatcher, or a
-    bare `Runtime` (wrapped in the in-process dispatcher)."""
-    from agentlog.gateway.operations.dispatch import InProcessDispatcher
-
-    target = runtime_or_dispatcher
-    if target is None:
+def backend_of(store: JetStreamEventStore, dispatcher: Dispatcher | None) -> Backend:
+    """A Backend from what the HTTP app holds in `services(request).dispatcher`; an error on a
+    read-only gateway (no dispatcher)."""
+    if dispatcher is None:
         raise AgentlogError("this gateway has no runtime (read-only): adapter runs are not available")
-    if not hasattr(target, "start_run"):
-        target = InProcessDispatcher(target)
-    return Backend(store=store, dispatcher=target, nc=getattr(store, "nc", None))
+    return Backend(store=store, dispatcher=dispatcher, nc=store.nc)
 
 
 # -- the thread, from the log --------------------------------------------------------------------
@@ -147,7 +147,7 @@ class ThreadLog:
         return (runs.pop(), min(s for _, s in found.values())) if len(runs) == 1 else None
 
 
-async def load_thread(store: Any, thread_id: str, who: Any = None) -> ThreadLog:
+async def load_thread(store: EventStore, thread_id: str, who: Principal | None = None) -> ThreadLog:
     commits = [sc async for sc in store.read_thread(thread_id)]
     views = fold_commits(commits) if commits else None
     view = views.threads.get(thread_id) if views else None
@@ -159,14 +159,14 @@ async def load_thread(store: Any, thread_id: str, who: Any = None) -> ThreadLog:
     return ThreadLog(thread_id, commits, view, runs)
 
 
-async def chat_branch(store: Any, chat: ThreadLog, who: Any = None) -> ThreadLog:
+async def chat_branch(store: EventStore, chat: ThreadLog, who: Principal | None = None) -> ThreadLog:
     """The thread that carries a chat now: the chat's own, or the fork its last AI SDK
     regeneration made (`agentlog.gateway.adapters.regenerate`)."""
     fork = regenerate.branch_of(chat.view.metadata if chat.view is not None else None)
     return chat if fork is None else await load_thread(store, fork, who)
 
 
-async def run_commits(store: Any, run_id: str) -> list[StoredCommit]:
+async def run_commits(store: EventStore, run_id: str) -> list[StoredCommit]:
     return [sc async for sc in store.read_run(run_id)]
 
 
@@ -345,9 +345,7 @@ async def _drive(backend: Backend, tr: Any, thread: ThreadLog, agent_id: str, me
                 await backend.dispatcher.start_run(
                     agent_id, messages, thread_id=thread.thread_id, run_id=run_id, parent_run_id=action[1],
                     resource_id=tenant if thread.view is None else None,
-                    **({"frontend_tools": frontend_tools} if frontend_tools else {}),
-                    **({"run_input": run_input} if run_input else {}),
-                    **({"interrupt": True} if interrupt else {}))
+                    frontend_tools=frontend_tools or None, run_input=run_input or None, interrupt=interrupt)
             elif action[0] == "queue":  # steer / follow_up: the running run takes the messages
                 await backend.dispatcher.submit_inputs(run_id, messages=messages, mode=action[1])
             elif action[0] == "decide":

@@ -26,8 +26,11 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+from nats.aio.client import Client as NATS
+
 from agentlog.eventlog.events import RunFinished, RunSuspended, StepStarted, StoredCommit, ToolCallCompleted
 from agentlog.eventlog.jetstream.store import flush_subscriptions
+from agentlog.eventlog.store import EventStore, as_generator
 from agentlog.eventlog.subjects import live_subject
 from agentlog.runtime import CommittedEvent
 
@@ -104,7 +107,7 @@ class RunSource:
     the run), start it, `src.follow(after_seq)`, then `async for item in src.items()`; always
     `await src.close()` (unsubscribes, stops the log follower)."""
 
-    def __init__(self, store: Any, nc: Any, thread_id: str, run_id: str, *, live: bool = True) -> None:
+    def __init__(self, store: EventStore, nc: NATS | None, thread_id: str, run_id: str, *, live: bool = True) -> None:
         self.store = store
         self.nc = nc
         self.thread_id = thread_id
@@ -117,7 +120,8 @@ class RunSource:
         self._after = 0  # where `follow` starts: `Merge` knows every commit up to it
 
     async def subscribe(self) -> None:
-        if not self.live or self._sub is not None:
+        nc = self.nc
+        if not self.live or nc is None or self._sub is not None:
             return
 
         async def on_msg(msg: Any) -> None:
@@ -129,10 +133,10 @@ class RunSource:
                 self._live_count += 1
                 self._queue.put_nowait(payload)
 
-        self._sub = await self.nc.subscribe(live_subject(self.thread_id, self.run_id), cb=on_msg)
+        self._sub = await nc.subscribe(live_subject(self.thread_id, self.run_id), cb=on_msg)
         # the subscription must be on the server before the run publishes anything
         with contextlib.suppress(Exception):
-            await flush_subscriptions(self.nc)
+            await flush_subscriptions(nc)
 
     def follow(self, after: int) -> None:
         """Start reading the run's commits after seq `after` (history first, then live)."""
@@ -141,7 +145,7 @@ class RunSource:
             self._task = asyncio.get_running_loop().create_task(self._pump(after), name="adapter-follow")
 
     async def _pump(self, after: int) -> None:
-        follower = self.store.follow(self.thread_id, after=after)
+        follower = as_generator(self.store.follow(self.thread_id, after=after))
         try:
             async for sc in follower:
                 self._queue.put_nowait(sc)

@@ -25,6 +25,7 @@ from agentlog.gateway.http.metrics import Metrics
 from agentlog.gateway.http.metrics import middleware as metrics_middleware
 from agentlog.gateway.http.replies import reply
 from agentlog.gateway.http.routing import Route
+from agentlog.gateway.operations.dispatch import Dispatcher
 from agentlog.projections.store import ViewStore
 
 ROUTES = web.AppKey("agentlog.routes", list)
@@ -60,7 +61,7 @@ def create_app(
     runner: Runner,
     *,
     auth_tokens: str | Mapping[str, str | None] | None = None,
-    runtime: Any = None,
+    dispatcher: Dispatcher | None = None,
     extra_routes: Sequence[Route] = (),
     settings: Settings | None = None,
     metrics: Metrics | None = None,
@@ -69,8 +70,9 @@ def create_app(
     """Build the app.
 
     `auth_tokens`: `"tok1,tok2:tenantA"` or `{token: tenant_prefix_or_None}`; None reads
-    `AGENTLOG_TOKENS`; empty means no auth. `runtime` is what the write routes (`extra_routes`,
-    from the runtime issue) use via `services(request).runtime`. `metrics.registry` is where
+    `AGENTLOG_TOKENS`; empty means no auth. `dispatcher` is how the protocol adapters' routes start
+    and decide runs (`services(request).dispatcher`; the write routes in `extra_routes` hold their
+    own), and, when it runs them in this process, what verified replay replays with. `metrics.registry` is where
     other parts register their own collectors. `count_runs`: follow the log to count runs
     started/finished/active (`metrics.RunMetrics`).
     """
@@ -87,7 +89,7 @@ def create_app(
     app[AUTHENTICATOR] = auth
     cors.install(app, settings.cors_origins)
     app[SERVICES] = Services(store=store, views=views, runner=runner, metrics=metrics,
-                             settings=settings, runtime=runtime)
+                             settings=settings, dispatcher=dispatcher)
     table = route_table(extra_routes)
     for route in table:
         app.router.add_route(route.method, route.path, route.handler)

@@ -73,17 +73,18 @@ async def run_timeline(request: web.Request) -> web.Response:
     return reply(out)
 
 
-#: The app verified replay runs with, when `services(request).runtime` is not one: `serve` hands the
-#: HTTP app its queue dispatcher (runs go through the worker), so it sets its own `Runtime` here.
+#: The app verified replay runs with, when the dispatcher does not run them in this process:
+#: `serve` hands the HTTP app its queue dispatcher (runs go through the worker), so it sets its
+#: own `Runtime` here.
 REPLAY_APP = web.AppKey("agentlog.replay_app", object)
 
 
 def replay_app(app: web.Application) -> Any:
-    """What this gateway can replay with (anything with `agents` and `tools`): `REPLAY_APP`, the
-    runtime the app was built with, or the one behind an in-process dispatcher. None when the
-    runs execute elsewhere (`agentlog gateway`: queue dispatch, no app in this process)."""
-    runtime = app[SERVICES].runtime
-    for candidate in (app.get(REPLAY_APP), runtime, getattr(runtime, "runtime", None)):
+    """What this gateway can replay with (anything with `agents` and `tools`): `REPLAY_APP`, else
+    the runtime behind an in-process dispatcher. None when the runs execute elsewhere
+    (`agentlog gateway`: queue dispatch, no app in this process)."""
+    dispatcher = app[SERVICES].dispatcher
+    for candidate in (app.get(REPLAY_APP), dispatcher.runtime if dispatcher is not None else None):
         if candidate is not None and hasattr(candidate, "agents") and hasattr(candidate, "tools"):
             return candidate
     return None

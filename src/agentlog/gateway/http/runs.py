@@ -1,8 +1,8 @@
 """Run read routes (DESIGN 5.1): list, get, and the run's event stream.
 
-The write routes (`POST /v1/runs`, `/v1/runs/{id}/inputs`, `/v1/runs/{id}/cancel`) belong to the
-runtime issue: they are added by passing their `Route`s to `create_app(extra_routes=...)`, and
-reach the runtime through `services(request).runtime`.
+The write routes (`POST /v1/runs`, `/v1/runs/{id}/inputs`, `/v1/runs/{id}/cancel`) live in
+`agentlog.gateway.http.write`: they are added by passing their `Route`s to
+`create_app(extra_routes=...)`, and each holds the `Dispatcher` it was built with.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Run write routes (DESIGN 5.1): start, inputs (decisions / continuation messages), cancel.
 
-    app = create_app(store, views, runner, runtime=runtime, extra_routes=write_routes(dispatcher))
+    app = create_app(store, views, runner, dispatcher=dispatcher, extra_routes=write_routes(dispatcher))
 
 The handlers only parse (pydantic models -> 400 with field detail), check tenancy and call
 `agentlog.gateway.operations.operations`, which calls the `Dispatcher`: the same path the NATS service and the

@@ -23,15 +23,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import msgspec
+from nats.aio.client import Client as NATS
 from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
 from pydantic import BaseModel
 
-from agentlog.eventlog.jetstream.store import flush_subscriptions
+from agentlog.eventlog.jetstream.store import JetStreamEventStore, flush_subscriptions
 from agentlog.gateway.operations import operations as ops
 from agentlog.gateway.operations import threads as threads_api
-from agentlog.gateway.operations.agents import agent_catalog
 from agentlog.gateway.operations.auth import Authenticator, Principal, resolve_tokens
 from agentlog.gateway.operations.dispatch import Dispatcher
 from agentlog.gateway.operations.errors import ApiError, answer
@@ -51,7 +51,8 @@ from agentlog.gateway.operations.models import (
     ThreadMessagesRequest,
     ThreadRef,
 )
-from agentlog.gateway.operations.services import Services, Settings
+from agentlog.gateway.operations.services import Runner, Services, Settings
+from agentlog.projections.store import ViewStore
 
 SERVICE_NAME = "agentlog"
 SERVICE_VERSION = "0.1.0"
@@ -79,7 +80,7 @@ def _op_table(dispatcher: Dispatcher, catalog: list[dict[str, Any]] | None = Non
         return ops.accepted(await ops.cancel_run(svc, who, dispatcher, b.run_id, b))
 
     async def agents(_svc: Services, _who: Principal, _b: AgentsQuery) -> Any:
-        return {"agents": catalog if catalog is not None else agent_catalog(dispatcher)}
+        return {"agents": catalog if catalog is not None else dispatcher.agent_catalog()}
 
     return {
         "runs": {
@@ -158,15 +159,15 @@ class ApiService:
 
 
 async def start_nats_service(
-    store: Any,
-    views: Any,
-    runner: Any,
+    store: JetStreamEventStore,
+    views: ViewStore,
+    runner: Runner,
     dispatcher: Dispatcher,
     *,
     auth_tokens: str | Mapping[str, str | None] | None = "",
     settings: Settings | None = None,
     metrics: Metrics | None = None,
-    nc: Any = None,
+    nc: NATS | None = None,
     version: str = SERVICE_VERSION,
     catalog: list[dict[str, Any]] | None = None,
 ) -> Service:

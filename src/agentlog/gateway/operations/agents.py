@@ -3,25 +3,31 @@ catalog both transports answer with, so a client choosing an `agent_id` sees the
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 
+from agentlog.runtime.agent import AgentSpec
 from agentlog.runtime.handoff import handoff_tools
+from agentlog.runtime.tools import Tool
 
 
-def agent_catalog(app_or_runtime: Any) -> list[dict[str, Any]]:
-    """The agents an app (a `Runtime`, an `App`, or a dispatcher holding a runtime) runs, for
-    clients choosing `{agent_id}`: ids, descriptions, tools with their JSON Schemas. A work-queue
-    dispatcher without the app knows only the ids and descriptions (tools unknown here: `null`);
-    a server that knows its app gives the transports its catalog (`agentlog.cli.server`)."""
-    # an InProcessDispatcher holds its Runtime as `.runtime` (an App's `runtime` is a method)
-    runtime = app_or_runtime if hasattr(app_or_runtime, "agents") else getattr(app_or_runtime, "runtime", None)
-    agents = getattr(runtime, "agents", None)
-    tools = getattr(runtime, "tools", None)
-    if agents is None:
-        return []
-    if tools is None:  # QueueDispatcher: a set of ids
-        described = getattr(runtime, "descriptions", {})
-        return [{"id": a, "description": described.get(a, ""), "tools": None} for a in sorted(agents)]
+class AgentApp(Protocol):
+    """What a catalog reads of an app: its agents and its tools."""
+
+    @property
+    def agents(self) -> Iterable[AgentSpec]: ...
+
+    @property
+    def tools(self) -> Iterable[Tool]: ...
+
+
+def agent_catalog(app: AgentApp) -> list[dict[str, Any]]:
+    """The agents an app (a `Runtime`, an `App`, a loaded configuration) runs, for clients
+    choosing `{agent_id}`: ids, descriptions, tools with their JSON Schemas. A gateway without
+    the app answers from its dispatcher (`Dispatcher.agent_catalog`: a work queue knows only the
+    ids and descriptions); a server that knows its app gives the transports its catalog
+    (`agentlog.cli.server`)."""
+    agents, tools = app.agents, app.tools
     by_name = {t.spec.name: t.spec for t in tools}  # a ToolRegistry or an App's list of tools
     # the transfer tools a Runtime makes for declared handoffs (an App's list lacks them)
     specs_of_agents = list(agents)

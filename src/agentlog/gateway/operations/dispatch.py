@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequen
 from typing import Any, NamedTuple, Protocol
 
 import msgspec
+from nats.aio.client import Client as NATS
 
 from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.events import (
@@ -38,6 +39,8 @@ from agentlog.eventlog.events import (
     ToolCallDecided,
 )
 from agentlog.eventlog.ids import new_id, validate_run_id
+from agentlog.eventlog.store import EventStore, as_generator
+from agentlog.gateway.operations.agents import agent_catalog
 from agentlog.projections.fold import fold_commits
 from agentlog.runtime.admission import (
     InvalidRunInput,
@@ -152,6 +155,15 @@ class Dispatcher(Protocol):
 
     def check_overrides(self, agent_id: str, run_input: RunInput | Mapping[str, Any] | None) -> None: ...
 
+    @property
+    def runtime(self) -> Runtime | None:
+        """The `Runtime` that executes the runs in this process (it can also replay them), or
+        None: the runs execute on workers."""
+
+    def agent_catalog(self) -> list[dict[str, Any]]:
+        """The agents this dispatcher can start (`agentlog.gateway.operations.agents.agent_catalog`)."""
+        ...
+
 
 def _has_messages(messages: Messages | None) -> bool:
     return bool(messages)
@@ -172,7 +184,7 @@ def _seq_of(commits: Sequence[StoredCommit], pred: Callable[[Any], bool], last: 
     return seqs[-1] if last else seqs[0]
 
 
-async def _run_commits(store: Any, run_id: str) -> list[StoredCommit]:
+async def _run_commits(store: EventStore, run_id: str) -> list[StoredCommit]:
     validate_run_id(run_id)
     commits = [sc async for sc in store.read_run(run_id)]
     if not commits:
@@ -225,6 +237,9 @@ class InProcessDispatcher:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
+
+    def agent_catalog(self) -> list[dict[str, Any]]:
+        return agent_catalog(self.runtime)
 
     async def start_run(
         self, agent_id: str, messages: Messages = (), *, thread_id: str | None = None,
@@ -339,7 +354,7 @@ class QueueDispatcher:
     refuses the command with the same code).
     """
 
-    def __init__(self, nc: Any, store: Any, *, agents: Collection[str] | None = None,
+    def __init__(self, nc: NATS, store: EventStore, *, agents: Collection[str] | None = None,
                  descriptions: Mapping[str, str] | None = None, timeout: float = 10.0,
                  snapshots: SnapshotStore | None = None, app_name: str | None = None,
                  override_policies: Mapping[str, tuple[str, OverridePolicy]] | None = None) -> None:
@@ -350,6 +365,16 @@ class QueueDispatcher:
         self.descriptions = dict(descriptions or {})
         self.timeout = timeout
         self.loader = RunLoader(store, snapshots=snapshots)
+
+    @property
+    def runtime(self) -> Runtime | None:
+        return None  # the runs execute on workers
+
+    def agent_catalog(self) -> list[dict[str, Any]]:
+        """Ids and descriptions only: the tools are the workers' to know (`null`)."""
+        if self.agents is None:
+            return []
+        return [{"id": a, "description": self.descriptions.get(a, ""), "tools": None} for a in sorted(self.agents)]
 
     # -- start ---------------------------------------------------------------------------------
 
@@ -540,7 +565,7 @@ class QueueDispatcher:
         by), submit, and return the seq of the first commit `done` accepts. If a worker
         dead-letters the command first (also watched from before the submit), raise
         `CommandFailed` with the worker's error code."""
-        follower = self.store.follow(thread_id, after=after)
+        follower = as_generator(self.store.follow(thread_id, after=after))
         dead: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
         async def on_dead_letter(msg: Any) -> None:

@@ -26,6 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from agentlog.eventlog.events import RunFinished, RunStarted
+from agentlog.eventlog.store import EventStore
 from agentlog.runtime.telemetry import AgentMetrics
 from agentlog.runtime.toolkits.mcp import mcp_health
 
@@ -146,16 +147,16 @@ class RunMetrics:
         self.active.set(len(self._active))
         self._changed.set()
 
-    async def watch(self, store: Any) -> None:
+    async def watch(self, store: EventStore) -> None:
         """Follow the whole log from its current end; reconnects are the store's job."""
         after = await store.last_seq()
         async for stored in store.follow(None, after=after):
             self.observe(stored.commit)
 
-    def start(self, store: Any) -> asyncio.Task[None]:
+    def start(self, store: EventStore) -> asyncio.Task[None]:
         return asyncio.get_running_loop().create_task(self._watch_logged(store), name="agentlog-run-metrics")
 
-    async def _watch_logged(self, store: Any) -> None:
+    async def _watch_logged(self, store: EventStore) -> None:
         with contextlib.suppress(Exception):  # metrics must never take the gateway down
             await self.watch(store)
 

@@ -17,6 +17,7 @@ from agentlog.eventlog.errors import StoreUnavailable
 from agentlog.eventlog.events import StoredCommit
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.gateway.operations.auth import Principal
+from agentlog.gateway.operations.dispatch import Dispatcher
 from agentlog.gateway.operations.errors import ApiError, not_found
 from agentlog.gateway.operations.metrics import Metrics
 from agentlog.projections.errors import ProjectionTimeout
@@ -92,8 +93,9 @@ class Services:
     runner: Runner
     metrics: Metrics
     settings: Settings = field(default_factory=Settings)
-    #: The runtime (start/cancel) for the write routes; None on a read-only gateway.
-    runtime: Any = None
+    #: How runs are started, decided and cancelled (the adapters' routes, verified replay); None
+    #: on a read-only gateway.
+    dispatcher: Dispatcher | None = None
 
 
 def _connected(svc: Services) -> None:

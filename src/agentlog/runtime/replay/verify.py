@@ -240,16 +240,8 @@ async def verify_run(
     def signal_cancel() -> None:
         # The recorded cancel request is already in the (verifying) log: signal the loop without
         # appending one (`Runtime.cancel` would append another, with fresh entropy).
-        signal = getattr(rt, "signal_cancel", None)
-        if signal is not None:
-            if not signal(plan.run_id):
-                pending_cancel.append(True)  # during begin(): signalled as soon as start returns
-            return
-        active = rt._active.get(plan.run_id)  # noqa: SLF001 - runtimes without signal_cancel()
-        if active is None:
-            pending_cancel.append(True)
-        else:
-            active[0].request_cancel()
+        if not rt.signal_cancel(plan.run_id):
+            pending_cancel.append(True)  # during begin(): signalled as soon as start returns
 
     pending_poke: list[bool] = []
 

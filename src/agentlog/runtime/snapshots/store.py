@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Container, Mapping, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -422,6 +422,18 @@ async def save_snapshot(store: SnapshotStore, entry: RunSnapshot, chunks: Mappin
     return True
 
 
+class SnapshottingRuntime(Protocol):
+    """What a `SnapshotWriter` uses of the `Runtime` (which sits above this room)."""
+
+    @property
+    def agents(self) -> Container[str]: ...
+
+    @property
+    def snapshots(self) -> SnapshotStore | None: ...
+
+    async def write_snapshot(self, run_id: str, *, thread_id: str | None = None) -> RunSnapshot: ...
+
+
 class SnapshotWriter:
     """Keeps run snapshots current from the projection runner (`ProjectionRunner(after_batch=
     SnapshotWriter(runtime))`), for the runs no loop snapshots itself: one whose worker died
@@ -434,7 +446,8 @@ class SnapshotWriter:
     their last commit (written here, or by the runtime's own loop: `Runtime.snapshot_seq`, which
     in `agentlog serve` covers every run it drives); any failure is logged and skipped."""
 
-    def __init__(self, runtime: Any, *, every: int = 32, concurrency: int = 8, remember: int = 10_000) -> None:
+    def __init__(self, runtime: SnapshottingRuntime, *, every: int = 32, concurrency: int = 8,
+                 remember: int = 10_000) -> None:
         self.runtime = runtime
         self.every = every
         self._limit = asyncio.Semaphore(concurrency)
@@ -477,6 +490,8 @@ class SnapshotWriter:
         their runs' entries and their chunks are removed (a cache of a deleted thread is just
         data to leak). Failures are logged; the entries then stay, unused."""
         store = self.runtime.snapshots
+        if store is None:  # a runtime without snapshots has none to remove
+            return
         for thread in threads:
             for run_id in thread.run_ids:
                 self._written.pop(run_id, None)

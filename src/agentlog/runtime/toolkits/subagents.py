@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import hashlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentlog.eventlog.events import (
     MessageAppended,
@@ -45,6 +45,7 @@ from agentlog.eventlog.events import (
     ThreadCreated,
     ToolCallStarted,
 )
+from agentlog.eventlog.store import as_generator
 from agentlog.projections.fold import RunFolder, fold_commits
 from agentlog.projections.views import RunView
 from agentlog.runtime.agent import AgentRegistry, AgentSpec
@@ -52,6 +53,9 @@ from agentlog.runtime.errors import RunConflict
 from agentlog.runtime.logs import get_logger
 from agentlog.runtime.loop.hitl import HitlError
 from agentlog.runtime.tools import Tool, ToolContext, ToolError, ToolResult
+
+if TYPE_CHECKING:
+    from agentlog.runtime.facade import Runtime
 
 AGENT_RUN, AGENT_OUTPUT, AGENT_STOP = "agent_run", "agent_output", "agent_stop"
 #: `RunStarted.origin` of a child run.
@@ -105,7 +109,7 @@ class SubAgents:
 
     def __init__(self, *, commands: Any = None) -> None:
         self.commands = commands
-        self.runtime: Any = None
+        self._bound: Runtime | None = None
         #: Lineage effects in flight, by the run whose commit caused them.
         self._tasks: dict[str, set[asyncio.Task[None]]] = {}
         self.tools = [self._tool(self._agent_run, AGENT_RUN), self._tool(self._agent_output, AGENT_OUTPUT),
@@ -117,15 +121,23 @@ class SubAgents:
         t.bind_runtime = self.bind  # see Runtime.__init__
         return t
 
-    def bind(self, runtime: Any) -> None:
+    @property
+    def runtime(self) -> Runtime:
+        """The Runtime the tools act with (the first one bound)."""
+        if self._bound is None:
+            raise RuntimeError("SubAgents is not bound to a Runtime: install(runtime), or build the Runtime "
+                               "with its tools")
+        return self._bound
+
+    def bind(self, runtime: Runtime) -> None:
         """Use `runtime` (its store, agents, start/resume/cancel) and observe its commits. Only
         the first runtime binds: a verified replay's runtime (built from the same tools) must not
         take the live one's place."""
-        if self.runtime is None:
-            self.runtime = runtime
+        if self._bound is None:
+            self._bound = runtime
             runtime.observers.append(self)
 
-    def install(self, runtime: Any) -> SubAgents:
+    def install(self, runtime: Runtime) -> SubAgents:
         for t in self.tools:
             if t.name not in runtime.tools:
                 runtime.tools.register(t)
@@ -231,7 +243,7 @@ class SubAgents:
         each of its commits to the parent call's live progress."""
         commits: list[StoredCommit] = []
         folder = RunFolder(RunView(run_id=run_id, thread_id=thread_id))  # each commit folded once
-        async with contextlib.aclosing(self.runtime.store.follow(thread_id)) as follow:
+        async with contextlib.aclosing(as_generator(self.runtime.store.follow(thread_id))) as follow:
             async for sc in follow:
                 if sc.commit.run_id != run_id:
                     continue  # only the run's own commits change its view

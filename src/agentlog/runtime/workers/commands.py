@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, Literal, NamedTuple
 
 import msgspec
+from nats.aio.client import Client as NATS
 
 from agentlog.eventlog.errors import AgentlogError, InvalidId
 from agentlog.eventlog.ids import new_id, validate_id
@@ -290,7 +291,7 @@ class CommandClient:
     also live on `agentlog.ctl.<run_id>`. Commands go to the workers of `app_name` (default:
     the default app's), or of the app `submit` is given."""
 
-    def __init__(self, nc: Any, *, timeout: float = 5.0, app_name: str | None = None) -> None:
+    def __init__(self, nc: NATS, *, timeout: float = 5.0, app_name: str | None = None) -> None:
         self.nc = nc
         self.app_name = validate_app_name(app_name) if app_name is not None else DEFAULT_APP
         self.js = nc.jetstream(timeout=timeout)

@@ -61,6 +61,7 @@ from agentlog.eventlog.errors import (
 )
 from agentlog.eventlog.events import Commit, RunFinished, RunStarted, Termination
 from agentlog.eventlog.ids import is_valid_id, new_id, now_ms
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.subjects import DEFAULT_APP, command_subject, commands_filter
 from agentlog.runtime.errors import RunConflict, RunEnded, RunNotFound
 from agentlog.runtime.facade import RunHandle, Runtime
@@ -128,7 +129,7 @@ class Worker:
 
     def __init__(
         self,
-        store: Any,
+        store: JetStreamEventStore,
         *,
         app: App | None = None,
         runtime: Runtime | None = None,
@@ -225,10 +226,7 @@ class Worker:
             await asyncio.gather(*late, return_exceptions=True)
         rt = self.runtime
         if rt is not None:  # runs nobody holds a command for any more: stop them uncommitted
-            for _loop, handle in list(rt._active.values()):
-                if handle._task is not None and not handle._task.done():
-                    handle._task.cancel()
-                    await asyncio.gather(handle._task, return_exceptions=True)
+            await asyncio.gather(*rt.abandon_runs(), return_exceptions=True)
         if self._sub is not None:
             try:
                 await self._sub.unsubscribe()
@@ -373,8 +371,7 @@ class Worker:
         (nor driven by this worker): a dead-lettered run must not look `running` forever."""
         rt = self.runtime
         for _ in range(10):
-            active = rt._active.get(cmd.run_id) if rt is not None else None
-            if active is not None and not active[1].done:
+            if rt is not None and rt.active(cmd.run_id) is not None:
                 return
             commits = [sc async for sc in self.store.read_run(cmd.run_id)]
             started = any(type(e) is RunStarted for sc in commits for e in sc.commit.events)
@@ -443,17 +440,15 @@ class Worker:
         rt = self.runtime
         assert rt is not None
         for _ in range(20):
-            active = rt._active.get(cmd.run_id)
-            if active is not None and not active[1].done:
-                handle: RunHandle | None = active[1]  # redelivered to the worker that runs it
-            elif await self._run_started(cmd.run_id):
+            handle = rt.active(cmd.run_id)  # not None: redelivered to the worker that runs it
+            if handle is None and await self._run_started(cmd.run_id):
                 try:
                     handle = await self._resume(cmd.run_id, cmd.thread_id, log)
                 except RunConflict as exc:
                     log.info("command.reevaluate", reason=str(exc))
                     self.stats["reevaluated"] += 1
                     continue
-            else:
+            elif handle is None:
                 try:
                     handle = await rt.start(
                         cmd.agent_id, cmd.messages, thread_id=cmd.thread_id, run_id=cmd.run_id,
@@ -501,9 +496,9 @@ class Worker:
         try:
             while True:
                 result = await handle.result()
-                nxt = rt._active.get(handle.run_id)
-                if nxt is not None and nxt[1] is not handle and not nxt[1].done:
-                    handle = nxt[1]
+                nxt = rt.active(handle.run_id)
+                if nxt is not None and nxt is not handle:
+                    handle = nxt
                     continue
                 await rt.settled(handle.run_id)  # observers' effects (sub-agent lineage) before the ack
                 log.info("run.settled", status=result.status,
@@ -524,8 +519,7 @@ class Worker:
             return
         try:
             if isinstance(cmd, Cancel):
-                active = rt._active.get(cmd.run_id)
-                if active is not None and not active[1].done:
+                if rt.active(cmd.run_id) is not None:
                     # Record the request, then signal the loop (`Runtime.cancel` does both, in that
                     # order): a loop stopped by the signal alone finishes `cancelled` before the
                     # queued command can record why, and its log then shows no cancel request for
@@ -535,8 +529,7 @@ class Worker:
             elif isinstance(cmd, QueueMessages):
                 rt.poke(cmd.run_id)  # recorded already: the loop reads it at its next step boundary
             elif isinstance(cmd, Decide):
-                active = rt._active.get(cmd.run_id)
-                if active is not None and not active[1].done:
+                if rt.active(cmd.run_id) is not None:
                     # only takes effect if the runtime delivers decisions into a running loop;
                     # otherwise RunNotWaiting and the queued command applies it once the run waits
                     await rt.decide(cmd.run_id, cmd.decisions, thread_id=cmd.thread_id)
@@ -551,16 +544,16 @@ class Worker:
         rt = self.runtime
         assert rt is not None
         for _ in range(20):
-            active = rt._active.get(cmd.run_id)
-            if active is not None and not active[1].done:
-                await self._follow(active[1], log)  # runs here: decide once it waits
+            active = rt.active(cmd.run_id)
+            if active is not None:
+                await self._follow(active, log)  # runs here: decide once it waits
             try:
                 res = await rt.decide(cmd.run_id, cmd.decisions, thread_id=cmd.thread_id)
             except RunNotWaiting as exc:
                 view = await rt.run_view(cmd.run_id)
                 if view.status == "done":
                     raise GiveUp("run_not_waiting", f"decision after the run finished: {exc}") from None
-                if rt._active.get(cmd.run_id) is not None:
+                if rt.active(cmd.run_id) is not None:
                     continue
                 log.info("command.run_busy_elsewhere", status=view.status)
                 return NAK  # running on another worker: apply once it waits
@@ -654,8 +647,7 @@ class Worker:
         has none."""
         rt = self.runtime
         assert rt is not None
-        active = rt._active.get(cmd.run_id)
-        if active is not None and not active[1].done:
+        if rt.active(cmd.run_id) is not None:
             return False
         first = await self._next_pending(cmd.thread_id, 1)
         if first == queue_seq:

@@ -31,10 +31,12 @@ from typing import Any
 
 import aiohttp
 import structlog
+from nats.aio.client import Client as NATS
 
 from agentlog.eventlog.cancel import cancel_wins
 from agentlog.eventlog.codec import decode_commit
 from agentlog.eventlog.events import RunFinished, RunResumed, RunStarted, RunSuspended
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 from agentlog.gateway.adapters.a2a.mapping import run_task
 from agentlog.projections.fold import fold_commits
@@ -62,7 +64,7 @@ def signature(token: str, body: bytes) -> str:
 class PushConfigs:
     """The configs of each task, in a KV bucket (shared by every gateway)."""
 
-    def __init__(self, nc: Any) -> None:
+    def __init__(self, nc: NATS) -> None:
         self.nc = nc
         self._kv: Any = None
 
@@ -94,7 +96,7 @@ class PushConfigs:
 class PushDelivery:
     """The scan and send consumers of one gateway process (`start()` / `stop()`)."""
 
-    def __init__(self, store: Any, configs: PushConfigs) -> None:
+    def __init__(self, store: JetStreamEventStore, configs: PushConfigs) -> None:
         self.store = store
         self.configs = configs
         self.ack_wait = float(os.environ.get(ACK_WAIT_ENV) or 30.0)

@@ -18,7 +18,7 @@ the listen address (`agentlog.gateway.http.urls`), never on the request's `Host`
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -28,7 +28,12 @@ from agentlog.gateway.http.context import services
 from agentlog.gateway.http.errors import ApiError
 from agentlog.gateway.http.routing import Route
 from agentlog.gateway.http.urls import listen_base_url
+from agentlog.gateway.operations.dispatch import Dispatcher
 from agentlog.gateway.operations.json_input import InvalidJson, parse_json
+from agentlog.gateway.operations.services import Services
+
+if TYPE_CHECKING:
+    from agentlog.gateway.adapters.a2a.push import PushConfigs
 
 #: JSON-RPC 2.0 "Parse error": the answer to a body that is not JSON we take (`agentlog.gateway.operations.json_input`).
 JSONRPC_PARSE_ERROR = -32700
@@ -76,8 +81,8 @@ def agent_card(spec: Any, url: str, *, bearer: bool = False, extended: bool = Fa
     )
 
 
-def a2a_routes(dispatcher: Any, agents: Callable[[], Mapping[str, Any]], default_agent: str | None = None,
-               *, public_url: str | None = None, push: Any = None) -> list[Route]:
+def a2a_routes(dispatcher: Dispatcher, agents: Callable[[], Mapping[str, Any]], default_agent: str | None = None,
+               *, public_url: str | None = None, push: PushConfigs | None = None) -> list[Route]:
     """Routes of the A2A server; `agents()` gives the agents served (id -> AgentSpec).
     `public_url`: the base of the card's URLs (`agentlog.gateway.http.urls.public_base_url`); None: the
     listen address of the socket each request came in on."""
@@ -135,7 +140,8 @@ def a2a_routes(dispatcher: Any, agents: Callable[[], Mapping[str, Any]], default
 PRINCIPAL_SCOPE = "agentlog.principal"
 
 
-def _jsonrpc_app(agent_id: str, dispatcher: Any, svc: Any, extended_card: Callable[[], Any], push: Any) -> Any:
+def _jsonrpc_app(agent_id: str, dispatcher: Dispatcher, svc: Services, extended_card: Callable[[], Any],
+                 push: PushConfigs | None) -> Any:
     from a2a.server.routes.common import DefaultServerCallContextBuilder
     from a2a.server.routes.jsonrpc_routes import create_jsonrpc_routes
     from starlette.applications import Starlette

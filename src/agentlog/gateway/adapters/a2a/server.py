@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.request_handler import RequestHandler
@@ -63,6 +63,7 @@ from a2a.utils.errors import (
 from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.events import MessageAppended, StoredCommit, ThreadCreated
 from agentlog.eventlog.ids import InvalidId, new_id, validate_run_id
+from agentlog.eventlog.store import EventStore, as_generator
 from agentlog.gateway.adapters.a2a.mapping import (
     a2a_message,
     answer_artifact,
@@ -73,8 +74,12 @@ from agentlog.gateway.adapters.a2a.mapping import (
 )
 from agentlog.gateway.operations.auth import Principal
 from agentlog.gateway.operations.dispatch import Dispatcher, RunAlreadyFinished
+from agentlog.gateway.operations.services import Services
 from agentlog.projections.fold import Folder, fold_commits
 from agentlog.projections.views import RunView
+
+if TYPE_CHECKING:
+    from agentlog.gateway.adapters.a2a.push import PushConfigs
 
 #: Where the routes put the caller in the call context's state.
 PRINCIPAL_STATE = "agentlog.principal"
@@ -89,8 +94,8 @@ _ONLY_DONE = 1 << 62
 class RunTaskHandler(RequestHandler):
     """A2A for agent `agent_id`; `store` is read for task state (the log is the truth)."""
 
-    def __init__(self, agent_id: str, dispatcher: Dispatcher, store: Any, *, services: Any = None,
-                 extended_card: Callable[[], AgentCard] | None = None, push: Any = None) -> None:
+    def __init__(self, agent_id: str, dispatcher: Dispatcher, store: EventStore, *, services: Services | None = None,
+                 extended_card: Callable[[], AgentCard] | None = None, push: PushConfigs | None = None) -> None:
         self.agent_id = agent_id
         self.dispatcher = dispatcher
         self.store = store
@@ -133,7 +138,7 @@ class RunTaskHandler(RequestHandler):
         until the run is done, or waits as of a commit at or after seq `after` (a wait the
         request's own decisions answered does not count)."""
         folder = Folder()  # incremental: one commit folded per commit, not the run's whole history
-        async with contextlib.aclosing(self.store.follow(thread_id)) as follow:
+        async with contextlib.aclosing(as_generator(self.store.follow(thread_id))) as follow:
             async for sc in follow:
                 if sc.commit.run_id != run_id:
                     continue
