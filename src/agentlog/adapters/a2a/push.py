@@ -37,8 +37,6 @@ from agentlog.log.events import RunFinished, RunResumed, RunStarted, RunSuspende
 from agentlog.log.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 from agentlog.views.fold import fold_commits
 
-from .mapping import run_task
-
 log = structlog.get_logger("agentlog.a2a.push")
 
 BUCKET = "agentlog_a2a_push"
@@ -163,6 +161,8 @@ class PushDelivery:
 
     async def _enqueue(self, run_id: str, seq: int, configs: list[dict[str, Any]]) -> None:
         from google.protobuf.json_format import MessageToDict
+
+        from .mapping import run_task  # the SDK's types: imported once a task has a push config
 
         commits = [sc async for sc in self.store.read_run(run_id) if sc.seq <= seq]
         view = fold_commits(commits).runs.get(run_id)
