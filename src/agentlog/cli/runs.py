@@ -61,8 +61,6 @@ from agentlog.log.errors import AgentlogError, StoreUnavailable
 from agentlog.log.events import AnyEvent, RunFinished, RunSuspended
 from agentlog.log.ids import new_id, validate_id, validate_run_id
 from agentlog.log.server import DEFAULT_DATA_DIR
-from agentlog.nats.service import API_PREFIX
-from agentlog.runtime.permission import STANDING_KEY
 
 from .reads import _event_json
 
@@ -144,6 +142,8 @@ class NatsRunsApi:
             return await self.call("get", {**body, **({"min_seq": last} if last else {})})
         group = {"agents": "agents.list", "fork": "threads.fork", "revoke": "threads.revoke",
                  "thread": "threads.get"}
+        from agentlog.nats.service import API_PREFIX  # the NATS service's modules: only this path needs them
+
         subject = f"{API_PREFIX}.{group.get(op) or f'runs.{op}'}"
         try:
             msg = await self.store.nc.request(subject, json.dumps(body).encode(), timeout=self.timeout,
@@ -495,6 +495,8 @@ def thread_permissions(
 
     async def show(api: RunsApi) -> None:
         view = await api.call("thread", {"thread_id": thread_id})
+        from agentlog.runtime.permission import STANDING_KEY
+
         rules = (view.get("state") or {}).get(STANDING_KEY) or {}
         if as_json:
             _print_json({"thread_id": thread_id, "permissions": rules})
