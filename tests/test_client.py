@@ -250,7 +250,7 @@ def test_import_is_light() -> None:
     """`import agentlog.client` loads neither the runtime nor the log nor nats."""
     code = ("import sys, agentlog.client; "
             "heavy = sorted(m for m in sys.modules if m.startswith(('agentlog.runtime', 'agentlog.eventlog', "
-            "'agentlog.projections', 'agentlog.gateway.operations', 'agentlog.gateway.http', 'nats'))); print(heavy); assert not heavy")
+            "'agentlog.projections', 'agentlog.api', 'agentlog.gateway.http', 'nats'))); print(heavy); assert not heavy")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parent.parent)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -60,7 +60,7 @@ async def test_other_tenants_ids_look_exactly_like_unknown_ids(nats_server: Embe
         for op, body in nats:
             answers = []
             for run, thread in ((r, t), (_ghost(r, "y"), _ghost(t, "z"))):
-                code, desc, raw = await nats_call(s, f"agentlog.gateway.operations.{op}", fill(json.dumps(body), run, thread).encode(), B)
+                code, desc, raw = await nats_call(s, f"agentlog.api.{op}", fill(json.dumps(body), run, thread).encode(), B)
                 answers.append((code, *(x.replace(run, "<run>").replace(thread, "<thread>")
                                         for x in (desc or "", raw.decode()))))
             if answers[0] != answers[1] or answers[0][0] != "404":

@@ -8,7 +8,7 @@
 * The shipped production config (scripts/nats/) is what agentlog.eventlog.roles renders, passes
   `nats-server -t`, and enforces the same roles when a server runs with it.
 * `client` (what NATS protocol clients of the API log in as): calls the API and the adapters
-  (`agentlog.gateway.operations.>`, `agentlog.ag-ui.>`, `$SRV.>`) of a real `agentlog serve` / `gateway` +
+  (`agentlog.api.>`, `agentlog.ag-ui.>`, `$SRV.>`) of a real `agentlog serve` / `gateway` +
   `worker` and gets the answers on its `_INBOX.client.>` inboxes; every publish on `agentlog.ev.*`,
   `agentlog.cmd.*`, `agentlog.ctl.*`, `$KV`, `$JS` is a permissions violation and nothing lands; it
   cannot subscribe to other users' inboxes or live output. A data dir whose credentials predate

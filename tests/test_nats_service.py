@@ -33,9 +33,9 @@ async def nats_stack(server: Any, mode: str = "inprocess", tokens: str = "") -> 
 
 
 async def call(s: Stack, op: str, payload: Any = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
-    """Request `agentlog.gateway.operations.<op>`: (status, body); status 200 for success answers."""
+    """Request `agentlog.api.<op>`: (status, body); status 200 for success answers."""
     data = payload if isinstance(payload, bytes) else json.dumps(payload or {}).encode()
-    msg = await s.store.nc.request(f"agentlog.gateway.operations.{op}", data, timeout=10, headers=headers)
+    msg = await s.store.nc.request(f"agentlog.api.{op}", data, timeout=10, headers=headers)
     body = json.loads(msg.data) if msg.data else None
     code = (msg.headers or {}).get("Nats-Service-Error-Code")
     if code is not None:
@@ -139,7 +139,7 @@ _bodies = st.one_of(
         "decisions": st.lists(_decision, max_size=2), "reason": _json, "resource_id": _ids, "limit": _json,
         "min_seq": st.one_of(st.integers(-2, 0), st.text(max_size=3))}),
 )
-_OPS = [s.removeprefix("agentlog.gateway.operations.") for s in endpoint_subjects()]
+_OPS = [s.removeprefix("agentlog.api.") for s in endpoint_subjects()]
 
 
 def neutralise(op: str, payload: Any) -> Any:

@@ -5,7 +5,7 @@ The CLI never runs an agent itself here: it asks a running server (`agentlog ser
 `gateway`) through its API, so every command takes the same path as any other client and gets
 the same typed answers. Two transports behind one small protocol (`RunsApi`):
 
-- NATS (default): the micro service `agentlog.api.runs.<op>` (src/agentlog/gateway/nats/service.py), reached
+- NATS (default): the micro service `agentlog.gateway.operations.runs.<op>` (src/agentlog/gateway/nats/service.py), reached
   with the usual connection options (`--nats/--creds/--token`, or the embedded server of
   `--data-dir`), so whatever `ConnectionOptions`/`open_store` learn about finding a server, these
   commands learn too;
@@ -60,10 +60,8 @@ from agentlog.eventlog.errors import AgentlogError, StoreUnavailable
 from agentlog.eventlog.events import AnyEvent, RunFinished, RunSuspended
 from agentlog.eventlog.ids import new_id, validate_id, validate_run_id
 from agentlog.eventlog.roles import Role
-from agentlog.gateway.nats.service import API_PREFIX
 from agentlog.gateway.operations.connection import ConnectionOptions, open_store
 from agentlog.gateway.operations.timeline import event_summary, learn_call_names
-from agentlog.runtime.permission import STANDING_KEY
 
 run_app = group("Start and steer runs on a running agentlog server (its NATS API, or --url).")
 app.add_typer(run_app, name="run")
@@ -128,7 +126,7 @@ def _error_of(status: int, payload: bytes | str, fallback: str) -> ApiRejected:
 
 
 class NatsRunsApi:
-    """`agentlog.api.runs.<op>` request/reply on the store's connection; the log for --follow."""
+    """`agentlog.gateway.operations.runs.<op>` request/reply on the store's connection; the log for --follow."""
 
     def __init__(self, store: Any, api_token: str | None, timeout: float) -> None:
         self.store, self.timeout = store, timeout
@@ -143,6 +141,10 @@ class NatsRunsApi:
             return await self.call("get", {**body, **({"min_seq": last} if last else {})})
         group = {"agents": "agents.list", "fork": "threads.fork", "revoke": "threads.revoke",
                  "thread": "threads.get"}
+        from agentlog.gateway.nats.service import (
+            API_PREFIX,  # the NATS service's modules: only this path needs them
+        )
+
         subject = f"{API_PREFIX}.{group.get(op) or f'runs.{op}'}"
         try:
             msg = await self.store.nc.request(subject, json.dumps(body).encode(), timeout=self.timeout,
@@ -494,6 +496,8 @@ def thread_permissions(
 
     async def show(api: RunsApi) -> None:
         view = await api.call("thread", {"thread_id": thread_id})
+        from agentlog.runtime.permission import STANDING_KEY
+
         rules = (view.get("state") or {}).get(STANDING_KEY) or {}
         if as_json:
             _print_json({"thread_id": thread_id, "permissions": rules})

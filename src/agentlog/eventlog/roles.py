@@ -6,7 +6,7 @@ per role, and the production config (`scripts/nats/nats-server.conf`) has the sa
 permissions, rendered from the one table below (a test keeps the file equal to it):
 
 * `gateway`: the HTTP/NATS API. Appends (threads, inputs), queues commands (`agentlog.cmd.>`) and
-  live decisions (`agentlog.ctl.>`), serves `agentlog.gateway.operations.>` / the adapters' subjects / `$SRV`,
+  live decisions (`agentlog.ctl.>`), serves `agentlog.api.>` / the adapters' subjects / `$SRV`,
   reads live output, keeps the KV views.
 * `worker`: takes commands (the work-queue consumer and its acks), appends, publishes live output,
   receives live decisions.
@@ -17,7 +17,7 @@ permissions, rendered from the one table below (a test keeps the file equal to i
   read endpoints of the API, watches live output. It cannot append, queue or ack commands, write
   KV or touch streams.
 * `client`: a NATS protocol client of the API (`nats req agentlog.api.runs.start`, the AG-UI / AI
-  SDK adapters over NATS): requests on `agentlog.gateway.operations.>`, `agentlog.ag-ui.>`, `agentlog.ai-sdk.>`
+  SDK adapters over NATS): requests on `agentlog.api.>`, `agentlog.ag-ui.>`, `agentlog.ai-sdk.>`
   and `$SRV.>`, answers on its own inboxes (`_INBOX.client.>`: connect with that inbox prefix).
   Nothing else: no JetStream, no KV, no `ev`/`cmd`/`ctl`, no live output. Why so narrow: every
   request it makes goes through the gateway, which checks it (and its API token, tenant scoping

@@ -4,14 +4,14 @@
     ...; await service.stop()
     # nats req agentlog.api.runs.start '{"agent_id": "calc", "messages": "hi"}'
 
-Endpoints `agentlog.gateway.operations.<group>.<op>` (runs.start|inputs|cancel|get|list, threads.create|fork|revoke|get|list|
+Endpoints `agentlog.api.<group>.<op>` (runs.start|inputs|cancel|get|list, threads.create|fork|revoke|get|list|
 messages, agents.list) take the HTTP JSON bodies, with the path id as a field (`run_id` / `thread_id`) and
 query parameters as fields too. They call the very functions the HTTP handlers call
 (`agentlog.gateway.operations.operations`), and errors are the HTTP answers: micro error headers
 `Nats-Service-Error: <message>`, `Nats-Service-Error-Code: <HTTP status>`, and the JSON body
 `{"error", "code"[, "detail"]}`. Success answers are the HTTP success bodies.
 
-Auth: NATS's own account permissions decide who may publish on `agentlog.gateway.operations.>`; when tokens are
+Auth: NATS's own account permissions decide who may publish on `agentlog.api.>`; when tokens are
 configured (same spec as HTTP), a request must also carry an `Authorization: Bearer <token>`
 header, and tenant scoping applies as over HTTP. Discoverable with `$SRV.PING|INFO|STATS.agentlog`.
 The endpoints share one queue group, so any number of gateways serve one API.
@@ -55,7 +55,7 @@ from agentlog.gateway.operations.services import Services, Settings
 
 SERVICE_NAME = "agentlog"
 SERVICE_VERSION = "0.1.0"
-API_PREFIX = "agentlog.gateway.operations"
+API_PREFIX = "agentlog.api"
 QUEUE_GROUP = "agentlog-api"
 #: Largest accepted request (bytes), as HTTP's `max_body`; bigger -> 413.
 MAX_REQUEST = 1024 * 1024

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from agentlog.eventlog.errors import AgentlogError, InvalidId
 
-log = structlog.get_logger("agentlog.gateway.operations")
+log = structlog.get_logger("agentlog.api")
 
 #: Status of every agentlog error code the API knows; unknown codes fall back by class.
 STATUS_BY_CODE: dict[str, int] = {
