@@ -189,7 +189,10 @@ async def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer samples, < 60 s")
     parser.add_argument("--rounds", type=int, help="rounds of samples (default: 5 with --quick, else 7)")
     parser.add_argument("--per-round", type=int, help="samples per round (default: 9 with --quick, else 15)")
+    parser.add_argument("--long", type=int, default=LONG,
+                        help=f"approval cycles of the long history (default {LONG}; fewer only to check this script runs)")
     args = parser.parse_args()
+    long_cycles = args.long
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     # --quick was 3 rounds x 5: its long/short moved from 1.42 to 1.64 between runs of the same
     # code on this machine (a p50 of 5 samples); 45 samples still take ~30 s
@@ -202,7 +205,7 @@ async def main() -> None:
     long_runs = -(-samples // growth)
     console = Console()
     figures: dict[str, Any] = {"bench": "resume", "quick": args.quick, "samples": samples, "rounds": rounds,
-                               "short_cycles": SHORT, "long_cycles": LONG, "long_runs_per_mode": long_runs}
+                               "short_cycles": SHORT, "long_cycles": long_cycles, "long_runs_per_mode": long_runs}
     #: (history, mode) -> one list of latencies per round
     lat: dict[tuple[str, str], list[list[float]]] = {(h, m): [[] for _ in range(rounds)]
                                                      for h in ("short", "long") for m in MODES}
@@ -235,7 +238,7 @@ async def main() -> None:
                 runs["warm"] = ["bench-warm", run_id, call]
                 for k in range(long_runs):
                     for m in MODES:
-                        run_id, call = await build(store, snaps, f"bench-long{k}-{m}", LONG)
+                        run_id, call = await build(store, snaps, f"bench-long{k}-{m}", long_cycles)
                         runs[f"long{k}-{m}"] = [f"bench-long{k}-{m}", run_id, call]
                 figures["build_s"] = round(time.perf_counter() - t_build, 1)
                 shape["long"] = await shape_of(f"bench-long0-{MODES[0]}")
@@ -281,7 +284,7 @@ async def main() -> None:
     # someone else's test run says nothing about ours. The p50 over all samples is printed too.
     p50 = {k: min(pct(r, 0.5) for r in v) for k, v in lat.items()}
     p50_all = {k: pct([x for r in v for x in r], 0.5) for k, v in lat.items()}
-    for history, cycles in (("short", SHORT), ("long", LONG)):
+    for history, cycles in (("short", SHORT), ("long", long_cycles)):
         commits, events, messages = shape[history]
         end_commits, _, end_messages = shape[f"{history}_end"]
         table.add_row(f"{history}: {cycles} cycles, {commits} commits, {events} events, {messages} msgs "

@@ -112,11 +112,14 @@ class Deployment:
         return cmd + list(self.args)
 
     def start(self, *names: str) -> None:
-        """Start the named processes (default: every one not running) and wait for their banners."""
-        for name in names or [n for n in self.names if not self.running(n)]:
-            self._start(name)
+        """Start the named processes (default: every one not running) at once, as a user's
+        compose file or service manager does, then wait for their banners."""
+        chosen = names or [n for n in self.names if not self.running(n)]
+        banners = {name: self._spawn(name) for name in chosen}
+        for name, banner in banners.items():
+            self._ready(name, banner)
 
-    def _start(self, name: str) -> None:
+    def _spawn(self, name: str) -> _Banner:
         self._starts[name] = self._starts.get(name, 0) + 1
         log_path = self.tmp / f"{name}.log"
         log = open(log_path, "ab")  # handed to the copying thread, which closes it
@@ -128,10 +131,13 @@ class Deployment:
         )
         assert proc.stdout is not None
         self.procs[name] = proc
-        banner = _Banner(proc.stdout, log).wait(proc, name, self.output(name))
+        return _Banner(proc.stdout, log)
+
+    def _ready(self, name: str, banner: _Banner) -> None:
+        text = banner.wait(self.procs[name], name, self.output(name))
         if name in ("serve", "gateway"):
-            found = HTTP_ROW.search(banner)
-            assert found, banner
+            found = HTTP_ROW.search(text)
+            assert found, text
             self.http_url = found.group(1)
 
     def running(self, name: str) -> bool:

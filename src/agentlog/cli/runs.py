@@ -63,10 +63,8 @@ from agentlog.eventlog.ids import new_id, validate_id, validate_run_id
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.roles import Role
 from agentlog.eventlog.store import as_generator
-from agentlog.gateway.nats.service import API_PREFIX
 from agentlog.gateway.operations.connection import ConnectionOptions, open_store
 from agentlog.gateway.operations.timeline import event_summary, learn_call_names
-from agentlog.runtime.permission import STANDING_KEY
 
 run_app = group("Start and steer runs on a running agentlog server (its NATS API, or --url).")
 app.add_typer(run_app, name="run")
@@ -146,6 +144,10 @@ class NatsRunsApi:
             return await self.call("get", {**body, **({"min_seq": last} if last else {})})
         group = {"agents": "agents.list", "fork": "threads.fork", "revoke": "threads.revoke",
                  "thread": "threads.get"}
+        from agentlog.gateway.nats.service import (
+            API_PREFIX,  # the NATS service's modules: only this path needs them
+        )
+
         subject = f"{API_PREFIX}.{group.get(op) or f'runs.{op}'}"
         try:
             msg = await self.store.nc.request(subject, json.dumps(body).encode(), timeout=self.timeout,
@@ -510,6 +512,8 @@ def thread_permissions(
 
     async def show(api: RunsApi) -> None:
         view = await api.call("thread", {"thread_id": thread_id})
+        from agentlog.runtime.permission import STANDING_KEY
+
         rules = (view.get("state") or {}).get(STANDING_KEY) or {}
         if as_json:
             _print_json({"thread_id": thread_id, "permissions": rules})

@@ -44,10 +44,6 @@ from aiohttp import web
 from agentlog.eventlog.embedded.datadir import SharedServer
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.subjects import DEFAULT_APP
-from agentlog.gateway.adapters import nats_routes as adapter_nats_routes
-from agentlog.gateway.adapters import routes as adapter_routes
-from agentlog.gateway.adapters import session as adapter_session
-from agentlog.gateway.http.write import write_routes
 from agentlog.gateway.nats import service as nats_service
 from agentlog.gateway.operations import dispatch
 from agentlog.gateway.operations.agents import agent_catalog
@@ -363,6 +359,12 @@ class Server:
                 agent_id: (spec.model_name, spec.overrides) for agent_id, spec in self.agent_specs.items()})
 
     def _routes(self) -> list[Any]:
+        # The adapters (and the AG-UI SDK they use) are imported by the processes that serve
+        # them: a worker never does, and they were a third of its start.
+        from agentlog.gateway.adapters import routes as adapter_routes
+        from agentlog.gateway.adapters import session as adapter_session
+        from agentlog.gateway.http.write import write_routes
+
         assert self.dispatcher is not None
         self.parts += ["write", "adapters"]
         routes = [*write_routes(self.dispatcher), *adapter_routes.ROUTES]
@@ -403,7 +405,9 @@ class Server:
         if self.mcp is not None:
             self.app.on_shutdown.append(self.mcp.close)
         if self.agent_catalog is not None:
-            self.app[adapter_routes.AGENT_CATALOG] = self.agent_catalog
+            from agentlog.gateway.adapters.routes import AGENT_CATALOG
+
+            self.app[AGENT_CATALOG] = self.agent_catalog
         if self.runtime is not None:  # `POST /v1/runs/{id}/verify` replays with the worker's app
             from agentlog.gateway.http.inspector import REPLAY_APP
 
@@ -421,6 +425,9 @@ class Server:
     async def _start_service(self) -> None:
         """The `agentlog` NATS micro service (DESIGN 5.2) and the adapters' NATS subjects, on the
         store's connection."""
+        from agentlog.gateway.adapters import nats_routes as adapter_nats_routes
+        from agentlog.gateway.adapters import session as adapter_session
+
         assert self.store is not None and self.dispatcher is not None
         assert self.views is not None and self.runner is not None
         self.service = await nats_service.start_nats_service(

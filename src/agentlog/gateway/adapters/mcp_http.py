@@ -8,6 +8,8 @@ token sees and starts only its tenant's runs.
 
 The manager's task group must live as long as the app and be entered and left in one task: it
 runs in a task of its own, started at the first request and stopped when the app shuts down.
+The MCP SDK is imported then too: importing it costs a process more CPU than the rest of the
+gateway's start, and most gateways never see an MCP client.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from aiohttp import web
 
 from agentlog.gateway.adapters import session
 from agentlog.gateway.adapters.a2a.asgi import serve_asgi
-from agentlog.gateway.adapters.mcp_server import PRINCIPAL_SCOPE_KEY, build_server
 from agentlog.gateway.http.auth import principal
 from agentlog.gateway.http.routing import Route
 
@@ -45,6 +46,8 @@ class McpEndpoint:
             if self._task is None:
                 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
+                from agentlog.gateway.adapters.mcp_server import build_server
+
                 self._manager = StreamableHTTPSessionManager(build_server(self.backend, self.catalog))
                 self._task = asyncio.create_task(self._hold(), name="agentlog-mcp-sessions")
             await self._ready.wait()
@@ -59,6 +62,8 @@ class McpEndpoint:
             self._ready.set()  # a failed start must not leave requests waiting
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        from agentlog.gateway.adapters.mcp_server import PRINCIPAL_SCOPE_KEY
+
         manager = await self._started()
         return await serve_asgi(manager.handle_request, request, {PRINCIPAL_SCOPE_KEY: principal(request)})
 

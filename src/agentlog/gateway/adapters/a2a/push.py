@@ -38,7 +38,6 @@ from agentlog.eventlog.codec import decode_commit
 from agentlog.eventlog.events import RunFinished, RunResumed, RunStarted, RunSuspended
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
-from agentlog.gateway.adapters.a2a.mapping import run_task
 from agentlog.projections.fold import fold_commits
 
 log = structlog.get_logger("agentlog.a2a.push")
@@ -183,6 +182,10 @@ class PushDelivery:
 
     async def _enqueue(self, run_id: str, seq: int, configs: list[dict[str, Any]]) -> None:
         from google.protobuf.json_format import MessageToDict
+
+        from agentlog.gateway.adapters.a2a.mapping import (
+            run_task,  # the SDK's types: imported once a task has a push config
+        )
 
         commits = [sc async for sc in self.store.read_run(run_id) if sc.seq <= seq]
         view = fold_commits(commits).runs.get(run_id)
