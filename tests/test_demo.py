@@ -62,12 +62,34 @@ def test_agentlog_demo_auto_approve(tmp_path: Path) -> None:
     assert (tmp_path / "data" / "jetstream").is_dir()
 
 
+def _checkout_with_venv(root: Path) -> Path:
+    """`scripts/demo` and `pyproject.toml` in `root`, with a `.venv` whose python is the suite's
+    own except for `-m pip` (recorded in `root/pip.log`, not run): the script's install step and
+    its stamp logic run for real, but the suite's shared venv is never reinstalled while other
+    tests spawn `agentlog` from it (a reinstall removes the package and its entry point for a
+    moment)."""
+    (root / "scripts").mkdir(parents=True)
+    shutil.copy2(ROOT / "scripts" / "demo", root / "scripts" / "demo")
+    shutil.copy2(ROOT / "pyproject.toml", root / "pyproject.toml")
+    bin_dir = root / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    python = bin_dir / "python"
+    python.write_text(
+        "#!/usr/bin/env bash\n"
+        'if [ "${1:-}" = "-m" ] && [ "${2:-}" = pip ]; then echo "$*" >> "$(dirname "$0")/../../pip.log"; exit 0; fi\n'
+        f'exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    (bin_dir / "agentlog").symlink_to(AGENTLOG)
+    return root
+
+
 @pytest.mark.timeout(320)
 def test_scripts_demo_end_to_end(tmp_path: Path) -> None:
-    if not (ROOT / ".venv" / "bin" / "python").exists():
-        pytest.skip("no .venv (scripts/test creates it); not creating one inside the test")
+    if not AGENTLOG.exists():
+        pytest.skip("no installed `agentlog` entry point next to this python")
     if shutil.which("timeout") is None:
         pytest.skip("needs coreutils timeout")
+    checkout = _checkout_with_venv(tmp_path / "checkout")
     env = _env(tmp_path)
     env["AGENTLOG_DEMO_ARGS"] = "--auto-approve --port 0"
     # `agentlog` on PATH afterwards: a bin dir on PATH (standing in for ~/.local/bin) and no other
@@ -76,19 +98,20 @@ def test_scripts_demo_end_to_end(tmp_path: Path) -> None:
     bin_dir.mkdir()
     path = [d for d in env.get("PATH", "").split(os.pathsep) if d and not (Path(d) / "agentlog").exists()]
     env.update(AGENTLOG_BIN_DIR=str(bin_dir), PATH=os.pathsep.join([str(bin_dir), *path]))
-    stamp = ROOT / ".venv" / ".agentlog-demo-install"
-    stamp.unlink(missing_ok=True)  # as on a first run: the script installs, and says so
-    proc = subprocess.run(["timeout", "300", str(ROOT / "scripts" / "demo")], cwd=tmp_path, env=env,
+    stamp = checkout / ".venv" / ".agentlog-demo-install"  # none yet: a first run
+    proc = subprocess.run(["timeout", "300", str(checkout / "scripts" / "demo")], cwd=tmp_path, env=env,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     _check_output(proc.stdout)
     assert "scripts/demo: installing agentlog" in proc.stderr, proc.stderr
+    assert (checkout / "pip.log").read_text().split() == ["-m", "pip", "install", "--disable-pip-version-check", "-q", "-e", "."]
     assert stamp.read_text().strip() == hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
     # nothing changed since: the next start skips pip (and says nothing about installing)
-    again = subprocess.run(["timeout", "120", str(ROOT / "scripts" / "demo"), "--help"], cwd=tmp_path,
+    again = subprocess.run(["timeout", "120", str(checkout / "scripts" / "demo"), "--help"], cwd=tmp_path,
                            env={**env, "AGENTLOG_DEMO_ARGS": ""}, capture_output=True, text=True)
     assert again.returncode == 0 and "--auto-approve" in again.stdout, again.stdout + again.stderr
     assert "installing" not in again.stderr, again.stderr
-    venv_cli = ROOT / ".venv" / "bin" / "agentlog"
+    assert len((checkout / "pip.log").read_text().splitlines()) == 1  # no second install
+    venv_cli = checkout / ".venv" / "bin" / "agentlog"
     assert (bin_dir / "agentlog").resolve() == venv_cli.resolve()
     assert f"linked {bin_dir / 'agentlog'} -> {venv_cli}" in proc.stderr, proc.stderr
