@@ -36,8 +36,9 @@ from agentlog.eventlog.events import (
     RunStarted,
     StoredCommit,
     ToolCallDecided,
+    ToolCallDecision,
 )
-from agentlog.eventlog.ids import new_id, validate_run_id
+from agentlog.eventlog.ids import new_id, now_ms, validate_run_id
 from agentlog.projections.fold import fold_commits
 from agentlog.runtime.admission import (
     InvalidRunInput,
@@ -50,7 +51,7 @@ from agentlog.runtime.admission import (
 from agentlog.runtime.errors import RunConflict, RunNotFound, ThreadNotFound
 from agentlog.runtime.facade import Runtime
 from agentlog.runtime.frontend import InvalidFrontendTools, normalize_frontend_tools
-from agentlog.runtime.loading import LoadedRun, RunLoader, known_calls
+from agentlog.runtime.loading import Handoff, LoadedRun, RunLoader, known_calls
 from agentlog.runtime.loop.hitl import check_decisions, decision_seqs, parse_decisions
 from agentlog.runtime.outage import is_transient
 from agentlog.runtime.queued import QUEUE_MODES, queue_input, recorded_ids
@@ -208,6 +209,13 @@ def _app_of_loaded(run: LoadedRun) -> str | None:
     return None
 
 
+def _check_decisions(run: LoadedRun, decisions: Sequence[Mapping[str, Any]]) -> tuple[list[ToolCallDecision],
+                                                                                      list[ToolCallDecision]]:
+    """`Runtime.decide`'s validation (new decisions, duplicates), on a run loaded from the log."""
+    parsed = parse_decisions(decisions, now_ms())
+    return check_decisions(run.ctx, parsed, known_calls(run.ctx, run.run_commits, run.snapshot, parsed))
+
+
 def _finished(commits: Sequence[StoredCommit]) -> bool:
     return any(type(e) is RunFinished for sc in commits for e in sc.commit.events)
 
@@ -269,8 +277,8 @@ class InProcessDispatcher:
         mode: str | None = None,
     ) -> Accepted:
         _check_storable(decisions, "decisions")
-        validate_run_id(run_id)
         if mode in QUEUE_MODES:
+            validate_run_id(run_id)
             _check_queueable(messages, decisions)
             try:
                 queued = await self.runtime.queue_messages(run_id, _with_ids(messages), mode=mode)
@@ -285,8 +293,13 @@ class InProcessDispatcher:
                                         parent_run_id=run_id, decisions=decisions)
         if not decisions:
             raise InvalidInput("give decisions and/or messages")
-        # the runtime loads the run once (snapshot + tail) and raises RunNotFound itself
-        res = await self.runtime.decide(run_id, list(decisions))
+        # checked as the queue dispatcher checks them, on the run loaded once (snapshot + tail,
+        # `RunLoader`), then handed to the runtime's `decide`, which does not load it again
+        rt = self.runtime
+        run = await rt.loader().load(run_id)
+        new, dups = _check_decisions(run, decisions)
+        rt.handoff.give(run, [d.decision_id for d in (*new, *dups)])
+        res = await rt.decide(run_id, list(decisions))
         return Accepted(res.thread_id, run_id, res.seq, res.duplicate)
 
     async def _interrupt(self, run_id: str, thread_id: str) -> None:
@@ -337,13 +350,18 @@ class QueueDispatcher:
     `override_policies`: agent id -> (its model name, its `OverridePolicy`), when the gateway
     knows the app: a request's overrides are then checked here, else by the worker (which
     refuses the command with the same code).
+    `handoff`: the `Runtime.handoff` of a worker in this process (`agentlog serve`): a run
+    loaded here to check a decision is handed to it, so that its `decide` does not load the run
+    again (`agentlog.runtime.loading.Handoff`).
     """
 
     def __init__(self, nc: Any, store: Any, *, agents: Collection[str] | None = None,
                  descriptions: Mapping[str, str] | None = None, timeout: float = 10.0,
                  snapshots: SnapshotStore | None = None, app_name: str | None = None,
-                 override_policies: Mapping[str, tuple[str, OverridePolicy]] | None = None) -> None:
+                 override_policies: Mapping[str, tuple[str, OverridePolicy]] | None = None,
+                 handoff: Handoff | None = None) -> None:
         self.store = store
+        self.handoff = handoff
         self.override_policies = dict(override_policies or {})
         self.client = CommandClient(nc, app_name=app_name)
         self.agents = set(agents) if agents is not None else None
@@ -390,7 +408,7 @@ class QueueDispatcher:
                 raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")
             thread_id = parent_thread
             if decisions:
-                self._check_decisions(await self.loader.load(parent_run_id, thread_id), decisions)
+                _check_decisions(await self.loader.load(parent_run_id, thread_id), decisions)
         thread_id = thread_id or new_id()
         version = await self._check_start(thread_id, run_id, parent_run_id, interrupting=parent_run_id
                                           if interrupt else None)
@@ -444,7 +462,6 @@ class QueueDispatcher:
         mode: str | None = None,
     ) -> Accepted:
         _check_storable(decisions, "decisions")
-        validate_run_id(run_id)
         if mode in QUEUE_MODES:
             return await self._queue_messages(run_id, messages, decisions, mode)
         if _has_messages(messages):
@@ -456,16 +473,19 @@ class QueueDispatcher:
             raise InvalidInput("give decisions and/or messages")
         run = await self.loader.load(run_id)  # the one read of the run: snapshot + tail
         thread_id = run.thread_id
-        new, dups = self._check_decisions(run, decisions)
+        new, dups = _check_decisions(run, decisions)
         if not new:
             commits = [sc async for sc in self.store.read_run(run_id)]  # rare: a retried decision
             return Accepted(thread_id, run_id, decision_seqs(commits)[dups[0].decision_id], True)
         ids = {d.decision_id for d in new}
         cmd = Decide(thread_id=thread_id, run_id=run_id, decisions=[dict(d) for d in decisions])
+        app_name, version = _app_of_loaded(run), run.version
+        if self.handoff is not None:  # before the queue: the worker may take the command at once
+            self.handoff.give(run, [*ids, *(d.decision_id for d in dups)])
         seq = await self._submit_and_wait(
-            cmd, thread_id, run.version,
+            cmd, thread_id, version,
             lambda sc: any(type(e) is ToolCallDecided and e.decision.decision_id in ids for e in sc.commit.events),
-            _app_of_loaded(run))
+            app_name)
         return Accepted(thread_id, run_id, seq)
 
     async def _queue_messages(self, run_id: str, messages: Messages, decisions: Sequence[Mapping[str, Any]],
@@ -495,14 +515,6 @@ class QueueDispatcher:
                 type(e) is MessageQueued and e.message.id in ids for e in sc.commit.events),
             _app_of(commits))
         return Accepted(thread_id, run_id, seq)
-
-    @staticmethod
-    def _check_decisions(run: LoadedRun, decisions: Sequence[Mapping[str, Any]]) -> tuple[list[Any], list[Any]]:
-        """`Runtime.decide`'s validation, on the run loaded here from the log."""
-        from agentlog.eventlog.ids import now_ms
-
-        parsed = parse_decisions(decisions, now_ms())
-        return check_decisions(run.ctx, parsed, known_calls(run.ctx, run.run_commits, run.snapshot, parsed))
 
     # -- cancel --------------------------------------------------------------------------------
 
