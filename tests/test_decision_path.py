@@ -131,34 +131,69 @@ async def _until(store: Any, thread_id: str, after: int, kind: type) -> StoredCo
     raise AssertionError("the follow ended")
 
 
+async def _decide_once(http: aiohttp.ClientSession, server: Any, counted: dict[str, Any], token: str,
+                       resource_id: str | None = None) -> None:
+    """Start a run, let it wait, post one decision with `token`, and check what the decision
+    cost until the resumed run's next suspension."""
+    reads: Reads = counted["reads"]
+    loads: Counter[str] = counted["loads"]
+    url, auth = server.http_url, {"Authorization": f"Bearer {token}"}
+    start = {"agent_id": "cycler", "messages": "go", **({"resource_id": resource_id} if resource_id else {})}
+    async with http.post(f"{url}/v1/runs", json=start, headers=auth) as resp:
+        assert resp.status == 202, await resp.text()
+        started = await resp.json()
+    run_id, thread_id = started["run_id"], started["thread_id"]
+    waiting = await _until(server.store, thread_id, 0, RunSuspended)
+    [call_id] = next(e.call_ids for e in waiting.commit.events if type(e) is RunSuspended)
+    await server.runtime.flush_snapshots()
+
+    body = {"decisions": [{"target_id": call_id, "decision_id": "d1", "action": "resume"}]}
+    loads.clear()
+    reads.calls.clear()
+    reads.counting = True
+    with Validations(run_id) as validations:
+        async with http.post(f"{url}/v1/runs/{run_id}/inputs", json=body, headers=auth) as resp:
+            assert resp.status == 202, await resp.text()
+        resumed = await _until(server.store, thread_id, waiting.seq, RunResumed)
+        await _until(server.store, thread_id, resumed.seq, RunSuspended)
+    reads.counting = False
+    # the gateway's check (a tenant's access check included) and the worker's decide share one
+    # load: one snapshot + the thread's tail
+    assert dict(loads) == {run_id: 1}
+    assert reads.calls == [("read_thread", thread_id, reads.calls[0][2])]
+    # the loop resumed the run once (one resume commit), from that load
+    commits = [sc async for sc in reads.raw_read_thread(thread_id, waiting.seq)]
+    assert sum(type(e) is RunResumed for sc in commits for e in sc.commit.events) == 1
+    assert validations.on_the_path == ["path_id"]
+
+
 async def test_one_decision_over_http_is_checked_loaded_and_resumed_once(
         tmp_path: Path, nats_server: EmbeddedNatsServer, counted_serve: dict[str, Any]) -> None:
-    config = ServerConfig(port=0, tokens="", app=approval_app.app, nats_service=False,
+    config = ServerConfig(port=0, tokens="admin,acme-token:acme", app=approval_app.app, nats_service=False,
                           connection=ConnectionOptions(nats_url=nats_server.url))
+    async with asyncio.timeout(90), serve(config) as server, aiohttp.ClientSession() as http:
+        await _decide_once(http, server, counted_serve, "admin")
+        await _decide_once(http, server, counted_serve, "acme-token", resource_id="acme-1")
+
+
+async def test_a_tenant_deciding_on_another_tenants_run_is_told_it_does_not_exist(
+        tmp_path: Path, nats_server: EmbeddedNatsServer) -> None:
+    """The access check runs on the run the dispatcher loaded, before the decision is checked
+    against it: another tenant's run answers `run_not_found`, whatever the decision."""
+    config = ServerConfig(port=0, tokens="acme-token:acme,other-token:other", app=approval_app.app,
+                          nats_service=False, connection=ConnectionOptions(nats_url=nats_server.url))
     async with asyncio.timeout(60), serve(config) as server, aiohttp.ClientSession() as http:
-        reads: Reads = counted_serve["reads"]
-        loads: Counter[str] = counted_serve["loads"]
         url = server.http_url
-        async with http.post(f"{url}/v1/runs", json={"agent_id": "cycler", "messages": "go"}) as resp:
+        async with http.post(f"{url}/v1/runs", json={"agent_id": "cycler", "messages": "go", "resource_id": "acme-1"},
+                             headers={"Authorization": "Bearer acme-token"}) as resp:
             assert resp.status == 202, await resp.text()
             started = await resp.json()
-        run_id, thread_id = started["run_id"], started["thread_id"]
-        waiting = await _until(server.store, thread_id, 0, RunSuspended)
+        waiting = await _until(server.store, started["thread_id"], 0, RunSuspended)
         [call_id] = next(e.call_ids for e in waiting.commit.events if type(e) is RunSuspended)
-        await server.runtime.flush_snapshots()
-
-        body = {"decisions": [{"target_id": call_id, "decision_id": "d1", "action": "resume"}]}
-        reads.counting = True
-        with Validations(run_id) as validations:
-            async with http.post(f"{url}/v1/runs/{run_id}/inputs", json=body) as resp:
-                assert resp.status == 202, await resp.text()
-            resumed = await _until(server.store, thread_id, waiting.seq, RunResumed)
-            await _until(server.store, thread_id, resumed.seq, RunSuspended)
-        reads.counting = False
-        # the gateway's check and the worker's decide share one load: one snapshot + tail read
-        assert dict(loads) == {run_id: 1}
-        assert reads.calls == [("read_thread", thread_id, reads.calls[0][2])]
-        # the loop resumed the run once (one resume commit), from that load
-        commits = [sc async for sc in reads.raw_read_thread(thread_id, waiting.seq)]
-        assert sum(type(e) is RunResumed for sc in commits for e in sc.commit.events) == 1
-        assert validations.on_the_path == ["path_id"]
+        for target in (call_id, "no-such-call"):
+            body = {"decisions": [{"target_id": target, "decision_id": "d1", "action": "resume"}]}
+            async with http.post(f"{url}/v1/runs/{started['run_id']}/inputs", json=body,
+                                 headers={"Authorization": "Bearer other-token"}) as resp:
+                assert resp.status == 404, await resp.text()
+                assert (await resp.json())["code"] == "run_not_found"
+        assert await server.store.thread_version(started["thread_id"]) == waiting.seq  # nothing written

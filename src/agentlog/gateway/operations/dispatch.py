@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import msgspec
@@ -128,6 +128,13 @@ class DispatchTimeout(AgentlogError):
 # == the seam ======================================================================================
 
 
+#: The caller's access check of a run (a tenant's gateway request): given the run's thread and
+#: the seq of one of its commits (so the views can be waited for up to it), it raises to refuse.
+#: A dispatcher calls it on the run as it read it for the request, before anything else reads
+#: the run's state: the check costs no read of its own, and a refused caller learns nothing.
+RunAccess = Callable[[str, int], Awaitable[None]]
+
+
 class Dispatcher(Protocol):
     async def start_run(
         self,
@@ -146,7 +153,7 @@ class Dispatcher(Protocol):
 
     async def submit_inputs(
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
-        mode: str | None = None,
+        mode: str | None = None, access: RunAccess | None = None,
     ) -> Accepted: ...
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Accepted: ...
@@ -181,6 +188,12 @@ async def _run_commits(store: Any, run_id: str) -> list[StoredCommit]:
     return commits
 
 
+async def _first_commit(store: Any, run_id: str) -> StoredCommit:
+    async for sc in store.read_run(run_id):
+        return sc
+    raise RunNotFound(f"unknown run {run_id!r}")
+
+
 def _agent_of(commits: Sequence[StoredCommit]) -> str:
     """The run's active agent: the target of its last handoff, else its `RunStarted` agent. A
     continuation that names no agent (messages sent to a run) goes on with it."""
@@ -207,6 +220,14 @@ def _app_of_loaded(run: LoadedRun) -> str | None:
         app = run.snapshot.tail_view().app
         return app.name if app is not None else None
     return None
+
+
+def _first_seq(run: LoadedRun) -> int:
+    """A seq of the run's that the views have once they hold its thread: its first commit read,
+    else its snapshot's."""
+    if run.snapshot is not None:
+        return run.snapshot.seq
+    return run.run_commits[0].seq if run.run_commits else run.version
 
 
 def _check_decisions(run: LoadedRun, decisions: Sequence[Mapping[str, Any]]) -> tuple[list[ToolCallDecision],
@@ -274,19 +295,26 @@ class InProcessDispatcher:
 
     async def submit_inputs(
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
-        mode: str | None = None,
+        mode: str | None = None, access: RunAccess | None = None,
     ) -> Accepted:
         _check_storable(decisions, "decisions")
         if mode in QUEUE_MODES:
             validate_run_id(run_id)
             _check_queueable(messages, decisions)
+            thread_id = None
+            if access is not None:
+                first = await _first_commit(self.runtime.store, run_id)
+                thread_id = first.commit.thread_id
+                await access(thread_id, first.seq)
             try:
-                queued = await self.runtime.queue_messages(run_id, _with_ids(messages), mode=mode)
+                queued = await self.runtime.queue_messages(run_id, _with_ids(messages), mode=mode, thread_id=thread_id)
             except (ValueError, TypeError) as exc:
                 raise InvalidInput(str(exc)) from None
             return Accepted(queued.thread_id, run_id, queued.seq, queued.duplicate)
         if _has_messages(messages):
             commits = await _run_commits(self.runtime.store, run_id)
+            if access is not None:
+                await access(commits[0].commit.thread_id, commits[0].seq)
             if mode == "interrupt" and not _finished(commits):
                 await self._interrupt(run_id, commits[0].commit.thread_id)
             return await self.start_run(_agent_of(commits), messages, thread_id=commits[0].commit.thread_id,
@@ -297,6 +325,8 @@ class InProcessDispatcher:
         # `RunLoader`), then handed to the runtime's `decide`, which does not load it again
         rt = self.runtime
         run = await rt.loader().load(run_id)
+        if access is not None:
+            await access(run.thread_id, _first_seq(run))
         new, dups = _check_decisions(run, decisions)
         rt.handoff.give(run, [d.decision_id for d in (*new, *dups)])
         res = await rt.decide(run_id, list(decisions))
@@ -459,13 +489,15 @@ class QueueDispatcher:
 
     async def submit_inputs(
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
-        mode: str | None = None,
+        mode: str | None = None, access: RunAccess | None = None,
     ) -> Accepted:
         _check_storable(decisions, "decisions")
         if mode in QUEUE_MODES:
-            return await self._queue_messages(run_id, messages, decisions, mode)
+            return await self._queue_messages(run_id, messages, decisions, mode, access)
         if _has_messages(messages):
             commits = await _run_commits(self.store, run_id)
+            if access is not None:
+                await access(commits[0].commit.thread_id, commits[0].seq)
             return await self.start_run(_agent_of(commits), messages, thread_id=commits[0].commit.thread_id,
                                         parent_run_id=run_id, decisions=decisions,
                                         interrupt=mode == "interrupt" and not _finished(commits))
@@ -473,6 +505,8 @@ class QueueDispatcher:
             raise InvalidInput("give decisions and/or messages")
         run = await self.loader.load(run_id)  # the one read of the run: snapshot + tail
         thread_id = run.thread_id
+        if access is not None:
+            await access(thread_id, _first_seq(run))
         new, dups = _check_decisions(run, decisions)
         if not new:
             commits = [sc async for sc in self.store.read_run(run_id)]  # rare: a retried decision
@@ -489,7 +523,7 @@ class QueueDispatcher:
         return Accepted(thread_id, run_id, seq)
 
     async def _queue_messages(self, run_id: str, messages: Messages, decisions: Sequence[Mapping[str, Any]],
-                              mode: QueueMode) -> Accepted:
+                              mode: QueueMode, access: RunAccess | None = None) -> Accepted:
         """`QueueMessages` for a running run: checked here as the worker's runtime would (a
         finished run is `run_finished`, nothing queued); the effect waited for is the
         `MessageQueued` of these message ids (chosen here, so the wait can recognise them)."""
@@ -501,6 +535,8 @@ class QueueDispatcher:
             raise InvalidInput(str(exc)) from None
         commits = await _run_commits(self.store, run_id)
         thread_id = commits[0].commit.thread_id
+        if access is not None:
+            await access(thread_id, commits[0].seq)
         seen = recorded_ids(commits)
         if ids <= seen.keys():  # a retried request: answered from where it was recorded
             return Accepted(thread_id, run_id, min(seen[i] for i in ids), True)
@@ -626,5 +662,5 @@ def _wire_messages(messages: Messages) -> list[Any]:
 
 __all__ = [
     "Accepted", "AgentNotFound", "CommandFailed", "DispatchTimeout", "Dispatcher", "InProcessDispatcher", "InvalidInput",
-    "QueueDispatcher", "RunAlreadyFinished", "ThreadNotFound",
+    "QueueDispatcher", "RunAccess", "RunAlreadyFinished", "ThreadNotFound",
 ]
