@@ -356,7 +356,8 @@ class Server:
         return dispatch.QueueDispatcher(self.store.nc, self.store, agents=agents, descriptions={
             agent_id: spec.description for agent_id, spec in self.agent_specs.items()}, snapshots=self.snapshots,
             app_name=self.config.resolved_app_name(), override_policies={
-                agent_id: (spec.model_name, spec.overrides) for agent_id, spec in self.agent_specs.items()})
+                agent_id: (spec.model_name, spec.overrides) for agent_id, spec in self.agent_specs.items()},
+            handoff=getattr(self.runtime, "handoff", None))  # serve: this process's worker decides
 
     def _routes(self) -> list[Any]:
         # The adapters (and the AG-UI SDK they use) are imported by the processes that serve

@@ -43,7 +43,7 @@ from agentlog.runtime.errors import RunConflict, RunNotFound, retry_on_conflict
 from agentlog.runtime.frontend import check_no_conflict, is_frontend_stub, normalize_frontend_tools
 from agentlog.runtime.handoff import handoff_tools
 from agentlog.runtime.live import LiveSink, NullLiveSink
-from agentlog.runtime.loading import LoadedRun, RunLoader, known_calls
+from agentlog.runtime.loading import Handoff, LoadedRun, RunLoader, known_calls
 from agentlog.runtime.logs import get_logger
 from agentlog.runtime.loop.driver import RunLoop
 from agentlog.runtime.loop.entropy import SYSTEM_ENTROPY, Entropy
@@ -323,6 +323,9 @@ class Runtime:
         # run id -> seq of the last snapshot this Runtime wrote or is writing (see `snapshot_seq`)
         self._snapshot_seqs: OrderedDict[str, int] = OrderedDict()
         self._active: dict[str, tuple[RunLoop, RunHandle]] = {}
+        #: Runs a gateway in this process loaded to check a decision and handed on, so that
+        #: `decide` does not load them again (`agentlog.runtime.loading.Handoff`).
+        self.handoff = Handoff()
         #: Called with every commit a run loop of this Runtime writes (telemetry, metrics,
         #: sub-agent lineage); an observer's `run_released(run_id, ts)`, if any, when a loop
         #: lets go of a run. Their failures are logged and never reach the run.
@@ -744,8 +747,9 @@ class Runtime:
     ) -> DecideResult:
         """Record human decisions for a run's suspended calls and resume what they unblock.
 
-        Works from the log alone: the run is folded here (no in-memory state of the worker that
-        suspended it is needed). Validation happens before anything is appended, so every error
+        Works from the log alone: the run is loaded here (no in-memory state of the worker that
+        suspended it is needed), once: the run a gateway in this process loaded to check these
+        same decisions is taken from `handoff` instead of being read again. Validation happens before anything is appended, so every error
         leaves the log unchanged: `InvalidDecision` (malformed), `RunNotWaiting` (finished, or
         nothing suspended), `UnknownCall`, `CallNotSuspended`, `RunNotFound`. A decision whose
         decision_id is already recorded has no effect (idempotent retries); if all are such,
@@ -763,8 +767,12 @@ class Runtime:
         `handle` is then its handle), else at its next append (OCC conflict path), or by
         whoever `resume`s it if its worker died. `resumed` is empty: the loop resumes them.
         """
-        validate_run_id(run_id)
+        if run_id not in self.handoff:  # a run handed on here was loaded under a valid id
+            validate_run_id(run_id)
         parsed = parse_decisions(decisions, self.entropy.now_ms())
+        handed = self.handoff.take(run_id, (d.decision_id for d in parsed))
+        if handed is not None and thread_id is not None and handed.thread_id != thread_id:
+            handed = None
         active = self._active.get(run_id)
         if thread_id is None and active is not None:
             thread_id = active[1].thread_id
@@ -772,7 +780,11 @@ class Runtime:
         async def attempt(i: int) -> DecideResult:
             # a conflict anywhere below: someone else moved the thread, re-fold and re-check
             nonlocal thread_id
-            loaded = await self._load(run_id, thread_id, use_snapshot=i == 0)
+            if i == 0 and handed is not None:
+                loaded = self._loaded(handed)
+            else:  # a conflict after a handed-on run: the snapshot is still worth a try
+                fresh = i == 0 or (i == 1 and handed is not None)
+                loaded = await self._load(run_id, thread_id, use_snapshot=fresh)
             thread_id = loaded.thread_id
             new, dups = check_decisions(loaded.ctx, parsed, self._known_calls(loaded, parsed))
             if not new:

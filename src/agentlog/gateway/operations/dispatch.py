@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import msgspec
@@ -37,8 +37,9 @@ from agentlog.eventlog.events import (
     RunStarted,
     StoredCommit,
     ToolCallDecided,
+    ToolCallDecision,
 )
-from agentlog.eventlog.ids import new_id, validate_run_id
+from agentlog.eventlog.ids import new_id, now_ms, validate_run_id
 from agentlog.eventlog.store import EventStore, as_generator
 from agentlog.gateway.operations.agents import agent_catalog
 from agentlog.projections.fold import fold_commits
@@ -53,7 +54,7 @@ from agentlog.runtime.admission import (
 from agentlog.runtime.errors import RunConflict, RunNotFound, ThreadNotFound
 from agentlog.runtime.facade import Runtime
 from agentlog.runtime.frontend import InvalidFrontendTools, normalize_frontend_tools
-from agentlog.runtime.loading import LoadedRun, RunLoader, known_calls
+from agentlog.runtime.loading import Handoff, LoadedRun, RunLoader, known_calls
 from agentlog.runtime.loop.hitl import check_decisions, decision_seqs, parse_decisions
 from agentlog.runtime.outage import is_transient
 from agentlog.runtime.queued import QUEUE_MODES, queue_input, recorded_ids
@@ -130,6 +131,13 @@ class DispatchTimeout(AgentlogError):
 # == the seam ======================================================================================
 
 
+#: The caller's access check of a run (a tenant's gateway request): given the run's thread and
+#: the seq of one of its commits (so the views can be waited for up to it), it raises to refuse.
+#: A dispatcher calls it on the run as it read it for the request, before anything else reads
+#: the run's state: the check costs no read of its own, and a refused caller learns nothing.
+RunAccess = Callable[[str, int], Awaitable[None]]
+
+
 class Dispatcher(Protocol):
     async def start_run(
         self,
@@ -148,7 +156,7 @@ class Dispatcher(Protocol):
 
     async def submit_inputs(
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
-        mode: str | None = None,
+        mode: str | None = None, access: RunAccess | None = None,
     ) -> Accepted: ...
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Accepted: ...
@@ -192,6 +200,12 @@ async def _run_commits(store: EventStore, run_id: str) -> list[StoredCommit]:
     return commits
 
 
+async def _first_commit(store: Any, run_id: str) -> StoredCommit:
+    async for sc in store.read_run(run_id):
+        return sc
+    raise RunNotFound(f"unknown run {run_id!r}")
+
+
 def _agent_of(commits: Sequence[StoredCommit]) -> str:
     """The run's active agent: the target of its last handoff, else its `RunStarted` agent. A
     continuation that names no agent (messages sent to a run) goes on with it."""
@@ -218,6 +232,21 @@ def _app_of_loaded(run: LoadedRun) -> str | None:
         app = run.snapshot.tail_view().app
         return app.name if app is not None else None
     return None
+
+
+def _first_seq(run: LoadedRun) -> int:
+    """A seq of the run's that the views have once they hold its thread: its first commit read,
+    else its snapshot's."""
+    if run.snapshot is not None:
+        return run.snapshot.seq
+    return run.run_commits[0].seq if run.run_commits else run.version
+
+
+def _check_decisions(run: LoadedRun, decisions: Sequence[Mapping[str, Any]]) -> tuple[list[ToolCallDecision],
+                                                                                      list[ToolCallDecision]]:
+    """`Runtime.decide`'s validation (new decisions, duplicates), on a run loaded from the log."""
+    parsed = parse_decisions(decisions, now_ms())
+    return check_decisions(run.ctx, parsed, known_calls(run.ctx, run.run_commits, run.snapshot, parsed))
 
 
 def _finished(commits: Sequence[StoredCommit]) -> bool:
@@ -281,27 +310,41 @@ class InProcessDispatcher:
 
     async def submit_inputs(
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
-        mode: str | None = None,
+        mode: str | None = None, access: RunAccess | None = None,
     ) -> Accepted:
         _check_storable(decisions, "decisions")
-        validate_run_id(run_id)
         if mode in QUEUE_MODES:
+            validate_run_id(run_id)
             _check_queueable(messages, decisions)
+            thread_id = None
+            if access is not None:
+                first = await _first_commit(self.runtime.store, run_id)
+                thread_id = first.commit.thread_id
+                await access(thread_id, first.seq)
             try:
-                queued = await self.runtime.queue_messages(run_id, _with_ids(messages), mode=mode)
+                queued = await self.runtime.queue_messages(run_id, _with_ids(messages), mode=mode, thread_id=thread_id)
             except (ValueError, TypeError) as exc:
                 raise InvalidInput(str(exc)) from None
             return Accepted(queued.thread_id, run_id, queued.seq, queued.duplicate)
         if _has_messages(messages):
             commits = await _run_commits(self.runtime.store, run_id)
+            if access is not None:
+                await access(commits[0].commit.thread_id, commits[0].seq)
             if mode == "interrupt" and not _finished(commits):
                 await self._interrupt(run_id, commits[0].commit.thread_id)
             return await self.start_run(_agent_of(commits), messages, thread_id=commits[0].commit.thread_id,
                                         parent_run_id=run_id, decisions=decisions)
         if not decisions:
             raise InvalidInput("give decisions and/or messages")
-        # the runtime loads the run once (snapshot + tail) and raises RunNotFound itself
-        res = await self.runtime.decide(run_id, list(decisions))
+        # checked as the queue dispatcher checks them, on the run loaded once (snapshot + tail,
+        # `RunLoader`), then handed to the runtime's `decide`, which does not load it again
+        rt = self.runtime
+        run = await rt.loader().load(run_id)
+        if access is not None:
+            await access(run.thread_id, _first_seq(run))
+        new, dups = _check_decisions(run, decisions)
+        rt.handoff.give(run, [d.decision_id for d in (*new, *dups)])
+        res = await rt.decide(run_id, list(decisions))
         return Accepted(res.thread_id, run_id, res.seq, res.duplicate)
 
     async def _interrupt(self, run_id: str, thread_id: str) -> None:
@@ -352,13 +395,18 @@ class QueueDispatcher:
     `override_policies`: agent id -> (its model name, its `OverridePolicy`), when the gateway
     knows the app: a request's overrides are then checked here, else by the worker (which
     refuses the command with the same code).
+    `handoff`: the `Runtime.handoff` of a worker in this process (`agentlog serve`): a run
+    loaded here to check a decision is handed to it, so that its `decide` does not load the run
+    again (`agentlog.runtime.loading.Handoff`).
     """
 
     def __init__(self, nc: NATS, store: EventStore, *, agents: Collection[str] | None = None,
                  descriptions: Mapping[str, str] | None = None, timeout: float = 10.0,
                  snapshots: SnapshotStore | None = None, app_name: str | None = None,
-                 override_policies: Mapping[str, tuple[str, OverridePolicy]] | None = None) -> None:
+                 override_policies: Mapping[str, tuple[str, OverridePolicy]] | None = None,
+                 handoff: Handoff | None = None) -> None:
         self.store = store
+        self.handoff = handoff
         self.override_policies = dict(override_policies or {})
         self.client = CommandClient(nc, app_name=app_name)
         self.agents = set(agents) if agents is not None else None
@@ -415,7 +463,7 @@ class QueueDispatcher:
                 raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")
             thread_id = parent_thread
             if decisions:
-                self._check_decisions(await self.loader.load(parent_run_id, thread_id), decisions)
+                _check_decisions(await self.loader.load(parent_run_id, thread_id), decisions)
         thread_id = thread_id or new_id()
         version = await self._check_start(thread_id, run_id, parent_run_id, interrupting=parent_run_id
                                           if interrupt else None)
@@ -466,14 +514,15 @@ class QueueDispatcher:
 
     async def submit_inputs(
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
-        mode: str | None = None,
+        mode: str | None = None, access: RunAccess | None = None,
     ) -> Accepted:
         _check_storable(decisions, "decisions")
-        validate_run_id(run_id)
         if mode in QUEUE_MODES:
-            return await self._queue_messages(run_id, messages, decisions, mode)
+            return await self._queue_messages(run_id, messages, decisions, mode, access)
         if _has_messages(messages):
             commits = await _run_commits(self.store, run_id)
+            if access is not None:
+                await access(commits[0].commit.thread_id, commits[0].seq)
             return await self.start_run(_agent_of(commits), messages, thread_id=commits[0].commit.thread_id,
                                         parent_run_id=run_id, decisions=decisions,
                                         interrupt=mode == "interrupt" and not _finished(commits))
@@ -481,20 +530,25 @@ class QueueDispatcher:
             raise InvalidInput("give decisions and/or messages")
         run = await self.loader.load(run_id)  # the one read of the run: snapshot + tail
         thread_id = run.thread_id
-        new, dups = self._check_decisions(run, decisions)
+        if access is not None:
+            await access(thread_id, _first_seq(run))
+        new, dups = _check_decisions(run, decisions)
         if not new:
             commits = [sc async for sc in self.store.read_run(run_id)]  # rare: a retried decision
             return Accepted(thread_id, run_id, decision_seqs(commits)[dups[0].decision_id], True)
         ids = {d.decision_id for d in new}
         cmd = Decide(thread_id=thread_id, run_id=run_id, decisions=[dict(d) for d in decisions])
+        app_name, version = _app_of_loaded(run), run.version
+        if self.handoff is not None:  # before the queue: the worker may take the command at once
+            self.handoff.give(run, [*ids, *(d.decision_id for d in dups)])
         seq = await self._submit_and_wait(
-            cmd, thread_id, run.version,
+            cmd, thread_id, version,
             lambda sc: any(type(e) is ToolCallDecided and e.decision.decision_id in ids for e in sc.commit.events),
-            _app_of_loaded(run))
+            app_name)
         return Accepted(thread_id, run_id, seq)
 
     async def _queue_messages(self, run_id: str, messages: Messages, decisions: Sequence[Mapping[str, Any]],
-                              mode: QueueMode) -> Accepted:
+                              mode: QueueMode, access: RunAccess | None = None) -> Accepted:
         """`QueueMessages` for a running run: checked here as the worker's runtime would (a
         finished run is `run_finished`, nothing queued); the effect waited for is the
         `MessageQueued` of these message ids (chosen here, so the wait can recognise them)."""
@@ -506,6 +560,8 @@ class QueueDispatcher:
             raise InvalidInput(str(exc)) from None
         commits = await _run_commits(self.store, run_id)
         thread_id = commits[0].commit.thread_id
+        if access is not None:
+            await access(thread_id, commits[0].seq)
         seen = recorded_ids(commits)
         if ids <= seen.keys():  # a retried request: answered from where it was recorded
             return Accepted(thread_id, run_id, min(seen[i] for i in ids), True)
@@ -520,14 +576,6 @@ class QueueDispatcher:
                 type(e) is MessageQueued and e.message.id in ids for e in sc.commit.events),
             _app_of(commits))
         return Accepted(thread_id, run_id, seq)
-
-    @staticmethod
-    def _check_decisions(run: LoadedRun, decisions: Sequence[Mapping[str, Any]]) -> tuple[list[Any], list[Any]]:
-        """`Runtime.decide`'s validation, on the run loaded here from the log."""
-        from agentlog.eventlog.ids import now_ms
-
-        parsed = parse_decisions(decisions, now_ms())
-        return check_decisions(run.ctx, parsed, known_calls(run.ctx, run.run_commits, run.snapshot, parsed))
 
     # -- cancel --------------------------------------------------------------------------------
 
@@ -639,5 +687,5 @@ def _wire_messages(messages: Messages) -> list[Any]:
 
 __all__ = [
     "Accepted", "AgentNotFound", "CommandFailed", "DispatchTimeout", "Dispatcher", "InProcessDispatcher", "InvalidInput",
-    "QueueDispatcher", "RunAlreadyFinished", "ThreadNotFound",
+    "QueueDispatcher", "RunAccess", "RunAlreadyFinished", "ThreadNotFound",
 ]

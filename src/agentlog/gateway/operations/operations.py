@@ -16,7 +16,7 @@ from typing import Any
 from agentlog.eventlog.events import Position
 from agentlog.gateway.operations import threads
 from agentlog.gateway.operations.auth import Principal
-from agentlog.gateway.operations.dispatch import Accepted, Dispatcher
+from agentlog.gateway.operations.dispatch import Accepted, Dispatcher, RunAccess
 from agentlog.gateway.operations.errors import ApiError, not_found
 from agentlog.gateway.operations.models import (
     CancelRunBody,
@@ -43,7 +43,7 @@ from agentlog.gateway.operations.services import (
 )
 from agentlog.projections.fold import fold_messages
 from agentlog.projections.index import RUN_FILTERS, THREAD_FILTERS
-from agentlog.runtime.errors import RunConflict
+from agentlog.runtime.errors import RunConflict, RunNotFound
 
 
 def accepted(a: Accepted) -> dict[str, Any]:
@@ -104,6 +104,21 @@ async def check_run_access(svc: Services, who: Principal, run_id: str) -> None:
         raise not_found("run", run_id)
 
 
+def run_access(svc: Services, who: Principal, run_id: str) -> RunAccess | None:
+    """The access check a dispatcher makes on the run it reads for a request (`RunAccess`): a
+    scoped caller sees `run_not_found` for a run on a thread it may not see. None: unscoped."""
+    if who.tenant is None:
+        return None
+
+    async def check(thread_id: str, seq: int) -> None:
+        await wait_min_seq(svc, seq)
+        thread = await get_thread_view(svc, thread_id)
+        if thread is None or not who.can_see(thread.resource_id):
+            raise RunNotFound(f"unknown run {run_id!r}")  # word for word what an unknown run gets
+
+    return check
+
+
 # -- writes -------------------------------------------------------------------------------------
 
 
@@ -129,16 +144,16 @@ async def start_run(svc: Services, who: Principal, dispatcher: Dispatcher, body:
 
 async def run_inputs(svc: Services, who: Principal, dispatcher: Dispatcher, run_id: str,
                      body: RunInputsBody) -> Accepted:
-    if who.tenant is not None:  # else the dispatcher's own load of the run answers `run_not_found`
-        await check_run_access(svc, who, run_id)
     if body.mode is not None and not body.messages:
         raise ApiError(400, "invalid_input", f"mode {body.mode!r} needs messages")
+    # the dispatcher checks a scoped caller's access on the run it reads anyway (no read of its own)
+    access = run_access(svc, who, run_id)
     if body.mode is not None:
         return await dispatcher.submit_inputs(run_id, decisions=_decisions(body.decisions),
-                                              messages=_messages(body.messages), mode=body.mode)
+                                              messages=_messages(body.messages), mode=body.mode, access=access)
     try:
         return await dispatcher.submit_inputs(run_id, decisions=_decisions(body.decisions),
-                                              messages=_messages(body.messages))
+                                              messages=_messages(body.messages), access=access)
     except RunConflict as exc:
         if not body.messages:
             raise
@@ -247,6 +262,6 @@ async def thread_messages(svc: Services, who: Principal, thread_id: str, q: Mess
 
 
 __all__ = [
-    "accepted", "cancel_run", "create_thread", "fork_thread", "check_run_access", "check_thread_access", "get_run", "get_thread", "list_runs",
+    "accepted", "cancel_run", "create_thread", "fork_thread", "check_run_access", "check_thread_access", "run_access", "get_run", "get_thread", "list_runs",
     "list_threads", "run_inputs", "start_run", "thread_messages",
 ]
