@@ -10,9 +10,9 @@ import pathlib
 from typing import Any
 
 import pytest
+from frontend_stubs import frontend_tool
 
 from agentlog.gateway.adapters import nats_routes
-from agentlog.gateway.adapters.frontend import frontend_tool
 from agentlog.runtime import PermissionPlugin, ToolContext, tool
 from agentlog.runtime.models import Turn
 

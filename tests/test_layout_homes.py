@@ -1,0 +1,22 @@
+"""Code lives in the room that a contributor would look in (docs/DESIGN.md "Where things live").
+
+Each name below has one home; a module that only re-exports another's names, or product code that
+only the tests use, is not a home. The check reads module specs (nothing is started).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+#: Modules that are not part of the product: test helpers live in tests/, and a name is imported
+#: from its real home rather than from a module that re-exports it.
+GONE = [
+    "agentlog.gateway.adapters.frontend",  # frontend tool stubs: tests/frontend_stubs.py
+]
+
+
+@pytest.mark.parametrize("module", GONE)
+def test_module_is_not_shipped(module: str) -> None:
+    assert importlib.util.find_spec(module) is None, f"{module} should not be in the product"
