@@ -6,6 +6,7 @@ only the tests use, is not a home. The check reads module specs (nothing is star
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 
 import pytest
@@ -20,3 +21,17 @@ GONE = [
 @pytest.mark.parametrize("module", GONE)
 def test_module_is_not_shipped(module: str) -> None:
     assert importlib.util.find_spec(module) is None, f"{module} should not be in the product"
+
+
+#: (name, its home, modules that must not define it too).
+HOMES = [
+    # an HTTP server: the gateway's http room, not the runtime (which speaks no HTTP)
+    ("serve_metrics", "agentlog.gateway.http.metrics", ["agentlog.runtime.telemetry"]),
+]
+
+
+@pytest.mark.parametrize(("name", "home", "elsewhere"), HOMES)
+def test_name_has_one_home(name: str, home: str, elsewhere: list[str]) -> None:
+    assert hasattr(importlib.import_module(home), name)
+    for module in elsewhere:
+        assert not hasattr(importlib.import_module(module), name), f"{name} belongs in {home}, not {module}"
