@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from agentlog.gateway.http.auth import parse_tokens, resolve_tokens
+from agentlog.gateway.operations.auth import parse_tokens, resolve_tokens
 
 from test_http_support import TIMEOUT, Api, body, error, open_api, recorded_thread
 

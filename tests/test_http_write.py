@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agentlog.gateway.http.context import SERVICES
+from agentlog.gateway.http.requests import SERVICES
 
 from test_http_support import TIMEOUT, body, error, sse_events
 from test_http_write_support import Stack, open_stack, suspended_call

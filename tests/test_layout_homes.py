@@ -15,6 +15,9 @@ import pytest
 #: from its real home rather than from a module that re-exports it.
 GONE = [
     "agentlog.gateway.adapters.frontend",  # frontend tool stubs: tests/frontend_stubs.py
+    # re-exports of agentlog.gateway.operations.{services,auth}; the aiohttp side is http.requests
+    "agentlog.gateway.http.context",
+    "agentlog.gateway.http.auth",
 ]
 
 
@@ -27,6 +30,11 @@ def test_module_is_not_shipped(module: str) -> None:
 HOMES = [
     # an HTTP server: the gateway's http room, not the runtime (which speaks no HTTP)
     ("serve_metrics", "agentlog.gateway.http.metrics", ["agentlog.runtime.telemetry"]),
+    # what a handler reads off the request, next to the middleware that puts the caller there
+    ("SERVICES", "agentlog.gateway.http.requests", []),
+    ("services", "agentlog.gateway.http.requests", []),
+    ("principal", "agentlog.gateway.http.requests", []),
+    ("auth_middleware", "agentlog.gateway.http.requests", []),
 ]
 
 

@@ -222,7 +222,7 @@ def demo_cmd(
         from agentlog.cli.demo import app_with_mcp as demo_factory
         from agentlog.cli.demo import run_demo
         from agentlog.cli.server import serve
-        from agentlog.gateway.http.auth import resolve_tokens
+        from agentlog.gateway.operations.auth import resolve_tokens
 
         config = _server_config("serve", None, host, port, tokens, options, app_obj=demo_factory,
                                 app_name=DEMO_APP_NAME)

@@ -22,7 +22,7 @@ from aiohttp import web
 from agentlog.gateway.adapters import session
 from agentlog.gateway.adapters.a2a.asgi import serve_asgi
 from agentlog.gateway.adapters.mcp_server import PRINCIPAL_SCOPE_KEY, build_server
-from agentlog.gateway.http.auth import principal
+from agentlog.gateway.http.requests import principal
 from agentlog.gateway.http.routing import Route
 
 PATH = "/v1/mcp"

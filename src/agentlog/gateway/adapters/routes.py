@@ -30,10 +30,9 @@ from aiohttp import web
 from agentlog.eventlog.errors import AgentlogError
 from agentlog.gateway.adapters import aisdk, session
 from agentlog.gateway.adapters.common import AdapterInputError, guarded
-from agentlog.gateway.http.auth import principal
-from agentlog.gateway.http.context import services
 from agentlog.gateway.http.errors import ApiError
 from agentlog.gateway.http.replies import reply
+from agentlog.gateway.http.requests import principal, services
 from agentlog.gateway.http.routing import Route, path_id
 from agentlog.gateway.http.sse import Pump
 from agentlog.gateway.operations.agents import agent_catalog

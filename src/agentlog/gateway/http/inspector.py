@@ -27,10 +27,9 @@ from aiohttp import web
 from pydantic import Field
 
 from agentlog.eventlog.events import Position
-from agentlog.gateway.http.auth import principal
-from agentlog.gateway.http.context import SERVICES, services
 from agentlog.gateway.http.errors import ApiError
 from agentlog.gateway.http.replies import reply
+from agentlog.gateway.http.requests import SERVICES, principal, services
 from agentlog.gateway.http.routing import Route, parse_body, parse_query, path_id
 from agentlog.gateway.http.runs import run_from_log
 from agentlog.gateway.operations.models import EventId, Model, Query

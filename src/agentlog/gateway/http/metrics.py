@@ -14,7 +14,7 @@ from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from agentlog.gateway.http.errors import Handler
-from agentlog.gateway.operations.metrics import Metrics, RunMetrics
+from agentlog.gateway.operations.metrics import Metrics
 
 
 def middleware(metrics: Metrics) -> Middleware:
@@ -63,4 +63,4 @@ async def serve_metrics(registry: CollectorRegistry, port: int, host: str = "127
     return runner
 
 
-__all__ = ["Metrics", "RunMetrics", "middleware", "serve_metrics"]
+__all__ = ["middleware", "serve_metrics"]

@@ -20,14 +20,15 @@ from agentlog.eventlog.events import (
     ToolCallDecided,
 )
 from agentlog.gateway.http import sse
-from agentlog.gateway.http.auth import Principal, principal
-from agentlog.gateway.http.context import Services, get_thread_view, services, wait_min_seq
 from agentlog.gateway.http.errors import not_found
 from agentlog.gateway.http.replies import reply
+from agentlog.gateway.http.requests import principal, services
 from agentlog.gateway.http.routing import Route, parse_query, path_id
 from agentlog.gateway.http.threads import resume_point
 from agentlog.gateway.operations import operations as ops
+from agentlog.gateway.operations.auth import Principal
 from agentlog.gateway.operations.models import EventsQuery, GetViewQuery, ListRunsQuery
+from agentlog.gateway.operations.services import Services, get_thread_view, wait_min_seq
 
 
 async def list_runs(request: web.Request) -> web.Response:

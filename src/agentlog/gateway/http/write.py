@@ -15,9 +15,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from agentlog.gateway.http import sse
-from agentlog.gateway.http.auth import principal
-from agentlog.gateway.http.context import services
 from agentlog.gateway.http.replies import reply
+from agentlog.gateway.http.requests import principal, services
 from agentlog.gateway.http.routing import Route, parse_body, path_id
 from agentlog.gateway.http.runs import follow_run, pauses, run_from_log
 from agentlog.gateway.operations import operations as ops
