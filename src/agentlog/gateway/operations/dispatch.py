@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 import msgspec
 
@@ -212,6 +212,38 @@ def _finished(commits: Sequence[StoredCommit]) -> bool:
     return any(type(e) is RunFinished for sc in commits for e in sc.commit.events)
 
 
+class _Queue(NamedTuple):
+    """Messages for the running run, queued for its next round."""
+
+    mode: QueueMode
+
+
+class _Continuation(NamedTuple):
+    """Messages sent to a run: a new run on its thread, with the run's active agent."""
+
+    agent_id: str
+    thread_id: str
+    running: bool  # the run has not finished (an `interrupt` continuation cancels it first)
+
+
+async def _open_inputs(store: Any, run_id: str, decisions: Sequence[Mapping[str, Any]], messages: Messages,
+                       mode: str | None) -> _Queue | _Continuation | Literal["decide"]:
+    """Where `submit_inputs` sends a request, checked alike by both dispatchers: the run's queue
+    (`mode` a queue mode), a continuation (other messages), or `decide` (decisions alone; none
+    at all is `InvalidInput`)."""
+    _check_storable(decisions, "decisions")
+    validate_run_id(run_id)
+    if mode in QUEUE_MODES:
+        _check_queueable(messages, decisions)
+        return _Queue(mode)
+    if _has_messages(messages):
+        commits = await _run_commits(store, run_id)
+        return _Continuation(_agent_of(commits), commits[0].commit.thread_id, not _finished(commits))
+    if not decisions:
+        raise InvalidInput("give decisions and/or messages")
+    return "decide"
+
+
 # == in process ====================================================================================
 
 
@@ -268,23 +300,18 @@ class InProcessDispatcher:
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
         mode: str | None = None,
     ) -> Accepted:
-        _check_storable(decisions, "decisions")
-        validate_run_id(run_id)
-        if mode in QUEUE_MODES:
-            _check_queueable(messages, decisions)
+        opening = await _open_inputs(self.runtime.store, run_id, decisions, messages, mode)
+        if isinstance(opening, _Queue):
             try:
-                queued = await self.runtime.queue_messages(run_id, _with_ids(messages), mode=mode)
+                queued = await self.runtime.queue_messages(run_id, _with_ids(messages), mode=opening.mode)
             except (ValueError, TypeError) as exc:
                 raise InvalidInput(str(exc)) from None
             return Accepted(queued.thread_id, run_id, queued.seq, queued.duplicate)
-        if _has_messages(messages):
-            commits = await _run_commits(self.runtime.store, run_id)
-            if mode == "interrupt" and not _finished(commits):
-                await self._interrupt(run_id, commits[0].commit.thread_id)
-            return await self.start_run(_agent_of(commits), messages, thread_id=commits[0].commit.thread_id,
+        if isinstance(opening, _Continuation):
+            if mode == "interrupt" and opening.running:
+                await self._interrupt(run_id, opening.thread_id)
+            return await self.start_run(opening.agent_id, messages, thread_id=opening.thread_id,
                                         parent_run_id=run_id, decisions=decisions)
-        if not decisions:
-            raise InvalidInput("give decisions and/or messages")
         # the runtime loads the run once (snapshot + tail) and raises RunNotFound itself
         res = await self.runtime.decide(run_id, list(decisions))
         return Accepted(res.thread_id, run_id, res.seq, res.duplicate)
@@ -443,17 +470,13 @@ class QueueDispatcher:
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
         mode: str | None = None,
     ) -> Accepted:
-        _check_storable(decisions, "decisions")
-        validate_run_id(run_id)
-        if mode in QUEUE_MODES:
-            return await self._queue_messages(run_id, messages, decisions, mode)
-        if _has_messages(messages):
-            commits = await _run_commits(self.store, run_id)
-            return await self.start_run(_agent_of(commits), messages, thread_id=commits[0].commit.thread_id,
+        opening = await _open_inputs(self.store, run_id, decisions, messages, mode)
+        if isinstance(opening, _Queue):
+            return await self._queue_messages(run_id, messages, opening.mode)
+        if isinstance(opening, _Continuation):
+            return await self.start_run(opening.agent_id, messages, thread_id=opening.thread_id,
                                         parent_run_id=run_id, decisions=decisions,
-                                        interrupt=mode == "interrupt" and not _finished(commits))
-        if not decisions:
-            raise InvalidInput("give decisions and/or messages")
+                                        interrupt=mode == "interrupt" and opening.running)
         run = await self.loader.load(run_id)  # the one read of the run: snapshot + tail
         thread_id = run.thread_id
         new, dups = self._check_decisions(run, decisions)
@@ -468,12 +491,10 @@ class QueueDispatcher:
             _app_of_loaded(run))
         return Accepted(thread_id, run_id, seq)
 
-    async def _queue_messages(self, run_id: str, messages: Messages, decisions: Sequence[Mapping[str, Any]],
-                              mode: QueueMode) -> Accepted:
+    async def _queue_messages(self, run_id: str, messages: Messages, mode: QueueMode) -> Accepted:
         """`QueueMessages` for a running run: checked here as the worker's runtime would (a
         finished run is `run_finished`, nothing queued); the effect waited for is the
         `MessageQueued` of these message ids (chosen here, so the wait can recognise them)."""
-        _check_queueable(messages, decisions)
         wire = _with_ids(messages)
         try:
             ids = {m.id for m in queue_input(wire, mode, PlaceholderIds())}
