@@ -37,10 +37,11 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
-def _modules() -> dict[str, Path]:
+def _modules(root: Path = SRC) -> dict[str, Path]:
+    """Module name -> file, for the `agentlog` package under `root`."""
     found = {}
-    for path in sorted((SRC / "agentlog").rglob("*.py")):
-        parts = list(path.relative_to(SRC).with_suffix("").parts)
+    for path in sorted((root / "agentlog").rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
         found[".".join(parts)] = path
@@ -123,13 +124,7 @@ def test_the_check_sees_each_form(tmp_path: Path) -> None:
     (tmp_path / "agentlog" / "other.py").write_text(
         "from agentlog.pkg import _impl\n"
         "from agentlog.pkg._impl import _shared\n")
-    modules = {}
-    for path in sorted((tmp_path / "agentlog").rglob("*.py")):
-        parts = list(path.relative_to(tmp_path).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        modules[".".join(parts)] = path
-    assert sorted(private_imports(modules)) == [
+    assert sorted(private_imports(_modules(tmp_path))) == [
         # a private module and its private names, from outside its package
         ("agentlog.other", "agentlog.pkg", "_impl", 1),
         ("agentlog.other", "agentlog.pkg._impl", "_shared", 2),
