@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from agentlog.gateway.adapters.frontend import frontend_tool
+from frontend_stubs import frontend_tool
+
 from agentlog.gateway.operations.app_loader import App
 from agentlog.runtime import AgentSpec, PermissionPlugin, ToolContext, ToolError, ToolResult, tool
 from agentlog.runtime.models import ModelRequestRejected, ScriptedModel, Turn

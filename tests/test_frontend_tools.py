@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from frontend_stubs import frontend_tool
 
 from agentlog.eventlog.codec import decode_commit, encode_commit
 from agentlog.eventlog.events import (
@@ -22,7 +23,6 @@ from agentlog.eventlog.events import (
     ToolCallDecided,
     ToolCallDecision,
 )
-from agentlog.gateway.adapters.frontend import frontend_tool
 from agentlog.gateway.operations.dispatch import InvalidInput, QueueDispatcher
 from agentlog.runtime import AgentSpec, PermissionPlugin, Runtime, tool
 from agentlog.runtime.frontend import (

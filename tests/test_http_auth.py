@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 from topology import Deployment
 
-from agentlog.gateway.http.auth import parse_tokens, resolve_tokens
+from agentlog.gateway.operations.auth import parse_tokens, resolve_tokens
 
 from test_http_support import TIMEOUT, Remote, body, error, open_remote, recorded_thread, uid
 

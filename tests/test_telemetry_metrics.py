@@ -15,7 +15,7 @@ import pytest
 
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
-from agentlog.gateway.http.context import SERVICES
+from agentlog.gateway.http.requests import SERVICES
 from agentlog.runtime.workers.commands import CommandClient, StartRun
 
 from test_http_support import TIMEOUT, body

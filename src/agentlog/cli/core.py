@@ -152,8 +152,8 @@ class GlobalOptions:
 _global = GlobalOptions()
 
 
-def _options(nats: str | None, creds: Path | None, token: str | None, data_dir: Path, timeout: float,
-             replicas: int | None = None) -> ConnectionOptions:
+def connection_options(nats: str | None, creds: Path | None, token: str | None, data_dir: Path, timeout: float,
+                       replicas: int | None = None) -> ConnectionOptions:
     """The command's own options, else the global ones (which include the environment)."""
     given = _global
     return ConnectionOptions(nats_url=nats or given.nats, creds=creds or given.creds, token=token or given.token,
@@ -172,7 +172,7 @@ def configure_logging(level: str) -> None:
         raise typer.BadParameter(str(exc), param_hint="--log-level") from None
 
 
-def _out() -> Console:
+def stdout_console() -> Console:
     """stdout console. soft_wrap: timeline lines are never cut or re-wrapped. When piped (no
     terminal, no $COLUMNS) tables get 200 columns instead of rich's 80, so ids stay unfolded."""
     piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
@@ -192,13 +192,13 @@ def warn(message: str) -> None:
     err.print(Text(f"warning: {message}", style="yellow"))
 
 
-def _print_json(doc: Any) -> None:
+def print_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(doc, ensure_ascii=False, default=str) + "\n")
     sys.stdout.flush()
 
 
-def _run(options: ConnectionOptions, body: Callable[[JetStreamEventStore], Awaitable[None]],
-         role: Role = "readonly") -> None:
+def run_on_store(options: ConnectionOptions, body: Callable[[JetStreamEventStore], Awaitable[None]],
+                 role: Role = "readonly") -> None:
     """Run `body` against the store (logged in as `role` on the embedded server); map errors to one
     line and an exit code; Ctrl-C exits 0."""
 
@@ -206,7 +206,7 @@ def _run(options: ConnectionOptions, body: Callable[[JetStreamEventStore], Await
         async with open_store(options, role) as store:
             await body(store)
 
-    _run_main(main)
+    run_main(main)
 
 
 async def _stoppable(main: Callable[[], Awaitable[int | None]]) -> int | None:
@@ -234,7 +234,7 @@ async def _stoppable(main: Callable[[], Awaitable[int | None]]) -> int | None:
             loop.remove_signal_handler(signal.SIGTERM)
 
 
-def _run_main(main: Callable[[], Awaitable[int | None]]) -> None:
+def run_main(main: Callable[[], Awaitable[int | None]]) -> None:
     """asyncio.run(main()) with the CLI's error mapping; an int result is the exit code."""
     try:
         code = asyncio.run(_stoppable(main))
@@ -259,18 +259,12 @@ def _run_main(main: Callable[[], Awaitable[int | None]]) -> None:
         raise typer.Exit(1) from None
 
 
-def _guard(check: Callable[[], Any]) -> Any:
+def guard(check: Callable[[], Any]) -> Any:
     """Validate an argument before any server is started or contacted."""
     try:
         return check()
     except AgentlogError as exc:
         _fail(exc)
-
-
-#: The shared helpers under public names, for command modules.
-guard = _guard
-connection_options = _options
-run_main = _run_main
 
 
 async def read_to_end(store: JetStreamEventStore, thread_id: str | None = None, after: int = 0) -> AsyncIterator[StoredCommit]:
@@ -297,7 +291,7 @@ async def _until(commits: AsyncIterator[StoredCommit], last: int) -> AsyncIterat
             return
 
 
-def _time(ms: int) -> str:
+def format_time(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S") if ms else "-"
 
 

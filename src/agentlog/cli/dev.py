@@ -38,11 +38,11 @@ from agentlog.cli.core import (
     TimeoutOpt,
     TokenOpt,
     TokensOpt,
-    _guard,
-    _options,
-    _out,
-    _run_main,
     app,
+    connection_options,
+    guard,
+    run_main,
+    stdout_console,
 )
 from agentlog.eventlog.embedded.datadir import SharedServer
 from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
@@ -162,7 +162,7 @@ async def supervise(spec: str, roots: list[Path], serve_args: list[str], options
             where += ["--token", options.token]
     argv = [sys.executable, "-c", "from agentlog.cli import main; main()", "serve", "--app", spec, *where,
             *serve_args]
-    out = _out()
+    out = stdout_console()
     sup = Supervisor(argv, shutdown_timeout)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -216,11 +216,11 @@ def dev_cmd(
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
     """`serve` with auto-reload: restart the server when a Python file of the app changes."""
-    roots = _guard(lambda: watch_roots(app_spec)) + [p.resolve() for p in watch or ()]
+    roots = guard(lambda: watch_roots(app_spec)) + [p.resolve() for p in watch or ()]
     serve_args = ["--host", host, "--port", str(port), "--tokens", tokens or "", "--timeout", str(timeout),
                   "--shutdown-timeout", str(min(shutdown_timeout, 10.0))]
-    options = _options(nats, creds, token, data_dir, timeout)
-    _run_main(lambda: supervise(app_spec, roots, serve_args, options, poll, shutdown_timeout))
+    options = connection_options(nats, creds, token, data_dir, timeout)
+    run_main(lambda: supervise(app_spec, roots, serve_args, options, poll, shutdown_timeout))
 
 
 __all__ = ["Supervisor", "changed", "snapshot", "supervise", "watch_roots"]

@@ -23,10 +23,10 @@ from agentlog.cli.core import (
     ReplicasOpt,
     TimeoutOpt,
     TokenOpt,
-    _guard,
-    _options,
-    _run_main,
     app,
+    connection_options,
+    guard,
+    run_main,
 )
 from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
 from agentlog.gateway.operations.connection import ConnectionOptions
@@ -91,8 +91,8 @@ def acp_cmd(
     requests are the run's approvals. Runs a worker for the app in this process."""
     from agentlog.gateway.operations.app_loader import load_app
 
-    source = _guard(lambda: load_app(app_spec)) if app_spec else None
-    _run_main(lambda: serve_acp(source, _options(nats, creds, token, data_dir, timeout, replicas), app_spec, agent))
+    source = guard(lambda: load_app(app_spec)) if app_spec else None
+    run_main(lambda: serve_acp(source, connection_options(nats, creds, token, data_dir, timeout, replicas), app_spec, agent))
 
 
 @app.command("mcp")
@@ -105,5 +105,5 @@ def mcp_cmd(
     Runs a worker for the app in this process."""
     from agentlog.gateway.operations.app_loader import load_app
 
-    source = _guard(lambda: load_app(app_spec)) if app_spec else None
-    _run_main(lambda: serve_stdio(source, _options(nats, creds, token, data_dir, timeout, replicas), app_spec))
+    source = guard(lambda: load_app(app_spec)) if app_spec else None
+    run_main(lambda: serve_stdio(source, connection_options(nats, creds, token, data_dir, timeout, replicas), app_spec))

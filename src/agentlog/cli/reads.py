@@ -23,16 +23,16 @@ from agentlog.cli.core import (
     ReplicasOpt,
     TimeoutOpt,
     TokenOpt,
-    _guard,
-    _options,
-    _out,
-    _print_json,
-    _run,
-    _time,
     app,
+    connection_options,
     events_app,
+    format_time,
+    guard,
+    print_json,
     projections_app,
     read_to_end,
+    run_on_store,
+    stdout_console,
     thread_app,
     usd,
     warn,
@@ -70,7 +70,7 @@ def _event_line(stored: StoredCommit, position: Position, event: AnyEvent, names
     return line
 
 
-def _event_json(stored: StoredCommit, position: Position, event: AnyEvent) -> dict[str, Any]:
+def event_json(stored: StoredCommit, position: Position, event: AnyEvent) -> dict[str, Any]:
     commit = stored.commit
     return {"id": str(position), "thread_id": commit.thread_id, "run_id": commit.run_id,
             "commit_id": commit.commit_id, "ts": commit.ts, "type": type(event).__name__,
@@ -93,15 +93,15 @@ def events_tail(
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
     """Print events (id `seq:index`, thread, run, type, key fields) from the log."""
-    start: Position | None = _guard(lambda: parse_event_id(from_)) if from_ else None
+    start: Position | None = guard(lambda: parse_event_id(from_)) if from_ else None
     if thread is not None:
-        _guard(lambda: validate_id(thread, "thread_id"))
+        guard(lambda: validate_id(thread, "thread_id"))
     if run is not None:
-        _guard(lambda: validate_run_id(run))
+        guard(lambda: validate_run_id(run))
 
     async def body(store: JetStreamEventStore) -> None:
         nonlocal start
-        out = _out()
+        out = stdout_console()
         names: dict[str, str] = {}
         end = await store.last_seq()
         if start is not None and start.seq > end:
@@ -114,14 +114,14 @@ def events_tail(
         after = start.seq - 1 if start else 0
         where = thread
         if run is not None:  # a run lives on one thread: follow that thread, keep the run's commits
-            where = await _thread_of_run(store, run)
+            where = await thread_of_run(store, run)
             if thread is not None and where != thread:
                 return
         tail: deque[tuple[StoredCommit, Position, AnyEvent]] = deque(maxlen=last if last is not None else None)
 
         def emit(stored: StoredCommit, position: Position, event: AnyEvent) -> None:
             if as_json:
-                _print_json(_event_json(stored, position, event))
+                print_json(event_json(stored, position, event))
             else:
                 out.print(_event_line(stored, position, event, names))
 
@@ -151,10 +151,10 @@ def events_tail(
                     for position, event in selected(stored):
                         emit(stored, position, event)
 
-    _run(_options(nats, creds, token, data_dir, timeout), body)
+    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body)
 
 
-async def _thread_of_run(store: JetStreamEventStore, run_id: str) -> str:
+async def thread_of_run(store: JetStreamEventStore, run_id: str) -> str:
     """The thread a run is on (from its first commit); `UnknownRun` if the log has none."""
     async with aclosing(as_generator(store.read_run(run_id))) as commits:
         async for first in commits:
@@ -201,17 +201,17 @@ def threads_cmd(
         rows.sort(key=lambda t: (t.created, t.thread_id), reverse=True)
         rows = rows[offset : offset + limit]
         if as_json:
-            _print_json(msgspec.to_builtins(rows))
+            print_json(msgspec.to_builtins(rows))
             return
         table = Table(title=f"threads ({len(rows)})", title_justify="left")
         for column in ("thread", "resource", "parent", "runs", "active run", "messages", "cost", "version", "updated"):
             table.add_column(column, overflow="fold")
         for t in rows:
             table.add_row(t.thread_id, t.resource_id or "-", t.parent_thread_id or "-", str(len(t.run_ids)),
-                          t.active_run_id or "-", str(t.message_count), usd(t.cost), str(t.version), _time(t.updated))
-        _out().print(table)
+                          t.active_run_id or "-", str(t.message_count), usd(t.cost), str(t.version), format_time(t.updated))
+        stdout_console().print(table)
 
-    _run(_options(nats, creds, token, data_dir, timeout), body)
+    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body)
 
 
 @app.command("runs")
@@ -227,7 +227,7 @@ def runs_cmd(
 ) -> None:
     """List runs, newest first."""
     if thread is not None:
-        _guard(lambda: validate_id(thread, "thread_id"))
+        guard(lambda: validate_id(thread, "thread_id"))
 
     async def body(store: JetStreamEventStore) -> None:
         _, runs = await _views(store, source, thread)
@@ -235,7 +235,7 @@ def runs_cmd(
         rows.sort(key=lambda r: (r.created, r.run_id), reverse=True)
         rows = rows[:limit]
         if as_json:
-            _print_json(msgspec.to_builtins(rows))
+            print_json(msgspec.to_builtins(rows))
             return
         table = Table(title=f"runs ({len(rows)})", title_justify="left")
         for column in ("run", "thread", "agent", "status", "termination", "steps", "parent run", "tokens", "cost",
@@ -244,10 +244,10 @@ def runs_cmd(
         for r in rows:
             table.add_row(r.run_id, r.thread_id, r.agent_id or "-", r.status,
                           r.termination.type if r.termination else "-", str(r.steps), r.parent_run_id or "-",
-                          str(r.usage.total_tokens), usd(r.cost), _time(r.updated))
-        _out().print(table)
+                          str(r.usage.total_tokens), usd(r.cost), format_time(r.updated))
+        stdout_console().print(table)
 
-    _run(_options(nats, creds, token, data_dir, timeout), body)
+    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body)
 
 
 # -- thread show / messages -----------------------------------------------------------------------
@@ -283,8 +283,8 @@ def thread_show(
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
     """One thread from the log: its view, its runs, and its state (now, or --at an event)."""
-    _guard(lambda: validate_id(thread_id, "thread_id"))
-    position: Position | None = _guard(lambda: parse_event_id(at)) if at else None
+    guard(lambda: validate_id(thread_id, "thread_id"))
+    position: Position | None = guard(lambda: parse_event_id(at)) if at else None
 
     async def body(store: JetStreamEventStore) -> None:
         commits = await _thread_commits(store, thread_id)
@@ -299,9 +299,9 @@ def thread_show(
         if as_json:
             doc = {"thread": msgspec.to_builtins(thread), "runs": msgspec.to_builtins(runs),
                    "at": str(at) if at else None, "state": state}
-            _print_json({**doc, "warning": warning} if warning else doc)
+            print_json({**doc, "warning": warning} if warning else doc)
             return
-        out = _out()
+        out = stdout_console()
         head = Table(title=f"thread {thread_id}", title_justify="left", show_header=False)
         head.add_column(style="bold")
         head.add_column(overflow="fold")
@@ -310,7 +310,7 @@ def thread_show(
             ("metadata", msgspec.json.encode(thread.metadata).decode() if thread.metadata else "-"),
             ("messages", str(thread.message_count)), ("version", str(thread.version)),
             ("active run", thread.active_run_id or "-"), ("deleted", "yes" if thread.deleted else "no"),
-            ("created", _time(thread.created)), ("updated", _time(thread.updated)),
+            ("created", format_time(thread.created)), ("updated", format_time(thread.updated)),
         ):
             head.add_row(label, value)
         out.print(head)
@@ -320,12 +320,12 @@ def thread_show(
                 table.add_column(column, overflow="fold")
             for r in runs:
                 table.add_row(r.run_id, r.agent_id or "-", r.status, r.termination.type if r.termination else "-",
-                              r.parent_run_id or "-", _time(r.updated))
+                              r.parent_run_id or "-", format_time(r.updated))
             out.print(table)
         out.print(Text(f"state ({f'as of {at}' if at else 'now'}):", style="bold"))
         out.print(Text(json.dumps(state, ensure_ascii=False, indent=2, sort_keys=True)))
 
-    _run(_options(nats, creds, token, data_dir, timeout), body)
+    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body)
 
 
 @thread_app.command("messages")
@@ -340,10 +340,10 @@ def thread_messages(
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
     """A thread's messages in log order, each with the event id that appended it."""
-    _guard(lambda: validate_id(thread_id, "thread_id"))
+    guard(lambda: validate_id(thread_id, "thread_id"))
     if run is not None:
-        _guard(lambda: validate_run_id(run))
-    start: Position | None = _guard(lambda: parse_event_id(after)) if after else None
+        guard(lambda: validate_run_id(run))
+    start: Position | None = guard(lambda: parse_event_id(after)) if after else None
 
     async def body(store: JetStreamEventStore) -> None:
         items: list[dict[str, Any]] = []
@@ -356,9 +356,9 @@ def thread_messages(
                     items.append({"event_id": str(position), "run_id": stored.commit.run_id,
                                   "message": appended[-1]})
         if as_json:
-            _print_json(msgspec.to_builtins(items))
+            print_json(msgspec.to_builtins(items))
             return
-        out = _out()
+        out = stdout_console()
         for item in items:
             message = item["message"]
             line = Text(f"{item['event_id']:>8}", style="cyan")
@@ -369,7 +369,7 @@ def thread_messages(
             line.append(" " + text)
             out.print(line)
 
-    _run(_options(nats, creds, token, data_dir, timeout), body)
+    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body)
 
 
 # -- projections rebuild --------------------------------------------------------------------------
@@ -399,12 +399,12 @@ def projections_rebuild(
             result = await rebuild(store.nc, progress=progress, replicas=replicas)
             bar.update(task, completed=result.last_seq, total=result.last_seq)
         if as_json:
-            _print_json(msgspec.to_builtins(result))
+            print_json(msgspec.to_builtins(result))
         else:
-            _out().print(Text(
+            stdout_console().print(Text(
                 f"rebuilt generation {result.generation}: {result.commits} commits, {result.events} events "
                 f"-> {result.threads} threads, {result.runs} runs up to seq {result.last_seq}"
                 + (f" ({result.skipped} undecodable commits skipped)" if result.skipped else "")
                 + f" in {result.seconds:.2f}s"))
 
-    _run(_options(nats_url, creds, token, data_dir, timeout, replicas), body, role="gateway")
+    run_on_store(connection_options(nats_url, creds, token, data_dir, timeout, replicas), body, role="gateway")

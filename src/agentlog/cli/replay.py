@@ -21,15 +21,15 @@ from agentlog.cli.core import (
     NatsOpt,
     TimeoutOpt,
     TokenOpt,
-    _guard,
-    _options,
-    _out,
-    _print_json,
-    _run,
     app,
+    connection_options,
+    guard,
+    print_json,
+    run_on_store,
+    stdout_console,
     warn,
 )
-from agentlog.cli.reads import _thread_of_run
+from agentlog.cli.reads import thread_of_run
 from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
 from agentlog.eventlog.events import Position, StoredCommit
 from agentlog.eventlog.ids import validate_run_id
@@ -48,7 +48,7 @@ from agentlog.gateway.operations.timeline import (
 
 
 def _render_replay(report: ReplayReport) -> None:
-    out = _out()
+    out = stdout_console()
     run, now = report.run, report.run_as_of
     head = Text()
     head.append(f"run {run.run_id}", style="bold")
@@ -90,7 +90,7 @@ def _render_verified(report: Any) -> None:
     t = report.termination
     end = f"termination {t.type}" + (f" ({t.code})" if t and t.code else "") if t else f"status {report.status}"
     tools = f"{report.tools_executed} tool run(s) re-executed, {report.tools_from_log} answered from the log"
-    _out().print(Text(
+    stdout_console().print(Text(
         f"verified run {report.run_id}: {report.commits_verified} commits, {report.events_verified} events "
         f"match the log ({report.external_commits} external); {end}; {report.inferences} inference(s), {tools}",
         style="bold green"))
@@ -142,12 +142,12 @@ def replay_cmd(
 ) -> None:
     """Debug one run from the log alone: lineage, timeline by step, state diffs, termination.
     With --verify: prove the app still makes exactly the recorded run (exit 1 if not)."""
-    _guard(lambda: validate_run_id(run_id))
-    position: Position | None = _guard(lambda: parse_event_id(to)) if to else None
+    guard(lambda: validate_run_id(run_id))
+    position: Position | None = guard(lambda: parse_event_id(to)) if to else None
     if verify:
         if to is not None:
             raise typer.BadParameter("--verify checks the whole run; drop --to", param_hint="--to")
-        source = _guard(lambda: load_app(app_spec)) if app_spec is not None else None
+        source = guard(lambda: load_app(app_spec)) if app_spec is not None else None
 
         async def verify_body(store: JetStreamEventStore) -> None:
             spec, loaded = app_spec, source
@@ -158,24 +158,24 @@ def replay_cmd(
                 loaded = load_app(spec)
             await _verify(store, run_id, spec, loaded, list(reexecute or ()), list(keep_from_log or ()), as_json)
 
-        _run(_options(nats, creds, token, data_dir, timeout), verify_body)
+        run_on_store(connection_options(nats, creds, token, data_dir, timeout), verify_body)
         return
     if app_spec is not None or reexecute or keep_from_log:
         raise typer.BadParameter("only with --verify", param_hint="--app/--reexecute-tools/--tools-from-log")
 
     async def body(store: JetStreamEventStore) -> None:
-        thread_commits = [c async for c in store.read_thread(await _thread_of_run(store, run_id))]
+        thread_commits = [c async for c in store.read_thread(await thread_of_run(store, run_id))]
         if position is not None:
             outside = outside_run(thread_commits, run_id, position)
             if outside:
                 warn(outside)
         report = build_replay(run_id, thread_commits, position)
         if as_json:
-            _print_json(report.to_json())
+            print_json(report.to_json())
         else:
             _render_replay(report)
 
-    _run(_options(nats, creds, token, data_dir, timeout), body)
+    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body)
 
 
 def outside_run(thread_commits: list[StoredCommit], run_id: str, position: Position) -> str | None:
@@ -221,12 +221,12 @@ def trace_cmd(
     """A run's OpenTelemetry spans (run > step > chat / execute_tool), derived from the log."""
     from agentlog.cli.trace import trace
 
-    _guard(lambda: validate_run_id(run_id))
+    guard(lambda: validate_run_id(run_id))
 
     async def body(store: JetStreamEventStore) -> None:
-        await trace(store, run_id, as_json=as_json, otlp=otlp, console=_out(), emit_json=_print_json)
+        await trace(store, run_id, as_json=as_json, otlp=otlp, console=stdout_console(), emit_json=print_json)
 
-    _run(_options(nats, creds, token, data_dir, timeout), body)
+    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body)
 
 
 async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: Any,
@@ -261,7 +261,7 @@ async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: An
         if children:
             doc["children"] = [r.to_json() for r in children]
             doc["ok"] = all(r.ok for r in reports)
-        _print_json(doc)
+        print_json(doc)
     else:
         for r in reports:
             _render_verified(r) if r.ok else _render_divergence(r)

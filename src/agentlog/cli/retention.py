@@ -16,11 +16,11 @@ from agentlog.cli.core import (
     ReplicasOpt,
     TimeoutOpt,
     TokenOpt,
-    _options,
-    _out,
-    _print_json,
-    _run,
     app,
+    connection_options,
+    print_json,
+    run_on_store,
+    stdout_console,
 )
 from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
 from agentlog.eventlog.jetstream.retention import DAY_MS, archive_due
@@ -45,7 +45,7 @@ def retention_cmd(
         outcomes = await archive_due(store, int(older_than * DAY_MS), dry_run=dry_run, replicas=replicas)
         if as_json:
             for outcome in outcomes:
-                _print_json(outcome.as_dict())
+                print_json(outcome.as_dict())
             return
         table = Table(title=f"retention ({len(outcomes)} threads{', dry run' if dry_run else ''})",
                       title_justify="left")
@@ -53,6 +53,6 @@ def retention_cmd(
             table.add_column(column, overflow="fold")
         for o in outcomes:
             table.add_row(o.thread_id, o.result, str(o.commits), str(o.removed), o.reason or "-")
-        _out().print(table)
+        stdout_console().print(table)
 
-    _run(_options(nats, creds, token, data_dir, timeout, replicas), body, role="archiver")
+    run_on_store(connection_options(nats, creds, token, data_dir, timeout, replicas), body, role="archiver")

@@ -42,18 +42,18 @@ from agentlog.cli.core import (
     NatsOpt,
     TimeoutOpt,
     TokenOpt,
-    _guard,
-    _options,
-    _out,
-    _print_json,
-    _run_main,
-    _time,
     app,
+    connection_options,
+    format_time,
     group,
+    guard,
+    print_json,
+    run_main,
+    stdout_console,
     thread_app,
     usd,
 )
-from agentlog.cli.reads import _event_json
+from agentlog.cli.reads import event_json
 from agentlog.client import APPROVED, DENIED, AsyncClient, ClientError, pending_calls
 from agentlog.client import ApiError as ClientApiError
 from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
@@ -167,7 +167,7 @@ class NatsRunsApi:
                 if stored.commit.run_id != run_id:
                     continue
                 for position, event in stored.positioned():
-                    yield Followed(str(position), event, _event_json(stored, position, event))
+                    yield Followed(str(position), event, event_json(stored, position, event))
                     if _paused(event):
                         return
 
@@ -261,13 +261,13 @@ def _drive(options: ConnectionOptions, url: str | None, api_token: str | None,
         async with _connect(options, url, api_token, role) as api:
             await body(api)
 
-    _run_main(main)
+    run_main(main)
 
 
 def _on_run(run_id: str, options: ConnectionOptions, url: str | None, api_token: str | None,
             body: Callable[[RunsApi], Any], role: Role = "gateway") -> None:
     """A command about one run: check its id before connecting, then drive `body`."""
-    _guard(lambda: validate_run_id(run_id))
+    guard(lambda: validate_run_id(run_id))
     _drive(options, url, api_token, body, role)
 
 
@@ -282,9 +282,9 @@ async def _report(api: RunsApi, accepted: dict[str, Any], verb: str, follow: boo
     (the --url given) goes into the approve/deny commands printed at a pause; `names` are the
     tool names of calls decided before the followed events begin."""
     if as_json:
-        _print_json(accepted)
+        print_json(accepted)
     else:
-        _out().print(Text(f"{verb} run {accepted['run_id']} on thread {accepted['thread_id']} "
+        stdout_console().print(Text(f"{verb} run {accepted['run_id']} on thread {accepted['thread_id']} "
                           f"(seq {accepted.get('seq', '-')})", style="bold"))
     if follow:
         await _follow(api, accepted["thread_id"], accepted["run_id"], max(int(accepted.get("seq") or 1) - 1, 0),
@@ -293,13 +293,13 @@ async def _report(api: RunsApi, accepted: dict[str, Any], verb: str, follow: boo
 
 async def _follow(api: RunsApi, thread_id: str, run_id: str, after: int, as_json: bool, url: str | None,
                   names: dict[str, str]) -> None:
-    out = _out()
+    out = stdout_console()
     last: AnyEvent | None = None
     async with aclosing(api.follow(thread_id, run_id, after)) as events:
         async for item in events:
             last = item.event
             if as_json:
-                _print_json(item.doc)
+                print_json(item.doc)
                 continue
             learn_call_names(item.event, names)
             line = Text(f"{item.event_id:>8}", style="cyan")
@@ -330,20 +330,20 @@ def run_start(
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
     """Start a run of AGENT with MESSAGE; print its ids (--follow: and its events)."""
-    _guard(lambda: validate_id(agent, "agent_id"))
+    guard(lambda: validate_id(agent, "agent_id"))
     if thread is not None:
-        _guard(lambda: validate_id(thread, "thread_id"))
+        guard(lambda: validate_id(thread, "thread_id"))
     body: dict[str, Any] = {"agent_id": agent, "messages": message}
     body.update({k: v for k, v in (("thread_id", thread), ("resource_id", resource_id)) if v is not None})
-    _drive(_options(nats, creds, token, data_dir, timeout), url, api_token,
+    _drive(connection_options(nats, creds, token, data_dir, timeout), url, api_token,
            lambda api: _answer(api, "start", body, "started", follow, as_json, url))
 
 
 def _decide(action: str, run_id: str, call_ids: list[str], reason: str | None, result: str | None,
             follow: bool, as_json: bool, options: ConnectionOptions, url: str | None, api_token: str | None) -> None:
-    _guard(lambda: validate_run_id(run_id))
+    guard(lambda: validate_run_id(run_id))
     for call_id in call_ids:
-        _guard(lambda: validate_id(call_id, "call_id"))  # noqa: B023  (called at once)
+        guard(lambda: validate_id(call_id, "call_id"))  # noqa: B023  (called at once)
     value: Any = APPROVED if action == "resume" else DENIED
     if result is not None:
         try:
@@ -385,7 +385,7 @@ def _decision_command(name: str, action: str, doc: str) -> None:
         data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
     ) -> None:
         _decide(action, run_id, list(call_ids or ()), reason, result, follow, as_json,
-                _options(nats, creds, token, data_dir, timeout), url, api_token)
+                connection_options(nats, creds, token, data_dir, timeout), url, api_token)
 
     command.__doc__ = doc
     run_app.command(name)(command)
@@ -407,7 +407,7 @@ def run_cancel(
 ) -> None:
     """Cancel a running or waiting run."""
     body = {"run_id": run_id, **({"reason": reason} if reason else {})}
-    _on_run(run_id, _options(nats, creds, token, data_dir, timeout), url, api_token,
+    _on_run(run_id, connection_options(nats, creds, token, data_dir, timeout), url, api_token,
             lambda api: _answer(api, "cancel", body, "cancel requested for", False, as_json))
 
 
@@ -433,7 +433,7 @@ def run_continue(
     """Start the continuation run of RUN_ID on its thread with MESSAGE (lineage: parent_run_id),
     or, with --mode steer|follow_up, queue MESSAGE for RUN_ID while it runs."""
     body: dict[str, Any] = {"run_id": run_id, "messages": message, **({"mode": mode.value} if mode else {})}
-    _on_run(run_id, _options(nats, creds, token, data_dir, timeout), url, api_token,
+    _on_run(run_id, connection_options(nats, creds, token, data_dir, timeout), url, api_token,
             lambda api: _answer(api, "inputs", body, "queued for" if mode in (InputMode.steer, InputMode.follow_up)
                                 else "continued with", follow, as_json, url))
 
@@ -450,11 +450,11 @@ def run_show(
     async def show(api: RunsApi) -> None:
         run = await api.call("current", {"run_id": run_id})
         if as_json:
-            _print_json(run)
+            print_json(run)
         else:
             render_run(run)
 
-    _on_run(run_id, _options(nats, creds, token, data_dir, timeout), url, api_token, show, role="readonly")
+    _on_run(run_id, connection_options(nats, creds, token, data_dir, timeout), url, api_token, show, role="readonly")
 
 
 def _json_option(text: str | None, what: str, kind: type) -> Any:
@@ -484,7 +484,7 @@ def thread_fork(
 ) -> None:
     """A new thread with THREAD_ID's messages and state as of event --at (lineage: forked_from).
     Start runs on it with `agentlog run start --thread NEW_ID`."""
-    _guard(lambda: validate_id(thread_id, "thread_id"))
+    guard(lambda: validate_id(thread_id, "thread_id"))
     body = {"thread_id": thread_id, "at": at, "new_thread_id": new_thread_id,
             "state": _json_option(state, "--state", dict), "state_patch": _json_option(patch, "--patch", list)}
     body = {k: v for k, v in body.items() if v is not None}
@@ -492,12 +492,12 @@ def thread_fork(
     async def fork(api: RunsApi) -> None:
         answer = await api.call("fork", body)
         if as_json:
-            _print_json(answer)
+            print_json(answer)
         else:
-            _out().print(Text(f"forked thread {thread_id} at {at} into {answer['thread_id']} "
+            stdout_console().print(Text(f"forked thread {thread_id} at {at} into {answer['thread_id']} "
                               f"(seq {answer['seq']})", style="bold"))
 
-    _drive(_options(nats, creds, token, data_dir, timeout), url, api_token, fork)
+    _drive(connection_options(nats, creds, token, data_dir, timeout), url, api_token, fork)
 
 
 @thread_app.command("permissions")
@@ -508,7 +508,7 @@ def thread_permissions(
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
     """The standing permission rules of THREAD_ID ("always allow / deny" answers to approvals)."""
-    _guard(lambda: validate_id(thread_id, "thread_id"))
+    guard(lambda: validate_id(thread_id, "thread_id"))
 
     async def show(api: RunsApi) -> None:
         view = await api.call("thread", {"thread_id": thread_id})
@@ -516,9 +516,9 @@ def thread_permissions(
 
         rules = (view.get("state") or {}).get(STANDING_KEY) or {}
         if as_json:
-            _print_json({"thread_id": thread_id, "permissions": rules})
+            print_json({"thread_id": thread_id, "permissions": rules})
             return
-        out = _out()
+        out = stdout_console()
         rows = [(verdict, rule) for verdict in ("allow", "deny") for rule in rules.get(verdict) or []]
         if not rows:
             out.print(f"no standing permissions on thread {thread_id}")
@@ -526,7 +526,7 @@ def thread_permissions(
             args = ", ".join(f"{k}={v}" for k, v in sorted((rule.get("args") or {}).items()))
             out.print(f"always {verdict}  {rule.get('tool')}" + (f"({args})" if args else ""))
 
-    _drive(_options(nats, creds, token, data_dir, timeout), url, api_token, show, role="readonly")
+    _drive(connection_options(nats, creds, token, data_dir, timeout), url, api_token, show, role="readonly")
 
 
 @thread_app.command("revoke")
@@ -539,18 +539,18 @@ def thread_revoke(
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
     """Remove the standing permission rules of TOOL on THREAD_ID: approvals are asked again."""
-    _guard(lambda: validate_id(thread_id, "thread_id"))
+    guard(lambda: validate_id(thread_id, "thread_id"))
     body = {"thread_id": thread_id, "tool": tool, **({"verdict": verdict} if verdict else {})}
 
     async def revoke(api: RunsApi) -> None:
         answer = await api.call("revoke", body)
         if as_json:
-            _print_json(answer)
+            print_json(answer)
         else:
-            _out().print(f"revoked {len(answer['removed'])} standing rule(s) of {tool} on thread {thread_id} "
+            stdout_console().print(f"revoked {len(answer['removed'])} standing rule(s) of {tool} on thread {thread_id} "
                          f"(seq {answer['seq']})")
 
-    _drive(_options(nats, creds, token, data_dir, timeout), url, api_token, revoke)
+    _drive(connection_options(nats, creds, token, data_dir, timeout), url, api_token, revoke)
 
 
 @app.command("agents")
@@ -564,7 +564,7 @@ def agents_cmd(
     async def show(api: RunsApi) -> None:
         agents = (await api.call("agents", {}))["agents"]
         if as_json:
-            _print_json(agents)
+            print_json(agents)
             return
         table = Table(title=f"agents ({len(agents)})", title_justify="left")
         for column in ("agent", "description", "tools"):
@@ -573,9 +573,9 @@ def agents_cmd(
             tools = agent.get("tools")
             table.add_row(agent["id"], agent.get("description") or "-",
                           "(held by the workers)" if tools is None else ", ".join(t["name"] for t in tools) or "-")
-        _out().print(table)
+        stdout_console().print(table)
 
-    _drive(_options(nats, creds, token, data_dir, timeout), url, api_token, show, role="readonly")
+    _drive(connection_options(nats, creds, token, data_dir, timeout), url, api_token, show, role="readonly")
 
 
 def _agents(run: dict[str, Any]) -> str:
@@ -586,7 +586,7 @@ def _agents(run: dict[str, Any]) -> str:
 
 def render_run(run: dict[str, Any]) -> None:
     """Three rich tables from a RunView's JSON: the run, its calls, what waits for a human."""
-    out = _out()
+    out = stdout_console()
     term = run.get("termination") or {}
     usage = run.get("usage") or {}
     head = Table(title=f"run {run['run_id']}", title_justify="left", show_header=False)
@@ -601,7 +601,7 @@ def render_run(run: dict[str, Any]) -> None:
         ("usage", f"in {usage.get('input_tokens', 0)}  out {usage.get('output_tokens', 0)}  total "
                   f"{usage.get('total_tokens') or usage.get('input_tokens', 0) + usage.get('output_tokens', 0)}"),
         ("cost", usd(run.get("cost"))), ("model", run.get("model") or "-"),
-        ("updated", _time(int(run.get("updated") or 0))),
+        ("updated", format_time(int(run.get("updated") or 0))),
     ):
         head.add_row(label, value)
     out.print(head)

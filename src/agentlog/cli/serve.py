@@ -31,12 +31,12 @@ from agentlog.cli.core import (
     TimeoutOpt,
     TokenOpt,
     TokensOpt,
-    _guard,
-    _options,
-    _out,
-    _run_main,
     app,
+    connection_options,
+    guard,
     log,
+    run_main,
+    stdout_console,
 )
 from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
 from agentlog.eventlog.errors import AgentlogError
@@ -53,7 +53,7 @@ def _server_config(role: str, app_spec: str | None, host: str, port: int, tokens
                    app_name: str | None = None) -> Any:
     from agentlog.cli.server import ServerConfig
 
-    source = app_obj if app_obj is not None else (_guard(lambda: load_app(app_spec)) if app_spec else None)
+    source = app_obj if app_obj is not None else (guard(lambda: load_app(app_spec)) if app_spec else None)
     return ServerConfig(role=role, app=source, app_spec=app_spec, host=host, port=port, tokens=tokens,  # type: ignore[arg-type]
                         connection=options, worker_concurrency=concurrency, worker_ack_wait=ack_wait,
                         worker_shutdown_timeout=shutdown_timeout, worker_max_deliver=max_deliver,
@@ -77,8 +77,8 @@ def _banner(server: Any) -> None:
         table.add_row("metrics", server.metrics_url)
     table.add_row("app", server.config.resolved_app_name())
     table.add_row("parts", ", ".join(server.parts) or "-")
-    _out().print(table)
-    _out().print(Text("Ctrl-C stops it (in order: HTTP, worker, runs, views, NATS).", style="dim"))
+    stdout_console().print(table)
+    stdout_console().print(Text("Ctrl-C stops it (in order: HTTP, worker, runs, views, NATS).", style="dim"))
 
 
 def _serve_role(role: str, app_spec: str | None, host: str, port: int, tokens: str | None,
@@ -92,7 +92,7 @@ def _serve_role(role: str, app_spec: str | None, host: str, port: int, tokens: s
 
     config = _server_config(role, app_spec, host, port, tokens, options, concurrency,
                             ack_wait=ack_wait, shutdown_timeout=shutdown_timeout, max_deliver=max_deliver,
-                            metrics_port=metrics_port, public_url=_guard(lambda: public_base_url(public_url)),
+                            metrics_port=metrics_port, public_url=guard(lambda: public_base_url(public_url)),
                             archive_after=archive_after, app_name=app_name)
 
     def ready(server: Any) -> None:
@@ -108,7 +108,7 @@ def _serve_role(role: str, app_spec: str | None, host: str, port: int, tokens: s
                 raise
             raise PortBusy(host, port) from None
 
-    _run_main(main)
+    run_main(main)
 
 
 class PortBusy(AgentlogError):
@@ -140,7 +140,7 @@ def serve_cmd(
 ) -> None:
     """Gateway + worker in one process: HTTP API, NATS service, projections and the runtime.
     Every run goes through the durable command queue, so a stopped or killed process strands none."""
-    _serve_role("serve", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout, replicas),
+    _serve_role("serve", app_spec, host, port, tokens, connection_options(nats, creds, token, data_dir, timeout, replicas),
                 concurrency, ack_wait, shutdown_timeout, public_url=public_url, archive_after=archive_after,
                 app_name=app_name)
 
@@ -156,7 +156,7 @@ def gateway_cmd(
 ) -> None:
     """The gateway alone (HTTP + NATS service); commands are queued for `agentlog worker`s (of
     `--app-name` for new runs, of the app each run records for the rest)."""
-    _serve_role("gateway", app_spec, host, port, tokens, _options(nats, creds, token, data_dir, timeout, replicas), 1,
+    _serve_role("gateway", app_spec, host, port, tokens, connection_options(nats, creds, token, data_dir, timeout, replicas), 1,
                 public_url=public_url, archive_after=archive_after, app_name=app_name)
 
 
@@ -178,7 +178,7 @@ def worker_cmd(
 ) -> None:
     """A worker alone: takes commands from the JetStream work queue (agentlog.runtime.workers.worker.Worker).
     The one worker entry point (`python -m agentlog worker` is the same)."""
-    _serve_role("worker", app_spec, "127.0.0.1", 0, None, _options(nats, creds, token, data_dir, timeout, replicas),
+    _serve_role("worker", app_spec, "127.0.0.1", 0, None, connection_options(nats, creds, token, data_dir, timeout, replicas),
                 concurrency, ack_wait, shutdown_timeout, max_deliver, metrics_port, ready_file=ready_file,
                 app_name=app_name)
 
@@ -197,7 +197,7 @@ def _demo_data_dir(default: Path) -> Path:
         return default
     sibling = default.with_name(default.name + "-demo")
     chosen = sibling if not busy(sibling) else Path(tempfile.mkdtemp(prefix="agentlog-demo-"))
-    _out().print(Text(f"{default} is in use by another agentlog process: the demo keeps its data in {chosen}",
+    stdout_console().print(Text(f"{default} is in use by another agentlog process: the demo keeps its data in {chosen}",
                       style="yellow"))
     return chosen
 
@@ -216,13 +216,13 @@ def demo_cmd(
     --data-dir, when another process runs on the default data dir, it uses its own."""
     if nats is None and data_dir == DEFAULT_DATA_DIR and not os.environ.get("AGENTLOG_DATA_DIR"):
         data_dir = _demo_data_dir(data_dir)
-    options = _options(nats, creds, token, data_dir, timeout, replicas)
+    options = connection_options(nats, creds, token, data_dir, timeout, replicas)
 
     async def main() -> int:
         from agentlog.cli.demo import app_with_mcp as demo_factory
         from agentlog.cli.demo import run_demo
         from agentlog.cli.server import serve
-        from agentlog.gateway.http.auth import resolve_tokens
+        from agentlog.gateway.operations.auth import resolve_tokens
 
         config = _server_config("serve", None, host, port, tokens, options, app_obj=demo_factory,
                                 app_name=DEMO_APP_NAME)
@@ -238,8 +238,8 @@ def demo_cmd(
         try:
             api_token = next(iter(resolve_tokens(tokens)), None)
             return await run_demo(server, auto_approve=auto_approve, keep_running=keep_running,
-                                  console=_out(), token=api_token)
+                                  console=stdout_console(), token=api_token)
         finally:
             await server_cm.__aexit__(None, None, None)
 
-    _run_main(main)
+    run_main(main)

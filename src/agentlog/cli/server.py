@@ -298,12 +298,13 @@ class Server:
                 self.runner.after_batch = SnapshotWriter(self.runtime)
             # OTLP spans of the runs this process executes, when OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
             # is set (agentlog.runtime.telemetry); the gateway's /metrics counts tokens/tools from the log
-            from agentlog.runtime.telemetry import instrument, serve_metrics
+            from agentlog.runtime.telemetry import instrument
 
             registry = None
             if self.config.worker_metrics_port is not None:
                 from prometheus_client import CollectorRegistry
 
+                from agentlog.gateway.http.metrics import serve_metrics
                 from agentlog.gateway.operations.metrics import McpCollector
 
                 registry = CollectorRegistry()

@@ -15,7 +15,7 @@ are mutated in place (`run_ids`, `calls`) are copied on thaw and on freeze; docu
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
@@ -84,6 +84,24 @@ def merge_metadata(metadata: Mapping[str, Any], update: Mapping[str, Any]) -> di
     return merged
 
 
+# -- accumulators ---------------------------------------------------------------------------------
+
+_Acc = TypeVar("_Acc")
+
+
+def _thawed(acc_cls: type[_Acc], view: Any, fields: tuple[str, ...]) -> _Acc:
+    """An accumulator holding `view`'s fields as they are (no `__init__`: the caller copies what
+    it mutates in place)."""
+    acc = acc_cls.__new__(acc_cls)
+    for name in fields:
+        setattr(acc, name, getattr(view, name))
+    return acc
+
+
+def _fields(acc: Any, fields: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(acc, name) for name in fields}
+
+
 # -- thread ---------------------------------------------------------------------------------------
 
 
@@ -109,14 +127,12 @@ class _ThreadAcc:
 
     @classmethod
     def thaw(cls, view: ThreadView) -> _ThreadAcc:
-        acc = cls.__new__(cls)
-        for name in _THREAD_FIELDS:
-            setattr(acc, name, getattr(view, name))
+        acc = _thawed(cls, view, _THREAD_FIELDS)
         acc.run_ids = list(view.run_ids)
         return acc
 
     def freeze(self) -> ThreadView:
-        values = {name: getattr(self, name) for name in _THREAD_FIELDS}
+        values = _fields(self, _THREAD_FIELDS)
         values["run_ids"] = list(self.run_ids)
         return ThreadView(**values)
 
@@ -241,9 +257,7 @@ class _RunAcc:
 
     @classmethod
     def thaw(cls, view: RunView) -> _RunAcc:
-        acc = cls.__new__(cls)
-        for name in _RUN_FIELDS:
-            setattr(acc, name, getattr(view, name))
+        acc = _thawed(cls, view, _RUN_FIELDS)
         acc._shared = True  # the view's own dict: copied at the first call change
         acc._lookup = None
         active = suspended = 0
@@ -257,7 +271,7 @@ class _RunAcc:
         return acc
 
     def freeze(self) -> RunView:
-        values = {name: getattr(self, name) for name in _RUN_FIELDS}
+        values = _fields(self, _RUN_FIELDS)
         self._shared = True
         return RunView(**values)
 

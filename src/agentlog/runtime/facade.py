@@ -376,8 +376,8 @@ class Runtime:
         them (pass them again: an AG-UI client sends its tools with every request). Checked
         before anything is written: `InvalidFrontendTools` (name not an id, duplicate, shape),
         `FrontendToolConflict` (the name of one of the agent's backend tools). A name the agent
-        already declares as a frontend stub (`agentlog.gateway.adapters.frontend.frontend_tool`) is not
-        a conflict: the stub keeps handling it and the declaration is not recorded again.
+        already declares as a frontend stub (a `Tool` with `frontend_stub` set) is not a
+        conflict: the stub keeps handling it and the declaration is not recorded again.
 
         `parent_thread_id` (with `parent_run_id`): a sub-agent run (`agentlog.runtime.toolkits.subagents`): the run
         starts on its own (child) thread, and the lineage is recorded in `ThreadCreated` and

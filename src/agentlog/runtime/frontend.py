@@ -108,7 +108,8 @@ def frontend_ticket(call: ToolCall) -> SuspendTicket:
 
 
 def is_frontend_stub(tool: Any) -> bool:
-    """A backend `Tool` declared as a frontend tool stub (`agentlog.gateway.adapters.frontend.frontend_tool`)."""
+    """A backend `Tool` that an app declares as a frontend tool stub (`Tool.frontend_stub`): its
+    calls suspend for the client like a frontend tool's."""
     return bool(getattr(tool, "frontend_stub", False))
 
 

@@ -426,25 +426,7 @@ def instrument(runtime: Runtime, registry: CollectorRegistry | None = None, *,
     return provider
 
 
-async def serve_metrics(registry: Any, port: int, host: str = "127.0.0.1") -> Any:
-    """A tiny aiohttp server with `GET /metrics` for `registry` (a worker has no gateway).
-    Returns the `AppRunner`; `await runner.cleanup()` stops it. Port 0 picks a free one
-    (`runner.addresses`)."""
-    from aiohttp import web
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-    async def metrics(_request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    return runner
-
-
 __all__ = [
-    "AgentMetrics", "instrument", "serve_metrics", "LiveTracer", "SpanFold", "SpanRecord", "otlp_tracer_provider", "records_json",
+    "AgentMetrics", "instrument", "LiveTracer", "SpanFold", "SpanRecord", "otlp_tracer_provider", "records_json",
     "spans_from_commits", "trace_run",
 ]

@@ -1,7 +1,7 @@
 """The JetStream wire format agentlog speaks, and the pure helpers around it.
 
 Header names, API error codes, the PubAck / API answer structs and their decoders, the server
-version gate (`check_server_version`), ack-subject and status parsing, `_api_failure`. No I/O:
+version gate (`check_server_version`), ack-subject and status parsing, `api_failure`. No I/O:
 everything here is a function of bytes or strings, shared by the store (`agentlog.eventlog.jetstream.store`),
 its request layer (`agentlog.eventlog.jetstream.requests`) and its live tail (`agentlog.eventlog.jetstream.follow`).
 """
@@ -25,17 +25,17 @@ ERR_WRONG_LAST_SEQUENCE = 10071
 ERR_STREAM_NOT_FOUND = 10059
 ERR_NO_MESSAGE_FOUND = 10037
 
-_NS = 1_000_000_000
-_HDR_MSG_ID = "Nats-Msg-Id"
-_HDR_EXPECTED = "Nats-Expected-Last-Subject-Sequence"
-_HDR_EXPECTED_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
-_HDR_SEQUENCE = "Nats-Sequence"
-_HDR_NUM_PENDING = "Nats-Num-Pending"
-_HDR_STATUS = "Status"
+NS_PER_SECOND = 1_000_000_000
+HDR_MSG_ID = "Nats-Msg-Id"
+HDR_EXPECTED = "Nats-Expected-Last-Subject-Sequence"
+HDR_EXPECTED_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+HDR_SEQUENCE = "Nats-Sequence"
+HDR_NUM_PENDING = "Nats-Num-Pending"
+HDR_STATUS = "Status"
 #: On a Direct Get reply: the stored message's subject and time (RFC 3339).
 HDR_SUBJECT = "Nats-Subject"
 HDR_TIME_STAMP = "Nats-Time-Stamp"
-_WRONG_LAST_RE = re.compile(r"wrong last sequence:\s*(\d+)")
+WRONG_LAST_RE = re.compile(r"wrong last sequence:\s*(\d+)")
 
 
 # -- wire structs ---------------------------------------------------------------------------------
@@ -54,7 +54,7 @@ class _PubAck(msgspec.Struct):
     error: _ApiError | None = None
 
 
-class _ApiResponse(msgspec.Struct):
+class ApiResponse(msgspec.Struct):
     """Any JetStream API answer: the fields we look at, the rest kept raw."""
 
     error: _ApiError | None = None
@@ -63,9 +63,9 @@ class _ApiResponse(msgspec.Struct):
     name: str | None = None
 
 
-_ack_decoder = msgspec.json.Decoder(_PubAck)
-_api_decoder = msgspec.json.Decoder(_ApiResponse)
-_json_encoder = msgspec.json.Encoder()
+ack_decoder = msgspec.json.Decoder(_PubAck)
+api_decoder = msgspec.json.Decoder(ApiResponse)
+json_encoder = msgspec.json.Encoder()
 
 
 # -- server version -------------------------------------------------------------------------------
@@ -98,7 +98,7 @@ def check_server_version(found: str, needed: str = MIN_SERVER_VERSION) -> None:
         raise ServerTooOld(found, needed)
 
 
-def _server_version(nc: NATS) -> str:
+def server_version(nc: NATS) -> str:
     version = nc.connected_server_version
     try:
         text = f"{version.major}.{version.minor}.{version.patch}"
@@ -110,7 +110,7 @@ def _server_version(nc: NATS) -> str:
 # -- helpers --------------------------------------------------------------------------------------
 
 
-def _ack_reply_seqs(reply: str) -> tuple[int, int]:
+def ack_reply_seqs(reply: str) -> tuple[int, int]:
     """(stream seq, consumer seq) from a JetStream ack subject, old or domain-qualified form."""
     tokens = reply.split(".")
     if len(tokens) == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>
@@ -130,23 +130,23 @@ def ack_reply_time(reply: str) -> int | None:
     return None
 
 
-def _status(msg: Msg) -> str | None:
+def msg_status(msg: Msg) -> str | None:
     headers = msg.headers
     if not headers or msg.data:
         return None
-    return headers.get(_HDR_STATUS)
+    return headers.get(HDR_STATUS)
 
 
 # -- module helpers -------------------------------------------------------------------------------
 
 
-def _header_size(headers: dict[str, str]) -> int:
+def header_size(headers: dict[str, str]) -> int:
     """Bytes the headers add to the message (NATS/1.0 line, `k: v` lines, blank line); the
     server's max_payload bounds headers + payload."""
     return 12 + sum(len(k) + len(v) + 4 for k, v in headers.items())
 
 
-def _api_failure(what: str, error: _ApiError) -> AgentlogError:
+def api_failure(what: str, error: _ApiError) -> AgentlogError:
     if error.code == 503 or error.code >= 500:
         return StoreUnavailable(f"{what}: JetStream unavailable: {error.description} (err {error.err_code})")
     return AgentlogError(f"{what}: JetStream refused: {error.description} (err {error.err_code})")

@@ -1,8 +1,8 @@
 """Opening the NATS connection the store runs on, and the connection-level helpers.
 
-`_open_connection` bounds the first connect (nats-py would retry forever), fails a refused login
+`open_connection` bounds the first connect (nats-py would retry forever), fails a refused login
 at once with `NotAuthorized`, and routes "permissions violation" errors to the store that owns the
-connection (`_DENIED_HOOKS`); `flush_subscriptions` makes a fresh SUB provably known to the
+connection (`DENIED_HOOKS`); `flush_subscriptions` makes a fresh SUB provably known to the
 server. Split from the store (`agentlog.eventlog.jetstream.store`) because none of it is about the log.
 """
 
@@ -32,12 +32,12 @@ async def _quiet_error_cb(exc: Exception) -> None:
     log.debug("nats: %s", exc)
 
 
-#: Connection -> its store's handler of denied publishes (see `_open_connection`'s error callback).
-_DENIED_HOOKS: weakref.WeakKeyDictionary[NATS, weakref.WeakMethod[Any]] = weakref.WeakKeyDictionary()
+#: Connection -> its store's handler of denied publishes (see `open_connection`'s error callback).
+DENIED_HOOKS: weakref.WeakKeyDictionary[NATS, weakref.WeakMethod[Any]] = weakref.WeakKeyDictionary()
 _DENIED = re.compile(r"permissions violation for publish to \W?([^\s\"']+)", re.I)
 
 
-async def _open_connection(
+async def open_connection(
     servers: list[str],
     *,
     creds: str | os.PathLike[str] | None,
@@ -52,6 +52,8 @@ async def _open_connection(
     reconnect_wait: float,
     inbox_prefix: str | None = None,
 ) -> NATS:
+    """The bounded connect with typed login errors: the store's connection, and a plain one for
+    callers without a store (`agentlog nats req|sub`)."""
     options: dict[str, Any] = {
         "servers": servers,
         "name": name,
@@ -88,7 +90,7 @@ async def _open_connection(
         if _AUTH_REFUSED.search(str(exc)) and not refused.done():
             refused.set_result(exc)
         denied = _DENIED.search(str(exc))
-        hook = _DENIED_HOOKS.get(nc)
+        hook = DENIED_HOOKS.get(nc)
         handler = hook() if hook is not None else None
         if denied and handler is not None:
             handler(denied.group(1))
@@ -121,11 +123,6 @@ async def _open_connection(
             f"{str(exc) or type(exc).__name__}"
         ) from None
     return nc
-
-
-#: The bounded connect with typed login errors, for callers that want a plain NATS connection
-#: (no store): `agentlog nats req|sub`.
-open_connection = _open_connection
 
 _AUTH_REFUSED = re.compile(r"authorization violation|authentication (expired|revoked)|user authentication", re.I)
 

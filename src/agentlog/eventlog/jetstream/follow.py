@@ -1,6 +1,6 @@
 """The store's live tail: `follow` as a self-healing ephemeral push consumer.
 
-`_Follower` keeps the last stream sequence it yielded and recreates its consumer from last + 1
+`Follower` keeps the last stream sequence it yielded and recreates its consumer from last + 1
 on any doubt (a consumer sequence gap, missed heartbeats, the consumer gone, errors), so nothing
 is missed or repeated across reconnects and server restarts. Its own module because it is the
 one stateful, retrying piece of the store; it uses only the request layer
@@ -20,7 +20,7 @@ from nats.aio.msg import Msg
 
 from agentlog.eventlog.errors import StoreUnavailable
 from agentlog.eventlog.events import StoredCommit
-from agentlog.eventlog.jetstream.api import _NS, _ack_reply_seqs, _json_encoder, _status
+from agentlog.eventlog.jetstream.api import NS_PER_SECOND, ack_reply_seqs, json_encoder, msg_status
 from agentlog.eventlog.jetstream.requests import JetStreamRequests
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ async def get_within(queue: asyncio.Queue[_T], seconds: float) -> _T:
         return await queue.get()
 
 
-class _Follower:
+class Follower:
     """One live tail: an ephemeral push consumer it recreates from `last + 1` whenever the
     delivery is in doubt (consumer sequence gap, missed heartbeats, consumer gone, errors)."""
 
@@ -78,12 +78,12 @@ class _Follower:
             "ack_policy": "none",
             "max_deliver": 1,
             "flow_control": True,
-            "idle_heartbeat": int(self.heartbeat * _NS),
-            "inactive_threshold": int(max(30.0, self.heartbeat * 10) * _NS),
+            "idle_heartbeat": int(self.heartbeat * NS_PER_SECOND),
+            "inactive_threshold": int(max(30.0, self.heartbeat * 10) * NS_PER_SECOND),
             "mem_storage": True,
             "num_replicas": 1,
         }
-        request = _json_encoder.encode({"stream_name": self.store.stream, "config": config})
+        request = json_encoder.encode({"stream_name": self.store.stream, "config": config})
         while True:
             if nc.is_closed or self.store._closed:
                 raise StoreUnavailable("follow: the NATS connection is closed")
@@ -139,14 +139,14 @@ class _Follower:
                 log.debug("follow %s: no message or heartbeat for %.1fs, recreating", self.filter, stall)
                 await self._start()
                 continue
-            status = _status(msg)
+            status = msg_status(msg)
             if status is not None:
                 if not await self._control(msg, status):
                     await self._start()
                 continue
             if not msg.reply:
                 continue
-            sseq, dseq = _ack_reply_seqs(msg.reply)
+            sseq, dseq = ack_reply_seqs(msg.reply)
             if dseq != self.next_dseq:
                 log.debug("follow %s: consumer seq %d, expected %d, recreating", self.filter, dseq, self.next_dseq)
                 await self._start()

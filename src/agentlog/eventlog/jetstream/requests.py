@@ -27,15 +27,15 @@ from agentlog.eventlog.codec import decode_commit
 from agentlog.eventlog.errors import CodecError, NoAnswer, PermissionDenied, StoreUnavailable
 from agentlog.eventlog.events import Commit
 from agentlog.eventlog.jetstream.api import (
-    _HDR_NUM_PENDING,
-    _HDR_SEQUENCE,
-    _HDR_STATUS,
+    HDR_NUM_PENDING,
+    HDR_SEQUENCE,
+    HDR_STATUS,
     HDR_SUBJECT,
     HDR_TIME_STAMP,
-    _api_decoder,
-    _ApiResponse,
-    _json_encoder,
+    ApiResponse,
     ack_reply_time,
+    api_decoder,
+    json_encoder,
 )
 from agentlog.eventlog.jetstream.payloads import ObjectStoreBlobs, has_refs, resolve
 from agentlog.eventlog.quarantine import Quarantine
@@ -172,17 +172,17 @@ class JetStreamRequests:
         finally:
             self._waiters.pop(token, None)
         headers_in = reply.headers
-        if headers_in and not reply.data and headers_in.get(_HDR_STATUS) == "503":
+        if headers_in and not reply.data and headers_in.get(HDR_STATUS) == "503":
             raise StoreUnavailable(
                 f"{what}: no JetStream responder on {subject!r} (JetStream disabled or stream "
                 f"{self.stream} missing)"
             )
         return reply
 
-    async def _api(self, subject: str, payload: bytes) -> _ApiResponse:
+    async def _api(self, subject: str, payload: bytes) -> ApiResponse:
         reply = await self._request(subject, payload, None, subject)
         try:
-            return _api_decoder.decode(reply.data)
+            return api_decoder.decode(reply.data)
         except msgspec.DecodeError as exc:
             raise StoreUnavailable(f"unreadable JetStream API answer on {subject}: {exc}") from None
 
@@ -223,13 +223,13 @@ class JetStreamRequests:
             return
         batch: _Batch = waiter  # type: ignore[assignment]
         headers = msg.headers
-        status = headers.get(_HDR_STATUS) if headers else None
+        status = headers.get(HDR_STATUS) if headers else None
         if status is None:
-            batch.items.append((int(headers[_HDR_SEQUENCE]), msg))  # type: ignore[index]
+            batch.items.append((int(headers[HDR_SEQUENCE]), msg))  # type: ignore[index]
             batch.progressed = True
             return
         if status == "204":  # end of batch
-            batch.pending = int(headers.get(_HDR_NUM_PENDING, "0"))  # type: ignore[union-attr]
+            batch.pending = int(headers.get(HDR_NUM_PENDING, "0"))  # type: ignore[union-attr]
         elif status != "404":  # 404: nothing (more) matches
             batch.error = f"status {status} {headers.get('Description', '')}".strip()  # type: ignore[union-attr]
         batch.done.set_result(None)
@@ -254,7 +254,7 @@ class JetStreamRequests:
         }
         try:
             await self._nc.publish(
-                self._direct_subject, _json_encoder.encode(request), reply=self._reply_prefix + token
+                self._direct_subject, json_encoder.encode(request), reply=self._reply_prefix + token
             )
             await batch.done
         except TimeoutError:

@@ -55,29 +55,29 @@ from agentlog.eventlog.errors import (
 from agentlog.eventlog.events import AppendResult, Commit, StoredCommit
 from agentlog.eventlog.ids import validate_id
 from agentlog.eventlog.jetstream.api import (
-    _HDR_EXPECTED,
-    _HDR_EXPECTED_SUBJECT,
-    _HDR_MSG_ID,
-    _HDR_SEQUENCE,
-    _HDR_STATUS,
-    _NS,
-    _WRONG_LAST_RE,
     ERR_NO_MESSAGE_FOUND,
     ERR_STREAM_NOT_FOUND,
     ERR_WRONG_LAST_SEQUENCE,
+    HDR_EXPECTED,
+    HDR_EXPECTED_SUBJECT,
+    HDR_MSG_ID,
+    HDR_SEQUENCE,
+    HDR_STATUS,
     MIN_SERVER_VERSION,
-    _ack_decoder,
-    _api_failure,
-    _header_size,
-    _json_encoder,
-    _server_version,
+    NS_PER_SECOND,
+    WRONG_LAST_RE,
+    ack_decoder,
+    api_failure,
     check_server_version,
+    header_size,
+    json_encoder,
     parse_version,
+    server_version,
     version_at_least,
 )
 from agentlog.eventlog.jetstream.archive import ThreadArchive
-from agentlog.eventlog.jetstream.connection import _DENIED_HOOKS, _open_connection, flush_subscriptions
-from agentlog.eventlog.jetstream.follow import _Follower
+from agentlog.eventlog.jetstream.connection import DENIED_HOOKS, flush_subscriptions, open_connection
+from agentlog.eventlog.jetstream.follow import Follower
 from agentlog.eventlog.jetstream.limits import check_limits
 from agentlog.eventlog.jetstream.payloads import ObjectStoreBlobs, offload, offload_binaries
 from agentlog.eventlog.jetstream.replicas import log_kept, replicas_target, wait_replicated
@@ -141,7 +141,7 @@ class JetStreamEventStore(JetStreamRequests):
         self.writes = WriteHealth()
         #: Commits of archived threads, put back into reads (`agentlog.eventlog.jetstream.archive`).
         self.archive = ThreadArchive(nc, self._decode_data, timeout=request_timeout)
-        _DENIED_HOOKS[nc] = weakref.WeakMethod(self._on_denied)
+        DENIED_HOOKS[nc] = weakref.WeakMethod(self._on_denied)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -180,7 +180,7 @@ class JetStreamEventStore(JetStreamRequests):
         if isinstance(servers, NATS):
             nc = servers
         else:
-            nc = await _open_connection(
+            nc = await open_connection(
                 [servers] if isinstance(servers, str) else list(servers),
                 creds=creds,
                 nkey_seed=nkey_seed,
@@ -202,7 +202,7 @@ class JetStreamEventStore(JetStreamRequests):
             replicas=replicas,
         )
         try:
-            check_server_version(_server_version(nc))
+            check_server_version(server_version(nc))
             if setup_stream:
                 await store.ensure_stream(replicas=replicas, duplicate_window=duplicate_window)
         except BaseException:
@@ -246,7 +246,7 @@ class JetStreamEventStore(JetStreamRequests):
             "retention": "limits",
             "storage": "file",
             "num_replicas": replicas or 1,
-            "duplicate_window": int(duplicate_window * _NS),
+            "duplicate_window": int(duplicate_window * NS_PER_SECOND),
             # no limits are set; if an operator adds a size limit, new commits are refused rather
             # than old ones dropped (`agentlog.eventlog.jetstream.limits`)
             "discard": "new",
@@ -271,14 +271,14 @@ class JetStreamEventStore(JetStreamRequests):
         info = await self._api(f"$JS.API.STREAM.INFO.{self.stream}", b"")
         if info.error is not None:
             if info.error.err_code != ERR_STREAM_NOT_FOUND:
-                raise _api_failure("stream info", info.error)
-            created = await self._api(f"$JS.API.STREAM.CREATE.{self.stream}", _json_encoder.encode(desired))
+                raise api_failure("stream info", info.error)
+            created = await self._api(f"$JS.API.STREAM.CREATE.{self.stream}", json_encoder.encode(desired))
             if created.error is None:
                 return created.config or desired
             # Lost a creation race with another process: fall through to checking its config.
             info = await self._api(f"$JS.API.STREAM.INFO.{self.stream}", b"")
             if info.error is not None:
-                raise _api_failure("stream create", created.error)
+                raise api_failure("stream create", created.error)
         current = dict(info.config or {})
         check_limits(self.stream, current)
         if EVENTS_SUBJECTS not in current.get("subjects", []):
@@ -305,9 +305,9 @@ class JetStreamEventStore(JetStreamRequests):
         if not updates:
             return current
         current.update(updates)
-        updated = await self._api(f"$JS.API.STREAM.UPDATE.{self.stream}", _json_encoder.encode(current))
+        updated = await self._api(f"$JS.API.STREAM.UPDATE.{self.stream}", json_encoder.encode(current))
         if updated.error is not None:
-            raise _api_failure(f"stream update of {sorted(updates)}", updated.error)
+            raise api_failure(f"stream update of {sorted(updates)}", updated.error)
         if target is not None:
             await wait_replicated(self.stream, target, self._peer_state)
         return updated.config or current
@@ -330,11 +330,11 @@ class JetStreamEventStore(JetStreamRequests):
         commit = await offload_binaries(commit, self._blobs)
         data = encode_checked(commit)
         thread = commit.thread_id
-        headers = {_HDR_MSG_ID: commit.commit_id}
+        headers = {HDR_MSG_ID: commit.commit_id}
         if expected_version is not None:
-            headers[_HDR_EXPECTED] = str(expected_version)
-            headers[_HDR_EXPECTED_SUBJECT] = thread_filter(thread)
-        head = _header_size(headers)
+            headers[HDR_EXPECTED] = str(expected_version)
+            headers[HDR_EXPECTED_SUBJECT] = thread_filter(thread)
+        head = header_size(headers)
         size = len(data) + head
         limit = self._nc.max_payload
         if size > limit:
@@ -347,7 +347,7 @@ class JetStreamEventStore(JetStreamRequests):
         try:
             reply = await self._request(event_subject(thread, commit.run_id), data, headers, "append")
             try:
-                ack = _ack_decoder.decode(reply.data)
+                ack = ack_decoder.decode(reply.data)
             except msgspec.DecodeError as exc:
                 raise StoreUnavailable(f"unreadable JetStream publish ack {reply.data[:200]!r}: {exc}") from None
         except StoreUnavailable as exc:
@@ -359,7 +359,7 @@ class JetStreamEventStore(JetStreamRequests):
         if ack.error.err_code == ERR_WRONG_LAST_SEQUENCE and expected_version is not None:
             self.writes.succeeded()  # the server took the request and checked it: writes work
             return await self._resolve_conflict(commit, expected_version, ack.error.description)
-        failure = _api_failure(f"append to thread {thread!r}", ack.error)
+        failure = api_failure(f"append to thread {thread!r}", ack.error)
         self.writes.failed("append", failure)
         raise failure
 
@@ -405,7 +405,7 @@ class JetStreamEventStore(JetStreamRequests):
         were archived: `agentlog.eventlog.jetstream.retention`). Needs a login allowed to purge (the `archiver`
         role). Returns how many were removed."""
         validate_id(thread_id, "thread_id")
-        body = _json_encoder.encode({"filter": thread_filter(thread_id), "seq": below})
+        body = json_encoder.encode({"filter": thread_filter(thread_id), "seq": below})
         reply = await self._request(f"$JS.API.STREAM.PURGE.{self.stream}", body, None, "purge")
         try:
             answer = msgspec.json.decode(reply.data)
@@ -419,19 +419,19 @@ class JetStreamEventStore(JetStreamRequests):
 
     async def thread_version(self, thread_id: str) -> int:
         validate_id(thread_id, "thread_id")
-        payload = _json_encoder.encode({"last_by_subj": thread_filter(thread_id)})
+        payload = json_encoder.encode({"last_by_subj": thread_filter(thread_id)})
         reply = await self._request(self._direct_subject, payload, None, "thread_version")
-        status = reply.headers.get(_HDR_STATUS) if reply.headers else None
+        status = reply.headers.get(HDR_STATUS) if reply.headers else None
         if status == "404":
             return 0
         if status is not None:
             raise StoreUnavailable(f"direct get of thread {thread_id!r} answered status {status}")
-        return int(reply.headers[_HDR_SEQUENCE])  # type: ignore[index]
+        return int(reply.headers[HDR_SEQUENCE])  # type: ignore[index]
 
     async def last_seq(self) -> int:
         info = await self._api(f"$JS.API.STREAM.INFO.{self.stream}", b"")
         if info.error is not None:
-            raise _api_failure("stream info", info.error)
+            raise api_failure("stream info", info.error)
         return int((info.state or {}).get("last_seq", 0))
 
     async def stream_full(self, name: str | None = None) -> str | None:
@@ -444,7 +444,7 @@ class JetStreamEventStore(JetStreamRequests):
         if info.error is not None:
             if info.error.err_code == ERR_STREAM_NOT_FOUND:
                 return None
-            raise _api_failure("stream info", info.error)
+            raise api_failure("stream info", info.error)
         config, state = info.config or {}, info.state or {}
         if config.get("discard") != "new":
             return None
@@ -460,7 +460,7 @@ class JetStreamEventStore(JetStreamRequests):
         if thread_id is not None:
             validate_id(thread_id, "thread_id")
         subject = thread_filter(thread_id) if thread_id is not None else EVENTS_SUBJECTS
-        follower = _Follower(self, subject, after)
+        follower = Follower(self, subject, after)
         try:
             while True:
                 yield await follower.next()
@@ -473,8 +473,8 @@ class JetStreamEventStore(JetStreamRequests):
         last = expected
         async for seq, msg in self._scan(thread_filter(commit.thread_id), expected):
             last = seq
-            if msg.headers and msg.headers.get(_HDR_MSG_ID) == commit.commit_id:
+            if msg.headers and msg.headers.get(HDR_MSG_ID) == commit.commit_id:
                 return AppendResult(seq, duplicate=True)
-        match = _WRONG_LAST_RE.search(description)
+        match = WRONG_LAST_RE.search(description)
         actual = max(int(match[1]), last) if match else last
         raise VersionConflict(commit.thread_id, expected, actual)

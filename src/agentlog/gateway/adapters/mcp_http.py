@@ -23,7 +23,7 @@ from aiohttp import web
 
 from agentlog.gateway.adapters import session
 from agentlog.gateway.adapters.a2a.asgi import serve_asgi
-from agentlog.gateway.http.auth import principal
+from agentlog.gateway.http.requests import principal
 from agentlog.gateway.http.routing import Route
 
 PATH = "/v1/mcp"

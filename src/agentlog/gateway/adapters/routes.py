@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from ag_ui import core as ag
 from ag_ui.encoder import EventEncoder
@@ -30,15 +30,16 @@ from aiohttp import web
 from agentlog.eventlog.errors import AgentlogError
 from agentlog.gateway.adapters import aisdk, session
 from agentlog.gateway.adapters.common import AdapterInputError, guarded
-from agentlog.gateway.http.auth import principal
-from agentlog.gateway.http.context import services
 from agentlog.gateway.http.errors import ApiError
 from agentlog.gateway.http.replies import reply
+from agentlog.gateway.http.requests import principal, services
 from agentlog.gateway.http.routing import Route, path_id
 from agentlog.gateway.http.sse import Pump
+from agentlog.gateway.operations.auth import Principal
 from agentlog.gateway.operations.json_input import parse_json
 
 _ENCODER = EventEncoder()
+_Request = TypeVar("_Request")
 
 
 async def _json_body(request: web.Request) -> Any:
@@ -102,39 +103,49 @@ async def _stream(request: web.Request, events: AsyncGenerator[Any, None], encod
 _SSE = {"Content-Type": _ENCODER.get_content_type(), "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-# -- AG-UI ---------------------------------------------------------------------------------------
-
-
-async def _agui_stream(request: web.Request, events_of: Any) -> web.StreamResponse:
-    """Parse a `RunAgentInput` for the path's agent and stream `events_of(backend, agent, input,
-    principal)` as AG-UI SSE (a run, or a reconnect to one)."""
+async def _run_stream(request: web.Request, parse: Callable[[Any], _Request],
+                      events_of: Callable[[session.Backend, str, _Request, Principal], AsyncGenerator[Any, None]],
+                      encode: Callable[[Any], str], on_error: Callable[[BaseException], Any],
+                      headers: dict[str, str], tail: bytes = b"") -> web.StreamResponse:
+    """A protocol's request for the path's agent: parse the body (`parse`; a bad one is a 400),
+    then stream `events_of(backend, agent, request, principal)` in the protocol's encoding."""
     svc, who = services(request), principal(request)
     agent_id = path_id(request, "agent_id", "agent_id")
     try:
-        req = session.agui_parse(await _json_body(request))
+        req = parse(await _json_body(request))
     except AdapterInputError as exc:
         raise _bad_input(exc) from None
     backend = session.backend_of(svc.store, svc.dispatcher)
-    return await _stream(request, events_of(backend, agent_id, req, who), _ENCODER.encode,
-                         session.agui_error_event, _SSE)
+    return await _stream(request, events_of(backend, agent_id, req, who), encode, on_error, headers, tail)
 
 
-async def agui_run(request: web.Request) -> web.StreamResponse:
-    return await _agui_stream(request, session.agui_events)
-
-
-async def agui_connect(request: web.Request) -> web.StreamResponse:
-    """AG-UI `connect`: a client reconnecting to its thread's run (see `session.agui_connect`)."""
-    return await _agui_stream(request, session.agui_connect)
-
-
-async def agui_messages(request: web.Request) -> web.Response:
+async def _visible_thread(request: web.Request) -> session.ThreadLog:
+    """The path's thread as the caller may see it; 404 when there is none."""
     svc, who = services(request), principal(request)
     thread_id = path_id(request)
     thread = await session.load_thread(svc.store, thread_id, who)
     if thread.view is None:
         raise ApiError(404, "thread_not_found", f"thread {thread_id!r} not found")
-    return reply({"thread_id": thread_id, "messages": session.agui_history(thread)})
+    return thread
+
+
+# -- AG-UI ---------------------------------------------------------------------------------------
+
+
+async def agui_run(request: web.Request) -> web.StreamResponse:
+    return await _run_stream(request, session.agui_parse, session.agui_events, _ENCODER.encode,
+                             session.agui_error_event, _SSE)
+
+
+async def agui_connect(request: web.Request) -> web.StreamResponse:
+    """AG-UI `connect`: a client reconnecting to its thread's run (see `session.agui_connect`)."""
+    return await _run_stream(request, session.agui_parse, session.agui_connect, _ENCODER.encode,
+                             session.agui_error_event, _SSE)
+
+
+async def agui_messages(request: web.Request) -> web.Response:
+    thread = await _visible_thread(request)
+    return reply({"thread_id": thread.thread_id, "messages": session.agui_history(thread)})
 
 
 # -- AI SDK --------------------------------------------------------------------------------------
@@ -145,15 +156,8 @@ def _part(p: Any) -> str:
 
 
 async def aisdk_run(request: web.Request) -> web.StreamResponse:
-    svc, who = services(request), principal(request)
-    agent_id = path_id(request, "agent_id", "agent_id")
-    try:
-        req = aisdk.parse_chat_request(await _json_body(request))
-    except AdapterInputError as exc:
-        raise _bad_input(exc) from None
-    backend = session.backend_of(svc.store, svc.dispatcher)
-    return await _stream(request, session.aisdk_events(backend, agent_id, req, who), _part,
-                         session.aisdk_error_part, dict(aisdk.HEADERS), aisdk.DONE.encode())
+    return await _run_stream(request, aisdk.parse_chat_request, session.aisdk_events, _part,
+                             session.aisdk_error_part, dict(aisdk.HEADERS), aisdk.DONE.encode())
 
 
 async def aisdk_stream(request: web.Request) -> web.StreamResponse:
@@ -165,13 +169,9 @@ async def aisdk_stream(request: web.Request) -> web.StreamResponse:
 
 
 async def aisdk_messages(request: web.Request) -> web.Response:
-    svc, who = services(request), principal(request)
-    thread_id = path_id(request)
-    thread = await session.load_thread(svc.store, thread_id, who)
-    if thread.view is None:
-        raise ApiError(404, "thread_not_found", f"thread {thread_id!r} not found")
-    thread = await session.chat_branch(svc.store, thread, who)  # a regenerated chat: its fork
-    return reply({"thread_id": thread_id, "messages": session.aisdk_history(thread)})
+    thread = await _visible_thread(request)
+    branch = await session.chat_branch(services(request).store, thread, principal(request))  # a regenerated chat: its fork
+    return reply({"thread_id": thread.thread_id, "messages": session.aisdk_history(branch)})
 
 
 # -- agents --------------------------------------------------------------------------------------

@@ -4,11 +4,12 @@ Read side and thread writes live here; the runtime's write routes plug in as ext
 """
 
 from agentlog.gateway.http.app import create_app, route_table
-from agentlog.gateway.http.auth import Principal, principal
-from agentlog.gateway.http.context import SERVICES, Services, Settings, services
 from agentlog.gateway.http.errors import ApiError
-from agentlog.gateway.http.metrics import Metrics
+from agentlog.gateway.http.requests import SERVICES, principal, services
 from agentlog.gateway.http.routing import Route, parse_body, parse_query, path_id
+from agentlog.gateway.operations.auth import Principal
+from agentlog.gateway.operations.metrics import Metrics
+from agentlog.gateway.operations.services import Services, Settings
 
 __all__ = [
     "ApiError", "Metrics", "Principal", "Route", "SERVICES", "Services", "Settings", "create_app",

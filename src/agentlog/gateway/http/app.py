@@ -18,14 +18,15 @@ from aiohttp import web
 
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.gateway.http import cors, health, inspector, openapi, ops, runs, sse, threads, ui
-from agentlog.gateway.http.auth import AUTHENTICATOR, Authenticator, auth_middleware, resolve_tokens
-from agentlog.gateway.http.context import SERVICES, Runner, Services, Settings
 from agentlog.gateway.http.errors import error_middleware
-from agentlog.gateway.http.metrics import Metrics
 from agentlog.gateway.http.metrics import middleware as metrics_middleware
 from agentlog.gateway.http.replies import reply
+from agentlog.gateway.http.requests import AUTHENTICATOR, SERVICES, auth_middleware
 from agentlog.gateway.http.routing import Route
+from agentlog.gateway.operations.auth import Authenticator, resolve_tokens
 from agentlog.gateway.operations.dispatch import Dispatcher
+from agentlog.gateway.operations.metrics import Metrics
+from agentlog.gateway.operations.services import Runner, Services, Settings
 from agentlog.projections.store import ViewStore
 
 ROUTES = web.AppKey("agentlog.routes", list)

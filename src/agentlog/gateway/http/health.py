@@ -27,9 +27,10 @@ from typing import Any
 from aiohttp import web
 
 from agentlog.eventlog.subjects import EVENTS_STREAM
-from agentlog.gateway.http.context import Services, services
 from agentlog.gateway.http.replies import reply
+from agentlog.gateway.http.requests import services
 from agentlog.gateway.http.routing import Route
+from agentlog.gateway.operations.services import Services
 from agentlog.runtime.toolkits.mcp import mcp_health
 from agentlog.runtime.workers.commands import COMMANDS_STREAM
 

@@ -27,13 +27,12 @@ from aiohttp import web
 from pydantic import Field
 
 from agentlog.eventlog.events import Position
-from agentlog.gateway.http.auth import principal
-from agentlog.gateway.http.context import SERVICES, services
 from agentlog.gateway.http.errors import ApiError
 from agentlog.gateway.http.replies import reply
+from agentlog.gateway.http.requests import SERVICES, principal, services
 from agentlog.gateway.http.routing import Route, parse_body, parse_query, path_id
-from agentlog.gateway.http.runs import _run_from_log
-from agentlog.gateway.operations.models import EventId, _Model, _Query
+from agentlog.gateway.http.runs import run_from_log
+from agentlog.gateway.operations.models import EventId, Model, Query
 from agentlog.gateway.operations.timeline import build_replay, event_state_diffs
 
 log = structlog.get_logger("agentlog.gateway.http.inspector")
@@ -43,11 +42,11 @@ log = structlog.get_logger("agentlog.gateway.http.inspector")
 VERIFY_TIMEOUT_S = 30.0
 
 
-class TimelineQuery(_Query):
+class TimelineQuery(Query):
     to: EventId | None = Field(default=None, description="time travel: the run as of this event id")
 
 
-class VerifyBody(_Model):
+class VerifyBody(Model):
     tools_from_log: bool = Field(
         default=True,
         description="tools are always answered from their recorded results over HTTP; false is refused "
@@ -62,7 +61,7 @@ async def run_timeline(request: web.Request) -> web.Response:
     svc, who = services(request), principal(request)
     run_id = path_id(request, kind="run_id")
     q = parse_query(request, TimelineQuery)
-    _commits, thread_id, _running = await _run_from_log(svc, who, run_id)
+    _commits, thread_id, _running = await run_from_log(svc, who, run_id)
     thread_commits = [c async for c in svc.store.read_thread(thread_id)]
     report = build_replay(run_id, thread_commits, Position.parse(q.to) if q.to else None)
     out = report.to_json()
@@ -101,7 +100,7 @@ async def verify(request: web.Request) -> web.Response:
         raise ApiError(400, REEXECUTION_REFUSED,
                        "verified replay over HTTP never runs a tool (a side effect without its approval); "
                        "re-execute tools from your own process: agentlog replay RUN --verify --reexecute-tools NAME")
-    _commits, thread_id, _running = await _run_from_log(svc, who, run_id)
+    _commits, thread_id, _running = await run_from_log(svc, who, run_id)
     app = replay_app(request.app)
     if app is None:
         raise ApiError(409, "verify_unavailable",

@@ -1,6 +1,7 @@
-"""The HTTP side of the gateway's Prometheus metrics: request latency, labelled by route
+"""The HTTP side of Prometheus metrics: the gateway's request latency, labelled by route
 *template* (`/v1/threads/{id}`), never by raw path, so cardinality stays bounded whatever ids
-clients send. The registry and the run metrics are `agentlog.gateway.operations.metrics.Metrics`.
+clients send; and `serve_metrics`, the `/metrics` endpoint of a process without a gateway (a
+worker). The registry and the run metrics are `agentlog.gateway.operations.metrics.Metrics`.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from agentlog.gateway.http.errors import Handler
-from agentlog.gateway.operations.metrics import Metrics, RunMetrics
+from agentlog.gateway.operations.metrics import Metrics
 
 
 def middleware(metrics: Metrics) -> Middleware:
@@ -45,4 +47,20 @@ def middleware(metrics: Metrics) -> Middleware:
     return middleware
 
 
-__all__ = ["Metrics", "RunMetrics", "middleware"]
+async def serve_metrics(registry: CollectorRegistry, port: int, host: str = "127.0.0.1") -> web.AppRunner:
+    """A tiny aiohttp server with `GET /metrics` for `registry` (a worker has no gateway).
+    Returns the `AppRunner`; `await runner.cleanup()` stops it. Port 0 picks a free one
+    (`runner.addresses`)."""
+
+    async def metrics(_request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner
+
+
+__all__ = ["middleware", "serve_metrics"]

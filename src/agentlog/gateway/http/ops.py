@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from agentlog.gateway.http.auth import principal
-from agentlog.gateway.http.context import services, wait_min_seq
 from agentlog.gateway.http.errors import ApiError
 from agentlog.gateway.http.replies import reply
+from agentlog.gateway.http.requests import principal, services
 from agentlog.gateway.http.routing import Route
 from agentlog.gateway.operations.monitoring import queue_report
+from agentlog.gateway.operations.services import wait_min_seq
 
 
 async def ops_queue(request: web.Request) -> web.Response:

@@ -20,14 +20,15 @@ from agentlog.eventlog.events import (
     ToolCallDecided,
 )
 from agentlog.gateway.http import sse
-from agentlog.gateway.http.auth import Principal, principal
-from agentlog.gateway.http.context import Services, get_thread_view, services, wait_min_seq
 from agentlog.gateway.http.errors import not_found
 from agentlog.gateway.http.replies import reply
+from agentlog.gateway.http.requests import principal, services
 from agentlog.gateway.http.routing import Route, parse_query, path_id
 from agentlog.gateway.http.threads import resume_point
 from agentlog.gateway.operations import operations as ops
+from agentlog.gateway.operations.auth import Principal
 from agentlog.gateway.operations.models import EventsQuery, GetViewQuery, ListRunsQuery
+from agentlog.gateway.operations.services import Services, get_thread_view, wait_min_seq
 
 
 async def list_runs(request: web.Request) -> web.Response:
@@ -41,7 +42,7 @@ async def get_run(request: web.Request) -> web.Response:
     return reply(await ops.get_run(services(request), principal(request), run_id, q))
 
 
-def _pauses(event: AnyEvent) -> bool:
+def pauses(event: AnyEvent) -> bool:
     """A followed run stream ends when the run finishes or suspends (waits for a human)."""
     return isinstance(event, (RunFinished, RunSuspended))
 
@@ -53,7 +54,7 @@ def paused(commits: list[StoredCommit]) -> bool | None:
     A suspension whose calls all have a decision recorded after it is not a pause: a worker is
     to apply them (the run is on its way, and its stream goes on to its next pause).
 
-    The same events as the live stream's end (`_pauses`), so that "the pause is already in the
+    The same events as the live stream's end (`pauses`), so that "the pause is already in the
     history" and "wait for the pause live" cannot disagree: a run paused by this test ends the
     stream after its history, one not paused is followed until a pause event arrives live. (A
     fold's status could say `running` after a `RunSuspended`, and the stream would then wait for
@@ -72,8 +73,8 @@ def paused(commits: list[StoredCommit]) -> bool | None:
     return None
 
 
-async def _run_from_log(svc: Services, who: Principal, run_id: str,
-                        after: Position | None = None) -> tuple[list[StoredCommit], str, bool]:
+async def run_from_log(svc: Services, who: Principal, run_id: str,
+                       after: Position | None = None) -> tuple[list[StoredCommit], str, bool]:
     """The run's commits (with `after`, those from `after`'s commit on, when that is enough to
     tell whether the run is paused: a stream resumed with `Last-Event-ID` does not read the
     run's whole history again), its thread, and whether it is live (not paused: see `paused`)."""
@@ -95,8 +96,8 @@ async def _run_from_log(svc: Services, who: Principal, run_id: str,
     return commits, thread_id, not state
 
 
-async def _follow_run(request: web.Request, svc: Services, run_id: str, thread_id: str,
-                      commits: list[StoredCommit]) -> sse.Membership | None:
+async def follow_run(request: web.Request, svc: Services, run_id: str, thread_id: str,
+                     commits: list[StoredCommit]) -> sse.Membership | None:
     """Join the thread's shared feed, then read the run's commits appended since `commits` (so
     the history ends after the join: no gap). Extends `commits`; None (and left) if the run
     paused meanwhile (its pause is then in the history, and nothing live would end the stream)."""
@@ -118,10 +119,10 @@ async def run_events(request: web.Request) -> web.StreamResponse:
     run_id = path_id(request, kind="run_id")
     q = parse_query(request, EventsQuery)
     after = resume_point(request, q)
-    commits, thread_id, running = await _run_from_log(svc, who, run_id, after if q.follow else None)
-    live = await _follow_run(request, svc, run_id, thread_id, commits) if q.follow and running else None
+    commits, thread_id, running = await run_from_log(svc, who, run_id, after if q.follow else None)
+    live = await follow_run(request, svc, run_id, thread_id, commits) if q.follow and running else None
     frames = sse.positioned_events(commits, live, after, keep=lambda c: c.commit.run_id == run_id,
-                                   stop=_pauses)
+                                   stop=pauses)
     return await sse.stream(request, frames, queue_size=svc.settings.sse_queue,
                             heartbeat=svc.settings.sse_heartbeat, stall=svc.settings.sse_stall)
 

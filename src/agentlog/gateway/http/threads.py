@@ -16,10 +16,9 @@ from agentlog.eventlog.events import (
     ThreadMetadataUpdated,
 )
 from agentlog.gateway.http import sse
-from agentlog.gateway.http.auth import principal
-from agentlog.gateway.http.context import services, thread_from_log
 from agentlog.gateway.http.errors import ApiError
 from agentlog.gateway.http.replies import reply
+from agentlog.gateway.http.requests import principal, services
 from agentlog.gateway.http.routing import Route, parse_body, parse_query, path_id
 from agentlog.gateway.operations import operations as ops
 from agentlog.gateway.operations.models import (
@@ -34,6 +33,7 @@ from agentlog.gateway.operations.models import (
     StateQuery,
     UpdateThread,
 )
+from agentlog.gateway.operations.services import thread_from_log
 from agentlog.gateway.operations.threads import after, append, create, current, revoke
 from agentlog.gateway.operations.timeline import within
 from agentlog.projections.timetravel import state_at

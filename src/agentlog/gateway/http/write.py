@@ -15,11 +15,10 @@ from __future__ import annotations
 from aiohttp import web
 
 from agentlog.gateway.http import sse
-from agentlog.gateway.http.auth import principal
-from agentlog.gateway.http.context import services
 from agentlog.gateway.http.replies import reply
+from agentlog.gateway.http.requests import principal, services
 from agentlog.gateway.http.routing import Route, parse_body, path_id
-from agentlog.gateway.http.runs import _follow_run, _pauses, _run_from_log
+from agentlog.gateway.http.runs import follow_run, pauses, run_from_log
 from agentlog.gateway.operations import operations as ops
 from agentlog.gateway.operations.dispatch import Dispatcher
 from agentlog.gateway.operations.models import CancelRunBody, RunInputsBody, StartRunBody
@@ -45,10 +44,10 @@ def write_routes(dispatcher: Dispatcher) -> list[Route]:
         done = await ops.start_run(svc, who, dispatcher, body)
         if not wants_sse(request):
             return reply(ops.accepted(done), status=202)
-        commits, thread_id, running = await _run_from_log(svc, who, done.run_id)
-        live = await _follow_run(request, svc, done.run_id, thread_id, commits) if running else None
+        commits, thread_id, running = await run_from_log(svc, who, done.run_id)
+        live = await follow_run(request, svc, done.run_id, thread_id, commits) if running else None
         frames = sse.positioned_events(commits, live, None, keep=lambda c: c.commit.run_id == done.run_id,
-                                       stop=_pauses)
+                                       stop=pauses)
         return await sse.stream(request, frames, queue_size=svc.settings.sse_queue,
                                 heartbeat=svc.settings.sse_heartbeat, stall=svc.settings.sse_stall)
 

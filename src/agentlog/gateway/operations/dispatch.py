@@ -526,8 +526,6 @@ class QueueDispatcher:
             return await self.start_run(_agent_of(commits), messages, thread_id=commits[0].commit.thread_id,
                                         parent_run_id=run_id, decisions=decisions,
                                         interrupt=mode == "interrupt" and not _finished(commits))
-        if not decisions:
-            raise InvalidInput("give decisions and/or messages")
         run = await self.loader.load(run_id)  # the one read of the run: snapshot + tail
         thread_id = run.thread_id
         if access is not None:
@@ -552,7 +550,6 @@ class QueueDispatcher:
         """`QueueMessages` for a running run: checked here as the worker's runtime would (a
         finished run is `run_finished`, nothing queued); the effect waited for is the
         `MessageQueued` of these message ids (chosen here, so the wait can recognise them)."""
-        _check_queueable(messages, decisions)
         wire = _with_ids(messages)
         try:
             ids = {m.id for m in queue_input(wire, mode, PlaceholderIds())}

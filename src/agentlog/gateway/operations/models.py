@@ -63,31 +63,31 @@ MinSeq = Annotated[int | None, Field(
 ResourceId = Annotated[str, Field(min_length=1, max_length=256)]
 
 
-class _Model(BaseModel):
+class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class _Query(_Model):
+class Query(Model):
     """Query strings: unknown parameters are rejected too (a typo must not silently widen a list)."""
 
 
 # -- threads ----------------------------------------------------------------------------------
 
 
-class CreateThread(_Model):
+class CreateThread(Model):
     thread_id: Id | None = Field(default=None, description="generated (time-ordered) when absent")
     resource_id: ResourceId | None = None
     parent_thread_id: Id | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
-class UpdateThread(_Model):
+class UpdateThread(Model):
     metadata: dict[str, Any] = Field(description="merged into the metadata; a null value removes the key")
     expected_version: int | None = Field(
         default=None, ge=0, description="optimistic concurrency: 409 unless the thread is at this version")
 
 
-class ReplaceMessage(_Model):
+class ReplaceMessage(Model):
     """A message of the forked history to change (by id): its new content (and role)."""
 
     id: str = Field(min_length=1, max_length=256, description="the id of a message in the history as of `at`")
@@ -95,7 +95,7 @@ class ReplaceMessage(_Model):
     role: Literal["user", "system", "assistant", "tool"] | None = None
 
 
-class ForkThread(_Model):
+class ForkThread(Model):
     at: EventId = Field(description="the event of the source thread to fork at (its messages and state as of it)")
     new_thread_id: Id | None = Field(default=None, description="the fork's id; generated when absent")
     state: dict[str, Any] | None = Field(default=None, description="the fork's thread state (replaces it)")
@@ -105,12 +105,12 @@ class ForkThread(_Model):
     metadata: dict[str, Any] = Field(default_factory=dict, description="merged into the source's metadata")
 
 
-class RevokeQuery(_Query):
+class RevokeQuery(Query):
     tool: str = Field(min_length=1, max_length=256, description="the tool (glob) of the standing rules to remove")
     verdict: Literal["allow", "deny"] | None = Field(default=None, description="only rules of this verdict")
 
 
-class ListThreadsQuery(_Query):
+class ListThreadsQuery(Query):
     limit: Limit = DEFAULT_LIMIT
     offset: Offset = 0
     resource_id: ResourceId | None = None
@@ -118,27 +118,27 @@ class ListThreadsQuery(_Query):
     min_seq: MinSeq = None
 
 
-class GetViewQuery(_Query):
+class GetViewQuery(Query):
     min_seq: MinSeq = None
 
 
-class DeleteThreadQuery(_Query):
+class DeleteThreadQuery(Query):
     expected_version: int | None = Field(default=None, ge=0)
     reason: str | None = Field(default=None, max_length=1000)
 
 
-class MessagesQuery(_Query):
+class MessagesQuery(Query):
     after: EventId | None = Field(default=None, description="only messages after this event id (cursor)")
     limit: Limit = DEFAULT_LIMIT
     run_id: RunId | None = None
     visibility: Literal["all", "internal"] | None = None
 
 
-class StateQuery(_Query):
+class StateQuery(Query):
     at: EventId | None = Field(default=None, description="time travel: the state as of this event id")
 
 
-class EventsQuery(_Query):
+class EventsQuery(Query):
     after: EventId | None = Field(
         default=None, description="resume after this event id (the Last-Event-ID header wins)")
     follow: bool = Field(default=False, description="keep tailing live events (with heartbeats)")
@@ -147,7 +147,7 @@ class EventsQuery(_Query):
 # -- runs -------------------------------------------------------------------------------------
 
 
-class ListRunsQuery(_Query):
+class ListRunsQuery(Query):
     thread_id: Id | None = None
     status: Literal["running", "waiting", "done"] | None = None
     agent_id: Id | None = None
@@ -162,7 +162,7 @@ class ListRunsQuery(_Query):
 MAX_ITEMS = 1000
 
 
-class ContentPartIn(_Model):
+class ContentPartIn(Model):
     """One part of a multimodal message: text, or an image / file as base64 `data` (with its
     `media_type`) or a `url`. Large binaries are kept in the Object Store by reference."""
 
@@ -174,7 +174,7 @@ class ContentPartIn(_Model):
     filename: str | None = None
 
 
-class InputMessage(_Model):
+class InputMessage(Model):
     """One input message; a bare string is shorthand for `{"role": "user", "content": ...}`;
     `content` may be a list of parts (text, image, file)."""
 
@@ -187,7 +187,7 @@ Messages = Annotated[str | list[InputMessage | str], Field(
     description="a string (one user message) or a list of {role, content} objects / strings")]
 
 
-class DecisionIn(_Model):
+class DecisionIn(Model):
     """A human decision for a suspended tool call (DESIGN 4.3); idempotent on decision_id."""
 
     target_id: Id = Field(description="the suspended call id")
@@ -198,7 +198,7 @@ class DecisionIn(_Model):
     updated_at: int = Field(default=0, ge=0, description="unix ms; the server's clock when 0")
 
 
-class OverridesIn(_Model):
+class OverridesIn(Model):
     """This run's overrides of the agent's configuration, within what the agent allows (its
     `overrides` policy; anything else is a 400 `override_not_allowed`)."""
 
@@ -209,14 +209,14 @@ class OverridesIn(_Model):
                                                                       "agent allows, over its model_options")
 
 
-class ContextIn(_Model):
+class ContextIn(Model):
     """Context for the model (shown in the system prompt, after the agent's own)."""
 
     description: str = Field(max_length=10_000)
     value: str = Field(max_length=100_000)
 
 
-class StartRunBody(_Model):
+class StartRunBody(Model):
     agent_id: Id
     thread_id: Id | None = Field(default=None, description="a new thread when absent")
     run_id: RunId | None = Field(default=None, description="generated when absent")
@@ -232,7 +232,7 @@ class StartRunBody(_Model):
                                                                      "(top-level keys; recorded as a state patch)")
 
 
-class RunInputsBody(_Model):
+class RunInputsBody(Model):
     decisions: list[DecisionIn] = Field(default_factory=list, max_length=MAX_ITEMS)
     messages: Messages = Field(default_factory=list, description="non-empty: a continuation run")
     mode: Literal["interrupt", "steer", "follow_up"] | None = Field(
@@ -247,14 +247,14 @@ class RunInputsBody(_Model):
             raise ValueError("give decisions and/or messages")
 
 
-class CancelRunBody(_Model):
+class CancelRunBody(Model):
     reason: str | None = Field(default=None, max_length=1000)
 
 
 # -- NATS request bodies: the HTTP inputs plus the path ids ------------------------------------
 
 
-class AgentsQuery(_Query):
+class AgentsQuery(Query):
     """`agents.list` takes nothing (an empty body)."""
 
 

@@ -3,8 +3,8 @@
 Each injection point of the loop gets a replay double that answers from the `ReplayPlan`:
 `VerifyingStore` compares each commit with the recorded one instead of appending, `ReplayModel`
 answers inferences (after checking the request digest), `ReplayEntropy` hands out the recorded ids
-and timestamps, and `_ReplayTool` answers tool calls from the log (or re-executes them) and holds
-each result until its recorded turn. `_Session` is the state they share. Apart from the entry
+and timestamps, and `ReplayTool` answers tool calls from the log (or re-executes them) and holds
+each result until its recorded turn. `ReplaySession` is the state they share. Apart from the entry
 point (`agentlog.runtime.replay.verify`) so that the doubles, which are the subtle part, read on their own.
 """
 
@@ -30,14 +30,14 @@ from agentlog.runtime.models.base import (
     ModelResponse,
 )
 from agentlog.runtime.replay.plan import (
+    EndOfRecording,
     NonDeterminismError,
     RecordedOutcome,
     ReplayPlan,
-    _as_recorded,
-    _EndOfRecording,
-    _request_difference,
-    _signals_cancel,
+    as_recorded,
     is_external,
+    request_difference,
+    signals_cancel,
     signals_queued,
 )
 from agentlog.runtime.tools import Tool, ToolContext, ToolResult
@@ -45,7 +45,7 @@ from agentlog.runtime.tools import Tool, ToolContext, ToolResult
 # == the session: shared replay state =============================================================
 
 
-class _Session:
+class ReplaySession:
     """What the store, model, entropy and tools share: progress, the first divergence, and the
     release events that hold tool results until their recorded turn."""
 
@@ -167,7 +167,7 @@ class ReplayModel:
     """Answers every inference from the recording, in order, after checking its request."""
 
     def __init__(
-        self, plan: ReplayPlan, session: _Session, entropy: ReplayEntropy,
+        self, plan: ReplayPlan, session: ReplaySession, entropy: ReplayEntropy,
         requests: Sequence[ModelRequest | str] | None = None, name: str = "replay",
     ) -> None:
         self.plan = plan
@@ -191,7 +191,7 @@ class ReplayModel:
             return
         detail = "the model request differs from the recorded one"
         if isinstance(given, ModelRequest):
-            detail += ": " + _request_difference(given, request)
+            detail += ": " + request_difference(given, request)
         elif rec.record.request_digests:
             parts = differing_parts(rec.record.request_digests, request_part_digests(request))
             detail += ": " + (", ".join(parts) + " changed" if parts else "a part not digested on its own changed")
@@ -219,7 +219,7 @@ class ReplayModel:
             ))
             return
         if plan.open:
-            raise _EndOfRecording()
+            raise EndOfRecording()
         term = plan.termination
         if term is not None and term.type == "error":
             if term.code == ContextOverflow.code:
@@ -231,7 +231,7 @@ class ReplayModel:
         raise ModelError(f"replay: the log records no inference #{index + 1} for run {plan.run_id!r}")
 
 
-class _ReplayModels(ModelRegistry):
+class ReplayModels(ModelRegistry):
     """Every model name (and model instance in a spec) resolves to the replay model."""
 
     def __init__(self, model: ReplayModel) -> None:
@@ -245,15 +245,15 @@ class _ReplayModels(ModelRegistry):
 # == tools ========================================================================================
 
 
-class _ReplayTool(Tool):
+class ReplayTool(Tool):
     """The app's tool, re-executed (or answered from the log), its result held until its turn."""
 
     _inner: Tool
-    _session: _Session
+    _session: ReplaySession
     _from_log: bool
 
     @classmethod
-    def wrap(cls, inner: Tool, session: _Session, from_log: bool) -> _ReplayTool:
+    def wrap(cls, inner: Tool, session: ReplaySession, from_log: bool) -> ReplayTool:
         obj = cls.__new__(cls)
         obj.__dict__.update(inner.__dict__)
         obj.__dict__.pop("bind_runtime", None)  # a replay acts on no run (agentlog.runtime.toolkits.subagents)
@@ -268,7 +268,7 @@ class _ReplayTool(Tool):
         session = self._session
         outcome = session.next_outcome(ctx.call_id)
         if outcome is None and session.plan.open:
-            raise _EndOfRecording()  # never run a tool past the end of the recording
+            raise EndOfRecording()  # never run a tool past the end of the recording
         if self._from_log:
             self.validate(arguments)
             session.from_log += 1
@@ -300,7 +300,7 @@ class VerifyingStore:
     followed them (so OCC sends the loop down its recorded `VersionConflict` path).
     """
 
-    def __init__(self, plan: ReplayPlan, session: _Session) -> None:
+    def __init__(self, plan: ReplayPlan, session: ReplaySession) -> None:
         self.plan = plan
         self.session = session
         self.visible: list[StoredCommit] = list(plan.history)
@@ -330,7 +330,7 @@ class VerifyingStore:
         index = self.session.verified
         if index >= len(plan.loop):
             if plan.open:
-                raise _EndOfRecording()
+                raise EndOfRecording()
             after = plan.segment[-1].seq + 1
             raise self._diverge(Position(after, 0), None, commit.events[0] if commit.events else None,
                                 f"the loop wrote {index - len(plan.loop) + 1} commit(s) more than recorded")
@@ -338,7 +338,7 @@ class VerifyingStore:
         expected = rec.commit
         for i in range(max(len(expected.events), len(commit.events))):
             want = expected.events[i] if i < len(expected.events) else None
-            got = _as_recorded(want, commit.events[i] if i < len(commit.events) else None)
+            got = as_recorded(want, commit.events[i] if i < len(commit.events) else None)
             if want != got:
                 raise self._diverge(Position(rec.seq, i), want, got)
         for name in ("thread_id", "run_id", "commit_id", "ts"):
@@ -367,7 +367,7 @@ class VerifyingStore:
             self.external += 1
             nxt = self.session.verified
             next_loop = self.plan.loop[nxt] if nxt < len(self.plan.loop) else None
-            if _signals_cancel(self.plan, ext, next_loop) and self.on_cancel is not None:
+            if signals_cancel(self.plan, ext, next_loop) and self.on_cancel is not None:
                 self.on_cancel()
             if signals_queued(self.plan, ext, next_loop) and self.on_poke is not None:
                 self.on_poke()

@@ -99,11 +99,11 @@ class UnknownReplayRun(AgentlogError, LookupError):
     code = "run_not_found"
 
 
-class _EndOfRecording(Exception):
+class EndOfRecording(Exception):
     """The replayed loop reached the end of an open recording (`ReplayPlan.open`): stop it."""
 
 
-def _request_difference(expected: ModelRequest, actual: ModelRequest) -> str:
+def request_difference(expected: ModelRequest, actual: ModelRequest) -> str:
     """Name the first part of two requests that differs (for the error message)."""
     if expected.model != actual.model:
         return f"model {expected.model!r} != {actual.model!r}"
@@ -310,7 +310,7 @@ def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
     )
 
 
-def _signals_cancel(plan: ReplayPlan, external: StoredCommit, next_loop: StoredCommit | None) -> bool:
+def signals_cancel(plan: ReplayPlan, external: StoredCommit, next_loop: StoredCommit | None) -> bool:
     """Must the loop get the in-process cancel signal for this external commit, or only meet it on
     its next append? The recording tells: if the loop's next commit is the bare cancel finish (no
     inference, no tool result), the loop was idle (awaiting a tool or the model) until signalled;
@@ -358,7 +358,7 @@ def next_session(plan: ReplayPlan, verified: int) -> tuple[str, Any] | None:
     return "resume", None
 
 
-def _as_recorded(want: AnyEvent | None, got: AnyEvent | None) -> AnyEvent | None:
+def as_recorded(want: AnyEvent | None, got: AnyEvent | None) -> AnyEvent | None:
     """A log written before `InferenceCompleted.request_digests` existed records none: the
     replayed event is compared without it (the full `request_digest` is still checked)."""
     if (isinstance(want, InferenceCompleted) and want.request_digests is None

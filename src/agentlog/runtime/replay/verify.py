@@ -63,19 +63,19 @@ from agentlog.runtime.models.base import ModelRequest
 from agentlog.runtime.replay.answer import (
     ReplayEntropy,
     ReplayModel,
+    ReplayModels,
+    ReplaySession,
+    ReplayTool,
     VerifyingStore,
-    _ReplayModels,
-    _ReplayTool,
-    _Session,
 )
 from agentlog.runtime.replay.plan import (
     EXTERNAL_EVENT_TYPES,
+    EndOfRecording,
     NonDeterminismError,
     RecordedInference,
     RecordedOutcome,
     ReplayPlan,
     UnknownReplayRun,
-    _EndOfRecording,
     describe,
     is_external,
     next_session,
@@ -165,7 +165,7 @@ def _agents_and_tools(app: AgentsAndTools) -> tuple[AgentRegistry, list[Tool]]:
     return agents, tools
 
 
-async def _drive(rt: Runtime, plan: ReplayPlan, session: _Session, first: RunResult) -> None:
+async def _drive(rt: Runtime, plan: ReplayPlan, session: ReplaySession, first: RunResult) -> None:
     """Drive the run through every session the recording holds, the way the recording's parties
     did: each time the loop stops short of the recorded end (waiting), apply what came next
     through the runtime's public API -- `decide()` with the recorded decisions, `cancel()` with
@@ -221,18 +221,18 @@ async def verify_run(
     plan = plan_replay(commits, run_id)
     agents, app_tools = _agents_and_tools(app)
     spec = agents.get(plan.agent_id)
-    session = _Session(plan, parallel=spec.tool_execution_mode != "sequential")
+    session = ReplaySession(plan, parallel=spec.tool_execution_mode != "sequential")
     entropy = ReplayEntropy(plan)
     model = ReplayModel(plan, session, entropy, requests, name=spec.model_name)
     store = VerifyingStore(plan, session)
     names = set(t.name for t in app_tools) if tools_from_log is True else set(tools_from_log or ())
     # tools that start other runs (sub-agents) always answer from the log: replay never acts
     names |= {t.name for t in app_tools if getattr(t, "replay_from_log", False)}
-    tools = [_ReplayTool.wrap(t, session, t.name in names) for t in app_tools]
+    tools = [ReplayTool.wrap(t, session, t.name in names) for t in app_tools]
     # context summaries are inputs from the log, like the model's answers
     summaries = RecordedSummaries([e for sc in plan.loop for e in sc.commit.events if type(e) is ContextCompacted])
     # every agent: a run that hands off goes on with another one
-    rt = Runtime(store, agents=list(agents), tools=tools, models=_ReplayModels(model), entropy=entropy,
+    rt = Runtime(store, agents=list(agents), tools=tools, models=ReplayModels(model), entropy=entropy,
                  summarizer=summaries)
 
     pending_cancel: list[bool] = []
@@ -274,7 +274,7 @@ async def verify_run(
                 Position(plan.loop[k].seq if k < len(plan.loop) else plan.segment[-1].seq + 1, 0), want, None,
                 f"the loop made no progress for {timeout_s}s after {k} verified commit(s)", run_id=run_id,
             ))
-    except _EndOfRecording:
+    except EndOfRecording:
         pass  # an open recording fully verified; the loop was stopped where it ends
     except Exception:  # noqa: BLE001 - a divergence surfaces as whatever the loop made of it
         if session.error is None:

@@ -24,9 +24,8 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from agentlog.gateway.adapters.a2a.asgi import serve_asgi
-from agentlog.gateway.http.auth import AUTHENTICATOR, principal
-from agentlog.gateway.http.context import services
 from agentlog.gateway.http.errors import ApiError
+from agentlog.gateway.http.requests import AUTHENTICATOR, principal, services
 from agentlog.gateway.http.routing import Route
 from agentlog.gateway.http.urls import listen_base_url
 from agentlog.gateway.operations.dispatch import Dispatcher

@@ -1,15 +1,13 @@
-"""Frontend tool stubs: backend declarations of tools the client executes.
+"""Frontend tool stubs for the tests: backend declarations of tools the client executes.
 
-Superseded for AG-UI: a tool listed in `RunAgentInput.tools` is recorded with the run
-(`RunStarted.frontend_tools`, see `agentlog.runtime.frontend`) and needs no declaration here. A stub is
-still useful where the protocol carries no tool list (AI SDK `useChat`, plain `/v1/runs`): an app
-declares the frontend tools its agents may call, and `frontend_tool(name, description,
-parameters)` builds a `Tool` that never runs anything; it suspends the call
-(`ToolResult.pending`, action `frontend_tool`, resume mode `use_decision_as_tool_result`), and
-the client's result comes back as the decision whose payload IS the tool result.
-
-Backward compatible: a request that also lists a stubbed name in its `tools` is not a conflict
-(`Runtime.start` leaves that name to the stub, marked `frontend_stub`).
+A tool listed in a request's `tools` (AG-UI `RunAgentInput.tools`) is recorded with the run
+(`RunStarted.frontend_tools`, see `agentlog.runtime.frontend`) and needs no declaration. The
+runtime still honours a stub that an app declares itself (a `Tool` with `frontend_stub` set):
+`frontend_tool(name, description, parameters)` builds one that never runs anything; it suspends
+the call (`ToolResult.pending`, action `frontend_tool`, resume mode
+`use_decision_as_tool_result`), and the client's result comes back as the decision whose payload
+IS the tool result. The tests use it to check that a request listing a stubbed name in its
+`tools` is not a conflict (`Runtime.start` leaves that name to the stub).
 """
 
 from __future__ import annotations
@@ -36,5 +34,3 @@ def frontend_tool(name: str, description: str = "", parameters: dict[str, Any] |
     t.frontend_stub = True  # see agentlog.runtime.frontend.is_frontend_stub
     return t
 
-
-__all__ = ["ACTION", "frontend_tool"]
