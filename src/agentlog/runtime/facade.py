@@ -24,7 +24,6 @@ from agentlog.eventlog.events import (
     Position,
     QueueMode,
     RunCancelRequested,
-    RunFinished,
     StoredCommit,
     Termination,
     ToolCallDecided,
@@ -838,57 +837,44 @@ class Runtime:
     # -- cancelling ----------------------------------------------------------------------------
 
     async def cancel(self, run_id: str, reason: str | None = None) -> bool:
-        """Append `RunCancelRequested` and signal the run if it runs in this process. Returns
-        False if the run had already finished (nothing appended).
+        """Cancel the run. Returns False if it had already finished (nothing appended).
 
         A run that waits for decisions runs nowhere: it is cancelled here, from the log, in one
-        commit (its suspended calls become `cancelled`, the run finishes `cancelled`)."""
-        validate_run_id(run_id)
-        active = self._active.get(run_id)
-        if active is not None and active[1].done:
-            active = None
-        thread_id = active[1].thread_id if active else await self._thread_of(run_id)
-        if active is None:
+        commit (its suspended calls become `cancelled`, the run finishes `cancelled`). A running
+        run gets a `RunCancelRequested` (and the signal, if it runs in this process), which its
+        loop takes at its next commit.
 
-            async def cancel_waiting(i: int) -> bool | None:
-                loaded = await self._load(run_id, thread_id, use_snapshot=i == 0)
-                ctx = loaded.ctx
-                if ctx.finished is not None:
-                    return False
-                if not (ctx.waiting and ctx.suspended and not ctx.running):
-                    return None  # running somewhere else: a cancel request is all we can do
+        Which of the two is decided on each attempt from the run as read after the thread's
+        version, and the commit is appended at that version: a run that suspends while the
+        cancel is on its way (its loop commits the suspension and stops) makes the append
+        conflict, and the next attempt sees it waiting. Deciding from whether a loop was running
+        when the call began would leave a waiting run holding a request no loop reads."""
+        validate_run_id(run_id)
+        running = self._active.get(run_id)
+        thread_id = running[1].thread_id if running is not None else await self._thread_of(run_id)
+
+        async def attempt(i: int) -> bool:
+            active = self._active.get(run_id)
+            loaded = await self._load(run_id, thread_id, use_snapshot=i == 0)
+            ctx = loaded.ctx
+            if ctx.finished is not None:
+                return False
+            if ctx.waiting and ctx.suspended and not ctx.running:
                 loop = self._loop_for(loaded, RunHandle(run_id, thread_id, loaded.spec.id))
                 await loop.cancel_waiting(reason)
                 _log.info("run.cancelled_while_waiting", thread_id=thread_id, run_id=run_id)
                 return True
-
-            try:
-                cancelled = await retry_on_conflict(cancel_waiting, f"cancel waiting run {run_id!r}")
-            except RunConflict:
-                cancelled = None  # the thread keeps moving: record a request instead
-            if cancelled is not None:
-                return cancelled
-
-        async def request(_i: int) -> bool:
-            # Version first: if the run finishes after this read, our append conflicts and we
-            # look again, so a cancel request never lands after RunFinished.
-            version = await self.store.thread_version(thread_id)
-            finished = False
-            async for sc in self.store.read_run(run_id):
-                finished = finished or any(type(e) is RunFinished for e in sc.commit.events)
-            if finished:
-                return False
             commit = Commit(
                 commit_id=self.entropy.new_id(), thread_id=thread_id, run_id=run_id,
                 ts=self.entropy.now_ms(), events=[RunCancelRequested(reason=reason)],
             )
-            await self.store.append(commit, version)  # a conflict: the run moved on, look again
+            await self.store.append(commit, loaded.version)  # a conflict: the run moved on, look again
             _log.info("run.cancel_requested", thread_id=thread_id, run_id=run_id)
-            if active is not None:
+            if active is not None and not active[1].done:
                 active[0].request_cancel()
             return True
 
-        return await retry_on_conflict(request, f"append a cancel request for run {run_id!r}")
+        return await retry_on_conflict(attempt, f"cancel run {run_id!r}")
 
     async def settled(self, run_id: str, *, recover: bool = False) -> None:
         """Wait for the observers' asynchronous effects of `run_id`'s commits (sub-agent lineage:
