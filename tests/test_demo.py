@@ -62,21 +62,40 @@ def test_agentlog_demo_auto_approve(tmp_path: Path) -> None:
     assert (tmp_path / "data" / "jetstream").is_dir()
 
 
-def _checkout_with_venv(root: Path) -> Path:
+def test_scripts_demo_installs_with_pip_when_uv_cannot_be_had(tmp_path: Path) -> None:
+    """Offline, or where no uv wheel exists: the install falls back to pip, and still happens once."""
+    checkout = _checkout_with_venv(tmp_path / "checkout", uv_available=False)
+    for _ in range(2):
+        proc = subprocess.run([str(checkout / "scripts" / "demo"), "--help"], cwd=tmp_path, env=_env(tmp_path),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0 and "--auto-approve" in proc.stdout, proc.stdout + proc.stderr
+    assert [line.split() for line in (checkout / "pip.log").read_text().splitlines()] == [
+        ["-m", "pip", "install", "--disable-pip-version-check", "-q", "uv"],
+        ["-m", "pip", "install", "--disable-pip-version-check", "-q", "-e", "."],
+    ]
+    assert not (checkout / "uv.log").exists()
+
+
+def _checkout_with_venv(root: Path, *, uv_available: bool = True) -> Path:
     """`scripts/demo` and `pyproject.toml` in `root`, with a `.venv` whose python is the suite's
-    own except for `-m pip` (recorded in `root/pip.log`, not run): the script's install step and
-    its stamp logic run for real, but the suite's shared venv is never reinstalled while other
-    tests spawn `agentlog` from it (a reinstall removes the package and its entry point for a
-    moment)."""
-    (root / "scripts").mkdir(parents=True)
+    own except for `-m pip` (recorded in `root/pip.log`, not run; installing `uv` puts a `uv`
+    that records its arguments in `root/uv.log`, or fails when not `uv_available`): the script's
+    install step and its stamp logic run for real, but the suite's shared venv is never
+    reinstalled while other tests spawn `agentlog` from it (a reinstall removes the package and
+    its entry point for a moment)."""
+    (root / "scripts" / "lib").mkdir(parents=True)
     shutil.copy2(ROOT / "scripts" / "demo", root / "scripts" / "demo")
+    shutil.copy2(ROOT / "scripts" / "lib" / "venv.sh", root / "scripts" / "lib" / "venv.sh")
     shutil.copy2(ROOT / "pyproject.toml", root / "pyproject.toml")
     bin_dir = root / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
     python = bin_dir / "python"
+    get_uv = (f'printf "#!/usr/bin/env bash\\necho \\"\\$*\\" >> {root}/uv.log\\n" > "$(dirname "$0")/uv"; '
+              'chmod +x "$(dirname "$0")/uv"; exit 0' if uv_available else "exit 1")
     python.write_text(
         "#!/usr/bin/env bash\n"
-        'if [ "${1:-}" = "-m" ] && [ "${2:-}" = pip ]; then echo "$*" >> "$(dirname "$0")/../../pip.log"; exit 0; fi\n'
+        'if [ "${1:-}" = "-m" ] && [ "${2:-}" = pip ]; then echo "$*" >> "$(dirname "$0")/../../pip.log"\n'
+        f'  if [ "${{@: -1}}" = uv ]; then {get_uv}; fi; exit 0; fi\n'
         f'exec {sys.executable} "$@"\n')
     python.chmod(0o755)
     (bin_dir / "agentlog").symlink_to(AGENTLOG)
@@ -104,14 +123,16 @@ def test_scripts_demo_end_to_end(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     _check_output(proc.stdout)
     assert "scripts/demo: installing agentlog" in proc.stderr, proc.stderr
-    assert (checkout / "pip.log").read_text().split() == ["-m", "pip", "install", "--disable-pip-version-check", "-q", "-e", "."]
-    assert stamp.read_text().strip() == hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    # pip fetches uv (one wheel), uv installs the package (parallel downloads)
+    assert (checkout / "pip.log").read_text().split() == ["-m", "pip", "install", "--disable-pip-version-check", "-q", "uv"]
+    assert (checkout / "uv.log").read_text().split() == ["pip", "install", "--python", ".venv/bin/python", "-q", "-e", "."]
+    assert stamp.read_text().split()[0] == hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
     # nothing changed since: the next start skips pip (and says nothing about installing)
     again = subprocess.run(["timeout", "120", str(checkout / "scripts" / "demo"), "--help"], cwd=tmp_path,
                            env={**env, "AGENTLOG_DEMO_ARGS": ""}, capture_output=True, text=True)
     assert again.returncode == 0 and "--auto-approve" in again.stdout, again.stdout + again.stderr
     assert "installing" not in again.stderr, again.stderr
-    assert len((checkout / "pip.log").read_text().splitlines()) == 1  # no second install
+    assert len((checkout / "uv.log").read_text().splitlines()) == 1  # no second install
     venv_cli = checkout / ".venv" / "bin" / "agentlog"
     assert (bin_dir / "agentlog").resolve() == venv_cli.resolve()
     assert f"linked {bin_dir / 'agentlog'} -> {venv_cli}" in proc.stderr, proc.stderr
