@@ -7,7 +7,7 @@ from typing import Any
 from agentlog.eventlog.memory import MemoryEventStore
 from agentlog.gateway.operations.app_loader import App
 from agentlog.runtime import AgentSpec, Runtime
-from agentlog.runtime.agent import AgentRegistry
+from agentlog.runtime.agents.spec import AgentRegistry
 from agentlog.runtime.models.scripted import ScriptedModel, Turn
 
 

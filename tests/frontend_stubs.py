@@ -1,7 +1,7 @@
 """Frontend tool stubs for the tests: backend declarations of tools the client executes.
 
 A tool listed in a request's `tools` (AG-UI `RunAgentInput.tools`) is recorded with the run
-(`RunStarted.frontend_tools`, see `agentlog.runtime.frontend`) and needs no declaration. The
+(`RunStarted.frontend_tools`, see `agentlog.runtime.inputs.frontend`) and needs no declaration. The
 runtime still honours a stub that an app declares itself (a `Tool` with `frontend_stub` set):
 `frontend_tool(name, description, parameters)` builds one that never runs anything; it suspends
 the call (`ToolResult.pending`, action `frontend_tool`, resume mode
@@ -17,7 +17,7 @@ from typing import Any
 import pydantic
 
 from agentlog.runtime import Tool, ToolContext, ToolResult
-from agentlog.runtime.frontend import ACTION
+from agentlog.runtime.inputs.frontend import ACTION
 
 
 def frontend_tool(name: str, description: str = "", parameters: dict[str, Any] | None = None) -> Tool:
@@ -31,6 +31,6 @@ def frontend_tool(name: str, description: str = "", parameters: dict[str, Any] |
 
     t = Tool(name, description or f"{name} (runs in the client)", args, suspend, "ctx")
     t.parameters = dict(parameters) if parameters else {"type": "object", "properties": {}}
-    t.frontend_stub = True  # see agentlog.runtime.frontend.is_frontend_stub
+    t.frontend_stub = True  # see agentlog.runtime.inputs.frontend.is_frontend_stub
     return t
 

@@ -24,8 +24,8 @@ from frontend_stubs import frontend_tool
 
 from agentlog.gateway.operations.app_loader import App
 from agentlog.runtime import AgentSpec, PermissionPlugin, ToolContext, ToolError, ToolResult, tool
+from agentlog.runtime.inputs.run_input import OverridePolicy
 from agentlog.runtime.models import ModelRequestRejected, ScriptedModel, Turn
-from agentlog.runtime.run_input import OverridePolicy
 
 PICK = "pick_color"
 

@@ -1,4 +1,4 @@
-"""`agentlog.runtime.admission.check_start` (pure): its size check is sound against the store it guards:
+"""`agentlog.runtime.inputs.admission.check_start` (pure): its size check is sound against the store it guards:
 whatever it lets through, the run-start commit `Runtime.start` then appends fits (the store never
 has to refuse it), for any message text, ASCII or not, near the limit. What it refuses is
 refused by `Runtime.start` with the same `CommitTooLarge` (the gateway's 413 = serve's 413)."""
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from agentlog.eventlog.errors import CommitTooLarge
 from agentlog.eventlog.memory import MemoryEventStore
 from agentlog.runtime import AgentSpec, Runtime
-from agentlog.runtime.admission import check_start
+from agentlog.runtime.inputs.admission import check_start
 from agentlog.runtime.models.scripted import ScriptedModel, Turn
 
 LIMIT = 4096

@@ -36,7 +36,7 @@ from agentlog.eventlog.events import (
     ToolCallSuspended,
 )
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
-from agentlog.runtime.run_input import CONTEXT_HEADING
+from agentlog.runtime.inputs.run_input import CONTEXT_HEADING
 
 from test_adapters_routes_support import TRANSPORTS, Transport, open_deployed
 

@@ -25,7 +25,7 @@ from agentlog.eventlog.events import (
 )
 from agentlog.gateway.operations.dispatch import InvalidInput, QueueDispatcher
 from agentlog.runtime import AgentSpec, PermissionPlugin, Runtime, tool
-from agentlog.runtime.frontend import (
+from agentlog.runtime.inputs.frontend import (
     ACTION,
     FrontendToolConflict,
     InvalidFrontendTools,

@@ -1,4 +1,4 @@
-"""Agent handoff (`agentlog.runtime.handoff`): the `transfer_to_<agent>` tools, the `HandOff`
+"""Agent handoff (`agentlog.runtime.agents.handoff`): the `transfer_to_<agent>` tools, the `HandOff`
 plugin action, the `AgentHandedOff` event and the folds that make the active agent thread
 state; each run recorded on a real JetStream store and verified by replay. Through real
 processes (HTTP, AG-UI, AI SDK, `replay --verify`): tests/test_handoff_skills_deployed.py."""
@@ -24,8 +24,8 @@ from agentlog.gateway.adapters.aisdk import AiSdkTranslator
 from agentlog.gateway.operations.dispatch import InProcessDispatcher
 from agentlog.projections import fold_commits
 from agentlog.runtime import AgentSpec, DeterministicEntropy, HandOff, PhaseContext, Plugin, Runtime, tool
-from agentlog.runtime.agent import UnknownAgent
-from agentlog.runtime.handoff import HandoffPlugin, HandoffTool
+from agentlog.runtime.agents.handoff import HandoffPlugin, HandoffTool
+from agentlog.runtime.agents.spec import UnknownAgent
 from agentlog.runtime.loop.run_context import RunContext, fold_context
 from agentlog.runtime.models import ScriptedModel, Turn
 from agentlog.runtime.replay.verify import verify_run

@@ -1,5 +1,5 @@
 """Issue #12 items 8 and 5 (gateway part): a run start is checked in full BEFORE its first write,
-with one shared check (`agentlog.runtime.admission.check_start`) that serve mode (`Runtime.start`) and
+with one shared check (`agentlog.runtime.inputs.admission.check_start`) that serve mode (`Runtime.start`) and
 gateway mode (`QueueDispatcher`) both call, so both answer the same typed error and neither
 leaves anything behind: no orphan `ThreadCreated`, no queued command.
 
@@ -105,7 +105,7 @@ async def test_unstorable_decisions_and_reasons_are_the_same_400_in_both_modes(
 
 
 async def test_a_deleted_thread_is_404_for_a_new_run_and_a_continuation(protocol_deployment: Deployment) -> None:
-    """Issue #16 item 3: one start-admission rule (`agentlog.runtime.admission.admit_thread`)
+    """Issue #16 item 3: one start-admission rule (`agentlog.runtime.inputs.admission.admit_thread`)
     answers a deleted thread with 404 `thread_not_found` however the run would start, and the
     waiting run on it is left as it was (a continuation used to cancel it before failing)."""
     from input_support import waiting_run

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import pathlib
 
 import pytest
 
@@ -18,7 +19,30 @@ GONE = [
     # re-exports of agentlog.gateway.operations.{services,auth}; the aiohttp side is http.requests
     "agentlog.gateway.http.context",
     "agentlog.gateway.http.auth",
+    # moved into the runtime's rooms (imported from there, no shim at the old path)
+    "agentlog.runtime.admission",  # inputs/
+    "agentlog.runtime.run_input",  # inputs/
+    "agentlog.runtime.frontend",  # inputs/
+    "agentlog.runtime.agent",  # agents/spec.py
+    "agentlog.runtime.handoff",  # agents/
+    "agentlog.runtime.skills",  # toolkits/
 ]
+
+
+#: How many modules the root of `agentlog.runtime` may hold before the next one must go in a room.
+RUNTIME_ROOT_LIMIT = 15
+
+
+def test_runtime_root_is_small() -> None:
+    """The runtime's root keeps the modules many rooms share; the rest live in rooms (loop/, inputs/,
+    agents/, ...) whose names say what is inside."""
+    runtime = importlib.util.find_spec("agentlog.runtime")
+    assert runtime is not None and runtime.submodule_search_locations
+    root = pathlib.Path(next(iter(runtime.submodule_search_locations)))
+    modules = sorted(p.stem for p in root.glob("*.py") if p.stem != "__init__")
+    assert len(modules) <= RUNTIME_ROOT_LIMIT, modules
+    for room in (p for p in root.iterdir() if p.is_dir() and p.name != "__pycache__"):
+        assert (room / "__init__.py").is_file(), f"{room.name}/ is not a package"
 
 
 @pytest.mark.parametrize("module", GONE)

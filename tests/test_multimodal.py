@@ -24,7 +24,7 @@ from agentlog.eventlog.events import ContentPart, MessageAppended
 from agentlog.eventlog.jetstream.payloads import INLINE_BINARY_LIMIT, has_refs
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.runtime import AgentSpec, Runtime
-from agentlog.runtime.admission import as_messages, check_messages
+from agentlog.runtime.inputs.admission import as_messages, check_messages
 from agentlog.runtime.models import ScriptedModel
 from agentlog.runtime.models.openai import OpenAIChatModel, to_wire_messages
 from agentlog.runtime.models.openai_sdk import OpenAISDKChatModel

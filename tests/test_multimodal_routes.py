@@ -25,7 +25,7 @@ from agentlog.gateway.adapters import agui, aisdk
 from agentlog.gateway.adapters.a2a.mapping import a2a_parts, message_content
 from agentlog.gateway.adapters.common import AdapterInputError
 from agentlog.projections.fold import fold_commits
-from agentlog.runtime.admission import as_messages
+from agentlog.runtime.inputs.admission import as_messages
 
 from test_http_support import open_remote, uid
 

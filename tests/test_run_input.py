@@ -1,4 +1,4 @@
-"""A run's client input besides messages (`agentlog.runtime.run_input`): overrides within the
+"""A run's client input besides messages (`agentlog.runtime.inputs.run_input`): overrides within the
 agent's policy, the client's context in the prompt, its state merged into the thread's, its
 forwarded props recorded; all in the run-start commit, so resume and verified replay use them.
 
@@ -19,9 +19,7 @@ from agentlog.eventlog.events import ContextEntry, RunOverrides, RunStarted, Sta
 from agentlog.gateway.adapters.agui import agui_run_input, parse_run_input
 from agentlog.gateway.adapters.common import AdapterInputError
 from agentlog.runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime, tool
-from agentlog.runtime.models import ScriptedModel, Turn
-from agentlog.runtime.replay.verify import plan_replay, verify_run
-from agentlog.runtime.run_input import (
+from agentlog.runtime.inputs.run_input import (
     CONTEXT_HEADING,
     OverrideNotAllowed,
     OverridePolicy,
@@ -32,6 +30,8 @@ from agentlog.runtime.run_input import (
     client_state_ops,
     context_text,
 )
+from agentlog.runtime.models import ScriptedModel, Turn
+from agentlog.runtime.replay.verify import plan_replay, verify_run
 
 from test_runtime_support import events_of, logged, store  # noqa: F401  (fixture)
 

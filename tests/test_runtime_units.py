@@ -28,7 +28,7 @@ from agentlog.runtime import (
     ToolResult,
     tool,
 )
-from agentlog.runtime.agent import MaxRounds
+from agentlog.runtime.agents.spec import MaxRounds
 from agentlog.runtime.loop.driver import RunContext, fold_context, resolve_gate
 from agentlog.runtime.models import ScriptedModel, Turn
 from agentlog.runtime.permission import PermissionPlugin, PermissionRule, decide

@@ -1,4 +1,4 @@
-"""Skills (`agentlog.runtime.skills`): SKILL.md parsing, the catalog, the safe file reads, the
+"""Skills (`agentlog.runtime.toolkits.skills`): SKILL.md parsing, the catalog, the safe file reads, the
 plugin's listing and the `load_skill` / `read_skill_file` tools on a real JetStream store with
 replay, and the config file's `skills`. Through real processes: tests/test_handoff_skills_deployed.py."""
 
@@ -17,7 +17,7 @@ from agentlog.runtime import AgentSpec, DeterministicEntropy, Runtime
 from agentlog.runtime.config import ConfigError, load_config
 from agentlog.runtime.models import ScriptedModel, Turn
 from agentlog.runtime.replay.verify import verify_run
-from agentlog.runtime.skills import (
+from agentlog.runtime.toolkits.skills import (
     InvalidSkill,
     SkillCatalog,
     SkillFileNotFound,

@@ -33,7 +33,7 @@ _EXPORTS: dict[str, str] = {
     "Runtime": "agentlog.runtime.facade",
     "RunHandle": "agentlog.runtime.facade",
     "RunResult": "agentlog.runtime.facade",
-    "AgentSpec": "agentlog.runtime.agent",
+    "AgentSpec": "agentlog.runtime.agents.spec",
     "ContextPolicy": "agentlog.runtime.context_policy",
     "tool": "agentlog.runtime.tools",
     "Tool": "agentlog.runtime.tools",
@@ -87,7 +87,7 @@ if TYPE_CHECKING:
     from agentlog.eventlog.jetstream.store import JetStreamEventStore
     from agentlog.eventlog.memory import MemoryEventStore
     from agentlog.gateway.operations.app_loader import App
-    from agentlog.runtime.agent import AgentSpec
+    from agentlog.runtime.agents.spec import AgentSpec
     from agentlog.runtime.config import load_config
     from agentlog.runtime.context_policy import ContextPolicy
     from agentlog.runtime.facade import RunHandle, RunResult, Runtime

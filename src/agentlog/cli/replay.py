@@ -235,7 +235,7 @@ async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: An
 
     `runtime` is imported here, not at the top, so the CLI starts fast; its loggers log to
     stderr whatever the import order (`agentlog.cli.logging`)."""
-    from agentlog.runtime.agent import UnknownAgent
+    from agentlog.runtime.agents.spec import UnknownAgent
     from agentlog.runtime.replay.verify import UnknownReplayRun
     from agentlog.runtime.toolkits.subagents import verify_tree
 

@@ -213,7 +213,7 @@ class AppRef(_Value, frozen=True):
 
 class ContextEntry(_Value, frozen=True):
     """One piece of context a client sent with the run (AG-UI `RunAgentInput.context`): shown to
-    the model in the system prompt, in order (`agentlog.runtime.run_input.context_text`)."""
+    the model in the system prompt, in order (`agentlog.runtime.inputs.run_input.context_text`)."""
 
     description: str
     value: str
@@ -221,7 +221,7 @@ class ContextEntry(_Value, frozen=True):
 
 class RunOverrides(_Value, frozen=True):
     """What a request changed of the agent's configuration for this run only, within what the
-    agent allows (`agentlog.runtime.run_input.OverridePolicy`): the model, the system prompt,
+    agent allows (`agentlog.runtime.inputs.run_input.OverridePolicy`): the model, the system prompt,
     provider options merged over `model_options`."""
 
     model: str | None = None

@@ -98,7 +98,7 @@ class RunView(_View, frozen=True):
     #: The model a pool chose for the run (`RunStarted.model`), if it names a pool.
     model: str | None = None
     #: The agent driving the run now: `agent_id`, or the target of its last handoff
-    #: (`AgentHandedOff`, `agentlog.runtime.handoff`).
+    #: (`AgentHandedOff`, `agentlog.runtime.agents.handoff`).
     active_agent: str | None = None
     #: The run's handoffs in order: `{from_agent, to_agent, reason, call_id, seq}`.
     handoffs: list[dict[str, Any]] = []

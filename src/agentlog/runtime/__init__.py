@@ -23,7 +23,13 @@
     result = await rt.run("calc", "hi")                  # start + result
 """
 
-from agentlog.runtime.agent import AgentRegistry, AgentSpec, ModelRegistry, RetryPolicy, ToolExecutionMode
+from agentlog.runtime.agents.spec import (
+    AgentRegistry,
+    AgentSpec,
+    ModelRegistry,
+    RetryPolicy,
+    ToolExecutionMode,
+)
 from agentlog.runtime.context_policy import ContextPolicy
 from agentlog.runtime.errors import RunConflict, RunNotFound, ThreadNotFound
 from agentlog.runtime.facade import CommittedEvent, DecideResult, RunHandle, RunResult, Runtime

@@ -34,14 +34,14 @@ import pydantic
 
 from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.store import EventStore
-from agentlog.runtime.agent import AgentOptions, AgentSpec
+from agentlog.runtime.agents.spec import AgentOptions, AgentSpec
 from agentlog.runtime.models.pool import ModelPool
 from agentlog.runtime.models.pricing import ModelPrices
 from agentlog.runtime.models.providers import PROVIDERS, is_provider_id, model_from_id
 from agentlog.runtime.permission import PermissionPlugin, PermissionRule
 from agentlog.runtime.plugins import Plugin
-from agentlog.runtime.skills import SkillCatalog, SkillError, SkillsPlugin, skill_tools
 from agentlog.runtime.toolkits.mcp import McpError, McpServerConfig, McpToolset
+from agentlog.runtime.toolkits.skills import SkillCatalog, SkillError, SkillsPlugin, skill_tools
 from agentlog.runtime.tools import Tool, ToolRegistry
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ class AgentConfig(AgentOptions):
     #: `allowed_agents` is set, may start exactly these agents.
     sub_agents: list[str] = []
     #: Names (or globs) of the file's `skills` this agent may use: it gets them listed in its
-    #: system prompt and the `load_skill` / `read_skill_file` tools (`agentlog.runtime.skills`).
+    #: system prompt and the `load_skill` / `read_skill_file` tools (`agentlog.runtime.toolkits.skills`).
     skills: list[str] = []
 
 
@@ -178,7 +178,7 @@ class AgentlogConfig(_Model):
     tools: list[str] = []
     mcp_servers: list[McpServerConfig] = []
     #: Skill folders (relative to this file): each a skill (it holds SKILL.md) or a folder of
-    #: them (`agentlog.runtime.skills`). Agents choose theirs with their own `skills`.
+    #: them (`agentlog.runtime.toolkits.skills`). Agents choose theirs with their own `skills`.
     skills: list[str] = []
     agents: list[AgentConfig] = pydantic.Field(min_length=1)
 

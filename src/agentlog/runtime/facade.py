@@ -34,13 +34,14 @@ from agentlog.eventlog.store import EventStore, as_generator
 from agentlog.projections.fold import RunFolder, fold_commits
 from agentlog.projections.store import ViewStore
 from agentlog.projections.views import RunView, ThreadView
-from agentlog.runtime.admission import admit_thread, check_start
-from agentlog.runtime.admission import as_messages as _as_messages
-from agentlog.runtime.agent import AgentRegistry, AgentSpec, ModelRegistry
+from agentlog.runtime.agents.handoff import handoff_tools
+from agentlog.runtime.agents.spec import AgentRegistry, AgentSpec, ModelRegistry
 from agentlog.runtime.context_policy import Summarizer
 from agentlog.runtime.errors import RunConflict, RunNotFound, retry_on_conflict
-from agentlog.runtime.frontend import check_no_conflict, is_frontend_stub, normalize_frontend_tools
-from agentlog.runtime.handoff import handoff_tools
+from agentlog.runtime.inputs.admission import admit_thread, check_start
+from agentlog.runtime.inputs.admission import as_messages as _as_messages
+from agentlog.runtime.inputs.frontend import check_no_conflict, is_frontend_stub, normalize_frontend_tools
+from agentlog.runtime.inputs.run_input import RunInput, as_run_input, check_overrides
 from agentlog.runtime.live import LiveSink, NullLiveSink
 from agentlog.runtime.loading import Handoff, LoadedRun, RunLoader, known_calls
 from agentlog.runtime.logs import get_logger
@@ -58,7 +59,6 @@ from agentlog.runtime.models.base import Model, ToolSpec
 from agentlog.runtime.models.providers import build_provider_model
 from agentlog.runtime.outage import OutagePolicy
 from agentlog.runtime.queued import Queued, queue_input, queue_messages
-from agentlog.runtime.run_input import RunInput, as_run_input, check_overrides
 from agentlog.runtime.snapshots.format import LoadedSnapshot, RunSnapshot, make_snapshot, with_finished_calls
 from agentlog.runtime.snapshots.store import SnapshotStore, save_snapshot
 from agentlog.runtime.tools import Tool, ToolRegistry
@@ -370,7 +370,7 @@ class Runtime:
         tool call when the new run's model sees it. Then the new run starts.
 
         `frontend_tools` (`ToolSpec`s or `{name, description, parameters}`): tools the client
-        executes, for this run only (`agentlog.runtime.frontend`). They are recorded in `RunStarted`, so
+        executes, for this run only (`agentlog.runtime.inputs.frontend`). They are recorded in `RunStarted`, so
         resume and verified replay need nothing but the log; a continuation inherits none of
         them (pass them again: an AG-UI client sends its tools with every request). Checked
         before anything is written: `InvalidFrontendTools` (name not an id, duplicate, shape),
@@ -382,7 +382,7 @@ class Runtime:
         starts on its own (child) thread, and the lineage is recorded in `ThreadCreated` and
         `RunStarted`; it is not a continuation. `thread_metadata`: of a new thread.
 
-        `run_input` (`agentlog.runtime.run_input.RunInput` or its JSON form): the client's
+        `run_input` (`agentlog.runtime.inputs.run_input.RunInput` or its JSON form): the client's
         overrides (checked against the agent's `overrides` policy: `OverrideNotAllowed`),
         context, forwarded props and state, all recorded in the run-start commit.
         """
@@ -405,7 +405,7 @@ class Runtime:
             check_overrides(given.overrides, spec.overrides, spec.model_name)
             if given.overrides.model is not None:
                 self.models.resolve(given.overrides.model)
-        # the input checks the gateway makes too (agentlog.runtime.admission): same input, same answer
+        # the input checks the gateway makes too (agentlog.runtime.inputs.admission): same input, same answer
         check_start(agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
                     decisions=decisions, resource_id=resource_id, frontend_tools=frontend,
                     max_payload=getattr(self.store, "max_payload", None), run_input=given)
@@ -466,7 +466,7 @@ class Runtime:
         return {n: t for n in spec.tools if (t := self.tools.get(n)) is not None}
 
     def _register_handoff_tools(self, specs: Iterable[AgentSpec]) -> None:
-        """The `transfer_to_<agent>` tools of the specs' declared handoffs (`agentlog.runtime.handoff`),
+        """The `transfer_to_<agent>` tools of the specs' declared handoffs (`agentlog.runtime.agents.handoff`),
         described with their targets' descriptions; a tool of that name already registered stays."""
         described = {a.id: a.description for a in self.agents}
         for transfer in handoff_tools(specs, described):

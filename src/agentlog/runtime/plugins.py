@@ -160,9 +160,9 @@ PHASE_ACTIONS: dict[str, tuple[type[Action], ...]] = {
 
 
 class AgentView(Protocol):
-    """What a hook reads of its agent: at run time it is the run's `agentlog.runtime.agent.AgentSpec`.
-    Typed structurally because `AgentSpec` holds its plugins (agentlog.runtime.agent imports this module),
-    so this module must not import agentlog.runtime.agent back (import-linter keeps it that way)."""
+    """What a hook reads of its agent: at run time it is the run's `agentlog.runtime.agents.spec.AgentSpec`.
+    Typed structurally because `AgentSpec` holds its plugins (agentlog.runtime.agents.spec imports this module),
+    so this module must not import agentlog.runtime.agents.spec back (import-linter keeps it that way)."""
 
     @property
     def id(self) -> str: ...

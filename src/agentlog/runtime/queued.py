@@ -26,8 +26,8 @@ from agentlog.eventlog.events import (
     StoredCommit,
 )
 from agentlog.eventlog.store import EventStore
-from agentlog.runtime.admission import as_messages, check_messages
 from agentlog.runtime.errors import RunEnded, RunNotFound, retry_on_conflict
+from agentlog.runtime.inputs.admission import as_messages, check_messages
 from agentlog.runtime.loop.entropy import Entropy
 
 QUEUE_MODES: tuple[QueueMode, ...] = ("steer", "follow_up")

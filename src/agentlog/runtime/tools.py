@@ -179,7 +179,7 @@ class Tool:
     replay_from_log: bool
     #: Called with the `Runtime` the tool is registered in (`agentlog.runtime.toolkits.subagents`).
     bind_runtime: Callable[[Any], None]
-    #: Stands in for a tool the client runs (`agentlog.runtime.frontend.is_frontend_stub`).
+    #: Stands in for a tool the client runs (`agentlog.runtime.inputs.frontend.is_frontend_stub`).
     frontend_stub: bool
 
     def __init__(

@@ -77,7 +77,7 @@ from agentlog.gateway.adapters.common import (
     request_overrides,
     safe_id,
 )
-from agentlog.runtime.admission import as_parts
+from agentlog.runtime.inputs.admission import as_parts
 from agentlog.runtime.models.base import ToolSpec
 
 #: `Content-Type` of the SSE encoding (`ag_ui.encoder.EventEncoder().get_content_type()`).
@@ -728,7 +728,7 @@ class AguiRunRequest:
     decisions: list[Decision]
     input: ag.RunAgentInput = field(repr=False)
     #: What a started run records of the request besides its messages and tools
-    #: (`agentlog.runtime.run_input`, JSON form): overrides, context, forwarded props, state.
+    #: (`agentlog.runtime.inputs.run_input`, JSON form): overrides, context, forwarded props, state.
     run_input: dict[str, Any] | None = None
 
 

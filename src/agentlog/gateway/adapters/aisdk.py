@@ -77,7 +77,7 @@ from agentlog.gateway.adapters.common import (
     request_overrides,
     safe_id,
 )
-from agentlog.runtime.admission import as_parts
+from agentlog.runtime.inputs.admission import as_parts
 
 #: Response headers of a UI message stream (AI SDK `uiMessageStreamHeaders`).
 HEADERS: dict[str, str] = {
@@ -455,7 +455,7 @@ class AiSdkRequest:
     #: `steer` / `follow_up` (body `agentlog.mode`): the new message is queued on the thread's
     #: running run instead of interrupting it (`agentlog.gateway.adapters.common.queue_mode`).
     mode: str | None = None
-    #: The body's `model` / `systemPrompt` / `config` as a run input (`agentlog.runtime.run_input`),
+    #: The body's `model` / `systemPrompt` / `config` as a run input (`agentlog.runtime.inputs.run_input`),
     #: recorded by a run it starts; None when it has none.
     run_input: dict[str, Any] | None = None
 

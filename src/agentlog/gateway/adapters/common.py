@@ -18,7 +18,7 @@ import structlog
 from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.events import AgentHandedOff, Event, Message, SuspendTicket
 from agentlog.eventlog.ids import is_valid_id
-from agentlog.runtime.frontend import ACTION as FRONTEND_ACTION
+from agentlog.runtime.inputs.frontend import ACTION as FRONTEND_ACTION
 
 _encode = msgspec.json.Encoder(order="deterministic").encode
 log = structlog.get_logger("agentlog.gateway.adapters")
@@ -296,7 +296,7 @@ async def guarded(events: AsyncIterator[Any], encode: Callable[[Any], T],
 
 
 #: The request keys read as run overrides (AG-UI `forwardedProps`, the AI SDK body), and the
-#: `RunOverrides` field each fills (`agentlog.runtime.run_input`).
+#: `RunOverrides` field each fills (`agentlog.runtime.inputs.run_input`).
 OVERRIDE_KEYS = {"model": "model", "systemPrompt": "system_prompt", "config": "options"}
 
 

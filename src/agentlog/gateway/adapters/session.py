@@ -62,8 +62,8 @@ from agentlog.projections.fold import fold_commits
 from agentlog.projections.timetravel import messages_at, state_at
 from agentlog.projections.views import RunView, ThreadView
 from agentlog.runtime import CommittedEvent
-from agentlog.runtime.admission import PlaceholderIds, as_messages
-from agentlog.runtime.run_input import OverrideNotAllowed
+from agentlog.runtime.inputs.admission import PlaceholderIds, as_messages
+from agentlog.runtime.inputs.run_input import OverrideNotAllowed
 
 
 class NotVisible(AgentlogError, LookupError):

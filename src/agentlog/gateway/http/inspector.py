@@ -90,7 +90,7 @@ def replay_app(app: web.Application) -> Any:
 
 
 async def verify(request: web.Request) -> web.Response:
-    from agentlog.runtime.agent import UnknownAgent
+    from agentlog.runtime.agents.spec import UnknownAgent
     from agentlog.runtime.replay.verify import verify_run
 
     svc, who = services(request), principal(request)

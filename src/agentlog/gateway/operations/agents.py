@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from agentlog.runtime.agent import AgentSpec
-from agentlog.runtime.handoff import handoff_tools
+from agentlog.runtime.agents.handoff import handoff_tools
+from agentlog.runtime.agents.spec import AgentSpec
 from agentlog.runtime.tools import Tool
 
 

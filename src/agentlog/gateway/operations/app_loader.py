@@ -105,7 +105,7 @@ def _as_app(obj: Any) -> Any | None:
     if _is_app(obj):
         return obj
     from agentlog.runtime import AgentSpec
-    from agentlog.runtime.agent import AgentRegistry
+    from agentlog.runtime.agents.spec import AgentRegistry
 
     if isinstance(obj, AgentRegistry):
         return App(agents=list(obj))

@@ -43,7 +43,9 @@ from agentlog.eventlog.ids import new_id, now_ms, validate_run_id
 from agentlog.eventlog.store import EventStore, as_generator
 from agentlog.gateway.operations.agents import agent_catalog
 from agentlog.projections.fold import fold_commits
-from agentlog.runtime.admission import (
+from agentlog.runtime.errors import RunConflict, RunNotFound, ThreadNotFound
+from agentlog.runtime.facade import Runtime
+from agentlog.runtime.inputs.admission import (
     InvalidRunInput,
     PlaceholderIds,
     admit_thread,
@@ -51,14 +53,18 @@ from agentlog.runtime.admission import (
     check_start_ids,
     check_storable,
 )
-from agentlog.runtime.errors import RunConflict, RunNotFound, ThreadNotFound
-from agentlog.runtime.facade import Runtime
-from agentlog.runtime.frontend import InvalidFrontendTools, normalize_frontend_tools
+from agentlog.runtime.inputs.frontend import InvalidFrontendTools, normalize_frontend_tools
+from agentlog.runtime.inputs.run_input import (
+    OverridePolicy,
+    RunInput,
+    as_run_input,
+    check_overrides,
+    run_input_wire,
+)
 from agentlog.runtime.loading import Handoff, LoadedRun, RunLoader, known_calls
 from agentlog.runtime.loop.hitl import check_decisions, decision_seqs, parse_decisions
 from agentlog.runtime.outage import is_transient
 from agentlog.runtime.queued import QUEUE_MODES, queue_input, recorded_ids
-from agentlog.runtime.run_input import OverridePolicy, RunInput, as_run_input, check_overrides, run_input_wire
 from agentlog.runtime.snapshots.store import SnapshotStore
 from agentlog.runtime.workers.commands import (
     DLQ_CODE,
@@ -495,7 +501,7 @@ class QueueDispatcher:
 
     async def _check_start(self, thread_id: str, run_id: str | None, parent_run_id: str | None,
                            interrupting: str | None = None) -> int:
-        """The start admission `Runtime.start` applies (`agentlog.runtime.admission.admit_thread`),
+        """The start admission `Runtime.start` applies (`agentlog.runtime.inputs.admission.admit_thread`),
         from the log, before anything is queued. Returns the thread's version (where the wait
         for the effect starts). `interrupting`: the running run the command cancels first (its
         being active is then no conflict; the worker starts only once it has finished)."""

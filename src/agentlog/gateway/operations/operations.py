@@ -64,7 +64,7 @@ def _decisions(decisions: list[DecisionIn]) -> list[dict[str, Any]]:
 
 
 def _run_input(body: StartRunBody) -> dict[str, Any] | None:
-    """The body's overrides, context and state as a run input (`agentlog.runtime.run_input`)."""
+    """The body's overrides, context and state as a run input (`agentlog.runtime.inputs.run_input`)."""
     out: dict[str, Any] = {}
     if body.overrides is not None:
         out["overrides"] = body.overrides.model_dump(exclude_none=True)

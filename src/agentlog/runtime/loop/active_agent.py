@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agentlog.eventlog.events import AgentHandedOff, StatePatched, Termination, ToolCallDecision
-from agentlog.runtime.agent import AgentSpec
+from agentlog.runtime.agents.spec import AgentSpec
 from agentlog.runtime.loop.decisions import tool_specs
 from agentlog.runtime.loop.staging import Staging
 from agentlog.runtime.models.base import ToolSpec
@@ -50,7 +50,7 @@ class ActiveAgent:
     def __init__(self, staging: Staging, spec: AgentSpec, tools: Mapping[str, Tool],
                  agents: AgentResolver | None) -> None:
         self.staging = staging
-        #: Resolves an agent id to its spec and tools, for handoffs (`agentlog.runtime.handoff`);
+        #: Resolves an agent id to its spec and tools, for handoffs (`agentlog.runtime.agents.handoff`);
         #: None: this loop cannot change agents (a `HandOff` then ends the run `error`).
         self.agents = agents
         self.use(spec, tools)

@@ -16,9 +16,10 @@ from typing import Any
 import msgspec
 
 from agentlog.eventlog.events import AnyEvent, Message, SuspendTicket, ToolCall, ToolCallGated
-from agentlog.runtime.agent import AgentSpec
+from agentlog.runtime.agents.spec import AgentSpec
 from agentlog.runtime.context_policy import fit
 from agentlog.runtime.digest import request_digest, request_part_digests
+from agentlog.runtime.inputs.run_input import context_text
 from agentlog.runtime.loop.run_context import RunContext
 from agentlog.runtime.models.base import ModelRequest, ToolSpec
 from agentlog.runtime.plugins import (
@@ -32,7 +33,6 @@ from agentlog.runtime.plugins import (
     SetResult,
     Suspend,
 )
-from agentlog.runtime.run_input import context_text
 from agentlog.runtime.stop import StopInput
 from agentlog.runtime.tools import InvalidToolArguments, Tool, ToolResult
 
@@ -130,7 +130,7 @@ def build_request(
     overrides = ctx.overrides
     system = spec.system_prompt
     options = spec.model_options
-    if overrides is not None:  # recorded in the run's RunStarted (agentlog.runtime.run_input)
+    if overrides is not None:  # recorded in the run's RunStarted (agentlog.runtime.inputs.run_input)
         if overrides.system_prompt is not None:
             system = overrides.system_prompt
         if overrides.options:

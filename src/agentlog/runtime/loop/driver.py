@@ -47,9 +47,10 @@ from agentlog.eventlog.events import (
     ToolCallDecision,
 )
 from agentlog.eventlog.store import EventStore
-from agentlog.runtime.agent import AgentSpec, ModelRegistry
+from agentlog.runtime.agents.spec import AgentSpec, ModelRegistry
 from agentlog.runtime.context_policy import ModelSummarizer, Summarizer
 from agentlog.runtime.errors import RunConflict
+from agentlog.runtime.inputs.run_input import CLIENT_STATE_SOURCE, RunInput, client_state_ops
 from agentlog.runtime.live import LiveSink
 from agentlog.runtime.logs import SafeLog, get_logger
 from agentlog.runtime.loop.active_agent import ActiveAgent
@@ -78,7 +79,6 @@ from agentlog.runtime.loop.staging import Cancelled, Requeue, Staging
 from agentlog.runtime.models.base import ModelError, is_truncated
 from agentlog.runtime.outage import OutagePolicy
 from agentlog.runtime.plugins import ExcludeTools, IncludeOnlyTools
-from agentlog.runtime.run_input import CLIENT_STATE_SOURCE, RunInput, client_state_ops
 from agentlog.runtime.stop import evaluate_stop
 from agentlog.runtime.tools import Tool
 

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from agentlog.eventlog.events import ContextCompacted, InferenceCompleted, Message, MessageAppended
-from agentlog.runtime.agent import ModelRegistry
+from agentlog.runtime.agents.spec import ModelRegistry
 from agentlog.runtime.context_policy import (
     Summarizer,
     context_tokens,

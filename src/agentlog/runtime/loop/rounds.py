@@ -35,7 +35,7 @@ from agentlog.eventlog.events import (
     ToolCallSuspended,
 )
 from agentlog.projections.errors import InvalidPatch
-from agentlog.runtime.frontend import frontend_ticket
+from agentlog.runtime.inputs.frontend import frontend_ticket
 from agentlog.runtime.live import LiveSink
 from agentlog.runtime.loop.active_agent import ActiveAgent
 from agentlog.runtime.loop.decisions import (

@@ -46,7 +46,7 @@ from agentlog.eventlog.events import (
     Usage,
 )
 from agentlog.projections.state import validate_patch, validate_state
-from agentlog.runtime.frontend import frontend_specs
+from agentlog.runtime.inputs.frontend import frontend_specs
 from agentlog.runtime.models.base import ToolSpec
 from agentlog.runtime.stop import BUDGET_CALL_PREFIX
 
@@ -98,7 +98,7 @@ class RunContext:
     resume_open: bool = False
     finished: Termination | None = None
     #: This run's frontend tools (name -> spec), from its `RunStarted`: offered to the model, and
-    #: a call to one suspends for the client instead of running here (`agentlog.runtime.frontend`).
+    #: a call to one suspends for the client instead of running here (`agentlog.runtime.inputs.frontend`).
     frontend_tools: dict[str, ToolSpec] = field(default_factory=dict)
     #: The thread's latest `ContextCompacted` (the model sees its summary instead of the
     #: messages up to its `upto_message_id`; `agentlog.runtime.context_policy`).
@@ -107,7 +107,7 @@ class RunContext:
     cost: float | None = None
     #: The run's model: a request's override, else the one a pool chose (its `RunStarted`), else None.
     model: str | None = None
-    #: The run's recorded overrides and client context (`RunStarted`, `agentlog.runtime.run_input`).
+    #: The run's recorded overrides and client context (`RunStarted`, `agentlog.runtime.inputs.run_input`).
     overrides: RunOverrides | None = None
     client_context: list[ContextEntry] = field(default_factory=list)
     #: Budget suspensions a human extended (each grants one more budget), and whether one was
@@ -118,7 +118,7 @@ class RunContext:
     #: log order; taking one is the run's `MessageAppended` of the same message id.
     queued: list[MessageQueued] = field(default_factory=list)
     #: The run's active agent: its `RunStarted.agent_id`, then each `AgentHandedOff.to_agent`
-    #: (`agentlog.runtime.handoff`). None before the run starts.
+    #: (`agentlog.runtime.agents.handoff`). None before the run starts.
     agent_id: str | None = None
     #: The agent whose inference asked for the current step's calls (the active agent at the
     #: step's `InferenceCompleted`): a resume plans those calls with that agent's tools even

@@ -18,7 +18,7 @@ from typing import Any
 
 from agentlog.eventlog.errors import VersionConflict
 from agentlog.eventlog.events import AnyEvent, AppendResult, Commit, Position, StoredCommit
-from agentlog.runtime.agent import ModelRegistry
+from agentlog.runtime.agents.spec import ModelRegistry
 from agentlog.runtime.digest import differing_parts, request_digest, request_part_digests
 from agentlog.runtime.models.base import (
     ContextOverflow,

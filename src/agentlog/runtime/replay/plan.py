@@ -42,8 +42,8 @@ from agentlog.eventlog.events import (
     ToolCallStarted,
     ToolCallSuspended,
 )
+from agentlog.runtime.inputs.run_input import CLIENT_STATE_SOURCE, RunInput, as_run_input, client_state_of
 from agentlog.runtime.models.base import ModelRequest
-from agentlog.runtime.run_input import CLIENT_STATE_SOURCE, RunInput, as_run_input, client_state_of
 from agentlog.runtime.tools import ToolResult
 
 #: Event types other parties write beside the loop (cancel requests, metadata edits, decisions). A
@@ -196,7 +196,7 @@ class ReplayPlan:
     #: really is shows where the replayed requests differ, as for a run without it.
     app: AppRef | None = None
     #: The client's overrides, context, forwarded props and state as the run start recorded
-    #: them (passed back to `start`, which records them again: `agentlog.runtime.run_input`).
+    #: them (passed back to `start`, which records them again: `agentlog.runtime.inputs.run_input`).
     run_input: RunInput | None = None
 
     @property

@@ -54,11 +54,11 @@ import msgspec
 from agentlog.eventlog.events import ContextCompacted, Position, StoredCommit, Termination
 from agentlog.eventlog.store import EventStore
 from agentlog.projections.fold import fold_commits
-from agentlog.runtime.agent import AgentRegistry, AgentSpec
+from agentlog.runtime.agents.handoff import handoff_tools
+from agentlog.runtime.agents.spec import AgentRegistry, AgentSpec
 from agentlog.runtime.context_policy import RecordedSummaries
 from agentlog.runtime.digest import REQUEST_PARTS, differing_parts, request_digest, request_part_digests
 from agentlog.runtime.facade import RunResult, Runtime
-from agentlog.runtime.handoff import handoff_tools
 from agentlog.runtime.models.base import ModelRequest
 from agentlog.runtime.replay.answer import (
     ReplayEntropy,

@@ -48,7 +48,7 @@ from agentlog.eventlog.events import (
 from agentlog.eventlog.store import as_generator
 from agentlog.projections.fold import RunFolder, fold_commits
 from agentlog.projections.views import RunView
-from agentlog.runtime.agent import AgentRegistry, AgentSpec
+from agentlog.runtime.agents.spec import AgentRegistry, AgentSpec
 from agentlog.runtime.errors import RunConflict
 from agentlog.runtime.logs import get_logger
 from agentlog.runtime.loop.hitl import HitlError

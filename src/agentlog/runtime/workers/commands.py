@@ -28,8 +28,8 @@ from nats.aio.client import Client as NATS
 from agentlog.eventlog.errors import AgentlogError, InvalidId
 from agentlog.eventlog.ids import new_id, validate_id
 from agentlog.eventlog.subjects import DEFAULT_APP, PREFIX, command_subject
-from agentlog.runtime.frontend import InvalidFrontendTools, normalize_frontend_tools
-from agentlog.runtime.run_input import as_run_input
+from agentlog.runtime.inputs.frontend import InvalidFrontendTools, normalize_frontend_tools
+from agentlog.runtime.inputs.run_input import as_run_input
 
 COMMANDS_STREAM = "AGENTLOG_COMMANDS"
 COMMANDS_SUBJECTS = f"{PREFIX}.cmd.>"
@@ -87,7 +87,7 @@ class StartRun(_Base, tag="start", kw_only=True, omit_defaults=True):
     """Start run `run_id` of `agent_id` on `thread_id` with `messages` (str or role/content dicts).
     With `parent_run_id` it is a continuation; `decisions` then go to the waiting parent first.
     `frontend_tools`: the run's client-executed tools (`{name, description, parameters}`, see
-    `agentlog.runtime.frontend`), recorded by the worker's `Runtime.start`. `resource_id`: of the thread
+    `agentlog.runtime.inputs.frontend`), recorded by the worker's `Runtime.start`. `resource_id`: of the thread
     the run creates (ignored when the thread exists). Defaults are omitted on the wire, so a
     command without frontend tools or resource_id is still readable by workers that predate
     them (upgrade workers before gateways)."""
@@ -104,7 +104,7 @@ class StartRun(_Base, tag="start", kw_only=True, omit_defaults=True):
     #: the new child thread's metadata.
     parent_thread_id: str | None = None
     thread_metadata: dict[str, Any] = msgspec.field(default_factory=dict)
-    #: The client's overrides, context, forwarded props and state (`agentlog.runtime.run_input`,
+    #: The client's overrides, context, forwarded props and state (`agentlog.runtime.inputs.run_input`,
     #: its JSON form), checked and recorded by the worker's `Runtime.start`.
     run_input: dict[str, Any] | None = None
 

@@ -45,7 +45,7 @@ from agentlog.eventlog.store import EventStore, as_generator, encode_checked
 from agentlog.projections.fold import fold_commits
 from agentlog.projections.views import ThreadView
 from agentlog.runtime.errors import RunConflict, RunNotFound, ThreadNotFound
-from agentlog.runtime.run_input import CLIENT_STATE_SOURCE, RunInput, client_state_ops
+from agentlog.runtime.inputs.run_input import CLIENT_STATE_SOURCE, RunInput, client_state_ops
 
 #: Bytes the store adds around a commit's payload (NATS headers: msg id, expected sequence and
 #: subject), over-estimated so the check never passes what the append would refuse.
@@ -188,7 +188,7 @@ def check_start(
     """Raise the typed error a start with this input must get, before anything is written:
     `InvalidId`, `ValueError`/`TypeError` (shapes), `InvalidRunInput` (not encodable),
     `CommitTooLarge` (over `max_payload`). `frontend_tools` must already be normalised;
-    `run_input` converted (`agentlog.runtime.run_input.as_run_input`)."""
+    `run_input` converted (`agentlog.runtime.inputs.run_input.as_run_input`)."""
     check_start_ids(agent_id, thread_id, run_id, parent_run_id)
     if decisions and parent_run_id is None:
         raise ValueError("decisions on a new run need parent_run_id (the run that waits for them)")

@@ -13,12 +13,12 @@ from typing import Any, Literal
 import pydantic
 
 from agentlog.eventlog.ids import validate_id
+from agentlog.runtime.agents.handoff import HandoffPlugin, transfer_tool_name
 from agentlog.runtime.context_policy import ContextPolicy
-from agentlog.runtime.handoff import HandoffPlugin, transfer_tool_name
+from agentlog.runtime.inputs.run_input import OverridePolicy
 from agentlog.runtime.models.base import Model
 from agentlog.runtime.models.pool import ModelPool
 from agentlog.runtime.plugins import Plugin
-from agentlog.runtime.run_input import OverridePolicy
 from agentlog.runtime.stop import MaxRounds, StopCondition
 
 ToolExecutionMode = Literal["sequential", "parallel_batch_approval", "parallel_streaming"]
@@ -81,7 +81,7 @@ class AgentOptions(pydantic.BaseModel):
     #: (None: every registered agent), minus `excluded_agents`.
     allowed_agents: list[str] | None = None
     excluded_agents: list[str] = []
-    #: Agents this one may hand the thread to (`agentlog.runtime.handoff`): each gets a
+    #: Agents this one may hand the thread to (`agentlog.runtime.agents.handoff`): each gets a
     #: `transfer_to_<agent>` tool; a successful call makes that agent the active one.
     handoffs: list[str] = []
 
@@ -93,7 +93,7 @@ class AgentOptions(pydantic.BaseModel):
         return list(dict.fromkeys(v))
 
     #: What one request may change for its run (model, system prompt, option keys): nothing
-    #: by default (`agentlog.runtime.run_input`).
+    #: by default (`agentlog.runtime.inputs.run_input`).
     overrides: OverridePolicy = OverridePolicy()
 
     def options(self) -> dict[str, Any]:

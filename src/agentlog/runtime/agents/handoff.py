@@ -8,7 +8,7 @@ from the state, say). The loop records each `HandOff` as an `AgentHandedOff` eve
 on uses the target's spec: the active agent is a fold of the log, so a resume, a replay and the
 projections all agree on it.
 
-Kept apart from `agentlog.runtime.agent` (which imports it to wire the tools and the plugin into
+Kept apart from `agentlog.runtime.agents.spec` (which imports it to wire the tools and the plugin into
 a spec) so that it needs nothing but plugins and tools.
 """
 
