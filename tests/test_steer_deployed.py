@@ -160,6 +160,10 @@ def test_steer_needs_a_mode_and_a_running_run_and_works_from_the_cli(deployment:
             with pytest.raises(ApiError) as bad:
                 client.runs.inputs(run["run_id"], messages=[{"role": "assistant", "content": "x"}], mode="steer")
             assert (bad.value.status, bad.value.code) == (400, "invalid_input")
+            with pytest.raises(ApiError) as mixed:  # decisions are not queued, nor dropped
+                client.runs.inputs(run["run_id"], messages="and approve it", mode="steer",
+                                   decisions=[{"target_id": "c-1", "decision_id": "d-1", "action": "resume"}])
+            assert (mixed.value.status, mixed.value.code) == (400, "invalid_input")
             assert len(log_of(client, thread)) == before  # nothing written
             # the CLI: agentlog run continue RUN MESSAGE --mode steer
             result = runner.invoke(cli, ["run", "continue", run["run_id"], "via the cli", "--mode", "steer",

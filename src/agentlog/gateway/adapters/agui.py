@@ -63,6 +63,7 @@ from agentlog.gateway.adapters.common import (
     HANDOFF_EVENT,
     AdapterInputError,
     Decision,
+    LiveCalls,
     as_item,
     check_decisions,
     decision_id,
@@ -232,14 +233,6 @@ class _Text:
     text: str = ""
 
 
-@dataclass
-class _Call:
-    call_id: str
-    name: str
-    args: str = ""
-    open: bool = True
-
-
 class AguiTranslator:
     """Canonical run events (committed or live) -> AG-UI events, for one AG-UI run.
 
@@ -275,7 +268,7 @@ class AguiTranslator:
         self._text: _Text | None = None          # the open live text message
         self._reasoning: _Text | None = None     # the open live reasoning (id = reasoning id)
         self._streamed: dict[str, str] = {}      # live text message id -> text streamed so far
-        self._live_calls: dict[tuple[int, int], _Call] = {}   # (step, index) -> streamed call
+        self._live_calls = LiveCalls()
         self._calls: dict[str, tuple[str, Any]] = {}          # call id -> (name, arguments)
         self._announced: set[str] = set()        # call ids whose committed message was translated
         # Message and tool call ids the client already holds (the request's `messages`): a
@@ -364,23 +357,16 @@ class AguiTranslator:
             out.append(ag.TextMessageContentEvent(message_id=mid, delta=text))
         elif kind == "tool_call_delta":
             step = int_or(p.get("step"), self._max_step)
-            index = int_or(p.get("index"), 0)
             out += self._open_step(step)
-            call = self._live_calls.get((step, index))
-            if call is None:
-                call_id, name = p.get("call_id"), p.get("name")
-                if not isinstance(call_id, str) or not isinstance(name, str):
-                    return out  # cannot open a call without its id and name; the commit will
-                if self._live_call(call_id) is not None or call_id in self._announced | self._client_has:
-                    return out  # a call is started once, whichever way it was first seen
-                call = _Call(call_id, name)
-                self._live_calls[(step, index)] = call
-                out.append(ag.ToolCallStartEvent(tool_call_id=call_id, tool_call_name=name,
+            # seen otherwise: its commit was translated, or the client holds it
+            d = self._live_calls.feed(p, step, lambda c: c in self._announced or c in self._client_has)
+            if d is None:
+                return out
+            if d.started:
+                out.append(ag.ToolCallStartEvent(tool_call_id=d.call.call_id, tool_call_name=d.call.name,
                                                  parent_message_id=live_message_id(p, self.run_id, step)))
-            delta = p.get("arguments_delta")
-            if call.open and isinstance(delta, str) and delta:
-                call.args += delta
-                out.append(ag.ToolCallArgsEvent(tool_call_id=call.call_id, delta=delta))
+            if d.args:
+                out.append(ag.ToolCallArgsEvent(tool_call_id=d.call.call_id, delta=d.args))
         elif kind == "tool_progress":
             call_id = p.get("call_id")
             if isinstance(call_id, str):
@@ -429,9 +415,6 @@ class AguiTranslator:
                 ag.ReasoningMessageContentEvent(message_id=rid, delta=text),
                 ag.ReasoningMessageEndEvent(message_id=rid),
                 ag.ReasoningEndEvent(message_id=rid)]
-
-    def _live_call(self, call_id: str) -> _Call | None:
-        return next((c for c in self._live_calls.values() if c.call_id == call_id), None)
 
     def _activity(self, call_id: str, status: str, data: Any = None) -> ag.ActivitySnapshotEvent:
         content: dict[str, Any] = {
@@ -526,7 +509,7 @@ class AguiTranslator:
                 self._announced.add(call.id)
                 self._calls[call.id] = (call.name, call.arguments)
                 args = json_text(call.arguments)
-                streamed_call = self._live_call(call.id)  # by id: call ids are unique on the thread
+                streamed_call = self._live_calls.get(call.id)
                 if streamed_call is not None:
                     if streamed_call.open:
                         rest = args_rest(call.arguments, streamed_call.args)
@@ -604,12 +587,7 @@ class AguiTranslator:
         return [ag.ReasoningMessageEndEvent(message_id=rid), ag.ReasoningEndEvent(message_id=rid)]
 
     def _close_calls(self) -> list[Any]:
-        out: list[Any] = []
-        for call in self._live_calls.values():
-            if call.open:
-                call.open = False
-                out.append(ag.ToolCallEndEvent(tool_call_id=call.call_id))
-        return out
+        return [ag.ToolCallEndEvent(tool_call_id=call.call_id) for call in self._live_calls.close_all()]
 
     def _close_step(self) -> list[Any]:
         out = self._close_reasoning() + self._close_text() + self._close_calls()

@@ -61,6 +61,7 @@ from agentlog.eventlog.ids import is_valid_id
 from agentlog.gateway.adapters.common import (
     AdapterInputError,
     Decision,
+    LiveCalls,
     as_item,
     check_decisions,
     data_url_part,
@@ -118,7 +119,7 @@ class AiSdkTranslator:
         self._reasoning: tuple[str, str] | None = None           # open reasoning (id, text so far)
         self._streamed: set[str] = set()                         # text ids streamed live
         self._ended: set[str] = set()                            # text ids whose text-end was sent
-        self._live_calls: dict[tuple[int, int], list[Any]] = {}  # (step, index) -> [call_id, args, open]
+        self._live_calls = LiveCalls()
         self._calls: dict[str, tuple[str, Any]] = {}
         self._available: set[str] = set()
         self._denied: set[str] = set()
@@ -206,22 +207,14 @@ class AiSdkTranslator:
             out.append({"type": "text-delta", "id": mid, "delta": text})
         elif kind == "tool_call_delta":
             step = int_or(p.get("step"), self._max_step)
-            index = int_or(p.get("index"), 0)
             out += self._open_step(step)
-            call = self._live_calls.get((step, index))
-            if call is None:
-                call_id, name = p.get("call_id"), p.get("name")
-                if not isinstance(call_id, str) or not isinstance(name, str):
-                    return out
-                known = self._live_call(call_id)
-                if known is not None or call_id in self._available:
-                    return out  # a call is started once, whichever way it was first seen
-                call = self._live_calls[(step, index)] = [call_id, "", True]
-                out.append({"type": "tool-input-start", "toolCallId": call_id, "toolName": name})
-            delta = p.get("arguments_delta")
-            if call[2] and isinstance(delta, str) and delta:
-                call[1] += delta
-                out.append({"type": "tool-input-delta", "toolCallId": call[0], "inputTextDelta": delta})
+            d = self._live_calls.feed(p, step, self._available.__contains__)  # seen: its commit announced it
+            if d is None:
+                return out
+            if d.started:
+                out.append({"type": "tool-input-start", "toolCallId": d.call.call_id, "toolName": d.call.name})
+            if d.args:
+                out.append({"type": "tool-input-delta", "toolCallId": d.call.call_id, "inputTextDelta": d.args})
         elif kind == "tool_progress":
             call_id = p.get("call_id")
             if isinstance(call_id, str):
@@ -319,9 +312,9 @@ class AiSdkTranslator:
             if call.id in self._available:
                 continue  # already announced (a replayed commit): one tool part per call
             self._calls[call.id] = (call.name, call.arguments)
-            streamed_call = self._live_call(call.id)  # by id: call ids are unique on the thread
+            streamed_call = self._live_calls.get(call.id)
             if streamed_call is not None:
-                streamed_call[2] = False
+                streamed_call.open = False
             else:
                 out.append({"type": "tool-input-start", "toolCallId": call.id, "toolName": call.name})
             self._available.add(call.id)
@@ -329,9 +322,6 @@ class AiSdkTranslator:
             out.append({"type": "tool-input-available", "toolCallId": call.id, "toolName": call.name,
                         "input": call.arguments})
         return out
-
-    def _live_call(self, call_id: str) -> list[Any] | None:
-        return next((c for c in self._live_calls.values() if c[0] == call_id), None)
 
     def _suspend(self, call_id: str, ticket: Any) -> list[dict[str, Any]]:
         if is_frontend_ticket(ticket):

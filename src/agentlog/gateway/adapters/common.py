@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypedDict, TypeVar
 
 import msgspec
@@ -220,6 +221,65 @@ def live_message_id(p: Mapping[str, Any], run_id: str, step: int) -> str:
     """The message a live delta belongs to: the log id it carries, else a provisional one."""
     mid = p.get("message_id")
     return mid if is_valid_id(mid) else f"{run_id}-s{step}-text"
+
+
+@dataclass
+class LiveCall:
+    """A tool call the live link started: its arguments streamed so far, and whether it is still
+    open (the commit of its message closes it; a delta after that is dropped)."""
+
+    call_id: str
+    name: str
+    args: str = ""
+    open: bool = True
+
+
+class LiveCallDelta(NamedTuple):
+    """What one `tool_call_delta` adds: its call, whether it started the call (announce it),
+    and the argument text to stream ("" for none)."""
+
+    call: LiveCall
+    started: bool
+    args: str
+
+
+class LiveCalls:
+    """The tool calls of a translator's live `tool_call_delta`s. A call is keyed by (step, index)
+    (the deltas of one call of one model response carry no id after the first), started once
+    however it was first seen (live here, or by its commit: `seen`), and streams its arguments
+    until its commit closes it. The protocol events are the translator's to emit."""
+
+    def __init__(self) -> None:
+        self._calls: dict[tuple[int, int], LiveCall] = {}
+
+    def feed(self, p: Mapping[str, Any], step: int, seen: Callable[[str], bool]) -> LiveCallDelta | None:
+        """The effect of delta `p` of `step`; None when it adds nothing: a call cannot be
+        started without its id and name (its commit will), nor twice."""
+        index = int_or(p.get("index"), 0)
+        call = self._calls.get((step, index))
+        started = call is None
+        if call is None:
+            call_id, name = p.get("call_id"), p.get("name")
+            if not isinstance(call_id, str) or not isinstance(name, str):
+                return None
+            if self.get(call_id) is not None or seen(call_id):
+                return None
+            call = self._calls[(step, index)] = LiveCall(call_id, name)
+        delta = p.get("arguments_delta")
+        args = delta if call.open and isinstance(delta, str) else ""
+        call.args += args
+        return LiveCallDelta(call, started, args)
+
+    def get(self, call_id: str) -> LiveCall | None:
+        """The live call with this id (call ids are unique on the thread)."""
+        return next((c for c in self._calls.values() if c.call_id == call_id), None)
+
+    def close_all(self) -> list[LiveCall]:
+        """Close the calls still open; returns them."""
+        closed = [c for c in self._calls.values() if c.open]
+        for c in closed:
+            c.open = False
+        return closed
 
 
 def data_url_part(url: str, media_type: str | None, filename: str | None = None) -> dict[str, Any]:

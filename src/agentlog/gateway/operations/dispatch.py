@@ -11,6 +11,8 @@ Why one seam: the callers must not know whether runs execute in this process or 
 both implementations must reject bad input with the SAME typed errors (`agentlog.runtime.loop.hitl`'s
 `InvalidDecision`, `UnknownCall`, `CallNotSuspended`, `RunNotWaiting`, `RunNotFound`, and the ones
 below) before anything is written, so an HTTP or NATS answer does not depend on the deployment.
+So the opening of an input to a run and of a cancel (routing, checks, the caller's access) is
+written once (`_submit_inputs`, `_cancellable`); each dispatcher only executes what passed.
 
 Every answer carries `seq`: the log seq of the commit that made the request visible (the run's
 `RunStarted`, the `ToolCallDecided`, the `RunCancelRequested`, the `MessageQueued`), which a client passes as `min_seq`
@@ -206,12 +208,6 @@ async def _run_commits(store: EventStore, run_id: str) -> list[StoredCommit]:
     return commits
 
 
-async def _first_commit(store: Any, run_id: str) -> StoredCommit:
-    async for sc in store.read_run(run_id):
-        return sc
-    raise RunNotFound(f"unknown run {run_id!r}")
-
-
 def _agent_of(commits: Sequence[StoredCommit]) -> str:
     """The run's active agent: the target of its last handoff, else its `RunStarted` agent. A
     continuation that names no agent (messages sent to a run) goes on with it."""
@@ -259,6 +255,139 @@ def _finished(commits: Sequence[StoredCommit]) -> bool:
     return any(type(e) is RunFinished for sc in commits for e in sc.commit.events)
 
 
+async def _decision_seq(store: EventStore, run: LoadedRun, decision_id: str) -> int:
+    """The seq of the commit that first recorded `decision_id` (a retried decision's answer). A
+    snapshot does not keep it: that rare path reads the run's commits."""
+    commits = run.run_commits if run.snapshot is None else [sc async for sc in store.read_run(run.ctx.run_id)]
+    return decision_seqs(commits)[decision_id]
+
+
+# == a run's input and its cancel: the checks both deployments make ================================
+
+
+class _RunIO(NamedTuple):
+    """Where a dispatcher reads a run (`store`; `loader`: snapshot + tail) and to whom it hands
+    a run it loaded to check decisions (`handoff`: the runtime that executes them, if in this
+    process), so that the run is not loaded twice."""
+
+    store: EventStore
+    loader: RunLoader
+    handoff: Handoff | None
+
+
+class _QueuedInput(NamedTuple):
+    """Messages checked for queueing on a running run: as they go on the wire, each with an id
+    (chosen here, so that a retry and the wait for the effect know them), and those ids."""
+
+    wire: list[Any]
+    ids: frozenset[str]
+    mode: QueueMode
+
+
+class _Executor(Dispatcher, Protocol):
+    """A dispatcher as `_submit_inputs` drives it: how it reads runs, and the steps that execute
+    input already checked and allowed, the only part where the two deployments differ (the
+    runtime in this process, or a command queued for a worker and its effect waited for)."""
+
+    def _run_io(self) -> _RunIO: ...
+
+    async def _queue_checked(self, run_id: str, commits: list[StoredCommit], queued: _QueuedInput) -> Accepted:
+        """Record `queued` for the run whose commits are `commits` (`run_finished` once it has finished)."""
+        ...
+
+    async def _decide_checked(self, run: LoadedRun, decisions: Sequence[Mapping[str, Any]],
+                              new: frozenset[str]) -> Accepted:
+        """Record `decisions` (`new`: the ids not recorded yet) for `run`, loaded and checked."""
+        ...
+
+
+async def _submit_inputs(via: _Executor, run_id: str, decisions: Sequence[Mapping[str, Any]], messages: Messages,
+                         mode: str | None, access: RunAccess | None) -> Accepted:
+    """`Dispatcher.submit_inputs` of both deployments: the routing and every check of the input
+    run here, in one order, before `via` executes anything, so a rule added here holds for both
+    and a refused input writes nothing. The caller's `access` is checked on the one read of the
+    run, before anything else looks at its state: a refused caller learns nothing about it."""
+    _check_storable(decisions, "decisions")
+    io = via._run_io()
+    if mode in QUEUE_MODES:  # for the running run to take (steer / follow_up)
+        queued = _queueable(run_id, messages, decisions, mode)
+        commits = await _run_commits(io.store, run_id)
+        if access is not None:
+            await access(commits[0].commit.thread_id, commits[0].seq)
+        return await via._queue_checked(run_id, commits, queued)
+    if _has_messages(messages):  # a continuation run, interrupting this one if asked
+        commits = await _run_commits(io.store, run_id)
+        thread_id = commits[0].commit.thread_id
+        if access is not None:
+            await access(thread_id, commits[0].seq)
+        return await via.start_run(_agent_of(commits), messages, thread_id=thread_id, parent_run_id=run_id,
+                                   decisions=decisions, interrupt=mode == "interrupt" and not _finished(commits))
+    if not decisions:
+        raise InvalidInput("give decisions and/or messages")
+    run = await io.loader.load(run_id)  # the one read of the run: snapshot + tail
+    if access is not None:
+        await access(run.thread_id, _first_seq(run))
+    new, dups = _check_decisions(run, decisions)
+    if not new:  # a retried request: answered from where it was recorded
+        return Accepted(run.thread_id, run_id, await _decision_seq(io.store, run, dups[0].decision_id), True)
+    if io.handoff is not None:  # before they execute: a worker may take the command at once
+        io.handoff.give(run, [d.decision_id for d in (*new, *dups)])
+    return await via._decide_checked(run, decisions, frozenset(d.decision_id for d in new))
+
+
+def _queueable(run_id: str, messages: Messages, decisions: Sequence[Mapping[str, Any]],
+               mode: QueueMode) -> _QueuedInput:
+    """Messages for a running run, checked as the runtime checks them (`queue_input`) and as
+    something the log can store."""
+    validate_run_id(run_id)
+    if not _has_messages(messages):
+        raise InvalidInput("a queued input needs messages")
+    if decisions:
+        raise InvalidInput("decisions cannot be queued: send them without a mode")
+    try:
+        wire = _with_ids(messages)
+        ids = frozenset(m.id for m in queue_input(wire, mode, PlaceholderIds()))
+    except (ValueError, TypeError) as exc:
+        raise InvalidInput(str(exc)) from None
+    _check_storable(wire, "messages")
+    return _QueuedInput(wire, ids, mode)
+
+
+async def _cancellable(store: EventStore, run_id: str, reason: str | None) -> list[StoredCommit]:
+    """Both dispatchers' `cancel`, before anything: the reason storable, the run known and not
+    finished (`run_finished`: nothing is appended). Returns the run's commits."""
+    _check_storable(reason, "reason")
+    commits = await _run_commits(store, run_id)
+    if _finished(commits):
+        raise RunAlreadyFinished(f"run {run_id!r} has already finished")
+    return commits
+
+
+def _checked_start(via: Dispatcher, agent_id: str, messages: Messages, *, thread_id: str | None,
+                   run_id: str | None, parent_run_id: str | None, decisions: Sequence[Mapping[str, Any]],
+                   resource_id: str | None, frontend_tools: Sequence[Mapping[str, Any]] | None,
+                   run_input: RunInput | Mapping[str, Any] | None,
+                   max_payload: int | None) -> tuple[list[dict[str, Any]], RunInput | None]:
+    """The runtime's own input checks of a start (`check_start`, the call `Runtime.start` makes),
+    for a dispatcher that writes or queues something before the runtime sees the start: the
+    frontend tools normalised (their names; a clash with the agent's tools only the runtime can
+    see) and the run input converted."""
+    try:
+        frontend = normalize_frontend_tools(frontend_tools)
+        via.check_overrides(agent_id, run_input)
+        given = as_run_input(run_input)
+        check_start(agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
+                    decisions=decisions, resource_id=resource_id, frontend_tools=frontend,
+                    max_payload=max_payload, run_input=given)
+    except (InvalidFrontendTools, InvalidRunInput) as exc:
+        raise InvalidInput(str(exc)) from None
+    except AgentlogError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise InvalidInput(str(exc)) from None
+    return frontend, given
+
+
 # == in process ====================================================================================
 
 
@@ -287,6 +416,10 @@ class InProcessDispatcher:
         if agent_id not in self.runtime.agents:
             raise AgentNotFound(f"unknown agent {agent_id!r}")
         if interrupt and parent_run_id is not None:
+            # the cancel is a write: a continuation the runtime would refuse must fail before it
+            _checked_start(self, agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
+                           decisions=list(decisions or ()), resource_id=resource_id, frontend_tools=frontend_tools,
+                           run_input=run_input, max_payload=getattr(self.runtime.store, "max_payload", None))
             commits = await _run_commits(self.runtime.store, parent_run_id)
             if not _finished(commits):
                 await self._interrupt(parent_run_id, commits[0].commit.thread_id)
@@ -318,40 +451,25 @@ class InProcessDispatcher:
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
         mode: str | None = None, access: RunAccess | None = None,
     ) -> Accepted:
-        _check_storable(decisions, "decisions")
-        if mode in QUEUE_MODES:
-            validate_run_id(run_id)
-            _check_queueable(messages, decisions)
-            thread_id = None
-            if access is not None:
-                first = await _first_commit(self.runtime.store, run_id)
-                thread_id = first.commit.thread_id
-                await access(thread_id, first.seq)
-            try:
-                queued = await self.runtime.queue_messages(run_id, _with_ids(messages), mode=mode, thread_id=thread_id)
-            except (ValueError, TypeError) as exc:
-                raise InvalidInput(str(exc)) from None
-            return Accepted(queued.thread_id, run_id, queued.seq, queued.duplicate)
-        if _has_messages(messages):
-            commits = await _run_commits(self.runtime.store, run_id)
-            if access is not None:
-                await access(commits[0].commit.thread_id, commits[0].seq)
-            if mode == "interrupt" and not _finished(commits):
-                await self._interrupt(run_id, commits[0].commit.thread_id)
-            return await self.start_run(_agent_of(commits), messages, thread_id=commits[0].commit.thread_id,
-                                        parent_run_id=run_id, decisions=decisions)
-        if not decisions:
-            raise InvalidInput("give decisions and/or messages")
-        # checked as the queue dispatcher checks them, on the run loaded once (snapshot + tail,
-        # `RunLoader`), then handed to the runtime's `decide`, which does not load it again
+        return await _submit_inputs(self, run_id, decisions, messages, mode, access)
+
+    def _run_io(self) -> _RunIO:
         rt = self.runtime
-        run = await rt.loader().load(run_id)
-        if access is not None:
-            await access(run.thread_id, _first_seq(run))
-        new, dups = _check_decisions(run, decisions)
-        rt.handoff.give(run, [d.decision_id for d in (*new, *dups)])
-        res = await rt.decide(run_id, list(decisions))
+        return _RunIO(rt.store, rt.loader(), rt.handoff)
+
+    async def _queue_checked(self, run_id: str, commits: list[StoredCommit], queued: _QueuedInput) -> Accepted:
+        try:
+            res = await self.runtime.queue_messages(run_id, queued.wire, mode=queued.mode,
+                                                    thread_id=commits[0].commit.thread_id)
+        except (ValueError, TypeError) as exc:
+            raise InvalidInput(str(exc)) from None
         return Accepted(res.thread_id, run_id, res.seq, res.duplicate)
+
+    async def _decide_checked(self, run: LoadedRun, decisions: Sequence[Mapping[str, Any]],
+                              new: frozenset[str]) -> Accepted:
+        # the runtime's `decide` takes the run handed on (`_submit_inputs`): no second load
+        res = await self.runtime.decide(run.ctx.run_id, list(decisions))
+        return Accepted(res.thread_id, run.ctx.run_id, res.seq, res.duplicate)
 
     async def _interrupt(self, run_id: str, thread_id: str) -> None:
         """Cancel the run and wait (bounded by the caller) until it has finished, so the
@@ -369,9 +487,8 @@ class InProcessDispatcher:
             raise RunConflict(f"run {run_id!r} did not stop within {INTERRUPT_WAIT:g}s of its cancel") from None
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Accepted:
-        _check_storable(reason, "reason")
-        commits = await _run_commits(self.runtime.store, run_id)
-        if _finished(commits) or not await self.runtime.cancel(run_id, reason=reason):
+        commits = await _cancellable(self.runtime.store, run_id, reason)
+        if not await self.runtime.cancel(run_id, reason=reason):  # it finished meanwhile
             raise RunAlreadyFinished(f"run {run_id!r} has already finished")
         after = [sc async for sc in self.runtime.store.read_run(run_id, after=commits[-1].seq)]
         seq = _seq_of(after, lambda e: type(e) is RunCancelRequested, last=True)
@@ -446,20 +563,10 @@ class QueueDispatcher:
         if self.agents is not None and agent_id not in self.agents:
             raise AgentNotFound(f"unknown agent {agent_id!r}")
         decisions = list(decisions or ())
-        try:  # the names are checked here; a clash with the agent's tools only a worker can see
-            frontend = normalize_frontend_tools(frontend_tools)
-            self.check_overrides(agent_id, run_input)
-            given = as_run_input(run_input)
-            # the runtime's own input checks (serve mode makes the same call): same answers
-            check_start(agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
-                        decisions=decisions, resource_id=resource_id, frontend_tools=frontend,
-                        max_payload=getattr(self.store, "max_payload", None), run_input=given)
-        except (InvalidFrontendTools, InvalidRunInput) as exc:
-            raise InvalidInput(str(exc)) from None
-        except AgentlogError:
-            raise
-        except (ValueError, TypeError) as exc:
-            raise InvalidInput(str(exc)) from None
+        frontend, given = _checked_start(self, agent_id, messages, thread_id=thread_id, run_id=run_id,
+                                         parent_run_id=parent_run_id, decisions=decisions, resource_id=resource_id,
+                                         frontend_tools=frontend_tools, run_input=run_input,
+                                         max_payload=getattr(self.store, "max_payload", None))
         app_name = None
         if parent_run_id is not None:
             parent = await _run_commits(self.store, parent_run_id)
@@ -522,71 +629,45 @@ class QueueDispatcher:
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
         mode: str | None = None, access: RunAccess | None = None,
     ) -> Accepted:
-        _check_storable(decisions, "decisions")
-        if mode in QUEUE_MODES:
-            return await self._queue_messages(run_id, messages, decisions, mode, access)
-        if _has_messages(messages):
-            commits = await _run_commits(self.store, run_id)
-            if access is not None:
-                await access(commits[0].commit.thread_id, commits[0].seq)
-            return await self.start_run(_agent_of(commits), messages, thread_id=commits[0].commit.thread_id,
-                                        parent_run_id=run_id, decisions=decisions,
-                                        interrupt=mode == "interrupt" and not _finished(commits))
-        run = await self.loader.load(run_id)  # the one read of the run: snapshot + tail
-        thread_id = run.thread_id
-        if access is not None:
-            await access(thread_id, _first_seq(run))
-        new, dups = _check_decisions(run, decisions)
-        if not new:
-            commits = [sc async for sc in self.store.read_run(run_id)]  # rare: a retried decision
-            return Accepted(thread_id, run_id, decision_seqs(commits)[dups[0].decision_id], True)
-        ids = {d.decision_id for d in new}
-        cmd = Decide(thread_id=thread_id, run_id=run_id, decisions=[dict(d) for d in decisions])
-        app_name, version = _app_of_loaded(run), run.version
-        if self.handoff is not None:  # before the queue: the worker may take the command at once
-            self.handoff.give(run, [*ids, *(d.decision_id for d in dups)])
-        seq = await self._submit_and_wait(
-            cmd, thread_id, version,
-            lambda sc: any(type(e) is ToolCallDecided and e.decision.decision_id in ids for e in sc.commit.events),
-            app_name)
-        return Accepted(thread_id, run_id, seq)
+        return await _submit_inputs(self, run_id, decisions, messages, mode, access)
 
-    async def _queue_messages(self, run_id: str, messages: Messages, decisions: Sequence[Mapping[str, Any]],
-                              mode: QueueMode, access: RunAccess | None = None) -> Accepted:
-        """`QueueMessages` for a running run: checked here as the worker's runtime would (a
-        finished run is `run_finished`, nothing queued); the effect waited for is the
-        `MessageQueued` of these message ids (chosen here, so the wait can recognise them)."""
-        wire = _with_ids(messages)
-        try:
-            ids = {m.id for m in queue_input(wire, mode, PlaceholderIds())}
-        except (ValueError, TypeError) as exc:
-            raise InvalidInput(str(exc)) from None
-        commits = await _run_commits(self.store, run_id)
+    def _run_io(self) -> _RunIO:
+        return _RunIO(self.store, self.loader, self.handoff)
+
+    async def _queue_checked(self, run_id: str, commits: list[StoredCommit], queued: _QueuedInput) -> Accepted:
+        """`QueueMessages`, decided here as the worker's runtime would (a retry is answered from
+        where it was recorded; a finished run is `run_finished`, nothing queued); the effect
+        waited for is the `MessageQueued` of these message ids."""
         thread_id = commits[0].commit.thread_id
-        if access is not None:
-            await access(thread_id, commits[0].seq)
         seen = recorded_ids(commits)
-        if ids <= seen.keys():  # a retried request: answered from where it was recorded
-            return Accepted(thread_id, run_id, min(seen[i] for i in ids), True)
+        if queued.ids <= seen.keys():
+            return Accepted(thread_id, run_id, min(seen[i] for i in queued.ids), True)
         if _finished(commits):
             raise RunAlreadyFinished(f"run {run_id!r} has already finished: nothing can be queued for it "
                                      "(continue the thread with a new run instead)")
         version = await self.store.thread_version(thread_id)
-        cmd = QueueMessages(thread_id=thread_id, run_id=run_id, messages=wire, mode=mode)
+        cmd = QueueMessages(thread_id=thread_id, run_id=run_id, messages=queued.wire, mode=queued.mode)
         seq = await self._submit_and_wait(
             cmd, thread_id, version,
             lambda sc: sc.commit.run_id == run_id and any(
-                type(e) is MessageQueued and e.message.id in ids for e in sc.commit.events),
+                type(e) is MessageQueued and e.message.id in queued.ids for e in sc.commit.events),
             _app_of(commits))
+        return Accepted(thread_id, run_id, seq)
+
+    async def _decide_checked(self, run: LoadedRun, decisions: Sequence[Mapping[str, Any]],
+                              new: frozenset[str]) -> Accepted:
+        thread_id, run_id = run.thread_id, run.ctx.run_id
+        cmd = Decide(thread_id=thread_id, run_id=run_id, decisions=[dict(d) for d in decisions])
+        seq = await self._submit_and_wait(
+            cmd, thread_id, run.version,
+            lambda sc: any(type(e) is ToolCallDecided and e.decision.decision_id in new for e in sc.commit.events),
+            _app_of_loaded(run))
         return Accepted(thread_id, run_id, seq)
 
     # -- cancel --------------------------------------------------------------------------------
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Accepted:
-        _check_storable(reason, "reason")
-        commits = await _run_commits(self.store, run_id)
-        if _finished(commits):
-            raise RunAlreadyFinished(f"run {run_id!r} has already finished")
+        commits = await _cancellable(self.store, run_id, reason)
         thread_id = commits[0].commit.thread_id
         version = await self.store.thread_version(thread_id)
         seq = await self._submit_and_wait(
@@ -661,13 +742,6 @@ async def _first(commits: AsyncIterator[StoredCommit], done: Callable[[StoredCom
 
 def _has(sc: StoredCommit, kind: type) -> bool:
     return any(type(e) is kind for e in sc.commit.events)
-
-
-def _check_queueable(messages: Messages, decisions: Sequence[Mapping[str, Any]]) -> None:
-    if not _has_messages(messages):
-        raise InvalidInput("a queued input needs messages")
-    if decisions:
-        raise InvalidInput("decisions cannot be queued: send them without a mode")
 
 
 def _with_ids(messages: Messages) -> list[Any]:
