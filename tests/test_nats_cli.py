@@ -189,3 +189,33 @@ def test_req_and_sub_errors_are_one_line_and_an_exit_code(demo: Deployment) -> N
     for args in (["req", "x", "--user", "root"], ["req", "x", "-H", "no-colon"]):
         usage = cli(*args)
         assert usage.exit_code == 2 and "error [usage_error]" in usage.output, usage.output
+
+
+async def test_req_and_sub_on_a_server_named_by_url_without_a_login(nats_server: Any) -> None:
+    """A user's own nats-server without accounts (`--nats URL`, no password, no creds): `req` and
+    `sub` connect with no login at all instead of failing on one they were not given."""
+    import nats as nats_py
+
+    nc = await nats_py.connect(nats_server.url)
+    try:
+        async def answer(msg: Any) -> None:
+            await msg.respond(b'{"pong": ' + msg.data + b"}")
+
+        await nc.subscribe("probe.echo", cb=answer)
+        await nc.flush()
+        env = _env()
+        req = await asyncio.create_subprocess_exec(AGENTLOG, "nats", "req", "probe.echo", "1", "--nats", nats_server.url,
+                                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        out, err = await asyncio.wait_for(req.communicate(), LIMIT)
+        assert req.returncode == 0 and json.loads(out) == {"pong": 1}, err.decode()
+        sub = await asyncio.create_subprocess_exec(AGENTLOG, "nats", "sub", "probe.live", "--count", "1", "--nats",
+                                                   nats_server.url, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                   env=env)
+        assert sub.stderr is not None
+        ready = await asyncio.wait_for(sub.stderr.readline(), LIMIT)
+        assert ready.decode().startswith("listening on probe.live"), ready
+        await nc.publish("probe.live", b'{"n": 1}')
+        out, err = await asyncio.wait_for(sub.communicate(), LIMIT)
+        assert sub.returncode == 0 and json.loads(out) == {"n": 1}, err.decode()
+    finally:
+        await nc.close()

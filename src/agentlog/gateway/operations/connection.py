@@ -146,7 +146,8 @@ async def open_nats(options: ConnectionOptions, user: Role, password: str | None
     try:
         nc = await open_connection(servers, creds=options.creds, nkey_seed=None, token=options.token,
                                    tls=None, tls_hostname=None, name=name, connect_timeout=options.timeout,
-                                   reconnect_wait=0.5, inbox_prefix=CLIENT_INBOX, **login)
+                                   reconnect_wait=0.5, inbox_prefix=CLIENT_INBOX,
+                                   user=login.get("user"), password=login.get("password"))
     except BaseException:
         if shared is not None:
             await shared.aclose()
