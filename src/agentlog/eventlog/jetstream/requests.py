@@ -82,6 +82,8 @@ class JetStreamRequests:
     _reply_lock: asyncio.Lock
     _next_token: int
     _waiters: dict[str, _Waiter | _Batch]
+    #: Set when a waiter is registered: the sweeper sleeps on it while nothing can time out.
+    _waiting: asyncio.Event
     _sweeper: asyncio.Task[None] | None
     _closed: bool
     #: Large tool outputs of an oversized commit go here by reference (`agentlog.eventlog.jetstream.payloads`).
@@ -156,7 +158,7 @@ class JetStreamRequests:
         self._next_token += 1
         token = str(self._next_token)
         waiter = _Waiter(deadline, subject)
-        self._waiters[token] = waiter
+        self._register(token, waiter)
         try:
             await self._nc.publish(subject, payload, reply=self._reply_prefix + token, headers=headers)
             reply = await waiter.done
@@ -200,10 +202,19 @@ class JetStreamRequests:
                 self._reply_prefix = prefix
                 self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
 
+    def _register(self, token: str, waiter: _Waiter | _Batch) -> None:
+        self._waiters[token] = waiter
+        self._waiting.set()
+
     async def _sweep(self) -> None:
-        """Fail waiters whose deadline passed (a batch that is still flowing gets more time)."""
+        """Fail waiters whose deadline passed (a batch that is still flowing gets more time).
+        While no request waits, it sleeps until one registers: an idle process (a worker or a
+        gateway between requests) does not wake 20 times a second for nothing."""
         tick = min(0.05, self.request_timeout / 4)
         while True:
+            if not self._waiters:
+                self._waiting.clear()
+                await self._waiting.wait()
             await asyncio.sleep(tick)
             now = time.monotonic()
             for waiter in list(self._waiters.values()):
@@ -245,7 +256,7 @@ class JetStreamRequests:
         self._next_token += 1
         token = str(self._next_token)
         batch = _Batch(deadline)
-        self._waiters[token] = batch
+        self._register(token, batch)
         request = {
             "seq": start,
             "next_by_subj": subject_filter,

@@ -132,6 +132,7 @@ class JetStreamEventStore(JetStreamRequests):
         self._reply_lock = asyncio.Lock()
         self._next_token = 0
         self._waiters = {}
+        self._waiting = asyncio.Event()
         self._sweeper = None
         self._closed = False
         #: Large tool outputs of an oversized commit go here by reference (`agentlog.eventlog.jetstream.payloads`).
