@@ -16,9 +16,11 @@ Explicit `@settings(...)` on a test still win for the keys they set.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -91,18 +93,45 @@ def deployment(request: pytest.FixtureRequest, tmp_path: Path, deployment_option
         yield running
 
 
-@pytest.fixture(scope="session", params=["serve", "split"])
-def protocol_deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-                        ) -> Iterator[Deployment]:
+class SessionDeployments:
+    """Deployments that live for the whole pytest process, each started on its first use and
+    stopped at the end of the session.
+
+    Why not session-scoped fixtures parametrized by topology: pytest keeps one instance of such
+    a fixture at a time, so a process whose tests alternate between "serve" and "split" stops
+    and starts the deployment at every switch (17 protocol deployments instead of 8 over the
+    suite's four processes). Kept here, each (name, topology) starts once per process."""
+
+    def __init__(self, stack: contextlib.ExitStack, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self._stack = stack
+        self._tmp = tmp_path_factory
+        self._running: dict[tuple[str, str], Deployment] = {}
+
+    def get(self, name: str, kind: str, **options: Any) -> Deployment:
+        """The deployment `name` of topology `kind` (`topology.deploy` keywords in `options`,
+        used on the first call only)."""
+        key = (name, kind)
+        if key not in self._running:
+            where = self._tmp.mktemp(f"{name}-{kind}")
+            self._running[key] = self._stack.enter_context(deploy(kind, where, **options))  # type: ignore[arg-type]
+        return self._running[key]
+
+
+@pytest.fixture(scope="session")
+def session_deployments(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SessionDeployments]:
+    with contextlib.ExitStack() as stack:
+        yield SessionDeployments(stack, tmp_path_factory)
+
+
+@pytest.fixture(params=["serve", "split"])
+def protocol_deployment(request: pytest.FixtureRequest, session_deployments: SessionDeployments) -> Deployment:
     """One deployment per topology of the scripted protocol app (tests/protocol_app.py), shared by
     every module that uses it (the protocol, SSE and HTTP suites): its scenarios are chosen by
     the user message and every test uses its own threads, so one process set serves them all
     and the suite pays two deployments per worker, not two per module. Heartbeats every second
     (`AGENTLOG_SSE_HEARTBEAT`), so a test sees one on a quiet stream without waiting 15 s."""
-    where = tmp_path_factory.mktemp(f"protocol-{request.param}")
-    with deploy(request.param, where, app="protocol_app:app",  # type: ignore[arg-type]
-                env={"AGENTLOG_SSE_HEARTBEAT": "1"}) as running:
-        yield running
+    return session_deployments.get("protocol", request.param, app="protocol_app:app",
+                                   env={"AGENTLOG_SSE_HEARTBEAT": "1"})
 
 
 #: The tokens of `tokens_deployment`: an admin and four tenants (`AGENTLOG_TOKENS` syntax). Each
@@ -112,16 +141,10 @@ TOKENS = "admin, ta:tenantA, tb:tenantB, tc:tenantC, td:tenantD, te:tenantE, tf:
 CORS_ORIGINS = "http://127.0.0.1:5173, http://127.0.0.1:3000"
 
 
-@pytest.fixture(scope="session")
-def tokens_deployment(protocol_deployment: Deployment, tmp_path_factory: pytest.TempPathFactory
-                      ) -> Iterator[Deployment]:
+@pytest.fixture(params=["serve", "split"])
+def tokens_deployment(request: pytest.FixtureRequest, session_deployments: SessionDeployments) -> Deployment:
     """The protocol app (tests/protocol_app.py) with bearer tokens (`TOKENS`) and CORS
     (`CORS_ORIGINS`), one per topology for the session: the auth, tenant and CORS checks of the
-    HTTP, A2A and adapter suites share it. Its topology is `protocol_deployment`'s (not a
-    parameter of its own): pytest keeps one instance of a parametrized session fixture at a time,
-    and two independent ones interleaved would stop and start deployments as tests alternate."""
-    kind = protocol_deployment.kind
-    where = tmp_path_factory.mktemp(f"tokens-{kind}")
-    with deploy(kind, where, app="protocol_app:app", tokens=TOKENS,
-                env={"AGENTLOG_CORS_ORIGINS": CORS_ORIGINS}) as running:
-        yield running
+    HTTP, A2A and adapter suites share it."""
+    return session_deployments.get("tokens", request.param, app="protocol_app:app", tokens=TOKENS,
+                                   env={"AGENTLOG_CORS_ORIGINS": CORS_ORIGINS})
