@@ -188,7 +188,12 @@ class EmbeddedNatsServer:
                 raise
             time.sleep(0.02)
         self.stop()
-        raise StoreUnavailable(f"nats-server did not accept connections on {self.url} in {timeout}s")
+        with open(log_path, "rb") as f:
+            f.seek(log_start)
+            tail = f.read().decode(errors="replace")[-2000:]
+        ports = sorted(p.name for p in self._ports_dir.glob("*.ports"))
+        raise StoreUnavailable(f"nats-server did not accept connections on {self.url} in {timeout}s "
+                               f"(ports files: {ports}); its log:\n{tail}")
 
     def _listening_as_ours(self, pid: int) -> bool:
         """True once our process has written its ports file naming our port and the port answers."""

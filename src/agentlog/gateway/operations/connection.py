@@ -11,6 +11,7 @@ last user, even when a command is cancelled by Ctrl-C or SIGTERM).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -155,7 +156,9 @@ async def open_nats(options: ConnectionOptions, user: Role, password: str | None
     try:
         yield nc
     finally:
-        with contextlib.suppress(OSError, nats.errors.Error):
-            await nc.close()
+        # bounded: a command ended by Ctrl-C must exit even if the server stopped answering
+        with contextlib.suppress(OSError, nats.errors.Error, TimeoutError):
+            async with asyncio.timeout(options.timeout):
+                await nc.close()
         if shared is not None:
             await shared.aclose()
