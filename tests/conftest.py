@@ -57,25 +57,6 @@ def keep_structlog_config() -> Iterator[None]:
     structlog.configure(**saved)
 
 
-#: Modules whose tests take longest (tens of seconds each on a loaded 2-core machine), run first.
-#: pytest-xdist hands tests out in collection order (a first share dealt round-robin, the rest on
-#: demand), so a long test collected last keeps one process busy while the others have nothing
-#: left: the suite's tail. Whole modules move, in their own order, so a module's shared
-#: deployment is still set up once per process. Names only order the run; `test_topology`
-#: checks they exist.
-SLOW_FIRST = (
-    "test_schemathesis.py", "test_inspector_operator.py", "test_bench_scripts.py", "test_mcp_deployed.py",
-    "test_disk_full_embedded.py", "test_retention_deploy.py", "test_apps.py", "test_replicas.py",
-    "test_nats_cli.py", "test_mcp_reconnect.py", "test_worker_crash.py", "test_nats_auth.py",
-    "test_a2a_tasks.py", "test_disk_full.py", "test_cli_dev.py", "test_chat_example.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
                               ) -> Generator[None, pytest.TestReport, pytest.TestReport]:

@@ -45,11 +45,3 @@ async def test_a_run_finishes_through_the_deployment_and_survives_a_kill(
         view = await _wait_status(http, deployment.http_url, accepted["run_id"], accepted["seq"], "done")
     assert view["run_id"] == accepted["run_id"], deployment.outputs()
 
-
-def test_the_slow_first_modules_exist() -> None:
-    """conftest's SLOW_FIRST only orders the run; a renamed module must not drop out of it unseen."""
-    from conftest import SLOW_FIRST
-
-    tests = Path(__file__).resolve().parent
-    assert [name for name in SLOW_FIRST if not (tests / name).is_file()] == []
-    assert len(set(SLOW_FIRST)) == len(SLOW_FIRST)
