@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,12 @@ from hypothesis import HealthCheck, settings
 from topology import Deployment, deploy
 
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+
+# A suite started in the background by a non-interactive shell inherits SIGINT ignored, and every
+# process it starts would too: the tests that end a command with Ctrl-C (as a user does) would then
+# wait for it forever. Each pytest process (xdist's workers too) puts the default back.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Hypothesis itself loads its built-in "ci" profile whenever $CI is set (to anything, even
 # "false"), so both profiles name their parent explicitly rather than inheriting whatever is loaded.
