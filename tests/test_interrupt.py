@@ -5,17 +5,22 @@ gateway` + `agentlog worker` (tests/serve_app.py: agent `held` calls `hold`, whi
 its thread is released by a file, or the run is cancelled).
 
 Synchronisation: the thread's event stream (followed) and `runs.wait`; no test waits on time.
+
+One deployment per topology serves the module: every test drives threads of its own, and `hold`
+is released per thread (a file named by the thread id in the deployment's hold directory), so a
+test's release never reaches another test's run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from topology import Deployment
+from topology import TOPOLOGIES, Deployment, deploy
 from typer.testing import CliRunner
 
 from agentlog.cli.core import app
@@ -28,16 +33,21 @@ pytestmark = pytest.mark.usefixtures("keep_structlog_config")
 WAIT = 90
 
 
-@pytest.fixture
-def hold_dir(tmp_path: Path) -> Path:
-    path = tmp_path / "hold"
-    path.mkdir()
-    return path
+@pytest.fixture(scope="module", params=TOPOLOGIES)
+def deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    """One deployment per topology for the module (each test drives threads of its own)."""
+    where = tmp_path_factory.mktemp(f"interrupt-{request.param}")
+    hold = where / "hold"
+    hold.mkdir()
+    with deploy(request.param, where / "deployment", app="serve_app:app",
+                env={"SERVE_APP_HOLD_DIR": str(hold)}) as running:
+        yield running
 
 
 @pytest.fixture
-def deployment_options(hold_dir: Path) -> dict[str, object]:
-    return {"app": "serve_app:app", "env": {"SERVE_APP_HOLD_DIR": str(hold_dir)}}
+def hold_dir(deployment: Deployment) -> Path:
+    """The deployment's hold directory: `hold` returns at once on a thread whose file is there."""
+    return Path(deployment.env["SERVE_APP_HOLD_DIR"])
 
 
 def holding(client: SyncClient) -> dict[str, Any]:
@@ -147,9 +157,10 @@ async def test_interrupt_stop_then_send_in_ag_ui(deployment: Deployment, hold_di
                 if event.type == "ToolCallStarted":
                     break
         (hold_dir / chat).touch()
-        body = {"threadId": chat, "runId": "r-agui-interrupt", "tools": [], "context": [], "state": {},
-                "forwardedProps": {}, "messages": [{"id": "u1", "role": "user", "content": "go"},
-                                                   {"id": "u2", "role": "user", "content": "stop, then this"}]}
+        body = {"threadId": chat, "runId": f"r-agui-interrupt-{tr.name}", "tools": [], "context": [],
+                "state": {}, "forwardedProps": {},
+                "messages": [{"id": "u1", "role": "user", "content": "go"},
+                             {"id": "u2", "role": "user", "content": "stop, then this"}]}
         answer = await tr.agui(stack, body, agent="held")
         types = [e["type"] for e in answer.events]
         assert "RUN_ERROR" not in types and types[-1] == "RUN_FINISHED", answer.events

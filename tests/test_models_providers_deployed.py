@@ -1,18 +1,21 @@
 """A provider model named in a config file runs what users run: `agentlog serve`, and `agentlog
 gateway` + `agentlog worker`, each as a subprocess on a real nats-server, the Anthropic, Gemini and
-OpenAI SDKs inside the worker pointed (by environment) at a local wire-format fake on loopback."""
+OpenAI SDKs inside the worker pointed (by environment) at a local wire-format fake on loopback.
+
+One fake and one deployment per topology serve the module: each test runs an agent of its own on
+a thread of its own, and starts from an empty script and request record (`providers`), so what
+it asserts about the requests is what its own run sent."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from fake_providers import Answer, FakeProviders, FakeProvidersThread
-from topology import Deployment
+from topology import TOPOLOGIES, Deployment, deploy
 
 from agentlog.cli.demo import follow_run
 from agentlog.eventlog.events import InferenceCompleted, RunFinished
@@ -44,18 +47,33 @@ agents:
 """
 
 
-@pytest.fixture
-def providers() -> Iterator[tuple[FakeProvidersThread, FakeProviders]]:
+@pytest.fixture(scope="module")
+def fake_providers() -> Iterator[FakeProvidersThread]:
     runner = FakeProvidersThread()
-    with runner as fake:
-        yield runner, fake
+    with runner:
+        yield runner
+
+
+@pytest.fixture(scope="module", params=TOPOLOGIES)
+def deployment(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+               fake_providers: FakeProvidersThread) -> Iterator[Deployment]:
+    """One deployment per topology for the module, its workers pointed at the module's fake."""
+    where = tmp_path_factory.mktemp(f"providers-{request.param}")
+    config = where / "agents.yaml"
+    config.write_text(CONFIG)
+    with deploy(request.param, where / "deployment", app=str(config), env=fake_providers.env()) as running:
+        yield running
 
 
 @pytest.fixture
-def deployment_options(tmp_path: Path, providers: tuple[FakeProvidersThread, FakeProviders]) -> dict[str, object]:
-    config = tmp_path / "agents.yaml"
-    config.write_text(CONFIG)
-    return {"app": str(config), "env": providers[0].env()}
+def providers(fake_providers: FakeProvidersThread) -> tuple[FakeProvidersThread, FakeProviders]:
+    """The module's fake, emptied for this test: no answer scripted, no request recorded."""
+    fake = fake_providers.fake
+    fake.answers.clear()
+    fake.requests.clear()
+    fake.media_errors.clear()
+    fake.always = fake.responder = None
+    return fake_providers, fake
 
 
 async def run_over_http(deployment: Deployment, agent: str) -> tuple[list[Any], Any]:
