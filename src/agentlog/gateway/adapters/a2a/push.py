@@ -49,6 +49,10 @@ SCAN_CONSUMER = "agentlog-a2a-push-scan"
 SEND_CONSUMER = "agentlog-a2a-push-send"
 #: Seconds a delivery may stay unacked before JetStream hands it out again (a dead gateway's).
 ACK_WAIT_ENV = "AGENTLOG_A2A_PUSH_ACK_WAIT"
+#: The most a scanned commit stays leased. The scan takes one commit at a time, so a gateway killed
+#: with one in hand stalls every task's notifications for this long; a scan slower than this
+#: enqueues twice, which the outbox's message ids drop.
+SCAN_ACK_WAIT = 5.0
 #: The events that change a task's state: only their commits are notified.
 TRANSITIONS = (RunStarted, RunSuspended, RunResumed, RunFinished)
 SIGNATURE_HEADER = "X-Agentlog-Signature"
@@ -117,7 +121,8 @@ class PushDelivery:
         # the scan starts at the log's head when first created (no config can predate it) and
         # then resumes where it was acked, across restarts
         scan = await js.pull_subscribe(EVENTS_SUBJECTS, durable=SCAN_CONSUMER, stream=EVENTS_STREAM,
-                                       config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW, ack_wait=self.ack_wait,
+                                       config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW,
+                                                             ack_wait=min(self.ack_wait, SCAN_ACK_WAIT),
                                                              max_ack_pending=1))
         send = await js.pull_subscribe(f"{OUTBOX_SUBJECT}.>", durable=SEND_CONSUMER, stream=OUTBOX_STREAM,
                                        config=ConsumerConfig(ack_wait=self.ack_wait, max_deliver=-1))
@@ -222,5 +227,5 @@ class PushDelivery:
                 await msg.nak(delay=min(0.5 * 2 ** (attempt - 1), 60.0))
 
 
-__all__ = ["ACK_WAIT_ENV", "DELIVERY_HEADER", "SIGNATURE_HEADER", "TOKEN_HEADER", "PushConfigs", "PushDelivery",
+__all__ = ["ACK_WAIT_ENV", "DELIVERY_HEADER", "SCAN_ACK_WAIT", "SIGNATURE_HEADER", "TOKEN_HEADER", "PushConfigs", "PushDelivery",
            "signature"]
