@@ -125,7 +125,8 @@ def test_scripts_demo_end_to_end(tmp_path: Path) -> None:
     assert "scripts/demo: installing agentlog" in proc.stderr, proc.stderr
     # pip fetches uv (one wheel), uv installs the package (parallel downloads)
     assert (checkout / "pip.log").read_text().split() == ["-m", "pip", "install", "--disable-pip-version-check", "-q", "uv"]
-    assert (checkout / "uv.log").read_text().split() == ["pip", "install", "--python", ".venv/bin/python", "-q", "-e", "."]
+    assert (checkout / "uv.log").read_text().split() == ["pip", "install", "--python", ".venv/bin/python", "-q",
+                                                                   "--compile-bytecode", "-e", "."]
     assert stamp.read_text().split()[0] == hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
     # nothing changed since: the next start skips pip (and says nothing about installing)
     again = subprocess.run(["timeout", "120", str(checkout / "scripts" / "demo"), "--help"], cwd=tmp_path,
