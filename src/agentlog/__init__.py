@@ -14,13 +14,7 @@ protocol adapters), `agentlog.cli`, `agentlog.client` (the Python client of the 
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 from typing import TYPE_CHECKING, Any
-
-try:
-    __version__ = importlib.metadata.version("agentlog")
-except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
 
 # public name -> the module that defines it
 _EXPORTS: dict[str, str] = {
@@ -68,7 +62,21 @@ __all__ = [
 ]
 
 
+def _installed_version() -> str:
+    """The installed distribution's version. Read on first use: `importlib.metadata` costs ~45 ms
+    of CPU to import, in every agentlog process, and only `--version` and a few answers need it."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("agentlog")
+    except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        version = globals()["__version__"] = _installed_version()
+        return version
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'agentlog' has no attribute {name!r}")
@@ -82,6 +90,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    __version__: str
     from agentlog.eventlog.embedded.server import EmbeddedNatsServer
     from agentlog.eventlog.errors import AgentlogError
     from agentlog.eventlog.jetstream.store import JetStreamEventStore

@@ -32,7 +32,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from agentlog import __version__
+import agentlog
 from agentlog.cli import logging as agentlog_logging
 from agentlog.eventlog.errors import AgentlogError, InvalidId, StoreUnavailable
 from agentlog.eventlog.events import StoredCommit
@@ -302,7 +302,7 @@ def usd(cost: float | None) -> str:
 
 def _version(value: bool) -> None:
     if value:
-        sys.stdout.write(f"agentlog {__version__}\n")  # the installed distribution's (importlib.metadata)
+        sys.stdout.write(f"agentlog {agentlog.__version__}\n")  # the installed distribution's (importlib.metadata)
         raise typer.Exit(0)
 
 
