@@ -30,20 +30,19 @@ from agentlog.gateway.operations.services import Runner, Services, Settings
 from agentlog.projections.store import ViewStore
 
 ROUTES = web.AppKey("agentlog.routes", list)
-OPENAPI = web.AppKey("agentlog.openapi", dict)
+OPENAPI = web.AppKey("agentlog.openapi", openapi.Documents)
 
 
 async def openapi_json(request: web.Request) -> web.Response:
-    return reply(request.app[OPENAPI])
+    return reply(request.app[OPENAPI].v31)
 
 
 OPENAPI_ROUTE = Route("GET", "/openapi.json", openapi_json, "This document (OpenAPI 3.1)", "health",
                       response={"type": "object"}, auth=False)
-OPENAPI_30 = web.AppKey("agentlog.openapi30", dict)
 
 
 async def openapi_30_json(request: web.Request) -> web.Response:
-    return reply(request.app[OPENAPI_30])
+    return reply(request.app[OPENAPI].v30)
 
 
 OPENAPI_30_ROUTE = Route("GET", "/openapi-3.0.json", openapi_30_json,
@@ -95,8 +94,7 @@ def create_app(
     for route in table:
         app.router.add_route(route.method, route.path, route.handler)
     app[ROUTES] = table
-    app[OPENAPI] = openapi.build(table)
-    app[OPENAPI_30] = openapi.as_openapi_30(app[OPENAPI])
+    app[OPENAPI] = openapi.Documents(table)
     # one shared log follow per followed thread for every SSE client of this app (sse.FollowHub)
     hub = app[sse.HUB] = sse.FollowHub(store, queue_size=settings.sse_queue)
     app.on_cleanup.append(lambda _app: hub.close())

@@ -8,8 +8,9 @@ msgspec both emit.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -150,4 +151,23 @@ def as_openapi_30(node: Any) -> Any:
     return out
 
 
-__all__ = ["as_openapi_30", "build"]
+class Documents:
+    """An app's OpenAPI documents (3.1, and 3.0 for the Swagger UI), rendered on first request.
+
+    Rendering walks the JSON schema of every model the routes name: ~0.4 s of CPU that every
+    `serve` and `gateway` start paid up front, for documents most processes never serve."""
+
+    def __init__(self, routes: Sequence[Route]) -> None:
+        self._routes = list(routes)
+
+    @functools.cached_property
+    def v31(self) -> dict[str, Any]:
+        return build(self._routes)
+
+    @functools.cached_property
+    def v30(self) -> dict[str, Any]:
+        converted: dict[str, Any] = as_openapi_30(self.v31)
+        return converted
+
+
+__all__ = ["Documents", "as_openapi_30", "build"]
