@@ -38,8 +38,9 @@ from agentlog.eventlog.events import (
     ThreadMetadataUpdated,
 )
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
-from agentlog.eventlog.subjects import event_subject
+from agentlog.eventlog.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, event_subject
 from agentlog.projections import ProjectionTimeout, fold_commits
+from agentlog.projections.feed import LogFeed
 from agentlog.projections.kv import KVViewStore
 from agentlog.projections.runner import ProjectionRunner
 from agentlog.testing.synth import generate_history
@@ -292,5 +293,27 @@ async def test_a_commit_on_a_subject_that_does_not_name_it_still_folds_onto_its_
         assert await views.get_thread("t1") is None
         await runner.stop()
     finally:
+        await store.close()
+        await nc.close()
+
+
+async def test_the_feed_gives_a_batch_again_whole_past_its_bound(nats_server):
+    """`take_through` (how the runner reads a failed batch again: the same batch, however large)
+    gets every message up to the batch's end although the feed buffers at most 4: the bound is
+    lifted while it waits. Nothing past the end comes with it, and the rest follows in order."""
+    nc = await nats.connect(nats_server.url)
+    store = await JetStreamEventStore.connect(nc)
+    feed = LogFeed(nc.jetstream(), EVENTS_STREAM, EVENTS_SUBJECTS, max_buffered=4)
+    try:
+        await append_all(store, [commit(i, f"t{i}", None, [ThreadCreated()]) for i in range(12)], {})
+        await feed.open(1)
+        async with asyncio.timeout(20):
+            assert [seq for seq, _, _ in await feed.take_through(9, timeout=20)] == list(range(1, 10))
+            rest: list[int] = []
+            while len(rest) < 3:
+                rest += [seq for seq, _, _ in await feed.take(100, timeout=20)]
+            assert rest == [10, 11, 12]
+    finally:
+        await feed.close()
         await store.close()
         await nc.close()

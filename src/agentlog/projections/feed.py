@@ -9,12 +9,13 @@ flow-controlled by the server), the same reader the rebuild uses.
 
 The buffer is bounded: once it holds `max_buffered` messages or `max_bytes` bytes the consumer's
 callback waits, which holds back the server's flow control, so catching up on a long log never
-buffers all of it.
+buffers all of it. `take_through` lifts the bound until it holds the batch it waits for.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 
 from nats.aio.msg import Msg
@@ -37,6 +38,8 @@ class LogFeed:
         self._ready = asyncio.Event()  # set while the buffer holds something
         self._room = asyncio.Event()  # set while the buffer has room
         self._room.set()
+        self._grew = asyncio.Event()  # set by every append (what `take_through` waits on)
+        self._through = 0  # while > 0, the bounds hold nothing back until the buffer reaches it
         self._sub: JetStreamContext.PushSubscription | None = None
         self._opened = 0  # which subscription may still append (a closed one's late callback may not)
 
@@ -48,7 +51,7 @@ class LogFeed:
         buf_append = self._buf.append
 
         async def on_msg(msg: Msg) -> None:
-            while (len(self._buf) >= self.max_buffered or self._bytes >= self.max_bytes) and self._opened == mine:
+            while self._full() and self._opened == mine:
                 self._room.clear()
                 await self._room.wait()
             if self._opened != mine:
@@ -57,6 +60,7 @@ class LogFeed:
             buf_append((msg.metadata.sequence.stream, msg.subject, data))
             self._bytes += len(data)
             self._ready.set()
+            self._grew.set()
 
         self._sub = await self.js.subscribe(
             self.subjects, stream=self.stream, cb=on_msg, ordered_consumer=True,
@@ -83,6 +87,36 @@ class LogFeed:
         if taken:
             self._room.set()
         return taken
+
+    async def take_through(self, last: int, timeout: float) -> list[tuple[int, str, bytes]]:
+        """Every buffered message with seq <= `last`, oldest first, once the feed has got that far
+        (it holds a message at or past `last`); [] if it has not within `timeout`, the buffer
+        left as it is. Meanwhile the buffer's bounds hold nothing back, so it can always get
+        there: the caller (the runner) asks for a batch it once took whole, again, and the
+        same batch must come, however large it was. [] also once past `last` with nothing up
+        to it (those messages were purged since): see `reached`."""
+        self._through = last
+        self._room.set()  # a callback waiting for room goes on
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    while not self.reached(last):
+                        self._grew.clear()
+                        await self._grew.wait()
+        finally:
+            self._through = 0
+        if not self.reached(last):
+            return []
+        return await self.take(bisect.bisect_right(self._buf, last, key=lambda item: item[0]), 0)
+
+    def reached(self, seq: int) -> bool:
+        """Whether the buffer holds a message at or past `seq`."""
+        return bool(self._buf) and self._buf[-1][0] >= seq
+
+    def _full(self) -> bool:
+        if self._through and not self.reached(self._through):
+            return False
+        return len(self._buf) >= self.max_buffered or self._bytes >= self.max_bytes
 
     @property
     def buffered(self) -> int:

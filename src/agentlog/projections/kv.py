@@ -32,6 +32,9 @@ POINTER_KEY = "generation"
 #: `position.<generation>`: the highest seq whose commits are all in that generation's views
 #: (`read_position`).
 POSITION_KEY = "position"
+#: `batch.<generation>`: the end of the runner's latest batch, stored before its index changes
+#: (`write_batch_end`).
+BATCH_END_KEY = "batch"
 
 
 def bucket_names(prefix: str, generation: int) -> tuple[str, str]:
@@ -191,6 +194,19 @@ class KVViewStore(IndexedListings):
 
     async def write_position(self, seq: int) -> None:
         await self.meta.put(f"{POSITION_KEY}.{self.generation}", str(seq).encode())
+
+    async def read_batch_end(self) -> int | None:
+        """The last seq of the runner's latest batch in this generation, or None. Above the
+        position, that batch may have written index changes and not all its views: the runner
+        then reads exactly up to it again (`agentlog.projections.runner`)."""
+        data = await kv_get(self.meta, f"{BATCH_END_KEY}.{self.generation}")
+        try:
+            return int(data) if data is not None else None
+        except ValueError:
+            return None
+
+    async def write_batch_end(self, seq: int) -> None:
+        await self.meta.put(f"{BATCH_END_KEY}.{self.generation}", str(seq).encode())
 
     # -- ViewStore ----------------------------------------------------------------------------
 

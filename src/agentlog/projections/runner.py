@@ -12,6 +12,16 @@ or below it, so nothing is ever applied twice, and a crash between two puts of o
 safe (the written views skip, the others apply). Nothing on the server is leased: a runner
 started after a SIGKILL reads from the position at once, with nothing to wait out.
 
+The batch read again must end where the failed one did. The listing index is written before
+the views, from the views before and after the batch; a crash in between leaves lists that
+match the batch's end while the views not yet written are as before it. Read again up to the
+same end, those views make the same, idempotent, changes. Read again further, they would not
+undo what the failed batch added: a run started in it (listed as running, its view never
+written) and finished by the next commit goes from no view straight to "done", and stays
+listed as running too. So each batch stores its end (`write_batch_end`, next to the position)
+before it writes any index change, and the runner, this one or the next after a crash, takes
+exactly the commits up to that end (`LogFeed.take_through`) before any new batch.
+
 Run ONE runner per view set: two runners would each write every view, an older copy possibly
 over a newer one until the slower runner catches up.
 """
@@ -109,6 +119,9 @@ class ProjectionRunner:
         #: Highest seq folded into the current store's views: where the feed goes on from. Below
         #: `applied_seq` only after a rebuild elsewhere made a generation that ends earlier.
         self._cursor = 0
+        #: The end of the last batch that may have written index changes without its views (see
+        #: the module docstring): while above `_cursor`, the next batch is the commits up to it.
+        self._redo = 0
         self._feed: LogFeed | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -137,6 +150,8 @@ class ProjectionRunner:
         except NotFoundError:
             first = 1
         self._cursor = max(position, first - 1)
+        end = await self._stored_batch_end()
+        self._redo = end if end <= self.head_at_open else 0  # else not this stream's (re-created)
         self.applied_seq = max(self.applied_seq, self._cursor)
         ensure_index = getattr(self.store, "ensure_index", None)
         if ensure_index is not None and await ensure_index():
@@ -163,6 +178,11 @@ class ProjectionRunner:
             with contextlib.suppress(NotFoundError):
                 await self.js.delete_consumer(self.stream, LEGACY_DURABLE)
         return floor
+
+    async def _stored_batch_end(self) -> int:
+        read = getattr(self.store, "read_batch_end", None)
+        end = await read() if read is not None else None
+        return end or 0
 
     async def start(self) -> None:
         if self._feed is None:
@@ -203,6 +223,11 @@ class ProjectionRunner:
                 await asyncio.sleep(0.5)
 
     @property
+    def buffered(self) -> int:
+        """Commits read from the log that wait for a batch (0 while not open)."""
+        return self._feed.buffered if self._feed is not None else 0
+
+    @property
     def catching_up(self) -> bool:
         """Still applying what was in the log when the runner opened (after a restart, a crash)."""
         return self.applied_seq < self.head_at_open
@@ -212,12 +237,17 @@ class ProjectionRunner:
     async def step(self, limit: int | None = None) -> int:
         """Take up to `batch` commits (`catch_up_batch` while behind; never more than `limit`),
         fold, write and commit them. Returns how many commits it held (0 if idle: nothing came
-        within `fetch_timeout`)."""
+        within `fetch_timeout`). After a failed batch, the same batch whatever the sizes."""
         if self._feed is None:
             await self.open()
         assert self._feed is not None
-        size = self.catch_up_batch if self._feed.buffered > self.batch else self.batch
-        msgs = await self._feed.take(min(limit, size) if limit else size, self.fetch_timeout)
+        if self._redo > self._cursor:
+            msgs = await self._feed.take_through(self._redo, self.fetch_timeout)
+            if not msgs and self._feed.reached(self._redo):
+                self._redo = 0  # the stream no longer holds that batch's commits: nothing to redo
+        else:
+            size = self.catch_up_batch if self._feed.buffered > self.batch else self.batch
+            msgs = await self._feed.take(min(limit, size) if limit else size, self.fetch_timeout)
         if not msgs:
             await self._check_stalled()
             return 0
@@ -249,8 +279,10 @@ class ProjectionRunner:
         if now < self._stall_check_due:
             return
         self._stall_check_due = now + self.stall_check_interval
+        redoing = self._redo > self._cursor
         try:
-            behind = await self.stream_last_seq() > self._cursor and self._feed.buffered == 0
+            behind = await self.stream_last_seq() > self._cursor and (
+                not self._feed.reached(self._redo) if redoing else self._feed.buffered == 0)
         except Exception:  # noqa: BLE001 - NATS unreachable: the next idle check asks again
             return
         if not behind or self._reopened_at == self._cursor:
@@ -278,6 +310,7 @@ class ProjectionRunner:
             # one, and the new one holds the log up to its own position, maybe not up to ours.
             # (Batches written to the old generation meanwhile are read again from there.)
             self.forget_cache()
+            self._redo = await self._stored_batch_end()
             read = getattr(self.store, "read_position", None)
             position = await read() if read is not None else None
             if position is not None and position != self._cursor:
@@ -308,7 +341,12 @@ class ProjectionRunner:
             if run_id is not None:
                 run_ids.add(run_id)
         folder = Folder()
-        before = await self._load(folder, thread_ids, run_ids)
+        update_index = getattr(self.store, "update_index", None)
+        if update_index is None:
+            before = await self._load(folder, thread_ids, run_ids)
+        else:  # the batch's end is stored before any index write (module docstring)
+            self._redo = last
+            before, _ = await asyncio.gather(self._load(folder, thread_ids, run_ids), self._store_batch_end(last))
         for seq, subject, data in fresh:
             try:
                 commit = decode_commit(data)
@@ -331,10 +369,10 @@ class ProjectionRunner:
                 for key in keys:
                     cache.pop(key, None)
             # The listing index first: its changes are computed from the views before and after
-            # the batch, and a batch read again still finds the old views (then re-applies the
-            # same, idempotent, changes). Written after the views, a crash in between would lose
-            # them for good (the next reading would see the new views and change nothing).
-            update_index = getattr(self.store, "update_index", None)
+            # the batch, and the batch read again (up to the same end: `_redo`) still finds the
+            # old views (then re-applies the same, idempotent, changes). Written after the views,
+            # a crash in between would lose them for good (the next reading would see the new
+            # views and change nothing).
             if update_index is not None:
                 await update_index(diff(before.threads, touched.threads, before.runs, touched.runs))
             await self.store.put_views(touched.threads.values(), touched.runs.values())
@@ -366,6 +404,11 @@ class ProjectionRunner:
                 await deleted_hook(deleted)
             except Exception:  # noqa: BLE001 - as above
                 log.exception("threads_deleted hook failed")
+
+    async def _store_batch_end(self, last: int) -> None:
+        write = getattr(self.store, "write_batch_end", None)
+        if write is not None:
+            await write(last)
 
     async def _quarantined(self, seq: int, subject: str, data: bytes, error: CodecError) -> Commit:
         """The quarantine stand-in of the undecodable message at `seq` (`agentlog.eventlog.quarantine`),

@@ -59,6 +59,7 @@ class MemoryViewStore(IndexedListings):
         self.puts = 0
         self.index = ListingIndex(DictBlobs())
         self.position: int | None = None
+        self.batch_end: int | None = None
 
     async def read_position(self) -> int | None:
         """The runner's position (see `KVViewStore.read_position`)."""
@@ -66,6 +67,13 @@ class MemoryViewStore(IndexedListings):
 
     async def write_position(self, seq: int) -> None:
         self.position = seq
+
+    async def read_batch_end(self) -> int | None:
+        """The end of the runner's latest batch (see `KVViewStore.read_batch_end`)."""
+        return self.batch_end
+
+    async def write_batch_end(self, seq: int) -> None:
+        self.batch_end = seq
 
     async def get_thread(self, thread_id: str) -> ThreadView | None:
         return self.threads.get(thread_id)
