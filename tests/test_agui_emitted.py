@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import sys
 import uuid
 from typing import Any
 
 import pytest
+from js_clients import JS, ensure_js_clients
 from topology import TESTS, Deployment
 
 from agentlog.eventlog.events import Emitted
@@ -24,7 +24,6 @@ from agentlog.gateway.adapters.agui import emitted_events
 from agentlog.runtime import Emit, PhaseContext, Plugin
 
 TIMEOUT = 90
-JS = TESTS / "js"
 #: What the `report` tool emits, in order (tests/protocol_app.py).
 EXPECTED = [
     ("CUSTOM", "report.started", {"step": 1}),
@@ -49,14 +48,7 @@ def shape(ev: dict[str, Any]) -> tuple[str, Any, Any] | None:
 
 
 async def official_client(base: str, agent: str, thread: str) -> dict[str, Any]:
-    if shutil.which("node") is None:
-        pytest.skip("node not installed")
-    if not (JS / "node_modules" / "@ag-ui" / "client").is_dir():
-        proc = await asyncio.create_subprocess_exec("npm", "ci", "--no-audit", "--no-fund", cwd=JS,
-                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-        out, _ = await asyncio.wait_for(proc.communicate(), 300)
-        if proc.returncode != 0:
-            pytest.skip(f"the pinned AG-UI client could not be installed (tests/js): {out.decode()[-300:]}")
+    await ensure_js_clients()
     proc = await asyncio.create_subprocess_exec("node", str(JS / "emitted.mjs"), base, agent, thread, cwd=JS,
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)

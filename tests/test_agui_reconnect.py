@@ -8,24 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import uuid
 from typing import Any
 
 import aiohttp
-import pytest
-from topology import TESTS, Deployment
+from js_clients import JS, ensure_js_clients
+from topology import Deployment
 
 from protocol_app import HOLD_DIR
 from protocol_verify.reducers import normalise_agui
 
 TIMEOUT = 90
-JS = TESTS / "js"
 
 
 async def node(*args: str) -> dict[str, Any]:
-    if shutil.which("node") is None or not (JS / "node_modules" / "@ag-ui" / "client").is_dir():
-        pytest.skip("node or the pinned @ag-ui/client (tests/js: npm ci) is missing")
+    await ensure_js_clients()
     proc = await asyncio.create_subprocess_exec("node", *args, cwd=JS, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)

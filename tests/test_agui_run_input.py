@@ -18,13 +18,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import sys
 import uuid
 from typing import Any
 
 import aiohttp
 import pytest
+from js_clients import JS, ensure_js_clients
 from topology import TESTS, Deployment
 
 from agentlog.eventlog.events import (
@@ -47,14 +47,7 @@ CONTEXT = f"{CONTEXT_HEADING}\n- page: /billing\n- plan: pro"
 
 
 async def official_client(base: str, thread: str, props: dict[str, Any]) -> dict[str, Any]:
-    if shutil.which("node") is None:
-        pytest.skip("node not installed")
-    if not (JS / "node_modules" / "@ag-ui" / "client").is_dir():
-        proc = await asyncio.create_subprocess_exec("npm", "ci", "--no-audit", "--no-fund", cwd=JS,
-                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-        out, _ = await asyncio.wait_for(proc.communicate(), 300)
-        if proc.returncode != 0:
-            pytest.skip(f"the pinned AG-UI client could not be installed (tests/js): {out.decode()[-300:]}")
+    await ensure_js_clients()
     proc = await asyncio.create_subprocess_exec("node", str(JS / "run_input.mjs"), base, thread, json.dumps(props),
                                                 cwd=JS, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)

@@ -20,48 +20,18 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import pathlib
-import shutil
 from typing import Any
 
 import aiohttp
-import pytest
+from js_clients import JS, ensure_js_clients
 from topology import Deployment
 
 from protocol_verify.reducers import normalise_agui, normalise_aisdk
 
-JS = pathlib.Path(__file__).resolve().parent / "js"
-
-
-def _node_ready() -> str | None:
-    """Why the Node check cannot run (None: it can), installing the pinned packages if needed."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        return "node/npm not installed"
-    return None
-
-
-async def _npm_ci() -> None:
-    if (JS / "node_modules" / "@ag-ui" / "client").is_dir() and (JS / "node_modules" / "ai").is_dir():
-        return
-    proc = await asyncio.create_subprocess_exec("npm", "ci", "--no-audit", "--no-fund", cwd=JS,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-    out, _ = await asyncio.wait_for(proc.communicate(), 300)
-    text = out.decode(errors="replace")
-    if proc.returncode != 0 and any(code in text for code in _NETWORK_ERRORS):
-        pytest.skip(f"the npm registry is unreachable, the pinned clients cannot be installed: {text[-300:]}")
-    assert proc.returncode == 0, text[-2000:]
-
-
-#: npm's codes for "no network" (only these skip: a lockfile or package error still fails)
-_NETWORK_ERRORS = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "ENETUNREACH")
-
 
 async def _clients(base: str, only: str = "") -> dict[str, Any]:
     """Run tests/js/clients.mjs (the scenarios whose name contains `only`) and return its report."""
-    why = _node_ready()
-    if why is not None:
-        pytest.skip(why)
-    await _npm_ci()
+    await ensure_js_clients()
     assert base.startswith("http://127.0.0.1:")
     proc = await asyncio.create_subprocess_exec(
         "node", str(JS / "clients.mjs"), base, only, cwd=JS, stdout=asyncio.subprocess.PIPE,
