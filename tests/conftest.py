@@ -17,6 +17,7 @@ Explicit `@settings(...)` on a test still win for the keys they set.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 from collections.abc import Generator, Iterator
@@ -62,6 +63,14 @@ def keep_structlog_config() -> Iterator[None]:
     saved = structlog.get_config()
     yield
     structlog.configure(**saved)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze what collection made (every test module, the SDKs they import: most of a pytest
+    process's heap, alive to the end) out of the cyclic GC, whose full passes walked all of it
+    again and again: ~15% of the CPU of the in-process tests, measured on the property tests."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.hookimpl(wrapper=True)
