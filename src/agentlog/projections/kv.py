@@ -186,27 +186,31 @@ class KVViewStore(IndexedListings):
         after each batch, and by the rebuild that made the generation), or None if never
         written. A resume hint that is never ahead of the views: the views themselves carry the
         seq they hold, so reading again from an older position changes nothing."""
-        data = await kv_get(self.meta, f"{POSITION_KEY}.{self.generation}")
-        try:
-            return int(data) if data is not None else None
-        except ValueError:
-            return None  # unreadable: read the log again from the start (the views skip it)
+        return await self._read_seq(POSITION_KEY)
 
     async def write_position(self, seq: int) -> None:
-        await self.meta.put(f"{POSITION_KEY}.{self.generation}", str(seq).encode())
+        await self._write_seq(POSITION_KEY, seq)
 
     async def read_batch_end(self) -> int | None:
         """The last seq of the runner's latest batch in this generation, or None. Above the
         position, that batch may have written index changes and not all its views: the runner
         then reads exactly up to it again (`agentlog.projections.runner`)."""
-        data = await kv_get(self.meta, f"{BATCH_END_KEY}.{self.generation}")
+        return await self._read_seq(BATCH_END_KEY)
+
+    async def write_batch_end(self, seq: int) -> None:
+        await self._write_seq(BATCH_END_KEY, seq)
+
+    async def _read_seq(self, name: str) -> int | None:
+        """A seq stored under `<name>.<generation>` in the meta bucket; None if never written or
+        unreadable (the runner then reads the log again from further back: the views skip it)."""
+        data = await kv_get(self.meta, f"{name}.{self.generation}")
         try:
             return int(data) if data is not None else None
         except ValueError:
             return None
 
-    async def write_batch_end(self, seq: int) -> None:
-        await self.meta.put(f"{BATCH_END_KEY}.{self.generation}", str(seq).encode())
+    async def _write_seq(self, name: str, seq: int) -> None:
+        await self.meta.put(f"{name}.{self.generation}", str(seq).encode())
 
     # -- ViewStore ----------------------------------------------------------------------------
 
