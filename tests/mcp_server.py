@@ -7,6 +7,10 @@ Tools: `add` (structured result), `count` (reports MCP progress per step), `fail
 error), `shout` (text content), `unlock` (adds the tool `later` at run time, for the
 `tools/list` refresh test), `crash` (the server process exits mid-call), `hang` (never answers),
 `pid` (which server process answered: a restarted one has another).
+
+`MCP_TEST_SLOW_LISTEN=<seconds>` holds each `subscriptions/listen` request that long before it is
+served, as a busy server may: a client that counts its session ready before the listen stream
+is acknowledged misses a change made in the meantime.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 
@@ -100,6 +105,16 @@ async def hang() -> str:
 def pid() -> int:
     """The id of the server process answering."""
     return os.getpid()
+
+
+async def _slow_listen(ctx: Any, call_next: Any) -> Any:
+    if ctx.method == "subscriptions/listen":
+        await asyncio.sleep(float(os.environ["MCP_TEST_SLOW_LISTEN"]))
+    return await call_next(ctx)
+
+
+if os.environ.get("MCP_TEST_SLOW_LISTEN"):
+    server.middleware.append(_slow_listen)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ way the registered registries get the new tool, callable, with no explicit `refr
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,9 +23,9 @@ TIMEOUT = 30
 CTX = ToolContext(thread_id="t", run_id="r", call_id="c", agent_id="a", tool_name="x", state={})
 
 
-def toolset(**kw: float) -> Iterator[McpToolset]:
+def toolset(env: dict[str, str] | None = None, **kw: float) -> Iterator[McpToolset]:
     tools = McpToolset([McpServerConfig(name="test", command=sys.executable, args=[SERVER, "stdio"],
-                                        timeout_s=20, **kw)]).start()
+                                        timeout_s=20, env=env, **kw)]).start()
     try:
         yield tools
     finally:
@@ -34,6 +35,12 @@ def toolset(**kw: float) -> Iterator[McpToolset]:
 @pytest.fixture
 def notified() -> Iterator[McpToolset]:
     yield from toolset()
+
+
+@pytest.fixture
+def slow_to_listen() -> Iterator[McpToolset]:
+    """A server that serves `subscriptions/listen` only after a while (tests/mcp_server.py)."""
+    yield from toolset(env={**os.environ, "MCP_TEST_SLOW_LISTEN": "1"})
 
 
 @pytest.fixture
@@ -58,6 +65,16 @@ async def test_list_changed_by_a_call_is_listed_when_the_call_returns(notified: 
     async with asyncio.timeout(TIMEOUT):
         assert (await registry.get("mcp__test__unlock").invoke({}, CTX)).value == {"result": "unlocked"}
         assert "mcp__test__later" in registry and "mcp__test__later" in notified.names()
+
+
+async def test_a_change_right_after_start_is_heard_from_a_server_slow_to_listen(slow_to_listen: McpToolset) -> None:
+    """The session counts as ready once its listen stream is acknowledged, and its tools are
+    listed after that: a change made by the very first call, however slowly the server takes
+    up the stream, is heard (subscribe, then list, as a log's follower does)."""
+    registry = slow_to_listen.register(ToolRegistry())
+    async with asyncio.timeout(TIMEOUT):
+        assert (await registry.get("mcp__test__unlock").invoke({}, CTX)).value == {"result": "unlocked"}
+        assert "mcp__test__later" in registry
 
 
 async def test_list_changed_not_sent_is_found_by_the_periodic_refresh(periodic: McpToolset) -> None:

@@ -372,16 +372,19 @@ class McpToolset:
                 async with AsyncExitStack() as stack:
                     async with asyncio.timeout(conn.config.timeout_s):
                         conn.client = await conn.open(stack)
+                        subscription = await self._subscribe(conn, stack)
                     if first.done():
                         conn.restarts += 1
                         log.warning("MCP server %r reconnected (restart %d)", name, conn.restarts)
+                        conn.changed.set()  # the server may list other tools now: re-list
                     conn.state = "ok"
                     conn.lost.clear()
                     conn.ready.set()
                     if not first.done():
                         first.set_result(None)
                     delay = RECONNECT_FIRST
-                    changes = asyncio.create_task(self._follow_changes(conn), name=f"mcp-{name}-changes")
+                    changes = asyncio.create_task(self._follow_changes(conn, subscription),
+                                                  name=f"mcp-{name}-changes")
                     try:
                         await self._watch(conn)
                     finally:
@@ -424,12 +427,31 @@ class McpToolset:
                     conn.drop(exc)
                     return
 
-    async def _follow_changes(self, conn: _Connection) -> None:
+    async def _subscribe(self, conn: _Connection, stack: AsyncExitStack) -> Any:
+        """Open the session's `subscriptions/listen` stream of tool-list changes (2026-07-28
+        sessions) and wait for the server's acknowledgment, before the session counts as ready
+        and before its tools are listed: a change made after that listing (even by the very
+        first call) is then always heard. None on older sessions (they send
+        `notifications/tools/list_changed` unasked) or when the server offers no stream."""
+        from mcp.client.subscriptions import ListenNotSupportedError
+
+        try:
+            return await stack.enter_async_context(conn.client.listen(tools_list_changed=True))
+        except ListenNotSupportedError:
+            return None
+        except Exception as exc:  # noqa: BLE001 - no stream: periodic refresh (if any) still runs
+            if _lost(exc):
+                raise
+            log.info("MCP server %r: no tools/list_changed stream: %s", conn.config.name, _describe(exc))
+            return None
+
+    async def _follow_changes(self, conn: _Connection, subscription: Any) -> None:
         """Re-list the tools (and update the registered registries) when the server says its
-        list changed, and every `refresh_s` if set. On 2026-07-28 sessions the change comes on a
-        `subscriptions/listen` stream; on older ones, as `notifications/tools/list_changed`
-        (`_Connection.on_message`). Runs with the session (`_keep` cancels it when it ends)."""
-        listener = asyncio.create_task(self._listen(conn))
+        list changed, and every `refresh_s` if set. On 2026-07-28 sessions the change comes on
+        the `subscriptions/listen` stream `subscription` (`_subscribe`); on older ones, as
+        `notifications/tools/list_changed` (`_Connection.on_message`). Runs with the session
+        (`_keep` cancels it when it ends)."""
+        listener = asyncio.create_task(self._listen(conn, subscription))
         try:
             while not self._closing:
                 try:
@@ -470,17 +492,15 @@ class McpToolset:
                 self._waiters.remove(waiter)
                 loop.call_soon_threadsafe(_resolve, found)
 
-    async def _listen(self, conn: _Connection) -> None:
-        from mcp.client.subscriptions import ListenNotSupportedError
-
-        try:
-            async with conn.client.listen(tools_list_changed=True) as changes:
-                async for _event in changes:
-                    conn.changed.set()
-        except ListenNotSupportedError:
+    async def _listen(self, conn: _Connection, subscription: Any) -> None:
+        """Mark `conn` changed at each event of its listen stream, until the stream ends."""
+        if subscription is None:
             return  # a handshake-era session: the notification handler sets `changed`
-        except Exception as exc:  # noqa: BLE001 - no stream: periodic refresh (if any) still runs
-            log.info("MCP server %r: no tools/list_changed stream: %s", conn.config.name, _describe(exc))
+        try:
+            async for _event in subscription:
+                conn.changed.set()
+        except Exception as exc:  # noqa: BLE001 - the stream dropped: periodic refresh (if any) still runs
+            log.info("MCP server %r: tools/list_changed stream ended: %s", conn.config.name, _describe(exc))
 
     async def _open_all(self) -> None:
         for name, config in self.servers.items():
