@@ -4,6 +4,8 @@
   command work queue, its dead letters, the large-payload object store and the KV buckets (views,
   listing index, run snapshots); nothing ever lowers them: a process started with the
   default (every CLI command ensures its streams) or with a lower number keeps the operator's R3.
+* A create that JetStream refuses for want of peers online (err 10005: a node starting, or busy
+  enough to miss heartbeats) is tried again for a while, then fails as `PlacementRefused`.
 * Chaos: 200 runs through 2 worker processes while the events stream's leader is SIGKILLed: all
   finish, 0 commits lost, 0 duplicated (scripts/reliability_cluster.py does the work).
 """
@@ -15,13 +17,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import nats.js.errors
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from agentlog.cli.server import ServerConfig, serve
 from agentlog.eventlog.jetstream.payloads import PAYLOAD_BUCKET
-from agentlog.eventlog.jetstream.replicas import replicas_target
+from agentlog.eventlog.jetstream.replicas import PlacementRefused, placed, replicas_target
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.subjects import EVENTS_STREAM
 from agentlog.gateway.operations.connection import ConnectionOptions, open_store
@@ -71,6 +74,45 @@ async def _ensure_all(replicas: int | None, cluster: LocalCluster) -> dict[str, 
         return await _replicas(store.nc)
     finally:
         await store.close()
+
+
+class _Creates:
+    """A stream create answering with `outcomes` in turn (an exception is raised)."""
+
+    def __init__(self, *outcomes: object) -> None:
+        self.outcomes = list(outcomes)
+        self.calls = 0
+
+    async def __call__(self) -> object:
+        self.calls += 1
+        outcome = self.outcomes.pop(0) if len(self.outcomes) > 1 else self.outcomes[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+
+NO_PEERS_PY = nats.js.errors.APIError(code=500, err_code=10005, description="no suitable peers for placement")
+
+
+@pytest.mark.parametrize("refusal", [PlacementRefused("stream create: no suitable peers"), NO_PEERS_PY])
+async def test_a_create_refused_for_want_of_peers_is_tried_again_until_placed(refusal: Exception) -> None:
+    create = _Creates(refusal, refusal, "created")
+    assert await placed(create, "stream S") == "created"
+    assert create.calls == 3
+
+
+async def test_other_create_failures_are_not_tried_again() -> None:
+    create = _Creates(nats.js.errors.APIError(code=400, err_code=10058, description="stream name in use"))
+    with pytest.raises(nats.js.errors.APIError):
+        await placed(create, "stream S")
+    assert create.calls == 1
+
+
+async def test_a_refusal_that_lasts_stands() -> None:
+    create = _Creates(PlacementRefused("stream create: no suitable peers"))
+    with pytest.raises(PlacementRefused):
+        await placed(create, "stream S", timeout=0.3)
+    assert create.calls > 1
 
 
 async def test_replicas_flag_raises_and_nothing_lowers_them(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

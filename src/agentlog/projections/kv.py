@@ -22,7 +22,7 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import BadRequestError, BucketNotFoundError, KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
-from agentlog.eventlog.jetstream.replicas import raise_replicas
+from agentlog.eventlog.jetstream.replicas import placed, raise_replicas
 from agentlog.projections.errors import ProjectionError
 from agentlog.projections.kvpipe import get_many
 from agentlog.projections.listing import IndexedListings, KVBlobs, ListingIndex, kv_get, put_pipelined
@@ -68,7 +68,7 @@ async def ensure_bucket(js: JetStreamContext, bucket: str, *, replicas: int | No
         await raise_replicas(js, f"KV_{bucket}", replicas)
     except NotFoundError:
         try:
-            return await _answering(await js.create_key_value(config), bucket)
+            return await _answering(await placed(lambda: js.create_key_value(config), f"KV bucket {bucket}"), bucket)
         except BadRequestError:
             pass  # created by another process in between: adopt it
     try:

@@ -24,6 +24,8 @@ MIN_SERVER_VERSION = "2.11.0"
 ERR_WRONG_LAST_SEQUENCE = 10071
 ERR_STREAM_NOT_FOUND = 10059
 ERR_NO_MESSAGE_FOUND = 10037
+#: "no suitable peers for placement": too few peers online for a new stream's replicas.
+ERR_NO_SUITABLE_PEERS = 10005
 
 NS_PER_SECOND = 1_000_000_000
 HDR_MSG_ID = "Nats-Msg-Id"

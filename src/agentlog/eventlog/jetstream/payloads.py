@@ -41,7 +41,7 @@ from agentlog.eventlog.events import (
     PayloadRef,
     ToolCallCompleted,
 )
-from agentlog.eventlog.jetstream.replicas import raise_replicas
+from agentlog.eventlog.jetstream.replicas import placed, raise_replicas
 
 __all__ = ["INLINE_BINARY_LIMIT", "PAYLOAD_BUCKET", "BlobStore", "ObjectStoreBlobs", "PayloadMissing", "has_refs",
            "offload", "offload_binaries", "resolve", "without_binaries"]
@@ -214,7 +214,7 @@ async def ensure_payload_bucket(js: Any, bucket: str = PAYLOAD_BUCKET, *, replic
     except NotFoundError:
         config = ObjectStoreConfig(bucket=bucket, storage=StorageType.FILE, replicas=replicas or 1)
         try:
-            return await js.create_object_store(bucket, config=config)
+            return await placed(lambda: js.create_object_store(bucket, config=config), f"object store {bucket}")
         except BadRequestError:
             pass  # created by another process in between: adopt it
     return await js.object_store(bucket)

@@ -17,12 +17,46 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
+
+from agentlog.eventlog.errors import StoreUnavailable
+from agentlog.eventlog.jetstream.api import ERR_NO_SUITABLE_PEERS
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
 #: Environment variable for the replica count when `--replicas` is not given.
 REPLICAS_ENV = "AGENTLOG_REPLICAS"
+
+#: How long a create is tried again while placement is refused, before the refusal stands.
+PLACEMENT_WAIT = 15.0
+
+
+class PlacementRefused(StoreUnavailable):
+    """JetStream refused to create a stream because its meta leader counts fewer peers online than
+    the replicas asked for (`ERR_NO_SUITABLE_PEERS`). A cluster says so for a while after a node
+    (re)starts, and when a busy node misses heartbeats: the same create succeeds a moment later.
+    Raised once that has lasted `PLACEMENT_WAIT`: a node is down or still joining; safe to retry
+    once the cluster has its peers."""
+
+
+async def placed(create: Callable[[], Awaitable[T]], what: str, timeout: float = PLACEMENT_WAIT) -> T:
+    """`create()`, tried again with backoff while JetStream refuses placement (a
+    `PlacementRefused`, or a nats-py `APIError` with err 10005), for at most `timeout` seconds;
+    any other outcome is returned or raised at once."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        try:
+            return await create()
+        except Exception as exc:
+            refused = isinstance(exc, PlacementRefused) or getattr(exc, "err_code", None) == ERR_NO_SUITABLE_PEERS
+            if not refused or time.monotonic() + delay > deadline:
+                raise
+            log.info("%s: no suitable peers for placement yet (a node starting or busy): trying again", what)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 1.0)
 
 
 def replicas_target(existing: int | None, requested: int | None) -> int | None:
@@ -82,5 +116,5 @@ async def wait_replicated(stream: str, target: int, peers: PeerState, timeout: f
     log.warning("stream %s: %d replicas not all current after %.0fs", stream, target, timeout)
 
 
-__all__ = ["REPLICAS_ENV", "PeerState", "log_kept", "raise_replicas", "replicas_target",
+__all__ = ["PLACEMENT_WAIT", "REPLICAS_ENV", "PeerState", "PlacementRefused", "placed", "log_kept", "raise_replicas", "replicas_target",
            "wait_replicated"]

@@ -42,6 +42,7 @@ from agentlog.eventlog.jetstream.archive import (
     sha256_hex,
 )
 from agentlog.eventlog.jetstream.payloads import ensure_payload_bucket
+from agentlog.eventlog.jetstream.replicas import placed
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 
 __all__ = ["DAY_MS", "Outcome", "ThreadTally", "archive_due", "archive_thread", "due", "tally"]
@@ -210,7 +211,7 @@ async def _index_runs(store: JetStreamEventStore, thread_id: str, runs: list[str
         config = KeyValueConfig(bucket=RUN_INDEX_BUCKET, history=1, storage=StorageType.FILE,
                                 replicas=replicas or 1, direct=True)
         try:
-            kv = await js.create_key_value(config=config)
+            kv = await placed(lambda: js.create_key_value(config=config), f"KV bucket {RUN_INDEX_BUCKET}")
         except BadRequestError:
             kv = await js.key_value(RUN_INDEX_BUCKET)
     for run_id in runs:

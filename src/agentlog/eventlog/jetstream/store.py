@@ -56,6 +56,7 @@ from agentlog.eventlog.events import AppendResult, Commit, StoredCommit
 from agentlog.eventlog.ids import validate_id
 from agentlog.eventlog.jetstream.api import (
     ERR_NO_MESSAGE_FOUND,
+    ERR_NO_SUITABLE_PEERS,
     ERR_STREAM_NOT_FOUND,
     ERR_WRONG_LAST_SEQUENCE,
     HDR_EXPECTED,
@@ -66,6 +67,7 @@ from agentlog.eventlog.jetstream.api import (
     MIN_SERVER_VERSION,
     NS_PER_SECOND,
     WRONG_LAST_RE,
+    ApiResponse,
     ack_decoder,
     api_failure,
     check_server_version,
@@ -80,7 +82,13 @@ from agentlog.eventlog.jetstream.connection import DENIED_HOOKS, flush_subscript
 from agentlog.eventlog.jetstream.follow import Follower
 from agentlog.eventlog.jetstream.limits import check_limits
 from agentlog.eventlog.jetstream.payloads import ObjectStoreBlobs, offload, offload_binaries
-from agentlog.eventlog.jetstream.replicas import log_kept, replicas_target, wait_replicated
+from agentlog.eventlog.jetstream.replicas import (
+    PlacementRefused,
+    log_kept,
+    placed,
+    replicas_target,
+    wait_replicated,
+)
 from agentlog.eventlog.jetstream.requests import JetStreamRequests
 from agentlog.eventlog.quarantine import Quarantine
 from agentlog.eventlog.store import encode_checked
@@ -262,6 +270,12 @@ class JetStreamEventStore(JetStreamRequests):
             "deny_purge": False,
         }
 
+    async def _create_stream(self, config: dict[str, Any]) -> ApiResponse:
+        created = await self._api(f"$JS.API.STREAM.CREATE.{self.stream}", json_encoder.encode(config))
+        if created.error is not None and created.error.err_code == ERR_NO_SUITABLE_PEERS:
+            raise PlacementRefused(str(api_failure("stream create", created.error)))
+        return created
+
     async def ensure_stream(self, *, replicas: int | None = None, duplicate_window: float = 120.0) -> dict[str, Any]:
         """Create the stream, or check an existing one: its subjects and storage must match (we
         never move data); duplicate window and direct get are updated if they differ, replicas
@@ -273,7 +287,7 @@ class JetStreamEventStore(JetStreamRequests):
         if info.error is not None:
             if info.error.err_code != ERR_STREAM_NOT_FOUND:
                 raise api_failure("stream info", info.error)
-            created = await self._api(f"$JS.API.STREAM.CREATE.{self.stream}", json_encoder.encode(desired))
+            created = await placed(lambda: self._create_stream(desired), f"stream {self.stream}")
             if created.error is None:
                 return created.config or desired
             # Lost a creation race with another process: fall through to checking its config.

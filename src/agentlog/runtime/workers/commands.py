@@ -263,7 +263,7 @@ async def _ensure_stream(js: Any, config: Any, replicas: int | None) -> None:
     lowered: `agentlog.eventlog.jetstream.replicas`)."""
     from nats.js.errors import BadRequestError, NotFoundError
 
-    from agentlog.eventlog.jetstream.replicas import raise_replicas
+    from agentlog.eventlog.jetstream.replicas import placed, raise_replicas
 
     try:
         await raise_replicas(js, config.name, replicas)
@@ -271,7 +271,7 @@ async def _ensure_stream(js: Any, config: Any, replicas: int | None) -> None:
     except NotFoundError:
         pass
     try:
-        await js.add_stream(config)
+        await placed(lambda: js.add_stream(config), f"stream {config.name}")
     except BadRequestError:
         await js.stream_info(config.name)  # another process created it first
 
