@@ -37,6 +37,7 @@ from typing import IO, Literal
 
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 
+import forkserver
 from serve_support import HTTP_ROW
 
 TESTS = Path(__file__).resolve().parent
@@ -44,6 +45,8 @@ REPO = TESTS.parent
 
 Kind = Literal["serve", "split"]
 TOPOLOGIES: tuple[Kind, ...] = ("serve", "split")
+#: A deployment's process: a child of this process, or of the fork server (tests/forkserver.py).
+Process = subprocess.Popen[bytes] | forkserver.ForkedProcess
 # Generous: a process imports agentlog and its app on a loaded 2-core machine. A bound, not a sync.
 START_TIMEOUT = 60.0
 
@@ -69,7 +72,7 @@ class _Banner:
                         self.ready.set()
         self.ready.set()  # the child ended: `wait` then reports what it printed
 
-    def wait(self, proc: subprocess.Popen[bytes], name: str, output: str) -> str:
+    def wait(self, proc: Process, name: str, output: str) -> str:
         if not self.ready.wait(START_TIMEOUT) or "parts" not in self.text:
             raise RuntimeError(f"{name} did not start (exit {proc.poll()}):\n{output}")
         return self.text
@@ -88,7 +91,7 @@ class Deployment:
     workers: int = 1
     args: Sequence[str] = ()
     http_url: str = ""
-    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    procs: dict[str, Process] = field(default_factory=dict)
     _starts: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -124,11 +127,14 @@ class Deployment:
         log_path = self.tmp / f"{name}.log"
         log = open(log_path, "ab")  # handed to the copying thread, which closes it
         log.write(f"--- start {self._starts[name]} of {name} ---\n".encode())
-        proc = subprocess.Popen(
-            self._command(name), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
-            cwd=str(REPO), env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)]),
-                                 **self.env},
-        )
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)]), **self.env}
+        command = self._command(name)
+        proc: Process
+        if forkserver.enabled():  # the same command, forked from a process that imported it (see there)
+            proc = forkserver.SERVER.spawn(command[3:], cwd=str(REPO), env=env, stderr=log)
+        else:
+            proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+                                    cwd=str(REPO), env=env)
         assert proc.stdout is not None
         self.procs[name] = proc
         return _Banner(proc.stdout, log)
