@@ -26,6 +26,7 @@ with three file descriptors (stdin, stdout, stderr) attached; the server answers
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import json
@@ -106,6 +107,19 @@ class ForkedProcess:
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
+    async def wait_async(self) -> int:
+        """`wait` for an event loop: the return code, without blocking the loop."""
+        loop = asyncio.get_running_loop()
+        while (code := self.poll()) is None:
+            reported: asyncio.Future[None] = loop.create_future()
+            fd = self._status.fileno()
+            loop.add_reader(fd, _resolve, reported)
+            try:
+                await reported
+            finally:
+                loop.remove_reader(fd)
+        return code
+
     def _collect(self, timeout: float | None) -> int | None:
         """The return code once the server reported it; waits up to `timeout` (None: forever)."""
         with self._lock:
@@ -120,6 +134,35 @@ class ForkedProcess:
                     self.returncode = int(json.loads(line)["returncode"]) if line else -signal.SIGKILL
                     self._status.close()
             return self.returncode
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class AsyncForkedProcess:
+    """The `asyncio.subprocess.Process` surface the worker tests use, for a forked child."""
+
+    def __init__(self, proc: ForkedProcess) -> None:
+        self._proc = proc
+        self.pid = proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.poll()
+
+    async def wait(self) -> int:
+        return await self._proc.wait_async()
+
+    def send_signal(self, sig: int) -> None:
+        self._proc.send_signal(sig)
+
+    def terminate(self) -> None:
+        self._proc.terminate()
+
+    def kill(self) -> None:
+        self._proc.kill()
 
 
 class ForkServer:
@@ -148,11 +191,12 @@ class ForkServer:
                 atexit.register(self._proc.kill)
             return self._path
 
-    def spawn(self, argv: Sequence[str], *, cwd: str, env: Mapping[str, str], stderr: IO[bytes]) -> ForkedProcess:
+    def spawn(self, argv: Sequence[str], *, cwd: str, env: Mapping[str, str], stderr: IO[bytes],
+              stdout: IO[bytes] | None = None) -> ForkedProcess:
         """Run `agentlog <argv>` (the arguments after `python -m agentlog`) with stdin from
-        /dev/null, stdout to a pipe (`ForkedProcess.stdout`), stderr to `stderr`."""
+        /dev/null, stdout to `stdout` (default: a pipe, `ForkedProcess.stdout`), stderr to `stderr`."""
         path = self._started(cwd, env)
-        read_end, write_end = os.pipe()
+        read_end, write_end = os.pipe() if stdout is None else (-1, os.dup(stdout.fileno()))
         with open(os.devnull, "rb") as stdin:
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
@@ -161,7 +205,8 @@ class ForkServer:
                 socket.send_fds(conn, [request], [stdin.fileno(), write_end, stderr.fileno()])
             except BaseException:
                 conn.close()
-                os.close(read_end)
+                if read_end >= 0:
+                    os.close(read_end)
                 raise
             finally:
                 os.close(write_end)
@@ -169,12 +214,14 @@ class ForkServer:
         while b"\n" not in answer:
             chunk = conn.recv(4096)
             if not chunk:
-                os.close(read_end)
+                if read_end >= 0:
+                    os.close(read_end)
                 conn.close()
                 raise RuntimeError(f"the fork server did not start agentlog {' '.join(argv)}")
             answer += chunk
         line, rest = answer.split(b"\n", 1)
-        proc = ForkedProcess(["agentlog", *argv], int(json.loads(line)["pid"]), os.fdopen(read_end, "rb"), conn)
+        proc = ForkedProcess(["agentlog", *argv], int(json.loads(line)["pid"]),
+                             os.fdopen(read_end, "rb") if read_end >= 0 else None, conn)
         proc._buffer = rest  # noqa: SLF001 - its exit may already have been reported
         return proc
 

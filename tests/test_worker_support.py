@@ -12,28 +12,36 @@ from typing import Any
 from agentlog.eventlog.events import StoredCommit
 from agentlog.projections.fold import fold_commits
 
+import forkserver
+
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 
 APPROVE = {"target_id": "call_2_1", "decision_id": "approve-deploy", "action": "resume", "result": {"approved": True}}
 
 
+#: A worker process: a child of this process, or of the fork server (tests/forkserver.py).
+WorkerProcess = asyncio.subprocess.Process | forkserver.AsyncForkedProcess
+
+
 async def spawn_worker(url: str, logdir: Path, name: str, *, env: dict[str, str] | None = None,
-                       ack_wait: float = 1.0, concurrency: int = 4) -> asyncio.subprocess.Process:
-    """An `agentlog worker` subprocess (`python -m agentlog worker`); its output goes to `<logdir>/<name>.log`."""
-    out = open(logdir / f"{name}.log", "wb")
-    try:
+                       ack_wait: float = 1.0, concurrency: int = 4) -> WorkerProcess:
+    """An `agentlog worker` process (`python -m agentlog worker`, or the same forked from the
+    fork server); its output goes to `<logdir>/<name>.log`."""
+    argv = ["worker", "--nats", url, "--app", "worker_app:app", "--ack-wait", str(ack_wait),
+            "--concurrency", str(concurrency), "--shutdown-timeout", "5"]
+    full_env = {**os.environ, "PYTHONPATH": str(TESTS), **(env or {})}
+    with open(logdir / f"{name}.log", "wb") as out:
+        if forkserver.enabled():
+            return forkserver.AsyncForkedProcess(
+                forkserver.SERVER.spawn(argv, cwd=str(REPO), env=full_env, stdout=out, stderr=out))
         return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "agentlog", "worker", "--nats", url, "--app", "worker_app:app",
-            "--ack-wait", str(ack_wait), "--concurrency", str(concurrency), "--shutdown-timeout", "5",
-            stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, cwd=str(REPO),
-            env={**os.environ, "PYTHONPATH": str(TESTS), **(env or {})},
+            sys.executable, "-m", "agentlog", *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
+            cwd=str(REPO), env=full_env,
         )
-    finally:
-        out.close()
 
 
-async def kill_all(procs: list[asyncio.subprocess.Process]) -> None:
+async def kill_all(procs: list[WorkerProcess]) -> None:
     for p in procs:
         if p.returncode is None:
             try:
