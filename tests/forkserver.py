@@ -32,6 +32,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -173,11 +174,14 @@ class ForkServer:
         self._path = ""
         self._lock = threading.Lock()
 
-    def _started(self, cwd: str, env: Mapping[str, str]) -> str:
+    def _started(self, cwd: str) -> str:
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
-                self._path = os.path.join(tempfile.mkdtemp(prefix="agentlog-fork-"), "socket")
-                server_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+                where = tempfile.mkdtemp(prefix="agentlog-fork-")
+                atexit.register(shutil.rmtree, where, ignore_errors=True)
+                self._path = os.path.join(where, "socket")
+                # This process's environment, without $PYTHONPATH: each child sets its own.
+                server_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
                 self._proc = subprocess.Popen(
                     [sys.executable, __file__, self._path], cwd=cwd, env=server_env,
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,  # stdin: EOF when this process ends
@@ -195,7 +199,7 @@ class ForkServer:
               stdout: IO[bytes] | None = None) -> ForkedProcess:
         """Run `agentlog <argv>` (the arguments after `python -m agentlog`) with stdin from
         /dev/null, stdout to `stdout` (default: a pipe, `ForkedProcess.stdout`), stderr to `stderr`."""
-        path = self._started(cwd, env)
+        path = self._started(cwd)
         read_end, write_end = os.pipe() if stdout is None else (-1, os.dup(stdout.fileno()))
         with open(os.devnull, "rb") as stdin:
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
