@@ -1,9 +1,12 @@
 """The deployments the end-to-end tests run (tests/topology.py) are what users run: a run goes
-through each topology's HTTP API and its worker, and a killed process comes back on the same log."""
+through each topology's HTTP API and its worker, and a killed process comes back on the same log.
+Both ways the suite starts their processes: forked from the fork server (tests/forkserver.py, the
+default) and as plain `python -m agentlog ...` subprocesses."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +14,18 @@ import aiohttp
 import pytest
 from topology import Deployment
 
+import forkserver
+
+
+@pytest.fixture(params=["forked", "plain"])
+def spawn(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "plain":
+        monkeypatch.setenv(forkserver.ENABLED_ENV, "0")
+    return str(request.param)
+
 
 @pytest.fixture
-def deployment_options(tmp_path: Path) -> dict[str, object]:
+def deployment_options(tmp_path: Path, spawn: str) -> dict[str, object]:
     hold = tmp_path / "hold"
     hold.mkdir()
     # a short lease: the killed process's command is redelivered to the restarted one within it
@@ -33,7 +45,9 @@ async def _wait_status(http: aiohttp.ClientSession, url: str, run_id: str, seq: 
 
 
 async def test_a_run_finishes_through_the_deployment_and_survives_a_kill(
-        deployment: Deployment, deployment_options: dict[str, Any]) -> None:
+        deployment: Deployment, deployment_options: dict[str, Any], spawn: str) -> None:
+    started_as = forkserver.ForkedProcess if spawn == "forked" else subprocess.Popen
+    assert all(isinstance(proc, started_as) for proc in deployment.procs.values()), deployment.procs
     hold = Path(deployment_options["env"]["SERVE_APP_HOLD_DIR"])
     async with aiohttp.ClientSession() as http:
         async with http.post(f"{deployment.http_url}/v1/runs", json={"agent_id": "held", "messages": "go"}) as resp:
