@@ -44,12 +44,20 @@ from pathlib import Path
 from typing import IO, Any
 
 #: What the fork server imports before it forks: the CLI, and what `serve`, `gateway` and
-#: `worker` import when they start (agentlog/cli/server.py imports these inside functions).
+#: `worker` import when they start (agentlog/cli/server.py imports these inside functions; the
+#: A2A, MCP-over-HTTP and telemetry ones bring their SDKs). A module of an extra that is not
+#: installed is left out.
 PRELOAD = (
     "agentlog.cli",
+    "agentlog.cli.demo",
     "agentlog.cli.server",
     "agentlog.eventlog.embedded.datadir",
+    "agentlog.gateway.adapters.a2a.mapping",
+    "agentlog.gateway.adapters.a2a.push",
     "agentlog.gateway.adapters.a2a.routes",
+    "agentlog.gateway.adapters.a2a.server",
+    "agentlog.gateway.adapters.mcp_http",
+    "agentlog.gateway.adapters.nats_routes",
     "agentlog.gateway.adapters.routes",
     "agentlog.gateway.adapters.session",
     "agentlog.gateway.http",
@@ -63,6 +71,7 @@ PRELOAD = (
     "agentlog.runtime.facade",
     "agentlog.runtime.live",
     "agentlog.runtime.snapshots.store",
+    "agentlog.runtime.telemetry",
     "agentlog.runtime.workers.commands",
     "agentlog.runtime.workers.worker",
 )
@@ -240,7 +249,8 @@ def _serve(path: str) -> None:
     import importlib
 
     for name in PRELOAD:
-        importlib.import_module(name)
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
     assert threading.active_count() == 1, "a thread started at import: it would not survive a fork"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
