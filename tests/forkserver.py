@@ -40,7 +40,6 @@ import sys
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import IO, Any
 
 #: What the fork server imports before it forks: the CLI, and what `serve`, `gateway` and
@@ -334,9 +333,10 @@ def _child(request: dict[str, Any], fds: list[int]) -> int:
     # itself runs without one), then the interpreter's own.
     extra = [entry for entry in request["env"].get("PYTHONPATH", "").split(os.pathsep) if entry]
     sys.path[:1] = [os.getcwd(), *extra]
-    sys.argv = [str(Path(__file__).resolve().parent.parent / "src" / "agentlog" / "__main__.py"),
-                *request["argv"]]
+    import agentlog.__main__
     from agentlog.cli import main
+
+    sys.argv = [agentlog.__main__.__file__, *request["argv"]]  # as `python -m agentlog` sets it
 
     code: int = 0
     try:
