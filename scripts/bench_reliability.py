@@ -98,6 +98,8 @@ class Progress:
         self.store = store
         self.completed: Counter[str] = Counter()
         self.finished: set[str] = set()
+        #: Threads with a finished run (a run whose id the caller never got: a refused POST's).
+        self.finished_threads: set[str] = set()
         self.changed = asyncio.Condition()
         self._task = asyncio.ensure_future(self._follow())
 
@@ -110,6 +112,7 @@ class Progress:
                         self.completed[run] += 1
                     elif isinstance(e, RunFinished):
                         self.finished.add(run)
+                        self.finished_threads.add(sc.commit.thread_id)
                 async with self.changed:
                     self.changed.notify_all()
 
@@ -452,10 +455,11 @@ async def disk(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
             await _limit_events(server.url, None)
             freed = time.perf_counter()
             finished_threads: set[str] = set()
-            await progress.until(lambda p: before.keys() <= p.finished and during.keys() <= p.finished, LIMIT_S)
-            figures = await tally(store, {**before, **during})
             # a refused POST is still queued: its thread must get a finished run too
             refused = [f"full{i}" for i, s in enumerate(statuses) if s != 202]
+            await progress.until(lambda p: before.keys() <= p.finished and during.keys() <= p.finished
+                                 and set(refused) <= p.finished_threads, LIMIT_S)
+            figures = await tally(store, {**before, **during})
             for thread in refused:
                 ends = [e for sc in await _read(store, thread) for e in sc.commit.events if isinstance(e, RunFinished)]
                 if ends:
