@@ -60,7 +60,7 @@ async def open_stack(server: EmbeddedNatsServer, turns: list[Any], *, mode: str 
     adapters' NATS subjects (`AGENTLOG_TOKENS` syntax, "" = no auth); `agents`: instead of the
     one scripted agent `agent` built from `turns`/`mode`/`plugins`."""
     tools = TOOLS if tools is None else tools
-    store = await JetStreamEventStore.connect(server.url, request_timeout=2.0, connect_timeout=5.0)
+    store = await JetStreamEventStore.connect(server.url, request_timeout=5.0, connect_timeout=5.0)
     views = await KVViewStore.open(store.nc)
     runner = ProjectionRunner(store.nc, views, fetch_timeout=0.2)
     await runner.start()
@@ -116,7 +116,7 @@ class Deployed:
 
 @contextlib.asynccontextmanager
 async def open_deployed(deployment: Any) -> AsyncIterator[Deployed]:
-    store = await JetStreamEventStore.connect(deployment.nats_url, request_timeout=2.0, connect_timeout=5.0)
+    store = await JetStreamEventStore.connect(deployment.nats_url, request_timeout=5.0, connect_timeout=5.0)
     nc = await nats.connect(deployment.nats_url)
     client = aiohttp.ClientSession(deployment.http_url, timeout=aiohttp.ClientTimeout(total=TIMEOUT))
     try:

@@ -69,7 +69,7 @@ class Api:
 @contextlib.asynccontextmanager
 async def open_api(server: EmbeddedNatsServer, *, tokens: str = "", settings: Settings | None = None,
                    ) -> AsyncIterator[Api]:
-    store = await JetStreamEventStore.connect(server.url, request_timeout=1.0, connect_timeout=5.0)
+    store = await JetStreamEventStore.connect(server.url, request_timeout=5.0, connect_timeout=5.0)
     views = await KVViewStore.open(store.nc)
     runner = ProjectionRunner(store.nc, views, fetch_timeout=0.2)
     await runner.start()
@@ -103,7 +103,7 @@ class Remote:
 
 @contextlib.asynccontextmanager
 async def open_remote(deployment: Deployment) -> AsyncIterator[Remote]:
-    store = await JetStreamEventStore.connect(deployment.nats_url, request_timeout=2.0, connect_timeout=5.0)
+    store = await JetStreamEventStore.connect(deployment.nats_url, request_timeout=5.0, connect_timeout=5.0)
     client = aiohttp.ClientSession(deployment.http_url, timeout=aiohttp.ClientTimeout(total=TIMEOUT))
     try:
         yield Remote(client, store, deployment.http_url.rstrip("/"))

@@ -64,7 +64,7 @@ class Stack(Api):
 async def open_stack(server: EmbeddedNatsServer, mode: str = "inprocess", *, tokens: str = "",
                      timeout: float = 10.0, more_routes: Any = None,
                      make_app: Callable[[Any], Runtime] | None = None,
-                     agents: tuple[str, ...] = AGENTS, request_timeout: float = 1.0) -> AsyncIterator[Stack]:
+                     agents: tuple[str, ...] = AGENTS, request_timeout: float = 5.0) -> AsyncIterator[Stack]:
     """The whole gateway on one connection: store, views, runner, dispatcher (+ worker), app
     (`make_app(store)` builds the runtime; `write_app` by default). `more_routes(dispatcher,
     runtime)`: extra routes (e.g. the A2A server)."""

@@ -76,9 +76,7 @@ class LiveApi:
         from agentlog.gateway.operations.dispatch import InProcessDispatcher
 
         self._stop = asyncio.Event()
-        # The product's default store timeout, not the write suite's short one: this server shares
-        # its process (and the GIL) with schemathesis's input generation, which keeps a core busy.
-        async with open_stack(self.server, request_timeout=5.0) as stack:
+        async with open_stack(self.server) as stack:
             # open_stack's app has the core + write routes; add the adapters' so the whole
             # documented surface of `agentlog serve` is exercised.
             await stack.client.close()
