@@ -40,18 +40,20 @@ class PlacementRefused(StoreUnavailable):
     Raised once that has lasted `PLACEMENT_WAIT`: a node is down or still joining; safe to retry
     once the cluster has its peers."""
 
+    err_code = ERR_NO_SUITABLE_PEERS
+
 
 async def placed(create: Callable[[], Awaitable[T]], what: str, timeout: float = PLACEMENT_WAIT) -> T:
-    """`create()`, tried again with backoff while JetStream refuses placement (a
-    `PlacementRefused`, or a nats-py `APIError` with err 10005), for at most `timeout` seconds;
-    any other outcome is returned or raised at once."""
+    """`create()`, tried again with backoff while JetStream refuses placement (an error with
+    `err_code` 10005: a `PlacementRefused`, or nats-py's `APIError`), for at most `timeout`
+    seconds; any other outcome is returned or raised at once."""
     deadline = time.monotonic() + timeout
     delay = 0.05
     while True:
         try:
             return await create()
         except Exception as exc:
-            refused = isinstance(exc, PlacementRefused) or getattr(exc, "err_code", None) == ERR_NO_SUITABLE_PEERS
+            refused = getattr(exc, "err_code", None) == ERR_NO_SUITABLE_PEERS
             if not refused or time.monotonic() + delay > deadline:
                 raise
             log.info("%s: no suitable peers for placement yet (a node starting or busy): trying again", what)
@@ -116,5 +118,5 @@ async def wait_replicated(stream: str, target: int, peers: PeerState, timeout: f
     log.warning("stream %s: %d replicas not all current after %.0fs", stream, target, timeout)
 
 
-__all__ = ["PLACEMENT_WAIT", "REPLICAS_ENV", "PeerState", "PlacementRefused", "placed", "log_kept", "raise_replicas", "replicas_target",
-           "wait_replicated"]
+__all__ = ["PLACEMENT_WAIT", "REPLICAS_ENV", "PeerState", "PlacementRefused", "log_kept", "placed",
+           "raise_replicas", "replicas_target", "wait_replicated"]
