@@ -88,14 +88,15 @@ def enabled() -> bool:
 class ForkedProcess:
     """The `subprocess.Popen` surface the deployments use, for a child of the fork server."""
 
-    def __init__(self, args: Sequence[str], pid: int, stdout: IO[bytes] | None, status: socket.socket) -> None:
+    def __init__(self, args: Sequence[str], pid: int, stdout: IO[bytes] | None, status: socket.socket,
+                 received: bytes = b"") -> None:
         self.args = list(args)
         self.pid = pid
         self.stdout = stdout
         self.returncode: int | None = None
         self._status = status
         self._lock = threading.Lock()
-        self._buffer = b""
+        self._buffer = received  # what the server sent after the pid: its exit, if already over
 
     def poll(self) -> int | None:
         return self._collect(0.0)
@@ -109,9 +110,6 @@ class ForkedProcess:
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:
             os.kill(self.pid, sig)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
@@ -163,12 +161,6 @@ class AsyncForkedProcess:
 
     async def wait(self) -> int:
         return await self._proc.wait_async()
-
-    def send_signal(self, sig: int) -> None:
-        self._proc.send_signal(sig)
-
-    def terminate(self) -> None:
-        self._proc.terminate()
 
     def kill(self) -> None:
         self._proc.kill()
@@ -232,10 +224,8 @@ class ForkServer:
                 raise RuntimeError(f"the fork server did not start agentlog {' '.join(argv)}")
             answer += chunk
         line, rest = answer.split(b"\n", 1)
-        proc = ForkedProcess(["agentlog", *argv], int(json.loads(line)["pid"]),
-                             os.fdopen(read_end, "rb") if read_end >= 0 else None, conn)
-        proc._buffer = rest  # noqa: SLF001 - its exit may already have been reported
-        return proc
+        return ForkedProcess(["agentlog", *argv], int(json.loads(line)["pid"]),
+                             os.fdopen(read_end, "rb") if read_end >= 0 else None, conn, rest)
 
 
 SERVER = ForkServer()
