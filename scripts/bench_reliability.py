@@ -454,16 +454,12 @@ async def disk(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
             _, degraded = await _http_json(url, "/health")
             await _limit_events(server.url, None)
             freed = time.perf_counter()
-            finished_threads: set[str] = set()
             # a refused POST is still queued: its thread must get a finished run too
             refused = [f"full{i}" for i, s in enumerate(statuses) if s != 202]
             await progress.until(lambda p: before.keys() <= p.finished and during.keys() <= p.finished
                                  and set(refused) <= p.finished_threads, LIMIT_S)
             figures = await tally(store, {**before, **during})
-            for thread in refused:
-                ends = [e for sc in await _read(store, thread) for e in sc.commit.events if isinstance(e, RunFinished)]
-                if ends:
-                    finished_threads.add(thread)
+            finished_threads = set(refused) & progress.finished_threads
             after, _ = await _post_statuses(url, n, "after")
             await progress.until(lambda p: after.keys() <= p.finished, LIMIT_S)
             recovered = time.perf_counter()
@@ -496,10 +492,6 @@ async def disk(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
         ("room back -> new runs done s", f"{figures['recovery_s']:.2f}"),
     ]
     return rows, figures
-
-
-async def _read(store: JetStreamEventStore, thread: str) -> list[StoredCommit]:
-    return [sc async for sc in store.read_thread(thread)]
 
 
 # == the report =====================================================================================
