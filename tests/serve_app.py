@@ -2,9 +2,11 @@
 scripts/bench_reliability.py).
 
 Agent `held`: one `hold` call, then a text answer (any run on a thread continues the script).
-`hold` returns at once when the file `$SERVE_APP_HOLD_DIR/<thread_id>` exists, and otherwise
-blocks until cancelled: the test decides, per thread and before a process starts, whether that
-process can finish the run. No polling, no timing.
+`hold` returns at once when the file `$SERVE_APP_HOLD_DIR/<thread_id>` exists and does not name
+the calling run, and otherwise blocks until cancelled: the test decides, per thread and before a
+process starts, whether that process can finish the run. A file naming run ids (one per line)
+releases the thread's other runs only: a test can release a continuation while the run it
+interrupts stays held, however late that run's `hold` looks. No polling, no timing.
 """
 
 from __future__ import annotations
@@ -20,11 +22,23 @@ from agentlog.runtime.models.scripted import ScriptedModel, Turn
 
 @tool
 async def hold(ctx: ToolContext) -> str:
-    """Finish if this thread is released, else block (until the run is cancelled or the process stops)."""
-    released = Path(os.environ["SERVE_APP_HOLD_DIR"]) / ctx.thread_id
-    if not released.exists():
+    """Finish if this thread is released for this run, else block (until the run is cancelled or
+    the process stops)."""
+    release = Path(os.environ["SERVE_APP_HOLD_DIR"]) / ctx.thread_id
+    try:
+        still_held = release.read_text().split()
+    except FileNotFoundError:
+        still_held = [ctx.run_id]
+    if ctx.run_id in still_held:
         await asyncio.Event().wait()
     return "released"
+
+
+def release_all_but(hold_dir: Path, thread_id: str, run_id: str) -> None:
+    """Release the thread's runs except `run_id` (written whole: a `hold` never reads half a file)."""
+    staged = hold_dir / f".{thread_id}.staged"
+    staged.write_text(run_id)
+    staged.replace(hold_dir / thread_id)
 
 
 def app(store: Any) -> Runtime:

@@ -2,7 +2,10 @@
 cancels it and continues the thread with the messages, as one command a worker executes (the
 thread never has two active runs), against what users run: `agentlog serve`, and `agentlog
 gateway` + `agentlog worker` (tests/serve_app.py: agent `held` calls `hold`, which blocks until
-its thread is released by a file, or the run is cancelled).
+its thread is released by a file, or the run is cancelled). A test releases a thread for every
+run but the one it interrupts (`release_all_but`): `ToolCallStarted` is recorded before the tool
+runs, so the interrupted run's `hold` may look at the file after the release and must still block.
+The release is written before that run starts: the latest look, every time.
 
 Synchronisation: the thread's event stream (followed) and `runs.wait`; no test waits on time.
 
@@ -26,6 +29,7 @@ from typer.testing import CliRunner
 from agentlog.cli.core import app
 from agentlog.client import ApiError, AsyncClient, SyncClient, get_sync_client
 
+from serve_app import release_all_but
 from test_adapters_routes_support import TRANSPORTS, Transport, open_deployed
 
 runner = CliRunner()
@@ -50,12 +54,30 @@ def hold_dir(deployment: Deployment) -> Path:
     return Path(deployment.env["SERVE_APP_HOLD_DIR"])
 
 
-def holding(client: SyncClient) -> dict[str, Any]:
-    """A `held` run whose `hold` call has started (and blocks): followed from the thread's stream."""
-    run = client.runs.create("held", "go")
+def holding(client: SyncClient, continued_in: Path | None = None, name: str = "") -> dict[str, Any]:
+    """A `held` run whose `hold` call has started (and blocks): followed from the thread's stream.
+    With `continued_in` (the hold directory), the thread is released for every other run before
+    this one starts, so the continuation that interrupts it can finish."""
+    ids: dict[str, str] = {}
+    if continued_in is not None:
+        ids = {"thread_id": f"t-interrupt-{name}", "run_id": f"r-interrupt-{name}"}
+        release_all_but(continued_in, ids["thread_id"], ids["run_id"])
+    run = client.runs.create("held", "go", **ids)
     for event in client.threads.stream(run["thread_id"], follow=True):
         if event.type == "ToolCallStarted":
             return run
+    raise AssertionError("the thread's stream ended before the hold call started")
+
+
+async def aholding(aio: AsyncClient, continued_in: Path, name: str) -> dict[str, Any]:
+    """`holding` for the async client."""
+    thread_id, run_id = f"t-interrupt-{name}", f"r-interrupt-{name}"
+    release_all_but(continued_in, thread_id, run_id)
+    run = await aio.runs.create("held", "go", thread_id=thread_id, run_id=run_id)
+    async with contextlib.aclosing(aio.threads.stream(thread_id, follow=True)) as events:
+        async for event in events:
+            if event.type == "ToolCallStarted":
+                return run
     raise AssertionError("the thread's stream ended before the hold call started")
 
 
@@ -66,9 +88,8 @@ def log_of(client: SyncClient, thread_id: str) -> list[Any]:
 def test_interrupt_cancels_the_running_run_and_continues_with_the_message(
         deployment: Deployment, hold_dir: Path) -> None:
     with get_sync_client(deployment.http_url) as client:
-        old = holding(client)
+        old = holding(client, continued_in=hold_dir, name="sync")
         thread = old["thread_id"]
-        (hold_dir / thread).touch()  # the continuation's own hold returns at once
         new = client.runs.inputs(old["run_id"], messages="stop, then do this", mode="interrupt")
         assert new["thread_id"] == thread and new["run_id"] != old["run_id"]
         done = client.runs.wait(new["run_id"], timeout=WAIT)
@@ -91,8 +112,7 @@ def test_interrupt_cancels_the_running_run_and_continues_with_the_message(
         assert result.exit_code == 0, result.output
 
 
-def test_interrupt_without_a_mode_is_a_409_naming_it_and_writes_nothing(
-        deployment: Deployment, hold_dir: Path) -> None:
+def test_interrupt_without_a_mode_is_a_409_naming_it_and_writes_nothing(deployment: Deployment) -> None:
     with get_sync_client(deployment.http_url) as client:
         old = holding(client)
         thread = old["thread_id"]
@@ -106,8 +126,7 @@ def test_interrupt_without_a_mode_is_a_409_naming_it_and_writes_nothing(
                 client.call(client.aio.request("POST", f"/v1/runs/{old['run_id']}/inputs", json_body=body))
             assert (bad.value.status, bad.value.code) == (400, "invalid_input"), body
         assert len(log_of(client, thread)) == before
-        (hold_dir / thread).touch()
-        client.runs.cancel(old["run_id"])
+        client.runs.cancel(old["run_id"])  # its hold never returns: only the cancel ends it
 
 
 def test_interrupt_of_a_finished_run_is_a_plain_continuation(deployment: Deployment, hold_dir: Path) -> None:
@@ -126,13 +145,8 @@ async def test_interrupt_stop_then_send_in_the_ai_sdk(deployment: Deployment, ho
     """The AI SDK client stopped its stream (the run went on) and sends a new message: one
     interrupting command, the old run cancelled, the new message answered in the stream."""
     async with asyncio.timeout(WAIT), open_deployed(deployment) as stack, AsyncClient(deployment.http_url) as aio:
-        old = await aio.runs.create("held", "go")
+        old = await aholding(aio, hold_dir, f"aisdk-{tr.name}")
         chat = old["thread_id"]
-        async with contextlib.aclosing(aio.threads.stream(chat, follow=True)) as events:
-            async for event in events:
-                if event.type == "ToolCallStarted":
-                    break
-        (hold_dir / chat).touch()
         body = {"id": chat, "trigger": "submit-message", "messages": [
             {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "go"}]},
             {"id": "u2", "role": "user", "parts": [{"type": "text", "text": "stop, then this"}]}]}
@@ -150,13 +164,8 @@ async def test_interrupt_stop_then_send_in_the_ai_sdk(deployment: Deployment, ho
 async def test_interrupt_stop_then_send_in_ag_ui(deployment: Deployment, hold_dir: Path, tr: Transport) -> None:
     """The same through AG-UI: a run request on a thread whose run still runs interrupts it."""
     async with asyncio.timeout(WAIT), open_deployed(deployment) as stack, AsyncClient(deployment.http_url) as aio:
-        old = await aio.runs.create("held", "go")
+        old = await aholding(aio, hold_dir, f"agui-{tr.name}")
         chat = old["thread_id"]
-        async with contextlib.aclosing(aio.threads.stream(chat, follow=True)) as events:
-            async for event in events:
-                if event.type == "ToolCallStarted":
-                    break
-        (hold_dir / chat).touch()
         body = {"threadId": chat, "runId": f"r-agui-interrupt-{tr.name}", "tools": [], "context": [],
                 "state": {}, "forwardedProps": {},
                 "messages": [{"id": "u1", "role": "user", "content": "go"},
