@@ -1,7 +1,11 @@
 """A real MCP server for the MCP client tests, written with the official SDK's server API.
 
     python tests/mcp_server.py stdio
-    python tests/mcp_server.py http PORT      # streamable HTTP on 127.0.0.1:PORT/mcp
+    python tests/mcp_server.py http           # streamable HTTP on 127.0.0.1:<port>/mcp
+
+In `http` mode the server binds a free port itself and prints it (one line on stdout) once the
+socket listens: a test reads that line instead of picking a port that another process may take
+before the server binds it.
 
 Tools: `add` (structured result), `count` (reports MCP progress per step), `fail` (an MCP tool
 error), `shout` (text content), `unlock` (adds the tool `later` at run time, for the
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import sys
 from typing import Any
 
@@ -117,8 +122,18 @@ if os.environ.get("MCP_TEST_SLOW_LISTEN"):
     server.middleware.append(_slow_listen)
 
 
+def serve_http() -> None:
+    """Streamable HTTP on a port the kernel picks, reported on stdout once connections queue."""
+    import uvicorn
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    print(listener.getsockname()[1], flush=True)
+    app = server.streamable_http_app(host="127.0.0.1")
+    asyncio.run(uvicorn.Server(uvicorn.Config(app, log_level="warning")).serve(sockets=[listener]))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "stdio":
         server.run()
     else:
-        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+        serve_http()

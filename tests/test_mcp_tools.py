@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,7 +17,6 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentlog.eventlog.embedded.server import free_port
 from agentlog.runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime
 from agentlog.runtime.live import NatsLiveSink
 from agentlog.runtime.models import ScriptedModel, Turn
@@ -50,44 +48,16 @@ def stdio_tools() -> Iterator[McpToolset]:
         toolset.close()
 
 
-def _listening(proc: subprocess.Popen[bytes], port: int) -> bool:
-    """Wait (bounded, no sleeps) until `proc` accepts on `port`; False if it exits first (e.g. the
-    port was taken by another process between `free_port()` and its bind)."""
-    with socket.socket() as probe:
-        probe.settimeout(0.2)
-        for _ in range(100):
-            if proc.poll() is not None:
-                return False
-            try:
-                probe.connect(("127.0.0.1", port))
-                return True
-            except OSError:
-                try:  # waits on the process (bounded), not a sleep
-                    proc.wait(timeout=0.1)
-                except subprocess.TimeoutExpired:
-                    pass
-    raise RuntimeError("MCP HTTP server did not listen")
-
-
 @pytest.fixture
 def http_url() -> Iterator[str]:
-    """The test server on streamable HTTP, 127.0.0.1 only; ready once it accepts a connection
-    (on another free port if the first one was taken before the server bound it)."""
-    for _attempt in range(3):
-        port = free_port()
-        proc = subprocess.Popen([sys.executable, SERVER, "http", str(port)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            if _listening(proc, port):
-                break
-        except BaseException:
-            proc.kill()
-            proc.wait(10)
-            raise
-        proc.wait(10)
-    else:
-        raise RuntimeError("MCP HTTP server exited (three ports tried)")
+    """The test server on streamable HTTP, 127.0.0.1 only: it binds a free port and reports it
+    once it listens (tests/mcp_server.py), so the fixture waits on that line, not on time."""
+    proc = subprocess.Popen([sys.executable, SERVER, "http"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
+        assert proc.stdout is not None
+        port = proc.stdout.readline().decode().strip()
+        if not port.isdigit():
+            raise RuntimeError(f"the MCP HTTP server did not report a port (exit {proc.wait(10)})")
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         proc.terminate()
