@@ -20,6 +20,7 @@ import contextlib
 import gc
 import os
 import signal
+import socket
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,16 @@ def nats_server(tmp_path: Path) -> Iterator[EmbeddedNatsServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def dead_nats_url() -> Iterator[str]:
+    """A loopback URL that refuses every connection for the whole session: its port stays bound
+    (never listened on), so no server another test starts can be given it, as a port that was
+    merely free a moment ago could be."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield f"nats://127.0.0.1:{held.getsockname()[1]}"
 
 
 @pytest.fixture

@@ -23,7 +23,6 @@ from typer.testing import CliRunner
 
 from agentlog.cli.core import app
 from agentlog.eventlog import Commit, EmbeddedNatsServer, JetStreamEventStore, collect, new_id
-from agentlog.eventlog.embedded.server import free_port
 from agentlog.eventlog.events import (
     InferenceCompleted,
     Message,
@@ -114,10 +113,6 @@ def cli(log: Log, *args: str):
     # A wide terminal, whatever the test runner's own (pytest-xdist workers inherit a $COLUMNS)
     result = runner.invoke(app, [*args, "--nats", log.url, "--timeout", "5"], env={"COLUMNS": "200"})
     return result
-
-
-def dead_url() -> str:
-    return f"nats://127.0.0.1:{free_port()}"
 
 
 # -- replay ---------------------------------------------------------------------------------------
@@ -219,20 +214,20 @@ def test_replay_unknown_run_exits_2(seeded: Log) -> None:
 
 
 @pytest.mark.parametrize("bad", ["x:y", "0:0", "3:-1", "abc"])
-def test_replay_malformed_event_id_exits_2_without_contacting_nats(bad: str) -> None:
-    result = runner.invoke(app, ["replay", "r1", "--to", bad, "--nats", dead_url(), "--timeout", "1"])
+def test_replay_malformed_event_id_exits_2_without_contacting_nats(bad: str, dead_nats_url: str) -> None:
+    result = runner.invoke(app, ["replay", "r1", "--to", bad, "--nats", dead_nats_url, "--timeout", "1"])
     assert result.exit_code == 2
     assert "error [invalid_event_id]" in result.stderr
     assert "Traceback" not in result.output
 
 
-def test_invalid_run_id_exits_2() -> None:
-    result = runner.invoke(app, ["replay", "a.b", "--nats", dead_url()])
+def test_invalid_run_id_exits_2(dead_nats_url: str) -> None:
+    result = runner.invoke(app, ["replay", "a.b", "--nats", dead_nats_url])
     assert result.exit_code == 2 and "error [invalid_id]" in result.stderr
 
 
-def test_dead_nats_is_one_clear_line_and_exit_1() -> None:
-    result = runner.invoke(app, ["replay", "r1", "--nats", dead_url(), "--timeout", "1"])
+def test_dead_nats_is_one_clear_line_and_exit_1(dead_nats_url: str) -> None:
+    result = runner.invoke(app, ["replay", "r1", "--nats", dead_nats_url, "--timeout", "1"])
     assert result.exit_code == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error [store_unavailable]: cannot connect to NATS")
@@ -286,8 +281,8 @@ def test_events_tail_text(seeded: Log) -> None:
     assert "t1" in line and "r1" in line and "ToolCallStarted" in line and "get_weather" in line
 
 
-def test_events_tail_bad_from_exits_2() -> None:
-    result = runner.invoke(app, ["events", "tail", "--from", "1:x", "--nats", dead_url()])
+def test_events_tail_bad_from_exits_2(dead_nats_url: str) -> None:
+    result = runner.invoke(app, ["events", "tail", "--from", "1:x", "--nats", dead_nats_url])
     assert result.exit_code == 2 and "error [invalid_event_id]" in result.stderr
 
 
@@ -417,9 +412,9 @@ def test_entry_point_starts_and_stops_the_embedded_server(tmp_path: Path) -> Non
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
 
 
-def test_entry_point_dead_nats_exit_1(tmp_path: Path) -> None:
+def test_entry_point_dead_nats_exit_1(tmp_path: Path, dead_nats_url: str) -> None:
     proc = subprocess.run(
-        ["timeout", "60", AGENTLOG, "events", "tail", "--nats", dead_url(), "--timeout", "1"],
+        ["timeout", "60", AGENTLOG, "events", "tail", "--nats", dead_nats_url, "--timeout", "1"],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=90,
     )
     assert proc.returncode == 1

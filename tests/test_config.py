@@ -159,13 +159,13 @@ def test_json_config_and_missing_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", ["serve", "worker", "gateway"])
-def test_cli_config_option_rejects_a_bad_file_before_connecting(tmp_path: Path, command: str) -> None:
+def test_cli_config_option_rejects_a_bad_file_before_connecting(tmp_path: Path, command: str,
+                                                                dead_nats_url: str) -> None:
     from typer.testing import CliRunner
 
     from agentlog.cli.core import app as cli_app
-    from agentlog.eventlog.embedded.server import free_port
 
     bad = write(tmp_path, "agents: [{id: a, model: nope}]")
-    result = CliRunner().invoke(cli_app, [command, "--config", bad, "--nats", f"nats://127.0.0.1:{free_port()}"])
+    result = CliRunner().invoke(cli_app, [command, "--config", bad, "--nats", dead_nats_url])
     assert result.exit_code == 2, result.output
     assert "unknown model 'nope'" in result.output

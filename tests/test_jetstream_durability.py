@@ -22,7 +22,6 @@ from agentlog.eventlog import (
     new_id,
     now_ms,
 )
-from agentlog.eventlog.embedded.server import free_port
 from agentlog.eventlog.events import StepStarted
 from agentlog.eventlog.jetstream.store import (
     MIN_SERVER_VERSION,
@@ -104,10 +103,10 @@ async def test_append_while_server_down_fails_then_succeeds_after_restart(
         await store.close()
 
 
-async def test_connect_to_nothing_is_store_unavailable() -> None:
+async def test_connect_to_nothing_is_store_unavailable(dead_nats_url: str) -> None:
     async with asyncio.timeout(WAIT):
         with pytest.raises(StoreUnavailable) as info:
-            await JetStreamEventStore.connect(f"nats://127.0.0.1:{free_port()}", connect_timeout=1.0)
+            await JetStreamEventStore.connect(dead_nats_url, connect_timeout=1.0)
     # The reason after the colon names what went wrong, even when nats-py's exception has no text.
     reason = str(info.value).rsplit(": ", 1)[-1]
     assert reason.strip(), str(info.value)
