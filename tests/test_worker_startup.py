@@ -6,9 +6,10 @@ workers of the 3-node chaos test exit at start)."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 
-from agentlog.eventlog.embedded.server import EmbeddedNatsServer, free_port
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.runtime.outage import is_transient
 from agentlog.runtime.workers.commands import CommandClient, StartRun
@@ -17,7 +18,9 @@ from test_worker_support import Watch, kill_all, spawn_worker
 
 
 async def test_a_worker_started_before_nats_waits_for_it_then_runs(tmp_path: Path) -> None:
-    port = free_port()
+    held = socket.socket()  # the port stays bound (refusing connections) until the server takes it
+    held.bind(("127.0.0.1", 0))
+    port = held.getsockname()[1]
     url = f"nats://127.0.0.1:{port}"
     worker = await spawn_worker(url, tmp_path, "w", env={"AGENTLOG_STORE_OUTAGE_DEADLINE": "60"})
     server = EmbeddedNatsServer(tmp_path / "nats", port=port)
@@ -28,6 +31,7 @@ async def test_a_worker_started_before_nats_waits_for_it_then_runs(tmp_path: Pat
             while b"store.waiting" not in (log.read_bytes() if log.exists() else b""):
                 assert worker.returncode is None, log.read_text()
                 await asyncio.sleep(0.05)  # polling a subprocess's log file; the order is what is checked
+        held.close()
         server.start()  # only now is there a NATS to talk to
         store = await JetStreamEventStore.connect(server.url)
         watch = Watch(store, "t1")
@@ -37,6 +41,7 @@ async def test_a_worker_started_before_nats_waits_for_it_then_runs(tmp_path: Pat
         assert worker.returncode is None
         await watch.close()
     finally:
+        held.close()
         await kill_all([worker])
         if store is not None:
             await store.close()
