@@ -95,9 +95,15 @@ async def test_the_chat_example_approves_and_denies_in_the_chat(tmp_path: Path) 
                 await expect(page.locator("#status")).to_have_text("done")
                 await expect(page.locator("#log li[data-role=assistant]").last).to_contain_text("Not deployed")
 
-                # the server agrees: the chat's runs, approved then denied, both finished
+                # the server agrees: the chat's runs, approved then denied, both finished. A thread's
+                # listing is as of its last commit; one by agent alone may lag the views (README: pass
+                # min_seq there), so it only finds the chat's thread.
                 async with http.get(f"{d.http_url}/v1/runs", params={"agent_id": "deployer"}) as resp:
+                    chat = {r["thread_id"] for r in (await resp.json())["runs"]}
+                assert len(chat) == 1, chat
+                async with http.get(f"{d.http_url}/v1/runs", params={"thread_id": chat.pop()}) as resp:
                     runs = (await resp.json())["runs"]
+                assert len(runs) == 2, runs
                 decisions = [c["decision"]["result"] for r in runs for c in r["calls"].values() if c["decision"]]
                 assert {"approved": True} in decisions and {"approved": False} in decisions, runs
                 assert all(r["status"] == "done" for r in runs), runs
