@@ -54,27 +54,27 @@ def hold_dir(deployment: Deployment) -> Path:
     return Path(deployment.env["SERVE_APP_HOLD_DIR"])
 
 
-def holding(client: SyncClient, continued_in: Path | None = None, name: str = "") -> dict[str, Any]:
-    """A `held` run whose `hold` call has started (and blocks): followed from the thread's stream.
-    With `continued_in` (the hold directory), the thread is released for every other run before
-    this one starts, so the continuation that interrupts it can finish."""
-    ids: dict[str, str] = {}
-    if continued_in is not None:
-        ids = {"thread_id": f"t-interrupt-{name}", "run_id": f"r-interrupt-{name}"}
-        release_all_but(continued_in, ids["thread_id"], ids["run_id"])
-    run = client.runs.create("held", "go", **ids)
+def held_run_ids(hold_dir: Path, name: str) -> dict[str, str]:
+    """Ids for a `held` run named `name`, its thread released for every other run before it
+    starts: the continuation that interrupts it can finish, and it stays held."""
+    ids = {"thread_id": f"t-interrupt-{name}", "run_id": f"r-interrupt-{name}"}
+    release_all_but(hold_dir, ids["thread_id"], ids["run_id"])
+    return ids
+
+
+def holding(client: SyncClient, hold_dir: Path, name: str) -> dict[str, Any]:
+    """A `held` run whose `hold` call has started (and blocks): followed from the thread's stream."""
+    run = client.runs.create("held", "go", **held_run_ids(hold_dir, name))
     for event in client.threads.stream(run["thread_id"], follow=True):
         if event.type == "ToolCallStarted":
             return run
     raise AssertionError("the thread's stream ended before the hold call started")
 
 
-async def aholding(aio: AsyncClient, continued_in: Path, name: str) -> dict[str, Any]:
+async def aholding(aio: AsyncClient, hold_dir: Path, name: str) -> dict[str, Any]:
     """`holding` for the async client."""
-    thread_id, run_id = f"t-interrupt-{name}", f"r-interrupt-{name}"
-    release_all_but(continued_in, thread_id, run_id)
-    run = await aio.runs.create("held", "go", thread_id=thread_id, run_id=run_id)
-    async with contextlib.aclosing(aio.threads.stream(thread_id, follow=True)) as events:
+    run = await aio.runs.create("held", "go", **held_run_ids(hold_dir, name))
+    async with contextlib.aclosing(aio.threads.stream(run["thread_id"], follow=True)) as events:
         async for event in events:
             if event.type == "ToolCallStarted":
                 return run
@@ -88,7 +88,7 @@ def log_of(client: SyncClient, thread_id: str) -> list[Any]:
 def test_interrupt_cancels_the_running_run_and_continues_with_the_message(
         deployment: Deployment, hold_dir: Path) -> None:
     with get_sync_client(deployment.http_url) as client:
-        old = holding(client, continued_in=hold_dir, name="sync")
+        old = holding(client, hold_dir, "sync")
         thread = old["thread_id"]
         new = client.runs.inputs(old["run_id"], messages="stop, then do this", mode="interrupt")
         assert new["thread_id"] == thread and new["run_id"] != old["run_id"]
@@ -112,9 +112,10 @@ def test_interrupt_cancels_the_running_run_and_continues_with_the_message(
         assert result.exit_code == 0, result.output
 
 
-def test_interrupt_without_a_mode_is_a_409_naming_it_and_writes_nothing(deployment: Deployment) -> None:
+def test_interrupt_without_a_mode_is_a_409_naming_it_and_writes_nothing(
+        deployment: Deployment, hold_dir: Path) -> None:
     with get_sync_client(deployment.http_url) as client:
-        old = holding(client)
+        old = holding(client, hold_dir, "no-mode")
         thread = old["thread_id"]
         before = len(log_of(client, thread))
         with pytest.raises(ApiError) as raised:
