@@ -27,11 +27,13 @@ from input_support import AGENT, TIMEOUT, Stack, codes_of, open_deployed, open_s
 
 
 async def _queued(s: Stack) -> int:
+    """How many commands were ever queued: the stream's last sequence, which a worker's ack of an
+    earlier command (the queue is a work queue, so an ack removes the message) does not lower."""
     from agentlog.runtime.workers.commands import ensure_commands_stream
 
     js = s.nc.jetstream()
     await ensure_commands_stream(js)
-    return (await js.stream_info(COMMANDS_STREAM)).state.messages
+    return (await js.stream_info(COMMANDS_STREAM)).state.last_seq
 
 
 def _bad_starts(max_payload: int) -> list[tuple[str, Any, dict[str, Any], str]]:
