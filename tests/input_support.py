@@ -23,6 +23,7 @@ from agentlog.cli.server import Server, ServerConfig, serve
 from agentlog.eventlog.events import RunSuspended
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.gateway.operations.connection import ConnectionOptions
+from agentlog.runtime.workers.commands import COMMANDS_STREAM, ensure_commands_stream
 
 from test_adapters_routes_support import Nats
 
@@ -79,6 +80,15 @@ async def open_stack(nats_url: str, mode: str = "serve", tokens: str = "", **con
         front = await stack.enter_async_context(serve(cfg("gateway" if mode == "gateway" else "serve")))
         http = await stack.enter_async_context(aiohttp.ClientSession(front.http_url))
         yield Stack(front, http, mode)
+
+
+async def commands_queued(s: Stack) -> int:
+    """How many commands were ever queued: the command stream's last sequence. The stream is a work
+    queue, so a worker's ack removes a message; its message count can drop while a test watches,
+    and only a new command raises this."""
+    js = s.nc.jetstream()
+    await ensure_commands_stream(js)
+    return (await js.stream_info(COMMANDS_STREAM)).state.last_seq
 
 
 async def waiting_run(s: Stack, headers: dict[str, str] | None = None, **body: Any) -> tuple[str, str, str]:

@@ -21,18 +21,10 @@ from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 from agentlog.eventlog.events import RunFinished
 from agentlog.gateway.operations.dispatch import Dispatcher, InProcessDispatcher, QueueDispatcher
 from agentlog.runtime.errors import RunNotFound
-from agentlog.runtime.workers.commands import COMMANDS_STREAM, ensure_commands_stream
 
-from input_support import TIMEOUT, Stack, codes_of, open_stack, waiting_run
+from input_support import TIMEOUT, Stack, codes_of, commands_queued, open_stack, waiting_run
 
 UNKNOWN_RUN = "r" * 26
-
-
-async def _queued(s: Stack) -> int:
-    """How many commands were ever queued (a worker may still be acking the last one)."""
-    js = s.nc.jetstream()
-    await ensure_commands_stream(js)
-    return (await js.stream_info(COMMANDS_STREAM)).state.last_seq
 
 
 class Refuse:
@@ -101,19 +93,19 @@ async def test_both_dispatchers_refuse_bad_input_to_a_run_alike_and_write_nothin
                 r, decisions=[{**ok, "target_id": "c-none"}], access=refuse), "run_not_found"),
             ("cancel of an unknown run", lambda: d.cancel(UNKNOWN_RUN), "run_not_found"),
         ]
-        head, queued = await s.store.last_seq(), await _queued(s)
+        head, queued = await s.store.last_seq(), await commands_queued(s)
         got = await codes_of([call for _name, call, _code in cases])
         wrong = [f"{name}: {code!r}, expected {want!r}" for (name, _call, want), code in zip(cases, got, strict=True)
                  if code != want]
         assert not wrong, "\n".join(wrong)
         assert refuse.calls == 3
         assert await s.store.last_seq() == head, "a refused input wrote to the log"
-        assert await _queued(s) == queued, "a refused input queued a command"
+        assert await commands_queued(s) == queued, "a refused input queued a command"
 
         # the same run once it has finished
         await d.cancel(r)
         await _finished(s, t)
-        head, queued = await s.store.last_seq(), await _queued(s)
+        head, queued = await s.store.last_seq(), await commands_queued(s)
         refuse = Refuse()
         finished = [
             ("queued to a finished run", lambda: d.submit_inputs(r, messages=[steer], mode="steer"), "run_finished"),
@@ -129,4 +121,4 @@ async def test_both_dispatchers_refuse_bad_input_to_a_run_alike_and_write_nothin
                  for (name, _call, want), code in zip(finished, got, strict=True) if code != want]
         assert not wrong, "\n".join(wrong)
         assert refuse.calls == 2
-        assert await s.store.last_seq() == head and await _queued(s) == queued
+        assert await s.store.last_seq() == head and await commands_queued(s) == queued

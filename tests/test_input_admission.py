@@ -21,19 +21,8 @@ import pytest
 from topology import Deployment
 
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
-from agentlog.runtime.workers.commands import COMMANDS_STREAM
 
-from input_support import AGENT, TIMEOUT, Stack, codes_of, open_deployed, open_stack
-
-
-async def _queued(s: Stack) -> int:
-    """How many commands were ever queued: the stream's last sequence, which a worker's ack of an
-    earlier command (the queue is a work queue, so an ack removes the message) does not lower."""
-    from agentlog.runtime.workers.commands import ensure_commands_stream
-
-    js = s.nc.jetstream()
-    await ensure_commands_stream(js)
-    return (await js.stream_info(COMMANDS_STREAM)).state.last_seq
+from input_support import AGENT, TIMEOUT, codes_of, commands_queued, open_deployed, open_stack
 
 
 def _bad_starts(max_payload: int) -> list[tuple[str, Any, dict[str, Any], str]]:
@@ -55,7 +44,7 @@ def _bad_starts(max_payload: int) -> list[tuple[str, Any, dict[str, Any], str]]:
 async def test_bad_starts_get_the_same_typed_error_in_both_modes_and_write_nothing(
         mode: str, nats_server: EmbeddedNatsServer) -> None:
     async with asyncio.timeout(TIMEOUT * 2), open_stack(nats_server.url, mode) as s:
-        head, queued = await s.store.last_seq(), await _queued(s)
+        head, queued = await s.store.last_seq(), await commands_queued(s)
         wrong = []
         for name, messages, kwargs, code in _bad_starts(s.nc.max_payload):
             for resource_id in (None, "tenant/1"):
@@ -69,19 +58,19 @@ async def test_bad_starts_get_the_same_typed_error_in_both_modes_and_write_nothi
                     wrong.append(f"{name} (resource_id={resource_id}): {got}, expected {code}")
         assert not wrong, "\n".join(wrong)
         assert await s.store.last_seq() == head  # no orphan ThreadCreated, nothing at all
-        assert await _queued(s) == queued  # and nothing queued for a worker
+        assert await commands_queued(s) == queued  # and nothing queued for a worker
 
 
 async def test_start_over_max_payload_is_413_over_http(protocol_deployment: Deployment) -> None:
     async with asyncio.timeout(TIMEOUT * 2), open_deployed(protocol_deployment) as s:
-        head, queued = await s.store.last_seq(), await _queued(s)
+        head, queued = await s.store.last_seq(), await commands_queued(s)
         text = "x" * (s.nc.max_payload - 200)  # the body fits max_body, the start commit does not
         for extra in ({}, {"resource_id": "tenant/1"}):
             async with s.http.post("/v1/runs", json={"agent_id": s.agent, "messages": text, **extra}) as r:
                 assert r.status == 413, await r.text()
                 assert (await r.json())["code"] == "commit_too_large"
         assert await s.store.last_seq() == head
-        assert await _queued(s) == queued
+        assert await commands_queued(s) == queued
 
 
 @pytest.mark.parametrize("mode", ["serve", "gateway"])
@@ -94,7 +83,7 @@ async def test_unstorable_decisions_and_reasons_are_the_same_400_in_both_modes(
 
     async with asyncio.timeout(TIMEOUT * 2), open_stack(nats_server.url, mode) as s:
         _t, r, c = await waiting_run(s)
-        head, queued = await s.store.last_seq(), await _queued(s)
+        head, queued = await s.store.last_seq(), await commands_queued(s)
         bad = {"target_id": c, "decision_id": "d-1", "action": "resume", "result": {"note": "a\ud800"}}
         calls = [
             lambda: s.front.dispatcher.submit_inputs(r, decisions=[bad]),
@@ -103,7 +92,7 @@ async def test_unstorable_decisions_and_reasons_are_the_same_400_in_both_modes(
             lambda: s.front.dispatcher.cancel(r, reason="\udc00"),
         ]
         assert await codes_of(calls) == ["invalid_input"] * len(calls)
-        assert await s.store.last_seq() == head and await _queued(s) == queued
+        assert await s.store.last_seq() == head and await commands_queued(s) == queued
 
 
 async def test_a_deleted_thread_is_404_for_a_new_run_and_a_continuation(protocol_deployment: Deployment) -> None:
@@ -116,11 +105,11 @@ async def test_a_deleted_thread_is_404_for_a_new_run_and_a_continuation(protocol
         t, r, _c = await waiting_run(s)
         async with s.http.delete(f"/v1/threads/{t}") as d:
             assert d.status == 200, await d.text()
-        head, queued = await s.store.last_seq(), await _queued(s)
+        head, queued = await s.store.last_seq(), await commands_queued(s)
         for path, body in (("/v1/runs", {"agent_id": s.agent, "messages": "again", "thread_id": t}),
                            ("/v1/runs", {"agent_id": s.agent, "messages": "go on", "parent_run_id": r}),
                            (f"/v1/runs/{r}/inputs", {"messages": "go on"})):
             async with s.http.post(path, json=body) as resp:
                 assert resp.status == 404, (path, body, await resp.text())
                 assert (await resp.json())["code"] == "thread_not_found"
-        assert await s.store.last_seq() == head and await _queued(s) == queued
+        assert await s.store.last_seq() == head and await commands_queued(s) == queued
