@@ -373,6 +373,32 @@ def test_chunk_cache_evicts_least_recently_used_past_its_size_and_matches_by_ide
     assert cache.digest_of(b) is None  # evicted
 
 
+def test_a_resumed_runs_next_snapshot_finds_its_call_chunks_by_the_views_not_the_pairs() -> None:
+    """A call chunk holds `(call_id, CallView)` pairs; the run view of the next snapshot is a new
+    dict whose `items()` are new pairs around the same views. The cache knows them as the
+    chunk it wrote (so the writer neither encodes nor hashes them again); a pair around an equal
+    but new view, or the same view under another key, is not the same item."""
+    history = [StoredCommit(1, Commit(commit_id="c0", thread_id=THREAD, run_id=RUN, ts=1,
+                                      events=[ThreadCreated(), RunStarted(run_id=RUN, agent_id="a")]))]
+    for i in range(2, 10):
+        history.append(StoredCommit(i, Commit(commit_id=f"c{i}", thread_id=THREAD, run_id=RUN, ts=i, events=[
+            ToolCallStarted(call_id=f"k{i}", name="tool", arguments={"i": i}),
+            ToolCallCompleted(call_id=f"k{i}", outcome="succeeded", result=i, message_id=f"m{i}")])))
+    run = fold_commits(history).runs[RUN]
+    cache = ChunkCache()
+    entry, _ = make_snapshot(seq=9, agent_id="a", ctx=RunContext(thread_id=THREAD, run_id=RUN), run=run,
+                             chunk_size=4, cache=cache)
+    assert len(entry.call_chunks) == 2
+    resumed = msgspec.structs.replace(run, calls=dict(run.calls))  # same views, new dict and pairs
+    first = list(resumed.calls.items())[:4]
+    assert cache.digest_of(first) == entry.call_chunks[0]
+    assert cache.digest_of([(k, msgspec.structs.replace(v)) for k, v in first]) is None  # equal, not the same
+    assert cache.digest_of([("other", first[0][1]), *first[1:]]) is None
+    again, new = make_snapshot(seq=9, agent_id="a", ctx=RunContext(thread_id=THREAD, run_id=RUN), run=resumed,
+                               known=entry.chunks, chunk_size=4, cache=cache)
+    assert again == entry and new == {}
+
+
 def test_a_resumed_handle_joins_a_finished_call_a_later_commit_touched() -> None:
     """The handle folds the commits after its snapshot on the view without the chunked finished
     calls; a commit that touches one of them starts a call the folded view lacks. The status is

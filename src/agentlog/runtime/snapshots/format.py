@@ -24,7 +24,7 @@ import gc
 import hashlib
 import itertools
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -184,7 +184,9 @@ class ChunkCache:
     A chunk's value is a tuple (messages, or `(call_id, CallView)` pairs) shared by every context
     built from it: nothing mutates them (frozen structs; `ctx.messages` is a new list). `digest_of`
     finds the digest of a run of items that are the very objects of a cached chunk (what a loop
-    resumed from a snapshot still holds), so a writer does not encode them again."""
+    resumed from a snapshot still holds), so a writer does not encode them again. A call chunk's
+    items are `(call_id, CallView)` pairs, which every `run.calls.items()` makes anew: a pair is
+    the same item when its view is the very object (`_anchor`, `_same`)."""
 
     def __init__(self, capacity: int = 64 * 1024 * 1024) -> None:
         #: Encoded bytes of the chunks held, at most (the decoded objects take a few times that).
@@ -213,29 +215,29 @@ class ChunkCache:
             return
         self._values[digest] = value
         self._sizes[digest] = size
-        self._ident[(id(value[0]), id(value[-1]))] = digest
+        self._ident[_ends(value)] = digest
         self.size += size
         while self.size > self.capacity and len(self._values) > 1:
             old_digest, old = self._values.popitem(last=False)
             self.size -= self._sizes.pop(old_digest)
-            key = (id(old[0]), id(old[-1]))
+            key = _ends(old)
             if self._ident.get(key) == old_digest:
                 del self._ident[key]
 
-    def digest_of(self, items: list[Any]) -> str | None:
-        digest = self._ident.get((id(items[0]), id(items[-1])))
+    def digest_of(self, items: Sequence[Any]) -> str | None:
+        digest = self._ident.get(_ends(items))
         value = self._values.get(digest) if digest is not None else None
-        if value is None or len(value) != len(items) or any(a is not b for a, b in zip(value, items, strict=True)):
+        if value is None or len(value) != len(items) or not all(map(_same, value, items)):
             return None
         return digest
 
-    def split_of(self, items: list[Any]) -> list[int] | None:
+    def split_of(self, items: Sequence[Any]) -> list[int] | None:
         """The lengths of the pieces `items` (the very objects) were cut into, if remembered."""
-        record = self._splits.get((id(items[0]), id(items[-1]), len(items)))
+        record = self._splits.get((*_ends(items), len(items)))
         return None if record is None else record[2]
 
-    def remember_split(self, items: list[Any], lengths: list[int]) -> None:
-        self._splits[(id(items[0]), id(items[-1]), len(items))] = (items[0], items[-1], lengths)
+    def remember_split(self, items: Sequence[Any], lengths: list[int]) -> None:
+        self._splits[(*_ends(items), len(items))] = (_anchor(items[0]), _anchor(items[-1]), lengths)
         while len(self._splits) > _SPLITS_KEPT:
             self._splits.popitem(last=False)
 
@@ -261,6 +263,22 @@ class ChunkCache:
 
     def __len__(self) -> int:
         return len(self._values)
+
+
+def _anchor(item: Any) -> Any:
+    """The object whose identity is an item's: a message itself; a call chunk's
+    `(call_id, CallView)` pair, its view (the pair is made anew by each `dict.items()`)."""
+    return item[1] if type(item) is tuple else item
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two chunk items are the same item (`_anchor`): not only equal, the same objects."""
+    return a is b or (type(a) is tuple and type(b) is tuple and a[1] is b[1] and a[0] == b[0])
+
+
+def _ends(items: Sequence[Any]) -> tuple[int, int]:
+    """The identities of a run of items' first and last anchors: what a cached chunk is found by."""
+    return id(_anchor(items[0])), id(_anchor(items[-1]))
 
 
 #: How many cuts of large spans a `ChunkCache` remembers (a few per long run of long messages).
