@@ -52,6 +52,7 @@ from agentlog.projections import (
     fold_run,
     fold_thread,
 )
+from agentlog.projections.views import ViewEncoder
 from agentlog.testing.synth import generate_history, stored
 
 T0 = 1_700_000_000_000
@@ -298,6 +299,26 @@ def test_any_batching_and_redelivery_gives_the_same_views(commits, data):
         i += step
     assert threads == expected.threads
     assert runs == expected.runs
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories, st.data())
+def test_the_view_encoder_writes_the_bytes_of_encode_view(commits, data):
+    """A `ViewEncoder` that writes the views after every batch (as the runner does, reusing the
+    encodings of the calls that did not change, dropping runs past its capacity) writes the same
+    bytes as encoding each view whole."""
+    encoder = ViewEncoder(capacity=data.draw(st.sampled_from([0, 400, 1 << 20])), min_calls=data.draw(st.integers(0, 3)))
+    threads: dict = {}
+    runs: dict = {}
+    i = 0
+    while i < len(commits):
+        step = data.draw(st.integers(1, 8))
+        views = fold_commits(commits[i : i + step], threads, runs)
+        threads, runs = views.threads, views.runs
+        for view in [*views.threads.values(), *views.runs.values()]:
+            assert encoder.encode(view) == encode_view(view)
+        i += step
+    assert encoder.size <= encoder.capacity
 
 
 def test_folder_touched_sets():

@@ -26,7 +26,7 @@ from agentlog.eventlog.jetstream.replicas import placed, raise_replicas
 from agentlog.projections.errors import ProjectionError
 from agentlog.projections.kvpipe import get_many
 from agentlog.projections.listing import IndexedListings, KVBlobs, ListingIndex, kv_get, put_pipelined
-from agentlog.projections.views import RunView, ThreadView, decode_run, decode_thread, encode_view
+from agentlog.projections.views import RunView, ThreadView, ViewEncoder, decode_run, decode_thread
 
 POINTER_KEY = "generation"
 #: `position.<generation>`: the highest seq whose commits are all in that generation's views
@@ -121,6 +121,8 @@ class KVViewStore(IndexedListings):
         self.prefix = prefix
         self.generation = generation
         self.replicas = replicas
+        #: The runner writes a long run's view after each commit: see `ViewEncoder`.
+        self._encoder = ViewEncoder()
 
     @classmethod
     async def open(cls, nc: NATS | JetStreamContext, *, prefix: str = "agentlog",
@@ -232,8 +234,9 @@ class KVViewStore(IndexedListings):
 
     async def put_views(self, threads: Iterable[ThreadView], runs: Iterable[RunView]) -> None:
         """Pipelined puts (many in flight, each acked), one per view."""
-        writes = [(self.threads, t.thread_id, encode_view(t)) for t in threads]
-        writes += [(self.runs, r.run_id, encode_view(r)) for r in runs]
+        encode = self._encoder.encode
+        writes = [(self.threads, t.thread_id, encode(t)) for t in threads]
+        writes += [(self.runs, r.run_id, encode(r)) for r in runs]
         await put_pipelined(writes)
 
     async def list_threads(self) -> list[ThreadView]:
