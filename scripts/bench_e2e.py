@@ -11,6 +11,8 @@ The follow is opened right after the 202, as a browser would.
 
 - short: p50 of the 3rd decision of fresh runs (2 approval cycles of history);
 - long:  p50 of the decisions of one run past `--long` cycles (222: ~890 commits, ~450 messages);
+         once the long run is built, short and long samples alternate, so both are measured over
+         the same minutes (a host that slows down midway weighs on both, not on one);
 - cpu:   the agentlog processes' CPU per sampled cycle (mean; Linux schedstat of every thread):
          on a loaded machine wall time grows with the load, CPU time with the work;
 - follow hangs: every follow of every cycle (the ones that build the long run included) is bounded
@@ -293,24 +295,30 @@ async def measure(url: str, pids: list[int], args: argparse.Namespace) -> dict[s
     import aiohttp
 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as session:
-        drivers: list[Driver] = []
+        long_run = Driver(session, url, args.follow_timeout, pids)
+        drivers: list[Driver] = [long_run]
+        await long_run.start()
+        for _ in range(args.long):
+            await long_run.cycle()
+        # The samples alternate (a fresh run's 3rd decision, then the long run's next one), so
+        # the host's drift over the bench (frequency, other tenants) weighs on both alike: the
+        # ratio is the run's length, not the minute it was measured in.
         short: list[float] = []
         short_cpu: list[float] = []
-        for _ in range(args.short_runs):
-            d = Driver(session, url, args.follow_timeout, pids)
-            drivers.append(d)
-            await d.start()
-            for _ in range(SHORT):
-                await d.cycle()
-            short.append(await d.cycle())  # the decision with 2 cycles of history
-            short_cpu.append(d.cpu_ms[-1])
-        d = Driver(session, url, args.follow_timeout, pids)
-        drivers.append(d)
-        await d.start()
-        for _ in range(args.long):
-            await d.cycle()
-        long = [await d.cycle() for _ in range(args.long_samples)]
-        long_cpu = d.cpu_ms[-args.long_samples:]
+        long: list[float] = []
+        long_cpu: list[float] = []
+        for i in range(max(args.short_runs, args.long_samples)):
+            if i < args.short_runs:
+                d = Driver(session, url, args.follow_timeout, pids)
+                drivers.append(d)
+                await d.start()
+                for _ in range(SHORT):
+                    await d.cycle()
+                short.append(await d.cycle())  # the decision with 2 cycles of history
+                short_cpu.append(d.cpu_ms[-1])
+            if i < args.long_samples:
+                long.append(await long_run.cycle())
+                long_cpu.append(long_run.cpu_ms[-1])
         cpu_short, cpu_long = sum(short_cpu) / len(short_cpu), sum(long_cpu) / len(long_cpu)
         return {"short_p50_ms": round(p50(short), 2), "long_p50_ms": round(p50(long), 2),
                 "long_over_short": round(p50(long) / p50(short), 2),
@@ -318,7 +326,7 @@ async def measure(url: str, pids: list[int], args: argparse.Namespace) -> dict[s
                 "cpu_long_over_short": round(cpu_long / cpu_short, 2) if cpu_short else float("nan"),
                 "follows": sum(x.follows for x in drivers), "follow_hangs": sum(x.hangs for x in drivers),
                 "follow_hangs_paused": sum(x.hangs_paused for x in drivers),
-                "cycles": sum(x.cycles for x in drivers), "long_cycles_end": d.cycles}
+                "cycles": sum(x.cycles for x in drivers), "long_cycles_end": long_run.cycles}
 
 
 def main() -> None:
@@ -330,7 +338,7 @@ def main() -> None:
     ap.add_argument("--follow-timeout", type=float, default=10.0, help="a follow that takes longer is a hang")
     ap.add_argument("--topologies", default=",".join(TOPOLOGIES))
     args = ap.parse_args()
-    args.short_runs = args.short_runs if args.short_runs is not None else (12 if args.quick else 40)
+    args.short_runs = args.short_runs if args.short_runs is not None else (20 if args.quick else 60)
     args.long_samples = args.long_samples if args.long_samples is not None else (20 if args.quick else 60)
     import structlog
 
