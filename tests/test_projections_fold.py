@@ -52,7 +52,7 @@ from agentlog.projections import (
     fold_run,
     fold_thread,
 )
-from agentlog.projections.views import ViewEncoder
+from agentlog.projections.views import TERMINAL_CALL_STATUSES, ViewEncoder
 from agentlog.testing.synth import generate_history, stored
 
 T0 = 1_700_000_000_000
@@ -319,6 +319,35 @@ def test_the_view_encoder_writes_the_bytes_of_encode_view(commits, data):
             assert encoder.encode(view) == encode_view(view)
         i += step
     assert encoder.size <= encoder.capacity
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories, st.data())
+def test_a_fitted_run_view_leaves_out_only_its_oldest_finished_calls(commits, data):
+    """`ViewEncoder.fit` under any byte limit: a view within it is returned as it is; else the
+    oldest finished calls go (counted in `calls_elided`), as few as it takes to fit, and nothing
+    else changes; live calls always stay, even when the view cannot fit with them."""
+    encoder = ViewEncoder(min_calls=data.draw(st.integers(0, 3)))
+    for view in fold_commits(commits).runs.values():
+        size = len(encode_view(view))
+        limit = data.draw(st.integers(size // 3, size + 10))
+        fitted = encoder.fit(view, limit)
+        if size <= limit:
+            assert fitted is view
+            continue
+        finished = [c for c, call in view.calls.items() if call.status in TERMINAL_CALL_STATUSES]
+        dropped = [c for c in view.calls if c not in fitted.calls]
+        assert dropped == finished[: len(dropped)] and fitted.calls_elided == view.calls_elided + len(dropped)
+        assert all(fitted.calls[c] is view.calls[c] for c in fitted.calls)
+        assert msgspec.structs.replace(fitted, calls=view.calls, calls_elided=view.calls_elided) == view
+        assert len(encode_view(fitted)) <= limit or dropped == finished
+        if dropped:  # as few as it takes: one call fewer dropped would not fit
+            fewer = dict(view.calls)
+            for c in dropped[:-1]:
+                del fewer[c]
+            fewer_view = msgspec.structs.replace(view, calls=fewer, calls_elided=view.calls_elided + len(dropped) - 1)
+            assert len(encode_view(fewer_view)) > limit
+        assert encoder.encode(fitted) == encode_view(fitted)
 
 
 def test_folder_touched_sets():

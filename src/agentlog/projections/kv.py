@@ -232,6 +232,17 @@ class KVViewStore(IndexedListings):
         runs = [decode_run(v) if v is not None else None for v in values[len(thread_ids):]]
         return threads, runs
 
+    @property
+    def max_value(self) -> int:
+        """The most bytes a view may take: the server's max payload (1 MB by default), less a
+        margin for the put's subject and headers."""
+        return self.js._nc.max_payload - _PUT_MARGIN
+
+    def fit_run(self, view: RunView) -> RunView:
+        """The run view as this store can hold it (`ViewEncoder.fit`): writers fit a run view
+        before they write it and before they keep it, so what they keep is what a reader reads."""
+        return self._encoder.fit(view, self.max_value)
+
     async def put_views(self, threads: Iterable[ThreadView], runs: Iterable[RunView]) -> None:
         """Pipelined puts (many in flight, each acked), one per view."""
         encode = self._encoder.encode
@@ -244,6 +255,10 @@ class KVViewStore(IndexedListings):
 
     async def list_runs(self) -> list[RunView]:
         return sorted((decode_run(v) for v in await _values(self.runs, self.js)), key=lambda r: r.run_id)
+
+
+#: Bytes of a KV value's max payload left for the put's subject and headers (`max_value`).
+_PUT_MARGIN = 1024
 
 
 async def read_generation(meta: KeyValue) -> int:

@@ -178,8 +178,9 @@ async def rebuild(
         await _fold_range(js, folder, last + 1, tail_end, tail_end, counts, progress, stream, subjects, archive)
         views = folder.views()
         fresh = await current.new_generation()
-        await fresh.put_views(views.threads.values(), views.runs.values())
-        await fresh.index.put_all(list(views.threads.values()), list(views.runs.values()))
+        runs = [fresh.fit_run(run) for run in views.runs.values()]
+        await fresh.put_views(views.threads.values(), runs)
+        await fresh.index.put_all(list(views.threads.values()), runs)
         await fresh.write_position(tail_end)  # a runner reading this generation goes on from here
         await fresh.activate()
         if runner is not None:

@@ -362,6 +362,9 @@ class ProjectionRunner:
                 before.runs.update(more.runs)
             folder.apply_commit(seq, commit)
         touched = folder.take_touched()
+        fit_run = getattr(self.store, "fit_run", None)
+        if fit_run is not None:  # kept (and folded on next) as the store holds it
+            touched.runs.update((run_id, fit_run(view)) for run_id, view in touched.runs.items())
         if touched.threads or touched.runs:
             # While the puts are in flight KV may already hold the new values: drop the cached
             # (older) ones first, so `cached_*` never answers older than KV (see `cached_run`).

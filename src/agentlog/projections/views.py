@@ -108,6 +108,10 @@ class RunView(_View, frozen=True):
     overrides: RunOverrides | None = None
     message_count: int = 0
     calls: dict[str, CallView] = {}
+    #: How many of the run's oldest finished calls `calls` leaves out, so that the view stays
+    #: within what one KV value can hold (`ViewEncoder.fit`); 0 for all but very long runs or
+    #: runs of very large results. The run's events hold every call.
+    calls_elided: int = 0
     state: dict[str, Any] = {}
     rejected_patches: int = 0
     created: int = 0
@@ -181,8 +185,46 @@ class ViewEncoder:
         self.size = 0
         #: run id -> (its encoded bytes in all, call id -> (the call view, its encoding))
         self._runs: OrderedDict[str, tuple[int, dict[str, tuple[CallView, msgspec.Raw]]]] = OrderedDict()
+        #: The last view encoded and its bytes: `fit` then `put_views` encode the same view.
+        self._last: tuple[ThreadView | RunView, bytes] | None = None
 
     def encode(self, view: ThreadView | RunView) -> bytes:
+        last = self._last
+        if last is not None and last[0] is view:
+            return last[1]
+        data = self._encode(view)
+        self._last = (view, data)
+        return data
+
+    def fit(self, view: RunView, limit: int) -> RunView:
+        """`view`, or when its encoding is over `limit` bytes, the view without its oldest
+        finished calls, as many as it takes, counted in `calls_elided` (a KV value cannot
+        exceed the server's max payload; a run view over it would stop the projections of every
+        run). Live calls are always kept: readers act on them. Pure but for the cache."""
+        data = self.encode(view)
+        if len(data) <= limit:
+            return view
+        excess = len(data) - limit
+        calls = dict(view.calls)
+        dropped = 0
+        for call_id, call in view.calls.items():  # oldest first, as the fold orders them
+            if call.status not in TERMINAL_CALL_STATUSES:
+                continue
+            # its key, colon, value and comma (the count's own digits are the loop's margin)
+            excess -= len(_thread_encoder.encode(call_id)) + len(self._call_bytes(view.run_id, call_id, call)) + 2
+            del calls[call_id]
+            dropped += 1
+            if excess <= 0:
+                fitted = msgspec.structs.replace(view, calls=calls, calls_elided=view.calls_elided + dropped)
+                if len(self.encode(fitted)) <= limit:
+                    return fitted
+        return msgspec.structs.replace(view, calls=calls, calls_elided=view.calls_elided + dropped)
+
+    def _call_bytes(self, run_id: str, call_id: str, call: CallView) -> bytes:
+        hit = self._runs.get(run_id, (0, {}))[1].get(call_id)
+        return hit[1] if hit is not None and hit[0] is call else _thread_encoder.encode(call)
+
+    def _encode(self, view: ThreadView | RunView) -> bytes:
         if not isinstance(view, RunView) or len(view.calls) < self.min_calls:
             return encode_view(view)
         size, before = self._runs.pop(view.run_id, (0, {}))

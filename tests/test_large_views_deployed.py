@@ -1,0 +1,63 @@
+"""A run whose view outgrows one KV value, as users run it (`agentlog serve`, and `agentlog
+gateway` + `agentlog worker`): its results fit their commits, but not all of them one view.
+
+The projections write the view without the oldest finished calls (`calls_elided` counts them)
+and go on: the run reads as done, the next run's reads see their writes, `/health` stays ok.
+Written whole, the put failed on the server's max payload and the runner retried the same batch
+for ever: no view of any run moved again."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+import pytest
+from topology import Deployment
+
+from agentlog.cli.demo import follow_run
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+
+from large_results_app import BLOB, READS
+
+LIMIT = 60
+
+
+@pytest.fixture
+def deployment_options() -> dict[str, object]:
+    return {"app": "large_results_app:app"}
+
+
+async def run_to_end(deployment: Deployment, http: aiohttp.ClientSession, agent_id: str) -> tuple[dict[str, Any], int]:
+    """Start a run, wait on the log until it ends, then read its view at least that far (the
+    read waits for the projections to reach the end: a stalled runner fails it)."""
+    async with http.post("/v1/runs", json={"agent_id": agent_id, "messages": "go"}) as r:
+        assert r.status == 202, await r.text()
+        started = await r.json()
+    store = await JetStreamEventStore.connect(deployment.nats_url)
+    try:
+        async with asyncio.timeout(LIMIT):
+            seq, _ = await follow_run(store, started["thread_id"], started["run_id"], 0, lambda _c: None)
+    finally:
+        await store.close()
+    async with http.get(f"/v1/runs/{started['run_id']}", params={"min_seq": str(seq)}) as r:
+        assert r.status == 200, (await r.text(), deployment.outputs())
+        return await r.json(), len(await r.read())
+
+
+async def test_a_run_view_over_one_kv_value_leaves_out_its_oldest_calls_and_the_projections_go_on(
+        deployment: Deployment) -> None:
+    async with aiohttp.ClientSession(deployment.http_url) as http:
+        view, size = await run_to_end(deployment, http, "reader")
+        assert view["status"] == "done" and view["termination"]["type"] == "natural_end"
+        assert view["calls_elided"] >= 1 and size < 1024 * 1024
+        kept = [f"read{i}" for i in range(view["calls_elided"], READS)]
+        assert list(view["calls"]) == kept  # the newest, whole
+        assert all(view["calls"][c]["result"] == c[-1] * BLOB for c in kept)
+
+        # the projections went on: the next run's read sees its end, and the server is healthy
+        greeted, _ = await run_to_end(deployment, http, "greeter")
+        assert greeted["status"] == "done" and greeted["calls_elided"] == 0
+        async with http.get("/health") as r:
+            health = await r.json()
+        assert r.status == 200 and health["status"] == "ok", health
