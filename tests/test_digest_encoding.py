@@ -60,3 +60,39 @@ def test_the_digest_is_of_the_canonical_json() -> None:
     encoded = msgspec.json.Encoder(order="deterministic").encode(request)
     assert encoded.startswith(b'{"model":"m","messages":[{"id":"s"')
     assert request_digest(request) == hashlib.sha256(encoded).hexdigest()
+
+
+_step = st.one_of(
+    st.tuples(st.just("append"), st.lists(_message.filter(lambda m: m.role != "system"), min_size=1, max_size=20)),
+    st.tuples(st.just("copy"), st.integers(0, 60)),  # an equal message, another object
+    st.tuples(st.just("change"), st.integers(0, 60), _message.filter(lambda m: m.role != "system")),
+    st.tuples(st.just("system"), st.lists(_message.filter(lambda m: m.role == "system"), max_size=2)),
+    st.tuples(st.just("model"), _text),
+)
+
+
+@given(st.lists(_step, min_size=1, max_size=12))
+def test_a_growing_conversation_digests_as_if_encoded_whole(steps: list[tuple]) -> None:
+    """A run asks again and again with the same message objects plus new ones; some come back
+    as equal but other objects (a resume), some change, the system prompt or the model change.
+    Each request's digests are those of encoding it whole, whatever was hashed before."""
+    system: list[Message] = []
+    conversation: list[Message] = []
+    model = "m"
+    for step in steps:
+        kind = step[0]
+        if kind == "append":
+            conversation += step[1]
+        elif kind == "copy" and conversation:
+            i = step[1] % len(conversation)
+            conversation[i] = msgspec.structs.replace(conversation[i])
+        elif kind == "change" and conversation:
+            conversation[step[1] % len(conversation)] = step[2]
+        elif kind == "system":
+            system = step[1]
+        elif kind == "model":
+            model = step[1]
+        request = ModelRequest(model=model, messages=[*system, *conversation])
+        full, parts = _digests_plain(request)
+        assert request_digest(request) == full
+        assert request_part_digests(request) == parts

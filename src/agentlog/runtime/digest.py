@@ -10,6 +10,8 @@ that was a cycle).
 from __future__ import annotations
 
 import hashlib
+import operator
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -49,14 +51,16 @@ _MESSAGES_KEY = b'"messages":[]'
 
 
 def _digests(request: ModelRequest) -> tuple[str, dict[str, str]]:
-    """(`request_digest`, `request_part_digests`) from one encoding of the conversation.
+    """(`request_digest`, `request_part_digests`), hashing only what is new in the conversation.
 
     The canonical JSON of the request is `{"model":..,"messages":[m1,m2,..],"tools":..,...}`
-    and that of the conversation part `[m_k,..]` (the messages after the system ones): both are
-    hashed from the same encoded messages, spliced into the encoding of the request without
-    them, instead of encoding the whole conversation twice. Same bytes, same digests as encoding
-    each whole (`_digests_plain`, what a conversation whose system messages are not all first
-    still takes)."""
+    and that of the conversation part `[m_k,..]` (the messages after the system ones). Both are
+    hashed as streams: the bytes before the messages, then each message's encoding (a list's
+    JSON is its items' joined by commas), then the bytes after. A long run asks with the same
+    conversation plus a few messages each time, so the hashes of its earlier messages are
+    taken from `_CONVERSATIONS` (`_Hashed`) and only the rest is encoded and hashed. Same bytes,
+    same digests as encoding each whole (`_digests_plain`, what a conversation whose system
+    messages are not all first still takes)."""
     global _last
     last = _last
     messages = request.messages
@@ -66,27 +70,111 @@ def _digests(request: ModelRequest) -> tuple[str, dict[str, str]]:
     n = 0
     while n < len(messages) and messages[n].role == "system":
         n += 1
-    if any(m.role == "system" for m in messages[n:]):
+    rest = messages[n:]
+    if any(m.role == "system" for m in rest):
         full, parts = _digests_plain(request)
     else:
-        system, rest = _enc.encode(messages[:n]), _enc.encode(messages[n:])
+        system = _enc.encode(messages[:n])
         shell = _enc.encode(msgspec.structs.replace(request, messages=[]))
         # the first occurrence is the key: only the model name comes before it, and a string's
         # quotes are escaped
         at = shell.index(_MESSAGES_KEY) + len(_MESSAGES_KEY) - 1
-        h = hashlib.sha256(memoryview(shell)[:at])
-        h.update(memoryview(system)[1:-1])
-        if n and len(messages) > n:
-            h.update(b",")
-        h.update(memoryview(rest)[1:-1])
-        h.update(memoryview(shell)[at:])
-        full = h.hexdigest()
+        head = shell[:at] + system[1:-1]
+        hashed = _Hashed.of(head, bool(n), rest)
+        whole, conversation = hashed.whole.copy(), hashed.conversation.copy()
+        whole.update(memoryview(shell)[at:])
+        conversation.update(b"]")
+        full = whole.hexdigest()
         parts = {
-            "model": _short(_enc.encode(request.model)), "system": _short(system), "messages": _short(rest),
+            "model": _short(_enc.encode(request.model)), "system": _short(system),
+            "messages": conversation.hexdigest()[:16],
             "tools": _short(_enc.encode(request.tools)), "options": _short(_enc.encode(request.options)),
         }
     _last = (request, list(messages), list(request.tools), dict(request.options), full, parts)
     return full, parts
+
+
+class _Hashed:
+    """The two hashes of a conversation part as far as its messages go: `whole` (the request's
+    bytes up to the end of the last message: `head`, then the messages) and `conversation`
+    (`[` and the messages), each without its closing bytes; with copies of both every
+    `_CHECKPOINT` messages, so a conversation that shares only some first messages with it
+    goes on from the last checkpoint before they differ.
+
+    The messages are kept (so their ids stay theirs) and matched by identity: a resumed run's
+    earlier messages are the very objects of the process's snapshot chunks
+    (`agentlog.runtime.snapshots.format.ChunkCache`); equal but other objects are hashed again."""
+
+    __slots__ = ("checkpoints", "conversation", "head", "messages", "separated", "size", "whole")
+
+    def __init__(self, head: bytes, separated: bool) -> None:
+        self.head = head
+        #: whether the first message follows a system message (a comma before it in `whole`)
+        self.separated = separated
+        self.messages: list[Any] = []
+        self.whole = hashlib.sha256(head)
+        self.conversation = hashlib.sha256(b"[")
+        #: bytes of the messages hashed (what `_CONVERSATIONS` bounds: it keeps them alive)
+        self.size = 0
+        #: (whole, conversation, size) after every `_CHECKPOINT` messages, from 0 on
+        self.checkpoints: list[tuple[Any, Any, int]] = [(self.whole.copy(), self.conversation.copy(), 0)]
+
+    @classmethod
+    def of(cls, head: bytes, separated: bool, messages: list[Any]) -> _Hashed:
+        """Hashes of `messages` after `head`: from the cached ones with the same head and first
+        message if any (the longest run of the same messages, back to its checkpoint), else
+        from the start; kept in `_CONVERSATIONS` for the next request."""
+        global _conversations_size
+        key = (head, id(messages[0])) if messages else None
+        hashed = _CONVERSATIONS.pop(key, None) if key is not None else None
+        if hashed is not None:
+            _conversations_size -= hashed.size
+        if hashed is None or hashed.separated != separated:
+            hashed = cls(head, separated)
+        else:
+            same = list(map(operator.is_, messages, hashed.messages))
+            kept = same.index(False) if False in same else len(same)
+            hashed._truncate(kept)
+        hashed._extend(messages[len(hashed.messages):])
+        if key is not None:
+            _CONVERSATIONS[key] = hashed
+            _conversations_size += hashed.size
+            while _conversations_size > _CONVERSATIONS_BYTES and _CONVERSATIONS:
+                _conversations_size -= _CONVERSATIONS.popitem(last=False)[1].size
+        return hashed
+
+    def _truncate(self, kept: int) -> None:
+        """Back to the last checkpoint at or before `kept` messages."""
+        if kept == len(self.messages):
+            return
+        mark = kept // _CHECKPOINT
+        del self.checkpoints[mark + 1:]
+        del self.messages[mark * _CHECKPOINT:]
+        whole, conversation, self.size = self.checkpoints[mark]
+        self.whole, self.conversation = whole.copy(), conversation.copy()
+
+    def _extend(self, messages: list[Any]) -> None:
+        for message in messages:
+            data = _enc.encode(message)
+            first = not self.messages
+            self.whole.update(b"," + data if self.separated or not first else data)
+            self.conversation.update(data if first else b"," + data)
+            self.messages.append(message)
+            self.size += len(data)
+            if len(self.messages) % _CHECKPOINT == 0:
+                self.checkpoints.append((self.whole.copy(), self.conversation.copy(), self.size))
+
+
+#: Messages between two checkpoints of a `_Hashed` (a resumed run's messages past its snapshot's
+#: last chunk are new objects: chunks are multiples of 16 messages, so this many at most are
+#: hashed again).
+_CHECKPOINT = 16
+#: Bytes of messages the kept conversations may hold alive; least recently asked dropped first.
+_CONVERSATIONS_BYTES = 32 * 1024 * 1024
+#: The conversations of the requests last digested, by their head and the identity of their
+#: first message (which the entry keeps alive, so the id is its own).
+_CONVERSATIONS: OrderedDict[tuple[bytes, int], _Hashed] = OrderedDict()
+_conversations_size = 0
 
 
 def _short(data: bytes) -> str:
