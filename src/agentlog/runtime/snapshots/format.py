@@ -23,6 +23,7 @@ import dataclasses
 import gc
 import hashlib
 import itertools
+import operator
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -186,7 +187,7 @@ class ChunkCache:
     finds the digest of a run of items that are the very objects of a cached chunk (what a loop
     resumed from a snapshot still holds), so a writer does not encode them again. A call chunk's
     items are `(call_id, CallView)` pairs, which every `run.calls.items()` makes anew: a pair is
-    the same item when its view is the very object (`_anchor`, `_same`)."""
+    the same item when its view is the very object (`_anchor`, `_all_same`)."""
 
     def __init__(self, capacity: int = 64 * 1024 * 1024) -> None:
         #: Encoded bytes of the chunks held, at most (the decoded objects take a few times that).
@@ -227,7 +228,7 @@ class ChunkCache:
     def digest_of(self, items: Sequence[Any]) -> str | None:
         digest = self._ident.get(_ends(items))
         value = self._values.get(digest) if digest is not None else None
-        if value is None or len(value) != len(items) or not all(map(_same, value, items)):
+        if value is None or len(value) != len(items) or not _all_same(value, items):
             return None
         return digest
 
@@ -271,9 +272,17 @@ def _anchor(item: Any) -> Any:
     return item[1] if type(item) is tuple else item
 
 
-def _same(a: Any, b: Any) -> bool:
-    """Whether two chunk items are the same item (`_anchor`): not only equal, the same objects."""
-    return a is b or (type(a) is tuple and type(b) is tuple and a[1] is b[1] and a[0] == b[0])
+def _all_same(cached: Sequence[Any], items: Sequence[Any]) -> bool:
+    """Whether the items of two runs of equal length are the same items (`_anchor`): not only
+    equal, the same objects; pairs by their views, under equal keys. At C speed (`map`): a long
+    run's snapshot asks this of each of its chunks."""
+    if type(items[0]) is not tuple:
+        return all(map(operator.is_, cached, items))
+    return (all(map(operator.is_, map(_VIEW, cached), map(_VIEW, items)))
+            and all(map(operator.eq, map(_KEY, cached), map(_KEY, items))))
+
+
+_KEY, _VIEW = operator.itemgetter(0), operator.itemgetter(1)
 
 
 def _ends(items: Sequence[Any]) -> tuple[int, int]:
