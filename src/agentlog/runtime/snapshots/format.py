@@ -368,8 +368,10 @@ def _split(kind: bytes, items: list[Any], spans: list[tuple[int, int]], cache: C
     unless it has to be written."""
     digests: list[str] = []
     for start, end in spans:
-        for piece, data in _pieces(items[start:end], cache, max_bytes):
-            digest = cache.digest_of(piece)
+        part = items[start:end]
+        whole = cache.digest_of(part)  # stored whole before: it fits
+        for piece, data in [(part, None)] if whole is not None else _pieces(part, cache, max_bytes):
+            digest = whole if whole is not None else cache.digest_of(piece)
             if digest is None:
                 data = _encoder.encode(piece) if data is None else data
                 digest = chunk_digest(kind, data)
@@ -389,8 +391,6 @@ def _pieces(part: list[Any], cache: ChunkCache, max_bytes: int) -> list[tuple[li
     of long messages cut by count alone failed to be written. Each piece comes with its
     encoding when that was made here (else None). The cut is greedy over the items' sizes, so
     the same items are always cut the same way (written once, like the spans)."""
-    if cache.digest_of(part) is not None:  # stored whole before: it fits
-        return [(part, None)]
     lengths = cache.split_of(part)
     if lengths is None:
         data = _encoder.encode(part)
