@@ -24,6 +24,9 @@ The follow is opened right after the 202, as a browser would.
 The app (`app` below, loaded by the child processes with `--app bench_e2e:app`) asks for approval
 after every answer: a tool that is pending until decided, and a scripted model that calls it again.
 
+`host_reference_ms`: the CPU ms of a fixed loop of pure Python, run between samples (p50): the
+host's speed over the same minutes, to compare the ms figures of runs on different days by.
+
 Prints a table and, as the very last line, `{"bench": "e2e", "serve_long_over_short": ..., ...}`.
 Targets: `*_long_over_short` <= 1.5, `serve_long_p50_ms` <= 15, `follow_hangs` == 0.
 """
@@ -284,6 +287,18 @@ class Driver:
         return ms
 
 
+def host_reference_ms() -> float:
+    """CPU ms of a fixed piece of pure Python in this process: how fast the host runs code at
+    that moment. Shared 2-core hosts drift by a third and more within minutes (the same loop
+    took 216 and 394 ms), and the ms figures above drift with them; this tells a slow host
+    from slow code when runs of different days are compared."""
+    start = time.process_time()
+    total = 0
+    for i in range(100_000):
+        total += i % 7
+    return 1000 * (time.process_time() - start)
+
+
 def p50(values: list[float]) -> float:
     if not values:
         return float("nan")
@@ -307,6 +322,7 @@ async def measure(url: str, pids: list[int], args: argparse.Namespace) -> dict[s
         short_cpu: list[float] = []
         long: list[float] = []
         long_cpu: list[float] = []
+        reference: list[float] = []
         for i in range(max(args.short_runs, args.long_samples)):
             if i < args.short_runs:
                 d = Driver(session, url, args.follow_timeout, pids)
@@ -319,6 +335,7 @@ async def measure(url: str, pids: list[int], args: argparse.Namespace) -> dict[s
             if i < args.long_samples:
                 long.append(await long_run.cycle())
                 long_cpu.append(long_run.cpu_ms[-1])
+            reference.append(host_reference_ms())  # between samples: it slows none of them
         cpu_short, cpu_long = sum(short_cpu) / len(short_cpu), sum(long_cpu) / len(long_cpu)
         return {"short_p50_ms": round(p50(short), 2), "long_p50_ms": round(p50(long), 2),
                 "long_over_short": round(p50(long) / p50(short), 2),
@@ -326,7 +343,8 @@ async def measure(url: str, pids: list[int], args: argparse.Namespace) -> dict[s
                 "cpu_long_over_short": round(cpu_long / cpu_short, 2) if cpu_short else float("nan"),
                 "follows": sum(x.follows for x in drivers), "follow_hangs": sum(x.hangs for x in drivers),
                 "follow_hangs_paused": sum(x.hangs_paused for x in drivers),
-                "cycles": sum(x.cycles for x in drivers), "long_cycles_end": long_run.cycles}
+                "cycles": sum(x.cycles for x in drivers), "long_cycles_end": long_run.cycles,
+                "host_reference_ms": round(p50(reference), 2)}
 
 
 def main() -> None:
@@ -354,12 +372,12 @@ def main() -> None:
 
     table = Table(title="one approval end to end over HTTP (POST inputs -> tool -> model -> next ask -> follow ends)")
     for col in ("topology", "short p50 ms", f"long p50 ms (>{args.long} cycles)", "long/short",
-                "cpu short / long ms", "cpu long/short", "follows", "hangs"):
+                "cpu short / long ms", "cpu long/short", "follows", "hangs", "host ref ms"):
         table.add_column(col, justify="right")
     for kind, r in results.items():
         table.add_row(kind, f"{r['short_p50_ms']:.2f}", f"{r['long_p50_ms']:.2f}", f"{r['long_over_short']:.2f}",
                       f"{r['cpu_short_ms']:.1f} / {r['cpu_long_ms']:.1f}", f"{r['cpu_long_over_short']:.2f}",
-                      str(r["follows"]), str(r["follow_hangs"]))
+                      str(r["follows"]), str(r["follow_hangs"]), f"{r['host_reference_ms']:.2f}")
     Console().print(table)
     doc: dict[str, Any] = {"bench": "e2e", "quick": args.quick, "short_cycles": SHORT, "long_cycles": args.long}
     for kind, r in results.items():
