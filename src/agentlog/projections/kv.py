@@ -246,8 +246,11 @@ class KVViewStore(IndexedListings):
     async def put_views(self, threads: Iterable[ThreadView], runs: Iterable[RunView]) -> None:
         """Pipelined puts (many in flight, each acked), one per view."""
         encode = self._encoder.encode
-        writes = [(self.threads, t.thread_id, encode(t)) for t in threads]
-        writes += [(self.runs, r.run_id, encode(r)) for r in runs]
+        try:
+            writes = [(self.threads, t.thread_id, encode(t)) for t in threads]
+            writes += [(self.runs, r.run_id, encode(r)) for r in runs]
+        finally:
+            self._encoder.forget_fitted()
         await put_pipelined(writes)
 
     async def list_threads(self) -> list[ThreadView]:

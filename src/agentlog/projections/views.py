@@ -187,30 +187,40 @@ class ViewEncoder:
         self.min_calls = min_calls
         self.size = 0
         self._runs: OrderedDict[str, _Calls] = OrderedDict()
-        #: The last view encoded and its bytes: `fit` then `put_views` encode the same view.
-        self._last: tuple[ThreadView | RunView, bytes] | None = None
+        #: The views `fit` returned and their bytes, by identity, until they are encoded (a
+        #: writer fits a batch's views, then writes them: each is encoded once).
+        self._fitted: dict[int, tuple[RunView, bytes]] = {}
 
     def encode(self, view: ThreadView | RunView) -> bytes:
-        last = self._last
-        if last is not None and last[0] is view:
-            return last[1]
+        fitted = self._fitted.pop(id(view), None)
+        if fitted is not None and fitted[0] is view:
+            return fitted[1]
+        return self._encode(view)
+
+    def forget_fitted(self) -> None:
+        """Drop the encodings `fit` kept and nobody asked for (a batch that failed before its
+        writes)."""
+        self._fitted.clear()
+
+    def _encode(self, view: ThreadView | RunView) -> bytes:
         if not isinstance(view, RunView) or len(view.calls) < self.min_calls:
-            data = encode_view(view)
-        else:
-            calls = self._calls(view)
-            # the calls as raw JSON in place of the dict: the same bytes as encoding the dict
-            data = _thread_encoder.encode(msgspec.structs.replace(view, calls=msgspec.Raw(calls.json())))
-        self._last = (view, data)
-        return data
+            return encode_view(view)
+        calls = self._calls(view)
+        # the calls as raw JSON in place of the dict: the same bytes as encoding the dict
+        return _thread_encoder.encode(msgspec.structs.replace(view, calls=msgspec.Raw(calls.json())))
+
+    def _kept(self, view: RunView, data: bytes) -> RunView:
+        self._fitted[id(view)] = (view, data)
+        return view
 
     def fit(self, view: RunView, limit: int) -> RunView:
         """`view`, or when its encoding is over `limit` bytes, the view without its oldest
         finished calls, as few as it takes, counted in `calls_elided` (a KV value cannot exceed
         the server's max payload; a run view over it would stop the projections of every run).
         Live calls are always kept: readers act on them. Pure but for the cache."""
-        data = self.encode(view)
+        data = self._encode(view)
         if len(data) <= limit:
-            return view
+            return self._kept(view, data)
         excess = len(data) - limit
         calls = dict(view.calls)
         dropped = 0
@@ -228,8 +238,9 @@ class ViewEncoder:
             dropped += 1
             if excess <= 0:
                 fitted = msgspec.structs.replace(view, calls=calls, calls_elided=view.calls_elided + dropped)
-                if len(self.encode(fitted)) <= limit:
-                    return fitted
+                data = self._encode(fitted)
+                if len(data) <= limit:
+                    return self._kept(fitted, data)
         return msgspec.structs.replace(view, calls=calls, calls_elided=view.calls_elided + dropped)
 
     def _calls(self, view: RunView) -> _Calls:
