@@ -105,10 +105,9 @@ class _Hashed:
     earlier messages are the very objects of the process's snapshot chunks
     (`agentlog.runtime.snapshots.format.ChunkCache`); equal but other objects are hashed again."""
 
-    __slots__ = ("checkpoints", "conversation", "head", "messages", "separated", "size", "whole")
+    __slots__ = ("checkpoints", "conversation", "messages", "separated", "size", "whole")
 
     def __init__(self, head: bytes, separated: bool) -> None:
-        self.head = head
         #: whether the first message follows a system message (a comma before it in `whole`)
         self.separated = separated
         self.messages: list[Any] = []
