@@ -8,19 +8,14 @@ for ever: no view of any run moved again."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import aiohttp
 import pytest
+from deployed_runs import start_and_settle
 from topology import Deployment
 
-from agentlog.cli.demo import follow_run
-from agentlog.eventlog.jetstream.store import JetStreamEventStore
-
 from large_results_app import BLOB, READS
-
-LIMIT = 60
 
 
 @pytest.fixture
@@ -29,17 +24,9 @@ def deployment_options() -> dict[str, object]:
 
 
 async def run_to_end(deployment: Deployment, http: aiohttp.ClientSession, agent_id: str) -> tuple[dict[str, Any], int]:
-    """Start a run, wait on the log until it ends, then read its view at least that far (the
+    """Start a run and wait on the log until it ends, then read its view at least that far (the
     read waits for the projections to reach the end: a stalled runner fails it)."""
-    async with http.post("/v1/runs", json={"agent_id": agent_id, "messages": "go"}) as r:
-        assert r.status == 202, await r.text()
-        started = await r.json()
-    store = await JetStreamEventStore.connect(deployment.nats_url)
-    try:
-        async with asyncio.timeout(LIMIT):
-            seq, _ = await follow_run(store, started["thread_id"], started["run_id"], 0, lambda _c: None)
-    finally:
-        await store.close()
+    started, seq, _ = await start_and_settle(deployment.nats_url, http, {"agent_id": agent_id, "messages": "go"})
     async with http.get(f"/v1/runs/{started['run_id']}", params={"min_seq": str(seq)}) as r:
         assert r.status == 200, (await r.text(), deployment.outputs())
         return await r.json(), len(await r.read())

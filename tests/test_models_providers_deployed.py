@@ -8,20 +8,17 @@ it asserts about the requests is what its own run sent."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
 import pytest
+from deployed_runs import start_and_settle
 from fake_providers import Answer, FakeProviders, FakeProvidersThread
 from topology import TOPOLOGIES, Deployment, deploy
 
-from agentlog.cli.demo import follow_run
 from agentlog.eventlog.events import InferenceCompleted, RunFinished
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
-
-LIMIT = 60
 
 CONFIG = """\
 version: 1
@@ -78,13 +75,10 @@ def providers(fake_providers: FakeProvidersThread) -> tuple[FakeProvidersThread,
 
 async def run_over_http(deployment: Deployment, agent: str) -> tuple[list[Any], Any]:
     async with aiohttp.ClientSession(deployment.http_url) as http:
-        async with http.post("/v1/runs", json={"agent_id": agent, "messages": "what is 1 + 2?"}) as r:
-            assert r.status == 202, await r.text()
-            started = await r.json()
+        started, seq, last = await start_and_settle(deployment.nats_url, http,
+                                                    {"agent_id": agent, "messages": "what is 1 + 2?"})
         store = await JetStreamEventStore.connect(deployment.nats_url)
         try:
-            async with asyncio.timeout(LIMIT):
-                seq, last = await follow_run(store, started["thread_id"], started["run_id"], 0, lambda _c: None)
             events = [e async for sc in store.read_run(started["run_id"]) for e in sc.commit.events]
         finally:
             await store.close()
