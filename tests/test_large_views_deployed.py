@@ -1,10 +1,12 @@
-"""A run whose view outgrows one KV value, as users run it (`agentlog serve`, and `agentlog
-gateway` + `agentlog worker`): its results fit their commits, but not all of them one view.
+"""Views that outgrow one KV value, as users run it (`agentlog serve`, and `agentlog gateway` +
+`agentlog worker`): a run's results, or a thread's state, that fit their commits one by one but
+not one view together.
 
-The projections write the view without the oldest finished calls (`calls_elided` counts them)
-and go on: the run reads as done, the next run's reads see their writes, `/health` stays ok.
-Written whole, the put failed on the server's max payload and the runner retried the same batch
-for ever: no view of any run moved again."""
+A view over the server's max payload cannot be written, and the projection runner would retry
+that batch for ever: no view of any run would move again. So the run view is written without
+its oldest finished calls (`calls_elided` counts them), the thread view without its state
+(`state_elided`, which the routes fold from the log), and the projections go on: the runs read
+as done, the next run's reads see their writes, `/health` stays ok."""
 
 from __future__ import annotations
 
@@ -32,6 +34,15 @@ async def run_to_end(deployment: Deployment, http: aiohttp.ClientSession, agent_
         return await r.json(), len(await r.read())
 
 
+async def projections_go_on(deployment: Deployment, http: aiohttp.ClientSession) -> None:
+    """The next run's read sees its end, and the server is healthy."""
+    greeted, _ = await run_to_end(deployment, http, "greeter")
+    assert greeted["status"] == "done" and greeted["calls_elided"] == 0
+    async with http.get("/health") as r:
+        health = await r.json()
+    assert r.status == 200 and health["status"] == "ok", health
+
+
 async def test_a_run_view_over_one_kv_value_leaves_out_its_oldest_calls_and_the_projections_go_on(
         deployment: Deployment) -> None:
     async with aiohttp.ClientSession(deployment.http_url) as http:
@@ -42,9 +53,20 @@ async def test_a_run_view_over_one_kv_value_leaves_out_its_oldest_calls_and_the_
         assert list(view["calls"]) == kept  # the newest, whole
         assert all(view["calls"][c]["result"] == c[-1] * BLOB for c in kept)
 
-        # the projections went on: the next run's read sees its end, and the server is healthy
-        greeted, _ = await run_to_end(deployment, http, "greeter")
-        assert greeted["status"] == "done" and greeted["calls_elided"] == 0
-        async with http.get("/health") as r:
-            health = await r.json()
-        assert r.status == 200 and health["status"] == "ok", health
+        await projections_go_on(deployment, http)
+
+
+async def test_a_thread_state_over_one_kv_value_is_read_from_the_log_and_the_projections_go_on(
+        deployment: Deployment) -> None:
+    async with aiohttp.ClientSession(deployment.http_url) as http:
+        view, _ = await run_to_end(deployment, http, "noter")
+        assert view["status"] == "done" and view["calls_elided"] == 0
+        notes = {f"note{i}": str(i) * BLOB for i in range(READS)}
+        thread_id = view["thread_id"]
+        async with http.get(f"/v1/threads/{thread_id}", params={"min_seq": str(view["last_seq"])}) as r:
+            assert r.status == 200, await r.text()
+            thread = await r.json()
+        assert thread["state"] == notes and thread["state_elided"] is False  # folded from the log
+        async with http.get(f"/v1/threads/{thread_id}/state") as r:
+            assert r.status == 200 and (await r.json())["state"] == notes
+        await projections_go_on(deployment, http)

@@ -326,12 +326,14 @@ def test_the_view_encoder_writes_the_bytes_of_encode_view(commits, data):
 def test_a_fitted_run_view_leaves_out_only_its_oldest_finished_calls(commits, data):
     """`ViewEncoder.fit` under any byte limit: a view within it is returned as it is; else the
     oldest finished calls go (counted in `calls_elided`), as few as it takes to fit, and nothing
-    else changes; live calls always stay, even when the view cannot fit with them."""
+    else changes; only when all of them are not enough, the state goes too (`state_elided`),
+    and then as few calls as the view without its state needs. Live calls always stay."""
     encoder = ViewEncoder(min_calls=data.draw(st.integers(0, 3)))
     for view in fold_commits(commits).runs.values():
         size = len(encode_view(view))
         limit = data.draw(st.integers(size // 3, size + 10))
         fitted = encoder.fit(view, limit)
+        assert encoder.encode(fitted) == encode_view(fitted)
         if size <= limit:
             assert fitted is view
             continue
@@ -339,15 +341,62 @@ def test_a_fitted_run_view_leaves_out_only_its_oldest_finished_calls(commits, da
         dropped = [c for c in view.calls if c not in fitted.calls]
         assert dropped == finished[: len(dropped)] and fitted.calls_elided == view.calls_elided + len(dropped)
         assert all(fitted.calls[c] is view.calls[c] for c in fitted.calls)
-        assert msgspec.structs.replace(fitted, calls=view.calls, calls_elided=view.calls_elided) == view
+        base = view
+        if fitted.state_elided and not view.state_elided:
+            assert fitted.state == {}
+            everything = {c: v for c, v in view.calls.items() if c not in finished}
+            assert len(encode_view(msgspec.structs.replace(
+                view, calls=everything, calls_elided=view.calls_elided + len(finished)))) > limit  # not enough
+            base = msgspec.structs.replace(view, state={}, state_elided=True)
+        assert msgspec.structs.replace(fitted, calls=view.calls, calls_elided=view.calls_elided) == base
         assert len(encode_view(fitted)) <= limit or dropped == finished
-        if dropped:  # as few as it takes: one call fewer dropped would not fit
-            fewer = dict(view.calls)
-            for c in dropped[:-1]:
-                del fewer[c]
-            fewer_view = msgspec.structs.replace(view, calls=fewer, calls_elided=view.calls_elided + len(dropped) - 1)
+        if dropped and len(encode_view(fitted)) <= limit:  # as few as it takes
+            fewer = {c: v for c, v in base.calls.items() if c not in dropped[:-1]}
+            fewer_view = msgspec.structs.replace(base, calls=fewer, calls_elided=view.calls_elided + len(dropped) - 1)
             assert len(encode_view(fewer_view)) > limit
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories, st.data())
+def test_a_fitted_thread_view_leaves_out_its_state_only_when_over(commits, data):
+    encoder = ViewEncoder()
+    for view in fold_commits(commits).threads.values():
+        size = len(encode_view(view))
+        limit = data.draw(st.integers(size // 2, size + 10))
+        fitted = encoder.fit_thread(view, limit)
         assert encoder.encode(fitted) == encode_view(fitted)
+        if size <= limit:
+            assert fitted is view
+        else:
+            assert fitted == msgspec.structs.replace(view, state={}, state_elided=True)
+
+
+def test_a_view_without_its_state_folds_no_patch_until_the_state_is_set_whole():
+    """Patches onto a state the view left out would make a wrong state and count rejects that
+    did not happen: they are skipped; a `StateReplaced` makes the state whole again, and a run's
+    end clears it (the run scope ends)."""
+    patch = [{"op": "replace", "path": "/a", "value": 2}]  # a replace needs /a: {} would reject it
+    history = stored([
+        Commit(commit_id="c1", thread_id="t1", run_id="r1", ts=T0, events=[
+            ThreadCreated(), RunStarted(run_id="r1", agent_id="a")]),
+        Commit(commit_id="c2", thread_id="t1", run_id="r1", ts=T0, events=[
+            StatePatched(scope="thread", ops=patch), StatePatched(scope="run", ops=patch)]),
+    ])
+    thread = ThreadView(thread_id="t1", state_elided=True, version=0)
+    run = RunView(run_id="r1", thread_id="t1", state_elided=True)
+    views = fold_commits(history, {"t1": thread}, {"r1": run})
+    for view in (views.threads["t1"], views.runs["r1"]):
+        assert view.state == {} and view.state_elided and view.rejected_patches == 0
+    more = stored([Commit(commit_id="c3", thread_id="t1", run_id="r1", ts=T0, events=[
+        StateReplaced(scope="thread", state={"a": 1}), StateReplaced(scope="run", state={"a": 1}),
+        StatePatched(scope="thread", ops=patch)])], first_seq=3)
+    views = fold_commits(more, views.threads, views.runs)
+    assert views.threads["t1"].state == {"a": 2} and not views.threads["t1"].state_elided
+    assert views.runs["r1"].state == {"a": 1} and not views.runs["r1"].state_elided
+    ended = stored([Commit(commit_id="c4", thread_id="t1", run_id="r1", ts=T0, events=[
+        RunFinished(termination=Termination(type="natural_end"))])], first_seq=4)
+    run_done = fold_commits(ended, {}, {"r1": run}).runs["r1"]
+    assert run_done.state == {} and not run_done.state_elided
 
 
 def test_folder_touched_sets():

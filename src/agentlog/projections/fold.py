@@ -117,6 +117,7 @@ class _ThreadAcc:
     version: int
     message_count: int
     state: dict[str, Any]
+    state_elided: bool
     run_ids: list[str]
     active_run_id: str | None
     deleted: bool
@@ -178,7 +179,7 @@ class _ThreadAcc:
             self.cost = ev.cost if self.cost is None else self.cost + ev.cost
 
     def _patched(self, ev: StatePatched, run_id: str | None) -> None:
-        if ev.scope == "thread":
+        if ev.scope == "thread" and not self.state_elided:  # elided: nothing to patch
             try:
                 self.state = validate_patch(self.state, ev.ops)
             except InvalidPatch:
@@ -192,6 +193,8 @@ class _ThreadAcc:
                 self.state = validate_state(ev.state)
             except InvalidPatch:
                 self.rejected_patches += 1
+            else:
+                self.state_elided = False  # whole again
 
 
 _THREAD_HANDLERS: dict[type, Any] = {
@@ -246,6 +249,7 @@ class _RunAcc:
     message_count: int
     calls: dict[str, CallView]
     state: dict[str, Any]
+    state_elided: bool
     rejected_patches: int
     created: int
     updated: int
@@ -310,7 +314,7 @@ class _RunAcc:
     def _finished(self, ev: RunFinished, ts: int) -> None:
         self.termination = ev.termination
         self.usage = ev.usage if ev.usage.total_tokens > 0 else self.inference_usage
-        self.state = {}  # run scope ends with the run
+        self.state, self.state_elided = {}, False  # run scope ends with the run
         self.status = "done"
 
     def _step_started(self, ev: StepStarted, ts: int) -> None:
@@ -390,6 +394,8 @@ class _RunAcc:
     # state
     def _patched(self, ev: StatePatched, ts: int) -> None:
         if ev.scope == "run":
+            if self.state_elided:  # nothing to patch
+                return
             try:
                 self.state = validate_patch(self.state, ev.ops)
             except InvalidPatch:
@@ -416,6 +422,7 @@ class _RunAcc:
             return
         if ev.scope == "run":
             self.state = state
+            self.state_elided = False  # whole again
         elif ev.call_id is None:
             self.rejected_patches += 1
         else:

@@ -239,9 +239,13 @@ class KVViewStore(IndexedListings):
         return self.js._nc.max_payload - _PUT_MARGIN
 
     def fit_run(self, view: RunView) -> RunView:
-        """The run view as this store can hold it (`ViewEncoder.fit`): writers fit a run view
-        before they write it and before they keep it, so what they keep is what a reader reads."""
+        """The run view as this store can hold it (`ViewEncoder.fit`): writers fit a view before
+        they write it and before they keep it, so what they keep is what a reader reads."""
         return self._encoder.fit(view, self.max_value)
+
+    def fit_thread(self, view: ThreadView) -> ThreadView:
+        """The thread view as this store can hold it (`ViewEncoder.fit_thread`), as `fit_run`."""
+        return self._encoder.fit_thread(view, self.max_value)
 
     async def put_views(self, threads: Iterable[ThreadView], runs: Iterable[RunView]) -> None:
         """Pipelined puts (many in flight, each acked), one per view."""

@@ -178,9 +178,10 @@ async def rebuild(
         await _fold_range(js, folder, last + 1, tail_end, tail_end, counts, progress, stream, subjects, archive)
         views = folder.views()
         fresh = await current.new_generation()
+        threads = [fresh.fit_thread(thread) for thread in views.threads.values()]
         runs = [fresh.fit_run(run) for run in views.runs.values()]
-        await fresh.put_views(views.threads.values(), runs)
-        await fresh.index.put_all(list(views.threads.values()), runs)
+        await fresh.put_views(threads, runs)
+        await fresh.index.put_all(threads, runs)
         await fresh.write_position(tail_end)  # a runner reading this generation goes on from here
         await fresh.activate()
         if runner is not None:

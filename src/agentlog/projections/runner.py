@@ -362,9 +362,10 @@ class ProjectionRunner:
                 before.runs.update(more.runs)
             folder.apply_commit(seq, commit)
         touched = folder.take_touched()
-        fit_run = getattr(self.store, "fit_run", None)
-        if fit_run is not None:  # kept (and folded on next) as the store holds it
+        fit_run, fit_thread = getattr(self.store, "fit_run", None), getattr(self.store, "fit_thread", None)
+        if fit_run is not None and fit_thread is not None:  # kept (and folded on next) as the store holds it
             touched.runs.update((run_id, fit_run(view)) for run_id, view in touched.runs.items())
+            touched.threads.update((thread_id, fit_thread(view)) for thread_id, view in touched.threads.items())
         if touched.threads or touched.runs:
             # While the puts are in flight KV may already hold the new values: drop the cached
             # (older) ones first, so `cached_*` never answers older than KV (see `cached_run`).

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 from collections import OrderedDict
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
@@ -114,6 +114,10 @@ class RunView(_View, frozen=True):
     #: runs of very large results. The run's events hold every call.
     calls_elided: int = 0
     state: dict[str, Any] = {}
+    #: The state was more than one KV value holds with the rest of the view (`ViewEncoder.fit`):
+    #: `state` is left empty and patches are not folded onto it until a `StateReplaced` sets
+    #: it whole again. The HTTP routes then fold the state from the log.
+    state_elided: bool = False
     rejected_patches: int = 0
     created: int = 0
     updated: int = 0
@@ -136,6 +140,10 @@ class ThreadView(_View, frozen=True):
     version: int = 0
     message_count: int = 0
     state: dict[str, Any] = {}
+    #: The state was more than one KV value holds with the rest of the view (`ViewEncoder.fit`):
+    #: `state` is left empty and patches are not folded onto it until a `StateReplaced` sets
+    #: it whole again. The HTTP routes then fold the state from the log.
+    state_elided: bool = False
     run_ids: list[str] = []
     active_run_id: str | None = None
     deleted: bool = False
@@ -170,6 +178,9 @@ def encode_view(view: ThreadView | RunView) -> bytes:
     return _thread_encoder.encode(view)
 
 
+V = TypeVar("V", ThreadView, RunView)
+
+
 class ViewEncoder:
     """`encode_view` for a writer that writes the same runs again and again (the projection
     runner writes a run's view after each of its commits): it keeps, per run, the encoded calls
@@ -189,7 +200,7 @@ class ViewEncoder:
         self._runs: OrderedDict[str, _Calls] = OrderedDict()
         #: The views `fit` returned and their bytes, by identity, until they are encoded (a
         #: writer fits a batch's views, then writes them: each is encoded once).
-        self._fitted: dict[int, tuple[RunView, bytes]] = {}
+        self._fitted: dict[int, tuple[ThreadView | RunView, bytes]] = {}
 
     def encode(self, view: ThreadView | RunView) -> bytes:
         fitted = self._fitted.pop(id(view), None)
@@ -209,15 +220,42 @@ class ViewEncoder:
         # the calls as raw JSON in place of the dict: the same bytes as encoding the dict
         return _thread_encoder.encode(msgspec.structs.replace(view, calls=msgspec.Raw(calls.json())))
 
-    def _kept(self, view: RunView, data: bytes) -> RunView:
+    def _kept(self, view: V, data: bytes) -> V:
         self._fitted[id(view)] = (view, data)
         return view
 
     def fit(self, view: RunView, limit: int) -> RunView:
-        """`view`, or when its encoding is over `limit` bytes, the view without its oldest
-        finished calls, as few as it takes, counted in `calls_elided` (a KV value cannot exceed
-        the server's max payload; a run view over it would stop the projections of every run).
-        Live calls are always kept: readers act on them. Pure but for the cache."""
+        """`view` as one KV value of at most `limit` bytes holds it (a view over the server's
+        max payload cannot be written, and the projections would stop for every run): without
+        its oldest finished calls, as few as it takes (`calls_elided`); if even all of them are
+        not enough, without its state (`state_elided`) and as few finished calls as that
+        leaves to drop. Live calls are always kept: readers act on them. Pure but for the
+        cache."""
+        fitted = self._without_finished_calls(view, limit)
+        if fitted is not None:
+            return fitted
+        bare = msgspec.structs.replace(view, state={}, state_elided=True)
+        fitted = self._without_finished_calls(bare, limit)
+        if fitted is not None:
+            return fitted
+        finished = {k for k, c in view.calls.items() if c.status in TERMINAL_CALL_STATUSES}
+        bare = msgspec.structs.replace(bare, calls={k: c for k, c in view.calls.items() if k not in finished},
+                                       calls_elided=view.calls_elided + len(finished))
+        return self._kept(bare, self._encode(bare))  # still over: its live calls alone are
+
+    def fit_thread(self, view: ThreadView, limit: int) -> ThreadView:
+        """`view` as one KV value of at most `limit` bytes holds it (see `fit`): without its
+        state when over (`state_elided`; its other fields are small, but for its run ids,
+        ~35,000 of which would take a KV value)."""
+        data = self._encode(view)
+        if len(data) <= limit:
+            return self._kept(view, data)
+        view = msgspec.structs.replace(view, state={}, state_elided=True)
+        return self._kept(view, self._encode(view))
+
+    def _without_finished_calls(self, view: RunView, limit: int) -> RunView | None:
+        """The view (kept with its bytes) without its oldest finished calls, as few as fit it in
+        `limit` (none if it fits whole); None if it does not fit without all of them."""
         data = self._encode(view)
         if len(data) <= limit:
             return self._kept(view, data)
@@ -241,7 +279,7 @@ class ViewEncoder:
                 data = self._encode(fitted)
                 if len(data) <= limit:
                     return self._kept(fitted, data)
-        return msgspec.structs.replace(view, calls=calls, calls_elided=view.calls_elided + dropped)
+        return None
 
     def _calls(self, view: RunView) -> _Calls:
         before = self._runs.pop(view.run_id, None)

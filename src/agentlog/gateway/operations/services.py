@@ -11,7 +11,9 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+import msgspec
 
 from agentlog.eventlog.errors import StoreUnavailable
 from agentlog.eventlog.events import StoredCommit
@@ -160,7 +162,7 @@ async def visible_thread(svc: Services, who: Principal, thread_id: str) -> Threa
     view = await get_thread_view(svc, thread_id)
     if view is None or view.deleted or not who.can_see(view.resource_id):
         raise not_found("thread", thread_id)
-    return view
+    return await with_whole_state(svc, view)
 
 
 async def visible_run(svc: Services, who: Principal, run_id: str) -> RunView:
@@ -171,7 +173,22 @@ async def visible_run(svc: Services, who: Principal, run_id: str) -> RunView:
         thread = await get_thread_view(svc, view.thread_id)
         if thread is None or not who.can_see(thread.resource_id):
             raise not_found("run", run_id)
-    return view
+    return await with_whole_state(svc, view)
+
+
+V = TypeVar("V", ThreadView, RunView)
+
+
+async def with_whole_state(svc: Services, view: V) -> V:
+    """`view`, with its state folded from the log when the views could not hold it
+    (`state_elided`): as of the view's own last commit, so the answer is of one moment."""
+    if not view.state_elided:
+        return view
+    folder = _fold([c async for c in svc.store.read_thread(view.thread_id) if c.seq <= view.last_seq])
+    whole = folder.run(view.run_id) if isinstance(view, RunView) else folder.thread(view.thread_id)
+    if whole is None:
+        return view
+    return msgspec.structs.replace(view, state=whole.state, state_elided=False)
 
 
 async def _caught_up(svc: Services, seq: int) -> bool:
@@ -210,7 +227,7 @@ async def current_run(svc: Services, who: Principal, run_id: str) -> RunView:
         thread_id = first.commit.thread_id
     head = await svc.store.thread_version(thread_id)
     if view is not None and applied >= head:
-        return await _tenant_checked(svc, who, view)
+        return await with_whole_state(svc, await _tenant_checked(svc, who, view))
     if await _caught_up(svc, head):
         return await visible_run(svc, who, run_id)
     commits = [c async for c in svc.store.read_thread(thread_id)]
