@@ -1,7 +1,8 @@
-"""Issue #12 item 9: `--app X` works for `serve`, `gateway` and `worker` whatever form X has (an
-App, agents alone as a list or an AgentRegistry, a Runtime, or a factory returning any of them).
-`agentlog gateway --app <a Runtime>` used to crash with "'AgentRegistry' object is not iterable"
-(the gateway lists the app's agent ids to refuse unknown agents before queueing)."""
+"""`--app X` works for `serve`, `gateway` and `worker` whatever form X has (an App, agents alone
+as a list or an AgentRegistry, a Runtime, or a factory returning any of them). The gateway lists
+the app's agent ids to refuse unknown agents before queueing, so it must find them in every form:
+`agentlog gateway --app <a Runtime>` that iterated the Runtime's registry would crash with
+"'AgentRegistry' object is not iterable"."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""The benchmark scripts issues #12 and #13 are judged by keep their contract: `--quick` runs,
-the last line is one JSON object with the figures the issues name, and the chaos sections lose and
-duplicate nothing. Figures of speed are never asserted here (benchmarks print ratios; tests do
-not time things); the cluster section has its own test (tests/test_replicas.py)."""
+"""The benchmark scripts that measure resume cost, reliability and end-to-end latency keep their
+contract: `--quick` runs, the last line is one JSON object with the figures they are judged by, and
+the chaos sections lose and duplicate nothing. Figures of speed are never asserted here (benchmarks
+print ratios; tests do not time things); the cluster section has its own test
+(tests/test_replicas.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def last_json(*args: str) -> dict[str, Any]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_bench_resume_quick_prints_the_issue_13_figures() -> None:
+def test_bench_resume_quick_prints_its_resume_ratios() -> None:
     doc = last_json("scripts/bench_resume.py", "--quick", "--rounds", "2", "--per-round", "2",
                     "--long", "12")  # the contract only: a long history of 12 cycles, not 222
     assert doc["bench"] == "resume" and doc["quick"] is True and doc["samples"] == 4

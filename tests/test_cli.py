@@ -189,7 +189,7 @@ def test_replay_to_stops_timeline_and_shows_state_as_of_it(seeded: Log) -> None:
 
 def test_replay_to_after_the_end_is_the_end_with_a_warning(seeded: Log) -> None:
     whole = json.loads(cli(seeded, "replay", "r1", "--json").stdout)
-    far = "99999999999999999999:0"  # past any seq (was a KeyError: exit 1, "internal error")
+    far = "99999999999999999999:0"  # past any seq: the end, not a KeyError (exit 1, "internal error")
     result = cli(seeded, "replay", "r1", "--to", far, "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)

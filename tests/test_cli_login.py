@@ -1,11 +1,12 @@
-"""The CLI's global NATS login options (issue #16 item 2; README "Production"): `--token` and
-`--creds` reach a real nats-server that requires them, before or after the command, and a
-missing or wrong login is one clear error line, not a traceback.
+"""The CLI's global NATS login options (README "Production"): `--token` and `--creds` reach a real
+nats-server that requires them, before or after the command, and a missing or wrong login is one
+clear error line, not a traceback.
 
 `--creds` is tested against a server in operator (JWT) mode: the test makes an operator, an
 account with JetStream and a user with `nkeys` (the library nats-py signs the server's nonce
 with), writes the user's .creds file and preloads the account in the server's memory resolver.
-Before: `nkeys` was not installed, so every `--creds` login failed inside nats-py.
+A real login is the only check that `nkeys` is installed: without it every `--creds` login fails
+inside nats-py.
 """
 
 from __future__ import annotations

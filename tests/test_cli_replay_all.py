@@ -1,5 +1,5 @@
 """`agentlog replay RUN --verify --app module:attr` (the CLI, in-process) on EVERY scenario that
-test_replay / test_replay_hitl verify through the library (issue #7, done-means item 5).
+test_replay / test_replay_hitl verify through the library, so the CLI and the library agree on each.
 
 Each runtime-loop scenario (test_replay's cases: test_runtime_scenarios + test_runtime_stop, every
 mode) is recorded on a real nats-server exactly as test_replay records it

@@ -1,4 +1,4 @@
-"""One embedded nats-server per data dir (issue #12 item 11), with real `agentlog` processes.
+"""One embedded nats-server per data dir, with real `agentlog` processes.
 
 * Two `agentlog serve` on one data dir: the second uses the first one's nats-server (no second
   server on the same store); a run accepted by the second finishes after the first has stopped,

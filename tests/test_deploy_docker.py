@@ -1,4 +1,4 @@
-"""The Docker deployment (scripts/docker/) matches the code it deploys (issue #16 item 4).
+"""The Docker deployment (scripts/docker/) matches the code it deploys.
 
 There is no Docker engine here, so nothing is built or started. What can drift is checked instead:
 the compose file's services, their NATS logins and its interpolated variables; the node config

@@ -1,4 +1,4 @@
-"""Request digests from one encoding of the conversation (issue #13) keep their values.
+"""Request digests from one encoding of the conversation keep their values.
 
 `InferenceCompleted.request_digest(s)` are in logs and verified replay recomputes them, so the
 spliced computation must give exactly the digests of encoding the request and each part whole

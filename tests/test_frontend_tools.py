@@ -1,7 +1,7 @@
-"""Frontend tools (issue #8) in the runtime, on a real JetStream store: declared per run
+"""Frontend tools in the runtime, on a real JetStream store: declared per run
 (`Runtime.start(frontend_tools=...)`), recorded in `RunStarted`, offered to the model, suspended
-instead of executed, answered by the client's result; cold resume and verified replay from the
-log alone; a clash or a bad name is refused before anything is written."""
+instead of executed, answered by the client's result; cold resume and verified replay from the log
+alone; a clash or a bad name is refused before anything is written."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
-"""AG-UI frontend tools end to end (issue #8), on a real nats-server, over HTTP and NATS: a tool
-declared ONLY in the request's `tools` (no backend stub) is offered to the model, its call ends
-the run successfully with the call pending (`pendingToolCallIds`, AG-UI 1.0; issue #14 item 4:
-not an interrupt), the client's `role: tool` message resumes it (a `resume[]` entry still works)
-and the model's next turn sees it; the
-exact streams, the run view, verified replay, a cold resume by a fresh Runtime, and refusals
+"""AG-UI frontend tools end to end, on a real nats-server, over HTTP and NATS: a tool declared ONLY
+in the request's `tools` (no backend stub) is offered to the model, its call ends the run
+successfully with the call pending (`pendingToolCallIds`, AG-UI 1.0: not an interrupt), the client's
+`role: tool` message resumes it (a `resume[]` entry still works) and the model's next turn sees it;
+the exact streams, the run view, verified replay, a cold resume by a fresh Runtime, and refusals
 that write nothing."""
 
 from __future__ import annotations

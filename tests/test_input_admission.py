@@ -1,12 +1,12 @@
-"""Issue #12 items 8 and 5 (gateway part): a run start is checked in full BEFORE its first write,
-with one shared check (`agentlog.runtime.inputs.admission.check_start`) that serve mode (`Runtime.start`) and
-gateway mode (`QueueDispatcher`) both call, so both answer the same typed error and neither
-leaves anything behind: no orphan `ThreadCreated`, no queued command.
+"""A run start is checked in full BEFORE its first write, with one shared check
+(`agentlog.runtime.inputs.admission.check_start`) that serve mode (`Runtime.start`) and gateway mode
+(`QueueDispatcher`) both call, so both answer the same typed error and neither leaves anything
+behind: no orphan `ThreadCreated`, no queued command.
 
-Before: gateway mode wrote `ThreadCreated` (for `resource_id`) and only then encoded the command,
-so `messages="\\ud800"` was a 500 plus an orphan thread; and a start whose commit is over the
-server's max payload was queued, failed on the worker, and was retried forever while the client
-got a 503 (serve mode answered 413).
+In gateway mode `ThreadCreated` (for `resource_id`) is the first write, so a start whose command
+cannot be encoded (`messages="\\ud800"`) is refused before it, not a 500 plus an orphan thread; and
+a start whose commit is over the server's max payload is a 413 in both modes, never queued for a
+worker that cannot carry it out (retried forever while the client gets a 503).
 
 The HTTP checks run against what users run (`protocol_deployment`: `agentlog serve`, and `agentlog
 gateway` + `agentlog worker`); the ones that call the dispatcher's Python API run on the same
@@ -77,8 +77,9 @@ async def test_start_over_max_payload_is_413_over_http(protocol_deployment: Depl
 async def test_unstorable_decisions_and_reasons_are_the_same_400_in_both_modes(
         mode: str, nats_server: EmbeddedNatsServer) -> None:
     """Python callers of the dispatcher (not JSON, so no decoder in front): a lone surrogate in
-    a decision result or a cancel reason. Before: serve mode raised UnicodeEncodeError from the
-    store, gateway mode from the command encoder (500s), with different errors."""
+    a decision result or a cancel reason is the same typed `invalid_input` in both modes, found
+    before it reaches the store (serve) or the command encoder (gateway), where it would be a
+    UnicodeEncodeError (a 500)."""
     from input_support import waiting_run
 
     async with asyncio.timeout(TIMEOUT * 2), open_stack(nats_server.url, mode) as s:
@@ -96,9 +97,9 @@ async def test_unstorable_decisions_and_reasons_are_the_same_400_in_both_modes(
 
 
 async def test_a_deleted_thread_is_404_for_a_new_run_and_a_continuation(protocol_deployment: Deployment) -> None:
-    """Issue #16 item 3: one start-admission rule (`agentlog.runtime.inputs.admission.admit_thread`)
-    answers a deleted thread with 404 `thread_not_found` however the run would start, and the
-    waiting run on it is left as it was (a continuation used to cancel it before failing)."""
+    """One start-admission rule (`agentlog.runtime.inputs.admission.admit_thread`) answers a
+    deleted thread with 404 `thread_not_found` however the run would start, and the waiting run
+    on it is left as it was: a continuation is refused before it cancels its parent."""
     from input_support import waiting_run
 
     async with asyncio.timeout(TIMEOUT * 2), open_deployed(protocol_deployment) as s:

@@ -1,15 +1,15 @@
-"""Issue #12 item 7: hostile JSON is a 400 `{error, code}` on EVERY JSON route, never a 500, and
-writes nothing. Every route of both modes (serve: in-process runtime; gateway: work queue +
-worker) over all three transports (HTTP, the NATS micro service with its error headers, the
-adapters' NATS subjects with one error event) x {a body nested 1,000 deep, a value nested past
-`MAX_DEPTH`, a lone surrogate in each string field of a realistic body (a decision result and
-reason, forwardedProps, an AG-UI resume payload, messages, metadata, ...)}.
+"""Hostile JSON is a 400 `{error, code}` on EVERY JSON route, never a 500, and writes nothing. Every
+route of both modes (serve: in-process runtime; gateway: work queue + worker) over all three
+transports (HTTP, the NATS micro service with its error headers, the adapters' NATS subjects with
+one error event) x {a body nested 1,000 deep, a value nested past `MAX_DEPTH`, a lone surrogate in
+each string field of a realistic body (a decision result and reason, forwardedProps, an AG-UI resume
+payload, messages, metadata, ...)}.
 
-Before: json.loads raised RecursionError (500) and let `"\\ud800"` through to the UTF-8 encoders
-(msgspec, the log, the command queue): 500s, and in gateway mode an orphan thread.
-The routes are checked against what users run (`protocol_deployment`: `agentlog serve`, and
-`agentlog gateway` + `agentlog worker`). The decoder itself (`agentlog.gateway.operations.json_input`) gets
-property tests at the end."""
+Plain json.loads would raise RecursionError (a 500) on deep nesting and let `"\\ud800"` through to
+the UTF-8 encoders (msgspec, the log, the command queue): 500s, and in gateway mode an orphan
+thread. The routes are checked against what users run (`protocol_deployment`: `agentlog serve`, and
+`agentlog gateway` + `agentlog worker`). The decoder itself
+(`agentlog.gateway.operations.json_input`) gets property tests at the end."""
 
 from __future__ import annotations
 
@@ -209,9 +209,9 @@ def test_parse_json_refuses_with_one_typed_error(raw: bytes) -> None:
 async def test_frontend_tool_result_holding_hostile_json_is_taken_as_text(
         protocol_deployment: Deployment, content: str) -> None:
     """The content is parsed as JSON when it is JSON we can store; otherwise it is the text.
-    Before: json.loads gave a lone surrogate (the decision commit failed to encode: RUN_ERROR)
-    or raised RecursionError (not a ValueError: the request crashed). protocol_app's `confirm`
-    scenario calls `confirm_action`, a frontend tool the request declares."""
+    Plain json.loads would give a lone surrogate (the decision commit then fails to encode:
+    RUN_ERROR) or raise RecursionError (not a ValueError: the request crashes). protocol_app's
+    `confirm` scenario calls `confirm_action`, a frontend tool the request declares."""
     from test_adapters_routes import agui_ok, run_input, user
     from test_adapters_routes_support import Http
     from test_adapters_routes_support import open_deployed as open_adapters

@@ -1,7 +1,7 @@
-"""Issue #12 item 10: a 404 for a run or thread another tenant owns is byte-identical (status,
-code, message, body) to the 404 for an id that does not exist, on every route that takes a run or
-thread id: HTTP (core API and both adapters) and the NATS micro service. Before, tenant B's
-`GET /v1/ai-sdk/runs/<A's run>/stream` answered `thread '<A's thread id>' not found`.
+"""A 404 for a run or thread another tenant owns is byte-identical (status, code, message, body)
+to the 404 for an id that does not exist, on every route that takes a run or thread id: HTTP
+(core API and both adapters) and the NATS micro service. Any difference leaks what another tenant
+has, e.g. tenant B's `GET /v1/ai-sdk/runs/<A's run>/stream` naming A's thread id in its message.
 
 The probe ids have the same length as the real ones, so even Content-Length cannot tell. Against
 what users run: `tokens_deployment` (conftest.py; this module's tenants are C and D), `agentlog

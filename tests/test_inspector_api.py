@@ -1,7 +1,7 @@
-"""The API behind the run inspector (issue #16 item 1): `GET /v1/runs/{id}/timeline` (per-event
-state diffs, time travel with `to`), `POST /v1/runs/{id}/verify` (verified replay: ok, and the
-first divergence when the app changed), their typed errors, and the static pages `/ui`, `/docs`.
-Real nats-server, real aiohttp app on 127.0.0.1."""
+"""The API behind the run inspector: `GET /v1/runs/{id}/timeline` (per-event state diffs, time
+travel with `to`), `POST /v1/runs/{id}/verify` (verified replay: ok, and the first divergence when
+the app changed), their typed errors, and the static pages `/ui`, `/docs`. Real nats-server, real
+aiohttp app on 127.0.0.1."""
 
 from __future__ import annotations
 

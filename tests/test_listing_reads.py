@@ -234,12 +234,12 @@ async def listings_equal_the_fold(store: KVViewStore, views: Any) -> None:
 
 def test_kv_listings_equal_the_fold_wherever_the_batches_end_and_crash(nats_server) -> None:
     """The runner's batches end anywhere, any of them dies in the middle of its index changes or
-    between them and its views, in the runner or with it: the listings equal the fold. Before,
-    the batch read again after such a crash ended where the feed happened to be (under load, on
-    CI: elsewhere than the failed one) and left the failed batch's list members that the views
-    it went on from never had: a run started in it and finished just after stayed listed as
-    running too. The boundaries here are the plan's: the runner holds the whole log before each
-    batch, so `step(limit)` takes exactly `limit` commits."""
+    between them and its views, in the runner or with it: the listings equal the fold. The batch
+    read again after such a crash must end where the failed one did, not where the feed happens to
+    be (under load, on CI: elsewhere); otherwise the failed batch's list members stay behind though
+    the views it goes on from never had them, and a run started in it and finished just after stays
+    listed as running too. The boundaries here are the plan's: the runner holds the whole log before
+    each batch, so `step(limit)` takes exactly `limit` commits."""
     from test_listing_index import with_resources
 
     rng = random.Random(0)

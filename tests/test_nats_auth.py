@@ -1,4 +1,4 @@
-"""NATS auth (issue #12 item 4), against real nats-servers.
+"""NATS auth, against real nats-servers.
 
 * The embedded server every agentlog process uses (through `agentlog.gateway.operations.connection`) refuses a client
   without credentials; the generated credentials are a 0600 file in the data dir.

@@ -3,8 +3,8 @@ gone from the server (what nats-py leaves behind when it resets the consumer aft
 heartbeats, an event loop held up on a loaded machine, and fails to create the new one). Seen as
 a fresh `agentlog gateway` whose views sat at seq 0 while reads with `min_seq` timed out (503).
 
-The runner's idle checks see commits waiting past its cursor and open the feed again; before,
-nothing came until nats-py's next reset (10 s and more), so the bounded wait below failed."""
+The runner's idle checks see commits waiting past its cursor and open the feed again, rather than
+waiting for nats-py's next reset (10 s and more), which the bounded wait below would not outlast."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The official clients against agentlog (issue #14 "done means"): `@ag-ui/client` 1.0.0
-(`HttpAgent`, its reducer and `verifyEvents`) and `ai` 6.0.325 (`AbstractChat` +
-`DefaultChatTransport`, `validateUIMessages`), pinned with a package-lock in tests/js.
+"""The official clients against agentlog: `@ag-ui/client` 1.0.0 (`HttpAgent`, its reducer and
+`verifyEvents`) and `ai` 6.0.325 (`AbstractChat` + `DefaultChatTransport`, `validateUIMessages`),
+pinned with a package-lock in tests/js.
 
 One node process (tests/js/clients.mjs) drives every scenario against a real deployment, in
 each topology users run (`agentlog serve`, and `agentlog gateway` + `agentlog worker`, on a real

@@ -68,15 +68,15 @@ def _ids(events: list[Any], kind: str, key: str) -> list[str]:
     return [e[key] for e in events if e["type"] == kind]
 
 
-# -- item 3: the streams -------------------------------------------------------------------------
+# -- the streams ---------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)
 async def test_agui_starts_each_message_and_tool_call_once(stack: Deployed, tr: Transport) -> None:
     """Text, a tool call, its result, the next step's text: each message and call is started
     once, and WITHOUT the closing MESSAGES_SNAPSHOT the client already holds the server's
-    messages. Before: the next step's deltas came before the step's commit, and the commit then
-    started the text and the call a second time."""
+    messages. On a worker the next step's deltas can arrive before the step's commit; that commit
+    must not start the text and the call a second time."""
     thread = uid("t")
     answer = await tr.agui(stack, agui_input(thread, None, user("add: the numbers")), agent="open")
     events = verify_agui_stream(answer.events)
@@ -94,9 +94,10 @@ async def test_agui_starts_each_message_and_tool_call_once(stack: Deployed, tr: 
 @pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)
 async def test_aisdk_makes_one_tool_part_per_call(stack: Deployed, tr: Transport) -> None:
     """The official `ai` client keeps one tool part per call: `tool-input-start` once, and the
-    step is not finished while its call's input is still streaming. Before: the step's
-    `finish-step` went out at the next step's first delta, and its commit started the call
-    again (two tool parts, one stuck at `input-streaming`)."""
+    step is not finished while its call's input is still streaming: the step's `finish-step`
+    comes after its call's `tool-input-available` however early the next step's first delta
+    arrives, and the step's commit does not start the call again (that would make two tool
+    parts, one stuck at `input-streaming`)."""
     chat = AiSdkChat([{"id": uid("u"), "role": "user", "parts": [{"type": "text", "text": "add: x"}]}])
     thread = uid("c")
     answer = await tr.aisdk(stack, {"id": thread, "trigger": "submit-message", "messages": chat.messages},
@@ -288,12 +289,12 @@ async def test_agents_lists_the_apps_tools(stack: Deployed) -> None:
     assert json.loads(reply.data) == {"agents": list(agents.values())}
 
 
-# -- item 4: reads show the caller's last write ---------------------------------------------------
+# -- reads show the caller's last write -----------------------------------------------------------
 
 
 async def test_run_read_right_after_its_202(stack: Deployed) -> None:
-    """`GET /v1/runs/{id}` right after `POST /v1/runs` answered 202 finds the run, every time
-    (before: a 404 while the gateway's projection had not applied the start)."""
+    """`GET /v1/runs/{id}` right after `POST /v1/runs` answered 202 finds the run, every time,
+    even while the gateway's projection has not applied the start yet (not a 404)."""
     for _ in range(20):
         async with stack.client.post("/v1/runs", json={"agent_id": "open", "messages": "text: hi"}) as resp:
             assert resp.status == 202, await resp.text()
@@ -309,8 +310,8 @@ async def test_run_read_right_after_its_202(stack: Deployed) -> None:
 
 @pytest.mark.parametrize("protocol", ["ag-ui", "ai-sdk"])
 async def test_reads_after_a_stream_ends_show_its_writes(stack: Deployed, protocol: str) -> None:
-    """Right after an AG-UI / AI SDK stream ends, the run and thread reads show the run's end
-    (before: the views' older version, `running`)."""
+    """Right after an AG-UI / AI SDK stream ends, the run and thread reads show the run's end,
+    not the views' older version (`running`)."""
     http: Http = TRANSPORTS[0]  # type: ignore[assignment]
     for _ in range(5):
         thread = uid("t")

@@ -1,10 +1,10 @@
-"""Issue #14 (protocol fidelity): what the official AG-UI / AI SDK v6 clients need to end in the
-server's state, against what users run (`agentlog serve`, and `agentlog gateway` + `agentlog
-worker`: the shared `protocol_deployment` of tests/protocol_app.py, and `tokens_deployment`, the
-same app with tokens and CORS). The Node check with the official npm packages is
-`test_protocol_clients.py`; the client-reducer checks of the approval, resume and frontend-tool
-paths are in `test_protocol_deployed.py`. In process: only the check that injects a failure into
-the translator."""
+"""Protocol fidelity: what the official AG-UI / AI SDK v6 clients need to end in the server's state,
+against what users run (`agentlog serve`, and `agentlog gateway` + `agentlog worker`: the shared
+`protocol_deployment` of tests/protocol_app.py, and `tokens_deployment`, the same app with tokens
+and CORS). The Node check with the official npm packages is `test_protocol_clients.py`; the
+client-reducer checks of the approval, resume and frontend-tool paths are in
+`test_protocol_deployed.py`. In process: only the check that injects a failure into the
+translator."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ async def secured(tokens_deployment: Deployment) -> AsyncIterator[Deployed]:
 
 
 def test_verifiers_live_in_tests_not_in_product_code() -> None:
-    """Item 10: the stream verifiers are test code; nothing in src/agentlog/ imports them."""
+    """The stream verifiers are test code; nothing in src/agentlog/ imports them."""
     adapters = ROOT / "src" / "agentlog" / "adapters"
     assert not (adapters / "agui_verify.py").exists()
     assert not (adapters / "aisdk_verify.py").exists()
@@ -58,7 +58,7 @@ def test_verifiers_live_in_tests_not_in_product_code() -> None:
         assert "agui_verify" not in text and "aisdk_verify" not in text and "protocol_verify" not in text, path
 
 
-# -- issue #12 item 3: the NATS adapter subjects check tokens and tenants like HTTP -------------
+# -- the NATS adapter subjects check tokens and tenants like HTTP -------------------------------
 
 def _agui_body(thread: str, run: str, text: str = "hi") -> dict[str, Any]:
     return {"threadId": thread, "runId": run, "messages": [{"id": f"u-{run}", "role": "user", "content": text}],
@@ -109,16 +109,16 @@ async def test_nats_adapters_check_tokens_and_tenants(secured: Deployed) -> None
     assert events[-1]["type"] == "RUN_FINISHED"
 
 
-# -- issue #12 item 6: an unexpected producer error still ends the AG-UI stream ----------------
+# -- an unexpected producer error still ends the AG-UI stream ----------------------------------
 
 
 @pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)
 @pytest.mark.parametrize("where", ["content", "forwardedProps"])
 async def test_agui_lone_surrogate_is_refused_before_the_stream(stack: Deployed, tr: Transport,
                                                                 where: str) -> None:
-    """The issue's trigger (a lone surrogate in content or forwardedProps) no longer reaches the
-    producer: the one request decoder (`agentlog.gateway.operations.json_input`) refuses it as `invalid_json` (HTTP 400,
-    NATS one RUN_ERROR) and nothing is written. Before: the HTTP stream never ended."""
+    """A lone surrogate in content or forwardedProps never reaches the producer, where it would fail
+    once the stream is open: the one request decoder (`agentlog.gateway.operations.json_input`)
+    refuses it as `invalid_json` (HTTP 400, NATS one RUN_ERROR) and nothing is written."""
     thread = uid("t")
     body = _agui_body(thread, uid("r"))
     if where == "content":
@@ -137,7 +137,8 @@ async def test_agui_stream_ends_with_run_error_on_unexpected_error(nats_server: 
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Whatever the producer raises once the stream is open (here: the translator, with a lone
     surrogate in the exception text), the stream ends with RUN_ERROR `internal_error` whose text
-    can be encoded. Before: the HTTP stream never ended. In process: it patches the translator."""
+    can be encoded, so the client is never left on an HTTP stream that does not end. In process:
+    it patches the translator."""
     from agentlog.gateway.adapters import agui
 
     feed = agui.AguiTranslator.feed
@@ -158,7 +159,7 @@ async def test_agui_stream_ends_with_run_error_on_unexpected_error(nats_server: 
         assert "\ud800" not in json.dumps(answer.events[-1], ensure_ascii=False)
 
 
-# -- issue #14: the client's reducer ends in the server's state ---------------------------------
+# -- the client's reducer ends in the server's state --------------------------------------------
 
 
 async def server_view(stack: Deployed, thread: str) -> tuple[list[dict[str, Any]], Any, list[dict[str, Any]]]:
@@ -175,9 +176,9 @@ async def server_view(stack: Deployed, thread: str) -> tuple[list[dict[str, Any]
 
 @pytest.mark.parametrize("tr", TRANSPORTS, ids=lambda t: t.name)
 async def test_agui_live_text_and_tool_call_build_the_servers_messages(stack: Deployed, tr: Transport) -> None:
-    """Items 2-3: text streamed live, then a tool call of the same message, then the final text.
-    WITHOUT the MESSAGES_SNAPSHOT repair the client already holds exactly the server's messages
-    (no duplicate text, no tool-call-only message, same order), and with it too."""
+    """Text streamed live, then a tool call of the same message, then the final text. WITHOUT the
+    MESSAGES_SNAPSHOT repair the client already holds exactly the server's messages (no duplicate
+    text, no tool-call-only message, same order), and with it too."""
     thread = uid("t")
     body = {"threadId": thread, "runId": uid("r"), "tools": [], "context": [], "state": {}, "forwardedProps": {},
             "messages": [{"id": uid("u"), "role": "user", "content": "add: the numbers"}]}
@@ -195,7 +196,7 @@ async def test_agui_live_text_and_tool_call_build_the_servers_messages(stack: De
     assert [s.parent_message_id for s in starts] == [messages[1]["id"]]
 
 
-# -- item 9: CORS, GET /v1/agents, adapter request bodies in /openapi.json ---------------------
+# -- CORS, GET /v1/agents, adapter request bodies in /openapi.json -----------------------------
 
 ORIGIN = "http://127.0.0.1:5173"
 

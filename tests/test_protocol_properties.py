@@ -1,8 +1,8 @@
-"""Property tests (issue #14 item 10): for generated histories (text, tool calls that succeed,
-fail or patch the state, approvals that suspend, continuation runs), recorded for real on a
-nats-server with live deltas, fed to the translators in the order a route sees them (and in
-the order where the live link outruns the log by one commit): the output passes the in-repo
-verifiers AND a client-side reducer ends equal to what the server's GET views say."""
+"""Property tests: for generated histories (text, tool calls that succeed, fail or patch the state,
+approvals that suspend, continuation runs), recorded for real on a nats-server with live deltas, fed
+to the translators in the order a route sees them (and in the order where the live link outruns the
+log by one commit): the output passes the in-repo verifiers AND a client-side reducer ends equal to
+what the server's GET views say."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The README's Python examples run as pasted, and its design citations resolve (issue #16).
+"""The README's Python examples run as pasted, and its design citations resolve.
 
 Every ```python block of README.md is a complete script. Each one runs here exactly as a user
 would run a pasted copy: saved to a file and started with this interpreter from the repo root

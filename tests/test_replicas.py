@@ -1,4 +1,4 @@
-"""Replication (issue #12 item 13) on a real 3-node JetStream cluster on loopback.
+"""Replication on a real 3-node JetStream cluster on loopback.
 
 * `--replicas` / `AGENTLOG_REPLICAS` create and raise the replicas of the events stream, the
   command work queue, its dead letters, the large-payload object store and the KV buckets (views,

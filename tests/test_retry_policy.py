@@ -1,6 +1,6 @@
-"""One retry policy (issue #16 item 3): when the runtime drives a self-retrying client (the OpenAI
-client), the agent's `RetryPolicy` decides the attempts and the client makes one request per
-attempt, so N loop attempts cost N requests, not N * the client's own attempts.
+"""One retry policy: when the runtime drives a self-retrying client (the OpenAI client), the agent's
+`RetryPolicy` decides the attempts and the client makes one request per attempt, so N loop attempts
+cost N requests, not N * the client's own attempts.
 
 Against the local fake OpenAI server on 127.0.0.1, with a real nats-server behind the store.
 """

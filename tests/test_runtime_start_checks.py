@@ -54,7 +54,7 @@ async def test_a_rejected_continuation_writes_nothing(store: Any, case: Any) -> 
         assert (await rt.run_view(S.RUN)).status == "waiting"  # the parent was not closed
 
 
-# -- a deleted thread (issue #16 item 3: one start-admission rule) ------------------------------
+# -- a deleted thread (one start-admission rule) ------------------------------------------------
 
 
 async def _delete_thread(store: Any, thread_id: str) -> None:
@@ -67,9 +67,9 @@ async def _delete_thread(store: Any, thread_id: str) -> None:
 async def test_a_deleted_thread_takes_no_run_through_any_path(store: Any) -> None:
     """A new run, a continuation (with or without decisions) and the in-process dispatcher all
     refuse a deleted thread with the same typed 404 (`thread_not_found`) and write nothing: the
-    waiting parent stays waiting. Before: `Runtime.start` raised a bare AgentlogError (a 500
-    `agentlog_error` over HTTP) while the dispatcher said 404, and a continuation cancelled the
-    waiting parent (a write) before it failed."""
+    waiting parent stays waiting. `Runtime.start` raises the typed error, not a bare
+    AgentlogError (a 500 `agentlog_error` over HTTP), and a continuation is refused before it
+    cancels the waiting parent (a write)."""
     from agentlog.gateway.operations.dispatch import InProcessDispatcher
 
     async with asyncio.timeout(WAIT):

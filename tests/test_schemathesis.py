@@ -1,5 +1,5 @@
-"""Schemathesis against the live `/openapi.json` (issue #7): every documented operation, fed
-schema-generated input on a small example budget, never answers with a server error (5xx).
+"""Schemathesis against the live `/openapi.json`: every documented operation, fed schema-generated
+input on a small example budget, never answers with a server error (5xx).
 
 Why a background thread: schemathesis calls the API synchronously (requests), so the server
 (real nats-server, JetStream store, KV views, a running ProjectionRunner, an in-process

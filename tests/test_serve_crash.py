@@ -1,4 +1,4 @@
-"""Issue #12 item 1: an `agentlog serve` process that stops (SIGKILL or SIGTERM) strands no run.
+"""An `agentlog serve` process that stops (SIGKILL or SIGTERM) strands no run.
 
 A real `agentlog serve` subprocess (against the test's real nats-server, so killing it does not
 take NATS with it) starts two runs whose tool blocks; it is killed (or terminated) mid-tool; a new
@@ -6,8 +6,9 @@ take NATS with it) starts two runs whose tool blocks; it is killed (or terminate
 finishes naturally, run B (never released) is cancelled over HTTP and finishes `cancelled`, a new
 run on A's thread is accepted and finishes, and nothing was committed twice.
 
-Before the fix serve ran its runs in-process, outside the command queue: after the restart A stayed
-`running` forever, the new run on its thread got 409 and B's cancel answered 202 and did nothing.
+Serve runs its runs through the command queue, not in-process outside it, so a run whose process
+dies is redelivered: none stays `running` forever, holding its thread (a new run on it: 409) and
+taking a cancel (202) that nobody acts on.
 """
 
 from __future__ import annotations
@@ -144,8 +145,8 @@ async def test_a_stopped_serve_process_strands_no_run(nats_server: EmbeddedNatsS
 async def test_cancel_finishes_a_run_that_no_command_holds(nats_server: EmbeddedNatsServer, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """A run `running` in the log that nobody drives and no queued command leases (started
-    in-process by a serve of before the fix, or its command given up on): a cancel must finish
-    it `cancelled`, not just record a request nobody acts on."""
+    in-process, outside the queue, or its command given up on): a cancel must finish it
+    `cancelled`, not just record a request nobody acts on."""
     from agentlog.gateway.operations.dispatch import QueueDispatcher
     from agentlog.runtime.workers.worker import Worker
 
@@ -173,7 +174,7 @@ async def test_cancel_finishes_a_run_that_no_command_holds(nats_server: Embedded
 
 
 def _login(tmp_path: Path) -> dict[str, str]:
-    """The embedded server is locked down (issue #12 item 4): log in as the data dir's readonly user."""
+    """The embedded server is locked down: log in as the data dir's readonly user."""
     from agentlog.eventlog.roles import load_or_create_credentials
 
     return load_or_create_credentials(tmp_path / "data").login("readonly")

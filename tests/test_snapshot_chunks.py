@@ -1,4 +1,4 @@
-"""Chunked run snapshots on a real nats-server (issue #13, resume cost independent of run length).
+"""Chunked run snapshots on a real nats-server: resume cost independent of run length.
 
 A long run's messages and finished call views sit in immutable, content-addressed chunks written
 once; the run's entry holds only the rest. A resume on a worker that saw the chunks before reads
@@ -105,7 +105,7 @@ async def test_a_warm_worker_reads_only_the_small_entry(store: Any) -> None:
     # one KV get: the entry; the chunks come from this process's cache
     [(key, _)] = snaps.reads
     assert key == run_id
-    # ...and the entry holds a bounded tail, not the conversation (before: every message in it)
+    # ...and the entry holds a bounded tail, not every message of the conversation
     data = await snaps.inner.get(run_id)
     log = await thread_log(store, "chunk-w")
     first = next(e.message.id for sc in log for e in sc.commit.events if type(e).__name__ == "MessageAppended")
@@ -184,10 +184,10 @@ async def test_a_cold_resume_decodes_the_finished_calls_only_when_the_run_view_i
 
 
 async def test_a_run_of_large_messages_keeps_its_snapshot_within_the_servers_max_payload(store: Any) -> None:
-    """Chunks were cut by item count alone: 16 messages, 8 of them of 150 KB, made a 1.2 MB chunk, over the
-    server's max payload (1 MB). Its put failed (logged and forgotten, as a cache write may), no
-    entry was written after it, and every later resume folded the run's whole log. Chunks are now
-    also cut by size, and a rest too large for the entry goes into chunks of its own."""
+    """Chunks are cut by size as well as by item count: by count alone, 16 messages, 8 of them of
+    150 KB, make a 1.2 MB chunk, over the server's max payload (1 MB), whose put fails (logged and
+    forgotten, as a cache write may), so no entry is written after it and every later resume folds
+    the run's whole log. A rest too large for the entry goes into chunks of its own."""
     kv = await KVSnapshotStore.open(store.nc)
     text = "x" * 150_000
     run_id, call, entropy = await long_run(store, kv, "chunk-big", 20, text=text, cold_cache=True)

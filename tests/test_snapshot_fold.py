@@ -1,9 +1,9 @@
-"""Run-context snapshots are a cache derived by the same fold (issue #13), and the run view is
-kept incrementally: pure unit tests, no store.
+"""Run-context snapshots are a cache derived by the same fold, and the run view is kept
+incrementally: pure unit tests, no store.
 
 - property: for generated thread histories and any cut point, decode(encode(snapshot of the
   fold of the prefix)) + fold(rest) == fold(all), for the loop context and the run view;
-- the run fold keeps its status in O(1) per event (it inspected every call on each call event);
+- the run fold keeps its status in O(1) per event, not by inspecting every call on each call event;
 - `RunHandle` folds each commit once, however often `view()` / `result()` are asked; resumed
   from a snapshot, it decodes the finished calls' views only when the whole view is read.
 """

@@ -1,4 +1,4 @@
-"""Cold resume from run-context snapshots on a real nats-server (issue #13).
+"""Cold resume from run-context snapshots on a real nats-server.
 
 One run goes through many approval cycles; each cycle is a brand-new Runtime (nothing in memory)
 deciding the waiting call. With `snapshots=KVSnapshotStore`, a decision reads one KV entry and the
@@ -200,9 +200,9 @@ class ReadsRecorded:
 
 @pytest.mark.parametrize("thread_id", ["*", "snap-b.>", "a b", ""])
 async def test_a_bad_thread_id_is_refused_before_any_read(store: Any, thread_id: str) -> None:
-    """A cold resume's first read puts the thread id into subject wildcards: `*` there read the
-    message chunks of every thread (dropped then, as the entry's thread did not match, but read).
-    A bad thread id is now `InvalidId` before anything is read or written."""
+    """A cold resume's first read puts the thread id into subject wildcards, where `*` would read
+    the message chunks of every thread (dropped then, as the entry's thread does not match, but
+    read). So a bad thread id is `InvalidId` before anything is read or written."""
     snaps = await KVSnapshotStore.open(store.nc)
     await drive(store, "snap-b", "b", ["snap"], snaps)
     logged = [sc async for sc in store.read_thread("snap-b")]

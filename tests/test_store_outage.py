@@ -1,4 +1,4 @@
-"""Issue #12 item 2: a NATS outage is never a run outcome.
+"""A NATS outage is never a run outcome.
 
 The real nats-server is stopped (same data dir, same port) while runs have tool calls in flight;
 the calls then complete into a store that is down. The loop must wait for the store (bounded by

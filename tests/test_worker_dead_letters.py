@@ -1,9 +1,9 @@
-"""Issue #12 item 5 (worker): a command a worker cannot carry out is dead-lettered instead of
-being retried forever. It goes to `agentlog.dlq.<thread_id>` (stream AGENTLOG_DLQ) with the
-error code and message in headers, leaves the work queue (so later commands of its thread run),
-its started-but-unfinished run gets `RunFinished{error, code}`, and a gateway waiting for it
-answers with the worker's code at once. Before: 78 deliveries in 70 s of a start whose commit
-was over the max payload, an unreadable command silently dropped, and `dispatch_timeout`.
+"""A command a worker cannot carry out is dead-lettered instead of being retried forever. It goes to
+`agentlog.dlq.<thread_id>` (stream AGENTLOG_DLQ) with the error code and message in headers, leaves
+the work queue (so later commands of its thread run), its started-but-unfinished run gets
+`RunFinished{error, code}`, and a gateway waiting for it answers with the worker's code at once, not
+`dispatch_timeout`. So a start whose commit is over the max payload is not redelivered dozens of
+times a minute, and an unreadable command is not silently dropped.
 
 All against a real nats-server."""
 
