@@ -330,12 +330,8 @@ def test_a_fitted_run_view_leaves_out_only_its_oldest_finished_calls(commits, da
     and then as few calls as the view without its state needs. Live calls always stay."""
     encoder = ViewEncoder(min_calls=data.draw(st.integers(0, 3)))
     for view in fold_commits(commits).runs.values():
-        size = len(encode_view(view))
-        limit = data.draw(st.integers(size // 3, size + 10))
-        fitted = encoder.fit(view, limit)
-        assert encoder.encode(fitted) == encode_view(fitted)
-        if size <= limit:
-            assert fitted is view
+        fitted, limit = _fitted_under_a_limit(encoder.fit, view, data, 3)
+        if fitted is view:
             continue
         finished = [c for c, call in view.calls.items() if call.status in TERMINAL_CALL_STATUSES]
         dropped = [c for c in view.calls if c not in fitted.calls]
@@ -361,14 +357,20 @@ def test_a_fitted_run_view_leaves_out_only_its_oldest_finished_calls(commits, da
 def test_a_fitted_thread_view_leaves_out_its_state_only_when_over(commits, data):
     encoder = ViewEncoder()
     for view in fold_commits(commits).threads.values():
-        size = len(encode_view(view))
-        limit = data.draw(st.integers(size // 2, size + 10))
-        fitted = encoder.fit_thread(view, limit)
-        assert encoder.encode(fitted) == encode_view(fitted)
-        if size <= limit:
-            assert fitted is view
-        else:
-            assert fitted == msgspec.structs.replace(view, state={}, state_elided=True)
+        fitted, _ = _fitted_under_a_limit(encoder.fit_thread, view, data, 2)
+        assert fitted is view or fitted == msgspec.structs.replace(view, state={}, state_elided=True)
+
+
+def _fitted_under_a_limit(fit, view, data, shrink):
+    """`fit(view, limit)` under a drawn limit from a `shrink`th of the view's size to above it:
+    (the fitted view, the limit). A view within the limit comes back as it is; the fitted view's
+    bytes from the encoder that fitted it are those of `encode_view`."""
+    size = len(encode_view(view))
+    limit = data.draw(st.integers(size // shrink, size + 10))
+    fitted = fit(view, limit)
+    assert fit.__self__.encode(fitted) == encode_view(fitted)
+    assert (fitted is view) == (size <= limit)
+    return fitted, limit
 
 
 def test_a_view_without_its_state_folds_no_patch_until_the_state_is_set_whole():
