@@ -7,6 +7,7 @@ made them, never a wall clock, so the same log always gives the same views.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections import OrderedDict
 from typing import Any, Literal, TypeVar
@@ -294,17 +295,15 @@ class ViewEncoder:
         return encoded
 
 
+@dataclasses.dataclass(slots=True)
 class _Calls:
     """A run view's calls as written: the call views in order, and their JSON object entries
     (`"id":{...}`) joined by commas, with where each entry ends."""
 
-    __slots__ = ("ends", "joined", "keys", "views")
-
-    def __init__(self, views: list[CallView], keys: list[str], joined: bytes, ends: list[int]) -> None:
-        self.views = views
-        self.keys = keys
-        self.joined = joined
-        self.ends = ends
+    views: list[CallView]
+    keys: list[str]
+    joined: bytes
+    ends: list[int]
 
     @property
     def size(self) -> int:

@@ -185,9 +185,9 @@ class ChunkCache:
     A chunk's value is a tuple (messages, or `(call_id, CallView)` pairs) shared by every context
     built from it: nothing mutates them (frozen structs; `ctx.messages` is a new list). `digest_of`
     finds the digest of a run of items that are the very objects of a cached chunk (what a loop
-    resumed from a snapshot still holds), so a writer does not encode them again. A call chunk's
-    items are `(call_id, CallView)` pairs, which every `run.calls.items()` makes anew: a pair is
-    the same item when its view is the very object (`_anchor`, `_all_same`)."""
+    resumed from a snapshot still holds), so a writer does not encode them again. Every
+    `run.calls.items()` makes new pairs: a pair is the same item when its view is the very
+    object (`_anchor`, `_all_same`)."""
 
     def __init__(self, capacity: int = 64 * 1024 * 1024) -> None:
         #: Encoded bytes of the chunks held, at most (the decoded objects take a few times that).
@@ -369,9 +369,10 @@ def _split(kind: bytes, items: list[Any], spans: list[tuple[int, int]], cache: C
     digests: list[str] = []
     for start, end in spans:
         part = items[start:end]
-        whole = cache.digest_of(part)  # stored whole before: it fits
-        for piece, data in [(part, None)] if whole is not None else _pieces(part, cache, max_bytes):
-            digest = whole if whole is not None else cache.digest_of(piece)
+        whole = cache.digest_of(part)  # stored whole before: it fits, one piece
+        pieces = ([(part, None, whole)] if whole is not None
+                  else [(piece, data, cache.digest_of(piece)) for piece, data in _pieces(part, cache, max_bytes)])
+        for piece, data, digest in pieces:
             if digest is None:
                 data = _encoder.encode(piece) if data is None else data
                 digest = chunk_digest(kind, data)
