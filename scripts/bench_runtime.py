@@ -17,7 +17,7 @@ process's chunk cache, as on the worker that ran it) takes the decision: latency
 runs.
 
 Features on: the same 20-step runs with the tool served by a real MCP server (stdio
-subprocess, tests/mcp_server.py) and a context policy that shrinks, truncates and summarises
+subprocess, tests/fakes/mcp_server.py) and a context policy that shrinks, truncates and summarises
 (a `ContextCompacted` every few steps), durable vs memory, interleaved the same way.
 """
 
@@ -128,7 +128,7 @@ def make_runtime(store: Any) -> Runtime:
     return Runtime(store, agents=[agent], tools=[lookup])
 
 
-MCP_SERVER = Path(__file__).resolve().parent.parent / "tests" / "mcp_server.py"
+MCP_SERVER = Path(__file__).resolve().parent.parent / "tests" / "fakes" / "mcp_server.py"
 #: Tight enough that a 20-step run compacts its context a few times.
 FEATURE_CONTEXT = ContextPolicy(max_tokens=160, max_tool_result_tokens=50, summarize=True, summary_model="summarizer")
 

@@ -9,7 +9,7 @@ missing from the log afterwards (lost); no commit id is in the log twice, no run
 shows they leave the operator's R3 alone (a reset to R1 would lose the leader's data).
 
 `run(quick)` is the section `scripts/bench_reliability.py` imports; `chaos(...)` is what the test
-(tests/test_cluster.py) asserts on. Run alone, prints a table and, as the last line, one JSON
+(tests/eventlog/test_replicas.py) asserts on. Run alone, prints a table and, as the last line, one JSON
 object with every figure.
 """
 

@@ -28,9 +28,10 @@ from typing import Any
 import pytest
 import structlog
 from hypothesis import HealthCheck, settings
-from topology import Deployment, deploy
 
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+
+from tests.support.topology import Deployment, deploy
 
 # A suite started in the background by a non-interactive shell inherits SIGINT ignored, and every
 # process it starts would too: the tests that end a command with Ctrl-C (as a user does) would then
@@ -114,7 +115,7 @@ def deployment_options() -> dict[str, object]:
 def deployment(request: pytest.FixtureRequest, tmp_path: Path, deployment_options: dict[str, object]
                ) -> Iterator[Deployment]:
     """A real deployment per test, in each topology users run: `agentlog serve`, and `agentlog
-    gateway` + `agentlog worker` (tests/topology.py). For one deployment per module, call
+    gateway` + `agentlog worker` (tests/support/topology.py). For one deployment per module, call
     `topology.deploy` from a module-scoped fixture parametrized over `topology.TOPOLOGIES`."""
     with deploy(request.param, tmp_path / "deployment", **deployment_options) as running:  # type: ignore[arg-type]
         yield running
@@ -152,12 +153,12 @@ def session_deployments(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
 
 @pytest.fixture(params=["serve", "split"])
 def protocol_deployment(request: pytest.FixtureRequest, session_deployments: SessionDeployments) -> Deployment:
-    """One deployment per topology of the scripted protocol app (tests/protocol_app.py), shared by
+    """One deployment per topology of the scripted protocol app (tests/apps/protocol_app.py), shared by
     every module that uses it (the protocol, SSE and HTTP suites): its scenarios are chosen by
     the user message and every test uses its own threads, so one process set serves them all
     and the suite pays two deployments per worker, not two per module. Heartbeats every second
     (`AGENTLOG_SSE_HEARTBEAT`), so a test sees one on a quiet stream without waiting 15 s."""
-    return session_deployments.get("protocol", request.param, app="protocol_app:app",
+    return session_deployments.get("protocol", request.param, app="tests.apps.protocol_app:app",
                                    env={"AGENTLOG_SSE_HEARTBEAT": "1"})
 
 
@@ -170,8 +171,8 @@ CORS_ORIGINS = "http://127.0.0.1:5173, http://127.0.0.1:3000"
 
 @pytest.fixture(params=["serve", "split"])
 def tokens_deployment(request: pytest.FixtureRequest, session_deployments: SessionDeployments) -> Deployment:
-    """The protocol app (tests/protocol_app.py) with bearer tokens (`TOKENS`) and CORS
+    """The protocol app (tests/apps/protocol_app.py) with bearer tokens (`TOKENS`) and CORS
     (`CORS_ORIGINS`), one per topology for the session: the auth, tenant and CORS checks of the
     HTTP, A2A and adapter suites share it."""
-    return session_deployments.get("tokens", request.param, app="protocol_app:app", tokens=TOKENS,
+    return session_deployments.get("tokens", request.param, app="tests.apps.protocol_app:app", tokens=TOKENS,
                                    env={"AGENTLOG_CORS_ORIGINS": CORS_ORIGINS})

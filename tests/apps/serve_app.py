@@ -1,0 +1,47 @@
+"""Test app for `agentlog serve --app tests.apps.serve_app:app` subprocesses (tests/e2e/test_serve_crash.py,
+scripts/bench_reliability.py).
+
+Agent `held`: one `hold` call, then a text answer (any run on a thread continues the script).
+`hold` returns at once when the file `$SERVE_APP_HOLD_DIR/<thread_id>` exists and does not name
+the calling run, and otherwise blocks until cancelled: the test decides, per thread and before a
+process starts, whether that process can finish the run. A file naming run ids (one per line)
+releases the thread's other runs only: a test can release a continuation while the run it
+interrupts stays held, however late that run's `hold` looks. No polling, no timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+from agentlog.runtime import AgentSpec, Runtime, ToolContext, tool
+from agentlog.runtime.models.scripted import ScriptedModel, Turn
+
+
+@tool
+async def hold(ctx: ToolContext) -> str:
+    """Finish if this thread is released for this run, else block (until the run is cancelled or
+    the process stops)."""
+    release = Path(os.environ["SERVE_APP_HOLD_DIR"]) / ctx.thread_id
+    try:
+        still_held = release.read_text().split()
+    except FileNotFoundError:
+        still_held = [ctx.run_id]
+    if ctx.run_id in still_held:
+        await asyncio.Event().wait()
+    return "released"
+
+
+def release_all_but(hold_dir: Path, thread_id: str, run_id: str) -> None:
+    """Release the thread's runs except `run_id` (written whole: a `hold` never reads half a file)."""
+    staged = hold_dir / f".{thread_id}.staged"
+    staged.write_text(run_id)
+    staged.replace(hold_dir / thread_id)
+
+
+def app(store: Any) -> Runtime:
+    spec = AgentSpec(id="held", model="held", tools=["hold"], max_rounds=5)
+    model = ScriptedModel([Turn.tool("hold"), Turn.text("after hold")], loop=True, position="conversation")
+    return Runtime(store, agents=[spec], tools=[hold], models={"held": model})

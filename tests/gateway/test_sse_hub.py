@@ -1,0 +1,100 @@
+"""The SSE fan-out hub (`agentlog.gateway.http.sse.FollowHub`) on a real nats-server: one JetStream
+consumer per followed thread however many followers, same commits in log order for each, a slow
+follower dropped alone, the follow stopped when the last follower leaves, and followers that join
+while the thread is being written get every event exactly once (join, then history, dedupe)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from agentlog.eventlog.events import ThreadCreated, ThreadMetadataUpdated
+from agentlog.eventlog.subjects import EVENTS_STREAM, thread_filter
+from agentlog.gateway.http.sse import HUB, FollowHub, SlowFollower
+
+from tests.support.http_stack import TIMEOUT, Api, api, sse_events  # noqa: F401
+
+pytestmark = pytest.mark.asyncio
+
+
+async def consumers(api: Api, thread_id: str) -> int:
+    """Consumers on the events stream that follow `thread_id` (the projection runner's and other
+    tests' consumers are not counted: they come and go on their own schedule)."""
+    reply = await api.store.nc.request(f"$JS.API.CONSUMER.LIST.{EVENTS_STREAM}", b"{}", timeout=5)
+    listed = json.loads(reply.data)["consumers"]
+    return sum(1 for c in listed if c["config"].get("filter_subject") == thread_filter(thread_id))
+
+
+async def test_one_follow_per_thread_shared_and_stopped_by_the_last_leaver(api: Api) -> None:
+    async with asyncio.timeout(TIMEOUT):
+        await api.append("h1", None, [ThreadCreated()])
+        assert await consumers(api, "h1") == 0
+        hub = FollowHub(api.store)
+        members = [await hub.join("h1") for _ in range(3)]
+        assert hub.feeds == 1
+        seqs = [await api.append("h1", None, [ThreadMetadataUpdated(metadata={"n": i})]) for i in range(4)]
+        for member in members:
+            assert [(await anext(member)).seq for _ in seqs] == seqs
+        assert await consumers(api, "h1") == 1
+        await members[0].aclose()
+        assert hub.feeds == 1
+        for member in members[1:]:
+            await member.aclose()
+        assert hub.feeds == 0
+        assert await consumers(api, "h1") == 0
+        # a new follower after that starts a new follow
+        again = await hub.join("h1")
+        seq = await api.append("h1", None, [ThreadMetadataUpdated(metadata={"n": 9})])
+        assert (await anext(again)).seq == seq
+        await again.aclose()
+        assert hub.feeds == 0
+
+
+async def test_a_slow_follower_is_dropped_alone(api: Api) -> None:
+    async with asyncio.timeout(TIMEOUT):
+        await api.append("h2", None, [ThreadCreated()])
+        hub = FollowHub(api.store, queue_size=2)
+        slow, fast = await hub.join("h2"), await hub.join("h2")
+        for i in range(5):
+            seq = await api.append("h2", None, [ThreadMetadataUpdated(metadata={"n": i})])
+            assert (await anext(fast)).seq == seq  # `fast` keeps up; `slow` never reads
+        with pytest.raises(SlowFollower):
+            await anext(slow)
+        await slow.aclose()
+        assert hub.feeds == 1
+        seq = await api.append("h2", None, [ThreadMetadataUpdated(metadata={"n": 99})])
+        assert (await anext(fast)).seq == seq
+        await hub.close()
+
+
+async def test_followers_joining_during_writes_get_every_event_once(api: Api) -> None:
+    """Follower k connects right after the k-th write, while the writes go on; each reads until
+    the last event and must see exactly the log's events, in order."""
+    writes = 12
+    async with asyncio.timeout(TIMEOUT):
+        await api.append("h3", None, [ThreadCreated()])
+        joined: list[asyncio.Event] = [asyncio.Event() for _ in range(writes)]
+
+        async def follower(k: int) -> list[str]:
+            async with api.client.get("/v1/threads/h3/events", params={"follow": "true"}) as resp:
+                assert resp.status == 200
+                first = await sse_events(resp, 1)
+                joined[k].set()  # open, history coming: the hub was joined before the read
+                rest = await sse_events(resp, writes + 1 - len(first))
+            return [e.id for e in first + rest]  # type: ignore[misc]
+
+        tasks: list[asyncio.Task[list[str]]] = []
+        for k in range(writes):
+            await api.append("h3", None, [ThreadMetadataUpdated(metadata={"n": k})])
+            tasks.append(asyncio.create_task(follower(k)))
+            if k % 3 == 0:
+                await joined[k].wait()  # some followers join between writes, others during them
+        got = await asyncio.gather(*tasks)
+        expected = [f"{c.seq}:{i}" async for c in api.store.read_thread("h3") for i, _ in enumerate(c.commit.events)]
+        assert len(expected) == writes + 1
+        assert all(ids == expected for ids in got), got
+        app: Any = api.client.server.app
+        assert app[HUB].feeds <= 1

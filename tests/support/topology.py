@@ -1,0 +1,217 @@
+"""Real deployments for tests: what users run, as subprocesses on a real nats-server.
+
+Two topologies, the ones the README tells users to run:
+
+- `serve`: one `agentlog serve` process (gateway + worker);
+- `split`: one `agentlog gateway` process plus `agentlog worker` process(es).
+
+    with deploy("split", tmp_path, app="tests.apps.serve_app:app") as d:
+        ...  # d.http_url, d.nats_url; d.kill("gateway"); d.start()
+
+or, in a test module, the `deployment` fixture (tests/conftest.py), parametrized over both
+topologies; a module sets what its processes run by overriding the `deployment_options` fixture
+(`app`, `tokens`, `env`, `workers`, `args`).
+
+Why the test owns the nats-server (and the processes get `--nats URL`): killing or restarting an
+agentlog process must not take the log with it, so crash tests can kill any process and start it
+again on the same log. Why synchronous: the processes outlive any one event loop, so one
+deployment can serve a whole module (a module-scoped fixture) while each test runs in its own
+loop; a test that starts or kills processes from async code blocks its loop for that moment only.
+
+Each process binds HTTP port 0 and prints the port it got in its banner (never pick-then-bind);
+its output goes to `<tmp>/<name>.log` (`output(name)`), so a failing test can show it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Literal
+
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+
+from tests.support import forkserver
+from tests.support.serve import HTTP_ROW
+
+TESTS = Path(__file__).resolve().parents[1]
+REPO = TESTS.parent
+#: $PYTHONPATH of the processes tests start: the repo root, so that an app spec such as
+#: `tests.apps.serve_app:app` imports there as it does in the tests.
+PYTHONPATH = str(REPO)
+
+Kind = Literal["serve", "split"]
+TOPOLOGIES: tuple[Kind, ...] = ("serve", "split")
+#: A deployment's process: a child of this process, or of the fork server (tests/support/forkserver.py).
+Process = subprocess.Popen[bytes] | forkserver.ForkedProcess
+# Generous: a process imports agentlog and its app on a loaded 2-core machine. A bound, not a sync.
+START_TIMEOUT = 60.0
+
+
+class _Banner:
+    """Copies a child's stdout to its log file and tells when its banner (through the NATS row)
+    has been printed. A thread, so the pipe is always drained (a full pipe would stall the child)."""
+
+    def __init__(self, stdout: IO[bytes], log: IO[bytes]) -> None:
+        self.ready = threading.Event()
+        self.text = ""
+        self._thread = threading.Thread(target=self._copy, args=(stdout, log), daemon=True)
+        self._thread.start()
+
+    def _copy(self, stdout: IO[bytes], log: IO[bytes]) -> None:
+        with log:
+            for raw in iter(stdout.readline, b""):
+                log.write(raw)
+                log.flush()
+                if not self.ready.is_set():
+                    self.text += raw.decode(errors="replace")
+                    if "parts" in self.text and "NATS" in self.text:
+                        self.ready.set()
+        self.ready.set()  # the child ended: `wait` then reports what it printed
+
+    def wait(self, proc: Process, name: str, output: str) -> str:
+        if not self.ready.wait(START_TIMEOUT) or "parts" not in self.text:
+            raise RuntimeError(f"{name} did not start (exit {proc.poll()}):\n{output}")
+        return self.text
+
+
+@dataclass
+class Deployment:
+    """One deployment's processes on one nats-server. `start()` starts whatever is not running."""
+
+    kind: Kind
+    nats: EmbeddedNatsServer
+    tmp: Path
+    app: str = "tests.apps.serve_app:app"
+    tokens: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    workers: int = 1
+    args: Sequence[str] = ()
+    http_url: str = ""
+    procs: dict[str, Process] = field(default_factory=dict)
+    _starts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def nats_url(self) -> str:
+        return self.nats.url
+
+    @property
+    def names(self) -> list[str]:
+        """The processes of this topology: `serve`, or `gateway` and `worker-0`, `worker-1`, ..."""
+        if self.kind == "serve":
+            return ["serve"]
+        return ["gateway", *(f"worker-{i}" for i in range(self.workers))]
+
+    def _command(self, name: str) -> list[str]:
+        role = name.split("-")[0]
+        cmd = [sys.executable, "-m", "agentlog", role, "--nats", self.nats_url]
+        if role in ("serve", "gateway"):
+            cmd += ["--host", "127.0.0.1", "--port", "0", "--tokens", self.tokens]
+        if self.app:
+            cmd += ["--app", self.app]
+        return cmd + list(self.args)
+
+    def start(self, *names: str) -> None:
+        """Start the named processes (default: every one not running) at once, as a user's
+        compose file or service manager does, then wait for their banners."""
+        chosen = names or [n for n in self.names if not self.running(n)]
+        banners = {name: self._spawn(name) for name in chosen}
+        for name, banner in banners.items():
+            self._ready(name, banner)
+
+    def _spawn(self, name: str) -> _Banner:
+        self._starts[name] = self._starts.get(name, 0) + 1
+        log_path = self.tmp / f"{name}.log"
+        log = open(log_path, "ab")  # handed to the copying thread, which closes it
+        log.write(f"--- start {self._starts[name]} of {name} ---\n".encode())
+        env = {**os.environ, "PYTHONPATH": PYTHONPATH, **self.env}
+        command = self._command(name)
+        proc: Process
+        if forkserver.enabled():  # the same command, forked from a process that imported it (see there)
+            proc = forkserver.SERVER.spawn(command[3:], cwd=str(REPO), env=env, stderr=log)
+        else:
+            proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+                                    cwd=str(REPO), env=env)
+        assert proc.stdout is not None
+        self.procs[name] = proc
+        return _Banner(proc.stdout, log)
+
+    def _ready(self, name: str, banner: _Banner) -> None:
+        text = banner.wait(self.procs[name], name, self.output(name))
+        if name in ("serve", "gateway"):
+            found = HTTP_ROW.search(text)
+            assert found, text
+            self.http_url = found.group(1)
+
+    def running(self, name: str) -> bool:
+        proc = self.procs.get(name)
+        return proc is not None and proc.poll() is None
+
+    def kill(self, *names: str) -> None:
+        """SIGKILL the named processes (default: all) and reap them: a crash, nothing drains."""
+        self._signal(signal.SIGKILL, names)
+
+    def stop(self, *names: str) -> None:
+        """SIGTERM the named processes (default: all): the orderly stop a user's Ctrl-C gives."""
+        self._signal(signal.SIGTERM, names)
+
+    def restart(self, *names: str, kill: bool = True) -> None:
+        """Kill (or stop) the named processes (default: all) and start them again on the same log."""
+        (self.kill if kill else self.stop)(*names)
+        self.start(*(names or self.names))
+
+    def _signal(self, sig: signal.Signals, names: Sequence[str]) -> None:
+        chosen = [self.procs[n] for n in (names or list(self.procs)) if n in self.procs]
+        for proc in chosen:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(sig)
+        for proc in chosen:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+    def output(self, name: str) -> str:
+        """What the process printed (all its starts), for assertion messages."""
+        path = self.tmp / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def outputs(self) -> str:
+        return "\n".join(f"===== {name} =====\n{self.output(name)}" for name in self.procs)
+
+
+@contextlib.contextmanager
+def deploy(kind: Kind, tmp_path: Path, *, app: str = "tests.apps.serve_app:app", tokens: str = "",
+           env: Mapping[str, str] | None = None, workers: int = 1, args: Sequence[str] = (),
+           nats: EmbeddedNatsServer | None = None) -> Iterator[Deployment]:
+    """A running deployment of `kind` on its own nats-server (or `nats`, which the caller owns),
+    stopped (SIGTERM, then SIGKILL) on exit. `app` is a `module:attr` importable from the repo root
+    (`tests.apps.serve_app:app`), or a config file path; `env` is added to every process's environment (e.g.
+    `SERVE_APP_HOLD_DIR` for serve_app)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    own = nats is None
+    server = nats or EmbeddedNatsServer(tmp_path / "nats")
+    if own:
+        server.start()
+    deployment = Deployment(kind, server, tmp_path, app=app, tokens=tokens, env=dict(env or {}),
+                            workers=workers, args=tuple(args))
+    try:
+        deployment.start()
+        yield deployment
+    finally:
+        try:
+            deployment.stop()
+        finally:
+            if own:
+                server.stop()
+
+
+__all__ = ["TOPOLOGIES", "Deployment", "Kind", "deploy"]
