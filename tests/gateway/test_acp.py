@@ -54,7 +54,10 @@ async def drive(d: Deployment, client: EditorClient, text: str, *extra: str) -> 
         async with asyncio.timeout(TIMEOUT), spawn_agent_process(
                 client, sys.executable, "-m", "agentlog", "acp", "--app", "tests.apps.protocol_app:app", "--nats", d.nats_url,
                 *extra, env={"PYTHONPATH": PYTHONPATH, "PATH": "/usr/bin:/bin"}, cwd=str(REPO),
-                transport_kwargs={"stderr": log}) as (conn, _proc):
+                # The client closes the agent's stdin and waits this long for it to exit (the
+                # SDK's default, 2 s, is short for a loaded machine, and on expiry the SDK
+                # signals a process that may have exited meanwhile: ProcessLookupError).
+                transport_kwargs={"stderr": log, "shutdown_timeout": TIMEOUT}) as (conn, _proc):
             init = await conn.initialize(protocol_version=PROTOCOL_VERSION)
             assert init.protocol_version == PROTOCOL_VERSION
             sess = await conn.new_session(cwd=str(TESTS), mcp_servers=[])
