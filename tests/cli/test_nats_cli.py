@@ -1,12 +1,12 @@
-"""`agentlog nats req|sub` and the README's NATS section, run as written.
+"""`agentlog nats req|sub` and the NATS section of the HTTP and NATS guide, run as written.
 
-The deployment is what a user of the README has: `agentlog serve` (and `agentlog gateway` +
+The deployment is what a user of the guide has: `agentlog serve` (and `agentlog gateway` +
 `agentlog worker`) with the demo's default app on the embedded nats-server of a data dir
 (`.agentlog` in the directory the commands run in), which starts with the data dir's generated
 credentials. The test holds that data dir's share of the server (what `serve` would do), so the
 server processes can be killed and started on it like in every deployment test; they log in as
 `serve`, and the `agentlog nats` commands find the server and their password (`client`,
-`readonly`) in the data dir, as the README says. Every command is a subprocess of the installed
+`readonly`) in the data dir, as the guide says. Every command is a subprocess of the installed
 `agentlog`.
 """
 
@@ -32,21 +32,21 @@ from typer.testing import CliRunner
 from agentlog.cli.core import app
 from agentlog.gateway.operations.connection import ConnectionOptions, acquire_embedded
 
+from tests.support.docs import all_blocks
 from tests.support.topology import TOPOLOGIES, Deployment, deploy
 
 runner = CliRunner()
 pytestmark = pytest.mark.usefixtures("keep_structlog_config")
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 AGENTLOG = str(Path(sys.executable).parent / "agentlog")
 #: Bounds a command (a run of the demo takes seconds); not a synchronisation.
 LIMIT = 120
 
 
 def nats_blocks() -> tuple[str, str]:
-    """The README's NATS section: the `agentlog nats sub` block (a second terminal) and the
+    """The guide's NATS section: the `agentlog nats sub` block (a second terminal) and the
     script that drives a run with `agentlog nats req`."""
-    blocks = re.findall(r"^```bash\n(.*?)^```$", README.read_text(), re.S | re.M)
+    blocks = [b.code for b in all_blocks("bash")]
     watch = next(b for b in blocks if "agentlog nats sub" in b)
     script = next(b for b in blocks if "agentlog nats req agentlog.api.runs.start" in b)
     return watch, script
@@ -116,7 +116,7 @@ def test_readme_nats_section_runs_as_written(demo: Deployment) -> None:
     and the section is a dozen CLI processes in a row; gateway + worker answer the same
     requests in the tests below."""
     if demo.kind != "serve":
-        pytest.skip("the README's NATS section is written for `agentlog serve`")
+        pytest.skip("the guide's NATS section is written for `agentlog serve`")
     watch, script = nats_blocks()
     (command,) = [line for line in watch.splitlines() if line.startswith("agentlog nats sub")]
     watcher = Watcher(demo, command)

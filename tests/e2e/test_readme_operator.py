@@ -1,7 +1,7 @@
-"""The README as an operator pastes it. Its curl sequence runs as written against what users run
+"""The docs as an operator pastes them. The HTTP guide's curl sequence runs as written against what users run
 (`agentlog serve` with its default app, and `gateway` + `worker`): it starts a run, waits for it, approves it, starts a
 continuation and cancels that continuation (the run it just started, not the finished one).
-Its A2A and OTel snippets say which extra they need, in the code a user copies."""
+The A2A and OTel snippets say which extra they need, in the code a user copies."""
 
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.docs import all_blocks
 from tests.support.topology import Deployment
-
-README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 @pytest.fixture
@@ -26,13 +25,12 @@ def deployment_options() -> dict[str, object]:
 
 
 def curl_block() -> str:
-    """The README's first bash block that starts a run with curl."""
-    blocks = re.findall(r"^```bash\n(.*?)^```$", README.read_text(), re.S | re.M)
-    return next(b for b in blocks if "curl -s -XPOST $API/v1/runs " in b)
+    """The first bash block of the docs that starts a run with curl and `$API` (the HTTP guide's)."""
+    return next(b.code for b in all_blocks("bash") if "curl -s -XPOST $API/v1/runs " in b.code)
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
-def test_the_readme_curl_sequence_cancels_the_run_it_started(deployment: Deployment, tmp_path: Path) -> None:
+def test_the_docs_curl_sequence_cancels_the_run_it_started(deployment: Deployment, tmp_path: Path) -> None:
     script = curl_block() + 'echo "RUN=$RUN NEXT=$NEXT"\n'
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120, env={"PATH": "/usr/bin:/bin", "AGENTLOG_URL": deployment.http_url})
@@ -59,8 +57,7 @@ def test_the_readme_curl_sequence_cancels_the_run_it_started(deployment: Deploym
 
 @pytest.mark.parametrize(("module", "extra"), [("a2a", "a2a"), ("opentelemetry", "otel")])
 def test_snippets_name_the_extra_they_need(module: str, extra: str) -> None:
-    blocks = [b for b in re.findall(r"^```python\n(.*?)^```$", README.read_text(), re.S | re.M)
-              if re.search(rf"^(from|import) {module}\b", b, re.M)]
-    assert blocks, f"no README snippet imports {module}"
+    blocks = [b.code for b in all_blocks("python") if re.search(rf"^(from|import) {module}\b", b.code, re.M)]
+    assert blocks, f"no docs snippet imports {module}"
     for block in blocks:
         assert f"pip install 'agentlog[{extra}]'" in block, block[:300]

@@ -1,17 +1,20 @@
-"""The README's Python examples run as pasted, and its design citations resolve.
+"""Every page a user reads shows code that works: README.md and every page of docs/.
 
-Every ```python block of README.md is a complete script. Each one runs here exactly as a user
+Every ```python block of those pages is a complete script. Each one runs here exactly as a user
 would run a pasted copy: saved to a file and started with this interpreter from the repo root
 (the MCP example starts `tests/fakes/mcp_server.py` from there), against a real nats-server named by
-`AGENTLOG_NATS_URL`; the A2A client additionally talks to a real `agentlog serve` on that server,
-named by `AGENTLOG_URL`. A script must exit 0, and every `# prints: TEXT` comment in it is a claim
-about its output that is checked. A block that is intentionally a fragment must say so right
-before it with `<!-- not-runnable: reason -->`; it is then skipped with that reason (there are
-none today, keep it that way where possible). The declarative config example (```yaml) is loaded
-with `agentlog.runtime.config.load_config`. Shell blocks are not executed, but the `agentlog` command lines
-in them are checked against the CLI's command tree (commands and options exist).
+`AGENTLOG_NATS_URL` (one for the module); the blocks that read `AGENTLOG_URL` additionally talk
+to a real `agentlog serve` on that server. A script must exit 0, and every `# prints: TEXT`
+comment in it is a claim about its output that is checked. A block that another test runs says
+so right before it with `<!-- run-by: tests/project/test_quickstart.py -->` (the README's quickstart, which needs
+its own app served): that file must exist and run it; a block that is intentionally a fragment
+says `<!-- not-runnable: reason -->` and is skipped with that reason (there are none today, keep
+it that way where possible). The declarative config examples (```yaml naming the config schema)
+are loaded with `agentlog.runtime.config.load_config`. Shell blocks are not executed, but the
+`agentlog` command lines in them are checked against the CLI's command tree (commands and
+options exist).
 
-"DESIGN 4.3" in code and README means section 4.3 of docs/DESIGN.md (the design as built); the last
+"DESIGN 4.3" in code and docs means section 4.3 of docs/DESIGN.md (the design as built); the last
 test checks that every such citation names a section that file has.
 """
 
@@ -32,13 +35,12 @@ import pytest
 
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 
-REPO = Path(__file__).resolve().parents[2]
-README = REPO / "README.md"
+from tests.support.docs import README, REPO, Block, all_blocks, blocks, page_name, pages
+
 DESIGN = REPO / "docs" / "DESIGN.md"
 #: Seconds a single example may take (they take 1-3 s; the bound only stops a hang).
 SNIPPET_TIMEOUT = 90
 
-_BLOCK = re.compile(r"^```python\n(?P<code>.*?)^```$", re.S | re.M)
 @pytest.fixture(scope="module")
 def providers_env() -> Iterator[dict[str, str]]:
     """The environment that points the provider SDKs at a local fake of the Anthropic, OpenAI
@@ -59,21 +61,26 @@ def providers_env() -> Iterator[dict[str, str]]:
 
 
 _NOT_RUNNABLE = re.compile(r"<!--\s*not-runnable:\s*(?P<reason>.*?)\s*-->\s*$")
+_RUN_BY = re.compile(r"<!--\s*run-by:\s*(?P<test>\S+)\s*-->\s*$")
 _PRINTS = re.compile(r"#\s*prints:\s*(?P<text>.+?)\s*$", re.M)
 
 
 @dataclass(frozen=True)
 class Snippet:
-    """One ```python block of the README: where it is, its code, and why it may not run."""
+    """One ```python block of a page: where it is, its code, why it may not run here, and which
+    test runs it instead."""
 
+    page: str
     line: int
     heading: str
     code: str
     not_runnable: str | None
+    run_by: str | None = None
 
     @property
     def id(self) -> str:
-        return f"L{self.line}-" + re.sub(r"[^a-z0-9]+", "-", self.heading.lower()).strip("-")
+        slug = re.sub(r"[^a-z0-9]+", "-", self.heading.lower()).strip("-")
+        return f"{self.page}:L{self.line}-{slug}"
 
     @property
     def expected_output(self) -> list[str]:
@@ -89,18 +96,22 @@ class Snippet:
         return any(name in self.code for name in ("AnthropicModel", "GeminiModel", "OpenAIResponsesModel"))
 
 
+def snippet_of(block: Block) -> Snippet:
+    not_runnable, run_by = _NOT_RUNNABLE.search(block.before), _RUN_BY.search(block.before)
+    return Snippet(page=page_name(block.page), line=block.line, heading=block.heading, code=block.code,
+                   not_runnable=not_runnable["reason"] if not_runnable else None,
+                   run_by=run_by["test"] if run_by else None)
+
+
 def readme_snippets(text: str) -> list[Snippet]:
-    snippets = []
-    for m in _BLOCK.finditer(text):
-        before = text[: m.start()].rstrip("\n").splitlines()
-        headings = [line.lstrip("#").strip() for line in before if line.startswith("#")]
-        marker = _NOT_RUNNABLE.search(before[-1]) if before else None
-        snippets.append(Snippet(line=text.count("\n", 0, m.start()) + 1, heading=headings[-1] if headings else "top",
-                                code=m["code"], not_runnable=marker["reason"] if marker else None))
-    return snippets
+    """The ```python blocks of one page's text (README.md's name)."""
+    return [snippet_of(b) for b in blocks(text) if b.lang == "python"]
 
 
-SNIPPETS = readme_snippets(README.read_text())
+ALL_SNIPPETS = [snippet_of(b) for b in all_blocks("python")]
+#: The blocks run here; those with a `run-by` marker are run by the test it names.
+SNIPPETS = [s for s in ALL_SNIPPETS if s.run_by is None]
+
 
 
 def _child_env(**extra: str) -> dict[str, str]:
@@ -156,24 +167,38 @@ def gateway_url(nats_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
             proc.wait()
 
 
-def test_readme_has_python_examples() -> None:
-    assert len(SNIPPETS) >= 8 and all(s.not_runnable is None or s.not_runnable for s in SNIPPETS)
+def test_pages_have_python_examples() -> None:
+    assert len(SNIPPETS) >= 15 and all(s.not_runnable is None or s.not_runnable for s in SNIPPETS)
+    assert {s.page for s in SNIPPETS} > {"docs/getting-started.md", "docs/guides/tools.md"}
+    assert {s.page for s in ALL_SNIPPETS} > {"README.md", "docs/getting-started.md"}
+
+
+def test_blocks_run_elsewhere_are_run_there() -> None:
+    """A `run-by` marker names a test file that exists and reads the page the block is on."""
+    marked = [s for s in ALL_SNIPPETS if s.run_by is not None]
+    assert marked, "the README's quickstart blocks are run by their own test"
+    for snippet in marked:
+        test = REPO / snippet.run_by
+        assert test.is_file(), f"{snippet.id}: {snippet.run_by} does not exist"
+        assert Path(snippet.page).name in test.read_text(), f"{snippet.run_by} does not read {snippet.page}"
 
 
 def test_blocks_are_found_with_heading_marker_and_output_claims() -> None:
     text = ("# Top\n\n## Part one\n\n```python\nprint(1)  # prints: 1\n```\n\n```bash\nls\n```\n\n"
-            "### Part two\n<!-- not-runnable: needs a GPU -->\n```python\nrun()\n```\n")
-    first, second = readme_snippets(text)
+            "### Part two\n<!-- not-runnable: needs a GPU -->\n```python\nrun()\n```\n"
+            "<!-- run-by: tests/project/test_quickstart.py -->\n```python\nserve()\n```\n")
+    first, second, third = readme_snippets(text)
     assert (first.line, first.heading, first.not_runnable, first.expected_output) == (5, "Part one", None, ["1"])
     assert (second.line, second.heading, second.not_runnable, second.code) == (15, "Part two", "needs a GPU", "run()\n")
-    assert first.id == "L5-part-one" and not first.needs_gateway
+    assert (third.run_by, third.not_runnable) == ("tests/project/test_quickstart.py", None)
+    assert first.id == "README.md:L5-part-one" and not first.needs_gateway
 
 
 @pytest.mark.parametrize("snippet", SNIPPETS, ids=[s.id for s in SNIPPETS])
 def test_readme_python_block_runs_as_pasted(snippet: Snippet, nats_url: str, request: pytest.FixtureRequest,
                                             tmp_path: Path) -> None:
     if snippet.not_runnable is not None:
-        pytest.skip(f"README line {snippet.line} is marked not-runnable: {snippet.not_runnable}")
+        pytest.skip(f"{snippet.page} line {snippet.line} is marked not-runnable: {snippet.not_runnable}")
     extra = {"AGENTLOG_NATS_URL": nats_url}
     if snippet.needs_gateway:
         extra["AGENTLOG_URL"] = request.getfixturevalue("gateway_url")
@@ -183,17 +208,16 @@ def test_readme_python_block_runs_as_pasted(snippet: Snippet, nats_url: str, req
     script.write_text(snippet.code)
     done = subprocess.run([sys.executable, str(script)], cwd=REPO, env=_child_env(**extra), stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=SNIPPET_TIMEOUT)
-    where = f"README.md line {snippet.line} ({snippet.heading})"
+    where = f"{snippet.page} line {snippet.line} ({snippet.heading})"
     assert done.returncode == 0, f"{where} exited {done.returncode}:\n{done.stderr[-3000:]}"
     for text in snippet.expected_output:
         assert text in done.stdout, f"{where} should print {text!r}; it printed:\n{done.stdout[-3000:]}"
 
 
-def test_readme_agent_config_example_loads(tmp_path: Path) -> None:
+def test_agent_config_example_loads(tmp_path: Path) -> None:
     """The declarative config example is a valid file: `load_config` builds it (its MCP server
     from the repo root, its OpenAI model given the key variable it names)."""
-    [config] = [m["code"] for m in re.finditer(r"^```yaml\n(?P<code>.*?)^```$", README.read_text(), re.S | re.M)
-                if "agentlog-config.schema.json" in m["code"]]
+    [config] = [b.code for b in all_blocks("yaml") if "agentlog-config.schema.json" in b.code]
     path = tmp_path / "agents.yaml"
     path.write_text(config)
     check = ("import sys; from agentlog.runtime.config import load_config; app = load_config(sys.argv[1]); "
@@ -207,9 +231,10 @@ def test_readme_agent_config_example_loads(tmp_path: Path) -> None:
     assert {"add", "mcp__calc__add", "agent_run"} <= set(tools.split())
 
 
-def test_readme_agentlog_command_lines_use_real_commands_and_flags() -> None:
-    """Shell blocks are not run, but every `agentlog ...` line in them names a real command and
-    only options that command has (checked against the CLI's own command tree, in process)."""
+def test_agentlog_command_lines_use_real_commands_and_flags() -> None:
+    """Shell blocks of every page are not run, but every `agentlog ...` line in them names a real
+    command and only options that command has (checked against the CLI's own command tree, in
+    process)."""
     import typer
 
     from agentlog.cli.core import app
@@ -217,12 +242,10 @@ def test_readme_agentlog_command_lines_use_real_commands_and_flags() -> None:
     root = typer.main.get_command(app)
     root_ctx = root.make_context("agentlog", [], resilient_parsing=True)
     checked = []
-    # every fenced block, in order (a pattern for shell blocks only would take the closing fence
-    # of another block for an opening one), then the shell ones
-    for block in re.finditer(r"^```(?P<lang>[\w-]*)\n(?P<code>.*?)^```$", README.read_text(), re.S | re.M):
-        if block["lang"] not in ("bash", "sh", ""):
+    for block in all_blocks():
+        if block.lang not in ("bash", "sh", ""):
             continue
-        for line in block["code"].splitlines():
+        for line in block.code.splitlines():
             m = re.match(r"\s*(?:[A-Z_]+=\S+\s+)*agentlog\s+(?P<rest>.*)", line.split("#", 1)[0])
             if not m:
                 continue
@@ -235,20 +258,22 @@ def test_readme_agentlog_command_lines_use_real_commands_and_flags() -> None:
                 command, ctx = sub, sub.make_context(path[-1], [], parent=ctx, resilient_parsing=True)
             known = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
             flags = re.findall(r"(?<![\w-])(--?[a-z][a-z-]*)", " ".join(words))
-            assert path and set(flags) <= known, f"README: {line.strip()!r}: unknown {sorted(set(flags) - known)}"
+            where = page_name(block.page)
+            assert path and set(flags) <= known, f"{where}: {line.strip()!r}: unknown {sorted(set(flags) - known)}"
             checked.append(" ".join(path))
-    assert {"events tail", "replay", "run start", "run approve", "gateway", "dev"} <= set(checked)
+    assert {"events tail", "replay", "run start", "run approve", "gateway", "dev", "serve"} <= set(checked)
 
 
 def test_design_citations_name_sections_of_docs_design() -> None:
-    """The code and README cite the design as `DESIGN <section>`; it lives in docs/DESIGN.md."""
+    """The code and the docs cite the design as `DESIGN <section>`; it lives in docs/DESIGN.md and
+    opens by pointing at the decision records."""
     assert DESIGN.is_file(), "docs/DESIGN.md is missing"
     design = DESIGN.read_text()
-    assert design.startswith("> ") and "README.md#design-notes" in design.splitlines()[0]
+    assert design.startswith("> ") and "](design/index.md)" in design.splitlines()[0]
     sections = set(re.findall(r"^#{2,3} (\d+(?:\.\d+)?)\.?\s", design, re.M))
     assert {"1", "2.1", "2.2", "3", "4.3", "5.3", "6"} <= sections
-    sources = [README, *(p for d in ("src", "scripts", "tests")
-                         for p in sorted((REPO / d).rglob("*.py")))]
+    sources = [*pages(), *(p for d in ("src", "scripts", "tests")
+                           for p in sorted((REPO / d).rglob("*.py")))]
     cited: dict[str, list[str]] = {}
     for path in sources:
         for section in re.findall(r"\bDESIGN (\d+(?:\.\d+)?)", path.read_text()):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -269,8 +268,8 @@ def _msg(id: str, role: Any, content: str) -> Message:
 
 
 def test_bench_models_quick_compares_the_two_chat_clients() -> None:
-    """The bench behind the README's choice of client for `openai:` ids keeps its contract (the
-    figures themselves are the README's, measured on a quiet machine, never asserted)."""
+    """The bench behind the models guide's choice of client for `openai:` ids keeps its contract (the
+    figures themselves are the docs' measurements record, measured on a quiet machine, never asserted)."""
     proc = subprocess.run([sys.executable, "scripts/bench_models.py", "--quick", "--requests", "3"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -282,13 +281,14 @@ def test_bench_models_quick_compares_the_two_chat_clients() -> None:
 
 
 def test_readme_provider_config_loads_with_pools_prices_and_provider_ids(tmp_path: Path) -> None:
-    """The README's provider config block (Model providers) is a valid file: provider ids become
+    """The models guide's provider config block is a valid file: provider ids become
     models (Anthropic thinking, prices), the pool resolves, the budget condition parses."""
     from agentlog.runtime.config import load_config
     from agentlog.runtime.stop import Budget
 
-    text = (ROOT / "README.md").read_text()
-    [block] = [m["code"] for m in re.finditer(r"^```yaml\n(?P<code>.*?)^```$", text, re.S | re.M) if "pools:" in m["code"]]
+    from tests.support.docs import all_blocks
+
+    [block] = [b.code for b in all_blocks("yaml") if "pools:" in b.code]
     path = tmp_path / "providers.yaml"
     path.write_text(block)
     app = load_config(path)
