@@ -6,7 +6,7 @@ local server on loopback that answers with canned SSE streams (no network, no mo
 Per client: the time to drain a whole streamed answer (request, every delta, the final
 response) for a short answer (a few deltas) and a long one (`--deltas` deltas, plus a tool call),
 interleaved request by request so both see the same machine. The client that wins decides which
-one `openai:` ids use (see the README, "Model providers").
+one `openai:` ids use (see docs/guides/models.md).
 
 Prints a table and, as its very last line, one JSON object: {"bench": "models", ...}.
 

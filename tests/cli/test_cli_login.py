@@ -1,4 +1,4 @@
-"""The CLI's global NATS login options (README "Production"): `--token` and `--creds` reach a real
+"""The CLI's global NATS login options (docs: "Roles and credentials"): `--token` and `--creds` reach a real
 nats-server that requires them, before or after the command, and a missing or wrong login is one
 clear error line, not a traceback.
 

@@ -293,7 +293,7 @@ agents:
 
 
 def test_a_yaml_config_is_an_app_for_verify(nats_server: EmbeddedNatsServer, tmp_path: Path) -> None:
-    """README: `replay --verify` takes a declarative config as `--app agents.yaml`; a changed
+    """The docs: `replay --verify` takes a declarative config as `--app agents.yaml`; a changed
     config (another system prompt) diverges."""
     from agentlog.gateway.operations.app_loader import load_app
 

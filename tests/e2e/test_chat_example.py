@@ -79,7 +79,7 @@ async def test_the_chat_example_approves_and_denies_in_the_chat(tmp_path: Path) 
                 await expect(card).to_contain_text("Allow tool 'deploy' to run?")
                 await expect(page.locator("#status")).to_have_text("waiting for your approval")
                 await expect(page.locator("#log li[data-role=assistant]").last).to_contain_text("calls deploy(")
-                if os.environ.get("INSPECTOR_SCREENSHOTS"):  # the README's picture of the example
+                if os.environ.get("INSPECTOR_SCREENSHOTS"):  # the docs' picture of the example
                     await page.screenshot(path=str(Path(os.environ["INSPECTOR_SCREENSHOTS"]) / "chat.png"))
                 await card.locator("button.approve").click()
                 await expect(page.locator("#status")).to_have_text("done")
@@ -96,7 +96,7 @@ async def test_the_chat_example_approves_and_denies_in_the_chat(tmp_path: Path) 
                 await expect(page.locator("#log li[data-role=assistant]").last).to_contain_text("Not deployed")
 
                 # the server agrees: the chat's runs, approved then denied, both finished. A thread's
-                # listing is as of its last commit; one by agent alone may lag the views (README: pass
+                # listing is as of its last commit; one by agent alone may lag the views (docs: pass
                 # min_seq there), so it only finds the chat's thread.
                 async with http.get(f"{d.http_url}/v1/runs", params={"agent_id": "deployer"}) as resp:
                     chat = {r["thread_id"] for r in (await resp.json())["runs"]}

@@ -86,7 +86,7 @@ class Violations:
 
 
 async def client_login(url: str, password: str, violations: Violations | None = None) -> nats.NATS:
-    """A NATS protocol client as the README tells it to connect: user `client`, inbox prefix
+    """A NATS protocol client as the docs tell it to connect: user `client`, inbox prefix
     `_INBOX.client`."""
     async def ignore(_exc: Exception) -> None:
         pass
@@ -299,7 +299,7 @@ async def test_production_accounts_enforce_the_roles(tmp_path: Path, monkeypatch
             cli = await asyncio.to_thread(subprocess.run, [agentlog, "runs", "--nats", server.url, "--timeout", "30"],
                                           capture_output=True, text=True, timeout=25, stdin=subprocess.DEVNULL)
             assert cli.returncode == 1 and "error [nats_unauthorized]" in cli.stderr, cli.stderr
-            # What the README tells production processes to do: the login in AGENTLOG_NATS_URL.
+            # What the docs tell production processes to do: the login in AGENTLOG_NATS_URL.
             url = server.url.replace("nats://", f"nats://worker:{passwords['worker']}@")
             async with open_store(ConnectionOptions(nats_url=f"{url},{url}")) as store:
                 assert await store.last_seq() == 4  # two commits and the two archive markers
@@ -310,7 +310,7 @@ async def test_production_accounts_enforce_the_roles(tmp_path: Path, monkeypatch
 @pytest.mark.parametrize("kind", TOPOLOGIES)
 async def test_client_role_calls_the_api_of_a_deployment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                         kind: Kind) -> None:
-    """What the README's NATS examples do, as user `client` on a server with the production
+    """What the docs' NATS examples do, as user `client` on a server with the production
     accounts, against `agentlog serve` and against `agentlog gateway` + `agentlog worker`."""
     passwords = {role: f"{role}-secret-{new_id()}" for role in (*auth.ROLES, "sys")}
     for name, value in _production_env(passwords).items():

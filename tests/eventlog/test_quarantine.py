@@ -173,7 +173,7 @@ async def test_a_poisoned_thread_keeps_working(deployment: Deployment, deploymen
         assert [e["id"] for e in shown] == [f"{bad}:0"], timeline
         assert "QUARANTINED" in shown[0]["summary"]
 
-        # a new run on the thread goes past the quarantined message (README: "Quarantined commits")
+        # a new run on the thread goes past the quarantined message (docs: commits, quarantine)
         second = await _start(http, url, "poisoned")
         assert second["seq"] > bad
         view = await _finished(http, url, second["run_id"], second["seq"])

@@ -399,7 +399,7 @@ class FakeProviders:
 
 class FakeProvidersThread:
     """The fake on its own event loop in a thread, for clients in other processes (a deployment's
-    workers, a README script): they reach it by URL while the test's own loop does other work.
+    workers, a docs script): they reach it by URL while the test's own loop does other work.
 
         with FakeProvidersThread() as fake:
             fake.always = Answer(text="hello")

@@ -14,7 +14,7 @@ through playwright) against real subprocesses with bearer auth (`tests/support/t
   `/docs` as Swagger UI (from the `swagger-ui-bundle` package) sending a request, all under the
   page's `default-src 'self'` CSP with no console error.
 
-With `INSPECTOR_SCREENSHOTS=docs` it also writes the README's screenshots (docs/*.png).
+With `INSPECTOR_SCREENSHOTS=docs` it also writes the docs' screenshots (docs/*.png).
 Skips when /usr/bin/chromium is absent (scripts/test installs it on CI)."""
 
 from __future__ import annotations

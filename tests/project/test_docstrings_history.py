@@ -1,7 +1,7 @@
 """Comments and docstrings say why the code is as it is, not how it got there.
 
 History (which issue asked for a change, what the code "used to" do) lives in git and in the
-README's "Design notes"; a reader of a module or a test needs the reason that holds today. This
+docs' decision records (docs/design/); a reader of a module or a test needs the reason that holds today. This
 scans the Python source of the package, the tests and the scripts, comments and docstrings
 alike, for the marks such history leaves: issue references (`#12`, `issue 21`, `issue #14 item
 2`), "used to", and "Before:" paragraphs. An upstream reference such as
@@ -51,5 +51,5 @@ def test_comments_and_docstrings_carry_no_history() -> None:
         if path != here
         for n, line in history_marks(path.read_text())
     }
-    assert not found, "history belongs in git or the README's design notes:\n" + "\n".join(
+    assert not found, "history belongs in git or the docs' decision records (docs/design/):\n" + "\n".join(
         f"  {where}: {line}" for where, line in found.items())

@@ -1,6 +1,6 @@
 """Real deployments for tests: what users run, as subprocesses on a real nats-server.
 
-Two topologies, the ones the README tells users to run:
+Two topologies, the ones the docs tell users to run:
 
 - `serve`: one `agentlog serve` process (gateway + worker);
 - `split`: one `agentlog gateway` process plus `agentlog worker` process(es).

@@ -2,7 +2,7 @@
 
 What a NATS protocol client of agentlog does (`nats req agentlog.api.runs.start ...`, `nats sub
 agentlog.live.<thread>.<run>`), done with nats-py and the CLI's usual connection options, so the
-README's NATS examples run on any machine that has agentlog installed. The login is a role of the
+docs' NATS examples run on any machine that has agentlog installed. The login is a role of the
 deployment (`agentlog.eventlog.roles`): `req` logs in as `client`, the login to hand to applications,
 which may only call the API and the adapters; `sub` as `readonly`, since `client` may receive on
 its own inboxes only and live output is not per-tenant. On the data dir's embedded server the

@@ -32,7 +32,7 @@ TOKEN_ENV = "AGENTLOG_API_TOKEN"
 DEFAULT_URL = "http://127.0.0.1:8480"
 
 #: What `runs.approve` / `runs.deny` record as the decision's result: what the inspector page and
-#: the README's curl send, and what a permission `ask` reads (`{"approved": false}` is a denial).
+#: the docs' curl lines send, and what a permission `ask` reads (`{"approved": false}` is a denial).
 APPROVED: dict[str, Any] = {"approved": True}
 DENIED: dict[str, Any] = {"approved": False}
 

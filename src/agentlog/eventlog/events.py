@@ -35,7 +35,7 @@ class _Value(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=F
     values and are frozen, so they are never part of a reference cycle (one would need a dict or
     list inside a value to be made to hold that value: nothing does; such a cycle would leak,
     not break). A cold resume of a long run decodes hundreds of them (messages, tool calls) at
-    once; untracked, they cost the collector nothing afterwards (figures in the README's design
+    once; untracked, they cost the collector nothing afterwards (figures in the docs' decision
     notes).
 
     Subclasses here and of `Event` repeat `frozen=True`: msgspec inherits it anyway (same

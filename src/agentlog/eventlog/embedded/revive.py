@@ -7,7 +7,7 @@ config reload with `jetstream: disabled`, then one with the original config, sto
 JetStream with every stream, consumer and message intact, and the clients reconnect their
 consumers by themselves. For the data dir's own server (`agentlog serve` with no `--nats`),
 agentlog does that once writes have been going unanswered and the disk has room again
-(`DiskWatch`); for a server of your own, the README says how to do it by hand.
+(`DiskWatch`); for a server of your own, the serve guide (docs/deployment/serve.md) says how to do it by hand.
 """
 
 from __future__ import annotations

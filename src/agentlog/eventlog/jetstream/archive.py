@@ -16,7 +16,7 @@ marker. The marker is an ordinary commit, so:
   thread view shows `metadata["agentlog.archived"]`, and listings keep the thread;
 * `thread_version` is the marker's sequence, never 0: a thread id stays taken, and a writer that
   read the thread before it was archived gets a version conflict (it re-reads, archive included);
-* a new run on an archived thread just appends after the marker (see the README: Retention).
+* a new run on an archived thread just appends after the marker (see docs/guides/retention.md).
 
 A thread read (`fill_thread`) meets the marker first in the stream when the commits below it were
 purged: it then yields the archived commits before the marker. Before the purge (a crash between

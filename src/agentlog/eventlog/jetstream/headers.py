@@ -4,7 +4,7 @@ Every Direct Get reply carries about seven headers (`Nats-Stream`, `Nats-Subject
 `Nats-Sequence`, `Nats-Time-Stamp`, the commit's own `Nats-Msg-Id` and OCC headers). nats-py
 parses each header block line by line and checks every character of every name for whitespace
 (`any(c.isspace() for c in key)`): profiled, that is most of the time `read_thread` spends on a
-long thread (figures in the README's design notes). The names repeat on every message, so `parse_header_lines` does the same
+long thread (figures in the docs' decision records). The names repeat on every message, so `parse_header_lines` does the same
 checks once per distinct name (a small cache) and gives the same dict as nats-py's
 `Client._parse_header_lines` for every input (a property test compares the two).
 `LeanHeadersClient` is nats-py's client with that one function swapped; nothing else changes.

@@ -2,7 +2,7 @@
 
 The hand-written aiohttp client (`agentlog.runtime.models.openai.OpenAIChatModel`) speaks the same
 wire and stays the default for `openai:` ids because it measured faster per streamed answer
-(`scripts/bench_models.py`, figure in the README); this one is for users who want the SDK's
+(`scripts/bench_models.py`, figure in the docs' measurements); this one is for users who want the SDK's
 behaviour (its auth helpers, Azure clients, proxies) and as the bench's contender. Same request
 mapping as the hand-written client, same `Model` contract and typed errors.
 """

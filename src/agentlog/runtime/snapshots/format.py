@@ -529,7 +529,7 @@ def decode_snapshot(data: bytes) -> RunSnapshot | None:
 def gc_paused() -> Iterator[None]:
     """Decoding a long run's snapshot allocates thousands of tracked objects at once: every
     allocation threshold crossed mid-decode runs a collection, and now and then a full one over
-    the whole heap, which costs far more than the decode itself (figures in the README's design
+    the whole heap, which costs far more than the decode itself (figures in the docs' decision
     notes). Paused, the objects are collected once afterwards at the usual thresholds."""
     if not gc.isenabled():
         yield
