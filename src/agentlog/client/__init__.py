@@ -12,8 +12,9 @@
     with get_sync_client() as client:                             # the same, blocking
         client.threads.list()
 
-`client.threads` (create, get, list, update, delete, messages, state, stream), `client.runs`
-(create, get, current, list, stream, wait, inputs, decide, pending, approve, deny, cancel) and
+`client.threads` (create, get, list, update, delete, messages, state, fork, revoke, stream),
+`client.runs` (create, get, current, list, stream, wait, inputs, decide, pending, approve, deny,
+cancel) and
 `client.agents.list()`. Answers are the API's JSON bodies; failures raise the classes of
 `agentlog.client.errors` (`NotFound`, `Conflict`, ...: one per family of the API's error codes,
 each with `.code` and `.status`). Importing it imports aiohttp, not the agentlog runtime.
