@@ -231,6 +231,22 @@ def test_agent_config_example_loads(tmp_path: Path) -> None:
     assert {"add", "mcp__calc__add", "agent_run"} <= set(tools.split())
 
 
+def test_every_yaml_block_is_a_config_file_that_loads(tmp_path: Path) -> None:
+    """Every ```yaml block of the pages is an agent config file `load_config` accepts (the
+    providers' keys given, none used: nothing is sent to a model)."""
+    configs = all_blocks("yaml")
+    assert len(configs) >= 2
+    for n, block in enumerate(configs):
+        path = tmp_path / f"config-{n}.yaml"
+        path.write_text(block.code)
+        check = "import sys; from agentlog.runtime.config import load_config; load_config(sys.argv[1]).close()"
+        done = subprocess.run([sys.executable, "-c", check, str(path)], cwd=REPO, stdin=subprocess.DEVNULL,
+                              env=_child_env(OPENAI_API_KEY="sk-not-used", ANTHROPIC_API_KEY="not-used",
+                                             GEMINI_API_KEY="not-used"),
+                              capture_output=True, text=True, timeout=SNIPPET_TIMEOUT)
+        assert done.returncode == 0, f"{page_name(block.page)} line {block.line}:\n{done.stderr[-3000:]}"
+
+
 def test_agentlog_command_lines_use_real_commands_and_flags() -> None:
     """Shell blocks of every page are not run, but every `agentlog ...` line in them names a real
     command and only options that command has (checked against the CLI's own command tree, in

@@ -50,7 +50,8 @@ def blocks(text: str, page: Path = README) -> list[Block]:
     found = []
     for m in _FENCE.finditer(text):
         prior = text[: m.start()].rstrip("\n").splitlines()
-        headings = [line.lstrip("#").strip() for line in prior if re.match(r"#{1,6} ", line)]
+        outside = _FENCE.sub("", text[: m.start()]).splitlines()  # a `# comment` in a block is no heading
+        headings = [line.lstrip("#").strip() for line in outside if re.match(r"#{1,6} ", line)]
         found.append(Block(page=page, line=text.count("\n", 0, m.start()) + 1, lang=m["lang"], code=m["code"],
                            heading=headings[-1] if headings else "top", before=prior[-1] if prior else ""))
     return found
