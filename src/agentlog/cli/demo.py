@@ -279,8 +279,9 @@ async def run_demo(server: Any, *, auto_approve: bool, keep_running: bool, conso
     return 0
 
 
-async def wait_for_signal() -> None:
-    """Block until SIGINT/SIGTERM (used by long-running commands)."""
+async def wait_for_signal(again: Callable[[], None] | None = None) -> None:
+    """Block until SIGINT/SIGTERM (used by long-running commands). `again`: called on a second
+    Ctrl-C (the stop under way should hurry); a third one force-quits (KeyboardInterrupt)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -291,10 +292,17 @@ async def wait_for_signal() -> None:
     try:
         await stop.wait()
     finally:
-        # A second Ctrl-C may force-quit a slow shutdown; a second SIGTERM (e.g. `timeout` signals
-        # the process and then its whole group) must not kill the orderly one.
+        # A second SIGTERM (e.g. `timeout` signals the process and then its whole group) must not
+        # cut the orderly stop short; a second Ctrl-C is a person asking it to hurry.
         try:
-            loop.remove_signal_handler(signal.SIGINT)
+            if again is None:
+                loop.remove_signal_handler(signal.SIGINT)
+            else:
+                def hurry() -> None:
+                    loop.remove_signal_handler(signal.SIGINT)  # the next one force-quits
+                    again()
+
+                loop.add_signal_handler(signal.SIGINT, hurry)
             loop.add_signal_handler(signal.SIGTERM, lambda: None)
         except (NotImplementedError, RuntimeError):
             pass

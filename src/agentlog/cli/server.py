@@ -467,8 +467,13 @@ class Server:
                 await self.worker.stop()
             self.worker = None
         if self.runtime is not None:
-            # in-process runs stop uncommitted: the next process resumes them from the log
-            await asyncio.gather(*self.runtime.abandon_runs(), return_exceptions=True)
+            # in-process runs stop uncommitted (fenced): the next process resumes them from the log;
+            # a tool that ignores its cancellation is not waited for (the worker said so)
+            from agentlog.runtime.workers.worker import ABANDON_GRACE
+
+            abandoned = self.runtime.abandon_runs()
+            if abandoned:
+                await asyncio.wait(abandoned, timeout=ABANDON_GRACE)
         if self.metrics_runner is not None:
             with contextlib.suppress(Exception):
                 await self.metrics_runner.cleanup()
@@ -501,6 +506,12 @@ class Server:
             self.embedded = None
         log.info("server.stopped", role=self.config.role)
 
+    def hand_back_now(self) -> None:
+        """A stop under way hands its worker's runs back now instead of letting them finish
+        within the shutdown timeout (a second Ctrl-C)."""
+        if self.worker is not None:
+            self.worker.hand_back_now()
+
     async def __aenter__(self) -> Server:
         return await self.start()
 
@@ -532,7 +543,7 @@ async def run_until_stopped(config: ServerConfig, on_ready: Any = None, stop: as
         if stop is not None:
             await stop.wait()
         else:
-            await wait_for_signal()
+            await wait_for_signal(again=server.hand_back_now)
 
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "Role", "SERVER", "Server", "ServerConfig", "build_runtime",

@@ -625,14 +625,24 @@ class Runtime:
         """The handles of every run this Runtime drives now."""
         return [handle for _loop, handle in self._active.values() if not handle.done]
 
+    def fence_runs(self) -> None:
+        """Fence every run driven here: each writes nothing more (`RunLoop.fence`), while its
+        task goes on until `abandon_runs` cancels it (so its worker can first hand it back)."""
+        for loop, handle in list(self._active.values()):
+            if not handle.done:
+                loop.fence()
+
     def abandon_runs(self) -> list[asyncio.Task[Any]]:
-        """Stop the runs driven here WITHOUT committing anything (their tasks are cancelled):
-        a process going away leaves them to be resumed from the log by the next one, where a
-        cancel would end them for good. Returns the cancelled tasks, to be awaited."""
+        """Stop the runs driven here WITHOUT committing anything: each loop is fenced (it writes
+        nothing more, even if a tool ignores the cancellation and returns later) and its task
+        cancelled. A process going away leaves them to be resumed from the log by the next one,
+        where a cancel would end them for good. Returns the cancelled tasks, to be awaited (a
+        tool that ignores cancellation keeps its task alive until it returns: bound the wait)."""
         tasks = []
-        for _loop, handle in list(self._active.values()):
+        for loop, handle in list(self._active.values()):
             task = handle._task
             if task is not None and not task.done():
+                loop.fence()
                 task.cancel()
                 tasks.append(task)
         return tasks

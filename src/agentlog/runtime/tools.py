@@ -9,7 +9,9 @@ with a ticket). Returning a plain value means success; raising `ToolError` means
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
+import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any, get_type_hints
 
@@ -241,7 +243,8 @@ class Tool:
         return {name: getattr(parsed, name) for name in self.args_model.model_fields}
 
     async def invoke(self, arguments: JSON, ctx: ToolContext) -> ToolResult:
-        """Validate, run (sync tools in a thread), and normalise the answer to a `ToolResult`.
+        """Validate, run (sync tools in a thread of their own, `in_daemon_thread`), and normalise
+        the answer to a `ToolResult`.
 
         Raises `InvalidToolArguments` for bad arguments; any exception from the tool body other
         than cancellation becomes an error result, so one faulty tool cannot crash a run.
@@ -253,7 +256,7 @@ class Tool:
             if self.is_async:
                 value = await self.function(**kwargs)
             else:
-                value = await asyncio.to_thread(self.function, **kwargs)
+                value = await in_daemon_thread(self.function, kwargs, f"agentlog-tool-{self.name}")
         except ToolError as exc:
             return ToolResult.failure(str(exc))
         except asyncio.CancelledError:
@@ -265,6 +268,41 @@ class Tool:
         if isinstance(value, pydantic.BaseModel):
             value = value.model_dump(mode="json")
         return ToolResult.success(msgspec.to_builtins(value))
+
+
+async def in_daemon_thread(function: Callable[..., Any], kwargs: dict[str, Any], name: str) -> Any:
+    """`function(**kwargs)` in a new daemon thread (with this task's context variables), awaited.
+
+    A thread cannot be cancelled: a cancelled call stops waiting and the function goes on until it
+    returns, its answer dropped. In a daemon thread (not the default executor's, which the
+    interpreter joins at exit) it never keeps a stopping process alive: the run it belonged to was
+    handed back and is fenced, so whatever it finishes is never written."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(error: BaseException | None, value: Any) -> None:
+        if answer.done():
+            return  # cancelled meanwhile
+        if error is not None:
+            answer.set_exception(error)
+        else:
+            answer.set_result(value)
+
+    def body() -> None:
+        error: BaseException | None = None
+        value: Any = None
+        try:
+            value = context.run(function, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task, as an executor does
+            error = exc
+        try:
+            loop.call_soon_threadsafe(settle, error, value)
+        except RuntimeError:
+            pass  # the event loop is gone (the process is stopping): nobody waits for the answer
+
+    threading.Thread(target=body, name=name, daemon=True).start()
+    return await answer
 
 
 def tool(

@@ -163,6 +163,10 @@ class RunLoop:
     def request_cancel(self) -> None:
         self.staging.cancel.set()
 
+    def fence(self) -> None:
+        """Write nothing more for this run (`Staging.fence`): its process hands it back."""
+        self.staging.fence()
+
     def poke(self) -> None:
         """Tell the loop the thread has new commits for it (a decision recorded in this process
         for one of its suspended calls): it reads them at once instead of at its next append."""

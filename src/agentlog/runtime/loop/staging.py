@@ -40,6 +40,11 @@ class Cancelled(Exception):
     finishes it `cancelled`."""
 
 
+class Fenced(asyncio.CancelledError):
+    """The run was handed back (`Staging.fence`): this process writes nothing more for it. A
+    cancellation, so the loop stops as an abandoned run does, without a finishing commit."""
+
+
 class Requeue(Exception):
     """The commit ending the run naturally conflicted with a message queued for the run
     (`agentlog.runtime.loop.driver.RunLoop` undoes the end). `commit`: the refused one (its id is
@@ -88,12 +93,24 @@ class Staging:
         #: this (started early by `prefetch_messages`, awaited before anything reads them).
         self.older_factory = older_messages
         self.older: asyncio.Future[list[Message]] | None = None
+        #: Set by `fence`: every later append raises `Fenced` before it reaches the store.
+        self.fenced = False
 
     @property
     def settled(self) -> bool:
         """True when `ctx` is exactly the fold of the thread up to `version` (nothing staged or
         in flight, every message loaded)."""
         return not self.pending and self.inflight is None and self.older_factory is None
+
+    def fence(self) -> None:
+        """Write nothing more for this run from here: the process hands it back and another one
+        resumes it from the log. An append sent before the fence may still land; the resuming
+        process then meets it as a conflict (per-thread OCC) and re-reads."""
+        self.fenced = True
+
+    def _check_fence(self) -> None:
+        if self.fenced:
+            raise Fenced(f"run {self.ctx.run_id!r} was handed back: nothing more is written for it here")
 
     # -- staging and committing ----------------------------------------------------------------
 
@@ -149,7 +166,12 @@ class Staging:
         """Append at the version we hold, waiting through a store outage (bounded by
         `self.outage`); the retried commit is the same one, so it lands at most once."""
         version = self.version
-        return await through_outage(lambda: self.store.append(commit, version), self.outage, self.log)
+
+        async def append() -> Any:
+            self._check_fence()  # each retry too: a run handed back during an outage stays quiet
+            return await self.store.append(commit, version)
+
+        return await through_outage(append, self.outage, self.log)
 
     async def absorb_conflict(self, absorbed: list[StoredCommit] | None = None) -> bool:
         """Read what others appended; fold in what we can live with (a message queued for this
@@ -210,6 +232,7 @@ class Staging:
         conflict: a `VersionConflict` propagates so the caller re-folds and re-validates (what it
         decided may no longer hold). Used by the commits that start a run, open a resume or
         cancel a wait."""
+        self._check_fence()
         commit = self.commit_now()
         res = await self.store.append(commit, self.version)
         self.version = res.seq

@@ -38,7 +38,12 @@ Guarantees, and how:
   count in the message metadata, not by the consumer's own `max_deliver`: in a work-queue stream
   a message the server stops delivering is never removed, and would block its thread forever.
 - **Graceful stop.** `stop(timeout)` stops fetching, lets in-flight commands finish for up to
-  `timeout` seconds, then naks what is left (the runs are in the log; another worker resumes).
+  `timeout` seconds (`hand_back_now()` cuts that short), then hands back what is left: the runs
+  are fenced (`Runtime.abandon_runs`: nothing more is written for them here, even by a tool that
+  ignores cancellation) and each command is nak'ed with a confirmed, persisted immediate
+  redelivery, so the next worker, or the next process after a restart of the nats-server, takes
+  it within a second or two instead of after `ack_wait`. It logs `handing N runs back (run ...)`.
+  The resuming worker re-runs a tool call that started and did not complete (at-least-once).
 """
 
 from __future__ import annotations
@@ -107,6 +112,21 @@ DEFAULT_MAX_DELIVER = 25
 #: Errors no retry can fix: the command is dead-lettered at once, with the error's code.
 PERMANENT = (CommitTooLarge, InvalidCommit, CodecError, InvalidCommand)
 
+#: How a stopping worker hands a command back: a nak with a (tiny) delay. JetStream keeps a bare
+#: nak's redelivery in memory only, and a nats-server restarting in between (the embedded one
+#: stops with its last process) then leaves the command leased for `ack_wait`; a delayed nak
+#: moves the message's redelivery time, which the server persists with the consumer's state.
+HAND_BACK = b'-NAK {"delay": 1000000}'
+#: Seconds a stopping worker waits for the server to confirm one hand-back.
+HAND_BACK_TIMEOUT = 2.0
+#: Seconds a stopping worker waits for its abandoned runs' tasks to end (a tool may ignore the
+#: cancellation; its run is fenced and handed back, so the process goes on without it).
+ABANDON_GRACE = 2.0
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
 
 class GiveUp(Exception):
     """Raised by a command handler: this command can never succeed; dead-letter it."""
@@ -167,6 +187,11 @@ class Worker:
         self._tasks: dict[asyncio.Task[None], Any] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._stopping = asyncio.Event()
+        self._hurry = asyncio.Event()
+        #: Messages (by id) whose hand-back `stop` does itself, after their handlers ended.
+        self._handing_back: set[int] = set()
+        #: The run each in-flight command drives (for what a stop says it hands back).
+        self._runs: dict[asyncio.Task[None], str] = {}
         self._fetcher: asyncio.Task[None] | None = None
         self.log = _log.bind(consumer=self.consumer, app=self.app_name, pid=os.getpid())
         #: Counters (for tests and `bench_workers`).
@@ -213,26 +238,66 @@ class Worker:
             await self.js.add_consumer(COMMANDS_STREAM, info.config)  # an update: the filter may change
 
     async def stop(self, timeout: float | None = None) -> None:
-        """Stop fetching; let in-flight commands finish within `timeout`, then nak the rest."""
+        """Stop fetching; let in-flight commands finish within `timeout` (or until
+        `hand_back_now()`), then fence their runs and hand the commands back (module doc)."""
         timeout = self.shutdown_timeout if timeout is None else timeout
         self._stopping.set()
         if self._fetcher is not None:
             await asyncio.gather(self._fetcher, return_exceptions=True)
         pending = list(self._tasks)
-        if pending:
-            _done, late = await asyncio.wait(pending, timeout=timeout)
-            for task in late:
-                task.cancel()  # its handler naks the message
-            await asyncio.gather(*late, return_exceptions=True)
+        if pending and timeout > 0 and not self._hurry.is_set():
+            count, which = self._describe(pending)
+            self.log.warning(f"stopping: waiting up to {timeout:g} s for {count} to finish {which}; Ctrl-C again "
+                             f"hands {'it' if count == '1 run' else 'them'} back now", runs=self._run_ids(pending))
+            finished = asyncio.ensure_future(asyncio.wait(pending))
+            hurry = asyncio.ensure_future(self._hurry.wait())
+            await asyncio.wait((finished, hurry), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            finished.cancel()
+            hurry.cancel()
+        late = {task: msg for task, msg in self._tasks.items() if not task.done()}
         rt = self.runtime
+        if late:
+            if rt is not None:
+                rt.fence_runs()  # nothing more is written for them here, before anyone else may take them
+            runs = {task: self._runs.get(task, "?") for task in late}
+            count, which = self._describe(late)
+            self.log.warning(f"handing {count} back {which}", runs=self._run_ids(late))
+            self._handing_back.update(id(msg) for msg in late.values())
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+            await asyncio.gather(*(self._hand_back(msg, runs[task], self.log) for task, msg in late.items()))
         if rt is not None:  # runs nobody holds a command for any more: stop them uncommitted
-            await asyncio.gather(*rt.abandon_runs(), return_exceptions=True)
+            await self._await_abandoned(rt.abandon_runs())
         if self._sub is not None:
             try:
                 await self._sub.unsubscribe()
             except Exception:  # noqa: BLE001
                 pass
         self.log.info("worker.stopped", **self.stats)
+
+    def hand_back_now(self) -> None:
+        """Cut a stop's wait short: what runs now is handed back at once (a second Ctrl-C)."""
+        self._hurry.set()
+
+    def _run_ids(self, tasks: Any) -> list[str]:
+        return sorted({run for task in tasks if (run := self._runs.get(task))})
+
+    def _describe(self, tasks: Any) -> tuple[str, str]:
+        """(`1 run`, `(run X)`) / (`2 runs`, `(runs X, Y)`) for the log lines of a stop."""
+        runs = self._run_ids(tasks)
+        n = max(len(runs), 1 if tasks else 0)
+        return plural(n, "run"), f"({'run' if len(runs) == 1 else 'runs'} {', '.join(runs) or '?'})"
+
+    async def _await_abandoned(self, tasks: list[asyncio.Task[Any]]) -> None:
+        """Wait (bounded) for abandoned runs to stop; say which did not (a tool that ignores
+        cancellation): they are fenced, so whatever they do later is never written."""
+        if not tasks:
+            return
+        _done, stuck = await asyncio.wait(tasks, timeout=ABANDON_GRACE)
+        for task in stuck:
+            self.log.warning("a tool ignores cancellation: its run was handed back and nothing it does is "
+                             "written; the process goes on without it", task=task.get_name())
 
     async def __aenter__(self) -> Worker:
         await self.start()
@@ -248,7 +313,8 @@ class Worker:
 
         backoff = 0.05
         while not self._stopping.is_set():
-            await self._slots.acquire()
+            if not await self._take_slot():
+                break
             free = 1
             while free < self.concurrency and not self._slots.locked():
                 await self._slots.acquire()
@@ -274,7 +340,30 @@ class Worker:
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.pop(task, None)
+        self._runs.pop(task, None)
         self._slots.release()
+
+    async def _take_slot(self) -> bool:
+        """Wait for a free slot; False if the worker stops first (a full worker must not hold
+        its stop up until one of its runs ends)."""
+        if not self._slots.locked():
+            await self._slots.acquire()
+            return True
+        acquire = asyncio.ensure_future(self._slots.acquire())
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait((acquire, stopping), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not acquire.done():
+                acquire.cancel()
+                await asyncio.gather(acquire, return_exceptions=True)
+        if acquire.done() and not acquire.cancelled():
+            if self._stopping.is_set():
+                self._slots.release()
+                return False
+            return True
+        return False
 
     # -- one command ---------------------------------------------------------------------------
 
@@ -285,6 +374,9 @@ class Worker:
             self.log.error("command.invalid", error=str(exc), subject=msg.subject)
             await self._dead_letter(msg, None, exc.code, str(exc), self.log)
             return
+        task = asyncio.current_task()
+        if task is not None:
+            self._runs[task] = cmd.run_id
         meta = msg.metadata
         log = self.log.bind(
             command_id=cmd.command_id, command=type(cmd).__name__, thread_id=cmd.thread_id,
@@ -317,9 +409,10 @@ class Worker:
                 delay = min(self.max_nak_delay, self.nak_delay * (2 ** min(meta.num_delivered - 1, 6)))
         except asyncio.CancelledError:
             log.info("command.interrupted")
-            outcome, delay = NAK, 0.0
             beat.cancel()
-            await self._settle(msg, NAK, 0.0)
+            await asyncio.gather(beat, return_exceptions=True)  # no in-progress signal after the hand-back
+            if id(msg) not in self._handing_back:  # else `stop` hands it back once this handler ended
+                await self._hand_back(msg, cmd.run_id, log)
             raise
         except StoreUnavailable as exc:
             log.warning("command.store_unavailable", error=str(exc))
@@ -407,6 +500,19 @@ class Worker:
         self.stats[{"ack": "acked", "nak": "naked", "term": "termed"}[outcome]] += 1
         if log is not None:
             log.debug("command.settled", outcome=outcome)
+
+    async def _hand_back(self, msg: Any, run_id: str, log: Any) -> None:
+        """Give an unfinished command back to the queue for immediate redelivery (`HAND_BACK`),
+        waiting for the server's confirmation; if it does not come, the command is redelivered
+        after its lease (`ack_wait`) instead, and the log says so."""
+        try:
+            await self.nc.request(msg.reply, HAND_BACK, timeout=HAND_BACK_TIMEOUT)
+        except Exception as exc:  # noqa: BLE001 - NATS away: the lease hands it back later
+            log.warning(f"could not hand run {run_id} back ({type(exc).__name__}); another worker takes it "
+                        f"once its lease ends (ack_wait {self.ack_wait:g} s)", error=str(exc))
+            return
+        self.stats["naked"] += 1
+        log.info("command.handed_back")
 
     async def _heartbeat(self, msg: Any) -> None:
         while True:
