@@ -1,7 +1,8 @@
 """Test app for `agentlog serve --app tests.apps.serve_app:app` subprocesses (tests/e2e/test_serve_crash.py,
 scripts/bench_reliability.py).
 
-Agent `held`: one `hold` call, then a text answer (any run on a thread continues the script).
+Agent `held`: one `hold` call, then a text answer (any run on a thread continues the script);
+`held_sync` the same with `hold_sync`, a sync tool (it runs in a thread, which no stop can cancel).
 `hold` returns at once when the file `$SERVE_APP_HOLD_DIR/<thread_id>` exists and does not name
 the calling run, and otherwise blocks until cancelled: the test decides, per thread and before a
 process starts, whether that process can finish the run. A file naming run ids (one per line)
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +22,30 @@ from agentlog.runtime import AgentSpec, Runtime, ToolContext, tool
 from agentlog.runtime.models.scripted import ScriptedModel, Turn
 
 
-@tool
-async def hold(ctx: ToolContext) -> str:
-    """Finish if this thread is released for this run, else block (until the run is cancelled or
-    the process stops)."""
+def _held(ctx: ToolContext) -> bool:
     release = Path(os.environ["SERVE_APP_HOLD_DIR"]) / ctx.thread_id
     try:
         still_held = release.read_text().split()
     except FileNotFoundError:
         still_held = [ctx.run_id]
-    if ctx.run_id in still_held:
+    return ctx.run_id in still_held
+
+
+@tool
+async def hold(ctx: ToolContext) -> str:
+    """Finish if this thread is released for this run, else block (until the run is cancelled or
+    the process stops)."""
+    if _held(ctx):
         await asyncio.Event().wait()
+    return "released"
+
+
+@tool
+def hold_sync(ctx: ToolContext) -> str:
+    """`hold` as a sync tool (it runs in a thread): when held it blocks for good, and a thread
+    cannot be cancelled: the tool that ignores a stop."""
+    if _held(ctx):
+        threading.Event().wait()
     return "released"
 
 
@@ -44,4 +59,8 @@ def release_all_but(hold_dir: Path, thread_id: str, run_id: str) -> None:
 def app(store: Any) -> Runtime:
     spec = AgentSpec(id="held", model="held", tools=["hold"], max_rounds=5)
     model = ScriptedModel([Turn.tool("hold"), Turn.text("after hold")], loop=True, position="conversation")
-    return Runtime(store, agents=[spec], tools=[hold], models={"held": model})
+    sync_spec = AgentSpec(id="held_sync", model="held_sync", tools=["hold_sync"], max_rounds=5)
+    sync_model = ScriptedModel([Turn.tool("hold_sync"), Turn.text("after hold")], loop=True,
+                               position="conversation")
+    return Runtime(store, agents=[spec, sync_spec], tools=[hold, hold_sync],
+                   models={"held": model, "held_sync": sync_model})

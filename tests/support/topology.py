@@ -81,6 +81,30 @@ class _Banner:
         return self.text
 
 
+class _Stderr:
+    """Copies a child's stderr (its logs) to its log file and keeps what it printed, so a test
+    can wait for a line (`Deployment.wait_output`) instead of polling the file."""
+
+    def __init__(self, stderr: IO[bytes], log: IO[bytes]) -> None:
+        self.text = ""
+        self.changed = threading.Condition()
+        self._thread = threading.Thread(target=self._copy, args=(stderr, log), daemon=True)
+        self._thread.start()
+
+    def _copy(self, stderr: IO[bytes], log: IO[bytes]) -> None:
+        with stderr, log:
+            for raw in iter(stderr.readline, b""):
+                log.write(raw)
+                log.flush()
+                with self.changed:
+                    self.text += raw.decode(errors="replace")
+                    self.changed.notify_all()
+
+    def wait(self, text: str, timeout: float) -> bool:
+        with self.changed:
+            return self.changed.wait_for(lambda: text in self.text, timeout)
+
+
 @dataclass
 class Deployment:
     """One deployment's processes on one nats-server. `start()` starts whatever is not running."""
@@ -96,6 +120,7 @@ class Deployment:
     http_url: str = ""
     procs: dict[str, Process] = field(default_factory=dict)
     _starts: dict[str, int] = field(default_factory=dict)
+    _stderr: dict[str, _Stderr] = field(default_factory=dict)
 
     @property
     def nats_url(self) -> str:
@@ -133,13 +158,16 @@ class Deployment:
         env = {**os.environ, "PYTHONPATH": PYTHONPATH, **self.env}
         command = self._command(name)
         proc: Process
-        if forkserver.enabled():  # the same command, forked from a process that imported it (see there)
-            proc = forkserver.SERVER.spawn(command[3:], cwd=str(REPO), env=env, stderr=log)
-        else:
-            proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
-                                    cwd=str(REPO), env=env)
+        read_end, write_end = os.pipe()
+        with os.fdopen(write_end, "wb") as stderr:  # the child holds its own copy
+            if forkserver.enabled():  # the same command, forked from a process that imported it (see there)
+                proc = forkserver.SERVER.spawn(command[3:], cwd=str(REPO), env=env, stderr=stderr)
+            else:
+                proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+                                        cwd=str(REPO), env=env)
         assert proc.stdout is not None
         self.procs[name] = proc
+        self._stderr[name] = _Stderr(os.fdopen(read_end, "rb"), open(log_path, "ab"))
         return _Banner(proc.stdout, log)
 
     def _ready(self, name: str, banner: _Banner) -> None:
@@ -178,6 +206,11 @@ class Deployment:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
+
+    def wait_output(self, name: str, text: str, timeout: float = START_TIMEOUT) -> None:
+        """Wait until the named process (this start of it) has logged `text` on stderr."""
+        if not self._stderr[name].wait(text, timeout):
+            raise AssertionError(f"{name} did not log {text!r} in {timeout} s:\n{self.output(name)}")
 
     def output(self, name: str) -> str:
         """What the process printed (all its starts), for assertion messages."""
