@@ -1,6 +1,6 @@
 """Reliability report: chaos and scale, one section per failure mode.
 
-    python scripts/bench_reliability.py [--quick] [--only crash,outage,poison,disk,list,cluster] [--runs N]
+    python scripts/bench_reliability.py [--quick] [--only crash,outage,poison,disk,stop,list,cluster] [--runs N]
 
 Sections (each `async def run(quick) -> (rows, figures)`; rows are label -> value for the table,
 figures go in the last-line JSON with the section name as key prefix):
@@ -19,6 +19,14 @@ figures go in the last-line JSON with the section name as key prefix):
   at a `discard: new` byte limit) and while it is full, then with room again. Reports the 503s
   and `degraded` health while full, runs lost (accepted or queued, never finished: 0), health ok
   after and no restart.
+- `stop`: a process that drives runs is stopped (SIGTERM) while their tool runs, with a
+  `--shutdown-timeout` shorter than the tool and the default command lease (30 s); the next
+  process starts. Twice: `agentlog serve` on its embedded nats-server (which stops with it, the
+  default deployment), and an `agentlog worker` beside a gateway on a nats-server that stays up.
+  Reports the time from SIGTERM to the exit, from the next process being ready until every run
+  finished (the bound: the tool's time + 3 s; a run left to its lease would take ~30 s) and its
+  ratio to the tool's time, the runs the stopping process said it handed back, and runs lost /
+  duplicated.
 - `list` and `cluster`: `scripts/reliability_list.py` and
   `scripts/reliability_cluster.py`, imported only when selected.
 
@@ -51,7 +59,7 @@ SCRIPTS = ROOT / "scripts"
 sys.path[:0] = [str(ROOT / "src"), str(SCRIPTS)]
 
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer  # noqa: E402
-from agentlog.eventlog.events import RunFinished, StoredCommit, ToolCallCompleted  # noqa: E402
+from agentlog.eventlog.events import RunFinished, StoredCommit, ToolCallCompleted, ToolCallStarted  # noqa: E402
 from agentlog.eventlog.jetstream.store import JetStreamEventStore  # noqa: E402
 from agentlog.runtime import AgentSpec, Runtime, tool  # noqa: E402
 from agentlog.runtime.models.scripted import ScriptedModel, Turn  # noqa: E402
@@ -69,6 +77,12 @@ OUTAGE_S = 6.0
 ACK_WAIT_S = 2.0
 #: Bound on every wait of a section (a run not finished by then counts as lost).
 LIMIT_S = 60.0
+#: The stop section: how long the tool of its runs takes (`BENCH_STOP_TOOL_S` in the processes),
+#: and the stopped process's `--shutdown-timeout`, shorter than that.
+STOP_TOOL_S = {True: 2.0, False: 5.0}
+STOP_SHUTDOWN_S = 0.5
+#: What the next process may take beyond the tool's time to finish a handed-back run.
+STOP_SLACK_S = 3.0
 
 
 # == the app (also loaded by the `agentlog serve` subprocesses: --app bench_reliability:app) =========
@@ -81,11 +95,21 @@ async def work(k: int) -> str:
     return f"worked {k}"
 
 
+@tool
+async def long_work() -> str:
+    """One long unit of work ($BENCH_STOP_TOOL_S seconds): a stop lands in the middle of it."""
+    await asyncio.sleep(float(os.environ.get("BENCH_STOP_TOOL_S", "2")))  # the workload itself
+    return "worked long"
+
+
 def app(store: Any) -> Runtime:
     agent = AgentSpec(id="steady", model="steady", tools=["work"], max_rounds=STEPS + 2)
     turns = [Turn.tool("work", {"k": i}) for i in range(STEPS)] + [Turn.text("done")]
     model = ScriptedModel(turns, loop=True, position="conversation")
-    return Runtime(store, agents=[agent], tools=[work], models={"steady": model})
+    long = AgentSpec(id="long", model="long", tools=["long_work"], max_rounds=3)
+    long_model = ScriptedModel([Turn.tool("long_work"), Turn.text("done")], loop=True, position="conversation")
+    return Runtime(store, agents=[agent, long], tools=[work, long_work],
+                   models={"steady": model, "long": long_model})
 
 
 # == shared: watching and tallying runs ==============================================================
@@ -174,33 +198,46 @@ def _finish_figures(figures: Figures, baseline_s: float, wall_s: float) -> Figur
 # == crash ==============================================================================================
 
 
-async def _spawn_serve(nats_url: str, logdir: Path, name: str) -> tuple[asyncio.subprocess.Process, str]:
+async def _spawn(role: str, logdir: Path, name: str, *args: str, env: dict[str, str] | None = None
+                 ) -> tuple[asyncio.subprocess.Process, str, str]:
+    """`agentlog <role> --app bench_reliability:app <args>`, once its banner is printed: the
+    process, its HTTP URL ("" for a worker) and its NATS URL."""
     agentlog = str(Path(sys.executable).parent / "agentlog")
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "AGENTLOG_LOG_LEVEL": "warning",
-           "PYTHONPATH": str(SCRIPTS), "AGENTLOG_WORKER_ACK_WAIT": str(ACK_WAIT_S)}
+           "PYTHONPATH": str(SCRIPTS), **(env or {})}
+    http = ["--port", "0", "--tokens", ""] if role in ("serve", "gateway") else []
     with open(logdir / f"{name}.log", "wb") as log:
         proc = await asyncio.create_subprocess_exec(
-            agentlog, "serve", "--app", "bench_reliability:app", "--port", "0", "--tokens", "", "--nats", nats_url,
+            agentlog, role, "--app", "bench_reliability:app", *http, *args,
             stdout=asyncio.subprocess.PIPE, stderr=log, stdin=asyncio.subprocess.DEVNULL, env=env, cwd=str(ROOT))
     assert proc.stdout is not None
     banner = ""
     while "NATS" not in banner:
         line = (await proc.stdout.readline()).decode()
         if not line:
-            raise RuntimeError(f"agentlog serve exited before its banner (see {logdir / name}.log)")
+            raise RuntimeError(f"agentlog {role} exited before its banner (see {logdir / name}.log)")
         banner += line
     found = re.search(r"HTTP\s+│\s+(http://127\.0\.0\.1:\d+)", banner)
-    if not found:
-        raise RuntimeError(f"no HTTP address in the serve banner: {banner!r}")
-    return proc, found.group(1)
+    if http and not found:
+        raise RuntimeError(f"no HTTP address in the {role} banner: {banner!r}")
+    nats = re.search(r"NATS\s+│\s+(nats://127\.0\.0\.1:\d+)", banner)
+    if not nats:
+        raise RuntimeError(f"no NATS address in the {role} banner: {banner!r}")
+    return proc, found.group(1) if found else "", nats.group(1)
 
 
-async def _post_runs(url: str, n: int, tag: str) -> dict[str, str]:
+async def _spawn_serve(nats_url: str, logdir: Path, name: str) -> tuple[asyncio.subprocess.Process, str]:
+    proc, url, _nats = await _spawn("serve", logdir, name, "--nats", nats_url,
+                                    env={"AGENTLOG_WORKER_ACK_WAIT": str(ACK_WAIT_S)})
+    return proc, url
+
+
+async def _post_runs(url: str, n: int, tag: str, agent_id: str = "steady") -> dict[str, str]:
     import aiohttp
 
     async with aiohttp.ClientSession(url) as http:
         async def one(i: int) -> tuple[str, str]:
-            body = {"agent_id": "steady", "messages": "go", "thread_id": f"{tag}{i}"}
+            body = {"agent_id": agent_id, "messages": "go", "thread_id": f"{tag}{i}"}
             async with http.post("/v1/runs", json=body) as r:
                 if r.status != 202:
                     raise RuntimeError(f"POST /v1/runs answered {r.status}: {await r.text()}")
@@ -308,6 +345,141 @@ async def outage(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
             await worker.stop(timeout=2)
     rows = chaos_rows(figures) + [("NATS down s", f"{figures['outage_s']:.2f}"),
                                   ("NATS back -> all finished s", f"{figures['recovery_s']:.2f}")]
+    return rows, figures
+
+
+# == stop ===============================================================================================
+
+
+async def _all_started(store: JetStreamEventStore, runs: dict[str, str]) -> None:
+    """Until every run's tool call has started (bounded by the caller)."""
+    waiting = set(runs)
+    async with contextlib.aclosing(store.follow(None, 0)) as commits:
+        async for sc in commits:
+            if any(isinstance(e, ToolCallStarted) for e in sc.commit.events):
+                waiting.discard(sc.commit.run_id or "")
+                if not waiting:
+                    return
+
+
+def _handed_back(log: Path) -> int:
+    """How many runs the stopping process said it handed back (`handing N runs back (...)`)."""
+    found = re.findall(r"handing (\d+) runs? back", log.read_text(errors="replace"))
+    return sum(int(n) for n in found)
+
+
+async def _takeover(store: JetStreamEventStore, runs: dict[str, str], ready: float) -> tuple[float, Figures]:
+    """Seconds from `ready` until every run finished, and the tally."""
+    progress = Progress(store)
+    try:
+        await progress.until(lambda p: runs.keys() <= p.finished, LIMIT_S)
+        took = time.perf_counter() - ready
+    finally:
+        await progress.close()
+    return took, await tally(store, runs)
+
+
+async def _stop_serve(tmp: Path, n: int, env: dict[str, str]) -> Figures:
+    """`agentlog serve` on its embedded nats-server: SIGTERM mid-tool, then the next `serve` on the
+    same data dir (its nats-server was stopped with the first one, and starts again with it)."""
+    from agentlog.eventlog.roles import load_or_create_credentials
+
+    data = tmp / "data"
+    args = ("--data-dir", str(data), "--shutdown-timeout", str(STOP_SHUTDOWN_S))
+    first, url, nats = await _spawn("serve", tmp, "stop-serve-first", *args, env=env)
+    try:
+        login = load_or_create_credentials(data).login("readonly")
+        store = await JetStreamEventStore.connect(nats, **login)
+        try:
+            runs = await _post_runs(url, n, "s", "long")
+            await asyncio.wait_for(_all_started(store, runs), LIMIT_S)
+        finally:
+            await store.close()
+        signalled = time.perf_counter()
+        first.send_signal(signal.SIGTERM)
+        await first.wait()
+        exit_s = time.perf_counter() - signalled
+        second, _url, nats = await _spawn("serve", tmp, "stop-serve-second", *args, env=env)
+        ready = time.perf_counter()
+        try:
+            store = await JetStreamEventStore.connect(nats, **login)
+            try:
+                took, figures = await _takeover(store, runs, ready)
+            finally:
+                await store.close()
+        finally:
+            second.send_signal(signal.SIGTERM)
+            await second.wait()
+    finally:
+        if first.returncode is None:
+            first.kill()
+            await first.wait()
+    figures.update(takeover_s=round(took, 3), exit_s=round(exit_s, 3),
+                   handed_back=_handed_back(tmp / "stop-serve-first.log"))
+    return figures
+
+
+async def _stop_worker(tmp: Path, n: int, env: dict[str, str]) -> Figures:
+    """`agentlog gateway` + `agentlog worker` on a nats-server that stays up: SIGTERM the worker
+    mid-tool, then start the next worker."""
+    procs: list[asyncio.subprocess.Process] = []
+    server = EmbeddedNatsServer(tmp / "nats")
+    await server.astart()
+    try:
+        store = await JetStreamEventStore.connect(server.url)
+        try:
+            gateway, url, _nats = await _spawn("gateway", tmp, "stop-gateway", "--nats", server.url, env=env)
+            procs.append(gateway)
+            worker_args = ("--nats", server.url, "--shutdown-timeout", str(STOP_SHUTDOWN_S), "--concurrency", str(n))
+            first, _url, _nats = await _spawn("worker", tmp, "stop-worker-first", *worker_args, env=env)
+            procs.append(first)
+            runs = await _post_runs(url, n, "w", "long")
+            await asyncio.wait_for(_all_started(store, runs), LIMIT_S)
+            signalled = time.perf_counter()
+            first.send_signal(signal.SIGTERM)
+            await first.wait()
+            exit_s = time.perf_counter() - signalled
+            second, _url, _nats = await _spawn("worker", tmp, "stop-worker-second", *worker_args, env=env)
+            procs.append(second)
+            took, figures = await _takeover(store, runs, time.perf_counter())
+        finally:
+            await store.close()
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.send_signal(signal.SIGTERM)
+                await p.wait()
+        await server.astop()
+    figures.update(takeover_s=round(took, 3), exit_s=round(exit_s, 3),
+                   handed_back=_handed_back(tmp / "stop-worker-first.log"))
+    return figures
+
+
+async def stop(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
+    n = runs or (5 if quick else 20)
+    tool_s = STOP_TOOL_S[quick]
+    env = {"BENCH_STOP_TOOL_S": str(tool_s)}  # the default lease (30 s): what a user runs
+    figures: Figures = {"runs": n, "tool_s": tool_s, "shutdown_timeout_s": STOP_SHUTDOWN_S,
+                        "bound_s": tool_s + STOP_SLACK_S}
+    rows: Rows = [("runs stopped mid-tool (each topology)", str(n)), ("tool s", f"{tool_s:g}"),
+                  ("--shutdown-timeout s", f"{STOP_SHUTDOWN_S:g}"), ("bound: tool + 3 s", f"{tool_s + STOP_SLACK_S:g}")]
+    with tempfile.TemporaryDirectory(prefix="agentlog-bench-stop-") as tmp:
+        for kind, scenario in (("serve", _stop_serve), ("worker", _stop_worker)):
+            where = Path(tmp) / kind
+            where.mkdir()
+            got = await scenario(where, n, env)
+            ok = got["finished"] == n and got["takeover_s"] <= tool_s + STOP_SLACK_S
+            figures.update({f"{kind}_{k}": v for k, v in got.items()})
+            figures[f"{kind}_takeover_over_tool"] = round(got["takeover_s"] / tool_s, 3)
+            figures[f"{kind}_within_bound"] = ok
+            label = "serve (embedded NATS)" if kind == "serve" else "worker (beside a gateway)"
+            rows += [(f"{label}: SIGTERM -> exited s", f"{got['exit_s']:.2f}"),
+                     (f"{label}: next ready -> all finished s", f"{got['takeover_s']:.2f}"),
+                     (f"{label}: / tool time", f"{got['takeover_s'] / tool_s:.2f}"),
+                     (f"{label}: said handed back", str(got["handed_back"])),
+                     (f"{label}: finished / lost / dup commits",
+                      f"{got['finished']} / {got['lost']} / {got['duplicated_commits']}"),
+                     (f"{label}: within the bound", str(ok))]
     return rows, figures
 
 
@@ -513,6 +685,7 @@ def sections(runs: int | None) -> dict[str, Section]:
         "outage": lambda quick: outage(quick, runs),
         "poison": lambda quick: poison(quick, runs),
         "disk": lambda quick: disk(quick, runs),
+        "stop": lambda quick: stop(quick, runs),
         "list": _external("reliability_list"),
         "cluster": _external("reliability_cluster"),
     }
@@ -534,7 +707,7 @@ def print_table(name: str, rows: Iterable[tuple[str, str]], seconds: float) -> N
 async def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes: finishes in well under a minute")
-    ap.add_argument("--only", help="comma-separated sections (crash, outage, poison, disk, list, cluster); "
+    ap.add_argument("--only", help="comma-separated sections (crash, outage, poison, disk, stop, list, cluster); "
                                    "default all")
     ap.add_argument("--runs", type=int, help="runs per chaos section (default 20 quick, 100 full)")
     args = ap.parse_args(argv)
