@@ -83,6 +83,8 @@ async def test_nats_adapters_check_tokens_and_tenants(secured: Deployed) -> None
             event = json.loads(replies[0].data)
             assert event["type"] in ("RUN_ERROR", "error")
             assert event.get("code", code) == code
+            # the body says what the headers say, as the HTTP answer does
+            assert event.get("message", event.get("errorText")) == replies[0].headers["Nats-Service-Error"], event
     assert await stack.events_of(tx) == [] and await stack.events_of(ty) == []
 
     async def ask(subject: str, body: Any, token: str) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ import structlog
 from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.events import AgentHandedOff, Event, Message, SuspendTicket
 from agentlog.eventlog.ids import is_valid_id
+from agentlog.gateway.operations.errors import ApiError
 from agentlog.runtime.inputs.frontend import ACTION as FRONTEND_ACTION
 
 _encode = msgspec.json.Encoder(order="deterministic").encode
@@ -324,10 +325,12 @@ def reasoning_text(m: Message) -> str:
 
 
 def error_text(exc: BaseException) -> str:
-    """What a protocol error event says about `exc`: the message of our own typed errors, only
-    the type of anything else (its text may hold the very input that broke it, e.g. a lone
-    surrogate, which no UTF-8 encoder accepts), always encodable."""
-    text = (str(exc) or type(exc).__name__) if isinstance(exc, AgentlogError) else \
+    """What a protocol error event says about `exc`: the message of our own typed errors (the
+    runtime's and the gateway's `ApiError`, e.g. a refused token: the same words as the HTTP
+    answer and the NATS error headers), only the type of anything else (its text may hold the
+    very input that broke it, e.g. a lone surrogate, which no UTF-8 encoder accepts), always
+    encodable."""
+    text = (str(exc) or type(exc).__name__) if isinstance(exc, (AgentlogError, ApiError)) else \
         f"internal error ({type(exc).__name__})"
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
