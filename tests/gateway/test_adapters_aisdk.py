@@ -14,15 +14,19 @@ from agentlog.eventlog.events import (
     Message,
     MessageAppended,
     StepStarted,
+    SuspendTicket,
     ToolCall,
     ToolCallCompleted,
     ToolCallDecided,
     ToolCallDecision,
+    ToolCallResuming,
+    ToolCallSuspended,
 )
 from agentlog.gateway.adapters.aisdk import (
     DONE,
     HEADERS,
     AiSdkTranslator,
+    acted_on_approvals,
     check_approvals,
     encode_stream,
     parse_chat_request,
@@ -139,6 +143,30 @@ def test_a_tool_call_is_started_once_whichever_way_it_comes() -> None:
                       "name": "add", "arguments_delta": "}"})
     assert [p["toolCallId"] for p in parts if p["type"] == "tool-input-start"] == ["c1"]
     assert [p["toolCallId"] for p in parts if p["type"] == "tool-input-available"] == ["c1"]
+
+
+def test_a_replay_asks_again_for_approvals_the_run_has_not_gone_on_from() -> None:
+    """Only a suspension the run resumed from with an approval loses its approval request in a
+    replay: not one approved while the rest of its batch is unanswered, not a denied one, not
+    the call's next suspension."""
+    def suspended(call: str) -> ToolCallSuspended:
+        return ToolCallSuspended(call_id=call, ticket=SuspendTicket(id=f"t-{call}"))
+
+    def decided(call: str, action: str) -> ToolCallDecided:
+        return ToolCallDecided(call_id=call, decision=ToolCallDecision(
+            target_id=call, decision_id=f"d-{call}-{action}", action=action))  # type: ignore[arg-type]
+
+    partial = [suspended("a"), suspended("b"), decided("a", "resume")]
+    assert acted_on_approvals(partial) == []
+    again = [suspended("a"), decided("a", "resume"), ToolCallResuming(call_id="a", mode="replay_tool_call"),
+             suspended("a")]
+    assert acted_on_approvals(again) == ["a"]
+    denied = [suspended("a"), decided("a", "cancel"), ToolCallResuming(call_id="a", mode="replay_tool_call")]
+    assert acted_on_approvals(denied) == []
+    tr = AiSdkTranslator("t", "r")
+    tr.approved_later(acted_on_approvals(again))
+    parts = [p for ev in again for p in tr.feed(ev)]
+    assert [p["type"] for p in parts if p["type"] == "tool-approval-request"] == ["tool-approval-request"]
 
 
 def test_resumed_stream_continues_the_same_message() -> None:

@@ -50,7 +50,7 @@ async def test_official_clients_end_in_the_servers_state(protocol_deployment: De
                 "agui-resume-sent-twice", "agui-two-interrupts", "agui-frontend-tool", "agui-reasoning",
                 "agui-image", "ai-text", "ai-state", "ai-approve", "ai-deny", "ai-partial", "ai-client-tool",
                 "ai-reasoning", "ai-image",
-                "ai-resumed-stream", "ai-resumed-stream-after-a-step"}
+                "ai-resumed-stream", "ai-resumed-stream-after-a-step", "ai-resumed-stream-partial"}
     assert set(report["scenarios"]) == expected
     await _compare(base, report)
 

@@ -282,6 +282,24 @@ const ai = {
     await chat.resumeStream();
     return chat;
   },
+  "ai-resumed-stream-partial": async () => {
+    // one of two approvals answered (the run waits for the other), then the stream resumed (a
+    // reload): the replay must ask for both again, as the history shows them
+    let chat;
+    chat = new Chat(PAR, { runId: () => chat.messages.at(-1).id });
+    await chat.sendMessage({ text: "two: do a and b" });
+    const [first] = chat.toolParts();
+    await chat.addToolApprovalResponse({ id: first.approval.id, approved: true });
+    await chat.ready();
+    await chat.sendMessage(); // the client waits for every answer: send this one now
+    await chat.ready();
+    await chat.resumeStream();
+    await chat.ready();
+    if (chat.toolParts().filter((p) => p.state === "approval-requested").length !== 2) {
+      throw new Error(`expected two approval requests after the replay: ${JSON.stringify(chat.toolParts())}`);
+    }
+    return chat;
+  },
   "ai-resumed-stream-after-a-step": async () => {
     // a tool step before the approval: the message the client holds when it resumes the stream
     let chat;

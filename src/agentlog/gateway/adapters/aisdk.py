@@ -33,6 +33,7 @@ Mapping, and why:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -54,6 +55,7 @@ from agentlog.eventlog.events import (
     ToolCallCompleted,
     ToolCallDecided,
     ToolCallGated,
+    ToolCallResuming,
     ToolCallStarted,
     ToolCallSuspended,
 )
@@ -99,6 +101,25 @@ def encode(part: Mapping[str, Any]) -> str:
     return f"data: {_encode(part).decode()}\n\n"
 
 
+def acted_on_approvals(events: Iterable[Event]) -> list[str]:
+    """The suspensions of a run's log (in order) that the run went on from with an approval:
+    one call id per `ToolCallSuspended` followed by a `ToolCallResuming` of that call whose
+    decision was `resume`. What `AiSdkTranslator.approved_later` takes."""
+    suspended: Counter[str] = Counter()
+    approved: dict[str, bool] = {}
+    out: list[str] = []
+    for ev in events:
+        if isinstance(ev, ToolCallSuspended):
+            suspended[ev.call_id] += 1
+        elif isinstance(ev, ToolCallDecided):
+            approved[ev.call_id] = ev.decision.action == "resume"
+        elif isinstance(ev, ToolCallResuming) and suspended[ev.call_id] > 0:
+            suspended[ev.call_id] -= 1
+            if approved.get(ev.call_id):
+                out.append(ev.call_id)
+    return out
+
+
 def encode_stream(parts: Iterable[Mapping[str, Any]]) -> str:
     """A whole stream, `[DONE]` included (replays, tests)."""
     return "".join(encode(p) for p in parts) + DONE
@@ -125,12 +146,14 @@ class AiSdkTranslator:
         self._denied: set[str] = set()
         self._running: set[str] = set()            # calls whose result is still to be committed
         self._held: list[dict[str, Any]] = []      # live deltas of the next step, until then
-        self._approved_later: set[str] = set()
+        self._approved_later: Counter[str] = Counter()
 
     def approved_later(self, call_ids: Iterable[str]) -> None:
-        """Calls a replay knows were approved after their suspension: their approval request is
-        not replayed (no stream part carries the human's `approved`, and an `output-available`
-        part with an unanswered `approval` fails `validateUIMessages`)."""
+        """Suspensions a replay knows the run went on from with an approval, one call id per
+        suspension (`acted_on_approvals`): their approval request is not replayed (no stream part
+        carries the human's `approved`, and an `output-available` part with an unanswered
+        `approval` fails `validateUIMessages`). A call suspended again after that, or approved
+        but not resumed yet (the rest of its batch unanswered), still gets its request."""
         self._approved_later.update(call_ids)
 
     def expect_results(self, call_ids: Iterable[str]) -> None:
@@ -327,7 +350,8 @@ class AiSdkTranslator:
         if is_frontend_ticket(ticket):
             return []  # the client runs it on `tool-input-available` and answers with addToolOutput
         if needs_approval(ticket):
-            if call_id in self._approved_later:
+            if self._approved_later[call_id] > 0:
+                self._approved_later[call_id] -= 1
                 return []
             return [{"type": "tool-approval-request", "approvalId": call_id, "toolCallId": call_id}]
         data: dict[str, Any] = {"id": call_id, "toolCallId": call_id, "reason": interrupt_reason(ticket)}

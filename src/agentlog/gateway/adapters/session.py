@@ -498,8 +498,7 @@ async def aisdk_replay(backend: Backend, run_id: str, who: Any = None) -> AsyncG
     # is fed from the log without its intermediate stops; the rest is followed (live if running).
     resumed = [sc.seq for sc in commits if any(type(e) is RunResumed for e in sc.commit.events)]
     tr = aisdk.AiSdkTranslator(thread_id, run_id)
-    tr.approved_later(e.call_id for sc in commits for e in sc.commit.events
-                      if type(e) is ToolCallDecided and e.decision.action == "resume")
+    tr.approved_later(aisdk.acted_on_approvals(e for sc in commits for e in sc.commit.events))
     head: list[dict[str, Any]] = []
     if resumed:
         for sc in commits:
