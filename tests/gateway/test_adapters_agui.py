@@ -16,10 +16,12 @@ from hypothesis import strategies as st
 from agentlog.eventlog.events import (
     Message,
     MessageAppended,
+    RunFinished,
     RunSuspended,
     StepFinished,
     StepStarted,
     SuspendTicket,
+    Termination,
     ToolCall,
     ToolCallCompleted,
     ToolCallDecided,
@@ -254,9 +256,22 @@ def _step_with_call(step: int, mid: str, call: str) -> list[Any]:
         id=mid, role="assistant", content="Adding.", tool_calls=[ToolCall(id=call, name="add", arguments={"a": 1})]))]
 
 
+def _result(call: str, mid: str) -> list[Any]:
+    return [ToolCallCompleted(call_id=call, outcome="succeeded", result=1, message_id=mid),
+            MessageAppended(message=Message(id=mid, role="tool", content="1", tool_call_id=call))]
+
+
+def _wire_ids(out: list[Any], *types: str) -> list[str]:
+    """The message / tool call ids of the events of `types`, in order."""
+    wire = [e.model_dump(mode="json", by_alias=True, exclude_none=True) for e in out]
+    return [e.get("messageId") if e["type"].startswith("TEXT") else e.get("toolCallId") for e in wire
+            if e["type"] in types]
+
+
 def test_a_call_and_a_text_are_started_once_whichever_way_they_come() -> None:
     """A step's commit after the NEXT step's deltas (a live link far ahead, unmerged) does not
-    start its text or tool call again: both are known by id."""
+    start its text or tool call again: both are known by id. The next step's text waits for
+    the call's result."""
     tr = AguiTranslator("t1", "r1")
     out = tr.feed({"type": "text_delta", "step": 1, "text": "Add", "message_id": "m1"})
     out += tr.feed({"type": "tool_call_delta", "step": 1, "index": 0, "message_id": "m1", "call_id": "c1",
@@ -265,10 +280,36 @@ def test_a_call_and_a_text_are_started_once_whichever_way_they_come() -> None:
     for ev in _step_with_call(1, "m1", "c1"):
         out += tr.feed(ev)
     out += tr.feed(MessageAppended(message=Message(id="m1", role="assistant", content="Adding.")))
-    wire = [e.model_dump(mode="json", by_alias=True, exclude_none=True) for e in out]
-    starts = [e.get("messageId") or e.get("toolCallId") for e in wire if e["type"].endswith("_START")
-              and e["type"] != "STEP_STARTED"]
-    assert starts == ["m1", "c1", "m2"]
+    for ev in _result("c1", "m1r"):
+        out += tr.feed(ev)
+    assert _wire_ids(out, "TEXT_MESSAGE_START", "TOOL_CALL_START", "TOOL_CALL_RESULT") == ["m1", "c1", "c1", "m2"]
+
+
+@settings(max_examples=30)
+@given(st.booleans(), st.booleans(), st.integers(min_value=1, max_value=3))
+def test_a_result_comes_before_the_next_steps_text_however_far_the_live_link_is_ahead(
+        ahead: bool, streamed: bool, words: int) -> None:
+    """The next step's deltas arrive before the commit of step 1's result (`ahead`: the live
+    link outruns the log, and the step-end commit is pipelined, so the deltas after it cannot
+    name its seq for `Merge` to wait for; they do follow step 1's inference commit): the result
+    still comes before step 2's text, which is complete and started once, whether step 1
+    streamed live or not."""
+    step1: list[Any] = [{"type": "text_delta", "step": 1, "text": "Adding.", "message_id": "m1"},
+                        {"type": "tool_call_delta", "step": 1, "index": 0, "message_id": "m1", "call_id": "c1",
+                         "name": "add", "arguments_delta": '{"a": 1}'}] if streamed else []
+    commits: list[list[Any]] = [_step_with_call(1, "m1", "c1"), [*_result("c1", "m1r"), StepFinished(step=1)]]
+    text = ["The ", "sum ", "is 1."][:words]
+    step2 = [{"type": "text_delta", "step": 2, "text": w, "message_id": "m2"} for w in text]
+    cut = len(commits) - int(ahead)
+    items = [*step1, *(e for c in commits[:cut] for e in c), *step2, *(e for c in commits[cut:] for e in c),
+             StepStarted(step=2),
+             MessageAppended(message=Message(id="m2", role="assistant", content="".join(text))),
+             StepFinished(step=2), RunFinished(termination=Termination(type="natural_end"))]
+    events = verify_agui_stream(translate("t1", "r1", items))
+    order = _wire_ids(events, "TOOL_CALL_RESULT", "TEXT_MESSAGE_START")
+    assert order.index("c1") < order.index("m2") and order.count("m2") == 1, order
+    assert "".join(e.delta for e in events if e.type == "TEXT_MESSAGE_CONTENT" and e.message_id == "m2") == \
+        "".join(text)
 
 
 def test_a_replay_leaves_out_what_the_request_already_holds() -> None:

@@ -1,7 +1,8 @@
 """Reconnecting to a live AG-UI run (`POST /v1/ag-ui/agents/{agent}/connect`, the official
 client's `connectAgent`), against what users run (`protocol_deployment`: `agentlog serve`, and
 `agentlog gateway` + `agentlog worker`): a client that lost its stream mid-run gets the rest of
-the run from the log, with no message twice.
+the run from the log, with no message twice. And what makes a drop anywhere safe: the stream
+keeps the server's message order, a call's result before the next step's text.
 """
 
 from __future__ import annotations
@@ -69,3 +70,18 @@ async def test_agui_connect_to_a_finished_run_and_to_nothing(protocol_deployment
         async with http.post(f"{base}/v1/ag-ui/agents/open/connect",
                              json={**body, "threadId": f"t{uuid.uuid4().hex[:12]}"}) as resp:
             assert resp.status == 404, await resp.text()
+
+
+async def test_agui_a_tool_result_comes_before_the_next_steps_text(protocol_deployment: Deployment) -> None:
+    """A tool step, then a text step (`add`): the official client gets step 1's TOOL_CALL_RESULT
+    before step 2's TEXT_MESSAGE_START, and holds the server's messages in the server's order.
+    (The next step's live text outruns the commit of the result: without holding it back, the
+    result landed inside that text message, and a client dropped mid-text kept another order.)"""
+    base = protocol_deployment.http_url
+    doc = await node(str(JS / "step_order.mjs"), base, "open", f"t{uuid.uuid4().hex[:12]}", "3")
+    for run in doc["runs"]:
+        kinds = [kind for kind, _id in run["events"]]
+        assert kinds == ["TEXT_MESSAGE_START", "TOOL_CALL_RESULT", "TEXT_MESSAGE_START"], run["events"]
+        server = await server_messages(base, run["threadId"])
+        assert [m["role"] for m in server] == ["user", "assistant", "tool", "assistant"], server
+        assert normalise_agui(run["messages"]) == normalise_agui(server)

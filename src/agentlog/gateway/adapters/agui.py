@@ -17,6 +17,11 @@ Why the shapes are what they are:
   arrives, after catching up on dropped deltas, and never re-emitted.
 * Steps open at the first sign of them (a live delta of step N, or `StepStarted`), because the
   loop commits `StepStarted` with the inference result, after the deltas of that step.
+* A call's TOOL_CALL_RESULT comes before the next step's text: the live link outruns the log,
+  so the next inference's deltas often arrive before the commit of the results they follow.
+  Deltas of a step after one with a call whose result (or suspension) is not committed yet are
+  held until it is. Otherwise the result lands inside the next text message, and a client that
+  reconnects mid-text keeps the messages in another order than the server.
 * A suspended run is an AG-UI interrupt (upstream contract, `RunFinishedInterruptOutcome`):
   STATE_SNAPSHOT, MESSAGES_SNAPSHOT, then RUN_FINISHED with every open interrupt. Interrupt id
   is the call id: it is what a decision targets, and unique on the thread (ticket ids are not).
@@ -54,6 +59,7 @@ from agentlog.eventlog.events import (
     StepStarted,
     SuspendTicket,
     ToolCallCompleted,
+    ToolCallResuming,
     ToolCallStarted,
     ToolCallSuspended,
     Usage,
@@ -284,6 +290,12 @@ class AguiTranslator:
         self._progress: set[str] = set()
         self._usage = Usage()
         self._models: list[str] = []
+        #: Calls whose result (or suspension) is not committed yet -> their step; and calls whose
+        #: is. Live deltas of a later step wait in `_held` (see the module doc).
+        self._unresolved: dict[str, int] = {}
+        self._resolved: set[str] = set()
+        self._committed_calls: set[str] = set()
+        self._held: list[dict[str, Any]] = []
 
     # -- public ----------------------------------------------------------------------------------
 
@@ -309,10 +321,42 @@ class AguiTranslator:
             self.parent_run_id = self.parent_run_id or it.event.parent_run_id
         out = self.start()
         if it.live is not None:
+            if self._held or self._blocked(it.live):
+                self._held.append(it.live)  # after the results of the step before (module doc)
+                return out
             out += self._live(it.live)
         elif it.event is not None:  # as_item gives one of the two
             out += self._event(it.event, it.ts)
+            # a completion's result message comes with the next event (same commit): release after it
+            if self._held and not self.done and type(it.event) is not ToolCallCompleted:
+                out += self._release_held()
         return out
+
+    def _blocked(self, p: dict[str, Any]) -> bool:
+        """Is live delta `p` of a step after one whose calls' results are not all committed?"""
+        if p.get("type") not in ("text_delta", "reasoning_delta", "tool_call_delta"):
+            return False
+        step = int_or(p.get("step"), self._max_step)
+        return any(s < step for s in self._unresolved.values())
+
+    def _release_held(self) -> list[Any]:
+        """The held live deltas that may go now, in their order (the rest stay held)."""
+        held, self._held = self._held, []
+        out: list[Any] = []
+        for p in held:
+            if self._held or self._blocked(p):
+                self._held.append(p)
+            else:
+                out += self._live(p)
+        return out
+
+    def _unresolve(self, call_id: str, step: int) -> None:
+        if call_id not in self._resolved:
+            self._unresolved.setdefault(call_id, step)
+
+    def _resolve(self, call_id: str) -> None:
+        self._unresolved.pop(call_id, None)
+        self._resolved.add(call_id)
 
     def finish(self, error: BaseException | str | None = None, code: str | None = None) -> list[Any]:
         """Close the stream when the source ended without a terminal event (or failed):
@@ -363,6 +407,7 @@ class AguiTranslator:
             if d is None:
                 return out
             if d.started:
+                self._unresolve(d.call.call_id, step)
                 out.append(ag.ToolCallStartEvent(tool_call_id=d.call.call_id, tool_call_name=d.call.name,
                                                  parent_message_id=live_message_id(p, self.run_id, step)))
             if d.args:
@@ -459,8 +504,14 @@ class AguiTranslator:
             return []
         if isinstance(ev, ToolCallSuspended):
             self._tickets[ev.call_id] = ev.ticket
+            self._resolve(ev.call_id)
+            return []
+        if isinstance(ev, ToolCallResuming):  # its result is to come again
+            self._resolved.discard(ev.call_id)
+            self._unresolve(ev.call_id, self._max_step)
             return []
         if isinstance(ev, ToolCallCompleted):
+            self._resolve(ev.call_id)
             if ev.call_id in self._progress:
                 self._progress.discard(ev.call_id)
                 status = "done" if ev.outcome == "succeeded" else ev.outcome
@@ -494,6 +545,8 @@ class AguiTranslator:
 
     def _message(self, m: Message) -> list[Any]:
         self.messages.append(m)
+        if m.role == "assistant" and m.tool_calls:
+            self._calls_committed(m)
         if m.visibility != "all":
             return []
         if m.id in self._client_has:  # the client has it: only the snapshots carry it
@@ -535,6 +588,18 @@ class AguiTranslator:
                 ag.TextMessageEndEvent(message_id=m.id),
             ]
         return out
+
+    def _calls_committed(self, m: Message) -> None:
+        """The calls of a committed assistant message await their results; calls seen only live
+        in its step and not in it (a model attempt that was retried) never will."""
+        step = self._step if self._step is not None else self._max_step
+        ids = {c.id for c in m.tool_calls or ()}
+        for cid, at in list(self._unresolved.items()):
+            if at == step and cid not in ids and cid not in self._committed_calls:
+                del self._unresolved[cid]
+        for cid in ids:
+            self._committed_calls.add(cid)
+            self._unresolve(cid, step)
 
     def _committed_text(self, m: Message) -> list[Any]:
         """The text of a committed assistant message, given what was streamed live: catch up on
