@@ -1,5 +1,6 @@
 """`agentlog trace RUN_ID`: a recorded run's spans from the log, as JSON and over real OTLP/HTTP
-(to a local receiver on 127.0.0.1 decoding the protobuf the exporter sends)."""
+(to a local receiver on 127.0.0.1 decoding the protobuf the exporter sends); and of a run of
+what users run (`protocol_deployment`), approved on the way."""
 
 from __future__ import annotations
 
@@ -13,11 +14,15 @@ from typing import Any
 
 import aiohttp
 import pytest
+from deployed_runs import LIMIT, start_and_settle
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from topology import Deployment
 from typer.testing import CliRunner
 
 from agentlog.cli.core import app
+from agentlog.cli.demo import follow_run
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.ids import new_id
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.runtime import AgentSpec, Runtime, ToolContext, tool
 from agentlog.runtime.models.scripted import ScriptedModel, Turn
@@ -132,3 +137,36 @@ def test_serve_exports_live_spans_when_otlp_is_configured(nats_server: EmbeddedN
     root = next(s for s in spans if s.name == "invoke_agent quick")
     attributes = {a.key: a.value.string_value for a in root.attributes}
     assert run_id in attributes.values(), attributes
+
+
+async def test_trace_puts_a_call_run_after_its_approval_under_its_step(protocol_deployment: Deployment) -> None:
+    """A call that waited for an approval runs after its step ended (the run waited): its span
+    is still that step's child, and the step ends with it."""
+    d = protocol_deployment
+    async with aiohttp.ClientSession(d.http_url) as http:
+        started, seq, _ = await start_and_settle(d.nats_url, http, {
+            "agent_id": "sequential", "messages": "approval: deploy it", "thread_id": f"trace{new_id()}"})
+        run_id, thread_id = started["run_id"], started["thread_id"]
+        async with http.get(f"/v1/runs/{run_id}", params={"min_seq": str(seq)}) as r:
+            view = await r.json()
+        assert view["status"] == "waiting", view
+        (call,) = view["calls"]
+        decision = {"target_id": call, "decision_id": f"d{new_id()}", "action": "resume", "result": {"approved": True}}
+        async with http.post(f"/v1/runs/{run_id}/inputs", json={"decisions": [decision]}) as r:
+            assert r.status == 202, await r.text()
+    store = await JetStreamEventStore.connect(d.nats_url)
+    try:
+        async with asyncio.timeout(LIMIT):
+            await follow_run(store, thread_id, run_id, seq, lambda _c: None)
+    finally:
+        await store.close()
+    result = await asyncio.to_thread(runner.invoke, app, ["trace", run_id, "--json", "--nats", d.nats_url,
+                                                          "--timeout", "5"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout.strip().splitlines()[-1])
+    spans = {s["name"]: s for s in doc["spans"]}
+    names = {s["key"]: s["name"] for s in doc["spans"]}
+    tool = spans["execute_tool echo"]
+    assert tool["attributes"]["agentlog.tool.outcome"] == "succeeded"
+    assert names[tool["parent"]] == "step 1", doc["spans"]
+    assert spans["step 1"]["end_ms"] >= tool["end_ms"]

@@ -35,6 +35,7 @@ from agentlog.eventlog.events import (
     StepStarted,
     StoredCommit,
     ToolCallCompleted,
+    ToolCallGated,
     ToolCallStarted,
     ToolCallSuspended,
 )
@@ -72,6 +73,9 @@ class SpanFold:
     _step_key: str | None = None
     _tools: dict[str, str] = field(default_factory=dict)  # call_id -> span key
     _child_end: dict[str, int] = field(default_factory=dict)  # span key -> latest end of its children
+    #: call_id -> the key of the step that made the call: a call run after an approval (its step
+    #: ended when the run began to wait) is still that step's child
+    _call_step: dict[str, str] = field(default_factory=dict)
 
     @property
     def run_key(self) -> str:
@@ -91,6 +95,9 @@ class SpanFold:
             rec.end_ms = max(ts, rec.start_ms, self._child_end.get(key, 0))
             if rec.parent is not None:
                 self._child_end[rec.parent] = max(self._child_end.get(rec.parent, 0), rec.end_ms)
+                parent = self.spans.get(rec.parent)
+                if parent is not None and parent.end_ms is not None and parent.end_ms < rec.end_ms:
+                    parent.end_ms = rec.end_ms  # a step that waited for an approval ends with its call
             rec.error = rec.error or error
             closed.append(key)
 
@@ -127,6 +134,8 @@ class SpanFold:
         for ev in c.events:
             # isinstance (not `type(ev) is`): mypy narrows the event union on it; event classes
             # are final structs (no subclasses), so the two tests agree
+            if isinstance(ev, (ToolCallGated, ToolCallSuspended, ToolCallStarted)) and self._step_key is not None:
+                self._call_step.setdefault(ev.call_id, self._step_key)
             if isinstance(ev, StepStarted):
                 self._close(self._step_key, ts, closed)
                 key = f"step:{self.run_id}:{ev.step}"
@@ -155,7 +164,7 @@ class SpanFold:
                 self._open(SpanRecord(key, parent, f"chat {ev.model}", ts, attrs), opened)
                 self._close(key, ts + max(ev.duration_ms, 0), closed)
             elif isinstance(ev, ToolCallStarted):
-                parent = self._step_key or self.run_key
+                parent = self._call_step.get(ev.call_id, self.run_key)
                 key = f"tool:{self.run_id}:{ev.call_id}"
                 if key in self.spans and self.spans[key].end_ms is None:
                     continue
