@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 import aiohttp
@@ -46,8 +49,10 @@ class EditorClient:
         return [u.session_update for u in self.updates]
 
 
-async def drive(d: Deployment, client: EditorClient, text: str, *extra: str) -> tuple[str, Any]:
-    from acp import PROTOCOL_VERSION, spawn_agent_process, text_block
+@asynccontextmanager
+async def acp_agent(d: Deployment, client: Any, *extra: str) -> AsyncIterator[Any]:
+    """`agentlog acp` on the deployment's NATS, driven by `client`: the initialized connection."""
+    from acp import PROTOCOL_VERSION, spawn_agent_process
 
     log = open(d.tmp / "acp.log", "ab")
     try:
@@ -60,11 +65,18 @@ async def drive(d: Deployment, client: EditorClient, text: str, *extra: str) -> 
                 transport_kwargs={"stderr": log, "shutdown_timeout": TIMEOUT}) as (conn, _proc):
             init = await conn.initialize(protocol_version=PROTOCOL_VERSION)
             assert init.protocol_version == PROTOCOL_VERSION
-            sess = await conn.new_session(cwd=str(TESTS), mcp_servers=[])
-            answer = await conn.prompt(session_id=sess.session_id, prompt=[text_block(text)])
-            return sess.session_id, answer
+            yield conn
     finally:
         log.close()
+
+
+async def drive(d: Deployment, client: EditorClient, text: str, *extra: str) -> tuple[str, Any]:
+    from acp import text_block
+
+    async with acp_agent(d, client, *extra) as conn:
+        sess = await conn.new_session(cwd=str(TESTS), mcp_servers=[])
+        answer = await conn.prompt(session_id=sess.session_id, prompt=[text_block(text)])
+        return sess.session_id, answer
 
 
 async def run_of(d: Deployment, thread: str) -> dict[str, Any]:
@@ -105,3 +117,67 @@ async def test_acp_permission_request_is_the_runs_approval(serve_only: Deploymen
     run = await run_of(serve_only, thread)
     (call,) = run["calls"].values()
     assert run["status"] == "done" and call["status"] == ("succeeded" if allow else "cancelled"), call
+
+
+async def test_acp_prompt_on_a_session_never_created_is_refused(protocol_deployment: Deployment) -> None:
+    """A session id this connection neither created nor loaded: -32602, nothing written (no
+    run, no thread); a created one still prompts. Both topologies: the ACP process's worker or
+    the deployment's drive the run."""
+    from acp import RequestError, text_block
+
+    never = f"t{uuid.uuid4().hex[:12]}"
+    async with acp_agent(protocol_deployment, EditorClient(), "--agent", "open") as conn:
+        with pytest.raises(RequestError) as refused:
+            await conn.prompt(session_id=never, prompt=[text_block("text: hi")])
+        assert refused.value.code == -32602
+        sess = await conn.new_session(cwd=str(TESTS), mcp_servers=[])
+        answer = await conn.prompt(session_id=sess.session_id, prompt=[text_block("text: hi")])
+        assert answer.stop_reason == "end_turn"
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{protocol_deployment.http_url}/v1/threads/{never}") as resp:
+            assert resp.status == 404, await resp.text()
+        async with http.get(f"{protocol_deployment.http_url}/v1/runs", params={"thread_id": never}) as resp:
+            assert (await resp.json())["runs"] == []
+
+
+class CancellingEditor(EditorClient):
+    """Asked for a permission, the user cancels the turn instead: `session/cancel`, then the
+    open permission request answered `cancelled` (as the protocol asks of a client)."""
+
+    conn: Any = None
+
+    async def request_permission(self, session_id: str, tool_call: Any, options: list[Any], **kw: Any) -> Any:
+        from acp.schema import DeniedOutcome, RequestPermissionResponse
+
+        self.asked.append((tool_call, [o.option_id for o in options]))
+        await self.conn.cancel(session_id=session_id)
+        return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+
+
+async def test_acp_cancel_during_a_permission_request_ends_the_turn_cancelled(protocol_deployment: Deployment) -> None:
+    """The turn answers `cancelled` (not `refusal`), and the run is cancelled with no decision
+    sent to it: no call decided, one run on the thread."""
+    from acp import text_block
+
+    from agentlog.eventlog.events import RunFinished, ToolCallDecided
+    from agentlog.eventlog.jetstream.store import JetStreamEventStore
+
+    client = CancellingEditor()
+    async with acp_agent(protocol_deployment, client) as conn:
+        client.conn = conn
+        sess = await conn.new_session(cwd=str(TESTS), mcp_servers=[])
+        answer = await conn.prompt(session_id=sess.session_id, prompt=[text_block("approval: deploy it")])
+        assert answer.stop_reason == "cancelled"
+        assert len(client.asked) == 1
+        store = await JetStreamEventStore.connect(protocol_deployment.nats_url)
+        try:  # the cancel is queued: follow the log until the run has finished
+            async with aclosing(store.follow(sess.session_id, 0)) as commits:
+                async for sc in commits:
+                    if any(isinstance(e, RunFinished) for e in sc.commit.events):
+                        break
+            events = [e for sc in [c async for c in store.read_thread(sess.session_id)] for e in sc.commit.events]
+        finally:
+            await store.close()
+    assert not any(isinstance(e, ToolCallDecided) for e in events), events
+    (end,) = [e for e in events if isinstance(e, RunFinished)]
+    assert end.termination.type == "cancelled"

@@ -8,8 +8,12 @@ editors that drive agents on stdio (`agentlog acp --app X`).
                       streams as `agent_message_chunk`, tool calls as `tool_call` / `tool_call_update`;
                       a call that needs approval becomes `session/request_permission` (allow /
                       reject: the run's decision) and the run goes on; ends with `end_turn`
-                      (`cancelled` when the run was cancelled, `refusal` when it failed)
-    session/cancel    cancels the session's run in flight
+                      (`cancelled` when the run was cancelled, `refusal` when it failed). Only
+                      for a session this connection created or loaded: any other id is refused
+                      (-32602) before anything is written
+    session/cancel    cancels the session's run in flight; a permission request still open is
+                      answered `cancelled` by the client, and the turn ends `cancelled` without
+                      a decision sent to the cancelled run
 
 Runs go through the AG-UI session (`session.agui_events`), so starting, deciding and following a
 run is the one tested path every adapter uses; this module only maps its events to ACP updates.
@@ -48,6 +52,10 @@ class AgentlogAcpAgent:
         self.client: Any = None
         #: session id -> the run in flight (for session/cancel)
         self.running: dict[str, str] = {}
+        #: the sessions this connection created or loaded (the only ones it prompts)
+        self.sessions: set[str] = set()
+        #: sessions whose turn was cancelled (session/cancel, or a permission answered `cancelled`)
+        self.cancelled: set[str] = set()
 
     def on_connect(self, conn: Any) -> None:
         self.client = conn
@@ -65,7 +73,9 @@ class AgentlogAcpAgent:
                           **kwargs: Any) -> Any:
         from acp.schema import NewSessionResponse
 
-        return NewSessionResponse(session_id=new_id())
+        session_id = new_id()
+        self.sessions.add(session_id)
+        return NewSessionResponse(session_id=session_id)
 
     async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None, **kwargs: Any) -> Any:
         from acp import RequestError
@@ -77,12 +87,15 @@ class AgentlogAcpAgent:
             thread = None
         if thread is None or thread.view is None:
             raise RequestError.invalid_params({"session_id": session_id, "reason": "unknown session"})
+        self.sessions.add(session_id)
         return LoadSessionResponse()
 
     async def authenticate(self, method_id: str, **kwargs: Any) -> Any:
         return None
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        if session_id in self.running:
+            self.cancelled.add(session_id)  # before any await: a permission answer may be next
         run_id = self.running.get(session_id)
         if run_id is not None:
             try:
@@ -91,8 +104,12 @@ class AgentlogAcpAgent:
                 pass  # finished meanwhile
 
     async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> Any:
-        from acp import PromptResponse
+        from acp import PromptResponse, RequestError
 
+        if session_id not in self.sessions:
+            raise RequestError.invalid_params({"session_id": session_id, "reason": "unknown session: create it "
+                                               "with session/new or load it with session/load"})
+        self.cancelled.discard(session_id)
         text = _text(prompt)
         run_id = new_id()
         body: dict[str, Any] = {"threadId": session_id, "runId": run_id, "messages": [
@@ -107,6 +124,9 @@ class AgentlogAcpAgent:
                 resume = []
                 for interrupt in interrupts:
                     allowed = await self._ask(session_id, interrupt)
+                    if session_id in self.cancelled:  # the turn was cancelled: no decision for its run
+                        await self.cancel(session_id)
+                        return PromptResponse(stop_reason="cancelled")
                     resume.append({"interruptId": interrupt.id, "status": "resolved" if allowed else "cancelled",
                                    **({"payload": {"approved": True}} if allowed else {})})
                 body = {"threadId": session_id, "runId": new_id(), "messages": [], "tools": [], "context": [],
@@ -159,6 +179,8 @@ class AgentlogAcpAgent:
                    PermissionOption(option_id=REJECT, name="Reject", kind="reject_once")]
         answer = await self.client.request_permission(session_id=session_id, tool_call=tool, options=options)
         chosen = answer.outcome
+        if getattr(chosen, "outcome", None) == "cancelled":  # the client cancelled the turn
+            self.cancelled.add(session_id)
         return isinstance(chosen, AllowedOutcome) and chosen.option_id == ALLOW
 
 
