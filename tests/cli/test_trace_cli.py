@@ -14,9 +14,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from deployed_runs import LIMIT, start_and_settle
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from topology import Deployment
 from typer.testing import CliRunner
 
 from agentlog.cli.core import app
@@ -26,6 +24,9 @@ from agentlog.eventlog.ids import new_id
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.runtime import AgentSpec, Runtime, ToolContext, tool
 from agentlog.runtime.models.scripted import ScriptedModel, Turn
+
+from tests.support.deployed_runs import LIMIT, start_and_settle
+from tests.support.topology import Deployment
 
 runner = CliRunner()
 

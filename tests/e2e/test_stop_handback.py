@@ -29,13 +29,14 @@ from typing import Any
 
 import aiohttp
 import pytest
-from topology import Deployment
 
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 from agentlog.eventlog.events import RunFinished, StoredCommit, ToolCallCompleted, ToolCallStarted
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.runtime import AgentSpec, Runtime, ToolContext, tool
 from agentlog.runtime.models.scripted import ScriptedModel, Turn
+
+from tests.support.topology import Deployment
 
 TIMEOUT = 90
 #: The command lease of every process here: longer than any bound of the test.
@@ -46,7 +47,7 @@ NAKED = "$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.AGENTLOG_COMMANDS.>"
 @pytest.fixture
 def deployment_options(tmp_path: Path) -> dict[str, object]:
     (tmp_path / "hold").mkdir()
-    return {"app": "serve_app:app", "env": {"SERVE_APP_HOLD_DIR": str(tmp_path / "hold"),
+    return {"app": "tests.apps.serve_app:app", "env": {"SERVE_APP_HOLD_DIR": str(tmp_path / "hold"),
                                             "AGENTLOG_WORKER_ACK_WAIT": LEASE_S,
                                             "AGENTLOG_SHUTDOWN_TIMEOUT": "0.2"}}
 
