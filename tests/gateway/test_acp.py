@@ -119,27 +119,6 @@ async def test_acp_permission_request_is_the_runs_approval(serve_only: Deploymen
     assert run["status"] == "done" and call["status"] == ("succeeded" if allow else "cancelled"), call
 
 
-async def test_acp_prompt_on_a_session_never_created_is_refused(protocol_deployment: Deployment) -> None:
-    """A session id this connection neither created nor loaded: -32602, nothing written (no
-    run, no thread); a created one still prompts. Both topologies: the ACP process's worker or
-    the deployment's drive the run."""
-    from acp import RequestError, text_block
-
-    never = f"t{uuid.uuid4().hex[:12]}"
-    async with acp_agent(protocol_deployment, EditorClient(), "--agent", "open") as conn:
-        with pytest.raises(RequestError) as refused:
-            await conn.prompt(session_id=never, prompt=[text_block("text: hi")])
-        assert refused.value.code == -32602
-        sess = await conn.new_session(cwd=str(TESTS), mcp_servers=[])
-        answer = await conn.prompt(session_id=sess.session_id, prompt=[text_block("text: hi")])
-        assert answer.stop_reason == "end_turn"
-    async with aiohttp.ClientSession() as http:
-        async with http.get(f"{protocol_deployment.http_url}/v1/threads/{never}") as resp:
-            assert resp.status == 404, await resp.text()
-        async with http.get(f"{protocol_deployment.http_url}/v1/runs", params={"thread_id": never}) as resp:
-            assert (await resp.json())["runs"] == []
-
-
 class CancellingEditor(EditorClient):
     """Asked for a permission, the user cancels the turn instead: `session/cancel`, then the
     open permission request answered `cancelled` (as the protocol asks of a client)."""
@@ -154,22 +133,31 @@ class CancellingEditor(EditorClient):
         return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
 
 
-async def test_acp_cancel_during_a_permission_request_ends_the_turn_cancelled(protocol_deployment: Deployment) -> None:
-    """The turn answers `cancelled` (not `refusal`), and the run is cancelled with no decision
-    sent to it: no call decided, one run on the thread."""
-    from acp import text_block
+async def test_acp_refuses_unknown_sessions_and_a_cancel_during_a_permission_ends_the_turn(
+        protocol_deployment: Deployment) -> None:
+    """One ACP process per topology (the ACP process's worker or the deployment's drive the runs):
+
+    - a prompt on a session id this connection neither created nor loaded: -32602, nothing
+      written (no run, no thread);
+    - a cancel while a permission request is open: the turn answers `cancelled` (not `refusal`),
+      and the run is cancelled with no decision sent to it."""
+    from acp import RequestError, text_block
 
     from agentlog.eventlog.events import RunFinished, ToolCallDecided
     from agentlog.eventlog.jetstream.store import JetStreamEventStore
 
+    d, never = protocol_deployment, f"t{uuid.uuid4().hex[:12]}"
     client = CancellingEditor()
-    async with acp_agent(protocol_deployment, client) as conn:
+    async with acp_agent(d, client) as conn:
         client.conn = conn
+        with pytest.raises(RequestError) as refused:
+            await conn.prompt(session_id=never, prompt=[text_block("text: hi")])
+        assert refused.value.code == -32602
         sess = await conn.new_session(cwd=str(TESTS), mcp_servers=[])
         answer = await conn.prompt(session_id=sess.session_id, prompt=[text_block("approval: deploy it")])
         assert answer.stop_reason == "cancelled"
         assert len(client.asked) == 1
-        store = await JetStreamEventStore.connect(protocol_deployment.nats_url)
+        store = await JetStreamEventStore.connect(d.nats_url)
         try:  # the cancel is queued: follow the log until the run has finished
             async with aclosing(store.follow(sess.session_id, 0)) as commits:
                 async for sc in commits:
@@ -181,3 +169,8 @@ async def test_acp_cancel_during_a_permission_request_ends_the_turn_cancelled(pr
     assert not any(isinstance(e, ToolCallDecided) for e in events), events
     (end,) = [e for e in events if isinstance(e, RunFinished)]
     assert end.termination.type == "cancelled"
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{d.http_url}/v1/threads/{never}") as resp:
+            assert resp.status == 404, await resp.text()
+        async with http.get(f"{d.http_url}/v1/runs", params={"thread_id": never}) as resp:
+            assert (await resp.json())["runs"] == []
