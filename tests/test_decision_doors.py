@@ -22,7 +22,9 @@ import acp
 import aiohttp
 import mcp_types as types
 import pytest
+from a2a.types.a2a_pb2 import GetTaskRequest
 from a2a.utils.errors import InvalidParamsError
+from google.protobuf.json_format import MessageToDict
 from mcp import Client
 from topology import Deployment
 from typer.testing import CliRunner
@@ -115,8 +117,11 @@ async def test_a_malformed_approval_is_refused_on_every_door(protocol_deployment
             text = json.dumps(answer.rejected or [p for p in answer.events if p["type"] == "error"])
             assert why in text, answer
 
-        # A2A: a decision data part on the task (task id = run id)
+        # A2A: a decision data part on the task (task id = run id); the task says what to answer
         a2a = await client_for(d.http_url, "sequential", streaming=False)
+        task = await a2a.get_task(GetTaskRequest(id=run_id))
+        (asked,) = MessageToDict(task.status.message.parts[1].data)["suspended"]
+        assert asked["ticket"]["response_schema"]["required"] == ["approved"], asked
         with pytest.raises(InvalidParamsError, match="invalid_decision"):
             await final_task(a2a, decision_message(run_id, [{"target_id": call_id, "decision_id": uid("d"),
                                                              "action": "resume", "result": {"ok": "yes"}}]))

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import nats
 import pytest
 from topology import TOPOLOGIES, Deployment, deploy
 
@@ -136,6 +138,33 @@ async def test_the_clients_create_is_idempotent(starts: Deployment) -> None:
         assert other.value.code == "run_conflict" and other.value.run_id == run_id
         assert (await client.runs.wait(run_id, timeout=TIMEOUT))["status"] == "done"
     assert await runs_of(d, thread) == [run_id]
+
+
+async def test_errors_about_a_run_name_it(starts: Deployment) -> None:
+    """HTTP and the NATS API answer an error about a run with its id as a field (a malformed id
+    names no run)."""
+    d, unknown = starts, uid("r")
+    decision = {"target_id": "c1", "decision_id": "d1", "action": "resume", "result": {"approved": True}}
+    async with asyncio.timeout(TIMEOUT), aiohttp.ClientSession(d.http_url) as http:
+        for method, path, body in (("GET", f"/v1/runs/{unknown}", None), ("GET", f"/v1/runs/{unknown}/events", None),
+                                   ("POST", f"/v1/runs/{unknown}/cancel", {}),
+                                   ("POST", f"/v1/runs/{unknown}/inputs", {"decisions": [decision]})):
+            async with http.request(method, path, json=body) as resp:
+                answer = await resp.json()
+            assert (resp.status, answer["code"], answer.get("run_id")) == (404, "run_not_found", unknown), (path, answer)
+        async with http.post("/v1/runs/bad!id/cancel", json={}) as resp:
+            answer = await resp.json()
+        assert resp.status == 400 and "run_id" not in answer, answer
+        nc = await nats.connect(d.nats_url)
+        try:
+            for op, body in (("runs.cancel", {"run_id": unknown}), ("runs.inputs", {"run_id": unknown,
+                                                                                   "decisions": [decision]})):
+                msg = await nc.request(f"agentlog.api.{op}", json.dumps(body).encode(), timeout=10)
+                answer = json.loads(msg.data)
+                assert (msg.headers or {}).get("Nats-Service-Error-Code") == "404", answer
+                assert answer["run_id"] == unknown, answer
+        finally:
+            await nc.close()
 
 
 class WorkerWinsTheRace(StartClaims):

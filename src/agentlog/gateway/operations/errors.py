@@ -79,7 +79,7 @@ class ApiError(Exception):
 def not_found(kind: str, ident: str) -> ApiError:
     """Unknown, deleted and other-tenant resources all look the same: nothing leaks."""
     return ApiError(404, f"{kind}_not_found", f"{kind} {ident!r} not found",
-                    run_id=ident if kind == "run" else None)
+                    run_id=ident if kind == "run" and is_valid_id(ident) else None)
 
 
 @contextmanager
