@@ -1,6 +1,6 @@
 """A decision must answer its ticket, on every door users decide through, against what they run
 (`agentlog serve`, and `agentlog gateway` + `agentlog worker`: the shared `protocol_deployment` of
-tests/protocol_app.py, whose `sequential` agent asks a human before `echo`).
+tests/apps/protocol_app.py, whose `sequential` agent asks a human before `echo`).
 
 One waiting run takes a malformed approval from each door (a resume without a result, or one
 whose result lacks `approved`): HTTP, the NATS API, the CLI (over NATS and HTTP),
@@ -26,17 +26,17 @@ from a2a.types.a2a_pb2 import GetTaskRequest
 from a2a.utils.errors import InvalidParamsError
 from google.protobuf.json_format import MessageToDict
 from mcp import Client
-from topology import Deployment
 from typer.testing import CliRunner
 
 from agentlog.cli.core import app
 from agentlog.client import InvalidRequest, get_client
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 
-from test_a2a import client_for, decision_message, final_task
-from test_acp import EditorClient, drive, run_of
-from test_adapters_routes_support import Http, open_deployed
-from test_http_support import uid
+from tests.gateway.test_a2a import client_for, decision_message, final_task
+from tests.gateway.test_acp import EditorClient, drive, run_of
+from tests.support.adapters_routes import Http, open_deployed
+from tests.support.http_stack import uid
+from tests.support.topology import Deployment
 
 TIMEOUT = 60
 pytestmark = pytest.mark.usefixtures("keep_structlog_config")

@@ -2,8 +2,8 @@
 reports as accepted does run; a client's retry of a start runs it once (`agentlog.runtime.workers.claims`,
 `QueueDispatcher.start_run`, `agentlog.client`'s `runs.create`).
 
-Against what users run (tests/topology.py), with tests/serve_app.py (its `held` agent holds in
-`hold` until its thread is released by a file) and a gateway that waits 3 s for a worker
+Against what users run (tests/support/topology.py), with tests/apps/serve_app.py (its `held`
+agent holds in `hold` until its thread is released by a file) and a gateway that waits 3 s for a worker
 (`AGENTLOG_DISPATCH_TIMEOUT`). "No worker takes it": in `serve`, its one worker (`--concurrency
 1`) busy with a held run; in `gateway` + `worker`, the worker stopped. Its commands of a thread
 are taken in order, so once a worker is back, a start sent then runs only after every earlier
@@ -25,7 +25,6 @@ from typing import Any
 import aiohttp
 import nats
 import pytest
-from topology import TOPOLOGIES, Deployment, deploy
 
 from agentlog.client import Conflict, Unavailable, get_client
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
@@ -38,7 +37,8 @@ from agentlog.runtime.models import ScriptedModel
 from agentlog.runtime.workers.claims import StartClaims, Withdrawal
 from agentlog.runtime.workers.worker import Worker
 
-from test_http_support import uid
+from tests.support.http_stack import uid
+from tests.support.topology import TOPOLOGIES, Deployment, deploy
 
 TIMEOUT = 120
 
@@ -47,7 +47,7 @@ TIMEOUT = 120
 def starts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     hold = tmp_path_factory.mktemp("hold")
     args = ["--concurrency", "1"] if request.param == "serve" else []
-    with deploy(request.param, tmp_path_factory.mktemp(f"starts-{request.param}"), app="serve_app:app",
+    with deploy(request.param, tmp_path_factory.mktemp(f"starts-{request.param}"), app="tests.apps.serve_app:app",
                 env={"SERVE_APP_HOLD_DIR": str(hold), "AGENTLOG_DISPATCH_TIMEOUT": "3"}, args=args) as d:
         yield d
 
