@@ -61,7 +61,8 @@ async def settle(deployment: Deployment, http: aiohttp.ClientSession, thread_id:
 
 
 async def decide(http: aiohttp.ClientSession, run_id: str, call_id: str, action: str) -> None:
-    body = {"decisions": [{"target_id": call_id, "decision_id": f"{action}-{call_id}", "action": action}]}
+    body = {"decisions": [{"target_id": call_id, "decision_id": f"{action}-{call_id}", "action": action,
+                           "result": {"approved": action == "resume"}}]}
     async with http.post(f"/v1/runs/{run_id}/inputs", json=body) as r:
         assert r.status == 202, await r.text()
 

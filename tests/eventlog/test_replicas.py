@@ -30,6 +30,7 @@ from agentlog.eventlog.subjects import EVENTS_STREAM
 from agentlog.gateway.operations.connection import ConnectionOptions, open_store
 from agentlog.projections.kv import KVViewStore
 from agentlog.runtime.snapshots.store import KVSnapshotStore
+from agentlog.runtime.workers.claims import CLAIMS_BUCKET
 from agentlog.runtime.workers.commands import (
     COMMANDS_STREAM,
     DLQ_STREAM,
@@ -43,7 +44,7 @@ import reliability_cluster
 
 KV_STREAMS = ("KV_agentlog_projections", "KV_agentlog_threads", "KV_agentlog_runs", "KV_agentlog_index",
               "KV_agentlog_snapshots")
-STREAMS = (EVENTS_STREAM, COMMANDS_STREAM, DLQ_STREAM, f"OBJ_{PAYLOAD_BUCKET}", *KV_STREAMS)
+STREAMS = (EVENTS_STREAM, COMMANDS_STREAM, DLQ_STREAM, f"OBJ_{PAYLOAD_BUCKET}", f"KV_{CLAIMS_BUCKET}", *KV_STREAMS)
 
 
 @given(st.one_of(st.none(), st.integers(1, 5)), st.one_of(st.none(), st.integers(1, 5)))

@@ -259,7 +259,8 @@ async def test_override_kept_when_the_run_resumes_after_an_approval(protocol_dep
             run_id = (await resp.json())["run_id"]
         waiting = await until_finished(protocol_deployment, thread, RunSuspended)
         (call_id,) = [e.call_id for sc in waiting for e in sc.commit.events if isinstance(e, ToolCallSuspended)]
-        decision = {"target_id": call_id, "decision_id": f"d{thread}", "action": "resume"}
+        decision = {"target_id": call_id, "decision_id": f"d{thread}", "action": "resume",
+                    "result": {"approved": True}}
         async with http.post(f"{base}/v1/runs/{run_id}/inputs", json={"decisions": [decision]}) as resp:
             assert resp.status == 202, await resp.text()
     commits = await until_finished(protocol_deployment, thread)

@@ -1,6 +1,7 @@
 """A full log (here: the events stream at a `discard: new` byte limit, as a full disk or a quota
-leaves it) makes writes fail with 503 and `/health` say `degraded`; once there is room again,
-writes go through and health is `ok`, with no process restarted and nothing accepted lost."""
+leaves it) makes `/health` say `degraded`, and a start a worker took cannot commit: it is
+answered accepted but `queued` (202); once there is room again, writes go through, the queued run
+runs and health is `ok`, with no process restarted and nothing accepted lost."""
 
 from __future__ import annotations
 
@@ -80,8 +81,8 @@ async def test_a_full_log_degrades_and_recovers_without_a_restart(
         assert (await health(http, url))["status"] == "ok"
 
         await limit_events_stream(deployment.nats_url, 200)  # room for no run
-        status, refused = await post_run(http, url, hold, "during")
-        assert status == 503, refused
+        status, queued = await post_run(http, url, hold, "during")
+        assert (status, queued.get("status")) == (202, "queued"), queued  # a worker took it; the log is full
         degraded = await health(http, url)
         assert degraded["status"] == "degraded", degraded
         assert any("full" in reason["detail"] for reason in degraded["reasons"]), degraded
@@ -90,7 +91,7 @@ async def test_a_full_log_degrades_and_recovers_without_a_restart(
         status, after = await post_run(http, url, hold, "after")
         assert status == 202, after
         assert (await wait_done(store, "after")).termination.type == "natural_end"
-        # the run refused while full was queued: it runs once there is room (nothing lost)
+        # the start queued while full runs once there is room (nothing lost)
         assert (await wait_done(store, "during")).termination.type == "natural_end"
         assert (await health(http, url))["status"] == "ok"
     assert {name: proc.pid for name, proc in deployment.procs.items()} == pids

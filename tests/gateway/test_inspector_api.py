@@ -162,7 +162,7 @@ async def test_other_tenants_runs_look_unknown(nats_server: Any) -> None:
         assert (await body(await c.get(f"/v1/runs/{rid}/timeline", headers=h("ta")), 200))["run_id"] == rid
         unknown = await error(await c.get("/v1/runs/nope/timeline", headers=h("tb")), 404)
         assert await error(await c.get(f"/v1/runs/{rid}/timeline", headers=h("tb")), 404) == {
-            **unknown, "error": unknown["error"].replace("nope", rid)}
+            **unknown, "error": unknown["error"].replace("nope", rid), "run_id": rid}
         await error(await c.post(f"/v1/runs/{rid}/verify", headers=h("tb")), 404, "run_not_found")
         await error(await c.post(f"/v1/runs/{rid}/verify"), 401)
 

@@ -111,7 +111,7 @@ async def test_restart_while_waiting(nats_server: Any) -> None:
             status, a = await call(s, "runs.start", {"agent_id": "approver", "messages": "go"})
             cid = waiting_call(await until(s, a["run_id"], {"waiting"}))
         async with nats_stack(nats_server, "queue") as s2:
-            dec = {"target_id": cid, "decision_id": "d1", "action": "resume"}
+            dec = {"target_id": cid, "decision_id": "d1", "action": "resume", "result": {"approved": True}}
             status, _ = await call(s2, "runs.inputs", {"run_id": a["run_id"], "decisions": [dec]})
             assert status == 200
             assert (await until(s2, a["run_id"], {"done"}))["status"] == "done"

@@ -97,8 +97,9 @@ async def test_two_serve_processes_with_different_apps_drive_only_their_own_runs
 
 
 async def test_a_gateway_queues_new_runs_for_its_apps_workers_only(tmp_path: Path) -> None:
-    """Gateway + workers: alpha's gateway with no alpha worker yet, beta's serve running. The
-    run waits in alpha's queue (beta's worker never takes it) until an alpha worker starts."""
+    """Gateway + workers: alpha's gateway with no alpha worker yet, beta's serve running. Beta's
+    worker never takes alpha's start; no alpha worker does in time, so the gateway withdraws it
+    (503: it will not run). Once an alpha worker runs, the same start sent again runs there."""
     with EmbeddedNatsServer(tmp_path / "nats") as nats, \
             deploy("serve", tmp_path / "beta", app="tests.apps.two_apps:beta", args=_args("beta"), nats=nats), \
             deploy("split", tmp_path / "alpha", app="tests.apps.two_apps:alpha", args=_args("alpha"), nats=nats,
@@ -108,13 +109,16 @@ async def test_a_gateway_queues_new_runs_for_its_apps_workers_only(tmp_path: Pat
                 body = {"agent_id": "greeter", "messages": "go", "run_id": "r-alpha", "thread_id": "t-alpha"}
                 async with http.post(f"{alpha.http_url}/v1/runs", json=body) as resp:
                     answer = await resp.json()
-                # queued, not started: no worker of alpha runs (the gateway gives up waiting)
+                # no worker of alpha runs: the gateway gives up waiting and withdraws the start
                 assert resp.status == 503 and answer["code"] == "dispatch_timeout", answer
+                assert answer["run_id"] == "r-alpha"
                 store = await JetStreamEventStore.connect(nats.url)
                 try:
                     assert [sc async for sc in store.read_run("r-alpha")] == []
                     alpha.workers = 1
                     alpha.start("worker-0")
+                    async with http.post(f"{alpha.http_url}/v1/runs", json=body) as resp:
+                        assert resp.status == 202, await resp.text()
                     async with contextlib.aclosing(store.follow("t-alpha")) as follow:
                         async for sc in follow:
                             if any(type(e).__name__ == "RunFinished" for e in sc.commit.events):

@@ -130,7 +130,8 @@ async def test_budget_suspends_for_a_human_and_a_resume_extends_it(store: Any, m
         assert result.status == "waiting" and result.termination is None  # not failed: waiting
         ticket = result.run.calls["budget-1"].ticket
         assert ticket.action == "budget" and ticket.parameters["cost"] == pytest.approx(0.003)
-        decided = await rt.decide(result.run_id, [{"target_id": "budget-1", "decision_id": "d1", "action": "resume"}])
+        decided = await rt.decide(result.run_id, [{"target_id": "budget-1", "decision_id": "d1", "action": "resume",
+                                                   "result": {"approved": True}}])
         final = await decided.handle.result()
         assert final.termination.type == "natural_end"
         log = await logged(rt, final)
@@ -158,7 +159,8 @@ async def test_budget_extended_run_suspends_again_at_twice_the_budget(store: Any
     async with asyncio.timeout(LIMIT):
         result = await rt.run("agent", "add a lot")
         assert result.run.steps == 2 and "budget-1" in result.run.calls  # 2000 tokens: at the budget
-        decided = await rt.decide(result.run_id, [{"target_id": "budget-1", "decision_id": "d1", "action": "resume"}])
+        decided = await rt.decide(result.run_id, [{"target_id": "budget-1", "decision_id": "d1", "action": "resume",
+                                                   "result": {"approved": True}}])
         again = await decided.handle.result()
     assert again.status == "waiting" and again.run.calls["budget-2"].ticket.action == "budget"
     assert again.run.steps == 4  # the second budget lasted two more steps
@@ -209,7 +211,8 @@ async def test_pool_model_is_kept_when_another_runtime_resumes_with_the_pool_reo
         models2 = {n: ScriptedModel(script, position="conversation", name=n) for n in pool.models}
         second = pool_runtime(store, reordered, models2, plugins=[PermissionPlugin(ask=["add"])])
         call_id = next(iter(result.run.calls))
-        decided = await second.decide(result.run_id, [{"target_id": call_id, "decision_id": "d1", "action": "resume"}])
+        decided = await second.decide(result.run_id, [{"target_id": call_id, "decision_id": "d1", "action": "resume",
+                                                            "result": {"approved": True}}])
         final = await decided.handle.result()
         log = await logged(second, final)
     assert final.termination.type == "natural_end"

@@ -216,7 +216,8 @@ async def test_permission_rules_apply_to_frontend_tools(store: Any) -> None:
     result = await start_waiting(rt)
     (call_id,) = result.run.calls
     assert result.run.calls[call_id].ticket.action != ACTION  # type: ignore[union-attr]
-    approved = await rt.decide("r1", {"target_id": call_id, "decision_id": "d1", "action": "resume"})
+    approved = await rt.decide("r1", {"target_id": call_id, "decision_id": "d1", "action": "resume",
+                                       "result": {"approved": True}})
     waiting = await approved.handle.result()  # type: ignore[union-attr]
     assert waiting.status == "waiting" and waiting.run.calls[call_id].ticket.action == ACTION  # type: ignore[union-attr]
     answered = await rt.decide("r1", {"target_id": call_id, "decision_id": "d2", "action": "resume", "result": 42})

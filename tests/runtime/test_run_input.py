@@ -224,7 +224,8 @@ async def test_override_kept_when_another_runtime_resumes(store: Any) -> None:
 
     other_small = ScriptedModel(script, position="conversation")
     two = Runtime(store, agents=[agent()], tools=[deploy], models={"big": ScriptedModel(["no"]), "small": other_small})
-    decided = await two.decide(waiting.run_id, [{"target_id": "c1", "decision_id": "d1", "action": "resume"}])
+    decided = await two.decide(waiting.run_id, [{"target_id": "c1", "decision_id": "d1", "action": "resume",
+                                                            "result": {"approved": True}}])
     assert decided.handle is not None
     async with asyncio.timeout(30):
         done = await decided.handle.result()

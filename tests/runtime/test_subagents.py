@@ -213,7 +213,8 @@ async def test_child_waiting_for_a_human_suspends_the_parent_until_it_finishes(s
         assert ticket.id == ops_run and ticket.resume_mode == "use_decision_as_tool_result"
         assert (await rt.run_view(ops_run)).status == "waiting"
         # the human approves the child's deploy; the child finishes; its finish resumes the parent
-        res = await rt.decide(ops_run, [{"target_id": "c-deploy", "decision_id": "ok-1", "action": "resume"}])
+        res = await rt.decide(ops_run, [{"target_id": "c-deploy", "decision_id": "ok-1", "action": "resume",
+                                              "result": {"approved": True}}])
         assert (await res.handle.result()).termination.type == "natural_end"
         # once the child's effects are settled (what a worker waits for before its ack), the
         # parent's decision is in the log

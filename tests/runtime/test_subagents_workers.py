@@ -98,7 +98,7 @@ async def test_worker_dies_between_a_waiting_childs_end_and_its_parents_decision
             await child.status_in(child_run, {"waiting"})
             await client.submit(Decide(thread_id=child_thread, run_id=child_run, command_id="ok-deploy",
                                        decisions=[{"target_id": "ops_deploy", "decision_id": "ok",
-                                                   "action": "resume"}]))
+                                                   "action": "resume", "result": {"approved": True}}]))
             assert await w1.wait() == -9  # right after the child's RunFinished
             assert child.run_status(child_run) == "done" and parent.run_status("b2r") == "waiting"
             w2 = await spawn_worker(nats_server.url, tmp_path, "w2")

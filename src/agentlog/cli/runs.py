@@ -19,7 +19,8 @@ the rest. `--follow` prints the run's events until it suspends (waits for a huma
 it reads the log (NATS) or the run's SSE stream (HTTP), never polls. A run that stops to wait for
 a human ends the output with the `run approve` / `run deny` commands that decide it. `approve`
 records `{"approved": true}` as the decision's result and `deny` `{"approved": false}` (what the
-inspector page and the API examples send), unless `--result` says otherwise.
+inspector page and the API examples send), unless `--result` says otherwise; `--always` adds
+`"always": true`, which a permission approval keeps as a standing rule of the thread.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from agentlog.cli.core import (
     usd,
 )
 from agentlog.cli.reads import event_json
-from agentlog.client import APPROVED, DENIED, AsyncClient, ClientError, pending_calls
+from agentlog.client import APPROVED, DENIED, AsyncClient, ClientError, always_answer, pending_calls
 from agentlog.client import ApiError as ClientApiError
 from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
 from agentlog.eventlog.errors import AgentlogError, StoreUnavailable
@@ -340,11 +341,18 @@ def run_start(
 
 
 def _decide(action: str, run_id: str, call_ids: list[str], reason: str | None, result: str | None,
-            follow: bool, as_json: bool, options: ConnectionOptions, url: str | None, api_token: str | None) -> None:
+            follow: bool, as_json: bool, options: ConnectionOptions, url: str | None, api_token: str | None,
+            always: bool = False) -> None:
     guard(lambda: validate_run_id(run_id))
     for call_id in call_ids:
         guard(lambda: validate_id(call_id, "call_id"))  # noqa: B023  (called at once)
-    value: Any = APPROVED if action == "resume" else DENIED
+    approving = action == "resume"
+    value: Any = APPROVED if approving else DENIED
+    if always:
+        if result is not None:
+            raise typer.BadParameter("give --always or --result, not both", param_hint="--always")
+        # a standing rule is recorded by the permission plugin from a resume's answer, for both verdicts
+        action, value = "resume", always_answer(approving)
     if result is not None:
         try:
             value = json.loads(result)
@@ -362,7 +370,7 @@ def _decide(action: str, run_id: str, call_ids: list[str], reason: str | None, r
                       **({"reason": reason} if reason else {})} for c in targets]
         accepted = await api.call("inputs", {"run_id": run_id, "decisions": decisions})
         accepted = {**accepted, "decided": targets, "action": action}
-        verb = f"{'approved' if action == 'resume' else 'denied'} {', '.join(targets)} of"
+        verb = f"{'approved' if approving else 'denied'}{' (always)' if always else ''} {', '.join(targets)} of"
         names = {c["call_id"]: _tool(c) for c in pending}
         await _report(api, accepted, verb, follow, as_json, url, names)
 
@@ -380,21 +388,25 @@ def _decision_command(name: str, action: str, doc: str) -> None:
         result: Annotated[str | None, typer.Option(
             "--result", metavar="JSON", help="The decision's result (for tools that take the decision as "
                                              "their result or input).")] = None,
+        always: Annotated[bool, typer.Option(
+            "--always", help="A permission approval: decide this tool the same way from now on, on this "
+                             "thread (a standing rule; `agentlog thread permissions` lists them).")] = False,
         follow: FollowOpt = False, as_json: JsonOpt = False, url: UrlOpt = None, api_token: ApiTokenOpt = None,
         nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
         data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
     ) -> None:
         _decide(action, run_id, list(call_ids or ()), reason, result, follow, as_json,
-                connection_options(nats, creds, token, data_dir, timeout), url, api_token)
+                connection_options(nats, creds, token, data_dir, timeout), url, api_token, always)
 
     command.__doc__ = doc
     run_app.command(name)(command)
 
 
 _decision_command("approve", "resume", "Approve suspended calls of RUN_ID (decision `resume`, result "
-                                      '`{"approved": true}`); the run continues.')
+                                      '`{"approved": true}`, with `"always": true` for --always); the run continues.')
 _decision_command("deny", "cancel", "Deny suspended calls of RUN_ID (decision `cancel`, result "
-                                    '`{"approved": false}`); the run continues without them.')
+                                    '`{"approved": false}`; --always: decision `resume`, result `{"approved": false, '
+                                    '"always": true}`); the run continues without them.')
 
 
 @run_app.command("cancel")

@@ -156,6 +156,9 @@ def build_runtime(source: AppSource, store: JetStreamEventStore, *, views: ViewS
 ENV_ACK_WAIT = "AGENTLOG_WORKER_ACK_WAIT"
 ENV_APP_NAME = "AGENTLOG_APP_NAME"
 ENV_SHUTDOWN_TIMEOUT = "AGENTLOG_SHUTDOWN_TIMEOUT"
+#: How long the gateway waits for a worker to commit what a request queued (default 10 s); a
+#: start no worker took by then is withdrawn (503 `dispatch_timeout`, it will not run).
+ENV_DISPATCH_TIMEOUT = "AGENTLOG_DISPATCH_TIMEOUT"
 
 
 def _seconds(value: float | None, env: str, default: float) -> float:
@@ -356,6 +359,7 @@ class Server:
         agents = list(self.agent_specs) if self.agent_specs else None
         return dispatch.QueueDispatcher(self.store.nc, self.store, agents=agents, descriptions={
             agent_id: spec.description for agent_id, spec in self.agent_specs.items()}, snapshots=self.snapshots,
+            timeout=_seconds(None, ENV_DISPATCH_TIMEOUT, 10.0),
             app_name=self.config.resolved_app_name(), override_policies={
                 agent_id: (spec.model_name, spec.overrides) for agent_id, spec in self.agent_specs.items()},
             handoff=getattr(self.runtime, "handoff", None))  # serve: this process's worker decides

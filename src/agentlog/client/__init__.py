@@ -20,7 +20,15 @@ cancel) and
 each with `.code` and `.status`). Importing it imports aiohttp, not the agentlog runtime.
 """
 
-from agentlog.client.aio import APPROVED, DENIED, AsyncClient, get_client, pending_calls, settled
+from agentlog.client.aio import (
+    APPROVED,
+    DENIED,
+    AsyncClient,
+    always_answer,
+    get_client,
+    pending_calls,
+    settled,
+)
 from agentlog.client.errors import (
     STATUS_BY_CODE,
     ApiError,
@@ -41,7 +49,7 @@ from agentlog.client.sse import StreamEvent
 from agentlog.client.sync import SyncClient, get_sync_client
 
 __all__ = [
-    "get_client", "get_sync_client", "AsyncClient", "SyncClient", "StreamEvent", "APPROVED", "DENIED",
+    "get_client", "get_sync_client", "AsyncClient", "SyncClient", "StreamEvent", "APPROVED", "DENIED", "always_answer",
     "pending_calls", "settled",
     "STATUS_BY_CODE", "ClientError", "ApiError", "InvalidRequest", "Unauthorized", "Forbidden", "NotFound",
     "MethodNotAllowed", "Conflict", "TooLarge", "UnsupportedMediaType", "ServerError", "Unavailable",

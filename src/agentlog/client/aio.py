@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-from agentlog.client.errors import Conflict, ConnectionFailed, api_error
+from agentlog.client.errors import ClientError, Conflict, ConnectionFailed, Unavailable, api_error
 from agentlog.client.sse import StreamEvent, frames
 
 #: Where `get_client()` looks when given no URL / token (the CLI reads the same variables).
@@ -35,6 +35,12 @@ DEFAULT_URL = "http://127.0.0.1:8480"
 #: the docs' curl lines send, and what a permission `ask` reads (`{"approved": false}` is a denial).
 APPROVED: dict[str, Any] = {"approved": True}
 DENIED: dict[str, Any] = {"approved": False}
+
+
+def always_answer(approved: bool) -> dict[str, Any]:
+    """The answer to a permission approval that also keeps a standing rule on the thread ("always
+    allow / deny this tool"): `{"approved": ..., "always": true}`, recorded with action `resume`."""
+    return {"approved": approved, "always": True}
 
 Json = dict[str, Any]
 #: (`list` is a method name in the classes below)
@@ -237,17 +243,36 @@ class Runs:
                      run_id: str | None = None, resource_id: str | None = None,
                      parent_run_id: str | None = None, decisions: Sequence[Mapping[str, Any]] = (),
                      overrides: Mapping[str, Any] | None = None, context: Sequence[Mapping[str, str]] = (),
-                     state: Mapping[str, Any] | None = None) -> Json:
+                     state: Mapping[str, Any] | None = None, retries: int = 2) -> Json:
         """Start a run of `agent_id` (a new thread unless `thread_id`): `{"thread_id", "run_id",
         "seq"}`. `messages`: a string (one user message) or a list of strings / `{role, content}`.
         `overrides` (`{model, system_prompt, options}`, within what the agent allows), `context`
-        (`[{description, value}]`) and `state` (merged into the thread's) are recorded with the run."""
+        (`[{description, value}]`) and `state` (merged into the thread's) are recorded with the run.
+
+        Idempotent: the run id is chosen here when not given, so a start sent again runs once. A
+        create that got no answer (`ConnectionFailed`) or a 503 (`Unavailable`: no worker took
+        the start in time, which the gateway then withdrew, or NATS was away) is sent again with
+        the same run id, up to `retries` times (after the server's `Retry-After`, at most 5 s);
+        if an earlier attempt had started the run, the answer says `"duplicate": true`. Every
+        error raised names the run id (`.run_id`): creating with it again is safe."""
+        run_id = run_id or uuid.uuid4().hex
         body = _body(agent_id=agent_id, messages=_messages(messages), thread_id=thread_id, run_id=run_id,
                      resource_id=resource_id, parent_run_id=parent_run_id,
                      decisions=[_decision(d) for d in decisions] or None,
                      overrides=dict(overrides) if overrides is not None else None,
                      context=[dict(c) for c in context] or None, state=dict(state) if state is not None else None)
-        return await self.client.request("POST", "/v1/runs", json_body=body)
+        attempt = 0
+        while True:
+            try:
+                answer: Json = await self.client.request("POST", "/v1/runs", json_body=body)
+                return answer
+            except ClientError as exc:
+                exc.run_id = exc.run_id or run_id
+                if not isinstance(exc, (Unavailable, ConnectionFailed)) or attempt >= retries:
+                    raise
+                wait = exc.retry_after if isinstance(exc, Unavailable) and exc.retry_after is not None else 1.0
+            attempt += 1
+            await asyncio.sleep(min(max(wait, 0.0), 5.0))  # the server's pacing (Retry-After) between attempts
 
     async def get(self, run_id: str, *, min_seq: int | None = None) -> Json:
         """The run's view (status, calls, usage); `min_seq` waits until the views include it."""
@@ -336,15 +361,22 @@ class Runs:
         return pending_calls(await self.current(run_id))
 
     async def approve(self, run_id: str, call_ids: Sequence[str] | None = None, *, reason: str | None = None,
-                      result: Any = APPROVED) -> Json:
+                      result: Any = APPROVED, always: bool = False) -> Json:
         """Approve `call_ids` (default: every pending call): action `resume`, result
-        `{"approved": true}` unless given. `Conflict` (`run_not_waiting`) when nothing waits."""
-        return await self._decide_all(run_id, call_ids, "resume", result, reason)
+        `{"approved": true}` unless given (`always`: `always_answer(True)`, a standing "always
+        allow" of the tool on the thread). The result must answer each call's ticket
+        (`InvalidRequest` `invalid_decision` otherwise, nothing recorded). `Conflict`
+        (`run_not_waiting`) when nothing waits."""
+        return await self._decide_all(run_id, call_ids, "resume", always_answer(True) if always else result, reason)
 
     async def deny(self, run_id: str, call_ids: Sequence[str] | None = None, *, reason: str | None = None,
-                   result: Any = DENIED) -> Json:
+                   result: Any = DENIED, always: bool = False) -> Json:
         """Deny `call_ids` (default: every pending call): action `cancel` (the tool does not run;
-        the model is told a human turned it down, with `reason`), result `{"approved": false}`."""
+        the model is told a human turned it down, with `reason`), result `{"approved": false}`.
+        `always`: a standing "always deny" of the tool on the thread, which the permission plugin
+        records from action `resume` with `always_answer(False)` (the call is denied all the same)."""
+        if always:
+            return await self._decide_all(run_id, call_ids, "resume", always_answer(False), reason)
         return await self._decide_all(run_id, call_ids, "cancel", result, reason)
 
     async def _decide_all(self, run_id: str, call_ids: Sequence[str] | None, action: str, result: Any,
@@ -403,5 +435,5 @@ def get_client(url: str | None = None, *, token: str | None = None, timeout: flo
                        token=token if token is not None else os.environ.get(TOKEN_ENV), timeout=timeout)
 
 
-__all__ = ["APPROVED", "DENIED", "Agents", "AsyncClient", "Runs", "Threads", "get_client",
+__all__ = ["APPROVED", "DENIED", "Agents", "AsyncClient", "Runs", "Threads", "always_answer", "get_client",
            "pending_calls", "settled"]

@@ -1,9 +1,10 @@
 """Typed errors of the agentlog client: one class per family of the API's error codes.
 
-The API answers every failure with `{"error": message, "code": machine_code[, "detail"]}` and an
-HTTP status (`agentlog.gateway.operations.errors`); the client raises the class of that status's family, with
-`.code` (the machine code, e.g. `run_not_found`), `.status`, `.message` and `.detail`, so callers
-catch a family (`except NotFound`) and branch on the code when they need to:
+The API answers every failure with `{"error": message, "code": machine_code[, "detail"][, "run_id"]}`
+and an HTTP status (`agentlog.gateway.operations.errors`); the client raises the class of that
+status's family, with `.code` (the machine code, e.g. `run_not_found`), `.status`, `.message`,
+`.detail` and `.run_id` (the run the error concerns), so callers catch a family (`except
+NotFound`) and branch on the code when they need to:
 
     try:
         run = await client.runs.get(run_id)
@@ -51,13 +52,14 @@ STATUS_BY_CODE: dict[str, int] = {
 
 class ClientError(Exception):
     """Base of every error the client raises. `code` is a machine code; `status` the HTTP status
-    (None when no answer came: `ConnectionFailed`)."""
+    (None when no answer came: `ConnectionFailed`); `run_id` the run the error concerns, when
+    there is one (the API's `run_id` field; for a start, the run id the client chose)."""
 
     code: str = "client_error"
     status: int | None = None
 
     def __init__(self, message: str, *, code: str | None = None, status: int | None = None,
-                 detail: Any = None) -> None:
+                 detail: Any = None, run_id: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         if code is not None:
@@ -65,6 +67,7 @@ class ClientError(Exception):
         if status is not None:
             self.status = status
         self.detail = detail
+        self.run_id = run_id
 
     def __str__(self) -> str:
         return self.message
@@ -132,7 +135,10 @@ class ServerError(ApiError):
 
 
 class Unavailable(ApiError):
-    """503: NATS, the views or the workers did not answer in time. Safe to retry (`retry_after`)."""
+    """503: NATS, the views or the workers did not answer in time (`retry_after`: when to try
+    again). A start no worker took in time (`dispatch_timeout`) was withdrawn and will not run,
+    so starting it again is safe (`runs.create` does, with the same run id); a decision is
+    recorded once per decision id however often it is sent."""
 
     status = 503
     retry_after: float | None = None
@@ -174,7 +180,9 @@ def api_error(status: int | None, payload: bytes | str | dict[str, Any] | None, 
     if status is None:
         status = STATUS_BY_CODE.get(code, 500)
     cls = family(status)
-    error = cls(str(doc.get("error") or reason), code=code, status=status, detail=doc.get("detail"))
+    run_id = doc.get("run_id")
+    error = cls(str(doc.get("error") or reason), code=code, status=status, detail=doc.get("detail"),
+                run_id=run_id if isinstance(run_id, str) else None)
     if isinstance(error, Unavailable) and retry_after:
         try:
             error.retry_after = float(retry_after)

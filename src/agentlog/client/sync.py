@@ -164,10 +164,11 @@ class SyncRuns:
     def create(self, agent_id: str, messages: Messages = (), *, thread_id: str | None = None,
                run_id: str | None = None, resource_id: str | None = None, parent_run_id: str | None = None,
                decisions: Sequence[Mapping[str, Any]] = (), overrides: Mapping[str, Any] | None = None,
-               context: Sequence[Mapping[str, str]] = (), state: Mapping[str, Any] | None = None) -> Json:
+               context: Sequence[Mapping[str, str]] = (), state: Mapping[str, Any] | None = None,
+               retries: int = 2) -> Json:
         return self.c.call(self.a.create(agent_id, messages, thread_id=thread_id, run_id=run_id,
                                          resource_id=resource_id, parent_run_id=parent_run_id, decisions=decisions,
-                                         overrides=overrides, context=context, state=state))
+                                         overrides=overrides, context=context, state=state, retries=retries))
 
     def get(self, run_id: str, *, min_seq: int | None = None) -> Json:
         return self.c.call(self.a.get(run_id, min_seq=min_seq))
@@ -197,12 +198,12 @@ class SyncRuns:
         return self.c.call(self.a.pending(run_id))
 
     def approve(self, run_id: str, call_ids: Sequence[str] | None = None, *, reason: str | None = None,
-                result: Any = APPROVED) -> Json:
-        return self.c.call(self.a.approve(run_id, call_ids, reason=reason, result=result))
+                result: Any = APPROVED, always: bool = False) -> Json:
+        return self.c.call(self.a.approve(run_id, call_ids, reason=reason, result=result, always=always))
 
     def deny(self, run_id: str, call_ids: Sequence[str] | None = None, *, reason: str | None = None,
-             result: Any = DENIED) -> Json:
-        return self.c.call(self.a.deny(run_id, call_ids, reason=reason, result=result))
+             result: Any = DENIED, always: bool = False) -> Json:
+        return self.c.call(self.a.deny(run_id, call_ids, reason=reason, result=result, always=always))
 
     def cancel(self, run_id: str, *, reason: str | None = None) -> Json:
         return self.c.call(self.a.cancel(run_id, reason=reason))

@@ -8,9 +8,17 @@ from __future__ import annotations
 
 
 class AgentlogError(Exception):
-    """Base of every error agentlog raises on purpose. `code` is the machine code used by the APIs."""
+    """Base of every error agentlog raises on purpose. `code` is the machine code used by the APIs;
+    `run_id` the run it concerns, when there is one (the APIs answer it as a field of the error)."""
 
     code = "agentlog_error"
+    run_id: str | None = None
+
+    def about_run(self, run_id: str | None) -> AgentlogError:
+        """This error, saying which run it concerns (unless it already says); returns itself."""
+        if self.run_id is None and run_id is not None:
+            self.run_id = run_id
+        return self
 
 
 class InvalidId(AgentlogError, ValueError):

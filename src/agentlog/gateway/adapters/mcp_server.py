@@ -39,6 +39,7 @@ from agentlog.eventlog.ids import new_id, validate_id
 from agentlog.gateway.adapters import agui, session
 from agentlog.gateway.adapters.common import AdapterInputError, error_text
 from agentlog.projections.fold import fold_commits
+from agentlog.runtime.loop.hitl import InvalidDecision
 
 #: The input of every agent tool: a new message, or the answer to a waiting run's approvals.
 AGENT_INPUT: dict[str, Any] = {
@@ -186,12 +187,20 @@ def elicitation(i: ag.Interrupt) -> tuple[str, dict[str, Any]]:
 
 
 def payload_of(i: ag.Interrupt, result: types.ElicitResult) -> Any:
-    """An elicitation's answer as the decision payload; None denies (cancels the call)."""
+    """An elicitation's answer as the decision payload; None denies (cancels the call). An
+    approval is `approve: true` (approved) or `approve: false` (denied); anything else is an
+    `InvalidDecision` (nothing is recorded). Other answers are checked against their ticket's
+    schema where every decision is (`agentlog.runtime.loop.hitl.check_result`)."""
     if result.action != "accept":
         return None
     content = dict(result.content or {})
     if elicitation(i)[1] is APPROVAL_SCHEMA:
-        return {"approved": True} if content.get("approve") else None
+        approve = content.get("approve")
+        if not isinstance(approve, bool):
+            raise InvalidDecision(f"the answer to call {i.id!r} must say approve: true or false, not {approve!r}",
+                                  [{"field": "approve", "message": "a boolean is required", "type": "invalid_decision",
+                                    "target_id": i.id}])
+        return {"approved": True} if approve else None
     return content
 
 
@@ -234,9 +243,9 @@ def build_server(backend: session.Backend, catalog: Callable[[], list[dict[str, 
         try:
             outcome = await _call(ctx, params, who(ctx))
         except (AdapterInputError, McpInputError) as exc:
-            return _error(exc.code, str(exc))
+            return _error(exc.code, str(exc), exc.run_id)
         except AgentlogError as exc:
-            return _error(exc.code, error_text(exc))
+            return _error(exc.code, error_text(exc), exc.run_id)
         if isinstance(outcome, types.InputRequiredResult):
             return outcome
         return outcome.result()
@@ -273,7 +282,10 @@ def build_server(backend: session.Backend, catalog: Callable[[], list[dict[str, 
             for i in outcome.interrupts:
                 message, schema = elicitation(i)
                 result = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
-                answers[i.id] = payload_of(i, result)
+                try:
+                    answers[i.id] = payload_of(i, result)
+                except InvalidDecision as exc:
+                    raise exc.about_run(outcome.run_id) from None
             outcome = await answer(backend, params.name, outcome.run_id, answers, caller)
         return outcome
 
@@ -291,7 +303,10 @@ def build_server(backend: session.Backend, catalog: Callable[[], list[dict[str, 
             got = responses.get(i.id)
             if not isinstance(got, types.ElicitResult):
                 raise McpInputError(f"no answer for the open call {i.id!r}")
-            answers[i.id] = payload_of(i, got)
+            try:
+                answers[i.id] = payload_of(i, got)
+            except InvalidDecision as exc:
+                raise exc.about_run(run_id) from None
         if not interrupts:
             raise McpInputError(f"run {run_id!r} is not waiting for an answer")
         return await answer(backend, params.name, run_id, answers, caller)
@@ -312,10 +327,13 @@ def _input_required(outcome: Outcome) -> types.InputRequiredResult:
                                                                "thread_id": outcome.thread_id}))
 
 
-def _error(code: str, message: str) -> types.CallToolResult:
+def _error(code: str, message: str, run_id: str | None = None) -> types.CallToolResult:
+    """A failed call; `run_id`: the run the error concerns, if any."""
+    doc: dict[str, Any] = {"status": "failed", "error": {"code": code, "message": message}}
+    if run_id is not None:
+        doc["run_id"] = run_id
     return types.CallToolResult(content=[types.TextContent(type="text", text=f"error [{code}]: {message}")],
-                                structured_content={"status": "failed", "error": {"code": code, "message": message}},
-                                is_error=True)
+                                structured_content=doc, is_error=True)
 
 
 def _version() -> str:

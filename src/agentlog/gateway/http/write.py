@@ -5,7 +5,10 @@
 The handlers only parse (pydantic models -> 400 with field detail), check tenancy and call
 `agentlog.gateway.operations.operations`, which calls the `Dispatcher`: the same path the NATS service and the
 protocol adapters take, so in-process and queued execution answer alike. Answers are 202 with
-`{thread_id, run_id, seq}`; `seq` is the commit that made the request visible, for `min_seq`.
+`{thread_id, run_id, seq}`; `seq` is the commit that made the request visible, for `min_seq`. A
+retry of a request already taken is 200 with `duplicate: true` (a start is one when its
+`run_id` already started); a start a worker took but has not started yet adds `status:
+"queued"`. A start no worker took in time is 503 `dispatch_timeout`: withdrawn, it will not run.
 `POST /v1/runs` with `Accept: text/event-stream` streams the new run's events instead, from the
 log, until it finishes or suspends.
 """
@@ -26,7 +29,7 @@ from agentlog.gateway.operations.models import CancelRunBody, RunInputsBody, Sta
 _ACCEPTED = {
     "type": "object",
     "properties": {"thread_id": {"type": "string"}, "run_id": {"type": "string"}, "seq": {"type": "integer"},
-                   "duplicate": {"type": "boolean"}},
+                   "duplicate": {"type": "boolean"}, "status": {"type": "string", "enum": ["queued"]}},
     "required": ["thread_id", "run_id", "seq"],
 }
 
@@ -42,8 +45,8 @@ def write_routes(dispatcher: Dispatcher) -> list[Route]:
         svc, who = services(request), principal(request)
         body = await parse_body(request, StartRunBody)
         done = await ops.start_run(svc, who, dispatcher, body)
-        if not wants_sse(request):
-            return reply(ops.accepted(done), status=202)
+        if not wants_sse(request) or done.queued:  # a queued start has no events to stream yet
+            return reply(ops.accepted(done), status=200 if done.duplicate else 202)
         commits, thread_id, running = await run_from_log(svc, who, done.run_id)
         live = await follow_run(request, svc, done.run_id, thread_id, commits) if running else None
         frames = sse.positioned_events(commits, live, None, keep=lambda c: c.commit.run_id == done.run_id,
@@ -66,7 +69,8 @@ def write_routes(dispatcher: Dispatcher) -> list[Route]:
 
     return [
         Route("POST", "/v1/runs", start_run,
-              "Start a run (202 with ids and seq; SSE of its events with Accept: text/event-stream)", "runs",
+              "Start a run (202 with ids and seq; 200 with duplicate: true for a run_id already started; SSE of "
+              "its events with Accept: text/event-stream)", "runs",
               body=StartRunBody, response=_ACCEPTED, status=202, errors=(403, 404, 409, 413, 503)),
         Route("POST", "/v1/runs/{id}/inputs", run_inputs,
               "Decisions for suspended calls and/or messages (a continuation run); 200 for a duplicate",

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, overload
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -32,6 +32,7 @@ from nats.aio.client import Client as NATS
 from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.events import (
     AgentHandedOff,
+    MessageAppended,
     MessageQueued,
     QueueMode,
     RunCancelRequested,
@@ -44,6 +45,7 @@ from agentlog.eventlog.events import (
 from agentlog.eventlog.ids import new_id, now_ms, validate_run_id
 from agentlog.eventlog.store import EventStore, as_generator
 from agentlog.gateway.operations.agents import agent_catalog
+from agentlog.gateway.operations.errors import about_run
 from agentlog.projections.fold import fold_commits
 from agentlog.runtime.errors import RunConflict, RunNotFound, ThreadNotFound
 from agentlog.runtime.facade import Runtime
@@ -51,6 +53,7 @@ from agentlog.runtime.inputs.admission import (
     InvalidRunInput,
     PlaceholderIds,
     admit_thread,
+    check_messages,
     check_start,
     check_start_ids,
     check_storable,
@@ -68,6 +71,7 @@ from agentlog.runtime.loop.hitl import check_decisions, decision_seqs, parse_dec
 from agentlog.runtime.outage import is_transient
 from agentlog.runtime.queued import QUEUE_MODES, queue_input, recorded_ids
 from agentlog.runtime.snapshots.store import SnapshotStore
+from agentlog.runtime.workers.claims import StartClaims, Withdrawal
 from agentlog.runtime.workers.commands import (
     DLQ_CODE,
     DLQ_COMMAND_ID,
@@ -86,13 +90,17 @@ Messages = str | Sequence[Any]
 
 
 class Accepted(NamedTuple):
-    """A request the log has taken: where it landed. `duplicate`: every decision given was
-    already recorded (idempotent retry); `seq` is then the commit that recorded them first."""
+    """A request the log has taken: where it landed. `duplicate`: a retry of a request already
+    taken (every decision given was already recorded; a start whose run id already started, or
+    was taken by a worker); `seq` is then the commit that recorded it first. `queued`: a start a
+    worker has taken but not yet committed; it will run, and `seq` is the thread's position when
+    it was queued."""
 
     thread_id: str
     run_id: str
     seq: int
     duplicate: bool = False
+    queued: bool = False
 
 
 # == errors (codes map to statuses in src/agentlog/gateway/http/errors.STATUS_BY_CODE) ==========================
@@ -130,10 +138,16 @@ class CommandFailed(AgentlogError, ValueError):
 
 
 class DispatchTimeout(AgentlogError):
-    """The command is queued but no worker made its effect visible in time (no worker running?).
-    It stays queued: a worker that comes up later still executes it."""
+    """No worker made the command's effect visible in time (no worker running, or all busy). A
+    start is then withdrawn (`agentlog.runtime.workers.claims`): it will not run, and retrying it
+    is safe. Any other command stays queued and is applied when a worker takes it (decisions
+    sent again with the same decision ids are recorded once)."""
 
     code = "dispatch_timeout"
+
+    def __init__(self, message: str, run_id: str | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
 
 
 # == the seam ======================================================================================
@@ -260,6 +274,26 @@ async def _decision_seq(store: EventStore, run: LoadedRun, decision_id: str) -> 
     snapshot does not keep it: that rare path reads the run's commits."""
     commits = run.run_commits if run.snapshot is None else [sc async for sc in store.read_run(run.ctx.run_id)]
     return decision_seqs(commits)[decision_id]
+
+
+async def _started_already(store: EventStore, run_id: str, agent_id: str, thread_id: str | None,
+                           parent_run_id: str | None, messages: Messages) -> Accepted | None:
+    """The answer to a start whose run id is taken: the original start's (`duplicate`, the seq
+    of its `RunStarted`) when the log's start of `run_id` is this one (the same agent, parent,
+    thread if given, and input messages: a client's retry), else None (a `RunConflict`: the id
+    names another start)."""
+    commits = [sc async for sc in store.read_run(run_id)]
+    for sc in commits:
+        started = next((e for e in sc.commit.events if type(e) is RunStarted), None)
+        if started is None:
+            continue
+        given = [(m.role, m.content, m.parts) for m in check_messages(_wire_messages(messages))]
+        recorded = [(e.message.role, e.message.content, e.message.parts)
+                    for e in sc.commit.events if type(e) is MessageAppended]
+        same = (started.agent_id == agent_id and started.parent_run_id == parent_run_id
+                and thread_id in (None, sc.commit.thread_id) and given == recorded)
+        return Accepted(sc.commit.thread_id, run_id, sc.seq, duplicate=True) if same else None
+    return None
 
 
 # == a run's input and its cancel: the checks both deployments make ================================
@@ -413,6 +447,17 @@ class InProcessDispatcher:
         run_input: RunInput | Mapping[str, Any] | None = None,
     ) -> Accepted:
         check_start_ids(agent_id, thread_id, run_id, parent_run_id)
+        with about_run(run_id):
+            return await self._start_run(agent_id, messages, thread_id=thread_id, run_id=run_id,
+                                         parent_run_id=parent_run_id, decisions=decisions, resource_id=resource_id,
+                                         frontend_tools=frontend_tools, interrupt=interrupt, run_input=run_input)
+
+    async def _start_run(
+        self, agent_id: str, messages: Messages, *, thread_id: str | None, run_id: str | None,
+        parent_run_id: str | None, decisions: Sequence[Mapping[str, Any]] | None, resource_id: str | None,
+        frontend_tools: Sequence[Mapping[str, Any]] | None, interrupt: bool,
+        run_input: RunInput | Mapping[str, Any] | None,
+    ) -> Accepted:
         if agent_id not in self.runtime.agents:
             raise AgentNotFound(f"unknown agent {agent_id!r}")
         if interrupt and parent_run_id is not None:
@@ -429,6 +474,12 @@ class InProcessDispatcher:
                 decisions=list(decisions or ()), resource_id=resource_id, frontend_tools=frontend_tools,
                 run_input=run_input,
             )
+        except RunConflict:
+            same = None if run_id is None else await _started_already(
+                self.runtime.store, run_id, agent_id, thread_id, parent_run_id, messages)
+            if same is None:
+                raise
+            return same
         except AgentlogError:
             raise
         except (ValueError, TypeError) as exc:
@@ -451,7 +502,8 @@ class InProcessDispatcher:
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
         mode: str | None = None, access: RunAccess | None = None,
     ) -> Accepted:
-        return await _submit_inputs(self, run_id, decisions, messages, mode, access)
+        with about_run(run_id):
+            return await _submit_inputs(self, run_id, decisions, messages, mode, access)
 
     def _run_io(self) -> _RunIO:
         rt = self.runtime
@@ -487,6 +539,10 @@ class InProcessDispatcher:
             raise RunConflict(f"run {run_id!r} did not stop within {INTERRUPT_WAIT:g}s of its cancel") from None
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Accepted:
+        with about_run(run_id):
+            return await self._cancel(run_id, reason)
+
+    async def _cancel(self, run_id: str, reason: str | None) -> Accepted:
         commits = await _cancellable(self.runtime.store, run_id, reason)
         if not await self.runtime.cancel(run_id, reason=reason):  # it finished meanwhile
             raise RunAlreadyFinished(f"run {run_id!r} has already finished")
@@ -536,6 +592,8 @@ class QueueDispatcher:
         self.descriptions = dict(descriptions or {})
         self.timeout = timeout
         self.loader = RunLoader(store, snapshots=snapshots)
+        #: The offers of the starts queued here, which a start not taken in time is withdrawn from.
+        self.claims = StartClaims(self.client.js)
 
     @property
     def runtime(self) -> Runtime | None:
@@ -558,8 +616,26 @@ class QueueDispatcher:
     ) -> Accepted:
         """`interrupt` (a continuation of a running parent): ONE command (`ContinueRun.interrupt`)
         that the worker executes as "cancel the parent, then start once it has finished", so the
-        thread never has two active runs and a crash between the two leaves the command queued."""
+        thread never has two active runs and a crash between the two leaves the command queued.
+
+        The start is offered (`agentlog.runtime.workers.claims`): if no worker has started it
+        within the timeout it is withdrawn, and the answer is `DispatchTimeout` (it will not run;
+        a retry is safe); if a worker took it meanwhile, the answer waits for its `RunStarted`
+        once more, and is `queued` (it will run) if that has not shown either. A start whose run
+        id is in the log already is answered as the `duplicate` of the original (or refused,
+        `RunConflict`, if the id names another start)."""
         check_start_ids(agent_id, thread_id, run_id, parent_run_id)
+        with about_run(run_id):
+            return await self._start_run(agent_id, messages, thread_id=thread_id, run_id=run_id,
+                                         parent_run_id=parent_run_id, decisions=decisions, resource_id=resource_id,
+                                         frontend_tools=frontend_tools, interrupt=interrupt, run_input=run_input)
+
+    async def _start_run(
+        self, agent_id: str, messages: Messages, *, thread_id: str | None, run_id: str | None,
+        parent_run_id: str | None, decisions: Sequence[Mapping[str, Any]] | None, resource_id: str | None,
+        frontend_tools: Sequence[Mapping[str, Any]] | None, interrupt: bool,
+        run_input: RunInput | Mapping[str, Any] | None,
+    ) -> Accepted:
         if self.agents is not None and agent_id not in self.agents:
             raise AgentNotFound(f"unknown agent {agent_id!r}")
         decisions = list(decisions or ())
@@ -577,23 +653,60 @@ class QueueDispatcher:
             thread_id = parent_thread
             if decisions:
                 _check_decisions(await self.loader.load(parent_run_id, thread_id), decisions)
+        given_thread = thread_id
         thread_id = thread_id or new_id()
-        version = await self._check_start(thread_id, run_id, parent_run_id, interrupting=parent_run_id
-                                          if interrupt else None)
+        try:
+            version = await self._check_start(thread_id, run_id, parent_run_id, interrupting=parent_run_id
+                                              if interrupt else None)
+        except RunConflict:
+            same = None if run_id is None else await _started_already(
+                self.store, run_id, agent_id, given_thread, parent_run_id, messages)
+            if same is None:
+                raise
+            return same
         run_id = run_id or new_id()
-        cls = ContinueRun if parent_run_id is not None else StartRun
-        # resource_id rides in the command: the worker's run-start commit creates the thread, so
-        # the gateway writes nothing itself (a ThreadCreated written here would be left an
-        # orphan thread by a start that then fails)
-        cmd = cls(thread_id=thread_id, run_id=run_id, agent_id=agent_id, messages=_wire_messages(messages),
-                  parent_run_id=parent_run_id, decisions=[dict(d) for d in decisions], frontend_tools=frontend,
-                  resource_id=resource_id, run_input=run_input_wire(given))
-        if interrupt:
-            cmd = ContinueRun(**{**msgspec.structs.asdict(cmd), "interrupt": True})
-        seq = await self._submit_and_wait(cmd, thread_id, version,
-                                          lambda sc: sc.commit.run_id == run_id and _has(sc, RunStarted),
-                                          app_name)
-        return Accepted(thread_id, run_id, seq)
+        with about_run(run_id):
+            cls = ContinueRun if parent_run_id is not None else StartRun
+            # resource_id rides in the command: the worker's run-start commit creates the thread, so
+            # the gateway writes nothing itself (a ThreadCreated written here would be left an
+            # orphan thread by a start that then fails)
+            cmd = cls(thread_id=thread_id, run_id=run_id, agent_id=agent_id, messages=_wire_messages(messages),
+                      parent_run_id=parent_run_id, decisions=[dict(d) for d in decisions], frontend_tools=frontend,
+                      resource_id=resource_id, run_input=run_input_wire(given), offered=True)
+            if interrupt:
+                cmd = ContinueRun(**{**msgspec.structs.asdict(cmd), "interrupt": True})
+            self.client.check(cmd)  # a command that cannot be queued is refused before the offer
+            return await self._offer_and_wait(cmd, thread_id, version, app_name)
+
+    async def _offer_and_wait(self, cmd: StartRun, thread_id: str, version: int, app_name: str | None) -> Accepted:
+        """Offer the start `cmd`, queue it, and answer from what became of it (see `start_run`)."""
+        run_id = cmd.run_id
+
+        def started(sc: StoredCommit) -> bool:
+            return sc.commit.run_id == run_id and _has(sc, RunStarted)
+
+        offer = await self.claims.offer(run_id, cmd.command_id)
+        if offer.taken:  # an earlier attempt's command is taken: it starts this run; nothing new is queued
+            seq = await self._submit_and_wait(None, thread_id, version, started, app_name, settle=_wait_once_more)
+            return Accepted(thread_id, run_id, version if seq is None else seq, duplicate=True, queued=seq is None)
+        outcome: Withdrawal | None = None
+
+        async def settle() -> bool:
+            nonlocal outcome
+            outcome = await self.claims.withdraw(run_id, cmd.command_id, offer.revision)
+            return outcome is Withdrawal.TAKEN
+
+        seq = await self._submit_and_wait(cmd, thread_id, version, started, app_name, settle=settle)
+        if seq is not None:
+            return Accepted(thread_id, run_id, seq)
+        if outcome is Withdrawal.TAKEN:  # a worker has it: it runs, it is just not in the log yet
+            return Accepted(thread_id, run_id, version, queued=True)
+        if outcome is Withdrawal.SUPERSEDED:
+            raise RunConflict(f"a later start of run {run_id!r} (the same run id) replaced this one, which will not run")
+        raise DispatchTimeout(
+            f"no worker started run {run_id!r} within {self.timeout:g}s (is a worker running, or are all busy?): "
+            "the start is withdrawn and will not run; retrying it is safe (with the same run_id a retry "
+            "never runs twice)", run_id)
 
     def check_overrides(self, agent_id: str, run_input: RunInput | Mapping[str, Any] | None) -> None:
         """Raise what `start_run` would here for the request's overrides (`OverrideNotAllowed`,
@@ -629,7 +742,8 @@ class QueueDispatcher:
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
         mode: str | None = None, access: RunAccess | None = None,
     ) -> Accepted:
-        return await _submit_inputs(self, run_id, decisions, messages, mode, access)
+        with about_run(run_id):
+            return await _submit_inputs(self, run_id, decisions, messages, mode, access)
 
     def _run_io(self) -> _RunIO:
         return _RunIO(self.store, self.loader, self.handoff)
@@ -667,6 +781,10 @@ class QueueDispatcher:
     # -- cancel --------------------------------------------------------------------------------
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Accepted:
+        with about_run(run_id):
+            return await self._cancel(run_id, reason)
+
+    async def _cancel(self, run_id: str, reason: str | None) -> Accepted:
         commits = await _cancellable(self.store, run_id, reason)
         thread_id = commits[0].commit.thread_id
         version = await self.store.thread_version(thread_id)
@@ -691,18 +809,31 @@ class QueueDispatcher:
         if writes is not None:
             writes.succeeded()
 
+    @overload
+    async def _submit_and_wait(self, cmd: Any, thread_id: str, after: int, done: Callable[[StoredCommit], bool],
+                               app_name: str | None = None, settle: None = None) -> int: ...
+
+    @overload
+    async def _submit_and_wait(self, cmd: Any, thread_id: str, after: int, done: Callable[[StoredCommit], bool],
+                               app_name: str | None = None, *,
+                               settle: Callable[[], Awaitable[bool]]) -> int | None: ...
+
     async def _submit_and_wait(self, cmd: Any, thread_id: str, after: int,
-                               done: Callable[[StoredCommit], bool], app_name: str | None = None) -> int:
+                               done: Callable[[StoredCommit], bool], app_name: str | None = None,
+                               settle: Callable[[], Awaitable[bool]] | None = None) -> int | None:
         """Follow the thread from `after` (opened BEFORE the submit, so the effect cannot slip
-        by), submit, and return the seq of the first commit `done` accepts. If a worker
-        dead-letters the command first (also watched from before the submit), raise
-        `CommandFailed` with the worker's error code."""
+        by), submit `cmd` (None: nothing, only wait), and return the seq of the first commit
+        `done` accepts. If a worker dead-letters the command first (also watched from before the
+        submit), raise `CommandFailed` with the worker's error code. If nothing shows within the
+        timeout: without `settle`, `DispatchTimeout` (the command stays queued); with it,
+        `settle()` runs while the watch is still open: True waits once more, and None is
+        returned if the effect still has not shown (the caller answers)."""
         follower = as_generator(self.store.follow(thread_id, after=after))
         dead: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
         async def on_dead_letter(msg: Any) -> None:
             headers = msg.headers or {}
-            if headers.get(DLQ_COMMAND_ID) == cmd.command_id and not dead.done():
+            if cmd is not None and headers.get(DLQ_COMMAND_ID) == cmd.command_id and not dead.done():
                 dead.set_result(headers)
 
         sub = await self.client.nc.subscribe(dlq_subject(thread_id), cb=on_dead_letter)
@@ -710,18 +841,26 @@ class QueueDispatcher:
             await self.client.nc.flush()
             first = asyncio.ensure_future(_first(follower, done))
             try:
-                await self._queue(cmd, app_name)
+                if cmd is not None:
+                    await self._queue(cmd, app_name)
                 finished, _ = await asyncio.wait({first, dead}, timeout=self.timeout,
                                                  return_when=asyncio.FIRST_COMPLETED)
+                if not finished and settle is not None and await settle():
+                    finished, _ = await asyncio.wait({first, dead}, timeout=self.timeout,
+                                                     return_when=asyncio.FIRST_COMPLETED)
                 if first in finished:
                     return first.result()
                 if dead in finished:
                     headers = dead.result()
                     raise CommandFailed(headers.get(DLQ_ERROR) or "a worker gave up on the command",
                                         headers.get(DLQ_CODE))
+                if settle is not None:
+                    return None
                 raise DispatchTimeout(
                     f"{type(cmd).__name__} for run {cmd.run_id!r} is queued, but no worker committed it "
-                    f"within {self.timeout}s (is a worker running?)")
+                    f"within {self.timeout:g}s (is a worker running?); it stays queued and is applied when a "
+                    "worker takes it (decisions sent again with the same decision ids are recorded once)",
+                    cmd.run_id)
             finally:
                 first.cancel()
                 with contextlib.suppress(BaseException):
@@ -731,6 +870,10 @@ class QueueDispatcher:
                 await sub.unsubscribe()
             with contextlib.suppress(Exception):
                 await follower.aclose()
+
+
+async def _wait_once_more() -> bool:
+    return True
 
 
 async def _first(commits: AsyncIterator[StoredCommit], done: Callable[[StoredCommit], bool]) -> int:

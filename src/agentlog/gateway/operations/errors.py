@@ -15,6 +15,8 @@ use `answer`; HTTP adds aiohttp's own exceptions (unknown route, 405, body too l
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import nats.errors
@@ -22,6 +24,7 @@ import structlog
 from pydantic import ValidationError
 
 from agentlog.eventlog.errors import AgentlogError, InvalidId
+from agentlog.eventlog.ids import is_valid_id
 
 log = structlog.get_logger("agentlog.api")
 
@@ -59,27 +62,49 @@ STATUS_BY_CODE: dict[str, int] = {
 }
 
 class ApiError(Exception):
-    """An error answer decided by the gateway: status, machine code, message, optional detail."""
+    """An error answer decided by the gateway: status, machine code, message, optional detail,
+    and the run it concerns (`run_id`), if any."""
 
     def __init__(self, status: int, code: str, message: str, detail: Any = None,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, run_id: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.detail = detail
         self.headers = headers or {}
+        self.run_id = run_id
 
 
 def not_found(kind: str, ident: str) -> ApiError:
     """Unknown, deleted and other-tenant resources all look the same: nothing leaks."""
-    return ApiError(404, f"{kind}_not_found", f"{kind} {ident!r} not found")
+    return ApiError(404, f"{kind}_not_found", f"{kind} {ident!r} not found",
+                    run_id=ident if kind == "run" and is_valid_id(ident) else None)
 
 
-def error_body(message: str, code: str, detail: Any = None) -> dict[str, Any]:
+@contextmanager
+def about_run(run_id: str | None) -> Iterator[None]:
+    """Errors raised inside say they concern run `run_id` (`AgentlogError.about_run`,
+    `ApiError.run_id`), unless they already name a run; a malformed id is not one."""
+    try:
+        yield
+    except AgentlogError as exc:
+        if is_valid_id(run_id):
+            exc.about_run(run_id)
+        raise
+    except ApiError as exc:
+        if exc.run_id is None and is_valid_id(run_id):
+            exc.run_id = run_id
+        raise
+
+
+def error_body(message: str, code: str, detail: Any = None, run_id: str | None = None) -> dict[str, Any]:
+    """`{"error", "code"[, "detail"][, "run_id"]}`: `run_id` names the run the error concerns."""
     body: dict[str, Any] = {"error": message, "code": code}
     if detail is not None:
         body["detail"] = detail
+    if run_id is not None:
+        body["run_id"] = run_id
     return body
 
 
@@ -107,7 +132,7 @@ def answer(exc: BaseException, ids: dict[str, Any] | None = None) -> tuple[int, 
     micro service too); logged when it is our fault, with `ids` bound."""
     ids = ids or {}
     if isinstance(exc, ApiError):
-        return exc.status, error_body(exc.message, exc.code, exc.detail), exc.headers
+        return exc.status, error_body(exc.message, exc.code, exc.detail, exc.run_id), exc.headers
     if isinstance(exc, ValidationError):
         return 400, error_body("invalid input", "invalid_input", validation_detail(exc)), None
     if isinstance(exc, InvalidId):
@@ -118,7 +143,8 @@ def answer(exc: BaseException, ids: dict[str, Any] | None = None) -> tuple[int, 
         if status >= 500:
             log.warning("request failed", status=status, code=exc.code, error=str(exc), **ids)
         headers = {"Retry-After": "1"} if status == 503 else None
-        return status, error_body(str(exc), exc.code), headers
+        fields = getattr(exc, "detail", None)  # e.g. `InvalidDecision`'s failing fields
+        return status, error_body(str(exc), exc.code, fields if isinstance(fields, list) else None, exc.run_id), headers
     if isinstance(exc, nats.errors.Error):  # a KV/JetStream call outside the store's own mapping
         log.warning("NATS unavailable", error=str(exc) or type(exc).__name__, **ids)
         return (503, error_body(f"NATS unavailable: {exc or type(exc).__name__}", "store_unavailable"),
@@ -127,4 +153,4 @@ def answer(exc: BaseException, ids: dict[str, Any] | None = None) -> tuple[int, 
     return 500, error_body("internal error", "internal"), None
 
 
-__all__ = ["ApiError", "STATUS_BY_CODE", "answer", "error_body", "not_found", "status_of", "validation_detail"]
+__all__ = ["ApiError", "STATUS_BY_CODE", "about_run", "answer", "error_body", "not_found", "status_of", "validation_detail"]

@@ -47,9 +47,12 @@ from agentlog.runtime.errors import RunConflict, RunNotFound
 
 
 def accepted(a: Accepted) -> dict[str, Any]:
+    """`{thread_id, run_id, seq[, duplicate: true][, status: "queued"]}` (see `Accepted`)."""
     out: dict[str, Any] = {"thread_id": a.thread_id, "run_id": a.run_id, "seq": a.seq}
     if a.duplicate:
         out["duplicate"] = True
+    if a.queued:
+        out["status"] = "queued"
     return out
 
 

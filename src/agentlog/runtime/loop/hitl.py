@@ -20,10 +20,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import jsonschema
 import msgspec
+from jsonschema.exceptions import best_match
 
 from agentlog.eventlog.errors import AgentlogError, InvalidId
-from agentlog.eventlog.events import StoredCommit, ToolCallDecided, ToolCallDecision
+from agentlog.eventlog.events import StoredCommit, SuspendTicket, ToolCallDecided, ToolCallDecision
 from agentlog.eventlog.ids import validate_id
 
 DecisionInput = ToolCallDecision | Mapping[str, Any]
@@ -36,9 +38,15 @@ class HitlError(AgentlogError):
 
 
 class InvalidDecision(HitlError, ValueError):
-    """A decision that is not a well-formed `ToolCallDecision` (missing/bad fields)."""
+    """A decision that is not a well-formed `ToolCallDecision` (missing/bad fields), or whose
+    result does not answer its ticket (`check_result`). `detail`: the failing fields, as the
+    APIs answer them (`[{"field", "message", "type"}]`), when known."""
 
     code = "invalid_decision"
+
+    def __init__(self, message: str, detail: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 class UnknownCall(HitlError, LookupError):
@@ -153,7 +161,42 @@ def check_decisions(
             raise CallNotSuspended(
                 f"tool call {d.target_id!r} already has decision {prior!r}; it is waiting for the rest of its batch"
             )
+        check_result(ctx.suspended[d.target_id], d)
     return new, dups
+
+
+def check_result(ticket: SuspendTicket, decision: ToolCallDecision) -> None:
+    """Raise `InvalidDecision` unless `decision` answers `ticket`: a `resume` decision's result
+    (null when absent) must validate against the ticket's `response_schema` (JSON Schema, its
+    declared draft, else 2020-12). A ticket without a schema takes any result. A `cancel` is not
+    checked: the call does not run, and its result is recorded as given, never used as an
+    answer. The error names the first failing field (`result.<path>`)."""
+    schema = ticket.response_schema
+    if decision.action != "resume" or schema is None:
+        return
+    where = f"decision {decision.decision_id!r} for call {decision.target_id!r}"
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise InvalidDecision(f"{where}: the ticket's response_schema is not a valid JSON Schema ({exc.message}); "
+                              "the call can only be cancelled") from None
+    error = best_match(cls(schema).iter_errors(decision.result))
+    if error is None:
+        return
+    field = "result" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    if error.validator == "required" and isinstance(error.instance, Mapping):
+        missing = [str(p) for p in error.validator_value if p not in error.instance]
+        field += f".{missing[0]}" if missing else ""
+    why = error.message if decision.result is not None else "missing (a resume of this call must carry one)"
+    message = f"{where}: {field}: {why} (the ticket's response_schema: {_brief(schema)})"
+    raise InvalidDecision(message, [{"field": field, "message": why, "type": "invalid_decision",
+                                     "target_id": decision.target_id, "decision_id": decision.decision_id}])
+
+
+def _brief(schema: Any) -> str:
+    text = msgspec.json.encode(schema).decode()
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def ready_calls(mode: str, ctx: Any) -> list[str]:
@@ -176,17 +219,13 @@ def unstarted_calls(ctx: Any) -> list[Any]:
 
 
 def is_approved(result: Any) -> bool:
-    """How a permission `ask` reads a resume decision's result: approved unless the result says
-    `approved: false` (or is literally false)."""
-    if result is False:
-        return False
-    if isinstance(result, Mapping) and result.get("approved") is False:
-        return False
-    return True
+    """How a permission `ask` reads a resume decision's result: approved only when it says
+    `approved: true`; anything else is a denial."""
+    return isinstance(result, Mapping) and result.get("approved") is True
 
 
 __all__ = [
     "CallNotSuspended", "DecisionInput", "HitlError", "InvalidDecision", "RunNotWaiting", "UnknownCall",
-    "check_decisions", "decision_seqs", "is_approved", "parse_decision", "parse_decisions", "ready_calls",
+    "check_decisions", "check_result", "decision_seqs", "is_approved", "parse_decision", "parse_decisions", "ready_calls",
     "unstarted_calls",
 ]

@@ -107,6 +107,10 @@ class StartRun(_Base, tag="start", kw_only=True, omit_defaults=True):
     #: The client's overrides, context, forwarded props and state (`agentlog.runtime.inputs.run_input`,
     #: its JSON form), checked and recorded by the worker's `Runtime.start`.
     run_input: dict[str, Any] | None = None
+    #: Offered by a gateway that may withdraw it (`agentlog.runtime.workers.claims`): a worker
+    #: starts the run only once it has taken the offer, and acks the command unexecuted if the
+    #: offer was withdrawn, replaced or is gone.
+    offered: bool = False
 
 
 class ContinueRun(StartRun, tag="continue", kw_only=True):
@@ -246,15 +250,17 @@ async def ensure_dlq_stream(js: Any, *, replicas: int | None = None) -> None:
 
 
 async def ensure_runtime_streams(js: Any, *, replicas: int | None = None) -> None:
-    """The streams the runtime writes besides the events stream and the KV buckets: the command
-    work queue, its dead letters and the large-payload object store, each created with
+    """The streams the runtime writes besides the events stream and the KV views: the command
+    work queue, its dead letters, the large-payload object store and the start claims, each created with
     `replicas` or raised to it (never lowered). Called at start by a process given `--replicas`
     (else each is created at R1 where it is first used), so none is left on one node."""
     from agentlog.eventlog.jetstream.payloads import ensure_payload_bucket
+    from agentlog.runtime.workers.claims import ensure_claims_bucket
 
     await ensure_commands_stream(js, replicas=replicas)
     await ensure_dlq_stream(js, replicas=replicas)
     await ensure_payload_bucket(js, replicas=replicas)
+    await ensure_claims_bucket(js, replicas=replicas)
 
 
 async def _ensure_stream(js: Any, config: Any, replicas: int | None) -> None:

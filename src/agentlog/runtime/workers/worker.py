@@ -23,6 +23,9 @@ Guarantees, and how:
   in the queue (work-queue retention deletes acked commands; acks are synchronous); if one is, the
   command is nak'ed with a short delay. Inside one worker, commands of a thread also queue on a
   per-thread lock. Cancels and queued messages skip the order (they must reach a running run).
+- **Withdrawn starts.** A start a gateway queued and then withdrew (no worker took it in time;
+  `agentlog.runtime.workers.claims`) is acked without running: the gateway answered that it
+  will not run. A worker starts an offered run only once it has taken the offer.
 - **Races.** Per-thread OCC keeps two workers from interleaving. A worker that loses a race
   (`VersionConflict`/`RunConflict`) re-reads the log and re-evaluates its command (the run
   exists -> resume it; it finished or waits -> ack; the thread is busy with another run -> nak
@@ -72,6 +75,7 @@ from agentlog.runtime.errors import RunConflict, RunEnded, RunNotFound
 from agentlog.runtime.facade import RunHandle, Runtime
 from agentlog.runtime.logs import get_logger
 from agentlog.runtime.loop.hitl import HitlError, RunNotWaiting
+from agentlog.runtime.workers.claims import StartClaims
 from agentlog.runtime.workers.commands import (
     COMMANDS_STREAM,
     COMMANDS_SUBJECTS,
@@ -195,7 +199,10 @@ class Worker:
         self._fetcher: asyncio.Task[None] | None = None
         self.log = _log.bind(consumer=self.consumer, app=self.app_name, pid=os.getpid())
         #: Counters (for tests and `bench_workers`).
-        self.stats = {"acked": 0, "naked": 0, "termed": 0, "resumed": 0, "reevaluated": 0, "dead_lettered": 0}
+        self.stats = {"acked": 0, "naked": 0, "termed": 0, "resumed": 0, "reevaluated": 0, "dead_lettered": 0,
+                      "withdrawn": 0}
+        #: The gateways' offers of the starts they queued (`agentlog.runtime.workers.claims`).
+        self.claims = StartClaims(self.js)
 
     # -- setup ---------------------------------------------------------------------------------
 
@@ -385,7 +392,9 @@ class Worker:
         beat = asyncio.get_running_loop().create_task(self._heartbeat(msg))
         outcome, delay = NAK, 0.0
         try:
-            if isinstance(cmd, Cancel):
+            if isinstance(cmd, StartRun) and cmd.offered and not await self._may_start(cmd, log):
+                outcome = ACK  # withdrawn by its gateway (or replaced): acked unexecuted
+            elif isinstance(cmd, Cancel):
                 outcome = await self._cancel(cmd, log, meta.sequence.stream)
             elif isinstance(cmd, QueueMessages):
                 outcome = await self._queue_messages(cmd, log)
@@ -536,6 +545,17 @@ class Worker:
         return int(message["seq"]) if message else None
 
     # -- start / continue ------------------------------------------------------------------------
+
+    async def _may_start(self, cmd: StartRun, log: Any) -> bool:
+        """May this offered start (`StartRun.offered`) run? Yes when its run is in the log
+        already (a redelivery: it is resumed) or this command takes the gateway's offer
+        (`StartClaims.take`); no when the offer was withdrawn (the gateway answered that the
+        start will not run), replaced by another attempt, taken by another command, or is gone."""
+        if await self._run_started(cmd.run_id) or await self.claims.take(cmd.run_id, cmd.command_id):
+            return True
+        log.warning("command.start_withdrawn")
+        self.stats["withdrawn"] += 1
+        return False
 
     async def _run_started(self, run_id: str) -> bool:
         async for sc in self.store.read_run(run_id):

@@ -91,7 +91,8 @@ def _requested(commits: Sequence[StoredCommit]) -> dict[str, Any]:
 
 
 def status_message(view: RunView, commits: Sequence[StoredCommit] = ()) -> A2AMessage | None:
-    """For input-required: what the run waits for (the data a decision needs)."""
+    """For input-required: what the run waits for (the data a decision needs: each suspended
+    call and its ticket, whose `response_schema` the result of a `resume` must validate against)."""
     if view.status != "waiting":
         if view.termination is not None and view.termination.detail and view.termination.type != "natural_end":
             return A2AMessage(message_id=f"{view.run_id}-status", task_id=view.run_id, context_id=view.thread_id,
@@ -107,7 +108,8 @@ def status_message(view: RunView, commits: Sequence[StoredCommit] = ()) -> A2AMe
 
     calls = [{"call_id": c.call_id, "tool": name(c), "arguments": args(c),
               "ticket": None if c.ticket is None else {"id": c.ticket.id, "action": c.ticket.action,
-                                                       "message": c.ticket.message}}
+                                                       "message": c.ticket.message,
+                                                       "response_schema": c.ticket.response_schema}}
              for c in view.calls.values() if c.status == "suspended"]
     text = "waiting for a decision on: " + ", ".join(f"{c['tool']} ({c['call_id']})" for c in calls)
     return A2AMessage(message_id=f"{view.run_id}-waiting-{view.last_seq}", task_id=view.run_id,
