@@ -20,6 +20,7 @@ from agentlog.eventlog.events import Usage
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.projections import fold_commits
 from agentlog.runtime import AgentSpec, PermissionPlugin, Runtime, tool
+from agentlog.runtime.loop.hitl import InvalidDecision
 from agentlog.runtime.models import ModelUnavailable, ScriptedModel, Turn
 from agentlog.runtime.replay.verify import ReplayApp, verify_run
 from agentlog.runtime.stop import Budget
@@ -149,6 +150,25 @@ async def test_budget_cancel_ends_the_run_stopped_by_budget(store: Any) -> None:
         # another process decides, from the log alone (the first one may be gone)
         other = budget_runtime(store, Budget(max_tokens=2500), tool_turns(3))
         decided = await other.decide(result.run_id, [{"target_id": "budget-1", "decision_id": "d1", "action": "cancel"}])
+        final = await decided.handle.result()
+        await verified(rt, result.run_id, result.thread_id)
+    assert final.termination.type == "stopped" and final.termination.code == "budget"
+
+
+async def test_budget_approved_false_declines_and_an_answer_without_approved_is_refused(store: Any) -> None:
+    """A budget ticket is an approval: only `approved: true` extends it. `approved: false` ends the
+    run as a cancel does, and a resume that does not say either is refused with nothing written."""
+    rt = budget_runtime(store, Budget(max_tokens=2500), tool_turns(3))
+    async with asyncio.timeout(LIMIT):
+        result = await rt.run("agent", "add a lot")
+        before = await logged(rt, result)
+        for bad in ({}, {"ok": "yes"}, {"approved": "yes"}):
+            with pytest.raises(InvalidDecision):
+                await rt.decide(result.run_id, [{"target_id": "budget-1", "decision_id": "d0", "action": "resume",
+                                                 "result": bad}])
+        assert await logged(rt, result) == before
+        decided = await rt.decide(result.run_id, [{"target_id": "budget-1", "decision_id": "d1", "action": "resume",
+                                                   "result": {"approved": False}}])
         final = await decided.handle.result()
         await verified(rt, result.run_id, result.thread_id)
     assert final.termination.type == "stopped" and final.termination.code == "budget"

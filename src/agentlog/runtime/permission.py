@@ -32,19 +32,14 @@ import msgspec
 import pydantic
 
 from agentlog.eventlog.events import SuspendTicket, ToolCall
-from agentlog.runtime.loop.hitl import is_approved
+from agentlog.runtime.loop.hitl import APPROVAL_SCHEMA, is_approved
 from agentlog.runtime.plugins import Action, ExcludeTools, Gate, PatchState, PhaseContext, Plugin
 
 Verdict = Literal["allow", "deny", "ask"]
 
-#: What an approval answer looks like (the ticket's response schema).
-APPROVAL_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"approved": {"type": "boolean"}, "reason": {"type": "string"}},
-    "required": ["approved"],
-}
-# (An answer may also carry `always` and `args`, the standing-rule options below; they stay out of
-# the schema so that forms built from it, like the inspector's, still send just an approval.)
+# An approval's answer may also carry `always` and `args`, the standing-rule options below; they
+# stay out of APPROVAL_SCHEMA so that forms built from it, like the inspector's, still send just an
+# approval.
 #: The thread-state key of the standing rules.
 STANDING_KEY = "agentlog.permissions"
 _encode = msgspec.json.Encoder().encode

@@ -218,14 +218,23 @@ def unstarted_calls(ctx: Any) -> list[Any]:
     return [c for c in ctx.step_tool_calls if c.id not in touched]
 
 
+#: What an approval answer looks like: the response schema of a permission `ask` and of a budget
+#: ticket.
+APPROVAL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"approved": {"type": "boolean"}, "reason": {"type": "string"}},
+    "required": ["approved"],
+}
+
+
 def is_approved(result: Any) -> bool:
-    """How a permission `ask` reads a resume decision's result: approved only when it says
-    `approved: true`; anything else is a denial."""
+    """How an approval (a permission `ask`, a budget ticket) reads a resume decision's result:
+    approved only when it says `approved: true`; anything else is a denial."""
     return isinstance(result, Mapping) and result.get("approved") is True
 
 
 __all__ = [
-    "CallNotSuspended", "DecisionInput", "HitlError", "InvalidDecision", "RunNotWaiting", "UnknownCall",
+    "APPROVAL_SCHEMA", "CallNotSuspended", "DecisionInput", "HitlError", "InvalidDecision", "RunNotWaiting", "UnknownCall",
     "check_decisions", "check_result", "decision_seqs", "is_approved", "parse_decision", "parse_decisions", "ready_calls",
     "unstarted_calls",
 ]

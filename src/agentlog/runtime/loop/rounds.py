@@ -46,7 +46,7 @@ from agentlog.runtime.loop.decisions import (
     resolve_gate,
     stop_input,
 )
-from agentlog.runtime.loop.hitl import ready_calls
+from agentlog.runtime.loop.hitl import APPROVAL_SCHEMA, is_approved, ready_calls
 from agentlog.runtime.loop.staging import Cancelled, Staging
 from agentlog.runtime.plugins import AddUserMessage
 from agentlog.runtime.stop import BUDGET_CALL_PREFIX, evaluate_stop, is_budget_call
@@ -323,7 +323,8 @@ class ToolRounds:
         for cid in ready:
             decision = staging.ctx.resuming[cid]
             if is_budget_call(cid):  # a budget ticket: extended or declined, no tool message
-                outcome: Outcome = "cancelled" if decision.action == "cancel" else "succeeded"
+                extended = decision.action == "resume" and is_approved(decision.result)
+                outcome: Outcome = "succeeded" if extended else "cancelled"
                 staging.emit(ToolCallCompleted(call_id=cid, outcome=outcome, result=decision.result))
             elif decision.action == "cancel":
                 why = "cancelled by a human" + (f": {decision.reason}" if decision.reason else "")
@@ -423,15 +424,15 @@ class ToolRounds:
 
     async def suspend_for_budget(self, term: Termination) -> bool:
         """Stage a budget ticket (a suspension of no tool call: `stop.BUDGET_CALL_PREFIX`) and
-        wait for a human, as an approval waits: `resume` extends the budget, `cancel` ends the
-        run. The step is already closed; the next one starts after the decision."""
+        wait for a human, as an approval waits: a `resume` with `approved: true` extends the
+        budget; `approved: false` or a `cancel` ends the run. The step is already closed; the next one starts after the decision."""
         staging = self.staging
         ctx = staging.ctx
         call_id = f"{BUDGET_CALL_PREFIX}{ctx.budget_extensions + 1}"  # the run's n-th ticket: each is answered first
         staging.emit(ToolCallSuspended(call_id=call_id, ticket=SuspendTicket(
             id=call_id, action="budget", message=f"The run reached its budget ({term.detail}). Extend it?",
             parameters={"tokens": ctx.usage.total_tokens, "cost": ctx.cost, "extensions": ctx.budget_extensions},
-            response_schema={"type": "object"}, resume_mode="use_decision_as_tool_result",
+            response_schema=APPROVAL_SCHEMA, resume_mode="use_decision_as_tool_result",
         )))
         staging.emit(RunSuspended(call_ids=[call_id]))
         staging.log.info("run.budget_suspended", detail=term.detail, call_id=call_id)
