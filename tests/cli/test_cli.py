@@ -40,6 +40,7 @@ from agentlog.eventlog.events import (
     ToolCallStarted,
     Usage,
 )
+from agentlog.gateway.operations.connection import ConnectionOptions, open_store
 from agentlog.projections import fold_commits
 from agentlog.projections.kv import KVViewStore
 
@@ -397,8 +398,16 @@ def test_projections_rebuild_of_an_empty_log(nats_server: EmbeddedNatsServer) ->
 
 
 def test_entry_point_starts_and_stops_the_embedded_server(tmp_path: Path) -> None:
+    """A read of the log on a data dir with no server running (a stopped `serve`'s) starts its
+    server for the command and stops it at exit (tests/test_cli_target.py: never a new data dir)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
     data = tmp_path / "data"
+
+    async def make_log() -> None:
+        async with open_store(ConnectionOptions(data_dir=data), "serve"):
+            pass
+
+    asyncio.run(make_log())
     proc = subprocess.run(
         ["timeout", "60", AGENTLOG, "runs", "--json", "--data-dir", str(data)],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=90,

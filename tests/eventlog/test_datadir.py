@@ -1,7 +1,7 @@
 """One embedded nats-server per data dir, with real `agentlog` processes.
 
 * Two `agentlog serve` on one data dir: the second uses the first one's nats-server (no second
-  server on the same store); a run accepted by the second finishes after the first has stopped,
+  server on the same store) and its banner says it joined it; a run accepted by the second finishes after the first has stopped,
   and is in the log afterwards; the last process to leave stops the server.
 * A dead owner: its orphaned nats-server is used (and stopped) by the next command; with the
   server gone too, the next command takes the lock over and starts a fresh one on the same log.
@@ -52,14 +52,23 @@ async def until(predicate, what: str, limit: float = 30.0) -> None:  # type: ign
             await asyncio.sleep(0.05)
 
 
-async def start_serve(data: Path, *, own_group: bool = False) -> tuple[asyncio.subprocess.Process, str]:
+async def start_serve(data: Path, *, own_group: bool = False,
+                      banners: list[str] | None = None) -> tuple[asyncio.subprocess.Process, str]:
     """`agentlog serve` on `data` (worker_app's agents); returns it and its HTTP URL once up.
-    `own_group`: in its own process group, as a command in a terminal is (for Ctrl-C)."""
+    `own_group`: in its own process group, as a command in a terminal is (for Ctrl-C).
+    `banners`: where to put what it printed up to its NATS row."""
     proc = await asyncio.create_subprocess_exec(
         AGENTLOG, "serve", "--port", "0", "--data-dir", str(data), "--tokens", "", "--app", "tests.apps.worker_app:app",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, stdin=asyncio.subprocess.DEVNULL,
         env=ENV, cwd=str(ROOT), start_new_session=own_group)
     banner = await read_banner(proc)
+    if banners is not None:  # the whole banner, to the line after its table
+        assert proc.stdout is not None
+        while "Ctrl-C stops it" not in banner:
+            line = (await proc.stdout.readline()).decode()
+            assert line, banner
+            banner += line
+        banners.append(banner)
     http = HTTP_ROW.search(banner)
     assert http, banner
     return proc, http.group(1)
@@ -115,11 +124,14 @@ async def processes(data: Path) -> AsyncIterator[list[asyncio.subprocess.Process
 async def test_two_serves_on_one_data_dir_share_one_server_and_lose_no_run(tmp_path: Path) -> None:
     data = tmp_path / "data"
     async with processes(data) as procs:
-        first, _ = await start_serve(data)
+        banners: list[str] = []
+        first, _ = await start_serve(data, banners=banners)
         procs.append(first)
-        second, url = await start_serve(data)
+        second, url = await start_serve(data, banners=banners)
         procs.append(second)
         assert len(nats_servers_of(data)) == 1, "a second nats-server was started on the same store"
+        # the second says that it joined the server already running there; the first started it
+        assert "this serve joined it" in banners[1] and "joined" not in banners[0]
         run_id = await start_run(url)
         assert await stop(first) == 0  # the first leaves; its server stays for the second
         assert len(nats_servers_of(data)) == 1

@@ -2,8 +2,10 @@
 (src/agentlog/cli/runs.py, src/agentlog/cli/dev.py) `run ...` to drive runs of a running server and `dev`.
 
 Every command takes the same connection options (`--nats URL`, `--creds`, `--token`,
-`--data-dir`, `--timeout`); without a URL the embedded nats-server runs for the duration of the
-command. Every answer is computed from the log itself (the only source of truth), so the CLI
+`--data-dir`, `--timeout`); without a URL a command uses the data dir's embedded nats-server:
+the one running there, else (for reads of the log, on a data dir that has one) started for the
+duration of the command. No command but the servers creates a data dir; a command with nothing to
+talk to says what it looked for (`agentlog.gateway.operations.connection.NoServer`). Every answer is computed from the log itself (the only source of truth), so the CLI
 shows the same thing whichever process wrote the log and whether or not a projection runner is
 running. `replay RUN --verify --app module:attr` runs user code: it re-executes the run with the
 app's agents against the log (agentlog.runtime.replay.verify; tools answered from the log unless
@@ -41,7 +43,13 @@ from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.roles import Role
 from agentlog.eventlog.store import as_generator
 from agentlog.gateway.operations.app_loader import AppLoadError
-from agentlog.gateway.operations.connection import NATS_URL_ENV, ConnectionOptions, open_store
+from agentlog.gateway.operations.connection import (
+    NATS_URL_ENV,
+    ConnectionOptions,
+    EmbeddedUse,
+    NoServer,
+    open_store,
+)
 from agentlog.gateway.operations.timeline import (
     InvalidEventId,
     UnknownRun,
@@ -103,6 +111,13 @@ DataDirOpt = Annotated[Path, typer.Option(
     "--data-dir", envvar="AGENTLOG_DATA_DIR", help="Data directory of the embedded nats-server.")]
 TimeoutOpt = Annotated[float, typer.Option(
     "--timeout", min=0.1, help="Seconds to wait for NATS to connect / answer before failing.")]
+#: Environment variable naming the HTTP API of the server the client commands talk to.
+URL_ENV = "AGENTLOG_URL"
+UrlOpt = Annotated[str | None, typer.Option(
+    "--url", envvar=URL_ENV, metavar="HTTP_URL",
+    help="Talk to the HTTP API at this URL instead of the NATS API (e.g. http://127.0.0.1:8480).")]
+ApiTokenOpt = Annotated[str | None, typer.Option(
+    "--api-token", envvar="AGENTLOG_API_TOKEN", help="The API's bearer token, when the server has --tokens.")]
 ReplicasOpt = Annotated[int | None, typer.Option(
     "--replicas", envvar=REPLICAS_ENV, min=1, max=5,
     help="Replicas of the streams and KV buckets (a cluster: 3). New ones get it (default 1); existing "
@@ -153,11 +168,14 @@ _global = GlobalOptions()
 
 
 def connection_options(nats: str | None, creds: Path | None, token: str | None, data_dir: Path, timeout: float,
-                       replicas: int | None = None) -> ConnectionOptions:
-    """The command's own options, else the global ones (which include the environment)."""
+                       replicas: int | None = None, use: EmbeddedUse = "existing") -> ConnectionOptions:
+    """The command's own options, else the global ones (which include the environment). `use`:
+    what the command may do with the data dir's embedded server (`EmbeddedUse`): a read of the log
+    starts it only on a data dir that has a log (the default), a server process passes `start`,
+    a client of a running server's API `running`."""
     given = _global
     return ConnectionOptions(nats_url=nats or given.nats, creds=creds or given.creds, token=token or given.token,
-                             data_dir=data_dir, timeout=timeout, replicas=replicas)
+                             data_dir=data_dir, timeout=timeout, replicas=replicas, embedded_use=use)
 
 
 # -- logging, output, errors ----------------------------------------------------------------------
@@ -198,13 +216,17 @@ def print_json(doc: Any) -> None:
 
 
 def run_on_store(options: ConnectionOptions, body: Callable[[JetStreamEventStore], Awaitable[None]],
-                 role: Role = "readonly") -> None:
+                 role: Role = "readonly", url_option: bool = False) -> None:
     """Run `body` against the store (logged in as `role` on the embedded server); map errors to one
-    line and an exit code; Ctrl-C exits 0."""
+    line and an exit code; Ctrl-C exits 0. `url_option`: the command also has `--url`, which a
+    `NoServer` error then names among what was looked for."""
 
     async def main() -> None:
-        async with open_store(options, role) as store:
-            await body(store)
+        try:
+            async with open_store(options, role) as store:
+                await body(store)
+        except NoServer as exc:
+            raise (exc.also(f"--url / ${URL_ENV}", "not set") if url_option else exc) from None
 
     run_main(main)
 

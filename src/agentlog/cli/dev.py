@@ -219,7 +219,7 @@ def dev_cmd(
     roots = guard(lambda: watch_roots(app_spec)) + [p.resolve() for p in watch or ()]
     serve_args = ["--host", host, "--port", str(port), "--tokens", tokens or "", "--timeout", str(timeout),
                   "--shutdown-timeout", str(min(shutdown_timeout, 10.0))]
-    options = connection_options(nats, creds, token, data_dir, timeout)
+    options = connection_options(nats, creds, token, data_dir, timeout, use="start")
     run_main(lambda: supervise(app_spec, roots, serve_args, options, poll, shutdown_timeout))
 
 

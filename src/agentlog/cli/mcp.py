@@ -92,7 +92,7 @@ def acp_cmd(
     from agentlog.gateway.operations.app_loader import load_app
 
     source = guard(lambda: load_app(app_spec)) if app_spec else None
-    run_main(lambda: serve_acp(source, connection_options(nats, creds, token, data_dir, timeout, replicas), app_spec, agent))
+    run_main(lambda: serve_acp(source, connection_options(nats, creds, token, data_dir, timeout, replicas, use="start"), app_spec, agent))
 
 
 @app.command("mcp")
@@ -106,4 +106,4 @@ def mcp_cmd(
     from agentlog.gateway.operations.app_loader import load_app
 
     source = guard(lambda: load_app(app_spec)) if app_spec else None
-    run_main(lambda: serve_stdio(source, connection_options(nats, creds, token, data_dir, timeout, replicas), app_spec))
+    run_main(lambda: serve_stdio(source, connection_options(nats, creds, token, data_dir, timeout, replicas, use="start"), app_spec))

@@ -171,7 +171,7 @@ def nats_req(
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 10.0,
 ) -> None:
     """Send BODY to SUBJECT and print the answer (as the `client` login by default)."""
-    options = connection_options(nats, creds, token, data_dir, timeout)
+    options = connection_options(nats, creds, token, data_dir, timeout, use="running")
     headers = guard(lambda: _headers(header or [])) | ({"Authorization": f"Bearer {api_token}"} if api_token else {})
     role = guard(lambda: _user(user))
 
@@ -193,7 +193,7 @@ def nats_sub(
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 10.0,
 ) -> None:
     """Print the messages on SUBJECT, one line each (as the `readonly` login by default)."""
-    options = connection_options(nats, creds, token, data_dir, timeout)
+    options = connection_options(nats, creds, token, data_dir, timeout, use="running")
     role = guard(lambda: _user(user))
 
     async def main() -> None:

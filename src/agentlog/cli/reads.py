@@ -1,5 +1,10 @@
 """`agentlog events tail`, `threads`, `thread show|messages`, `runs` and `projections rebuild`:
-reads of the log and maintenance of its views (DESIGN 5.3). Registered on `agentlog.cli.core.app`."""
+reads of the log and maintenance of its views (DESIGN 5.3). Registered on `agentlog.cli.core.app`.
+
+They read the log over NATS: the server's (`--nats`), or the data dir's, whose embedded server
+they start for the command when none runs there; a data dir without a log is never created
+(`NoServer` names what was looked for). `threads` and `runs` also list a server's views over its
+HTTP API with `--url` (or `$AGENTLOG_URL`), from anywhere: `GET /v1/threads`, `GET /v1/runs`."""
 
 from __future__ import annotations
 
@@ -17,12 +22,14 @@ from rich.table import Table
 from rich.text import Text
 
 from agentlog.cli.core import (
+    ApiTokenOpt,
     CredsOpt,
     DataDirOpt,
     NatsOpt,
     ReplicasOpt,
     TimeoutOpt,
     TokenOpt,
+    UrlOpt,
     app,
     connection_options,
     events_app,
@@ -31,18 +38,21 @@ from agentlog.cli.core import (
     print_json,
     projections_app,
     read_to_end,
+    run_main,
     run_on_store,
     stdout_console,
     thread_app,
     usd,
     warn,
 )
+from agentlog.client import AsyncClient, ClientError
 from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
 from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.events import AnyEvent, Position, StoredCommit
 from agentlog.eventlog.ids import validate_id, validate_run_id
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.store import as_generator
+from agentlog.gateway.operations.models import MAX_LIMIT
 from agentlog.gateway.operations.timeline import (
     UnknownRun,
     event_data,
@@ -189,14 +199,13 @@ def threads_cmd(
     offset: Annotated[int, typer.Option("--offset", min=0)] = 0,
     resource_id: Annotated[str | None, typer.Option("--resource-id")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="A JSON array of thread views.")] = False,
-    source: SourceOpt = "log",
+    source: SourceOpt = "log", url: UrlOpt = None, api_token: ApiTokenOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
     """List threads, newest first (deleted threads are hidden)."""
 
-    async def body(store: JetStreamEventStore) -> None:
-        threads, _ = await _views(store, source)
+    def show(threads: list[ThreadView]) -> None:
         rows = [t for t in threads if not t.deleted and (resource_id is None or t.resource_id == resource_id)]
         rows.sort(key=lambda t: (t.created, t.thread_id), reverse=True)
         rows = rows[offset : offset + limit]
@@ -211,7 +220,40 @@ def threads_cmd(
                           t.active_run_id or "-", str(t.message_count), usd(t.cost), str(t.version), format_time(t.updated))
         stdout_console().print(table)
 
-    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body)
+    if url:
+        run_main(lambda: _listed_over_http(url, api_token, timeout, "threads", ThreadView, show,
+                                           resource_id=resource_id))
+        return
+
+    async def body(store: JetStreamEventStore) -> None:
+        threads, _ = await _views(store, source)
+        show(threads)
+
+    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body, url_option=True)
+
+
+async def _listed_over_http(url: str, api_token: str | None, timeout: float, kind: Literal["runs", "threads"],
+                            view: type[Any], show: Any, **filters: str | None) -> None:
+    """Every page of `GET /v1/<kind>` (with `filters`) as views, handed to `show`: the listing of
+    the server at `url`, from its views (the log's answer is over NATS, `--source log`)."""
+    items: list[Any] = []
+    try:
+        async with AsyncClient(url, token=api_token, timeout=max(timeout, 30.0)) as client:
+            listing: Any = client.runs.list if kind == "runs" else client.threads.list
+            while True:
+                page = await listing(limit=MAX_LIMIT, offset=len(items), **filters)
+                items += page[kind]
+                if not page[kind] or len(items) >= int(page.get("total") or 0):
+                    break
+    except ClientError as exc:
+        raise ListingFailed(f"{exc} ({url})") from None
+    show([msgspec.convert(item, view) for item in items])
+
+
+class ListingFailed(AgentlogError):
+    """`--url` given, and the server there did not list (unreachable, or it refused)."""
+
+    code = "listing_failed"
 
 
 @app.command("runs")
@@ -221,7 +263,7 @@ def runs_cmd(
         "--status", help="Only runs in this status.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=10_000)] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="A JSON array of run views.")] = False,
-    source: SourceOpt = "log",
+    source: SourceOpt = "log", url: UrlOpt = None, api_token: ApiTokenOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
@@ -229,8 +271,7 @@ def runs_cmd(
     if thread is not None:
         guard(lambda: validate_id(thread, "thread_id"))
 
-    async def body(store: JetStreamEventStore) -> None:
-        _, runs = await _views(store, source, thread)
+    def show(runs: list[RunView]) -> None:
         rows = [r for r in runs if status is None or r.status == status]
         rows.sort(key=lambda r: (r.created, r.run_id), reverse=True)
         rows = rows[:limit]
@@ -247,7 +288,16 @@ def runs_cmd(
                           str(r.usage.total_tokens), usd(r.cost), format_time(r.updated))
         stdout_console().print(table)
 
-    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body)
+    if url:
+        run_main(lambda: _listed_over_http(url, api_token, timeout, "runs", RunView, show, thread_id=thread,
+                                           status=status))
+        return
+
+    async def body(store: JetStreamEventStore) -> None:
+        _, runs = await _views(store, source, thread)
+        show(runs)
+
+    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body, url_option=True)
 
 
 # -- thread show / messages -----------------------------------------------------------------------

@@ -5,12 +5,14 @@ The CLI never runs an agent itself here: it asks a running server (`agentlog ser
 `gateway`) through its API, so every command takes the same path as any other client and gets
 the same typed answers. Two transports behind one small protocol (`RunsApi`):
 
-- NATS (default): the micro service `agentlog.gateway.operations.runs.<op>` (src/agentlog/gateway/nats/service.py), reached
-  with the usual connection options (`--nats/--creds/--token`, or the embedded server of
-  `--data-dir`), so whatever `ConnectionOptions`/`open_store` learn about finding a server, these
-  commands learn too;
-- HTTP with `--url http://127.0.0.1:8480`: the Python client `agentlog.client` (the same JSON
-  bodies on `/v1/runs...`, its typed errors turned into the same one-line answers).
+- HTTP with `--url http://127.0.0.1:8480` (or `$AGENTLOG_URL`), which wins when given: the Python
+  client `agentlog.client` (the same JSON bodies on `/v1/runs...`, its typed errors turned into
+  the same one-line answers);
+- NATS otherwise: the micro service `agentlog.gateway.operations.runs.<op>` (src/agentlog/gateway/nats/service.py), reached
+  with the usual connection options (`--nats/--creds/--token`, or the server running on
+  `--data-dir`, never one started for the command), so whatever `ConnectionOptions`/`open_store`
+  learn about finding a server, these commands learn too. With none of them, or nothing
+  answering, the error names what was looked for (`NoServer`, `NoServerAnswers`).
 
 `--api-token` is the API's bearer token (HTTP `Authorization`, or the same header on the NATS
 request) when the server has tokens configured. An API error is one line `error [<code>]: ...`
@@ -28,6 +30,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
+from dataclasses import replace
 from enum import StrEnum
 from typing import Annotated, Any, NamedTuple, Protocol
 
@@ -38,11 +41,14 @@ from rich.table import Table
 from rich.text import Text
 
 from agentlog.cli.core import (
+    URL_ENV,
+    ApiTokenOpt,
     CredsOpt,
     DataDirOpt,
     NatsOpt,
     TimeoutOpt,
     TokenOpt,
+    UrlOpt,
     app,
     connection_options,
     format_time,
@@ -64,7 +70,7 @@ from agentlog.eventlog.ids import new_id, validate_id, validate_run_id
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.roles import Role
 from agentlog.eventlog.store import as_generator
-from agentlog.gateway.operations.connection import ConnectionOptions, open_store
+from agentlog.gateway.operations.connection import ConnectionOptions, NoServer, open_store
 from agentlog.gateway.operations.timeline import event_summary, learn_call_names
 
 run_app = group("Start and steer runs on a running agentlog server (its NATS API, or --url).")
@@ -82,6 +88,21 @@ class ApiRejected(AgentlogError):
     def usage_error(self) -> bool:
         """4xx: what was asked is wrong (exit 2), not the server (exit 1)."""
         return 400 <= self.status < 500
+
+
+class NoServerAnswers(StoreUnavailable):
+    """The NATS the command reached has no agentlog API on it (no `serve` or `gateway`)."""
+
+    code = "no_server"
+
+
+def _where(store: JetStreamEventStore, options: ConnectionOptions | None) -> str:
+    """The NATS a command talks to, for its messages: the URL, and the data dir it came from."""
+    connected = store.nc.connected_url  # without its user:password@ (never printed)
+    url = f"{connected.scheme}://{connected.hostname}:{connected.port}" if connected is not None else "NATS"
+    if options is not None and options.embedded:
+        return f"{url} (the nats-server of the data dir {options.data_dir.resolve()})"
+    return url
 
 
 class NothingPending(AgentlogError):
@@ -132,9 +153,11 @@ def _error_of(status: int, payload: bytes | str, fallback: str) -> ApiRejected:
 class NatsRunsApi:
     """`agentlog.gateway.operations.runs.<op>` request/reply on the store's connection; the log for --follow."""
 
-    def __init__(self, store: JetStreamEventStore, api_token: str | None, timeout: float) -> None:
+    def __init__(self, store: JetStreamEventStore, api_token: str | None, timeout: float,
+                 options: ConnectionOptions | None = None) -> None:
         self.store, self.timeout = store, timeout
         self.headers = {"Authorization": f"Bearer {api_token}"} if api_token else None
+        self.where = _where(store, options)
 
     async def call(self, op: str, body: dict[str, Any]) -> Any:
         if op == "current":  # `get` as of the run's last commit in the log (the views may lag it)
@@ -154,8 +177,8 @@ class NatsRunsApi:
             msg = await self.store.nc.request(subject, json.dumps(body).encode(), timeout=self.timeout,
                                               headers=self.headers)
         except nats.errors.NoRespondersError:
-            raise StoreUnavailable(f"no agentlog server answers on {subject} (is `agentlog serve` running "
-                                   f"on this NATS?)") from None
+            raise NoServerAnswers(f"no agentlog server answers on {subject} at {self.where}: is `agentlog serve` "
+                                  f"(or `agentlog gateway`) running there? Or point at its HTTP API with --url") from None
         status = (msg.headers or {}).get("Nats-Service-Error-Code")
         if status:
             raise _error_of(int(status) if status.isdigit() else 500, msg.data,
@@ -241,17 +264,23 @@ async def _connect(options: ConnectionOptions, url: str | None, api_token: str |
         async with AsyncClient(url, token=api_token, timeout=max(options.timeout, 30.0)) as client:
             yield HttpRunsApi(client)
         return
-    async with open_store(options, role) as store:
-        yield NatsRunsApi(store, api_token, options.timeout)
+    async with open_api_store(options, role) as store:
+        yield NatsRunsApi(store, api_token, options.timeout, options)
+
+
+@asynccontextmanager
+async def open_api_store(options: ConnectionOptions, role: Role) -> AsyncIterator[JetStreamEventStore]:
+    """The store of a running server, for a command given no `--url`: its NATS, or the embedded
+    server running on the data dir (never one started for the command: nothing would answer)."""
+    try:
+        async with open_store(replace(options, embedded_use="running"), role) as store:
+            yield store
+    except NoServer as exc:
+        raise exc.also(f"--url / ${URL_ENV}", "not set") from None
 
 
 # -- options -------------------------------------------------------------------------------------
 
-UrlOpt = Annotated[str | None, typer.Option(
-    "--url", envvar="AGENTLOG_URL", metavar="HTTP_URL",
-    help="Talk to the HTTP API at this URL instead of the NATS API (e.g. http://127.0.0.1:8480).")]
-ApiTokenOpt = Annotated[str | None, typer.Option(
-    "--api-token", envvar="AGENTLOG_API_TOKEN", help="The API's bearer token, when the server has --tokens.")]
 FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help="Print the run's events until it waits or ends.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON (one document, or one per event).")]
 

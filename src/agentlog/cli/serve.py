@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -55,7 +56,7 @@ def _server_config(role: str, app_spec: str | None, host: str, port: int, tokens
 
     source = app_obj if app_obj is not None else (guard(lambda: load_app(app_spec)) if app_spec else None)
     return ServerConfig(role=role, app=source, app_spec=app_spec, host=host, port=port, tokens=tokens,  # type: ignore[arg-type]
-                        connection=options, worker_concurrency=concurrency, worker_ack_wait=ack_wait,
+                        connection=replace(options, embedded_use="start"), worker_concurrency=concurrency, worker_ack_wait=ack_wait,
                         worker_shutdown_timeout=shutdown_timeout, worker_max_deliver=max_deliver,
                         worker_metrics_port=metrics_port, public_url=public_url, archive_after=archive_after,
                         app_name=app_name)
@@ -71,13 +72,21 @@ def _banner(server: Any) -> None:
         table.add_row("inspector", f"{server.http_url}/ui")
         table.add_row("API docs", f"{server.http_url}/docs  (spec: /openapi.json)")
         table.add_row("health", f"{server.http_url}/health")
-    table.add_row("NATS", server.nats_url + ("  (embedded, data in " + str(server.config.connection.data_dir)
-                                             + ")" if server.embedded is not None else ""))
+    embedded = server.embedded
+    if embedded is None:
+        table.add_row("NATS", server.nats_url)
+    else:
+        joined = "" if embedded.owner else "; joined the one already running there"
+        table.add_row("NATS", f"{server.nats_url}  (embedded, data in {server.config.connection.data_dir}{joined})")
     if server.metrics_url:
         table.add_row("metrics", server.metrics_url)
     table.add_row("app", server.config.resolved_app_name())
     table.add_row("parts", ", ".join(server.parts) or "-")
     stdout_console().print(table)
+    if embedded is not None and not embedded.owner:
+        stdout_console().print(Text(
+            f"Another agentlog process already runs the nats-server of {embedded.data_dir}: this {server.config.role} "
+            f"joined it (one log, shared; it stops when the last process using it stops).", style="yellow"))
     stdout_console().print(Text("Ctrl-C stops it (in order: HTTP, worker, runs, views, NATS).", style="dim"))
 
 
@@ -106,7 +115,10 @@ def _serve_role(role: str, app_spec: str | None, host: str, port: int, tokens: s
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE or not port:
                 raise
-            raise PortBusy(host, port) from None
+            from agentlog.eventlog.embedded.datadir import busy
+
+            shared = options.embedded and busy(options.data_dir)
+            raise PortBusy(host, port, options.data_dir.resolve() if shared else None) from None
 
     run_main(main)
 
@@ -117,8 +129,10 @@ class PortBusy(AgentlogError):
     code = "port_busy"
     usage_error = True
 
-    def __init__(self, host: str, port: int) -> None:
-        super().__init__(f"{host}:{port} is already in use (another agentlog serve?); pick another with "
+    def __init__(self, host: str, port: int, shared_data_dir: Path | None = None) -> None:
+        who = (f"another agentlog process runs on the data dir {shared_data_dir}: this one would have joined it"
+               if shared_data_dir is not None else "another agentlog serve?")
+        super().__init__(f"{host}:{port} is already in use ({who}); pick another with "
                          f"--port N, or --port 0 for any free port (the banner prints the one it got)")
 
 

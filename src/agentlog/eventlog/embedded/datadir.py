@@ -33,7 +33,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.embedded.server import STORE_DIR, EmbeddedNatsServer
 from agentlog.eventlog.errors import StoreUnavailable
 from agentlog.eventlog.roles import Credentials, load_or_create_credentials
 
@@ -162,10 +162,28 @@ def busy(data_dir: str | os.PathLike[str]) -> bool:
         os.close(fd)  # closing drops a lock we took
 
 
+class NoServerRunning(StoreUnavailable):
+    """`acquire(..., start=False)` found no server running on the data dir (nothing was started
+    or created)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        super().__init__(f"no nats-server runs on the data dir {data_dir}")
+
+
+def has_log(data_dir: str | os.PathLike[str]) -> bool:
+    """Has a server ever run on this data dir (its JetStream store exists)?"""
+    return (Path(data_dir) / STORE_DIR).is_dir()
+
+
 async def acquire(data_dir: str | os.PathLike[str], *, timeout: float = 10.0,
-                  on_started: OnStarted | None = None) -> SharedServer:
-    """Use the data dir's running server, or start it (with its credentials) if none runs."""
+                  on_started: OnStarted | None = None, start: bool = True) -> SharedServer:
+    """Use the data dir's running server, or start it (with its credentials) if none runs.
+    `start=False`: only use a running one; with none, `NoServerRunning`, and nothing on disk is
+    created or changed (a client has nothing to talk to on a stopped data dir)."""
     directory = Path(data_dir).resolve()
+    if not start and not busy(directory):
+        raise NoServerRunning(directory)
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     credentials = load_or_create_credentials(directory)
     deadline = time.monotonic() + timeout
@@ -176,6 +194,9 @@ async def acquire(data_dir: str | os.PathLike[str], *, timeout: float = 10.0,
         while True:
             lock_fd = _open(directory / SERVER_LOCK)
             if _try_flock(lock_fd, fcntl.LOCK_EX):
+                if not start:  # it stopped since `busy`: nothing to join
+                    os.close(lock_fd)
+                    raise NoServerRunning(directory)
                 try:
                     server = await _start(directory, credentials, lock_fd, timeout, on_started)
                 except BaseException:
@@ -218,4 +239,5 @@ async def _start(directory: Path, credentials: Credentials, lock_fd: int, timeou
     return server
 
 
-__all__ = ["SERVER_FILE", "SERVER_LOCK", "SharedServer", "USERS_LOCK", "acquire", "busy", "read_server_file"]
+__all__ = ["SERVER_FILE", "SERVER_LOCK", "NoServerRunning", "SharedServer", "USERS_LOCK", "acquire", "busy", "has_log",
+           "read_server_file"]

@@ -31,6 +31,8 @@ from pathlib import Path
 from agentlog.eventlog.errors import NatsServerNotFound, StoreUnavailable
 
 DEFAULT_DATA_DIR = Path(".agentlog")
+#: The JetStream store under a data dir (the log itself).
+STORE_DIR = "jetstream"
 
 
 def find_nats_server() -> str:
@@ -110,7 +112,7 @@ class EmbeddedNatsServer:
             f'server_name: "{self.server_name}"',
             f'host: "{self.host}"',
             f"port: {self.port}",
-            f'jetstream {{ store_dir: "{self.data_dir / "jetstream"}" }}',
+            f'jetstream {{ store_dir: "{self.data_dir / STORE_DIR}" }}',
             f'ports_file_dir: "{self._ports_dir}"',
         ]
         if self.max_payload is not None:
