@@ -89,13 +89,30 @@ async def test_same_script_twice_is_identical() -> None:
     assert await run() == await run()
 
 
-async def test_exhausted_raises_typed_error() -> None:
+async def test_exhausted_by_a_second_conversation_names_position_conversation() -> None:
+    """One model serving two runs (an app's model in `agentlog serve`): the second run's first
+    request finds the script played by the first, and the error names the fix that serves many
+    runs, not `loop=True` (which would replay the first run's turns out of place)."""
     model = ScriptedModel(["only"])
     await complete(model, req())
     with pytest.raises(ScriptExhausted) as info:
         await complete(model, req())
-    assert "loop=True" in str(info.value)
-    assert info.value.code == "script_exhausted"
+    assert info.value.code == "script_exhausted" and info.value.shared
+    assert "position='conversation'" in str(info.value) and "loop=True" not in str(info.value)
+    # ... and with it, each conversation gets its own turns
+    served = ScriptedModel(["only"], position="conversation")
+    assert [(await complete(served, req())).text for _ in range(3)] == ["only"] * 3
+
+
+async def test_exhausted_by_a_long_conversation_says_add_turns_or_loop() -> None:
+    model = ScriptedModel(["only"])
+    first = await complete(model, req())
+    longer = req(Message(id="u1", role="user", content="hi"), Message(id="a1", role="assistant", content=first.text),
+                 Message(id="u2", role="user", content="more"))
+    with pytest.raises(ScriptExhausted) as info:
+        await complete(model, longer)
+    assert not info.value.shared and "loop=True" in str(info.value)
+    assert "position=" not in str(info.value)
 
 
 async def test_loop_repeats_with_fresh_ids() -> None:

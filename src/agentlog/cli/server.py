@@ -49,6 +49,7 @@ from agentlog.gateway.operations import dispatch
 from agentlog.gateway.operations.agents import agent_catalog
 from agentlog.gateway.operations.app_loader import AppSource, load_app, resolve_app
 from agentlog.gateway.operations.connection import ConnectionOptions, connect
+from agentlog.runtime.agents.setup import check_models
 from agentlog.runtime.outage import OutagePolicy, is_transient, through_outage
 
 if TYPE_CHECKING:
@@ -296,6 +297,8 @@ class Server:
             from agentlog.runtime.snapshots.store import SnapshotWriter
 
             self.runtime = build_runtime(source, self.store, views=views, live=self.live, snapshots=snapshots)
+            # a key or provider SDK missing fails the start, as a YAML app's does at load
+            check_models(self.runtime.agents, self.runtime.models)
             self.runtime.app = app_ref(app_name, self.runtime)
             if self.runner is not None and self.runtime.snapshots is not None:
                 self.runner.after_batch = SnapshotWriter(self.runtime)

@@ -89,12 +89,13 @@ class ScriptedModelConfig(_Model):
 
 
 class OpenAIModelConfig(_Model):
-    """An OpenAI-compatible chat-completions endpoint. The key is read from the environment
-    variable `api_key_env` (never written in the file)."""
+    """An OpenAI-compatible chat-completions endpoint: `base_url` (a local vLLM / Ollama / LM
+    Studio server, a hosted one), else `$OPENAI_BASE_URL`, else OpenAI's. The key is read from
+    the environment variable `api_key_env` (never written in the file), else `$OPENAI_API_KEY`."""
 
     type: Literal["openai"]
     model: str | None = None
-    base_url: str = "https://api.openai.com/v1"
+    base_url: str | None = None
     api_key_env: str | None = None
     timeout_s: float = pydantic.Field(default=120.0, gt=0)
     headers: dict[str, str] = {}
@@ -103,8 +104,8 @@ class OpenAIModelConfig(_Model):
 
 
 class ProviderModelConfig(_Model):
-    """A model on a provider's official SDK (an optional extra: `pip install 'agentlog[anthropic]'`,
-    `[gemini]`, `[openai]`). `anthropic`: Messages API (prompt caching on; `thinking_budget`
+    """A model on a provider's official SDK (an optional extra of agentlog: `anthropic`, `gemini`,
+    `openai`). `anthropic`: Messages API (prompt caching on; `thinking_budget`
     turns extended thinking on); `openai-responses`: the Responses API (`reasoning_effort`);
     `gemini`: google-genai (`thinking_budget`); `openai-sdk`: Chat Completions on the SDK. The
     key is read from `api_key_env` (default: the provider's usual variable)."""

@@ -36,6 +36,7 @@ from agentlog.runtime.models.sdk import (
     guarded,
     import_sdk,
     parse_arguments,
+    sdk_setup,
     system_text,
 )
 
@@ -71,7 +72,12 @@ class AnthropicModel:
         self.prices = prices
         options = client_options(api_key=api_key, key_env="ANTHROPIC_API_KEY", base_url=base_url,
                                  base_url_env="ANTHROPIC_BASE_URL", timeout=timeout, headers=headers)
+        self.setup = sdk_setup(options, "anthropic", "anthropic", "ANTHROPIC_API_KEY")
         self._clients = ClientPerLoop(lambda: import_sdk("anthropic", "anthropic").AsyncAnthropic(**options))
+
+    def setup_problems(self) -> list[str]:
+        """What this model lacks before its first request (the SDK, a key): `SdkSetup.problems`."""
+        return self.setup.problems()
 
     async def aclose(self) -> None:
         await self._clients.aclose()

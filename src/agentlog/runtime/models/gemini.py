@@ -36,6 +36,7 @@ from agentlog.runtime.models.base import (
 from agentlog.runtime.models.pricing import ModelPrices
 from agentlog.runtime.models.sdk import (
     ClientPerLoop,
+    SdkSetup,
     call_names,
     derived_call_id,
     guarded,
@@ -75,9 +76,15 @@ class GeminiModel:
             http["base_url"] = base_url
         if headers:
             http["headers"] = dict(headers)
+        self.setup = SdkSetup("google.genai", "gemini", "GEMINI_API_KEY (or GOOGLE_API_KEY)", has_key=bool(key),
+                              base_url=http.get("base_url"))
         self._clients = ClientPerLoop(lambda: import_sdk("google.genai", "gemini").Client(
             api_key=key or "unset", http_options=http,
         ))
+
+    def setup_problems(self) -> list[str]:
+        """What this model lacks before its first request (the SDK, a key): `SdkSetup.problems`."""
+        return self.setup.problems()
 
     async def aclose(self) -> None:
         await self._clients.aclose()

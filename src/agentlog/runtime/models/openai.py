@@ -56,6 +56,9 @@ from agentlog.runtime.models.base import (
 from agentlog.runtime.models.pricing import ModelPrices
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+#: The environment variables of the endpoint and its key (the official SDK's names).
+BASE_URL_ENV = "OPENAI_BASE_URL"
+KEY_ENV = "OPENAI_API_KEY"
 _BODY_EXCERPT = 300
 
 
@@ -108,6 +111,9 @@ class OpenAIChatModel:
     """Streams chat completions from an OpenAI-compatible endpoint.
 
     `model` is the model name sent on the wire; when it is None, the request's `model` is sent.
+    `base_url` is the endpoint (a local vLLM / Ollama / LM Studio server, a hosted one), else
+    `$OPENAI_BASE_URL`, else OpenAI's; `api_key` the key, else `$OPENAI_API_KEY` (a local server
+    may need none; OpenAI's does: `setup_problems` says so before the first request).
     `timeout` bounds one whole attempt, `read_timeout` each wait for the next bytes of the stream
     (a stalled stream fails fast even if the total budget is large).
     """
@@ -116,7 +122,7 @@ class OpenAIChatModel:
         self,
         model: str | None = None,
         *,
-        base_url: str = DEFAULT_BASE_URL,
+        base_url: str | None = None,
         api_key: str | None = None,
         fallback_models: list[str] | None = None,
         timeout: float = 120.0,
@@ -132,8 +138,8 @@ class OpenAIChatModel:
         self.prices = prices
         if name is not None:
             self.name = name
-        self.base_url = base_url.rstrip("/")
-        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self.base_url = (base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
+        self.api_key = api_key if api_key is not None else os.environ.get(KEY_ENV)
         self.fallback_models = list(fallback_models or [])
         self.timeout = aiohttp.ClientTimeout(
             total=timeout, sock_connect=connect_timeout, sock_read=read_timeout
@@ -145,6 +151,14 @@ class OpenAIChatModel:
     @property
     def url(self) -> str:
         return f"{self.base_url}/chat/completions"
+
+    def setup_problems(self) -> list[str]:
+        """What this model lacks before its first request: a key, when it talks to OpenAI's own
+        endpoint (any other may take none)."""
+        if self.api_key or self.base_url != DEFAULT_BASE_URL:
+            return []
+        return [f"{KEY_ENV} is not set (needed by {self.base_url}; for another OpenAI-compatible server, set "
+                f"{BASE_URL_ENV} or the model's base_url)"]
 
     # -- lifecycle ---------------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from agentlog.runtime.models.sdk import (
     import_sdk,
     map_status_error,
     parse_arguments,
+    sdk_setup,
     system_text,
 )
 
@@ -68,7 +69,12 @@ class OpenAIResponsesModel:
         self.prices = prices
         options = client_options(api_key=api_key, key_env="OPENAI_API_KEY", base_url=base_url,
                                  base_url_env="OPENAI_BASE_URL", timeout=timeout, headers=headers)
+        self.setup = sdk_setup(options, "openai", "openai", "OPENAI_API_KEY")
         self._clients = ClientPerLoop(lambda: import_sdk("openai", "openai").AsyncOpenAI(**options))
+
+    def setup_problems(self) -> list[str]:
+        """What this model lacks before its first request (the SDK, a key): `SdkSetup.problems`."""
+        return self.setup.problems()
 
     async def aclose(self) -> None:
         await self._clients.aclose()

@@ -1,8 +1,9 @@
 """`provider:model` ids (`anthropic:claude-sonnet-4-5`, `gemini:gemini-2.5-flash`...) as models.
 
 One table maps a provider prefix to its class; the declarative config and `AgentSpec.model`
-strings use it, so an agent can name a model without code. Keys come from each provider's
-usual environment variable unless given.
+strings use it, so an agent can name a model without code. Keys and endpoints come from each
+provider's usual environment variables unless given (`OPENAI_API_KEY` and `OPENAI_BASE_URL` for
+`openai:`, a local OpenAI-compatible server included).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 from agentlog.runtime.models.anthropic import AnthropicModel
 from agentlog.runtime.models.gemini import GeminiModel
-from agentlog.runtime.models.openai import DEFAULT_BASE_URL, OpenAIChatModel
+from agentlog.runtime.models.openai import OpenAIChatModel
 from agentlog.runtime.models.openai_responses import OpenAIResponsesModel
 from agentlog.runtime.models.openai_sdk import OpenAISDKChatModel
 
@@ -41,8 +42,6 @@ def model_from_id(model_id: str, *, base_url: str | None = None, **options: Any)
     cls = PROVIDERS.get(prefix) if sep and model else None
     if cls is None:
         raise ValueError(f"not a provider:model id: {model_id!r} (providers: {', '.join(PROVIDERS)})")
-    if cls is OpenAIChatModel:
-        return OpenAIChatModel(model, base_url=base_url or DEFAULT_BASE_URL, **options)
     return cls(model, base_url=base_url, **options)
 
 

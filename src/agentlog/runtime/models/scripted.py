@@ -36,17 +36,26 @@ from agentlog.runtime.models.pricing import ModelPrices
 
 
 class ScriptExhausted(ModelError):
-    """A `ScriptedModel` was asked for more turns than its script has (and `loop` is off)."""
+    """A `ScriptedModel` was asked for more turns than its script has (and `loop` is off).
+
+    `shared`: the turn counter is past the conversation asking (other conversations, i.e. other
+    runs, took turns of the script). The fix is then `position="conversation"`, which picks each
+    request's turn from its own conversation, so one model serves every run of an app; otherwise
+    the script is too short for this conversation."""
 
     code = "script_exhausted"
 
-    def __init__(self, turns: int, requested: int) -> None:
+    def __init__(self, turns: int, requested: int, *, shared: bool = False) -> None:
         self.turns = turns
         self.requested = requested
-        super().__init__(
-            f"scripted model has {turns} turn(s) but turn #{requested + 1} was requested: "
-            "add turns to the script or pass loop=True"
-        )
+        self.shared = shared
+        if shared:
+            fix = ("its turns were taken by earlier requests of other runs: the model counts turns across every "
+                   "request it answers (position='counter', the default). For a model that serves many runs, "
+                   "pass position='conversation' (each run's turn is picked from its own conversation)")
+        else:
+            fix = "add turns to the script, or pass loop=True to play it again"
+        super().__init__(f"scripted model has {turns} turn(s) but turn #{requested + 1} was requested: {fix}")
 
 
 @dataclass(frozen=True)
@@ -130,7 +139,9 @@ class ScriptedModel:
       stay unique); otherwise an exhausted script raises `ScriptExhausted`.
     - `position="conversation"` picks the turn from the number of assistant messages already in the
       request instead of an in-memory counter, so a fresh instance (a resumed run on another worker)
-      continues the script where the conversation is.
+      continues the script where the conversation is, and one instance serves many runs (an app
+      served by `agentlog serve`). The default counter plays the script once across every request
+      it answers: a second run gets the turns after the first run's.
     - `requests` records every request received, for assertions.
     - `chunk_words`: how many words go in each `TextDelta`.
     """
@@ -199,14 +210,15 @@ class ScriptedModel:
 
     def _turn_index(self, request: ModelRequest) -> int:
         if self.position == "conversation":
-            return sum(1 for m in request.messages if m.role == "assistant")
+            return _answered(request)
         index = self._next
         self._next += 1
         return index
 
     async def _resolve(self, index: int, request: ModelRequest) -> Turn:
         if index >= len(self.script) and not self.loop:
-            raise ScriptExhausted(len(self.script), index)
+            raise ScriptExhausted(len(self.script), index,
+                                  shared=self.position == "counter" and _answered(request) < len(self.script))
         entry = self.script[index % len(self.script)]
         item: object = entry
         if callable(entry) and not isinstance(entry, Turn):
@@ -241,6 +253,11 @@ class ScriptedModel:
             stop_reason=turn.stop_reason or ("tool_calls" if calls else "stop"),
             reasoning=[ReasoningPart(provider="scripted", text=turn.reasoning)] if turn.reasoning else [],
         )
+
+
+def _answered(request: ModelRequest) -> int:
+    """The assistant turns already in the request's conversation."""
+    return sum(1 for m in request.messages if m.role == "assistant")
 
 
 def _as_call(c: ScriptedCall | Sequence[Any]) -> ScriptedCall:

@@ -1,8 +1,10 @@
 """What the provider classes on official SDKs share: importing an optional SDK, mapping its
 errors onto the `Model` contract's typed errors, and parsing streamed tool arguments.
 
-The SDKs are optional extras (`pip install 'agentlog[anthropic]'`...), imported when a model is
-built, so `import agentlog` works without them and names the extra when one is missing.
+The SDKs are optional extras (`anthropic`, `openai`, `gemini`), imported when a model first makes
+a client, so `import agentlog` works without them. `SdkSetup` says what a model still lacks (the
+SDK, a key) before that: the servers check it at start (`agentlog.runtime.models.setup`). A
+missing SDK is named with the command that installs it (`agentlog.runtime.extras.install_hint`).
 
 Error mapping (the run loop's retry policy reads `retryable` and `retry_after`): 429 ->
 `ModelRateLimited` (retryable, with the provider's `retry-after`), 5xx / 529 / connection errors /
@@ -16,13 +18,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import importlib
+import importlib.util
 import inspect
 import json
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from agentlog.eventlog.events import Message
+from agentlog.runtime.extras import install_hint
 from agentlog.runtime.models.base import (
     ContextOverflow,
     ModelAuthError,
@@ -37,7 +42,7 @@ from agentlog.runtime.models.base import (
 from agentlog.runtime.models.openai import retry_after_from
 
 __all__ = [
-    "ClientPerLoop", "call_names", "client_options", "derived_call_id", "guarded", "import_sdk", "map_sdk_error", "map_status_error",
+    "ClientPerLoop", "SdkSetup", "call_names", "installed", "sdk_setup", "client_options", "derived_call_id", "guarded", "import_sdk", "map_sdk_error", "map_status_error",
     "parse_arguments", "system_text",
 ]
 
@@ -45,13 +50,41 @@ _EXCERPT = 300
 
 
 def import_sdk(module: str, extra: str) -> Any:
-    """Import an optional provider SDK, or fail with a message naming the extra to install."""
+    """Import an optional provider SDK, or fail with a message naming the command that installs it."""
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise ModelRequestRejected(
-            f"this model needs the {module!r} package: pip install 'agentlog[{extra}]' ({exc})"
-        ) from None
+        raise ModelRequestRejected(f"this model needs the {module!r} package: {install_hint(extra)} ({exc})") from None
+
+
+def installed(module: str) -> bool:
+    """Is `module` importable (looked up, not imported)?"""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # its parent package is missing
+        return False
+
+
+@dataclass(frozen=True)
+class SdkSetup:
+    """What a model on a provider's SDK needs before its first request: the SDK (`module`, from
+    agentlog's `extra`) and a key (from the argument or `key_env`), unless a `base_url` points it
+    at another server (a proxy, a local one), which may take none."""
+
+    module: str
+    extra: str
+    key_env: str
+    has_key: bool
+    base_url: str | None
+
+    def problems(self) -> list[str]:
+        """What is missing, each as one sentence that says how to fix it (empty: set up)."""
+        found = []
+        if not installed(self.module):
+            found.append(f"the {self.module!r} package is not installed: {install_hint(self.extra)}")
+        if not self.has_key and not self.base_url:
+            found.append(f"{self.key_env} is not set")
+        return found
 
 
 def client_options(*, api_key: str | None, key_env: str, base_url: str | None, base_url_env: str,
@@ -64,6 +97,12 @@ def client_options(*, api_key: str | None, key_env: str, base_url: str | None, b
     if base_url := base_url or os.environ.get(base_url_env):
         options["base_url"] = base_url
     return options
+
+
+def sdk_setup(options: Mapping[str, Any], module: str, extra: str, key_env: str) -> SdkSetup:
+    """The `SdkSetup` of a client made with `options` (from `client_options`)."""
+    return SdkSetup(module, extra, key_env, has_key=options.get("api_key") not in (None, "", "unset"),
+                    base_url=options.get("base_url"))
 
 
 def map_status_error(status: int, message: str, headers: Mapping[str, str] | None = None,
