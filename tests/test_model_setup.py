@@ -9,6 +9,7 @@ same as pyproject's extras."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import tomllib
 from pathlib import Path
 
@@ -89,3 +90,23 @@ def test_install_hints_name_each_extras_own_requirements() -> None:
         assert [Requirement(r) for r in extra_requirements(extra)] == [Requirement(r) for r in wanted], extra
         hint = install_hint(extra)
         assert hint.startswith("pip install ") and all(f"'{r}'" in hint or r in hint for r in extra_requirements(extra))
+
+
+@pytest.mark.usefixtures("keep_structlog_config")
+def test_features_of_missing_extras_say_what_installs_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from agentlog.cli.core import app
+    from agentlog.runtime.extras import MissingExtra
+    from agentlog.runtime.telemetry import otlp_tracer_provider
+
+    monkeypatch.setitem(sys.modules, "acp", None)  # as if the extra were not installed
+    result = CliRunner().invoke(app, ["acp", "--app", "model_setup_app:app"])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith("error [missing_extra]: agentlog acp needs agentlog's 'acp' extra ")
+    assert result.stderr.rstrip().endswith(": " + install_hint("acp"))
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    with pytest.raises(MissingExtra) as info:
+        otlp_tracer_provider("http://127.0.0.1:4318/v1/traces")
+    assert str(info.value).startswith("exporting spans to http://127.0.0.1:4318/v1/traces needs agentlog's 'otel' extra")
+    assert str(info.value).endswith(install_hint("otel"))

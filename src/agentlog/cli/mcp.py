@@ -57,7 +57,12 @@ async def serve_stdio(source: Any, options: ConnectionOptions, app_spec: str | N
 
 async def serve_acp(source: Any, options: ConnectionOptions, app_spec: str | None, agent: str | None) -> None:
     """Run the app's worker and one agent as an ACP agent on this process's stdin/stdout."""
-    from acp import run_agent
+    try:
+        from acp import run_agent
+    except ImportError as exc:
+        from agentlog.runtime.extras import MissingExtra
+
+        raise MissingExtra("acp", "agentlog acp", exc) from None
 
     from agentlog import __version__
     from agentlog.cli.server import ServerConfig, serve

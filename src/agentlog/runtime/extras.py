@@ -13,7 +13,9 @@ import importlib.metadata
 import re
 import shlex
 
-__all__ = ["extra_requirements", "install_hint"]
+from agentlog.eventlog.errors import AgentlogError
+
+__all__ = ["MissingExtra", "extra_requirements", "install_hint"]
 
 DISTRIBUTION = "agentlog"
 
@@ -41,3 +43,14 @@ def install_hint(extra: str) -> str:
     if not requirements:  # no metadata (a source tree on sys.path): the extra's own name
         return f"pip install 'agentlog[{extra}]'"
     return f"pip install {' '.join(shlex.quote(r) for r in requirements)} (agentlog's {extra!r} extra)"
+
+
+class MissingExtra(AgentlogError):
+    """A feature needs an extra that is not installed; the message names the command that
+    installs it (`install_hint`)."""
+
+    code = "missing_extra"
+
+    def __init__(self, extra: str, feature: str, error: ImportError) -> None:
+        self.extra = extra
+        super().__init__(f"{feature} needs agentlog's {extra!r} extra ({error}): {install_hint(extra)}")

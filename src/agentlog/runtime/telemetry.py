@@ -39,6 +39,7 @@ from agentlog.eventlog.events import (
     ToolCallStarted,
     ToolCallSuspended,
 )
+from agentlog.runtime.extras import MissingExtra
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -304,14 +305,17 @@ def records_json(records: Iterable[SpanRecord]) -> list[dict[str, Any]]:
 
 def otlp_tracer_provider(endpoint: str | None = None) -> Any:
     """A TracerProvider exporting over OTLP/HTTP to `endpoint` (or `$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`);
-    None when neither is set (tracing stays off). Needs the `otel` extra."""
+    None when neither is set (tracing stays off). Needs the `otel` extra (`MissingExtra` without it)."""
     endpoint = endpoint or os.environ.get(OTLP_ENV)
     if not endpoint:
         return None
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError as exc:
+        raise MissingExtra("otel", f"exporting spans to {endpoint}", exc) from None
 
     provider = TracerProvider(resource=Resource.create({"service.name": "agentlog"}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
