@@ -20,8 +20,8 @@ from agentlog.eventlog import MemoryEventStore
 from agentlog.runtime import Runtime
 from agentlog.runtime.agents.setup import model_setup_problems
 from agentlog.runtime.config import build, parse_config
-from agentlog.runtime.extras import extra_requirements, install_hint
 from agentlog.runtime.models import OpenAIChatModel, model_from_id
+from agentlog.runtime.models.extras import extra_requirements, install_hint
 from agentlog.runtime.models.sdk import SdkSetup
 
 from example_support import clean_env, run
@@ -97,7 +97,7 @@ def test_features_of_missing_extras_say_what_installs_them(monkeypatch: pytest.M
     from typer.testing import CliRunner
 
     from agentlog.cli.core import app
-    from agentlog.runtime.extras import MissingExtra
+    from agentlog.runtime.models.extras import MissingExtra
     from agentlog.runtime.telemetry import otlp_tracer_provider
 
     monkeypatch.setitem(sys.modules, "acp", None)  # as if the extra were not installed

@@ -60,7 +60,7 @@ async def serve_acp(source: Any, options: ConnectionOptions, app_spec: str | Non
     try:
         from acp import run_agent
     except ImportError as exc:
-        from agentlog.runtime.extras import MissingExtra
+        from agentlog.runtime.models.extras import MissingExtra
 
         raise MissingExtra("acp", "agentlog acp", exc) from None
 

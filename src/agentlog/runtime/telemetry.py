@@ -39,7 +39,7 @@ from agentlog.eventlog.events import (
     ToolCallStarted,
     ToolCallSuspended,
 )
-from agentlog.runtime.extras import MissingExtra
+from agentlog.runtime.models.extras import MissingExtra
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

@@ -4,7 +4,7 @@ errors onto the `Model` contract's typed errors, and parsing streamed tool argum
 The SDKs are optional extras (`anthropic`, `openai`, `gemini`), imported when a model first makes
 a client, so `import agentlog` works without them. `SdkSetup` says what a model still lacks (the
 SDK, a key) before that: the servers check it at start (`agentlog.runtime.models.setup`). A
-missing SDK is named with the command that installs it (`agentlog.runtime.extras.install_hint`).
+missing SDK is named with the command that installs it (`agentlog.runtime.models.extras.install_hint`).
 
 Error mapping (the run loop's retry policy reads `retryable` and `retry_after`): 429 ->
 `ModelRateLimited` (retryable, with the provider's `retry-after`), 5xx / 529 / connection errors /
@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentlog.eventlog.events import Message
-from agentlog.runtime.extras import install_hint
 from agentlog.runtime.models.base import (
     ContextOverflow,
     ModelAuthError,
@@ -39,6 +38,7 @@ from agentlog.runtime.models.base import (
     ModelUnavailable,
     looks_like_overflow,
 )
+from agentlog.runtime.models.extras import install_hint
 from agentlog.runtime.models.openai import retry_after_from
 
 __all__ = [
