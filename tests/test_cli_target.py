@@ -96,3 +96,10 @@ def test_runs_and_threads_over_the_http_api_from_anywhere(
     assert threads.exit_code == 0, threads.output
     assert "threads (1)" in threads.stdout and accepted["thread_id"] in threads.stdout
     assert list(tmp_path.iterdir()) == []  # nothing created where the commands ran
+
+
+def test_a_listing_over_a_url_nothing_answers_names_the_url(dead_nats_url: str) -> None:
+    dead = dead_nats_url.replace("nats://", "http://")
+    result = invoke("runs", "--url", dead, "--timeout", "2")
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith(f"error [connection_failed]: the agentlog API at {dead} did not answer")

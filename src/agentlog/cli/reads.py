@@ -246,14 +246,21 @@ async def _listed_over_http(url: str, api_token: str | None, timeout: float, kin
                 if not page[kind] or len(items) >= int(page.get("total") or 0):
                     break
     except ClientError as exc:
-        raise ListingFailed(f"{exc} ({url})") from None
+        raise ListingFailed(exc, url) from None
     show([msgspec.convert(item, view) for item in items])
 
 
 class ListingFailed(AgentlogError):
-    """`--url` given, and the server there did not list (unreachable, or it refused)."""
+    """`--url` given, and the server there did not list: nothing answered, or the API refused
+    (its own code then, e.g. `unauthorized`, and exit 2 for a 4xx like the `run` commands)."""
 
     code = "listing_failed"
+
+    def __init__(self, error: ClientError, url: str) -> None:
+        text = str(error)
+        super().__init__(text if url in text else f"{text} (the API at {url})")
+        self.code = error.code
+        self.usage_error = error.status is not None and 400 <= error.status < 500
 
 
 @app.command("runs")
