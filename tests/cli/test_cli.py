@@ -399,7 +399,7 @@ def test_projections_rebuild_of_an_empty_log(nats_server: EmbeddedNatsServer) ->
 
 def test_entry_point_starts_and_stops_the_embedded_server(tmp_path: Path) -> None:
     """A read of the log on a data dir with no server running (a stopped `serve`'s) starts its
-    server for the command and stops it at exit (tests/test_cli_target.py: never a new data dir)."""
+    server for the command and stops it at exit (tests/cli/test_cli_target.py: never a new data dir)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
     data = tmp_path / "data"
 
