@@ -224,7 +224,7 @@ def queries(views, rng: random.Random) -> Iterator[Query]:
     runs, threads = list(views.runs.values()), list(views.threads.values())
     yield "runs", {}, None
     yield "threads", {}, None
-    for status in ("running", "waiting", "done"):
+    for status in ("running", "waiting", "done", "failed"):
         yield "runs", {"status": status}, None
     for r in rng.sample(runs, min(3, len(runs))):
         yield "runs", {"thread_id": r.thread_id}, None
@@ -240,7 +240,7 @@ def queries(views, rng: random.Random) -> Iterator[Query]:
     for tenant in TENANTS:
         yield "runs", {}, tenant
         yield "threads", {}, tenant
-        yield "runs", {"status": rng.choice(["running", "waiting", "done"])}, tenant
+        yield "runs", {"status": rng.choice(["running", "waiting", "done", "failed"])}, tenant
         for t in rng.sample(threads, min(1, len(threads))):
             yield "threads", {"parent_thread_id": t.thread_id}, tenant
 
@@ -256,13 +256,15 @@ def expected(views, kind: str, filters: dict[str, str], tenant: str | None) -> l
 
 
 async def check_listings(store, views, rng: random.Random) -> None:
+    """Every query, paged from either end: ascending id, and newest first (`descending`)."""
     for kind, filters, tenant in queries(views, rng):
         want = expected(views, kind, filters, tenant)
         get = store.run_page if kind == "runs" else store.thread_page
         for offset, limit in ((0, 200), (0, 1), (1, 2), (len(want), 5), (rng.randint(0, 6), rng.randint(1, 4))):
-            got, total = await get(filters, limit, offset, tenant=tenant)
-            assert total == len(want), (kind, filters, tenant)
-            assert got == want[offset : offset + limit], (kind, filters, tenant, offset, limit)
+            for descending, order in ((False, want), (True, want[::-1])):
+                got, total = await get(filters, limit, offset, tenant=tenant, descending=descending)
+                assert total == len(want), (kind, filters, tenant)
+                assert got == order[offset : offset + limit], (kind, filters, tenant, offset, limit, descending)
 
 
 @settings(max_examples=30, deadline=None)

@@ -14,6 +14,7 @@ import random
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 import nats
 from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import example, given, settings
@@ -326,6 +327,62 @@ async def test_views_older_than_the_index_are_indexed_when_the_runner_opens(nats
             runner = ProjectionRunner(nc, await KVViewStore.open(nc), fetch_timeout=0.2)
             await runner.open()  # the consumer starts at seq 1, but the lists come from the views
             await check_listings(old, views, random.Random(1))
+            await runner.stop()
+    finally:
+        await store.close()
+        await nc.close()
+
+
+async def test_lists_written_before_failed_runs_move_them_when_the_runner_opens(nats_server) -> None:
+    """Views and lists written when every finished run was `done` (a store of the code before
+    the `failed` status: its views say `done` and its lists, format 1, list them under `done`):
+    the runner brings the lists to the current format at open, once; the views read as `failed`
+    without a rewrite; `status=done` and `status=failed` then equal the fold, and new batches
+    go on from there."""
+    from agentlog.projections import index as ix
+    from agentlog.projections.listing import BUILT_KEY
+
+    nc = await nats.connect(nats_server.url)
+    store = await JetStreamEventStore.connect(nc)
+    try:
+        async with asyncio.timeout(TIMEOUT):
+            commits = history_of_size(random.Random(11), 300, threads_per_chunk=5)
+            versions: dict[str, int] = {}
+            for c in commits:
+                versions[c.thread_id] = (await store.append(c, versions.get(c.thread_id, 0))).seq
+            log = sorted([sc for t in versions for sc in await collect(store.read_thread(t))], key=lambda sc: sc.seq)
+            views = fold_commits(log)
+            failed = {r for r, v in views.runs.items() if v.status == "failed"}
+            assert failed and any(v.status == "done" for v in views.runs.values())
+            # what the code before wrote: the views and the lists with `done`, format 1
+            before = [msgspec.structs.replace(v, status="done") if v.status == "failed" else v
+                      for v in views.runs.values()]
+            old = await KVViewStore.open(nc)
+            await old.put_views(views.threads.values(), before)
+            await old.index.put_all(list(views.threads.values()), before)
+            await old.index.blobs.put_many([(BUILT_KEY, b"1")])
+            await old.write_position(log[-1].seq)
+            assert (await old.run_page({"status": "failed"}, 5, 0)) == ([], 0)
+            assert all(r.status == "failed" for r in (await old.get_views([], sorted(failed)))[1] if r)
+
+            runner = ProjectionRunner(nc, await KVViewStore.open(nc), fetch_timeout=0.2)
+            await runner.open()
+            assert await old.index.built_format() == ix.INDEX_FORMAT
+            await check_listings(old, views, random.Random(2))
+            got, total = await old.run_page({"status": "failed"}, 1000, 0)
+            assert {r.run_id for r in got} == failed and total == len(failed)
+            # once: a runner opening again has nothing to move
+            assert await runner.store.ensure_index() is False  # type: ignore[attr-defined]
+
+            # and the runner goes on: a new failed run is listed as failed
+            tid, rid = "t-after", "r-after"
+            await store.append(Commit(commit_id="after", thread_id=tid, run_id=rid, ts=1_800_000_000_000, events=[
+                ThreadCreated(), RunStarted(run_id=rid, agent_id="a"),
+                RunFinished(termination=Termination(type="error", detail="x" * 300))]), 0)
+            while runner.applied_seq < await store.last_seq():
+                await runner.step()
+            got, total = await old.run_page({"status": "failed"}, 1, 0, descending=True)
+            assert [r.run_id for r in got] == [rid] and total == len(failed) + 1
             await runner.stop()
     finally:
         await store.close()

@@ -129,6 +129,16 @@ STATUS_TABLE = [
     ("cancel requested still running", [started("a"), RunCancelRequested()], "running", {"a": "running"}),
     ("cancelled run", [started("a"), suspended("a"), RunCancelRequested(), completed("a", "cancelled"),
                        RunFinished(termination=Termination(type="cancelled"))], "done", {"a": "cancelled"}),
+    # failed: the run ended in an error (a model's, a plugin's, a dead-lettered command's) or a block
+    ("model error", [StepStarted(step=1), RunFinished(termination=Termination(
+        type="error", code="model_rejected", detail="bad api key"))], "failed", {}),
+    ("error while a call runs", [started("a"), RunFinished(termination=Termination(type="error"))], "failed",
+     {"a": "running"}),
+    ("blocked", [RunFinished(termination=Termination(type="blocked", detail="policy"))], "failed", {}),
+    ("failed, then late event", [started("a"), RunFinished(termination=Termination(type="error")),
+                                 completed("a")], "failed", {"a": "succeeded"}),
+    ("stopped by a condition", [RunFinished(termination=Termination(type="stopped", code="max_rounds"))], "done", {}),
+    ("a plugin ended it", [RunFinished(termination=Termination(type="behavior_requested"))], "done", {}),
 ]
 
 
@@ -137,7 +147,7 @@ def test_run_status_table(case, events, status, calls):
     view = run_of([START, *events])
     assert view.status == status
     assert {c: v.status for c, v in view.calls.items()} == calls
-    assert derive_status(view.calls, view.termination is not None) == status
+    assert derive_status(view.calls, view.termination) == status
 
 
 def test_call_details_are_recorded():
@@ -273,7 +283,7 @@ def test_batch_fold_equals_per_event_fold(commits):
     assert views.runs == runs
     assert commits == snapshot, "folding must not mutate the events"
     for run in views.runs.values():
-        assert run.status == derive_status(run.calls, run.termination is not None)
+        assert run.status == derive_status(run.calls, run.termination)
         if run.status == "done":
             assert run.state == {}
         for call in run.calls.values():

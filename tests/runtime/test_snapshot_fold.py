@@ -288,7 +288,7 @@ def test_incremental_run_view_equals_the_fold_after_every_commit(raw: list[Any])
         folder.apply(sc)
         want = fold_commits(history[: i + 1]).runs[RUN]
         assert folder.view() == want
-        assert want.status == fold_mod.derive_status(want.calls, want.termination is not None)
+        assert want.status == fold_mod.derive_status(want.calls, want.termination)
 
 
 def test_unusable_snapshot_bytes_are_a_miss() -> None:
@@ -324,10 +324,10 @@ def test_run_status_costs_o1_per_event(monkeypatch: Any) -> None:
     inspected = 0
     real = fold_mod.derive_status
 
-    def counting(calls: Any, finished: bool) -> Any:
+    def counting(calls: Any, termination: Any) -> Any:
         nonlocal inspected
         inspected += len(calls)
-        return real(calls, finished)
+        return real(calls, termination)
 
     monkeypatch.setattr(fold_mod, "derive_status", counting)
     n = 120

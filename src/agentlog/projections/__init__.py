@@ -29,6 +29,8 @@ from agentlog.projections.timetravel import (
 )
 from agentlog.projections.views import (
     ACTIVE_CALL_STATUSES,
+    FAILED_TERMINATIONS,
+    FINISHED_RUN_STATUSES,
     TERMINAL_CALL_STATUSES,
     CallStatus,
     CallView,
@@ -38,12 +40,13 @@ from agentlog.projections.views import (
     decode_run,
     decode_thread,
     encode_view,
+    finished_status,
 )
 
 __all__ = [
-    "ACTIVE_CALL_STATUSES", "TERMINAL_CALL_STATUSES", "CallStatus", "CallView", "Folder", "InvalidPatch", "ListingBusy", "RunFolder",
+    "ACTIVE_CALL_STATUSES", "FAILED_TERMINATIONS", "FINISHED_RUN_STATUSES", "TERMINAL_CALL_STATUSES", "CallStatus", "CallView", "Folder", "InvalidPatch", "ListingBusy", "RunFolder",
     "ProjectionError", "ProjectionTimeout", "RunStatus", "RunView", "ThreadView", "Views", "decode_run",
-    "decode_thread", "derive_status", "encode_view", "fold_commits", "fold_messages", "fold_run",
+    "decode_thread", "derive_status", "encode_view", "finished_status", "fold_commits", "fold_messages", "fold_run",
     "fold_thread", "merge_metadata", "messages_at", "positions", "run_at", "runs_at", "state_at", "states_along",
     "thread_at", "validate_patch", "validate_state",
 ]

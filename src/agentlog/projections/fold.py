@@ -51,18 +51,26 @@ from agentlog.eventlog.events import (
 )
 from agentlog.projections.errors import InvalidPatch
 from agentlog.projections.state import validate_patch, validate_state
-from agentlog.projections.views import ACTIVE_CALL_STATUSES, CallView, RunStatus, RunView, ThreadView
+from agentlog.projections.views import (
+    ACTIVE_CALL_STATUSES,
+    CallView,
+    RunStatus,
+    RunView,
+    ThreadView,
+    finished_status,
+)
 
 _replace = msgspec.structs.replace
 _THREAD_FIELDS: tuple[str, ...] = ThreadView.__struct_fields__
 _RUN_FIELDS: tuple[str, ...] = RunView.__struct_fields__
 
 
-def derive_status(calls: Mapping[str, CallView], finished: bool) -> RunStatus:
-    """DESIGN 3: done once finished; else running if any call is running/resuming; else waiting
-    if any call is suspended; else (no calls, or all new/terminal) running."""
-    if finished:
-        return "done"
+def derive_status(calls: Mapping[str, CallView], termination: Termination | None) -> RunStatus:
+    """DESIGN 3: once finished (`termination` set), failed or done by its termination
+    (`views.finished_status`); else running if any call is running/resuming; else waiting if any
+    call is suspended; else (no calls, or all new/terminal) running."""
+    if termination is not None:
+        return finished_status(termination)
     waiting = False
     for call in calls.values():
         status = call.status
@@ -315,7 +323,7 @@ class _RunAcc:
         self.termination = ev.termination
         self.usage = ev.usage if ev.usage.total_tokens > 0 else self.inference_usage
         self.state, self.state_elided = {}, False  # run scope ends with the run
-        self.status = "done"
+        self.status = finished_status(ev.termination)
 
     def _step_started(self, ev: StepStarted, ts: int) -> None:
         self.steps += 1
@@ -332,7 +340,7 @@ class _RunAcc:
         self.inference_usage = self.inference_usage + ev.usage
         if ev.cost is not None:
             self.cost = ev.cost if self.cost is None else self.cost + ev.cost
-        if self.status != "done":
+        if self.termination is None:  # still live: the sum is the estimate
             self.usage = self.inference_usage
 
     # tool calls
@@ -353,7 +361,7 @@ class _RunAcc:
             self._count(old.status, -1)
         self._count(call.status, 1)
         self.calls[call.call_id] = call
-        if self.status != "done":  # derive_status, from the counters
+        if self.termination is None:  # derive_status, from the counters
             self.status = "running" if self._active else "waiting" if self._suspended else "running"
 
     def _count(self, status: str, delta: int) -> None:

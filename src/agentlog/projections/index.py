@@ -10,8 +10,9 @@ listing reads a header, the 1-2 pages bounding the range, the page(s) holding
 per thread or parent: a new run touches a fixed handful of lists (mostly their last pages, ids
 being time-ordered), which keeps the runner's extra KV writes per batch small.
 
-Order is the order listings always had: ascending id (generated ids are time-ordered, so that is
-creation order for them). Ids are kept sorted inside pages; pages are sorted by their first id.
+Lists are kept in ascending id order (generated ids are time-ordered, so that is creation order
+for them); a listing reads a slice from either end (`descending`: newest first). Ids are kept
+sorted inside pages; pages are sorted by their first id.
 
 A list is stored as a `Header` (page refs: number, stamp, count, first id; plus the free page
 numbers) and `Page`s (sorted ids). Writes are copy-on-write: a changed page is written under a
@@ -21,7 +22,11 @@ pages intact (the batch is redelivered and re-applied; inserts/removes are idemp
 reader that raced a write notices through the stamps (every page carries the stamp of the write
 that made it, the header names the stamp it expects) and reads again.
 
-Everything here is pure (no I/O): `run_entries`, `diff`, `apply_changes`, `locate`, `rank`, `build`.
+The format of the stored lists is `INDEX_FORMAT`; an index of an older format is brought to it
+once, when the runner opens (`agentlog.projections.listing.IndexedListings.ensure_index`).
+
+Everything here is pure (no I/O): `run_entries`, `diff`, `apply_changes`, `locate`, `rank`, `build`,
+`restatus`.
 """
 
 from __future__ import annotations
@@ -48,6 +53,10 @@ ALL_THREADS = "t"
 #: The distinct `resource_id`s of threads (raw values, insert-only): a tenant's resources are the
 #: range of it that starts with the tenant's prefix.
 RESOURCES = "res"
+
+#: What the stored lists mean. 1: a failed run is listed under status `done` (its view said so);
+#: 2: under `failed`. Stored next to the lists (`agentlog.projections.listing.BUILT_KEY`).
+INDEX_FORMAT = 2
 
 _SAFE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -152,6 +161,22 @@ def diff(
         thread = new_threads.get(rview.thread_id) or old_threads.get(rview.thread_id)
         resource_id = thread.resource_id if thread is not None else None
         note(run_entries(old_runs.get(rid), resource_id), run_entries(rview, resource_id))
+    return changes
+
+
+def restatus(listed: str, views: Mapping[str, RunView | None]) -> Changes:
+    """The changes that move runs listed under status `listed` (`views`: their views, by run id)
+    to the status their views have: out of `listed`'s range, into their own. Runs whose view
+    has that status, or none, stay. Idempotent, like every change. What brings an index of
+    format 1 to 2: the runs it lists as `done` that the fold now calls `failed`."""
+    changes: Changes = {}
+    name, old = run_slot("status", listed)
+    for run_id, view in views.items():
+        if view is None or view.status == listed:
+            continue
+        change = changes.setdefault(name, Change())
+        change.removes.add(old + run_id)
+        change.inserts.add(run_slot("status", view.status)[1] + run_id)
     return changes
 
 
@@ -333,9 +358,10 @@ decode_page = msgspec.json.Decoder(Page).decode
 
 
 __all__ = [
-    "ALL_RUNS", "ALL_THREADS", "Change", "Changes", "EMPTY", "Entry", "Header", "PAGE_MAX", "Page", "PageRef",
+    "ALL_RUNS", "ALL_THREADS", "Change", "Changes", "EMPTY", "Entry", "Header", "INDEX_FORMAT", "PAGE_MAX", "Page",
+    "PageRef",
     "RESOURCES", "RUN_FILTERS", "SEP", "Slot", "THREAD_FILTERS", "apply_changes", "bound_page", "build",
     "decode_header", "decode_page", "diff", "encode", "header_key", "locate", "locate_prefix", "matches",
-    "page_key", "prefix_end", "rank", "resource_slot", "run_entries", "run_slot", "target_pages", "thread_entries",
+    "page_key", "prefix_end", "rank", "resource_slot", "restatus", "run_entries", "run_slot", "target_pages", "thread_entries",
     "thread_slot", "token",
 ]

@@ -31,6 +31,7 @@ from agentlog.projections.index import (
     ALL_RUNS,
     ALL_THREADS,
     EMPTY,
+    INDEX_FORMAT,
     RESOURCES,
     Changes,
     Header,
@@ -51,6 +52,7 @@ from agentlog.projections.index import (
     prefix_end,
     rank,
     resource_slot,
+    restatus,
     run_slot,
     target_pages,
     thread_slot,
@@ -63,7 +65,9 @@ PUT_CONCURRENCY = 512
 #: in practice (it would take that many writes of the same list during one listing).
 READ_ATTEMPTS = 50
 
-#: Written by `put_all`: the lists are complete (not a list name: those start with `h.`/`p.`).
+#: Written by `put_all`: the lists are complete (not a list name: those start with `h.`/`p.`). Its
+#: value is the lists' format (`index.INDEX_FORMAT`; "1" for lists written before formats had a
+#: number).
 BUILT_KEY = "built"
 
 V = TypeVar("V")
@@ -177,13 +181,27 @@ class ListingIndex:
             headers.append((header_key(name), encode(header)))
         await self.blobs.put_many(puts)
         await self.blobs.put_many(headers)
-        await self.blobs.put_many([(BUILT_KEY, b"1")])
+        await self.mark_built()
         self._cache.clear()
 
+    async def mark_built(self) -> None:
+        """Record that the lists cover every view, in the current format."""
+        await self.blobs.put_many([(BUILT_KEY, str(INDEX_FORMAT).encode())])
+
+    async def built_format(self) -> int | None:
+        """The format the lists are in, or None when they do not cover the views yet (`put_all`
+        never ran on this store: its views predate the index and must be indexed once)."""
+        data = await self.blobs.get(BUILT_KEY)
+        if data is None:
+            return None
+        try:
+            return int(data)
+        except ValueError:
+            return 1
+
     async def is_built(self) -> bool:
-        """Whether the lists cover every view (`put_all` ran on this store); a store whose views
-        predate the index has views but no lists yet, and must be indexed once."""
-        return await self.blobs.get(BUILT_KEY) is not None
+        """Whether the lists cover every view (in whatever format)."""
+        return await self.built_format() is not None
 
     def _remember(self, items: list[tuple[str, Header | Page]]) -> None:
         for key, value in items:
@@ -230,11 +248,12 @@ class ListingIndex:
         ids, _ = await self._read(name, lambda header: locate_prefix(header, prefix))
         return [i for i in ids if i.startswith(prefix)]
 
-    async def ranges(self, name: str, prefixes: Sequence[str], offset: int, limit: int,
-                     ) -> list[tuple[list[str], int]]:
+    async def ranges(self, name: str, prefixes: Sequence[str], offset: int, limit: int, *,
+                     descending: bool = False) -> list[tuple[list[str], int]]:
         """Per prefix (`""`: the whole list), the ids `[offset, offset + limit)` of its range
-        (prefix stripped) and the range's size, all from one consistent header: the header, the
-        pages bounding each range (to rank its ends), the pages holding the slices."""
+        (prefix stripped; `descending`: counted from its end, highest id first) and the range's
+        size, all from one consistent header: the header, the pages bounding each range (to rank
+        its ends), the pages holding the slices."""
         for _ in range(READ_ATTEMPTS):
             header = await self._header(name)
             ends = [key for p in prefixes if p for key in (p, prefix_end(p))]
@@ -245,22 +264,29 @@ class ListingIndex:
             for p in prefixes:
                 start, end = (rank(header, pages, p), rank(header, pages, prefix_end(p))) if p else (0, header.total)
                 size = end - start
-                plan.append((p, size, locate(header, start + offset, max(0, min(limit, size - offset)))))
+                count = max(0, min(limit, size - offset))
+                first = size - offset - count if descending else offset
+                plan.append((p, size, locate(header, start + first, count)))
             more = await self._pages(name, (ref for _, _, spans in plan for ref, _, _ in spans if ref.no not in pages))
             if more is None:
                 continue
             pages.update(more)
-            return [([m[len(p):] for ref, a, b in spans for m in pages[ref.no].ids[a:b]], size)
-                    for p, size, spans in plan]
+            out = [([m[len(p):] for ref, a, b in spans for m in pages[ref.no].ids[a:b]], size)
+                   for p, size, spans in plan]
+            if descending:
+                for ids, _ in out:
+                    ids.reverse()
+            return out
         raise ListingBusy(f"listing index {name!r} kept changing while read; retry")
 
-    async def _union(self, name: str, prefixes: Sequence[str], offset: int, limit: int) -> tuple[list[str], int]:
-        """Ids `[offset, offset + limit)` of the union of disjoint ranges of one list, in id order,
-        and its size: the first offset + limit of each range, merged."""
+    async def _union(self, name: str, prefixes: Sequence[str], offset: int, limit: int, descending: bool,
+                     ) -> tuple[list[str], int]:
+        """Ids `[offset, offset + limit)` of the union of disjoint ranges of one list, in id order
+        (`descending`: highest first), and its size: the first offset + limit of each range, merged."""
         if len(prefixes) == 1:
-            return (await self.ranges(name, prefixes, offset, limit))[0]
-        parts = await self.ranges(name, prefixes, 0, offset + limit)
-        merged = heapq.merge(*(ids for ids, _ in parts))
+            return (await self.ranges(name, prefixes, offset, limit, descending=descending))[0]
+        parts = await self.ranges(name, prefixes, 0, offset + limit, descending=descending)
+        merged = heapq.merge(*(ids for ids, _ in parts), reverse=descending)
         return list(itertools.islice(merged, offset, offset + limit)), sum(size for _, size in parts)
 
     async def size(self, slot: Slot) -> int:
@@ -269,9 +295,10 @@ class ListingIndex:
 
     async def page(
         self, name: str, prefixes: Sequence[str], *, exact: bool, keep: Callable[[V], bool], limit: int,
-        offset: int, load: Callable[[str], Awaitable[V | None]],
+        offset: int, load: Callable[[str], Awaitable[V | None]], descending: bool = False,
     ) -> tuple[list[V], int]:
-        """One page of views, `(views, total)`, from the union of disjoint ranges of list `name`.
+        """One page of views, `(views, total)`, from the union of disjoint ranges of list `name`,
+        in ascending id order (`descending`: highest id, i.e. newest, first).
 
         `exact`: the union is the answer (no filter, one filter, or a tenant's resources): read
         the slice and `limit` views. Else the union holds the answer: read it all and `keep`
@@ -279,10 +306,10 @@ class ListingIndex:
         left out in both cases: the index is written before the views, so a listing racing the
         runner (no `min_seq`) may see an id a moment before its view."""
         if exact:
-            ids, total = await self._union(name, prefixes, offset, limit)
+            ids, total = await self._union(name, prefixes, offset, limit, descending)
             views = await asyncio.gather(*(load(i) for i in ids))
             return [v for v in views if v is not None and keep(v)], total
-        ids, _ = await self._union(name, prefixes, 0, sys.maxsize)
+        ids, _ = await self._union(name, prefixes, 0, sys.maxsize, descending)
         found: list[V] = []
         for i in range(0, len(ids), PUT_CONCURRENCY):
             views = await asyncio.gather(*(load(x) for x in ids[i : i + PUT_CONCURRENCY]))
@@ -309,12 +336,28 @@ class IndexedListings:
     list_runs: Callable[[], Awaitable[list[RunView]]]
 
     async def ensure_index(self) -> bool:
-        """Index the views once if they predate the index (a store written before it existed):
-        a full scan, done by the runner at open, before it applies anything. True if it ran."""
-        if await self.index.is_built():
+        """Bring the lists to the views and the current format, done by the runner at open,
+        before it applies anything. True if there was something to do:
+
+        - views that predate the index (a store written before it existed): a full scan;
+        - lists of format 1 (`index.INDEX_FORMAT`), which list failed runs under `done`: the
+          runs listed as `done` are read, and those whose view is `failed` move (O(done runs),
+          once). Their views need no rewrite: `views.decode_run` reads them as `failed`."""
+        built = await self.index.built_format()
+        if built is not None and built >= INDEX_FORMAT:
             return False
-        threads, runs = await self.list_threads(), await self.list_runs()
-        await self.index.put_all(threads, runs)
+        if built is None:
+            threads, runs = await self.list_threads(), await self.list_runs()
+            await self.index.put_all(threads, runs)
+            return True
+        name, prefix = run_slot("status", "done")
+        run_ids = [member[len(prefix):] for member in await self.index.prefixed(name, prefix)]
+        views: dict[str, RunView | None] = {}
+        for i in range(0, len(run_ids), PUT_CONCURRENCY):
+            chunk = run_ids[i : i + PUT_CONCURRENCY]
+            views.update(zip(chunk, await asyncio.gather(*(self.get_run(r) for r in chunk)), strict=True))
+        await self.index.apply(restatus("done", views))
+        await self.index.mark_built()
         return True
 
     async def update_index(self, changes: Changes) -> None:
@@ -334,18 +377,18 @@ class IndexedListings:
         return name, [prefix], len(slots) == 1
 
     async def run_page(self, filters: Mapping[str, str], limit: int, offset: int, *, tenant: str | None = None,
-                       ) -> tuple[list[RunView], int]:
+                       descending: bool = False) -> tuple[list[RunView], int]:
         """Runs with every `filters` attribute at its value (on threads whose resource_id starts
-        with `tenant`, if given), ascending run id: `(page, total)`."""
+        with `tenant`, if given), ascending run id (`descending`: newest first): `(page, total)`."""
         slots = [run_slot(attr, value) for attr, value in filters.items()]
         name, prefixes, exact = await self._source(slots, ALL_RUNS, tenant, resource_slot)
         return await self.index.page(name, prefixes, exact=exact, keep=lambda v: matches(v, filters),
-                                     limit=limit, offset=offset, load=self.get_run)
+                                     limit=limit, offset=offset, load=self.get_run, descending=descending)
 
     async def thread_page(self, filters: Mapping[str, str], limit: int, offset: int, *, tenant: str | None = None,
-                          ) -> tuple[list[ThreadView], int]:
+                          descending: bool = False) -> tuple[list[ThreadView], int]:
         """Live (not deleted) threads matching `filters` (and whose resource_id starts with
-        `tenant`, if given), ascending thread id: `(page, total)`."""
+        `tenant`, if given), ascending thread id (`descending`: newest first): `(page, total)`."""
         slots = [thread_slot(attr, value) for attr, value in filters.items()]
         name, prefixes, exact = await self._source(slots, ALL_THREADS, tenant,
                                                    lambda resource_id: thread_slot("resource_id", resource_id))
@@ -355,7 +398,7 @@ class IndexedListings:
                 tenant is None or (view.resource_id is not None and view.resource_id.startswith(tenant)))
 
         return await self.index.page(name, prefixes, exact=exact, keep=keep, limit=limit, offset=offset,
-                                     load=self.get_thread)
+                                     load=self.get_thread, descending=descending)
 
 
 __all__ = ["Blobs", "DictBlobs", "IndexedListings", "KVBlobs", "ListingIndex", "PUT_CONCURRENCY", "READ_ATTEMPTS",

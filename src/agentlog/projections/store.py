@@ -38,15 +38,15 @@ class ViewStore(Protocol):
         ...
 
     async def run_page(self, filters: Mapping[str, str], limit: int, offset: int, *, tenant: str | None = None,
-                       ) -> tuple[list[RunView], int]:
-        """One page of runs (ascending run id) matching `filters` (on threads whose resource_id
-        starts with `tenant`, if given), and how many match."""
+                       descending: bool = False) -> tuple[list[RunView], int]:
+        """One page of runs (ascending run id; `descending`: newest first) matching `filters` (on
+        threads whose resource_id starts with `tenant`, if given), and how many match."""
         ...
 
     async def thread_page(self, filters: Mapping[str, str], limit: int, offset: int, *, tenant: str | None = None,
-                          ) -> tuple[list[ThreadView], int]:
-        """One page of live threads (ascending thread id) matching `filters` (and whose
-        resource_id starts with `tenant`, if given), and how many match."""
+                          descending: bool = False) -> tuple[list[ThreadView], int]:
+        """One page of live threads (ascending thread id; `descending`: newest first) matching
+        `filters` (and whose resource_id starts with `tenant`, if given), and how many match."""
         ...
 
 

@@ -26,11 +26,22 @@ from agentlog.eventlog.events import (
 )
 
 CallStatus = Literal["new", "running", "suspended", "resuming", "succeeded", "failed", "cancelled"]
-RunStatus = Literal["running", "waiting", "done"]
+RunStatus = Literal["running", "waiting", "done", "failed"]
 
 #: Call statuses that mean "work in progress": the run is running while any call has one.
 ACTIVE_CALL_STATUSES: frozenset[str] = frozenset({"running", "resuming"})
 TERMINAL_CALL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+#: Run statuses of a finished run (`RunFinished` folded): `failed` when its termination is one of
+#: `FAILED_TERMINATIONS`, else `done`.
+FINISHED_RUN_STATUSES: frozenset[str] = frozenset({"done", "failed"})
+#: Terminations of a run that failed: an error (a model, a plugin, a dead-lettered command) or a
+#: block. Natural ends, stop conditions, a plugin's request and a cancel are `done`.
+FAILED_TERMINATIONS: frozenset[str] = frozenset({"error", "blocked"})
+
+
+def finished_status(termination: Termination) -> RunStatus:
+    """The status of a run that finished with `termination`: `failed` or `done`."""
+    return "failed" if termination.type in FAILED_TERMINATIONS else "done"
 
 
 class _View(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -70,7 +81,8 @@ class CallView(_View, frozen=True):
 
 
 class RunView(_View, frozen=True):
-    """One run. `status` is derived from the calls (see `fold.derive_status`).
+    """One run. `status` is derived from the calls while it runs, and from its termination once
+    finished (see `fold.derive_status`).
 
     Usage: `inference_usage` is the running sum of `InferenceCompleted.usage`; `usage` equals it
     while the run is live, and at `RunFinished` becomes `RunFinished.usage` when that is non-zero.
@@ -123,6 +135,11 @@ class RunView(_View, frozen=True):
     created: int = 0
     updated: int = 0
     last_seq: int = 0
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run has ended (`done` or `failed`)."""
+        return self.status in FINISHED_RUN_STATUSES
 
 
 class ThreadView(_View, frozen=True):
@@ -360,4 +377,9 @@ def decode_thread(data: bytes) -> ThreadView:
 
 
 def decode_run(data: bytes) -> RunView:
-    return _run_decoder.decode(data)
+    """A stored run view, its status as the fold gives it now: a view written when every
+    finished run was `done` reads as `failed` when its termination says so."""
+    view = _run_decoder.decode(data)
+    if view.status == "done" and view.termination is not None and view.termination.type in FAILED_TERMINATIONS:
+        return msgspec.structs.replace(view, status="failed")
+    return view
