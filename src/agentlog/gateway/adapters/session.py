@@ -304,7 +304,7 @@ async def agui_connect(backend: Backend, agent_id: str, req: agui.AguiRunRequest
         for ev in tr.feed_suspended(run):
             yield ev
         return
-    if run.status == "done":
+    if run.finished:
         commits = await run_commits(backend.store, run.run_id)
         finished = [e for sc in commits for e in sc.commit.events if isinstance(e, RunFinished)]
         for ev in tr.feed(finished[-1]) if finished else tr.finish():

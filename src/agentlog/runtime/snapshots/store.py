@@ -461,7 +461,7 @@ class SnapshotWriter:
         await asyncio.gather(*(self._write(r) for r in due))
 
     def _due(self, run: RunView) -> bool:
-        if run.status == "done" or run.agent_id is None or run.agent_id not in self.runtime.agents:
+        if run.finished or run.agent_id is None or run.agent_id not in self.runtime.agents:
             return False
         # the runtime's own loop snapshots a run it drives when it stops: not the same again
         own = getattr(self.runtime, "snapshot_seq", None)

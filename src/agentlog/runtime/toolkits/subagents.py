@@ -251,7 +251,7 @@ class SubAgents:
                 ctx.progress(_progress(sc))
                 folder.apply(sc)
                 view = folder.view()
-                if view.status in ("done", "waiting"):
+                if view.finished or view.status == "waiting":
                     return view, commits
         raise ToolError(f"the log ended while following sub-agent run {run_id!r}")
 

@@ -677,7 +677,7 @@ class Worker:
                 res = await rt.decide(cmd.run_id, cmd.decisions, thread_id=cmd.thread_id)
             except RunNotWaiting as exc:
                 view = await rt.run_view(cmd.run_id)
-                if view.status == "done":
+                if view.finished:
                     raise GiveUp("run_not_waiting", f"decision after the run finished: {exc}") from None
                 if rt.active(cmd.run_id) is not None:
                     continue

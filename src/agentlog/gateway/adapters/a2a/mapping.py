@@ -119,7 +119,7 @@ def status_message(view: RunView, commits: Sequence[StoredCommit] = ()) -> A2AMe
 
 def answer_artifact(view: RunView, commits: Sequence[StoredCommit]) -> Artifact | None:
     answers = [m for m in _run_messages(view, commits) if m.role == "assistant"]
-    if view.status != "done" or not answers:
+    if not view.finished or not answers:
         return None
     return Artifact(artifact_id=f"{view.run_id}-answer", name="answer", parts=[Part(text=answers[-1].content)])
 

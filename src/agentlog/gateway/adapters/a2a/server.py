@@ -146,7 +146,7 @@ class RunTaskHandler(RequestHandler):
                 view = folder.run(run_id)
                 assert view is not None  # the run's own commit was just applied
                 yield sc, view
-                if view.status == "done" or (view.status == "waiting" and sc.seq >= after):
+                if view.finished or (view.status == "waiting" and sc.seq >= after):
                     return
 
     async def _settled(self, thread_id: str, run_id: str, *, after: int = 0) -> Task:
@@ -225,7 +225,7 @@ class RunTaskHandler(RequestHandler):
             if first:
                 yield run_task(view, commits)
                 first = False
-            if view.status == "done" or (view.status == "waiting" and sc.seq >= after):
+            if view.finished or (view.status == "waiting" and sc.seq >= after):
                 artifact = answer_artifact(view, commits)
                 if artifact is not None:
                     yield TaskArtifactUpdateEvent(task_id=run_id, context_id=thread_id, artifact=artifact,
@@ -279,7 +279,7 @@ class RunTaskHandler(RequestHandler):
             offset = int(params.page_token or 0)
             size = params.page_size if params.HasField("page_size") and params.page_size else 50
             query = ListRunsQuery(agent_id=self.agent_id, thread_id=params.context_id or None,
-                                  limit=min(max(size, 1), 100), offset=max(offset, 0))
+                                  limit=min(max(size, 1), 100), offset=max(offset, 0), order="asc")
         except ValueError as exc:
             raise InvalidParamsError(message=f"bad ListTasks parameters: {exc}") from None
         # as of the log's head: the listing index is a projection, which may trail the log (the
