@@ -83,7 +83,7 @@ async def test_tenant_isolation(remote: Remote) -> None:
         listed = await body(await c.get("/v1/threads", params=q, headers=_h("ta")), 200)
         assert [t["thread_id"] for t in listed["threads"]] == [a1]
         listed = await body(await c.get("/v1/threads", params=q, headers=_h("tb")), 200)
-        assert [t["thread_id"] for t in listed["threads"]] == [b1, b2]
+        assert [t["thread_id"] for t in listed["threads"]] == [b2, b1]  # newest first
         listed = await body(await c.get("/v1/threads", params={**q, "limit": 200}, headers=_h("admin")), 200)
         assert {a1, b1, b2} <= {t["thread_id"] for t in listed["threads"]}
         # A tenant asking for another tenant's resource_id gets nothing, not an error.

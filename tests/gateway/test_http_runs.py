@@ -41,26 +41,33 @@ async def test_list_and_filters(remote: Remote) -> None:
     async with asyncio.timeout(TIMEOUT):
         seq, (r1, r2, r3), (t1, _t2), (a, b) = await _runs(remote)
         q = {"min_seq": seq}
-        everything = await body(await remote.client.get("/v1/runs", params=q), 200)
-        total = everything["total"]
-        last = await body(await remote.client.get("/v1/runs", params={**q, "offset": total - 3}), 200)
+        # newest first by default; order=asc from the oldest
+        newest = await body(await remote.client.get("/v1/runs", params={**q, "limit": 3}), 200)
+        assert [r["run_id"] for r in newest["runs"]] == [r3, r2, r1] and newest["order"] == "desc"
+        total = newest["total"]
+        last = await body(await remote.client.get("/v1/runs", params={**q, "offset": total - 3, "order": "asc"}), 200)
         assert [r["run_id"] for r in last["runs"]] == [r1, r2, r3] and last["total"] == total
         cases = [
-            ({"thread_id": t1}, [r1, r3]),
+            ({"thread_id": t1}, [r3, r1]),
+            ({"thread_id": t1, "order": "asc"}, [r1, r3]),
             ({"agent_id": a, "status": "done"}, [r1]),
             ({"agent_id": a, "status": "waiting"}, [r2]),
+            ({"agent_id": a, "status": "failed"}, []),
             ({"agent_id": b, "status": "running"}, [r3]),
             ({"agent_id": b}, [r3]),
             ({"parent_run_id": r1}, [r3]),
-            ({"agent_id": a}, [r1, r2]),
-            ({"agent_id": a, "limit": 1, "offset": 1}, [r2]),
-            ({"agent_id": a, "limit": 0}, [r1]),
+            ({"agent_id": a}, [r2, r1]),
+            ({"agent_id": a, "order": "asc"}, [r1, r2]),
+            ({"agent_id": a, "limit": 1, "offset": 1}, [r1]),
+            ({"agent_id": a, "limit": 1, "offset": 1, "order": "asc"}, [r2]),
+            ({"agent_id": a, "limit": 0}, [r2]),
             ({"agent_id": a, "offset": 2}, []),
         ]
         for params, wanted in cases:
             got = await body(await remote.client.get("/v1/runs", params={**q, **params}), 200)
             assert [r["run_id"] for r in got["runs"]] == wanted, params
-        for bad in ({"status": "sleeping"}, {"thread_id": "a.b"}, {"parent_run_id": "_"}, {"limit": "x"}):
+        for bad in ({"status": "sleeping"}, {"thread_id": "a.b"}, {"parent_run_id": "_"}, {"limit": "x"},
+                    {"order": "newest"}):
             await error(await remote.client.get("/v1/runs", params=bad), 400, "invalid_input")
 
 

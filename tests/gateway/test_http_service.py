@@ -51,7 +51,7 @@ async def test_openapi_lists_every_route(api: Api) -> None:
         assert set(create["requestBody"]["content"]["application/json"]["schema"]["properties"]) == set(
             CreateThread.model_fields)
         params = {p["name"] for p in doc["paths"]["/v1/threads"]["get"]["parameters"]}
-        assert params == {"limit", "offset", "resource_id", "parent_thread_id", "min_seq"}
+        assert params == {"limit", "offset", "order", "resource_id", "parent_thread_id", "min_seq"}
         assert "ThreadView" in doc["components"]["schemas"] and "RunView" in doc["components"]["schemas"]
 
 

@@ -98,7 +98,8 @@ async def test_get_unknown_and_bad_ids(remote: Remote) -> None:
 
 async def test_list_pagination_clamps_and_filters(remote: Remote) -> None:
     """Five threads whose ids sort after every other of the shared log (generated ids are
-    time-ordered): the unfiltered listing's last five, in order."""
+    time-ordered): the unfiltered listing's first five (newest first), and its last five with
+    `order=asc`."""
     async with asyncio.timeout(TIMEOUT):
         base, tag, seq = f"zz{new_id()}", uid(), 0
         ids = [f"{base}{i}" for i in range(5)]
@@ -108,18 +109,22 @@ async def test_list_pagination_clamps_and_filters(remote: Remote) -> None:
             seq = created["seq"]
         q = {"min_seq": seq}
         total = (await body(await remote.client.get("/v1/threads", params=q), 200))["total"]
-        page = await body(await remote.client.get("/v1/threads", params={**q, "limit": 2, "offset": total - 4}), 200)
+        page = await body(await remote.client.get("/v1/threads", params={**q, "limit": 2, "offset": 1}), 200)
+        assert [t["thread_id"] for t in page["threads"]] == ids[3:1:-1] and page["total"] == total
+        asc = {**q, "order": "asc"}
+        page = await body(await remote.client.get("/v1/threads", params={**asc, "limit": 2, "offset": total - 4}), 200)
         assert [t["thread_id"] for t in page["threads"]] == ids[1:3] and page["total"] == total
         zero = await body(await remote.client.get("/v1/threads", params={**q, "limit": 0}), 200)
         assert zero["limit"] == 1 and len(zero["threads"]) == 1
-        huge = await body(await remote.client.get("/v1/threads", params={**q, "limit": 100000,
+        huge = await body(await remote.client.get("/v1/threads", params={**asc, "limit": 100000,
                                                                           "offset": total - 5}), 200)
         assert huge["limit"] == 200 and [t["thread_id"] for t in huge["threads"]] == ids
         past = await body(await remote.client.get("/v1/threads", params={**q, "offset": total + 50}), 200)
         assert past["threads"] == [] and past["total"] == total
         even = await body(await remote.client.get("/v1/threads", params={**q, "resource_id": f"{tag}/even"}), 200)
-        assert [t["thread_id"] for t in even["threads"]] == ids[0::2]
-        for bad in ({"limit": "ten"}, {"offset": -1}, {"min_seq": "x"}, {"bogus": "1"}, {"parent_thread_id": "a.b"}):
+        assert [t["thread_id"] for t in even["threads"]] == ids[4::-2]
+        for bad in ({"limit": "ten"}, {"offset": -1}, {"min_seq": "x"}, {"bogus": "1"}, {"parent_thread_id": "a.b"},
+                    {"order": "up"}):
             await error(await remote.client.get("/v1/threads", params=bad), 400, "invalid_input")
 
 

@@ -130,10 +130,12 @@ async def run_events(request: web.Request) -> web.StreamResponse:
 _RUN = {"$ref": "#/components/schemas/RunView"}
 
 ROUTES: list[Route] = [
-    Route("GET", "/v1/runs", list_runs, "List runs, ascending run id (from the listing index)", "runs", query=ListRunsQuery,
+    Route("GET", "/v1/runs", list_runs, "List runs, newest first (order=asc: oldest first; from the listing index)",
+          "runs", query=ListRunsQuery,
           response={"type": "object", "properties": {"runs": {"type": "array", "items": _RUN},
                                                      "total": {"type": "integer"}, "limit": {"type": "integer"},
-                                                     "offset": {"type": "integer"}}}),
+                                                     "offset": {"type": "integer"},
+                                                     "order": {"type": "string", "enum": ["desc", "asc"]}}}),
     Route("GET", "/v1/runs/{id}", get_run, "One run (from the views)", "runs", query=GetViewQuery,
           response=_RUN, errors=(404,)),
     Route("GET", "/v1/runs/{id}/events", run_events,

@@ -61,6 +61,8 @@ Offset = Annotated[int, Field(default=0, ge=0)]
 MinSeq = Annotated[int | None, Field(
     default=None, ge=0, description="read-your-writes: wait (bounded) until the views include this seq")]
 ResourceId = Annotated[str, Field(min_length=1, max_length=256)]
+Order = Annotated[Literal["desc", "asc"], Field(
+    default="desc", description="desc: newest first (descending id; generated ids are time-ordered); asc: oldest first")]
 
 
 class Model(BaseModel):
@@ -113,6 +115,7 @@ class RevokeQuery(Query):
 class ListThreadsQuery(Query):
     limit: Limit = DEFAULT_LIMIT
     offset: Offset = 0
+    order: Order = "desc"
     resource_id: ResourceId | None = None
     parent_thread_id: Id | None = None
     min_seq: MinSeq = None
@@ -149,11 +152,13 @@ class EventsQuery(Query):
 
 class ListRunsQuery(Query):
     thread_id: Id | None = None
-    status: Literal["running", "waiting", "done"] | None = None
+    status: Literal["running", "waiting", "done", "failed"] | None = Field(
+        default=None, description="failed: ended in an error (termination error or blocked); done: ended otherwise")
     agent_id: Id | None = None
     parent_run_id: RunId | None = None
     limit: Limit = DEFAULT_LIMIT
     offset: Offset = 0
+    order: Order = "desc"
     min_seq: MinSeq = None
 
 

@@ -189,11 +189,11 @@ def _filters(q: Any, attrs: Iterable[str]) -> dict[str, str]:
 
 
 def _listing(key: str, items: list[Any], total: int, q: Any) -> dict[str, Any]:
-    return {key: items, "total": total, "limit": q.limit, "offset": q.offset}
+    return {key: items, "total": total, "limit": q.limit, "offset": q.offset, "order": q.order}
 
 
 async def list_runs(svc: Services, who: Principal, q: ListRunsQuery) -> dict[str, Any]:
-    """Ascending run id, from the listing index (`agentlog.projections.listing`: O(limit) reads for one
+    """Newest first (descending run id; `order=asc`: oldest first), from the listing index (`agentlog.projections.listing`: O(limit) reads for one
     filter or none; a tenant reads the lists of its resources). A thread's runs without
     `min_seq` are listed as of (at least) the thread's last commit: the position is known there."""
     min_seq = q.min_seq
@@ -207,7 +207,7 @@ async def list_runs(svc: Services, who: Principal, q: ListRunsQuery) -> dict[str
         if thread is None or not who.can_see(thread.resource_id):
             return _listing("runs", [], 0, q)
         tenant = None  # the thread's runs are the answer: its list, O(limit)
-    runs, total = await svc.views.run_page(filters, q.limit, q.offset, tenant=tenant)
+    runs, total = await svc.views.run_page(filters, q.limit, q.offset, tenant=tenant, descending=q.order == "desc")
     return _listing("runs", runs, total, q)
 
 
@@ -228,14 +228,15 @@ async def get_thread(svc: Services, who: Principal, thread_id: str, q: GetViewQu
 
 
 async def list_threads(svc: Services, who: Principal, q: ListThreadsQuery) -> dict[str, Any]:
-    """Live threads, ascending thread id, from the listing index (see `list_runs`)."""
+    """Live threads, newest first (`order=asc`: oldest first), from the listing index (see `list_runs`)."""
     await wait_min_seq(svc, q.min_seq)
     tenant = who.tenant
     if tenant is not None and q.resource_id is not None:
         if not who.can_see(q.resource_id):
             return _listing("threads", [], 0, q)
         tenant = None  # that resource's list is the answer
-    threads, total = await svc.views.thread_page(_filters(q, THREAD_FILTERS), q.limit, q.offset, tenant=tenant)
+    threads, total = await svc.views.thread_page(_filters(q, THREAD_FILTERS), q.limit, q.offset, tenant=tenant,
+                                                 descending=q.order == "desc")
     return _listing("threads", threads, total, q)
 
 
