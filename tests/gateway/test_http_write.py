@@ -196,7 +196,7 @@ async def test_metrics_restart_while_waiting_and_nats_down(deployment: Deploymen
         await until_status(s, a["run_id"], {"done"})
         b = await body(await s.client.post("/v1/runs", json={"agent_id": ASKS, "messages": "approval: go"}), 202)
         call = suspended_call(await until_status(s, b["run_id"], {"waiting"}))
-        for line in ("agentlog_runs_started_total 2.0", 'agentlog_runs_finished_total{termination="natural_end"} 1.0',
+        for line in ("agentlog_runs_started_total 2.0", 'agentlog_runs_finished_total{status="done",termination="natural_end"} 1.0',
                      "agentlog_runs_active 1.0"):
             await metric(s, line)
 

@@ -78,7 +78,7 @@ async def test_gateway_metrics_count_tokens_tools_and_latency(nats_server: Any) 
         a = await body(await s.client.post("/v1/runs", json={"agent_id": "quick", "messages": "hi"}), 202)
         await until_status(s, a["run_id"], {"done"})
         runs = s.client.app[SERVICES].metrics.runs  # type: ignore[union-attr]
-        await runs.wait_until(lambda: runs.finished.labels("natural_end")._value.get() >= 1)
+        await runs.wait_until(lambda: runs.finished.labels("done", "natural_end")._value.get() >= 1)
         text = await (await s.client.get("/metrics")).text()
         assert 'agentlog_model_calls_total{model="quick"} 1.0' in text
         assert 'agentlog_model_latency_seconds_count{model="quick"} 1.0' in text

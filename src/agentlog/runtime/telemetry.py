@@ -39,6 +39,7 @@ from agentlog.eventlog.events import (
     ToolCallStarted,
     ToolCallSuspended,
 )
+from agentlog.projections.views import FAILED_TERMINATIONS
 from agentlog.runtime.models.extras import MissingExtra
 
 if TYPE_CHECKING:
@@ -203,7 +204,8 @@ class SpanFold:
                     run.attributes["agentlog.termination.code"] = term.code
                 run.attributes["gen_ai.usage.input_tokens"] = ev.usage.input_tokens
                 run.attributes["gen_ai.usage.output_tokens"] = ev.usage.output_tokens
-                self._close(self.run_key, ts, closed, term.detail or term.type if term.type == "error" else None)
+                failed = term.type in FAILED_TERMINATIONS
+                self._close(self.run_key, ts, closed, term.detail or term.type if failed else None)
         return opened, closed
 
     def close_all(self, ts: int) -> list[str]:

@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 
 from agentlog.eventlog.events import RunFinished, RunStarted
 from agentlog.eventlog.store import EventStore
+from agentlog.projections import finished_status
 from agentlog.runtime.telemetry import AgentMetrics
 from agentlog.runtime.toolkits.mcp import mcp_health
 
@@ -118,8 +119,9 @@ class RunMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.started = Counter("agentlog_runs_started_total", "Runs started (RunStarted seen in the log)",
                                registry=registry)
-        self.finished = Counter("agentlog_runs_finished_total", "Runs finished, by termination type",
-                                ["termination"], registry=registry)
+        self.finished = Counter("agentlog_runs_finished_total",
+                                "Runs finished, by status (done, or failed: an error or blocked termination) "
+                                "and termination type", ["status", "termination"], registry=registry)
         self.active = Gauge("agentlog_runs_active", "Runs started and not finished (seen by this gateway)",
                             registry=registry)
         self._active: set[str] = set()
@@ -141,7 +143,7 @@ class RunMetrics:
                 self.started.inc()
                 self._active.add(event.run_id)
             elif type(event) is RunFinished:
-                self.finished.labels(event.termination.type).inc()
+                self.finished.labels(finished_status(event.termination), event.termination.type).inc()
                 self._active.discard(commit.run_id)
         self.agent.observe(commit)
         self.active.set(len(self._active))
