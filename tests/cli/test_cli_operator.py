@@ -236,7 +236,7 @@ def test_help_shows_choices_and_no_bool_placeholders() -> None:
         helped = runner.invoke(app, [*path, "-h"], env={"COLUMNS": "200"})
         assert helped.exit_code == 0 and "Usage: agentlog" in helped.stdout, (path, helped.output)
         assert "<bool>" not in helped.stdout, (path, helped.stdout)
-    assert "--status <running|waiting|done>" in runner.invoke(app, ["runs", "-h"], env={"COLUMNS": "200"}).stdout
+    assert "--status <running|waiting|done|failed>" in runner.invoke(app, ["runs", "-h"], env={"COLUMNS": "200"}).stdout
     assert "--source <log|views>" in runner.invoke(app, ["threads", "-h"], env={"COLUMNS": "200"}).stdout
     bad = runner.invoke(app, ["runs", "--status", "sleeping"])
     assert bad.exit_code == 2 and "running" in bad.output

@@ -70,7 +70,7 @@ class AppMismatch(AgentlogError):
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 #: Plain (click) help rather than typer's rich panels: those print a type placeholder on every
 #: flag (`--json <bool>`) and arguments as `{run_id}`; click's shows flags bare and choices as
-#: `--status [running|waiting|done]`. Every command group is made with it (`group`).
+#: `--status [running|waiting|done|failed]`. Every command group is made with it (`group`).
 PLAIN_HELP: dict[str, Any] = {"rich_markup_mode": None}
 
 
@@ -315,6 +315,15 @@ async def _until(commits: AsyncIterator[StoredCommit], last: int) -> AsyncIterat
 
 def format_time(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S") if ms else "-"
+
+
+#: How a run status is coloured in tables (a failed run stands out: red).
+STATUS_STYLES = {"running": "blue", "waiting": "yellow", "done": "green", "failed": "bold red"}
+
+
+def status_text(status: str) -> Text:
+    """A run status for a table cell, coloured by `STATUS_STYLES`."""
+    return Text(status, style=STATUS_STYLES.get(status, ""))
 
 
 def usd(cost: float | None) -> str:

@@ -40,6 +40,7 @@ from agentlog.cli.core import (
     read_to_end,
     run_main,
     run_on_store,
+    status_text,
     stdout_console,
     thread_app,
     usd,
@@ -176,6 +177,8 @@ async def thread_of_run(store: JetStreamEventStore, run_id: str) -> str:
 
 
 Source = Literal["log", "views"]
+OrderOpt = Annotated[Literal["desc", "asc"], typer.Option(
+    "--order", help="desc: newest first (the API's default too); asc: oldest first.")]
 SourceOpt = Annotated[Source, typer.Option(
     "--source", help="log: fold the log now (exact, reads every commit); "
                      "views: the KV projections (fast, as fresh as the projection runner).")]
@@ -199,7 +202,7 @@ def threads_cmd(
     offset: Annotated[int, typer.Option("--offset", min=0)] = 0,
     resource_id: Annotated[str | None, typer.Option("--resource-id")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="A JSON array of thread views.")] = False,
-    source: SourceOpt = "log", url: UrlOpt = None, api_token: ApiTokenOpt = None,
+    source: SourceOpt = "log", order: OrderOpt = "desc", url: UrlOpt = None, api_token: ApiTokenOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
@@ -207,7 +210,7 @@ def threads_cmd(
 
     def show(threads: list[ThreadView]) -> None:
         rows = [t for t in threads if not t.deleted and (resource_id is None or t.resource_id == resource_id)]
-        rows.sort(key=lambda t: (t.created, t.thread_id), reverse=True)
+        rows.sort(key=lambda t: (t.created, t.thread_id), reverse=order == "desc")
         rows = rows[offset : offset + limit]
         if as_json:
             print_json(msgspec.to_builtins(rows))
@@ -266,11 +269,11 @@ class ListingFailed(AgentlogError):
 @app.command("runs")
 def runs_cmd(
     thread: Annotated[str | None, typer.Option("--thread", help="Only runs of this thread.")] = None,
-    status: Annotated[Literal["running", "waiting", "done"] | None, typer.Option(
-        "--status", help="Only runs in this status.")] = None,
+    status: Annotated[Literal["running", "waiting", "done", "failed"] | None, typer.Option(
+        "--status", help="Only runs in this status (failed: ended in an error).")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=10_000)] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="A JSON array of run views.")] = False,
-    source: SourceOpt = "log", url: UrlOpt = None, api_token: ApiTokenOpt = None,
+    source: SourceOpt = "log", order: OrderOpt = "desc", url: UrlOpt = None, api_token: ApiTokenOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
@@ -280,7 +283,7 @@ def runs_cmd(
 
     def show(runs: list[RunView]) -> None:
         rows = [r for r in runs if status is None or r.status == status]
-        rows.sort(key=lambda r: (r.created, r.run_id), reverse=True)
+        rows.sort(key=lambda r: (r.created, r.run_id), reverse=order == "desc")
         rows = rows[:limit]
         if as_json:
             print_json(msgspec.to_builtins(rows))
@@ -290,7 +293,7 @@ def runs_cmd(
                        "updated"):
             table.add_column(column, overflow="fold")
         for r in rows:
-            table.add_row(r.run_id, r.thread_id, r.agent_id or "-", r.status,
+            table.add_row(r.run_id, r.thread_id, r.agent_id or "-", status_text(r.status),
                           r.termination.type if r.termination else "-", str(r.steps), r.parent_run_id or "-",
                           str(r.usage.total_tokens), usd(r.cost), format_time(r.updated))
         stdout_console().print(table)
@@ -376,7 +379,8 @@ def thread_show(
             for column in ("run", "agent", "status", "termination", "parent run", "updated"):
                 table.add_column(column, overflow="fold")
             for r in runs:
-                table.add_row(r.run_id, r.agent_id or "-", r.status, r.termination.type if r.termination else "-",
+                table.add_row(r.run_id, r.agent_id or "-", status_text(r.status),
+                              r.termination.type if r.termination else "-",
                               r.parent_run_id or "-", format_time(r.updated))
             out.print(table)
         out.print(Text(f"state ({f'as of {at}' if at else 'now'}):", style="bold"))

@@ -56,6 +56,7 @@ from agentlog.cli.core import (
     guard,
     print_json,
     run_main,
+    status_text,
     stdout_console,
     thread_app,
     usd,
@@ -72,6 +73,7 @@ from agentlog.eventlog.roles import Role
 from agentlog.eventlog.store import as_generator
 from agentlog.gateway.operations.connection import ConnectionOptions, NoServer, open_store
 from agentlog.gateway.operations.timeline import event_summary, learn_call_names
+from agentlog.projections import FAILED_TERMINATIONS
 
 run_app = group("Start and steer runs on a running agentlog server (its NATS API, or --url).")
 app.add_typer(run_app, name="run")
@@ -336,8 +338,14 @@ async def _follow(api: RunsApi, thread_id: str, run_id: str, after: int, as_json
             line.append(f"  {type(item.event).__name__}", style="bold")
             line.append("  " + event_summary(item.event, names))
             out.print(line)
-    if isinstance(last, RunSuspended) and not as_json:
+    if as_json:
+        return
+    if isinstance(last, RunSuspended):
         out.print(Text(f"waiting for a human: {decide_commands(run_id, url)}", style="yellow"))
+    elif isinstance(last, RunFinished) and last.termination.type in FAILED_TERMINATIONS:
+        term = last.termination
+        out.print(Text(f"run {run_id} failed ({term.type}{', ' + term.code if term.code else ''})"
+                       + (f": {term.detail}" if term.detail else ""), style="bold red"))
 
 
 def decide_commands(run_id: str, url: str | None = None) -> str:
@@ -633,8 +641,11 @@ def render_run(run: dict[str, Any]) -> None:
     head = Table(title=f"run {run['run_id']}", title_justify="left", show_header=False)
     head.add_column(style="bold")
     head.add_column(overflow="fold")
+    status = status_text(run.get("status", "-"))
+    if run.get("cancel_requested"):
+        status.append(" (cancel requested)")
     for label, value in (
-        ("status", run.get("status", "-") + (" (cancel requested)" if run.get("cancel_requested") else "")),
+        ("status", status),
         ("thread", run.get("thread_id") or "-"), ("agent", _agents(run)),
         ("parent run", run.get("parent_run_id") or "-"),
         ("termination", " ".join(str(term[k]) for k in ("type", "code", "detail") if term.get(k)) or "-"),

@@ -120,8 +120,14 @@ def learn_call_names(event: AnyEvent, names: dict[str, str]) -> None:
             names.setdefault(call.id, call.name)
 
 
+def one_line(text: str) -> str:
+    """`text` on one line (whitespace runs collapsed), whole."""
+    return " ".join(text.split())
+
+
 def event_summary(event: AnyEvent, call_names: dict[str, str] | None = None) -> str:
-    """The key fields of an event on one line: what a human scans for in a timeline."""
+    """The key fields of an event on one line: what a human scans for in a timeline. Long values
+    are cut (`excerpt`), except a run's termination: why a run failed is shown whole."""
     names = call_names or {}
     match event:
         case MessageAppended(message=m):
@@ -151,7 +157,7 @@ def event_summary(event: AnyEvent, call_names: dict[str, str] | None = None) -> 
         case InferenceCompleted(model=model, usage=usage, stop_reason=stop):
             return f"{model} in={usage.input_tokens} out={usage.output_tokens}" + (f" stop={stop}" if stop else "")
         case RunFinished(termination=t, usage=usage):
-            detail = "".join(f" {k}={excerpt(v, 60)}" for k, v in (("code", t.code), ("detail", t.detail)) if v)
+            detail = "".join(f" {k}={one_line(v)}" for k, v in (("code", t.code), ("detail", t.detail)) if v)
             return f"{t.type}{detail} in={usage.input_tokens} out={usage.output_tokens}"
         case AgentHandedOff(from_agent=src, to_agent=dst, reason=reason):
             return f"handoff {src} -> {dst}" + (f": {excerpt(reason, 60)}" if reason else "")
