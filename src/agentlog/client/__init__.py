@@ -23,6 +23,7 @@ each with `.code` and `.status`). Importing it imports aiohttp, not the agentlog
 from agentlog.client.aio import (
     APPROVED,
     DENIED,
+    FINISHED,
     AsyncClient,
     always_answer,
     get_client,
@@ -49,7 +50,8 @@ from agentlog.client.sse import StreamEvent
 from agentlog.client.sync import SyncClient, get_sync_client
 
 __all__ = [
-    "get_client", "get_sync_client", "AsyncClient", "SyncClient", "StreamEvent", "APPROVED", "DENIED", "always_answer",
+    "get_client", "get_sync_client", "AsyncClient", "SyncClient", "StreamEvent", "APPROVED", "DENIED", "FINISHED",
+    "always_answer",
     "pending_calls", "settled",
     "STATUS_BY_CODE", "ClientError", "ApiError", "InvalidRequest", "Unauthorized", "Forbidden", "NotFound",
     "MethodNotAllowed", "Conflict", "TooLarge", "UnsupportedMediaType", "ServerError", "Unavailable",

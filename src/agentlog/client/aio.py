@@ -175,11 +175,12 @@ class Threads:
                                          params=_params(min_seq=min_seq))
 
     async def list(self, *, limit: int = 50, offset: int = 0, resource_id: str | None = None,
-                   parent_thread_id: str | None = None, min_seq: int | None = None) -> Json:
-        """A page of live threads: `{"threads", "total", "limit", "offset"}`."""
+                   parent_thread_id: str | None = None, min_seq: int | None = None, order: str | None = None) -> Json:
+        """A page of live threads, newest first (`order="asc"`: oldest first): `{"threads",
+        "total", "limit", "offset", "order"}`."""
         return await self.client.request("GET", "/v1/threads", params=_params(
             limit=limit, offset=offset, resource_id=resource_id, parent_thread_id=parent_thread_id,
-            min_seq=min_seq))
+            min_seq=min_seq, order=order))
 
     async def update(self, thread_id: str, metadata: Mapping[str, Any], *,
                      expected_version: int | None = None) -> Json:
@@ -281,11 +282,12 @@ class Runs:
 
     async def list(self, *, thread_id: str | None = None, status: str | None = None, agent_id: str | None = None,
                    parent_run_id: str | None = None, limit: int = 50, offset: int = 0,
-                   min_seq: int | None = None) -> Json:
-        """A page of runs: `{"runs", "total", "limit", "offset"}`; `status`: running, waiting or done."""
+                   min_seq: int | None = None, order: str | None = None) -> Json:
+        """A page of runs, newest first (`order="asc"`: oldest first): `{"runs", "total", "limit",
+        "offset", "order"}`; `status`: running, waiting, done or failed (ended in an error)."""
         return await self.client.request("GET", "/v1/runs", params=_params(
             thread_id=thread_id, status=status, agent_id=agent_id, parent_run_id=parent_run_id, limit=limit,
-            offset=offset, min_seq=min_seq))
+            offset=offset, min_seq=min_seq, order=order))
 
     def stream(self, run_id: str, *, after: str | None = None, follow: bool = True) -> AsyncGenerator[StreamEvent, None]:
         """The run's events from the log, from its start or after event id `after`. With `follow`
@@ -295,8 +297,9 @@ class Runs:
         return self.client.events(f"/v1/runs/{run_id}/events", after=after, follow=follow)
 
     async def wait(self, run_id: str, *, min_seq: int | None = None, timeout: float | None = None) -> Json:
-        """The run's view once it is `done`, or `waiting` with a call no human has decided yet
-        (a run whose decisions are recorded but not yet applied is still on its way). Reads the
+        """The run's view once it is finished (`done` or `failed`), or `waiting` with a call no
+        human has decided yet (a run whose decisions are recorded but not yet applied is still on
+        its way). Reads the
         run's events from the log, then follows its thread's stream (no polling), and confirms
         each pause with a read as of that commit, so the view is never older than the
         log. `timeout` (seconds): `TimeoutError` if the run has not paused by then. `min_seq`: a
@@ -408,9 +411,13 @@ class Agents:
         return agents
 
 
+#: The statuses of a finished run: `failed` when it ended in an error, else `done`.
+FINISHED = ("done", "failed")
+
+
 def settled(run: Mapping[str, Any]) -> bool:
-    """Done, or waiting for a human (a pending call): what `runs.wait` waits for."""
-    return run.get("status") == "done" or (run.get("status") == "waiting" and bool(pending_calls(run)))
+    """Finished (done or failed), or waiting for a human (a pending call): what `runs.wait` waits for."""
+    return run.get("status") in FINISHED or (run.get("status") == "waiting" and bool(pending_calls(run)))
 
 
 def pending_calls(run: Mapping[str, Any]) -> list[Json]:
@@ -435,5 +442,5 @@ def get_client(url: str | None = None, *, token: str | None = None, timeout: flo
                        token=token if token is not None else os.environ.get(TOKEN_ENV), timeout=timeout)
 
 
-__all__ = ["APPROVED", "DENIED", "Agents", "AsyncClient", "Runs", "Threads", "always_answer", "get_client",
-           "pending_calls", "settled"]
+__all__ = ["APPROVED", "DENIED", "FINISHED", "Agents", "AsyncClient", "Runs", "Threads", "always_answer",
+           "get_client", "pending_calls", "settled"]

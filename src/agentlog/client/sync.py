@@ -125,9 +125,9 @@ class SyncThreads:
         return self.c.call(self.a.get(thread_id, min_seq=min_seq))
 
     def list(self, *, limit: int = 50, offset: int = 0, resource_id: str | None = None,
-             parent_thread_id: str | None = None, min_seq: int | None = None) -> Json:
+             parent_thread_id: str | None = None, min_seq: int | None = None, order: str | None = None) -> Json:
         return self.c.call(self.a.list(limit=limit, offset=offset, resource_id=resource_id,
-                                       parent_thread_id=parent_thread_id, min_seq=min_seq))
+                                       parent_thread_id=parent_thread_id, min_seq=min_seq, order=order))
 
     def update(self, thread_id: str, metadata: Mapping[str, Any], *, expected_version: int | None = None) -> Json:
         return self.c.call(self.a.update(thread_id, metadata, expected_version=expected_version))
@@ -174,9 +174,11 @@ class SyncRuns:
         return self.c.call(self.a.get(run_id, min_seq=min_seq))
 
     def list(self, *, thread_id: str | None = None, status: str | None = None, agent_id: str | None = None,
-             parent_run_id: str | None = None, limit: int = 50, offset: int = 0, min_seq: int | None = None) -> Json:
+             parent_run_id: str | None = None, limit: int = 50, offset: int = 0, min_seq: int | None = None,
+             order: str | None = None) -> Json:
         return self.c.call(self.a.list(thread_id=thread_id, status=status, agent_id=agent_id,
-                                       parent_run_id=parent_run_id, limit=limit, offset=offset, min_seq=min_seq))
+                                       parent_run_id=parent_run_id, limit=limit, offset=offset, min_seq=min_seq,
+                                       order=order))
 
     def stream(self, run_id: str, *, after: str | None = None, follow: bool = True) -> Iterator[StreamEvent]:
         return self.c.iterate(self.a.stream(run_id, after=after, follow=follow))
