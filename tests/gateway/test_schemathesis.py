@@ -44,7 +44,7 @@ MAX_EXAMPLES = int(os.environ.get("AGENTLOG_SCHEMATHESIS_EXAMPLES", "20"))
 MODES = (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
 REQUEST_TIMEOUT = 20.0
 #: Operations whose streams follow the log live when asked to (see the module docstring).
-STREAMS = {"/v1/threads/{id}/events", "/v1/runs/{id}/events", "/v1/ai-sdk/runs/{id}/stream"}
+STREAMS = {"/v1/threads/{id}/events", "/v1/runs/{id}/events", "/v1/ai-sdk/runs/{id}/stream", "/v1/changes"}
 
 
 class LiveApi:

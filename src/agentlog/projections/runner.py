@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
 from nats.aio.client import Client as NATS
@@ -52,6 +52,9 @@ from agentlog.projections.store import ViewStore
 from agentlog.projections.views import RunView, ThreadView
 
 log = logging.getLogger("agentlog.projections")
+
+#: `ProjectionRunner.listeners`: (the batch's last seq, its thread views, its run views) -> None.
+BatchListener = Callable[[int, Mapping[str, ThreadView], Mapping[str, RunView]], None]
 
 #: The durable consumer earlier runners kept their position in: its ack floor is where a view
 #: set without a stored position goes on from (then the consumer is deleted).
@@ -137,6 +140,12 @@ class ProjectionRunner:
         #: the views of the threads the batch deleted (`ThreadDeleted`), so the cache can drop
         #: what it keeps for them (the snapshot writer: their runs' snapshots).
         self.after_batch = after_batch
+        #: Told of each batch as it becomes visible (in the same step that raises `applied_seq`,
+        #: so a listener added before a read of `applied_seq` misses no batch after it): the
+        #: batch's last seq and the thread and run views it wrote. Called synchronously and must
+        #: not block (e.g. the gateway's live listing changes, `agentlog.gateway.http.changes`);
+        #: failures are logged and never fail the batch.
+        self.listeners: list[BatchListener] = []
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -155,7 +164,7 @@ class ProjectionRunner:
         self.applied_seq = max(self.applied_seq, self._cursor)
         ensure_index = getattr(self.store, "ensure_index", None)
         if ensure_index is not None and await ensure_index():
-            log.info("indexed the existing views for listings (they predate the listing index)")
+            log.info("brought the listing index to the views (they predate it, or its format)")
         self._feed = LogFeed(self.js, self.stream, self.subjects,
                              max_buffered=max(10_000, 4 * self.batch, 2 * self.catch_up_batch))
         await self._feed.open(self._cursor + 1)
@@ -390,6 +399,8 @@ class ProjectionRunner:
         async with self._advanced:
             self.applied_seq = max(self.applied_seq, last)
             self._advanced.notify_all()
+            if touched.threads or touched.runs:
+                self._tell(last, touched.threads, touched.runs)
         write = getattr(self.store, "write_position", None)
         if write is not None:
             await write(last)  # after the views (never ahead of them), after the waiters
@@ -408,6 +419,13 @@ class ProjectionRunner:
                 await deleted_hook(deleted)
             except Exception:  # noqa: BLE001 - as above
                 log.exception("threads_deleted hook failed")
+
+    def _tell(self, seq: int, threads: Mapping[str, ThreadView], runs: Mapping[str, RunView]) -> None:
+        for listener in list(self.listeners):
+            try:
+                listener(seq, threads, runs)
+            except Exception:  # noqa: BLE001 - a listener must not stop the projections
+                log.exception("batch listener failed")
 
     async def _store_batch_end(self, last: int) -> None:
         write = getattr(self.store, "write_batch_end", None)

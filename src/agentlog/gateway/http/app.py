@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
-from agentlog.gateway.http import cors, health, inspector, openapi, ops, runs, sse, threads, ui
+from agentlog.gateway.http import changes, cors, health, inspector, openapi, ops, runs, sse, threads, ui
 from agentlog.gateway.http.errors import error_middleware
 from agentlog.gateway.http.metrics import middleware as metrics_middleware
 from agentlog.gateway.http.replies import reply
@@ -52,7 +52,7 @@ OPENAPI_30_ROUTE = Route("GET", "/openapi-3.0.json", openapi_30_json,
 
 def route_table(extra_routes: Sequence[Route] = ()) -> list[Route]:
     return [*health.ROUTES, OPENAPI_ROUTE, OPENAPI_30_ROUTE, *threads.ROUTES, *runs.ROUTES, *inspector.ROUTES,
-            *ops.ROUTES, *ui.ROUTES, *extra_routes]
+            *changes.ROUTES, *ops.ROUTES, *ui.ROUTES, *extra_routes]
 
 
 def create_app(
@@ -98,6 +98,8 @@ def create_app(
     # one shared log follow per followed thread for every SSE client of this app (sse.FollowHub)
     hub = app[sse.HUB] = sse.FollowHub(store, queue_size=settings.sse_queue)
     app.on_cleanup.append(lambda _app: hub.close())
+    # what changed in the views, live, for lists kept open (the inspector's)
+    changes.install(app, runner)
     if count_runs:
         app.cleanup_ctx.append(_run_metrics(store, metrics))
     return app
