@@ -7,9 +7,9 @@ script (e.g. "approval: deploy it"), the assistant turns since then say how far 
 deployment serves every scenario of a module, each on its own thread, with no per-test model.
 
 Agents: `sequential` and `parallel_batch_approval` (the tool execution modes), both asking a
-human before `echo` and `append_log`; `open`, the same tools with no approval gate; `tunable`,
-which answers with what it was sent (model, system prompt, options, state) and allows some
-per-request overrides.
+human before `echo` and `append_log`; `open`, the same tools with no approval gate; `priced`, the
+same as `open` on a model with prices (its runs record a cost); `tunable`, which answers with what
+it was sent (model, system prompt, options, state) and allows some per-request overrides.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from agentlog.gateway.operations.app_loader import App
 from agentlog.runtime import AgentSpec, PermissionPlugin, ToolContext, ToolError, ToolResult, tool
 from agentlog.runtime.inputs.run_input import OverridePolicy
 from agentlog.runtime.models import ModelRequestRejected, ScriptedModel, Turn
+from agentlog.runtime.models.pricing import ModelPrices
 
 from tests.support.frontend_stubs import frontend_tool
 
@@ -103,6 +104,11 @@ async def hold(ctx: ToolContext) -> str:
 TOOLS = [add, echo, report, hold, ask_name, broken, approve_me, init_log, append_log,
          frontend_tool(PICK, "Let the user pick a color")]
 
+#: What the `longfail` scenario's model answers: an error message far longer than a line, with a
+#: marker at its end (shown whole wherever a failed run is: never cut).
+LONG_ERROR = ("the provider refused the request: " + "context window exceeded by the attached documents; " * 6
+              + "request id req-7f3a9c. END-OF-ERROR")
+
 #: scenario keyword (the first user message of the turn) -> the model's turns, by assistant turns so far
 SCRIPTS: dict[str, list[Any]] = {
     "text": ["Hello from agentlog, streamed live."],
@@ -121,6 +127,7 @@ SCRIPTS: dict[str, list[Any]] = {
     # three calls at once, one of which fails
     "trio": [Turn.tools(("add", {"a": 1, "b": 2}), ("echo", {"text": "b"}), ("broken", {})), "The sum is 3."],
     "fail": [Turn.fail(ModelRequestRejected("bad api key"))],
+    "longfail": [Turn.fail(ModelRequestRejected(LONG_ERROR))],
     # two calls that each wait for a human
     "pair": [Turn.tools(("approve_me", {"what": "x"}), ("approve_me", {"what": "y"}))],
     # held at its first call until released, then three calls at once and one more: many events
@@ -147,6 +154,10 @@ def agents() -> list[AgentSpec]:
     specs = [AgentSpec(id=mode, model=ScriptedModel([route] * 100_000, chunk_words=2), tools=names, plugins=ask,
                        tool_execution_mode=mode) for mode in ("sequential", "parallel_batch_approval")]
     specs.append(AgentSpec(id="open", model=ScriptedModel([route] * 100_000, chunk_words=2), tools=names))
+    # $2 / $4 per 1M input / output tokens (a scripted model counts words as tokens)
+    specs.append(AgentSpec(id="priced", model=ScriptedModel([route] * 100_000, chunk_words=2, name="priced",
+                                                            prices=ModelPrices(input=2.0, output=4.0)),
+                           tools=names))
     return specs
 
 

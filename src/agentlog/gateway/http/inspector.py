@@ -2,8 +2,10 @@
 
 * `GET /v1/runs/{id}/timeline?to=`: the `agentlog replay` report of the run (`agentlog.gateway.operations.timeline`:
   step groups, per-group state diffs, state and status as of `to`) plus the state diff of every
-  event that changed state, so the page can time-travel event by event. Read-only, folded from the
-  log (exact, no projection lag).
+  event that changed state, so the page can time-travel event by event, and `spans`: the run's
+  steps, inferences and tool calls with their start and end (what `agentlog trace --json` prints,
+  `agentlog.runtime.telemetry`), as of `to`, which the page draws as a waterfall. Read-only,
+  folded from the log (exact, no projection lag).
 * `POST /v1/runs/{id}/verify`: `agentlog replay --verify` over HTTP (`agentlog.runtime.replay.verify.verify_run`)
   with the gateway's own app, every tool answered from the log. Answers the replay report: `ok`, or
   the first divergence. A gateway without an app in its process (role `gateway`, queue dispatch
@@ -34,6 +36,7 @@ from agentlog.gateway.http.routing import Route, parse_body, parse_query, path_i
 from agentlog.gateway.http.runs import run_from_log
 from agentlog.gateway.operations.models import EventId, Model, Query
 from agentlog.gateway.operations.timeline import build_replay, event_state_diffs
+from agentlog.runtime.telemetry import records_json, spans_from_commits
 
 log = structlog.get_logger("agentlog.gateway.http.inspector")
 
@@ -69,6 +72,9 @@ async def run_timeline(request: web.Request) -> web.Response:
     for group in out["steps"]:
         for event in group["events"]:
             event["state_diff"] = diffs.get(event["id"], [])
+    upto = report.to.seq if report.to is not None else None
+    out["spans"] = records_json(spans_from_commits(
+        run_id, (c for c in thread_commits if upto is None or c.seq <= upto)))
     return reply(out)
 
 
@@ -130,7 +136,14 @@ _TIMELINE = {"type": "object", "properties": {
         "events": {"type": "array", "items": {"type": "object", "properties": {
             "id": {"type": "string"}, "type": {"type": "string"}, "summary": {"type": "string"},
             "event": {"type": "object"}, "state_diff": {"type": "array", "items": {"type": "object"}}}}}}}},
-    "state": {"type": "object"}, "warning": {"$ref": "#/components/schemas/PositionWarning"}}}
+    "state": {"type": "object"}, "warning": {"$ref": "#/components/schemas/PositionWarning"},
+    "spans": {"type": "array", "description": "steps, inferences and tool calls (agentlog trace --json); "
+                                              "end_ms null: still open",
+              "items": {"type": "object", "properties": {
+                  "key": {"type": "string"}, "parent": {"type": ["string", "null"]}, "name": {"type": "string"},
+                  "start_ms": {"type": "integer"}, "end_ms": {"type": ["integer", "null"]},
+                  "status": {"type": "string", "enum": ["ok", "error"]}, "error": {"type": ["string", "null"]},
+                  "attributes": {"type": "object"}}}}}}
 _VERIFIED = {"type": "object", "required": ["run_id", "ok", "status"], "properties": {
     "run_id": {"type": "string"}, "ok": {"type": "boolean"}, "status": {"type": "string"},
     "commits_verified": {"type": "integer"}, "commits_recorded": {"type": "integer"},
@@ -138,7 +151,7 @@ _VERIFIED = {"type": "object", "required": ["run_id", "ok", "status"], "properti
 
 ROUTES: list[Route] = [
     Route("GET", "/v1/runs/{id}/timeline", run_timeline,
-          "A run's timeline from the log: steps, events, state diffs per step and per event (time travel)",
+          "A run's timeline from the log: steps, events, state diffs per step and per event (time travel), spans",
           "runs", query=TimelineQuery, response=_TIMELINE, errors=(404,)),
     Route("POST", "/v1/runs/{id}/verify", verify,
           "Verified replay of a run (replay --verify), tools answered from the log: ok or the first divergence",

@@ -6,8 +6,11 @@
 
 const S = {
   thread: null, run: null, at: null, follow: null, refreshTimer: null, opsTimer: null,
-  threads: [], runs: [], firstMessages: new Map(), messages: [],
+  threads: [], runs: [], firstMessages: new Map(), messages: [], changes: null,
 };
+
+// A run that has ended: `done`, or `failed` (its termination is an error).
+const finished = (r) => r.status === "done" || r.status === "failed";
 
 const json = (v) => JSON.stringify(v, null, 2);
 const enc = encodeURIComponent;
@@ -71,7 +74,7 @@ function duration(ms) {
 }
 
 // How long a run took, or has been going (running / waiting: until now).
-const runDuration = (r) => duration((r.status === "done" ? r.updated : Date.now()) - r.created);
+const runDuration = (r) => duration((finished(r) ? r.updated : Date.now()) - r.created);
 
 const time = (ms) => el("time", { datetime: new Date(ms).toISOString(), title: new Date(ms).toString() }, clock(ms));
 
@@ -105,28 +108,118 @@ function showMain(id) {
 
 // -- lists ------------------------------------------------------------------------------------------
 
-// The newest `limit` of a listing (listings ascend by id, i.e. creation order).
-async function newest(kind, limit) {
-  const { total } = await api("GET", `/v1/${kind}?limit=1`);
-  const data = await api("GET", `/v1/${kind}?limit=${limit}&offset=${Math.max(0, total - limit)}`);
-  return data[kind];
+// The lists hold the newest LIST_SIZE threads and runs (the API lists newest first), plus, while
+// the status filter is set, the newest LIST_SIZE runs of that status and their threads. Kept in
+// ascending id order (ids are time-ordered): the tree below reads them so.
+const LIST_SIZE = 200;
+const byId = (key) => (a, b) => (a[key] < b[key] ? -1 : a[key] > b[key] ? 1 : 0);
+
+// `min_seq`: the lists include every commit up to it (a change the live list was told of).
+async function loadLists(minSeq) {
+  const seq = minSeq ? `&min_seq=${minSeq}` : "";
+  const status = $("#f-status").value;
+  const [threads, runs, ofStatus] = await Promise.all([
+    api("GET", `/v1/threads?limit=${LIST_SIZE}${seq}`), api("GET", `/v1/runs?limit=${LIST_SIZE}${seq}`),
+    status ? api("GET", `/v1/runs?status=${enc(status)}&limit=${LIST_SIZE}${seq}`) : { runs: [] }]);
+  const runMap = new Map([...runs.runs, ...ofStatus.runs].map((r) => [r.run_id, r]));
+  const threadMap = new Map(threads.threads.map((t) => [t.thread_id, t]));
+  // the threads of the runs of that status that are older than the newest threads
+  const missing = [...new Set(ofStatus.runs.map((r) => r.thread_id))].filter((id) => !threadMap.has(id));
+  for (const t of await Promise.all(missing.map((id) => api("GET", `/v1/threads/${enc(id)}`).catch(() => null)))) {
+    if (t && !t.deleted) threadMap.set(t.thread_id, t);
+  }
+  S.threads = [...threadMap.values()].sort(byId("thread_id"));
+  S.runs = [...runMap.values()].sort(byId("run_id"));
+  await listsChanged();
 }
 
-async function loadLists() {
-  const [threads, runs] = await Promise.all([newest("threads", 200), newest("runs", 200)]);
-  S.threads = threads; S.runs = runs;
-  const agents = [...new Set(runs.map((r) => r.agent_id).filter(Boolean))].sort();
+// After the lists changed: the agent filter's choices, the first messages, the list itself.
+async function listsChanged() {
+  const agents = [...new Set(S.runs.map((r) => r.agent_id).filter(Boolean))].sort();
   const select = $("#f-agent"), chosen = select.value;
   select.replaceChildren(el("option", { value: "" }, "any agent"), ...agents.map((a) => el("option", { value: a }, a)));
   select.value = agents.includes(chosen) ? chosen : "";
   // first messages never change: fetched once per thread, for the threads shown at the top
-  await Promise.all(threads.filter((t) => !t.parent_thread_id && t.message_count && !S.firstMessages.has(t.thread_id))
+  await Promise.all(S.threads.filter((t) => !t.parent_thread_id && t.message_count && !S.firstMessages.has(t.thread_id))
     .map(async (t) => {
       const data = await api("GET", `/v1/threads/${enc(t.thread_id)}/messages?limit=1`);
       const m = data.messages[0] && data.messages[0].message;
       S.firstMessages.set(t.thread_id, m ? (typeof m.content === "string" ? m.content : JSON.stringify(m.content)) : "");
     }));
   renderLists();
+}
+
+// -- the live list ------------------------------------------------------------------------------------
+// GET /v1/changes (SSE) names the threads and runs whose views changed; the page reads just those
+// (with min_seq, so the answer includes the change) and puts them in the lists. Its first frame,
+// and any frame saying `reload`, reload the lists whole. A dropped stream is opened again (and so
+// reloads). Frames that come while the page is still applying earlier ones are merged.
+
+const CHANGES_AT_ONCE = 40;  // more ids pending than this: one reload costs less than reading each
+
+function watchChanges() {
+  if (S.changes) S.changes.abort.abort();
+  const w = S.changes = { abort: new AbortController(), pending: null, busy: false };
+  sse("/v1/changes", w.abort.signal, (frame) => {
+    if (frame.event === "changes" && frame.data) onChanges(w, JSON.parse(frame.data));
+  }).then(() => "ended", (err) => (err.name === "AbortError" ? "aborted" : err instanceof ApiError ? "failed" : "ended"))
+    .then((how) => {
+      if (S.changes !== w) return;
+      S.changes = null;
+      if (how === "ended") setTimeout(() => { if (!S.changes) watchChanges(); }, 2000);
+    });
+}
+
+function onChanges(w, frame) {
+  const p = w.pending || (w.pending = { seq: 0, reload: false, threads: new Set(), runs: new Set() });
+  p.seq = Math.max(p.seq, frame.seq);
+  p.reload = p.reload || frame.reload;
+  for (const id of frame.threads) p.threads.add(id);
+  for (const id of frame.runs) p.runs.add(id);
+  drainChanges(w);
+}
+
+async function drainChanges(w) {
+  if (w.busy) return;
+  w.busy = true;
+  try {
+    while (w.pending && S.changes === w) {
+      const p = w.pending;
+      w.pending = null;
+      if (p.reload || p.threads.size + p.runs.size > CHANGES_AT_ONCE) await guarded(() => loadLists(p.seq));
+      else await guarded(() => applyChanges(p));
+    }
+  } finally {
+    w.busy = false;
+  }
+}
+
+// Read the changed views and put them in the lists: a new run or thread newer than the oldest
+// shown comes in (newest first, so a new one is at the top), a changed one is replaced, a deleted
+// thread goes.
+async function applyChanges(p) {
+  const fetchView = (kind, id) => api("GET", `/v1/${kind}/${enc(id)}?min_seq=${p.seq}`)
+    .catch((err) => { if (err instanceof ApiError && err.status === 404) return null; throw err; });
+  const [threads, runs] = await Promise.all([
+    Promise.all([...p.threads].map((id) => fetchView("threads", id).then((v) => [id, v]))),
+    Promise.all([...p.runs].map((id) => fetchView("runs", id).then((v) => [id, v])))]);
+  S.threads = merged(S.threads, threads, "thread_id", (t) => !t.deleted);
+  S.runs = merged(S.runs, runs, "run_id", () => true);
+  await listsChanged();
+}
+
+// `list` (ascending by `key`) with `changes` ([id, view or null]) applied: a view replaces its
+// entry or joins the list when it is newer than the oldest kept (a full list keeps its size); a
+// null or a view `keep` rejects removes the entry.
+function merged(list, changes, key, keep) {
+  const map = new Map(list.map((v) => [v[key], v]));
+  const oldest = list.length >= LIST_SIZE ? list[0][key] : "";
+  for (const [id, view] of changes) {
+    if (!view || !keep(view)) map.delete(id);
+    else if (map.has(id) || id > oldest) map.set(id, view);
+  }
+  const out = [...map.values()].sort(byId(key));
+  return out.length > 3 * LIST_SIZE ? out.slice(out.length - 3 * LIST_SIZE) : out;
 }
 
 // A sub-agent's run: started by a call of a run on another thread (a continuation of a run on
@@ -209,7 +302,7 @@ function runItem(r, children, depth) {
                    onclick: () => go(runHash(r.run_id)) },
       depth ? el("span", { class: "via" }, via ? `${via} → ` : "sub-agent → ") : null,
       el("strong", {}, r.agent_id || "?"), " ", badge(r.status),
-      el("span", { class: "sub" }, time(r.created), ` · ${runDuration(r)} · ${r.steps} step(s)`)),
+      el("span", { class: "sub" }, time(r.created), ` · ${runDuration(r)} · ${r.steps} step(s)${usd(r.cost)}`)),
     kids.length ? el("ul", { class: "runs" }, kids.map((k) => runItem(k, children, depth + 1))) : null);
 }
 
@@ -276,18 +369,29 @@ async function renderRun(run) {
   status.textContent = run.status; status.className = `badge ${run.status}`;
   const term = run.termination
     ? ` · finished: ${run.termination.type}${run.termination.code ? " (" + run.termination.code + ")" : ""}` : "";
+  const usage = run.usage || {};  // a view leaves out zero counts
   $("#run-meta").replaceChildren(
     `agent ${run.agent_id || "?"}${run.active_agent && run.active_agent !== run.agent_id ? " → " + run.active_agent + " (handoff)" : ""} · thread `, el("a", { href: `#/threads/${enc(run.thread_id)}` }, el("code", {}, run.thread_id)),
     ` · started `, time(run.created), ` · ${runDuration(run)} · ${run.steps} step(s) · `,
-    `tokens in ${run.usage.input_tokens} / out ${run.usage.output_tokens}${usd(run.cost)}`,
+    `tokens in ${usage.input_tokens || 0} / out ${usage.output_tokens || 0}${usd(run.cost)}`,
     run.model ? ` · model ${run.model}` : "", term);
   $("#run-parent").replaceChildren(...(run.parent_run_id
     ? ["sub-agent run of ", el("a", { href: runHash(run.parent_run_id) }, el("code", {}, run.parent_run_id))] : []));
+  renderFailure(run);
   const [tl] = await Promise.all([renderTimeline(), loadMessages(run.thread_id)]);
   if (run.run_id !== S.run) return;
   await renderState(S.at);
   if (run.run_id !== S.run) return;
   renderApprovals(run, requestedCalls(tl));
+}
+
+// Why a failed run failed: its termination, the message whole (a model's error can be long).
+function renderFailure(run) {
+  const t = run.termination;
+  $("#failure-box").hidden = run.status !== "failed";
+  if (run.status !== "failed" || !t) return;
+  $("#failure-kind").textContent = `${t.type}${t.code ? " · " + t.code : ""}`;
+  $("#failure").textContent = t.detail || "(no message recorded)";
 }
 
 // Tool calls as the model asked for them (name, arguments), by call id: a call suspended by the
@@ -409,6 +513,7 @@ async function renderTimeline() {
   const runId = S.run;
   const tl = await api("GET", `/v1/runs/${enc(runId)}/timeline`);
   if (runId !== S.run) return tl;
+  renderWaterfall(tl);
   $("#timeline").replaceChildren(...tl.steps.map((g) => el("li", { class: "group" },
     el("div", { class: "label" }, g.label),
     g.events.map((e) => [
@@ -421,6 +526,35 @@ async function renderTimeline() {
         (op) => `${op.op} ${op.path}${"value" in op ? " = " + JSON.stringify(op.value) : ""}`).join("\n")) : null,
     ]))));
   return tl;
+}
+
+// The run's steps, inferences and tool calls on one time axis (the timeline's `spans`: what
+// `agentlog trace` computes from the log). Nested by parent; a span still open (a live run) runs
+// to now, or to the last recorded time of a run that waits.
+function renderWaterfall(tl) {
+  const spans = tl.spans || [];
+  $("#waterfall-box").hidden = spans.length === 0;
+  if (!spans.length) return;
+  const live = tl.status === "running";
+  const last = Math.max(...spans.map((s) => s.end_ms || s.start_ms));
+  const endOf = (s) => (s.end_ms !== null && s.end_ms !== undefined ? s.end_ms : live ? Math.max(Date.now(), last) : last);
+  const t0 = Math.min(...spans.map((s) => s.start_ms));
+  const total = Math.max(1, Math.max(...spans.map(endOf)) - t0);
+  const depth = new Map();
+  for (const s of spans) depth.set(s.key, s.parent && depth.has(s.parent) ? depth.get(s.parent) + 1 : 0);
+  $("#waterfall-total").textContent = duration(total);
+  $("#waterfall").replaceChildren(...spans.map((s) => {
+    const open = s.end_ms === null || s.end_ms === undefined;
+    const took = endOf(s) - s.start_ms;
+    const bar = el("span", { class: "bar" });
+    bar.style.left = `${((s.start_ms - t0) / total) * 100}%`;
+    bar.style.width = `max(2px, ${(took / total) * 100}%)`;
+    const name = el("span", { class: "name", title: s.error || s.name }, s.name);
+    name.style.paddingLeft = `${depth.get(s.key) * 0.9}rem`;
+    return el("li", { class: `span ${s.key.split(":")[0]}${s.error ? " error" : ""}${open ? " open" : ""}`, "data-span": s.key },
+      name, el("span", { class: "track" }, bar),
+      el("span", { class: "took" }, open ? `${duration(took)}…` : duration(took)));
+  }));
 }
 
 // "12:3" -> [12, 3]: event ids order by (seq, index).
@@ -568,6 +702,32 @@ function stopFollow() {
   $("#live").hidden = true;
 }
 
+// Reads the SSE stream at `path` (fetch, so the bearer token can be sent), calling `onFrame` with
+// each frame ({id, event, data}); resolves when the stream ends, rejects with an ApiError when the
+// API refuses it (401, 404) or with an Error on an `error` frame (e.g. dropped as too slow).
+async function sse(path, signal, onFrame) {
+  const r = await fetch(path, { headers: authHeaders({ Accept: "text/event-stream" }), signal });
+  if (!r.ok) throw new ApiError(r.status, await r.json().catch(() => null));
+  const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buf += value;
+    let cut;
+    while ((cut = buf.indexOf("\n\n")) >= 0) {
+      const frame = {};
+      for (const line of buf.slice(0, cut).split("\n")) {
+        const at = line.indexOf(":");
+        if (at > 0) frame[line.slice(0, at)] = (frame[line.slice(0, at)] || "") + line.slice(at + 1).trim();
+      }
+      buf = buf.slice(cut + 2);
+      if (frame.event === "error") throw new Error(frame.data);
+      onFrame(frame);
+    }
+  }
+}
+
 // Tails the thread from `after` (an event id; default: the end of the log as of now). When the
 // stream ends or the network drops it, follows again from the last event seen (what a browser's
 // EventSource does with Last-Event-ID); an API error (401, 404) stops it and is shown.
@@ -578,28 +738,10 @@ function follow(threadId, after) {
   $("#live").hidden = false;
   (async () => {
     if (!f.last) f.last = `${(await api("GET", `/v1/threads/${enc(threadId)}`)).version}:2147483647`;
-    const r = await fetch(`/v1/threads/${enc(threadId)}/events?follow=true&after=${enc(f.last)}`,
-                          { headers: authHeaders({ Accept: "text/event-stream" }), signal: f.abort.signal });
-    if (!r.ok) throw new ApiError(r.status, await r.json().catch(() => null));
-    const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
-    let buf = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buf += value;
-      let cut;
-      while ((cut = buf.indexOf("\n\n")) >= 0) {
-        const frame = {};
-        for (const line of buf.slice(0, cut).split("\n")) {
-          const at = line.indexOf(":");
-          if (at > 0) frame[line.slice(0, at)] = (frame[line.slice(0, at)] || "") + line.slice(at + 1).trim();
-        }
-        buf = buf.slice(cut + 2);
-        if (frame.event === "error") throw new Error(frame.data);  // e.g. dropped as too slow: follow again
-        if (frame.id) f.last = frame.id;
-        if (frame.data) onLive(JSON.parse(frame.data));
-      }
-    }
+    await sse(`/v1/threads/${enc(threadId)}/events?follow=true&after=${enc(f.last)}`, f.abort.signal, (frame) => {
+      if (frame.id) f.last = frame.id;
+      if (frame.data) onLive(JSON.parse(frame.data));
+    });
   })().then(() => "ended", (err) => {
     if (err.name === "AbortError") return "aborted";
     if (err instanceof ApiError) { showError(err); return "failed"; }
@@ -611,11 +753,11 @@ function follow(threadId, after) {
   });
 }
 
+// The run on show, live (the lists follow GET /v1/changes on their own).
 function onLive(frame) {
   clearTimeout(S.refreshTimer);
   S.refreshTimer = setTimeout(() => guarded(async () => {
     if (frame.run_id === S.run) await renderRun(); else await loadMessages(S.thread);
-    await loadLists();
   }), 150);
 }
 
@@ -628,8 +770,11 @@ $("#token-form").addEventListener("submit", (e) => {
   stopFollow();
   S.run = null;  // render the current place again, with the new token
   route();
+  watchChanges();
 });
-for (const id of ["#q", "#f-status", "#f-agent", "#f-time"]) $(id).addEventListener("input", renderLists);
+for (const id of ["#q", "#f-agent", "#f-time"]) $(id).addEventListener("input", renderLists);
+// a status filter also reads that status's newest runs from the API (older than the newest runs)
+$("#f-status").addEventListener("input", () => { renderLists(); guarded(loadLists); });
 $("#filters").addEventListener("submit", (e) => e.preventDefault());
 $("#refresh").addEventListener("click", () => guarded(loadLists));
 $("#verify").addEventListener("click", verify);
@@ -640,3 +785,4 @@ $("#timeline").addEventListener("click", (e) => {
 $("#state-now").addEventListener("click", () => go(runHash(S.run)));
 window.addEventListener("hashchange", route);
 route();
+watchChanges();
