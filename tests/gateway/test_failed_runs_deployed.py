@@ -1,6 +1,6 @@
 """A run whose model failed is `failed` wherever users look, and the listings users keep open,
 against real subprocesses: the shared `protocol_deployment` (`agentlog serve`, and `agentlog
-gateway` + `agentlog worker`; tests/protocol_app.py, whose `longfail` scenario's model refuses
+gateway` + `agentlog worker`; tests/apps/protocol_app.py, whose `longfail` scenario's model refuses
 the request with an error far longer than a line, `LONG_ERROR`).
 
 - the run view, `GET /v1/runs?status=failed` (and `done` without it), newest first by default and
@@ -12,7 +12,7 @@ the request with an error far longer than a line, `LONG_ERROR`).
 - `GET /v1/changes`: a first frame that says reload, then the ids of what changed, each tenant
   told only of its own threads (the tokens deployment).
 The inspector's side (red, the error panel, the live list, the waterfall) is
-tests/test_inspector_live.py."""
+tests/gateway/test_inspector_live.py."""
 
 from __future__ import annotations
 
@@ -23,12 +23,13 @@ from typing import Any
 
 import aiohttp
 import pytest
-from protocol_app import LONG_ERROR
-from topology import Deployment
 from typer.testing import CliRunner
 
 from agentlog.cli.core import app
 from agentlog.client import AsyncClient, get_sync_client
+
+from tests.apps.protocol_app import LONG_ERROR
+from tests.support.topology import Deployment
 
 pytestmark = pytest.mark.usefixtures("keep_structlog_config")
 WAIT = 90

@@ -1,6 +1,6 @@
 """The run inspector as an operator keeps it open, in a real headless Chromium (Debian `chromium`
 through playwright) against real subprocesses: the shared `protocol_deployment` (`agentlog
-serve`, and `agentlog gateway` + `agentlog worker`; tests/protocol_app.py).
+serve`, and `agentlog gateway` + `agentlog worker`; tests/apps/protocol_app.py).
 
 The page is loaded once and never reloaded: runs started elsewhere appear in the list, newest
 first, and change status there as they run and end (`GET /v1/changes`); a failed run is red in
@@ -17,12 +17,12 @@ import asyncio
 from typing import Any
 
 import pytest
-from protocol_app import HOLD_DIR, LONG_ERROR
-from topology import Deployment
 
 from agentlog.client import AsyncClient
 
-from test_inspector_browser import CHROMIUM, chromium_page
+from tests.apps.protocol_app import HOLD_DIR, LONG_ERROR
+from tests.gateway.test_inspector_browser import CHROMIUM, chromium_page
+from tests.support.topology import Deployment
 
 pytestmark = [
     pytest.mark.asyncio,

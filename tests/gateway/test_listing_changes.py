@@ -2,7 +2,7 @@
 watcher is told of the projection runner's batches. A first frame that says reload; then per
 frame the ids changed since the last one, each once however often it changed; only what the
 watcher's token may see; past `MAX_IDS` one reload instead of ids; and a watcher that left is
-told nothing. The deployed stream is tested in tests/test_failed_runs_deployed.py."""
+told nothing. The deployed stream is tested in tests/gateway/test_failed_runs_deployed.py."""
 
 from __future__ import annotations
 
