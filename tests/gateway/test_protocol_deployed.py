@@ -280,7 +280,7 @@ async def test_agents_lists_the_apps_tools(stack: Deployed) -> None:
     async with stack.client.get("/v1/agents") as resp:
         assert resp.status == 200
         agents = {a["id"]: a for a in (await resp.json())["agents"]}
-    assert set(agents) == {"sequential", "parallel_batch_approval", "open", "tunable"}
+    assert set(agents) == {"sequential", "parallel_batch_approval", "open", "priced", "tunable"}
     tools = {t["name"]: t for t in agents["open"]["tools"]}
     assert {"add", "echo", "pick_color"} <= set(tools)
     assert tools["add"]["parameters"]["properties"].keys() == {"a", "b"}
