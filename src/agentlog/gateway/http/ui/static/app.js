@@ -123,8 +123,9 @@ async function loadLists(minSeq) {
     status ? api("GET", `/v1/runs?status=${enc(status)}&limit=${LIST_SIZE}${seq}`) : { runs: [] }]);
   const runMap = new Map([...runs.runs, ...ofStatus.runs].map((r) => [r.run_id, r]));
   const threadMap = new Map(threads.threads.map((t) => [t.thread_id, t]));
-  // the threads of the runs of that status that are older than the newest threads
-  const missing = [...new Set(ofStatus.runs.map((r) => r.thread_id))].filter((id) => !threadMap.has(id));
+  // the threads of the runs listed that are older than the newest threads (a new run on an old
+  // thread, a run of the filtered status)
+  const missing = [...new Set([...runMap.values()].map((r) => r.thread_id))].filter((id) => !threadMap.has(id));
   for (const t of await Promise.all(missing.map((id) => api("GET", `/v1/threads/${enc(id)}`).catch(() => null)))) {
     if (t && !t.deleted) threadMap.set(t.thread_id, t);
   }
@@ -203,20 +204,21 @@ async function applyChanges(p) {
   const [threads, runs] = await Promise.all([
     Promise.all([...p.threads].map((id) => fetchView("threads", id).then((v) => [id, v]))),
     Promise.all([...p.runs].map((id) => fetchView("runs", id).then((v) => [id, v])))]);
-  S.threads = merged(S.threads, threads, "thread_id", (t) => !t.deleted);
   S.runs = merged(S.runs, runs, "run_id", () => true);
+  const shown = new Set(S.runs.map((r) => r.thread_id));  // an old thread with a new run comes in too
+  S.threads = merged(S.threads, threads, "thread_id", (t) => !t.deleted, (id) => shown.has(id));
   await listsChanged();
 }
 
 // `list` (ascending by `key`) with `changes` ([id, view or null]) applied: a view replaces its
-// entry or joins the list when it is newer than the oldest kept (a full list keeps its size); a
-// null or a view `keep` rejects removes the entry.
-function merged(list, changes, key, keep) {
+// entry or joins the list when it is newer than the oldest kept (a full list keeps its size) or
+// `wanted` says so; a null or a view `keep` rejects removes the entry.
+function merged(list, changes, key, keep, wanted) {
   const map = new Map(list.map((v) => [v[key], v]));
   const oldest = list.length >= LIST_SIZE ? list[0][key] : "";
   for (const [id, view] of changes) {
     if (!view || !keep(view)) map.delete(id);
-    else if (map.has(id) || id > oldest) map.set(id, view);
+    else if (map.has(id) || id > oldest || (wanted && wanted(id))) map.set(id, view);
   }
   const out = [...map.values()].sort(byId(key));
   return out.length > 3 * LIST_SIZE ? out.slice(out.length - 3 * LIST_SIZE) : out;
