@@ -41,7 +41,10 @@ async def test_the_live_list_a_failed_run_and_the_waterfall(protocol_deployment:
     async with asyncio.timeout(240), AsyncClient(url) as client, chromium_page() as page:
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.on("console", lambda m: errors.append(f"{m.text} {m.location}") if m.type == "error" else None)
+        # console errors too (a CSP violation is one), except a 404 of a thread: the failed filter
+        # reads the threads of the failed runs, and the shared log may hold one on a deleted thread
+        page.on("console", lambda m: errors.append(f"{m.text} {m.location}")
+                if m.type == "error" and not ("404" in m.text and "/v1/threads/" in str(m.location)) else None)
         await page.goto(f"{url}/ui")
         await expect(page.locator("#count")).not_to_be_empty()  # the lists are loaded
 

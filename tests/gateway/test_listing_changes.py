@@ -35,7 +35,7 @@ def test_watchers_are_told_what_changed_since_their_last_frame_and_only_what_the
         hub = ListingChanges()
         admin = hub.frames(Principal(), lambda: 10)
         tenant = hub.frames(Principal(tenant="acme"), lambda: 10)
-        assert data(await anext(admin)) == {"seq": 10, "threads": [], "runs": [], "reload": True}
+        assert data(await anext(admin)) == {"seq": 10, "threads": [], "runs": [], "deleted": [], "reload": True}
         assert data(await anext(tenant))["reload"] is True
         assert len(hub.watchers) == 2
 
@@ -43,24 +43,32 @@ def test_watchers_are_told_what_changed_since_their_last_frame_and_only_what_the
         hub(12, *batch(("t1", "acme/a", ["r1", "r3"])))  # r1 again: one id
         hub(13, *batch(("t3", None, ["r4"])))
         assert data(await anext(admin)) == {"seq": 13, "threads": ["t1", "t2", "t3"], "runs": ["r1", "r2", "r3", "r4"],
-                                            "reload": False}
-        assert data(await anext(tenant)) == {"seq": 13, "threads": ["t1"], "runs": ["r1", "r3"], "reload": False}
+                                            "deleted": [], "reload": False}
+        assert data(await anext(tenant)) == {"seq": 13, "threads": ["t1"], "runs": ["r1", "r3"], "deleted": [], "reload": False}
 
         # nothing the tenant may see: it is not woken (the next frame it gets is its own)
         hub(14, *batch(("t2", "other", ["r2"])))
         hub(15, *batch(("t5", "acme/b", [])))
-        assert data(await anext(tenant)) == {"seq": 15, "threads": ["t5"], "runs": [], "reload": False}
+        assert data(await anext(tenant)) == {"seq": 15, "threads": ["t5"], "runs": [], "deleted": [], "reload": False}
 
         # more than a frame names: one reload
         hub(16, *batch(*((f"x{i}", None, [f"y{i}"]) for i in range(MAX_IDS))))
-        assert data(await anext(admin)) == {"seq": 16, "threads": [], "runs": [], "reload": True}
+        assert data(await anext(admin)) == {"seq": 16, "threads": [], "runs": [], "deleted": [], "reload": True}
         hub(17, *batch(("t1", "acme/a", [])))
         assert data(await anext(admin))["threads"] == ["t1"]
+
+        # a deleted thread is named as such (a read of it would be a 404)
+        gone = ThreadView(thread_id="t1", resource_id="acme/a", deleted=True)
+        hub(18, {"t1": gone, "t6": ThreadView(thread_id="t6")}, {})
+        assert data(await anext(admin)) == {"seq": 18, "threads": ["t6"], "runs": [], "deleted": ["t1"],
+                                            "reload": False}
+        assert data(await anext(tenant)) == {"seq": 18, "threads": [], "runs": [], "deleted": ["t1"],
+                                             "reload": False}
 
         await admin.aclose()
         await tenant.aclose()
         assert hub.watchers == set()
-        hub(18, *batch(("t1", "acme/a", [])))  # no one to tell
+        hub(19, *batch(("t1", "acme/a", [])))  # no one to tell
 
     asyncio.run(go())
 
@@ -72,10 +80,10 @@ def test_a_watcher_joins_and_reads_the_seq_in_one_step() -> None:
         hub = ListingChanges()
         applied = [20]
         frames = hub.frames(Principal(), lambda: applied[0])
-        assert data(await anext(frames)) == {"seq": 20, "threads": [], "runs": [], "reload": True}
+        assert data(await anext(frames)) == {"seq": 20, "threads": [], "runs": [], "deleted": [], "reload": True}
         applied[0] = 21
         hub(21, *batch(("t", None, ["r"])))
-        assert data(await anext(frames)) == {"seq": 21, "threads": ["t"], "runs": ["r"], "reload": False}
+        assert data(await anext(frames)) == {"seq": 21, "threads": ["t"], "runs": ["r"], "deleted": [], "reload": False}
         await frames.aclose()
 
     asyncio.run(go())
@@ -85,7 +93,7 @@ def test_without_follow_the_stream_is_its_first_frame() -> None:
     async def go() -> None:
         hub = ListingChanges()
         frames = [f async for f in hub.frames(Principal(), lambda: 7, follow=False)]
-        assert [data(f) for f in frames] == [{"seq": 7, "threads": [], "runs": [], "reload": True}]
+        assert [data(f) for f in frames] == [{"seq": 7, "threads": [], "runs": [], "deleted": [], "reload": True}]
         assert hub.watchers == set()
 
     asyncio.run(go())

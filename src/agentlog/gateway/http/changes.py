@@ -1,8 +1,9 @@
 """`GET /v1/changes`: which threads and runs changed, live (SSE), for lists kept open.
 
-Each frame is `id: <seq>`, `event: changes`, `data: {"seq", "threads", "runs", "reload"}`: the
-views of those thread and run ids changed in the projection batches up to `seq`; read them with
-`min_seq=<seq>` (`GET /v1/runs/{id}`, `GET /v1/threads/{id}`). The first frame of a stream has
+Each frame is `id: <seq>`, `event: changes`, `data: {"seq", "threads", "runs", "deleted",
+"reload"}`: the views of those thread and run ids changed in the projection batches up to `seq`;
+read them with `min_seq=<seq>` (`GET /v1/runs/{id}`, `GET /v1/threads/{id}`); the `deleted`
+threads were deleted (a read of them is a 404: drop them). The first frame of a stream has
 `reload: true` and no ids: the views hold everything up to its `seq`, so a client loads its lists
 then (with `min_seq`) and applies the frames that follow, missing nothing. `reload: true` on a
 later frame means more changed than one frame names: load the lists again. A stream never resumes
@@ -50,12 +51,13 @@ _encode = msgspec.json.Encoder().encode
 class Watcher:
     """One client's pending changes: ids since its last frame, and the seq they reach."""
 
-    __slots__ = ("ready", "reload", "runs", "seq", "threads", "who")
+    __slots__ = ("deleted", "ready", "reload", "runs", "seq", "threads", "who")
 
     def __init__(self, who: Principal, seq: int) -> None:
         self.who = who
         self.seq = seq
         self.threads: set[str] = set()
+        self.deleted: set[str] = set()
         self.runs: set[str] = set()
         self.reload = True  # the first frame: load the lists
         self.ready = asyncio.Event()
@@ -66,13 +68,18 @@ class Watcher:
         seen = [tid for tid, t in threads.items() if who.can_see(t.resource_id)]
         self.seq = max(self.seq, seq)
         if not self.reload:
-            self.threads.update(seen)
+            for tid in seen:
+                if threads[tid].deleted:
+                    self.deleted.add(tid)
+                    self.threads.discard(tid)
+                else:
+                    self.threads.add(tid)
             if who.tenant is None:
                 self.runs.update(runs)
             else:
                 visible = set(seen)
                 self.runs.update(rid for rid, r in runs.items() if r.thread_id in visible)
-            if len(self.threads) + len(self.runs) > MAX_IDS:
+            if len(self.threads) + len(self.deleted) + len(self.runs) > MAX_IDS:
                 self.reload = True
         if seen or self.reload:
             self.ready.set()
@@ -80,8 +87,9 @@ class Watcher:
     def take(self) -> bytes:
         """The frame of what is pending, and nothing pending after it."""
         data = {"seq": self.seq, "threads": [] if self.reload else sorted(self.threads),
-                "runs": [] if self.reload else sorted(self.runs), "reload": self.reload}
-        self.threads, self.runs, self.reload = set(), set(), False
+                "runs": [] if self.reload else sorted(self.runs),
+                "deleted": [] if self.reload else sorted(self.deleted), "reload": self.reload}
+        self.threads, self.runs, self.deleted, self.reload = set(), set(), set(), False
         self.ready.clear()
         return b"id: %d\nevent: changes\ndata: %s\n\n" % (self.seq, _encode(data))
 
@@ -150,7 +158,8 @@ async def listing_changes(request: web.Request) -> web.StreamResponse:
 ROUTES: list[Route] = [
     Route("GET", "/v1/changes", listing_changes,
           "Live (SSE): the ids of threads and runs whose views changed, per projection batch (frames "
-          "{seq, threads, runs, reload}; the first is a reload: load the lists with min_seq=seq)", "threads",
+          "{seq, threads, runs, deleted, reload}; the first is a reload: load the lists with min_seq=seq)",
+          "threads",
           query=ChangesQuery, content_type="text/event-stream"),
 ]
 

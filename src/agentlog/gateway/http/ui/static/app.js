@@ -123,9 +123,8 @@ async function loadLists(minSeq) {
     status ? api("GET", `/v1/runs?status=${enc(status)}&limit=${LIST_SIZE}${seq}`) : { runs: [] }]);
   const runMap = new Map([...runs.runs, ...ofStatus.runs].map((r) => [r.run_id, r]));
   const threadMap = new Map(threads.threads.map((t) => [t.thread_id, t]));
-  // the threads of the runs listed that are older than the newest threads (a new run on an old
-  // thread, a run of the filtered status)
-  const missing = [...new Set([...runMap.values()].map((r) => r.thread_id))].filter((id) => !threadMap.has(id));
+  // the threads of the runs of that status that are older than the newest threads
+  const missing = [...new Set(ofStatus.runs.map((r) => r.thread_id))].filter((id) => !threadMap.has(id));
   for (const t of await Promise.all(missing.map((id) => api("GET", `/v1/threads/${enc(id)}`).catch(() => null)))) {
     if (t && !t.deleted) threadMap.set(t.thread_id, t);
   }
@@ -152,7 +151,8 @@ async function listsChanged() {
 
 // -- the live list ------------------------------------------------------------------------------------
 // GET /v1/changes (SSE) names the threads and runs whose views changed; the page reads just those
-// (with min_seq, so the answer includes the change) and puts them in the lists. Its first frame,
+// (with min_seq, so the answer includes the change) and puts them in the lists; a thread named
+// deleted leaves them (unread: a deleted thread reads as a 404). Its first frame,
 // and any frame saying `reload`, reload the lists whole. A dropped stream is opened again (and so
 // reloads). Frames that come while the page is still applying earlier ones are merged.
 
@@ -172,10 +172,11 @@ function watchChanges() {
 }
 
 function onChanges(w, frame) {
-  const p = w.pending || (w.pending = { seq: 0, reload: false, threads: new Set(), runs: new Set() });
+  const p = w.pending || (w.pending = { seq: 0, reload: false, threads: new Set(), runs: new Set(), deleted: new Set() });
   p.seq = Math.max(p.seq, frame.seq);
   p.reload = p.reload || frame.reload;
-  for (const id of frame.threads) p.threads.add(id);
+  for (const id of frame.threads) { p.threads.add(id); p.deleted.delete(id); }
+  for (const id of frame.deleted || []) { p.deleted.add(id); p.threads.delete(id); }
   for (const id of frame.runs) p.runs.add(id);
   drainChanges(w);
 }
@@ -187,7 +188,7 @@ async function drainChanges(w) {
     while (w.pending && S.changes === w) {
       const p = w.pending;
       w.pending = null;
-      if (p.reload || p.threads.size + p.runs.size > CHANGES_AT_ONCE) await guarded(() => loadLists(p.seq));
+      if (p.reload || p.threads.size + p.runs.size + p.deleted.size > CHANGES_AT_ONCE) await guarded(() => loadLists(p.seq));
       else await guarded(() => applyChanges(p));
     }
   } finally {
@@ -204,6 +205,7 @@ async function applyChanges(p) {
   const [threads, runs] = await Promise.all([
     Promise.all([...p.threads].map((id) => fetchView("threads", id).then((v) => [id, v]))),
     Promise.all([...p.runs].map((id) => fetchView("runs", id).then((v) => [id, v])))]);
+  for (const id of p.deleted) threads.push([id, null]);
   S.runs = merged(S.runs, runs, "run_id", () => true);
   const shown = new Set(S.runs.map((r) => r.thread_id));  // an old thread with a new run comes in too
   S.threads = merged(S.threads, threads, "thread_id", (t) => !t.deleted, (id) => shown.has(id));
