@@ -252,7 +252,8 @@ def expected(views, kind: str, filters: dict[str, str], tenant: str | None) -> l
         return tenant is None or (t is not None and t.resource_id is not None and t.resource_id.startswith(tenant))
 
     items = views.runs if kind == "runs" else views.threads
-    return [v for _, v in sorted(items.items()) if ix.matches(v, filters) and visible(v.thread_id)]
+    ordered = sorted(items.items(), key=lambda item: (item[1].created, item[0]))  # by creation, then id
+    return [v for _, v in ordered if ix.matches(v, filters) and visible(v.thread_id)]
 
 
 async def check_listings(store, views, rng: random.Random) -> None:

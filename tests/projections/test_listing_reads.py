@@ -333,12 +333,14 @@ async def test_views_older_than_the_index_are_indexed_when_the_runner_opens(nats
         await nc.close()
 
 
-async def test_lists_written_before_failed_runs_move_them_when_the_runner_opens(nats_server) -> None:
-    """Views and lists written when every finished run was `done` (a store of the code before
-    the `failed` status: its views say `done` and its lists, format 1, list them under `done`):
-    the runner brings the lists to the current format at open, once; the views read as `failed`
-    without a rewrite; `status=done` and `status=failed` then equal the fold, and new batches
-    go on from there."""
+async def test_lists_of_format_1_are_indexed_again_when_the_runner_opens(nats_server) -> None:
+    """Views and lists written by the code before `failed` and creation order (format 1: lists
+    of ids, a failed run under `done`, its view saying `done`): the runner indexes the views
+    again at open, once; the views read as `failed` without a rewrite; every listing (`failed`
+    and `done` among them, either order) then equals the fold, and new batches go on from
+    there."""
+    from unittest import mock
+
     from agentlog.projections import index as ix
     from agentlog.projections.listing import BUILT_KEY
 
@@ -359,7 +361,8 @@ async def test_lists_written_before_failed_runs_move_them_when_the_runner_opens(
                       for v in views.runs.values()]
             old = await KVViewStore.open(nc)
             await old.put_views(views.threads.values(), before)
-            await old.index.put_all(list(views.threads.values()), before)
+            with mock.patch.object(ix, "sort_key", lambda _created, key: key):  # lists of ids
+                await old.index.put_all(list(views.threads.values()), before)
             await old.index.blobs.put_many([(BUILT_KEY, b"1")])
             await old.write_position(log[-1].seq)
             assert (await old.run_page({"status": "failed"}, 5, 0)) == ([], 0)

@@ -1,18 +1,20 @@
 """The listing index, pure part: which ordered lists a view belongs to, and paged sorted lists.
 
 Why: `GET /v1/runs?limit=1` must not read every view. So the runner keeps, in the same pass
-as the views, a few sorted lists: all runs and all (live) threads by id, and one list per filter
-whose members are `<token of the value>\\x00<id>`, so the runs of one thread (status, agent,
-parent run, resource) and the threads of one resource (parent thread) are one key range of it. A
+as the views, a few sorted lists: all runs and all (live) threads by their sort key (`sort_key`:
+creation time, then id), and one list per filter whose members are `<token of the value>\\x00<sort
+key>`, so the runs of one thread (status, agent, parent run, resource) and the threads of one
+resource (parent thread) are one key range of it. A
 listing reads a header, the 1-2 pages bounding the range, the page(s) holding
 `[offset, offset + limit)` of it and `limit` views: O(limit) reads whatever the number of runs
 (the header's size grows with pages, n / PAGE_MAX, not its reads). Shared lists, not one list
-per thread or parent: a new run touches a fixed handful of lists (mostly their last pages, ids
-being time-ordered), which keeps the runner's extra KV writes per batch small.
+per thread or parent: a new run touches a fixed handful of lists (mostly their last pages, sort
+keys starting with the creation time), which keeps the runner's extra KV writes per batch small.
 
-Lists are kept in ascending id order (generated ids are time-ordered, so that is creation order
-for them); a listing reads a slice from either end (`descending`: newest first). Ids are kept
-sorted inside pages; pages are sorted by their first id.
+Lists are kept in ascending sort key order, i.e. creation order (the view's `created`: its first
+commit's time; ids break ties), whatever the ids look like (generated ones are time-ordered, a
+client's may be random); a listing reads a slice from either end (`descending`: newest first).
+Keys are kept sorted inside pages; pages are sorted by their first key.
 
 A list is stored as a `Header` (page refs: number, stamp, count, first id; plus the free page
 numbers) and `Page`s (sorted ids). Writes are copy-on-write: a changed page is written under a
@@ -25,8 +27,7 @@ that made it, the header names the stamp it expects) and reads again.
 The format of the stored lists is `INDEX_FORMAT`; an index of an older format is brought to it
 once, when the runner opens (`agentlog.projections.listing.IndexedListings.ensure_index`).
 
-Everything here is pure (no I/O): `run_entries`, `diff`, `apply_changes`, `locate`, `rank`, `build`,
-`restatus`.
+Everything here is pure (no I/O): `run_entries`, `diff`, `apply_changes`, `locate`, `rank`, `build`.
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ ALL_THREADS = "t"
 #: range of it that starts with the tenant's prefix.
 RESOURCES = "res"
 
-#: What the stored lists mean. 1: a failed run is listed under status `done` (its view said so);
-#: 2: under `failed`. Stored next to the lists (`agentlog.projections.listing.BUILT_KEY`).
+#: What the stored lists hold. 1: ids, a failed run under status `done` (its view said so);
+#: 2: sort keys (`sort_key`), a failed run under `failed`. Stored next to the lists
+#: (`agentlog.projections.listing.BUILT_KEY`).
 INDEX_FORMAT = 2
 
 _SAFE = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -104,6 +106,17 @@ def prefix_end(prefix: str) -> str:
 Entry = tuple[str, str]  # (list name, member)
 
 
+def sort_key(created: int, key: str) -> str:
+    """Where a view sorts in the lists: its creation time (commit ms, fixed width), then its id
+    (ids are `[A-Za-z0-9_-]`: no `.`)."""
+    return f"{created:015d}.{key}"
+
+
+def key_id(member: str) -> str:
+    """The id in a sort key (`sort_key`)."""
+    return member.rpartition(".")[2]
+
+
 def _entries(key: str, everything: str, slots: list[Slot]) -> frozenset[Entry]:
     return frozenset([(everything, key), *((name, prefix + key) for name, prefix in slots)])
 
@@ -115,7 +128,7 @@ def run_entries(view: RunView | None, resource_id: str | None = None) -> frozens
     slots = [run_slot(attr, v) for attr in RUN_FILTERS if (v := getattr(view, attr)) is not None]
     if resource_id is not None:
         slots.append(resource_slot(resource_id))
-    return _entries(view.run_id, ALL_RUNS, slots)
+    return _entries(sort_key(view.created, view.run_id), ALL_RUNS, slots)
 
 
 def thread_entries(view: ThreadView | None) -> frozenset[Entry]:
@@ -123,7 +136,7 @@ def thread_entries(view: ThreadView | None) -> frozenset[Entry]:
     if view is None or view.deleted:
         return frozenset()
     slots = [thread_slot(attr, v) for attr in THREAD_FILTERS if (v := getattr(view, attr)) is not None]
-    return _entries(view.thread_id, ALL_THREADS, slots)
+    return _entries(sort_key(view.created, view.thread_id), ALL_THREADS, slots)
 
 
 class Change(msgspec.Struct):
@@ -161,22 +174,6 @@ def diff(
         thread = new_threads.get(rview.thread_id) or old_threads.get(rview.thread_id)
         resource_id = thread.resource_id if thread is not None else None
         note(run_entries(old_runs.get(rid), resource_id), run_entries(rview, resource_id))
-    return changes
-
-
-def restatus(listed: str, views: Mapping[str, RunView | None]) -> Changes:
-    """The changes that move runs listed under status `listed` (`views`: their views, by run id)
-    to the status their views have: out of `listed`'s range, into their own. Runs whose view
-    has that status, or none, stay. Idempotent, like every change. What brings an index of
-    format 1 to 2: the runs it lists as `done` that the fold now calls `failed`."""
-    changes: Changes = {}
-    name, old = run_slot("status", listed)
-    for run_id, view in views.items():
-        if view is None or view.status == listed:
-            continue
-        change = changes.setdefault(name, Change())
-        change.removes.add(old + run_id)
-        change.inserts.add(run_slot("status", view.status)[1] + run_id)
     return changes
 
 
@@ -362,6 +359,6 @@ __all__ = [
     "PageRef",
     "RESOURCES", "RUN_FILTERS", "SEP", "Slot", "THREAD_FILTERS", "apply_changes", "bound_page", "build",
     "decode_header", "decode_page", "diff", "encode", "header_key", "locate", "locate_prefix", "matches",
-    "page_key", "prefix_end", "rank", "resource_slot", "restatus", "run_entries", "run_slot", "target_pages", "thread_entries",
-    "thread_slot", "token",
+    "key_id", "page_key", "prefix_end", "rank", "resource_slot", "run_entries", "run_slot", "sort_key", "target_pages",
+    "thread_entries", "thread_slot", "token",
 ]

@@ -45,6 +45,7 @@ from agentlog.projections.index import (
     decode_page,
     encode,
     header_key,
+    key_id,
     locate,
     locate_prefix,
     matches,
@@ -52,7 +53,6 @@ from agentlog.projections.index import (
     prefix_end,
     rank,
     resource_slot,
-    restatus,
     run_slot,
     target_pages,
     thread_slot,
@@ -173,7 +173,9 @@ class ListingIndex:
             raise
 
     async def put_all(self, threads: Sequence[ThreadView], runs: Sequence[RunView]) -> None:
-        """Write every list of these views at once, into an empty store (the rebuild)."""
+        """Write every list of these views at once: into an empty store (the rebuild), or over
+        lists of an older format of the same views (the same lists: every header is replaced;
+        pages past the new ones are left unreferenced, and the next writes reuse their numbers)."""
         puts: list[tuple[str, bytes]] = []
         headers: list[tuple[str, bytes]] = []
         for name, (header, pages) in build(threads, runs).items():
@@ -298,7 +300,8 @@ class ListingIndex:
         offset: int, load: Callable[[str], Awaitable[V | None]], descending: bool = False,
     ) -> tuple[list[V], int]:
         """One page of views, `(views, total)`, from the union of disjoint ranges of list `name`,
-        in ascending id order (`descending`: highest id, i.e. newest, first).
+        in ascending sort key order (`index.sort_key`: oldest first; `descending`: newest first).
+        `load` reads a view by id.
 
         `exact`: the union is the answer (no filter, one filter, or a tenant's resources): read
         the slice and `limit` views. Else the union holds the answer: read it all and `keep`
@@ -307,12 +310,12 @@ class ListingIndex:
         runner (no `min_seq`) may see an id a moment before its view."""
         if exact:
             ids, total = await self._union(name, prefixes, offset, limit, descending)
-            views = await asyncio.gather(*(load(i) for i in ids))
+            views = await asyncio.gather(*(load(key_id(i)) for i in ids))
             return [v for v in views if v is not None and keep(v)], total
         ids, _ = await self._union(name, prefixes, 0, sys.maxsize, descending)
         found: list[V] = []
         for i in range(0, len(ids), PUT_CONCURRENCY):
-            views = await asyncio.gather(*(load(x) for x in ids[i : i + PUT_CONCURRENCY]))
+            views = await asyncio.gather(*(load(key_id(x)) for x in ids[i : i + PUT_CONCURRENCY]))
             found += [v for v in views if v is not None and keep(v)]
         return found[offset : offset + limit], len(found)
 
@@ -336,28 +339,16 @@ class IndexedListings:
     list_runs: Callable[[], Awaitable[list[RunView]]]
 
     async def ensure_index(self) -> bool:
-        """Bring the lists to the views and the current format, done by the runner at open,
-        before it applies anything. True if there was something to do:
-
-        - views that predate the index (a store written before it existed): a full scan;
-        - lists of format 1 (`index.INDEX_FORMAT`), which list failed runs under `done`: the
-          runs listed as `done` are read, and those whose view is `failed` move (O(done runs),
-          once). Their views need no rewrite: `views.decode_run` reads them as `failed`."""
+        """Index the views once if the lists do not cover them, or are of an older format
+        (`index.INDEX_FORMAT`): views that predate the index, or lists of ids that listed failed
+        runs under `done`. A full scan, done by the runner at open, before it applies anything;
+        the views need no rewrite (`views.decode_run` reads an older failed run as `failed`).
+        True if it ran."""
         built = await self.index.built_format()
         if built is not None and built >= INDEX_FORMAT:
             return False
-        if built is None:
-            threads, runs = await self.list_threads(), await self.list_runs()
-            await self.index.put_all(threads, runs)
-            return True
-        name, prefix = run_slot("status", "done")
-        run_ids = [member[len(prefix):] for member in await self.index.prefixed(name, prefix)]
-        views: dict[str, RunView | None] = {}
-        for i in range(0, len(run_ids), PUT_CONCURRENCY):
-            chunk = run_ids[i : i + PUT_CONCURRENCY]
-            views.update(zip(chunk, await asyncio.gather(*(self.get_run(r) for r in chunk)), strict=True))
-        await self.index.apply(restatus("done", views))
-        await self.index.mark_built()
+        threads, runs = await self.list_threads(), await self.list_runs()
+        await self.index.put_all(threads, runs)
         return True
 
     async def update_index(self, changes: Changes) -> None:
@@ -379,7 +370,7 @@ class IndexedListings:
     async def run_page(self, filters: Mapping[str, str], limit: int, offset: int, *, tenant: str | None = None,
                        descending: bool = False) -> tuple[list[RunView], int]:
         """Runs with every `filters` attribute at its value (on threads whose resource_id starts
-        with `tenant`, if given), ascending run id (`descending`: newest first): `(page, total)`."""
+        with `tenant`, if given), oldest first (`descending`: newest first): `(page, total)`."""
         slots = [run_slot(attr, value) for attr, value in filters.items()]
         name, prefixes, exact = await self._source(slots, ALL_RUNS, tenant, resource_slot)
         return await self.index.page(name, prefixes, exact=exact, keep=lambda v: matches(v, filters),
@@ -388,7 +379,7 @@ class IndexedListings:
     async def thread_page(self, filters: Mapping[str, str], limit: int, offset: int, *, tenant: str | None = None,
                           descending: bool = False) -> tuple[list[ThreadView], int]:
         """Live (not deleted) threads matching `filters` (and whose resource_id starts with
-        `tenant`, if given), ascending thread id (`descending`: newest first): `(page, total)`."""
+        `tenant`, if given), oldest first (`descending`: newest first): `(page, total)`."""
         slots = [thread_slot(attr, value) for attr, value in filters.items()]
         name, prefixes, exact = await self._source(slots, ALL_THREADS, tenant,
                                                    lambda resource_id: thread_slot("resource_id", resource_id))

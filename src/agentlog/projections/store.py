@@ -39,13 +39,13 @@ class ViewStore(Protocol):
 
     async def run_page(self, filters: Mapping[str, str], limit: int, offset: int, *, tenant: str | None = None,
                        descending: bool = False) -> tuple[list[RunView], int]:
-        """One page of runs (ascending run id; `descending`: newest first) matching `filters` (on
+        """One page of runs (oldest first, by creation; `descending`: newest first) matching `filters` (on
         threads whose resource_id starts with `tenant`, if given), and how many match."""
         ...
 
     async def thread_page(self, filters: Mapping[str, str], limit: int, offset: int, *, tenant: str | None = None,
                           descending: bool = False) -> tuple[list[ThreadView], int]:
-        """One page of live threads (ascending thread id; `descending`: newest first) matching
+        """One page of live threads (oldest first, by creation; `descending`: newest first) matching
         `filters` (and whose resource_id starts with `tenant`, if given), and how many match."""
         ...
 

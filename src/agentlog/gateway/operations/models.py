@@ -62,7 +62,7 @@ MinSeq = Annotated[int | None, Field(
     default=None, ge=0, description="read-your-writes: wait (bounded) until the views include this seq")]
 ResourceId = Annotated[str, Field(min_length=1, max_length=256)]
 Order = Annotated[Literal["desc", "asc"], Field(
-    default="desc", description="desc: newest first (descending id; generated ids are time-ordered); asc: oldest first")]
+    default="desc", description="desc: newest first (by creation: the first commit's time, then id); asc: oldest first")]
 
 
 class Model(BaseModel):

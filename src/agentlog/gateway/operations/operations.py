@@ -193,7 +193,7 @@ def _listing(key: str, items: list[Any], total: int, q: Any) -> dict[str, Any]:
 
 
 async def list_runs(svc: Services, who: Principal, q: ListRunsQuery) -> dict[str, Any]:
-    """Newest first (descending run id; `order=asc`: oldest first), from the listing index (`agentlog.projections.listing`: O(limit) reads for one
+    """Newest first (by creation, the first commit's time; `order=asc`: oldest first), from the listing index (`agentlog.projections.listing`: O(limit) reads for one
     filter or none; a tenant reads the lists of its resources). A thread's runs without
     `min_seq` are listed as of (at least) the thread's last commit: the position is known there."""
     min_seq = q.min_seq

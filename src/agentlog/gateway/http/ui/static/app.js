@@ -109,10 +109,10 @@ function showMain(id) {
 // -- lists ------------------------------------------------------------------------------------------
 
 // The lists hold the newest LIST_SIZE threads and runs (the API lists newest first), plus, while
-// the status filter is set, the newest LIST_SIZE runs of that status and their threads. Kept in
-// ascending id order (ids are time-ordered): the tree below reads them so.
+// the status filter is set, the newest LIST_SIZE runs of that status and their threads. Kept
+// oldest first (by creation, then id, as the API orders them): the tree below reads them so.
 const LIST_SIZE = 200;
-const byId = (key) => (a, b) => (a[key] < b[key] ? -1 : a[key] > b[key] ? 1 : 0);
+const byCreation = (key) => (a, b) => a.created - b.created || (a[key] < b[key] ? -1 : a[key] > b[key] ? 1 : 0);
 
 // `min_seq`: the lists include every commit up to it (a change the live list was told of).
 async function loadLists(minSeq) {
@@ -128,8 +128,8 @@ async function loadLists(minSeq) {
   for (const t of await Promise.all(missing.map((id) => api("GET", `/v1/threads/${enc(id)}`).catch(() => null)))) {
     if (t && !t.deleted) threadMap.set(t.thread_id, t);
   }
-  S.threads = [...threadMap.values()].sort(byId("thread_id"));
-  S.runs = [...runMap.values()].sort(byId("run_id"));
+  S.threads = [...threadMap.values()].sort(byCreation("thread_id"));
+  S.runs = [...runMap.values()].sort(byCreation("run_id"));
   await listsChanged();
 }
 
@@ -212,17 +212,17 @@ async function applyChanges(p) {
   await listsChanged();
 }
 
-// `list` (ascending by `key`) with `changes` ([id, view or null]) applied: a view replaces its
-// entry or joins the list when it is newer than the oldest kept (a full list keeps its size) or
-// `wanted` says so; a null or a view `keep` rejects removes the entry.
+// `list` (oldest first) with `changes` ([id, view or null]) applied: a view replaces its entry or
+// joins the list when it is newer than the oldest kept (a full list keeps its size) or `wanted`
+// says so; a null or a view `keep` rejects removes the entry.
 function merged(list, changes, key, keep, wanted) {
   const map = new Map(list.map((v) => [v[key], v]));
-  const oldest = list.length >= LIST_SIZE ? list[0][key] : "";
+  const oldest = list.length >= LIST_SIZE ? list[0] : null;
   for (const [id, view] of changes) {
     if (!view || !keep(view)) map.delete(id);
-    else if (map.has(id) || id > oldest || (wanted && wanted(id))) map.set(id, view);
+    else if (map.has(id) || !oldest || byCreation(key)(view, oldest) > 0 || (wanted && wanted(id))) map.set(id, view);
   }
-  const out = [...map.values()].sort(byId(key));
+  const out = [...map.values()].sort(byCreation(key));
   return out.length > 3 * LIST_SIZE ? out.slice(out.length - 3 * LIST_SIZE) : out;
 }
 
