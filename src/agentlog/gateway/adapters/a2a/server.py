@@ -265,7 +265,7 @@ class RunTaskHandler(RequestHandler):
         return await self._settled(commits[0].commit.thread_id, params.id, after=_ONLY_DONE)
 
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
-        """This agent's tasks the caller may see, ascending task id, `page_size` (default 50,
+        """This agent's tasks the caller may see, oldest first (by creation), `page_size` (default 50,
         at most 100) per page, `next_page_token` the offset of the next page. Listed as of the
         log's head (the listing index waits for it: a task the caller just created is there);
         `status` filters the page's tasks (a page may then hold fewer)."""
