@@ -48,6 +48,7 @@ from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.recording import Recording, read_recording, recording_lines
 from agentlog.gateway.operations.app_loader import load_app, resolve_app
+from agentlog.gateway.operations.timeline import UnknownRun
 
 if TYPE_CHECKING:
     from agentlog.runtime.replay.recorded import RunSelection, VerifyAllReport
@@ -91,6 +92,17 @@ def run_selection(runs: list[str] | None, agent: str | None, status: str | None,
     since_ms = parse_when(since, "--since") if since is not None else None
     until_ms = parse_when(until, "--until") if until is not None else None
     return guard(lambda: RunSelection(tuple(runs or ()), agent, status, since_ms, until_ms))  # type: ignore[arg-type]
+
+
+@contextmanager
+def known_runs() -> Iterator[None]:
+    """A `--run` the log does not have: the CLI's usage error for an unknown run (exit 2)."""
+    from agentlog.runtime.replay.recorded import UnknownSelectedRun
+
+    try:
+        yield
+    except UnknownSelectedRun as exc:
+        raise UnknownRun(exc.run_id) from None
 
 
 # -- export ---------------------------------------------------------------------------------------
@@ -139,7 +151,9 @@ def export_cmd(
     async def body(store: JetStreamEventStore) -> None:
         from agentlog.runtime.replay.recorded import export_runs
 
-        recording = await export_runs(store, selection, log=read_to_end(store), agentlog_version=agentlog.__version__)
+        with known_runs():
+            recording = await export_runs(store, selection, log=read_to_end(store),
+                                          agentlog_version=agentlog.__version__)
         _write(output, recording)
         header = recording.header
         summary = {"output": output, "runs": header.runs, "runs_in_file": len(recording.run_ids()),
@@ -267,10 +281,11 @@ def verify_all_command(
         user_app = resolve_app(source, store, spec)
         from_log = tools_answered_from_log(user_app, spec, reexecute, keep_from_log)
         target: Any
-        if recording is not None:
-            chosen, target, name = recording_runs(recording, selection), recording, str(file)
-        else:
-            chosen, target, name = await selected_runs(store, selection, read_to_end(store)), store, "log"
+        with known_runs():
+            if recording is not None:
+                chosen, target, name = recording_runs(recording, selection), recording, str(file)
+            else:
+                chosen, target, name = await selected_runs(store, selection, read_to_end(store)), store, "log"
         with replay_logs_quiet():
             report = await verify_all(target, user_app, list(chosen.runs), tools_from_log=from_log, source_name=name)
         if as_json:

@@ -40,7 +40,7 @@ from agentlog.runtime.replay.plan import NonDeterminismError, UnknownReplayRun, 
 from agentlog.runtime.replay.verify import AgentsAndTools, ReplayReport, replay_app_digest, verify_run
 
 __all__ = [
-    "ImportReport", "RunSelection", "RunVerdict", "Selected", "ThreadConflict", "VerifyAllReport", "export_runs",
+    "ImportReport", "RunSelection", "RunVerdict", "Selected", "ThreadConflict", "UnknownSelectedRun", "VerifyAllReport", "export_runs",
     "import_runs", "recording_runs", "select_runs", "selected_runs", "verify_all",
 ]
 
@@ -81,6 +81,14 @@ class RunSelection:
         return {k: v for k, v in out.items() if v not in (None, [])}
 
 
+class UnknownSelectedRun(UnknownReplayRun):
+    """A run a selection names by id is not in the log (or the recording)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"unknown run {run_id!r}: the log has no commit of it")
+
+
 @dataclass(frozen=True)
 class Selected:
     """`matched`: the runs the selection named, by creation time; `runs`: those with their
@@ -91,10 +99,10 @@ class Selected:
 
 
 def select_runs(views: Mapping[str, RunView], selection: RunSelection) -> Selected:
-    """Pure. Raises `UnknownReplayRun` for a run id of the selection the views do not have."""
+    """Pure. Raises `UnknownSelectedRun` for a run id of the selection the views do not have."""
     missing = [r for r in selection.run_ids if r not in views]
     if missing:
-        raise UnknownReplayRun(f"unknown run {missing[0]!r}: the log has no commit of it")
+        raise UnknownSelectedRun(missing[0])
     order = sorted(views.values(), key=lambda v: (v.created, v.run_id))
     matched = [v.run_id for v in order if selection.matches(v)]
     children: dict[str, list[str]] = {}
