@@ -102,7 +102,7 @@ def known_runs() -> Iterator[None]:
     try:
         yield
     except UnknownSelectedRun as exc:
-        raise UnknownRun(exc.run_id) from None
+        raise UnknownRun(str(exc.run_id)) from None
 
 
 # -- export ---------------------------------------------------------------------------------------
