@@ -70,3 +70,18 @@ def test_bench_e2e_quick_prints_the_figures_of_both_topologies() -> None:
     # every cycle's follow is counted (1 start + 3 cycles of the short run, 1 + 3 + 2 of the long one)
     assert doc["follows"] >= 2 * (4 + 6), doc
     assert doc["follow_hangs"] == 0 and doc["follow_hangs_paused"] == 0, doc
+
+
+def test_bench_peers_runs_agentlogs_legs_without_the_peers_installed() -> None:
+    """The suite's venv has no LangGraph (the `bench` extra has a venv of its own): every
+    agentlog leg runs, every peer figure is null, and the machine is described."""
+    doc = last_json("scripts/bench_peers.py", "--quick", "--no-peers", "--pairs", "1", "--long", "3",
+                    "--sse-events", "20")
+    assert doc["bench"] == "peers" and doc["peers"] is False and doc["sections"] == ["loop", "resume", "approval", "sse"]
+    for key in ("loop_agentlog_steps_s", "resume_short_agentlog_ms", "resume_long_agentlog_ms", "approval_serve_ms",
+                "approval_split_ms", "sse_catchup_20_ms"):
+        assert isinstance(doc[key], (int, float)) and doc[key] > 0, (key, doc)
+    for key in ("loop_langgraph_steps_s", "resume_short_langgraph_ms", "resume_long_langgraph_ms", "approval_langgraph_ms"):
+        assert doc[key] is None, (key, doc)
+    assert doc["resume_short_messages"] == 6 and doc["resume_long_messages"] == 2 * 3 + 2
+    assert doc["machine"]["cores"] and "load_avg_1m_at_start" in doc["machine"]

@@ -3,7 +3,7 @@
 `core` holds the typer app, the shared connection options and error handling; each command
 group registers itself on that app from its own module, imported here (in the order of
 `agentlog --help`) so that `app` has every command once the package is imported: `reads`
-(events, threads, runs, projections), `replay` (replay, trace), `retention`, `serve` (serve, gateway, worker,
+(events, threads, runs, projections), `replay` (replay, trace), `export` (export, import), `retention`, `serve` (serve, gateway, worker,
 demo), `runs` (`agentlog run ...`), `dev`, `mcp` (the MCP stdio server),
 `nats_requests` (`agentlog nats req|sub`). The command modules import `core`, never each other's
 registration, so the package has no import cycle (import-linter checks it).
@@ -23,6 +23,7 @@ try:
     from agentlog.cli import core
     from agentlog.cli import reads as _reads  # noqa: F401 - each registers its commands on `app`
     from agentlog.cli import replay as _replay  # noqa: F401
+    from agentlog.cli import export as _export  # noqa: F401
     from agentlog.cli import retention as _retention  # noqa: F401
     from agentlog.cli import serve as _serve  # noqa: F401
     from agentlog.cli import runs as _runs  # noqa: F401

@@ -4,16 +4,13 @@
 from __future__ import annotations
 
 import json
-import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
-from agentlog.cli import logging as agentlog_logging
 from agentlog.cli.core import (
     AppMismatch,
     CredsOpt,
@@ -28,6 +25,17 @@ from agentlog.cli.core import (
     run_on_store,
     stdout_console,
     warn,
+)
+from agentlog.cli.export import (
+    AgentOpt,
+    RunOpt,
+    SinceOpt,
+    StatusOpt,
+    UntilOpt,
+    replay_logs_quiet,
+    run_selection,
+    tools_answered_from_log,
+    verify_all_command,
 )
 from agentlog.cli.reads import thread_of_run
 from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
@@ -119,7 +127,7 @@ def _render_divergence(report: Any) -> None:
 
 @app.command("replay")
 def replay_cmd(
-    run_id: Annotated[str, typer.Argument(help="The run to show.")],
+    run_id: Annotated[str | None, typer.Argument(help="The run to show (none with --all / --file).")] = None,
     to: Annotated[str | None, typer.Option(
         "--to", metavar="EVENT_ID", help="Stop the timeline at this event (seq:index) and show the state as of it.")] = None,
     verify: Annotated[bool, typer.Option(
@@ -136,12 +144,41 @@ def replay_cmd(
     keep_from_log: Annotated[list[str] | None, typer.Option(
         "--tools-from-log", metavar="NAME",
         help="With --verify: answer this tool from the log even under --reexecute-tools '*' (repeatable).")] = None,
+    all_runs: Annotated[bool, typer.Option(
+        "--all", help="With --verify: every run of the log (or those --run/--agent/--status/--since/--until "
+                      "choose), one summary table; exit 1 if any diverged.")] = False,
+    file: Annotated[Path | None, typer.Option(
+        "--file", metavar="FILE", exists=True, dir_okay=False,
+        help="With --verify: every run of this recording (`agentlog export`), verified from the file alone.")] = None,
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="With --all / --file: a skipped run (e.g. its agent is gone from the app) fails too.")] = False,
+    run: RunOpt = None, agent: AgentOpt = None, status: StatusOpt = None, since: SinceOpt = None,
+    until: UntilOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="One machine-readable JSON document.")] = False,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
     """Debug one run from the log alone: lineage, timeline by step, state diffs, termination.
-    With --verify: prove the app still makes exactly the recorded run (exit 1 if not)."""
+    With --verify: prove the app still makes exactly the recorded run (exit 1 if not); with
+    --verify --all or --file: every run of the log or of a recording, in one summary table."""
+    many = all_runs or file is not None
+    filtered = bool(run or agent or status or since or until)
+    if many or filtered or strict:
+        if not verify or not many:
+            raise typer.BadParameter("--all, --file, --strict and the run filters go with --verify --all or "
+                                     "--verify --file", param_hint="--all/--file")
+        if run_id is not None or to is not None:
+            raise typer.BadParameter("--all / --file verify many runs: drop the RUN_ID and --to "
+                                     "(choose runs with --run)", param_hint="RUN_ID")
+        if all_runs and file is not None:
+            raise typer.BadParameter("either the live log (--all) or a recording (--file)", param_hint="--all/--file")
+        verify_all_command(
+            file=file, selection=run_selection(run, agent, status, since, until), app_spec=app_spec,
+            reexecute=list(reexecute or ()), keep_from_log=list(keep_from_log or ()), as_json=as_json,
+            strict=strict, nats=nats, creds=creds, token=token, data_dir=data_dir, timeout=timeout)
+        return
+    if run_id is None:
+        raise typer.BadParameter("missing RUN_ID (or --verify --all / --verify --file)", param_hint="RUN_ID")
     guard(lambda: validate_run_id(run_id))
     position: Position | None = guard(lambda: parse_event_id(to)) if to else None
     if verify:
@@ -240,15 +277,9 @@ async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: An
     from agentlog.runtime.toolkits.subagents import verify_tree
 
     user_app = resolve_app(source, store, spec)
-    names = {t.name for t in user_app.tools}
-    for option, given in (("--reexecute-tools", reexecute), ("--tools-from-log", keep_from_log)):
-        unknown = [n for n in given if n != "*" and n not in names]
-        if unknown:
-            raise AppMismatch(f"{option} names tools {spec} does not have: {', '.join(unknown)}")
-    rerun = names if "*" in reexecute else set(reexecute)
-    from_log = sorted(names - (rerun - set(keep_from_log)))
+    from_log = tools_answered_from_log(user_app, spec, reexecute, keep_from_log)
     try:
-        with _replay_logs_quiet():
+        with replay_logs_quiet():
             # the run and its sub-agent runs (agentlog.runtime.toolkits.subagents), parents first
             reports = await verify_tree(store, run_id, user_app, tools_from_log=from_log, raise_on_divergence=False)
     except UnknownReplayRun:
@@ -267,14 +298,3 @@ async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: An
             _render_verified(r) if r.ok else _render_divergence(r)
     if not all(r.ok for r in reports):
         raise typer.Exit(1)
-
-
-@contextmanager
-def _replay_logs_quiet() -> Iterator[None]:
-    """The replayed loop logs as if it ran (e.g. a diverging tool shows up as `run.model_error`
-    warnings): noise beside the report, so only `--log-level debug` shows them."""
-    if agentlog_logging.current_level() <= logging.DEBUG:
-        yield
-        return
-    with agentlog_logging.quiet():
-        yield

@@ -86,7 +86,7 @@ from agentlog.runtime.tools import Tool, ToolRegistry
 __all__ = [
     "AgentsAndTools", "NonDeterminismError", "ReplayApp", "ReplayEntropy", "ReplayModel", "ReplayPlan",
     "ReplayReport", "ReplayThroughput", "UnknownReplayRun", "VerifyingStore", "plan_replay", "replay_throughput",
-    "REQUEST_PARTS", "differing_parts", "request_digest", "request_part_digests", "verify_run",
+    "REQUEST_PARTS", "differing_parts", "replay_app_digest", "request_digest", "request_part_digests", "verify_run",
     "EXTERNAL_EVENT_TYPES", "RecordedInference", "RecordedOutcome", "describe", "is_external", "next_session",
 ]
 
@@ -163,6 +163,14 @@ def _agents_and_tools(app: AgentsAndTools) -> tuple[AgentRegistry, list[Tool]]:
     names = {t.name for t in tools}
     tools += [t for t in handoff_tools(agents, {a.id: a.description for a in agents}) if t.name not in names]
     return agents, tools
+
+
+def replay_app_digest(app: AgentsAndTools) -> str:
+    """The `agentlog.runtime.digest.app_digest` of `app` as a `Runtime` built from it records it
+    (`RunStarted.app.digest`): equal to a recorded run's digest when the app is unchanged."""
+    from agentlog.runtime.digest import app_digest
+
+    return app_digest(*_agents_and_tools(app))
 
 
 async def _drive(rt: Runtime, plan: ReplayPlan, session: ReplaySession, first: RunResult) -> None:
