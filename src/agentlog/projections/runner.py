@@ -53,7 +53,7 @@ from agentlog.eventlog.errors import CodecError
 from agentlog.eventlog.events import Commit
 from agentlog.eventlog.quarantine import Quarantine
 from agentlog.eventlog.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, parse_event_subject
-from agentlog.projections.errors import ProjectionTimeout
+from agentlog.projections.errors import ProjectionTimeout, WriterFenced
 from agentlog.projections.feed import LogFeed
 from agentlog.projections.fold import Folder, Views
 from agentlog.projections.index import diff
@@ -246,6 +246,10 @@ class ProjectionRunner:
                 await self.step()
             except asyncio.CancelledError:
                 raise
+            except WriterFenced as exc:  # someone else writes: find out now whether the lease is lost
+                log.warning("projection batch refused: %s", exc)
+                if self.lease is not None:
+                    await self.lease.renew()
             except Exception:  # NATS hiccup, KV error: the batch is read again from the position
                 log.exception("projection batch failed; retrying")
                 await asyncio.sleep(0.5)
