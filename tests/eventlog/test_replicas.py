@@ -2,7 +2,7 @@
 
 * `--replicas` / `AGENTLOG_REPLICAS` create and raise the replicas of the events stream, the
   command work queue, its dead letters, the large-payload object store and the KV buckets (views,
-  listing index, run snapshots); nothing ever lowers them: a process started with the
+  listing index, run snapshots, start claims, the projections' writer lease); nothing ever lowers them: a process started with the
   default (every CLI command ensures its streams) or with a lower number keeps the operator's R3.
 * A create that JetStream refuses for want of peers online (err 10005: a node starting, or busy
   enough to miss heartbeats) is tried again for a while, then fails as `PlacementRefused`.
@@ -29,6 +29,7 @@ from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.subjects import EVENTS_STREAM
 from agentlog.gateway.operations.connection import ConnectionOptions, open_store
 from agentlog.projections.kv import KVViewStore
+from agentlog.projections.lease import WriterLease
 from agentlog.runtime.snapshots.store import KVSnapshotStore
 from agentlog.runtime.workers.claims import CLAIMS_BUCKET
 from agentlog.runtime.workers.commands import (
@@ -43,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import reliability_cluster
 
 KV_STREAMS = ("KV_agentlog_projections", "KV_agentlog_threads", "KV_agentlog_runs", "KV_agentlog_index",
-              "KV_agentlog_snapshots")
+              "KV_agentlog_snapshots", "KV_agentlog_leases")
 STREAMS = (EVENTS_STREAM, COMMANDS_STREAM, DLQ_STREAM, f"OBJ_{PAYLOAD_BUCKET}", f"KV_{CLAIMS_BUCKET}", *KV_STREAMS)
 
 
@@ -72,6 +73,7 @@ async def _ensure_all(replicas: int | None, cluster: LocalCluster) -> dict[str, 
         await ensure_runtime_streams(store.nc.jetstream(timeout=5.0), replicas=replicas)
         await KVViewStore.open(store.nc, replicas=replicas)
         await KVSnapshotStore.open(store.nc, replicas=replicas)
+        await WriterLease.open(store.nc, replicas=replicas)  # a gateway's
         return await _replicas(store.nc)
     finally:
         await store.close()
@@ -133,6 +135,7 @@ async def test_replicas_flag_raises_and_nothing_lowers_them(tmp_path: Path, capl
         async with open_store(ConnectionOptions(nats_url=cluster.url)) as store:  # the CLI's own path
             await CommandClient(store.nc).ensure_stream()
             await KVViewStore.open(store.nc)
+            await WriterLease.open(store.nc)
             assert set((await _replicas(store.nc)).values()) == {3}
 
 

@@ -51,13 +51,13 @@ async def test_catching_up_then_ok_and_failing_writes(nats_server: EmbeddedNatsS
             health = await _health(client)
             assert health["status"] == "degraded", health
             assert [r["code"] for r in health["reasons"]] == ["projection_catching_up"]
-            assert health["projection"] == {"applied_seq": 0, "lag": 3, "catching_up": True}
+            assert health["projection"] == {"applied_seq": 0, "lag": 3, "catching_up": True, "writer": True}
 
             while await runner.step():
                 pass
             health = await _health(client)
             assert health == {"status": "ok", "reasons": [], "nats": {"connected": True},
-                              "projection": {"applied_seq": 3, "lag": 0, "catching_up": False}}
+                              "projection": {"applied_seq": 3, "lag": 0, "catching_up": False, "writer": True}}
 
             runner.store = RefusingViews(views)
             await store.append(Commit(commit_id="c3", thread_id="t3", ts=1, events=[ThreadCreated()]), 0)

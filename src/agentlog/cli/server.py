@@ -252,6 +252,7 @@ class Server:
 
     async def _start(self) -> None:
         from agentlog.projections.kv import KVViewStore
+        from agentlog.projections.lease import WriterLease
         from agentlog.projections.runner import ProjectionRunner
         from agentlog.runtime import NatsLiveSink
         from agentlog.runtime.snapshots.store import KVSnapshotStore
@@ -275,7 +276,7 @@ class Server:
             self.disk_watch = DiskWatch(self.embedded.data_dir, store)
             self.disk_watch.start()
 
-        async def layout() -> tuple[KVViewStore, KVSnapshotStore | None]:
+        async def layout() -> tuple[KVViewStore, KVSnapshotStore | None, WriterLease | None]:
             """The streams and buckets this process uses, each created if missing (so repeatable):
             on a cluster that has just elected its leaders, creating them can time out once more
             after the connect went through (a worker of the cluster benchmark exited so)."""
@@ -284,12 +285,14 @@ class Server:
             views = await KVViewStore.open(nc, replicas=opts.replicas)
             # the gateway reads them too (its dispatcher checks a decision on the run loaded from one)
             snapshots = await KVSnapshotStore.open(nc, replicas=opts.replicas)
-            return views, snapshots
+            # every gateway runs a projection runner; the one holding this lease writes the views
+            lease = await WriterLease.open(nc, replicas=opts.replicas) if self.has_http else None
+            return views, snapshots, lease
 
-        views, snapshots = await through_outage(layout, policy, log, "server.layout", is_transient)
+        views, snapshots, lease = await through_outage(layout, policy, log, "server.layout", is_transient)
         self.views, self.snapshots = views, snapshots
         if self.has_http:
-            self.runner = ProjectionRunner(nc, views, quarantine=store.quarantine)
+            self.runner = ProjectionRunner(nc, views, quarantine=store.quarantine, lease=lease)
             await self.runner.start()
         if self.has_worker:
             self.live = NatsLiveSink(nc)

@@ -48,6 +48,15 @@ class ProjectionError(AgentlogError):
     code = "projection_error"
 
 
+class WriterFenced(ProjectionError):
+    """A view write was refused because someone else wrote the bucket (or the position key) since
+    this writer last did: another process holds the projections' writer lease now. The writer
+    drops what it cached and writes nothing more until it holds the lease again
+    (`agentlog.projections.lease`)."""
+
+    code = "writer_fenced"
+
+
 class ListingBusy(ProjectionError):
     """A listing read kept racing writes of its list (each write replaced a page it was about to
     read) and gave up: retry. Never seen in practice; it needs dozens of writes during one read."""

@@ -8,6 +8,11 @@ written by the same runner pass and the same rebuild, so listings are O(limit).
 Readers open whatever the pointer names and `refresh()` to follow a flip, so a half-built
 generation is never visible. Buckets are created idempotently with explicit config (file storage,
 history 1, direct gets on).
+
+Writes are fenced (`pin_writes`, `agentlog.projections.kvpipe.WriteFence`): the views and the
+index carry the stream seq their bucket must be at, the position and the batch end the
+revision of their key, so a writer that lost the writer lease (`agentlog.projections.lease`)
+while it was stalled is refused (`WriterFenced`) instead of writing over the next writer.
 """
 
 from __future__ import annotations
@@ -19,12 +24,18 @@ from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import BadRequestError, BucketNotFoundError, KeyNotFoundError, NotFoundError
+from nats.js.errors import (
+    BadRequestError,
+    BucketNotFoundError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NotFoundError,
+)
 from nats.js.kv import KeyValue
 
 from agentlog.eventlog.jetstream.replicas import placed, raise_replicas
-from agentlog.projections.errors import ProjectionError
-from agentlog.projections.kvpipe import get_many
+from agentlog.projections.errors import ProjectionError, WriterFenced
+from agentlog.projections.kvpipe import WriteFence, get_many
 from agentlog.projections.listing import IndexedListings, KVBlobs, ListingIndex, kv_get, put_pipelined
 from agentlog.projections.views import RunView, ThreadView, ViewEncoder, decode_run, decode_thread
 
@@ -56,13 +67,15 @@ def jetstream_of(nc: NATS | JetStreamContext) -> JetStreamContext:
 
 
 async def ensure_bucket(js: JetStreamContext, bucket: str, *, replicas: int | None = None,
-                        description: str = "") -> KeyValue:
+                        description: str = "", ttl: float | None = None,
+                        storage: StorageType = StorageType.FILE) -> KeyValue:
     """Create the bucket with our config, or adopt an existing one (its config is the operator's,
     except that its replicas are raised when more are asked for; never lowered:
-    `agentlog.eventlog.jetstream.replicas`)."""
+    `agentlog.eventlog.jetstream.replicas`). `ttl`: the bucket's max age (s), a key's value is
+    removed that long after it was written."""
     config = KeyValueConfig(
-        bucket=bucket, description=description, history=1, storage=StorageType.FILE,
-        replicas=replicas or 1, direct=True,
+        bucket=bucket, description=description, history=1, storage=storage,
+        replicas=replicas or 1, direct=True, ttl=ttl,
     )
     try:
         await raise_replicas(js, f"KV_{bucket}", replicas)
@@ -117,7 +130,11 @@ class KVViewStore(IndexedListings):
         self.threads = threads
         self.runs = runs
         self.index_kv = index
-        self.index = ListingIndex(KVBlobs(index))
+        #: Where this writer last left the buckets it writes (module docstring: fenced writes).
+        self.fence = WriteFence()
+        #: The revision of each meta key (`position.<n>`, `batch.<n>`) as this writer last read or wrote it.
+        self._revisions: dict[str, int] = {}
+        self.index = ListingIndex(KVBlobs(index, self.fence))
         self.prefix = prefix
         self.generation = generation
         self.replicas = replicas
@@ -150,8 +167,9 @@ class KVViewStore(IndexedListings):
         if generation == self.generation:
             return False
         self.threads, self.runs, self.index_kv = await self._buckets(self.js, self.prefix, generation, self.replicas)
-        self.index = ListingIndex(KVBlobs(self.index_kv))
+        self.index = ListingIndex(KVBlobs(self.index_kv, self.fence))
         self.generation = generation
+        self.reset_writes()
         return True
 
     async def new_generation(self) -> KVViewStore:
@@ -181,6 +199,34 @@ class KVViewStore(IndexedListings):
         except (NotFoundError, BucketNotFoundError):
             pass
 
+    # -- fenced writes ------------------------------------------------------------------------
+
+    async def pin_writes(self) -> None:
+        """Learn where the buckets and meta keys this store writes are now, for those it does not
+        know (after `reset_writes`): called by the writer before it reads the views a batch
+        folds on, so any write by someone else after that read makes its writes fail."""
+        await self.fence.pin([self.threads, self.runs, self.index_kv])
+        for name in (POSITION_KEY, BATCH_END_KEY):
+            key = f"{name}.{self.generation}"
+            if key not in self._revisions:
+                self._revisions[key] = (await self._entry(key))[1]
+
+    def reset_writes(self) -> None:
+        """Forget where the buckets are and what the listing index cached: after a failed write,
+        and whenever this process takes the writer lease or loses it."""
+        self.fence.forget()
+        self._revisions.clear()
+        self.index.forget_cache()
+
+    async def _entry(self, key: str) -> tuple[bytes | None, int]:
+        """A meta key's value (None if it has none) and its revision (0 if never written)."""
+        try:
+            entry = await self.meta.get(key)
+        except KeyNotFoundError as missing:  # never written, or deleted (then its marker's revision)
+            marker = getattr(missing, "entry", None)
+            return None, (marker.revision or 0) if marker is not None else 0
+        return entry.value, entry.revision or 0
+
     # -- the runner's position ----------------------------------------------------------------
 
     async def read_position(self) -> int | None:
@@ -204,15 +250,27 @@ class KVViewStore(IndexedListings):
 
     async def _read_seq(self, name: str) -> int | None:
         """A seq stored under `<name>.<generation>` in the meta bucket; None if never written or
-        unreadable (the runner then reads the log again from further back: the views skip it)."""
-        data = await kv_get(self.meta, f"{name}.{self.generation}")
+        unreadable (the runner then reads the log again from further back: the views skip it).
+        Its revision is what this store's next write of it expects."""
+        key = f"{name}.{self.generation}"
+        data, self._revisions[key] = await self._entry(key)
         try:
             return int(data) if data is not None else None
         except ValueError:
             return None
 
     async def _write_seq(self, name: str, seq: int) -> None:
-        await self.meta.put(f"{name}.{self.generation}", str(seq).encode())
+        """Write the key if it is still at the revision this store last read or wrote
+        (`WriterFenced` if not)."""
+        key = f"{name}.{self.generation}"
+        last = self._revisions.get(key)
+        if last is None:
+            last = (await self._entry(key))[1]
+        self._revisions.pop(key, None)  # unknown until this write is acked (it may land or not)
+        try:
+            self._revisions[key] = await self.meta.update(key, str(seq).encode(), last=last)
+        except KeyWrongLastSequenceError:
+            raise WriterFenced(f"{key!r} was written by another writer") from None
 
     # -- ViewStore ----------------------------------------------------------------------------
 
@@ -255,7 +313,7 @@ class KVViewStore(IndexedListings):
             writes += [(self.runs, r.run_id, encode(r)) for r in runs]
         finally:
             self._encoder.forget_fitted()
-        await put_pipelined(writes)
+        await put_pipelined(writes, fence=self.fence)
 
     async def list_threads(self) -> list[ThreadView]:
         return sorted((decode_thread(v) for v in await _values(self.threads, self.js)), key=lambda t: t.thread_id)

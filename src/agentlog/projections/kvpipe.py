@@ -6,6 +6,12 @@ writes, that bookkeeping costs more than the server's work. Here every request i
 with its own reply subject under one inbox (`<inbox>.<index>`), and one callback files each
 reply by its index. Same requests and replies as nats-py's own `kv.put` (a JetStream publish,
 acked) and `kv.get` (a Direct Get of the key's last message).
+
+Fenced writes (`WriteFence`): every put carries `Nats-Expected-Last-Sequence`, the seq its
+bucket's stream must be at when the put lands, so the server refuses it if anyone else wrote the
+bucket since this writer last did. The puts of one exchange reach each stream in the order they
+were published (one connection), so the n-th put to a bucket expects the stream at its known
+last seq + n - 1.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.kv import KeyValue
 
-from agentlog.projections.errors import ProjectionError
+from agentlog.projections.errors import ProjectionError, WriterFenced
 
 #: Bound of one exchange: every reply must have come by then (a lost server, a full disk).
 TIMEOUT = 30.0
@@ -27,8 +33,16 @@ TIMEOUT = 30.0
 WINDOW = 2048
 
 
-async def exchange(nc: NATS, requests: Sequence[tuple[str, bytes]], *, timeout: float = TIMEOUT) -> list[Msg]:
-    """Publish every `(subject, payload)` as a request and return the replies in request order."""
+#: JetStream's error code for a publish whose expected last sequence does not match.
+WRONG_LAST_SEQUENCE = 10071
+EXPECTED_LAST_SEQUENCE = "Nats-Expected-Last-Sequence"
+
+Request = tuple[str, bytes] | tuple[str, bytes, dict[str, str]]
+
+
+async def exchange(nc: NATS, requests: Sequence[Request], *, timeout: float = TIMEOUT) -> list[Msg]:
+    """Publish every `(subject, payload[, headers])` as a request and return the replies in
+    request order."""
     n = len(requests)
     if n == 0:
         return []
@@ -51,11 +65,12 @@ async def exchange(nc: NATS, requests: Sequence[tuple[str, bytes]], *, timeout: 
     sub = await nc.subscribe(f"{inbox}.*", cb=on_reply)
     try:
         async with asyncio.timeout(timeout):
-            for index, (subject, payload) in enumerate(requests):
+            for index, request in enumerate(requests):
                 while index - received >= WINDOW:
                     space.clear()
                     await space.wait()
-                await nc.publish(subject, payload, reply=f"{inbox}.{index}")
+                await nc.publish(request[0], request[1], reply=f"{inbox}.{index}",
+                                 headers=request[2] if len(request) == 3 else None)
             await done.wait()
     except TimeoutError:
         raise ProjectionError(f"KV: {n - received} of {n} requests got no reply within {timeout}s") from None
@@ -68,15 +83,59 @@ def _status(msg: Msg) -> str | None:
     return msg.headers.get("Status") if msg.headers else None
 
 
-async def put_many(nc: NATS, writes: Sequence[tuple[KeyValue, str, bytes]]) -> None:
+class WriteFence:
+    """The last seq this writer knows of each bucket's stream (by stream name). Unknown streams
+    are read (`pin`) before the writer reads what it is going to write from: a write is then
+    refused if anything changed the bucket after that read. `forget` after any failed write
+    (the fence no longer knows where the stream is)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, int] = {}
+
+    async def pin(self, kvs: Sequence[KeyValue]) -> None:
+        """Learn the last seq of the streams of `kvs` this fence does not know yet."""
+        unknown = [kv for kv in kvs if kv._stream not in self._last]
+        infos = await asyncio.gather(*(kv._js.stream_info(kv._stream) for kv in unknown))
+        for kv, info in zip(unknown, infos, strict=True):
+            self._last.setdefault(kv._stream, info.state.last_seq)
+
+    def forget(self) -> None:
+        self._last.clear()
+
+    def known(self, stream: str) -> int | None:
+        return self._last.get(stream)
+
+
+async def put_many(nc: NATS, writes: Sequence[tuple[KeyValue, str, bytes]], *, fence: WriteFence | None = None) -> None:
     """Write every `(bucket, key, value)`; each is acked by the server (raises `ProjectionError`
-    on any refusal)."""
-    replies = await exchange(nc, [(f"{kv._pre}{key}", value) for kv, key, value in writes])
-    for (kv, key, _), reply in zip(writes, replies, strict=True):
-        status = _status(reply)
-        ack = _ack(reply.data) if status is None else None
-        if ack is None or "error" in ack:
-            raise ProjectionError(f"KV put of {key!r} in {kv._name!r} failed: {status or reply.data!r}")
+    on any refusal). With `fence`, each put expects its bucket's stream where the fence knows it
+    (`WriterFenced` if it is not: someone else wrote the bucket); streams it does not know are
+    pinned first."""
+    if fence is None:
+        requests: list[Request] = [(f"{kv._pre}{key}", value) for kv, key, value in writes]
+    else:
+        await fence.pin(list({kv._stream: kv for kv, _, _ in writes}.values()))
+        expected = dict(fence._last)
+        requests = []
+        for kv, key, value in writes:
+            requests.append((f"{kv._pre}{key}", value, {EXPECTED_LAST_SEQUENCE: str(expected[kv._stream])}))
+            expected[kv._stream] += 1
+    try:
+        replies = await exchange(nc, requests)
+        for (kv, key, _), reply in zip(writes, replies, strict=True):
+            status = _status(reply)
+            ack = _ack(reply.data) if status is None else None
+            if ack is None or "error" in ack:
+                error = ack.get("error") if ack is not None else None
+                if isinstance(error, dict) and error.get("err_code") == WRONG_LAST_SEQUENCE:
+                    raise WriterFenced(f"KV put of {key!r} in {kv._name!r} refused: another writer wrote the bucket")
+                raise ProjectionError(f"KV put of {key!r} in {kv._name!r} failed: {status or reply.data!r}")
+    except BaseException:
+        if fence is not None:
+            fence.forget()
+        raise
+    if fence is not None:
+        fence._last.update(expected)
 
 
 def _ack(data: bytes) -> dict[str, Any] | None:

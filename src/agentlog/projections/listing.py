@@ -8,9 +8,10 @@ Costs: a listing with at most one filter reads 1 header + the 1-2 pages covering
 `limit` views, whatever the number of runs. With several filters the smallest matching list is
 walked and its views read (O(size of that list), e.g. a thread's runs). A tenant's listing reads
 the resources list's range for its prefix, then merges its resources' lists (O(its resources +
-limit)); with filters it walks that union. The writer (ONE runner
-per view set) keeps an LRU cache of headers and pages; it is dropped on any failed write, since
-it might then hold what never reached the store.
+limit)); with filters it walks that union. The writer (the runner holding the writer lease,
+`agentlog.projections.lease`) keeps an LRU cache of headers and pages; it is dropped on any
+failed write, since it might then hold what never reached the store, and whenever the writer
+(re)takes the lease.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ from agentlog.projections.index import (
     target_pages,
     thread_slot,
 )
-from agentlog.projections.kvpipe import put_many
+from agentlog.projections.kvpipe import WriteFence, put_many
 from agentlog.projections.views import RunView, ThreadView
 
 PUT_CONCURRENCY = 512
@@ -96,16 +97,18 @@ class DictBlobs:
 
 
 class KVBlobs:
-    """`Blobs` on a JetStream KV bucket: direct gets, pipelined acked puts."""
+    """`Blobs` on a JetStream KV bucket: direct gets, pipelined acked puts (fenced with `fence`:
+    `agentlog.projections.kvpipe.WriteFence`)."""
 
-    def __init__(self, kv: KeyValue) -> None:
+    def __init__(self, kv: KeyValue, fence: WriteFence | None = None) -> None:
         self.kv = kv
+        self.fence = fence
 
     async def get(self, key: str) -> bytes | None:
         return await kv_get(self.kv, key)
 
     async def put_many(self, items: Sequence[tuple[str, bytes]]) -> None:
-        await put_pipelined([(self.kv, k, v) for k, v in items])
+        await put_pipelined([(self.kv, k, v) for k, v in items], fence=self.fence)
 
 
 async def kv_get(kv: KeyValue, key: str) -> bytes | None:
@@ -117,10 +120,10 @@ async def kv_get(kv: KeyValue, key: str) -> bytes | None:
     return entry.value
 
 
-async def put_pipelined(writes: Sequence[tuple[KeyValue, str, bytes]]) -> None:
+async def put_pipelined(writes: Sequence[tuple[KeyValue, str, bytes]], *, fence: WriteFence | None = None) -> None:
     """KV puts, many in flight, each acked (views and lists alike: `agentlog.projections.kvpipe`)."""
     if writes:
-        await put_many(writes[0][0]._js._nc, writes)
+        await put_many(writes[0][0]._js._nc, writes, fence=fence)
 
 
 class ListingIndex:

@@ -9,8 +9,8 @@ views: `KVViewStore.write_position`). A failed batch is read again from the posi
 A crash anywhere before the position is written means the batch is read again by the next
 runner; every view stores the seq of the last commit applied to it and the fold skips commits at
 or below it, so nothing is ever applied twice, and a crash between two puts of one batch is also
-safe (the written views skip, the others apply). Nothing on the server is leased: a runner
-started after a SIGKILL reads from the position at once, with nothing to wait out.
+safe (the written views skip, the others apply). Nothing of the log is leased: a runner that
+takes over after a SIGKILL reads from the position at once.
 
 The batch read again must end where the failed one did. The listing index is written before
 the views, from the views before and after the batch; a crash in between leaves lists that
@@ -22,8 +22,16 @@ listed as running too. So each batch stores its end (`write_batch_end`, next to 
 before it writes any index change, and the runner, this one or the next after a crash, takes
 exactly the commits up to that end (`LogFeed.take_through`) before any new batch.
 
-Run ONE runner per view set: two runners would each write every view, an older copy possibly
-over a newer one until the slower runner catches up.
+One writer per view set: with a `WriterLease` (`agentlog.projections.lease`; every gateway
+process passes one) any number of runners share a view set and only the lease's holder writes.
+The others are standbys: they follow the position the writer stores (a KV watch of the meta
+bucket, read again every second in case the watch went quiet), so `applied_seq` and
+`wait_for` (read-your-writes) work whichever process wrote, and they try to take the lease.
+A runner that takes it starts from the stored position with an empty cache; one that loses it
+(it could not renew in time) drops its cache and follows again. Its writes are fenced
+(`agentlog.projections.kv`), so even a writer stalled past its lease between its check and
+its writes is refused (`WriterFenced`) rather than writing an older copy over a newer one.
+Without a lease (tools, tests driving `step()`) the runner is the writer, and must be the only one.
 """
 
 from __future__ import annotations
@@ -38,16 +46,18 @@ from typing import TypeVar
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
+from nats.js.kv import KeyValue
 
 from agentlog.eventlog.codec import decode_commit
 from agentlog.eventlog.errors import CodecError
 from agentlog.eventlog.events import Commit
 from agentlog.eventlog.quarantine import Quarantine
 from agentlog.eventlog.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, parse_event_subject
-from agentlog.projections.errors import ProjectionTimeout
+from agentlog.projections.errors import ProjectionTimeout, WriterFenced
 from agentlog.projections.feed import LogFeed
 from agentlog.projections.fold import Folder, Views
 from agentlog.projections.index import diff
+from agentlog.projections.lease import WriterLease
 from agentlog.projections.store import ViewStore
 from agentlog.projections.views import RunView, ThreadView
 
@@ -56,9 +66,9 @@ log = logging.getLogger("agentlog.projections")
 #: `ProjectionRunner.listeners`: (the batch's last seq, its thread views, its run views) -> None.
 BatchListener = Callable[[int, Mapping[str, ThreadView], Mapping[str, RunView]], None]
 
-#: The durable consumer earlier runners kept their position in: its ack floor is where a view
-#: set without a stored position goes on from (then the consumer is deleted).
-LEGACY_DURABLE = "agentlog_projections"
+#: How long (s) a standby waits for the writer's next position write before it reads the
+#: position itself (a KV watch can go quiet without telling, like the feed: `_check_stalled`).
+FOLLOW_POLL = 1.0
 
 
 class ProjectionRunner:
@@ -80,6 +90,7 @@ class ProjectionRunner:
         refresh_interval: float = 1.0,
         catch_up_batch: int = 5000,
         stall_check_interval: float = 1.0,
+        lease: WriterLease | None = None,
     ) -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
@@ -146,12 +157,28 @@ class ProjectionRunner:
         #: not block (e.g. the gateway's live listing changes, `agentlog.gateway.http.changes`);
         #: failures are logged and never fail the batch.
         self.listeners: list[BatchListener] = []
+        #: Who may write: None, this runner always does; else only while it holds the lease.
+        self.lease = lease
+        self._writing = lease is None
+        self._follower: asyncio.Task[None] | None = None
+        #: Times this runner took over as the writer, and gave it up (health, tests).
+        self.takeovers = 0
+        self.stepped_down = 0
+
+    @property
+    def writer(self) -> bool:
+        """This runner writes the views (it holds the lease, or runs without one)."""
+        return self._writing
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def open(self) -> None:
-        """Learn the position (the store's, else a legacy durable consumer's ack floor) and start
-        reading the log after it."""
+        """Learn the position the store holds and start reading the log after it, trusting
+        nothing cached about what was written before (by this runner or another)."""
+        self._forget_writes()
+        pin = getattr(self.store, "pin_writes", None)
+        if pin is not None:
+            await pin()  # before anything is read that a write (the index, below) is based on
         position = await self._stored_position()
         try:
             stream = await self.js.stream_info(self.stream)
@@ -172,21 +199,7 @@ class ProjectionRunner:
     async def _stored_position(self) -> int:
         read = getattr(self.store, "read_position", None)
         position = await read() if read is not None else None
-        if position is not None:
-            return int(position)
-        if self.stream != EVENTS_STREAM:
-            return 0
-        try:  # a view set kept by an earlier runner: go on from its durable consumer's ack floor
-            info = await self.js.consumer_info(self.stream, LEGACY_DURABLE)
-        except NotFoundError:
-            return 0
-        floor = info.ack_floor.stream_seq if info.ack_floor else 0
-        write = getattr(self.store, "write_position", None)
-        if write is not None:
-            await write(floor)
-            with contextlib.suppress(NotFoundError):
-                await self.js.delete_consumer(self.stream, LEGACY_DURABLE)
-        return floor
+        return int(position) if position is not None else 0
 
     async def _stored_batch_end(self) -> int:
         read = getattr(self.store, "read_batch_end", None)
@@ -194,14 +207,23 @@ class ProjectionRunner:
         return end or 0
 
     async def start(self) -> None:
-        if self._feed is None:
-            await self.open()
+        """Start the loop. Without a lease, as the writer (the log is opened first). With one,
+        the lease is tried once at once (the only runner of a deployment writes from its first
+        batch) and otherwise the runner follows the writer's position until it gets it."""
         self._stopping = False
+        if self.lease is None:
+            if self._feed is None:
+                await self.open()
+        elif await self.lease.try_acquire():
+            await self._take_over()
+        else:
+            await self._start_following()
         self._task = asyncio.create_task(self._loop(), name="projection-runner")
 
     async def stop(self) -> None:
         """Stop the loop and wait for it (cancelled again until it has really ended: a cancel
-        landing as an inner timeout fires can be swallowed), then stop reading the log."""
+        landing as an inner timeout fires can be swallowed), then stop reading the log and give
+        the lease up (a standby takes over at its next try)."""
         self._stopping = True
         task, self._task = self._task, None
         if task is not None:
@@ -210,9 +232,13 @@ class ProjectionRunner:
                 await asyncio.wait({task}, timeout=self.fetch_timeout)
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 task.result()
+        await self._stop_following()
         if self._feed is not None:
             await self._feed.close()
             self._feed = None
+        if self.lease is not None:
+            self._writing = False
+            await self.lease.release()
 
     async def __aenter__(self) -> ProjectionRunner:
         await self.start()
@@ -224,12 +250,159 @@ class ProjectionRunner:
     async def _loop(self) -> None:
         while not self._stopping:
             try:
+                if self.lease is not None and not await self._hold():
+                    continue
                 await self.step()
             except asyncio.CancelledError:
                 raise
+            except WriterFenced as exc:  # someone else writes: find out now whether the lease is lost
+                log.warning("projection batch refused: %s", exc)
+                if self.lease is not None:
+                    await self.lease.renew()
             except Exception:  # NATS hiccup, KV error: the batch is read again from the position
                 log.exception("projection batch failed; retrying")
                 await asyncio.sleep(0.5)
+
+    # -- the writer lease ---------------------------------------------------------------------
+
+    async def _hold(self) -> bool:
+        """Whether this runner may write a batch now: it holds a valid lease (taking it over if
+        it is free). Else it waits a little (the caller loops) and stays or becomes a standby."""
+        assert self.lease is not None
+        if self._writing and self.lease.valid():
+            return True
+        if self._writing and not self.lease.held:
+            await self._step_down()
+        if not self._writing and await self.lease.try_acquire():
+            await self._take_over()
+            return True
+        # a standby, or a holder whose renewals fail (NATS unreachable): writes nothing meanwhile
+        await asyncio.sleep(self.lease.acquire_interval)
+        return False
+
+    async def _take_over(self) -> None:
+        """Become the writer: from the position the store holds, with nothing cached."""
+        await self._stop_following()  # first: it may be waiting for the lock
+        async with self._lock:
+            refresh = getattr(self.store, "refresh", None)
+            if refresh is not None:
+                await refresh()  # the generation a rebuild elsewhere may have flipped to meanwhile
+            self._refresh_due = 0.0
+            self._stalled_at = self._reopened_at = None
+            await self.open()
+            self._writing = True
+        self.takeovers += 1
+        log.info("projection writer: this process writes the views from seq %d", self._cursor)
+
+    async def _step_down(self) -> None:
+        """Stop writing (the lease was lost): drop the cache and the feed, follow the writer."""
+        async with self._lock:
+            self._writing = False
+            self._forget_writes()
+            if self._feed is not None:
+                await self._feed.close()
+                self._feed = None
+        self.stepped_down += 1
+        log.warning("projection writer: lease lost; this process follows the writer's position")
+        await self._start_following()
+
+    def _forget_writes(self) -> None:
+        """Drop everything cached about what this runner wrote: its views and the store's
+        fence and index pages (`reset_writes`)."""
+        self.forget_cache()
+        reset = getattr(self.store, "reset_writes", None)
+        if reset is not None:
+            reset()
+
+    # -- following another writer -------------------------------------------------------------
+
+    async def _start_following(self) -> None:
+        """Learn the stored position now, then keep following it (`_follow`)."""
+        if self._follower is not None:
+            return
+        try:
+            self.head_at_open = await self.stream_last_seq()
+        except Exception:  # noqa: BLE001 - unknown head: not catching up as far as anyone can tell
+            log.warning("projections: could not read the log's head", exc_info=True)
+        await self._read_position()
+        self._follower = asyncio.get_running_loop().create_task(self._follow(), name="projection-follower")
+
+    async def _stop_following(self) -> None:
+        task, self._follower = self._follower, None
+        if task is not None:
+            while not task.done():  # again until it has ended (as `stop`)
+                task.cancel()
+                await asyncio.wait({task}, timeout=FOLLOW_POLL)
+
+    async def _follow(self) -> None:
+        """While a standby: advance `applied_seq` with each position the writer stores (a watch of
+        the meta bucket), follow a generation flip (`refresh`), and read the position itself
+        whenever `FOLLOW_POLL` s pass without a write."""
+        meta: KeyValue | None = getattr(self.store, "meta", None)
+        while True:
+            watcher = None
+            try:
+                if meta is not None:
+                    watcher = await meta.watchall(ignore_deletes=True)
+                while True:
+                    entry = None
+                    with contextlib.suppress(TimeoutError):
+                        # asyncio.timeout, not the watcher's own (wait_for): on 3.11 that can
+                        # swallow a cancel
+                        async with asyncio.timeout(FOLLOW_POLL):
+                            if watcher is not None:
+                                entry = await watcher.updates(timeout=None)
+                            else:
+                                await asyncio.sleep(FOLLOW_POLL)
+                    if entry is None or not entry.value:
+                        await self._read_position()
+                    else:
+                        await self._followed(entry.key, entry.value)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - NATS unreachable: watch again after a pause
+                log.debug("projections: following the writer's position failed; again", exc_info=True)
+                await asyncio.sleep(FOLLOW_POLL)
+            finally:
+                if watcher is not None:
+                    with contextlib.suppress(Exception):
+                        await watcher.stop()
+
+    async def _followed(self, key: str, value: bytes) -> None:
+        generation = getattr(self.store, "generation", 0)
+        name, _, of = key.partition(".")
+        if key == "generation":
+            if value.strip() != str(generation).encode():
+                await self._read_position()  # refreshes first
+        elif name == "position" and of == str(generation):
+            try:
+                await self._advance(int(value))
+            except ValueError:
+                return
+
+    async def _read_position(self) -> None:
+        """Follow a generation flip, then advance to the position the store holds (a standby's
+        read; never while this runner writes: the writer's own path does both)."""
+        async with self._lock:
+            if self._writing:
+                return
+            refresh = getattr(self.store, "refresh", None)
+            try:
+                if refresh is not None:
+                    await refresh()
+                read = getattr(self.store, "read_position", None)
+                position = await read() if read is not None else None
+            except Exception:  # noqa: BLE001 - NATS unreachable: the next poll reads again
+                log.debug("projections: could not read the stored position", exc_info=True)
+                return
+        if position is not None:
+            await self._advance(int(position))
+
+    async def _advance(self, seq: int) -> None:
+        if seq > self.applied_seq:
+            async with self._advanced:
+                self.applied_seq = max(self.applied_seq, seq)
+                self._advanced.notify_all()
 
     @property
     def buffered(self) -> int:
@@ -267,7 +440,7 @@ class ProjectionRunner:
             except BaseException as exc:
                 if isinstance(exc, Exception):
                     self.failing = f"{type(exc).__name__}: {exc}"
-                self.forget_cache()  # it may hold views that never reached the store
+                self._forget_writes()  # it may hold views that never reached the store
                 self._refresh_due = 0.0  # the store may have moved (a rebuild dropped its buckets)
                 with contextlib.suppress(Exception):
                     await self._feed.open(self._cursor + 1)  # read the batch again
@@ -327,6 +500,9 @@ class ProjectionRunner:
                 assert self._feed is not None
                 await self._feed.open(self._cursor + 1)
                 return
+        pin = getattr(self.store, "pin_writes", None)
+        if pin is not None:
+            await pin()  # before the views are read: a write by anyone else after it is refused
         fresh = []
         last = self._cursor
         for item in msgs:
@@ -471,14 +647,23 @@ class ProjectionRunner:
         the store). Never older than the store: an entry is only (re)added once its put has
         succeeded, is dropped before a put that changes it and on a failed batch, and the whole
         cache is dropped when the store changes (a rebuild's swap, a generation flip). So with
-        ONE runner per view set (the rule above) a hit equals what the store would answer, and
+        one writer per view set (the lease above) a hit equals what the store would answer, and
         a read after `wait_for(seq)` sees every commit up to `seq`, like a store read.
-        LRU order is left alone: reads must not keep views the runner no longer writes."""
+        LRU order is left alone: reads must not keep views the runner no longer writes.
+        With a lease, a hit only while it is valid: once it may have expired, another process may
+        be writing newer views."""
+        if not self._cache_current():
+            return None
         return self._runs.get(run_id)
 
     def cached_thread(self, thread_id: str) -> ThreadView | None:
         """Like `cached_run`, for a thread view."""
+        if not self._cache_current():
+            return None
         return self._threads.get(thread_id)
+
+    def _cache_current(self) -> bool:
+        return self.lease is None or (self._writing and self.lease.valid())
 
     def forget_cache(self) -> None:
         self._threads.clear()

@@ -10,6 +10,9 @@ scrapers and clients discovering the API.
 - `unavailable` (503): NATS is unreachable, so a load balancer stops sending traffic that would
   only get 503s anyway.
 
+`projection.writer` says whether this process writes the views (it holds the writer lease,
+`agentlog.projections.lease`); the other gateways of a deployment follow its position.
+
 Reason codes: `projection_catching_up` (the runner is still applying what the log got while no
 runner ran, e.g. after a restart), `projection_lag` (more than `DEGRADED_LAG` commits behind),
 `projection_failing` (its last batch failed, e.g. a KV write refused; it retries),
@@ -108,7 +111,8 @@ async def health(request: web.Request) -> web.Response:
         "reasons": reasons,
         "nats": {"connected": connected},
         "projection": {"applied_seq": applied, "lag": lag,
-                       "catching_up": bool(getattr(svc.runner, "catching_up", False))},
+                       "catching_up": bool(getattr(svc.runner, "catching_up", False)),
+                       "writer": bool(getattr(svc.runner, "writer", True))},
     }
     if mcp:
         body["mcp"] = mcp
@@ -140,7 +144,8 @@ _HEALTH = {"type": "object", "properties": {
     "nats": {"type": "object", "properties": {"connected": {"type": "boolean"}}},
     "projection": {"type": "object", "properties": {"applied_seq": {"type": "integer"},
                                                     "lag": {"type": ["integer", "null"]},
-                                                    "catching_up": {"type": "boolean"}}},
+                                                    "catching_up": {"type": "boolean"},
+                                                    "writer": {"type": "boolean"}}},
 }}
 
 ROUTES: list[Route] = [
