@@ -25,8 +25,11 @@ from agentlog.eventlog.events import (
     MessageQueued,
     Position,
     RunFinished,
+    StateCleared,
+    StateConflicted,
     StatePatched,
     StateReplaced,
+    StateWritten,
     StepFinished,
     StepStarted,
     StoredCommit,
@@ -163,6 +166,17 @@ def event_summary(event: AnyEvent, call_names: dict[str, str] | None = None) -> 
                 for op in ops
             )
             return f"{scope}: {shown}"
+        case StateWritten(key=key, ops=ops, scope=scope, merge=merge, action=action):
+            shown = "; ".join(
+                f"{op.get('op')} {op.get('path')}" + (f"={excerpt(op['value'], 30)}" if "value" in op else "")
+                for op in ops
+            )
+            reduced = f" action={excerpt(action, 40)}" if action is not None else ""
+            return f"{scope} key {key} ({merge}){reduced}: {shown}"
+        case StateCleared(scope=scope, keys=keys, call_id=cid):
+            return f"{scope} cleared: {', '.join(keys)}" + (f" call={cid}" if cid else "")
+        case StateConflicted(key=key, path=path, writer=writer, with_writer=other, resolution=resolution):
+            return f"conflict on {key} {path}: {writer} vs {other} -> {resolution}"
         case _:
             data = event_data(event)
             data.pop("type", None)
