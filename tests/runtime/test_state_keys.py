@@ -244,3 +244,34 @@ async def test_state_key_invalid_write_fails_the_call_with_a_clear_error() -> No
     assert "StateValidationError" in completed.result["error"] and "'counter'" in completed.result["error"]
     tool_message = next(m for m in model.requests[1].messages if m.role == "tool")
     assert "invalid value" in tool_message.content
+
+
+async def test_state_key_replay_reduces_actions_again_and_catches_a_changed_reducer() -> None:
+    from agentlog.runtime.replay.plan import NonDeterminismError
+    from agentlog.runtime.replay.verify import verify_run
+
+    model = ScriptedModel([Turn.tool("note", {"text": "a"}), Turn.tool("note", {"text": "b"}), "done"])
+    rt = runtime(model)
+    async with asyncio.timeout(10):
+        result = await rt.run("agent", "go")
+    log = [sc async for sc in rt.store.read_thread(result.thread_id)]
+    written = [e for e in events_of(log, "StateWritten") if e.key == "counter"]
+    assert [e.action for e in written] == [{"kind": "increment", "n": 1}] * 2
+    assert (await verify_run(log, result.run_id, rt)).ok
+
+    def doubled(state: Counter, action: CounterAction) -> Counter:
+        state.value += 2 * action.n if isinstance(action, Increment) else 0
+        return state
+
+    changed = StateKey("counter", Counter, action=CounterAction, reduce=doubled)
+
+    @tool(name="note", state_keys=[changed, visits, scratch, draft])
+    def note_v2(text: str, ctx: ToolContext) -> dict[str, Any]:
+        """Count, remember per run and per call, draft."""
+        raise AssertionError("answered from the log")  # the same tool, its key's reducer changed
+
+    agent = AgentSpec(id="agent", model=model, tools=["note"], tool_execution_mode="sequential")
+    app = Runtime(MemoryEventStore(), agents=[agent], tools=[note_v2])
+    with pytest.raises(NonDeterminismError) as err:
+        await verify_run(log, result.run_id, app)
+    assert "StateWritten" in str(err.value) and "counter" in str(err.value)

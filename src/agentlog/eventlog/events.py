@@ -478,7 +478,9 @@ class StateConflicted(Event, frozen=True):
     """Two writers of one round touched overlapping paths (`path`) of the exclusive key `key`.
     `writer` lost to `with_writer` (`tool:<call_id>` or `plugin:<id>`). `resolution`: `failed`
     (a tool call: it completes failed, its writes dropped, the model sees why) or `sequential`
-    (a plugin hook: run again after the other's writes, on the state they made)."""
+    (a plugin hook: run again after the other's writes, on the state they made). A failed
+    call's dropped writes are kept here (`ops`: its untyped ops, `writes`: its typed ones), so
+    the log says what was refused and verified replay can refuse it again."""
 
     key: str
     path: str
@@ -487,6 +489,8 @@ class StateConflicted(Event, frozen=True):
     resolution: ConflictResolution
     scope: KeyScope = "thread"
     call_id: str | None = None
+    ops: list[dict[str, JSON]] = []
+    writes: list[StateWritten] = []
 
 
 # -- events for clients ----------------------------------------------------------------------------

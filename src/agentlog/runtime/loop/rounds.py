@@ -231,13 +231,16 @@ class ToolRounds:
         staging = self.staging
         writer = f"tool:{call.id}"
         touches = untyped_touches(ops) + [t for w in writes for t in _write_touches(w)]
+        source = f"tool:{call.name}"
         for other, theirs in self.round_writes[seen:]:
             hit = find_conflict(touches, theirs)
             if hit is not None:
                 mine, against = hit
-                staging.emit(StateConflicted(key=mine.key or against.key or "", path=mine.path, writer=writer,
-                                             with_writer=other, resolution="failed", scope=mine.scope,  # type: ignore[arg-type]
-                                             call_id=call.id))
+                staging.emit(StateConflicted(
+                    key=mine.key or against.key or "", path=mine.path, writer=writer, with_writer=other,
+                    resolution="failed", scope=mine.scope, call_id=call.id, ops=ops,  # type: ignore[arg-type]
+                    writes=[w.event(source=source, call_id=call.id) for w in writes],
+                ))
                 staging.log.info("run.state_conflict", call_id=call.id, key=mine.key or against.key, path=mine.path,
                                  with_writer=other)
                 return ToolResult.failure(
@@ -246,8 +249,8 @@ class ToolRounds:
                     "Call it again to work on the current state.")
         events: list[Any] = []
         if ops:
-            events.append(StatePatched(ops=ops, source=f"tool:{call.name}"))
-        events.extend(w.event(source=f"tool:{call.name}", call_id=call.id) for w in writes)
+            events.append(StatePatched(ops=ops, source=source))
+        events.extend(w.event(source=source, call_id=call.id) for w in writes)
         trial = copy_context(staging.ctx)
         try:
             for event in events:  # all or nothing: validate on a copy before staging any
