@@ -36,6 +36,7 @@ _EXPORTS: dict[str, str] = {
     "PermissionPlugin": "agentlog.runtime.permission",
     # typed state
     "StateKey": "agentlog.runtime.state.keys",
+    "MemoryPlugin": "agentlog.runtime.toolkits.memory",
     "McpServerConfig": "agentlog.runtime.toolkits.mcp",
     "McpToolset": "agentlog.runtime.toolkits.mcp",
     "SubAgents": "agentlog.runtime.toolkits.subagents",
@@ -57,7 +58,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "__version__",
     "AgentSpec", "AgentlogError", "App", "ContextPolicy", "EmbeddedNatsServer", "JetStreamEventStore",
-    "McpServerConfig", "McpToolset", "MemoryEventStore", "Model", "OpenAIChatModel", "PermissionPlugin",
+    "McpServerConfig", "McpToolset", "MemoryEventStore", "MemoryPlugin", "Model", "OpenAIChatModel", "PermissionPlugin",
     "RunHandle", "RunResult", "Runtime", "ScriptedModel", "StateKey", "SubAgents", "Tool", "ToolContext", "ToolError",
     "Turn", "Worker", "load_config", "tool",
     "AnthropicModel", "GeminiModel", "OpenAIResponsesModel", "ModelPrices", "ModelPool",
@@ -113,6 +114,7 @@ if TYPE_CHECKING:
     from agentlog.runtime.permission import PermissionPlugin
     from agentlog.runtime.state.keys import StateKey
     from agentlog.runtime.toolkits.mcp import McpServerConfig, McpToolset
+    from agentlog.runtime.toolkits.memory import MemoryPlugin
     from agentlog.runtime.toolkits.subagents import SubAgents
     from agentlog.runtime.tools import Tool, ToolContext, ToolError, tool
     from agentlog.runtime.workers.worker import Worker
