@@ -103,7 +103,8 @@ async def test_state_key_reducer_records_action_and_the_ops_it_gave() -> None:
 
 
 async def test_state_key_commutative_reducer_returns_ops() -> None:
-    greet = StateKey("greet_count", int, merge="commutative", action=int, reduce=lambda v, n: [ops.increment("", n)])
+    greet = StateKey("greet_count", int, merge="commutative", action=int,
+                     reduce=lambda v, n: ops.changes(ops.increment("", n)))
     b = batch()
     b.reduce(greet, 2)
     b.reduce(greet, 3)

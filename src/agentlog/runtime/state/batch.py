@@ -29,7 +29,7 @@ from agentlog.projections.state import (
     touched_paths,
 )
 from agentlog.runtime.state.keys import ABSENT, StateKey, StateValidationError, StateWriteRefused
-from agentlog.runtime.state.ops import PENDING
+from agentlog.runtime.state.ops import PENDING, Changes
 
 Strategy = Literal["exclusive", "commutative", "lattice", "untyped"]
 
@@ -163,7 +163,7 @@ class MutationBatch:
         recorded = key.dump_action(typed)
         current = self.read(key)
         result = key.reducer(_private(key, current), typed)
-        if isinstance(result, list | tuple):
+        if isinstance(result, Changes):
             ops = [self._absolute(key, op) for op in result]
         else:
             before = self.raw(key)

@@ -78,8 +78,8 @@ class StateKey(Generic[T]):
     * `default`: the value read while the key was never written (default: the type called
       without arguments, when that validates; else None).
     * `action` + `reduce`: the reducer form. `reduce(value, action)` is pure and returns the new
-      value, or a list of ops (`agentlog.runtime.state.ops`, paths relative to the value): a
-      commutative reducer returns increments. The action is recorded with the ops it gave.
+      value, or `ops.changes(...)` (ops with paths relative to the value): a commutative reducer
+      returns increments. The action is recorded with the ops it gave.
     * `persistent`: False clears a thread key when the run that wrote it ends (awaken's
       `StateKeyOptions.persistent`); the value is still in the log, for replay.
     """

@@ -17,6 +17,16 @@ Op = dict[str, Any]
 PENDING = "_pending"
 
 
+class Changes(list[Op]):
+    """What a reducer returns to give ops instead of a new value (`changes(...)`): a value of the
+    key's type is never mistaken for ops, whatever that type is."""
+
+
+def changes(*ops: Op) -> Changes:
+    """The ops a reducer returns instead of a new value: `return changes(increment("", n))`."""
+    return Changes(ops)
+
+
 def set(path: str, value: Any) -> Op:
     """Set the value at `path` (absent parent objects are created)."""
     return {"op": "set", "path": path, "value": value}
@@ -99,5 +109,5 @@ def or_remove(path: str, member: Any) -> Op:
     return {"op": PENDING, "kind": "or_remove", "path": path, "member": member}
 
 
-__all__ = ["PENDING", "Op", "add_to_set", "append", "count", "decrement", "delete", "flag", "increment", "insert",
+__all__ = ["PENDING", "Changes", "Op", "add_to_set", "changes", "append", "count", "decrement", "delete", "flag", "increment", "insert",
            "lattice", "max", "merge", "min", "or_add", "or_remove", "remove_value", "set"]
