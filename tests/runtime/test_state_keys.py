@@ -276,3 +276,48 @@ async def test_state_key_replay_reduces_actions_again_and_catches_a_changed_redu
     with pytest.raises(NonDeterminismError) as err:
         await verify_run(log, result.run_id, app)
     assert "StateWritten" in str(err.value) and "counter" in str(err.value)
+
+
+async def test_state_scope_snapshot_carries_run_and_call_state_to_a_resumed_run() -> None:
+    """A call writes its tool_call and the run scope, then waits for a human. Another process
+    (a fresh Runtime) resumes the run from its snapshot: the call, run again with the decision,
+    reads both as they were, and they end with the call and the run."""
+    from agentlog.runtime import ToolResult
+    from agentlog.runtime.snapshots.format import decode_snapshot
+    from agentlog.runtime.snapshots.store import MemorySnapshotStore
+
+    @tool(state_keys=[visits, scratch])
+    def ask(ctx: ToolContext) -> Any:
+        """Note what it asked, wait for a human, then answer with what it noted."""
+        if ctx.decision is None:
+            ctx.update(scratch, ops.append("", "asked"))
+            ctx.update(visits, ops.increment(by=7))
+            return ToolResult.pending(f"t-{ctx.call_id}", resume_mode="pass_decision_to_tool")
+        return {"scratch": ctx.read(scratch), "visits": ctx.read(visits)}
+
+    # one model script and one id source across both Runtimes: a log's ids never repeat
+    model = ScriptedModel([Turn.tool("ask", {}), "done"])
+    entropy = DeterministicEntropy()
+
+    def app(store: Any, snapshots: Any) -> Runtime:
+        agent = AgentSpec(id="agent", model=model, tools=["ask"], tool_execution_mode="sequential")
+        return Runtime(store, agents=[agent], tools=[ask], entropy=entropy, snapshots=snapshots)
+
+    store, snaps = MemoryEventStore(), MemorySnapshotStore()
+    first = app(store, snaps)
+    async with asyncio.timeout(10):
+        waiting = await first.run("agent", "go")
+        await first.flush_snapshots()
+    assert waiting.status == "waiting"
+    snapshot = decode_snapshot(await snaps.get(waiting.run_id))
+    assert snapshot is not None
+    assert snapshot.ctx.run_state == {"visits": 7} and snapshot.ctx.call_states == {"call_0_0": {"scratch": ["asked"]}}
+    second = app(store, snaps)
+    async with asyncio.timeout(10):
+        res = await second.decide(waiting.run_id, [{"target_id": "call_0_0", "decision_id": "d1", "action": "resume",
+                                                    "result": True, "updated_at": 1}])
+        assert res.handle is not None
+        done = await res.handle.result()
+    log = [sc async for sc in store.read_thread(done.thread_id)]
+    assert events_of(log, "ToolCallCompleted")[0].result == {"scratch": ["asked"], "visits": 7}
+    assert done.run.state == {} and done.run.calls["call_0_0"].state == {}

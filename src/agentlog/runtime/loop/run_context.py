@@ -317,8 +317,15 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.finished = cast(RunFinished, event).termination
         ctx.waiting = False
         ctx.resume_open = False
-    elif t is StateReplaced and cast(StateReplaced, event).scope == "thread" and thread_scope:
-        ctx.state = validate_state(cast(StateReplaced, event).state)
+    elif t is StateReplaced:
+        replaced = cast(StateReplaced, event)
+        if replaced.scope == "thread":
+            if thread_scope:
+                ctx.state = validate_state(replaced.state)
+        elif replaced.scope == "run":
+            ctx.run_state = validate_state(replaced.state)
+        elif replaced.call_id is not None:
+            ctx.call_states[replaced.call_id] = validate_state(replaced.state)
 
 def _scoped_ops(ctx: RunContext, scope: str, call_id: str | None, ops: Any, apply: Any) -> None:
     """Fold ops of the run's `run` or a call's `tool_call` scope into the context."""
