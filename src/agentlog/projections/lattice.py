@@ -68,14 +68,26 @@ def _number(value: Any, kind: str) -> Any:
     return value
 
 
+def _tie(a: Any, b: Any) -> Any:
+    """Of two equal numbers (`0` and `0.0`), the one with the smaller encoding: either order of
+    a join gives the same bytes."""
+    return a if canonical(a) <= canonical(b) else b
+
+
 def _join_max(state: Any, delta: Any) -> Any:
     right = _number(delta, "max")
-    return right if state is None else max(_number(state, "max"), right)
+    if state is None:
+        return right
+    left = _number(state, "max")
+    return _tie(left, right) if left == right else max(left, right)
 
 
 def _join_min(state: Any, delta: Any) -> Any:
     right = _number(delta, "min")
-    return right if state is None else min(_number(state, "min"), right)
+    if state is None:
+        return right
+    left = _number(state, "min")
+    return _tie(left, right) if left == right else min(left, right)
 
 
 def _join_flag(state: Any, delta: Any) -> Any:

@@ -321,7 +321,7 @@ def build_replay(run_id: str, thread_commits: Sequence[StoredCommit], to: Positi
 
 
 #: The only events a fold turns into state changes (thread, run or tool-call scope).
-_STATE_EVENTS = (StatePatched, StateReplaced)
+_STATE_EVENTS = (StatePatched, StateReplaced, StateWritten, StateCleared)
 
 
 def event_state_diffs(report: ReplayReport,
