@@ -68,7 +68,7 @@ class Touch:
 def conflicts(a: Touch, b: Touch) -> bool:
     """Two writers' touches conflict when they change overlapping paths of one document and
     either is an exclusive key's, or one is an untyped patch over a typed key's value (untyped
-    patches between themselves keep the last writer, as before typed keys)."""
+    patches between themselves keep the last writer)."""
     if a.scope != b.scope or a.owner != b.owner or not paths_overlap(a.path, b.path):
         return False
     if "exclusive" in (a.strategy, b.strategy):
