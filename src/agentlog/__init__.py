@@ -34,6 +34,9 @@ _EXPORTS: dict[str, str] = {
     "ToolContext": "agentlog.runtime.tools",
     "ToolError": "agentlog.runtime.tools",
     "PermissionPlugin": "agentlog.runtime.permission",
+    # typed state
+    "StateKey": "agentlog.runtime.state.keys",
+    "MemoryPlugin": "agentlog.runtime.toolkits.memory",
     "McpServerConfig": "agentlog.runtime.toolkits.mcp",
     "McpToolset": "agentlog.runtime.toolkits.mcp",
     "SubAgents": "agentlog.runtime.toolkits.subagents",
@@ -55,8 +58,8 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "__version__",
     "AgentSpec", "AgentlogError", "App", "ContextPolicy", "EmbeddedNatsServer", "JetStreamEventStore",
-    "McpServerConfig", "McpToolset", "MemoryEventStore", "Model", "OpenAIChatModel", "PermissionPlugin",
-    "RunHandle", "RunResult", "Runtime", "ScriptedModel", "SubAgents", "Tool", "ToolContext", "ToolError",
+    "McpServerConfig", "McpToolset", "MemoryEventStore", "MemoryPlugin", "Model", "OpenAIChatModel", "PermissionPlugin",
+    "RunHandle", "RunResult", "Runtime", "ScriptedModel", "StateKey", "SubAgents", "Tool", "ToolContext", "ToolError",
     "Turn", "Worker", "load_config", "tool",
     "AnthropicModel", "GeminiModel", "OpenAIResponsesModel", "ModelPrices", "ModelPool",
 ]
@@ -109,7 +112,9 @@ if TYPE_CHECKING:
     from agentlog.runtime.models.pricing import ModelPrices
     from agentlog.runtime.models.scripted import ScriptedModel, Turn
     from agentlog.runtime.permission import PermissionPlugin
+    from agentlog.runtime.state.keys import StateKey
     from agentlog.runtime.toolkits.mcp import McpServerConfig, McpToolset
+    from agentlog.runtime.toolkits.memory import MemoryPlugin
     from agentlog.runtime.toolkits.subagents import SubAgents
     from agentlog.runtime.tools import Tool, ToolContext, ToolError, tool
     from agentlog.runtime.workers.worker import Worker

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 DESIGN = REPO / "docs" / "DESIGN.md"
 
 #: First tokens after `agentlog.` that name NATS subjects or metadata keys, never modules.
-NOT_MODULES = {"ev", "live", "cmd", "ctl", "dlq", "api", "archived", "branch", "resumed", "ag-ui", "ai-sdk"}
+NOT_MODULES = {"ev", "pf", "live", "cmd", "ctl", "dlq", "api", "archived", "branch", "resumed", "ag-ui", "ai-sdk"}
 
 PATH = re.compile(r"(?<![\w/.])(?:src/)?(agentlog/[\w./-]*[\w/])")
 DOTTED = re.compile(r"(?<![\w/.-])agentlog(?:\.[A-Za-z_][\w-]*)+")

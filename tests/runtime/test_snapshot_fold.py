@@ -29,8 +29,10 @@ from agentlog.eventlog.events import (
     RunResumed,
     RunStarted,
     RunSuspended,
+    StateCleared,
     StatePatched,
     StateReplaced,
+    StateWritten,
     StepFinished,
     StepStarted,
     StoredCommit,
@@ -84,6 +86,16 @@ _event = st.one_of(
     st.builds(lambda k, v: StatePatched(ops=[{"op": "add", "path": f"/{k}", "value": v}]),
               st.sampled_from("xyz"), st.integers(0, 9)),
     st.builds(lambda v: StateReplaced(state={"r": v}), st.integers(0, 9)),
+    # typed state: writes of each scope (ops that always apply) and their cleanup
+    st.builds(lambda scope, key, n, c, transient: StateWritten(
+        key=key, ops=[{"op": "increment", "path": f"/{key}", "value": n}] if key != "k3"
+        else [{"op": "lattice", "path": "/k3", "kind": "g_set", "value": [n]}],
+        scope=scope, call_id=c if scope == "tool_call" else None, transient=transient and scope == "thread"),
+        st.sampled_from(["thread", "run", "tool_call"]), st.sampled_from(["k1", "k2", "k3"]), st.integers(0, 5), _call,
+        st.booleans()),
+    st.builds(lambda scope, keys, c: StateCleared(scope=scope, keys=keys, call_id=c if scope == "tool_call" else None),
+              st.sampled_from(["thread", "run", "tool_call"]), st.lists(st.sampled_from(["k1", "k2", "k3"]), max_size=2),
+              _call),
     st.builds(lambda c: ToolCallGated(call_id=c, verdict="allow"), _call),
     st.builds(lambda c: ToolCallStarted(call_id=c, name="tool", arguments={"n": 1}), _call),
     st.builds(lambda c, mode: ToolCallSuspended(call_id=c, ticket=SuspendTicket(id=f"t-{c}", resume_mode=mode)),

@@ -92,6 +92,8 @@ events_app = group("Read the event log.")
 app.add_typer(events_app, name="events")
 thread_app = group("One thread from the log: its view, runs and state (show), or its messages; fork it.")
 app.add_typer(thread_app, name="thread")
+profile_app = group("One profile: the typed state shared by the threads of a resource_id (show).")
+app.add_typer(profile_app, name="profile")
 projections_app = group("Maintain the KV views (projections) of the log.")
 app.add_typer(projections_app, name="projections")
 

@@ -1,4 +1,4 @@
-"""`agentlog events tail`, `threads`, `thread show|messages`, `runs` and `projections rebuild`:
+"""`agentlog events tail`, `threads`, `thread show|messages`, `profile show`, `runs` and `projections rebuild`:
 reads of the log and maintenance of its views (DESIGN 5.3). Registered on `agentlog.cli.core.app`.
 
 They read the log over NATS: the server's (`--nats`), or the data dir's, whose embedded server
@@ -36,6 +36,7 @@ from agentlog.cli.core import (
     format_time,
     guard,
     print_json,
+    profile_app,
     projections_app,
     read_to_end,
     run_main,
@@ -65,6 +66,7 @@ from agentlog.gateway.operations.timeline import (
 from agentlog.projections import RunView, ThreadView, fold_commits
 from agentlog.projections.fold import fold_messages
 from agentlog.projections.kv import KVViewStore
+from agentlog.projections.profile import fold_profile
 from agentlog.projections.rebuild import rebuild
 from agentlog.projections.timetravel import state_at
 
@@ -385,6 +387,47 @@ def thread_show(
             out.print(table)
         out.print(Text(f"state ({f'as of {at}' if at else 'now'}):", style="bold"))
         out.print(Text(json.dumps(state, ensure_ascii=False, indent=2, sort_keys=True)))
+
+    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body)
+
+
+@profile_app.command("show")
+def profile_show(
+    profile_id: Annotated[str, typer.Argument(help="The profile id: a thread's resource_id.")],
+    at: Annotated[int | None, typer.Option(
+        "--at", metavar="SEQ", min=1, help="The profile as of this sequence of its stream instead of now.")] = None,
+    history: Annotated[bool, typer.Option("--history", help="Also list the profile's writes.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document, as GET /v1/profiles/{id}/state.")] = False,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """One profile from its stream: its typed state (now, or --at a sequence), and its writes."""
+
+    async def body(store: JetStreamEventStore) -> None:
+        commits = [c async for c in store.read_profile(profile_id)]
+        view = fold_profile(profile_id, commits, at=at)
+        writes = [c for c in commits if at is None or c.seq <= at]
+        if as_json:
+            doc = {**msgspec.to_builtins(view), "at": at}
+            if history:
+                doc["history"] = [{"seq": c.seq, "ts": c.commit.ts, "thread_id": c.commit.thread_id,
+                                   "run_id": c.commit.run_id, "call_id": c.commit.call_id,
+                                   "writes": [msgspec.to_builtins(e) for e in c.commit.events]} for c in writes]
+            print_json(doc)
+            return
+        out = stdout_console()
+        out.print(Text(f"profile {profile_id} (version {view.version}, {view.writes} writes"
+                       f"{f', as of {at}' if at else ''}):", style="bold"))
+        out.print(Text(json.dumps(view.state, ensure_ascii=False, indent=2, sort_keys=True)))
+        if history and writes:
+            table = Table(title=f"writes ({len(writes)})", title_justify="left")
+            for column in ("seq", "time", "key", "ops", "thread", "run"):
+                table.add_column(column, overflow="fold")
+            for c in writes:
+                for e in c.commit.events:
+                    table.add_row(str(c.seq), format_time(c.commit.ts), e.key,
+                                  msgspec.json.encode(e.ops).decode(), c.commit.thread_id or "-", c.commit.run_id or "-")
+            out.print(table)
 
     run_on_store(connection_options(nats, creds, token, data_dir, timeout), body)
 

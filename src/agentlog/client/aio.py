@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import urllib.parse
 import uuid
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
@@ -83,6 +84,7 @@ class AsyncClient:
         self.threads = Threads(self)
         self.runs = Runs(self)
         self.agents = Agents(self)
+        self.profiles = Profiles(self)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -409,6 +411,20 @@ class Agents:
         doc = await self.client.request("GET", "/v1/agents")
         agents: JsonList = doc.get("agents") or []
         return agents
+
+
+class Profiles:
+    """`client.profiles`: the long-term state of a `resource_id`, shared by its threads
+    (`/v1/profiles/{id}/state`)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+
+    async def state(self, profile_id: str, *, at: int | None = None, history: bool = False) -> Json:
+        """The profile now, or as of sequence `at` of its stream (time travel): `{"profile_id",
+        "at", "version", "state", "keys", "writes", ...}`; `history=True` adds its writes."""
+        path = f"/v1/profiles/{urllib.parse.quote(profile_id, safe='')}/state"
+        return await self.client.request("GET", path, params=_params(at=at, history=history or None))
 
 
 #: The statuses of a finished run: `failed` when it ended in an error, else `done`.

@@ -87,6 +87,7 @@ class SyncClient:
         self.threads = SyncThreads(self)
         self.runs = SyncRuns(self)
         self.agents = SyncAgents(self)
+        self.profiles = SyncProfiles(self)
 
     def __enter__(self) -> SyncClient:
         return self
@@ -219,6 +220,16 @@ class SyncAgents:
 
     def list(self) -> JsonList:
         return self.c.call(self.a.list())
+
+
+class SyncProfiles:
+    """`client.profiles` (see `agentlog.client.aio.Profiles`)."""
+
+    def __init__(self, client: SyncClient) -> None:
+        self.c, self.a = client, client.aio.profiles
+
+    def state(self, profile_id: str, *, at: int | None = None, history: bool = False) -> Json:
+        return self.c.call(self.a.state(profile_id, at=at, history=history))
 
 
 def get_sync_client(url: str | None = None, *, token: str | None = None, timeout: float = 60.0) -> SyncClient:

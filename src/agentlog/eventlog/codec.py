@@ -13,12 +13,13 @@ from typing import Any
 import msgspec
 
 from agentlog.eventlog.errors import CodecError, UnknownEventType, UnsupportedSchemaVersion
-from agentlog.eventlog.events import EVENT_TYPES, SCHEMA_VERSION, AnyEvent, Commit
+from agentlog.eventlog.events import EVENT_TYPES, SCHEMA_VERSION, AnyEvent, Commit, ProfileCommit
 
 _encoder = msgspec.json.Encoder()
 _commit_decoder = msgspec.json.Decoder(Commit)
 _event_decoder = msgspec.json.Decoder(AnyEvent)
 _raw_decoder = msgspec.json.Decoder()
+_profile_decoder = msgspec.json.Decoder(ProfileCommit)
 
 #: version -> function turning a raw commit dict of that version into one of version + 1.
 UPCASTERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
@@ -47,6 +48,25 @@ def decode_commit(data: bytes | bytearray | memoryview) -> Commit:
         return _decode_slow(bytes(data), exc)
     if commit.v != SCHEMA_VERSION:
         return _decode_slow(bytes(data), None)
+    return commit
+
+
+def encode_profile_commit(commit: ProfileCommit) -> bytes:
+    return _encoder.encode(commit)
+
+
+def decode_profile_commit(data: bytes | bytearray | memoryview) -> ProfileCommit:
+    """Decode a profile commit (`ProfileCommit`); a `CodecError` for anything else, or for one
+    written by a newer schema."""
+    try:
+        commit = _profile_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise CodecError(f"not a profile commit: {exc}") from None
+    if commit.v > SCHEMA_VERSION:
+        raise UnsupportedSchemaVersion(
+            f"profile commit {commit.commit_id!r} has schema version {commit.v}; this build reads up to "
+            f"{SCHEMA_VERSION}: upgrade agentlog to read it"
+        )
     return commit
 
 

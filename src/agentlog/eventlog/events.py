@@ -23,6 +23,12 @@ ResumeMode = Literal["replay_tool_call", "use_decision_as_tool_result", "pass_de
 DecisionAction = Literal["resume", "cancel"]
 Outcome = Literal["succeeded", "failed", "cancelled"]
 StateScope = Literal["thread", "run", "tool_call"]
+#: Where a typed state key lives: `StateScope`, or the profile (long-term memory shared by the
+#: threads of one `resource_id`, kept in its own stream: `ProfileCommit`).
+KeyScope = Literal["thread", "run", "tool_call", "profile"]
+#: How parallel writes of one key in one tool round combine (`agentlog.runtime.state`).
+MergeStrategy = Literal["exclusive", "commutative", "lattice"]
+ConflictResolution = Literal["failed", "sequential"]
 TerminationType = Literal[
     "natural_end", "behavior_requested", "stopped", "cancelled", "blocked", "error"
 ]
@@ -435,6 +441,58 @@ class StateReplaced(Event, frozen=True):
     call_id: str | None = None
 
 
+class StateWritten(Event, frozen=True):
+    """A write of the typed state key `key` in `scope`: `ops` (RFC 6902 and the extended
+    vocabulary of `agentlog.projections.state.apply_ops`, with absolute paths under `/<key>` of
+    the scope's document) are what the folds apply, so no fold needs the app that declared the
+    key. `action`: the reducer action the ops came from (None: a plain write); replay reduces it
+    again and checks it gives the same ops. `merge`: the key's strategy, as declared.
+
+    `call_id`: the tool call that wrote it (and, in `tool_call` scope, whose document it is).
+    `profile_id`: the profile written (`profile` scope; the write itself is a `ProfileCommit` in
+    the profile's own stream, and this event is the run's record of it). `transient`: the key is
+    not persistent and is cleared when the run ends (`StateCleared`)."""
+
+    key: str
+    ops: list[dict[str, JSON]]
+    scope: KeyScope = "thread"
+    merge: MergeStrategy = "exclusive"
+    action: JSON = None
+    source: str | None = None
+    call_id: str | None = None
+    profile_id: str | None = None
+    transient: bool = False
+
+
+class StateCleared(Event, frozen=True):
+    """Scoped state ended: `keys` of the `run` scope when the run ends, of a call's `tool_call`
+    scope when the call completes (`call_id`), or the run's transient `thread` keys when it ends.
+    Written by the loop so views and time travel show the cleanup where it happened."""
+
+    scope: StateScope
+    keys: list[str] = []
+    call_id: str | None = None
+
+
+class StateConflicted(Event, frozen=True):
+    """Two writers of one round touched overlapping paths (`path`) of the exclusive key `key`.
+    `writer` lost to `with_writer` (`tool:<call_id>` or `plugin:<id>`). `resolution`: `failed`
+    (a tool call: it completes failed, its writes dropped, the model sees why) or `sequential`
+    (a plugin hook: run again after the other's writes, on the state they made). A failed
+    call's dropped writes are kept here (`ops`: its untyped ops, `writes`: its typed ones), so
+    the log says what was refused and verified replay can refuse it again."""
+
+    key: str
+    path: str
+    writer: str
+    with_writer: str
+    resolution: ConflictResolution
+    scope: KeyScope = "thread"
+    call_id: str | None = None
+    ops: list[dict[str, JSON]] = []
+    writes: list[StateWritten] = []
+
+
 # -- events for clients ----------------------------------------------------------------------------
 
 
@@ -482,6 +540,9 @@ AnyEvent = Union[
     ToolCallCompleted,
     StatePatched,
     StateReplaced,
+    StateWritten,
+    StateCleared,
+    StateConflicted,
     ContextCompacted,
     CommitQuarantined,
     Emitted,
@@ -499,6 +560,29 @@ class Commit(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     ts: int
     v: int = SCHEMA_VERSION
     events: list[AnyEvent]
+
+
+class ProfileCommit(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One message of a profile's stream (`agentlog.pf.<digest of the profile id>`): typed state
+    writes (`StateWritten`, scope `profile`) of the profile shared by the threads of one
+    `resource_id`, appended under optimistic concurrency per profile. `thread_id` / `run_id` /
+    `call_id` say which run wrote it (None: written from outside a run)."""
+
+    commit_id: str
+    profile_id: str
+    ts: int
+    v: int = SCHEMA_VERSION
+    thread_id: str | None = None
+    run_id: str | None = None
+    call_id: str | None = None
+    events: list[StateWritten]
+
+
+class StoredProfileCommit(msgspec.Struct, frozen=True):
+    """A profile commit as read back, with the sequence the profile stream gave it."""
+
+    seq: int
+    commit: ProfileCommit
 
 
 class Position(msgspec.Struct, frozen=True, order=True):

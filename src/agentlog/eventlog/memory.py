@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from agentlog.eventlog.codec import decode_commit
+from agentlog.eventlog.codec import decode_commit, decode_profile_commit, encode_profile_commit
 from agentlog.eventlog.errors import CommitTooLarge, VersionConflict
-from agentlog.eventlog.events import AppendResult, Commit, StoredCommit
+from agentlog.eventlog.events import AppendResult, Commit, ProfileCommit, StoredCommit, StoredProfileCommit
 from agentlog.eventlog.ids import validate_id
-from agentlog.eventlog.store import encode_checked
+from agentlog.eventlog.store import check_profile_commit, encode_checked
 
 
 class MemoryEventStore:
@@ -23,6 +23,10 @@ class MemoryEventStore:
         self._by_commit_id: dict[str, int] = {}
         self._thread_version: dict[str, int] = {}
         self._changed = asyncio.Condition()
+        #: The profiles' stream (its own sequence numbers, as the JetStream store's own stream).
+        self._profiles: list[StoredProfileCommit] = []
+        self._profile_commit_ids: dict[str, int] = {}
+        self._profile_version: dict[str, int] = {}
 
     async def append(self, commit: Commit, expected_version: int | None) -> AppendResult:
         data = encode_checked(commit)
@@ -73,3 +77,23 @@ class MemoryEventStore:
 
     async def last_seq(self) -> int:
         return len(self._log)
+
+    # -- profiles (`ProfileStore`) ---------------------------------------------------------------
+
+    async def append_profile(self, commit: ProfileCommit, expected_version: int | None) -> AppendResult:
+        check_profile_commit(commit)
+        if commit.commit_id in self._profile_commit_ids:
+            return AppendResult(self._profile_commit_ids[commit.commit_id], duplicate=True)
+        actual = self._profile_version.get(commit.profile_id, 0)
+        if expected_version is not None and expected_version != actual:
+            raise VersionConflict(commit.profile_id, expected_version, actual)
+        seq = len(self._profiles) + 1
+        self._profiles.append(StoredProfileCommit(seq, decode_profile_commit(encode_profile_commit(commit))))
+        self._profile_commit_ids[commit.commit_id] = seq
+        self._profile_version[commit.profile_id] = seq
+        return AppendResult(seq)
+
+    async def read_profile(self, profile_id: str, after: int = 0) -> AsyncIterator[StoredProfileCommit]:
+        for sc in self._profiles[after:]:
+            if sc.commit.profile_id == profile_id:
+                yield sc

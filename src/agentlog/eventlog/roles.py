@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Literal, TypedDict
 
 from agentlog.eventlog.errors import AgentlogError
-from agentlog.eventlog.subjects import EVENTS_STREAM, PREFIX
+from agentlog.eventlog.subjects import EVENTS_STREAM, PREFIX, PROFILES_STREAM
 
 Role = Literal["serve", "gateway", "worker", "readonly", "client", "archiver"]
 ROLES: tuple[Role, ...] = ("serve", "gateway", "worker", "readonly", "client", "archiver")
@@ -69,15 +69,19 @@ class Permissions:
                            merged(self.subscribe, other.subscribe), merged(self.subscribe_deny, other.subscribe_deny))
 
 
-#: Nobody deletes or purges the log, or removes a commit from it.
+#: Nobody deletes or purges the log, or removes a commit from it; nor a profile's.
 _LOG_IS_APPEND_ONLY = (
     f"$JS.API.STREAM.DELETE.{EVENTS_STREAM}",
     f"$JS.API.STREAM.PURGE.{EVENTS_STREAM}",
     f"$JS.API.STREAM.MSG.DELETE.{EVENTS_STREAM}",
+    f"$JS.API.STREAM.DELETE.{PROFILES_STREAM}",
+    f"$JS.API.STREAM.PURGE.{PROFILES_STREAM}",
+    f"$JS.API.STREAM.MSG.DELETE.{PROFILES_STREAM}",
 )
 _SERVICE = Permissions(
     # `$O.>`: large tool outputs go to the Object Store by reference (`agentlog.eventlog.jetstream.payloads`).
-    publish=("$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>", "$O.>", "_INBOX.>", f"{PREFIX}.ev.>"),
+    # `pf`: profiles (typed state shared by a resource_id's threads), a stream of their own.
+    publish=("$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>", "$O.>", "_INBOX.>", f"{PREFIX}.ev.>", f"{PREFIX}.pf.>"),
     publish_deny=_LOG_IS_APPEND_ONLY,
     subscribe=("_INBOX.>",),
 )
@@ -97,6 +101,7 @@ READONLY = Permissions(
     publish=(
         "$JS.API.INFO", "$JS.API.STREAM.INFO.*", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST",
         f"$JS.API.DIRECT.GET.{EVENTS_STREAM}", f"$JS.API.DIRECT.GET.{EVENTS_STREAM}.>",
+        f"$JS.API.DIRECT.GET.{PROFILES_STREAM}", f"$JS.API.DIRECT.GET.{PROFILES_STREAM}.>",
         "$JS.API.DIRECT.GET.*.$KV.>",  # KV view reads (any generation of the view buckets)
         # outputs stored by reference, archived threads (nats-py reads an object's info with a
         # plain message get; `*` is a whole-token wildcard, so each bucket's stream is named)
@@ -109,7 +114,7 @@ READONLY = Permissions(
     # Explicit, so a wider allow added later cannot open them: no writes, no commands, no acks
     # (an ack removes a command from the work queue), no durable consumers.
     publish_deny=(
-        f"{PREFIX}.ev.>", f"{PREFIX}.cmd.>", f"{PREFIX}.ctl.>", f"{PREFIX}.live.>", f"{PREFIX}.dlq.>", "$KV.>", "$O.>",
+        f"{PREFIX}.ev.>", f"{PREFIX}.pf.>", f"{PREFIX}.cmd.>", f"{PREFIX}.ctl.>", f"{PREFIX}.live.>", f"{PREFIX}.dlq.>", "$KV.>", "$O.>",
         "$JS.ACK.>",
         "$JS.API.CONSUMER.CREATE.AGENTLOG_COMMANDS", "$JS.API.CONSUMER.CREATE.AGENTLOG_COMMANDS.>",
         "$JS.API.CONSUMER.DURABLE.CREATE.>", "$JS.API.CONSUMER.DELETE.AGENTLOG_COMMANDS.*",
@@ -124,15 +129,17 @@ CLIENT = Permissions(
     # Explicit, so a wider allow added later cannot open them: no appends, commands, live
     # decisions or output, no JetStream API, acks or flow control, no KV or object writes, and no
     # answers on other users' inboxes.
-    publish_deny=(f"{PREFIX}.ev.>", f"{PREFIX}.cmd.>", f"{PREFIX}.ctl.>", f"{PREFIX}.live.>", f"{PREFIX}.dlq.>",
-                  "$JS.>", "$KV.>", "$O.>", "_INBOX.>"),
+    publish_deny=(f"{PREFIX}.ev.>", f"{PREFIX}.pf.>", f"{PREFIX}.cmd.>", f"{PREFIX}.ctl.>", f"{PREFIX}.live.>",
+                  f"{PREFIX}.dlq.>", "$JS.>", "$KV.>", "$O.>", "_INBOX.>"),
     subscribe=(f"{CLIENT_INBOX}.>",),
 )
 #: Retention: archives (Object Store, KV run index, marker commits) and then purges what it
 #: archived. The stream itself and single messages stay undeletable.
 ARCHIVER = Permissions(
-    publish=("$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>", "$O.>", "_INBOX.>", f"{PREFIX}.ev.>"),
-    publish_deny=(f"$JS.API.STREAM.DELETE.{EVENTS_STREAM}", f"$JS.API.STREAM.MSG.DELETE.{EVENTS_STREAM}"),
+    publish=("$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>", "$O.>", "_INBOX.>", f"{PREFIX}.ev.>", f"{PREFIX}.pf.>"),
+    publish_deny=(f"$JS.API.STREAM.DELETE.{EVENTS_STREAM}", f"$JS.API.STREAM.MSG.DELETE.{EVENTS_STREAM}",
+                  f"$JS.API.STREAM.DELETE.{PROFILES_STREAM}", f"$JS.API.STREAM.PURGE.{PROFILES_STREAM}",
+                  f"$JS.API.STREAM.MSG.DELETE.{PROFILES_STREAM}"),
     subscribe=("_INBOX.>",),
 )
 PERMISSIONS: dict[Role, Permissions] = {"serve": GATEWAY | WORKER, "gateway": GATEWAY, "worker": WORKER,

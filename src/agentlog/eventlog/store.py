@@ -14,7 +14,15 @@ import msgspec
 
 from agentlog.eventlog.codec import decode_commit, encode_commit
 from agentlog.eventlog.errors import CodecError, InvalidCommit
-from agentlog.eventlog.events import AppendResult, Commit, CommitQuarantined, RunStarted, StoredCommit
+from agentlog.eventlog.events import (
+    AppendResult,
+    Commit,
+    CommitQuarantined,
+    ProfileCommit,
+    RunStarted,
+    StoredCommit,
+    StoredProfileCommit,
+)
 from agentlog.eventlog.ids import validate_id, validate_run_id
 
 
@@ -45,6 +53,39 @@ class EventStore(Protocol):
     async def last_seq(self) -> int:
         """Sequence of the last commit in the whole log, 0 if empty."""
         ...
+
+
+@runtime_checkable
+class ProfileStore(Protocol):
+    """A store that also keeps profiles: one stream of `ProfileCommit`s per profile id, with
+    its own sequence numbers and optimistic concurrency per profile (a profile's version is the
+    sequence of its last commit, 0 for none)."""
+
+    async def append_profile(self, commit: ProfileCommit, expected_version: int | None) -> AppendResult:
+        """Append under per-profile OCC (`VersionConflict`); a retry of the same `commit_id`
+        answers the original sequence with `duplicate=True`."""
+        ...
+
+    def read_profile(self, profile_id: str, after: int = 0) -> AsyncIterator[StoredProfileCommit]:
+        """The profile's commits with seq > `after`, in order, up to the end at call time."""
+        ...
+
+
+#: The longest profile id (a thread's `resource_id`).
+MAX_PROFILE_ID = 256
+
+
+def check_profile_commit(commit: ProfileCommit) -> None:
+    """Reject a profile commit that breaks the envelope's invariants, before it is published."""
+    validate_id(commit.commit_id, "commit_id")
+    if not isinstance(commit.profile_id, str) or not 0 < len(commit.profile_id) <= MAX_PROFILE_ID:
+        raise InvalidCommit(f"a profile id is 1-{MAX_PROFILE_ID} characters")
+    if not commit.events:
+        raise InvalidCommit("a profile commit holds at least one write")
+    for event in commit.events:
+        if event.scope != "profile" or event.profile_id not in (None, commit.profile_id):
+            raise InvalidCommit(f"a profile commit holds writes of its profile only, not {event.scope!r} scope "
+                                f"of {event.profile_id!r}")
 
 
 def check_commit(commit: Commit) -> None:

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from agentlog.eventlog.ids import THREAD_LEVEL_RUN
 
 PREFIX = "agentlog"
 EVENTS_STREAM = "AGENTLOG_EVENTS"
 EVENTS_SUBJECTS = f"{PREFIX}.ev.>"
 ALL_EVENTS = EVENTS_SUBJECTS
+
+
+#: Profiles (long-term state shared by the threads of one resource_id) have a stream of their
+#: own, one subject per profile: its optimistic concurrency scope.
+PROFILES_STREAM = "AGENTLOG_PROFILES"
+PROFILE_SUBJECTS = f"{PREFIX}.pf.>"
+
+
+def profile_subject(profile_id: str) -> str:
+    """`agentlog.pf.<sha256 of the profile id>`: a profile id is any resource_id (up to 256
+    characters of anything), so its subject token is its digest, never the id itself."""
+    return f"{PREFIX}.pf.{hashlib.sha256(profile_id.encode()).hexdigest()}"
 
 
 def event_subject(thread_id: str, run_id: str | None) -> str:

@@ -32,8 +32,10 @@ from agentlog.eventlog.events import (
     RunFinished,
     RunOverrides,
     RunStarted,
+    StateCleared,
     StatePatched,
     StateReplaced,
+    StateWritten,
     StepFinished,
     StepStarted,
     StoredCommit,
@@ -50,7 +52,7 @@ from agentlog.eventlog.events import (
     Usage,
 )
 from agentlog.projections.errors import InvalidPatch
-from agentlog.projections.state import validate_patch, validate_state
+from agentlog.projections.state import apply_ops, pointer, validate_patch, validate_state
 from agentlog.projections.views import (
     ACTIVE_CALL_STATUSES,
     CallView,
@@ -204,6 +206,40 @@ class _ThreadAcc:
             else:
                 self.state_elided = False  # whole again
 
+    def _written(self, ev: StateWritten, run_id: str | None) -> None:
+        if ev.scope == "thread" and not self.state_elided:
+            if not key_ops_valid(ev.ops, ev.key):
+                self.rejected_patches += 1
+                return
+            try:
+                self.state = apply_ops(self.state, ev.ops)
+            except InvalidPatch:
+                self.rejected_patches += 1
+
+    def _cleared(self, ev: StateCleared, run_id: str | None) -> None:
+        if ev.scope == "thread" and not self.state_elided:
+            self.state = without_keys(self.state, ev.keys)
+
+
+def without_keys(state: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    """`state` without the members `keys` (a new dict when any is present; the same one else)."""
+    if not any(k in state for k in keys):
+        return state
+    drop = set(keys)
+    return {k: v for k, v in state.items() if k not in drop}
+
+
+def key_ops_valid(ops: Sequence[Any], key: str) -> bool:
+    """Whether every op of a `StateWritten` of `key` stays under `/<key>` (a write of one key
+    never touches another's value)."""
+    root = pointer([key])
+    return all(isinstance(op, Mapping) and _under(op.get("path"), root)
+               and (op.get("op") not in ("move", "copy") or _under(op.get("from"), root)) for op in ops)
+
+
+def _under(path: Any, root: str) -> bool:
+    return isinstance(path, str) and (path == root or path.startswith(root + "/"))
+
 
 _THREAD_HANDLERS: dict[type, Any] = {
     ThreadCreated: _ThreadAcc._created,
@@ -216,6 +252,8 @@ _THREAD_HANDLERS: dict[type, Any] = {
     InferenceCompleted: _ThreadAcc._inference,
     StatePatched: _ThreadAcc._patched,
     StateReplaced: _ThreadAcc._replaced,
+    StateWritten: _ThreadAcc._written,
+    StateCleared: _ThreadAcc._cleared,
 }
 
 
@@ -436,6 +474,39 @@ class _RunAcc:
         else:
             self._set_call(_replace(self._call(ev.call_id, ts), state=state, updated=ts))
 
+    def _written(self, ev: StateWritten, ts: int) -> None:
+        if ev.scope in ("run", "tool_call") and not key_ops_valid(ev.ops, ev.key):
+            self.rejected_patches += 1
+            return
+        if ev.scope == "run":
+            if self.state_elided:
+                return
+            try:
+                self.state = apply_ops(self.state, ev.ops)
+            except InvalidPatch:
+                self.rejected_patches += 1
+        elif ev.scope == "tool_call":
+            if ev.call_id is None:
+                self.rejected_patches += 1
+                return
+            call = self._call(ev.call_id, ts)
+            try:
+                state = apply_ops(call.state, ev.ops)
+            except InvalidPatch:
+                self.rejected_patches += 1
+                return
+            self._set_call(_replace(call, state=state, updated=ts))
+
+    def _cleared(self, ev: StateCleared, ts: int) -> None:
+        if ev.scope == "run":
+            if not self.state_elided:
+                self.state = without_keys(self.state, ev.keys)
+        elif ev.scope == "tool_call" and ev.call_id is not None:
+            call = self._call(ev.call_id, ts)
+            state = without_keys(call.state, ev.keys)
+            if state is not call.state:
+                self._set_call(_replace(call, state=state, updated=ts))
+
 
 _RUN_HANDLERS: dict[type, Any] = {
     RunStarted: _RunAcc._started,
@@ -454,6 +525,8 @@ _RUN_HANDLERS: dict[type, Any] = {
     ToolCallCompleted: _RunAcc._call_completed,
     StatePatched: _RunAcc._patched,
     StateReplaced: _RunAcc._replaced,
+    StateWritten: _RunAcc._written,
+    StateCleared: _RunAcc._cleared,
 }
 
 

@@ -207,7 +207,8 @@ class RunLoader:
         base = snap.version
         tail = [sc async for sc in store.read_thread(thread_id, after=base)]
         covered = [sc for sc in commits if sc.seq <= base]
-        ctx = RunContext(thread_id=thread_id, run_id=run_id, thread_exists=True, state=dict(snap.state))
+        ctx = RunContext(thread_id=thread_id, run_id=run_id, thread_exists=True, state=dict(snap.state),
+                         resource_id=snap.resource_id)
         fold_context(ctx, covered, thread_scope=False)
         fold_context(ctx, tail)
         run_commits_all = covered + [sc for sc in tail if sc.commit.run_id == run_id]

@@ -18,6 +18,8 @@ from typing import Any, Protocol, Union
 from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.events import JSON, Emitted, SuspendTicket, ToolCall, ToolCallDecision, Verdict
 from agentlog.runtime.models.base import ModelResponse
+from agentlog.runtime.state.batch import MutationBatch
+from agentlog.runtime.state.keys import StateKey
 from agentlog.runtime.tools import ToolResult
 
 
@@ -138,21 +140,24 @@ class HandOff:
     call_id: str | None = None
 
 
+#: Typed state writes (`PhaseContext.mutate()`): any phase that takes `PatchState` takes a
+#: `MutationBatch` too (`agentlog.runtime.state.batch`).
 Action = Union[
     AddContext, ExcludeTools, IncludeOnlyTools, OverrideInference, Terminate, Block, Gate, Suspend,
-    SetResult, PatchState, AddUserMessage, Emit, HandOff,
+    SetResult, PatchState, AddUserMessage, Emit, HandOff, MutationBatch,
 ]
 
 #: Which actions each phase accepts.
 PHASE_ACTIONS: dict[str, tuple[type[Action], ...]] = {
-    "run_start": (PatchState, Emit, Terminate, HandOff),
-    "step_start": (PatchState, Emit, Terminate, HandOff),
-    "before_inference": (AddContext, ExcludeTools, IncludeOnlyTools, OverrideInference, Terminate, PatchState, Emit),
-    "after_inference": (Terminate, PatchState, Emit),
-    "before_tool_execute": (Block, Gate, Suspend, SetResult, PatchState, Emit),
-    "after_tool_execute": (AddUserMessage, PatchState, Emit, HandOff),
-    "step_end": (PatchState, Emit, Terminate, HandOff),
-    "run_end": (PatchState, Emit),
+    "run_start": (PatchState, MutationBatch, Emit, Terminate, HandOff),
+    "step_start": (PatchState, MutationBatch, Emit, Terminate, HandOff),
+    "before_inference": (AddContext, ExcludeTools, IncludeOnlyTools, OverrideInference, Terminate, PatchState,
+                         MutationBatch, Emit),
+    "after_inference": (Terminate, PatchState, MutationBatch, Emit),
+    "before_tool_execute": (Block, Gate, Suspend, SetResult, PatchState, MutationBatch, Emit),
+    "after_tool_execute": (AddUserMessage, PatchState, MutationBatch, Emit, HandOff),
+    "step_end": (PatchState, MutationBatch, Emit, Terminate, HandOff),
+    "run_end": (PatchState, MutationBatch, Emit),
 }
 
 
@@ -183,7 +188,9 @@ class AgentView(Protocol):
 @dataclass(frozen=True, slots=True)
 class PhaseContext:
     """What a hook may read. `state` is the live thread state: read it, never mutate it
-    (change it with `PatchState`)."""
+    (change it with `PatchState`). Typed keys: `read(key)` of the thread, run (and, in the hooks
+    of a tool call, tool_call) scopes; `mutate()` gives a `MutationBatch` to stage typed writes
+    in, returned as an action."""
 
     agent: AgentView
     thread_id: str
@@ -195,6 +202,30 @@ class PhaseContext:
     #: BeforeToolExecute of a resumed call (resume mode replay_tool_call): the human decision it
     #: was resumed with, so a gate that asked can now let it through (or turn it down).
     decision: ToolCallDecision | None = None
+    #: The run scope's state (read-only, like `state`).
+    run_state: Mapping[str, JSON] = field(default_factory=dict)
+    #: In BeforeToolExecute / AfterToolExecute: the call and its tool_call scope's state.
+    call_id: str | None = None
+    call_state: Mapping[str, JSON] | None = None
+    #: Who writes the batches `mutate()` gives (`plugin:<id>`): a G-counter's replica.
+    writer: str = "plugin"
+
+    def _documents(self) -> dict[str, dict[str, JSON]]:
+        docs: dict[str, dict[str, JSON]] = {"thread": dict(self.state), "run": dict(self.run_state)}
+        if self.call_state is not None:
+            docs["tool_call"] = dict(self.call_state)
+        return docs
+
+    def read(self, key: StateKey[Any]) -> Any:
+        """The key's typed value as of this phase (its default if never written)."""
+        return MutationBatch(self._documents(), writer=self.writer).read(key)
+
+    def mutate(self) -> MutationBatch:
+        """A batch of typed writes on this phase's snapshot; return it among the hook's
+        actions. Batches of the phase's hooks merge by their keys' strategies: one that
+        conflicts on an exclusive key runs again after the others (sequential fallback)."""
+        owners = {"tool_call": self.call_id} if self.call_id is not None else {}
+        return MutationBatch(self._documents(), writer=self.writer, owners=owners)
 
 
 Actions = Sequence[Action]
@@ -202,9 +233,12 @@ HookResult = Actions | None | Awaitable[Actions | None]
 
 
 class Plugin:
-    """Base class: override the hooks you need; each returns actions (or None for none)."""
+    """Base class: override the hooks you need; each returns actions (or None for none).
+    `state_keys`: the typed state keys the plugin reads and writes, registered with every
+    agent it is in."""
 
     id: str = "plugin"
+    state_keys: Sequence[StateKey[Any]] = ()
 
     def run_start(self, ctx: PhaseContext) -> HookResult:
         return None

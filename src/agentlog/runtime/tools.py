@@ -22,6 +22,9 @@ from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.events import JSON, Emitted, ResumeMode, SuspendTicket, ToolCallDecision
 from agentlog.eventlog.ids import validate_id
 from agentlog.runtime.models.base import ToolSpec
+from agentlog.runtime.state.access import ProfileAccess, ProfileLoader, TypedState
+from agentlog.runtime.state.batch import MutationBatch
+from agentlog.runtime.state.keys import StateKey, StateKeys
 
 
 class ToolError(AgentlogError):
@@ -81,11 +84,13 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
         return cls(status="pending", ticket=ticket)
 
 
-class ToolContext:
+class ToolContext(TypedState):
     """Everything a running tool may know or do, and nothing else.
 
     State edits are recorded as RFC 6902 ops and committed with the call's completion as a
-    `StatePatched` event, so a tool never writes the state directly. `call_id` is the idempotency
+    `StatePatched` event, so a tool never writes the state directly. Typed state keys
+    (`read`, `write`, `update`, `reduce`; `profile` for the profile scope) are staged in `batch`
+    and committed with the completion as `StateWritten` events. `call_id` is the idempotency
     key: a call interrupted by a crash is run again with the same id (at-least-once).
     """
 
@@ -101,6 +106,11 @@ class ToolContext:
         decision: ToolCallDecision | None = None,
         progress: Callable[[JSON], None] | None = None,
         cancelled: asyncio.Event | None = None,
+        run_state: dict[str, JSON] | None = None,
+        call_state: dict[str, JSON] | None = None,
+        keys: StateKeys | None = None,
+        profile_id: str | None = None,
+        profile_loader: ProfileLoader | None = None,
     ) -> None:
         self.thread_id = thread_id
         self.run_id = run_id
@@ -115,6 +125,13 @@ class ToolContext:
         self.ops: list[dict[str, JSON]] = []
         #: Events for the run's clients, committed with the call's completion (`Emitted`).
         self.emitted: list[Emitted] = []
+        #: Typed state writes, committed with the call's completion (`StateWritten`).
+        self.batch = MutationBatch({"thread": state, "run": run_state or {}, "tool_call": call_state or {}},
+                                   writer=f"tool:{call_id}", owners={"tool_call": call_id})
+        #: The agent's state keys (by name), e.g. for a tool that reads a key it did not declare.
+        self.keys = keys if keys is not None else StateKeys()
+        #: The profile scope: the long-term state of the thread's `resource_id` (async).
+        self.profile = ProfileAccess(self.batch, profile_id, profile_loader)
 
     @property
     def state(self) -> dict[str, JSON]:
@@ -191,6 +208,7 @@ class Tool:
         args_model: type[pydantic.BaseModel],
         function: ToolFunction,
         context_param: str | None,
+        state_keys: Iterable[StateKey[Any]] = (),
     ) -> None:
         validate_id(name, "tool name")
         self.name = name
@@ -201,6 +219,8 @@ class Tool:
         self.is_async = inspect.iscoroutinefunction(function)
         self.parameters: dict[str, JSON] = args_model.model_json_schema()
         self.parameters.pop("title", None)
+        #: The typed state keys the tool reads and writes (registered with the agents using it).
+        self.state_keys: tuple[StateKey[Any], ...] = tuple(state_keys)
 
     @property
     def spec(self) -> ToolSpec:
@@ -208,7 +228,8 @@ class Tool:
 
     @classmethod
     def from_function(
-        cls, function: ToolFunction, *, name: str | None = None, description: str | None = None
+        cls, function: ToolFunction, *, name: str | None = None, description: str | None = None,
+        state_keys: Iterable[StateKey[Any]] = (),
     ) -> Tool:
         signature = inspect.signature(function)
         hints = get_type_hints(function)
@@ -228,7 +249,7 @@ class Tool:
             f"{tool_name}_args", __config__=pydantic.ConfigDict(extra="forbid"), **fields
         )
         doc = description if description is not None else inspect.getdoc(function) or ""
-        return cls(tool_name, doc, model, function, context_param)
+        return cls(tool_name, doc, model, function, context_param, state_keys)
 
     def validate(self, arguments: JSON) -> dict[str, Any]:
         """Validate raw JSON arguments; raise `InvalidToolArguments` naming each bad field."""
@@ -306,12 +327,14 @@ async def in_daemon_thread(function: Callable[..., Any], kwargs: dict[str, Any],
 
 
 def tool(
-    function: ToolFunction | None = None, *, name: str | None = None, description: str | None = None
+    function: ToolFunction | None = None, *, name: str | None = None, description: str | None = None,
+    state_keys: Iterable[StateKey[Any]] = (),
 ) -> Any:
-    """Decorator: `@tool` or `@tool(name=..., description=...)` turns a function into a `Tool`."""
+    """Decorator: `@tool` or `@tool(name=..., description=..., state_keys=[...])` turns a function
+    into a `Tool`."""
 
     def wrap(fn: ToolFunction) -> Tool:
-        return Tool.from_function(fn, name=name, description=description)
+        return Tool.from_function(fn, name=name, description=description, state_keys=state_keys)
 
     return wrap(function) if function is not None else wrap
 

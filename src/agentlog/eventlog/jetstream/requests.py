@@ -245,8 +245,9 @@ class JetStreamRequests:
             batch.error = f"status {status} {headers.get('Description', '')}".strip()  # type: ignore[union-attr]
         batch.done.set_result(None)
 
-    async def _get_batch(self, subject_filter: str, start: int) -> _Batch:
-        """One batched Direct Get: up to `read_batch` messages / `read_max_bytes` from `start`."""
+    async def _get_batch(self, subject_filter: str, start: int, direct: str | None = None) -> _Batch:
+        """One batched Direct Get: up to `read_batch` messages / `read_max_bytes` from `start`
+        (of the events stream, or of the stream whose Direct Get subject is `direct`)."""
         if self._reply_sub is None:
             await self._ensure_reply_sub()
         deadline = time.monotonic() + self.request_timeout
@@ -265,7 +266,7 @@ class JetStreamRequests:
         }
         try:
             await self._nc.publish(
-                self._direct_subject, json_encoder.encode(request), reply=self._reply_prefix + token
+                direct or self._direct_subject, json_encoder.encode(request), reply=self._reply_prefix + token
             )
             await batch.done
         except TimeoutError:
@@ -278,12 +279,12 @@ class JetStreamRequests:
             raise StoreUnavailable(f"{what}: direct get failed: {batch.error}")
         return batch
 
-    async def _scan(self, subject_filter: str, after: int) -> AsyncIterator[tuple[int, Msg]]:
+    async def _scan(self, subject_filter: str, after: int, direct: str | None = None) -> AsyncIterator[tuple[int, Msg]]:
         """(seq, raw message) of every message matching the filter with seq > after, in order,
         up to what was in the stream when the last batch was served."""
         start = after + 1
         while True:
-            batch = await self._get_batch(subject_filter, start)
+            batch = await self._get_batch(subject_filter, start, direct)
             for item in batch.items:
                 yield item
             if not batch.items or batch.pending == 0:

@@ -44,7 +44,7 @@ import nats
 import nats.errors
 from nats.aio.client import Client as NATS
 
-from agentlog.eventlog.codec import decode_commit, encode_commit
+from agentlog.eventlog.codec import decode_commit, decode_profile_commit, encode_commit, encode_profile_commit
 from agentlog.eventlog.errors import (
     AgentlogError,
     CodecError,
@@ -52,7 +52,7 @@ from agentlog.eventlog.errors import (
     StoreUnavailable,
     VersionConflict,
 )
-from agentlog.eventlog.events import AppendResult, Commit, StoredCommit
+from agentlog.eventlog.events import AppendResult, Commit, ProfileCommit, StoredCommit, StoredProfileCommit
 from agentlog.eventlog.ids import validate_id
 from agentlog.eventlog.jetstream.api import (
     ERR_NO_MESSAGE_FOUND,
@@ -91,11 +91,14 @@ from agentlog.eventlog.jetstream.replicas import (
 )
 from agentlog.eventlog.jetstream.requests import JetStreamRequests
 from agentlog.eventlog.quarantine import Quarantine
-from agentlog.eventlog.store import encode_checked
+from agentlog.eventlog.store import check_profile_commit, encode_checked
 from agentlog.eventlog.subjects import (
     EVENTS_STREAM,
     EVENTS_SUBJECTS,
+    PROFILE_SUBJECTS,
+    PROFILES_STREAM,
     event_subject,
+    profile_subject,
     run_filter,
     thread_filter,
 )
@@ -132,6 +135,7 @@ class JetStreamEventStore(JetStreamRequests):
         self.read_batch = read_batch
         self.read_max_bytes = read_max_bytes
         self._direct_subject = f"$JS.API.DIRECT.GET.{stream}"
+        self._profiles_direct = f"$JS.API.DIRECT.GET.{PROFILES_STREAM}"
         # One wildcard reply subscription for every request we make (appends, API calls, direct
         # gets): token -> waiter. Timeouts come from one sweeper task rather than a timer per
         # request, which is what makes pipelined appends cheap.
@@ -214,6 +218,7 @@ class JetStreamEventStore(JetStreamRequests):
             check_server_version(server_version(nc))
             if setup_stream:
                 await store.ensure_stream(replicas=replicas, duplicate_window=duplicate_window)
+                await store.ensure_profiles_stream(replicas=replicas, duplicate_window=duplicate_window)
         except BaseException:
             await store.close()
             raise
@@ -327,6 +332,27 @@ class JetStreamEventStore(JetStreamRequests):
             await wait_replicated(self.stream, target, self._peer_state)
         return updated.config or current
 
+    async def ensure_profiles_stream(self, *, replicas: int | None = None, duplicate_window: float = 120.0) -> None:
+        """Create the profiles' stream (`AGENTLOG_PROFILES` on `agentlog.pf.>`) if it is missing,
+        with the events stream's settings; an existing one is used as it is (its subjects must
+        match). Profiles are written rarely and read per profile, so one stream for all of them,
+        apart from the events (whose readers, the projection runner first, never see them)."""
+        info = await self._api(f"$JS.API.STREAM.INFO.{PROFILES_STREAM}", b"")
+        if info.error is None:
+            if PROFILE_SUBJECTS not in (info.config or {}).get("subjects", []):
+                raise AgentlogError(f"stream {PROFILES_STREAM} exists with subjects {(info.config or {}).get('subjects')}, "
+                                    f"not {PROFILE_SUBJECTS!r}: refusing to use it; fix or remove the stream")
+            return
+        if info.error.err_code != ERR_STREAM_NOT_FOUND:
+            raise api_failure("profiles stream info", info.error)
+        config = {**self.desired_stream_config(replicas=replicas, duplicate_window=duplicate_window),
+                  "name": PROFILES_STREAM, "subjects": [PROFILE_SUBJECTS]}
+        created = await self._api(f"$JS.API.STREAM.CREATE.{PROFILES_STREAM}", json_encoder.encode(config))
+        if created.error is not None:  # lost a creation race? then it exists now
+            again = await self._api(f"$JS.API.STREAM.INFO.{PROFILES_STREAM}", b"")
+            if again.error is not None:
+                raise api_failure("profiles stream create", created.error)
+
     async def _peer_state(self) -> tuple[bool, list[bool]]:
         reply = await self._nc.request(f"$JS.API.STREAM.INFO.{self.stream}", b"", timeout=self.request_timeout)
         cluster = (msgspec.json.decode(reply.data).get("cluster") or {})
@@ -377,6 +403,46 @@ class JetStreamEventStore(JetStreamRequests):
         failure = api_failure(f"append to thread {thread!r}", ack.error)
         self.writes.failed("append", failure)
         raise failure
+
+    # -- profiles (`ProfileStore`) -----------------------------------------------------------------
+
+    async def append_profile(self, commit: ProfileCommit, expected_version: int | None) -> AppendResult:
+        """Append to the profile's subject under per-profile OCC; idempotent on `commit_id`."""
+        check_profile_commit(commit)
+        data = encode_profile_commit(commit)
+        subject = profile_subject(commit.profile_id)
+        headers = {HDR_MSG_ID: commit.commit_id}
+        if expected_version is not None:
+            headers[HDR_EXPECTED] = str(expected_version)
+            headers[HDR_EXPECTED_SUBJECT] = subject
+        if len(data) + header_size(headers) > self._nc.max_payload:
+            raise CommitTooLarge(len(data) + header_size(headers), self._nc.max_payload)
+        reply = await self._request(subject, data, headers, "profile append")
+        try:
+            ack = ack_decoder.decode(reply.data)
+        except msgspec.DecodeError as exc:
+            raise StoreUnavailable(f"unreadable JetStream publish ack {reply.data[:200]!r}: {exc}") from None
+        if ack.error is None:
+            return AppendResult(ack.seq, duplicate=ack.duplicate)
+        if ack.error.err_code == ERR_WRONG_LAST_SEQUENCE and expected_version is not None:
+            last = expected_version
+            async for seq, msg in self._scan(subject, expected_version, self._profiles_direct):
+                last = seq
+                if msg.headers and msg.headers.get(HDR_MSG_ID) == commit.commit_id:
+                    return AppendResult(seq, duplicate=True)
+            raise VersionConflict(commit.profile_id, expected_version, last)
+        raise api_failure(f"append to profile {commit.profile_id!r}", ack.error)
+
+    async def read_profile(self, profile_id: str, after: int = 0) -> AsyncIterator[StoredProfileCommit]:
+        """The profile's commits after `after`; one a reader cannot decode is skipped (and
+        counted by the quarantine), as a profile holds only state writes, folded by key."""
+        async for seq, msg in self._scan(profile_subject(profile_id), after, self._profiles_direct):
+            try:
+                commit = decode_profile_commit(msg.data)
+            except CodecError:
+                continue
+            if commit.profile_id == profile_id:  # a digest collision is not this profile's
+                yield StoredProfileCommit(seq, commit)
 
     async def read_thread(self, thread_id: str, after: int = 0) -> AsyncIterator[StoredCommit]:
         validate_id(thread_id, "thread_id")

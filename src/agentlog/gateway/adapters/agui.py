@@ -53,8 +53,10 @@ from agentlog.eventlog.events import (
     RunFinished,
     RunStarted,
     RunSuspended,
+    StateCleared,
     StatePatched,
     StateReplaced,
+    StateWritten,
     StepFinished,
     StepStarted,
     SuspendTicket,
@@ -84,6 +86,8 @@ from agentlog.gateway.adapters.common import (
     request_overrides,
     safe_id,
 )
+from agentlog.projections.errors import InvalidPatch
+from agentlog.projections.state import apply_ops
 from agentlog.runtime.inputs.admission import as_parts
 from agentlog.runtime.models.base import ToolSpec
 
@@ -533,6 +537,13 @@ class AguiTranslator:
         if isinstance(ev, StateReplaced) and ev.scope == "thread":
             self.state = copy.deepcopy(ev.state)
             return [ag.StateSnapshotEvent(snapshot=copy.deepcopy(self.state))]
+        if isinstance(ev, StateWritten) and ev.scope == "thread":
+            return self._typed_write(ev)
+        if isinstance(ev, StateCleared) and ev.scope == "thread":
+            gone = [k for k in ev.keys if k in self.state]
+            self.state = {k: v for k, v in self.state.items() if k not in ev.keys}
+            ops = [{"op": "remove", "path": "/" + k.replace("~", "~0").replace("/", "~1")} for k in gone]
+            return [ag.StateDeltaEvent.model_validate({"delta": ops})] if ops else []
         if isinstance(ev, RunSuspended):
             return self._suspended(ev.call_ids)
         if isinstance(ev, RunFinished):
@@ -692,6 +703,20 @@ class AguiTranslator:
         holds, so nothing it already has is added twice)."""
         self._send_initial_state = True
         return [*self.start(), self._snapshot_messages()]
+
+    def _typed_write(self, ev: StateWritten) -> list[Any]:
+        """A typed write as AG-UI's JSON Patch: the key's new value (`add` replaces), or its
+        removal; its ops (which AG-UI does not know: increments, lattice joins) are applied to
+        our copy of the state. A copy that lacks the base state sends nothing: a client that
+        reconnects gets the state as a snapshot."""
+        try:
+            state = apply_ops(self.state, ev.ops)
+        except InvalidPatch:
+            return []
+        self.state = state
+        path = "/" + ev.key.replace("~", "~0").replace("/", "~1")
+        op = {"op": "add", "path": path, "value": state[ev.key]} if ev.key in state else {"op": "remove", "path": path}
+        return [ag.StateDeltaEvent.model_validate({"delta": [op]})]
 
     def _suspended(self, call_ids: list[str]) -> list[Any]:
         """A waiting run ends the AG-UI run. Frontend tool calls are NOT interrupts (AG-UI 1.0:

@@ -48,8 +48,10 @@ from agentlog.eventlog.events import (
     MessageAppended,
     RunFinished,
     RunSuspended,
+    StateCleared,
     StatePatched,
     StateReplaced,
+    StateWritten,
     StepFinished,
     StepStarted,
     ToolCallCompleted,
@@ -308,6 +310,10 @@ class AiSdkTranslator:
             return [{"type": "data-state-delta", "transient": True, "data": ev.ops}]
         if isinstance(ev, StateReplaced) and ev.scope == "thread":
             return [{"type": "data-state-snapshot", "transient": True, "data": ev.state}]
+        if isinstance(ev, StateWritten) and ev.scope == "thread":  # typed: its key and extended ops
+            return [{"type": "data-state-written", "transient": True, "data": {"key": ev.key, "ops": ev.ops}}]
+        if isinstance(ev, StateCleared) and ev.scope == "thread":
+            return [{"type": "data-state-cleared", "transient": True, "data": {"keys": ev.keys}}]
         if isinstance(ev, RunSuspended):
             self.done = True
             return self._close_step() + [{"type": "finish", "finishReason": "tool-calls"}]

@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
-from agentlog.gateway.http import changes, cors, health, inspector, openapi, ops, runs, sse, threads, ui
+from agentlog.gateway.http import changes, cors, health, inspector, openapi, ops, profiles, runs, sse, threads, ui
 from agentlog.gateway.http.errors import error_middleware
 from agentlog.gateway.http.metrics import middleware as metrics_middleware
 from agentlog.gateway.http.replies import reply
@@ -51,8 +51,8 @@ OPENAPI_30_ROUTE = Route("GET", "/openapi-3.0.json", openapi_30_json,
 
 
 def route_table(extra_routes: Sequence[Route] = ()) -> list[Route]:
-    return [*health.ROUTES, OPENAPI_ROUTE, OPENAPI_30_ROUTE, *threads.ROUTES, *runs.ROUTES, *inspector.ROUTES,
-            *changes.ROUTES, *ops.ROUTES, *ui.ROUTES, *extra_routes]
+    return [*health.ROUTES, OPENAPI_ROUTE, OPENAPI_30_ROUTE, *threads.ROUTES, *profiles.ROUTES, *runs.ROUTES,
+            *inspector.ROUTES, *changes.ROUTES, *ops.ROUTES, *ui.ROUTES, *extra_routes]
 
 
 def create_app(

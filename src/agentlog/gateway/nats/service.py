@@ -5,7 +5,7 @@
     # nats req agentlog.api.runs.start '{"agent_id": "calc", "messages": "hi"}'
 
 Endpoints `agentlog.api.<group>.<op>` (runs.start|inputs|cancel|get|list, threads.create|fork|revoke|get|list|
-messages, agents.list) take the HTTP JSON bodies, with the path id as a field (`run_id` / `thread_id`) and
+messages, agents.list, profiles.get) take the HTTP JSON bodies, with the path id as a field (`run_id` / `thread_id`) and
 query parameters as fields too. They call the very functions the HTTP handlers call
 (`agentlog.gateway.operations.operations`), and errors are the HTTP answers: micro error headers
 `Nats-Service-Error: <message>`, `Nats-Service-Error-Code: <HTTP status>`, and the JSON body
@@ -31,6 +31,7 @@ from pydantic import BaseModel
 
 from agentlog.eventlog.jetstream.store import JetStreamEventStore, flush_subscriptions
 from agentlog.gateway.operations import operations as ops
+from agentlog.gateway.operations import profiles as profiles_api
 from agentlog.gateway.operations import threads as threads_api
 from agentlog.gateway.operations.auth import Authenticator, Principal, resolve_tokens
 from agentlog.gateway.operations.dispatch import Dispatcher
@@ -44,6 +45,7 @@ from agentlog.gateway.operations.models import (
     ForkThreadRequest,
     ListRunsQuery,
     ListThreadsQuery,
+    ProfileStateRequest,
     RevokeRequest,
     RunInputsRequest,
     RunRef,
@@ -100,6 +102,9 @@ def _op_table(dispatcher: Dispatcher, catalog: list[dict[str, Any]] | None = Non
         },
         "agents": {
             "list": (AgentsQuery, agents),
+        },
+        "profiles": {
+            "get": (ProfileStateRequest, lambda svc, who, b: profiles_api.profile_state(svc, who, b.profile_id, b)),
         },
     }
 

@@ -141,6 +141,15 @@ class StateQuery(Query):
     at: EventId | None = Field(default=None, description="time travel: the state as of this event id")
 
 
+class ProfileStateQuery(Query):
+    at: int | None = Field(default=None, ge=1, description="time travel: the profile as of this sequence of its stream")
+    history: bool = Field(default=False, description="also list the profile's writes (up to `at`)")
+
+
+class ProfileStateRequest(ProfileStateQuery):
+    profile_id: ResourceId
+
+
 class EventsQuery(Query):
     after: EventId | None = Field(
         default=None, description="resume after this event id (the Last-Event-ID header wins)")

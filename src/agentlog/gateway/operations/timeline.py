@@ -25,8 +25,11 @@ from agentlog.eventlog.events import (
     MessageQueued,
     Position,
     RunFinished,
+    StateCleared,
+    StateConflicted,
     StatePatched,
     StateReplaced,
+    StateWritten,
     StepFinished,
     StepStarted,
     StoredCommit,
@@ -169,6 +172,17 @@ def event_summary(event: AnyEvent, call_names: dict[str, str] | None = None) -> 
                 for op in ops
             )
             return f"{scope}: {shown}"
+        case StateWritten(key=key, ops=ops, scope=scope, merge=merge, action=action):
+            shown = "; ".join(
+                f"{op.get('op')} {op.get('path')}" + (f"={excerpt(op['value'], 30)}" if "value" in op else "")
+                for op in ops
+            )
+            reduced = f" action={excerpt(action, 40)}" if action is not None else ""
+            return f"{scope} key {key} ({merge}){reduced}: {shown}"
+        case StateCleared(scope=scope, keys=keys, call_id=cid):
+            return f"{scope} cleared: {', '.join(keys)}" + (f" call={cid}" if cid else "")
+        case StateConflicted(key=key, path=path, writer=writer, with_writer=other, resolution=resolution):
+            return f"conflict on {key} {path}: {writer} vs {other} -> {resolution}"
         case _:
             data = event_data(event)
             data.pop("type", None)
@@ -313,7 +327,7 @@ def build_replay(run_id: str, thread_commits: Sequence[StoredCommit], to: Positi
 
 
 #: The only events a fold turns into state changes (thread, run or tool-call scope).
-_STATE_EVENTS = (StatePatched, StateReplaced)
+_STATE_EVENTS = (StatePatched, StateReplaced, StateWritten, StateCleared)
 
 
 def event_state_diffs(report: ReplayReport,

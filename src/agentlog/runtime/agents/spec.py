@@ -19,6 +19,7 @@ from agentlog.runtime.inputs.run_input import OverridePolicy
 from agentlog.runtime.models.base import Model
 from agentlog.runtime.models.pool import ModelPool
 from agentlog.runtime.plugins import Plugin
+from agentlog.runtime.state.keys import StateKey, collect_keys
 from agentlog.runtime.stop import MaxRounds, StopCondition
 
 ToolExecutionMode = Literal["sequential", "parallel_batch_approval", "parallel_streaming"]
@@ -110,6 +111,8 @@ class AgentSpec(AgentOptions):
     #: Tool names, resolved from the runtime's tool registry.
     tools: list[str] = []
     plugins: list[Plugin] = []
+    #: Typed state keys of the agent (its plugins' and tools' are added to them: `state_keys`).
+    state_keys: list[StateKey[Any]] = []
 
     @pydantic.field_validator("id")
     @classmethod
@@ -126,6 +129,12 @@ class AgentSpec(AgentOptions):
             self.tools = [*self.tools, *(n for n in names if n not in self.tools)]
             if not any(isinstance(p, HandoffPlugin) for p in self.plugins):
                 self.plugins = [*self.plugins, HandoffPlugin(self.handoffs)]
+        return self
+
+    @pydantic.model_validator(mode="after")
+    def _keys_agree(self) -> AgentSpec:
+        """Two declarations of one state key name (the agent's, its plugins') must agree."""
+        collect_keys(self.state_keys, self.plugins)
         return self
 
     @pydantic.field_validator("model")

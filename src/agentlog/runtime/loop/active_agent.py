@@ -7,10 +7,18 @@ plugin hooks run here, and their patches are staged through the run's `Staging`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agentlog.eventlog.events import AgentHandedOff, StatePatched, Termination, ToolCallDecision
+from agentlog.eventlog.events import (
+    AgentHandedOff,
+    StateConflicted,
+    StatePatched,
+    Termination,
+    ToolCall,
+    ToolCallDecision,
+)
 from agentlog.runtime.agents.spec import AgentSpec
 from agentlog.runtime.loop.decisions import tool_specs
 from agentlog.runtime.loop.staging import Staging
@@ -27,6 +35,8 @@ from agentlog.runtime.plugins import (
     overrides,
     run_hook,
 )
+from agentlog.runtime.state.batch import MutationBatch, Touch, plan_merge, untyped_touches
+from agentlog.runtime.state.keys import StateKeys, collect_keys
 from agentlog.runtime.tools import Tool
 
 #: Resolves an agent id to its spec and tools (for handoffs).
@@ -46,6 +56,8 @@ class ActiveAgent:
     agent_tools: dict[str, Tool]
     base_tool_specs: list[ToolSpec]
     stop_conditions: list[Any]
+    #: The typed state keys of the agent, its plugins and its tools.
+    keys: StateKeys
 
     def __init__(self, staging: Staging, spec: AgentSpec, tools: Mapping[str, Tool],
                  agents: AgentResolver | None) -> None:
@@ -66,6 +78,7 @@ class ActiveAgent:
         self._hooks: dict[str, list[Plugin]] = {hook: [p for p in spec.plugins if overrides(p, hook)] for hook in HOOKS}
         self.agent_tools = {n: tools[n] for n in spec.tools if n in tools}
         self.base_tool_specs = tool_specs(spec, self.agent_tools, (), self.staging.ctx.frontend_tools)
+        self.keys = collect_keys(spec.state_keys, spec.plugins, self.agent_tools.values())
 
     def follow_handoff(self, agent_id: str | None = None) -> None:
         """Switch to the run's active agent (or `agent_id`) if it is another one. Called only
@@ -90,24 +103,69 @@ class ActiveAgent:
 
     # -- plugins -------------------------------------------------------------------------------
 
-    def _phase(self, decision: ToolCallDecision | None = None) -> PhaseContext:
+    def _phase(self, decision: ToolCallDecision | None = None, call_id: str | None = None) -> PhaseContext:
         ctx = self.staging.ctx
         return PhaseContext(
             agent=self.spec, thread_id=ctx.thread_id, run_id=ctx.run_id,
             step=ctx.step, state=ctx.state, messages=ctx.messages, decision=decision,
+            run_state=ctx.run_state, call_id=call_id,
+            call_state=ctx.call_states.get(call_id, {}) if call_id is not None else None,
         )
 
     async def hook(self, hook: str, *args: Any, decision: ToolCallDecision | None = None) -> list[Action]:
+        """Run the phase's hooks, each on the phase's snapshot, and merge their typed writes
+        (the seeds' mutation lifecycle): batches that do not conflict stay among the actions for
+        `apply_patches`; a hook whose writes conflict with an earlier hook's on an exclusive key
+        runs again, after the earlier ones' writes are staged, on the state they made
+        (sequential fallback, recorded as `StateConflicted`)."""
         plugins = self._hooks[hook]
         if not plugins:
             return []
         await self.staging.messages_ready()
-        return await run_hook(plugins, hook, self._phase(decision), *args)
+        call_id = args[0].id if args and isinstance(args[0], ToolCall) else None
+        phase = self._phase(decision, call_id)
+        results: list[list[Action]] = []
+        for plugin in plugins:
+            results.append(await run_hook([plugin], hook, dataclasses.replace(phase, writer=f"plugin:{plugin.id}"),
+                                          *args))
+        if not any(isinstance(a, MutationBatch) for actions in results for a in actions):
+            return [a for actions in results for a in actions]
+        plan = plan_merge([_touches(actions) for actions in results])
+        if not plan.deferred:
+            return [a for actions in results for a in actions]
+        out: list[Action] = []
+        for index in plan.merged:  # committed as one batch, in registration order
+            out.extend(self._stage_writes(results[index], "plugin"))
+        for index in plan.deferred:  # then each deferred hook again, on the state made so far
+            plugin = plugins[index]
+            mine, theirs = plan.conflicts[index]
+            self.staging.emit(StateConflicted(
+                key=mine.key or theirs.key or "", path=mine.path, writer=f"plugin:{plugin.id}",
+                with_writer=_writer_of(results, plan.merged, theirs, plugins), resolution="sequential",
+                scope=mine.scope, call_id=call_id,  # type: ignore[arg-type]
+            ))
+            again = await run_hook([plugin], hook, dataclasses.replace(self._phase(decision, call_id),
+                                                                       writer=f"plugin:{plugin.id}"), *args)
+            out.extend(self._stage_writes(again, "plugin"))
+        return out
+
+    def _stage_writes(self, actions: Sequence[Action], source: str) -> list[Action]:
+        """Stage the state writes among `actions` now; the other actions, for the caller."""
+        rest: list[Action] = []
+        for action in actions:
+            if isinstance(action, (PatchState, MutationBatch)):
+                self.apply_patches([action], source)
+            else:
+                rest.append(action)
+        return rest
 
     def apply_patches(self, actions: Sequence[Action], source: str) -> None:
         for action in actions:
             if isinstance(action, PatchState):
                 self.staging.emit(StatePatched(ops=list(action.ops), source=source))
+            elif isinstance(action, MutationBatch):
+                for write in action.writes:
+                    self.staging.emit(write.event(source=action.writer, call_id=None))
             elif isinstance(action, Emit):
                 self.staging.emit(action.event)
             elif isinstance(action, HandOff):
@@ -119,3 +177,22 @@ class ActiveAgent:
             if isinstance(action, Terminate):
                 return Termination(type="behavior_requested", code=action.code, detail=action.detail)
         return None
+
+
+def _touches(actions: Sequence[Action]) -> list[Touch]:
+    out: list[Touch] = []
+    for action in actions:
+        if isinstance(action, MutationBatch):
+            out.extend(action.touches())
+        elif isinstance(action, PatchState):
+            out.extend(untyped_touches(action.ops))
+    return out
+
+
+def _writer_of(results: Sequence[Sequence[Action]], merged: Sequence[int], touch: Touch,
+               plugins: Sequence[Plugin]) -> str:
+    """The merged hook whose writes hold `touch`."""
+    for index in merged:
+        if touch in _touches(results[index]):
+            return f"plugin:{plugins[index].id}"
+    return "plugin"

@@ -23,6 +23,7 @@ from agentlog.runtime.loop.active_agent import ActiveAgent
 from agentlog.runtime.loop.decisions import CallPlan, stop_input
 from agentlog.runtime.loop.hitl import ready_calls, unstarted_calls
 from agentlog.runtime.loop.rounds import Replay, ToolRounds
+from agentlog.runtime.loop.run_context import run_cleanup
 from agentlog.runtime.loop.staging import Cancelled, Staging
 from agentlog.runtime.stop import evaluate_stop
 
@@ -151,6 +152,8 @@ class Resume:
             staging.emit(StepFinished(step=ctx.step))
         actions = await self.agent.hook("run_end")
         self.agent.apply_patches(actions, "plugin")
+        for cleared in run_cleanup(ctx):
+            staging.emit(cleared)
         staging.emit(RunFinished(termination=Termination(type="cancelled", detail=reason or "cancel requested"),
                                  usage=ctx.usage))
         return await staging.append_once()

@@ -23,6 +23,7 @@ from agentlog.eventlog.events import (
     RunFinished,
     RunResumed,
     RunSuspended,
+    StateConflicted,
     StatePatched,
     StepFinished,
     SuspendTicket,
@@ -47,8 +48,12 @@ from agentlog.runtime.loop.decisions import (
     stop_input,
 )
 from agentlog.runtime.loop.hitl import APPROVAL_SCHEMA, is_approved, ready_calls
+from agentlog.runtime.loop.run_context import apply_event as fold_event
+from agentlog.runtime.loop.run_context import call_cleanup, copy_context, run_cleanup
 from agentlog.runtime.loop.staging import Cancelled, Staging
 from agentlog.runtime.plugins import AddUserMessage
+from agentlog.runtime.state.batch import StateWrite, Touch, find_conflict, untyped_touches
+from agentlog.runtime.state.keys import StateError
 from agentlog.runtime.stop import BUDGET_CALL_PREFIX, evaluate_stop, is_budget_call
 from agentlog.runtime.tools import ToolContext, ToolResult
 
@@ -62,6 +67,8 @@ class Running:
     ctx: ToolContext | None = None
     #: Set when the call runs again after a human decision (replay / pass_decision_to_tool).
     decision: ToolCallDecision | None = None
+    #: How many of the round's state writes (`ToolRounds.round_writes`) the call's snapshot holds.
+    seen: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +94,9 @@ class ToolRounds:
         self.running: dict[str, Running] = {}
         #: User messages plugins asked for (AddUserMessage), staged at the step's end.
         self.queued_user: list[str] = []
+        #: The state writes of the calls completed while others ran (writer, touches), in order:
+        #: what a call that started before them did not see (parallel merge checks).
+        self.round_writes: list[tuple[str, list[Touch]]] = []
 
     # -- plans ---------------------------------------------------------------------------------
 
@@ -164,12 +174,16 @@ class ToolRounds:
             def progress(data: Any) -> None:
                 live.publish(thread_id, run_id, {"type": "tool_progress", "call_id": call_id, "data": data})
 
+        if not self.running or all(r.ctx is None for r in self.running.values() if r is not running):
+            self.round_writes = []  # nothing else runs: no earlier write can be unseen
         tctx = ToolContext(
             thread_id=ctx.thread_id, run_id=ctx.run_id, call_id=call_id, agent_id=self.agent.spec.id,
             tool_name=plan.call.name, state=ctx.state, progress=progress, cancelled=running.cancel,
-            decision=running.decision,
+            decision=running.decision, run_state=ctx.run_state, call_state=ctx.call_states.get(call_id, {}),
+            keys=self.agent.keys, profile_id=ctx.resource_id, profile_loader=staging.profile_loader(),
         )
         running.ctx = tctx
+        running.seen = len(self.round_writes)
         if staging.older_factory is not None and staging.older is None:
             # after a snapshot resume: the older messages load while the tool runs (not before
             # it starts: their read and decode would compete with the replay's start)
@@ -181,32 +195,83 @@ class ToolRounds:
         return result, tctx.ops
 
     async def complete(self, plan: CallPlan, result: ToolResult, ops: list[dict[str, Any]]) -> bool:
-        """Stage a finished call: its state edits (validated), completion and result message,
-        AfterToolExecute actions. A pending result suspends the call instead. Returns True if
+        """Stage a finished call: its state edits (validated; typed writes merged with the
+        round's by their keys' strategies, profile writes appended to the profile's stream),
+        AfterToolExecute actions, the end of its tool_call scope, completion and result message.
+        A pending result suspends the call instead (its tool_call scope stays). Returns True if
         it suspended."""
         staging = self.staging
         call = plan.call
         running = self.running.pop(call.id, None)
-        for emitted in running.ctx.emitted if running is not None and running.ctx is not None else ():
+        tctx = running.ctx if running is not None else None
+        for emitted in tctx.emitted if tctx is not None else ():
             staging.emit(emitted)
-        if ops:
-            try:
-                staging.emit(StatePatched(ops=ops, source=f"tool:{call.name}"))
-            except InvalidPatch as exc:
-                result = ToolResult.failure(f"tool {call.name!r} made an invalid state edit: {exc}")
+        writes = list(tctx.batch.writes) if tctx is not None else []
+        if ops or writes:
+            result = await self._stage_state(call, result, ops, writes, running.seen if running is not None else 0)
         actions = await self.agent.hook("after_tool_execute", call, result)
         self.agent.apply_patches(actions, "plugin")
         self.queued_user.extend(a.text for a in actions if isinstance(a, AddUserMessage))
         if result.status == "pending":
             staging.emit(ToolCallSuspended(call_id=call.id, ticket=result.ticket))  # type: ignore[arg-type]
             return True
+        cleared = call_cleanup(staging.ctx, call.id)
+        if cleared is not None:
+            staging.emit(cleared)
         outcome, value, content = classify_result(result)
         message_id = staging.entropy.new_id()
         staging.emit(ToolCallCompleted(call_id=call.id, outcome=outcome, result=value, message_id=message_id))  # type: ignore[arg-type]
         staging.emit(MessageAppended(message=Message(id=message_id, role="tool", content=content, tool_call_id=call.id)))
         return False
 
+    async def _stage_state(self, call: ToolCall, result: ToolResult, ops: list[dict[str, Any]],
+                           writes: list[StateWrite], seen: int) -> ToolResult:
+        """Stage a call's untyped ops and typed writes, all or nothing; the result to record
+        (a failure when they conflict with a write the call did not see, or do not apply)."""
+        staging = self.staging
+        writer = f"tool:{call.id}"
+        touches = untyped_touches(ops) + [t for w in writes for t in _write_touches(w)]
+        source = f"tool:{call.name}"
+        for other, theirs in self.round_writes[seen:]:
+            hit = find_conflict(touches, theirs)
+            if hit is not None:
+                mine, against = hit
+                staging.emit(StateConflicted(
+                    key=mine.key or against.key or "", path=mine.path, writer=writer, with_writer=other,
+                    resolution="failed", scope=mine.scope, call_id=call.id, ops=ops,  # type: ignore[arg-type]
+                    writes=[w.event(source=source, call_id=call.id) for w in writes],
+                ))
+                staging.log.info("run.state_conflict", call_id=call.id, key=mine.key or against.key, path=mine.path,
+                                 with_writer=other)
+                return ToolResult.failure(
+                    f"state conflict: this call changed {mine.path!r} of state key {mine.key or against.key!r}, "
+                    f"which {other} changed while it ran (the key is exclusive); nothing it wrote was kept. "
+                    "Call it again to work on the current state.")
+        events: list[Any] = []
+        if ops:
+            events.append(StatePatched(ops=ops, source=source))
+        events.extend(w.event(source=source, call_id=call.id) for w in writes)
+        trial = copy_context(staging.ctx)
+        try:
+            for event in events:  # all or nothing: validate on a copy before staging any
+                fold_event(trial, event, 0, trial.run_id)
+        except InvalidPatch as exc:
+            return ToolResult.failure(f"tool {call.name!r} made an invalid state edit: {exc}")
+        profile = [w for w in writes if w.key.scope == "profile"]
+        if profile:
+            try:
+                await staging.append_profile(profile, call.id)
+            except (InvalidPatch, StateError) as exc:
+                return ToolResult.failure(f"tool {call.name!r} could not write its profile state: {exc}")
+        for event in events:
+            staging.emit(event)
+        self.round_writes.append((writer, touches))
+        return result
+
     def emit_cancelled(self, call_id: str, why: str = "cancelled") -> None:
+        cleared = call_cleanup(self.staging.ctx, call_id)
+        if cleared is not None:
+            self.staging.emit(cleared)
         message_id = self.staging.entropy.new_id()
         self.staging.emit(ToolCallCompleted(call_id=call_id, outcome="cancelled", result={"error": why},
                                             message_id=message_id))
@@ -453,6 +518,8 @@ class ToolRounds:
             staging.emit(StepFinished(step=ctx.step))
         actions = await self.agent.hook("run_end")
         self.agent.apply_patches(actions, "plugin")
+        for cleared in run_cleanup(ctx):
+            staging.emit(cleared)
         staging.emit(RunFinished(termination=termination, usage=ctx.usage, cost=ctx.cost))
         await staging.flush()
 
@@ -462,3 +529,10 @@ class ToolRounds:
         self.running.clear()
         if self.staging.ctx.finished is None:
             await self.finish(Termination(type="cancelled", detail="cancel requested"))
+
+
+def _write_touches(write: StateWrite) -> list[Touch]:
+    from agentlog.projections.state import touched_paths
+
+    key = write.key
+    return [Touch(key.scope, write.owner or "", path, key.merge, key.name) for path in touched_paths(write.ops)]

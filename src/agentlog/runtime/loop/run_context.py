@@ -28,8 +28,10 @@ from agentlog.eventlog.events import (
     RunResumed,
     RunStarted,
     RunSuspended,
+    StateCleared,
     StatePatched,
     StateReplaced,
+    StateWritten,
     StepFinished,
     StepStarted,
     StoredCommit,
@@ -45,7 +47,9 @@ from agentlog.eventlog.events import (
     ToolCallSuspended,
     Usage,
 )
-from agentlog.projections.state import validate_patch, validate_state
+from agentlog.projections.errors import InvalidPatch
+from agentlog.projections.fold import key_ops_valid, without_keys
+from agentlog.projections.state import apply_ops, validate_patch, validate_state
 from agentlog.runtime.inputs.frontend import frontend_specs
 from agentlog.runtime.models.base import ToolSpec
 from agentlog.runtime.stop import BUDGET_CALL_PREFIX
@@ -62,9 +66,17 @@ class RunContext:
     thread_id: str
     run_id: str
     thread_exists: bool = False
+    #: The thread's owner (`ThreadCreated.resource_id`): the id of its profile.
+    resource_id: str | None = None
     messages: list[Message] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict)
     # run-scoped
+    #: The run's `run` scope state (typed keys of scope run), cleared when the run ends.
+    run_state: dict[str, Any] = field(default_factory=dict)
+    #: Each call's `tool_call` scope state (call_id -> document), cleared when the call completes.
+    call_states: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Thread keys this run wrote that are not persistent: cleared when the run ends.
+    transient_keys: list[str] = field(default_factory=list)
     started_ms: int = 0
     step: int = 0
     step_open: bool = False
@@ -153,14 +165,44 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
                 ctx.round_tools.append(tuple(c.name for c in calls))
     elif t is StatePatched:
         patched = cast(StatePatched, event)
-        if patched.scope == "thread" and thread_scope:
-            ctx.state = validate_patch(ctx.state, patched.ops)
+        if patched.scope == "thread":
+            if thread_scope:
+                ctx.state = validate_patch(ctx.state, patched.ops)
+        elif ours:
+            _scoped_ops(ctx, patched.scope, patched.call_id, patched.ops, validate_patch)
+    elif t is StateWritten:
+        written = cast(StateWritten, event)
+        if not key_ops_valid(written.ops, written.key):
+            raise InvalidPatch(f"a write of key {written.key!r} may only change /{written.key}")
+        if written.scope == "thread":
+            if thread_scope:
+                ctx.state = apply_ops(ctx.state, written.ops)
+            if ours and written.transient and written.key not in ctx.transient_keys:
+                ctx.transient_keys.append(written.key)
+        elif ours and written.scope != "profile":  # a profile lives in its own stream
+            _scoped_ops(ctx, written.scope, written.call_id, written.ops, apply_ops)
+    elif t is StateCleared:
+        cleared = cast(StateCleared, event)
+        if cleared.scope == "thread":
+            if thread_scope:
+                ctx.state = without_keys(ctx.state, cleared.keys)
+            if ours:
+                ctx.transient_keys = [k for k in ctx.transient_keys if k not in cleared.keys]
+        elif ours and cleared.scope == "run":
+            ctx.run_state = without_keys(ctx.run_state, cleared.keys)
+        elif ours and cleared.call_id is not None:
+            left = without_keys(ctx.call_states.get(cleared.call_id, {}), cleared.keys)
+            if left:
+                ctx.call_states[cleared.call_id] = left
+            else:
+                ctx.call_states.pop(cleared.call_id, None)
     elif t is ContextCompacted:
         if thread_scope:
             ctx.compaction = cast(ContextCompacted, event)
     elif not ours:
         if t is ThreadCreated:
             ctx.thread_exists = True
+            ctx.resource_id = cast(ThreadCreated, event).resource_id
         elif t is StateReplaced and cast(StateReplaced, event).scope == "thread" and thread_scope:
             ctx.state = validate_state(cast(StateReplaced, event).state)
     elif t is ToolCallCompleted:
@@ -227,7 +269,11 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.resume_open = True
     elif t is ThreadCreated:
         ctx.thread_exists = True
+        ctx.resource_id = cast(ThreadCreated, event).resource_id
     elif t is RunStarted:
+        ctx.run_state = {}
+        ctx.call_states = {}
+        ctx.transient_keys = []
         ctx.started_ms = ts
         ctx.step = 0
         ctx.usage = Usage()
@@ -271,8 +317,44 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.finished = cast(RunFinished, event).termination
         ctx.waiting = False
         ctx.resume_open = False
-    elif t is StateReplaced and cast(StateReplaced, event).scope == "thread" and thread_scope:
-        ctx.state = validate_state(cast(StateReplaced, event).state)
+    elif t is StateReplaced:
+        replaced = cast(StateReplaced, event)
+        if replaced.scope == "thread":
+            if thread_scope:
+                ctx.state = validate_state(replaced.state)
+        elif replaced.scope == "run":
+            ctx.run_state = validate_state(replaced.state)
+        elif replaced.call_id is not None:
+            ctx.call_states[replaced.call_id] = validate_state(replaced.state)
+
+def _scoped_ops(ctx: RunContext, scope: str, call_id: str | None, ops: Any, apply: Any) -> None:
+    """Fold ops of the run's `run` or a call's `tool_call` scope into the context."""
+    if scope == "run":
+        ctx.run_state = apply(ctx.run_state, ops)
+    elif call_id is not None:
+        ctx.call_states[call_id] = apply(ctx.call_states.get(call_id, {}), ops)
+
+
+def call_cleanup(ctx: RunContext, call_id: str) -> StateCleared | None:
+    """The event ending a completing call's tool_call scope, or None when it holds nothing."""
+    state = ctx.call_states.get(call_id)
+    if not state:
+        return None
+    return StateCleared(scope="tool_call", keys=sorted(state), call_id=call_id)
+
+
+def run_cleanup(ctx: RunContext) -> list[StateCleared]:
+    """The events ending the run's scoped state as it finishes: what is left of its calls'
+    tool_call scopes, its run scope, its transient thread keys."""
+    out = [StateCleared(scope="tool_call", keys=sorted(state), call_id=call_id)
+           for call_id, state in sorted(ctx.call_states.items()) if state]
+    if ctx.run_state:
+        out.append(StateCleared(scope="run", keys=sorted(ctx.run_state)))
+    transient = [k for k in ctx.transient_keys if k in ctx.state]
+    if transient:
+        out.append(StateCleared(scope="thread", keys=sorted(transient)))
+    return out
+
 
 def copy_context(ctx: RunContext) -> RunContext:
     """A copy `apply_event` on the original cannot change (its containers copied, the values

@@ -12,7 +12,8 @@ the parts (rounds, resume, inference), so the only code that appends can be read
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import hashlib
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from agentlog.eventlog.errors import VersionConflict
@@ -22,17 +23,26 @@ from agentlog.eventlog.events import (
     Message,
     MessageAppended,
     MessageQueued,
+    ProfileCommit,
     RunCancelRequested,
     StoredCommit,
     ThreadMetadataUpdated,
     ToolCallDecided,
 )
-from agentlog.eventlog.store import EventStore
+from agentlog.eventlog.store import EventStore, ProfileStore
+from agentlog.projections.profile import fold_profile
+from agentlog.projections.state import apply_ops
 from agentlog.runtime.errors import RunConflict
 from agentlog.runtime.logs import SafeLog
 from agentlog.runtime.loop.entropy import Entropy
 from agentlog.runtime.loop.run_context import RunContext, apply_event, due_messages
 from agentlog.runtime.outage import OutagePolicy, through_outage
+from agentlog.runtime.state.access import ProfileLoader, ProfileUnavailable
+from agentlog.runtime.state.batch import StateWrite
+from agentlog.runtime.state.keys import StateError
+
+#: How often a profile write is validated again and retried when other writers got there first.
+PROFILE_RETRIES = 8
 
 
 class Cancelled(Exception):
@@ -238,6 +248,66 @@ class Staging:
         self.version = res.seq
         self.on_commit(StoredCommit(res.seq, commit))
         return res.seq
+
+    # -- profiles ------------------------------------------------------------------------------
+
+    def profile_loader(self) -> ProfileLoader | None:
+        """Reads a profile's document (its stream folded now), or None when the store keeps no
+        profiles."""
+        store = self.store
+        if not isinstance(store, ProfileStore):
+            return None
+
+        async def load(profile_id: str) -> dict[str, Any]:
+            async def read() -> list[Any]:
+                return [sc async for sc in store.read_profile(profile_id)]
+
+            return fold_profile(profile_id, await through_outage(read, self.outage, self.log, "read")).state
+
+        return load
+
+    async def append_profile(self, writes: Sequence[StateWrite], call_id: str) -> int:
+        """Append a call's profile writes as one `ProfileCommit` to the profile's stream, before
+        the commit that records the call (so a run never records a profile write that is not
+        there). Optimistic per profile: read the profile, check every write still applies and
+        validates, append at that version; another writer first: read again. The commit id is
+        the run's and the call's, so a call run again after a crash writes it once.
+        `ProfileUnavailable` / `StateError` / `InvalidPatch` when it cannot be written."""
+        self._check_fence()
+        store = self.store
+        ctx = self.ctx
+        profile_id = writes[0].owner
+        if profile_id is None or not isinstance(store, ProfileStore):
+            raise ProfileUnavailable("this run has no profile (its thread has no resource_id, or the store "
+                                     "keeps no profiles)")
+        commit = ProfileCommit(
+            commit_id=hashlib.sha256(f"{ctx.run_id}\n{call_id}".encode()).hexdigest()[:32], profile_id=profile_id,
+            ts=self.entropy.now_ms(), thread_id=ctx.thread_id, run_id=ctx.run_id, call_id=call_id,
+            events=[w.event(source=f"tool:{call_id}", call_id=call_id) for w in writes],
+        )
+        if getattr(store, "replaying", False):  # verified replay: the recording holds the write
+            return (await store.append_profile(commit, None)).seq
+        for _ in range(PROFILE_RETRIES):
+            async def read() -> list[Any]:
+                return [sc async for sc in store.read_profile(profile_id)]
+
+            commits = await through_outage(read, self.outage, self.log, "read")
+            version = commits[-1].seq if commits else 0
+            state = fold_profile(profile_id, commits).state
+            for write in writes:
+                state = apply_ops(state, list(write.ops))
+                if write.key.name in state:
+                    write.key.check(state[write.key.name])
+
+            async def append(version: int = version) -> Any:
+                self._check_fence()
+                return await store.append_profile(commit, version)
+
+            try:
+                return (await through_outage(append, self.outage, self.log)).seq
+            except VersionConflict:
+                continue
+        raise StateError(f"profile {profile_id!r} kept changing under this call's write ({PROFILE_RETRIES} tries)")
 
     # -- cancellation --------------------------------------------------------------------------
 

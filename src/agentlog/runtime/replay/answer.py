@@ -17,7 +17,15 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from agentlog.eventlog.errors import VersionConflict
-from agentlog.eventlog.events import AnyEvent, AppendResult, Commit, Position, StoredCommit
+from agentlog.eventlog.events import (
+    AnyEvent,
+    AppendResult,
+    Commit,
+    Position,
+    ProfileCommit,
+    StoredCommit,
+    StoredProfileCommit,
+)
 from agentlog.runtime.agents.spec import ModelRegistry
 from agentlog.runtime.digest import differing_parts, request_digest, request_part_digests
 from agentlog.runtime.models.base import (
@@ -280,6 +288,8 @@ class ReplayTool(Tool):
             else:
                 ctx.patch(outcome.ops)
                 ctx.emitted.extend(outcome.emitted)
+                for write in outcome.writes:  # a reducer's action is reduced again
+                    ctx.batch.replay(write, ctx.keys.get(write.key))
                 result = outcome.as_result()
         else:
             session.executed += 1
@@ -393,4 +403,17 @@ class VerifyingStore:
 
     async def last_seq(self) -> int:
         return self.version
+
+    # profiles: the recording holds each write (`StateWritten` of scope profile, compared with
+    # the loop's commits); nothing is appended, and a tool re-executed here reads no profile
+    #: Tells `Staging.append_profile` not to check a recorded write against the profile again.
+    replaying = True
+
+    async def append_profile(self, commit: ProfileCommit, expected_version: int | None) -> AppendResult:
+        return AppendResult(0)
+
+    async def read_profile(self, profile_id: str, after: int = 0) -> AsyncIterator[StoredProfileCommit]:
+        none: tuple[StoredProfileCommit, ...] = ()
+        for sc in none:
+            yield sc
 

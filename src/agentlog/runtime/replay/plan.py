@@ -32,7 +32,9 @@ from agentlog.eventlog.events import (
     RunFinished,
     RunStarted,
     RunSuspended,
+    StateConflicted,
     StatePatched,
+    StateWritten,
     StoredCommit,
     Termination,
     ThreadCreated,
@@ -133,6 +135,9 @@ class RecordedOutcome:
     ops: tuple[dict[str, Any], ...] = ()
     #: What the execution emitted for clients (`ToolContext.emit`, `activity`, ...).
     emitted: tuple[Emitted, ...] = ()
+    #: Its typed state writes (`StateWritten`; those of a call failed by a state conflict are
+    #: the ones its `StateConflicted` kept), staged again by the replayed call.
+    writes: tuple[StateWritten, ...] = ()
 
     @property
     def cancelled(self) -> bool:
@@ -264,6 +269,7 @@ def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
         if k + 1 < len(loop):
             next_ts[sc.commit.commit_id] = loop[k + 1].commit.ts
         tool_ops: list[dict[str, Any]] = []
+        tool_writes: list[StateWritten] = []
         tool_emits: list[Emitted] = []
         assistant: Message | None = None
         overflowed = False
@@ -279,6 +285,10 @@ def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
                 in_flight.add(ev.call_id)
             elif isinstance(ev, StatePatched) and (ev.source or "").startswith("tool:"):
                 tool_ops = list(ev.ops)
+            elif isinstance(ev, StateWritten) and (ev.source or "").startswith("tool:"):
+                tool_writes.append(ev)
+            elif isinstance(ev, StateConflicted) and ev.resolution == "failed":
+                tool_ops, tool_writes = list(ev.ops), list(ev.writes)
             elif isinstance(ev, Emitted) and ev.call_id is not None:
                 tool_emits.append(ev)
             elif isinstance(ev, (ToolCallCompleted, ToolCallSuspended)):
@@ -287,10 +297,12 @@ def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
                 if ev.call_id in in_flight:
                     in_flight.discard(ev.call_id)
                     outcomes.setdefault(ev.call_id, []).append(
-                        RecordedOutcome(k, ev, tuple(tool_ops), tuple(e for e in tool_emits if e.call_id == ev.call_id)))
+                        RecordedOutcome(k, ev, tuple(tool_ops), tuple(e for e in tool_emits if e.call_id == ev.call_id),
+                                        tuple(tool_writes)))
                     if not (isinstance(ev, ToolCallCompleted) and ev.outcome == "cancelled"):
                         groups.setdefault(k, set()).add(ev.call_id)
                 tool_ops = []
+                tool_writes = []
                 tool_emits = [e for e in tool_emits if e.call_id != ev.call_id]
     termination = next(
         (e.termination for sc in loop for e in sc.commit.events if isinstance(e, RunFinished)), None
