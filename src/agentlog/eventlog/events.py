@@ -375,6 +375,13 @@ class ToolCallCompleted(Event, frozen=True):
     message_id: str | None = None
     #: Set (and `result` None) while the result is stored by reference.
     result_ref: PayloadRef | None = None
+    #: What the tool said about its result for clients and audits, never shown to the model
+    #: (`ToolResult.details`). None (omitted): nothing.
+    details: JSON = None
+    #: The user messages the tool asked to follow this step's tool results (`ToolResult.follow_up`),
+    #: appended at the step's end; recorded here so that a replay answering the tool from the
+    #: log asks for them again. None (omitted): none.
+    follow_up: list[str] | None = None
 
 
 # -- context ----------------------------------------------------------------------------------------

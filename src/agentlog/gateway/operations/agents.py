@@ -28,18 +28,27 @@ def agent_catalog(app: AgentApp) -> list[dict[str, Any]]:
     ids and descriptions); a server that knows its app gives the transports its catalog
     (`agentlog.cli.server`)."""
     agents, tools = app.agents, app.tools
-    by_name = {t.spec.name: t.spec for t in tools}  # a ToolRegistry or an App's list of tools
+    by_name = {t.name: t for t in tools}  # a ToolRegistry or an App's list of tools
     # the transfer tools a Runtime makes for declared handoffs (an App's list lacks them)
     specs_of_agents = list(agents)
     for transfer in handoff_tools(specs_of_agents, {a.id: a.description for a in specs_of_agents}):
-        by_name.setdefault(transfer.name, transfer.spec)
+        by_name.setdefault(transfer.name, transfer)
     out = []
     for spec in agents:
-        specs = [by_name[n] for n in spec.tools if n in by_name]
+        offered = [by_name[n] for n in spec.tools if n in by_name]
         out.append({"id": spec.id, "description": spec.description,
-                    "tools": [{"name": t.name, "description": t.description, "parameters": t.parameters}
-                              for t in specs]})
+                    "tools": [_tool_entry(t) for t in offered]})
     return out
+
+
+def _tool_entry(t: Tool) -> dict[str, Any]:
+    """A tool as the catalog lists it: what the model sees, plus its UI category and label when set."""
+    entry: dict[str, Any] = {"name": t.name, "description": t.description, "parameters": t.parameters}
+    for key in ("category", "label"):
+        value = getattr(t, key, None)
+        if value is not None:
+            entry[key] = value
+    return entry
 
 
 __all__ = ["agent_catalog"]

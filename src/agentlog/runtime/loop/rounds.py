@@ -194,6 +194,8 @@ class ToolRounds:
                 staging.emit(StatePatched(ops=ops, source=f"tool:{call.name}"))
             except InvalidPatch as exc:
                 result = ToolResult.failure(f"tool {call.name!r} made an invalid state edit: {exc}")
+        if result.status != "pending":
+            self.queued_user.extend(result.follow_up)  # the tool's own, then its plugins'
         actions = await self.agent.hook("after_tool_execute", call, result)
         self.agent.apply_patches(actions, "plugin")
         self.queued_user.extend(a.text for a in actions if isinstance(a, AddUserMessage))
@@ -202,7 +204,8 @@ class ToolRounds:
             return True
         outcome, value, content = classify_result(result)
         message_id = staging.entropy.new_id()
-        staging.emit(ToolCallCompleted(call_id=call.id, outcome=outcome, result=value, message_id=message_id))  # type: ignore[arg-type]
+        staging.emit(ToolCallCompleted(call_id=call.id, outcome=outcome, result=value, message_id=message_id,  # type: ignore[arg-type]
+                                       details=result.details, follow_up=list(result.follow_up) or None))
         staging.emit(MessageAppended(message=Message(id=message_id, role="tool", content=content, tool_call_id=call.id)))
         return False
 

@@ -143,10 +143,11 @@ class RecordedOutcome:
         if isinstance(ev, ToolCallSuspended):
             t = ev.ticket
             return ToolResult(status="pending", ticket=t)
+        extra = {"details": ev.details, "follow_up": ev.follow_up or ()}
         if ev.outcome == "succeeded":
-            return ToolResult.success(ev.result)
+            return ToolResult.success(ev.result, **extra)
         res = ev.result if isinstance(ev.result, dict) else {"error": str(ev.result)}
-        return ToolResult.failure(str(res.get("error", "tool failed")), value=res.get("value"))
+        return ToolResult.failure(str(res.get("error", "tool failed")), value=res.get("value"), **extra)
 
 
 @dataclass(frozen=True, slots=True)
