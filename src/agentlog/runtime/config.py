@@ -40,6 +40,7 @@ from agentlog.runtime.models.pricing import ModelPrices
 from agentlog.runtime.models.providers import PROVIDERS, is_provider_id, model_from_id
 from agentlog.runtime.permission import PermissionPlugin, PermissionRule
 from agentlog.runtime.plugins import Plugin
+from agentlog.runtime.stop import MaxRounds
 from agentlog.runtime.toolkits.mcp import McpError, McpServerConfig, McpToolset
 from agentlog.runtime.toolkits.skills import SkillCatalog, SkillError, SkillsPlugin, skill_tools
 from agentlog.runtime.tools import Tool, ToolRegistry
@@ -51,6 +52,10 @@ __all__ = ["AgentlogConfig", "ConfigError", "LoadedConfig", "is_config_path", "l
 
 SCHEMA_PATH = Path(__file__).with_name("agentlog-config.schema.json")
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+#: The rounds an agent of a configuration file may take when it sets no limit of its own.
+DEFAULT_MAX_ROUNDS = 16
 
 
 class ConfigError(AgentlogError):
@@ -181,6 +186,10 @@ class AgentlogConfig(_Model):
     #: Skill folders (relative to this file): each a skill (it holds SKILL.md) or a folder of
     #: them (`agentlog.runtime.toolkits.skills`). Agents choose theirs with their own `skills`.
     skills: list[str] = []
+    #: The `max_rounds` of every agent that sets none (neither `max_rounds` nor a `max_rounds`
+    #: stop condition), so a model that keeps calling tools stops (`stopped`, code
+    #: `max_rounds`). null: no default (such agents run until the model stops calling tools).
+    max_rounds: int | None = pydantic.Field(default=DEFAULT_MAX_ROUNDS, ge=1)
     agents: list[AgentConfig] = pydantic.Field(min_length=1)
 
     @pydantic.model_validator(mode="after")
@@ -422,6 +431,9 @@ def build(config: AgentlogConfig, source: str = "<config>", base: Path | None = 
                 plugins.append(SkillsPlugin(catalog, chosen_skills[a.id]))
                 tools += [n for n in skill_tool_names if n not in tools]
             options = a.options()
+            if (config.max_rounds is not None and a.max_rounds is None
+                    and not any(isinstance(c, MaxRounds) for c in a.stop_conditions)):
+                options["max_rounds"] = config.max_rounds
             if a.sub_agents:  # `sub_agents` is the config's spelling of the sub-agent tools + allowed_agents
                 tools += [t.name for t in sub_tools if t.name not in tools]
                 if options["allowed_agents"] is None:
