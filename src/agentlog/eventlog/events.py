@@ -227,6 +227,10 @@ class RunOverrides(_Value, frozen=True):
     model: str | None = None
     system_prompt: str | None = None
     options: dict[str, JSON] = {}
+    #: The run's tool policy: only tools matching these names or globs are offered and may run
+    #: (None: every tool of the agent), minus those matching `excluded_tools`.
+    allowed_tools: list[str] | None = None
+    excluded_tools: list[str] = []
 
 
 class RunStarted(Event, frozen=True):

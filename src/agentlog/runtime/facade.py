@@ -402,7 +402,7 @@ class Runtime:
         self.models.resolve(spec.model)  # fail now, not at the first inference
         given = as_run_input(run_input)
         if given is not None and given.overrides is not None:
-            check_overrides(given.overrides, spec.overrides, spec.model_name)
+            check_overrides(given.overrides, spec.overrides, spec.model_name, spec.tools)
             if given.overrides.model is not None:
                 self.models.resolve(given.overrides.model)
         # the input checks the gateway makes too (agentlog.runtime.inputs.admission): same input, same answer

@@ -65,7 +65,7 @@ class ActiveAgent:
         self.stop_conditions = spec.effective_stop_conditions()
         self._hooks: dict[str, list[Plugin]] = {hook: [p for p in spec.plugins if overrides(p, hook)] for hook in HOOKS}
         self.agent_tools = {n: tools[n] for n in spec.tools if n in tools}
-        self.base_tool_specs = tool_specs(spec, self.agent_tools, (), self.staging.ctx.frontend_tools)
+        self.base_tool_specs = tool_specs(spec, self.agent_tools, (), self.staging.ctx)
 
     def follow_handoff(self, agent_id: str | None = None) -> None:
         """Switch to the run's active agent (or `agent_id`) if it is another one. Called only

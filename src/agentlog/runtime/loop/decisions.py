@@ -15,11 +15,11 @@ from typing import Any
 
 import msgspec
 
-from agentlog.eventlog.events import AnyEvent, Message, SuspendTicket, ToolCall, ToolCallGated
+from agentlog.eventlog.events import AnyEvent, Message, RunOverrides, SuspendTicket, ToolCall, ToolCallGated
 from agentlog.runtime.agents.spec import AgentSpec
 from agentlog.runtime.context_policy import fit
 from agentlog.runtime.digest import request_digest, request_part_digests
-from agentlog.runtime.inputs.run_input import context_text
+from agentlog.runtime.inputs.run_input import context_text, tool_allowed
 from agentlog.runtime.loop.run_context import RunContext
 from agentlog.runtime.models.base import ModelRequest, ToolSpec
 from agentlog.runtime.plugins import (
@@ -51,9 +51,13 @@ class CallPlan:
     frontend: bool = False
 
 
-def plan_call(call: ToolCall, tools: Mapping[str, Tool], frontend: Mapping[str, ToolSpec] | None = None) -> CallPlan:
-    """Check a requested call against the agent's tools, then the run's frontend tools (whose
-    arguments go to the client as given: the client validates them)."""
+def plan_call(call: ToolCall, tools: Mapping[str, Tool], frontend: Mapping[str, ToolSpec] | None = None,
+              overrides: RunOverrides | None = None) -> CallPlan:
+    """Check a requested call against the run's tool policy (its recorded `overrides`), the
+    agent's tools, then the run's frontend tools (whose arguments go to the client as given:
+    the client validates them)."""
+    if not tool_allowed(overrides, call.name):
+        return CallPlan(call, None, f"tool {call.name!r} is not allowed in this run")
     tool = tools.get(call.name)
     if tool is None and frontend and call.name in frontend:
         return CallPlan(call, None, frontend=True)
@@ -108,12 +112,12 @@ def resolve_gate(call_id: str, actions: Sequence[Action]) -> GateDecision:
     return GateDecision("run", events)
 
 
-def tool_specs(spec: AgentSpec, tools: Mapping[str, Tool], actions: Sequence[Action],
-               frontend: Mapping[str, ToolSpec] | None = None) -> list[ToolSpec]:
+def tool_specs(spec: AgentSpec, tools: Mapping[str, Tool], actions: Sequence[Action], ctx: RunContext) -> list[ToolSpec]:
     """The tools offered to the model: the agent's, then the run's frontend tools (recorded
-    order), both filtered by the plugins' exclude / include-only actions."""
-    frontend = frontend or {}
-    names = [*spec.tools, *(n for n in frontend if n not in tools)]
+    order), those the run's tool policy lets run (`run_input.tool_allowed`), filtered by the
+    plugins' exclude / include-only actions."""
+    frontend = ctx.frontend_tools
+    names = [n for n in [*spec.tools, *(n for n in frontend if n not in tools)] if tool_allowed(ctx.overrides, n)]
     for action in actions:
         if isinstance(action, ExcludeTools):
             names = [n for n in names if n not in action.names]

@@ -198,7 +198,7 @@ class RunLoop:
                                 overrides=given.overrides, context=list(given.context),
                                 forwarded_props=given.forwarded_props))
         # the run's frontend tools are folded now: offer them from the first inference on
-        agent.base_tool_specs = tool_specs(spec, agent.agent_tools, (), ctx.frontend_tools)
+        agent.base_tool_specs = tool_specs(spec, agent.agent_tools, (), ctx)
         for m in messages:
             staging.emit(MessageAppended(message=m))
         ops = client_state_ops(ctx.state, given.state)
@@ -294,7 +294,7 @@ class RunLoop:
                 return await rounds.finish(term)
             specs = agent.base_tool_specs
             if any(isinstance(a, (ExcludeTools, IncludeOnlyTools)) for a in actions):
-                specs = tool_specs(agent.spec, agent.agent_tools, actions, staging.ctx.frontend_tools)
+                specs = tool_specs(agent.spec, agent.agent_tools, actions, staging.ctx)
             await staging.messages_ready()
             await inference.compact()
             continuations = 0

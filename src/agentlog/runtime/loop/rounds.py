@@ -91,7 +91,7 @@ class ToolRounds:
     # -- plans ---------------------------------------------------------------------------------
 
     def plan(self, call: ToolCall) -> CallPlan:
-        return plan_call(call, self.agent.agent_tools, self.staging.ctx.frontend_tools)
+        return plan_call(call, self.agent.agent_tools, self.staging.ctx.frontend_tools, self.staging.ctx.overrides)
 
     def plan_for(self, call_id: str) -> CallPlan:
         for call in self.staging.ctx.step_tool_calls:
