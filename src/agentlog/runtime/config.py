@@ -141,12 +141,22 @@ class PluginConfig(_Model):
 
 
 class PermissionsConfig(_Model):
-    """Rules for the permission plugin: tool-name globs or `{tool, args, name}` rules."""
+    """Rules for the permission plugin: tool patterns (`read_*`, `Bash(npm *)`,
+    `Edit(file_path ~ "src/**")`, `/mcp__(gh|gl)__.*/`: `agentlog.runtime.tool_patterns`) or
+    `{tool, args, pattern, name}` rules."""
 
     allow: list[str | PermissionRule] = []
     ask: list[str | PermissionRule] = []
     deny: list[str | PermissionRule] = []
     default: Literal["allow", "deny"] = "allow"
+
+    @pydantic.field_validator("allow", "ask", "deny")
+    @classmethod
+    def _patterns_parse(cls, rules: list[str | PermissionRule]) -> list[str | PermissionRule]:
+        for rule in rules:
+            if isinstance(rule, str):
+                PermissionRule.from_text(rule)  # a PatternError names the pattern
+        return rules
 
 
 class AgentConfig(AgentOptions):
