@@ -437,6 +437,10 @@ def build(config: AgentlogConfig, source: str = "<config>", base: Path | None = 
                 p = a.permissions
                 plugins.insert(0, PermissionPlugin(allow=p.allow, ask=p.ask, deny=p.deny, default=p.default))
             tools = _expand(a.tools, known, a.id, source)
+            for pattern in a.deferred_tools:  # a typo would silently offer the tool at once
+                if not any(fnmatch.fnmatchcase(n, pattern) for n in tools):
+                    raise ConfigError(f"{source}: agent {a.id!r}: deferred_tools {pattern!r} matches none of its "
+                                      f"tools ({', '.join(tools) or 'none'})")
             if a.id in chosen_skills and catalog is not None:
                 plugins.append(SkillsPlugin(catalog, chosen_skills[a.id]))
                 tools += [n for n in skill_tool_names if n not in tools]

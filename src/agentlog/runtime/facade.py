@@ -34,8 +34,7 @@ from agentlog.eventlog.store import EventStore, as_generator
 from agentlog.projections.fold import RunFolder, fold_commits
 from agentlog.projections.store import ViewStore
 from agentlog.projections.views import RunView, ThreadView
-from agentlog.runtime.agents.handoff import handoff_tools
-from agentlog.runtime.agents.spec import AgentRegistry, AgentSpec, ModelRegistry
+from agentlog.runtime.agents.spec import AgentRegistry, AgentSpec, ModelRegistry, derived_tools
 from agentlog.runtime.context_policy import Summarizer
 from agentlog.runtime.errors import RunConflict, RunNotFound, retry_on_conflict
 from agentlog.runtime.inputs.admission import admit_thread, check_start
@@ -466,12 +465,12 @@ class Runtime:
         return {n: t for n in spec.tools if (t := self.tools.get(n)) is not None}
 
     def _register_handoff_tools(self, specs: Iterable[AgentSpec]) -> None:
-        """The `transfer_to_<agent>` tools of the specs' declared handoffs (`agentlog.runtime.agents.handoff`),
-        described with their targets' descriptions; a tool of that name already registered stays."""
+        """The tools the specs call for (`agentlog.runtime.agents.spec.derived_tools`: their handoffs'
+        `transfer_to_<agent>`, `tool_search`); a tool of that name already registered stays."""
         described = {a.id: a.description for a in self.agents}
-        for transfer in handoff_tools(specs, described):
-            if transfer.name not in self.tools:
-                self.tools.register(transfer)
+        for derived in derived_tools(specs, described):
+            if derived.name not in self.tools:
+                self.tools.register(derived)
 
     def _agent_for(self, agent_id: str) -> tuple[AgentSpec, dict[str, Tool]]:
         """A handoff target's spec and tools (raises `UnknownAgent`)."""

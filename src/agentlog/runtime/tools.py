@@ -12,7 +12,7 @@ import asyncio
 import contextvars
 import inspect
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, get_type_hints
 
 import msgspec
@@ -110,6 +110,8 @@ class ToolContext:
         decision: ToolCallDecision | None = None,
         progress: Callable[[JSON], None] | None = None,
         cancelled: asyncio.Event | None = None,
+        agent: Any = None,
+        agent_tools: Mapping[str, Tool] | None = None,
     ) -> None:
         self.thread_id = thread_id
         self.run_id = run_id
@@ -121,6 +123,10 @@ class ToolContext:
         self.decision = decision
         self._progress = progress
         self._cancelled = cancelled or asyncio.Event()
+        #: The agent running the call (its `AgentSpec`; None outside a run loop) and its tools by
+        #: name (read them, never call them: `tool_search` reads the catalog).
+        self.agent = agent
+        self.agent_tools: Mapping[str, Tool] = agent_tools or {}
         self.ops: list[dict[str, JSON]] = []
         #: Events for the run's clients, committed with the call's completion (`Emitted`).
         self.emitted: list[Emitted] = []

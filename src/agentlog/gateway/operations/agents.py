@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from agentlog.runtime.agents.handoff import handoff_tools
-from agentlog.runtime.agents.spec import AgentSpec
+from agentlog.runtime.agents.spec import AgentSpec, derived_tools
 from agentlog.runtime.tools import Tool
 
 
@@ -29,10 +28,10 @@ def agent_catalog(app: AgentApp) -> list[dict[str, Any]]:
     (`agentlog.cli.server`)."""
     agents, tools = app.agents, app.tools
     by_name = {t.name: t for t in tools}  # a ToolRegistry or an App's list of tools
-    # the transfer tools a Runtime makes for declared handoffs (an App's list lacks them)
+    # the tools a Runtime makes for its agents (handoffs, tool_search: an App's list lacks them)
     specs_of_agents = list(agents)
-    for transfer in handoff_tools(specs_of_agents, {a.id: a.description for a in specs_of_agents}):
-        by_name.setdefault(transfer.name, transfer)
+    for derived in derived_tools(specs_of_agents, {a.id: a.description for a in specs_of_agents}):
+        by_name.setdefault(derived.name, derived)
     out = []
     for spec in agents:
         offered = [by_name[n] for n in spec.tools if n in by_name]

@@ -13,13 +13,15 @@ from typing import Any, Literal
 import pydantic
 
 from agentlog.eventlog.ids import validate_id
-from agentlog.runtime.agents.handoff import HandoffPlugin, transfer_tool_name
+from agentlog.runtime.agents.deferred import TOOL_SEARCH, ToolSearch
+from agentlog.runtime.agents.handoff import HandoffPlugin, handoff_tools, transfer_tool_name
 from agentlog.runtime.context_policy import ContextPolicy
 from agentlog.runtime.inputs.run_input import OverridePolicy
 from agentlog.runtime.models.base import Model
 from agentlog.runtime.models.pool import ModelPool
 from agentlog.runtime.plugins import Plugin
 from agentlog.runtime.stop import MaxRounds, StopCondition
+from agentlog.runtime.tools import Tool
 
 ToolExecutionMode = Literal["sequential", "parallel_batch_approval", "parallel_streaming"]
 
@@ -84,6 +86,10 @@ class AgentOptions(pydantic.BaseModel):
     #: Agents this one may hand the thread to (`agentlog.runtime.agents.handoff`): each gets a
     #: `transfer_to_<agent>` tool; a successful call makes that agent the active one.
     handoffs: list[str] = []
+    #: Tools (names or globs of this agent's tools) not offered to the model until it finds them
+    #: with the `tool_search` tool the agent then gets (`agentlog.runtime.agents.deferred`): for
+    #: catalogs of hundreds of tools.
+    deferred_tools: list[str] = []
 
     @pydantic.field_validator("handoffs")
     @classmethod
@@ -115,6 +121,13 @@ class AgentSpec(AgentOptions):
     @classmethod
     def _id_is_token(cls, v: str) -> str:
         return validate_id(v, "agent_id")
+
+    @pydantic.model_validator(mode="after")
+    def _wire_tool_search(self) -> AgentSpec:
+        """Deferred tools come with `tool_search` (offered after the agent's own tools)."""
+        if self.deferred_tools and TOOL_SEARCH not in self.tools:
+            self.tools = [*self.tools, TOOL_SEARCH]
+        return self
 
     @pydantic.model_validator(mode="after")
     def _wire_handoffs(self) -> AgentSpec:
@@ -149,6 +162,18 @@ class AgentSpec(AgentOptions):
         if self.max_rounds is not None and not any(isinstance(c, MaxRounds) for c in conds):
             conds.insert(0, MaxRounds(rounds=self.max_rounds))
         return conds
+
+
+def derived_tools(agents: Iterable[AgentSpec], descriptions: Mapping[str, str] | None = None) -> list[Tool]:
+    """The tools agents' specs call for besides the app's own, each once: the
+    `transfer_to_<agent>` tools of declared handoffs (described with `descriptions` of their
+    targets) and `tool_search` for deferred tools. The `Runtime` registers them; replay and the
+    agent catalog list them the same way."""
+    specs = list(agents)
+    out: list[Tool] = list(handoff_tools(specs, descriptions))
+    if any(a.deferred_tools for a in specs):
+        out.append(ToolSearch())
+    return out
 
 
 class UnknownAgent(LookupError):

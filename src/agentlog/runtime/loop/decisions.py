@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from agentlog.eventlog.events import AnyEvent, Message, RunOverrides, SuspendTicket, ToolCall, ToolCallGated
+from agentlog.runtime.agents.deferred import hidden, loadable_note
 from agentlog.runtime.agents.spec import AgentSpec
 from agentlog.runtime.context_policy import fit
 from agentlog.runtime.digest import request_digest, request_part_digests
@@ -114,10 +115,13 @@ def resolve_gate(call_id: str, actions: Sequence[Action]) -> GateDecision:
 
 def tool_specs(spec: AgentSpec, tools: Mapping[str, Tool], actions: Sequence[Action], ctx: RunContext) -> list[ToolSpec]:
     """The tools offered to the model: the agent's, then the run's frontend tools (recorded
-    order), those the run's tool policy lets run (`run_input.tool_allowed`), filtered by the
-    plugins' exclude / include-only actions."""
+    order), those the run's tool policy lets run (`run_input.tool_allowed`), but the deferred
+    tools not promoted yet, filtered by the plugins' exclude / include-only actions."""
     frontend = ctx.frontend_tools
     names = [n for n in [*spec.tools, *(n for n in frontend if n not in tools)] if tool_allowed(ctx.overrides, n)]
+    if spec.deferred_tools:  # not offered until `tool_search` promotes them (agentlog.runtime.agents.deferred)
+        later = hidden(names, spec.deferred_tools, ctx.state)
+        names = [n for n in names if n not in later]
     for action in actions:
         if isinstance(action, ExcludeTools):
             names = [n for n in names if n not in action.names]
@@ -142,6 +146,11 @@ def build_request(
     client = context_text(ctx.client_context)
     if client:
         system = f"{system}\n\n{client}" if system else client
+    if spec.deferred_tools:
+        allowed = [n for n in spec.tools if tool_allowed(overrides, n)]
+        note = loadable_note([n for n in allowed if n in hidden(allowed, spec.deferred_tools, ctx.state)])
+        if note:
+            system = f"{system}\n\n{note}" if system else note
     model_name = ctx.model or spec.model_name
     for action in actions:
         if isinstance(action, AddContext):

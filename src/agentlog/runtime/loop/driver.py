@@ -293,7 +293,8 @@ class RunLoop:
             if term is not None:
                 return await rounds.finish(term)
             specs = agent.base_tool_specs
-            if any(isinstance(a, (ExcludeTools, IncludeOnlyTools)) for a in actions):
+            # plugins' filters, and deferred tools promoted since (a state patch) change the offer
+            if agent.spec.deferred_tools or any(isinstance(a, (ExcludeTools, IncludeOnlyTools)) for a in actions):
                 specs = tool_specs(agent.spec, agent.agent_tools, actions, staging.ctx)
             await staging.messages_ready()
             await inference.compact()

@@ -167,7 +167,7 @@ class ToolRounds:
         tctx = ToolContext(
             thread_id=ctx.thread_id, run_id=ctx.run_id, call_id=call_id, agent_id=self.agent.spec.id,
             tool_name=plan.call.name, state=ctx.state, progress=progress, cancelled=running.cancel,
-            decision=running.decision,
+            decision=running.decision, agent=self.agent.spec, agent_tools=self.agent.agent_tools,
         )
         running.ctx = tctx
         if staging.older_factory is not None and staging.older is None:

@@ -54,8 +54,7 @@ import msgspec
 from agentlog.eventlog.events import ContextCompacted, Position, StoredCommit, Termination
 from agentlog.eventlog.store import EventStore
 from agentlog.projections.fold import fold_commits
-from agentlog.runtime.agents.handoff import handoff_tools
-from agentlog.runtime.agents.spec import AgentRegistry, AgentSpec
+from agentlog.runtime.agents.spec import AgentRegistry, AgentSpec, derived_tools
 from agentlog.runtime.context_policy import RecordedSummaries
 from agentlog.runtime.digest import REQUEST_PARTS, differing_parts, request_digest, request_part_digests
 from agentlog.runtime.facade import RunResult, Runtime
@@ -158,10 +157,10 @@ class AgentsAndTools(Protocol):
 def _agents_and_tools(app: AgentsAndTools) -> tuple[AgentRegistry, list[Tool]]:
     agents = app.agents if isinstance(app.agents, AgentRegistry) else AgentRegistry(app.agents)
     tools = list(app.tools)
-    # the handoff tools a `Runtime` registers for its agents (an app given as agents + tools
-    # lacks them), so that replay answers them like every other tool
+    # the tools a `Runtime` registers for its agents (handoffs, tool_search: an app given as
+    # agents + tools lacks them), so that replay answers them like every other tool
     names = {t.name for t in tools}
-    tools += [t for t in handoff_tools(agents, {a.id: a.description for a in agents}) if t.name not in names]
+    tools += [t for t in derived_tools(agents, {a.id: a.description for a in agents}) if t.name not in names]
     return agents, tools
 
 
