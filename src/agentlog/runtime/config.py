@@ -7,7 +7,7 @@ The file is validated by `AgentlogConfig` (pydantic), whose JSON Schema is publi
 regenerate with `python -m agentlog.runtime.config > src/agentlog/runtime/agentlog-config.schema.json`; a test keeps it
 up to date). It covers models (scripted, OpenAI-compatible, or `provider:model` ids on the official
 SDKs: `anthropic:`, `openai-responses:`, `gemini:`), their prices, model pools, tools (Python import paths), MCP
-servers, plugins, permissions, stop conditions, context policy, sub-agents, handoffs and skills
+servers, OpenAPI operations, plugins, permissions, stop conditions, context policy, sub-agents, handoffs and skills
 (SKILL.md folders); `load_config` turns
 it into an app (`agents`, `tools`, `models`) that every command accepting `--app` can run.
 
@@ -42,6 +42,7 @@ from agentlog.runtime.permission import PermissionPlugin, PermissionRule
 from agentlog.runtime.plugins import Plugin
 from agentlog.runtime.stop import MaxRounds
 from agentlog.runtime.toolkits.mcp import McpError, McpServerConfig, McpToolset
+from agentlog.runtime.toolkits.openapi import OpenApiConfig, OpenApiError, load_all
 from agentlog.runtime.toolkits.skills import SkillCatalog, SkillError, SkillsPlugin, skill_tools
 from agentlog.runtime.tools import Tool, ToolRegistry
 
@@ -193,6 +194,9 @@ class AgentlogConfig(_Model):
     #: `module:attr` import paths of tools: a `Tool`, a function (made a tool), or a list of them.
     tools: list[str] = []
     mcp_servers: list[McpServerConfig] = []
+    #: OpenAPI documents whose operations become tools `<name>__<operationId>`
+    #: (`agentlog.runtime.toolkits.openapi`).
+    openapi: list[OpenApiConfig] = []
     #: Skill folders (relative to this file): each a skill (it holds SKILL.md) or a folder of
     #: them (`agentlog.runtime.toolkits.skills`). Agents choose theirs with their own `skills`.
     skills: list[str] = []
@@ -211,6 +215,9 @@ class AgentlogConfig(_Model):
         names = [s.name for s in self.mcp_servers]
         if len(set(names)) != len(names):
             raise ValueError("duplicate MCP server names")
+        apis = [o.name for o in self.openapi]
+        if len(set(apis)) != len(apis):
+            raise ValueError("duplicate OpenAPI names")
         for name, entry in self.models.items():
             if isinstance(entry, str) and not is_provider_id(entry):
                 raise ValueError(f"model {name!r}: {entry!r} is not a provider:model id ({', '.join(PROVIDERS)})")
@@ -390,7 +397,8 @@ def _skills(config: AgentlogConfig, base: Path, source: str) -> tuple[dict[str, 
 def build(config: AgentlogConfig, source: str = "<config>", base: Path | None = None) -> LoadedConfig:
     """Turn a validated config into an app: import tools and plugins, build models, connect
     the MCP servers (blocking, bounded by each server's `timeout_s`) and register their tools.
-    `base`: the folder relative paths (skills) are read from (default: the working directory)."""
+    `base`: the folder relative paths (skills, OpenAPI documents) are read from (default: the
+    working directory). OpenAPI documents given by URL are downloaded here."""
     chosen_skills, catalog = _skills(config, base or Path.cwd(), source)
     registry = ToolRegistry()
     for t in _tools(config.tools, source):
@@ -406,6 +414,11 @@ def build(config: AgentlogConfig, source: str = "<config>", base: Path | None = 
                     *a.overrides.models]:
             if ref not in models:
                 models[ref] = _model(ref, ref, source)
+    try:
+        for t in load_all(config.openapi, base or Path.cwd()):
+            registry.register(t)
+    except (OpenApiError, ValueError) as exc:
+        raise ConfigError(f"{source}: openapi: {exc}") from None
     toolset: McpToolset | None = None
     if config.mcp_servers:
         toolset = McpToolset(config.mcp_servers)
