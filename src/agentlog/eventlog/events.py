@@ -342,6 +342,23 @@ class InferenceCompleted(Event, frozen=True):
     cost: float | None = None
 
 
+BreakerState = Literal["closed", "open", "half_open"]
+
+
+class CircuitBreakerChanged(Event, frozen=True):
+    """A model's circuit breaker changed state during this run's inference
+    (`agentlog.runtime.models.breaker`): `open` after `failures` failures in a row (the model is
+    skipped until its cooldown ends), `half_open` when a probe request is let through after
+    the cooldown, `closed` when a request succeeded again. Recorded in the run whose inference
+    saw the change, so a resume or a verified replay takes the same path from the log instead
+    of deciding again from the clock."""
+
+    model: str
+    state: BreakerState
+    failures: int = 0
+    detail: str | None = None
+
+
 # -- tool calls -----------------------------------------------------------------------------------
 
 
@@ -485,6 +502,7 @@ AnyEvent = Union[
     AgentHandedOff,
     MessageAppended,
     InferenceCompleted,
+    CircuitBreakerChanged,
     ToolCallGated,
     ToolCallStarted,
     ToolCallSuspended,

@@ -35,6 +35,7 @@ import pydantic
 from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.store import EventStore
 from agentlog.runtime.agents.spec import AgentOptions, AgentSpec
+from agentlog.runtime.models.breaker import CircuitBreakerPolicy, CircuitBreakers
 from agentlog.runtime.models.pool import ModelPool
 from agentlog.runtime.models.pricing import ModelPrices
 from agentlog.runtime.models.providers import PROVIDERS, is_provider_id, model_from_id
@@ -200,6 +201,9 @@ class AgentlogConfig(_Model):
     #: Skill folders (relative to this file): each a skill (it holds SKILL.md) or a folder of
     #: them (`agentlog.runtime.toolkits.skills`). Agents choose theirs with their own `skills`.
     skills: list[str] = []
+    #: Circuit breakers for every model (`agentlog.runtime.models.breaker`): a model that fails
+    #: `failure_threshold` times in a row is skipped for `cooldown_s` (its fallbacks answer).
+    circuit_breaker: CircuitBreakerPolicy | None = None
     #: The `max_rounds` of every agent that sets none (neither `max_rounds` nor a `max_rounds`
     #: stop condition), so a model that keeps calling tools stops (`stopped`, code
     #: `max_rounds`). null: no default (such agents run until the model stops calling tools).
@@ -264,10 +268,13 @@ class LoadedConfig:
     toolset: McpToolset | None = None
     sub_agents: dict[str, list[str]] = field(default_factory=dict)
     config: AgentlogConfig | None = None
+    #: The models' circuit breakers (`circuit_breaker:`), shared by the runtimes made from this.
+    breakers: CircuitBreakers | None = None
 
     def runtime(self, store: EventStore, **options: Any) -> Runtime:
         from agentlog.runtime.facade import Runtime
 
+        options.setdefault("breakers", self.breakers)
         return Runtime(store, agents=self.agents, tools=self.tools, models=dict(self.models), **options)
 
     def close(self) -> None:
@@ -476,8 +483,10 @@ def build(config: AgentlogConfig, source: str = "<config>", base: Path | None = 
         if toolset is not None:
             toolset.close()
         raise
+    breakers = CircuitBreakers(config.circuit_breaker) if config.circuit_breaker is not None else None
     return LoadedConfig(agents=agents, tools=registry, models=models, toolset=toolset,
-                        sub_agents={a.id: list(a.sub_agents) for a in config.agents}, config=config)
+                        sub_agents={a.id: list(a.sub_agents) for a in config.agents}, config=config,
+                        breakers=breakers)
 
 
 def load_config(path: str | os.PathLike[str]) -> LoadedConfig:

@@ -55,6 +55,7 @@ from agentlog.runtime.loop.hitl import (
 )
 from agentlog.runtime.loop.run_context import RunContext, fold_context
 from agentlog.runtime.models.base import Model, ToolSpec
+from agentlog.runtime.models.breaker import Breakers
 from agentlog.runtime.models.providers import build_provider_model
 from agentlog.runtime.outage import OutagePolicy
 from agentlog.runtime.queued import Queued, queue_input, queue_messages
@@ -298,8 +299,11 @@ class Runtime:
         summarizer: Summarizer | None = None,
         snapshots: SnapshotStore | None = None,
         observers: Iterable[CommitObserver] = (),
+        breakers: Breakers | None = None,
     ) -> None:
         self.store = store
+        #: The models' circuit breakers (`agentlog.runtime.models.breaker`); None: none.
+        self.breakers = breakers
         #: A run waits this long through a NATS outage before it stops uncommitted (resumable);
         #: None: $AGENTLOG_STORE_OUTAGE_DEADLINE, else 60 s (`agentlog.runtime.outage`).
         self.outage = OutagePolicy.from_env(store_outage_deadline)
@@ -430,7 +434,7 @@ class Runtime:
             spec=spec, ctx=ctx, version=thread.version if thread else 0, store=self.store,
             tools=self._tools_for(spec), models=self.models, live=self.live, entropy=self.entropy,
             on_commit=self._on_commit_for(handle), outage=self.outage,
-            summarizer=self.summarizer, agents=self._agent_for,
+            summarizer=self.summarizer, agents=self._agent_for, breakers=self.breakers,
         )
         try:
             await loop.begin(msgs, parent_run_id=parent_run_id, origin=origin, resource_id=resource_id,
@@ -564,7 +568,7 @@ class Runtime:
             spec=loaded.spec, ctx=loaded.ctx, version=loaded.version, store=self.store,
             tools=self._tools_for(loaded.spec), models=self.models, live=self.live, entropy=self.entropy,
             on_commit=self._on_commit_for(handle), older_messages=loaded.older_messages, outage=self.outage,
-            summarizer=self.summarizer, agents=self._agent_for,
+            summarizer=self.summarizer, agents=self._agent_for, breakers=self.breakers,
         )
 
     def _on_commit_for(self, handle: RunHandle) -> Callable[[StoredCommit], None]:

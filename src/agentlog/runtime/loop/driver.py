@@ -77,6 +77,7 @@ from agentlog.runtime.loop.run_context import (
 )
 from agentlog.runtime.loop.staging import Cancelled, Requeue, Staging
 from agentlog.runtime.models.base import ModelError, is_truncated
+from agentlog.runtime.models.breaker import Breakers
 from agentlog.runtime.outage import OutagePolicy
 from agentlog.runtime.plugins import ExcludeTools, IncludeOnlyTools
 from agentlog.runtime.stop import evaluate_stop
@@ -113,13 +114,14 @@ class RunLoop:
         outage: OutagePolicy = OutagePolicy(),
         summarizer: Summarizer | None = None,
         agents: Callable[[str], tuple[AgentSpec, Mapping[str, Tool]]] | None = None,
+        breakers: Breakers | None = None,
     ) -> None:
         self.log = get_logger(thread_id=ctx.thread_id, run_id=ctx.run_id)
         self.staging = Staging(ctx=ctx, version=version, store=store, entropy=entropy, on_commit=on_commit,
                                log=self.log, outage=outage, older_messages=older_messages)
         self.agent = ActiveAgent(self.staging, spec, tools, agents)
         self.inference = Inference(self.staging, self.agent, models, live,
-                                   summarizer or ModelSummarizer(models))
+                                   summarizer or ModelSummarizer(models), breakers)
         self.rounds = ToolRounds(self.staging, self.agent, live, continue_run=self._continue)
         self.resume = Resume(self.staging, self.agent, self.rounds, steps=self._steps)
         self._entry = "start"

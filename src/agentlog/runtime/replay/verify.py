@@ -60,6 +60,7 @@ from agentlog.runtime.digest import REQUEST_PARTS, differing_parts, request_dige
 from agentlog.runtime.facade import RunResult, Runtime
 from agentlog.runtime.models.base import ModelRequest
 from agentlog.runtime.replay.answer import (
+    ReplayBreakers,
     ReplayEntropy,
     ReplayModel,
     ReplayModels,
@@ -232,7 +233,7 @@ async def verify_run(
     summaries = RecordedSummaries([e for sc in plan.loop for e in sc.commit.events if type(e) is ContextCompacted])
     # every agent: a run that hands off goes on with another one
     rt = Runtime(store, agents=list(agents), tools=tools, models=ReplayModels(model), entropy=entropy,
-                 summarizer=summaries)
+                 summarizer=summaries, breakers=ReplayBreakers(plan))
 
     pending_cancel: list[bool] = []
 
