@@ -425,6 +425,62 @@ class ContextCompacted(Event, frozen=True):
     reason: str | None = None
 
 
+# -- plugins ----------------------------------------------------------------------------------------
+
+
+class ContextMessageSet(Event, frozen=True):
+    """A plugin's keyed context message for the model's system prompt
+    (`agentlog.runtime.plugins.AddContext` with a key, persistent or throttled, or given outside
+    BeforeInference; `RemoveContext`: `text` None). Run-scoped: the loop folds these and adds
+    the messages due at each inference (`agentlog.runtime.loop.run_context.due_context`): a
+    one-shot message at the next inference, a persistent one at every inference, each no more
+    often than once every `cooldown` + 1 inferences. Recorded so resume and replay inject the
+    same messages at the same steps."""
+
+    key: str
+    text: str | None = None
+    persistent: bool = False
+    cooldown: int = 0
+
+
+class ActionScheduled(Event, frozen=True):
+    """A plugin scheduled action `key` for a later phase (`agentlog.runtime.plugins.Schedule`):
+    pending in the run until the loop reaches `phase`, where its handler runs
+    (`ScheduledActionsRan` records that it did). Recorded so that a resume after a crash in
+    between still runs it."""
+
+    key: str
+    phase: str
+    payload: JSON = None
+
+
+class ScheduledActionsRan(Event, frozen=True):
+    """The run's pending scheduled actions for `phase` (`count` of them) ran: no longer pending."""
+
+    phase: str
+    count: int
+
+
+class EffectEmitted(Event, frozen=True):
+    """A plugin's typed post-commit effect (`agentlog.runtime.plugins.Effect`): its handler
+    runs once the commit holding this event is in the log, with the state as of that commit
+    (at most once: a crash between the commit and the handler skips it; replay never runs it)."""
+
+    key: str
+    payload: JSON = None
+
+
+class InputFiltered(Event, frozen=True):
+    """A plugin's input filter judged the messages a run starts with
+    (`agentlog.runtime.plugins.Plugin.filter_input`): `reject` ends the run `blocked` (code
+    `input_rejected`) before any model call; `warn` lets it go on and tells the model."""
+
+    verdict: Literal["warn", "reject"]
+    reason: str
+    plugin: str = ""
+    message_ids: list[str] = []
+
+
 # -- quarantine -----------------------------------------------------------------------------------
 
 
@@ -514,6 +570,11 @@ AnyEvent = Union[
     ContextCompacted,
     CommitQuarantined,
     Emitted,
+    ContextMessageSet,
+    ActionScheduled,
+    ScheduledActionsRan,
+    EffectEmitted,
+    InputFiltered,
 ]
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.__name__: cls for cls in get_args(AnyEvent)}

@@ -477,7 +477,10 @@ def build(config: AgentlogConfig, source: str = "<config>", base: Path | None = 
             model = a.model or (pool.models[0] if pool is not None else None)
             try:
                 agents.append(AgentSpec(id=a.id, model=model, tools=tools, plugins=plugins, **options))
-            except (pydantic.ValidationError, ValueError) as exc:
+            except pydantic.ValidationError as exc:
+                detail = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+                raise ConfigError(f"{source}: agent {a.id!r}: {detail}") from None
+            except ValueError as exc:
                 raise ConfigError(f"{source}: agent {a.id!r}: {exc}") from None
     except ConfigError:
         if toolset is not None:

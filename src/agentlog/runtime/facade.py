@@ -300,8 +300,11 @@ class Runtime:
         snapshots: SnapshotStore | None = None,
         observers: Iterable[CommitObserver] = (),
         breakers: Breakers | None = None,
+        effects: bool = True,
     ) -> None:
         self.store = store
+        #: Run plugins' post-commit effects (`agentlog.runtime.plugins.Effect`); verified replay does not.
+        self.effects = effects
         #: The models' circuit breakers (`agentlog.runtime.models.breaker`); None: none.
         self.breakers = breakers
         #: A run waits this long through a NATS outage before it stops uncommitted (resumable);
@@ -435,6 +438,7 @@ class Runtime:
             tools=self._tools_for(spec), models=self.models, live=self.live, entropy=self.entropy,
             on_commit=self._on_commit_for(handle), outage=self.outage,
             summarizer=self.summarizer, agents=self._agent_for, breakers=self.breakers,
+            effects=self.effects,
         )
         try:
             await loop.begin(msgs, parent_run_id=parent_run_id, origin=origin, resource_id=resource_id,
@@ -473,8 +477,13 @@ class Runtime:
         `transfer_to_<agent>`, `tool_search`); a tool of that name already registered stays."""
         described = {a.id: a.description for a in self.agents}
         for derived in derived_tools(specs, described):
-            if derived.name not in self.tools:
+            existing = self.tools.get(derived.name)
+            if existing is None:
                 self.tools.register(derived)
+            elif existing is not derived and getattr(derived, "provided_by", None) is not None \
+                    and getattr(existing, "provided_by", None) is None:
+                raise ValueError(f"plugin {derived.provided_by!r} gives a tool named {derived.name!r}, "
+                                 "and the app registers another tool of that name")
 
     def _agent_for(self, agent_id: str) -> tuple[AgentSpec, dict[str, Tool]]:
         """A handoff target's spec and tools (raises `UnknownAgent`)."""
@@ -569,6 +578,7 @@ class Runtime:
             tools=self._tools_for(loaded.spec), models=self.models, live=self.live, entropy=self.entropy,
             on_commit=self._on_commit_for(handle), older_messages=loaded.older_messages, outage=self.outage,
             summarizer=self.summarizer, agents=self._agent_for, breakers=self.breakers,
+            effects=self.effects,
         )
 
     def _on_commit_for(self, handle: RunHandle) -> Callable[[StoredCommit], None]:

@@ -210,6 +210,8 @@ class Tool:
     bind_runtime: Callable[[Any], None]
     #: Stands in for a tool the client runs (`agentlog.runtime.inputs.frontend.is_frontend_stub`).
     frontend_stub: bool
+    #: The id of the plugin that gives this tool to its agents (`Plugin.tools`).
+    provided_by: str
 
     def __init__(
         self,

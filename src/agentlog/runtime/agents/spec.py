@@ -19,7 +19,7 @@ from agentlog.runtime.context_policy import ContextPolicy
 from agentlog.runtime.inputs.run_input import OverridePolicy
 from agentlog.runtime.models.base import Model
 from agentlog.runtime.models.pool import ModelPool
-from agentlog.runtime.plugins import Plugin
+from agentlog.runtime.plugins import Plugin, config_key
 from agentlog.runtime.stop import MaxRounds, StopCondition
 from agentlog.runtime.tools import Tool
 
@@ -101,6 +101,14 @@ class AgentOptions(pydantic.BaseModel):
     #: What one request may change for its run (model, system prompt, option keys): nothing
     #: by default (`agentlog.runtime.inputs.run_input`).
     overrides: OverridePolicy = OverridePolicy()
+    #: Plugins' configuration sections, by `config_key` (`agentlog.runtime.plugins.Plugin.config_model`):
+    #: validated against the plugins when the agent is defined; a section no plugin of the agent
+    #: claims is an error (a typo would silently configure nothing).
+    sections: dict[str, Any] = {}
+    #: Plugin ids whose behaviour (hooks, tools, request transform, input filter) applies to this
+    #: agent; empty: every plugin's. Scheduled-action and effect handlers and configuration
+    #: always apply.
+    hook_filter: list[str] = []
 
     def options(self) -> dict[str, Any]:
         """These fields as keyword arguments (to build an `AgentSpec` from a config)."""
@@ -121,6 +129,40 @@ class AgentSpec(AgentOptions):
     @classmethod
     def _id_is_token(cls, v: str) -> str:
         return validate_id(v, "agent_id")
+
+    @pydantic.model_validator(mode="after")
+    def _wire_plugins(self) -> AgentSpec:
+        """Plugins' sections validated against their `config_model`s, the hook filter checked,
+        and the active plugins' tools offered after the agent's own."""
+        claimed = {config_key(p): p for p in self.plugins if p.config_model is not None}
+        unclaimed = sorted(set(self.sections) - set(claimed))
+        if unclaimed:
+            raise ValueError(f"sections {', '.join(map(repr, unclaimed))}: no plugin of this agent has that "
+                             f"config key (plugins' keys: {', '.join(sorted(claimed)) or 'none'})")
+        for key, plugin in claimed.items():
+            raw = self.sections.get(key)
+            if raw is None or isinstance(raw, plugin.config_model):  # type: ignore[arg-type]
+                continue
+            try:
+                self.sections[key] = plugin.config_model.model_validate(raw)  # type: ignore[union-attr]
+            except pydantic.ValidationError as exc:
+                detail = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors())
+                raise ValueError(f"sections.{key}: {detail}") from None
+        ids = {p.id for p in self.plugins}
+        unknown = [i for i in self.hook_filter if i not in ids]
+        if unknown:
+            raise ValueError(f"hook_filter names {', '.join(map(repr, unknown))}, not a plugin of this agent "
+                             f"(plugins: {', '.join(sorted(ids)) or 'none'})")
+        for plugin in self.active_plugins():
+            self.tools = [*self.tools, *(t.name for t in plugin.tools() if t.name not in self.tools)]
+        return self
+
+    def active_plugins(self) -> list[Plugin]:
+        """The plugins whose behaviour applies to this agent (`hook_filter`), in order."""
+        if not self.hook_filter:
+            return list(self.plugins)
+        # the plugin of declared handoffs is the agent's own wiring, not a behaviour to filter
+        return [p for p in self.plugins if p.id in self.hook_filter or isinstance(p, HandoffPlugin)]
 
     @pydantic.model_validator(mode="after")
     def _wire_tool_search(self) -> AgentSpec:
@@ -167,12 +209,21 @@ class AgentSpec(AgentOptions):
 def derived_tools(agents: Iterable[AgentSpec], descriptions: Mapping[str, str] | None = None) -> list[Tool]:
     """The tools agents' specs call for besides the app's own, each once: the
     `transfer_to_<agent>` tools of declared handoffs (described with `descriptions` of their
-    targets) and `tool_search` for deferred tools. The `Runtime` registers them; replay and the
+    targets), `tool_search` for deferred tools, and the tools of their active plugins (marked
+    with the plugin's id in `Tool.provided_by`). The `Runtime` registers them; replay and the
     agent catalog list them the same way."""
     specs = list(agents)
     out: list[Tool] = list(handoff_tools(specs, descriptions))
     if any(a.deferred_tools for a in specs):
         out.append(ToolSearch())
+    seen = {t.name for t in out}
+    for spec in specs:
+        for plugin in spec.active_plugins():
+            for t in plugin.tools():
+                if t.name not in seen:
+                    seen.add(t.name)
+                    t.provided_by = plugin.id
+                    out.append(t)
     return out
 
 

@@ -21,7 +21,7 @@ from agentlog.runtime.agents.spec import AgentSpec
 from agentlog.runtime.context_policy import fit
 from agentlog.runtime.digest import request_digest, request_part_digests
 from agentlog.runtime.inputs.run_input import context_text, tool_allowed
-from agentlog.runtime.loop.run_context import RunContext
+from agentlog.runtime.loop.run_context import RunContext, due_context
 from agentlog.runtime.models.base import ModelRequest, ToolSpec
 from agentlog.runtime.plugins import (
     Action,
@@ -38,6 +38,9 @@ from agentlog.runtime.stop import StopInput
 from agentlog.runtime.tools import InvalidToolArguments, Tool, ToolResult
 
 _json = msgspec.json.Encoder()
+
+#: The heading of the input filters' warnings in the system prompt.
+INPUT_WARNINGS_HEADING = "Warnings about the user's input:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +136,9 @@ def tool_specs(spec: AgentSpec, tools: Mapping[str, Tool], actions: Sequence[Act
 def build_request(
     spec: AgentSpec, ctx: RunContext, tools: list[ToolSpec], actions: Sequence[Action]
 ) -> ModelRequest:
-    """The model request for this step: system prompt (+ plugin context), the thread's
-    conversation, the tools on offer, options (+ overrides)."""
+    """The model request for this step: system prompt (+ client context, deferred tools, input
+    warnings, the plugins' recorded context messages due now, their plain context), the
+    thread's conversation, the tools on offer, options (+ overrides)."""
     overrides = ctx.overrides
     system = spec.system_prompt
     options = spec.model_options
@@ -151,9 +155,15 @@ def build_request(
         note = loadable_note([n for n in allowed if n in hidden(allowed, spec.deferred_tools, ctx.state)])
         if note:
             system = f"{system}\n\n{note}" if system else note
+    if ctx.input_warnings:
+        warned = "\n".join([INPUT_WARNINGS_HEADING, *(f"- {w}" for w in ctx.input_warnings)])
+        system = f"{system}\n\n{warned}" if system else warned
+    for key in due_context(ctx) if ctx.context_messages else ():
+        text = ctx.context_messages[key].text or ""
+        system = f"{system}\n\n{text}" if system else text
     model_name = ctx.model or spec.model_name
     for action in actions:
-        if isinstance(action, AddContext):
+        if isinstance(action, AddContext) and not action.recorded:  # recorded ones are in ctx
             system = f"{system}\n\n{action.text}" if system else action.text
         elif isinstance(action, OverrideInference):
             if action.model:

@@ -80,7 +80,7 @@ class Inference:
         recorded `ContextCompacted`, reason "overflow") and the request sent again."""
         staging, spec = self.staging, self.agent.spec
         entropy = staging.entropy
-        request = build_request(spec, staging.ctx, specs, actions)
+        request = self.agent.transform(build_request(spec, staging.ctx, specs, actions))
         t0 = entropy.now_ms()
         self._breaker_changes = []
         try:
@@ -91,7 +91,7 @@ class Inference:
                 if not await self.compact(force=True):
                     raise
                 staging.log.warning("inference.overflow_compacted", error=str(exc))
-                request = build_request(self.agent.spec, staging.ctx, specs, actions)
+                request = self.agent.transform(build_request(self.agent.spec, staging.ctx, specs, actions))
                 t0 = entropy.now_ms()
                 response = await staging.race(self._infer(request))
         except ModelError:

@@ -233,7 +233,7 @@ async def verify_run(
     summaries = RecordedSummaries([e for sc in plan.loop for e in sc.commit.events if type(e) is ContextCompacted])
     # every agent: a run that hands off goes on with another one
     rt = Runtime(store, agents=list(agents), tools=tools, models=ReplayModels(model), entropy=entropy,
-                 summarizer=summaries, breakers=ReplayBreakers(plan))
+                 summarizer=summaries, breakers=ReplayBreakers(plan), effects=False)
 
     pending_cancel: list[bool] = []
 
