@@ -16,7 +16,8 @@ environment variable, read at load: secrets stay out of the config file) and `be
 resolved against the document's URL.
 
 The calls are outside state: a run records each result in its `ToolCallCompleted` like any
-tool's, and verified replay answers them from the log (nothing is called again).
+tool's, and verified replay always answers them from the log (the tools carry `replay_from_log`:
+a replay never calls the API, even with `--reexecute-tools`).
 """
 
 from __future__ import annotations
@@ -206,6 +207,7 @@ class OpenApiTool(Tool):
         self._has_body = has_body
         self._headers = dict(headers)
         self._timeout_s = config.timeout_s
+        self.replay_from_log = True  # a remote side effect (a POST...): never sent again by replay
         import jsonschema
 
         self._validator = jsonschema.Draft202012Validator(parameters)
