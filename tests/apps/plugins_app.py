@@ -43,7 +43,7 @@ def delete_file(path: str) -> str:
 
 def _issue_tool(i: int) -> Tool:
     def run(q: str = "") -> str:
-        return f"issue {i}: {q}"
+        return f"ticket {i}: {q}"
 
     return Tool.from_function(run, name=f"gh_issue_{i}", description=f"GitHub issue operation number {i}")
 
@@ -108,7 +108,7 @@ def config(openapi_url: str) -> dict[str, Any]:
             {"id": "pets", "model": "flaky", "fallback_models": ["pets-model"], "tools": ["pets__*"],
              "retry": {"max_attempts": 3, "backoff_ms": 0}},
             {"id": "plugged", "model": "plugged-model",
-             "plugins": ["tests.apps.plugins_app:StampPlugin", "agentlog.runtime.reminders:ReminderPlugin"],
+             "plugins": ["tests.apps.plugins_app:StampPlugin", "agentlog.runtime.rules.reminders:ReminderPlugin"],
              "sections": {"stamp": {"prefix": "[approved]"},
                           "reminder": {"rules": [{"name": "stamped", "tool": "stamp",
                                                   "output": {"status": "success", "content": "[[]approved]*"},

@@ -135,7 +135,7 @@ async def test_deferred_tools_found_with_tool_search(deployment: Deployment, mon
     assert view["termination"]["type"] == "natural_end", deployment.outputs()
     results = {c["name"]: c for c in view["calls"].values()}
     assert [t["name"] for t in results["tool_search"]["result"]["tools"]] == ["gh_issue_7"]
-    assert results["gh_issue_7"]["result"] == "issue 7: bug"
+    assert results["gh_issue_7"]["result"] == "ticket 7: bug"
     patched = [e for e in events if type(e).__name__ == "StatePatched"]
     assert [p.ops for p in patched] == [[{"op": "add", "path": "/agentlog.deferred_tools", "value": ["gh_issue_7"]}]]
     await verify(deployment, started["run_id"], monkeypatch, pet_store)

@@ -171,7 +171,7 @@ def test_plugin_config_mistakes_are_refused_when_the_agent_is_defined(sections: 
 
 def test_plugin_config_section_in_a_config_file_is_validated_at_load() -> None:
     base = ("models: {m: {type: scripted, script: [x]}}\nagents: [{id: a, model: m, "
-            "plugins: ['agentlog.runtime.reminders:ReminderPlugin'], sections: {reminder: %s}}]")
+            "plugins: ['agentlog.runtime.rules.reminders:ReminderPlugin'], sections: {reminder: %s}}]")
     loaded = build(parse_config(base % "{rules: [{tool: 'noop*', message: hi, cooldown: 2}]}"))
     (spec,) = loaded.agents
     assert spec.sections["reminder"].rules[0].cooldown == 2

@@ -74,7 +74,7 @@ def delete_file(path: str) -> str:
 def _catalog(n: int) -> list[Tool]:
     def make(i: int) -> Tool:
         def run(q: str = "") -> str:
-            return f"issue {i}: {q}"
+            return f"ticket {i}: {q}"
 
         return Tool.from_function(run, name=f"gh_issue_{i}", description=f"GitHub issue tool number {i}")
 

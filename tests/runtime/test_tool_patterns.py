@@ -1,4 +1,4 @@
-"""Tool patterns (agentlog.runtime.tool_patterns) and the permission rules written with them:
+"""Tool patterns (agentlog.runtime.rules.patterns) and the permission rules written with them:
 parsing round-trips, each operator means what it says (hypothesis against fnmatch / re), bad
 patterns are typed errors, and the permission plugin and config use them."""
 
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from agentlog.eventlog.events import ToolCall
 from agentlog.runtime.config import ConfigError, parse_config
 from agentlog.runtime.permission import PermissionPlugin, PermissionRule, decide
-from agentlog.runtime.tool_patterns import PRIMARY, Condition, PatternError, ToolPattern, parse_pattern
+from agentlog.runtime.rules.patterns import PRIMARY, Condition, PatternError, ToolPattern, parse_pattern
 
 names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True)
 fields = st.lists(names, min_size=1, max_size=3).map(".".join)

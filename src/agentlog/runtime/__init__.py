@@ -69,7 +69,7 @@ from agentlog.runtime.plugins import (
     Terminate,
     WarnInput,
 )
-from agentlog.runtime.reminders import ReminderPlugin, ReminderRule
+from agentlog.runtime.rules.reminders import ReminderPlugin, ReminderRule
 from agentlog.runtime.snapshots.format import RunSnapshot
 from agentlog.runtime.snapshots.store import KVSnapshotStore, MemorySnapshotStore, SnapshotStore
 from agentlog.runtime.stop import (

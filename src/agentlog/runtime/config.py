@@ -144,7 +144,7 @@ class PluginConfig(_Model):
 
 class PermissionsConfig(_Model):
     """Rules for the permission plugin: tool patterns (`read_*`, `Bash(npm *)`,
-    `Edit(file_path ~ "src/**")`, `/mcp__(gh|gl)__.*/`: `agentlog.runtime.tool_patterns`) or
+    `Edit(file_path ~ "src/**")`, `/mcp__(gh|gl)__.*/`: `agentlog.runtime.rules.patterns`) or
     `{tool, args, pattern, name}` rules."""
 
     allow: list[str | PermissionRule] = []

@@ -3,7 +3,7 @@
 Rules are glob patterns (`fnmatch`, case-sensitive): `{"tool": "fs_*", "args": {"path": "/etc/*"}}`
 matches a call of any `fs_*` tool whose `path` argument matches `/etc/*` (non-string arguments are
 matched on their JSON text). A rule written as a string is a tool pattern
-(`agentlog.runtime.tool_patterns`): `"read_*"`, `"Bash(npm *)"` (the primary argument),
+(`agentlog.runtime.rules.patterns`): `"read_*"`, `"Bash(npm *)"` (the primary argument),
 `'Edit(file_path ~ "src/**")'` (a named argument's glob), `'Bash(command =~ "(?i)rm")'` (a
 regex), `"/mcp__(gh|gl)__.*/"` (a regex on the tool name); a dict may give one as `pattern`.
 Precedence: deny > ask > allow; with no match the configurable
@@ -38,7 +38,7 @@ import pydantic
 from agentlog.eventlog.events import SuspendTicket, ToolCall
 from agentlog.runtime.loop.hitl import APPROVAL_SCHEMA, is_approved
 from agentlog.runtime.plugins import Action, ExcludeTools, Gate, PatchState, PhaseContext, Plugin
-from agentlog.runtime.tool_patterns import ToolPattern, parse_pattern
+from agentlog.runtime.rules.patterns import ToolPattern, parse_pattern
 
 Verdict = Literal["allow", "deny", "ask"]
 
@@ -55,7 +55,7 @@ class PermissionRule(pydantic.BaseModel):
 
     tool: str = "*"
     args: dict[str, str] = {}
-    #: A tool pattern (`agentlog.runtime.tool_patterns`: `Bash(npm *)`, `Edit(file_path ~
+    #: A tool pattern (`agentlog.runtime.rules.patterns`: `Bash(npm *)`, `Edit(file_path ~
     #: "src/**")`, `/mcp__(gh|gl)__.*/`), checked as well as `tool` and `args`.
     pattern: str | None = None
     #: Recorded as `ToolCallGated.rule`; defaults to a readable form of the rule.

@@ -288,8 +288,7 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         if message.text is None:
             ctx.context_messages.pop(message.key, None)
         else:
-            ctx.context_messages = {**{k: m for k, m in ctx.context_messages.items() if k != message.key},
-                                    message.key: message}
+            ctx.context_messages = {**ctx.context_messages, message.key: message}  # in place of the old one
     elif t is ActionScheduled:
         ctx.scheduled = [*ctx.scheduled, cast(ActionScheduled, event)]
     elif t is ScheduledActionsRan:

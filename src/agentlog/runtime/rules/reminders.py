@@ -6,13 +6,13 @@ tool call, at most once every `cooldown` inferences.
 
 or, in a config file, the agent's section `reminder` (the plugin's `config_model`):
 
-    plugins: ["agentlog.runtime.reminders:ReminderPlugin"]
+    plugins: ["agentlog.runtime.rules.reminders:ReminderPlugin"]
     sections:
       reminder:
         rules:
           - {tool: "deploy", output: {status: success}, message: "Tell the user the deploy URL."}
 
-A rule matches a finished call when its `tool` pattern (`agentlog.runtime.tool_patterns`: a name,
+A rule matches a finished call when its `tool` pattern (`agentlog.runtime.rules.patterns`: a name,
 a glob, argument conditions, a regex) matches the call and its `output` matches the result:
 `any`, or a `status` (success / error / pending / any) and a `content` glob over the result's
 text (the value's JSON for a non-string value, the message of an error). The message is a keyed
@@ -31,7 +31,7 @@ import pydantic
 
 from agentlog.eventlog.events import ToolCall
 from agentlog.runtime.plugins import Action, AddContext, PhaseContext, Plugin
-from agentlog.runtime.tool_patterns import ToolPattern, parse_pattern
+from agentlog.runtime.rules.patterns import ToolPattern, parse_pattern
 from agentlog.runtime.tools import ToolResult
 
 _encode = msgspec.json.Encoder().encode
