@@ -40,6 +40,7 @@ from agentlog.runtime import (
     Runtime,
     Schedule,
     Tool,
+    ToolContext,
     ToolResult,
     WarnInput,
     tool,
@@ -433,3 +434,52 @@ async def test_reminder_rules_from_the_agents_section() -> None:
                         sections={"reminder": {"rules": [{"tool": "no*", "message": "Noop ran."}]}})
     await rt.run("a", "go")
     assert system_of(model, 1) == "Noop ran."
+
+
+# -- across a suspension and another process --------------------------------------------------------
+
+
+class Later(Plugin):
+    """After a call (here: one that waits for a human), schedule an action for the next
+    BeforeInference and leave a one-shot context message: both must survive the wait."""
+
+    id = "later"
+
+    def after_tool_execute(self, ctx: PhaseContext, call: ToolCall, result: ToolResult) -> list[Any]:
+        return [Schedule("note", call.name), AddContext("A human looked at this.", key="looked")]
+
+    def action_handlers(self) -> Mapping[str, ActionHandler]:
+        return {"note": ActionHandler("before_inference", lambda ctx, name: [AddContext(f"(after {name})")])}
+
+
+async def test_scheduled_actions_and_context_messages_survive_a_wait_and_a_resume_elsewhere() -> None:
+    @tool
+    def approve_me(ctx: ToolContext) -> Any:
+        """Waits for a human."""
+        if ctx.decision is None:
+            return ToolResult.pending(ctx.call_id, message="ok?", resume_mode="use_decision_as_tool_result")
+        return "approved"
+
+    def make(model: ScriptedModel, store: Any, prefix: str) -> Runtime:
+        spec = AgentSpec(id="a", model=model, tools=["approve_me"], plugins=[Later()])
+        return Runtime(store, agents=[spec], tools=[approve_me], entropy=DeterministicEntropy(prefix=prefix))
+
+    store = MemoryEventStore()
+    first = make(ScriptedModel([Turn.tool("approve_me"), "never"]), store, "one")
+    waiting = await first.run("a", "go")
+    assert waiting.status == "waiting"
+    events = await events_of(first, waiting.thread_id)
+    assert [type(e).__name__ for e in events if isinstance(e, (ActionScheduled, ContextMessageSet))] == [
+        "ActionScheduled", "ContextMessageSet"]
+    second_model = ScriptedModel(["done"])  # another process: its model answers the next inference
+    second = make(second_model, store, "two")
+    (call_id,) = waiting.run.calls
+    res = await second.decide(waiting.run_id, [{"target_id": call_id, "decision_id": "d1", "action": "resume",
+                                                "result": "fine"}])
+    assert res.handle is not None
+    done = await res.handle.result()
+    assert done.termination.type == "natural_end"
+    # AfterToolExecute ran twice (the call suspended, then completed with the decision): two actions
+    # were pending for the inference after the wait; the keyed message is one
+    assert system_of(second_model, 0) == "A human looked at this.\n\n(after approve_me)\n\n(after approve_me)"
+    await verified(second, waiting.run_id)
