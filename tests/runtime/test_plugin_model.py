@@ -31,6 +31,7 @@ from agentlog.runtime import (
     AgentSpec,
     DeterministicEntropy,
     Effect,
+    EffectSpec,
     PatchState,
     PhaseContext,
     Plugin,
@@ -483,3 +484,50 @@ async def test_scheduled_actions_and_context_messages_survive_a_wait_and_a_resum
     # were pending for the inference after the wait; the keyed message is one
     assert system_of(second_model, 0) == "A human looked at this.\n\n(after approve_me)\n\n(after approve_me)"
     await verified(second, waiting.run_id)
+
+
+class Charge(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    cents: int = pydantic.Field(ge=1)
+
+
+class Billing(Plugin):
+    """Typed payloads: a scheduled `charge` and a `receipt` effect, both `Charge`s."""
+
+    id = "billing"
+
+    def __init__(self, cents: Any) -> None:
+        self.cents = cents
+        self.receipts: list[Any] = []
+
+    def step_start(self, ctx: PhaseContext) -> list[Any]:
+        return [Schedule("charge", {"cents": self.cents})] if ctx.step == 1 else []
+
+    def action_handlers(self) -> Mapping[str, ActionHandler]:
+        def charge(ctx: PhaseContext, payload: Charge) -> list[Any]:
+            assert isinstance(payload, Charge)
+            return [Effect("receipt", payload.model_dump())]
+
+        return {"charge": ActionHandler("step_start", charge, payload=Charge)}
+
+    def effect_handlers(self) -> Mapping[str, Any]:
+        return {"receipt": EffectSpec(lambda payload, state: self.receipts.append(payload), payload=Charge)}
+
+
+async def test_typed_payloads_of_scheduled_actions_and_effects() -> None:
+    billing = Billing(250)
+    rt, _ = runtime([billing], ["ok"])
+    result = await rt.run("a", "go")
+    assert result.termination.type == "natural_end" and billing.receipts == [Charge(cents=250)]
+    (effect,) = [e for e in await events_of(rt, result.thread_id) if isinstance(e, EffectEmitted)]
+    assert effect.payload == {"cents": 250}
+    await verified(rt, result.run_id)
+
+
+async def test_a_payload_that_does_not_validate_ends_the_run_before_anything_runs() -> None:
+    billing = Billing(-5)
+    rt, model = runtime([billing], ["ok"])
+    result = await rt.run("a", "go")
+    assert result.termination.code == "plugin_error"
+    assert "scheduled action 'charge': invalid payload: cents" in (result.termination.detail or "")
+    assert billing.receipts == [] and model.requests == []

@@ -51,6 +51,7 @@ from agentlog.runtime.plugins import (
     AddUserMessage,
     Block,
     Effect,
+    EffectSpec,
     Emit,
     ExcludeTools,
     Gate,
@@ -100,7 +101,7 @@ __all__ = [
     # run-context snapshots
     "KVSnapshotStore", "MemorySnapshotStore", "RunSnapshot", "SnapshotStore",
     # plugins' scheduled actions, effects, input filters, context messages; reminders
-    "ActionHandler", "Effect", "RejectInput", "RemoveContext", "Schedule", "WarnInput", "ReminderPlugin",
+    "ActionHandler", "Effect", "EffectSpec", "RejectInput", "RemoveContext", "Schedule", "WarnInput", "ReminderPlugin",
     "ReminderRule",
     # models' circuit breakers, OpenAPI tools
     "CircuitBreakerPolicy", "CircuitBreakers", "OpenApiConfig", "load_openapi_tools",

@@ -246,18 +246,51 @@ InputVerdict = RejectInput | WarnInput
 @dataclass(frozen=True, slots=True)
 class ActionHandler:
     """A scheduled action's handler: runs in `phase` (a hook name) with the phase context and
-    the payload, and answers with actions that phase accepts (more `Schedule`s included)."""
+    the payload, and answers with actions that phase accepts (more `Schedule`s included).
+    `payload`: a pydantic model the payload is validated against when the action is scheduled
+    (a mismatch ends the run `error` before anything is written); the handler then gets an
+    instance, and the log the model's JSON."""
 
     phase: str
     handle: Callable[..., HookResult]
+    payload: type[pydantic.BaseModel] | None = None
 
     def __post_init__(self) -> None:
         if self.phase not in PHASE_ACTIONS:
             raise ValueError(f"unknown phase {self.phase!r} (phases: {', '.join(PHASE_ACTIONS)})")
 
 
-#: A post-commit effect handler: `handler(payload, state)`, sync or async.
-EffectHandler = Callable[[JSON, Mapping[str, JSON]], Any]
+@dataclass(frozen=True, slots=True)
+class EffectSpec:
+    """A typed post-commit effect's handler: `handle(payload, state)` (sync or async), its
+    payload validated against `payload` (a pydantic model) when the effect is emitted, before
+    anything is written; the handler gets an instance."""
+
+    handle: Callable[[Any, Mapping[str, JSON]], Any]
+    payload: type[pydantic.BaseModel] | None = None
+
+
+#: A post-commit effect handler: `handler(payload, state)`, sync or async, or an `EffectSpec`.
+EffectHandler = Callable[[JSON, Mapping[str, JSON]], Any] | EffectSpec
+
+
+def typed_payload(model: type[pydantic.BaseModel] | None, payload: Any, what: str) -> Any:
+    """`payload` as its JSON form after validation against `model` (None: as given). Raises
+    `PluginError` naming `what` and the fields."""
+    if model is None:
+        return payload
+    try:
+        value = model.model_validate(payload)
+    except pydantic.ValidationError as exc:
+        detail = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors())
+        raise PluginError(f"{what}: invalid payload: {detail}") from None
+    return value.model_dump(mode="json")
+
+
+def as_payload(model: type[pydantic.BaseModel] | None, payload: Any) -> Any:
+    """What a handler gets: an instance of its payload model (validated before it was recorded),
+    or the JSON as recorded."""
+    return payload if model is None else model.model_validate(payload)
 
 
 # -- context --------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from agentlog.runtime.plugins import (
     AddContext,
     Effect,
     EffectHandler,
+    EffectSpec,
     Emit,
     HandOff,
     PatchState,
@@ -48,9 +49,11 @@ from agentlog.runtime.plugins import (
     Terminate,
     WarnInput,
     answered,
+    as_payload,
     check_phase,
     overrides,
     run_hook,
+    typed_payload,
     with_config,
 )
 from agentlog.runtime.tools import Tool
@@ -171,12 +174,18 @@ class ActiveAgent:
                     if found is None:
                         raise PluginError(f"no plugin of agent {self.spec.id!r} handles the scheduled action "
                                           f"{action.key!r} (handled: {', '.join(sorted(self._actions)) or 'none'})")
+                    payload = typed_payload(found[1].payload, action.payload, f"scheduled action {action.key!r}")
+                    action = Schedule(action.key, payload)
                     if found[1].phase == hook:
                         now.append((*found, action))
                         continue
-                elif isinstance(action, Effect) and action.key not in self._effects:
-                    raise PluginError(f"no plugin of agent {self.spec.id!r} handles the effect {action.key!r} "
-                                      f"(handled: {', '.join(sorted(self._effects)) or 'none'})")
+                elif isinstance(action, Effect):
+                    effect = self._effects.get(action.key)
+                    if effect is None:
+                        raise PluginError(f"no plugin of agent {self.spec.id!r} handles the effect {action.key!r} "
+                                          f"(handled: {', '.join(sorted(self._effects)) or 'none'})")
+                    model = effect.payload if isinstance(effect, EffectSpec) else None
+                    action = Effect(action.key, typed_payload(model, action.payload, f"effect {action.key!r}"))
                 elif isinstance(action, PatchState):
                     state = validate_patch(state, action.ops)  # handlers of later rounds see it
                 out.append(action)
@@ -188,7 +197,8 @@ class ActiveAgent:
             actions = []
             fresh = replace(ctx, state=state)
             for plugin, handler, scheduled in now:
-                result = await answered(handler.handle(with_config(fresh, plugin), scheduled.payload))
+                payload = as_payload(handler.payload, scheduled.payload)
+                result = await answered(handler.handle(with_config(fresh, plugin), payload))
                 actions += check_phase(result, hook, f"the handler of scheduled action {scheduled.key!r}")
         return out
 

@@ -82,7 +82,7 @@ from agentlog.runtime.loop.staging import Cancelled, Requeue, Staging
 from agentlog.runtime.models.base import ModelError, is_truncated
 from agentlog.runtime.models.breaker import Breakers
 from agentlog.runtime.outage import OutagePolicy
-from agentlog.runtime.plugins import ExcludeTools, IncludeOnlyTools
+from agentlog.runtime.plugins import EffectSpec, ExcludeTools, IncludeOnlyTools, as_payload
 from agentlog.runtime.stop import evaluate_stop
 from agentlog.runtime.tools import Tool
 
@@ -157,7 +157,10 @@ class RunLoop:
             return
         state = copy.deepcopy(self.staging.ctx.state)
         try:
-            result = handler(ev.payload, state)
+            if isinstance(handler, EffectSpec):
+                result = handler.handle(as_payload(handler.payload, ev.payload), state)
+            else:
+                result = handler(ev.payload, state)
         except Exception:  # noqa: BLE001 - an effect's failure is logged, never the run's
             self.log.exception("effect.failed", key=ev.key)
             return
