@@ -531,3 +531,14 @@ async def test_a_payload_that_does_not_validate_ends_the_run_before_anything_run
     assert result.termination.code == "plugin_error"
     assert "scheduled action 'charge': invalid payload: cents" in (result.termination.detail or "")
     assert billing.receipts == [] and model.requests == []
+
+
+def test_plugin_config_schemas_are_in_the_agent_catalog() -> None:
+    rt, _ = runtime([MottoPlugin(), Tagger("plain")], ["ok"])
+    (entry,) = agent_catalog(rt)
+    (plugin,) = entry["plugins"]
+    assert (plugin["id"], plugin["config_key"]) == ("motto", "motto")
+    assert plugin["config_schema"]["properties"]["times"] == {"default": 1, "minimum": 1, "title": "Times",
+                                                             "type": "integer"}
+    plain, _ = runtime([Tagger("plain")], ["ok"])
+    assert "plugins" not in agent_catalog(plain)[0]

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from agentlog.runtime.agents.spec import AgentSpec, derived_tools
+from agentlog.runtime.plugins import config_key
 from agentlog.runtime.tools import Tool
 
 
@@ -22,7 +23,8 @@ class AgentApp(Protocol):
 
 def agent_catalog(app: AgentApp) -> list[dict[str, Any]]:
     """The agents an app (a `Runtime`, an `App`, a loaded configuration) runs, for clients
-    choosing `{agent_id}`: ids, descriptions, tools with their JSON Schemas. A gateway without
+    choosing `{agent_id}`: ids, descriptions, tools with their JSON Schemas (and UI category and
+    label), and the configurable plugins with the JSON Schema of their section. A gateway without
     the app answers from its dispatcher (`Dispatcher.agent_catalog`: a work queue knows only the
     ids and descriptions); a server that knows its app gives the transports its catalog
     (`agentlog.cli.server`)."""
@@ -35,8 +37,13 @@ def agent_catalog(app: AgentApp) -> list[dict[str, Any]]:
     out = []
     for spec in agents:
         offered = [by_name[n] for n in spec.tools if n in by_name]
-        out.append({"id": spec.id, "description": spec.description,
-                    "tools": [_tool_entry(t) for t in offered]})
+        entry: dict[str, Any] = {"id": spec.id, "description": spec.description,
+                                 "tools": [_tool_entry(t) for t in offered]}
+        configurable = [{"id": p.id, "config_key": config_key(p), "config_schema": p.config_model.model_json_schema()}
+                        for p in spec.plugins if p.config_model is not None]
+        if configurable:  # what the agent's `sections` may hold, for a UI or an editor
+            entry["plugins"] = configurable
+        out.append(entry)
     return out
 
 
