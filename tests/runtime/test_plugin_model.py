@@ -542,3 +542,42 @@ def test_plugin_config_schemas_are_in_the_agent_catalog() -> None:
                                                              "type": "integer"}
     plain, _ = runtime([Tagger("plain")], ["ok"])
     assert "plugins" not in agent_catalog(plain)[0]
+
+
+# -- hooks of one phase run concurrently ----------------------------------------------------------
+
+
+class Rendezvous(Plugin):
+    """Two of these meet in before_inference: each sets its own event and waits for the other's,
+    so they finish only if their hooks run at the same time."""
+
+    def __init__(self, name: str, mine: asyncio.Event, theirs: asyncio.Event, fail: bool = False) -> None:
+        self.id, self.mine, self.theirs, self.fail = name, mine, theirs, fail
+
+    async def before_inference(self, ctx: PhaseContext) -> list[Any]:
+        self.mine.set()
+        await self.theirs.wait()
+        if self.fail:
+            raise RuntimeError(f"{self.id} failed")
+        return [AddContext(f"[{self.id}]"), PatchState(ops=({"op": "add", "path": f"/{self.id}", "value": True},))]
+
+
+async def test_async_hooks_of_a_phase_run_concurrently_and_answer_in_registration_order() -> None:
+    a, b = asyncio.Event(), asyncio.Event()
+    # registered second, it finishes first (the first waits for it): the order stays registration order
+    rt, model = runtime([Rendezvous("first", a, b), Rendezvous("second", b, a)], ["ok"])
+    async with asyncio.timeout(5):
+        result = await rt.run("a", "go")
+    assert system_of(model, 0) == "[first]\n\n[second]"
+    patched = [e.ops[0]["path"] for e in await events_of(rt, result.thread_id) if isinstance(e, StatePatched)]
+    assert patched == ["/first", "/second"]
+    await verified(rt, result.run_id)
+
+
+async def test_concurrent_hooks_that_fail_raise_the_first_registered_failure() -> None:
+    a, b = asyncio.Event(), asyncio.Event()
+    rt, model = runtime([Rendezvous("first", a, b, fail=True), Rendezvous("second", b, a, fail=True)], ["ok"])
+    async with asyncio.timeout(5):
+        result = await rt.run("a", "go")
+    assert result.termination.type == "error" and "first failed" in (result.termination.detail or "")
+    assert model.requests == []

@@ -13,6 +13,7 @@ Scheduled actions, effects, input filters and request transforms are described o
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, Union, cast
@@ -444,12 +445,26 @@ def check_phase(actions: Sequence[Action], hook: str, who: str) -> list[Action]:
     return list(actions)
 
 
+async def gather_hook(plugins: Sequence[Plugin], hook: str, ctx: PhaseContext, *args: Any
+                      ) -> list[tuple[Plugin, list[Action]]]:
+    """Call `hook` on every plugin that implements it, all on the same frozen context: the async
+    ones run concurrently (a hook that consults something does not wait for another's). Each
+    plugin's actions, phase-checked, in registration order whatever order they finished in. A
+    failing hook fails the phase: the first failure in registration order is raised, once every
+    hook has answered (so which one is raised does not depend on timing)."""
+    called = [(p, getattr(p, hook)(with_config(ctx, p), *args)) for p in plugins if overrides(p, hook)]
+    pending = [(i, r) for i, (_p, r) in enumerate(called) if r is not None and not isinstance(r, (list, tuple))]
+    answers: list[Any] = [r for _p, r in called]
+    if pending:
+        done = await asyncio.gather(*(answered(r) for _i, r in pending), return_exceptions=True)
+        for (i, _r), value in zip(pending, done, strict=True):
+            answers[i] = value
+        failed = next((a for a in answers if isinstance(a, BaseException)), None)
+        if failed is not None:
+            raise failed
+    return [(p, check_phase(a or (), hook, f"plugin {p.id!r}")) for (p, _r), a in zip(called, answers, strict=True)]
+
+
 async def run_hook(plugins: Sequence[Plugin], hook: str, ctx: PhaseContext, *args: Any) -> list[Action]:
-    """Call `hook` on every plugin that implements it, in order; validate the actions' phase."""
-    out: list[Action] = []
-    for plugin in plugins:
-        if not overrides(plugin, hook):
-            continue
-        result = await answered(getattr(plugin, hook)(with_config(ctx, plugin), *args))
-        out += check_phase(result, hook, f"plugin {plugin.id!r}")
-    return out
+    """`gather_hook`, its actions in registration order."""
+    return [a for _plugin, actions in await gather_hook(plugins, hook, ctx, *args) for a in actions]
