@@ -1,6 +1,7 @@
 """Verified replay on real JetStream recordings.
 
-1. Every scenario of the runtime-loop suites (test_runtime_scenarios, test_runtime_stop) is run
+1. Every scenario of the runtime-loop suites (test_runtime_scenarios, test_runtime_stop,
+   test_plugin_scenarios) is run
    as written -- recording on a real store, with its own asserts -- and then every run it wrote is
    re-executed against the log with the same agents and tools and verified commit by commit.
 2. Tampered agents (another tool value, a plugin adding context, another system prompt, another
@@ -29,6 +30,7 @@ from agentlog.runtime.replay.verify import (
 )
 from agentlog.testing import RecordingModel
 
+from tests.runtime import test_plugin_scenarios as plugin_scenarios
 from tests.runtime import test_runtime_scenarios as scenarios
 from tests.runtime import test_runtime_stop as stops
 from tests.support.runtime import logged, store  # noqa: F401  (fixture)
@@ -60,7 +62,7 @@ async def all_commits(store: Any) -> list[StoredCommit]:
 
 def _scenario_cases() -> list[Any]:
     cases = []
-    for module in (scenarios, stops):
+    for module in (scenarios, stops, plugin_scenarios):
         for name, fn in inspect.getmembers(module, inspect.iscoroutinefunction):
             if not name.startswith("test_"):
                 continue

@@ -14,7 +14,6 @@ from agentlog.eventlog import MemoryEventStore
 from agentlog.eventlog.events import SuspendTicket, ToolCall
 from agentlog.eventlog.ids import is_valid_id
 from agentlog.runtime import (
-    AddContext,
     AgentSpec,
     Block,
     DeterministicEntropy,
@@ -127,14 +126,14 @@ async def test_action_in_the_wrong_phase_ends_the_run_with_plugin_error() -> Non
         id = "wrong"
 
         def after_inference(self, ctx: Any, response: Any) -> list[Any]:
-            return [AddContext("too late")]
+            return [SetResult(ToolResult.success("no call to answer here"))]
 
     rt = Runtime(MemoryEventStore(), agents=[AgentSpec(id="a", model=ScriptedModel(["hi"]), plugins=[Wrong()])],
                  entropy=DeterministicEntropy())
     async with asyncio.timeout(5):
         result = await rt.run("a", "hello")
     assert result.termination.type == "error" and result.termination.code == "plugin_error"
-    assert "AddContext from after_inference" in result.termination.detail
+    assert "SetResult from after_inference" in result.termination.detail
 
 
 async def test_live_context_equals_the_fold_of_the_log() -> None:

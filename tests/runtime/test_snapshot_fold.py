@@ -20,8 +20,13 @@ from hypothesis import strategies as st
 import agentlog.projections.fold as fold_mod
 import agentlog.runtime.snapshots.format as snapshot_format
 from agentlog.eventlog.events import (
+    ActionScheduled,
+    CircuitBreakerChanged,
     Commit,
+    ContextMessageSet,
+    EffectEmitted,
     InferenceCompleted,
+    InputFiltered,
     Message,
     MessageAppended,
     RunCancelRequested,
@@ -29,6 +34,7 @@ from agentlog.eventlog.events import (
     RunResumed,
     RunStarted,
     RunSuspended,
+    ScheduledActionsRan,
     StateCleared,
     StatePatched,
     StateReplaced,
@@ -112,6 +118,19 @@ _event = st.one_of(
     st.builds(RunResumed),
     st.builds(RunCancelRequested),
     st.builds(lambda: RunFinished(termination=Termination(type="natural_end"))),
+    # the plugin model's run-scoped state: context messages (their showings fold at inferences),
+    # actions scheduled for later phases, input warnings; breaker changes and effects fold to nothing
+    st.builds(lambda k, text, persistent, cooldown: ContextMessageSet(key=k, text=text, persistent=persistent,
+                                                                      cooldown=cooldown),
+              st.sampled_from(["k1", "k2"]), st.sampled_from([None, "a", "b"]), st.booleans(), st.integers(0, 2)),
+    st.builds(lambda phase, n: ActionScheduled(key="act", phase=phase, payload=n),
+              st.sampled_from(["step_start", "before_inference"]), st.integers(0, 3)),
+    st.builds(lambda phase: ScheduledActionsRan(phase=phase, count=1), st.sampled_from(["step_start", "before_inference"])),
+    st.builds(lambda v, why: InputFiltered(verdict=v, reason=why), st.sampled_from(["warn", "reject"]),
+              st.sampled_from(["w1", "w2"])),
+    st.builds(lambda state: CircuitBreakerChanged(model="m", state=state, failures=2),
+              st.sampled_from(["open", "half_open", "closed"])),
+    st.builds(lambda n: EffectEmitted(key="fx", payload=n), st.integers(0, 3)),
 )
 _commit = st.tuples(st.sampled_from([RUN, RUN, "r-other", None]), st.lists(_event, min_size=1, max_size=4))
 

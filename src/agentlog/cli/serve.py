@@ -51,15 +51,18 @@ def _server_config(role: str, app_spec: str | None, host: str, port: int, tokens
                    ack_wait: float | None = None, shutdown_timeout: float | None = None,
                    max_deliver: int | None = None, metrics_port: int | None = None,
                    public_url: str | None = None, archive_after: float | None = None,
-                   app_name: str | None = None) -> Any:
+                   app_name: str | None = None, max_concurrent_requests: int | None = None) -> Any:
     from agentlog.cli.server import ServerConfig
+    from agentlog.gateway.operations.services import Settings
 
     source = app_obj if app_obj is not None else (guard(lambda: load_app(app_spec)) if app_spec else None)
     return ServerConfig(role=role, app=source, app_spec=app_spec, host=host, port=port, tokens=tokens,  # type: ignore[arg-type]
                         connection=replace(options, embedded_use="start"), worker_concurrency=concurrency, worker_ack_wait=ack_wait,
                         worker_shutdown_timeout=shutdown_timeout, worker_max_deliver=max_deliver,
                         worker_metrics_port=metrics_port, public_url=public_url, archive_after=archive_after,
-                        app_name=app_name)
+                        app_name=app_name,
+                        settings=None if max_concurrent_requests is None else Settings(
+                            max_concurrent_requests=max_concurrent_requests))
 
 
 def _banner(server: Any) -> None:
@@ -95,14 +98,15 @@ def _serve_role(role: str, app_spec: str | None, host: str, port: int, tokens: s
                 shutdown_timeout: float | None = None, max_deliver: int | None = None,
                 metrics_port: int | None = None, ready_file: Path | None = None,
                 public_url: str | None = None, archive_after: float | None = None,
-                app_name: str | None = None) -> None:
+                app_name: str | None = None, max_concurrent_requests: int | None = None) -> None:
     from agentlog.cli.server import run_until_stopped
     from agentlog.gateway.http.urls import public_base_url
 
     config = _server_config(role, app_spec, host, port, tokens, options, concurrency,
                             ack_wait=ack_wait, shutdown_timeout=shutdown_timeout, max_deliver=max_deliver,
                             metrics_port=metrics_port, public_url=guard(lambda: public_base_url(public_url)),
-                            archive_after=archive_after, app_name=app_name)
+                            archive_after=archive_after, app_name=app_name,
+                            max_concurrent_requests=max_concurrent_requests)
 
     def ready(server: Any) -> None:
         _banner(server)
@@ -142,6 +146,12 @@ ArchiveAfterOpt = Annotated[float | None, typer.Option(
          "DAYS, as `agentlog retention` does.")]
 
 
+MaxConcurrentOpt = Annotated[int | None, typer.Option(
+    "--max-concurrent-requests", envvar="AGENTLOG_MAX_CONCURRENT_REQUESTS", metavar="N", min=1,
+    help="HTTP requests served at once (an open SSE stream counts); more are answered 503 `overloaded` with "
+         "Retry-After. Never applies to /health, /health/live, /metrics. Default: no limit.")]
+
+
 @app.command("serve")
 def serve_cmd(
     app_spec: AppOpt = None, host: HostOpt = "127.0.0.1", port: PortOpt = 8480, tokens: TokensOpt = None,
@@ -150,13 +160,13 @@ def serve_cmd(
     archive_after: ArchiveAfterOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
-    app_name: AppNameOpt = None,
+    app_name: AppNameOpt = None, max_concurrent_requests: MaxConcurrentOpt = None,
 ) -> None:
     """Gateway + worker in one process: HTTP API, NATS service, projections and the runtime.
     Every run goes through the durable command queue, so a stopped or killed process strands none."""
     _serve_role("serve", app_spec, host, port, tokens, connection_options(nats, creds, token, data_dir, timeout, replicas),
                 concurrency, ack_wait, shutdown_timeout, public_url=public_url, archive_after=archive_after,
-                app_name=app_name)
+                app_name=app_name, max_concurrent_requests=max_concurrent_requests)
 
 
 @app.command("gateway")
@@ -166,12 +176,13 @@ def gateway_cmd(
     archive_after: ArchiveAfterOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
-    app_name: AppNameOpt = None,
+    app_name: AppNameOpt = None, max_concurrent_requests: MaxConcurrentOpt = None,
 ) -> None:
     """The gateway alone (HTTP + NATS service); commands are queued for `agentlog worker`s (of
     `--app-name` for new runs, of the app each run records for the rest)."""
     _serve_role("gateway", app_spec, host, port, tokens, connection_options(nats, creds, token, data_dir, timeout, replicas), 1,
-                public_url=public_url, archive_after=archive_after, app_name=app_name)
+                public_url=public_url, archive_after=archive_after, app_name=app_name,
+                max_concurrent_requests=max_concurrent_requests)
 
 
 @app.command("worker")

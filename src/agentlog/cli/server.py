@@ -149,9 +149,9 @@ def build_runtime(source: AppSource, store: JetStreamEventStore, *, views: ViewS
             return obj
         return Runtime(store, agents=obj.agents, tools=obj.tools, models=obj.models, views=views, live=live,
                        snapshots=snapshots, entropy=obj.entropy, summarizer=obj.summarizer,
-                       observers=obj.observers, store_outage_deadline=obj.outage.deadline)
+                       observers=obj.observers, store_outage_deadline=obj.outage.deadline, breakers=obj.breakers)
     return Runtime(store, agents=obj.agents, tools=obj.tools, models=dict(getattr(obj, "models", {}) or {}),
-                   views=views, live=live, snapshots=snapshots)
+                   views=views, live=live, snapshots=snapshots, breakers=getattr(obj, "breakers", None))
 
 
 ENV_ACK_WAIT = "AGENTLOG_WORKER_ACK_WAIT"

@@ -249,7 +249,8 @@ class Runs:
                      state: Mapping[str, Any] | None = None, retries: int = 2) -> Json:
         """Start a run of `agent_id` (a new thread unless `thread_id`): `{"thread_id", "run_id",
         "seq"}`. `messages`: a string (one user message) or a list of strings / `{role, content}`.
-        `overrides` (`{model, system_prompt, options}`, within what the agent allows), `context`
+        `overrides` (`{model, system_prompt, options, allowed_tools, excluded_tools}`, within what
+        the agent allows), `context`
         (`[{description, value}]`) and `state` (merged into the thread's) are recorded with the run.
 
         Idempotent: the run id is chosen here when not given, so a start sent again runs once. A

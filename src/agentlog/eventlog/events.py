@@ -233,6 +233,10 @@ class RunOverrides(_Value, frozen=True):
     model: str | None = None
     system_prompt: str | None = None
     options: dict[str, JSON] = {}
+    #: The run's tool policy: only tools matching these names or globs are offered and may run
+    #: (None: every tool of the agent), minus those matching `excluded_tools`.
+    allowed_tools: list[str] | None = None
+    excluded_tools: list[str] = []
 
 
 class RunStarted(Event, frozen=True):
@@ -344,6 +348,23 @@ class InferenceCompleted(Event, frozen=True):
     cost: float | None = None
 
 
+BreakerState = Literal["closed", "open", "half_open"]
+
+
+class CircuitBreakerChanged(Event, frozen=True):
+    """A model's circuit breaker changed state during this run's inference
+    (`agentlog.runtime.models.breaker`): `open` after `failures` failures in a row (the model is
+    skipped until its cooldown ends), `half_open` when a probe request is let through after
+    the cooldown, `closed` when a request succeeded again. Recorded in the run whose inference
+    saw the change, so a resume or a verified replay takes the same path from the log instead
+    of deciding again from the clock."""
+
+    model: str
+    state: BreakerState
+    failures: int = 0
+    detail: str | None = None
+
+
 # -- tool calls -----------------------------------------------------------------------------------
 
 
@@ -381,6 +402,13 @@ class ToolCallCompleted(Event, frozen=True):
     message_id: str | None = None
     #: Set (and `result` None) while the result is stored by reference.
     result_ref: PayloadRef | None = None
+    #: What the tool said about its result for clients and audits, never shown to the model
+    #: (`ToolResult.details`). None (omitted): nothing.
+    details: JSON = None
+    #: The user messages the tool asked to follow this step's tool results (`ToolResult.follow_up`),
+    #: appended at the step's end; recorded here so that a replay answering the tool from the
+    #: log asks for them again. None (omitted): none.
+    follow_up: list[str] | None = None
 
 
 # -- context ----------------------------------------------------------------------------------------
@@ -401,6 +429,62 @@ class ContextCompacted(Event, frozen=True):
     #: Why: None when the context policy's budget was exceeded, "overflow" when the provider
     #: refused the request as too long (the inference is retried once after it).
     reason: str | None = None
+
+
+# -- plugins ----------------------------------------------------------------------------------------
+
+
+class ContextMessageSet(Event, frozen=True):
+    """A plugin's keyed context message for the model's system prompt
+    (`agentlog.runtime.plugins.AddContext` with a key, persistent or throttled, or given outside
+    BeforeInference; `RemoveContext`: `text` None). Run-scoped: the loop folds these and adds
+    the messages due at each inference (`agentlog.runtime.loop.run_context.due_context`): a
+    one-shot message at the next inference, a persistent one at every inference, each no more
+    often than once every `cooldown` + 1 inferences. Recorded so resume and replay inject the
+    same messages at the same steps."""
+
+    key: str
+    text: str | None = None
+    persistent: bool = False
+    cooldown: int = 0
+
+
+class ActionScheduled(Event, frozen=True):
+    """A plugin scheduled action `key` for a later phase (`agentlog.runtime.plugins.Schedule`):
+    pending in the run until the loop reaches `phase`, where its handler runs
+    (`ScheduledActionsRan` records that it did). Recorded so that a resume after a crash in
+    between still runs it."""
+
+    key: str
+    phase: str
+    payload: JSON = None
+
+
+class ScheduledActionsRan(Event, frozen=True):
+    """The run's pending scheduled actions for `phase` (`count` of them) ran: no longer pending."""
+
+    phase: str
+    count: int
+
+
+class EffectEmitted(Event, frozen=True):
+    """A plugin's typed post-commit effect (`agentlog.runtime.plugins.Effect`): its handler
+    runs once the commit holding this event is in the log, with the state as of that commit
+    (at most once: a crash between the commit and the handler skips it; replay never runs it)."""
+
+    key: str
+    payload: JSON = None
+
+
+class InputFiltered(Event, frozen=True):
+    """A plugin's input filter judged the messages a run starts with
+    (`agentlog.runtime.plugins.Plugin.filter_input`): `reject` ends the run `blocked` (code
+    `input_rejected`) before any model call; `warn` lets it go on and tells the model."""
+
+    verdict: Literal["warn", "reject"]
+    reason: str
+    plugin: str = ""
+    message_ids: list[str] = []
 
 
 # -- quarantine -----------------------------------------------------------------------------------
@@ -532,6 +616,7 @@ AnyEvent = Union[
     AgentHandedOff,
     MessageAppended,
     InferenceCompleted,
+    CircuitBreakerChanged,
     ToolCallGated,
     ToolCallStarted,
     ToolCallSuspended,
@@ -546,6 +631,11 @@ AnyEvent = Union[
     ContextCompacted,
     CommitQuarantined,
     Emitted,
+    ContextMessageSet,
+    ActionScheduled,
+    ScheduledActionsRan,
+    EffectEmitted,
+    InputFiltered,
 ]
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.__name__: cls for cls in get_args(AnyEvent)}

@@ -433,7 +433,7 @@ class _RunAcc:
         self._set_call(
             _replace(
                 call, status=ev.outcome, result=ev.result, result_ref=ev.result_ref, message_id=ev.message_id,
-                state={}, updated=ts,  # tool_call scope ends with the call
+                details=ev.details, state={}, updated=ts,  # tool_call scope ends with the call
             )
         )
 

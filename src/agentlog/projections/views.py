@@ -78,6 +78,9 @@ class CallView(_View, frozen=True):
     state: dict[str, Any] = {}
     created: int = 0
     updated: int = 0
+    #: What the tool said about its result for clients (`ToolCallCompleted.details`); the model
+    #: never sees it.
+    details: Any = None
 
 
 class RunView(_View, frozen=True):

@@ -43,11 +43,15 @@ from agentlog.runtime.loop.hitl import (
     UnknownCall,
 )
 from agentlog.runtime.loop.run_context import RunContext, apply_event
+from agentlog.runtime.models.breaker import CircuitBreakerPolicy, CircuitBreakers
 from agentlog.runtime.permission import PermissionPlugin, PermissionRule
 from agentlog.runtime.plugins import (
+    ActionHandler,
     AddContext,
     AddUserMessage,
     Block,
+    Effect,
+    EffectSpec,
     Emit,
     ExcludeTools,
     Gate,
@@ -58,10 +62,15 @@ from agentlog.runtime.plugins import (
     PhaseContext,
     Plugin,
     PluginError,
+    RejectInput,
+    RemoveContext,
+    Schedule,
     SetResult,
     Suspend,
     Terminate,
+    WarnInput,
 )
+from agentlog.runtime.rules.reminders import ReminderPlugin, ReminderRule
 from agentlog.runtime.snapshots.format import RunSnapshot
 from agentlog.runtime.snapshots.store import KVSnapshotStore, MemorySnapshotStore, SnapshotStore
 from agentlog.runtime.stop import (
@@ -74,6 +83,7 @@ from agentlog.runtime.stop import (
     TokenBudget,
 )
 from agentlog.runtime.toolkits.mcp import McpServerConfig, McpToolset
+from agentlog.runtime.toolkits.openapi import OpenApiConfig, load_openapi_tools
 from agentlog.runtime.tools import Tool, ToolContext, ToolError, ToolRegistry, ToolResult, tool
 
 __all__ = [
@@ -90,4 +100,9 @@ __all__ = [
     "CallNotSuspended", "DecideResult", "HitlError", "InvalidDecision", "RunNotWaiting", "UnknownCall",
     # run-context snapshots
     "KVSnapshotStore", "MemorySnapshotStore", "RunSnapshot", "SnapshotStore",
+    # plugins' scheduled actions, effects, input filters, context messages; reminders
+    "ActionHandler", "Effect", "EffectSpec", "RejectInput", "RemoveContext", "Schedule", "WarnInput", "ReminderPlugin",
+    "ReminderRule",
+    # models' circuit breakers, OpenAPI tools
+    "CircuitBreakerPolicy", "CircuitBreakers", "OpenApiConfig", "load_openapi_tools",
 ]

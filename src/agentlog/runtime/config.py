@@ -7,7 +7,7 @@ The file is validated by `AgentlogConfig` (pydantic), whose JSON Schema is publi
 regenerate with `python -m agentlog.runtime.config > src/agentlog/runtime/agentlog-config.schema.json`; a test keeps it
 up to date). It covers models (scripted, OpenAI-compatible, or `provider:model` ids on the official
 SDKs: `anthropic:`, `openai-responses:`, `gemini:`), their prices, model pools, tools (Python import paths), MCP
-servers, plugins, permissions, stop conditions, context policy, sub-agents, handoffs and skills
+servers, OpenAPI operations, plugins, permissions, stop conditions, context policy, sub-agents, handoffs and skills
 (SKILL.md folders); `load_config` turns
 it into an app (`agents`, `tools`, `models`) that every command accepting `--app` can run.
 
@@ -35,12 +35,15 @@ import pydantic
 from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.store import EventStore
 from agentlog.runtime.agents.spec import AgentOptions, AgentSpec
+from agentlog.runtime.models.breaker import CircuitBreakerPolicy, CircuitBreakers
 from agentlog.runtime.models.pool import ModelPool
 from agentlog.runtime.models.pricing import ModelPrices
 from agentlog.runtime.models.providers import PROVIDERS, is_provider_id, model_from_id
 from agentlog.runtime.permission import PermissionPlugin, PermissionRule
 from agentlog.runtime.plugins import Plugin
+from agentlog.runtime.stop import MaxRounds
 from agentlog.runtime.toolkits.mcp import McpError, McpServerConfig, McpToolset
+from agentlog.runtime.toolkits.openapi import OpenApiConfig, OpenApiError, load_all
 from agentlog.runtime.toolkits.skills import SkillCatalog, SkillError, SkillsPlugin, skill_tools
 from agentlog.runtime.tools import Tool, ToolRegistry
 
@@ -51,6 +54,10 @@ __all__ = ["AgentlogConfig", "ConfigError", "LoadedConfig", "is_config_path", "l
 
 SCHEMA_PATH = Path(__file__).with_name("agentlog-config.schema.json")
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+#: The rounds an agent of a configuration file may take when it sets no limit of its own.
+DEFAULT_MAX_ROUNDS = 16
 
 
 class ConfigError(AgentlogError):
@@ -136,12 +143,22 @@ class PluginConfig(_Model):
 
 
 class PermissionsConfig(_Model):
-    """Rules for the permission plugin: tool-name globs or `{tool, args, name}` rules."""
+    """Rules for the permission plugin: tool patterns (`read_*`, `Bash(npm *)`,
+    `Edit(file_path ~ "src/**")`, `/mcp__(gh|gl)__.*/`: `agentlog.runtime.rules.patterns`) or
+    `{tool, args, pattern, name}` rules."""
 
     allow: list[str | PermissionRule] = []
     ask: list[str | PermissionRule] = []
     deny: list[str | PermissionRule] = []
     default: Literal["allow", "deny"] = "allow"
+
+    @pydantic.field_validator("allow", "ask", "deny")
+    @classmethod
+    def _patterns_parse(cls, rules: list[str | PermissionRule]) -> list[str | PermissionRule]:
+        for rule in rules:
+            if isinstance(rule, str):
+                PermissionRule.from_text(rule)  # a PatternError names the pattern
+        return rules
 
 
 class AgentConfig(AgentOptions):
@@ -178,9 +195,19 @@ class AgentlogConfig(_Model):
     #: `module:attr` import paths of tools: a `Tool`, a function (made a tool), or a list of them.
     tools: list[str] = []
     mcp_servers: list[McpServerConfig] = []
+    #: OpenAPI documents whose operations become tools `<name>__<operationId>`
+    #: (`agentlog.runtime.toolkits.openapi`).
+    openapi: list[OpenApiConfig] = []
     #: Skill folders (relative to this file): each a skill (it holds SKILL.md) or a folder of
     #: them (`agentlog.runtime.toolkits.skills`). Agents choose theirs with their own `skills`.
     skills: list[str] = []
+    #: Circuit breakers for every model (`agentlog.runtime.models.breaker`): a model that fails
+    #: `failure_threshold` times in a row is skipped for `cooldown_s` (its fallbacks answer).
+    circuit_breaker: CircuitBreakerPolicy | None = None
+    #: The `max_rounds` of every agent that sets none (neither `max_rounds` nor a `max_rounds`
+    #: stop condition), so a model that keeps calling tools stops (`stopped`, code
+    #: `max_rounds`). null: no default (such agents run until the model stops calling tools).
+    max_rounds: int | None = pydantic.Field(default=DEFAULT_MAX_ROUNDS, ge=1)
     agents: list[AgentConfig] = pydantic.Field(min_length=1)
 
     @pydantic.model_validator(mode="after")
@@ -192,6 +219,9 @@ class AgentlogConfig(_Model):
         names = [s.name for s in self.mcp_servers]
         if len(set(names)) != len(names):
             raise ValueError("duplicate MCP server names")
+        apis = [o.name for o in self.openapi]
+        if len(set(apis)) != len(apis):
+            raise ValueError("duplicate OpenAPI names")
         for name, entry in self.models.items():
             if isinstance(entry, str) and not is_provider_id(entry):
                 raise ValueError(f"model {name!r}: {entry!r} is not a provider:model id ({', '.join(PROVIDERS)})")
@@ -238,10 +268,13 @@ class LoadedConfig:
     toolset: McpToolset | None = None
     sub_agents: dict[str, list[str]] = field(default_factory=dict)
     config: AgentlogConfig | None = None
+    #: The models' circuit breakers (`circuit_breaker:`), shared by the runtimes made from this.
+    breakers: CircuitBreakers | None = None
 
     def runtime(self, store: EventStore, **options: Any) -> Runtime:
         from agentlog.runtime.facade import Runtime
 
+        options.setdefault("breakers", self.breakers)
         return Runtime(store, agents=self.agents, tools=self.tools, models=dict(self.models), **options)
 
     def close(self) -> None:
@@ -371,7 +404,8 @@ def _skills(config: AgentlogConfig, base: Path, source: str) -> tuple[dict[str, 
 def build(config: AgentlogConfig, source: str = "<config>", base: Path | None = None) -> LoadedConfig:
     """Turn a validated config into an app: import tools and plugins, build models, connect
     the MCP servers (blocking, bounded by each server's `timeout_s`) and register their tools.
-    `base`: the folder relative paths (skills) are read from (default: the working directory)."""
+    `base`: the folder relative paths (skills, OpenAPI documents) are read from (default: the
+    working directory). OpenAPI documents given by URL are downloaded here."""
     chosen_skills, catalog = _skills(config, base or Path.cwd(), source)
     registry = ToolRegistry()
     for t in _tools(config.tools, source):
@@ -387,6 +421,11 @@ def build(config: AgentlogConfig, source: str = "<config>", base: Path | None = 
                     *a.overrides.models]:
             if ref not in models:
                 models[ref] = _model(ref, ref, source)
+    try:
+        for t in load_all(config.openapi, base or Path.cwd()):
+            registry.register(t)
+    except (OpenApiError, ValueError) as exc:
+        raise ConfigError(f"{source}: openapi: {exc}") from None
     toolset: McpToolset | None = None
     if config.mcp_servers:
         toolset = McpToolset(config.mcp_servers)
@@ -418,10 +457,17 @@ def build(config: AgentlogConfig, source: str = "<config>", base: Path | None = 
                 p = a.permissions
                 plugins.insert(0, PermissionPlugin(allow=p.allow, ask=p.ask, deny=p.deny, default=p.default))
             tools = _expand(a.tools, known, a.id, source)
+            for pattern in a.deferred_tools:  # a typo would silently offer the tool at once
+                if not any(fnmatch.fnmatchcase(n, pattern) for n in tools):
+                    raise ConfigError(f"{source}: agent {a.id!r}: deferred_tools {pattern!r} matches none of its "
+                                      f"tools ({', '.join(tools) or 'none'})")
             if a.id in chosen_skills and catalog is not None:
                 plugins.append(SkillsPlugin(catalog, chosen_skills[a.id]))
                 tools += [n for n in skill_tool_names if n not in tools]
             options = a.options()
+            if (config.max_rounds is not None and a.max_rounds is None
+                    and not any(isinstance(c, MaxRounds) for c in a.stop_conditions)):
+                options["max_rounds"] = config.max_rounds
             if a.sub_agents:  # `sub_agents` is the config's spelling of the sub-agent tools + allowed_agents
                 tools += [t.name for t in sub_tools if t.name not in tools]
                 if options["allowed_agents"] is None:
@@ -431,14 +477,19 @@ def build(config: AgentlogConfig, source: str = "<config>", base: Path | None = 
             model = a.model or (pool.models[0] if pool is not None else None)
             try:
                 agents.append(AgentSpec(id=a.id, model=model, tools=tools, plugins=plugins, **options))
-            except (pydantic.ValidationError, ValueError) as exc:
+            except pydantic.ValidationError as exc:
+                detail = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+                raise ConfigError(f"{source}: agent {a.id!r}: {detail}") from None
+            except ValueError as exc:
                 raise ConfigError(f"{source}: agent {a.id!r}: {exc}") from None
     except ConfigError:
         if toolset is not None:
             toolset.close()
         raise
+    breakers = CircuitBreakers(config.circuit_breaker) if config.circuit_breaker is not None else None
     return LoadedConfig(agents=agents, tools=registry, models=models, toolset=toolset,
-                        sub_agents={a.id: list(a.sub_agents) for a in config.agents}, config=config)
+                        sub_agents={a.id: list(a.sub_agents) for a in config.agents}, config=config,
+                        breakers=breakers)
 
 
 def load_config(path: str | os.PathLike[str]) -> LoadedConfig:

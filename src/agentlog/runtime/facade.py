@@ -34,8 +34,7 @@ from agentlog.eventlog.store import EventStore, as_generator
 from agentlog.projections.fold import RunFolder, fold_commits
 from agentlog.projections.store import ViewStore
 from agentlog.projections.views import RunView, ThreadView
-from agentlog.runtime.agents.handoff import handoff_tools
-from agentlog.runtime.agents.spec import AgentRegistry, AgentSpec, ModelRegistry
+from agentlog.runtime.agents.spec import AgentRegistry, AgentSpec, ModelRegistry, derived_tools
 from agentlog.runtime.context_policy import Summarizer
 from agentlog.runtime.errors import RunConflict, RunNotFound, retry_on_conflict
 from agentlog.runtime.inputs.admission import admit_thread, check_start
@@ -56,6 +55,7 @@ from agentlog.runtime.loop.hitl import (
 )
 from agentlog.runtime.loop.run_context import RunContext, fold_context
 from agentlog.runtime.models.base import Model, ToolSpec
+from agentlog.runtime.models.breaker import Breakers
 from agentlog.runtime.models.providers import build_provider_model
 from agentlog.runtime.outage import OutagePolicy
 from agentlog.runtime.queued import Queued, queue_input, queue_messages
@@ -299,8 +299,14 @@ class Runtime:
         summarizer: Summarizer | None = None,
         snapshots: SnapshotStore | None = None,
         observers: Iterable[CommitObserver] = (),
+        breakers: Breakers | None = None,
+        effects: bool = True,
     ) -> None:
         self.store = store
+        #: Run plugins' post-commit effects (`agentlog.runtime.plugins.Effect`); verified replay does not.
+        self.effects = effects
+        #: The models' circuit breakers (`agentlog.runtime.models.breaker`); None: none.
+        self.breakers = breakers
         #: A run waits this long through a NATS outage before it stops uncommitted (resumable);
         #: None: $AGENTLOG_STORE_OUTAGE_DEADLINE, else 60 s (`agentlog.runtime.outage`).
         self.outage = OutagePolicy.from_env(store_outage_deadline)
@@ -402,7 +408,7 @@ class Runtime:
         self.models.resolve(spec.model)  # fail now, not at the first inference
         given = as_run_input(run_input)
         if given is not None and given.overrides is not None:
-            check_overrides(given.overrides, spec.overrides, spec.model_name)
+            check_overrides(given.overrides, spec.overrides, spec.model_name, spec.tools)
             if given.overrides.model is not None:
                 self.models.resolve(given.overrides.model)
         # the input checks the gateway makes too (agentlog.runtime.inputs.admission): same input, same answer
@@ -431,7 +437,8 @@ class Runtime:
             spec=spec, ctx=ctx, version=thread.version if thread else 0, store=self.store,
             tools=self._tools_for(spec), models=self.models, live=self.live, entropy=self.entropy,
             on_commit=self._on_commit_for(handle), outage=self.outage,
-            summarizer=self.summarizer, agents=self._agent_for,
+            summarizer=self.summarizer, agents=self._agent_for, breakers=self.breakers,
+            effects=self.effects,
         )
         try:
             await loop.begin(msgs, parent_run_id=parent_run_id, origin=origin, resource_id=resource_id,
@@ -466,12 +473,17 @@ class Runtime:
         return {n: t for n in spec.tools if (t := self.tools.get(n)) is not None}
 
     def _register_handoff_tools(self, specs: Iterable[AgentSpec]) -> None:
-        """The `transfer_to_<agent>` tools of the specs' declared handoffs (`agentlog.runtime.agents.handoff`),
-        described with their targets' descriptions; a tool of that name already registered stays."""
+        """The tools the specs call for (`agentlog.runtime.agents.spec.derived_tools`: their handoffs'
+        `transfer_to_<agent>`, `tool_search`); a tool of that name already registered stays."""
         described = {a.id: a.description for a in self.agents}
-        for transfer in handoff_tools(specs, described):
-            if transfer.name not in self.tools:
-                self.tools.register(transfer)
+        for derived in derived_tools(specs, described):
+            existing = self.tools.get(derived.name)
+            if existing is None:
+                self.tools.register(derived)
+            elif existing is not derived and getattr(derived, "provided_by", None) is not None \
+                    and getattr(existing, "provided_by", None) is None:
+                raise ValueError(f"plugin {derived.provided_by!r} gives a tool named {derived.name!r}, "
+                                 "and the app registers another tool of that name")
 
     def _agent_for(self, agent_id: str) -> tuple[AgentSpec, dict[str, Tool]]:
         """A handoff target's spec and tools (raises `UnknownAgent`)."""
@@ -565,7 +577,8 @@ class Runtime:
             spec=loaded.spec, ctx=loaded.ctx, version=loaded.version, store=self.store,
             tools=self._tools_for(loaded.spec), models=self.models, live=self.live, entropy=self.entropy,
             on_commit=self._on_commit_for(handle), older_messages=loaded.older_messages, outage=self.outage,
-            summarizer=self.summarizer, agents=self._agent_for,
+            summarizer=self.summarizer, agents=self._agent_for, breakers=self.breakers,
+            effects=self.effects,
         )
 
     def _on_commit_for(self, handle: RunHandle) -> Callable[[StoredCommit], None]:

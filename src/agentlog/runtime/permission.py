@@ -2,7 +2,11 @@
 
 Rules are glob patterns (`fnmatch`, case-sensitive): `{"tool": "fs_*", "args": {"path": "/etc/*"}}`
 matches a call of any `fs_*` tool whose `path` argument matches `/etc/*` (non-string arguments are
-matched on their JSON text). Precedence: deny > ask > allow; with no match the configurable
+matched on their JSON text). A rule written as a string is a tool pattern
+(`agentlog.runtime.rules.patterns`): `"read_*"`, `"Bash(npm *)"` (the primary argument),
+`'Edit(file_path ~ "src/**")'` (a named argument's glob), `'Bash(command =~ "(?i)rm")'` (a
+regex), `"/mcp__(gh|gl)__.*/"` (a regex on the tool name); a dict may give one as `pattern`.
+Precedence: deny > ask > allow; with no match the configurable
 `default` (allow or deny) applies. Every verdict is recorded as `ToolCallGated{call_id,
 verdict, rule}` by the loop, and a deny fails the call with a result that tells the model why.
 
@@ -34,6 +38,7 @@ import pydantic
 from agentlog.eventlog.events import SuspendTicket, ToolCall
 from agentlog.runtime.loop.hitl import APPROVAL_SCHEMA, is_approved
 from agentlog.runtime.plugins import Action, ExcludeTools, Gate, PatchState, PhaseContext, Plugin
+from agentlog.runtime.rules.patterns import ToolPattern, parse_pattern
 
 Verdict = Literal["allow", "deny", "ask"]
 
@@ -50,11 +55,27 @@ class PermissionRule(pydantic.BaseModel):
 
     tool: str = "*"
     args: dict[str, str] = {}
+    #: A tool pattern (`agentlog.runtime.rules.patterns`: `Bash(npm *)`, `Edit(file_path ~
+    #: "src/**")`, `/mcp__(gh|gl)__.*/`), checked as well as `tool` and `args`.
+    pattern: str | None = None
     #: Recorded as `ToolCallGated.rule`; defaults to a readable form of the rule.
     name: str | None = None
+    _parsed: ToolPattern | None = pydantic.PrivateAttr(default=None)
+
+    @pydantic.field_validator("pattern")
+    @classmethod
+    def _pattern_parses(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_pattern(v)  # PatternError is a ValueError: a validation error naming the field
+        return v
+
+    def model_post_init(self, _context: Any) -> None:
+        self._parsed = parse_pattern(self.pattern) if self.pattern is not None else None
 
     def matches(self, call: ToolCall) -> bool:
         if not fnmatchcase(call.name, self.tool):
+            return False
+        if self._parsed is not None and not self._parsed.matches(call.name, call.arguments):
             return False
         for key, pattern in self.args.items():
             if key not in call.arguments:
@@ -68,8 +89,19 @@ class PermissionRule(pydantic.BaseModel):
     def label(self, verdict: str) -> str:
         if self.name:
             return self.name
+        if self.pattern is not None and self.tool == "*" and not self.args:
+            return f"{verdict}:{self.pattern}"
         args = ",".join(f"{k}={v}" for k, v in sorted(self.args.items()))
-        return f"{verdict}:{self.tool}" + (f"({args})" if args else "")
+        return f"{verdict}:{self.tool}" + (f"({args})" if args else "") + (f"[{self.pattern}]" if self.pattern else "")
+
+    @classmethod
+    def from_text(cls, text: str) -> PermissionRule:
+        """A rule from a tool pattern: a plain glob is a `tool` rule, anything else (argument
+        conditions, a regex) a `pattern` rule. Raises `PatternError`."""
+        parsed = parse_pattern(text)
+        if not parsed.regex and not parsed.conditions:
+            return cls(tool=parsed.tool)
+        return cls(pattern=text.strip())
 
 
 RuleInput = PermissionRule | Mapping[str, Any] | str
@@ -81,7 +113,7 @@ def _rules(rules: Iterable[RuleInput]) -> tuple[PermissionRule, ...]:
         if isinstance(r, PermissionRule):
             out.append(r)
         elif isinstance(r, str):
-            out.append(PermissionRule(tool=r))
+            out.append(PermissionRule.from_text(r))
         else:
             out.append(PermissionRule.model_validate(dict(r)))
     return tuple(out)

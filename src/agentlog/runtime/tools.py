@@ -12,7 +12,7 @@ import asyncio
 import contextvars
 import inspect
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, get_type_hints
 
 import msgspec
@@ -46,20 +46,29 @@ class InvalidToolArguments(AgentlogError):
 
 
 class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
-    """What a tool call produced. `status` decides what the loop records."""
+    """What a tool call produced. `status` decides what the loop records.
+
+    `details`: data about the result for clients and audits (an HTTP status, a source URL, a
+    row count), recorded with the call (`ToolCallCompleted.details`, the call view's `details`)
+    and never shown to the model. `follow_up`: user messages the model reads after this step's
+    tool results (an image the tool fetched, an instruction that belongs to the user turn),
+    appended at the step's end in call order."""
 
     status: str  # "success" | "error" | "pending"
     value: JSON = None
     error: str | None = None
     ticket: SuspendTicket | None = None
+    details: JSON = None
+    follow_up: list[str] = []
 
     @classmethod
-    def success(cls, value: JSON = None) -> ToolResult:
-        return cls(status="success", value=value)
+    def success(cls, value: JSON = None, *, details: JSON = None, follow_up: Iterable[str] = ()) -> ToolResult:
+        return cls(status="success", value=value, details=details, follow_up=list(follow_up))
 
     @classmethod
-    def failure(cls, message: str, value: JSON = None) -> ToolResult:
-        return cls(status="error", error=message, value=value)
+    def failure(cls, message: str, value: JSON = None, *, details: JSON = None,
+                follow_up: Iterable[str] = ()) -> ToolResult:
+        return cls(status="error", error=message, value=value, details=details, follow_up=list(follow_up))
 
     @classmethod
     def pending(
@@ -111,6 +120,8 @@ class ToolContext(TypedState):
         keys: StateKeys | None = None,
         profile_id: str | None = None,
         profile_loader: ProfileLoader | None = None,
+        agent: Any = None,
+        agent_tools: Mapping[str, Tool] | None = None,
     ) -> None:
         self.thread_id = thread_id
         self.run_id = run_id
@@ -122,6 +133,10 @@ class ToolContext(TypedState):
         self.decision = decision
         self._progress = progress
         self._cancelled = cancelled or asyncio.Event()
+        #: The agent running the call (its `AgentSpec`; None outside a run loop) and its tools by
+        #: name (read them, never call them: `tool_search` reads the catalog).
+        self.agent = agent
+        self.agent_tools: Mapping[str, Tool] = agent_tools or {}
         self.ops: list[dict[str, JSON]] = []
         #: Events for the run's clients, committed with the call's completion (`Emitted`).
         self.emitted: list[Emitted] = []
@@ -132,6 +147,9 @@ class ToolContext(TypedState):
         self.keys = keys if keys is not None else StateKeys()
         #: The profile scope: the long-term state of the thread's `resource_id` (async).
         self.profile = ProfileAccess(self.batch, profile_id, profile_loader)
+        #: What `details` and `follow_up` recorded (joined to the call's `ToolResult`).
+        self.result_details: JSON = None
+        self.follow_ups: list[str] = []
 
     @property
     def state(self) -> dict[str, JSON]:
@@ -155,6 +173,15 @@ class ToolContext(TypedState):
 
     def remove(self, path: str) -> None:
         self.ops.append({"op": "remove", "path": path})
+
+    def details(self, value: JSON) -> None:
+        """Set the result's `details` (kept from the model; see `ToolResult`): for a tool that
+        returns a plain value. A `ToolResult` with its own `details` wins."""
+        self.result_details = value
+
+    def follow_up(self, text: str) -> None:
+        """Add a user message the model reads after this step's tool results (see `ToolResult`)."""
+        self.follow_ups.append(str(text))
 
     def emit(self, name: str, value: JSON = None) -> None:
         """A custom event for the run's clients (AG-UI `CUSTOM`), recorded with the call's
@@ -200,6 +227,8 @@ class Tool:
     bind_runtime: Callable[[Any], None]
     #: Stands in for a tool the client runs (`agentlog.runtime.inputs.frontend.is_frontend_stub`).
     frontend_stub: bool
+    #: The id of the plugin that gives this tool to its agents (`Plugin.tools`).
+    provided_by: str
 
     def __init__(
         self,
@@ -209,10 +238,17 @@ class Tool:
         function: ToolFunction,
         context_param: str | None,
         state_keys: Iterable[StateKey[Any]] = (),
+        *,
+        category: str | None = None,
+        label: str | None = None,
     ) -> None:
         validate_id(name, "tool name")
         self.name = name
         self.description = description
+        #: For UIs (the agent catalog, `GET /v1/agents`): a group to file the tool under
+        #: ("search", "mcp:github") and a human name ("Search the web"). Never sent to the model.
+        self.category = category
+        self.label = label
         self.args_model = args_model
         self.function = function
         self.context_param = context_param
@@ -229,7 +265,7 @@ class Tool:
     @classmethod
     def from_function(
         cls, function: ToolFunction, *, name: str | None = None, description: str | None = None,
-        state_keys: Iterable[StateKey[Any]] = (),
+        state_keys: Iterable[StateKey[Any]] = (), category: str | None = None, label: str | None = None,
     ) -> Tool:
         signature = inspect.signature(function)
         hints = get_type_hints(function)
@@ -249,7 +285,7 @@ class Tool:
             f"{tool_name}_args", __config__=pydantic.ConfigDict(extra="forbid"), **fields
         )
         doc = description if description is not None else inspect.getdoc(function) or ""
-        return cls(tool_name, doc, model, function, context_param, state_keys)
+        return cls(tool_name, doc, model, function, context_param, state_keys, category=category, label=label)
 
     def validate(self, arguments: JSON) -> dict[str, Any]:
         """Validate raw JSON arguments; raise `InvalidToolArguments` naming each bad field."""
@@ -279,16 +315,27 @@ class Tool:
             else:
                 value = await in_daemon_thread(self.function, kwargs, f"agentlog-tool-{self.name}")
         except ToolError as exc:
-            return ToolResult.failure(str(exc))
+            return with_context_result(ToolResult.failure(str(exc)), ctx)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a tool bug is the model's error result, not a crash
-            return ToolResult.failure(f"{type(exc).__name__}: {exc}")
+            return with_context_result(ToolResult.failure(f"{type(exc).__name__}: {exc}"), ctx)
         if isinstance(value, ToolResult):
-            return value
+            return with_context_result(value, ctx)
         if isinstance(value, pydantic.BaseModel):
             value = value.model_dump(mode="json")
-        return ToolResult.success(msgspec.to_builtins(value))
+        return with_context_result(ToolResult.success(msgspec.to_builtins(value)), ctx)
+
+
+def with_context_result(result: ToolResult, ctx: ToolContext) -> ToolResult:
+    """`result` with what the tool set through its context (`ToolContext.details`, `follow_up`):
+    the result's own details win, the context's follow-ups come first."""
+    if ctx.result_details is None and not ctx.follow_ups:
+        return result
+    return msgspec.structs.replace(
+        result, details=result.details if result.details is not None else ctx.result_details,
+        follow_up=[*ctx.follow_ups, *result.follow_up],
+    )
 
 
 async def in_daemon_thread(function: Callable[..., Any], kwargs: dict[str, Any], name: str) -> Any:
@@ -328,13 +375,14 @@ async def in_daemon_thread(function: Callable[..., Any], kwargs: dict[str, Any],
 
 def tool(
     function: ToolFunction | None = None, *, name: str | None = None, description: str | None = None,
-    state_keys: Iterable[StateKey[Any]] = (),
+    state_keys: Iterable[StateKey[Any]] = (), category: str | None = None, label: str | None = None,
 ) -> Any:
-    """Decorator: `@tool` or `@tool(name=..., description=..., state_keys=[...])` turns a function
-    into a `Tool`."""
+    """Decorator: `@tool` or `@tool(name=..., description=..., state_keys=[...], category=...,
+    label=...)` turns a function into a `Tool`."""
 
     def wrap(fn: ToolFunction) -> Tool:
-        return Tool.from_function(fn, name=name, description=description, state_keys=state_keys)
+        return Tool.from_function(fn, name=name, description=description, state_keys=state_keys,
+                                  category=category, label=label)
 
     return wrap(function) if function is not None else wrap
 

@@ -360,12 +360,14 @@ async def guarded(events: AsyncIterator[Any], encode: Callable[[Any], T],
 
 #: The request keys read as run overrides (AG-UI `forwardedProps`, the AI SDK body), and the
 #: `RunOverrides` field each fills (`agentlog.runtime.inputs.run_input`).
-OVERRIDE_KEYS = {"model": "model", "systemPrompt": "system_prompt", "config": "options"}
+OVERRIDE_KEYS = {"model": "model", "systemPrompt": "system_prompt", "config": "options",
+                 "allowedTools": "allowed_tools", "excludedTools": "excluded_tools"}
 
 
 def request_overrides(props: Mapping[str, Any], where: str = "") -> dict[str, Any] | None:
-    """`model` (a non-empty string), `systemPrompt` (a string) and `config` (an object of
-    provider options) of a protocol request as run overrides, None when it has none. Raises
+    """`model` (a non-empty string), `systemPrompt` (a string), `config` (an object of provider
+    options) and `allowedTools` / `excludedTools` (lists of tool names or globs: the run's tool
+    policy) of a protocol request as run overrides, None when it has none. Raises
     `AdapterInputError` (field `where` + key) for a wrong shape; whether the agent allows them is
     the runtime's to say."""
     out: dict[str, Any] = {}
@@ -376,6 +378,9 @@ def request_overrides(props: Mapping[str, Any], where: str = "") -> dict[str, An
         if name == "options":
             if not isinstance(value, dict):
                 raise AdapterInputError("config is an object of provider options", f"{where}{key}")
+        elif name in ("allowed_tools", "excluded_tools"):
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                raise AdapterInputError(f"{key} is a list of tool names or globs", f"{where}{key}")
         elif not isinstance(value, str) or (name == "model" and not value):
             raise AdapterInputError(f"{key} is a{' non-empty' if name == 'model' else ''} string", f"{where}{key}")
         out[name] = value

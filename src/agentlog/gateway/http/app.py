@@ -1,7 +1,8 @@
 """`create_app`: the aiohttp application of DESIGN 5.1, wired from its parts.
 
-Middlewares, outermost first: metrics (times everything, including error answers), errors (the
-one place failures become JSON), auth (only /v1). The route table is the list of `Route`s from the
+Middlewares, outermost first: metrics (times everything, including error answers), the
+concurrent-request limit (`limits`: 503 `overloaded` beyond it), errors (the one place failures
+become JSON), auth (only /v1). The route table is the list of `Route`s from the
 route modules plus `extra_routes`; the same list feeds the router and `/openapi.json`.
 
 The app does not own the store, the views or the runner: whoever built them closes them (the
@@ -19,6 +20,7 @@ from aiohttp import web
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.gateway.http import changes, cors, health, inspector, openapi, ops, profiles, runs, sse, threads, ui
 from agentlog.gateway.http.errors import error_middleware
+from agentlog.gateway.http.limits import ConcurrencyLimit
 from agentlog.gateway.http.metrics import middleware as metrics_middleware
 from agentlog.gateway.http.replies import reply
 from agentlog.gateway.http.requests import AUTHENTICATOR, SERVICES, auth_middleware
@@ -30,6 +32,7 @@ from agentlog.gateway.operations.services import Runner, Services, Settings
 from agentlog.projections.store import ViewStore
 
 ROUTES = web.AppKey("agentlog.routes", list)
+LIMIT = web.AppKey("agentlog.limit", ConcurrencyLimit)
 OPENAPI = web.AppKey("agentlog.openapi", openapi.Documents)
 
 
@@ -82,10 +85,12 @@ def create_app(
     metrics.log_health.watch_quarantine(getattr(runner, "quarantine", None))
     metrics.log_health.watch_writes(getattr(store, "writes", None))
     auth = Authenticator(resolve_tokens(auth_tokens))
+    limit = ConcurrencyLimit(settings.max_concurrent_requests)
     app = web.Application(
-        middlewares=[metrics_middleware(metrics), error_middleware, auth_middleware(auth)],
+        middlewares=[metrics_middleware(metrics), limit.middleware, error_middleware, auth_middleware(auth)],
         client_max_size=settings.max_body,
     )
+    app[LIMIT] = limit
     app[AUTHENTICATOR] = auth
     cors.install(app, settings.cors_origins)
     app[SERVICES] = Services(store=store, views=views, runner=runner, metrics=metrics,

@@ -496,7 +496,7 @@ class InProcessDispatcher:
             raise InvalidInput(str(exc)) from None
         if given is not None and agent_id in self.runtime.agents:
             spec = self.runtime.agents.get(agent_id)
-            check_overrides(given.overrides, spec.overrides, spec.model_name)
+            check_overrides(given.overrides, spec.overrides, spec.model_name, spec.tools)
 
     async def submit_inputs(
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),

@@ -212,6 +212,10 @@ class DecisionIn(Model):
     updated_at: int = Field(default=0, ge=0, description="unix ms; the server's clock when 0")
 
 
+#: A tool name or glob of a run's tool policy.
+ToolPattern = Annotated[str, Field(min_length=1, max_length=256)]
+
+
 class OverridesIn(Model):
     """This run's overrides of the agent's configuration, within what the agent allows (its
     `overrides` policy; anything else is a 400 `override_not_allowed`)."""
@@ -221,6 +225,12 @@ class OverridesIn(Model):
                                       description="replaces the agent's system prompt, if it allows that")
     options: dict[str, Any] = Field(default_factory=dict, description="provider options (temperature...) the "
                                                                       "agent allows, over its model_options")
+    allowed_tools: list[ToolPattern] | None = Field(
+        default=None, max_length=MAX_ITEMS,
+        description="only these of the agent's tools (names or globs) for this run, if the agent allows that")
+    excluded_tools: list[ToolPattern] = Field(
+        default_factory=list, max_length=MAX_ITEMS,
+        description="none of these of the agent's tools (names or globs) for this run, if the agent allows that")
 
 
 class ContextIn(Model):

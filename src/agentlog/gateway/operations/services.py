@@ -62,6 +62,23 @@ def sse_heartbeat_from_env() -> float:
     return value
 
 
+MAX_CONCURRENT_ENV = "AGENTLOG_MAX_CONCURRENT_REQUESTS"
+
+
+def max_concurrent_from_env() -> int | None:
+    """`AGENTLOG_MAX_CONCURRENT_REQUESTS` (a positive integer), else None (no limit)."""
+    raw = os.environ.get(MAX_CONCURRENT_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{MAX_CONCURRENT_ENV} must be a positive integer, not {raw!r}")
+    return value
+
+
 def parse_origins(spec: str) -> tuple[str, ...]:
     """`"https://a.example, http://localhost:3000"` -> a tuple; blanks are ignored."""
     return tuple(o.strip().rstrip("/") for o in spec.split(",") if o.strip())
@@ -86,6 +103,9 @@ class Settings:
     fresh_wait: float = 1.0
     #: Browser origins allowed by CORS (`*`: any); default `AGENTLOG_CORS_ORIGINS` (see `cors`).
     cors_origins: tuple[str, ...] = field(default_factory=cors_origins_from_env)
+    #: HTTP requests served at once; more are answered 503 `overloaded` (`agentlog.gateway.http.limits`).
+    #: Default `AGENTLOG_MAX_CONCURRENT_REQUESTS`, else no limit.
+    max_concurrent_requests: int | None = field(default_factory=lambda: max_concurrent_from_env())
 
 
 @dataclass

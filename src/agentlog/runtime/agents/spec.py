@@ -13,14 +13,16 @@ from typing import Any, Literal
 import pydantic
 
 from agentlog.eventlog.ids import validate_id
-from agentlog.runtime.agents.handoff import HandoffPlugin, transfer_tool_name
+from agentlog.runtime.agents.deferred import TOOL_SEARCH, ToolSearch
+from agentlog.runtime.agents.handoff import HandoffPlugin, handoff_tools, transfer_tool_name
 from agentlog.runtime.context_policy import ContextPolicy
 from agentlog.runtime.inputs.run_input import OverridePolicy
 from agentlog.runtime.models.base import Model
 from agentlog.runtime.models.pool import ModelPool
-from agentlog.runtime.plugins import Plugin
+from agentlog.runtime.plugins import Plugin, config_key
 from agentlog.runtime.state.keys import StateKey, collect_keys
 from agentlog.runtime.stop import MaxRounds, StopCondition
+from agentlog.runtime.tools import Tool
 
 ToolExecutionMode = Literal["sequential", "parallel_batch_approval", "parallel_streaming"]
 
@@ -85,6 +87,10 @@ class AgentOptions(pydantic.BaseModel):
     #: Agents this one may hand the thread to (`agentlog.runtime.agents.handoff`): each gets a
     #: `transfer_to_<agent>` tool; a successful call makes that agent the active one.
     handoffs: list[str] = []
+    #: Tools (names or globs of this agent's tools) not offered to the model until it finds them
+    #: with the `tool_search` tool the agent then gets (`agentlog.runtime.agents.deferred`): for
+    #: catalogs of hundreds of tools.
+    deferred_tools: list[str] = []
 
     @pydantic.field_validator("handoffs")
     @classmethod
@@ -96,6 +102,14 @@ class AgentOptions(pydantic.BaseModel):
     #: What one request may change for its run (model, system prompt, option keys): nothing
     #: by default (`agentlog.runtime.inputs.run_input`).
     overrides: OverridePolicy = OverridePolicy()
+    #: Plugins' configuration sections, by `config_key` (`agentlog.runtime.plugins.Plugin.config_model`):
+    #: validated against the plugins when the agent is defined; a section no plugin of the agent
+    #: claims is an error (a typo would silently configure nothing).
+    sections: dict[str, Any] = {}
+    #: Plugin ids whose behaviour (hooks, tools, request transform, input filter) applies to this
+    #: agent; empty: every plugin's. Scheduled-action and effect handlers and configuration
+    #: always apply.
+    hook_filter: list[str] = []
 
     def options(self) -> dict[str, Any]:
         """These fields as keyword arguments (to build an `AgentSpec` from a config)."""
@@ -118,6 +132,47 @@ class AgentSpec(AgentOptions):
     @classmethod
     def _id_is_token(cls, v: str) -> str:
         return validate_id(v, "agent_id")
+
+    @pydantic.model_validator(mode="after")
+    def _wire_plugins(self) -> AgentSpec:
+        """Plugins' sections validated against their `config_model`s, the hook filter checked,
+        and the active plugins' tools offered after the agent's own."""
+        claimed = {config_key(p): p for p in self.plugins if p.config_model is not None}
+        unclaimed = sorted(set(self.sections) - set(claimed))
+        if unclaimed:
+            raise ValueError(f"sections {', '.join(map(repr, unclaimed))}: no plugin of this agent has that "
+                             f"config key (plugins' keys: {', '.join(sorted(claimed)) or 'none'})")
+        for key, plugin in claimed.items():
+            raw = self.sections.get(key)
+            if raw is None or isinstance(raw, plugin.config_model):  # type: ignore[arg-type]
+                continue
+            try:
+                self.sections[key] = plugin.config_model.model_validate(raw)  # type: ignore[union-attr]
+            except pydantic.ValidationError as exc:
+                detail = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors())
+                raise ValueError(f"sections.{key}: {detail}") from None
+        ids = {p.id for p in self.plugins}
+        unknown = [i for i in self.hook_filter if i not in ids]
+        if unknown:
+            raise ValueError(f"hook_filter names {', '.join(map(repr, unknown))}, not a plugin of this agent "
+                             f"(plugins: {', '.join(sorted(ids)) or 'none'})")
+        for plugin in self.active_plugins():
+            self.tools = [*self.tools, *(t.name for t in plugin.tools() if t.name not in self.tools)]
+        return self
+
+    def active_plugins(self) -> list[Plugin]:
+        """The plugins whose behaviour applies to this agent (`hook_filter`), in order."""
+        if not self.hook_filter:
+            return list(self.plugins)
+        # the plugin of declared handoffs is the agent's own wiring, not a behaviour to filter
+        return [p for p in self.plugins if p.id in self.hook_filter or isinstance(p, HandoffPlugin)]
+
+    @pydantic.model_validator(mode="after")
+    def _wire_tool_search(self) -> AgentSpec:
+        """Deferred tools come with `tool_search` (offered after the agent's own tools)."""
+        if self.deferred_tools and TOOL_SEARCH not in self.tools:
+            self.tools = [*self.tools, TOOL_SEARCH]
+        return self
 
     @pydantic.model_validator(mode="after")
     def _wire_handoffs(self) -> AgentSpec:
@@ -158,6 +213,27 @@ class AgentSpec(AgentOptions):
         if self.max_rounds is not None and not any(isinstance(c, MaxRounds) for c in conds):
             conds.insert(0, MaxRounds(rounds=self.max_rounds))
         return conds
+
+
+def derived_tools(agents: Iterable[AgentSpec], descriptions: Mapping[str, str] | None = None) -> list[Tool]:
+    """The tools agents' specs call for besides the app's own, each once: the
+    `transfer_to_<agent>` tools of declared handoffs (described with `descriptions` of their
+    targets), `tool_search` for deferred tools, and the tools of their active plugins (marked
+    with the plugin's id in `Tool.provided_by`). The `Runtime` registers them; replay and the
+    agent catalog list them the same way."""
+    specs = list(agents)
+    out: list[Tool] = list(handoff_tools(specs, descriptions))
+    if any(a.deferred_tools for a in specs):
+        out.append(ToolSearch())
+    seen = {t.name for t in out}
+    for spec in specs:
+        for plugin in spec.active_plugins():
+            for t in plugin.tools():
+                if t.name not in seen:
+                    seen.add(t.name)
+                    t.provided_by = plugin.id
+                    out.append(t)
+    return out
 
 
 class UnknownAgent(LookupError):

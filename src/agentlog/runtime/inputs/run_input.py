@@ -25,6 +25,7 @@ with a value other than the thread's is set (an RFC 6902 `add`); nothing is remo
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from fnmatch import fnmatchcase
 from typing import Any
 
 import msgspec
@@ -45,6 +46,8 @@ class OverridePolicy(pydantic.BaseModel):
     system_prompt: bool = False
     #: Provider option keys a request may set (merged over `model_options`), e.g. temperature.
     options: list[str] = []
+    #: May a request narrow the agent's tools for its run (`allowed_tools` / `excluded_tools`)?
+    tools: bool = False
 
 
 class OverrideNotAllowed(AgentlogError, ValueError):
@@ -84,7 +87,7 @@ def as_run_input(value: RunInput | Mapping[str, Any] | None) -> RunInput | None:
             raise ValueError(f"run input: {exc}") from None
     overrides = value.overrides
     if overrides is not None and overrides.model is None and overrides.system_prompt is None \
-            and not overrides.options:
+            and not overrides.options and overrides.allowed_tools is None and not overrides.excluded_tools:
         value = msgspec.structs.replace(value, overrides=None)
     return None if value.empty else value
 
@@ -94,10 +97,23 @@ def run_input_wire(value: RunInput | None) -> dict[str, Any] | None:
     return None if value is None else msgspec.to_builtins(value)
 
 
-def check_overrides(overrides: RunOverrides | None, policy: OverridePolicy, agent_model: str) -> None:
-    """Raise `OverrideNotAllowed` for anything `overrides` asks that `policy` does not allow."""
+def check_overrides(overrides: RunOverrides | None, policy: OverridePolicy, agent_model: str,
+                    agent_tools: Sequence[str] | None = None) -> None:
+    """Raise `OverrideNotAllowed` for anything `overrides` asks that `policy` does not allow.
+    `agent_tools`: the agent's tool names, when known: a tool name or glob of the run's tool
+    policy that matches none of them is refused too (a typo would silently change nothing)."""
     if overrides is None:
         return
+    for field in ("allowed_tools", "excluded_tools"):
+        names = getattr(overrides, field)
+        if names is None or (field == "excluded_tools" and not names):
+            continue
+        if not policy.tools:
+            raise OverrideNotAllowed("this agent does not let a request narrow its tools", field)
+        unknown = [n for n in names if agent_tools is not None and not any(fnmatchcase(t, n) for t in agent_tools)]
+        if unknown:
+            raise OverrideNotAllowed(f"{field}: {', '.join(map(repr, unknown))} match(es) none of the agent's tools "
+                                     f"({', '.join(agent_tools or ()) or 'none'})", field)
     if overrides.model is not None and overrides.model != agent_model and overrides.model not in policy.models:
         allowed = ", ".join([agent_model, *policy.models])
         raise OverrideNotAllowed(f"model {overrides.model!r} is not allowed for this agent (allowed: {allowed})",
@@ -109,6 +125,15 @@ def check_overrides(overrides: RunOverrides | None, policy: OverridePolicy, agen
         allowed = ", ".join(policy.options) or "none"
         raise OverrideNotAllowed(f"option(s) {', '.join(refused)} may not be set by a request (allowed: {allowed})",
                                  "options")
+
+
+def tool_allowed(overrides: RunOverrides | None, name: str) -> bool:
+    """Does the run's tool policy (its recorded overrides) let tool `name` be offered and run?"""
+    if overrides is None:
+        return True
+    if overrides.allowed_tools is not None and not any(fnmatchcase(name, p) for p in overrides.allowed_tools):
+        return False
+    return not any(fnmatchcase(name, p) for p in overrides.excluded_tools)
 
 
 def _pointer(key: str) -> str:
@@ -148,4 +173,4 @@ def context_text(context: Sequence[ContextEntry]) -> str:
 
 
 __all__ = ["CLIENT_STATE_SOURCE", "CONTEXT_HEADING", "OverrideNotAllowed", "OverridePolicy", "RunInput", "as_run_input", "check_overrides",
-           "client_state_of", "client_state_ops", "context_text", "run_input_wire"]
+           "client_state_of", "client_state_ops", "context_text", "run_input_wire", "tool_allowed"]

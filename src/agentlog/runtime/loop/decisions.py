@@ -15,12 +15,13 @@ from typing import Any
 
 import msgspec
 
-from agentlog.eventlog.events import AnyEvent, Message, SuspendTicket, ToolCall, ToolCallGated
+from agentlog.eventlog.events import AnyEvent, Message, RunOverrides, SuspendTicket, ToolCall, ToolCallGated
+from agentlog.runtime.agents.deferred import hidden, loadable_note
 from agentlog.runtime.agents.spec import AgentSpec
 from agentlog.runtime.context_policy import fit
 from agentlog.runtime.digest import request_digest, request_part_digests
-from agentlog.runtime.inputs.run_input import context_text
-from agentlog.runtime.loop.run_context import RunContext
+from agentlog.runtime.inputs.run_input import context_text, tool_allowed
+from agentlog.runtime.loop.run_context import RunContext, due_context
 from agentlog.runtime.models.base import ModelRequest, ToolSpec
 from agentlog.runtime.plugins import (
     Action,
@@ -38,6 +39,9 @@ from agentlog.runtime.tools import InvalidToolArguments, Tool, ToolResult
 
 _json = msgspec.json.Encoder()
 
+#: The heading of the input filters' warnings in the system prompt.
+INPUT_WARNINGS_HEADING = "Warnings about the user's input:"
+
 
 @dataclass(frozen=True, slots=True)
 class CallPlan:
@@ -51,9 +55,13 @@ class CallPlan:
     frontend: bool = False
 
 
-def plan_call(call: ToolCall, tools: Mapping[str, Tool], frontend: Mapping[str, ToolSpec] | None = None) -> CallPlan:
-    """Check a requested call against the agent's tools, then the run's frontend tools (whose
-    arguments go to the client as given: the client validates them)."""
+def plan_call(call: ToolCall, tools: Mapping[str, Tool], frontend: Mapping[str, ToolSpec] | None = None,
+              overrides: RunOverrides | None = None) -> CallPlan:
+    """Check a requested call against the run's tool policy (its recorded `overrides`), the
+    agent's tools, then the run's frontend tools (whose arguments go to the client as given:
+    the client validates them)."""
+    if not tool_allowed(overrides, call.name):
+        return CallPlan(call, None, f"tool {call.name!r} is not allowed in this run")
     tool = tools.get(call.name)
     if tool is None and frontend and call.name in frontend:
         return CallPlan(call, None, frontend=True)
@@ -108,12 +116,15 @@ def resolve_gate(call_id: str, actions: Sequence[Action]) -> GateDecision:
     return GateDecision("run", events)
 
 
-def tool_specs(spec: AgentSpec, tools: Mapping[str, Tool], actions: Sequence[Action],
-               frontend: Mapping[str, ToolSpec] | None = None) -> list[ToolSpec]:
+def tool_specs(spec: AgentSpec, tools: Mapping[str, Tool], actions: Sequence[Action], ctx: RunContext) -> list[ToolSpec]:
     """The tools offered to the model: the agent's, then the run's frontend tools (recorded
-    order), both filtered by the plugins' exclude / include-only actions."""
-    frontend = frontend or {}
-    names = [*spec.tools, *(n for n in frontend if n not in tools)]
+    order), those the run's tool policy lets run (`run_input.tool_allowed`), but the deferred
+    tools not promoted yet, filtered by the plugins' exclude / include-only actions."""
+    frontend = ctx.frontend_tools
+    names = [n for n in [*spec.tools, *(n for n in frontend if n not in tools)] if tool_allowed(ctx.overrides, n)]
+    if spec.deferred_tools:  # not offered until `tool_search` promotes them (agentlog.runtime.agents.deferred)
+        later = hidden(names, spec.deferred_tools, ctx.state)
+        names = [n for n in names if n not in later]
     for action in actions:
         if isinstance(action, ExcludeTools):
             names = [n for n in names if n not in action.names]
@@ -125,8 +136,9 @@ def tool_specs(spec: AgentSpec, tools: Mapping[str, Tool], actions: Sequence[Act
 def build_request(
     spec: AgentSpec, ctx: RunContext, tools: list[ToolSpec], actions: Sequence[Action]
 ) -> ModelRequest:
-    """The model request for this step: system prompt (+ plugin context), the thread's
-    conversation, the tools on offer, options (+ overrides)."""
+    """The model request for this step: system prompt (+ client context, deferred tools, input
+    warnings, the plugins' recorded context messages due now, their plain context), the
+    thread's conversation, the tools on offer, options (+ overrides)."""
     overrides = ctx.overrides
     system = spec.system_prompt
     options = spec.model_options
@@ -138,9 +150,20 @@ def build_request(
     client = context_text(ctx.client_context)
     if client:
         system = f"{system}\n\n{client}" if system else client
+    if spec.deferred_tools:
+        allowed = [n for n in spec.tools if tool_allowed(overrides, n)]
+        note = loadable_note([n for n in allowed if n in hidden(allowed, spec.deferred_tools, ctx.state)])
+        if note:
+            system = f"{system}\n\n{note}" if system else note
+    if ctx.input_warnings:
+        warned = "\n".join([INPUT_WARNINGS_HEADING, *(f"- {w}" for w in ctx.input_warnings)])
+        system = f"{system}\n\n{warned}" if system else warned
+    for key in due_context(ctx) if ctx.context_messages else ():
+        text = ctx.context_messages[key].text or ""
+        system = f"{system}\n\n{text}" if system else text
     model_name = ctx.model or spec.model_name
     for action in actions:
-        if isinstance(action, AddContext):
+        if isinstance(action, AddContext) and not action.recorded:  # recorded ones are in ctx
             system = f"{system}\n\n{action.text}" if system else action.text
         elif isinstance(action, OverrideInference):
             if action.model:

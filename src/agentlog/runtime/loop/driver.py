@@ -28,6 +28,8 @@ as it finishes, so it never runs again after a crash.
 from __future__ import annotations
 
 import asyncio
+import copy
+import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -35,6 +37,7 @@ from agentlog.eventlog.errors import StoreUnavailable
 from agentlog.eventlog.events import (
     AppRef,
     Commit,
+    EffectEmitted,
     Message,
     MessageAppended,
     RunStarted,
@@ -77,8 +80,9 @@ from agentlog.runtime.loop.run_context import (
 )
 from agentlog.runtime.loop.staging import Cancelled, Requeue, Staging
 from agentlog.runtime.models.base import ModelError, is_truncated
+from agentlog.runtime.models.breaker import Breakers
 from agentlog.runtime.outage import OutagePolicy
-from agentlog.runtime.plugins import ExcludeTools, IncludeOnlyTools
+from agentlog.runtime.plugins import EffectSpec, ExcludeTools, IncludeOnlyTools, as_payload
 from agentlog.runtime.stop import evaluate_stop
 from agentlog.runtime.tools import Tool
 
@@ -113,19 +117,63 @@ class RunLoop:
         outage: OutagePolicy = OutagePolicy(),
         summarizer: Summarizer | None = None,
         agents: Callable[[str], tuple[AgentSpec, Mapping[str, Tool]]] | None = None,
+        breakers: Breakers | None = None,
+        effects: bool = True,
     ) -> None:
         self.log = get_logger(thread_id=ctx.thread_id, run_id=ctx.run_id)
+        if effects:
+            on_commit = self._with_effects(on_commit)
         self.staging = Staging(ctx=ctx, version=version, store=store, entropy=entropy, on_commit=on_commit,
                                log=self.log, outage=outage, older_messages=older_messages)
         self.agent = ActiveAgent(self.staging, spec, tools, agents)
         self.inference = Inference(self.staging, self.agent, models, live,
-                                   summarizer or ModelSummarizer(models))
+                                   summarizer or ModelSummarizer(models), breakers)
         self.rounds = ToolRounds(self.staging, self.agent, live, continue_run=self._continue)
         self.resume = Resume(self.staging, self.agent, self.rounds, steps=self._steps)
         self._entry = "start"
         #: Calls the last `begin_resume` resumed (empty: decisions recorded, still waiting).
         self.resumed: list[str] = []
         self._start_termination: Termination | None = None
+
+    # -- post-commit effects ---------------------------------------------------------------------
+
+    def _with_effects(self, on_commit: Callable[[StoredCommit], None]) -> Callable[[StoredCommit], None]:
+        """`on_commit`, then the handlers of the commit's `EffectEmitted` events (in order, each
+        once; verified replay builds its loops with `effects=False`)."""
+        self._effect_tasks: set[asyncio.Task[Any]] = set()
+
+        def committed(stored: StoredCommit) -> None:
+            on_commit(stored)
+            for ev in stored.commit.events:
+                if type(ev) is EffectEmitted:
+                    self._run_effect(ev)
+
+        return committed
+
+    def _run_effect(self, ev: EffectEmitted) -> None:
+        handler = self.agent.effect_handlers.get(ev.key)
+        if handler is None:  # the agent changed (a handoff) after the effect was staged
+            self.log.warning("effect.unhandled", key=ev.key)
+            return
+        state = copy.deepcopy(self.staging.ctx.state)
+        try:
+            if isinstance(handler, EffectSpec):
+                result = handler.handle(as_payload(handler.payload, ev.payload), state)
+            else:
+                result = handler(ev.payload, state)
+        except Exception:  # noqa: BLE001 - an effect's failure is logged, never the run's
+            self.log.exception("effect.failed", key=ev.key)
+            return
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(result)
+            self._effect_tasks.add(task)
+
+            def done(t: asyncio.Task[Any]) -> None:
+                self._effect_tasks.discard(t)
+                if not t.cancelled() and t.exception() is not None:
+                    self.log.error("effect.failed", key=ev.key, error=repr(t.exception()))
+
+            task.add_done_callback(done)
 
     # -- what the Runtime reads ------------------------------------------------------------------
 
@@ -198,15 +246,19 @@ class RunLoop:
                                 overrides=given.overrides, context=list(given.context),
                                 forwarded_props=given.forwarded_props))
         # the run's frontend tools are folded now: offer them from the first inference on
-        agent.base_tool_specs = tool_specs(spec, agent.agent_tools, (), ctx.frontend_tools)
+        agent.base_tool_specs = tool_specs(spec, agent.agent_tools, (), ctx)
         for m in messages:
             staging.emit(MessageAppended(message=m))
         ops = client_state_ops(ctx.state, given.state)
         if ops:
             staging.emit(StatePatched(ops=ops, source=CLIENT_STATE_SOURCE))
-        actions = await agent.hook("run_start")
-        agent.apply_patches(actions, "plugin")
-        self._start_termination = agent.terminate(actions)
+        rejected = await agent.filter_input(messages)  # before any model call, recorded
+        if rejected is not None:
+            self._start_termination = rejected
+        else:
+            actions = await agent.hook("run_start")
+            agent.apply_patches(actions, "plugin")
+            self._start_termination = agent.terminate(actions)
         seq = await staging.append_once()  # a conflict here fails the start
         self.log.info("run.started", agent_id=spec.id, parent_run_id=parent_run_id, seq=seq)
 
@@ -293,8 +345,9 @@ class RunLoop:
             if term is not None:
                 return await rounds.finish(term)
             specs = agent.base_tool_specs
-            if any(isinstance(a, (ExcludeTools, IncludeOnlyTools)) for a in actions):
-                specs = tool_specs(agent.spec, agent.agent_tools, actions, staging.ctx.frontend_tools)
+            # plugins' filters, and deferred tools promoted since (a state patch) change the offer
+            if agent.spec.deferred_tools or any(isinstance(a, (ExcludeTools, IncludeOnlyTools)) for a in actions):
+                specs = tool_specs(agent.spec, agent.agent_tools, actions, staging.ctx)
             await staging.messages_ready()
             await inference.compact()
             continuations = 0

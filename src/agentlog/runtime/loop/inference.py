@@ -15,7 +15,13 @@ from typing import Any
 
 import msgspec
 
-from agentlog.eventlog.events import ContextCompacted, InferenceCompleted, Message, MessageAppended
+from agentlog.eventlog.events import (
+    CircuitBreakerChanged,
+    ContextCompacted,
+    InferenceCompleted,
+    Message,
+    MessageAppended,
+)
 from agentlog.runtime.agents.spec import ModelRegistry
 from agentlog.runtime.context_policy import (
     Summarizer,
@@ -40,6 +46,7 @@ from agentlog.runtime.models.base import (
     TextDelta,
     ToolCallDelta,
 )
+from agentlog.runtime.models.breaker import Breakers, CircuitOpen, NoBreakers, counts_as_failure
 from agentlog.runtime.models.pricing import prices_of
 from agentlog.runtime.plugins import Action
 
@@ -48,13 +55,17 @@ class Inference:
     """The run loop's model calls, staged through `staging` for the agent `agent` drives now."""
 
     def __init__(self, staging: Staging, agent: ActiveAgent, models: ModelRegistry, live: LiveSink,
-                 summarizer: Summarizer) -> None:
+                 summarizer: Summarizer, breakers: Breakers | None = None) -> None:
         self.staging = staging
         self.agent = agent
         self.models = models
         self.live = live
         self._live_on = live.enabled
         self.summarizer = summarizer
+        #: The models' circuit breakers (`agentlog.runtime.models.breaker`).
+        self.breakers: Breakers = breakers or NoBreakers()
+        #: Breaker changes seen by the current inference, staged when it ends (`_stage_breakers`).
+        self._breaker_changes: list[CircuitBreakerChanged] = []
         #: The id of the assistant message being streamed live (drawn at its first delta, see
         #: `_message_id`), so live deltas and the committed message share one id.
         self._streaming_message_id: str | None = None
@@ -69,18 +80,24 @@ class Inference:
         recorded `ContextCompacted`, reason "overflow") and the request sent again."""
         staging, spec = self.staging, self.agent.spec
         entropy = staging.entropy
-        request = build_request(spec, staging.ctx, specs, actions)
+        request = self.agent.transform(build_request(spec, staging.ctx, specs, actions))
         t0 = entropy.now_ms()
+        self._breaker_changes = []
         try:
-            response = await staging.race(self._infer(request))
-        except ContextOverflow as exc:
-            self._streaming_message_id = None
-            if not await self.compact(force=True):
-                raise
-            staging.log.warning("inference.overflow_compacted", error=str(exc))
-            request = build_request(self.agent.spec, staging.ctx, specs, actions)
-            t0 = entropy.now_ms()
-            response = await staging.race(self._infer(request))
+            try:
+                response = await staging.race(self._infer(request))
+            except ContextOverflow as exc:
+                self._streaming_message_id = None
+                if not await self.compact(force=True):
+                    raise
+                staging.log.warning("inference.overflow_compacted", error=str(exc))
+                request = self.agent.transform(build_request(self.agent.spec, staging.ctx, specs, actions))
+                t0 = entropy.now_ms()
+                response = await staging.race(self._infer(request))
+        except ModelError:
+            self._stage_breakers()  # with the run's error end
+            raise
+        self._stage_breakers()
         message = Message(
             id=self._message_id(take=True), role="assistant", content=response.text,
             tool_calls=list(response.tool_calls) or None, reasoning=list(response.reasoning) or None,
@@ -126,8 +143,18 @@ class Inference:
         return True
 
 
+    def _stage_breakers(self) -> None:
+        """Record the circuit-breaker changes of this inference (as the breakers settle them:
+        replay's answer from the log)."""
+        for change in self.breakers.settle(self._breaker_changes):
+            self.staging.emit(change)
+            self.staging.log.warning("model.circuit_breaker", model=change.model, state=change.state,
+                                     failures=change.failures)
+        self._breaker_changes = []
+
     async def _infer(self, request: ModelRequest) -> ModelResponse:
-        """Primary model with retries of retryable errors, then each fallback model in turn."""
+        """Primary model with retries of retryable errors, then each fallback model in turn; a
+        model whose circuit breaker is open is skipped (`CircuitOpen`)."""
         retry = self.agent.spec.retry
         spec = self.agent.spec
         names: list[Any] = [request.model if request.model != spec.model_name else spec.model]
@@ -136,13 +163,22 @@ class Inference:
         else:
             names += spec.fallback_models
         last: ModelError | None = None
+        breakers, changes = self.breakers, self._breaker_changes
         for name in names:
+            key = name if isinstance(name, str) else spec.model_name
+            admitted, seen = breakers.admit(key)
+            changes += seen
+            if not admitted:
+                last = CircuitOpen(f"model {key!r} is not asked: its circuit breaker is open")
+                self.staging.log.warning("model.skipped", model=key, reason="circuit_open")
+                continue
             resolved = self.models.resolve(name)
             model = resolved.single_attempt() if isinstance(resolved, SelfRetrying) else resolved  # one retry policy
             req = request if name is names[0] else msgspec.structs.replace(request, model=str(name))
             for attempt in range(retry.max_attempts):
                 try:
                     response = await self._stream(model, req)
+                    changes += breakers.report(key, True)
                     if response.cost is None and (prices := prices_of(resolved)) is not None:
                         response = msgspec.structs.replace(response, cost=prices.cost(response.usage))
                     return response
@@ -151,12 +187,15 @@ class Inference:
                 except ModelError as exc:
                     last = exc
                     self.staging.log.warning("model.failed", model=req.model, attempt=attempt + 1, error=str(exc))
-                    if not exc.retryable:
+                    opened = breakers.report(key, False) if counts_as_failure(exc) else []
+                    changes += opened
+                    if not exc.retryable or opened:  # an open breaker: on to the fallbacks
                         break
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - a broken model is a model error, not a crash
                     last = ModelError(f"model {req.model!r} failed: {type(exc).__name__}: {exc}")
+                    changes += breakers.report(key, False)
                     break
                 if attempt + 1 < retry.max_attempts:
                     delay = retry.delay_s(attempt + 1, getattr(last, "retry_after", None))

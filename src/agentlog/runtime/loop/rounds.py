@@ -101,7 +101,7 @@ class ToolRounds:
     # -- plans ---------------------------------------------------------------------------------
 
     def plan(self, call: ToolCall) -> CallPlan:
-        return plan_call(call, self.agent.agent_tools, self.staging.ctx.frontend_tools)
+        return plan_call(call, self.agent.agent_tools, self.staging.ctx.frontend_tools, self.staging.ctx.overrides)
 
     def plan_for(self, call_id: str) -> CallPlan:
         for call in self.staging.ctx.step_tool_calls:
@@ -181,6 +181,7 @@ class ToolRounds:
             tool_name=plan.call.name, state=ctx.state, progress=progress, cancelled=running.cancel,
             decision=running.decision, run_state=ctx.run_state, call_state=ctx.call_states.get(call_id, {}),
             keys=self.agent.keys, profile_id=ctx.resource_id, profile_loader=staging.profile_loader(),
+            agent=self.agent.spec, agent_tools=self.agent.agent_tools,
         )
         running.ctx = tctx
         running.seen = len(self.round_writes)
@@ -209,6 +210,8 @@ class ToolRounds:
         writes = list(tctx.batch.writes) if tctx is not None else []
         if ops or writes:
             result = await self._stage_state(call, result, ops, writes, running.seen if running is not None else 0)
+        if result.status != "pending":
+            self.queued_user.extend(result.follow_up)  # the tool's own, then its plugins'
         actions = await self.agent.hook("after_tool_execute", call, result)
         self.agent.apply_patches(actions, "plugin")
         self.queued_user.extend(a.text for a in actions if isinstance(a, AddUserMessage))
@@ -220,7 +223,8 @@ class ToolRounds:
             staging.emit(cleared)
         outcome, value, content = classify_result(result)
         message_id = staging.entropy.new_id()
-        staging.emit(ToolCallCompleted(call_id=call.id, outcome=outcome, result=value, message_id=message_id))  # type: ignore[arg-type]
+        staging.emit(ToolCallCompleted(call_id=call.id, outcome=outcome, result=value, message_id=message_id,  # type: ignore[arg-type]
+                                       details=result.details, follow_up=list(result.follow_up) or None))
         staging.emit(MessageAppended(message=Message(id=message_id, role="tool", content=content, tool_call_id=call.id)))
         return False
 

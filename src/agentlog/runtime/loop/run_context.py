@@ -14,11 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from agentlog.eventlog.events import (
+    ActionScheduled,
     AgentHandedOff,
     AnyEvent,
     ContextCompacted,
     ContextEntry,
+    ContextMessageSet,
     InferenceCompleted,
+    InputFiltered,
     Message,
     MessageAppended,
     MessageQueued,
@@ -28,6 +31,7 @@ from agentlog.eventlog.events import (
     RunResumed,
     RunStarted,
     RunSuspended,
+    ScheduledActionsRan,
     StateCleared,
     StatePatched,
     StateReplaced,
@@ -136,6 +140,16 @@ class RunContext:
     #: step's `InferenceCompleted`): a resume plans those calls with that agent's tools even
     #: when the step handed off.
     step_agent: str | None = None
+    #: The run's inferences so far (its `InferenceCompleted`s).
+    inferences: int = 0
+    #: Plugins' keyed context messages (`ContextMessageSet`, by key) and, per key, the inference
+    #: (1-based) that last showed one (`due_context`).
+    context_messages: dict[str, ContextMessageSet] = field(default_factory=dict)
+    context_last: dict[str, int] = field(default_factory=dict)
+    #: Scheduled actions waiting for their phase (`ActionScheduled`), in log order.
+    scheduled: list[ActionScheduled] = field(default_factory=list)
+    #: What input filters warned about (`InputFiltered`, verdict warn), shown to the model.
+    input_warnings: list[str] = field(default_factory=list)
 
 
 def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *, thread_scope: bool = True) -> None:
@@ -237,6 +251,12 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.step_failed = ctx.step_succeeded = 0
     elif t is InferenceCompleted:
         inference = cast(InferenceCompleted, event)
+        if ctx.context_messages:
+            shown = ctx.inferences + 1
+            for key in due_context(ctx):
+                ctx.context_last[key] = shown
+            ctx.context_messages = {k: m for k, m in ctx.context_messages.items() if m.persistent}
+        ctx.inferences += 1
         ctx.step_agent = ctx.agent_id
         ctx.usage = ctx.usage + inference.usage
         if inference.cost is not None:
@@ -302,8 +322,28 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.queued = []
         ctx.agent_id = cast(RunStarted, event).agent_id
         ctx.step_agent = None
+        ctx.inferences = 0
+        ctx.context_messages = {}
+        ctx.context_last = {}
+        ctx.scheduled = []
+        ctx.input_warnings = []
     elif t is AgentHandedOff:
         ctx.agent_id = cast(AgentHandedOff, event).to_agent
+    elif t is ContextMessageSet:
+        message = cast(ContextMessageSet, event)
+        if message.text is None:
+            ctx.context_messages.pop(message.key, None)
+        else:
+            ctx.context_messages = {**ctx.context_messages, message.key: message}  # in place of the old one
+    elif t is ActionScheduled:
+        ctx.scheduled = [*ctx.scheduled, cast(ActionScheduled, event)]
+    elif t is ScheduledActionsRan:
+        phase = cast(ScheduledActionsRan, event).phase
+        ctx.scheduled = [a for a in ctx.scheduled if a.phase != phase]
+    elif t is InputFiltered:
+        filtered = cast(InputFiltered, event)
+        if filtered.verdict == "warn":
+            ctx.input_warnings = [*ctx.input_warnings, filtered.reason]
     elif t is RunCancelRequested:
         ctx.cancel_requested = True
     elif t is MessageQueued:
@@ -365,6 +405,15 @@ def copy_context(ctx: RunContext) -> RunContext:
         if isinstance(value, (list, dict, set)):
             setattr(out, name, copy.copy(value))
     return out
+
+
+def due_context(ctx: RunContext) -> list[str]:
+    """The keys of the keyed context messages the next inference shows (pure): each whose last
+    showing is more than its `cooldown` inferences ago, or that was never shown, in the order
+    they were set."""
+    upcoming = ctx.inferences + 1
+    return [key for key, m in ctx.context_messages.items()
+            if (last := ctx.context_last.get(key)) is None or upcoming - last > m.cooldown]
 
 
 def due_messages(ctx: RunContext, *, ending: bool) -> list[Message]:

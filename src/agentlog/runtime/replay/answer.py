@@ -20,6 +20,7 @@ from agentlog.eventlog.errors import VersionConflict
 from agentlog.eventlog.events import (
     AnyEvent,
     AppendResult,
+    CircuitBreakerChanged,
     Commit,
     Position,
     ProfileCommit,
@@ -248,6 +249,26 @@ class ReplayModels(ModelRegistry):
 
     def resolve(self, model: str | Model) -> Model:
         return self.model
+
+
+# == circuit breakers =============================================================================
+
+
+class ReplayBreakers:
+    """The models' circuit breakers, from the log: every model is asked (the replay model answers
+    as recorded), and each inference records the breaker changes the recording holds for it."""
+
+    def __init__(self, plan: ReplayPlan) -> None:
+        self._recorded = deque(plan.breaker_changes)
+
+    def admit(self, model: str) -> tuple[bool, list[CircuitBreakerChanged]]:
+        return True, []
+
+    def report(self, model: str, ok: bool) -> list[CircuitBreakerChanged]:
+        return []
+
+    def settle(self, changes: list[CircuitBreakerChanged]) -> list[CircuitBreakerChanged]:
+        return list(self._recorded.popleft()) if self._recorded else []
 
 
 # == tools ========================================================================================

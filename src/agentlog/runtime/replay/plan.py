@@ -20,6 +20,7 @@ from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.events import (
     AnyEvent,
     AppRef,
+    CircuitBreakerChanged,
     CommitQuarantined,
     ContextCompacted,
     Emitted,
@@ -148,10 +149,11 @@ class RecordedOutcome:
         if isinstance(ev, ToolCallSuspended):
             t = ev.ticket
             return ToolResult(status="pending", ticket=t)
+        extra = {"details": ev.details, "follow_up": ev.follow_up or ()}
         if ev.outcome == "succeeded":
-            return ToolResult.success(ev.result)
+            return ToolResult.success(ev.result, **extra)
         res = ev.result if isinstance(ev.result, dict) else {"error": str(ev.result)}
-        return ToolResult.failure(str(res.get("error", "tool failed")), value=res.get("value"))
+        return ToolResult.failure(str(res.get("error", "tool failed")), value=res.get("value"), **extra)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +205,9 @@ class ReplayPlan:
     #: The client's overrides, context, forwarded props and state as the run start recorded
     #: them (passed back to `start`, which records them again: `agentlog.runtime.inputs.run_input`).
     run_input: RunInput | None = None
+    #: The circuit-breaker changes recorded with each inference, in order (`CircuitBreakerChanged`
+    #: before the k-th `InferenceCompleted`; the last entry also those before an error end).
+    breaker_changes: tuple[tuple[CircuitBreakerChanged, ...], ...] = ()
 
     @property
     def events(self) -> int:
@@ -258,6 +263,8 @@ def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
     outcomes: dict[str, list[RecordedOutcome]] = {}
     groups: dict[int, set[str]] = {}
     in_flight: set[str] = set()
+    breaker_changes: list[tuple[CircuitBreakerChanged, ...]] = []
+    changes: list[CircuitBreakerChanged] = []
     for k, sc in enumerate(loop):
         if k:
             for ev in sc.commit.events:
@@ -281,6 +288,10 @@ def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
             elif isinstance(ev, InferenceCompleted) and assistant is not None:
                 inferences.append(RecordedInference(Position(sc.seq, i), assistant, ev, overflowed))
                 overflowed = False
+                breaker_changes.append(tuple(changes))
+                changes = []
+            elif isinstance(ev, CircuitBreakerChanged):
+                changes.append(ev)
             elif isinstance(ev, ToolCallStarted):
                 in_flight.add(ev.call_id)
             elif isinstance(ev, StatePatched) and (ev.source or "").startswith("tool:"):
@@ -319,6 +330,7 @@ def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
         termination=termination, has_cancel=has_cancel, frontend_tools=tuple(started.frontend_tools),
         parent_thread_id=started.parent_thread_id, thread_metadata=created.metadata if created else None,
         app=started.app, run_input=run_input,
+        breaker_changes=(*breaker_changes, tuple(changes)) if changes else tuple(breaker_changes),
     )
 
 

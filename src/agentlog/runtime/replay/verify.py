@@ -54,13 +54,13 @@ import msgspec
 from agentlog.eventlog.events import ContextCompacted, Position, StoredCommit, Termination
 from agentlog.eventlog.store import EventStore
 from agentlog.projections.fold import fold_commits
-from agentlog.runtime.agents.handoff import handoff_tools
-from agentlog.runtime.agents.spec import AgentRegistry, AgentSpec
+from agentlog.runtime.agents.spec import AgentRegistry, AgentSpec, derived_tools
 from agentlog.runtime.context_policy import RecordedSummaries
 from agentlog.runtime.digest import REQUEST_PARTS, differing_parts, request_digest, request_part_digests
 from agentlog.runtime.facade import RunResult, Runtime
 from agentlog.runtime.models.base import ModelRequest
 from agentlog.runtime.replay.answer import (
+    ReplayBreakers,
     ReplayEntropy,
     ReplayModel,
     ReplayModels,
@@ -158,10 +158,10 @@ class AgentsAndTools(Protocol):
 def _agents_and_tools(app: AgentsAndTools) -> tuple[AgentRegistry, list[Tool]]:
     agents = app.agents if isinstance(app.agents, AgentRegistry) else AgentRegistry(app.agents)
     tools = list(app.tools)
-    # the handoff tools a `Runtime` registers for its agents (an app given as agents + tools
-    # lacks them), so that replay answers them like every other tool
+    # the tools a `Runtime` registers for its agents (handoffs, tool_search: an app given as
+    # agents + tools lacks them), so that replay answers them like every other tool
     names = {t.name for t in tools}
-    tools += [t for t in handoff_tools(agents, {a.id: a.description for a in agents}) if t.name not in names]
+    tools += [t for t in derived_tools(agents, {a.id: a.description for a in agents}) if t.name not in names]
     return agents, tools
 
 
@@ -241,7 +241,7 @@ async def verify_run(
     summaries = RecordedSummaries([e for sc in plan.loop for e in sc.commit.events if type(e) is ContextCompacted])
     # every agent: a run that hands off goes on with another one
     rt = Runtime(store, agents=list(agents), tools=tools, models=ReplayModels(model), entropy=entropy,
-                 summarizer=summaries)
+                 summarizer=summaries, breakers=ReplayBreakers(plan), effects=False)
 
     pending_cancel: list[bool] = []
 

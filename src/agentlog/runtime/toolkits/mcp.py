@@ -28,6 +28,7 @@ from concurrent.futures import Future
 from contextlib import AsyncExitStack
 from typing import Any
 
+import msgspec
 import pydantic
 
 from agentlog.eventlog.errors import AgentlogError
@@ -128,7 +129,7 @@ class McpTool(Tool):
 
     def __init__(self, toolset: McpToolset, server: str, remote: Any) -> None:
         super().__init__(mcp_tool_name(server, remote.name), remote.description or "", _RemoteArgs,
-                         _not_local, None)
+                         _not_local, None, category=f"mcp:{server}", label=getattr(remote, "title", None))
         schema = dict(remote.input_schema or {"type": "object"})
         schema.pop("title", None)
         self.parameters = schema  # the server's inputSchema is what the model sees
@@ -154,8 +155,13 @@ class McpTool(Tool):
         try:
             res = await self._toolset.call(self.server, self.remote_name, args, on_progress)
         except McpError as exc:
-            return ToolResult.failure(str(exc))
-        return _result(res)
+            return ToolResult.failure(str(exc), details=self._details)
+        return msgspec.structs.replace(_result(res), details=self._details)
+
+    @property
+    def _details(self) -> dict[str, Any]:
+        """Which server and remote tool answered (`ToolResult.details`, kept from the model)."""
+        return {"mcp": {"server": self.server, "tool": self.remote_name}}
 
 
 def _validated(name: str, validator: Any, arguments: Any) -> dict[str, Any]:
@@ -176,7 +182,8 @@ class McpServerOpTool(Tool):
 
     def __init__(self, toolset: McpToolset, server: str, op: str, description: str,
                  parameters: dict[str, Any]) -> None:
-        super().__init__(mcp_tool_name(server, op), description, _RemoteArgs, _not_local, None)
+        super().__init__(mcp_tool_name(server, op), description, _RemoteArgs, _not_local, None,
+                         category=f"mcp:{server}")
         self.parameters = parameters
         self.is_async = True
         self.server = server
