@@ -52,6 +52,9 @@ TOPOLOGIES: tuple[Kind, ...] = ("serve", "split")
 Process = subprocess.Popen[bytes] | forkserver.ForkedProcess
 # Generous: a process imports agentlog and its app on a loaded 2-core machine. A bound, not a sync.
 START_TIMEOUT = 60.0
+#: What a stopping worker logs while it waits (up to its shutdown timeout, 10 s by default) for
+#: the runs it drives: a second Ctrl-C then hands them back at once.
+WAITING_FOR_RUNS = "Ctrl-C again hands"
 
 
 class _Banner:
@@ -87,6 +90,7 @@ class _Stderr:
 
     def __init__(self, stderr: IO[bytes], log: IO[bytes]) -> None:
         self.text = ""
+        self.closed = False
         self.changed = threading.Condition()
         self._thread = threading.Thread(target=self._copy, args=(stderr, log), daemon=True)
         self._thread.start()
@@ -99,10 +103,20 @@ class _Stderr:
                 with self.changed:
                     self.text += raw.decode(errors="replace")
                     self.changed.notify_all()
+        with self.changed:
+            self.closed = True
+            self.changed.notify_all()
 
     def wait(self, text: str, timeout: float) -> bool:
         with self.changed:
             return self.changed.wait_for(lambda: text in self.text, timeout)
+
+    def wait_or_closed(self, text: str, timeout: float) -> bool:
+        """Until `text` is printed (True) or the stream ends (everything holding it closed it), at
+        most `timeout` s (False for both of those)."""
+        with self.changed:
+            self.changed.wait_for(lambda: text in self.text or self.closed, timeout)
+            return text in self.text
 
 
 @dataclass
@@ -189,18 +203,37 @@ class Deployment:
         """SIGTERM the named processes (default: all): the orderly stop a user's Ctrl-C gives."""
         self._signal(signal.SIGTERM, names)
 
+    def stop_now(self) -> None:
+        """SIGTERM every process, and a worker that then waits for the runs it drives (a tool a
+        test left blocked) gets the second Ctrl-C a user gives to hurry: it hands them back at
+        once instead of waiting out its shutdown timeout. The end of a deployment."""
+        self._signal(signal.SIGTERM, (), hurry=True)
+
+    def _hurry(self, name: str, proc: Process) -> None:
+        stderr = self._stderr.get(name)
+        while stderr is not None and proc.poll() is None:
+            # the stream ends with the process (or its last child): then nothing more is awaited
+            if stderr.wait_or_closed(WAITING_FOR_RUNS, 0.5):
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGINT)
+                return
+            if stderr.closed:
+                return
+
     def restart(self, *names: str, kill: bool = True) -> None:
         """Kill (or stop) the named processes (default: all) and start them again on the same log."""
         (self.kill if kill else self.stop)(*names)
         self.start(*(names or self.names))
 
-    def _signal(self, sig: signal.Signals, names: Sequence[str]) -> None:
-        chosen = [self.procs[n] for n in (names or list(self.procs)) if n in self.procs]
-        for proc in chosen:
+    def _signal(self, sig: signal.Signals, names: Sequence[str], hurry: bool = False) -> None:
+        chosen = {n: self.procs[n] for n in (names or list(self.procs)) if n in self.procs}
+        for proc in chosen.values():
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     proc.send_signal(sig)
-        for proc in chosen:
+        for name, proc in chosen.items():
+            if hurry:
+                self._hurry(name, proc)
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -241,7 +274,7 @@ def deploy(kind: Kind, tmp_path: Path, *, app: str = "tests.apps.serve_app:app",
         yield deployment
     finally:
         try:
-            deployment.stop()
+            deployment.stop_now()
         finally:
             if own:
                 server.stop()
