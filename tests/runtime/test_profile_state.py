@@ -130,9 +130,9 @@ async def visit(ctx: ToolContext, language: str | None = None) -> dict[str, Any]
 
 def memory_runtime(model: ScriptedModel, store: Any = None) -> Runtime:
     memory = MemoryPlugin()
-    agent = AgentSpec(id="agent", model=model, tools=["remember", "recall", "visit"], plugins=[memory],
+    agent = AgentSpec(id="agent", model=model, tools=["visit"], plugins=[memory],
                       tool_execution_mode="sequential")
-    return Runtime(store or MemoryEventStore(), agents=[agent], tools=[*memory.tools, visit],
+    return Runtime(store or MemoryEventStore(), agents=[agent], tools=[visit],
                    entropy=DeterministicEntropy())
 
 
@@ -202,4 +202,4 @@ async def test_profile_state_write_retries_on_a_profile_that_changed_meanwhile()
 async def test_profile_state_memory_key_is_declared_by_the_plugin() -> None:
     memory = MemoryPlugin()
     assert MEMORY in memory.state_keys and MEMORY.scope == "profile"
-    assert [t.name for t in memory.tools] == ["remember", "recall"]
+    assert [t.name for t in memory.tools()] == ["remember", "recall"]

@@ -18,7 +18,19 @@ from typing import Any
 from aiohttp import web
 
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
-from agentlog.gateway.http import changes, cors, health, inspector, openapi, ops, profiles, runs, sse, threads, ui
+from agentlog.gateway.http import (
+    changes,
+    cors,
+    health,
+    inspector,
+    openapi,
+    ops,
+    profiles,
+    runs,
+    sse,
+    threads,
+    ui,
+)
 from agentlog.gateway.http.errors import error_middleware
 from agentlog.gateway.http.limits import ConcurrencyLimit
 from agentlog.gateway.http.metrics import middleware as metrics_middleware

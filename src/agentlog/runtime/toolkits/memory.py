@@ -79,15 +79,14 @@ async def recall(ctx: ToolContext, query: str = "") -> dict[str, Any]:
 
 
 class MemoryPlugin(Plugin):
-    """Offers `remember` and `recall` (its `tools`, to register with the runtime and name in the
-    agent) and declares the profile key they use."""
+    """Gives its agents the `remember` and `recall` tools (plugin tools: offered to every agent
+    the plugin is in, registered with the runtime) and declares the profile key they use."""
 
     id = "memory"
     state_keys: Sequence[StateKey[Any]] = (MEMORY,)
 
-    @property
-    def tools(self) -> list[Tool]:
-        return [remember, recall]
+    def tools(self) -> Sequence[Tool]:
+        return (remember, recall)
 
 
 __all__ = ["MAX_FACTS", "MEMORY", "Fact", "Memories", "MemoryPlugin", "recall", "remember"]
