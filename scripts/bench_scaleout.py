@@ -367,10 +367,10 @@ async def check_log_and_views(store: JetStreamEventStore, accepted: list[str]) -
     threads = {t.thread_id: t for t in await views.list_threads()}
     runs = {r.run_id: r for r in await views.list_runs()}
     listing_match = True
-    for status in ("running", "waiting", "done"):
+    for status in ("running", "waiting", "done", "failed"):
         page, total = await views.run_page({"status": status}, 200, 0)
         want = sorted(r for r, v in expected.runs.items() if v.status == status)
-        listing_match &= total == len(want) and (total > 200 or [v.run_id for v in page] == want)
+        listing_match &= total == len(want) and (total > 200 or sorted(v.run_id for v in page) == want)
     _, live = await views.thread_page({}, 1, 0)
     listing_match &= live == sum(1 for t in expected.threads.values() if not t.deleted)
     return {
