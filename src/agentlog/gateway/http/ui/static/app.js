@@ -744,7 +744,7 @@ function follow(threadId, after) {
     if (!f.last) f.last = `${(await api("GET", `/v1/threads/${enc(threadId)}`)).version}:2147483647`;
     await sse(`/v1/threads/${enc(threadId)}/events?follow=true&after=${enc(f.last)}`, f.abort.signal, (frame) => {
       if (frame.id) f.last = frame.id;
-      if (frame.data) onLive(JSON.parse(frame.data));
+      if (frame.data) onLive(JSON.parse(frame.data), frame.id);
     });
   })().then(() => "ended", (err) => {
     if (err.name === "AbortError") return "aborted";
@@ -757,11 +757,17 @@ function follow(threadId, after) {
   });
 }
 
-// The run on show, live (the lists follow GET /v1/changes on their own).
-function onLive(frame) {
+// The run on show, live (the lists follow GET /v1/changes on their own). Reads ask for the views
+// as of the newest event seen (`min_seq`): a view read without it may not have that event yet, and
+// no later frame would come to correct it.
+function onLive(frame, id) {
   clearTimeout(S.refreshTimer);
+  const seq = parseInt(String(id || "").split(":")[0], 10);
+  if (seq > (S.liveSeq || 0)) S.liveSeq = seq;
+  const minSeq = S.liveSeq ? `?min_seq=${S.liveSeq}` : "";
   S.refreshTimer = setTimeout(() => guarded(async () => {
-    if (frame.run_id === S.run) await renderRun(); else await loadMessages(S.thread);
+    if (frame.run_id === S.run) await renderRun(await api("GET", `/v1/runs/${enc(S.run)}${minSeq}`));
+    else await loadMessages(S.thread);  // read from the log: always current
   }), 150);
 }
 
