@@ -3,15 +3,17 @@ reads of the log and maintenance of its views (DESIGN 5.3). Registered on `agent
 
 They read the log over NATS: the server's (`--nats`), or the data dir's, whose embedded server
 they start for the command when none runs there; a data dir without a log is never created
-(`NoServer` names what was looked for). `threads` and `runs` also list a server's views over its
-HTTP API with `--url` (or `$AGENTLOG_URL`), from anywhere: `GET /v1/threads`, `GET /v1/runs`."""
+(`NoServer` names what was looked for). With `--url` (or `$AGENTLOG_URL`) they read a server's
+HTTP API instead, from anywhere: `threads` and `runs` its views (`GET /v1/threads`, `GET
+/v1/runs`), `thread show` the thread's view, runs and state, `thread messages` and `events tail`
+the log as the API serves it (`/messages`, the SSE event streams)."""
 
 from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Iterator
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing, asynccontextmanager
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -47,10 +49,10 @@ from agentlog.cli.core import (
     usd,
     warn,
 )
-from agentlog.client import AsyncClient, ClientError
+from agentlog.client import AsyncClient, ClientError, StreamEvent
 from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
 from agentlog.eventlog.errors import AgentlogError
-from agentlog.eventlog.events import AnyEvent, Position, StoredCommit
+from agentlog.eventlog.events import AnyEvent, Message, Position, StoredCommit
 from agentlog.eventlog.ids import validate_id, validate_run_id
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.store import as_generator
@@ -102,15 +104,23 @@ def events_tail(
     follow: Annotated[bool, typer.Option("--follow/--no-follow", "-f",
                                          help="Keep printing new events until Ctrl-C.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per event per line.")] = False,
+    url: UrlOpt = None, api_token: ApiTokenOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
-    """Print events (id `seq:index`, thread, run, type, key fields) from the log."""
+    """Print events (id `seq:index`, thread, run, type, key fields) from the log. With --url: the
+    event stream of the --thread or --run given (the API streams one thread or run)."""
     start: Position | None = guard(lambda: parse_event_id(from_)) if from_ else None
     if thread is not None:
         guard(lambda: validate_id(thread, "thread_id"))
     if run is not None:
         guard(lambda: validate_run_id(run))
+    if url:
+        if thread is None and run is None:
+            raise typer.BadParameter("the HTTP API streams one thread or one run: give --thread or --run "
+                                     "(or read the whole log over NATS: --nats / --data-dir)", param_hint="--url")
+        run_main(lambda: _tail_over_http(url, api_token, timeout, thread, run, start, last, follow, as_json))
+        return
 
     async def body(store: JetStreamEventStore) -> None:
         nonlocal start
@@ -164,7 +174,78 @@ def events_tail(
                     for position, event in selected(stored):
                         emit(stored, position, event)
 
-    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body)
+    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body, url_option=True)
+
+
+async def _tail_over_http(url: str, api_token: str | None, timeout: float, thread: str | None, run: str | None,
+                          start: Position | None, last: int | None, follow: bool, as_json: bool) -> None:
+    """`events tail --url`: the run's (or else the thread's) SSE stream from `start`, printed as
+    the log's lines are; `--json` lines are the stream's events (`StreamEvent.to_json`). The
+    events so far are one read of the stream; `--follow` then streams on after the last of them."""
+    out = stdout_console()
+    names: dict[str, str] = {}
+
+    def emit(item: StreamEvent) -> None:
+        if as_json:
+            print_json(item.to_json())
+            return
+        event: AnyEvent = msgspec.convert(item.event, AnyEvent)
+        learn_call_names(event, names)
+        line = Text()
+        line.append(f"{item.id:>8}", style="cyan")
+        line.append(f"  {item.thread_id}  {item.run_id or '-'}  ")
+        line.append(item.type, style="bold")
+        line.append("  " + event_summary(event, names))
+        out.print(line)
+
+    async with http_api(url, api_token, timeout) as client:
+
+        def stream(after: str | None, live: bool) -> Any:
+            if run is not None:
+                return client.runs.stream(run, after=after, follow=live)
+            return client.threads.stream(thread or "", after=after, follow=live)
+
+        after = _before_event(start)
+        if last is not None or not follow:  # the log as it is now (all of it, or its last N events)
+            tail: deque[StreamEvent] = deque(maxlen=last)
+            async with aclosing(stream(after, False)) as events:
+                async for item in events:
+                    if thread is not None and item.thread_id != thread:
+                        return  # --run on another thread than --thread: nothing
+                    after = item.id
+                    tail.append(item) if last is not None else emit(item)
+            for item in tail:
+                emit(item)
+        if follow:
+            async with aclosing(stream(after, True)) as events:
+                async for item in events:
+                    if thread is not None and item.thread_id != thread:
+                        return
+                    emit(item)
+
+
+def _before_event(start: Position | None) -> str | None:
+    """The exclusive `after` cursor of the API's streams for the inclusive `--from start`."""
+    if start is None or start == Position(1, 0):
+        return None
+    if start.index:
+        return str(Position(start.seq, start.index - 1))
+    return str(Position(start.seq - 1, _LAST_INDEX))
+
+
+#: An event index no commit reaches: `<seq>:<this>` is after every event of commit `seq`.
+_LAST_INDEX = 2**31 - 1
+
+
+@asynccontextmanager
+async def http_api(url: str, api_token: str | None, timeout: float) -> AsyncIterator[AsyncClient]:
+    """The HTTP API client of the `--url` reads; what it raises becomes `ApiRequestFailed`, which
+    names the URL (and keeps the API's code and its usage/exit class)."""
+    try:
+        async with AsyncClient(url, token=api_token, timeout=max(timeout, 30.0)) as client:
+            yield client
+    except ClientError as exc:
+        raise ApiRequestFailed(exc, url) from None
 
 
 async def thread_of_run(store: JetStreamEventStore, run_id: str) -> str:
@@ -242,29 +323,27 @@ async def _listed_over_http(url: str, api_token: str | None, timeout: float, kin
     """Every page of `GET /v1/<kind>` (with `filters`) as views, handed to `show`: the listing of
     the server at `url`, from its views (the log's answer is over NATS, `--source log`)."""
     items: list[Any] = []
-    try:
-        async with AsyncClient(url, token=api_token, timeout=max(timeout, 30.0)) as client:
-            listing: Any = client.runs.list if kind == "runs" else client.threads.list
-            while True:
-                page = await listing(limit=MAX_LIMIT, offset=len(items), **filters)
-                items += page[kind]
-                if not page[kind] or len(items) >= int(page.get("total") or 0):
-                    break
-    except ClientError as exc:
-        raise ListingFailed(exc, url) from None
+    async with http_api(url, api_token, timeout) as client:
+        listing: Any = client.runs.list if kind == "runs" else client.threads.list
+        while True:
+            page = await listing(limit=MAX_LIMIT, offset=len(items), **filters)
+            items += page[kind]
+            if not page[kind] or len(items) >= int(page.get("total") or 0):
+                break
     show([msgspec.convert(item, view) for item in items])
 
 
-class ListingFailed(AgentlogError):
-    """`--url` given, and the server there did not list: nothing answered, or the API refused
-    (its own code then, e.g. `unauthorized`, and exit 2 for a 4xx like the `run` commands)."""
+class ApiRequestFailed(AgentlogError):
+    """`--url` given, and the server there did not answer the read: nothing answered, or the API
+    refused (its own code then, e.g. `unauthorized` or `thread_not_found`, and exit 2 for a 4xx
+    like the `run` commands)."""
 
-    code = "listing_failed"
+    code = "api_request_failed"
 
     def __init__(self, error: ClientError, url: str) -> None:
         text = str(error)
         super().__init__(text if url in text else f"{text} (the API at {url})")
-        self.code = error.code
+        self.code = error.code or self.code
         self.usage_error = error.status is not None and 400 <= error.status < 500
 
 
@@ -341,6 +420,7 @@ def thread_show(
     at: Annotated[str | None, typer.Option(
         "--at", metavar="EVENT_ID", help="The state as of this event (seq:index) instead of now.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document: thread, runs, state.")] = False,
+    url: UrlOpt = None, api_token: ApiTokenOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
@@ -348,47 +428,71 @@ def thread_show(
     guard(lambda: validate_id(thread_id, "thread_id"))
     position: Position | None = guard(lambda: parse_event_id(at)) if at else None
 
+    if url:
+        async def over_http() -> None:
+            # one thread and one run at a time: the API answers those as fresh as the log
+            async with http_api(url, api_token, timeout) as client:
+                thread = msgspec.convert(await client.threads.get(thread_id), ThreadView)
+                runs = [msgspec.convert(await client.runs.get(r), RunView) for r in thread.run_ids]
+                state_doc = await client.threads.state(thread_id, at=str(position)) if position else None
+            if state_doc is None:
+                _print_thread(thread, runs, None, thread.state, None, as_json)
+            else:
+                _print_thread(thread, runs, Position.parse(state_doc["at"]), state_doc["state"],
+                              state_doc.get("warning"), as_json)
+
+        run_main(over_http)
+        return
+
     async def body(store: JetStreamEventStore) -> None:
         commits = await _thread_commits(store, thread_id)
         views = fold_commits(commits)
         thread = views.threads.get(thread_id) or ThreadView(thread_id=thread_id)
-        runs = sorted((r for r in views.runs.values() if r.thread_id == thread_id), key=lambda r: (r.created, r.run_id))
+        runs = [r for r in views.runs.values() if r.thread_id == thread_id]
         # past the thread's end: as of its last event, with the API's warning (`state?at=`)
         at, warning = within(commits, position) if position is not None else (None, None)
         state = state_at(commits, thread_id, at) if at is not None else thread.state
-        if warning:
-            warn(warning["message"])
-        if as_json:
-            doc = {"thread": msgspec.to_builtins(thread), "runs": msgspec.to_builtins(runs),
-                   "at": str(at) if at else None, "state": state}
-            print_json({**doc, "warning": warning} if warning else doc)
-            return
-        out = stdout_console()
-        head = Table(title=f"thread {thread_id}", title_justify="left", show_header=False)
-        head.add_column(style="bold")
-        head.add_column(overflow="fold")
-        for label, value in (
-            ("resource", thread.resource_id or "-"), ("parent thread", thread.parent_thread_id or "-"),
-            ("metadata", msgspec.json.encode(thread.metadata).decode() if thread.metadata else "-"),
-            ("messages", str(thread.message_count)), ("version", str(thread.version)),
-            ("active run", thread.active_run_id or "-"), ("deleted", "yes" if thread.deleted else "no"),
-            ("created", format_time(thread.created)), ("updated", format_time(thread.updated)),
-        ):
-            head.add_row(label, value)
-        out.print(head)
-        if runs:
-            table = Table(title=f"runs ({len(runs)})", title_justify="left")
-            for column in ("run", "agent", "status", "termination", "parent run", "updated"):
-                table.add_column(column, overflow="fold")
-            for r in runs:
-                table.add_row(r.run_id, r.agent_id or "-", status_text(r.status),
-                              r.termination.type if r.termination else "-",
-                              r.parent_run_id or "-", format_time(r.updated))
-            out.print(table)
-        out.print(Text(f"state ({f'as of {at}' if at else 'now'}):", style="bold"))
-        out.print(Text(json.dumps(state, ensure_ascii=False, indent=2, sort_keys=True)))
+        _print_thread(thread, runs, at, state, warning, as_json)
 
-    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body)
+    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body, url_option=True)
+
+
+def _print_thread(thread: ThreadView, runs: list[RunView], at: Position | None, state: Any,
+                  warning: dict[str, str] | None, as_json: bool) -> None:
+    """`thread show`'s output, whichever source read it: the view, its runs oldest first, and the
+    state (as of `at`, with the API's warning when `at` was past the thread's end)."""
+    runs = sorted(runs, key=lambda r: (r.created, r.run_id))
+    if warning:
+        warn(warning["message"])
+    if as_json:
+        doc = {"thread": msgspec.to_builtins(thread), "runs": msgspec.to_builtins(runs),
+               "at": str(at) if at else None, "state": state}
+        print_json({**doc, "warning": warning} if warning else doc)
+        return
+    out = stdout_console()
+    head = Table(title=f"thread {thread.thread_id}", title_justify="left", show_header=False)
+    head.add_column(style="bold")
+    head.add_column(overflow="fold")
+    for label, value in (
+        ("resource", thread.resource_id or "-"), ("parent thread", thread.parent_thread_id or "-"),
+        ("metadata", msgspec.json.encode(thread.metadata).decode() if thread.metadata else "-"),
+        ("messages", str(thread.message_count)), ("version", str(thread.version)),
+        ("active run", thread.active_run_id or "-"), ("deleted", "yes" if thread.deleted else "no"),
+        ("created", format_time(thread.created)), ("updated", format_time(thread.updated)),
+    ):
+        head.add_row(label, value)
+    out.print(head)
+    if runs:
+        table = Table(title=f"runs ({len(runs)})", title_justify="left")
+        for column in ("run", "agent", "status", "termination", "parent run", "updated"):
+            table.add_column(column, overflow="fold")
+        for r in runs:
+            table.add_row(r.run_id, r.agent_id or "-", status_text(r.status),
+                          r.termination.type if r.termination else "-",
+                          r.parent_run_id or "-", format_time(r.updated))
+        out.print(table)
+    out.print(Text(f"state ({f'as of {at}' if at else 'now'}):", style="bold"))
+    out.print(Text(json.dumps(state, ensure_ascii=False, indent=2, sort_keys=True)))
 
 
 @profile_app.command("show")
@@ -398,38 +502,54 @@ def profile_show(
         "--at", metavar="SEQ", min=1, help="The profile as of this sequence of its stream instead of now.")] = None,
     history: Annotated[bool, typer.Option("--history", help="Also list the profile's writes.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document, as GET /v1/profiles/{id}/state.")] = False,
+    url: UrlOpt = None, api_token: ApiTokenOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
     """One profile from its stream: its typed state (now, or --at a sequence), and its writes."""
+    if url:
+        async def over_http() -> None:
+            async with http_api(url, api_token, timeout) as client:
+                _print_profile(await client.profiles.state(profile_id, at=at, history=history), history, as_json)
+
+        run_main(over_http)
+        return
 
     async def body(store: JetStreamEventStore) -> None:
         commits = [c async for c in store.read_profile(profile_id)]
         view = fold_profile(profile_id, commits, at=at)
-        writes = [c for c in commits if at is None or c.seq <= at]
-        if as_json:
-            doc = {**msgspec.to_builtins(view), "at": at}
-            if history:
-                doc["history"] = [{"seq": c.seq, "ts": c.commit.ts, "thread_id": c.commit.thread_id,
-                                   "run_id": c.commit.run_id, "call_id": c.commit.call_id,
-                                   "writes": [msgspec.to_builtins(e) for e in c.commit.events]} for c in writes]
-            print_json(doc)
-            return
-        out = stdout_console()
-        out.print(Text(f"profile {profile_id} (version {view.version}, {view.writes} writes"
-                       f"{f', as of {at}' if at else ''}):", style="bold"))
-        out.print(Text(json.dumps(view.state, ensure_ascii=False, indent=2, sort_keys=True)))
-        if history and writes:
-            table = Table(title=f"writes ({len(writes)})", title_justify="left")
-            for column in ("seq", "time", "key", "ops", "thread", "run"):
-                table.add_column(column, overflow="fold")
-            for c in writes:
-                for e in c.commit.events:
-                    table.add_row(str(c.seq), format_time(c.commit.ts), e.key,
-                                  msgspec.json.encode(e.ops).decode(), c.commit.thread_id or "-", c.commit.run_id or "-")
-            out.print(table)
+        doc = {**msgspec.to_builtins(view), "at": at}
+        if history:
+            doc["history"] = [{"seq": c.seq, "ts": c.commit.ts, "thread_id": c.commit.thread_id,
+                               "run_id": c.commit.run_id, "call_id": c.commit.call_id,
+                               "writes": [msgspec.to_builtins(e) for e in c.commit.events]}
+                              for c in commits if at is None or c.seq <= at]
+        _print_profile(doc, history, as_json)
 
-    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body)
+    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body, url_option=True)
+
+
+def _print_profile(doc: dict[str, Any], history: bool, as_json: bool) -> None:
+    """`profile show`'s output from the profile's JSON document (`GET /v1/profiles/{id}/state`)."""
+    if as_json:
+        print_json(doc)
+        return
+    at = doc.get("at")
+    out = stdout_console()
+    out.print(Text(f"profile {doc['profile_id']} (version {doc.get('version', 0)}, {doc.get('writes', 0)} writes"
+                   f"{f', as of {at}' if at else ''}):", style="bold"))
+    out.print(Text(json.dumps(doc.get("state") or {}, ensure_ascii=False, indent=2, sort_keys=True)))
+    writes = doc.get("history") or []
+    if history and writes:
+        table = Table(title=f"writes ({len(writes)})", title_justify="left")
+        for column in ("seq", "time", "key", "ops", "thread", "run"):
+            table.add_column(column, overflow="fold")
+        for c in writes:
+            for e in c["writes"]:
+                table.add_row(str(c["seq"]), format_time(c["ts"]), e["key"],
+                              json.dumps(e["ops"], separators=(",", ":"), ensure_ascii=False),
+                              c.get("thread_id") or "-", c.get("run_id") or "-")
+        out.print(table)
 
 
 @thread_app.command("messages")
@@ -440,6 +560,7 @@ def thread_messages(
         "--after", metavar="EVENT_ID", help="Only messages after this event (seq:index).")] = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="A JSON array of {event_id, run_id, message}.")] = False,
+    url: UrlOpt = None, api_token: ApiTokenOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
@@ -448,6 +569,10 @@ def thread_messages(
     if run is not None:
         guard(lambda: validate_run_id(run))
     start: Position | None = guard(lambda: parse_event_id(after)) if after else None
+
+    if url:
+        run_main(lambda: _messages_over_http(url, api_token, timeout, thread_id, run, start, as_json))
+        return
 
     async def body(store: JetStreamEventStore) -> None:
         items: list[dict[str, Any]] = []
@@ -459,21 +584,41 @@ def thread_messages(
                 if appended and (start is None or position > start):
                     items.append({"event_id": str(position), "run_id": stored.commit.run_id,
                                   "message": appended[-1]})
-        if as_json:
-            print_json(msgspec.to_builtins(items))
-            return
-        out = stdout_console()
-        for item in items:
-            message = item["message"]
-            line = Text(f"{item['event_id']:>8}", style="cyan")
-            line.append(f"  {message.role:<9}", style="bold")
-            calls = ", ".join(c.name for c in message.tool_calls or ())
-            text = message.content or (f"(calls {calls})" if calls else "(stored by reference)"
-                                       if message.content_ref else "")
-            line.append(" " + text)
-            out.print(line)
+        _print_messages(items, as_json)
 
-    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body)
+    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body, url_option=True)
+
+
+async def _messages_over_http(url: str, api_token: str | None, timeout: float, thread_id: str, run: str | None,
+                              start: Position | None, as_json: bool) -> None:
+    """`thread messages --url`: every page of `GET /v1/threads/{id}/messages`."""
+    items: list[dict[str, Any]] = []
+    after = str(start) if start is not None else None
+    async with http_api(url, api_token, timeout) as client:
+        while True:
+            page = await client.threads.messages(thread_id, after=after, limit=MAX_LIMIT, run_id=run)
+            items += [{**item, "message": msgspec.convert(item["message"], Message)} for item in page["messages"]]
+            after = page.get("next_after")
+            if not page["messages"] or not after:
+                break
+    _print_messages(items, as_json)
+
+
+def _print_messages(items: list[dict[str, Any]], as_json: bool) -> None:
+    """`thread messages`' output: `{event_id, run_id, message}` per message, in log order."""
+    if as_json:
+        print_json(msgspec.to_builtins(items))
+        return
+    out = stdout_console()
+    for item in items:
+        message = item["message"]
+        line = Text(f"{item['event_id']:>8}", style="cyan")
+        line.append(f"  {message.role:<9}", style="bold")
+        calls = ", ".join(c.name for c in message.tool_calls or ())
+        text = message.content or (f"(calls {calls})" if calls else "(stored by reference)"
+                                   if message.content_ref else "")
+        line.append(" " + text)
+        out.print(line)
 
 
 # -- projections rebuild --------------------------------------------------------------------------

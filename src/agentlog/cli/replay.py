@@ -12,16 +12,19 @@ from rich.console import Console
 from rich.text import Text
 
 from agentlog.cli.core import (
+    ApiTokenOpt,
     AppMismatch,
     CredsOpt,
     DataDirOpt,
     NatsOpt,
     TimeoutOpt,
     TokenOpt,
+    UrlOpt,
     app,
     connection_options,
     guard,
     print_json,
+    run_main,
     run_on_store,
     stdout_console,
     warn,
@@ -37,14 +40,13 @@ from agentlog.cli.export import (
     tools_answered_from_log,
     verify_all_command,
 )
-from agentlog.cli.reads import thread_of_run
+from agentlog.cli.reads import http_api, thread_of_run
 from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
 from agentlog.eventlog.events import Position, StoredCommit
 from agentlog.eventlog.ids import validate_run_id
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.gateway.operations.app_loader import load_app, resolve_app
 from agentlog.gateway.operations.timeline import (
-    ReplayReport,
     UnknownRun,
     build_replay,
     last_position,
@@ -55,42 +57,54 @@ from agentlog.gateway.operations.timeline import (
 # -- replay ---------------------------------------------------------------------------------------
 
 
-def _render_replay(report: ReplayReport) -> None:
+def _render_replay(doc: dict[str, Any]) -> None:
+    """The replay report as text, from its JSON form (`ReplayReport.to_json`, which the API's
+    `GET /v1/runs/{id}/timeline` also answers): one rendering whichever source read it."""
     out = stdout_console()
-    run, now = report.run, report.run_as_of
+    lineage = doc["lineage"]
     head = Text()
-    head.append(f"run {run.run_id}", style="bold")
-    head.append(f"  thread {run.thread_id}  agent {run.agent_id or '-'}  origin {run.origin or '-'}")
+    head.append(f"run {doc['run_id']}", style="bold")
+    head.append(f"  thread {doc['thread_id']}  agent {lineage.get('agent_id') or '-'}  origin {lineage.get('origin') or '-'}")
     out.print(head)
-    out.print(Text(f"lineage: parent run {run.parent_run_id or '-'}  parent thread {run.parent_thread_id or '-'}"
-                   f"  continued by {', '.join(report.continued_by) or '-'}"))
-    as_of = f"as of {report.to}" if report.to else "end of log"
-    out.print(Text(f"status: {now.status if now else 'not started'} ({as_of})"))
-    if report.warning is not None:
-        out.print(Text(f"warning: {report.warning['message']}", style="yellow"))
-    for group in report.groups:
-        out.print(Text(f"── {group.label} ──", style="bold magenta"))
-        for item in group.events:
+    out.print(Text(f"lineage: parent run {lineage.get('parent_run_id') or '-'}  parent thread "
+                   f"{lineage.get('parent_thread_id') or '-'}  continued by {', '.join(lineage.get('continued_by') or ()) or '-'}"))
+    as_of = f"as of {doc['to']}" if doc.get("to") else "end of log"
+    status = "not started" if doc["status"] == "not_started" else doc["status"]
+    out.print(Text(f"status: {status} ({as_of})"))
+    if doc.get("warning") is not None:
+        out.print(Text(f"warning: {doc['warning']['message']}", style="yellow"))
+    for group in doc["steps"]:
+        out.print(Text(f"── {group['label']} ──", style="bold magenta"))
+        for item in group["events"]:
             line = Text("  ")
-            line.append(f"{item.position!s:>8}", style="cyan")
-            line.append(f"  {type(item.event).__name__:<20}", style="bold")
-            line.append(f" {item.summary}")
+            line.append(f"{item['id']:>8}", style="cyan")
+            line.append(f"  {item['type']:<20}", style="bold")
+            line.append(f" {item['summary']}")
             out.print(line)
-        if group.state_diff:
+        if group["state_diff"]:
             out.print(Text("  state diff:", style="yellow"))
-            for op in group.state_diff:
+            for op in group["state_diff"]:
                 value = f" {json.dumps(op['value'], ensure_ascii=False)}" if "value" in op else ""
                 source = f" from {op['from']}" if "from" in op else ""
                 out.print(Text(f"    {op['op']} {op['path']}{source}{value}"))
-    if now is not None and now.termination is not None:
-        t = now.termination
-        detail = "".join(f" {k}={v}" for k, v in (("code", t.code), ("detail", t.detail)) if v)
-        out.print(Text(f"termination: {t.type}{detail}  usage: in={now.usage.input_tokens} "
-                       f"out={now.usage.output_tokens}", style="bold green"))
+    t, usage = doc.get("termination"), doc.get("usage") or {}
+    if t is not None:
+        detail = "".join(f" {k}={t[k]}" for k in ("code", "detail") if t.get(k))
+        out.print(Text(f"termination: {t['type']}{detail}  usage: in={usage.get('input_tokens', 0)} "
+                       f"out={usage.get('output_tokens', 0)}", style="bold green"))
     else:
         out.print(Text(f"termination: none ({as_of})", style="bold"))
     out.print(Text(f"state ({as_of}):", style="bold"))
-    out.print(Text(json.dumps(report.state, ensure_ascii=False, indent=2, sort_keys=True)))
+    out.print(Text(json.dumps(doc["state"], ensure_ascii=False, indent=2, sort_keys=True)))
+
+
+def _replay_doc(timeline: dict[str, Any]) -> dict[str, Any]:
+    """The replay report of a `GET /v1/runs/{id}/timeline` answer: without what the inspector adds
+    (`spans`, each event's own `state_diff`), so `replay --json` prints one document either way."""
+    doc = {k: v for k, v in timeline.items() if k != "spans"}
+    doc["steps"] = [{**group, "events": [{k: v for k, v in e.items() if k != "state_diff"} for e in group["events"]]}
+                    for group in timeline["steps"]]
+    return doc
 
 
 def _render_verified(report: Any) -> None:
@@ -155,12 +169,16 @@ def replay_cmd(
     run: RunOpt = None, agent: AgentOpt = None, status: StatusOpt = None, since: SinceOpt = None,
     until: UntilOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="One machine-readable JSON document.")] = False,
+    url: UrlOpt = None, api_token: ApiTokenOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
     """Debug one run from the log alone: lineage, timeline by step, state diffs, termination.
     With --verify: prove the app still makes exactly the recorded run (exit 1 if not); with
     --verify --all or --file: every run of the log or of a recording, in one summary table."""
+    if verify and url:
+        raise typer.BadParameter("--verify runs your app in this process against the log: it reads the log "
+                                 "over NATS (--nats, or the data dir), not --url", param_hint="--url")
     many = all_runs or file is not None
     filtered = bool(run or agent or status or since or until)
     if many or filtered or strict:
@@ -184,6 +202,7 @@ def replay_cmd(
     if verify:
         if to is not None:
             raise typer.BadParameter("--verify checks the whole run; drop --to", param_hint="--to")
+
         source = guard(lambda: load_app(app_spec)) if app_spec is not None else None
 
         async def verify_body(store: JetStreamEventStore) -> None:
@@ -199,6 +218,9 @@ def replay_cmd(
         return
     if app_spec is not None or reexecute or keep_from_log:
         raise typer.BadParameter("only with --verify", param_hint="--app/--reexecute-tools/--tools-from-log")
+    if url:
+        run_main(lambda: _replay_over_http(url, api_token, timeout, run_id, position, as_json))
+        return
 
     async def body(store: JetStreamEventStore) -> None:
         thread_commits = [c async for c in store.read_thread(await thread_of_run(store, run_id))]
@@ -207,12 +229,22 @@ def replay_cmd(
             if outside:
                 warn(outside)
         report = build_replay(run_id, thread_commits, position)
-        if as_json:
-            print_json(report.to_json())
-        else:
-            _render_replay(report)
+        _print_replay(report.to_json(), as_json)
 
-    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body)
+    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body, url_option=True)
+
+
+def _print_replay(doc: dict[str, Any], as_json: bool) -> None:
+    print_json(doc) if as_json else _render_replay(doc)
+
+
+async def _replay_over_http(url: str, api_token: str | None, timeout: float, run_id: str,
+                            position: Position | None, as_json: bool) -> None:
+    """`replay RUN --url`: the run's timeline as the API folds it from the log."""
+    async with http_api(url, api_token, timeout) as client:
+        timeline = await client.request("GET", f"/v1/runs/{run_id}/timeline",
+                                        params={"to": str(position)} if position else None)
+    _print_replay(_replay_doc(timeline), as_json)
 
 
 def outside_run(thread_commits: list[StoredCommit], run_id: str, position: Position) -> str | None:
@@ -252,6 +284,7 @@ def trace_cmd(
     otlp: Annotated[str | None, typer.Option(
         "--otlp", metavar="URL", envvar="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
         help="Export the spans over OTLP/HTTP to this traces endpoint.")] = None,
+    url: UrlOpt = None, api_token: ApiTokenOpt = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
@@ -259,11 +292,32 @@ def trace_cmd(
     from agentlog.cli.trace import trace
 
     guard(lambda: validate_run_id(run_id))
+    if url:
+        if otlp:
+            raise typer.BadParameter("--otlp exports spans made from the log's commits: read the log over NATS "
+                                     "(--nats, or the data dir), not --url", param_hint="--otlp")
+        run_main(lambda: _trace_over_http(url, api_token, timeout, run_id, as_json))
+        return
 
     async def body(store: JetStreamEventStore) -> None:
         await trace(store, run_id, as_json=as_json, otlp=otlp, console=stdout_console(), emit_json=print_json)
 
-    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body)
+    run_on_store(connection_options(nats, creds, token, data_dir, timeout), body, url_option=True)
+
+
+async def _trace_over_http(url: str, api_token: str | None, timeout: float, run_id: str, as_json: bool) -> None:
+    """`trace RUN --url`: the `spans` of the run's timeline (the same records, computed by the server)."""
+    from agentlog.cli.trace import render_tree
+    from agentlog.runtime.telemetry import SpanRecord
+
+    async with http_api(url, api_token, timeout) as client:
+        spans = (await client.request("GET", f"/v1/runs/{run_id}/timeline"))["spans"]
+    if as_json:
+        print_json({"run_id": run_id, "exported": False, "spans": spans})
+        return
+    stdout_console().print(render_tree([
+        SpanRecord(key=s["key"], parent=s["parent"], name=s["name"], start_ms=s["start_ms"], end_ms=s["end_ms"],
+                   error=s["error"], attributes=s["attributes"]) for s in spans]))
 
 
 async def _verify(store: JetStreamEventStore, run_id: str, spec: str, source: Any,
