@@ -61,8 +61,8 @@ DEMO_APP = "agentlog.cli.demo:app"
 RunOpt = Annotated[list[str] | None, typer.Option(
     "--run", metavar="RUN_ID", help="This run (repeatable; with the filters below, those of them that match).")]
 AgentOpt = Annotated[str | None, typer.Option("--agent", metavar="AGENT_ID", help="Only runs of this agent.")]
-StatusOpt = Annotated[Literal["running", "waiting", "done"] | None, typer.Option(
-    "--status", help="Only runs in this status.")]
+StatusOpt = Annotated[Literal["running", "waiting", "done", "failed"] | None, typer.Option(
+    "--status", help="Only runs in this status (failed: ended in an error or a block).")]
 SinceOpt = Annotated[str | None, typer.Option(
     "--since", metavar="WHEN", help="Only runs created at or after WHEN: ISO 8601 (UTC unless it names a zone) "
                                     "or unix milliseconds.")]

@@ -351,7 +351,7 @@ class ApiRequestFailed(AgentlogError):
 def runs_cmd(
     thread: Annotated[str | None, typer.Option("--thread", help="Only runs of this thread.")] = None,
     status: Annotated[Literal["running", "waiting", "done", "failed"] | None, typer.Option(
-        "--status", help="Only runs in this status (failed: ended in an error).")] = None,
+        "--status", help="Only runs in this status (failed: ended in an error or a block).")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=10_000)] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="A JSON array of run views.")] = False,
     source: SourceOpt = "log", order: OrderOpt = "desc", url: UrlOpt = None, api_token: ApiTokenOpt = None,
