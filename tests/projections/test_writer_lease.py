@@ -6,6 +6,9 @@
   `wait_for` follows the holder's stored position, and the views equal the fold of the log; when
   the holder's process dies (its connection closes) the standby takes over and goes on from the
   stored position.
+* Every runner's listeners hear of every batch, whichever runner writes: the standby tells the
+  writer's notices as the writer tells its own, `reload` when it missed some (found by the next
+  notice, or by the position moving on while the writer is idle), and after a takeover.
 * Fencing: a writer that lost the lease while it was stalled (past its lease check, before its
   writes) is refused and writes nothing over the new holder's views.
 
@@ -30,6 +33,7 @@ from agentlog.projections import fold_commits
 from agentlog.projections.errors import WriterFenced
 from agentlog.projections.kv import KVViewStore
 from agentlog.projections.lease import WriterLease
+from agentlog.projections.notices import BatchChanges
 from agentlog.projections.runner import ProjectionRunner
 
 TTL = 1.0
@@ -174,4 +178,87 @@ async def test_a_writer_that_lost_its_lease_while_stalled_writes_nothing(nats_se
         finally:
             await a.stop()
             await b.stop()
+            await store.close()
+
+
+class Heard:
+    """A runner's listener: every `BatchChanges` it was told, and a wait for one that covers a seq."""
+
+    def __init__(self) -> None:
+        self.told: list[BatchChanges] = []
+        self._changed = asyncio.Condition()
+
+    def __call__(self, changes: BatchChanges) -> None:
+        self.told.append(changes)
+        asyncio.get_running_loop().create_task(self._notify())
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    def covers(self, changes: BatchChanges) -> bool:
+        """Told of `changes` itself, or of a reload up to it or past it."""
+        return changes in self.told or any(c.reload and c.seq >= changes.seq for c in self.told)
+
+    async def until(self, test: object) -> None:
+        async with self._changed:
+            await self._changed.wait_for(test)  # type: ignore[arg-type]
+
+    def threads(self) -> set[str]:
+        return {t for c in self.told for t in c.threads}
+
+
+async def test_every_runners_listeners_hear_every_batch_whichever_writes(nats_server: EmbeddedNatsServer) -> None:
+    async with connection(nats_server) as nc_a, connection(nats_server) as nc_b, \
+            connection(nats_server) as nc_log:
+        store = await JetStreamEventStore.connect(nc_log)
+        runners: list[ProjectionRunner] = []
+
+        async def runner(nc: NATS, holder: str) -> tuple[ProjectionRunner, Heard]:
+            r = ProjectionRunner(nc, await KVViewStore.open(nc, prefix="told"), fetch_timeout=0.2,
+                                 lease=await WriterLease.open(nc, prefix="told", ttl=TTL, holder=holder))
+            heard = Heard()
+            r.listeners.append(heard)
+            await r.start()
+            runners.append(r)
+            return r, heard
+
+        try:
+            async with asyncio.timeout(BOUND):
+                a, heard_a = await runner(nc_a, "a")
+                b, heard_b = await runner(nc_b, "b")
+                assert a.writer and not b.writer
+                last = await append(store, _commits("t1", 3) + _commits("t2", 2))
+                await heard_a.until(lambda: heard_a.told and heard_a.told[-1].seq == last)
+                # the standby is told each of the writer's batches: the same ids, scopes and seqs
+                await heard_b.until(lambda: all(heard_b.covers(c) for c in heard_a.told))
+                assert heard_a.threads() == {"t1", "t2"} and not any(c.reload for c in heard_a.told)
+                assert b.applied_seq >= last and b.puts == 0
+                assert heard_b.told[-1].runs == heard_a.told[-1].runs
+
+                # notices missed (the standby hears nothing for a while): once the writer is
+                # idle, the standby tells a reload up to the position
+                assert b._notices is not None
+                await b._notices.unsubscribe()
+                b._notices = None
+                await nc_b.flush()  # the server has it before the writer's next notice
+                missed = await append(store, _commits("t3", 2))
+                await heard_b.until(lambda: any(c.reload and c.seq >= missed for c in heard_b.told))
+                assert "t3" not in heard_b.threads()
+                # heard again: the next batch goes on from what was heard, and is told as it is
+                await b._listen()
+                heard_b.told.clear()
+                again = await append(store, _commits("t4", 1))
+                await heard_b.until(lambda: any(c.seq >= again for c in heard_b.told))
+                assert heard_b.threads() == {"t4"} and not any(c.reload for c in heard_b.told)
+
+                # the writer dies: the standby takes over and tells its own batches
+                await nc_a.close()
+                more = await append(store, _commits("t5", 2))
+                await b.wait_for(more)
+                assert b.writer
+                await heard_b.until(lambda: "t5" in heard_b.threads())
+        finally:
+            for r in runners:
+                await r.stop()
             await store.close()

@@ -7,7 +7,8 @@ permissions, rendered from the one table below (a test keeps the file equal to i
 
 * `gateway`: the HTTP/NATS API. Appends (threads, inputs), queues commands (`agentlog.cmd.>`) and
   live decisions (`agentlog.ctl.>`), serves `agentlog.api.>` / the adapters' subjects / `$SRV`,
-  reads live output, keeps the KV views.
+  reads live output, keeps the KV views (the writer tells the other gateways what each batch
+  changed on `agentlog.views.>`).
 * `worker`: takes commands (the work-queue consumer and its acks), appends, publishes live output,
   receives live decisions.
 * `serve`: gateway + worker in one process (`agentlog serve`, `agentlog demo`).
@@ -87,9 +88,10 @@ _SERVICE = Permissions(
 )
 _API = (f"{PREFIX}.api.>", f"{PREFIX}.ag-ui.>", f"{PREFIX}.ai-sdk.>", "$SRV.>")
 GATEWAY = _SERVICE | Permissions(
-    publish=(f"{PREFIX}.cmd.>", f"{PREFIX}.ctl.>", *_API),  # a gateway may call any gateway
+    # views: what each projection batch changed, from the writer to the other gateways
+    publish=(f"{PREFIX}.cmd.>", f"{PREFIX}.ctl.>", f"{PREFIX}.views.>", *_API),  # a gateway may call any gateway
     # dlq: a gateway waiting on a queued start hears at once when a worker dead-letters it
-    subscribe=(*_API, f"{PREFIX}.live.>", f"{PREFIX}.dlq.>"),
+    subscribe=(*_API, f"{PREFIX}.live.>", f"{PREFIX}.dlq.>", f"{PREFIX}.views.>"),
 )
 WORKER = _SERVICE | Permissions(
     # cmd/ctl: sub-agents start and cancel child runs through the queue and live control;

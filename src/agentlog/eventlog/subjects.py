@@ -43,6 +43,13 @@ def live_subject(thread_id: str, run_id: str) -> str:
     return f"{PREFIX}.live.{thread_id}.{run_id}"
 
 
+def view_changes_subject(view_prefix: str = PREFIX) -> str:
+    """Core NATS (not persisted): what each projection batch of the view set `view_prefix` (its KV
+    buckets' prefix) changed, published by the writer for every other gateway
+    (`agentlog.projections.notices`)."""
+    return f"{PREFIX}.views.{view_prefix}"
+
+
 #: The app name of a process not given one. Its commands keep the subjects agentlog used before
 #: apps had names (`agentlog.cmd.<thread>`), so existing queues, workers and gateways go on.
 DEFAULT_APP = "default"

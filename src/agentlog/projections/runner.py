@@ -31,6 +31,9 @@ A runner that takes it starts from the stored position with an empty cache; one 
 (it could not renew in time) drops its cache and follows again. Its writes are fenced
 (`agentlog.projections.kv`), so even a writer stalled past its lease between its check and
 its writes is refused (`WriterFenced`) rather than writing an older copy over a newer one.
+The writer also publishes what each batch changed as a core NATS notice
+(`agentlog.projections.notices`); standbys raise `applied_seq` to it and tell their
+`listeners`, so every gateway's listeners hear of every batch (or `reload`, when one was missed).
 Without a lease (tools, tests driving `step()`) the runner is the writer, and must be the only one.
 """
 
@@ -40,10 +43,13 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+import msgspec
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
@@ -52,19 +58,26 @@ from agentlog.eventlog.codec import decode_commit
 from agentlog.eventlog.errors import CodecError
 from agentlog.eventlog.events import Commit
 from agentlog.eventlog.quarantine import Quarantine
-from agentlog.eventlog.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, parse_event_subject
+from agentlog.eventlog.subjects import (
+    EVENTS_STREAM,
+    EVENTS_SUBJECTS,
+    PREFIX,
+    parse_event_subject,
+    view_changes_subject,
+)
 from agentlog.projections.errors import ProjectionTimeout, WriterFenced
 from agentlog.projections.feed import LogFeed
 from agentlog.projections.fold import Folder, Views
 from agentlog.projections.index import diff
 from agentlog.projections.lease import WriterLease
+from agentlog.projections.notices import BatchChanges, decode_changes, encode_changes
 from agentlog.projections.store import ViewStore
 from agentlog.projections.views import RunView, ThreadView
 
 log = logging.getLogger("agentlog.projections")
 
-#: `ProjectionRunner.listeners`: (the batch's last seq, its thread views, its run views) -> None.
-BatchListener = Callable[[int, Mapping[str, ThreadView], Mapping[str, RunView]], None]
+#: `ProjectionRunner.listeners`: told what each batch changed (or `reload`: something unknown did).
+BatchListener = Callable[[BatchChanges], None]
 
 #: How long (s) a standby waits for the writer's next position write before it reads the
 #: position itself (a KV watch can go quiet without telling, like the feed: `_check_stalled`).
@@ -152,11 +165,16 @@ class ProjectionRunner:
         #: what it keeps for them (the snapshot writer: their runs' snapshots).
         self.after_batch = after_batch
         #: Told of each batch as it becomes visible (in the same step that raises `applied_seq`,
-        #: so a listener added before a read of `applied_seq` misses no batch after it): the
-        #: batch's last seq and the thread and run views it wrote. Called synchronously and must
-        #: not block (e.g. the gateway's live listing changes, `agentlog.gateway.http.changes`);
-        #: failures are logged and never fail the batch.
+        #: so a listener added before a read of `applied_seq` misses no batch after it): what it
+        #: changed (`BatchChanges`). On every runner of the view set, whichever writes: a standby
+        #: tells them the writer's notices (`agentlog.projections.notices`), and `reload` when it
+        #: may have missed one. Called synchronously and must not block (e.g. the gateway's live
+        #: listing changes, `agentlog.gateway.http.changes`); failures are logged and never fail
+        #: the batch.
         self.listeners: list[BatchListener] = []
+        #: The highest seq the listeners were told of (a batch's changes, or a reload up to it).
+        self._told = 0
+        self._notices: Subscription | None = None
         #: Who may write: None, this runner always does; else only while it holds the lease.
         self.lease = lease
         self._writing = lease is None
@@ -214,10 +232,12 @@ class ProjectionRunner:
         if self.lease is None:
             if self._feed is None:
                 await self.open()
-        elif await self.lease.try_acquire():
-            await self._take_over()
         else:
-            await self._start_following()
+            await self._listen()
+            if await self.lease.try_acquire():
+                await self._take_over()
+            else:
+                await self._start_following()
         self._task = asyncio.create_task(self._loop(), name="projection-runner")
 
     async def stop(self) -> None:
@@ -233,6 +253,10 @@ class ProjectionRunner:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 task.result()
         await self._stop_following()
+        notices, self._notices = self._notices, None
+        if notices is not None:
+            with contextlib.suppress(Exception):
+                await notices.unsubscribe()
         if self._feed is not None:
             await self._feed.close()
             self._feed = None
@@ -291,6 +315,8 @@ class ProjectionRunner:
             self._stalled_at = self._reopened_at = None
             await self.open()
             self._writing = True
+            if self._told < self._cursor:  # the notices of the batches up to here were not all heard
+                self._tell_reload(self._cursor)
         self.takeovers += 1
         log.info("projection writer: this process writes the views from seq %d", self._cursor)
 
@@ -314,6 +340,49 @@ class ProjectionRunner:
         if reset is not None:
             reset()
 
+    # -- the writer's notices -----------------------------------------------------------------
+
+    @property
+    def changes_subject(self) -> str:
+        """Where the writer of this view set publishes its batches' changes."""
+        return view_changes_subject(getattr(self.store, "prefix", PREFIX))
+
+    async def _listen(self) -> None:
+        """Hear the writer's notices (whoever writes: from before this runner knows its position)."""
+        if self._notices is None:
+            self._notices = await self.nc.subscribe(self.changes_subject, cb=self._heard)
+
+    async def _publish(self, changes: BatchChanges) -> None:
+        """Tell the other runners of the view set (a core NATS notice, never failing the batch)."""
+        try:
+            await self.nc.publish(self.changes_subject, encode_changes(changes))
+        except Exception:  # noqa: BLE001 - standbys find a missed notice (reload)
+            log.debug("projections: could not publish a batch's changes", exc_info=True)
+
+    async def _heard(self, msg: Msg) -> None:
+        """A standby's listeners are told the writer's batch, in the step that raises `applied_seq`
+        to it (its views are in the store: the writer publishes after its puts); `reload` instead
+        when the batch goes on from past what was heard (a notice was missed)."""
+        if self._writing:
+            return
+        try:
+            changes = decode_changes(msg.data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            log.warning("projections: a batch notice on %s is not one; ignored", msg.subject)
+            return
+        if changes.generation != getattr(self.store, "generation", 0):
+            return  # another generation's (a rebuild flipping): the flip itself says reload
+        if changes.after > self._told:
+            changes = BatchChanges(seq=changes.seq, after=changes.after, generation=changes.generation, reload=True)
+        async with self._advanced:
+            if self._writing:
+                return
+            self.applied_seq = max(self.applied_seq, changes.seq)
+            self._advanced.notify_all()
+            self._told = max(self._told, changes.seq)
+            if changes.reload or changes.threads or changes.runs:
+                self._tell(changes)
+
     # -- following another writer -------------------------------------------------------------
 
     async def _start_following(self) -> None:
@@ -325,6 +394,8 @@ class ProjectionRunner:
         except Exception:  # noqa: BLE001 - unknown head: not catching up as far as anyone can tell
             log.warning("projections: could not read the log's head", exc_info=True)
         await self._read_position()
+        if self._told < self.applied_seq:  # up to here, nothing was heard batch by batch
+            self._tell_reload(self.applied_seq)
         self._follower = asyncio.get_running_loop().create_task(self._follow(), name="projection-follower")
 
     async def _stop_following(self) -> None:
@@ -337,7 +408,8 @@ class ProjectionRunner:
     async def _follow(self) -> None:
         """While a standby: advance `applied_seq` with each position the writer stores (a watch of
         the meta bucket), follow a generation flip (`refresh`), and read the position itself
-        whenever `FOLLOW_POLL` s pass without a write."""
+        whenever `FOLLOW_POLL` s pass without a write. Then, with the writer idle, every notice
+        up to the position has come: if one has not, tell the listeners `reload`."""
         meta: KeyValue | None = getattr(self.store, "meta", None)
         while True:
             watcher = None
@@ -356,6 +428,8 @@ class ProjectionRunner:
                                 await asyncio.sleep(FOLLOW_POLL)
                     if entry is None or not entry.value:
                         await self._read_position()
+                        if self._told < self.applied_seq and not self._writing:
+                            self._tell_reload(self.applied_seq)
                     else:
                         await self._followed(entry.key, entry.value)
             except asyncio.CancelledError:
@@ -382,14 +456,14 @@ class ProjectionRunner:
 
     async def _read_position(self) -> None:
         """Follow a generation flip, then advance to the position the store holds (a standby's
-        read; never while this runner writes: the writer's own path does both)."""
+        read; never while this runner writes: the writer's own path does both). After a flip
+        the listeners are told `reload` (every view may differ in the new generation)."""
         async with self._lock:
             if self._writing:
                 return
             refresh = getattr(self.store, "refresh", None)
             try:
-                if refresh is not None:
-                    await refresh()
+                flipped = bool(await refresh()) if refresh is not None else False
                 read = getattr(self.store, "read_position", None)
                 position = await read() if read is not None else None
             except Exception:  # noqa: BLE001 - NATS unreachable: the next poll reads again
@@ -397,6 +471,8 @@ class ProjectionRunner:
                 return
         if position is not None:
             await self._advance(int(position))
+        if flipped:
+            self._tell_reload(self.applied_seq)
 
     async def _advance(self, seq: int) -> None:
         if seq > self.applied_seq:
@@ -503,6 +579,7 @@ class ProjectionRunner:
         pin = getattr(self.store, "pin_writes", None)
         if pin is not None:
             await pin()  # before the views are read: a write by anyone else after it is refused
+        after = self._cursor
         fresh = []
         last = self._cursor
         for item in msgs:
@@ -572,11 +649,16 @@ class ProjectionRunner:
         self._cursor = last
         self.batches += 1
         self.failing = None
+        changes = BatchChanges.of_views(last, touched.threads, touched.runs, after=after,
+                                        generation=getattr(self.store, "generation", 0))
         async with self._advanced:
             self.applied_seq = max(self.applied_seq, last)
             self._advanced.notify_all()
+            self._told = max(self._told, last)
             if touched.threads or touched.runs:
-                self._tell(last, touched.threads, touched.runs)
+                self._tell(changes)
+        if self.lease is not None:
+            await self._publish(changes)  # before the position: standbys hear of it first
         write = getattr(self.store, "write_position", None)
         if write is not None:
             await write(last)  # after the views (never ahead of them), after the waiters
@@ -596,12 +678,17 @@ class ProjectionRunner:
             except Exception:  # noqa: BLE001 - as above
                 log.exception("threads_deleted hook failed")
 
-    def _tell(self, seq: int, threads: Mapping[str, ThreadView], runs: Mapping[str, RunView]) -> None:
+    def _tell(self, changes: BatchChanges) -> None:
         for listener in list(self.listeners):
             try:
-                listener(seq, threads, runs)
+                listener(changes)
             except Exception:  # noqa: BLE001 - a listener must not stop the projections
                 log.exception("batch listener failed")
+
+    def _tell_reload(self, seq: int) -> None:
+        """Tell the listeners that anything up to `seq` may have changed (notices were missed)."""
+        self._told = max(self._told, seq)
+        self._tell(BatchChanges(seq=seq, reload=True))
 
     async def _store_batch_end(self, last: int) -> None:
         write = getattr(self.store, "write_batch_end", None)

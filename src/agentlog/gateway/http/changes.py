@@ -13,9 +13,11 @@ later frame means more changed than one frame names: load the lists again. A str
 Why this and not a poll of the listings or a tail of the log, with many tabs open:
 
 - one broadcaster per process, fed by the projection runner as each batch becomes visible
-  (`ProjectionRunner.listeners`): no NATS traffic, consumer or KV read per client, and a frame
-  only when something changed (a poll would cost every tab a listing read every few seconds,
-  idle or not, and still lag);
+  (`ProjectionRunner.listeners`), on every gateway whichever writes the views (the writer
+  publishes one small core NATS notice per batch, `agentlog.projections.notices`; a gateway
+  that may have missed one tells its clients `reload`): no consumer or KV read per client, and a
+  frame only when something changed (a poll would cost every tab a listing read every few
+  seconds, idle or not, and still lag);
 - each client keeps only the set of ids changed since its last frame: a run that changed fifty
   times while a tab was busy is one id, and past `MAX_IDS` the set is dropped for one `reload`.
   So a slow tab holds bounded memory, nothing is queued per change, and neither the runner nor
@@ -27,7 +29,7 @@ Why this and not a poll of the listings or a tail of the log, with many tabs ope
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 
 import msgspec
 from aiohttp import web
@@ -38,7 +40,7 @@ from agentlog.gateway.http.requests import principal, services
 from agentlog.gateway.http.routing import Route, parse_query
 from agentlog.gateway.operations.auth import Principal
 from agentlog.gateway.operations.models import Query
-from agentlog.projections.views import RunView, ThreadView
+from agentlog.projections.notices import BatchChanges
 
 #: Most ids one client keeps between frames; past it the client is told to reload.
 MAX_IDS = 500
@@ -63,10 +65,12 @@ class Watcher:
         self.ready = asyncio.Event()
         self.ready.set()
 
-    def offer(self, seq: int, threads: Mapping[str, ThreadView], runs: Mapping[str, RunView]) -> None:
-        who = self.who
+    def offer(self, changes: BatchChanges) -> None:
+        who, threads, runs = self.who, changes.threads, changes.runs
         seen = [tid for tid, t in threads.items() if who.can_see(t.resource_id)]
-        self.seq = max(self.seq, seq)
+        self.seq = max(self.seq, changes.seq)
+        if changes.reload:
+            self.reload = True
         if not self.reload:
             for tid in seen:
                 if threads[tid].deleted:
@@ -78,7 +82,7 @@ class Watcher:
                 self.runs.update(runs)
             else:
                 visible = set(seen)
-                self.runs.update(rid for rid, r in runs.items() if r.thread_id in visible)
+                self.runs.update(rid for rid, thread_id in runs.items() if thread_id in visible)
             if len(self.threads) + len(self.deleted) + len(self.runs) > MAX_IDS:
                 self.reload = True
         if seen or self.reload:
@@ -101,9 +105,9 @@ class ListingChanges:
     def __init__(self) -> None:
         self.watchers: set[Watcher] = set()
 
-    def __call__(self, seq: int, threads: Mapping[str, ThreadView], runs: Mapping[str, RunView]) -> None:
+    def __call__(self, changes: BatchChanges) -> None:
         for watcher in self.watchers:
-            watcher.offer(seq, threads, runs)
+            watcher.offer(changes)
 
     async def frames(self, who: Principal, applied_seq: Callable[[], int], *, follow: bool = True,
                      ) -> AsyncIterator[bytes]:
