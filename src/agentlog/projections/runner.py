@@ -32,8 +32,9 @@ A runner that takes it starts from the stored position with an empty cache; one 
 (`agentlog.projections.kv`), so even a writer stalled past its lease between its check and
 its writes is refused (`WriterFenced`) rather than writing an older copy over a newer one.
 The writer also publishes what each batch changed as a core NATS notice
-(`agentlog.projections.notices`); standbys raise `applied_seq` to it and tell their
-`listeners`, so every gateway's listeners hear of every batch (or `reload`, when one was missed).
+(`agentlog.projections.notices`); a standby tells its `listeners` of it once its `applied_seq`
+(the stored position) reaches it, so every gateway's listeners hear of every batch, and of a
+`reload` when one may have been missed.
 Without a lease (tools, tests driving `step()`) the runner is the writer, and must be the only one.
 """
 
@@ -78,6 +79,9 @@ log = logging.getLogger("agentlog.projections")
 
 #: `ProjectionRunner.listeners`: told what each batch changed (or `reload`: something unknown did).
 BatchListener = Callable[[BatchChanges], None]
+
+#: Most notices a standby holds for `applied_seq` to reach them (beyond: one reload instead).
+MAX_PENDING = 1000
 
 #: How long (s) a standby waits for the writer's next position write before it reads the
 #: position itself (a KV watch can go quiet without telling, like the feed: `_check_stalled`).
@@ -172,8 +176,11 @@ class ProjectionRunner:
         #: listing changes, `agentlog.gateway.http.changes`); failures are logged and never fail
         #: the batch.
         self.listeners: list[BatchListener] = []
-        #: The highest seq the listeners were told of (a batch's changes, or a reload up to it).
-        self._told = 0
+        #: The highest seq whose batch this runner heard of (folded it, or got the writer's
+        #: notice of it, or told a reload up to it): a notice going on from past it was missed.
+        self._heard = 0
+        #: Notices heard before `applied_seq` reached them, told when it does.
+        self._pending: list[BatchChanges] = []
         self._notices: Subscription | None = None
         #: Who may write: None, this runner always does; else only while it holds the lease.
         self.lease = lease
@@ -315,7 +322,9 @@ class ProjectionRunner:
             self._stalled_at = self._reopened_at = None
             await self.open()
             self._writing = True
-            if self._told < self._cursor:  # the notices of the batches up to here were not all heard
+            self._tell_due()
+            self._pending.clear()  # past the cursor: this runner folds those batches itself
+            if self._heard < self._cursor:  # the notices of the batches up to here were not all heard
                 self._tell_reload(self._cursor)
         self.takeovers += 1
         log.info("projection writer: this process writes the views from seq %d", self._cursor)
@@ -350,7 +359,7 @@ class ProjectionRunner:
     async def _listen(self) -> None:
         """Hear the writer's notices (whoever writes: from before this runner knows its position)."""
         if self._notices is None:
-            self._notices = await self.nc.subscribe(self.changes_subject, cb=self._heard)
+            self._notices = await self.nc.subscribe(self.changes_subject, cb=self._on_notice)
 
     async def _publish(self, changes: BatchChanges) -> None:
         """Tell the other runners of the view set (a core NATS notice, never failing the batch)."""
@@ -359,10 +368,11 @@ class ProjectionRunner:
         except Exception:  # noqa: BLE001 - standbys find a missed notice (reload)
             log.debug("projections: could not publish a batch's changes", exc_info=True)
 
-    async def _heard(self, msg: Msg) -> None:
-        """A standby's listeners are told the writer's batch, in the step that raises `applied_seq`
-        to it (its views are in the store: the writer publishes after its puts); `reload` instead
-        when the batch goes on from past what was heard (a notice was missed)."""
+    async def _on_notice(self, msg: Msg) -> None:
+        """A standby's listeners are told the writer's batch in the step that raises `applied_seq`
+        to it (at once if it is there already; the position the writer stores after it moves it,
+        as for reads); `reload` instead when the batch goes on from past what was heard (a notice
+        was missed)."""
         if self._writing:
             return
         try:
@@ -372,16 +382,25 @@ class ProjectionRunner:
             return
         if changes.generation != getattr(self.store, "generation", 0):
             return  # another generation's (a rebuild flipping): the flip itself says reload
-        if changes.after > self._told:
+        if changes.after > self._heard:
             changes = BatchChanges(seq=changes.seq, after=changes.after, generation=changes.generation, reload=True)
-        async with self._advanced:
-            if self._writing:
-                return
-            self.applied_seq = max(self.applied_seq, changes.seq)
-            self._advanced.notify_all()
-            self._told = max(self._told, changes.seq)
-            if changes.reload or changes.threads or changes.runs:
-                self._tell(changes)
+        self._heard = max(self._heard, changes.seq)
+        if not (changes.reload or changes.threads or changes.runs):
+            return
+        if len(self._pending) >= MAX_PENDING:  # the position stopped moving: one reload for them all
+            changes = BatchChanges(seq=max(changes.seq, *(c.seq for c in self._pending)), reload=True)
+            self._pending.clear()
+        self._pending.append(changes)
+        self._tell_due()
+
+    def _tell_due(self) -> None:
+        """Tell the listeners the notices `applied_seq` has reached, in order."""
+        if not self._pending or self._pending[0].seq > self.applied_seq:
+            return
+        due = [c for c in self._pending if c.seq <= self.applied_seq]
+        self._pending = [c for c in self._pending if c.seq > self.applied_seq]
+        for changes in due:
+            self._tell(changes)
 
     # -- following another writer -------------------------------------------------------------
 
@@ -394,7 +413,7 @@ class ProjectionRunner:
         except Exception:  # noqa: BLE001 - unknown head: not catching up as far as anyone can tell
             log.warning("projections: could not read the log's head", exc_info=True)
         await self._read_position()
-        if self._told < self.applied_seq:  # up to here, nothing was heard batch by batch
+        if self._heard < self.applied_seq:  # up to here, nothing was heard batch by batch
             self._tell_reload(self.applied_seq)
         self._follower = asyncio.get_running_loop().create_task(self._follow(), name="projection-follower")
 
@@ -428,7 +447,7 @@ class ProjectionRunner:
                                 await asyncio.sleep(FOLLOW_POLL)
                     if entry is None or not entry.value:
                         await self._read_position()
-                        if self._told < self.applied_seq and not self._writing:
+                        if self._heard < self.applied_seq and not self._writing:
                             self._tell_reload(self.applied_seq)
                     else:
                         await self._followed(entry.key, entry.value)
@@ -479,6 +498,7 @@ class ProjectionRunner:
             async with self._advanced:
                 self.applied_seq = max(self.applied_seq, seq)
                 self._advanced.notify_all()
+                self._tell_due()
 
     @property
     def buffered(self) -> int:
@@ -654,7 +674,7 @@ class ProjectionRunner:
         async with self._advanced:
             self.applied_seq = max(self.applied_seq, last)
             self._advanced.notify_all()
-            self._told = max(self._told, last)
+            self._heard = max(self._heard, last)
             if touched.threads or touched.runs:
                 self._tell(changes)
         if self.lease is not None:
@@ -687,7 +707,7 @@ class ProjectionRunner:
 
     def _tell_reload(self, seq: int) -> None:
         """Tell the listeners that anything up to `seq` may have changed (notices were missed)."""
-        self._told = max(self._told, seq)
+        self._heard = max(self._heard, seq)
         self._tell(BatchChanges(seq=seq, reload=True))
 
     async def _store_batch_end(self, last: int) -> None:
