@@ -27,8 +27,13 @@ CLUSTER_NAME = "agentlog"
 class LocalCluster:
     """`size` nodes named n1..nN under `base_dir` (one dir each), loopback only."""
 
-    def __init__(self, base_dir: str | os.PathLike[str], size: int = 3, *, extra_config: list[str] | None = None) -> None:
+    def __init__(self, base_dir: str | os.PathLike[str], size: int = 3, *, extra_config: list[str] | None = None,
+                 login: tuple[str, str] | None = None) -> None:
+        """`extra_config`: more config lines for every node (e.g. `include ./accounts.conf`, the
+        file put in each node's dir `base_dir/n1`.. before `start`); `login`: the user and password
+        `start` checks JetStream as, when that config requires one (a user allowed to create streams)."""
         self.base_dir = Path(base_dir)
+        self.login = login
         route_ports = [free_port() for _ in range(size)]
         routes = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in route_ports)
         self.nodes = [
@@ -60,7 +65,10 @@ class LocalCluster:
     async def start(self, timeout: float = 30.0) -> None:
         """Start every node, then wait (bounded) until JetStream answers through the cluster."""
         await asyncio.gather(*(node.astart(timeout) for node in self.nodes))
-        await self.wait_jetstream(timeout)
+        if self.login is None:
+            await self.wait_jetstream(timeout)
+        else:
+            await self.wait_jetstream(timeout, user=self.login[0], password=self.login[1])
 
     async def wait_jetstream(self, timeout: float = 30.0, **connect: object) -> None:
         """Wait until the cluster can place a stream on every node: a meta leader answering
