@@ -20,7 +20,10 @@ waits, approve, follow until it finishes. The client is `agentlog.client`, one p
   the restart. `runner_failover_s`: from the SIGKILL until the views hold a commit appended right
   after it (target <= 5). `lost_runs`, `duplicate_runs` (target 0), `stale_reads` (a read with
   `min_seq` answered with a view older than it: 0), `views_match` (every view equals the fold of
-  the log afterwards, and so do the listings).
+  the log afterwards, and so do the listings). `/v1/changes` stays live on every gateway: a
+  stream opened on the other gateway before the kill is told of the run followed across it
+  (`changes_after_kill`), and one opened on the restarted gateway (a standby then) of every run
+  started after the restart (`changes_missed`: 0).
 
 Prints a rich table and, as the very last line, `{"bench": "scaleout", ...}`.
 """
@@ -332,6 +335,50 @@ class Load:
         return None
 
 
+class Changes:
+    """`GET /v1/changes` on one gateway, its frames collected as they come."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.frames: list[dict[str, Any]] = []
+        self.arrived = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._read())
+
+    async def _read(self) -> None:
+        import aiohttp
+
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as http, \
+                http.get(f"{self.url}/v1/changes") as resp:
+            buf = b""
+            async for chunk in resp.content.iter_any():
+                buf += chunk
+                while b"\n\n" in buf:
+                    raw, buf = buf.split(b"\n\n", 1)
+                    for line in raw.decode().split("\n"):
+                        if line.startswith("data: "):
+                            self.frames.append(json.loads(line.removeprefix("data: ")))
+                            self.arrived.set()
+
+    def told(self, run_id: str, seq: int) -> bool:
+        """A frame named the run at `seq` or later, or said reload at `seq` or later."""
+        return any(f["seq"] >= seq and (f["reload"] or run_id in f["runs"]) for f in self.frames[1:])
+
+    async def until_told(self, last: dict[str, int], deadline: float) -> list[str]:
+        """Wait (bounded) until every run of `last` (run id -> its last seq) was told; the runs not told."""
+        while True:
+            missing = [r for r, seq in last.items() if not self.told(r, seq)]
+            if not missing or self._task.done() or time.monotonic() > deadline:
+                return missing
+            self.arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.arrived.wait(), max(0.1, deadline - time.monotonic()))
+
+    async def aclose(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(BaseException):
+            await self._task
+
+
 def _position(event_id: str) -> tuple[int, int]:
     position = Position.parse(event_id)
     return position.seq, position.index
@@ -475,6 +522,7 @@ async def failover(tmp: Path, *, runs: int = 30, concurrency: int = 6, timeout: 
         store = await JetStreamEventStore.connect(cluster.urls, replicas=3, request_timeout=5.0)
         load = Load(topology, tag="f", checks=True, deadline=deadline)
         restarted = asyncio.Event()
+        streams: list[Changes] = []
         try:
             await asyncio.to_thread(topology.start)
             views = await KVViewStore.open(store.nc)
@@ -514,6 +562,9 @@ async def failover(tmp: Path, *, runs: int = 30, concurrency: int = 6, timeout: 
                 load.follow_thread(killed, sentinel_thread, sentinel_run, seen, connected))
             await asyncio.wait_for(connected.wait(), timeout)
             in_flight = len(load.accepted) - load.finished
+            survivor_changes = Changes(topology.urls[1 - killed] or "")
+            streams.append(survivor_changes)
+            await asyncio.wait_for(survivor_changes.arrived.wait(), timeout)  # its first frame
             watch = await views.meta.watch(f"position.{views.generation}")
             killed_at = time.monotonic()
             await asyncio.to_thread(topology.kill_gateway, killed)
@@ -535,10 +586,21 @@ async def failover(tmp: Path, *, runs: int = 30, concurrency: int = 6, timeout: 
             await asyncio.wait_for(streaming, timeout)
             load.finished += 1
             await asyncio.to_thread(topology.start_gateway, killed)
+            restarted_changes = Changes(topology.urls[killed] or "")
+            streams.append(restarted_changes)
+            await asyncio.wait_for(restarted_changes.arrived.wait(), timeout)
             restarted.set()
             await driving
             await load.settled(await store.last_seq())
             figures.update(await check_log_and_views(store, load.accepted))
+            run_last: dict[str, int] = {}
+            for sc in await log_commits(store):
+                if sc.commit.run_id is not None:
+                    run_last[sc.commit.run_id] = sc.seq
+            started_later = {f"r{i}-f": run_last[f"r{i}-f"] for i in range(2 * third, runs)}
+            missed = await restarted_changes.until_told(started_later, min(deadline, time.monotonic() + 30))
+            across = await survivor_changes.until_told({sentinel_run: run_last[sentinel_run]},
+                                                       min(deadline, time.monotonic() + 30))
             logged = [f"{sc.seq}:{i}" async for sc in store.read_thread(sentinel_thread)
                       for i in range(len(sc.commit.events))]
             figures.update({
@@ -553,11 +615,14 @@ async def failover(tmp: Path, *, runs: int = 30, concurrency: int = 6, timeout: 
                 # the thread followed across the kill saw exactly its events, in order
                 "stream_across_kill_exact": seen == logged,
                 "skipped": dict(load.skipped),
+                "changes_after_kill": not across, "changes_missed": len(missed),
             })
         except BaseException as exc:
             exc.add_note(topology.logs())
             raise
         finally:
+            for stream in streams:
+                await stream.aclose()
             await load.aclose()
             await store.close()
             await asyncio.to_thread(topology.stop)
@@ -613,6 +678,7 @@ def table(doc: dict[str, Any]) -> Any:
         ("failover: reads with min_seq / stale", None, "- / 0"),
         ("failover: views and listings equal the fold", None, "yes"),
         ("failover: follows resumed on the other gateway", "failover_follow_resumes", ""),
+        ("failover: /v1/changes runs missed on the restarted gateway", "failover_changes_missed", "0"),
     ]
     for label, key, target in rows:
         if key is not None:

@@ -12,7 +12,9 @@ the outcome is asserted:
 - afterwards every view, and every listing, equals the fold of the log;
 - no read with `min_seq` answered a view older than it, on either gateway;
 - the other gateway took over the writing (well within the bound below), and the thread
-  followed across the kill saw exactly its events, in order, resumed on the other gateway.
+  followed across the kill saw exactly its events, in order, resumed on the other gateway;
+- `/v1/changes` stayed live: the other gateway's stream was told of the run followed across the
+  kill, and the restarted gateway's (a standby) of every run started after it came back.
 """
 
 from __future__ import annotations
@@ -40,3 +42,4 @@ async def test_a_gateway_killed_mid_load_loses_nothing_and_another_writes_the_vi
     assert figures["runner_failover_s"] is not None and figures["runner_failover_s"] < TAKEOVER_BOUND, figures
     assert figures["follow_resumes"] >= 1 and figures["stream_across_kill_exact"], figures
     assert figures["follow_repeats"] == 0, figures
+    assert figures["changes_after_kill"] and figures["changes_missed"] == 0, figures
