@@ -176,10 +176,15 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_f
 
 class ForkOrigin(_Value, frozen=True):
     """Where a forked thread branched off: the source thread and the event position (its
-    `"<seq>:<index>"` id) whose state and messages the fork starts from."""
+    `"<seq>:<index>"` id) whose state and messages the fork starts from. A counterfactual
+    branch of a run (`agentlog.projections.counterfactual`) also names the run (`run_id`) and
+    what it replaced there: a decision (`call_id`); `position` is then the last event of the
+    run the branch shares. Omitted when unset."""
 
     thread_id: str
     position: str
+    run_id: str | None = None
+    call_id: str | None = None
 
 
 class ThreadCreated(Event, frozen=True):

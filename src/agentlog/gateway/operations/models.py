@@ -256,6 +256,36 @@ class StartRunBody(Model):
                                                                      "(top-level keys; recorded as a state patch)")
 
 
+class BranchPoint(Model):
+    """Where a counterfactual branch of a run departs from it."""
+
+    decision: Id = Field(description="the id of a tool call of the run that waited for a decision")
+
+
+class BranchDecision(Model):
+    """The decision the branch takes instead (its call is the branch point's)."""
+
+    decision_id: Id | None = Field(default=None, description="idempotency key; generated when absent")
+    action: Literal["resume", "cancel"]
+    result: Any = None
+    reason: str | None = Field(default=None, max_length=10_000)
+
+
+class CounterfactualBody(Model):
+    at: BranchPoint
+    decision: BranchDecision
+    new_thread_id: Id | None = Field(default=None, description="the branch's thread id; generated when absent")
+
+
+class CounterfactualRequest(CounterfactualBody):
+    run_id: RunId
+
+
+class DiffRequest(Model):
+    thread_id: Id
+    other_thread_id: Id
+
+
 class RunInputsBody(Model):
     decisions: list[DecisionIn] = Field(default_factory=list, max_length=MAX_ITEMS)
     messages: Messages = Field(default_factory=list, description="non-empty: a continuation run")
@@ -311,7 +341,8 @@ class ForkThreadRequest(ForkThread):
 
 
 __all__ = [
-    "AgentsQuery", "CancelRunBody", "CancelRunRequest", "DecisionIn", "InputMessage", "RunInputsBody", "RunInputsRequest",
+    "AgentsQuery", "BranchDecision", "BranchPoint", "CounterfactualBody", "CounterfactualRequest", "DiffRequest",
+    "CancelRunBody", "CancelRunRequest", "DecisionIn", "InputMessage", "RunInputsBody", "RunInputsRequest",
     "RunRef", "StartRunBody", "ThreadMessagesRequest", "ThreadRef",
     "CreateThread", "DeleteThreadQuery", "ForkThread", "ForkThreadRequest", "ReplaceMessage", "RevokeQuery", "RevokeRequest", "EventsQuery", "GetViewQuery", "ListRunsQuery", "ListThreadsQuery",
     "MAX_LIMIT", "MessagesQuery", "StateQuery", "UpdateThread",

@@ -1,0 +1,102 @@
+"""Counterfactual branches of runs and the diff of two branches, for every transport (HTTP
+`POST /v1/runs/{id}/counterfactual` and `GET /v1/threads/{a}/diff/{b}`, NATS `runs.counterfactual`
+and `threads.diff`).
+
+A branch is written as the commits `agentlog.projections.counterfactual.branch_commits` gives (the
+source thread's history, then the run up to the decision), then the new decision goes the way of
+any decision (the dispatcher: a worker records it and resumes the new run). Every check is made
+before the first commit: an unknown run or call, a call that never waited, a decision its ticket's
+`response_schema` refuses (`agentlog.runtime.loop.hitl.check_decisions`, on the branch's own
+context) or a taken thread id write nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentlog.eventlog.errors import VersionConflict
+from agentlog.eventlog.events import StoredCommit, ThreadCreated
+from agentlog.eventlog.ids import new_id, now_ms
+from agentlog.gateway.operations.auth import Principal
+from agentlog.gateway.operations.dispatch import Dispatcher
+from agentlog.gateway.operations.errors import ApiError, not_found
+from agentlog.gateway.operations.models import CounterfactualBody
+from agentlog.gateway.operations.services import Services, thread_from_log
+from agentlog.gateway.operations.threads import conflict
+from agentlog.projections import branchdiff
+from agentlog.projections.counterfactual import BranchError, branch_commits
+from agentlog.runtime.loop.hitl import check_decisions, parse_decision
+from agentlog.runtime.loop.run_context import RunContext, fold_context
+
+
+async def _thread_of_run(svc: Services, run_id: str) -> str:
+    async for sc in svc.store.read_run(run_id):
+        return sc.commit.thread_id
+    raise not_found("run", run_id)
+
+
+async def counterfactual(svc: Services, who: Principal, dispatcher: Dispatcher, run_id: str,
+                         body: CounterfactualBody) -> dict[str, Any]:
+    """Branch run `run_id` at the decision of call `body.at.decision` into a new thread and take
+    `body.decision` there: `{"thread_id", "run_id", "forked_from", "seq"}` (`seq`: the commit of
+    the new decision). A run on a thread the caller may not see is a 404, like any read of it."""
+    thread_id = await _thread_of_run(svc, run_id)
+    try:
+        commits, _view = await thread_from_log(svc, who, thread_id)
+    except ApiError:
+        raise not_found("run", run_id) from None
+    new_thread, new_run = body.new_thread_id or new_id(), new_id()
+    call_id = body.at.decision
+    try:
+        branch = branch_commits(commits, run_id, call_id, new_thread_id=new_thread, new_run_id=new_run,
+                                new_id=new_id, ts=now_ms())
+    except BranchError as exc:
+        raise ApiError(exc.status, exc.code, str(exc)) from None
+    given = body.decision.model_dump(exclude_none=True)
+    decision = parse_decision({**given, "target_id": call_id, "decision_id": given.get("decision_id") or new_id()},
+                              now_ms())
+    ctx = fold_context(RunContext(thread_id=new_thread, run_id=new_run),
+                       [StoredCommit(seq=i + 1, commit=c) for i, c in enumerate(branch)])
+    check_decisions(ctx, [decision], ())  # InvalidDecision: the ticket's response_schema refuses it
+    if await svc.store.thread_version(new_thread) != 0:
+        raise conflict(f"thread {new_thread!r} already exists")
+    version = 0
+    try:
+        for commit in branch:
+            version = (await svc.store.append(commit, expected_version=version)).seq
+    except VersionConflict:
+        raise conflict(f"thread {new_thread!r} already exists") from None
+    done = await dispatcher.submit_inputs(new_run, decisions=[{
+        "target_id": decision.target_id, "decision_id": decision.decision_id, "action": decision.action,
+        "result": decision.result, **({"reason": decision.reason} if decision.reason is not None else {}),
+        "updated_at": decision.updated_at}])
+    created = branch[0].events[0]
+    assert isinstance(created, ThreadCreated) and created.forked_from is not None
+    origin = created.forked_from
+    return {"thread_id": new_thread, "run_id": new_run, "seq": done.seq,
+            "forked_from": {"thread_id": origin.thread_id, "position": origin.position, "run_id": origin.run_id,
+                            "call_id": origin.call_id}}
+
+
+async def diff(svc: Services, who: Principal, a: str, b: str) -> dict[str, Any]:
+    """Threads `a` and `b` compared event by event (`agentlog.projections.branchdiff`): from their
+    fork point when one is a fork of the other, else from their first events."""
+    left, _ = await thread_from_log(svc, who, a)
+    right, _ = await thread_from_log(svc, who, b)
+    if _origin(right) == a:
+        events_a, events_b = branchdiff.since_fork(left, right)
+    elif _origin(left) == b:
+        events_b, events_a = branchdiff.since_fork(right, left)
+    else:
+        events_a, events_b = branchdiff.events_of(left), branchdiff.events_of(right)
+    return {"a": a, "b": b, **branchdiff.diff(events_a, events_b)}
+
+
+def _origin(commits: list[StoredCommit]) -> str | None:
+    first = commits[0].commit.events[0] if commits and commits[0].commit.events else None
+    if isinstance(first, ThreadCreated) and first.forked_from is not None:
+        return first.forked_from.thread_id
+    return None
+
+
+__all__ = ["counterfactual", "diff"]
