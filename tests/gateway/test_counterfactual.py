@@ -10,10 +10,12 @@ Synchronisation: `runs.wait` follows the log; no test waits on time.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
 
+import nats
 import pytest
 from typer.testing import CliRunner
 
@@ -69,3 +71,125 @@ def test_counterfactual_denied_instead_of_approved_runs_on_a_new_thread(client: 
     assert tool_results(client, thread) == ["deploy"]
     assert tool_results(client, branch["thread_id"]) != ["deploy"]
     assert client.threads.messages(thread)["messages"] == before
+
+
+def test_counterfactual_branch_replays_verified(client: SyncClient, protocol_deployment: Deployment) -> None:
+    """`replay --verify` of the branch's run passes from the branch's log alone: its start, the
+    commits it shares with the source run, then the new decision and what followed."""
+    _thread, run_id, call = decided_run(client)
+    branch = client.runs.counterfactual(run_id, call, result={"approved": False})
+    assert client.runs.wait(branch["run_id"], timeout=WAIT)["status"] == "done"
+    result = verify(protocol_deployment, branch["run_id"])
+    assert result.exit_code == 0, result.output
+    assert f"verified run {branch['run_id']}" in result.stdout
+
+
+def test_counterfactual_lineage_links_both_branches(client: SyncClient) -> None:
+    """The branch names its source thread, run and call (`forked_from`) and its parent thread;
+    the source names the branch among its `children`."""
+    thread, run_id, call = decided_run(client)
+    branch = client.runs.counterfactual(run_id, call, result={"approved": False}, new_thread_id=uid("cf"))
+    view = client.threads.get(branch["thread_id"], min_seq=branch["seq"])
+    assert view["forked_from"] == branch["forked_from"]
+    assert view["forked_from"]["run_id"] == run_id and view["forked_from"]["call_id"] == call
+    assert view["parent_thread_id"] == thread and view["run_ids"] == [branch["run_id"]]
+    source = client.threads.get(thread, min_seq=branch["seq"])
+    assert branch["thread_id"] in source["children"] and source.get("forked_from") is None
+    assert view["children"] == []
+
+
+def _post(client: SyncClient, run_id: str, body: dict[str, Any]) -> Any:
+    return client.call(client.aio.request("POST", f"/v1/runs/{run_id}/counterfactual", json_body=body))
+
+
+def test_counterfactual_bad_input_is_a_typed_4xx_and_writes_nothing(client: SyncClient) -> None:
+    """An unknown run or call, a call that never waited, a decision the ticket's response schema
+    refuses, a malformed body, a taken thread id: each a typed 4xx, and no thread is written."""
+    _thread, run_id, call = decided_run(client)
+    plain = client.runs.create("sequential", "state: add")
+    done = client.runs.wait(plain["run_id"], timeout=WAIT)
+    ran = next(iter(done["calls"]))
+    taken = client.runs.counterfactual(run_id, call, result={"approved": False})
+    deny = {"action": "resume", "result": {"approved": False}}
+    cases: list[tuple[str, dict[str, Any], int, str]] = [
+        (uid("r"), {"at": {"decision": call}, "decision": deny}, 404, "run_not_found"),
+        (run_id, {"at": {"decision": "no-such-call"}, "decision": deny}, 404, "unknown_call"),
+        (plain["run_id"], {"at": {"decision": ran}, "decision": deny}, 409, "call_not_suspended"),
+        (run_id, {"at": {"decision": call}, "decision": {"action": "resume", "result": {"approved": "yes"}}},
+         400, "invalid_decision"),
+        (run_id, {"at": {"decision": call}, "decision": {"action": "resume"}}, 400, "invalid_decision"),
+        (run_id, {"at": {"decision": call}, "decision": {"action": "maybe"}}, 400, "invalid_input"),
+        (run_id, {"at": {"step": 1}, "decision": deny}, 400, "invalid_input"),
+        (run_id, {"at": {"decision": call}, "decision": deny, "new_thread_id": taken["thread_id"]}, 409,
+         "thread_exists"),
+    ]
+    for target, body, status, code in cases:
+        new_thread = body.setdefault("new_thread_id", uid("never"))
+        with pytest.raises(ApiError) as raised:
+            _post(client, target, body)
+        assert (raised.value.status, raised.value.code) == (status, code), (body, raised.value)
+        if new_thread != taken["thread_id"]:
+            with pytest.raises(ApiError) as missing:
+                client.threads.get(new_thread)
+            assert missing.value.status == 404
+
+
+def test_counterfactual_diff_shows_the_shared_prefix_then_the_decision(client: SyncClient) -> None:
+    """`GET /v1/threads/{a}/diff/{b}`: the run's events up to the decision are the common prefix;
+    the first aligned row after it is the two decisions, side by side; either order works."""
+    thread, run_id, call = decided_run(client)
+    branch = client.runs.counterfactual(run_id, call, result={"approved": False})
+    client.runs.wait(branch["run_id"], timeout=WAIT)
+    got = client.threads.diff(thread, branch["thread_id"])
+    assert got["a"] == thread and got["b"] == branch["thread_id"]
+    assert got["common"] > 3 and got["rows"]
+    first = got["rows"][0]
+    assert first["kind"] == "changed" and first["a"]["type"] == first["b"]["type"] == "ToolCallDecided"
+    assert first["a"]["event"]["decision"]["result"] == {"approved": True}
+    assert first["b"]["event"]["decision"]["result"] == {"approved": False}
+    assert first["a"]["summary"] and first["b"]["id"].count(":") == 1
+    mirrored = client.threads.diff(branch["thread_id"], thread)
+    assert mirrored["common"] == got["common"] and mirrored["rows"][0]["a"]["event"] == first["b"]["event"]
+    same = client.threads.diff(thread, thread)
+    assert same["rows"] == [] and same["common"] == same["a_events"]
+
+
+async def test_counterfactual_over_nats(protocol_deployment: Deployment) -> None:
+    """The NATS doors: `runs.counterfactual` and `threads.diff`, with the HTTP bodies and codes."""
+    d = protocol_deployment
+    with get_sync_client(d.http_url) as sync:
+        thread, run_id, call = await asyncio.to_thread(decided_run, sync)
+    nc = await nats.connect(d.nats_url)
+    try:
+        body = {"run_id": run_id, "at": {"decision": call}, "decision": {"action": "cancel", "reason": "no"}}
+        reply = await nc.request("agentlog.api.runs.counterfactual", json.dumps(body).encode(), timeout=30)
+        assert not (reply.headers or {}).get("Nats-Service-Error-Code"), reply.data
+        branch = json.loads(reply.data)
+        assert branch["forked_from"]["run_id"] == run_id
+        diff = await nc.request("agentlog.api.threads.diff", json.dumps(
+            {"thread_id": thread, "other_thread_id": branch["thread_id"]}).encode(), timeout=30)
+        assert json.loads(diff.data)["common"] > 0
+        bad = await nc.request("agentlog.api.runs.counterfactual", json.dumps(
+            {**body, "at": {"decision": "nope"}}).encode(), timeout=30)
+        assert (bad.headers or {}).get("Nats-Service-Error-Code") == "404"
+        assert json.loads(bad.data)["code"] == "unknown_call"
+    finally:
+        await nc.close()
+
+
+def test_counterfactual_and_thread_diff_from_the_cli(client: SyncClient, protocol_deployment: Deployment) -> None:
+    """`agentlog run counterfactual RUN --call C --deny` branches; `agentlog thread diff A B`
+    prints how much they share and a table of the rest (~ for the changed decision)."""
+    d = protocol_deployment
+    thread, run_id, call = decided_run(client)
+    for target in (["--nats", d.nats_url], ["--url", d.http_url]):
+        made = runner.invoke(app, ["run", "counterfactual", run_id, "--call", call, "--deny", "--json", *target,
+                                   "--timeout", "10"])
+        assert made.exit_code == 0, made.output
+        branch = json.loads(made.stdout)
+        client.runs.wait(branch["run_id"], timeout=WAIT)
+        shown = runner.invoke(app, ["thread", "diff", thread, branch["thread_id"], *target, "--timeout", "10"])
+        assert shown.exit_code == 0, shown.output
+        assert "event(s) in common" in shown.stdout and "~" in shown.stdout and "ToolCallDecided" in shown.stdout
+    refused = runner.invoke(app, ["run", "counterfactual", run_id, "--call", "nope", "--deny", "--url", d.http_url])
+    assert refused.exit_code != 0 and "unknown_call" in refused.output

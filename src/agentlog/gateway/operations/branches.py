@@ -23,6 +23,7 @@ from agentlog.gateway.operations.errors import ApiError, not_found
 from agentlog.gateway.operations.models import CounterfactualBody
 from agentlog.gateway.operations.services import Services, thread_from_log
 from agentlog.gateway.operations.threads import conflict
+from agentlog.gateway.operations.timeline import event_summary, learn_call_names
 from agentlog.projections import branchdiff
 from agentlog.projections.counterfactual import BranchError, branch_commits
 from agentlog.runtime.loop.hitl import check_decisions, parse_decision
@@ -80,7 +81,8 @@ async def counterfactual(svc: Services, who: Principal, dispatcher: Dispatcher, 
 
 async def diff(svc: Services, who: Principal, a: str, b: str) -> dict[str, Any]:
     """Threads `a` and `b` compared event by event (`agentlog.projections.branchdiff`): from their
-    fork point when one is a fork of the other, else from their first events."""
+    fork point when one is a fork of the other, else from their first events. Each side of a row
+    also carries the timeline's one-line `summary` of its event."""
     left, _ = await thread_from_log(svc, who, a)
     right, _ = await thread_from_log(svc, who, b)
     if _origin(right) == a:
@@ -89,7 +91,16 @@ async def diff(svc: Services, who: Principal, a: str, b: str) -> dict[str, Any]:
         events_b, events_a = branchdiff.since_fork(right, left)
     else:
         events_a, events_b = branchdiff.events_of(left), branchdiff.events_of(right)
-    return {"a": a, "b": b, **branchdiff.diff(events_a, events_b)}
+    answer = branchdiff.diff(events_a, events_b)
+    names: dict[str, str] = {}
+    for _id, event in [*events_a, *events_b]:
+        learn_call_names(event, names)
+    by_id = {"a": dict(events_a), "b": dict(events_b)}
+    for row in answer["rows"]:
+        for side in ("a", "b"):
+            if row[side] is not None:
+                row[side]["summary"] = event_summary(by_id[side][row[side]["id"]], names)
+    return {"a": a, "b": b, **answer}
 
 
 def _origin(commits: list[StoredCommit]) -> str | None:
