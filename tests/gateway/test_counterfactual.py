@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from agentlog.cli.core import app
 from agentlog.client import ApiError, SyncClient, get_sync_client
 
+from tests.gateway.test_inspector_browser import CHROMIUM, chromium_page
 from tests.support.http_stack import uid
 from tests.support.topology import Deployment
 
@@ -193,3 +194,31 @@ def test_counterfactual_and_thread_diff_from_the_cli(client: SyncClient, protoco
         assert "event(s) in common" in shown.stdout and "~" in shown.stdout and "ToolCallDecided" in shown.stdout
     refused = runner.invoke(app, ["run", "counterfactual", run_id, "--call", "nope", "--deny", "--url", d.http_url])
     assert refused.exit_code != 0 and "unknown_call" in refused.output
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium not installed (/usr/bin/chromium missing)")
+async def test_counterfactual_diff_page_in_the_inspector(protocol_deployment: Deployment) -> None:
+    """Headless Chromium: the branch's run page names its source run and links "compare with its
+    source"; the diff page shows the shared prefix and the two decisions side by side."""
+    from playwright.async_api import expect
+
+    url = protocol_deployment.http_url
+    with get_sync_client(url) as sync:
+        thread, run_id, call = await asyncio.to_thread(decided_run, sync)
+        branch = await asyncio.to_thread(sync.runs.counterfactual, run_id, call, result={"approved": False})
+        await asyncio.to_thread(sync.runs.wait, branch["run_id"], timeout=WAIT)
+        common = (await asyncio.to_thread(sync.threads.diff, thread, branch["thread_id"]))["common"]
+    async with asyncio.timeout(180), chromium_page() as page:
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        await page.goto(f"{url}/ui#/runs/{branch['run_id']}")
+        await expect(page.locator("#run-id")).to_have_text(branch["run_id"])
+        await expect(page.locator("#run-branch")).to_contain_text(f"branch of run {run_id} at call {call}")
+        await page.click("#compare-source")
+        await expect(page.locator("#diff-common")).to_contain_text(f"{common} event(s) in common")
+        changed = page.locator("#diff-rows tr.changed").first
+        await expect(changed).to_contain_text("ToolCallDecided")
+        assert page.url.endswith(f"#/diff/{thread}/{branch['thread_id']}")
+        await page.goto(f"{url}/ui#/runs/{run_id}")  # the source links to its branch
+        await expect(page.locator(f"#run-branch a.compare-child[href$='/{branch['thread_id']}']")).to_be_visible()
+        assert errors == []

@@ -97,13 +97,16 @@ function route() {
     return guarded(() => selectRun(decodeURIComponent(m[1]), m[2] ? decodeURIComponent(m[2]) : null));
   }
   if ((m = h.match(/^#\/threads\/([^/]+)$/))) return guarded(() => selectThread(decodeURIComponent(m[1])));
+  if ((m = h.match(/^#\/diff\/([^/]+)\/([^/]+)$/))) {
+    return guarded(() => showDiff(decodeURIComponent(m[1]), decodeURIComponent(m[2])));
+  }
   S.thread = S.run = null;
   showMain("empty");
   return guarded(loadLists);
 }
 
 function showMain(id) {
-  for (const m of ["run", "ops", "empty"]) $("#" + m).hidden = m !== id;
+  for (const m of ["run", "ops", "empty", "diff"]) $("#" + m).hidden = m !== id;
 }
 
 // -- lists ------------------------------------------------------------------------------------------
@@ -381,6 +384,7 @@ async function renderRun(run) {
     run.model ? ` · model ${run.model}` : "", term);
   $("#run-parent").replaceChildren(...(run.parent_run_id
     ? ["sub-agent run of ", el("a", { href: runHash(run.parent_run_id) }, el("code", {}, run.parent_run_id))] : []));
+  guarded(() => showBranches(run.thread_id));
   renderFailure(run);
   const [tl] = await Promise.all([renderTimeline(), loadMessages(run.thread_id)]);
   if (run.run_id !== S.run) return;
