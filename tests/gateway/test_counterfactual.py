@@ -194,6 +194,58 @@ def test_counterfactual_and_thread_diff_from_the_cli(client: SyncClient, protoco
         assert "event(s) in common" in shown.stdout and "~" in shown.stdout and "ToolCallDecided" in shown.stdout
     refused = runner.invoke(app, ["run", "counterfactual", run_id, "--call", "nope", "--deny", "--url", d.http_url])
     assert refused.exit_code != 0 and "unknown_call" in refused.output
+    replaced = runner.invoke(app, ["run", "counterfactual", run_id, "--inference", "1", "--answer", "No need to ask.",
+                                   "--json", "--url", d.http_url])
+    assert replaced.exit_code == 0, replaced.output
+    done = client.runs.wait(json.loads(replaced.stdout)["run_id"], timeout=WAIT)
+    assert done["status"] == "done" and done["steps"] == 1
+
+
+def test_counterfactual_answer_replaced_goes_on_from_there_and_replays_verified(
+        client: SyncClient, protocol_deployment: Deployment) -> None:
+    """A finished run branched at its model's first answer (`add`), with a call of `echo` instead:
+    the branch's run resumes on a worker, takes that answer without asking its model, runs
+    `echo` and goes on; `replay --verify` of it passes; the diff starts at the replaced answer."""
+    run = client.runs.create("open", "add: go")
+    assert client.runs.wait(run["run_id"], timeout=WAIT)["status"] == "done"
+    branch = client.runs.replace_answer(run["run_id"], 1, content="echo instead",
+                                        tool_calls=[{"name": "echo", "arguments": {"text": "hi"}}])
+    assert branch["forked_from"]["run_id"] == run["run_id"] and branch["forked_from"]["message_id"]
+    done = client.runs.wait(branch["run_id"], timeout=WAIT)
+    assert done["status"] == "done"
+    said = [(m["message"]["role"], m["message"]["content"]) for m in client.threads.messages(branch["thread_id"])["messages"]]
+    assert said == [("user", "add: go"), ("assistant", "echo instead"), ("tool", "hi"),
+                    ("assistant", "The sum is three.")]
+    result = verify(protocol_deployment, branch["run_id"])
+    assert result.exit_code == 0, result.output
+    got = client.threads.diff(run["thread_id"], branch["thread_id"])
+    kinds = {got["rows"][0]["a"]["type"], got["rows"][0]["b"]["type"]}
+    assert got["common"] == 3 and "MessageAppended" in kinds  # start commit + StepStarted shared
+    replaced = [r for r in got["rows"] if r["b"] is not None and r["b"]["type"] == "InferenceReplaced"]
+    assert replaced and "answer replaced" in replaced[0]["b"]["summary"]
+
+
+def test_counterfactual_answer_bad_input_is_a_typed_4xx_and_writes_nothing(client: SyncClient) -> None:
+    run = client.runs.create("open", "text: hi")
+    assert client.runs.wait(run["run_id"], timeout=WAIT)["status"] == "done"
+    answer = {"content": "other"}
+    cases: list[tuple[dict[str, Any], int, str]] = [
+        ({"at": {"inference": 2}, "answer": answer}, 404, "inference_not_found"),
+        ({"at": {"inference": "no-such-message"}, "answer": answer}, 404, "inference_not_found"),
+        ({"at": {"inference": 0}, "answer": answer}, 400, "invalid_input"),
+        ({"at": {"inference": 1}, "answer": {"content": ""}}, 400, "invalid_input"),
+        ({"at": {"inference": 1}, "decision": {"action": "cancel"}}, 400, "invalid_input"),
+        ({"at": {"inference": 1, "decision": "c"}, "answer": answer}, 400, "invalid_input"),
+        ({"at": {"inference": 1}, "answer": {"tool_calls": [{"name": "echo", "id": "a.b"}]}}, 400, "invalid_input"),
+    ]
+    for body, status, code in cases:
+        new_thread = body.setdefault("new_thread_id", uid("never"))
+        with pytest.raises(ApiError) as raised:
+            _post(client, run["run_id"], body)
+        assert (raised.value.status, raised.value.code) == (status, code), (body, raised.value)
+        with pytest.raises(ApiError) as missing:
+            client.threads.get(new_thread)
+        assert missing.value.status == 404
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium not installed (/usr/bin/chromium missing)")

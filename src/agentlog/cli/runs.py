@@ -228,6 +228,10 @@ class HttpRunsApi:
                 return await self.client.threads.revoke(body["thread_id"], body["tool"], verdict=body.get("verdict"))
             if op == "diff":
                 return await self.client.threads.diff(body["thread_id"], body["other_thread_id"])
+            if op == "counterfactual" and "answer" in body:
+                answer = body["answer"]
+                return await runs.replace_answer(body["run_id"], body["at"]["inference"], content=answer["content"],
+                                                 tool_calls=answer["tool_calls"])
             if op == "counterfactual":
                 decision = body["decision"]
                 return await runs.counterfactual(
@@ -583,7 +587,14 @@ def thread_diff(
 @run_app.command("counterfactual")
 def run_counterfactual(
     run_id: Annotated[str, typer.Argument(help="The run to branch.")],
-    call_id: Annotated[str, typer.Option("--call", help="The tool call whose decision to take differently.")],
+    call_id: Annotated[str | None, typer.Option(
+        "--call", help="The tool call whose decision to take differently.")] = None,
+    inference: Annotated[str | None, typer.Option(
+        "--inference", metavar="N|MESSAGE_ID", help="The model answer to replace: its number (1-based) or its "
+                                                     "assistant message id.")] = None,
+    answer: Annotated[str | None, typer.Option("--answer", help="With --inference: the answer's text.")] = None,
+    tool_calls: Annotated[str | None, typer.Option(
+        "--tool-calls", metavar="JSON", help='With --inference: the answer\'s calls, [{"name", "arguments"}].')] = None,
     deny: Annotated[bool, typer.Option("--deny", help='Decide {"approved": false} (else --result).')] = False,
     approve: Annotated[bool, typer.Option("--approve", help='Decide {"approved": true} (else --result).')] = False,
     result: Annotated[str | None, typer.Option("--result", metavar="JSON", help="The decision's result.")] = None,
@@ -593,23 +604,33 @@ def run_counterfactual(
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
 ) -> None:
-    """Branch RUN_ID at the decision of --call into a new thread, taking another decision there
-    ("what if the approver had denied?"); the new run goes on on a worker. Compare the branches
-    with `agentlog thread diff`."""
+    """Branch RUN_ID into a new thread at the decision of --call, taking another decision there
+    ("what if the approver had denied?"), or at its model's answer --inference, taking --answer /
+    --tool-calls instead; the new run goes on on a worker. Compare the branches with `agentlog
+    thread diff`."""
+    if (call_id is None) == (inference is None):
+        raise typer.BadParameter("give one of --call, --inference")
     if sum((deny, approve, result is not None)) > 1:
         raise typer.BadParameter("give one of --deny, --approve, --result")
-    value = {"approved": False} if deny else {"approved": True} if approve else _json_option_any(result, "--result")
-    decision = {"action": "cancel" if cancel else "resume", **({"result": value} if value is not None else {}),
-                **({"reason": reason} if reason else {})}
-    body = {"run_id": run_id, "at": {"decision": call_id}, "decision": decision}
+    body: dict[str, Any] = {"run_id": run_id}
+    if inference is not None:
+        calls = _json_option(tool_calls, "--tool-calls", list) or []
+        body |= {"at": {"inference": int(inference) if inference.isdigit() else inference},
+                 "answer": {"content": answer or "", "tool_calls": calls}}
+    else:
+        value = {"approved": False} if deny else {"approved": True} if approve else _json_option_any(result, "--result")
+        decision = {"action": "cancel" if cancel else "resume", **({"result": value} if value is not None else {}),
+                    **({"reason": reason} if reason else {})}
+        body |= {"at": {"decision": call_id}, "decision": decision}
 
     async def branch(api: RunsApi) -> None:
-        answer = await api.call("counterfactual", body)
+        made = await api.call("counterfactual", body)
         if as_json:
-            print_json(answer)
+            print_json(made)
         else:
-            stdout_console().print(Text(f"branched run {run_id} at call {call_id}: thread {answer['thread_id']}, "
-                                        f"run {answer['run_id']}", style="bold"))
+            point = f"call {call_id}" if call_id is not None else f"inference {inference}"
+            stdout_console().print(Text(f"branched run {run_id} at {point}: thread {made['thread_id']}, "
+                                        f"run {made['run_id']}", style="bold"))
 
     _on_run(run_id, connection_options(nats, creds, token, data_dir, timeout), url, api_token, branch)
 

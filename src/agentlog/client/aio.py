@@ -415,6 +415,16 @@ class Runs:
         return await self.client.request("POST", f"/v1/runs/{run_id}/counterfactual", json_body=_body(
             at={"decision": call_id}, decision=decision, new_thread_id=new_thread_id))
 
+    async def replace_answer(self, run_id: str, inference: str | int, *, content: str = "",
+                             tool_calls: Sequence[Mapping[str, Any]] = (), new_thread_id: str | None = None) -> Json:
+        """Branch the run at one of its model's answers (an assistant message id, or the number of
+        the inference, 1-based) into a new thread whose run takes this answer instead (`content`
+        and/or `tool_calls`: `{"name", "arguments"[, "id"]}`) and goes on from there on a worker:
+        `{"thread_id", "run_id", "seq", "forked_from"}`."""
+        answer = {"content": content, "tool_calls": [dict(c) for c in tool_calls]}
+        return await self.client.request("POST", f"/v1/runs/{run_id}/counterfactual", json_body=_body(
+            at={"inference": inference}, answer=answer, new_thread_id=new_thread_id))
+
 
 class Agents:
     """`client.agents`: what the server can run (`/v1/agents`)."""

@@ -220,6 +220,11 @@ class SyncRuns:
         return self.c.call(self.a.counterfactual(run_id, call_id, action=action, result=result, reason=reason,
                                                  decision_id=decision_id, new_thread_id=new_thread_id))
 
+    def replace_answer(self, run_id: str, inference: str | int, *, content: str = "",
+                       tool_calls: Sequence[Mapping[str, Any]] = (), new_thread_id: str | None = None) -> Json:
+        return self.c.call(self.a.replace_answer(run_id, inference, content=content, tool_calls=tool_calls,
+                                                 new_thread_id=new_thread_id))
+
 
 class SyncAgents:
     """`client.agents` (see `agentlog.client.aio.Agents`)."""

@@ -1,7 +1,8 @@
 """Two branches of a conversation compared event by event (`GET /v1/threads/{a}/diff/{b}`).
 
 Each side is a list of `(event id, event)`; events are compared by what they say, not by where
-they are: a run's id (a branch copies its run under a new one) and the lineage of a
+they are: a run's id (a branch copies its run under a new one), the answers a branch's run
+starts with (`RunStarted.answers`: where it takes one shows as its own row) and the lineage of a
 `ThreadCreated` are left out of the comparison (`comparable`). The answer is the length of the
 common prefix and, after it, the rest of both sides aligned (`difflib`'s longest matching blocks):
 each row holds an event of each side that are equal (`same`), differ (`changed`), or an event of
@@ -26,11 +27,12 @@ T = TypeVar("T")
 Kind = Literal["same", "changed", "only_a", "only_b"]
 
 _enc = msgspec.json.Encoder(order="deterministic")
-_IGNORED = ("run_id", "forked_from", "parent_thread_id")
+_IGNORED = ("run_id", "answers", "forked_from", "parent_thread_id")
 
 
 def comparable(event: AnyEvent) -> bytes:
-    """What two branches' events are compared by: the event as JSON without run ids and lineage."""
+    """What two branches' events are compared by: the event as JSON without run ids, a run's
+    replaced answers and lineage."""
     data = msgspec.to_builtins(event)
     if isinstance(data, dict):
         for key in _IGNORED:
