@@ -248,6 +248,29 @@ def test_counterfactual_answer_bad_input_is_a_typed_4xx_and_writes_nothing(clien
         assert missing.value.status == 404
 
 
+def test_counterfactual_and_diff_are_the_tenant_s_own(tokens_deployment: Deployment) -> None:
+    """On the shared deployment with tokens (`tokens_deployment`): tenant G branches its run (the
+    branch is G's too); tenant H (who must stay without threads: tests/gateway/test_fork.py counts
+    them) gets 404 for G's run and G's threads, and writes nothing."""
+    url = tokens_deployment.http_url
+    with get_sync_client(url, token="tg") as a, get_sync_client(url, token="th") as b:
+        run = a.runs.create("sequential", "approval: deploy it", resource_id="tenantG-cf")
+        waiting = a.runs.wait(run["run_id"], timeout=WAIT)
+        call = next(iter(waiting["calls"]))
+        with pytest.raises(ApiError) as raised:
+            b.runs.counterfactual(run["run_id"], call, result={"approved": False})
+        assert (raised.value.status, raised.value.code) == (404, "run_not_found")
+        branch = a.runs.counterfactual(run["run_id"], call, result={"approved": False})
+        assert a.threads.get(branch["thread_id"], min_seq=branch["seq"])["resource_id"] == "tenantG-cf"
+        for left, right in ((run["thread_id"], branch["thread_id"]), (branch["thread_id"], run["thread_id"])):
+            with pytest.raises(ApiError) as raised:
+                b.threads.diff(left, right)
+            assert raised.value.status == 404
+        assert a.threads.diff(run["thread_id"], branch["thread_id"])["common"] > 0
+        marker = a.threads.create(resource_id="tenantG-cf")
+        assert b.threads.list(min_seq=marker["seq"])["total"] == 0
+
+
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium not installed (/usr/bin/chromium missing)")
 async def test_counterfactual_diff_page_in_the_inspector(protocol_deployment: Deployment) -> None:
     """Headless Chromium: the branch's run page names its source run and links "compare with its
