@@ -248,6 +248,24 @@ def test_counterfactual_answer_bad_input_is_a_typed_4xx_and_writes_nothing(clien
         assert missing.value.status == 404
 
 
+def test_counterfactual_diff_of_a_plain_fork_starts_at_its_position(client: SyncClient) -> None:
+    """A thread fork (`POST /v1/threads/{id}/fork`) and a run on it, diffed with the source: the
+    source's side is what followed the fork position, the fork's what its own run did."""
+    run = client.runs.create("open", "add: go")
+    client.runs.wait(run["run_id"], timeout=WAIT)
+    thread = run["thread_id"]
+    first = client.threads.messages(thread)["messages"][0]["event_id"]
+    fork = client.threads.fork(thread, first)["thread_id"]
+    assert client.threads.diff(thread, fork)["b_events"] == 0
+    again = client.runs.create("open", [], thread_id=fork)
+    client.runs.wait(again["run_id"], timeout=WAIT)
+    got = client.threads.diff(thread, fork)
+    source_events = sum(1 for _ in client.threads.stream(thread)) - 3  # after the user message
+    assert got["a_events"] == source_events and got["b_events"] > 0
+    assert {r["kind"] for r in got["rows"]} <= {"same", "changed", "only_a", "only_b"}
+    assert got["common"] == 0 and got["rows"][0]["b"]["type"] == "RunStarted"  # the fork's own run
+
+
 def test_counterfactual_and_diff_are_the_tenant_s_own(tokens_deployment: Deployment) -> None:
     """On the shared deployment with tokens (`tokens_deployment`): tenant G branches its run (the
     branch is G's too); tenant H (who must stay without threads: tests/gateway/test_fork.py counts
@@ -283,6 +301,8 @@ async def test_counterfactual_diff_page_in_the_inspector(protocol_deployment: De
         branch = await asyncio.to_thread(sync.runs.counterfactual, run_id, call, result={"approved": False})
         await asyncio.to_thread(sync.runs.wait, branch["run_id"], timeout=WAIT)
         common = (await asyncio.to_thread(sync.threads.diff, thread, branch["thread_id"]))["common"]
+        first = (await asyncio.to_thread(sync.threads.messages, thread))["messages"][0]["event_id"]
+        fork = (await asyncio.to_thread(sync.threads.fork, thread, first))["thread_id"]
     async with asyncio.timeout(180), chromium_page() as page:
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -296,4 +316,7 @@ async def test_counterfactual_diff_page_in_the_inspector(protocol_deployment: De
         assert page.url.endswith(f"#/diff/{thread}/{branch['thread_id']}")
         await page.goto(f"{url}/ui#/runs/{run_id}")  # the source links to its branch
         await expect(page.locator(f"#run-branch a.compare-child[href$='/{branch['thread_id']}']")).to_be_visible()
+        await page.goto(f"{url}/ui#/threads/{fork}")  # a plain fork without runs links its diff too
+        await page.click("#compare-fork")
+        await expect(page.locator("#diff-common")).to_contain_text("0 event(s) in common")
         assert errors == []

@@ -78,7 +78,10 @@ def write_routes(dispatcher: Dispatcher) -> list[Route]:
         Route("POST", "/v1/runs/{id}/counterfactual", counterfactual,
               "Branch the run at a decision into a new thread and take another decision there (the new run "
               "resumes on a worker; its thread's forked_from names the run and the call)", "runs",
-              body=CounterfactualBody, status=201, errors=(404, 409, 503)),
+              body=CounterfactualBody, status=201, errors=(404, 409, 503),
+              response={"type": "object", "properties": {
+                  "thread_id": {"type": "string"}, "run_id": {"type": "string"}, "seq": {"type": "integer"},
+                  "forked_from": {"type": "object"}}, "required": ["thread_id", "run_id", "seq", "forked_from"]}),
         Route("POST", "/v1/runs", start_run,
               "Start a run (202 with ids and seq; 200 with duplicate: true for a run_id already started; SSE of "
               "its events with Accept: text/event-stream)", "runs",

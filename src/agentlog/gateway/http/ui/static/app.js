@@ -336,7 +336,8 @@ async function selectThread(threadId) {
   showMain("empty");
   $("#empty").replaceChildren(
     el("p", { id: "thread-head" }, `Thread ${threadId} has no runs yet.`,
-      from ? el("span", { class: "forked" }, ` Forked from thread ${from.thread_id} at event ${from.position}.`) : null),
+      from ? el("span", { class: "forked" }, ` Forked from thread ${from.thread_id} at event ${from.position}. `,
+        el("a", { id: "compare-fork", href: diffHash(from.thread_id, threadId) }, "compare with its source")) : null),
     el("ol", { id: "thread-messages" }, data.messages.map(({ message: m }) => el("li", {},
       el("span", { class: "role" }, m.role + ":"), " ", m.content))));
   return undefined;
