@@ -5,7 +5,7 @@ if the approver had denied?") or the answer replaced ("what if the model had cal
 The branch is a new thread whose commits are, in order:
 
 1. one thread commit with the source thread's history as of the event before the run started
-   (`agentlog.projections.fork.fork_events`: its messages and state), whose `ThreadCreated` names
+   (its messages, its state and the context compaction in force), whose `ThreadCreated` names
    its lineage (`forked_from`: source thread, run, the replaced call, and the last event of the run
    the branch shares; `parent_thread_id`: the source thread, so the source lists it among its
    branches);
@@ -35,6 +35,7 @@ import msgspec
 from agentlog.eventlog.events import (
     AnyEvent,
     Commit,
+    ContextCompacted,
     ForkOrigin,
     InferenceCompleted,
     InferenceReplaced,
@@ -45,6 +46,7 @@ from agentlog.eventlog.events import (
     RunFinished,
     RunStarted,
     RunSuspended,
+    StateReplaced,
     StepStarted,
     StoredCommit,
     ThreadCreated,
@@ -53,7 +55,8 @@ from agentlog.eventlog.events import (
     ToolCallStarted,
     ToolCallSuspended,
 )
-from agentlog.projections.fork import InvalidFork, fork_events
+from agentlog.projections.fork import InvalidFork
+from agentlog.projections.timetravel import messages_at, thread_at
 
 
 class BranchError(InvalidFork):
@@ -145,6 +148,25 @@ def _copy(sc: StoredCommit, thread_id: str, run_id: str, commit_id: str,
     return Commit(commit_id=commit_id, thread_id=thread_id, run_id=run_id, ts=sc.commit.ts, events=events)
 
 
+def _history(before: Sequence[StoredCommit], first: StoredCommit, thread_id: str) -> list[AnyEvent]:
+    """The thread as the run found it at its start, as the events of one commit: `ThreadCreated`
+    first, then the messages, the thread state, and the compaction in force (what the run's
+    context folds from the history: its model requests are then the same). Unlike a fork's, tool
+    calls left unanswered stay so (the run saw them so)."""
+    if not before:
+        created = next((ev for ev in first.commit.events if isinstance(ev, ThreadCreated)), ThreadCreated())
+        return [created]
+    last = before[-1]
+    at = Position(last.seq, len(last.commit.events) - 1)
+    view = thread_at(before, thread_id, at)
+    events: list[AnyEvent] = [ThreadCreated(resource_id=view.resource_id, metadata=dict(view.metadata))]
+    events += [MessageAppended(message=m) for m in messages_at(before, thread_id, at)]
+    if view.state:
+        events.append(StateReplaced(state=view.state))
+    compaction = [ev for sc in before for ev in sc.commit.events if isinstance(ev, ContextCompacted)]
+    return events + compaction[-1:]
+
+
 def branch_commits(thread: Sequence[StoredCommit], run_id: str, at: str | AnswerAt, *, new_thread_id: str,
                    new_run_id: str, new_id: Callable[[], str], ts: int) -> list[Commit]:
     """The commits of a branch of run `run_id` (whose thread's `thread` commits are given, in log
@@ -170,17 +192,9 @@ def branch_commits(thread: Sequence[StoredCommit], run_id: str, at: str | Answer
     last = kept[-1]
     origin = ForkOrigin(thread_id=source_thread, position=str(Position(last.seq, len(last.commit.events) - 1)),
                         run_id=run_id, **lineage)
-    if start > 0:
-        before = thread[start - 1]
-        history = fork_events(thread[:start], source_thread, Position(before.seq, len(before.commit.events) - 1),
-                              new_id=new_id)
-    else:
-        created = next((ev for ev in thread[start].commit.events if isinstance(ev, ThreadCreated)), ThreadCreated())
-        history = [created]
-    first = history[0]
-    assert isinstance(first, ThreadCreated)
-    history[0] = msgspec.structs.replace(first, forked_from=origin, parent_thread_id=source_thread)
-    out = [Commit(commit_id=new_id(), thread_id=new_thread_id, run_id=None, ts=ts, events=history)]
+    history = _history(thread[:start], thread[start], source_thread)
+    created = msgspec.structs.replace(history[0], forked_from=origin, parent_thread_id=source_thread)
+    out = [Commit(commit_id=new_id(), thread_id=new_thread_id, run_id=None, ts=ts, events=[created, *history[1:]])]
     out += [_copy(sc, new_thread_id, new_run_id, new_id(), answer) for sc in kept]
     return out
 
