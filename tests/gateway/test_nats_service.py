@@ -70,7 +70,7 @@ async def test_discoverable(nats_server: Any) -> None:
         assert ping["name"] == "agentlog"
         info = json.loads((await nc.request("$SRV.INFO.agentlog", b"", timeout=5)).data)
         assert sorted(e["subject"] for e in info["endpoints"]) == sorted(endpoint_subjects())
-        assert len(endpoint_subjects()) == 13  # with threads.fork, threads.revoke and profiles.get
+        assert len(endpoint_subjects()) == 15  # with threads.fork, threads.diff, threads.revoke, runs.counterfactual, profiles.get
         await call(s, "threads.list")
         await call(s, "threads.list")
         stats = json.loads((await nc.request("$SRV.STATS.agentlog", b"", timeout=5)).data)

@@ -169,7 +169,7 @@ class NatsRunsApi:
                     last = stored.seq
             return await self.call("get", {**body, **({"min_seq": last} if last else {})})
         group = {"agents": "agents.list", "fork": "threads.fork", "revoke": "threads.revoke",
-                 "thread": "threads.get"}
+                 "thread": "threads.get", "diff": "threads.diff"}
         from agentlog.gateway.nats.service import (
             API_PREFIX,  # the NATS service's modules: only this path needs them
         )
@@ -226,6 +226,17 @@ class HttpRunsApi:
                 return await self.client.threads.get(body["thread_id"])
             if op == "revoke":
                 return await self.client.threads.revoke(body["thread_id"], body["tool"], verdict=body.get("verdict"))
+            if op == "diff":
+                return await self.client.threads.diff(body["thread_id"], body["other_thread_id"])
+            if op == "counterfactual" and "answer" in body:
+                answer = body["answer"]
+                return await runs.replace_answer(body["run_id"], body["at"]["inference"], content=answer["content"],
+                                                 tool_calls=answer["tool_calls"])
+            if op == "counterfactual":
+                decision = body["decision"]
+                return await runs.counterfactual(
+                    body["run_id"], body["at"]["decision"], action=decision["action"], result=decision.get("result"),
+                    reason=decision.get("reason"), new_thread_id=body.get("new_thread_id"))
             if op == "fork":
                 return await self.client.threads.fork(
                     body["thread_id"], body["at"], new_thread_id=body.get("new_thread_id"),
@@ -547,6 +558,115 @@ def thread_fork(
                               f"(seq {answer['seq']})", style="bold"))
 
     _drive(connection_options(nats, creds, token, data_dir, timeout), url, api_token, fork)
+
+
+@thread_app.command("diff")
+def thread_diff(
+    thread_id: Annotated[str, typer.Argument(help="One branch (e.g. the source thread).")],
+    other_thread_id: Annotated[str, typer.Argument(help="The other branch (e.g. its fork).")],
+    as_json: JsonOpt = False, url: UrlOpt = None, api_token: ApiTokenOpt = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """Compare two branches event by event from their fork point: how many events they share,
+    then a table of the rest side by side (= same, ~ changed, < only in the first, > only in the
+    second)."""
+    guard(lambda: validate_id(thread_id, "thread_id"))
+    guard(lambda: validate_id(other_thread_id, "thread_id"))
+
+    async def show(api: RunsApi) -> None:
+        answer = await api.call("diff", {"thread_id": thread_id, "other_thread_id": other_thread_id})
+        if as_json:
+            print_json(answer)
+            return
+        render_diff(answer)
+
+    _drive(connection_options(nats, creds, token, data_dir, timeout), url, api_token, show)
+
+
+@run_app.command("counterfactual")
+def run_counterfactual(
+    run_id: Annotated[str, typer.Argument(help="The run to branch.")],
+    call_id: Annotated[str | None, typer.Option(
+        "--call", help="The tool call whose decision to take differently.")] = None,
+    inference: Annotated[str | None, typer.Option(
+        "--inference", metavar="N|MESSAGE_ID", help="The model answer to replace: its number (1-based) or its "
+                                                     "assistant message id.")] = None,
+    answer: Annotated[str | None, typer.Option("--answer", help="With --inference: the answer's text.")] = None,
+    tool_calls: Annotated[str | None, typer.Option(
+        "--tool-calls", metavar="JSON", help='With --inference: the answer\'s calls, [{"name", "arguments"}].')] = None,
+    deny: Annotated[bool, typer.Option("--deny", help='Decide {"approved": false} (else --result).')] = False,
+    approve: Annotated[bool, typer.Option("--approve", help='Decide {"approved": true} (else --result).')] = False,
+    result: Annotated[str | None, typer.Option("--result", metavar="JSON", help="The decision's result.")] = None,
+    cancel: Annotated[bool, typer.Option("--cancel", help="Decide `cancel` (the call does not run).")] = False,
+    reason: Annotated[str | None, typer.Option("--reason", help="Recorded with the decision.")] = None,
+    as_json: JsonOpt = False, url: UrlOpt = None, api_token: ApiTokenOpt = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """Branch RUN_ID into a new thread at the decision of --call, taking another decision there
+    ("what if the approver had denied?"), or at its model's answer --inference, taking --answer /
+    --tool-calls instead; the new run goes on on a worker. Compare the branches with `agentlog
+    thread diff`."""
+    if (call_id is None) == (inference is None):
+        raise typer.BadParameter("give one of --call, --inference")
+    if sum((deny, approve, result is not None)) > 1:
+        raise typer.BadParameter("give one of --deny, --approve, --result")
+    body: dict[str, Any] = {"run_id": run_id}
+    if inference is not None:
+        calls = _json_option(tool_calls, "--tool-calls", list) or []
+        body |= {"at": {"inference": int(inference) if inference.isdigit() else inference},
+                 "answer": {"content": answer or "", "tool_calls": calls}}
+    else:
+        value = {"approved": False} if deny else {"approved": True} if approve else _json_option_any(result, "--result")
+        decision = {"action": "cancel" if cancel else "resume", **({"result": value} if value is not None else {}),
+                    **({"reason": reason} if reason else {})}
+        body |= {"at": {"decision": call_id}, "decision": decision}
+
+    async def branch(api: RunsApi) -> None:
+        made = await api.call("counterfactual", body)
+        if as_json:
+            print_json(made)
+        else:
+            point = f"call {call_id}" if call_id is not None else f"inference {inference}"
+            stdout_console().print(Text(f"branched run {run_id} at {point}: thread {made['thread_id']}, "
+                                        f"run {made['run_id']}", style="bold"))
+
+    _on_run(run_id, connection_options(nats, creds, token, data_dir, timeout), url, api_token, branch)
+
+
+def _json_option_any(text: str | None, what: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{what}: not JSON ({exc})") from None
+
+
+_MARK = {"same": "=", "changed": "~", "only_a": "<", "only_b": ">"}
+
+
+def render_diff(answer: dict[str, Any]) -> None:
+    """The diff of two branches as a table: one row per aligned pair after the common prefix."""
+    from rich.table import Table
+
+    out = stdout_console()
+    out.print(Text(f"{answer['a']} vs {answer['b']}: {answer['common']} event(s) in common, then "
+                   f"{answer['a_events'] - answer['common']} / {answer['b_events'] - answer['common']}",
+                   style="bold"))
+    table = Table(show_header=True, header_style="bold")
+    for column in ("", answer["a"], answer["b"]):
+        table.add_column(column, overflow="fold")
+
+    def cell(side: dict[str, Any] | None) -> str:
+        if side is None:
+            return ""
+        return f"{side['id']} {side['type']}: {side.get('summary', '')}"
+
+    for row in answer["rows"]:
+        table.add_row(_MARK[row["kind"]], cell(row["a"]), cell(row["b"]))
+    out.print(table)
 
 
 @thread_app.command("permissions")

@@ -231,6 +231,12 @@ class Threads:
                      metadata=dict(metadata) if metadata is not None else None)
         return await self.client.request("POST", f"/v1/threads/{thread_id}/fork", json_body=body)
 
+    async def diff(self, thread_id: str, other_thread_id: str) -> Json:
+        """Two threads compared event by event from their fork point: `{"a", "b", "common",
+        "a_events", "b_events", "rows": [{"kind", "a", "b"}]}` (`kind`: same, changed, only_a,
+        only_b; each side `{"id", "type", "event"}` or null)."""
+        return await self.client.request("GET", f"/v1/threads/{thread_id}/diff/{other_thread_id}")
+
     def stream(self, thread_id: str, *, after: str | None = None, follow: bool = False) -> AsyncGenerator[StreamEvent, None]:
         """The thread's events from the log (after event id `after`); `follow` keeps tailing."""
         return self.client.events(f"/v1/threads/{thread_id}/events", after=after, follow=follow)
@@ -398,6 +404,26 @@ class Runs:
         """Cancel a running or waiting run: `{"thread_id", "run_id", "seq"}`."""
         return await self.client.request("POST", f"/v1/runs/{run_id}/cancel",
                                          json_body=_body(reason=reason))
+
+    async def counterfactual(self, run_id: str, call_id: str, *, action: str = "resume", result: Any = None,
+                             reason: str | None = None, decision_id: str | None = None,
+                             new_thread_id: str | None = None) -> Json:
+        """Branch the run at the decision of tool call `call_id` into a new thread and take this
+        decision there instead ("what if the approver had denied?"): `{"thread_id", "run_id",
+        "seq", "forked_from"}`. The new run resumes on a worker; wait for it like any run."""
+        decision = _body(action=action, result=result, reason=reason, decision_id=decision_id)
+        return await self.client.request("POST", f"/v1/runs/{run_id}/counterfactual", json_body=_body(
+            at={"decision": call_id}, decision=decision, new_thread_id=new_thread_id))
+
+    async def replace_answer(self, run_id: str, inference: str | int, *, content: str = "",
+                             tool_calls: Sequence[Mapping[str, Any]] = (), new_thread_id: str | None = None) -> Json:
+        """Branch the run at one of its model's answers (an assistant message id, or the number of
+        the inference, 1-based) into a new thread whose run takes this answer instead (`content`
+        and/or `tool_calls`: `{"name", "arguments"[, "id"]}`) and goes on from there on a worker:
+        `{"thread_id", "run_id", "seq", "forked_from"}`."""
+        answer = {"content": content, "tool_calls": [dict(c) for c in tool_calls]}
+        return await self.client.request("POST", f"/v1/runs/{run_id}/counterfactual", json_body=_body(
+            at={"inference": inference}, answer=answer, new_thread_id=new_thread_id))
 
 
 class Agents:

@@ -152,6 +152,9 @@ class SyncThreads:
         return self.c.call(self.a.fork(thread_id, at, new_thread_id=new_thread_id, state=state,
                                        state_patch=state_patch, replace_message=replace_message, metadata=metadata))
 
+    def diff(self, thread_id: str, other_thread_id: str) -> Json:
+        return self.c.call(self.a.diff(thread_id, other_thread_id))
+
     def stream(self, thread_id: str, *, after: str | None = None, follow: bool = False) -> Iterator[StreamEvent]:
         return self.c.iterate(self.a.stream(thread_id, after=after, follow=follow))
 
@@ -210,6 +213,17 @@ class SyncRuns:
 
     def cancel(self, run_id: str, *, reason: str | None = None) -> Json:
         return self.c.call(self.a.cancel(run_id, reason=reason))
+
+    def counterfactual(self, run_id: str, call_id: str, *, action: str = "resume", result: Any = None,
+                       reason: str | None = None, decision_id: str | None = None,
+                       new_thread_id: str | None = None) -> Json:
+        return self.c.call(self.a.counterfactual(run_id, call_id, action=action, result=result, reason=reason,
+                                                 decision_id=decision_id, new_thread_id=new_thread_id))
+
+    def replace_answer(self, run_id: str, inference: str | int, *, content: str = "",
+                       tool_calls: Sequence[Mapping[str, Any]] = (), new_thread_id: str | None = None) -> Json:
+        return self.c.call(self.a.replace_answer(run_id, inference, content=content, tool_calls=tool_calls,
+                                                 new_thread_id=new_thread_id))
 
 
 class SyncAgents:

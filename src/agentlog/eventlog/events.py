@@ -176,10 +176,17 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_f
 
 class ForkOrigin(_Value, frozen=True):
     """Where a forked thread branched off: the source thread and the event position (its
-    `"<seq>:<index>"` id) whose state and messages the fork starts from."""
+    `"<seq>:<index>"` id) whose state and messages the fork starts from. A counterfactual
+    branch of a run (`agentlog.projections.counterfactual`) also names the run (`run_id`) and
+    what it replaced there: a decision (`call_id`) or a model's answer (`message_id`, the
+    assistant message replaced); `position` is then the last event of the run the branch shares.
+    Omitted when unset."""
 
     thread_id: str
     position: str
+    run_id: str | None = None
+    call_id: str | None = None
+    message_id: str | None = None
 
 
 class ThreadCreated(Event, frozen=True):
@@ -239,6 +246,15 @@ class RunOverrides(_Value, frozen=True):
     excluded_tools: list[str] = []
 
 
+class ReplacedAnswer(_Value, frozen=True):
+    """The answer a run takes at its step `step` instead of asking its model: `message`, an
+    assistant message (its content and tool calls; its id is not used: the run draws its own).
+    A counterfactual branch of a run records it (`agentlog.projections.counterfactual`)."""
+
+    step: int
+    message: Message
+
+
 class RunStarted(Event, frozen=True):
     """`frontend_tools`: tools the client executes (AG-UI `RunAgentInput.tools`), each
     `{name, description, parameters}`, offered to the model for this run only. Recorded here so
@@ -264,6 +280,9 @@ class RunStarted(Event, frozen=True):
     context: list[ContextEntry] = []
     #: What the client forwarded as is (AG-UI `forwardedProps`), for plugins and audits.
     forwarded_props: JSON = None
+    #: Answers the run takes instead of its model's at given steps (a counterfactual branch's
+    #: replaced answer; each taken is recorded as `InferenceReplaced`). Omitted when empty.
+    answers: list[ReplacedAnswer] = []
 
 
 class RunSuspended(Event, frozen=True):
@@ -346,6 +365,15 @@ class InferenceCompleted(Event, frozen=True):
     #: What the call cost in USD, from the model's prices (`agentlog.runtime.models.pricing`);
     #: None (omitted) when the model has no prices.
     cost: float | None = None
+
+
+class InferenceReplaced(Event, frozen=True):
+    """The run's assistant message `message_id` (step `step`) is the answer its `RunStarted.answers`
+    gave for that step, not a model's: no model was asked, so there is no `InferenceCompleted`
+    (and verified replay asks its recorded model nothing for it)."""
+
+    message_id: str
+    step: int
 
 
 BreakerState = Literal["closed", "open", "half_open"]
@@ -616,6 +644,7 @@ AnyEvent = Union[
     AgentHandedOff,
     MessageAppended,
     InferenceCompleted,
+    InferenceReplaced,
     CircuitBreakerChanged,
     ToolCallGated,
     ToolCallStarted,

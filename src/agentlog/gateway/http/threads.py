@@ -20,6 +20,7 @@ from agentlog.gateway.http.errors import ApiError
 from agentlog.gateway.http.replies import reply
 from agentlog.gateway.http.requests import principal, services
 from agentlog.gateway.http.routing import Route, parse_body, parse_query, path_id
+from agentlog.gateway.operations import branches
 from agentlog.gateway.operations import operations as ops
 from agentlog.gateway.operations.models import (
     CreateThread,
@@ -48,6 +49,12 @@ async def fork_thread(request: web.Request) -> web.Response:
     """A new thread from this one's history as of an event (`agentlog.api.threads.fork`)."""
     body = await parse_body(request, ForkThread)
     return reply(await ops.fork_thread(services(request), principal(request), path_id(request), body), status=201)
+
+
+async def diff_threads(request: web.Request) -> web.Response:
+    """Two branches compared event by event from their fork point (`agentlog.api.threads.diff`)."""
+    a, b = path_id(request), path_id(request, "other")
+    return reply(await branches.diff(services(request), principal(request), a, b))
 
 
 async def revoke_permission(request: web.Request) -> web.Response:
@@ -172,6 +179,11 @@ ROUTES: list[Route] = [
                                                      "seq": {"type": "integer"}},
                     "required": ["thread_id", "thread", "seq"]},
           status=201, errors=(400, 404, 409, 413)),
+    Route("GET", "/v1/threads/{id}/diff/{other}", diff_threads,
+          "Compare two threads event by event from their fork point: the common prefix's length, then the "
+          "aligned rest (same / changed / only_a / only_b)", "threads",
+          response={"type": "object", "properties": {"common": {"type": "integer"}, "rows": {"type": "array"}}},
+          errors=(404,)),
     Route("DELETE", "/v1/threads/{id}/permissions", revoke_permission,
           "Revoke standing permission rules of a tool (thread state agentlog.permissions)", "threads",
           query=RevokeQuery,

@@ -22,9 +22,10 @@ from agentlog.gateway.http.replies import reply
 from agentlog.gateway.http.requests import principal, services
 from agentlog.gateway.http.routing import Route, parse_body, path_id
 from agentlog.gateway.http.runs import follow_run, pauses, run_from_log
+from agentlog.gateway.operations import branches
 from agentlog.gateway.operations import operations as ops
 from agentlog.gateway.operations.dispatch import Dispatcher
-from agentlog.gateway.operations.models import CancelRunBody, RunInputsBody, StartRunBody
+from agentlog.gateway.operations.models import CancelRunBody, CounterfactualBody, RunInputsBody, StartRunBody
 
 _ACCEPTED = {
     "type": "object",
@@ -67,7 +68,20 @@ def write_routes(dispatcher: Dispatcher) -> list[Route]:
         body = await parse_body(request, CancelRunBody)
         return reply(ops.accepted(await ops.cancel_run(svc, who, dispatcher, run_id, body)), status=202)
 
+    async def counterfactual(request: web.Request) -> web.Response:
+        svc, who = services(request), principal(request)
+        run_id = path_id(request, kind="run_id")
+        body = await parse_body(request, CounterfactualBody)
+        return reply(await branches.counterfactual(svc, who, dispatcher, run_id, body), status=201)
+
     return [
+        Route("POST", "/v1/runs/{id}/counterfactual", counterfactual,
+              "Branch the run at a decision into a new thread and take another decision there (the new run "
+              "resumes on a worker; its thread's forked_from names the run and the call)", "runs",
+              body=CounterfactualBody, status=201, errors=(404, 409, 503),
+              response={"type": "object", "properties": {
+                  "thread_id": {"type": "string"}, "run_id": {"type": "string"}, "seq": {"type": "integer"},
+                  "forked_from": {"type": "object"}}, "required": ["thread_id", "run_id", "seq", "forked_from"]}),
         Route("POST", "/v1/runs", start_run,
               "Start a run (202 with ids and seq; 200 with duplicate: true for a run_id already started; SSE of "
               "its events with Accept: text/event-stream)", "runs",

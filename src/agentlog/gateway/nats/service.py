@@ -4,7 +4,7 @@
     ...; await service.stop()
     # nats req agentlog.api.runs.start '{"agent_id": "calc", "messages": "hi"}'
 
-Endpoints `agentlog.api.<group>.<op>` (runs.start|inputs|cancel|get|list, threads.create|fork|revoke|get|list|
+Endpoints `agentlog.api.<group>.<op>` (runs.start|inputs|counterfactual|cancel|get|list, threads.create|fork|diff|revoke|get|list|
 messages, agents.list, profiles.get) take the HTTP JSON bodies, with the path id as a field (`run_id` / `thread_id`) and
 query parameters as fields too. They call the very functions the HTTP handlers call
 (`agentlog.gateway.operations.operations`), and errors are the HTTP answers: micro error headers
@@ -30,6 +30,7 @@ from nats.micro.service import Service
 from pydantic import BaseModel
 
 from agentlog.eventlog.jetstream.store import JetStreamEventStore, flush_subscriptions
+from agentlog.gateway.operations import branches
 from agentlog.gateway.operations import operations as ops
 from agentlog.gateway.operations import profiles as profiles_api
 from agentlog.gateway.operations import threads as threads_api
@@ -41,7 +42,9 @@ from agentlog.gateway.operations.metrics import Metrics
 from agentlog.gateway.operations.models import (
     AgentsQuery,
     CancelRunRequest,
+    CounterfactualRequest,
     CreateThread,
+    DiffRequest,
     ForkThreadRequest,
     ListRunsQuery,
     ListThreadsQuery,
@@ -88,6 +91,8 @@ def _op_table(dispatcher: Dispatcher, catalog: list[dict[str, Any]] | None = Non
         "runs": {
             "start": (StartRunBody, start),
             "inputs": (RunInputsRequest, inputs),
+            "counterfactual": (CounterfactualRequest,
+                               lambda svc, who, b: branches.counterfactual(svc, who, dispatcher, b.run_id, b)),
             "cancel": (CancelRunRequest, cancel),
             "get": (RunRef, lambda svc, who, b: ops.get_run(svc, who, b.run_id, b)),
             "list": (ListRunsQuery, ops.list_runs),
@@ -95,6 +100,7 @@ def _op_table(dispatcher: Dispatcher, catalog: list[dict[str, Any]] | None = Non
         "threads": {
             "create": (CreateThread, ops.create_thread),
             "fork": (ForkThreadRequest, lambda svc, who, b: ops.fork_thread(svc, who, b.thread_id, b)),
+            "diff": (DiffRequest, lambda svc, who, b: branches.diff(svc, who, b.thread_id, b.other_thread_id)),
             "revoke": (RevokeRequest, lambda svc, who, b: threads_api.revoke(svc, who, b.thread_id, b)),
             "get": (ThreadRef, lambda svc, who, b: ops.get_thread(svc, who, b.thread_id, b)),
             "list": (ListThreadsQuery, ops.list_threads),

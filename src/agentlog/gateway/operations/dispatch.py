@@ -183,6 +183,12 @@ class Dispatcher(Protocol):
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Accepted: ...
 
+    async def resume_run(self, run_id: str, thread_id: str, after: int) -> Accepted:
+        """Have an unfinished run that nobody drives (its log written whole, e.g. a counterfactual
+        branch's copy) go on from the log, like a run whose worker died; answers once the run's
+        first commit after seq `after` is in the log."""
+        ...
+
     def check_overrides(self, agent_id: str, run_input: RunInput | Mapping[str, Any] | None) -> None: ...
 
     @property
@@ -538,6 +544,14 @@ class InProcessDispatcher:
         except TimeoutError:
             raise RunConflict(f"run {run_id!r} did not stop within {INTERRUPT_WAIT:g}s of its cancel") from None
 
+    async def resume_run(self, run_id: str, thread_id: str, after: int) -> Accepted:
+        handle = await self.runtime.resume(run_id, thread_id=thread_id)
+        if handle is None:
+            return Accepted(thread_id, run_id, after)
+        seq = await _first(as_generator(self.runtime.store.follow(thread_id, after=after)),
+                           lambda sc: sc.commit.run_id == run_id)
+        return Accepted(thread_id, run_id, seq)
+
     async def cancel(self, run_id: str, reason: str | None = None) -> Accepted:
         with about_run(run_id):
             return await self._cancel(run_id, reason)
@@ -779,6 +793,14 @@ class QueueDispatcher:
         return Accepted(thread_id, run_id, seq)
 
     # -- cancel --------------------------------------------------------------------------------
+
+    async def resume_run(self, run_id: str, thread_id: str, after: int) -> Accepted:
+        """A start command for the run already in the log: the worker that takes it resumes it."""
+        commits = await _run_commits(self.store, run_id)
+        cmd = StartRun(thread_id=thread_id, run_id=run_id, agent_id=_agent_of(commits))
+        seq = await self._submit_and_wait(cmd, thread_id, after, lambda sc: sc.commit.run_id == run_id,
+                                          _app_of(commits))
+        return Accepted(thread_id, run_id, seq)
 
     async def cancel(self, run_id: str, reason: str | None = None) -> Accepted:
         with about_run(run_id):

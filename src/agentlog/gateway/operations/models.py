@@ -256,6 +256,69 @@ class StartRunBody(Model):
                                                                      "(top-level keys; recorded as a state patch)")
 
 
+class BranchPoint(Model):
+    """Where a counterfactual branch of a run departs from it: one of `decision`, `inference`."""
+
+    decision: Id | None = Field(default=None, description="the id of a tool call of the run that waited for a "
+                                                          "decision: the branch takes `decision` instead")
+    inference: Annotated[int, Field(ge=1)] | Id | None = Field(
+        default=None, description="the id of an assistant message of the run, or the number of one of its "
+                                  "inferences (1-based): the branch takes `answer` instead")
+
+    def model_post_init(self, _context: Any) -> None:
+        if (self.decision is None) == (self.inference is None):
+            raise ValueError("give one of decision, inference")
+
+
+class BranchDecision(Model):
+    """The decision the branch takes instead (its call is the branch point's)."""
+
+    decision_id: Id | None = Field(default=None, description="idempotency key; generated when absent")
+    action: Literal["resume", "cancel"]
+    result: Any = None
+    reason: str | None = Field(default=None, max_length=10_000)
+
+
+class BranchToolCall(Model):
+    id: Id | None = Field(default=None, description="the call id; generated when absent")
+    name: str = Field(min_length=1, max_length=256)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class BranchAnswer(Model):
+    """The answer the branch takes instead of the model's: an assistant message."""
+
+    content: str = Field(default="", max_length=1_000_000)
+    tool_calls: list[BranchToolCall] = Field(default_factory=list, max_length=64)
+
+    def model_post_init(self, _context: Any) -> None:
+        if not self.content and not self.tool_calls:
+            raise ValueError("an answer needs content and/or tool_calls")
+        ids = [c.id for c in self.tool_calls if c.id is not None]
+        if len(ids) != len(set(ids)):
+            raise ValueError("tool call ids must be distinct")
+
+
+class CounterfactualBody(Model):
+    at: BranchPoint
+    decision: BranchDecision | None = Field(default=None, description="with at.decision")
+    answer: BranchAnswer | None = Field(default=None, description="with at.inference")
+    new_thread_id: Id | None = Field(default=None, description="the branch's thread id; generated when absent")
+
+    def model_post_init(self, _context: Any) -> None:
+        if (self.at.decision is None) != (self.decision is None) or (self.at.inference is None) != (self.answer is None):
+            raise ValueError("at.decision goes with decision, at.inference with answer")
+
+
+class CounterfactualRequest(CounterfactualBody):
+    run_id: RunId
+
+
+class DiffRequest(Model):
+    thread_id: Id
+    other_thread_id: Id
+
+
 class RunInputsBody(Model):
     decisions: list[DecisionIn] = Field(default_factory=list, max_length=MAX_ITEMS)
     messages: Messages = Field(default_factory=list, description="non-empty: a continuation run")
@@ -311,7 +374,8 @@ class ForkThreadRequest(ForkThread):
 
 
 __all__ = [
-    "AgentsQuery", "CancelRunBody", "CancelRunRequest", "DecisionIn", "InputMessage", "RunInputsBody", "RunInputsRequest",
+    "AgentsQuery", "BranchAnswer", "BranchDecision", "BranchPoint", "BranchToolCall", "CounterfactualBody", "CounterfactualRequest", "DiffRequest",
+    "CancelRunBody", "CancelRunRequest", "DecisionIn", "InputMessage", "RunInputsBody", "RunInputsRequest",
     "RunRef", "StartRunBody", "ThreadMessagesRequest", "ThreadRef",
     "CreateThread", "DeleteThreadQuery", "ForkThread", "ForkThreadRequest", "ReplaceMessage", "RevokeQuery", "RevokeRequest", "EventsQuery", "GetViewQuery", "ListRunsQuery", "ListThreadsQuery",
     "MAX_LIMIT", "MessagesQuery", "StateQuery", "UpdateThread",

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import msgspec
+
 from agentlog.eventlog.events import Position
 from agentlog.gateway.operations import threads
 from agentlog.gateway.operations.auth import Principal
@@ -220,11 +222,22 @@ async def fork_thread(svc: Services, who: Principal, thread_id: str, body: ForkT
 
 
 async def get_thread(svc: Services, who: Principal, thread_id: str, q: GetViewQuery) -> Any:
-    """Like `get_run`: without `min_seq`, at least the thread's last commit (`current_thread`)."""
+    """Like `get_run`: without `min_seq`, at least the thread's last commit (`current_thread`).
+    Adds `children`: the ids of the threads whose `parent_thread_id` is this one (its
+    counterfactual branches, its sub-agents' threads), oldest first, at most `CHILDREN_SHOWN`
+    (`GET /v1/threads?parent_thread_id=` lists them all)."""
     if q.min_seq is None:
-        return await current_thread(svc, who, thread_id)
-    await wait_min_seq(svc, q.min_seq)
-    return await visible_thread(svc, who, thread_id)
+        view = await current_thread(svc, who, thread_id)
+    else:
+        await wait_min_seq(svc, q.min_seq)
+        view = await visible_thread(svc, who, thread_id)
+    children, _total = await svc.views.thread_page({"parent_thread_id": thread_id}, CHILDREN_SHOWN, 0,
+                                                   tenant=who.tenant)
+    return {**msgspec.to_builtins(view), "children": [t.thread_id for t in children]}
+
+
+#: How many child threads `get_thread` names.
+CHILDREN_SHOWN = 100
 
 
 async def list_threads(svc: Services, who: Principal, q: ListThreadsQuery) -> dict[str, Any]:

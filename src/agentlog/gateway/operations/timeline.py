@@ -21,6 +21,7 @@ from agentlog.eventlog.events import (
     AnyEvent,
     CommitQuarantined,
     InferenceCompleted,
+    InferenceReplaced,
     MessageAppended,
     MessageQueued,
     Position,
@@ -157,6 +158,8 @@ def event_summary(event: AnyEvent, call_names: dict[str, str] | None = None) -> 
         case ToolCallDecided(call_id=cid, decision=d):
             reason = f" reason={excerpt(d.reason, 40)}" if d.reason else ""
             return f"{names.get(cid, '?')} decided {d.action}: {excerpt(d.result, 40)}{reason} call={cid}"
+        case InferenceReplaced(message_id=mid, step=step):
+            return f"answer replaced (no model asked) step={step} message={mid}"
         case InferenceCompleted(model=model, usage=usage, stop_reason=stop):
             return f"{model} in={usage.input_tokens} out={usage.output_tokens}" + (f" stop={stop}" if stop else "")
         case RunFinished(termination=t, usage=usage):

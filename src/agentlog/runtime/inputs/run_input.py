@@ -32,7 +32,7 @@ import msgspec
 import pydantic
 
 from agentlog.eventlog.errors import AgentlogError
-from agentlog.eventlog.events import ContextEntry, RunOverrides
+from agentlog.eventlog.events import ContextEntry, ReplacedAnswer, RunOverrides
 
 
 class OverridePolicy(pydantic.BaseModel):
@@ -68,11 +68,14 @@ class RunInput(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_
     context: list[ContextEntry] = []
     forwarded_props: Any = None
     state: dict[str, Any] | None = None
+    #: Answers the run takes instead of its model's at given steps (`RunStarted.answers`): a
+    #: counterfactual branch's, recorded so that verified replay starts the run with them again.
+    answers: list[ReplacedAnswer] = []
 
     @property
     def empty(self) -> bool:
         return (self.overrides is None and not self.context and self.forwarded_props is None
-                and not self.state)
+                and not self.state and not self.answers)
 
 
 def as_run_input(value: RunInput | Mapping[str, Any] | None) -> RunInput | None:

@@ -244,7 +244,7 @@ class RunLoop:
                                 app=app,
                                 model=None if pool is None else pool.choose(ctx.thread_id, ctx.run_id),
                                 overrides=given.overrides, context=list(given.context),
-                                forwarded_props=given.forwarded_props))
+                                forwarded_props=given.forwarded_props, answers=list(given.answers)))
         # the run's frontend tools are folded now: offer them from the first inference on
         agent.base_tool_specs = tool_specs(spec, agent.agent_tools, (), ctx)
         for m in messages:

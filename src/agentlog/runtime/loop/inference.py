@@ -19,6 +19,7 @@ from agentlog.eventlog.events import (
     CircuitBreakerChanged,
     ContextCompacted,
     InferenceCompleted,
+    InferenceReplaced,
     Message,
     MessageAppended,
 )
@@ -33,6 +34,7 @@ from agentlog.runtime.context_policy import (
 from agentlog.runtime.live import LiveSink
 from agentlog.runtime.loop.active_agent import ActiveAgent
 from agentlog.runtime.loop.decisions import build_request, digest_of, part_digests_of
+from agentlog.runtime.loop.run_context import replaced_answer
 from agentlog.runtime.loop.staging import Staging
 from agentlog.runtime.models.base import (
     ContextOverflow,
@@ -49,6 +51,9 @@ from agentlog.runtime.models.base import (
 from agentlog.runtime.models.breaker import Breakers, CircuitOpen, NoBreakers, counts_as_failure
 from agentlog.runtime.models.pricing import prices_of
 from agentlog.runtime.plugins import Action
+
+#: The model name and stop reason of a replaced answer's response (`Inference._replaced`).
+REPLACED = "replaced"
 
 
 class Inference:
@@ -79,6 +84,9 @@ class Inference:
         the request as too long (`ContextOverflow`) gets the conversation compacted once (a
         recorded `ContextCompacted`, reason "overflow") and the request sent again."""
         staging, spec = self.staging, self.agent.spec
+        replaced = replaced_answer(staging.ctx)
+        if replaced is not None:
+            return self._replaced(replaced)
         entropy = staging.entropy
         request = self.agent.transform(build_request(spec, staging.ctx, specs, actions))
         t0 = entropy.now_ms()
@@ -109,6 +117,18 @@ class Inference:
             request_digest=digest_of(request), request_digests=part_digests_of(request), cost=response.cost,
         ))
         return response
+
+    def _replaced(self, answer: Message) -> ModelResponse:
+        """The step's answer given in advance (`RunStarted.answers`), staged as the model's would
+        be (the assistant message, under an id drawn like any) but recorded as replaced
+        (`InferenceReplaced`): no model is asked, nothing is streamed live."""
+        staging = self.staging
+        calls = list(answer.tool_calls or ())
+        message = Message(id=self._message_id(take=True), role="assistant", content=answer.content,
+                          tool_calls=calls or None)
+        staging.emit(MessageAppended(message=message))
+        staging.emit(InferenceReplaced(message_id=message.id, step=staging.ctx.step))
+        return ModelResponse(model=REPLACED, text=answer.content, tool_calls=calls, stop_reason=REPLACED)
 
     async def compact(self, *, force: bool = False) -> bool:
         """Context compaction (`agentlog.runtime.context_policy`): when the agent's policy asks for a summary

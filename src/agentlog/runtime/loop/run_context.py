@@ -21,10 +21,12 @@ from agentlog.eventlog.events import (
     ContextEntry,
     ContextMessageSet,
     InferenceCompleted,
+    InferenceReplaced,
     InputFiltered,
     Message,
     MessageAppended,
     MessageQueued,
+    ReplacedAnswer,
     RunCancelRequested,
     RunFinished,
     RunOverrides,
@@ -140,8 +142,10 @@ class RunContext:
     #: step's `InferenceCompleted`): a resume plans those calls with that agent's tools even
     #: when the step handed off.
     step_agent: str | None = None
-    #: The run's inferences so far (its `InferenceCompleted`s).
+    #: The run's inferences so far (its `InferenceCompleted`s and `InferenceReplaced`s).
     inferences: int = 0
+    #: Answers the run takes instead of its model's, by step (`RunStarted.answers`).
+    replaced_answers: list[ReplacedAnswer] = field(default_factory=list)
     #: Plugins' keyed context messages (`ContextMessageSet`, by key) and, per key, the inference
     #: (1-based) that last showed one (`due_context`).
     context_messages: dict[str, ContextMessageSet] = field(default_factory=dict)
@@ -249,8 +253,7 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.step_calls = []
         ctx.answered = set()
         ctx.step_failed = ctx.step_succeeded = 0
-    elif t is InferenceCompleted:
-        inference = cast(InferenceCompleted, event)
+    elif t is InferenceCompleted or t is InferenceReplaced:
         if ctx.context_messages:
             shown = ctx.inferences + 1
             for key in due_context(ctx):
@@ -258,9 +261,11 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
             ctx.context_messages = {k: m for k, m in ctx.context_messages.items() if m.persistent}
         ctx.inferences += 1
         ctx.step_agent = ctx.agent_id
-        ctx.usage = ctx.usage + inference.usage
-        if inference.cost is not None:
-            ctx.cost = inference.cost if ctx.cost is None else ctx.cost + inference.cost
+        if t is InferenceCompleted:
+            inference = cast(InferenceCompleted, event)
+            ctx.usage = ctx.usage + inference.usage
+            if inference.cost is not None:
+                ctx.cost = inference.cost if ctx.cost is None else ctx.cost + inference.cost
     elif t is StepFinished:
         ctx.step_open = False
         if ctx.step_failed or ctx.step_succeeded:
@@ -321,6 +326,7 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.budget_declined = False
         ctx.queued = []
         ctx.agent_id = cast(RunStarted, event).agent_id
+        ctx.replaced_answers = list(run_started.answers)
         ctx.step_agent = None
         ctx.inferences = 0
         ctx.context_messages = {}
@@ -394,6 +400,11 @@ def run_cleanup(ctx: RunContext) -> list[StateCleared]:
     if transient:
         out.append(StateCleared(scope="thread", keys=sorted(transient)))
     return out
+
+
+def replaced_answer(ctx: RunContext) -> Message | None:
+    """The answer the run takes at its current step instead of asking its model, if any."""
+    return next((a.message for a in ctx.replaced_answers if a.step == ctx.step), None)
 
 
 def copy_context(ctx: RunContext) -> RunContext:

@@ -252,7 +252,7 @@ def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
                   for op in e.ops]
     run_input = as_run_input(RunInput(overrides=started.overrides, context=list(started.context),
                                       forwarded_props=started.forwarded_props,
-                                      state=client_state_of(client_ops) or None))
+                                      state=client_state_of(client_ops) or None, answers=list(started.answers)))
 
     # a queued message the loop takes keeps the id it was queued with: no entropy draw
     queued = {e.message.id for sc in segment if sc.commit.run_id == run_id

@@ -39,6 +39,7 @@ _PAGES: dict[str, tuple[str | Path, str]] = {
     "/docs/swagger-ui-bundle.js": (SWAGGER_UI / "swagger-ui-bundle.js", "Swagger UI script (swagger-ui-bundle)"),
     "/ui/common.js": ("common.js", "Script both pages share (token, DOM builder)"),
     "/ui/app.js": ("app.js", "Run inspector script"),
+    "/ui/diff.js": ("diff.js", "Run inspector script: branches and their diff"),
     "/ui/docs.js": ("docs.js", "API docs script (starts Swagger UI)"),
     "/ui/style.css": ("style.css", "Stylesheet of both pages"),
 }

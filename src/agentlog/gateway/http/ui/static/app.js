@@ -97,13 +97,16 @@ function route() {
     return guarded(() => selectRun(decodeURIComponent(m[1]), m[2] ? decodeURIComponent(m[2]) : null));
   }
   if ((m = h.match(/^#\/threads\/([^/]+)$/))) return guarded(() => selectThread(decodeURIComponent(m[1])));
+  if ((m = h.match(/^#\/diff\/([^/]+)\/([^/]+)$/))) {
+    return guarded(() => showDiff(decodeURIComponent(m[1]), decodeURIComponent(m[2])));
+  }
   S.thread = S.run = null;
   showMain("empty");
   return guarded(loadLists);
 }
 
 function showMain(id) {
-  for (const m of ["run", "ops", "empty"]) $("#" + m).hidden = m !== id;
+  for (const m of ["run", "ops", "empty", "diff"]) $("#" + m).hidden = m !== id;
 }
 
 // -- lists ------------------------------------------------------------------------------------------
@@ -333,7 +336,8 @@ async function selectThread(threadId) {
   showMain("empty");
   $("#empty").replaceChildren(
     el("p", { id: "thread-head" }, `Thread ${threadId} has no runs yet.`,
-      from ? el("span", { class: "forked" }, ` Forked from thread ${from.thread_id} at event ${from.position}.`) : null),
+      from ? el("span", { class: "forked" }, ` Forked from thread ${from.thread_id} at event ${from.position}. `,
+        el("a", { id: "compare-fork", href: diffHash(from.thread_id, threadId) }, "compare with its source")) : null),
     el("ol", { id: "thread-messages" }, data.messages.map(({ message: m }) => el("li", {},
       el("span", { class: "role" }, m.role + ":"), " ", m.content))));
   return undefined;
@@ -381,6 +385,7 @@ async function renderRun(run) {
     run.model ? ` · model ${run.model}` : "", term);
   $("#run-parent").replaceChildren(...(run.parent_run_id
     ? ["sub-agent run of ", el("a", { href: runHash(run.parent_run_id) }, el("code", {}, run.parent_run_id))] : []));
+  guarded(() => showBranches(run.thread_id));
   renderFailure(run);
   const [tl] = await Promise.all([renderTimeline(), loadMessages(run.thread_id)]);
   if (run.run_id !== S.run) return;

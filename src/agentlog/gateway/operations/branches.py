@@ -1,0 +1,126 @@
+"""Counterfactual branches of runs and the diff of two branches, for every transport (HTTP
+`POST /v1/runs/{id}/counterfactual` and `GET /v1/threads/{a}/diff/{b}`, NATS `runs.counterfactual`
+and `threads.diff`).
+
+A branch is written as the commits `agentlog.projections.counterfactual.branch_commits` gives (the
+source thread's history, then the run up to the decision or the inference). Then, at a decision,
+the new decision goes the way of any decision (the dispatcher: a worker records it and resumes
+the new run); at an inference, the dispatcher has a worker resume the new run from the log
+(`Dispatcher.resume_run`), which takes the replaced answer at that step. Every check is made
+before the first commit: an unknown run, call or inference, a call that never waited, a decision
+its ticket's `response_schema` refuses (`agentlog.runtime.loop.hitl.check_decisions`, on the
+branch's own context) or a taken thread id write nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from agentlog.eventlog.errors import VersionConflict
+from agentlog.eventlog.events import Message, StoredCommit, ThreadCreated, ToolCall
+from agentlog.eventlog.ids import new_id, now_ms
+from agentlog.gateway.operations.auth import Principal
+from agentlog.gateway.operations.dispatch import Dispatcher
+from agentlog.gateway.operations.errors import ApiError, not_found
+from agentlog.gateway.operations.models import CounterfactualBody
+from agentlog.gateway.operations.services import Services, thread_from_log
+from agentlog.gateway.operations.threads import conflict
+from agentlog.gateway.operations.timeline import event_summary, learn_call_names
+from agentlog.projections import branchdiff
+from agentlog.projections.counterfactual import AnswerAt, BranchError, branch_commits
+from agentlog.runtime.loop.hitl import check_decisions, parse_decision
+from agentlog.runtime.loop.run_context import RunContext, fold_context
+
+
+async def _thread_of_run(svc: Services, run_id: str) -> str:
+    async for sc in svc.store.read_run(run_id):
+        return sc.commit.thread_id
+    raise not_found("run", run_id)
+
+
+async def counterfactual(svc: Services, who: Principal, dispatcher: Dispatcher, run_id: str,
+                         body: CounterfactualBody) -> dict[str, Any]:
+    """Branch run `run_id` into a new thread at `body.at`: at a decision, the branch takes
+    `body.decision` there (recorded and resumed like any decision); at an inference, the branch
+    takes `body.answer` instead of the model's and its run goes on from the log on a worker.
+    Answers `{"thread_id", "run_id", "forked_from", "seq"}` (`seq`: the new decision's commit, or
+    the resumed run's first). A run on a thread the caller may not see is a 404, like any read."""
+    thread_id = await _thread_of_run(svc, run_id)
+    try:
+        commits, _view = await thread_from_log(svc, who, thread_id)
+    except ApiError:
+        raise not_found("run", run_id) from None
+    new_thread, new_run = body.new_thread_id or new_id(), new_id()
+    at: str | AnswerAt
+    if body.answer is not None and body.at.inference is not None:
+        calls = [ToolCall(id=c.id or new_id(), name=c.name, arguments=c.arguments) for c in body.answer.tool_calls]
+        at = AnswerAt(body.at.inference, Message(id=new_id(), role="assistant", content=body.answer.content,
+                                                 tool_calls=calls or None))
+    else:
+        assert body.at.decision is not None
+        at = body.at.decision
+    try:
+        branch = branch_commits(commits, run_id, at, new_thread_id=new_thread, new_run_id=new_run, new_id=new_id,
+                                ts=now_ms())
+    except BranchError as exc:
+        raise ApiError(exc.status, exc.code, str(exc)) from None
+    decision = None
+    if body.decision is not None:
+        given = body.decision.model_dump(exclude_none=True)
+        decision = parse_decision({**given, "target_id": at, "decision_id": given.get("decision_id") or new_id()},
+                                  now_ms())
+        ctx = fold_context(RunContext(thread_id=new_thread, run_id=new_run),
+                           [StoredCommit(seq=i + 1, commit=c) for i, c in enumerate(branch)])
+        check_decisions(ctx, [decision], ())  # InvalidDecision: the ticket's response_schema refuses it
+    if await svc.store.thread_version(new_thread) != 0:
+        raise conflict(f"thread {new_thread!r} already exists")
+    version = 0
+    try:
+        for commit in branch:
+            version = (await svc.store.append(commit, expected_version=version)).seq
+    except VersionConflict:
+        raise conflict(f"thread {new_thread!r} already exists") from None
+    if decision is not None:
+        done = await dispatcher.submit_inputs(new_run, decisions=[msgspec.to_builtins(decision)])
+    else:
+        done = await dispatcher.resume_run(new_run, new_thread, version)
+    created = branch[0].events[0]
+    assert isinstance(created, ThreadCreated) and created.forked_from is not None
+    return {"thread_id": new_thread, "run_id": new_run, "seq": done.seq,
+            "forked_from": msgspec.to_builtins(created.forked_from)}
+
+
+async def diff(svc: Services, who: Principal, a: str, b: str) -> dict[str, Any]:
+    """Threads `a` and `b` compared event by event (`agentlog.projections.branchdiff`): from their
+    fork point when one is a fork of the other, else from their first events. Each side of a row
+    also carries the timeline's one-line `summary` of its event."""
+    left, _ = await thread_from_log(svc, who, a)
+    right, _ = await thread_from_log(svc, who, b)
+    if _origin(right) == a:
+        events_a, events_b = branchdiff.since_fork(left, right)
+    elif _origin(left) == b:
+        events_b, events_a = branchdiff.since_fork(right, left)
+    else:
+        events_a, events_b = branchdiff.events_of(left), branchdiff.events_of(right)
+    answer = branchdiff.diff(events_a, events_b)
+    names: dict[str, str] = {}
+    for _id, event in [*events_a, *events_b]:
+        learn_call_names(event, names)
+    by_id = {"a": dict(events_a), "b": dict(events_b)}
+    for row in answer["rows"]:
+        for side in ("a", "b"):
+            if row[side] is not None:
+                row[side]["summary"] = event_summary(by_id[side][row[side]["id"]], names)
+    return {"a": a, "b": b, **answer}
+
+
+def _origin(commits: list[StoredCommit]) -> str | None:
+    first = commits[0].commit.events[0] if commits and commits[0].commit.events else None
+    if isinstance(first, ThreadCreated) and first.forked_from is not None:
+        return first.forked_from.thread_id
+    return None
+
+
+__all__ = ["counterfactual", "diff"]
