@@ -81,6 +81,10 @@ class CallView(_View, frozen=True):
     #: What the tool said about its result for clients (`ToolCallCompleted.details`); the model
     #: never sees it.
     details: Any = None
+    #: The call is suspended in doubt (status `suspended`, its ticket's action `in_doubt`): it
+    #: was running when its run was interrupted, and its tool is not idempotent, so it waits for
+    #: a human to say `mark_done`, `retry` or `cancel` (`agentlog.runtime.loop.in_doubt`).
+    in_doubt: bool = False
 
 
 class RunView(_View, frozen=True):
