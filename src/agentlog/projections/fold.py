@@ -419,8 +419,11 @@ class _RunAcc:
 
     def _call_suspended(self, ev: ToolCallSuspended, ts: int) -> None:
         call = self._call(ev.call_id, ts)
-        self._set_call(_replace(call, status="suspended", ticket=ev.ticket,
-                                in_doubt=ev.ticket.action == IN_DOUBT_ACTION, updated=ts))
+        if ev.ticket.action == IN_DOUBT_ACTION:  # waits for a decision of its own
+            self._set_call(_replace(call, status="suspended", ticket=ev.ticket, in_doubt=True, decision=None,
+                                    resume_mode=None, updated=ts))
+            return
+        self._set_call(_replace(call, status="suspended", ticket=ev.ticket, updated=ts))
 
     def _call_decided(self, ev: ToolCallDecided, ts: int) -> None:
         # A decision alone does not move the call: it stays suspended (the run keeps waiting)

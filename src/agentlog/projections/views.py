@@ -87,6 +87,11 @@ class CallView(_View, frozen=True):
     in_doubt: bool = False
 
 
+def in_doubt_calls(run: RunView) -> list[str]:
+    """The ids of the run's calls suspended in doubt (`CallView.in_doubt`), in the view's order."""
+    return [c.call_id for c in run.calls.values() if c.in_doubt]
+
+
 class RunView(_View, frozen=True):
     """One run. `status` is derived from the calls while it runs, and from its termination once
     finished (see `fold.derive_status`).
