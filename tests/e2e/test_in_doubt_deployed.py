@@ -1,0 +1,130 @@
+"""A worker SIGKILLed during a call of a tool that is not idempotent: the next worker does not run
+it again, it puts the call in doubt, and a human resolves it (over HTTP and with the CLI).
+
+Both topologies (`agentlog serve`; `agentlog gateway` + `agentlog worker`), the app
+tests/apps/serve_app.py (agent `paying`: its `pay` tool appends one line per execution to a file
+outside the log, then blocks while its thread is held). Synchronised on the log (a follow until
+the commit that matters) and on the processes' banners, never on time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from contextlib import aclosing
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from agentlog.eventlog.events import IN_DOUBT_ACTION, RunFinished, RunSuspended, StoredCommit, ToolCallStarted
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+
+from tests.support.topology import REPO, Deployment
+
+TIMEOUT = 90
+
+
+@pytest.fixture
+def deployment_options(tmp_path: Path) -> dict[str, object]:
+    (tmp_path / "hold").mkdir()
+    return {"app": "tests.apps.serve_app:app", "env": {"SERVE_APP_HOLD_DIR": str(tmp_path / "hold"),
+                                                        "AGENTLOG_WORKER_ACK_WAIT": "2"}}
+
+
+async def until(store: JetStreamEventStore, thread_id: str, event: type) -> StoredCommit:
+    """The first commit of the thread holding an `event`, waiting for it on the live log."""
+    async with aclosing(store.follow(thread_id, 0)) as commits:
+        async for sc in commits:
+            if any(isinstance(e, event) for e in sc.commit.events):
+                return sc
+    raise AssertionError("the log follow ended")
+
+
+def executions(hold: Path) -> list[tuple[str, str]]:
+    path = hold / "executions"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [(run, call) for run, call in (line.split() for line in lines)]
+
+
+async def cli(*args: str) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agentlog", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        cwd=str(REPO), env={**os.environ, "COLUMNS": "250", "NO_COLOR": "1", "PYTHONPATH": str(REPO)})
+    out, _ = await proc.communicate()
+    return proc.returncode or 0, out.decode()
+
+
+async def test_in_doubt_after_a_worker_sigkill_mid_call_then_resolved(deployment: Deployment, tmp_path: Path) -> None:
+    d, hold = deployment, tmp_path / "hold"
+    driver = "serve" if d.kind == "serve" else "worker-0"
+    store = await JetStreamEventStore.connect(d.nats_url)
+    try:
+        async with asyncio.timeout(TIMEOUT):
+            runs: dict[str, str] = {}
+            async with aiohttp.ClientSession(d.http_url) as http:
+                for thread in ("ta", "tb"):
+                    async with http.post("/v1/runs", json={"agent_id": "paying", "messages": "pay",
+                                                           "thread_id": thread}) as r:
+                        assert r.status == 202, await r.text()
+                        runs[thread] = (await r.json())["run_id"]
+            calls = {}
+            for thread in ("ta", "tb"):
+                started = await until(store, thread, ToolCallStarted)
+                calls[thread] = next(e.call_id for e in started.commit.events if isinstance(e, ToolCallStarted))
+            for thread in ("ta", "tb"):
+                (hold / thread).touch()  # released: a retry finishes
+            await asyncio.to_thread(d.kill, driver)
+            # the effect happened (the lines were appended before the tools blocked); it is in doubt
+            assert sorted(executions(hold)) == sorted((runs[t], calls[t]) for t in ("ta", "tb"))
+            await asyncio.to_thread(d.start, driver)
+            for thread in ("ta", "tb"):
+                waiting = await until(store, thread, RunSuspended)
+                [suspended] = [e for e in waiting.commit.events if type(e).__name__ == "ToolCallSuspended"]
+                assert suspended.ticket.action == IN_DOUBT_ACTION and suspended.call_id == calls[thread]
+            assert len(executions(hold)) == 2, "an in-doubt call ran again"
+
+            run_a, call_a = runs["ta"], calls["ta"]
+            async with aiohttp.ClientSession(d.http_url) as http:
+                async with http.get(f"/v1/runs/{run_a}") as r:
+                    view = await r.json()
+                assert view["status"] == "waiting" and view["calls"][call_a]["in_doubt"] is True
+                assert view["calls"][call_a]["ticket"]["action"] == IN_DOUBT_ACTION
+                before = [sc.seq async for sc in store.read_thread("ta")]
+                for bad in ({"action": "done"}, {"action": "retry", "extra": 1}, {"action": "mark_done"}, None):
+                    decision: dict[str, Any] = {"target_id": call_a, "decision_id": "bad", "action": "resume",
+                                                "result": bad}
+                    async with http.post(f"/v1/runs/{run_a}/inputs", json={"decisions": [decision]}) as r:
+                        body = await r.json()
+                        assert (r.status, body["code"]) == (400, "invalid_decision"), body
+                assert [sc.seq async for sc in store.read_thread("ta")] == before  # nothing written
+
+            code, listing = await cli("runs", "--url", d.http_url)
+            assert code == 0 and f"(in doubt: {calls['tb']})" in listing, listing
+            code, shown = await cli("run", "show", runs["tb"], "--url", d.http_url)
+            assert code == 0 and "in doubt" in shown and "agentlog run resolve" in shown, shown
+            code, out = await cli("run", "resolve", runs["tb"], calls["tb"], "--mark-done", '{"ref": "p-1"}',
+                                  "--url", d.http_url)
+            assert code == 0, out
+            async with aiohttp.ClientSession(d.http_url) as http:
+                retry = {"target_id": call_a, "decision_id": "again", "action": "resume", "result": {"action": "retry"}}
+                async with http.post(f"/v1/runs/{run_a}/inputs", json={"decisions": [retry]}) as r:
+                    assert r.status in (200, 202), await r.text()
+            for thread in ("ta", "tb"):
+                end = await until(store, thread, RunFinished)
+                assert [e.termination.type for e in end.commit.events if isinstance(e, RunFinished)] == ["natural_end"]
+            # tb: marked done, never run again; ta: run again once, by the human's retry, same call id
+            assert sorted(executions(hold)) == sorted([(runs["tb"], calls["tb"]), (run_a, call_a), (run_a, call_a)])
+            async with aiohttp.ClientSession(d.http_url) as http:
+                async with http.get(f"/v1/runs/{runs['tb']}?min_seq={end.seq}") as r:
+                    call_b = (await r.json())["calls"][calls["tb"]]
+            assert call_b["status"] == "succeeded" and call_b["result"] == {"ref": "p-1"}
+
+            for run in runs.values():  # both replay identically, the interruption included
+                code, out = await cli("replay", run, "--verify", "--app", "tests.apps.serve_app:app",
+                                      "--nats", d.nats_url)
+                assert code == 0, out
+    finally:
+        await store.close()
