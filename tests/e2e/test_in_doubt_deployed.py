@@ -1,5 +1,6 @@
 """A worker SIGKILLed during a call of a tool that is not idempotent: the next worker does not run
-it again, it puts the call in doubt, and a human resolves it (over HTTP and with the CLI).
+it again, it puts the call in doubt, and a human resolves it (over HTTP, with the CLI and with
+`agentlog.client`).
 
 Both topologies (`agentlog serve`; `agentlog gateway` + `agentlog worker`), the app
 tests/apps/serve_app.py (agent `paying`: its `pay` tool appends one line per execution to a file
@@ -19,6 +20,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from agentlog.client import AsyncClient
 from agentlog.eventlog.events import IN_DOUBT_ACTION, RunFinished, RunSuspended, StoredCommit, ToolCallStarted
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 
@@ -108,10 +110,9 @@ async def test_in_doubt_after_a_worker_sigkill_mid_call_then_resolved(deployment
             code, out = await cli("run", "resolve", runs["tb"], calls["tb"], "--mark-done", '{"ref": "p-1"}',
                                   "--url", d.http_url)
             assert code == 0, out
-            async with aiohttp.ClientSession(d.http_url) as http:
-                retry = {"target_id": call_a, "decision_id": "again", "action": "resume", "result": {"action": "retry"}}
-                async with http.post(f"/v1/runs/{run_a}/inputs", json={"decisions": [retry]}) as r:
-                    assert r.status in (200, 202), await r.text()
+            async with AsyncClient(d.http_url) as client:
+                accepted = await client.runs.resolve(run_a, call_a, "retry")
+                assert accepted["decided"] == [call_a]
             for thread in ("ta", "tb"):
                 end = await until(store, thread, RunFinished)
                 assert [e.termination.type for e in end.commit.events if isinstance(e, RunFinished)] == ["natural_end"]
