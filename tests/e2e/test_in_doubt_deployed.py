@@ -11,6 +11,7 @@ the commit that matters) and on the processes' banners, never on time.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from contextlib import aclosing
@@ -101,6 +102,13 @@ async def test_in_doubt_after_a_worker_sigkill_mid_call_then_resolved(deployment
                     async with http.post(f"/v1/runs/{run_a}/inputs", json={"decisions": [decision]}) as r:
                         body = await r.json()
                         assert (r.status, body["code"]) == (400, "invalid_decision"), body
+                # the NATS API: the same refusal, as a micro error
+                bad_decision = {"target_id": call_a, "decision_id": "bad", "action": "resume",
+                                "result": {"action": "mark_done"}}
+                msg = await store.nc.request("agentlog.api.runs.inputs", json.dumps(
+                    {"run_id": run_a, "decisions": [bad_decision]}).encode(), timeout=10)
+                assert (msg.headers or {}).get("Nats-Service-Error-Code") == "400", msg.data
+                assert json.loads(msg.data)["code"] == "invalid_decision"
                 assert [sc.seq async for sc in store.read_thread("ta")] == before  # nothing written
 
             code, listing = await cli("runs", "--url", d.http_url)
