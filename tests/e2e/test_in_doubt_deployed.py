@@ -1,6 +1,6 @@
-"""A worker SIGKILLed during a call of a tool that is not idempotent: the next worker does not run
-it again, it puts the call in doubt, and a human resolves it (over HTTP, with the CLI and with
-`agentlog.client`).
+"""A worker SIGKILLed (or stopped: its run handed back) during a call of a tool that is not
+idempotent: the next worker does not run it again, it puts the call in doubt, and a human
+resolves it (over HTTP, NATS, the CLI and `agentlog.client`: mark done, retry, cancel).
 
 Both topologies (`agentlog serve`; `agentlog gateway` + `agentlog worker`), the app
 tests/apps/serve_app.py (agent `paying`: its `pay` tool appends one line per execution to a file
@@ -34,7 +34,8 @@ TIMEOUT = 90
 def deployment_options(tmp_path: Path) -> dict[str, object]:
     (tmp_path / "hold").mkdir()
     return {"app": "tests.apps.serve_app:app", "env": {"SERVE_APP_HOLD_DIR": str(tmp_path / "hold"),
-                                                        "AGENTLOG_WORKER_ACK_WAIT": "2"}}
+                                                        "AGENTLOG_WORKER_ACK_WAIT": "2",
+                                                        "AGENTLOG_SHUTDOWN_TIMEOUT": "0.2"}}
 
 
 async def until(store: JetStreamEventStore, thread_id: str, event: type) -> StoredCommit:
@@ -131,7 +132,30 @@ async def test_in_doubt_after_a_worker_sigkill_mid_call_then_resolved(deployment
                     call_b = (await r.json())["calls"][calls["tb"]]
             assert call_b["status"] == "succeeded" and call_b["result"] == {"ref": "p-1"}
 
-            for run in runs.values():  # both replay identically, the interruption included
+            # a stop (SIGTERM, a shutdown timeout shorter than the tool) hands the run back: in doubt too
+            async with aiohttp.ClientSession(d.http_url) as http:
+                async with http.get("/v1/agents") as r:
+                    [paying] = [a for a in (await r.json())["agents"] if a["id"] == "paying"]
+                assert paying["tools"][0]["name"] == "pay" and paying["tools"][0]["idempotent"] is False
+                async with http.post("/v1/runs", json={"agent_id": "paying", "messages": "pay", "thread_id": "tc"}) as r:
+                    assert r.status == 202, await r.text()
+                    runs["tc"] = (await r.json())["run_id"]
+            started = await until(store, "tc", ToolCallStarted)
+            calls["tc"] = next(e.call_id for e in started.commit.events if isinstance(e, ToolCallStarted))
+            await asyncio.to_thread(d.stop, driver)
+            assert "handing 1 run back" in d.output(driver), d.output(driver)
+            (hold / "tc").touch()
+            await asyncio.to_thread(d.start, driver)
+            await until(store, "tc", RunSuspended)
+            code, out = await cli("run", "resolve", runs["tc"], calls["tc"], "--cancel", "--url", d.http_url)
+            assert code == 0, out
+            end = await until(store, "tc", RunFinished)
+            assert [(r, c) for r, c in executions(hold) if r == runs["tc"]] == [(runs["tc"], calls["tc"])]
+            async with aiohttp.ClientSession(d.http_url) as http:
+                async with http.get(f"/v1/runs/{runs['tc']}?min_seq={end.seq}") as r:
+                    assert (await r.json())["calls"][calls["tc"]]["status"] == "cancelled"
+
+            for run in runs.values():  # all replay identically, the interruptions included
                 code, out = await cli("replay", run, "--verify", "--app", "tests.apps.serve_app:app",
                                       "--nats", d.nats_url)
                 assert code == 0, out

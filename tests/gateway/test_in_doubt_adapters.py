@@ -1,6 +1,7 @@
 """A call in doubt surfaces in the protocol adapters as any suspension does: an AG-UI interrupt
 (reason `agentlog:in_doubt`, the ticket's response schema) and an AI SDK
-`data-agentlog-interrupt` part; translated from the log of a real in-doubt run."""
+`data-agentlog-interrupt` part; translated from the log of a real in-doubt run. The agent
+catalog shows which tools are not idempotent."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from typing import Any
 
 from agentlog.eventlog.memory import MemoryEventStore
 from agentlog.gateway.adapters import agui, aisdk
+from agentlog.gateway.operations.agents import agent_catalog
 from agentlog.runtime.loop.in_doubt import IN_DOUBT_SCHEMA
 
-from tests.support.in_doubt import interrupted, resumed
+from tests.support.in_doubt import Payments, interrupted, resumed
 from tests.support.runtime import thread_log
 
 
@@ -46,3 +48,13 @@ async def test_in_doubt_call_is_an_aisdk_interrupt_part() -> None:
 
 def as_json(event: Any) -> str:
     return event.model_dump_json(by_alias=True)
+
+
+def test_in_doubt_tool_declaration_defaults_to_idempotent_and_shows_in_the_catalog() -> None:
+    app = Payments()
+    pay, lookup = app.tools
+    assert (pay.idempotent, lookup.idempotent) == (False, True)
+    catalog = agent_catalog(app.runtime(MemoryEventStore()))
+    entries = {t["name"]: t for t in catalog[0]["tools"]}
+    assert entries["pay"]["idempotent"] is False
+    assert "idempotent" not in entries["lookup"]

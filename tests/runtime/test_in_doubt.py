@@ -28,7 +28,6 @@ from agentlog.eventlog.events import (
     ToolCallStarted,
 )
 from agentlog.eventlog.memory import MemoryEventStore
-from agentlog.gateway.operations.agents import agent_catalog
 from agentlog.runtime.loop.hitl import InvalidDecision
 from agentlog.runtime.loop.in_doubt import IN_DOUBT_SCHEMA, in_doubt_calls, resolution
 from agentlog.runtime.loop.run_context import RunContext, apply_event
@@ -69,16 +68,6 @@ def test_in_doubt_resolution_reads_the_three_answers() -> None:
     assert resolution(d({"action": "retry"})) == ("retry", None)
     assert resolution(d({"action": "cancel"})) == ("cancel", None)
     assert resolution(d(None, "cancel")) == ("cancel", None)
-
-
-def test_in_doubt_tool_declaration_defaults_to_idempotent_and_shows_in_the_catalog() -> None:
-    app = Payments()
-    pay, lookup = app.tools
-    assert (pay.idempotent, lookup.idempotent) == (False, True)
-    catalog = agent_catalog(app.runtime(MemoryEventStore()))
-    entries = {t["name"]: t for t in catalog[0]["tools"]}
-    assert entries["pay"]["idempotent"] is False
-    assert "idempotent" not in entries["lookup"]
 
 
 # -- resuming ------------------------------------------------------------------------------------
