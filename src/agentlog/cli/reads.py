@@ -71,7 +71,7 @@ from agentlog.projections.kv import KVViewStore
 from agentlog.projections.profile import fold_profile
 from agentlog.projections.rebuild import rebuild
 from agentlog.projections.timetravel import state_at
-from agentlog.projections.views import in_doubt_calls
+from agentlog.projections.views import calls_in_doubt
 
 # -- events tail ----------------------------------------------------------------------------------
 
@@ -376,7 +376,7 @@ def runs_cmd(
             table.add_column(column, overflow="fold")
         for r in rows:
             state = status_text(r.status)
-            if doubted := in_doubt_calls(r):
+            if doubted := calls_in_doubt(r):
                 state.append(f" (in doubt: {', '.join(doubted)})", style="bold red")
             table.add_row(r.run_id, r.thread_id, r.agent_id or "-", state,
                           r.termination.type if r.termination else "-", str(r.steps), r.parent_run_id or "-",

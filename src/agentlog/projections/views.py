@@ -87,7 +87,7 @@ class CallView(_View, frozen=True):
     in_doubt: bool = False
 
 
-def in_doubt_calls(run: RunView) -> list[str]:
+def calls_in_doubt(run: RunView) -> list[str]:
     """The ids of the run's calls suspended in doubt (`CallView.in_doubt`), in the view's order."""
     return [c.call_id for c in run.calls.values() if c.in_doubt]
 
