@@ -1,6 +1,7 @@
 """Reliability report: chaos and scale, one section per failure mode.
 
-    python scripts/bench_reliability.py [--quick] [--only crash,outage,poison,disk,stop,list,cluster] [--runs N]
+    python scripts/bench_reliability.py [--quick] [--only crash,in_doubt,outage,poison,disk,stop,list,cluster]
+        [--runs N]
 
 Sections (each `async def run(quick) -> (rows, figures)`; rows are label -> value for the table,
 figures go in the last-line JSON with the section name as key prefix):
@@ -9,6 +10,13 @@ figures go in the last-line JSON with the section name as key prefix):
   runs are mid-tool; a second `agentlog serve` starts on the same NATS. Reports runs finished /
   failed / lost, duplicated commits, calls completed twice, and the time from the kill until the
   last run finished (bounded by the command lease, `AGENTLOG_WORKER_ACK_WAIT`).
+- `in_doubt`: N runs of a tool declared not idempotent (`pay`: each execution appends a line to a
+  file outside the log) through a real `agentlog serve`, SIGKILLed mid-call again and again
+  (each time a new `serve` starts on the same NATS). A resolver follows the log and answers each
+  call that went in doubt as a human who checks the payment system would: `mark_done` when the
+  file holds as many executions as were allowed (the first, plus each retry), else `retry`.
+  Reports the kills, calls started / in doubt / marked done / retried, and `double_executions`
+  (executions beyond those allowed: must be 0), calls completed twice or never, runs lost.
 - `outage`: N runs on an in-process worker; the real nats-server is stopped for longer
   than the store's 5 s request timeout mid-load and restarted on the same port and data dir.
   Reports runs finished / failed (any non-natural end) / lost and duplicates.
@@ -61,7 +69,7 @@ sys.path[:0] = [str(ROOT / "src"), str(SCRIPTS)]
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer  # noqa: E402
 from agentlog.eventlog.events import RunFinished, StoredCommit, ToolCallCompleted, ToolCallStarted  # noqa: E402
 from agentlog.eventlog.jetstream.store import JetStreamEventStore  # noqa: E402
-from agentlog.runtime import AgentSpec, Runtime, tool  # noqa: E402
+from agentlog.runtime import AgentSpec, Runtime, ToolContext, tool  # noqa: E402
 from agentlog.runtime.models.scripted import ScriptedModel, Turn  # noqa: E402
 
 Rows = list[tuple[str, str]]
@@ -102,14 +110,31 @@ async def long_work() -> str:
     return "worked long"
 
 
+@tool(idempotent=False)
+async def pay(k: int, ctx: ToolContext) -> str:
+    """A payment: its effect (a line `<run_id> <call_id>` appended to $BENCH_PAYMENTS, outside the
+    log) must not happen twice; a kill lands before or after it."""
+    await asyncio.sleep(STEP_S / 2)  # the workload itself
+    fd = os.open(os.environ["BENCH_PAYMENTS"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, f"{ctx.run_id} {ctx.call_id}\n".encode())
+    finally:
+        os.close(fd)
+    await asyncio.sleep(STEP_S / 2)
+    return f"paid {k}"
+
+
 def app(store: Any) -> Runtime:
     agent = AgentSpec(id="steady", model="steady", tools=["work"], max_rounds=STEPS + 2)
     turns = [Turn.tool("work", {"k": i}) for i in range(STEPS)] + [Turn.text("done")]
     model = ScriptedModel(turns, loop=True, position="conversation")
     long = AgentSpec(id="long", model="long", tools=["long_work"], max_rounds=3)
     long_model = ScriptedModel([Turn.tool("long_work"), Turn.text("done")], loop=True, position="conversation")
-    return Runtime(store, agents=[agent, long], tools=[work, long_work],
-                   models={"steady": model, "long": long_model})
+    paying = AgentSpec(id="paying", model="paying", tools=["pay"], max_rounds=STEPS + 2)
+    paying_model = ScriptedModel([Turn.tool("pay", {"k": i}) for i in range(STEPS)] + [Turn.text("done")],
+                                 loop=True, position="conversation")
+    return Runtime(store, agents=[agent, long, paying], tools=[work, long_work, pay],
+                   models={"steady": model, "long": long_model, "paying": paying_model})
 
 
 # == shared: watching and tallying runs ==============================================================
@@ -310,6 +335,149 @@ async def crash(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
                     await p.wait()
     rows = chaos_rows(figures) + [("kill -9 -> all finished s", f"{figures['recovery_s']:.2f}"),
                                   ("command lease (ack_wait) s", f"{ACK_WAIT_S:g}")]
+    return rows, figures
+
+
+# == in doubt ===========================================================================================
+
+
+def _payments(path: Path) -> Counter[tuple[str, str]]:
+    """(run_id, call_id) -> executions, from the payments file."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    return Counter((run, call) for run, call in (line.split() for line in lines))
+
+
+class Resolver:
+    """Answers every call that goes in doubt, as a human who checks the payment system: the
+    execution it allowed last is in the file -> `mark_done`, else `retry` (one more allowed)."""
+
+    def __init__(self, store: JetStreamEventStore, payments: Path) -> None:
+        self.store = store
+        self.payments = payments
+        self.url = ""
+        self.ready = asyncio.Event()  # a serve answers at `url`
+        self.allowed: Counter[tuple[str, str]] = Counter()
+        self.started: set[tuple[str, str]] = set()
+        self.in_doubt: Counter[tuple[str, str]] = Counter()
+        self.marked_done = 0
+        self.retried = 0
+        self.errors = 0
+        self._task = asyncio.ensure_future(self._follow())
+
+    async def _follow(self) -> None:
+        from agentlog.eventlog.events import IN_DOUBT_ACTION, ToolCallSuspended
+
+        async with contextlib.aclosing(self.store.follow(None, 0)) as commits:
+            async for sc in commits:
+                run = sc.commit.run_id or ""
+                for e in sc.commit.events:
+                    if isinstance(e, ToolCallStarted):
+                        if (run, e.call_id) not in self.started:
+                            self.allowed[(run, e.call_id)] += 1  # the first execution
+                        self.started.add((run, e.call_id))
+                    elif isinstance(e, ToolCallSuspended) and e.ticket.action == IN_DOUBT_ACTION:
+                        self.in_doubt[(run, e.call_id)] += 1
+                        await self._resolve(run, e.call_id)
+
+    async def _resolve(self, run_id: str, call_id: str) -> None:
+        import aiohttp
+
+        key = (run_id, call_id)
+        happened = _payments(self.payments)[key] >= self.allowed[key]
+        answer: dict[str, Any] = {"action": "mark_done", "result": "paid (checked)"} if happened else {"action": "retry"}
+        decision = {"target_id": call_id, "decision_id": f"resolve-{call_id}-{self.in_doubt[key]}",
+                    "action": "resume", "result": answer}
+        while True:
+            await self.ready.wait()
+            try:
+                async with aiohttp.ClientSession(self.url) as http:
+                    async with http.post(f"/v1/runs/{run_id}/inputs", json={"decisions": [decision]}) as r:
+                        if r.status in (200, 202):
+                            break
+                        self.errors += 1
+                        return
+            except aiohttp.ClientError:
+                self.ready.clear()  # killed meanwhile: the next serve takes it
+        if happened:
+            self.marked_done += 1
+        else:
+            self.retried += 1
+            self.allowed[key] += 1
+
+    async def close(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
+async def in_doubt(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
+    n = runs or (10 if quick else 50)
+    kills = 3 if quick else 8
+    procs: list[asyncio.subprocess.Process] = []
+    async with _testbed("in_doubt") as (tmp, server, store, progress):
+        payments = tmp / "payments"
+        resolver = Resolver(store, payments)
+        env = {"AGENTLOG_WORKER_ACK_WAIT": str(ACK_WAIT_S), "BENCH_PAYMENTS": str(payments)}
+        try:
+            proc, resolver.url, _nats = await _spawn("serve", tmp, "serve-0", "--nats", server.url, env=env)
+            procs.append(proc)
+            resolver.ready.set()
+            t0 = time.perf_counter()
+            chaos = await _post_runs(resolver.url, n, "pay", agent_id="paying")
+            for k in range(kills):
+                # mid-call: once the runs have started calls since the last restart
+                seen = len(resolver.started)
+                await progress.until(lambda p, seen=seen: len(resolver.started) >= seen + max(1, n // 2)
+                                     or chaos.keys() <= p.finished, LIMIT_S)
+                if chaos.keys() <= progress.finished:
+                    break
+                resolver.ready.clear()
+                proc.send_signal(signal.SIGKILL)
+                await proc.wait()
+                proc, resolver.url, _nats = await _spawn("serve", tmp, f"serve-{k + 1}", "--nats", server.url,
+                                                         env=env)
+                procs.append(proc)
+                resolver.ready.set()
+            await progress.until(lambda p: chaos.keys() <= p.finished, LIMIT_S)
+            wall_s = time.perf_counter() - t0
+            figures = await tally(store, chaos)
+        finally:
+            await resolver.close()
+            for p in procs:
+                if p.returncode is None:
+                    p.kill()
+                    await p.wait()
+        executed = _payments(payments)
+        ours = {key for key in resolver.started if key[0] in chaos}
+        completed: Counter[tuple[str, str]] = Counter()
+        for thread in sorted(set(chaos.values())):
+            async for sc in store.read_thread(thread):
+                for e in sc.commit.events:
+                    if isinstance(e, ToolCallCompleted):
+                        completed[(sc.commit.run_id or "", e.call_id)] += 1
+    figures.update(
+        kills=len(procs) - 1, calls=len(ours), suspensions=sum(resolver.in_doubt[key] for key in ours),
+        calls_in_doubt=sum(1 for key in ours if resolver.in_doubt[key]),
+        marked_done=resolver.marked_done, retried=resolver.retried, resolve_errors=resolver.errors,
+        executions=sum(executed[key] for key in ours),
+        double_executions=sum(max(0, executed[key] - resolver.allowed[key]) for key in ours),
+        never_completed=sum(1 for key in ours if completed[key] == 0), wall_s=round(wall_s, 3),
+    )
+    rows: Rows = [
+        ("runs", str(figures["runs"])),
+        ("finished (natural end)", str(figures["finished"])),
+        ("lost (never finished)", str(figures["lost"])),
+        ("kill -9 mid-call", str(figures["kills"])),
+        ("calls started", str(figures["calls"])),
+        ("calls that went in doubt", str(figures["calls_in_doubt"])),
+        ("in-doubt suspensions", str(figures["suspensions"])),
+        ("resolved mark_done", str(figures["marked_done"])),
+        ("resolved retry", str(figures["retried"])),
+        ("executions (payments file)", str(figures["executions"])),
+        ("double executions", str(figures["double_executions"])),
+        ("calls completed twice", str(figures["duplicated_completions"])),
+        ("calls never completed", str(figures["never_completed"])),
+        ("wall s", f"{wall_s:.2f}"),
+    ]
     return rows, figures
 
 
@@ -682,6 +850,7 @@ def _external(module: str) -> Section:
 def sections(runs: int | None) -> dict[str, Section]:
     return {
         "crash": lambda quick: crash(quick, runs),
+        "in_doubt": lambda quick: in_doubt(quick, runs),
         "outage": lambda quick: outage(quick, runs),
         "poison": lambda quick: poison(quick, runs),
         "disk": lambda quick: disk(quick, runs),
@@ -707,7 +876,8 @@ def print_table(name: str, rows: Iterable[tuple[str, str]], seconds: float) -> N
 async def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes: finishes in well under a minute")
-    ap.add_argument("--only", help="comma-separated sections (crash, outage, poison, disk, stop, list, cluster); "
+    ap.add_argument("--only", help="comma-separated sections (crash, in_doubt, outage, poison, disk, stop, list, "
+                                   "cluster); "
                                    "default all")
     ap.add_argument("--runs", type=int, help="runs per chaos section (default 20 quick, 100 full)")
     args = ap.parse_args(argv)

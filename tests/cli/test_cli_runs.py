@@ -244,3 +244,11 @@ def test_events_tail_run_and_last_n(server: Server) -> None:
     missing = cli(server, "events", "tail", "--run", "nosuchrun")
     assert missing.exit_code == 2 and "error [run_not_found]" in missing.stderr, missing.output
     assert [e for e in run_events(server.nats, one) if isinstance(e, RunSuspended)]
+
+
+@pytest.mark.parametrize("answer", [[], ["--retry", "--cancel"], ["--mark-done", "{not json"]],
+                         ids=["none", "two", "bad-json"])
+def test_run_resolve_in_doubt_takes_exactly_one_answer_before_contacting_anything(answer: list[str]) -> None:
+    result = runner.invoke(app, ["run", "resolve", "r1", "c1", *answer, "--nats", "nats://127.0.0.1:1"])
+    assert result.exit_code == 2, result.output
+    assert "--mark-done" in result.output or "not JSON" in result.output, result.output

@@ -71,6 +71,7 @@ from agentlog.projections.kv import KVViewStore
 from agentlog.projections.profile import fold_profile
 from agentlog.projections.rebuild import rebuild
 from agentlog.projections.timetravel import state_at
+from agentlog.projections.views import calls_in_doubt
 
 # -- events tail ----------------------------------------------------------------------------------
 
@@ -374,7 +375,10 @@ def runs_cmd(
                        "updated"):
             table.add_column(column, overflow="fold")
         for r in rows:
-            table.add_row(r.run_id, r.thread_id, r.agent_id or "-", status_text(r.status),
+            state = status_text(r.status)
+            if doubted := calls_in_doubt(r):
+                state.append(f" (in doubt: {', '.join(doubted)})", style="bold red")
+            table.add_row(r.run_id, r.thread_id, r.agent_id or "-", state,
                           r.termination.type if r.termination else "-", str(r.steps), r.parent_run_id or "-",
                           str(r.usage.total_tokens), usd(r.cost), format_time(r.updated))
         stdout_console().print(table)

@@ -66,7 +66,7 @@ from agentlog.client import APPROVED, DENIED, AsyncClient, ClientError, always_a
 from agentlog.client import ApiError as ClientApiError
 from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
 from agentlog.eventlog.errors import AgentlogError, StoreUnavailable
-from agentlog.eventlog.events import AnyEvent, RunFinished, RunSuspended
+from agentlog.eventlog.events import IN_DOUBT_ACTION, AnyEvent, RunFinished, RunSuspended, ToolCallSuspended
 from agentlog.eventlog.ids import new_id, validate_id, validate_run_id
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.roles import Role
@@ -338,9 +338,12 @@ async def _follow(api: RunsApi, thread_id: str, run_id: str, after: int, as_json
                   names: dict[str, str]) -> None:
     out = stdout_console()
     last: AnyEvent | None = None
+    doubted: list[str] = []
     async with aclosing(api.follow(thread_id, run_id, after)) as events:
         async for item in events:
             last = item.event
+            if isinstance(last, ToolCallSuspended) and last.ticket.action == IN_DOUBT_ACTION:
+                doubted.append(last.call_id)
             if as_json:
                 print_json(item.doc)
                 continue
@@ -352,7 +355,10 @@ async def _follow(api: RunsApi, thread_id: str, run_id: str, after: int, as_json
     if as_json:
         return
     if isinstance(last, RunSuspended):
-        out.print(Text(f"waiting for a human: {decide_commands(run_id, url)}", style="yellow"))
+        for call_id in (c for c in last.call_ids if c in doubted):
+            out.print(Text(f"{call_id} is in doubt: {resolve_commands(run_id, call_id, url)}", style="bold red"))
+        if any(c not in doubted for c in last.call_ids):
+            out.print(Text(f"waiting for a human: {decide_commands(run_id, url)}", style="yellow"))
     elif isinstance(last, RunFinished) and last.termination.type in FAILED_TERMINATIONS:
         term = last.termination
         out.print(Text(f"run {run_id} failed ({term.type}{', ' + term.code if term.code else ''})"
@@ -455,6 +461,48 @@ _decision_command("approve", "resume", "Approve suspended calls of RUN_ID (decis
 _decision_command("deny", "cancel", "Deny suspended calls of RUN_ID (decision `cancel`, result "
                                     '`{"approved": false}`; --always: decision `resume`, result `{"approved": false, '
                                     '"always": true}`); the run continues without them.')
+
+
+@run_app.command("resolve")
+def run_resolve(
+    run_id: Annotated[str, typer.Argument(help="The waiting run.")],
+    call_id: Annotated[str, typer.Argument(help="The call in doubt.")],
+    mark_done: Annotated[str | None, typer.Option(
+        "--mark-done", metavar="JSON", help="Its effect happened: record JSON as the call's result.")] = None,
+    retry: Annotated[bool, typer.Option("--retry", help="Run it again (same call id: its idempotency key).")] = False,
+    cancel: Annotated[bool, typer.Option("--cancel", help="Complete it cancelled; the model is told.")] = False,
+    follow: FollowOpt = False, as_json: JsonOpt = False, url: UrlOpt = None, api_token: ApiTokenOpt = None,
+    nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
+    data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0,
+) -> None:
+    """Resolve a call in doubt (it was running when its worker stopped, and its tool is not
+    idempotent): exactly one of --mark-done JSON, --retry, --cancel (a decision `resume` whose
+    result answers the call's in-doubt ticket)."""
+    chosen = [name for name, given in (("--mark-done", mark_done is not None), ("--retry", retry),
+                                       ("--cancel", cancel)) if given]
+    if len(chosen) != 1:
+        raise typer.BadParameter("give exactly one of --mark-done JSON, --retry, --cancel", param_hint="--retry")
+    answer: dict[str, Any] = {"action": "retry" if retry else "cancel"}
+    if mark_done is not None:
+        answer = {"action": "mark_done", "result": _json_option(mark_done, "--mark-done", object)}
+    guard(lambda: validate_run_id(run_id))
+    guard(lambda: validate_id(call_id, "call_id"))
+    verb = {"mark_done": "marked done", "retry": "retrying", "cancel": "cancelled"}[answer["action"]]
+
+    async def go(api: RunsApi) -> None:
+        decision = {"target_id": call_id, "decision_id": new_id(), "action": "resume", "result": answer}
+        accepted = await api.call("inputs", {"run_id": run_id, "decisions": [decision]})
+        accepted = {**accepted, "decided": [call_id], "action": "resume"}
+        await _report(api, accepted, f"{verb} {call_id} of", follow, as_json, url, {})
+
+    _drive(connection_options(nats, creds, token, data_dir, timeout), url, api_token, go)
+
+
+def resolve_commands(run_id: str, call_id: str, url: str | None = None) -> str:
+    """The commands that resolve a call in doubt."""
+    target = f" --url {url}" if url else ""
+    base = f"agentlog run resolve {run_id} {call_id}{target}"
+    return f"{base} --mark-done JSON   |   {base} --retry   |   {base} --cancel"
 
 
 @run_app.command("cancel")
@@ -784,7 +832,10 @@ def render_run(run: dict[str, Any]) -> None:
             table.add_column(column, overflow="fold")
         for c in calls:
             decision = c.get("decision") or {}
-            table.add_row(c["call_id"], _tool(c), c.get("status", "-"), c.get("verdict") or "-",
+            state = Text(c.get("status", "-"))
+            if c.get("in_doubt"):
+                state.append(" (in doubt)", style="bold red")
+            table.add_row(c["call_id"], _tool(c), state, c.get("verdict") or "-",
                           decision.get("action") or "-", _short(c.get("result")))
         out.print(table)
     pending = pending_calls(run)
@@ -798,7 +849,11 @@ def render_run(run: dict[str, Any]) -> None:
             table.add_row(c["call_id"], _tool(c), _short(c.get("arguments") or asked.get("arguments")),
                           ticket.get("message") or ticket.get("action") or "-")
         out.print(table)
-        out.print(Text(decide_commands(run["run_id"]), style="dim"))
+        doubted = [c["call_id"] for c in pending if c.get("in_doubt")]
+        for call_id in doubted:
+            out.print(Text(f"{call_id} is in doubt: {resolve_commands(run['run_id'], call_id)}", style="bold red"))
+        if len(doubted) < len(pending):
+            out.print(Text(decide_commands(run["run_id"]), style="dim"))
 
 
 def _tool(call: dict[str, Any]) -> str:
@@ -814,4 +869,5 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-__all__ = ["ApiRejected", "HttpRunsApi", "NatsRunsApi", "RunsApi", "decide_commands", "render_run", "run_app"]
+__all__ = ["ApiRejected", "HttpRunsApi", "NatsRunsApi", "RunsApi", "decide_commands", "render_run", "resolve_commands",
+           "run_app"]

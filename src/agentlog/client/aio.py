@@ -391,6 +391,18 @@ class Runs:
             return await self._decide_all(run_id, call_ids, "resume", always_answer(False), reason)
         return await self._decide_all(run_id, call_ids, "cancel", result, reason)
 
+    async def resolve(self, run_id: str, call_id: str, action: str, result: Any = None) -> Json:
+        """Resolve a call in doubt (it was running when its worker stopped, and its tool is not
+        idempotent): `action` `mark_done` (the effect happened: `result` is recorded as the
+        call's result), `retry` (run it again, same call id) or `cancel` (the model is told). A
+        decision `resume` whose result answers the call's ticket; `InvalidRequest`
+        (`invalid_decision`) for anything else, nothing recorded."""
+        answer: dict[str, Any] = {"action": action}
+        if action == "mark_done":
+            answer["result"] = result
+        accepted = await self.decide(run_id, [_body(target_id=call_id, action="resume", result=answer)])
+        return {**accepted, "decided": [call_id], "action": "resume"}
+
     async def _decide_all(self, run_id: str, call_ids: Sequence[str] | None, action: str, result: Any,
                           reason: str | None) -> Json:
         targets = list(call_ids or [c["call_id"] for c in await self.pending(run_id)])

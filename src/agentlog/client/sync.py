@@ -211,6 +211,9 @@ class SyncRuns:
              result: Any = DENIED, always: bool = False) -> Json:
         return self.c.call(self.a.deny(run_id, call_ids, reason=reason, result=result, always=always))
 
+    def resolve(self, run_id: str, call_id: str, action: str, result: Any = None) -> Json:
+        return self.c.call(self.a.resolve(run_id, call_id, action, result))
+
     def cancel(self, run_id: str, *, reason: str | None = None) -> Json:
         return self.c.call(self.a.cancel(run_id, reason=reason))
 

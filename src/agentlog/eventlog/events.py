@@ -147,6 +147,13 @@ class Termination(_Value, frozen=True):
     detail: str | None = None
 
 
+#: The `SuspendTicket.action` of an in-doubt call: a call of a tool declared not idempotent whose
+#: run was resumed (another process, another worker) after the call started and before its
+#: outcome was recorded, so nobody knows whether its effect happened
+#: (`agentlog.runtime.loop.in_doubt`).
+IN_DOUBT_ACTION = "in_doubt"
+
+
 class SuspendTicket(_Value, frozen=True):
     """What a suspended call waits for: shown to the human, answered by a decision."""
 

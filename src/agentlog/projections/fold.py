@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, TypeVar
 import msgspec
 
 from agentlog.eventlog.events import (
+    IN_DOUBT_ACTION,
     AgentHandedOff,
     AnyEvent,
     AppRef,
@@ -413,10 +414,15 @@ class _RunAcc:
 
     def _call_started(self, ev: ToolCallStarted, ts: int) -> None:
         call = self._call(ev.call_id, ts)
-        self._set_call(_replace(call, status="running", name=ev.name, arguments=ev.arguments, updated=ts))
+        self._set_call(_replace(call, status="running", name=ev.name, arguments=ev.arguments, in_doubt=False,
+                                updated=ts))
 
     def _call_suspended(self, ev: ToolCallSuspended, ts: int) -> None:
         call = self._call(ev.call_id, ts)
+        if ev.ticket.action == IN_DOUBT_ACTION:  # waits for a decision of its own
+            self._set_call(_replace(call, status="suspended", ticket=ev.ticket, in_doubt=True, decision=None,
+                                    resume_mode=None, updated=ts))
+            return
         self._set_call(_replace(call, status="suspended", ticket=ev.ticket, updated=ts))
 
     def _call_decided(self, ev: ToolCallDecided, ts: int) -> None:
@@ -426,14 +432,14 @@ class _RunAcc:
 
     def _call_resuming(self, ev: ToolCallResuming, ts: int) -> None:
         call = self._call(ev.call_id, ts)
-        self._set_call(_replace(call, status="resuming", resume_mode=ev.mode, updated=ts))
+        self._set_call(_replace(call, status="resuming", resume_mode=ev.mode, in_doubt=False, updated=ts))
 
     def _call_completed(self, ev: ToolCallCompleted, ts: int) -> None:
         call = self._call(ev.call_id, ts)
         self._set_call(
             _replace(
                 call, status=ev.outcome, result=ev.result, result_ref=ev.result_ref, message_id=ev.message_id,
-                details=ev.details, state={}, updated=ts,  # tool_call scope ends with the call
+                details=ev.details, state={}, in_doubt=False, updated=ts,  # tool_call scope ends with the call
             )
         )
 

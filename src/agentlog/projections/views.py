@@ -81,6 +81,15 @@ class CallView(_View, frozen=True):
     #: What the tool said about its result for clients (`ToolCallCompleted.details`); the model
     #: never sees it.
     details: Any = None
+    #: The call is suspended in doubt (status `suspended`, its ticket's action `in_doubt`): it
+    #: was running when its run was interrupted, and its tool is not idempotent, so it waits for
+    #: a human to say `mark_done`, `retry` or `cancel` (`agentlog.runtime.loop.in_doubt`).
+    in_doubt: bool = False
+
+
+def calls_in_doubt(run: RunView) -> list[str]:
+    """The ids of the run's calls suspended in doubt (`CallView.in_doubt`), in the view's order."""
+    return [c.call_id for c in run.calls.values() if c.in_doubt]
 
 
 class RunView(_View, frozen=True):

@@ -100,7 +100,9 @@ class ToolContext(TypedState):
     `StatePatched` event, so a tool never writes the state directly. Typed state keys
     (`read`, `write`, `update`, `reduce`; `profile` for the profile scope) are staged in `batch`
     and committed with the completion as `StateWritten` events. `call_id` is the idempotency
-    key: a call interrupted by a crash is run again with the same id (at-least-once).
+    key: a call interrupted by a crash is run again with the same id (at-least-once), unless its
+    tool is declared `idempotent=False`: it is then in doubt, and runs again (same id) only when
+    a human answers `retry` (`agentlog.runtime.loop.in_doubt`).
     """
 
     def __init__(
@@ -241,6 +243,7 @@ class Tool:
         *,
         category: str | None = None,
         label: str | None = None,
+        idempotent: bool = True,
     ) -> None:
         validate_id(name, "tool name")
         self.name = name
@@ -249,6 +252,10 @@ class Tool:
         #: ("search", "mcp:github") and a human name ("Search the web"). Never sent to the model.
         self.category = category
         self.label = label
+        #: Whether running a call twice does no harm. True (the default): a call interrupted by a
+        #: crash runs again with the same `call_id`. False: its effect must not happen twice, so
+        #: an interrupted call is suspended in doubt for a human (`agentlog.runtime.loop.in_doubt`).
+        self.idempotent = idempotent
         self.args_model = args_model
         self.function = function
         self.context_param = context_param
@@ -266,6 +273,7 @@ class Tool:
     def from_function(
         cls, function: ToolFunction, *, name: str | None = None, description: str | None = None,
         state_keys: Iterable[StateKey[Any]] = (), category: str | None = None, label: str | None = None,
+        idempotent: bool = True,
     ) -> Tool:
         signature = inspect.signature(function)
         hints = get_type_hints(function)
@@ -285,7 +293,8 @@ class Tool:
             f"{tool_name}_args", __config__=pydantic.ConfigDict(extra="forbid"), **fields
         )
         doc = description if description is not None else inspect.getdoc(function) or ""
-        return cls(tool_name, doc, model, function, context_param, state_keys, category=category, label=label)
+        return cls(tool_name, doc, model, function, context_param, state_keys, category=category, label=label,
+                   idempotent=idempotent)
 
     def validate(self, arguments: JSON) -> dict[str, Any]:
         """Validate raw JSON arguments; raise `InvalidToolArguments` naming each bad field."""
@@ -376,13 +385,18 @@ async def in_daemon_thread(function: Callable[..., Any], kwargs: dict[str, Any],
 def tool(
     function: ToolFunction | None = None, *, name: str | None = None, description: str | None = None,
     state_keys: Iterable[StateKey[Any]] = (), category: str | None = None, label: str | None = None,
+    idempotent: bool = True,
 ) -> Any:
     """Decorator: `@tool` or `@tool(name=..., description=..., state_keys=[...], category=...,
-    label=...)` turns a function into a `Tool`."""
+    label=..., idempotent=...)` turns a function into a `Tool`.
+
+    `idempotent=False` declares a tool whose effect must not happen twice (a payment, an email):
+    a call of it interrupted by a crash is not run again but suspended in doubt for a human
+    (`agentlog.runtime.loop.in_doubt`)."""
 
     def wrap(fn: ToolFunction) -> Tool:
         return Tool.from_function(fn, name=name, description=description, state_keys=state_keys,
-                                  category=category, label=label)
+                                  category=category, label=label, idempotent=idempotent)
 
     return wrap(function) if function is not None else wrap
 

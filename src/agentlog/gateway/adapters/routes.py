@@ -196,7 +196,8 @@ _AGENTS = {"type": "object", "properties": {"agents": {"type": "array", "items":
         "id": {"type": "string"}, "description": {"type": "string"},
         "tools": {"type": ["array", "null"], "items": {"type": "object", "properties": {
             "name": {"type": "string"}, "description": {"type": "string"},
-            "parameters": {"type": "object"}, "category": {"type": "string"}, "label": {"type": "string"}}}},
+            "parameters": {"type": "object"}, "category": {"type": "string"}, "label": {"type": "string"},
+            "idempotent": {"type": "boolean", "description": "false: an interrupted call goes in doubt"}}}},
         "plugins": {"type": "array", "description": "the agent's configurable plugins", "items": {
             "type": "object", "properties": {"id": {"type": "string"}, "config_key": {"type": "string"},
                                              "config_schema": {"type": "object"}}}}}}}}}

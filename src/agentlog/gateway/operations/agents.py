@@ -24,7 +24,8 @@ class AgentApp(Protocol):
 def agent_catalog(app: AgentApp) -> list[dict[str, Any]]:
     """The agents an app (a `Runtime`, an `App`, a loaded configuration) runs, for clients
     choosing `{agent_id}`: ids, descriptions, tools with their JSON Schemas (and UI category and
-    label), and the configurable plugins with the JSON Schema of their section. A gateway without
+    label, `idempotent: false` where declared), and the configurable plugins with the JSON
+    Schema of their section. A gateway without
     the app answers from its dispatcher (`Dispatcher.agent_catalog`: a work queue knows only the
     ids and descriptions); a server that knows its app gives the transports its catalog
     (`agentlog.cli.server`)."""
@@ -48,12 +49,15 @@ def agent_catalog(app: AgentApp) -> list[dict[str, Any]]:
 
 
 def _tool_entry(t: Tool) -> dict[str, Any]:
-    """A tool as the catalog lists it: what the model sees, plus its UI category and label when set."""
+    """A tool as the catalog lists it: what the model sees, plus its UI category and label when
+    set, and `idempotent: false` for a tool declared so (an interrupted call of it goes in doubt)."""
     entry: dict[str, Any] = {"name": t.name, "description": t.description, "parameters": t.parameters}
     for key in ("category", "label"):
         value = getattr(t, key, None)
         if value is not None:
             entry[key] = value
+    if not getattr(t, "idempotent", True):
+        entry["idempotent"] = False
     return entry
 
 

@@ -58,7 +58,8 @@ class Resume:
     def _pending_calls(self) -> tuple[list[CallPlan], dict[str, Replay], dict[str, ToolCallDecision | None]]:
         """The current step's calls with work left at the last commit point, in the model's
         order: started but not completed (run again, `started`), and resuming after a decision
-        but not yet started (gate + start per resume mode, `replays`)."""
+        but not yet started (gate + start per resume mode, `replays`). In-doubt calls are no
+        longer running: `_resume_calls` suspended them first."""
         ctx = self.staging.ctx
         order = [c.id for c in ctx.step_tool_calls]
         order += [cid for cid in (*ctx.running, *ctx.resuming) if cid not in order]
@@ -68,11 +69,12 @@ class Resume:
         for cid in order:
             if cid in ctx.answered or (cid not in ctx.running and cid not in ctx.resuming):
                 continue
-            plan = self.rounds.plan_for(cid)
             if cid in ctx.running:
-                started[cid] = ctx.resuming.get(cid)
+                plan = self.rounds.plan_for(cid)
+                started[cid] = self.rounds.running_decision(cid)
             else:
-                replays[cid] = Replay(plan, ctx.resuming[cid], ctx.resume_modes.get(cid, "replay_tool_call"))
+                replays[cid] = self.rounds.replay_of(cid)
+                plan = replays[cid].plan
             plans.append(plan)
         return plans, replays, started
 
@@ -99,9 +101,11 @@ class Resume:
         await self._steps()
 
     async def _resume_calls(self) -> bool:
-        """Run the calls with work left (see `_pending_calls`), in the execution mode's manner,
-        then the calls a sequential round left un-started. Returns False if the run ended."""
+        """Suspend the interrupted calls that must not run again (`ToolRounds.suspend_in_doubt`),
+        run the calls with work left (see `_pending_calls`), in the execution mode's manner, then
+        the calls a sequential round left un-started. Returns False if the run ended."""
         rounds = self.rounds
+        rounds.suspend_in_doubt()
         plans, replays, started = self._pending_calls()
         sequential = self.agent.spec.tool_execution_mode == "sequential"
         # decisions recorded mid-step (live) that no loop applied yet: the round applies them

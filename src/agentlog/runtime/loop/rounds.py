@@ -48,6 +48,7 @@ from agentlog.runtime.loop.decisions import (
     stop_input,
 )
 from agentlog.runtime.loop.hitl import APPROVAL_SCHEMA, is_approved, ready_calls
+from agentlog.runtime.loop.in_doubt import in_doubt_calls, in_doubt_ticket, is_in_doubt, resolution
 from agentlog.runtime.loop.run_context import apply_event as fold_event
 from agentlog.runtime.loop.run_context import call_cleanup, copy_context, run_cleanup
 from agentlog.runtime.loop.staging import Cancelled, Staging
@@ -73,10 +74,11 @@ class Running:
 
 @dataclass(frozen=True, slots=True)
 class Replay:
-    """A decided call to run again: its plan, the decision, and the ticket's resume mode."""
+    """A decided call to run again: its plan, the decision it runs with (None: none, an in-doubt
+    call retried that first ran without one), and the ticket's resume mode."""
 
     plan: CallPlan
-    decision: ToolCallDecision
+    decision: ToolCallDecision | None
     mode: str
 
 
@@ -110,6 +112,36 @@ class ToolRounds:
         # a suspended call outside the current step's message cannot happen through this loop;
         # fail it clearly rather than guess its arguments
         return CallPlan(ToolCall(id=call_id, name="unknown"), None, f"tool call {call_id!r} not found in the run's step")
+
+    def running_decision(self, call_id: str) -> ToolCallDecision | None:
+        """The decision a call runs with when it runs again: the one it first ran with when it
+        went in doubt (a `retry` runs it as it ran), else the decision it is resuming with."""
+        ctx = self.staging.ctx
+        if call_id in ctx.in_doubt:
+            return ctx.in_doubt[call_id]
+        return ctx.resuming.get(call_id)
+
+    def replay_of(self, call_id: str) -> Replay:
+        """A `resuming` call to re-drive. An in-doubt call resumes only on `retry` (its other
+        answers complete it in the decision commit): it runs again as it ran, ungated (its gate
+        already let it run), with the decision it first ran with."""
+        ctx = self.staging.ctx
+        if call_id in ctx.in_doubt:
+            return Replay(self.plan_for(call_id), ctx.in_doubt[call_id], "pass_decision_to_tool")
+        return Replay(self.plan_for(call_id), ctx.resuming[call_id], ctx.resume_modes.get(call_id, "replay_tool_call"))
+
+    def suspend_in_doubt(self) -> list[str]:
+        """Stage an in-doubt suspension for each interrupted call that must not run again
+        (`in_doubt.in_doubt_calls`: started by a previous loop, its tool not idempotent), instead
+        of running it again. Returns their ids."""
+        staging = self.staging
+        doubted = in_doubt_calls(staging.ctx, self.agent.agent_tools)
+        for cid in doubted:
+            call = self.plan_for(cid).call
+            staging.emit(ToolCallSuspended(call_id=cid, ticket=in_doubt_ticket(cid, call.name, call.arguments)))
+        if doubted:
+            staging.log.warning("run.calls_in_doubt", call_ids=doubted)
+        return doubted
 
     # -- one call ------------------------------------------------------------------------------
 
@@ -384,7 +416,8 @@ class ToolRounds:
         pending calls), the same way a resume from the log does."""
         staging = self.staging
         ctx = staging.ctx
-        modes = {cid: ctx.suspended[cid].resume_mode for cid in ready}
+        tickets = {cid: ctx.suspended[cid] for cid in ready}
+        modes = {cid: ticket.resume_mode for cid, ticket in tickets.items()}
         if run_resumed:
             staging.emit(RunResumed(call_ids=list(ready)))
         for cid in ready:
@@ -398,6 +431,14 @@ class ToolRounds:
             elif decision.action == "cancel":
                 why = "cancelled by a human" + (f": {decision.reason}" if decision.reason else "")
                 self.emit_cancelled(cid, why)
+            elif is_in_doubt(tickets[cid]):
+                answer, value = resolution(decision)
+                if answer == "mark_done":
+                    await self.complete(self.plan_for(cid), ToolResult.success(value), [])
+                elif answer == "cancel":
+                    self.emit_cancelled(cid, "cancelled by a human after it was interrupted "
+                                             "(whether it took effect is unknown)")
+                # retry: stays resuming, re-driven as it first ran (`replay_of`)
             elif modes[cid] == "use_decision_as_tool_result":
                 await self.complete(self.plan_for(cid), ToolResult.success(decision.result), [])
 
@@ -422,8 +463,8 @@ class ToolRounds:
         for cid in ready:
             if cid not in ctx.resuming:
                 continue  # answered by the decision itself
-            plan = self.plan_for(cid)
-            replay = Replay(plan, ctx.resuming[cid], ctx.resume_modes.get(cid, "replay_tool_call"))
+            replay = self.replay_of(cid)
+            plan = replay.plan
             gate = await self.gate(plan, replay)
             if gate.kind == "run":
                 started.append(self.start(plan, replay))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from agentlog.eventlog.events import (
+    IN_DOUBT_ACTION,
     ActionScheduled,
     AgentHandedOff,
     AnyEvent,
@@ -109,6 +110,10 @@ class RunContext:
     resuming: dict[str, ToolCallDecision] = field(default_factory=dict)
     #: The resume mode of each `resuming` call (from its ToolCallResuming), to re-drive it.
     resume_modes: dict[str, str] = field(default_factory=dict)
+    #: Calls that went in doubt (an in-doubt `ToolCallSuspended`) and have no outcome yet
+    #: (call_id -> the decision they first ran with, None for none): a `retry` runs the call with
+    #: that decision again (`agentlog.runtime.loop.in_doubt`).
+    in_doubt: dict[str, ToolCallDecision | None] = field(default_factory=dict)
     cancel_requested: bool = False
     waiting: bool = False
     #: Between a `RunResumed` and the end of that resume (the run waits again, finishes, or
@@ -231,6 +236,7 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.decisions.pop(call_id, None)
         ctx.resuming.pop(call_id, None)
         ctx.resume_modes.pop(call_id, None)
+        ctx.in_doubt.pop(call_id, None)
         ctx.answered.add(call_id)
         if call_id.startswith(BUDGET_CALL_PREFIX):  # a budget ticket answered, not a tool's outcome
             if completed.outcome == "succeeded":
@@ -272,6 +278,8 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
             ctx.consecutive_errors = ctx.consecutive_errors + 1 if not ctx.step_succeeded else 0
     elif t is ToolCallSuspended:
         suspended = cast(ToolCallSuspended, event)
+        if suspended.ticket.action == IN_DOUBT_ACTION and suspended.call_id not in ctx.in_doubt:
+            ctx.in_doubt[suspended.call_id] = ctx.resuming.get(suspended.call_id)
         ctx.running.pop(suspended.call_id, None)
         ctx.resuming.pop(suspended.call_id, None)
         ctx.resume_modes.pop(suspended.call_id, None)
@@ -311,6 +319,7 @@ def apply_event(ctx: RunContext, event: AnyEvent, ts: int, run_id: str | None, *
         ctx.decision_ids = set()
         ctx.resuming = {}
         ctx.resume_modes = {}
+        ctx.in_doubt = {}
         ctx.waiting = False
         ctx.resume_open = False
         ctx.cancel_requested = False

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from agentlog.eventlog.errors import VersionConflict
@@ -69,6 +69,11 @@ class ReplaySession:
         self._executions: dict[str, int] = {}
         self.executed = 0
         self.from_log = 0
+        #: Stops the replayed loop as its process stopped: fenced, its task cancelled, nothing
+        #: written (set by `verify_run`: `Runtime.abandon_runs`).
+        self.on_interrupt: Callable[[], object] | None = None
+        #: How many recorded interruptions the replay reproduced.
+        self.interrupts = 0
 
     def diverge(self, error: NonDeterminismError) -> NonDeterminismError:
         if self.error is None:
@@ -83,6 +88,23 @@ class ReplaySession:
         self._executions[call_id] = n + 1
         recorded = self.plan.outcomes.get(call_id, ())
         return recorded[n] if n < len(recorded) else None
+
+    def forget_execution(self, call_id: str) -> None:
+        """An execution stopped with its loop (another call's interruption): the next
+        execution of the call is the one the recording holds, not the one after it."""
+        self._executions[call_id] -= 1
+
+    async def interrupt(self, outcome: RecordedOutcome) -> None:
+        """An execution the recording shows interrupted (`RecordedOutcome.interrupted`): wait
+        for its turn (every loop commit before the in-doubt one verified), then stop the loop
+        as its process stopped. The run's next session (`next_session`: a resume) writes the
+        in-doubt commit."""
+        event = self._released.setdefault(outcome.loop_index, asyncio.Event())
+        self._maybe_release(outcome.loop_index, frozenset())
+        await event.wait()
+        if self.error is None and self.on_interrupt is not None:
+            self.interrupts += 1
+            self.on_interrupt()
 
     def _group(self, outcome: RecordedOutcome, call_id: str) -> frozenset[str]:
         if not self.parallel:
@@ -298,6 +320,17 @@ class ReplayTool(Tool):
         outcome = session.next_outcome(ctx.call_id)
         if outcome is None and session.plan.open:
             raise EndOfRecording()  # never run a tool past the end of the recording
+        if outcome is not None and outcome.interrupted:  # never run, also when re-executing tools
+            await session.interrupt(outcome)
+            return ToolResult.failure("replay: the recorded process stopped during this call")  # dropped: fenced
+        try:
+            return await self._answer(arguments, ctx, outcome)
+        except asyncio.CancelledError:
+            session.forget_execution(ctx.call_id)
+            raise
+
+    async def _answer(self, arguments: Any, ctx: ToolContext, outcome: RecordedOutcome | None) -> ToolResult:
+        session = self._session
         if self._from_log:
             self.validate(arguments)
             session.from_log += 1

@@ -18,6 +18,7 @@ import msgspec
 
 from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.events import (
+    IN_DOUBT_ACTION,
     AnyEvent,
     AppRef,
     CircuitBreakerChanged,
@@ -143,6 +144,12 @@ class RecordedOutcome:
     @property
     def cancelled(self) -> bool:
         return isinstance(self.event, ToolCallCompleted) and self.event.outcome == "cancelled"
+
+    @property
+    def interrupted(self) -> bool:
+        """The execution never ended: its process stopped during it, and the run's next loop
+        suspended the call in doubt (an in-doubt `ToolCallSuspended`, `loop_index` its commit)."""
+        return isinstance(self.event, ToolCallSuspended) and self.event.ticket.action == IN_DOUBT_ACTION
 
     def as_result(self) -> ToolResult:
         ev = self.event
@@ -310,7 +317,8 @@ def plan_replay(commits: Sequence[StoredCommit], run_id: str) -> ReplayPlan:
                     outcomes.setdefault(ev.call_id, []).append(
                         RecordedOutcome(k, ev, tuple(tool_ops), tuple(e for e in tool_emits if e.call_id == ev.call_id),
                                         tuple(tool_writes)))
-                    if not (isinstance(ev, ToolCallCompleted) and ev.outcome == "cancelled"):
+                    cancelled = isinstance(ev, ToolCallCompleted) and ev.outcome == "cancelled"
+                    if not cancelled and not outcomes[ev.call_id][-1].interrupted:
                         groups.setdefault(k, set()).add(ev.call_id)
                 tool_ops = []
                 tool_writes = []

@@ -57,7 +57,7 @@ from agentlog.projections.fold import fold_commits
 from agentlog.runtime.agents.spec import AgentRegistry, AgentSpec, derived_tools
 from agentlog.runtime.context_policy import RecordedSummaries
 from agentlog.runtime.digest import REQUEST_PARTS, differing_parts, request_digest, request_part_digests
-from agentlog.runtime.facade import RunResult, Runtime
+from agentlog.runtime.facade import RunHandle, RunResult, Runtime
 from agentlog.runtime.models.base import ModelRequest
 from agentlog.runtime.replay.answer import (
     ReplayBreakers,
@@ -173,32 +173,47 @@ def replay_app_digest(app: AgentsAndTools) -> str:
     return app_digest(*_agents_and_tools(app))
 
 
-async def _drive(rt: Runtime, plan: ReplayPlan, session: ReplaySession, first: RunResult) -> None:
+async def _drive(rt: Runtime, plan: ReplayPlan, session: ReplaySession, handle: RunHandle) -> None:
     """Drive the run through every session the recording holds, the way the recording's parties
-    did: each time the loop stops short of the recorded end (waiting), apply what came next
+    did: each time the loop stops short of the recorded end (waiting, or its process stopped
+    during a call that then went in doubt: `ReplaySession.interrupt`), apply what came next
     through the runtime's public API -- `decide()` with the recorded decisions, `cancel()` with
     the recorded reason, or `resume()` -- against the verifying store, so the commits they write
     are verified like any other (nothing is appended anywhere).
 
-    A run whose process died and was continued by `Runtime.resume` needs nothing here: resume
+    A run whose process died and was continued by `Runtime.resume` needs nothing else: resume
     writes exactly the commits the uninterrupted loop would have (same ids, same timestamps), so
-    the one replayed loop verifies them as it goes."""
-    result: RunResult | None = first
-    while session.error is None and result is not None and result.termination is None:
+    the one replayed loop verifies them as it goes; only an in-doubt call shows where it stopped."""
+    current: RunHandle | None = handle
+    while session.error is None and current is not None:
+        result = await _settled(current, session)
+        if result is not None and result.termination is not None:
+            return
         step = next_session(plan, session.verified)
         if step is None:
             return
         kind, arg = step
         if kind == "decide":
-            res = await rt.decide(plan.run_id, arg, thread_id=plan.thread_id)
-            result = await res.handle.result() if res.handle is not None else None
+            current = (await rt.decide(plan.run_id, arg, thread_id=plan.thread_id)).handle
         elif kind == "cancel":
             await rt.cancel(plan.run_id, reason=arg)
             return
         else:
             resume = getattr(rt, "resume", None)
-            handle = await resume(plan.run_id, thread_id=plan.thread_id) if resume is not None else None
-            result = await handle.result() if handle is not None else None
+            current = await resume(plan.run_id, thread_id=plan.thread_id) if resume is not None else None
+
+
+async def _settled(handle: RunHandle, session: ReplaySession) -> RunResult | None:
+    """The run's result, or None when the replay stopped its loop as the recorded process
+    stopped (`ReplaySession.interrupt`)."""
+    interrupts = session.interrupts
+    try:
+        return await handle.result()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if session.interrupts == interrupts or (task is not None and task.cancelling()):
+            raise
+        return None
 
 
 async def verify_run(
@@ -258,6 +273,7 @@ async def verify_run(
         if not rt.poke(plan.run_id):
             pending_poke.append(True)  # during begin(): poked as soon as start returns
 
+    session.on_interrupt = rt.abandon_runs
     store.on_cancel = signal_cancel
     store.on_poke = poke
     rt.app = plan.app
@@ -273,7 +289,7 @@ async def verify_run(
                 signal_cancel()
             if pending_poke:
                 poke()
-            await _drive(rt, plan, session, await handle.result())
+            await _drive(rt, plan, session, handle)
     except TimeoutError:
         if session.error is None:
             k = session.verified

@@ -419,11 +419,12 @@ function renderApprovals(run, requested) {
   $("#approvals-box").hidden = pending.length === 0;
   $("#approvals").replaceChildren(...pending.map((c) => {
     const asked = requested[c.call_id] || {};
-    return el("li", { "data-call": c.call_id },
+    return el("li", { "data-call": c.call_id, class: c.in_doubt ? "in-doubt" : "" },
       el("div", {}, el("strong", {}, c.name || asked.name || "tool"), " ",
-         el("code", {}, JSON.stringify(c.name ? c.arguments : asked.arguments || {}))),
+         el("code", {}, JSON.stringify(c.name ? c.arguments : asked.arguments || {})),
+         c.in_doubt ? [" ", el("span", { class: "badge in-doubt" }, "in doubt")] : null),
       c.ticket && c.ticket.message ? el("div", { class: "sub" }, c.ticket.message) : null,
-      ticketForm(c));
+      c.in_doubt ? inDoubtForm(c) : ticketForm(c));
   }));
 }
 
@@ -460,6 +461,33 @@ function ticketForm(call) {
       ? [el("button", { class: "approve", type: "submit" }, "Approve"),
          el("button", { class: "deny", type: "button", onclick: () => send(false) }, "Deny")]
       : el("button", { class: "approve", type: "submit" }, "Submit"),
+    note, el("code", { class: "sub" }, call.call_id)));
+  return form;
+}
+
+// The answer form of a call in doubt (it was running when its worker stopped, and its tool is not
+// idempotent): Mark done (with the result to record), Retry, Cancel -- the three shapes of its
+// ticket's response_schema.
+function inDoubtForm(call) {
+  const form = el("form", { class: "ticket", "data-call": call.call_id });
+  const result = el("textarea", { name: "result", placeholder: "the result to record (JSON)" });
+  const note = el("span", { class: "form-error", role: "status" });
+  const send = async (answer) => {
+    note.textContent = "";
+    for (const b of form.querySelectorAll("button")) b.disabled = true;
+    await decide(call.call_id, answer);
+    for (const b of form.querySelectorAll("button")) b.disabled = false;
+  };
+  const markDone = () => {
+    let value;
+    try { value = JSON.parse(result.value || "null"); } catch (err) { note.textContent = `result: ${err.message}`; return; }
+    send({ action: "mark_done", result: value });
+  };
+  form.addEventListener("submit", (e) => { e.preventDefault(); markDone(); });
+  form.append(el("label", {}, "result, if its effect happened (JSON)", result), el("div", { class: "actions" },
+    el("button", { class: "approve", type: "submit" }, "Mark done"),
+    el("button", { type: "button", onclick: () => send({ action: "retry" }) }, "Retry"),
+    el("button", { class: "deny", type: "button", onclick: () => send({ action: "cancel" }) }, "Cancel"),
     note, el("code", { class: "sub" }, call.call_id)));
   return form;
 }
