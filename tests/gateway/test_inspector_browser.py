@@ -36,8 +36,11 @@ WAIT_MS = 15_000
 
 @contextlib.asynccontextmanager
 async def chromium_page() -> AsyncIterator[Any]:
-    from playwright.async_api import async_playwright
+    from playwright.async_api import async_playwright, expect
 
+    # expect()'s own bound (5 s) is not the page's default timeout: on a loaded machine a page
+    # that follows the log can take longer than that to show what it will show
+    expect.set_options(timeout=WAIT_MS)
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
         try:

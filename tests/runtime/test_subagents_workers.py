@@ -62,7 +62,9 @@ async def test_worker_crash_mid_child_recovers_from_the_log(nats_server: Embedde
             await CommandClient(store.nc).submit(StartRun(thread_id="bt", run_id="br", agent_id="boss",
                                                           messages=["delegate"]))
             assert await w1.wait() == -9  # killed inside the child's tool
-            assert parent.run_status("br") == "running" and child.run_status(child_run) == "running"
+            # the watchers follow the log: wait for them to reach what the dead worker committed
+            assert await parent.status_in("br", {"running"}) == "running"
+            assert await child.status_in(child_run, {"running"}) == "running"
             w2 = await spawn_worker(nats_server.url, tmp_path, "w2", env={"WORKER_APP_EXEC_LOG": str(exec_log)})
             procs.append(w2)
             await parent.status_in("br", {"done"})
@@ -100,7 +102,8 @@ async def test_worker_dies_between_a_waiting_childs_end_and_its_parents_decision
                                        decisions=[{"target_id": "ops_deploy", "decision_id": "ok",
                                                    "action": "resume", "result": {"approved": True}}]))
             assert await w1.wait() == -9  # right after the child's RunFinished
-            assert child.run_status(child_run) == "done" and parent.run_status("b2r") == "waiting"
+            await child.status_in(child_run, {"done"})  # the watcher may still be reading that commit
+            assert parent.run_status("b2r") == "waiting"
             w2 = await spawn_worker(nats_server.url, tmp_path, "w2")
             procs.append(w2)
             await parent.status_in("b2r", {"done"})
