@@ -78,7 +78,9 @@ def test_a_failed_run_is_failed_in_the_api_the_client_the_cli_and_the_metrics(pr
         newest_threads = client.threads.list(limit=1, min_seq=seq)
         assert newest_threads["order"] == "desc"
         oldest_threads = client.threads.list(limit=1, order="asc")
-        assert newest_threads["threads"][0]["thread_id"] >= oldest_threads["threads"][0]["thread_id"]
+        def creation(t: dict[str, Any]) -> tuple[int, str]:  # the listings' order: creation, then id
+            return t["created"], t["thread_id"]
+        assert creation(newest_threads["threads"][0]) >= creation(oldest_threads["threads"][0])
 
     async def read(path: str) -> Any:
         async with aiohttp.ClientSession() as http, http.get(f"{d.http_url}{path}") as resp:
