@@ -28,7 +28,8 @@ from agentlog.runtime import (
     tool,
 )
 from agentlog.runtime.agents.spec import MaxRounds
-from agentlog.runtime.loop.driver import RunContext, fold_context, resolve_gate
+from agentlog.runtime.loop.decisions import resolve_gate
+from agentlog.runtime.loop.run_context import RunContext, fold_context
 from agentlog.runtime.models import ScriptedModel, Turn
 from agentlog.runtime.permission import PermissionPlugin, PermissionRule, decide
 from agentlog.runtime.stop import (

@@ -58,7 +58,7 @@ from agentlog.eventlog.events import (
 from agentlog.projections.fold import RunFolder, fold_commits
 from agentlog.projections.views import CallView, RunView
 from agentlog.runtime import RunHandle
-from agentlog.runtime.loop.driver import RunContext, fold_context
+from agentlog.runtime.loop.run_context import RunContext, fold_context
 from agentlog.runtime.snapshots.format import (
     ChunkCache,
     RunSnapshot,

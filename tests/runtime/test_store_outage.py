@@ -204,7 +204,7 @@ def test_outage_policy_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_through_outage_retries_the_same_operation_until_the_deadline() -> None:
     """The retry helper alone (no NATS): an operation failing `StoreUnavailable` is called again
     until it answers; past the deadline the last error is raised; other errors pass at once."""
-    from agentlog.runtime.loop.driver import get_logger
+    from agentlog.runtime.logs import get_logger
     from agentlog.runtime.outage import through_outage
 
     log = get_logger("test")

@@ -55,15 +55,9 @@ from agentlog.runtime.context_policy import ModelSummarizer, Summarizer
 from agentlog.runtime.errors import RunConflict
 from agentlog.runtime.inputs.run_input import CLIENT_STATE_SOURCE, RunInput, client_state_ops
 from agentlog.runtime.live import LiveSink
-from agentlog.runtime.logs import SafeLog, get_logger
+from agentlog.runtime.logs import get_logger
 from agentlog.runtime.loop.active_agent import ActiveAgent
 from agentlog.runtime.loop.decisions import (
-    CallPlan,
-    GateDecision,
-    build_request,
-    classify_result,
-    plan_call,
-    resolve_gate,
     stop_input,
     tool_specs,
 )
@@ -76,7 +70,6 @@ from agentlog.runtime.loop.run_context import (
     apply_event,
     copy_context,
     due_messages,
-    fold_context,
 )
 from agentlog.runtime.loop.staging import Cancelled, Requeue, Staging
 from agentlog.runtime.models.base import ModelError, is_truncated
@@ -86,11 +79,7 @@ from agentlog.runtime.plugins import EffectSpec, ExcludeTools, IncludeOnlyTools,
 from agentlog.runtime.stop import evaluate_stop
 from agentlog.runtime.tools import Tool
 
-# The loop's public names stay importable from here (their homes: run_context, decisions, logs).
-__all__ = [
-    "CallPlan", "GateDecision", "RunConflict", "RunContext", "RunLoop", "SafeLog", "apply_event", "build_request",
-    "classify_result", "fold_context", "get_logger", "plan_call", "resolve_gate", "stop_input", "tool_specs",
-]
+__all__ = ["RunLoop"]
 
 
 #: The internal user message that asks a model cut off by its output limit to go on.

@@ -78,7 +78,6 @@ from agentlog.runtime.loop.hitl import HitlError, RunNotWaiting
 from agentlog.runtime.workers.claims import StartClaims
 from agentlog.runtime.workers.commands import (
     COMMANDS_STREAM,
-    COMMANDS_SUBJECTS,
     DLQ_CODE,
     DLQ_COMMAND_ID,
     DLQ_DELIVERIES,
@@ -86,7 +85,6 @@ from agentlog.runtime.workers.commands import (
     DLQ_QUEUE_SEQ,
     DLQ_RUN_ID,
     INTERRUPTED,
-    WORKER_CONSUMER,
     Cancel,
     ContinueRun,
     Decide,
@@ -216,7 +214,6 @@ class Worker:
             self.runtime = await rt if inspect.isawaitable(rt) else rt
         await ensure_commands_stream(self.js)
         await ensure_dlq_stream(self.js)
-        await self._narrow_legacy_consumer()
         config = ConsumerConfig(  # max_deliver unlimited on the server: see "Dead letters" above
             durable_name=self.consumer, ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
             ack_wait=self.ack_wait, max_deliver=-1, max_ack_pending=10_000,
@@ -229,20 +226,6 @@ class Worker:
         self._sub = await self.js.pull_subscribe_bind(self.consumer, COMMANDS_STREAM)
         self._fetcher = asyncio.get_running_loop().create_task(self._fetch_loop(), name="agentlog-worker-fetch")
         self.log.info("worker.started", concurrency=self.concurrency, ack_wait=self.ack_wait)
-
-    async def _narrow_legacy_consumer(self) -> None:
-        """The workers' consumer from before apps had names took every command subject
-        (`agentlog.cmd.>`), which would overlap every app's (a work queue refuses that): narrow
-        it to the default app's subjects, which are the ones it ever saw."""
-        from nats.js.errors import NotFoundError
-
-        try:
-            info = await self.js.consumer_info(COMMANDS_STREAM, WORKER_CONSUMER)
-        except NotFoundError:
-            return
-        if info.config.filter_subject == COMMANDS_SUBJECTS:
-            info.config.filter_subject = commands_filter(DEFAULT_APP)
-            await self.js.add_consumer(COMMANDS_STREAM, info.config)  # an update: the filter may change
 
     async def stop(self, timeout: float | None = None) -> None:
         """Stop fetching; let in-flight commands finish within `timeout` (or until
