@@ -32,7 +32,7 @@ from agentlog.eventlog.events import RunFinished, RunStarted
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.gateway.operations.dispatch import QueueDispatcher
 from agentlog.gateway.operations.operations import accepted
-from agentlog.runtime import AgentSpec, Runtime
+from agentlog.runtime import AgentSpec, RunRequest, Runtime
 from agentlog.runtime.models import ScriptedModel
 from agentlog.runtime.workers.claims import StartClaims, Withdrawal
 from agentlog.runtime.workers.worker import Worker
@@ -182,11 +182,11 @@ async def test_a_start_a_worker_took_is_answered_queued_and_runs(nats_server: Em
         async with asyncio.timeout(TIMEOUT):
             gateway = QueueDispatcher(store.nc, store, timeout=0.2)
             gateway.claims = WorkerWinsTheRace(gateway.client.js)
-            answer = await gateway.start_run("a", "hi", thread_id="t-raced", run_id="r-raced")
+            answer = await gateway.start_run(RunRequest(agent_id="a", messages="hi", thread_id="t-raced", run_id="r-raced"))
             assert answer.queued and not answer.duplicate
             assert accepted(answer) == {"thread_id": "t-raced", "run_id": "r-raced", "seq": 0, "status": "queued"}
             # the client's retry: the start is taken, so it is answered from it, nothing new queued
-            retried = await gateway.start_run("a", "hi", thread_id="t-raced", run_id="r-raced")
+            retried = await gateway.start_run(RunRequest(agent_id="a", messages="hi", thread_id="t-raced", run_id="r-raced"))
             assert retried.queued and retried.duplicate
             rt = Runtime(store, agents=[AgentSpec(id="a", model=ScriptedModel(["hello"]))])
             worker = Worker(store, runtime=rt, concurrency=1)

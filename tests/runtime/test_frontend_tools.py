@@ -23,7 +23,7 @@ from agentlog.eventlog.events import (
     ToolCallDecision,
 )
 from agentlog.gateway.operations.dispatch import InvalidInput, QueueDispatcher
-from agentlog.runtime import AgentSpec, PermissionPlugin, Runtime, tool
+from agentlog.runtime import AgentSpec, PermissionPlugin, RunRequest, Runtime, tool
 from agentlog.runtime.inputs.frontend import (
     ACTION,
     FrontendToolConflict,
@@ -264,10 +264,11 @@ async def test_queue_dispatcher_and_worker(store: Any) -> None:
     try:
         async with asyncio.timeout(30):
             with pytest.raises(InvalidInput):  # names are checked at the gateway: nothing queued
-                await dispatcher.start_run("agent", "go", thread_id="t1", run_id="r1",
-                                           frontend_tools=[{"name": "bad name"}])
+                await dispatcher.start_run(RunRequest(agent_id="agent", messages="go", thread_id="t1", run_id="r1",
+                                                      frontend_tools=[{"name": "bad name"}]))
             assert await store.last_seq() == 0
-            await dispatcher.start_run("agent", "go", thread_id="t1", run_id="r1", frontend_tools=[CONFIRM])
+            await dispatcher.start_run(RunRequest(agent_id="agent", messages="go", thread_id="t1", run_id="r1",
+                                                  frontend_tools=[CONFIRM]))
             seq = await until_event(store, "t1", RunSuspended)
             view = await rt.run_view("r1")
             (call_id,) = view.calls

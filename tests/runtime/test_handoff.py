@@ -23,7 +23,16 @@ from agentlog.gateway.adapters.agui import AguiTranslator
 from agentlog.gateway.adapters.aisdk import AiSdkTranslator
 from agentlog.gateway.operations.dispatch import InProcessDispatcher
 from agentlog.projections import fold_commits
-from agentlog.runtime import AgentSpec, DeterministicEntropy, HandOff, PhaseContext, Plugin, Runtime, tool
+from agentlog.runtime import (
+    AgentSpec,
+    DeterministicEntropy,
+    HandOff,
+    PhaseContext,
+    Plugin,
+    RunRequest,
+    Runtime,
+    tool,
+)
 from agentlog.runtime.agents.handoff import HandoffPlugin, HandoffTool
 from agentlog.runtime.agents.spec import UnknownAgent
 from agentlog.runtime.loop.run_context import RunContext, fold_context
@@ -211,8 +220,8 @@ async def test_handoff_continuation_starts_with_active_agent(store: Any) -> None
     assert len(b_model.requests) == 2
     assert (await rt.thread_view(first.thread_id)).active_agent == "billing"
     async with asyncio.timeout(20):
-        explicit = await dispatcher.start_run("triage", [{"role": "user", "content": "back"}],
-                                              parent_run_id=accepted.run_id)
+        explicit = await dispatcher.start_run(RunRequest(
+            agent_id="triage", messages=[{"role": "user", "content": "back"}], parent_run_id=accepted.run_id))
         await finished(store, explicit.run_id)
     assert (await rt.run_view(explicit.run_id)).agent_id == "triage"
     assert (await rt.thread_view(first.thread_id)).active_agent == "triage"

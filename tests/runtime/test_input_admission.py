@@ -1,5 +1,5 @@
 """A run start is checked in full BEFORE its first write, with one shared check
-(`agentlog.runtime.inputs.admission.check_start`) that serve mode (`Runtime.start`) and gateway mode
+(`agentlog.runtime.inputs.admission.check_request`) that serve mode (`Runtime.start`) and gateway mode
 (`QueueDispatcher`) both call, so both answer the same typed error and neither leaves anything
 behind: no orphan `ThreadCreated`, no queued command.
 
@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.runtime import RunRequest
 
 from tests.support.input import AGENT, TIMEOUT, codes_of, commands_queued, open_deployed, open_stack
 from tests.support.topology import Deployment
@@ -49,8 +50,8 @@ async def test_bad_starts_get_the_same_typed_error_in_both_modes_and_write_nothi
         for name, messages, kwargs, code in _bad_starts(s.nc.max_payload):
             for resource_id in (None, "tenant/1"):
                 try:
-                    await s.front.dispatcher.start_run(AGENT, messages, thread_id="t-new", resource_id=resource_id,
-                                                       **kwargs)
+                    await s.front.dispatcher.start_run(RunRequest(
+                        agent_id=AGENT, messages=messages, thread_id="t-new", resource_id=resource_id, **kwargs))
                     got = "accepted"
                 except Exception as exc:  # noqa: BLE001 - the code is what is checked
                     got = getattr(exc, "code", type(exc).__name__)
@@ -89,7 +90,8 @@ async def test_unstorable_decisions_and_reasons_are_the_same_400_in_both_modes(
         calls = [
             lambda: s.front.dispatcher.submit_inputs(r, decisions=[bad]),
             lambda: s.front.dispatcher.submit_inputs(r, decisions=[bad], messages="and more"),
-            lambda: s.front.dispatcher.start_run(AGENT, "more", parent_run_id=r, decisions=[bad]),
+            lambda: s.front.dispatcher.start_run(RunRequest(agent_id=AGENT, messages="more", parent_run_id=r,
+                                                            decisions=[bad])),
             lambda: s.front.dispatcher.cancel(r, reason="\udc00"),
         ]
         assert await codes_of(calls) == ["invalid_input"] * len(calls)

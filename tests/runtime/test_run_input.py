@@ -18,7 +18,7 @@ import pytest
 from agentlog.eventlog.events import ContextEntry, RunOverrides, RunStarted, StatePatched
 from agentlog.gateway.adapters.agui import agui_run_input, parse_run_input
 from agentlog.gateway.adapters.common import AdapterInputError
-from agentlog.runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime, tool
+from agentlog.runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, RunRequest, Runtime, tool
 from agentlog.runtime.inputs.run_input import (
     CONTEXT_HEADING,
     OverrideNotAllowed,
@@ -250,16 +250,16 @@ async def test_override_refused_by_the_worker_when_the_gateway_knows_no_policy(n
     try:
         gateway = QueueDispatcher(store.nc, store, agents=None, timeout=20.0)
         with pytest.raises(CommandFailed) as err:
-            await gateway.start_run("echo", "hi", thread_id="t-override-worker",
-                                    run_input={"overrides": {"options": {"temperature": 2}}})
+            await gateway.start_run(RunRequest(agent_id="echo", messages="hi", thread_id="t-override-worker",
+                                               run_input={"overrides": {"options": {"temperature": 2}}}))
         assert err.value.code == "override_not_allowed"
         assert [sc async for sc in store.read_thread("t-override-worker")] == []
         # the same gateway knowing the policy refuses it itself, before anything is queued
         knowing = QueueDispatcher(store.nc, store, timeout=20.0,
                                   override_policies={"echo": ("echo-model", OverridePolicy())})
         with pytest.raises(OverrideNotAllowed):
-            await knowing.start_run("echo", "hi", thread_id="t-override-worker",
-                                    run_input={"overrides": {"model": "other"}})
+            await knowing.start_run(RunRequest(agent_id="echo", messages="hi", thread_id="t-override-worker",
+                                               run_input={"overrides": {"model": "other"}}))
     finally:
         await worker.stop(timeout=2.0)
         await store.close()

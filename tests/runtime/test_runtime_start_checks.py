@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agentlog.runtime import RunConflict, RunNotFound
+from agentlog.runtime import RunConflict, RunNotFound, RunRequest
 
 from tests.support import hitl as S
 from tests.support.input import codes_of
@@ -83,7 +83,7 @@ async def test_a_deleted_thread_takes_no_run_through_any_path(store: Any) -> Non
             lambda: rt.start("agent", "a new run", thread_id=S.THREAD),
             lambda: rt.start("agent", "never mind", parent_run_id=S.RUN),
             lambda: rt.start("agent", "go on", parent_run_id=S.RUN, decisions=[decision]),
-            lambda: dispatcher.start_run("agent", "a new run", thread_id=S.THREAD),
+            lambda: dispatcher.start_run(RunRequest(agent_id="agent", messages="a new run", thread_id=S.THREAD)),
             lambda: dispatcher.submit_inputs(S.RUN, messages="never mind"),
         ]
         assert await codes_of(attempts) == ["thread_not_found"] * len(attempts)

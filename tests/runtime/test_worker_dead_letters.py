@@ -21,6 +21,7 @@ from agentlog.eventlog.events import Commit, RunFinished, RunStarted, ThreadCrea
 from agentlog.eventlog.ids import new_id, now_ms
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.gateway.operations.dispatch import CommandFailed, QueueDispatcher
+from agentlog.runtime import RunRequest
 from agentlog.runtime.workers.commands import (
     COMMANDS_STREAM,
     DLQ_CODE,
@@ -131,12 +132,14 @@ async def test_the_gateway_answers_with_the_workers_code(nats_server: EmbeddedNa
         # a gateway that does not know the app: only the worker can tell the agent is unknown
         gateway = QueueDispatcher(store.nc, store, agents=None, timeout=TIMEOUT)
         with pytest.raises(CommandFailed) as err:
-            await gateway.start_run("ghost", "hi", thread_id="t-ghost", resource_id="tenant/1")
+            await gateway.start_run(RunRequest(agent_id="ghost", messages="hi", thread_id="t-ghost",
+                                               resource_id="tenant/1"))
         assert err.value.code == "agent_not_found"
         assert await _drained(store)
         # the gateway wrote nothing (resource_id rides in the command): no orphan thread
         assert [sc async for sc in store.read_thread("t-ghost")] == []
-        accepted = await gateway.start_run("echo", "hi", thread_id="t-ghost", resource_id="tenant/1")
+        accepted = await gateway.start_run(RunRequest(agent_id="echo", messages="hi", thread_id="t-ghost",
+                                                      resource_id="tenant/1"))
         assert accepted.thread_id == "t-ghost"  # the thread is not blocked
         first = [sc async for sc in store.read_thread("t-ghost")][0].commit.events[0]
         assert isinstance(first, ThreadCreated) and first.resource_id == "tenant/1"  # by the worker's start

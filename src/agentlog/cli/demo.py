@@ -53,7 +53,15 @@ from agentlog.eventlog.ids import new_id
 from agentlog.eventlog.store import EventStore, as_generator
 from agentlog.gateway.operations.app_loader import App
 from agentlog.gateway.operations.timeline import build_replay, event_summary, learn_call_names
-from agentlog.runtime import AgentSpec, McpServerConfig, McpToolset, PermissionPlugin, ToolContext, tool
+from agentlog.runtime import (
+    AgentSpec,
+    McpServerConfig,
+    McpToolset,
+    PermissionPlugin,
+    RunRequest,
+    ToolContext,
+    tool,
+)
 from agentlog.runtime.models.base import ModelRequest
 from agentlog.runtime.models.scripted import ScriptedModel, ScriptItem, Turn, last_tool_result
 
@@ -225,10 +233,11 @@ async def run_demo(server: Any, *, auto_approve: bool, keep_running: bool, conso
                       f"inspector  {server.http_url}/ui\nAPI docs   {server.http_url}/docs"),
         border_style="magenta"))
     run_id, thread_id = new_id(), new_id()
+    request = RunRequest(agent_id=DEMO_AGENT, messages=[DEMO_PROMPT], run_id=run_id, thread_id=thread_id)
     if server.dispatcher is not None:  # the same path as POST /v1/runs
-        await server.dispatcher.start_run(DEMO_AGENT, DEMO_PROMPT, run_id=run_id, thread_id=thread_id)
+        await server.dispatcher.start_run(request)
     else:
-        await server.runtime.start(DEMO_AGENT, DEMO_PROMPT, run_id=run_id, thread_id=thread_id)
+        await server.runtime.start(request)
     console.print(Text.assemble("started run ", (run_id, "bold"), f" of agent {DEMO_AGENT!r} on thread {thread_id}: ",
                                 (repr(DEMO_PROMPT), "italic")))
     names: dict[str, str] = {}

@@ -50,6 +50,7 @@ from agentlog.gateway.operations.agents import agent_catalog
 from agentlog.gateway.operations.app_loader import AppSource, load_app, resolve_app
 from agentlog.gateway.operations.connection import ConnectionOptions, connect
 from agentlog.runtime.agents.setup import check_models
+from agentlog.runtime.inputs.run_input import OverrideScope
 from agentlog.runtime.outage import OutagePolicy, is_transient, through_outage
 
 if TYPE_CHECKING:
@@ -367,7 +368,7 @@ class Server:
             agent_id: spec.description for agent_id, spec in self.agent_specs.items()}, snapshots=self.snapshots,
             timeout=_seconds(None, ENV_DISPATCH_TIMEOUT, 10.0),
             app_name=self.config.resolved_app_name(), override_policies={
-                agent_id: (spec.model_name, spec.overrides) for agent_id, spec in self.agent_specs.items()},
+                agent_id: OverrideScope(spec.model_name, spec.overrides) for agent_id, spec in self.agent_specs.items()},
             handoff=getattr(self.runtime, "handoff", None))  # serve: this process's worker decides
 
     def _routes(self) -> list[Any]:

@@ -25,6 +25,7 @@ from agentlog.client.aio import (
     DENIED,
     FINISHED,
     AsyncClient,
+    RunOptions,
     always_answer,
     get_client,
     pending_calls,
@@ -50,8 +51,8 @@ from agentlog.client.sse import StreamEvent
 from agentlog.client.sync import SyncClient, get_sync_client
 
 __all__ = [
-    "get_client", "get_sync_client", "AsyncClient", "SyncClient", "StreamEvent", "APPROVED", "DENIED", "FINISHED",
-    "always_answer",
+    "get_client", "get_sync_client", "AsyncClient", "SyncClient", "RunOptions", "StreamEvent", "APPROVED", "DENIED",
+    "FINISHED", "always_answer",
     "pending_calls", "settled",
     "STATUS_BY_CODE", "ClientError", "ApiError", "InvalidRequest", "Unauthorized", "Forbidden", "NotFound",
     "MethodNotAllowed", "Conflict", "TooLarge", "UnsupportedMediaType", "ServerError", "Unavailable",

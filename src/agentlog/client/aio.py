@@ -20,7 +20,7 @@ import urllib.parse
 import uuid
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import aiohttp
 
@@ -47,6 +47,29 @@ Json = dict[str, Any]
 #: (`list` is a method name in the classes below)
 JsonList = list[Json]
 Messages = str | Sequence[str | Mapping[str, Any]]
+
+
+class RunOptions(TypedDict, total=False):
+    """What `runs.create` sends with a run besides its agent and messages, all optional."""
+
+    #: The thread to run on (a new one when not given).
+    thread_id: str | None
+    #: The run's id; chosen by the client when not given, so that a retry runs it once.
+    run_id: str | None
+    #: The owner of a new thread (a tenant's prefix).
+    resource_id: str | None
+    #: The run this one continues.
+    parent_run_id: str | None
+    #: Decisions for the waiting parent's suspended calls (a `decision_id` is added when missing).
+    decisions: Sequence[Mapping[str, Any]]
+    #: `{model, system_prompt, options, allowed_tools, excluded_tools}`, within what the agent allows.
+    overrides: Mapping[str, Any] | None
+    #: `[{description, value}]`, shown to the model.
+    context: Sequence[Mapping[str, str]]
+    #: Merged into the thread's state.
+    state: Mapping[str, Any] | None
+    #: How many times a 503 or a lost answer is sent again (default 2).
+    retries: int
 
 
 def _params(**values: Any) -> dict[str, str]:
@@ -248,16 +271,10 @@ class Runs:
     def __init__(self, client: AsyncClient) -> None:
         self.client = client
 
-    async def create(self, agent_id: str, messages: Messages = (), *, thread_id: str | None = None,
-                     run_id: str | None = None, resource_id: str | None = None,
-                     parent_run_id: str | None = None, decisions: Sequence[Mapping[str, Any]] = (),
-                     overrides: Mapping[str, Any] | None = None, context: Sequence[Mapping[str, str]] = (),
-                     state: Mapping[str, Any] | None = None, retries: int = 2) -> Json:
+    async def create(self, agent_id: str, messages: Messages = (), **options: Unpack[RunOptions]) -> Json:
         """Start a run of `agent_id` (a new thread unless `thread_id`): `{"thread_id", "run_id",
-        "seq"}`. `messages`: a string (one user message) or a list of strings / `{role, content}`.
-        `overrides` (`{model, system_prompt, options, allowed_tools, excluded_tools}`, within what
-        the agent allows), `context`
-        (`[{description, value}]`) and `state` (merged into the thread's) are recorded with the run.
+        "seq"}`. `messages`: a string (one user message) or a list of strings / `{role, content}`;
+        `options`: the rest of the start (`RunOptions`).
 
         Idempotent: the run id is chosen here when not given, so a start sent again runs once. A
         create that got no answer (`ConnectionFailed`) or a 503 (`Unavailable`: no worker took
@@ -265,12 +282,15 @@ class Runs:
         the same run id, up to `retries` times (after the server's `Retry-After`, at most 5 s);
         if an earlier attempt had started the run, the answer says `"duplicate": true`. Every
         error raised names the run id (`.run_id`): creating with it again is safe."""
-        run_id = run_id or uuid.uuid4().hex
-        body = _body(agent_id=agent_id, messages=_messages(messages), thread_id=thread_id, run_id=run_id,
-                     resource_id=resource_id, parent_run_id=parent_run_id,
-                     decisions=[_decision(d) for d in decisions] or None,
+        run_id = options.get("run_id") or uuid.uuid4().hex
+        overrides, state = options.get("overrides"), options.get("state")
+        body = _body(agent_id=agent_id, messages=_messages(messages), thread_id=options.get("thread_id"),
+                     run_id=run_id, resource_id=options.get("resource_id"), parent_run_id=options.get("parent_run_id"),
+                     decisions=[_decision(d) for d in options.get("decisions", ())] or None,
                      overrides=dict(overrides) if overrides is not None else None,
-                     context=[dict(c) for c in context] or None, state=dict(state) if state is not None else None)
+                     context=[dict(c) for c in options.get("context", ())] or None,
+                     state=dict(state) if state is not None else None)
+        retries = options.get("retries", 2)
         attempt = 0
         while True:
             try:
@@ -497,5 +517,5 @@ def get_client(url: str | None = None, *, token: str | None = None, timeout: flo
                        token=token if token is not None else os.environ.get(TOKEN_ENV), timeout=timeout)
 
 
-__all__ = ["APPROVED", "DENIED", "FINISHED", "Agents", "AsyncClient", "Runs", "Threads", "always_answer",
+__all__ = ["APPROVED", "DENIED", "FINISHED", "Agents", "AsyncClient", "RunOptions", "Runs", "Threads", "always_answer",
            "get_client", "pending_calls", "settled"]

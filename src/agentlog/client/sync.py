@@ -19,7 +19,7 @@ import asyncio
 import os
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from agentlog.client.aio import (
     APPROVED,
@@ -31,6 +31,7 @@ from agentlog.client.aio import (
     Json,
     JsonList,
     Messages,
+    RunOptions,
 )
 from agentlog.client.sse import StreamEvent
 
@@ -165,14 +166,8 @@ class SyncRuns:
     def __init__(self, client: SyncClient) -> None:
         self.c, self.a = client, client.aio.runs
 
-    def create(self, agent_id: str, messages: Messages = (), *, thread_id: str | None = None,
-               run_id: str | None = None, resource_id: str | None = None, parent_run_id: str | None = None,
-               decisions: Sequence[Mapping[str, Any]] = (), overrides: Mapping[str, Any] | None = None,
-               context: Sequence[Mapping[str, str]] = (), state: Mapping[str, Any] | None = None,
-               retries: int = 2) -> Json:
-        return self.c.call(self.a.create(agent_id, messages, thread_id=thread_id, run_id=run_id,
-                                         resource_id=resource_id, parent_run_id=parent_run_id, decisions=decisions,
-                                         overrides=overrides, context=context, state=state, retries=retries))
+    def create(self, agent_id: str, messages: Messages = (), **options: Unpack[RunOptions]) -> Json:
+        return self.c.call(self.a.create(agent_id, messages, **options))
 
     def get(self, run_id: str, *, min_seq: int | None = None) -> Json:
         return self.c.call(self.a.get(run_id, min_seq=min_seq))

@@ -33,6 +33,7 @@ from agentlog.runtime.agents.spec import (
 from agentlog.runtime.context_policy import ContextPolicy
 from agentlog.runtime.errors import RunConflict, RunNotFound, ThreadNotFound
 from agentlog.runtime.facade import CommittedEvent, DecideResult, RunHandle, RunResult, Runtime
+from agentlog.runtime.inputs.request import RunRequest
 from agentlog.runtime.live import LiveSink, MemoryLiveSink, NatsLiveSink, NullLiveSink
 from agentlog.runtime.loop.entropy import DeterministicEntropy, Entropy, SystemEntropy
 from agentlog.runtime.loop.hitl import (
@@ -93,7 +94,7 @@ __all__ = [
     "IncludeOnlyTools", "LiveSink", "LoopDetection", "MaxRounds", "MemoryLiveSink", "ModelRegistry",
     "NatsLiveSink", "NullLiveSink", "OverrideInference", "PatchState", "Emit", "PermissionPlugin",
     "PermissionRule", "PhaseContext", "Plugin", "PluginError", "RetryPolicy", "RunConflict",
-    "RunContext", "RunHandle", "RunNotFound", "RunResult", "Runtime", "SetResult", "StopOnTool",
+    "RunContext", "RunHandle", "RunNotFound", "RunRequest", "RunResult", "Runtime", "SetResult", "StopOnTool",
     "Suspend", "SystemEntropy", "Terminate", "ThreadNotFound", "Timeout", "TokenBudget", "Tool", "ToolContext",
     "ToolError", "ToolExecutionMode", "ToolRegistry", "ToolResult", "apply_event", "tool",
     # human in the loop

@@ -37,10 +37,11 @@ from agentlog.projections.views import RunView, ThreadView
 from agentlog.runtime.agents.spec import AgentRegistry, AgentSpec, ModelRegistry, derived_tools
 from agentlog.runtime.context_policy import Summarizer
 from agentlog.runtime.errors import RunConflict, RunNotFound, retry_on_conflict
-from agentlog.runtime.inputs.admission import admit_thread, check_start
+from agentlog.runtime.inputs.admission import admit_thread, check_request
 from agentlog.runtime.inputs.admission import as_messages as _as_messages
-from agentlog.runtime.inputs.frontend import check_no_conflict, is_frontend_stub, normalize_frontend_tools
-from agentlog.runtime.inputs.run_input import RunInput, as_run_input, check_overrides
+from agentlog.runtime.inputs.frontend import check_no_conflict, is_frontend_stub
+from agentlog.runtime.inputs.request import RunRequest
+from agentlog.runtime.inputs.run_input import OverrideScope
 from agentlog.runtime.live import LiveSink, NullLiveSink
 from agentlog.runtime.loading import Handoff, LoadedRun, RunLoader, known_calls
 from agentlog.runtime.logs import get_logger
@@ -54,7 +55,7 @@ from agentlog.runtime.loop.hitl import (
     ready_calls,
 )
 from agentlog.runtime.loop.run_context import RunContext, fold_context
-from agentlog.runtime.models.base import Model, ToolSpec
+from agentlog.runtime.models.base import Model
 from agentlog.runtime.models.breaker import Breakers
 from agentlog.runtime.models.providers import build_provider_model
 from agentlog.runtime.outage import OutagePolicy
@@ -347,92 +348,59 @@ class Runtime:
 
     # -- starting ------------------------------------------------------------------------------
 
-    async def start(
-        self,
-        agent_id: str,
-        messages: str | Message | Mapping[str, Any] | Sequence[Any] = (),
-        *,
-        thread_id: str | None = None,
-        parent_run_id: str | None = None,
-        run_id: str | None = None,
-        resource_id: str | None = None,
-        origin: str = "user",
-        decisions: Sequence[DecisionInput] = (),
-        frontend_tools: Sequence[ToolSpec | Mapping[str, Any]] | None = None,
-        parent_thread_id: str | None = None,
-        thread_metadata: Mapping[str, Any] | None = None,
-        run_input: RunInput | Mapping[str, Any] | None = None,
-    ) -> RunHandle:
-        """Commit the start of a run and drive it in the background.
+    async def start(self, request: RunRequest | str, messages: Any = (), **fields: Any) -> RunHandle:
+        """Commit the start of a run and drive it in the background; returns once the run start
+        is in the log. `start(RunRequest(...))`, or `start(agent_id, messages, **fields)` with
+        the fields of a `RunRequest` (`thread_id`, `run_id`, `parent_run_id`, `decisions`,
+        `frontend_tools`, `run_input`, ...).
 
-        A new thread unless `thread_id` names one; `parent_run_id` continues a finished (or
-        waiting) run on its thread (lineage in `RunStarted`). Returns once the run start is in
-        the log. Raises `RunConflict` if the thread has an active run.
+        Everything that can refuse it is checked before the first write: the input
+        (`agentlog.runtime.inputs.admission.check_request`), the agent, its tools and models, its
+        override policy, the thread (`RunConflict`: it has an active run; `ThreadNotFound`;
+        `RunNotFound`: a parent not on it). A frontend tool named like one of the agent's tools
+        is `FrontendToolConflict`, unless the agent declares it as a frontend stub, which then
+        handles it.
 
-        Continuation of a waiting parent: `decisions` (for the parent's suspended calls) are
-        applied to the parent first, which resumes and runs until it finishes or waits again;
-        whatever the parent still waits for is then closed (`cancel`, its suspended calls
-        `cancelled`, "superseded by continuation") so that the thread never holds an unanswered
-        tool call when the new run's model sees it. Then the new run starts.
-
-        `frontend_tools` (`ToolSpec`s or `{name, description, parameters}`): tools the client
-        executes, for this run only (`agentlog.runtime.inputs.frontend`). They are recorded in `RunStarted`, so
-        resume and verified replay need nothing but the log; a continuation inherits none of
-        them (pass them again: an AG-UI client sends its tools with every request). Checked
-        before anything is written: `InvalidFrontendTools` (name not an id, duplicate, shape),
-        `FrontendToolConflict` (the name of one of the agent's backend tools). A name the agent
-        already declares as a frontend stub (a `Tool` with `frontend_stub` set) is not a
-        conflict: the stub keeps handling it and the declaration is not recorded again.
-
-        `parent_thread_id` (with `parent_run_id`): a sub-agent run (`agentlog.runtime.toolkits.subagents`): the run
-        starts on its own (child) thread, and the lineage is recorded in `ThreadCreated` and
-        `RunStarted`; it is not a continuation. `thread_metadata`: of a new thread.
-
-        `run_input` (`agentlog.runtime.inputs.run_input.RunInput` or its JSON form): the client's
-        overrides (checked against the agent's `overrides` policy: `OverrideNotAllowed`),
-        context, forwarded props and state, all recorded in the run-start commit.
-        """
-        # Everything that can reject the request is checked before the first write: closing a
-        # waiting parent appends, so a continuation that is going to fail must fail before it.
-        frontend = self._frontend_tools_for(agent_id, frontend_tools)
-        child = parent_thread_id is not None
-        if child:
-            validate_id(parent_thread_id, "parent_thread_id")
-            if parent_run_id is None or decisions:
-                raise ValueError("a sub-agent run (parent_thread_id) needs parent_run_id and takes no decisions")
-        spec = self.agents.get(agent_id)
+        A continuation (`parent_run_id`) of a waiting parent first applies `decisions` to the
+        parent, which runs until it finishes or waits again, and then closes what it still waits
+        for (its suspended calls `cancelled`), so the thread never holds an unanswered tool call
+        when the new run's model reads it. With `parent_thread_id` the run is a sub-agent's, on
+        its own child thread (`agentlog.runtime.toolkits.subagents`)."""
+        if isinstance(request, str):
+            request = RunRequest(agent_id=request, messages=messages, **fields)
+        elif messages or fields:
+            raise TypeError("give a RunRequest alone, or an agent id with the request's fields")
+        spec = self.agents.get(request.agent_id)
         self._register_handoff_tools([spec])  # an agent registered after this Runtime was made
         missing = [n for n in spec.tools if n not in self.tools]
         if missing:
-            raise LookupError(f"agent {agent_id!r} lists unknown tools: {', '.join(missing)}")
+            raise LookupError(f"agent {spec.id!r} lists unknown tools: {', '.join(missing)}")
         self.models.resolve(spec.model)  # fail now, not at the first inference
-        given = as_run_input(run_input)
-        if given is not None and given.overrides is not None:
-            check_overrides(given.overrides, spec.overrides, spec.model_name, spec.tools)
-            if given.overrides.model is not None:
-                self.models.resolve(given.overrides.model)
-        # the input checks the gateway makes too (agentlog.runtime.inputs.admission): same input, same answer
-        check_start(agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
-                    decisions=decisions, resource_id=resource_id, frontend_tools=frontend,
-                    max_payload=getattr(self.store, "max_payload", None), run_input=given)
-        chosen_run_id = run_id  # a generated id is new: only a chosen one can be taken
-        if parent_run_id is not None and not child:  # a continuation on the parent's thread
+        request = check_request(request, max_payload=getattr(self.store, "max_payload", None),
+                                overrides=OverrideScope(spec.model_name, spec.overrides, spec.tools))
+        overrides = request.run_input.overrides if request.run_input is not None else None
+        if overrides is not None and overrides.model is not None:
+            self.models.resolve(overrides.model)
+        frontend = self._frontend_tools_for(spec, request.frontend_tools)
+        parent_run_id, thread_id = request.continues, request.thread_id
+        if parent_run_id is not None:  # a continuation on the parent's thread
             parent_thread = await self._thread_of(parent_run_id)
             if thread_id is not None and thread_id != parent_thread:
                 raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")
             thread_id = parent_thread
             # the whole admission before the parent is closed (a write): a refused continuation
             # leaves the log as it was; after the close the thread is checked again as it is then
-            await admit_thread(self.store, thread_id, run_id=chosen_run_id, parent_run_id=parent_run_id)
-            await self._close_parent(parent_run_id, decisions)
-        thread_id = validate_id(thread_id, "thread_id") if thread_id is not None else self.entropy.new_id()
-        run_id = validate_run_id(run_id) if run_id is not None else self.entropy.new_id()
-        history, thread = await admit_thread(self.store, thread_id, run_id=chosen_run_id,
-                                             parent_run_id=None if child else parent_run_id)
+            await admit_thread(self.store, thread_id, run_id=request.run_id, parent_run_id=parent_run_id)
+            await self._close_parent(parent_run_id, request.decisions)
+        thread_id = thread_id or self.entropy.new_id()
+        run_id = request.run_id or self.entropy.new_id()
+        # only a chosen run id can be taken: a generated one is new
+        history, thread = await admit_thread(self.store, thread_id, run_id=request.run_id, parent_run_id=parent_run_id)
+        request = request.replace(thread_id=thread_id, run_id=run_id, frontend_tools=frontend)
 
-        msgs = _as_messages(messages, self.entropy)
+        msgs = _as_messages(request.messages, self.entropy)
         ctx = fold_context(RunContext(thread_id=thread_id, run_id=run_id), history)
-        handle = RunHandle(run_id, thread_id, agent_id)
+        handle = RunHandle(run_id, thread_id, spec.id)
         loop = RunLoop(
             spec=spec, ctx=ctx, version=thread.version if thread else 0, store=self.store,
             tools=self._tools_for(spec), models=self.models, live=self.live, entropy=self.entropy,
@@ -441,29 +409,23 @@ class Runtime:
             effects=self.effects,
         )
         try:
-            await loop.begin(msgs, parent_run_id=parent_run_id, origin=origin, resource_id=resource_id,
-                             frontend_tools=frontend, parent_thread_id=parent_thread_id, app=self.app,
-                             thread_metadata=dict(thread_metadata) if thread_metadata else None,
-                             run_input=given)
+            await loop.begin(request, msgs, app=self.app)
         except VersionConflict as exc:
             raise RunConflict(f"thread {thread_id!r} changed while run {run_id!r} was starting: {exc}") from None
         self._drive(loop, handle)
         return handle
 
-    async def run(self, agent_id: str, messages: Any = (), **kwargs: Any) -> RunResult:
-        """Start a run and wait for its result."""
-        handle = await self.start(agent_id, messages, **kwargs)
+    async def run(self, request: RunRequest | str, messages: Any = (), **fields: Any) -> RunResult:
+        """Start a run (`start`) and wait for its result."""
+        handle = await self.start(request, messages, **fields)
         return await handle.result()
 
-    def _frontend_tools_for(
-        self, agent_id: str, frontend_tools: Sequence[ToolSpec | Mapping[str, Any]] | None
-    ) -> list[dict[str, Any]]:
-        """The frontend tools to record for a run of `agent_id` (see `start`); raises
-        `InvalidFrontendTools` / `FrontendToolConflict` (and `LookupError` for an unknown agent)."""
-        frontend = normalize_frontend_tools(frontend_tools)
+    def _frontend_tools_for(self, spec: AgentSpec, frontend: list[Any]) -> list[Any]:
+        """The normalised frontend tools to record for a run of `spec`: those it declares as
+        stubs left out (the stub handles them); one named like its other tools is
+        `FrontendToolConflict`."""
         if not frontend:
             return frontend
-        spec = self.agents.get(agent_id)
         stubs = {n for n in spec.tools if is_frontend_stub(self.tools.get(n))}
         frontend = [t for t in frontend if t["name"] not in stubs]
         check_no_conflict(frontend, spec.tools)

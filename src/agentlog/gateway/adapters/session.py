@@ -61,9 +61,9 @@ from agentlog.gateway.operations.json_input import InvalidJson, parse_json
 from agentlog.projections.fold import fold_commits
 from agentlog.projections.timetravel import messages_at, state_at
 from agentlog.projections.views import RunView, ThreadView
-from agentlog.runtime import CommittedEvent
+from agentlog.runtime import CommittedEvent, RunRequest
 from agentlog.runtime.inputs.admission import PlaceholderIds, as_messages
-from agentlog.runtime.inputs.run_input import OverrideNotAllowed
+from agentlog.runtime.inputs.run_input import OverrideNotAllowed, as_run_input
 
 
 class NotVisible(AgentlogError, LookupError):
@@ -342,10 +342,10 @@ async def _drive(backend: Backend, tr: Any, thread: ThreadLog, agent_id: str, me
                 # client stopped its stream; the run went on): one interrupting command
                 last = thread.last_run
                 interrupt = last is not None and last.run_id == action[1] and last.status == "running"
-                await backend.dispatcher.start_run(
-                    agent_id, messages, thread_id=thread.thread_id, run_id=run_id, parent_run_id=action[1],
-                    resource_id=tenant if thread.view is None else None,
-                    frontend_tools=frontend_tools or None, run_input=run_input or None, interrupt=interrupt)
+                await backend.dispatcher.start_run(RunRequest(
+                    agent_id=agent_id, messages=messages, thread_id=thread.thread_id, run_id=run_id,
+                    parent_run_id=action[1], resource_id=tenant if thread.view is None else None,
+                    frontend_tools=frontend_tools or [], run_input=as_run_input(run_input), interrupt=interrupt))
             elif action[0] == "queue":  # steer / follow_up: the running run takes the messages
                 await backend.dispatcher.submit_inputs(run_id, messages=messages, mode=action[1])
             elif action[0] == "decide":
@@ -435,7 +435,7 @@ async def aisdk_events(backend: Backend, agent_id: str, req: aisdk.AiSdkRequest,
     try:
         if req.trigger == "regenerate-message":
             # overrides first: a refused request must not leave a fork behind
-            backend.dispatcher.check_overrides(agent_id, req.run_input)
+            backend.dispatcher.check(RunRequest(agent_id=agent_id, run_input=as_run_input(req.run_input)))
             # a fork before the answer, which now carries the chat (`agentlog.gateway.adapters.regenerate`)
             fork = await regenerate.fork_for_regenerate(
                 backend.store, chat.thread_id, chat.version, thread.thread_id, thread.commits,

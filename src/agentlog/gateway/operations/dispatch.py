@@ -26,7 +26,6 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, overload
 
-import msgspec
 from nats.aio.client import Client as NATS
 
 from agentlog.eventlog.errors import AgentlogError
@@ -53,19 +52,14 @@ from agentlog.runtime.inputs.admission import (
     InvalidRunInput,
     PlaceholderIds,
     admit_thread,
+    check_ids,
     check_messages,
-    check_start,
-    check_start_ids,
+    check_request,
     check_storable,
 )
-from agentlog.runtime.inputs.frontend import InvalidFrontendTools, normalize_frontend_tools
-from agentlog.runtime.inputs.run_input import (
-    OverridePolicy,
-    RunInput,
-    as_run_input,
-    check_overrides,
-    run_input_wire,
-)
+from agentlog.runtime.inputs.frontend import InvalidFrontendTools
+from agentlog.runtime.inputs.request import RunRequest
+from agentlog.runtime.inputs.run_input import OverrideScope
 from agentlog.runtime.loading import Handoff, LoadedRun, RunLoader, known_calls
 from agentlog.runtime.loop.hitl import check_decisions, decision_seqs, parse_decisions
 from agentlog.runtime.outage import is_transient
@@ -79,7 +73,6 @@ from agentlog.runtime.workers.commands import (
     INTERRUPTED,
     Cancel,
     CommandClient,
-    ContinueRun,
     Decide,
     QueueMessages,
     StartRun,
@@ -161,20 +154,7 @@ RunAccess = Callable[[str, int], Awaitable[None]]
 
 
 class Dispatcher(Protocol):
-    async def start_run(
-        self,
-        agent_id: str,
-        messages: Messages = (),
-        *,
-        thread_id: str | None = None,
-        run_id: str | None = None,
-        parent_run_id: str | None = None,
-        decisions: Sequence[Mapping[str, Any]] | None = None,
-        resource_id: str | None = None,
-        frontend_tools: Sequence[Mapping[str, Any]] | None = None,
-        interrupt: bool = False,
-        run_input: RunInput | Mapping[str, Any] | None = None,
-    ) -> Accepted: ...
+    async def start_run(self, request: RunRequest) -> Accepted: ...
 
     async def submit_inputs(
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
@@ -189,7 +169,11 @@ class Dispatcher(Protocol):
         first commit after seq `after` is in the log."""
         ...
 
-    def check_overrides(self, agent_id: str, run_input: RunInput | Mapping[str, Any] | None) -> None: ...
+    def check(self, request: RunRequest) -> RunRequest:
+        """The request as `start_run` would queue it, or what it would refuse it for without
+        reading the log (its input, the agent's override policy): for a caller that writes
+        something else first."""
+        ...
 
     @property
     def runtime(self) -> Runtime | None:
@@ -282,23 +266,23 @@ async def _decision_seq(store: EventStore, run: LoadedRun, decision_id: str) -> 
     return decision_seqs(commits)[decision_id]
 
 
-async def _started_already(store: EventStore, run_id: str, agent_id: str, thread_id: str | None,
-                           parent_run_id: str | None, messages: Messages) -> Accepted | None:
+async def _started_already(store: EventStore, request: RunRequest) -> Accepted | None:
     """The answer to a start whose run id is taken: the original start's (`duplicate`, the seq
-    of its `RunStarted`) when the log's start of `run_id` is this one (the same agent, parent,
+    of its `RunStarted`) when the log's start of that run is this one (the same agent, parent,
     thread if given, and input messages: a client's retry), else None (a `RunConflict`: the id
     names another start)."""
-    commits = [sc async for sc in store.read_run(run_id)]
+    assert request.run_id is not None
+    commits = [sc async for sc in store.read_run(request.run_id)]
     for sc in commits:
         started = next((e for e in sc.commit.events if type(e) is RunStarted), None)
         if started is None:
             continue
-        given = [(m.role, m.content, m.parts) for m in check_messages(_wire_messages(messages))]
+        given = [(m.role, m.content, m.parts) for m in check_messages(request.messages)]
         recorded = [(e.message.role, e.message.content, e.message.parts)
                     for e in sc.commit.events if type(e) is MessageAppended]
-        same = (started.agent_id == agent_id and started.parent_run_id == parent_run_id
-                and thread_id in (None, sc.commit.thread_id) and given == recorded)
-        return Accepted(sc.commit.thread_id, run_id, sc.seq, duplicate=True) if same else None
+        same = (started.agent_id == request.agent_id and started.parent_run_id == request.parent_run_id
+                and request.thread_id in (None, sc.commit.thread_id) and given == recorded)
+        return Accepted(sc.commit.thread_id, request.run_id, sc.seq, duplicate=True) if same else None
     return None
 
 
@@ -360,8 +344,9 @@ async def _submit_inputs(via: _Executor, run_id: str, decisions: Sequence[Mappin
         thread_id = commits[0].commit.thread_id
         if access is not None:
             await access(thread_id, commits[0].seq)
-        return await via.start_run(_agent_of(commits), messages, thread_id=thread_id, parent_run_id=run_id,
-                                   decisions=decisions, interrupt=mode == "interrupt" and not _finished(commits))
+        return await via.start_run(RunRequest(
+            agent_id=_agent_of(commits), messages=_wire_messages(messages), thread_id=thread_id, parent_run_id=run_id,
+            decisions=list(decisions), interrupt=mode == "interrupt" and not _finished(commits)))
     if not decisions:
         raise InvalidInput("give decisions and/or messages")
     run = await io.loader.load(run_id)  # the one read of the run: snapshot + tail
@@ -403,29 +388,17 @@ async def _cancellable(store: EventStore, run_id: str, reason: str | None) -> li
     return commits
 
 
-def _checked_start(via: Dispatcher, agent_id: str, messages: Messages, *, thread_id: str | None,
-                   run_id: str | None, parent_run_id: str | None, decisions: Sequence[Mapping[str, Any]],
-                   resource_id: str | None, frontend_tools: Sequence[Mapping[str, Any]] | None,
-                   run_input: RunInput | Mapping[str, Any] | None,
-                   max_payload: int | None) -> tuple[list[dict[str, Any]], RunInput | None]:
-    """The runtime's own input checks of a start (`check_start`, the call `Runtime.start` makes),
-    for a dispatcher that writes or queues something before the runtime sees the start: the
-    frontend tools normalised (their names; a clash with the agent's tools only the runtime can
-    see) and the run input converted."""
+def _checked(request: RunRequest, *, max_payload: int | None,
+             overrides: OverrideScope | None) -> RunRequest:
+    """`check_request` (the runtime's own input checks of a start), its untyped refusals typed."""
     try:
-        frontend = normalize_frontend_tools(frontend_tools)
-        via.check_overrides(agent_id, run_input)
-        given = as_run_input(run_input)
-        check_start(agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
-                    decisions=decisions, resource_id=resource_id, frontend_tools=frontend,
-                    max_payload=max_payload, run_input=given)
+        return check_request(request, max_payload=max_payload, overrides=overrides)
     except (InvalidFrontendTools, InvalidRunInput) as exc:
         raise InvalidInput(str(exc)) from None
     except AgentlogError:
         raise
     except (ValueError, TypeError) as exc:
         raise InvalidInput(str(exc)) from None
-    return frontend, given
 
 
 # == in process ====================================================================================
@@ -445,44 +418,25 @@ class InProcessDispatcher:
     def agent_catalog(self) -> list[dict[str, Any]]:
         return agent_catalog(self.runtime)
 
-    async def start_run(
-        self, agent_id: str, messages: Messages = (), *, thread_id: str | None = None,
-        run_id: str | None = None, parent_run_id: str | None = None,
-        decisions: Sequence[Mapping[str, Any]] | None = None, resource_id: str | None = None,
-        frontend_tools: Sequence[Mapping[str, Any]] | None = None, interrupt: bool = False,
-        run_input: RunInput | Mapping[str, Any] | None = None,
-    ) -> Accepted:
-        check_start_ids(agent_id, thread_id, run_id, parent_run_id)
-        with about_run(run_id):
-            return await self._start_run(agent_id, messages, thread_id=thread_id, run_id=run_id,
-                                         parent_run_id=parent_run_id, decisions=decisions, resource_id=resource_id,
-                                         frontend_tools=frontend_tools, interrupt=interrupt, run_input=run_input)
+    async def start_run(self, request: RunRequest) -> Accepted:
+        with about_run(request.run_id):
+            return await self._start_run(request)
 
-    async def _start_run(
-        self, agent_id: str, messages: Messages, *, thread_id: str | None, run_id: str | None,
-        parent_run_id: str | None, decisions: Sequence[Mapping[str, Any]] | None, resource_id: str | None,
-        frontend_tools: Sequence[Mapping[str, Any]] | None, interrupt: bool,
-        run_input: RunInput | Mapping[str, Any] | None,
-    ) -> Accepted:
-        if agent_id not in self.runtime.agents:
-            raise AgentNotFound(f"unknown agent {agent_id!r}")
-        if interrupt and parent_run_id is not None:
+    async def _start_run(self, request: RunRequest) -> Accepted:
+        check_ids(request)
+        if request.agent_id not in self.runtime.agents:
+            raise AgentNotFound(f"unknown agent {request.agent_id!r}")
+        parent_run_id = request.continues
+        if request.interrupt and parent_run_id is not None:
             # the cancel is a write: a continuation the runtime would refuse must fail before it
-            _checked_start(self, agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
-                           decisions=list(decisions or ()), resource_id=resource_id, frontend_tools=frontend_tools,
-                           run_input=run_input, max_payload=getattr(self.runtime.store, "max_payload", None))
+            self.check(request)
             commits = await _run_commits(self.runtime.store, parent_run_id)
             if not _finished(commits):
                 await self._interrupt(parent_run_id, commits[0].commit.thread_id)
         try:
-            handle = await self.runtime.start(
-                agent_id, messages, thread_id=thread_id, run_id=run_id, parent_run_id=parent_run_id,
-                decisions=list(decisions or ()), resource_id=resource_id, frontend_tools=frontend_tools,
-                run_input=run_input,
-            )
+            handle = await self.runtime.start(request.replace(interrupt=False))
         except RunConflict:
-            same = None if run_id is None else await _started_already(
-                self.runtime.store, run_id, agent_id, thread_id, parent_run_id, messages)
+            same = None if request.run_id is None else await _started_already(self.runtime.store, request)
             if same is None:
                 raise
             return same
@@ -493,16 +447,10 @@ class InProcessDispatcher:
         seq = _seq_of(handle.commits, lambda e: type(e) is RunStarted)
         return Accepted(handle.thread_id, handle.run_id, seq)
 
-    def check_overrides(self, agent_id: str, run_input: RunInput | Mapping[str, Any] | None) -> None:
-        """Raise what `start_run` would for the request's overrides (`OverrideNotAllowed`,
-        `InvalidInput`), for a caller that must check before it writes something else first."""
-        try:
-            given = as_run_input(run_input)
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from None
-        if given is not None and agent_id in self.runtime.agents:
-            spec = self.runtime.agents.get(agent_id)
-            check_overrides(given.overrides, spec.overrides, spec.model_name, spec.tools)
+    def check(self, request: RunRequest) -> RunRequest:
+        spec = self.runtime.agents.get(request.agent_id) if request.agent_id in self.runtime.agents else None
+        return _checked(request, max_payload=getattr(self.runtime.store, "max_payload", None),
+                        overrides=None if spec is None else OverrideScope(spec.model_name, spec.overrides, spec.tools))
 
     async def submit_inputs(
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
@@ -585,7 +533,7 @@ class QueueDispatcher:
     from the thread's first commit.
     `app_name`: the app whose workers get new runs; a run's later commands (continue, decide,
     cancel) go to the app recorded in its `RunStarted` (`_app_of`), this one if none is.
-    `override_policies`: agent id -> (its model name, its `OverridePolicy`), when the gateway
+    `override_policies`: agent id -> its `OverrideScope`, when the gateway
     knows the app: a request's overrides are then checked here, else by the worker (which
     refuses the command with the same code).
     `handoff`: the `Runtime.handoff` of a worker in this process (`agentlog serve`): a run
@@ -596,7 +544,7 @@ class QueueDispatcher:
     def __init__(self, nc: NATS, store: EventStore, *, agents: Collection[str] | None = None,
                  descriptions: Mapping[str, str] | None = None, timeout: float = 10.0,
                  snapshots: SnapshotStore | None = None, app_name: str | None = None,
-                 override_policies: Mapping[str, tuple[str, OverridePolicy]] | None = None,
+                 override_policies: Mapping[str, OverrideScope] | None = None,
                  handoff: Handoff | None = None) -> None:
         self.store = store
         self.handoff = handoff
@@ -621,13 +569,7 @@ class QueueDispatcher:
 
     # -- start ---------------------------------------------------------------------------------
 
-    async def start_run(
-        self, agent_id: str, messages: Messages = (), *, thread_id: str | None = None,
-        run_id: str | None = None, parent_run_id: str | None = None,
-        decisions: Sequence[Mapping[str, Any]] | None = None, resource_id: str | None = None,
-        frontend_tools: Sequence[Mapping[str, Any]] | None = None, interrupt: bool = False,
-        run_input: RunInput | Mapping[str, Any] | None = None,
-    ) -> Accepted:
+    async def start_run(self, request: RunRequest) -> Accepted:
         """`interrupt` (a continuation of a running parent): ONE command (`ContinueRun.interrupt`)
         that the worker executes as "cancel the parent, then start once it has finished", so the
         thread never has two active runs and a crash between the two leaves the command queued.
@@ -638,25 +580,15 @@ class QueueDispatcher:
         once more, and is `queued` (it will run) if that has not shown either. A start whose run
         id is in the log already is answered as the `duplicate` of the original (or refused,
         `RunConflict`, if the id names another start)."""
-        check_start_ids(agent_id, thread_id, run_id, parent_run_id)
-        with about_run(run_id):
-            return await self._start_run(agent_id, messages, thread_id=thread_id, run_id=run_id,
-                                         parent_run_id=parent_run_id, decisions=decisions, resource_id=resource_id,
-                                         frontend_tools=frontend_tools, interrupt=interrupt, run_input=run_input)
+        with about_run(request.run_id):
+            return await self._start_run(request)
 
-    async def _start_run(
-        self, agent_id: str, messages: Messages, *, thread_id: str | None, run_id: str | None,
-        parent_run_id: str | None, decisions: Sequence[Mapping[str, Any]] | None, resource_id: str | None,
-        frontend_tools: Sequence[Mapping[str, Any]] | None, interrupt: bool,
-        run_input: RunInput | Mapping[str, Any] | None,
-    ) -> Accepted:
-        if self.agents is not None and agent_id not in self.agents:
-            raise AgentNotFound(f"unknown agent {agent_id!r}")
-        decisions = list(decisions or ())
-        frontend, given = _checked_start(self, agent_id, messages, thread_id=thread_id, run_id=run_id,
-                                         parent_run_id=parent_run_id, decisions=decisions, resource_id=resource_id,
-                                         frontend_tools=frontend_tools, run_input=run_input,
-                                         max_payload=getattr(self.store, "max_payload", None))
+    async def _start_run(self, request: RunRequest) -> Accepted:
+        check_ids(request)
+        if self.agents is not None and request.agent_id not in self.agents:
+            raise AgentNotFound(f"unknown agent {request.agent_id!r}")
+        request = self.check(request)
+        thread_id, parent_run_id = request.thread_id, request.continues
         app_name = None
         if parent_run_id is not None:
             parent = await _run_commits(self.store, parent_run_id)
@@ -665,30 +597,23 @@ class QueueDispatcher:
             if thread_id is not None and thread_id != parent_thread:
                 raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")
             thread_id = parent_thread
-            if decisions:
-                _check_decisions(await self.loader.load(parent_run_id, thread_id), decisions)
-        given_thread = thread_id
+            if request.decisions:
+                _check_decisions(await self.loader.load(parent_run_id, thread_id), request.decisions)
         thread_id = thread_id or new_id()
         try:
-            version = await self._check_start(thread_id, run_id, parent_run_id, interrupting=parent_run_id
-                                              if interrupt else None)
+            version = await self._check_start(thread_id, request.run_id, parent_run_id,
+                                              interrupting=parent_run_id if request.interrupt else None)
         except RunConflict:
-            same = None if run_id is None else await _started_already(
-                self.store, run_id, agent_id, given_thread, parent_run_id, messages)
+            same = None if request.run_id is None else await _started_already(self.store, request)
             if same is None:
                 raise
             return same
-        run_id = run_id or new_id()
+        run_id = request.run_id or new_id()
         with about_run(run_id):
-            cls = ContinueRun if parent_run_id is not None else StartRun
             # resource_id rides in the command: the worker's run-start commit creates the thread, so
             # the gateway writes nothing itself (a ThreadCreated written here would be left an
             # orphan thread by a start that then fails)
-            cmd = cls(thread_id=thread_id, run_id=run_id, agent_id=agent_id, messages=_wire_messages(messages),
-                      parent_run_id=parent_run_id, decisions=[dict(d) for d in decisions], frontend_tools=frontend,
-                      resource_id=resource_id, run_input=run_input_wire(given), offered=True)
-            if interrupt:
-                cmd = ContinueRun(**{**msgspec.structs.asdict(cmd), "interrupt": True})
+            cmd = StartRun.of(request, thread_id, run_id, offered=True)
             self.client.check(cmd)  # a command that cannot be queued is refused before the offer
             return await self._offer_and_wait(cmd, thread_id, version, app_name)
 
@@ -722,16 +647,11 @@ class QueueDispatcher:
             "the start is withdrawn and will not run; retrying it is safe (with the same run_id a retry "
             "never runs twice)", run_id)
 
-    def check_overrides(self, agent_id: str, run_input: RunInput | Mapping[str, Any] | None) -> None:
-        """Raise what `start_run` would here for the request's overrides (`OverrideNotAllowed`,
-        `InvalidInput`); without the agent's policy only the worker can tell."""
-        try:
-            given = as_run_input(run_input)
-        except ValueError as exc:
-            raise InvalidInput(str(exc)) from None
-        policy = self.override_policies.get(agent_id)
-        if given is not None and policy is not None:
-            check_overrides(given.overrides, policy[1], policy[0])
+    def check(self, request: RunRequest) -> RunRequest:
+        """The request checked (`check_request`); its overrides too when this gateway knows the
+        agent's policy, else the worker checks them (and refuses the command with the same code)."""
+        return _checked(request, max_payload=getattr(self.store, "max_payload", None),
+                        overrides=self.override_policies.get(request.agent_id))
 
     async def _check_start(self, thread_id: str, run_id: str | None, parent_run_id: str | None,
                            interrupting: str | None = None) -> int:

@@ -45,7 +45,9 @@ from agentlog.gateway.operations.services import (
 )
 from agentlog.projections.fold import fold_messages
 from agentlog.projections.index import RUN_FILTERS, THREAD_FILTERS
+from agentlog.runtime import RunRequest
 from agentlog.runtime.errors import RunConflict, RunNotFound
+from agentlog.runtime.inputs.run_input import RunInput, as_run_input
 
 
 def accepted(a: Accepted) -> dict[str, Any]:
@@ -68,7 +70,7 @@ def _decisions(decisions: list[DecisionIn]) -> list[dict[str, Any]]:
     return [d.model_dump(exclude_none=True) for d in decisions]
 
 
-def _run_input(body: StartRunBody) -> dict[str, Any] | None:
+def _run_input(body: StartRunBody) -> RunInput | None:
     """The body's overrides, context and state as a run input (`agentlog.runtime.inputs.run_input`)."""
     out: dict[str, Any] = {}
     if body.overrides is not None:
@@ -77,7 +79,7 @@ def _run_input(body: StartRunBody) -> dict[str, Any] | None:
         out["context"] = [c.model_dump() for c in body.context]
     if body.state is not None:
         out["state"] = body.state
-    return out or None
+    return as_run_input(out)
 
 
 # -- access checks (from the log first: a run just started may not be in the views yet) --------
@@ -140,11 +142,10 @@ async def start_run(svc: Services, who: Principal, dispatcher: Dispatcher, body:
                 and not who.can_see(body.resource_id):
             raise ApiError(403, "tenant_mismatch",
                            f"a new thread of this token needs a resource_id starting with {who.tenant!r}")
-    return await dispatcher.start_run(
-        body.agent_id, _messages(body.messages), thread_id=body.thread_id, run_id=body.run_id,
+    return await dispatcher.start_run(RunRequest(
+        agent_id=body.agent_id, messages=_messages(body.messages), thread_id=body.thread_id, run_id=body.run_id,
         parent_run_id=body.parent_run_id, decisions=_decisions(body.decisions), resource_id=body.resource_id,
-        run_input=_run_input(body),
-    )
+        run_input=_run_input(body)))
 
 
 async def run_inputs(svc: Services, who: Principal, dispatcher: Dispatcher, run_id: str,

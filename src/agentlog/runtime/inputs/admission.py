@@ -1,21 +1,16 @@
-"""Start admission: every check a run start can fail on its input, in one pure function that
-both ways of starting a run call before their first write.
+"""Start admission: what a run start can be refused for, checked before its first write.
 
-    check_start(agent_id, messages, thread_id=..., run_id=..., parent_run_id=..., decisions=...,
-                resource_id=..., frontend_tools=..., max_payload=store.max_payload)
+    request = check_request(request, max_payload=store.max_payload)   # the input: pure
+    history, thread = await admit_thread(store, thread_id, run_id=..., parent_run_id=...)  # the log
 
-Why one function: `Runtime.start` (serve mode, in process) and the gateway's `QueueDispatcher`
-(gateway mode, the command goes to a worker) must refuse the same input with the same code
-before anything is written; two copies of the checks drift apart, and then the gateway accepts
-what the runtime refuses and only a worker finds out. Checks that need the log (thread
-deleted, run exists, a run running) are `check_thread` / `admit_thread` below, also one rule for
-both; the agent's tools are the runtime's to check.
+Both the runtime that records a start and a gateway that queues it for a worker call these, so
+both refuse the same input with the same typed error and neither leaves anything behind. The
+agent's own tools and models are the runtime's to check.
 
-The size check builds the run-start commit as `RunLoop.begin` will ([ThreadCreated] +
-RunStarted + the messages, with ids as long as real ones) and refuses it with the store's own
-`CommitTooLarge` (413) when it cannot fit the server's max payload. Plugin patches at run start
-are not known here; a start that only they push over the limit is refused by the store at append
-(serve) or dead-lettered by the worker (gateway mode).
+The size check builds the run-start commit as the loop will ([ThreadCreated] + RunStarted + the
+messages, with ids as long as real ones) and refuses it with the store's own `CommitTooLarge`
+(413) when it cannot fit the server's max payload. Plugin patches at run start are not known
+here: a start that only they push over the limit is refused by the store at append.
 """
 
 from __future__ import annotations
@@ -28,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from agentlog.eventlog.errors import AgentlogError, CommitTooLarge, InvalidCommit
+from agentlog.eventlog.errors import CommitTooLarge, InvalidCommit
 from agentlog.eventlog.events import (
     Commit,
     ContentPart,
@@ -45,17 +40,20 @@ from agentlog.eventlog.store import EventStore, as_generator, encode_checked
 from agentlog.projections.fold import fold_commits
 from agentlog.projections.views import ThreadView
 from agentlog.runtime.errors import RunConflict, RunNotFound, ThreadNotFound
-from agentlog.runtime.inputs.run_input import CLIENT_STATE_SOURCE, RunInput, client_state_ops
+from agentlog.runtime.inputs.frontend import normalize_frontend_tools
+from agentlog.runtime.inputs.request import RunRequest
+from agentlog.runtime.inputs.run_input import (
+    CLIENT_STATE_SOURCE,
+    InvalidRunInput,
+    OverrideScope,
+    RunInput,
+    check_overrides,
+    client_state_ops,
+)
 
 #: Bytes the store adds around a commit's payload (NATS headers: msg id, expected sequence and
 #: subject), over-estimated so the check never passes what the append would refuse.
 HEADER_ALLOWANCE = 512
-
-
-class InvalidRunInput(AgentlogError, ValueError):
-    """Run input that can never be committed (bad message shape, text that is not valid UTF-8)."""
-
-    code = "invalid_input"
 
 
 def as_parts(content: Sequence[Any]) -> list[ContentPart]:
@@ -161,56 +159,57 @@ def check_storable(value: Any, what: str) -> None:
         raise InvalidRunInput(f"{what} cannot be stored: {exc}") from None
 
 
-def check_start_ids(agent_id: str, thread_id: str | None, run_id: str | None, parent_run_id: str | None) -> None:
-    """The ids of a start must be NATS-safe tokens (`InvalidId`); `None` ones are generated."""
-    validate_id(agent_id, "agent_id")
-    if thread_id is not None:
-        validate_id(thread_id, "thread_id")
-    if run_id is not None:
-        validate_run_id(run_id)
-    if parent_run_id is not None:
-        validate_run_id(parent_run_id)
+def check_ids(request: RunRequest) -> None:
+    """The ids a request names are NATS-safe tokens (`InvalidId`); `None` ones are generated."""
+    validate_id(request.agent_id, "agent_id")
+    if request.thread_id is not None:
+        validate_id(request.thread_id, "thread_id")
+    if request.run_id is not None:
+        validate_run_id(request.run_id)
+    if request.parent_run_id is not None:
+        validate_run_id(request.parent_run_id)
+    if request.parent_thread_id is not None:
+        validate_id(request.parent_thread_id, "parent_thread_id")
 
 
-def check_start(
-    agent_id: str,
-    messages: Any,
-    *,
-    thread_id: str | None = None,
-    run_id: str | None = None,
-    parent_run_id: str | None = None,
-    decisions: Sequence[Any] = (),
-    resource_id: str | None = None,
-    frontend_tools: Sequence[Mapping[str, Any]] = (),
-    max_payload: int | None = None,
-    run_input: RunInput | None = None,
-) -> None:
-    """Raise the typed error a start with this input must get, before anything is written:
-    `InvalidId`, `ValueError`/`TypeError` (shapes), `InvalidRunInput` (not encodable),
-    `CommitTooLarge` (over `max_payload`). `frontend_tools` must already be normalised;
-    `run_input` converted (`agentlog.runtime.inputs.run_input.as_run_input`)."""
-    check_start_ids(agent_id, thread_id, run_id, parent_run_id)
-    if decisions and parent_run_id is None:
+def check_request(request: RunRequest, *, max_payload: int | None = None,
+                  overrides: OverrideScope | None = None) -> RunRequest:
+    """The request as it is recorded (its frontend tools normalised), or the typed error it must
+    get before anything is written: `InvalidId`, `InvalidFrontendTools`, `OverrideNotAllowed`
+    (against `overrides`, when the caller knows the agent),
+    `ValueError`/`TypeError` (shapes), `InvalidRunInput` (not encodable), `CommitTooLarge` (the
+    run-start commit over `max_payload`)."""
+    check_ids(request)
+    if request.parent_thread_id is not None:
+        if request.parent_run_id is None or request.decisions:
+            raise ValueError("a sub-agent run (parent_thread_id) needs parent_run_id and takes no decisions")
+    frontend = normalize_frontend_tools(request.frontend_tools)
+    given = request.run_input
+    if overrides is not None and given is not None:
+        check_overrides(given.overrides, overrides.policy, overrides.model_name, overrides.tools)
+    if request.decisions and request.parent_run_id is None:
         raise ValueError("decisions on a new run need parent_run_id (the run that waits for them)")
-    check_storable(list(decisions), "decisions")
-    msgs = check_messages(messages)
+    check_storable(list(request.decisions), "decisions")
+    msgs = check_messages(request.messages)
     placeholder = PlaceholderIds().new_id()
-    events: list[Any] = [] if parent_run_id is not None else [ThreadCreated(resource_id=resource_id)]
-    given = run_input or RunInput()
-    events.append(RunStarted(run_id=run_id or placeholder, agent_id=agent_id, parent_run_id=parent_run_id,
-                             frontend_tools=[dict(t) for t in frontend_tools], overrides=given.overrides,
-                             context=list(given.context), forwarded_props=given.forwarded_props))
+    events: list[Any] = [] if request.continues is not None else [ThreadCreated(resource_id=request.resource_id)]
+    given = given or RunInput()
+    events.append(RunStarted(run_id=request.run_id or placeholder, agent_id=request.agent_id,
+                             parent_run_id=request.parent_run_id, frontend_tools=frontend,
+                             overrides=given.overrides, context=list(given.context),
+                             forwarded_props=given.forwarded_props))
     events.extend(MessageAppended(message=m) for m in msgs)
     if given.state:  # at most this patch (only changed keys are recorded)
         events.append(StatePatched(ops=client_state_ops({}, given.state), source=CLIENT_STATE_SOURCE))
-    commit = Commit(commit_id=placeholder, thread_id=thread_id or placeholder, run_id=run_id or placeholder,
-                    ts=0, events=events)
+    commit = Commit(commit_id=placeholder, thread_id=request.thread_id or placeholder,
+                    run_id=request.run_id or placeholder, ts=0, events=events)
     try:
         data = encode_checked(without_binaries(commit))  # large binaries go to the Object Store
     except InvalidCommit as exc:
         raise InvalidRunInput(f"the run's input cannot be stored: {exc}") from None
     if max_payload is not None and len(data) + HEADER_ALLOWANCE > max_payload:
         raise CommitTooLarge(len(data) + HEADER_ALLOWANCE, max_payload)
+    return request if frontend == request.frontend_tools else request.replace(frontend_tools=frontend)
 
 
 def check_thread(
@@ -258,5 +257,5 @@ async def admit_thread(
     return history, check_thread(thread_id, history, run_id=run_id, parent_run_id=parent_run_id)
 
 
-__all__ = ["HEADER_ALLOWANCE", "InvalidRunInput", "PlaceholderIds", "admit_thread", "as_messages", "check_messages",
-           "check_start", "check_start_ids", "check_storable", "check_thread"]
+__all__ = ["HEADER_ALLOWANCE", "InvalidRunInput", "PlaceholderIds", "admit_thread", "as_messages", "as_parts",
+           "check_ids", "check_messages", "check_request", "check_storable", "check_thread"]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import pydantic
@@ -50,6 +50,15 @@ class OverridePolicy(pydantic.BaseModel):
     tools: bool = False
 
 
+class OverrideScope(NamedTuple):
+    """What a run's overrides are checked against: its agent's model name, override policy and,
+    when known, tool names (`check_overrides`; None: tool names are not checked)."""
+
+    model_name: str
+    policy: OverridePolicy
+    tools: Sequence[str] | None = None
+
+
 class OverrideNotAllowed(AgentlogError, ValueError):
     """A request asked for an override its agent does not allow (nothing was written)."""
 
@@ -58,6 +67,13 @@ class OverrideNotAllowed(AgentlogError, ValueError):
     def __init__(self, message: str, field: str) -> None:
         super().__init__(message)
         self.field = field
+
+
+class InvalidRunInput(AgentlogError, ValueError):
+    """Run input that can never be committed (bad message shape, text that is not valid UTF-8,
+    a run input of the wrong shape)."""
+
+    code = "invalid_input"
 
 
 class RunInput(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
@@ -79,15 +95,15 @@ class RunInput(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_
 
 
 def as_run_input(value: RunInput | Mapping[str, Any] | None) -> RunInput | None:
-    """A `RunInput` from itself or its JSON form (a command's); raises `ValueError` naming what is
-    wrong. Empty input is None (nothing to record)."""
+    """A `RunInput` from itself or its JSON form (a command's); raises `InvalidRunInput` naming
+    what is wrong. Empty input is None (nothing to record)."""
     if value is None:
         return None
     if not isinstance(value, RunInput):
         try:
             value = msgspec.convert(dict(value), RunInput)
         except (msgspec.ValidationError, TypeError) as exc:
-            raise ValueError(f"run input: {exc}") from None
+            raise InvalidRunInput(f"run input: {exc}") from None
     overrides = value.overrides
     if overrides is not None and overrides.model is None and overrides.system_prompt is None \
             and not overrides.options and overrides.allowed_tools is None and not overrides.excluded_tools:
@@ -175,5 +191,5 @@ def context_text(context: Sequence[ContextEntry]) -> str:
     return "\n".join([CONTEXT_HEADING, *(f"- {c.description}: {c.value}" for c in context)])
 
 
-__all__ = ["CLIENT_STATE_SOURCE", "CONTEXT_HEADING", "OverrideNotAllowed", "OverridePolicy", "RunInput", "as_run_input", "check_overrides",
+__all__ = ["CLIENT_STATE_SOURCE", "CONTEXT_HEADING", "InvalidRunInput", "OverrideNotAllowed", "OverridePolicy", "OverrideScope", "RunInput", "as_run_input", "check_overrides",
            "client_state_of", "client_state_ops", "context_text", "run_input_wire", "tool_allowed"]

@@ -53,6 +53,7 @@ from agentlog.eventlog.store import EventStore
 from agentlog.runtime.agents.spec import AgentSpec, ModelRegistry
 from agentlog.runtime.context_policy import ModelSummarizer, Summarizer
 from agentlog.runtime.errors import RunConflict
+from agentlog.runtime.inputs.request import RunRequest
 from agentlog.runtime.inputs.run_input import CLIENT_STATE_SOURCE, RunInput, client_state_ops
 from agentlog.runtime.live import LiveSink
 from agentlog.runtime.logs import get_logger
@@ -211,25 +212,23 @@ class RunLoop:
 
     # -- the run -------------------------------------------------------------------------------
 
-    async def begin(self, messages: Sequence[Message], *, parent_run_id: str | None, origin: str,
-                    thread_metadata: dict[str, Any] | None = None, resource_id: str | None = None,
-                    frontend_tools: Sequence[dict[str, Any]] = (), parent_thread_id: str | None = None,
-                    app: AppRef | None = None, run_input: RunInput | None = None) -> None:
-        """The run-start commit: [ThreadCreated] + RunStarted (with the run's frontend tools,
-        already normalised by the caller, the app starting it, and the client's overrides,
-        context and forwarded props, already checked) + the new messages + the client's state
-        merged into the thread's (`StatePatched`, source `client`) (+ RunStart plugin patches).
-        `parent_thread_id`: a sub-agent run's parent thread (lineage in both events).
-        Raises VersionConflict if the thread moved since it was folded."""
+    async def begin(self, request: RunRequest, messages: Sequence[Message], *, app: AppRef | None = None) -> None:
+        """The run-start commit of `request` (checked by the caller, its ids chosen, its frontend
+        tools normalised), whose input `messages` are: [ThreadCreated] + RunStarted (with the
+        app starting it) + the messages + the client's state merged into the thread's
+        (`StatePatched`, source `client`) (+ RunStart plugin patches). Raises VersionConflict
+        if the thread moved since it was folded."""
         staging, agent = self.staging, self.agent
         ctx, spec = staging.ctx, agent.spec
+        parent_run_id, parent_thread_id = request.parent_run_id, request.parent_thread_id
         if not ctx.thread_exists:
-            staging.emit(ThreadCreated(resource_id=resource_id, parent_thread_id=parent_thread_id,
-                                       metadata=thread_metadata or {}))
+            staging.emit(ThreadCreated(resource_id=request.resource_id, parent_thread_id=parent_thread_id,
+                                       metadata=dict(request.thread_metadata)))
         pool = spec.pool
-        given = run_input or RunInput()
+        given = request.run_input or RunInput()
         staging.emit(RunStarted(run_id=ctx.run_id, agent_id=spec.id, parent_run_id=parent_run_id,
-                                parent_thread_id=parent_thread_id, origin=origin, frontend_tools=list(frontend_tools),
+                                parent_thread_id=parent_thread_id, origin=request.origin,
+                                frontend_tools=list(request.frontend_tools),
                                 app=app,
                                 model=None if pool is None else pool.choose(ctx.thread_id, ctx.run_id),
                                 overrides=given.overrides, context=list(given.context),

@@ -46,6 +46,7 @@ from agentlog.eventlog.events import (
     ToolCallStarted,
     ToolCallSuspended,
 )
+from agentlog.runtime.inputs.request import RunRequest
 from agentlog.runtime.inputs.run_input import CLIENT_STATE_SOURCE, RunInput, as_run_input, client_state_of
 from agentlog.runtime.models.base import ModelRequest
 from agentlog.runtime.tools import ToolResult
@@ -219,6 +220,15 @@ class ReplayPlan:
     @property
     def events(self) -> int:
         return sum(len(sc.commit.events) for sc in self.loop)
+
+    @property
+    def request(self) -> RunRequest:
+        """The run's start as recorded, to start it again."""
+        return RunRequest(
+            agent_id=self.agent_id, messages=list(self.messages), thread_id=self.thread_id, run_id=self.run_id,
+            parent_run_id=self.parent_run_id, parent_thread_id=self.parent_thread_id, resource_id=self.resource_id,
+            origin=self.origin, frontend_tools=list(self.frontend_tools),
+            thread_metadata=dict(self.thread_metadata or {}), run_input=self.run_input)
 
     @property
     def open(self) -> bool:

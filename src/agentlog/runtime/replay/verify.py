@@ -279,12 +279,7 @@ async def verify_run(
     rt.app = plan.app
     try:
         async with asyncio.timeout(timeout_s):
-            handle = await rt.start(
-                plan.agent_id, list(plan.messages), thread_id=plan.thread_id, run_id=plan.run_id,
-                parent_run_id=plan.parent_run_id, resource_id=plan.resource_id, origin=plan.origin,
-                frontend_tools=list(plan.frontend_tools), parent_thread_id=plan.parent_thread_id,
-                thread_metadata=plan.thread_metadata, run_input=plan.run_input,
-            )
+            handle = await rt.start(plan.request)
             if pending_cancel:
                 signal_cancel()
             if pending_poke:

@@ -50,6 +50,7 @@ from agentlog.projections.fold import RunFolder, fold_commits
 from agentlog.projections.views import RunView
 from agentlog.runtime.agents.spec import AgentRegistry, AgentSpec
 from agentlog.runtime.errors import RunConflict
+from agentlog.runtime.inputs.request import RunRequest
 from agentlog.runtime.logs import get_logger
 from agentlog.runtime.loop.hitl import HitlError
 from agentlog.runtime.tools import Tool, ToolContext, ToolError, ToolResult
@@ -203,17 +204,16 @@ class SubAgents:
     async def _launch(self, ctx: ToolContext, agent_id: str, prompt: str, thread_id: str, run_id: str) -> None:
         """Start the child unless it exists (a re-run call); resume it if nobody drives it."""
         rt = self.runtime
-        metadata = {"parent_call_id": ctx.call_id, "parent_agent_id": ctx.agent_id}
-        resource_id = await self._resource_of(ctx.thread_id)
+        request = RunRequest(
+            agent_id=agent_id, messages=[prompt], thread_id=thread_id, run_id=run_id, parent_run_id=ctx.run_id,
+            parent_thread_id=ctx.thread_id, origin=ORIGIN, resource_id=await self._resource_of(ctx.thread_id),
+            thread_metadata={"parent_call_id": ctx.call_id, "parent_agent_id": ctx.agent_id})
         if self.commands is not None:
             from agentlog.runtime.workers.commands import StartRun
 
             # the queue dedups this id; a worker resumes a started run from the log
-            await self.commands.submit(StartRun(
-                command_id=f"start-{run_id}", thread_id=thread_id, run_id=run_id, agent_id=agent_id,
-                messages=[prompt], parent_run_id=ctx.run_id, parent_thread_id=ctx.thread_id, origin=ORIGIN,
-                thread_metadata=metadata, resource_id=resource_id,
-            ), app_name=rt.app.name if rt.app is not None else None)  # the child runs on this app's workers
+            await self.commands.submit(StartRun.of(request, thread_id, run_id, command_id=f"start-{run_id}"),
+                                       app_name=rt.app.name if rt.app is not None else None)  # this app's workers
             return
         started = False
         async for _sc in rt.store.read_run(run_id):
@@ -221,9 +221,7 @@ class SubAgents:
             break
         if not started:
             try:
-                await rt.start(agent_id, prompt, thread_id=thread_id, run_id=run_id, parent_run_id=ctx.run_id,
-                               parent_thread_id=ctx.thread_id, origin=ORIGIN, thread_metadata=metadata,
-                               resource_id=resource_id)
+                await rt.start(request)
                 return
             except RunConflict:
                 pass  # started meanwhile: drive or follow it below

@@ -29,7 +29,7 @@ from agentlog.eventlog.errors import AgentlogError, InvalidId
 from agentlog.eventlog.ids import new_id, validate_id
 from agentlog.eventlog.subjects import DEFAULT_APP, PREFIX, command_subject
 from agentlog.runtime.inputs.frontend import InvalidFrontendTools, normalize_frontend_tools
-from agentlog.runtime.inputs.run_input import as_run_input
+from agentlog.runtime.inputs.request import RunRequest
 
 COMMANDS_STREAM = "AGENTLOG_COMMANDS"
 COMMANDS_SUBJECTS = f"{PREFIX}.cmd.>"
@@ -83,45 +83,35 @@ class _Base(msgspec.Struct, kw_only=True, tag_field="type", forbid_unknown_field
     thread_id: str
 
 
-class StartRun(_Base, tag="start", kw_only=True, omit_defaults=True):
-    """Start run `run_id` of `agent_id` on `thread_id` with `messages` (str or role/content dicts).
-    With `parent_run_id` it is a continuation; `decisions` then go to the waiting parent first.
-    `frontend_tools`: the run's client-executed tools (`{name, description, parameters}`, see
-    `agentlog.runtime.inputs.frontend`), recorded by the worker's `Runtime.start`. `resource_id`: of the thread
-    the run creates (ignored when the thread exists). Defaults are omitted on the wire, so a
-    command without frontend tools or resource_id is still readable by workers that predate
-    them (upgrade workers before gateways)."""
+class StartRun(RunRequest, tag_field="type", tag="start", kw_only=True, omit_defaults=True,
+               forbid_unknown_fields=True):
+    """Start a run: a `RunRequest` with its thread and run ids chosen, as a gateway queues it
+    (`StartRun.of`). The worker's runtime checks it again and records it (`Runtime.execute`)."""
 
+    #: Idempotency key (`Nats-Msg-Id`); generated when not given.
+    command_id: str = msgspec.field(default_factory=new_id)
+    thread_id: str
     run_id: str = msgspec.field(default_factory=new_id)
-    agent_id: str
-    messages: list[Any] = msgspec.field(default_factory=list)
-    parent_run_id: str | None = None
-    decisions: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    origin: str = "user"
-    frontend_tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    resource_id: str | None = None
-    #: A sub-agent run (`agentlog.runtime.toolkits.subagents`): the parent's thread (with `parent_run_id`), and
-    #: the new child thread's metadata.
-    parent_thread_id: str | None = None
-    thread_metadata: dict[str, Any] = msgspec.field(default_factory=dict)
-    #: The client's overrides, context, forwarded props and state (`agentlog.runtime.inputs.run_input`,
-    #: its JSON form), checked and recorded by the worker's `Runtime.start`.
-    run_input: dict[str, Any] | None = None
     #: Offered by a gateway that may withdraw it (`agentlog.runtime.workers.claims`): a worker
     #: starts the run only once it has taken the offer, and acks the command unexecuted if the
     #: offer was withdrawn, replaced or is gone.
     offered: bool = False
 
+    @classmethod
+    def of(cls, request: RunRequest, thread_id: str, run_id: str, **command: Any) -> StartRun:
+        """The command that starts `request` as run `run_id` on `thread_id` (a `ContinueRun`
+        for a continuation); `command`: `command_id`, `offered`."""
+        kind = ContinueRun if request.continues is not None else StartRun
+        fields = {f: getattr(request, f) for f in RunRequest.__struct_fields__}
+        return kind(**{**fields, "thread_id": thread_id, "run_id": run_id, **command})
+
 
 class ContinueRun(StartRun, tag="continue", kw_only=True):
-    """A continuation: a new run after `parent_run_id` (required) on the same thread.
-
-    `interrupt`: the parent may still be running; the worker cancels it (reason `INTERRUPTED`)
-    and starts this run once the parent has finished: "stop, then send" as one command, so the
-    thread never has two active runs and a crash in between leaves the command to redo (both
-    halves are idempotent: a finished parent is not cancelled again, a started run is resumed)."""
-
-    interrupt: bool = False
+    """A continuation: a new run after `parent_run_id` (required) on the same thread. With
+    `interrupt` the parent may still be running: the worker cancels it (reason `INTERRUPTED`)
+    and starts this run once the parent has finished, "stop, then send" as one command, so the
+    thread never has two active runs and a crash in between leaves the command to redo (a
+    finished parent is not cancelled again, a started run is resumed)."""
 
 
 #: The cancel reason an interrupting continuation records on the run it stops.
@@ -177,10 +167,11 @@ def validate_command(cmd: Command) -> Command:
                 raise InvalidCommand("a continue command needs parent_run_id")
             if cmd.decisions and cmd.parent_run_id is None:
                 raise InvalidCommand("decisions on a start command need parent_run_id (the waiting run)")
+            if cmd.interrupt and not isinstance(cmd, ContinueRun):
+                raise InvalidCommand("only a continue command interrupts its parent")
             try:
                 normalize_frontend_tools(cmd.frontend_tools)
-                as_run_input(cmd.run_input)
-            except (InvalidFrontendTools, ValueError) as exc:
+            except InvalidFrontendTools as exc:
                 raise InvalidCommand(str(exc)) from None
         if isinstance(cmd, QueueMessages) and not cmd.messages:
             raise InvalidCommand("a queue command needs at least one message")

@@ -559,13 +559,7 @@ class Worker:
                     continue
             elif handle is None:
                 try:
-                    handle = await rt.start(
-                        cmd.agent_id, cmd.messages, thread_id=cmd.thread_id, run_id=cmd.run_id,
-                        parent_run_id=cmd.parent_run_id, decisions=cmd.decisions, origin=cmd.origin,
-                        frontend_tools=cmd.frontend_tools, resource_id=cmd.resource_id,
-                        parent_thread_id=cmd.parent_thread_id,
-                        thread_metadata=cmd.thread_metadata or None, run_input=cmd.run_input,
-                    )
+                    handle = await rt.start(cmd)
                     log.info("run.started_by_worker")
                 except RunConflict as exc:
                     self.stats["reevaluated"] += 1

@@ -77,6 +77,7 @@ from agentlog.gateway.operations.dispatch import Dispatcher, RunAlreadyFinished
 from agentlog.gateway.operations.services import Services
 from agentlog.projections.fold import Folder, fold_commits
 from agentlog.projections.views import RunView
+from agentlog.runtime import RunRequest
 
 if TYPE_CHECKING:
     from agentlog.gateway.adapters.a2a.push import PushConfigs
@@ -184,8 +185,8 @@ class RunTaskHandler(RequestHandler):
                         raise TaskNotFoundError(message=f"context {msg.context_id!r} not found")
                     known = bool(msg.context_id) and await self.store.thread_version(msg.context_id) > 0
                     resource = {} if known else {"resource_id": who.tenant}
-                accepted = await self.dispatcher.start_run(self.agent_id, text, thread_id=msg.context_id or None,
-                                                           **resource)
+                accepted = await self.dispatcher.start_run(RunRequest(
+                    agent_id=self.agent_id, messages=text, thread_id=msg.context_id or None, **resource))
         except AgentlogError as exc:
             if exc.code in ("run_not_found", "thread_not_found"):
                 raise TaskNotFoundError(message=str(exc)) from None
