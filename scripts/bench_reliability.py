@@ -485,7 +485,8 @@ async def in_doubt(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]
 
 
 async def outage(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
-    from agentlog.runtime.workers.commands import CommandClient, StartRun
+    from agentlog.runtime.inputs.commands import StartRun
+    from agentlog.runtime.workers.commands import CommandClient
     from agentlog.runtime.workers.worker import Worker
 
     n = runs or (20 if quick else 100)

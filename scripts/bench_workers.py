@@ -27,8 +27,9 @@ from agentlog.cli.logging import configure as configure_logging  # noqa: E402
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer  # noqa: E402
 from agentlog.eventlog.jetstream.store import JetStreamEventStore  # noqa: E402
 from agentlog.runtime import AgentSpec, Runtime, tool  # noqa: E402
+from agentlog.runtime.inputs.commands import StartRun  # noqa: E402
 from agentlog.runtime.models.scripted import ScriptedModel, Turn  # noqa: E402
-from agentlog.runtime.workers.commands import CommandClient, StartRun  # noqa: E402
+from agentlog.runtime.workers.commands import CommandClient  # noqa: E402
 
 
 @tool

@@ -34,7 +34,8 @@ from agentlog.eventlog.errors import StoreUnavailable  # noqa: E402
 from agentlog.eventlog.jetstream.store import JetStreamEventStore  # noqa: E402
 from agentlog.eventlog.subjects import EVENTS_STREAM  # noqa: E402
 from agentlog.runtime import Runtime  # noqa: E402
-from agentlog.runtime.workers.commands import CommandClient, StartRun, ensure_commands_stream  # noqa: E402
+from agentlog.runtime.inputs.commands import StartRun  # noqa: E402
+from agentlog.runtime.workers.commands import CommandClient, ensure_commands_stream  # noqa: E402
 from agentlog.testing.cluster import LocalCluster, stream_leader  # noqa: E402
 
 import bench_workers  # noqa: E402  (its worker app and process helpers)

@@ -25,8 +25,8 @@ _EXPORTS: dict[str, str] = {
     "AgentlogError": "agentlog.eventlog.errors",
     # agents, tools, models
     "Runtime": "agentlog.runtime.facade",
-    "RunHandle": "agentlog.runtime.facade",
-    "RunResult": "agentlog.runtime.facade",
+    "RunHandle": "agentlog.runtime.runs.handle",
+    "RunResult": "agentlog.runtime.runs.handle",
     "AgentSpec": "agentlog.runtime.agents.spec",
     "ContextPolicy": "agentlog.runtime.context_policy",
     "tool": "agentlog.runtime.tools",
@@ -102,7 +102,7 @@ if TYPE_CHECKING:
     from agentlog.runtime.agents.spec import AgentSpec
     from agentlog.runtime.config import load_config
     from agentlog.runtime.context_policy import ContextPolicy
-    from agentlog.runtime.facade import RunHandle, RunResult, Runtime
+    from agentlog.runtime.facade import Runtime
     from agentlog.runtime.models.anthropic import AnthropicModel
     from agentlog.runtime.models.base import Model
     from agentlog.runtime.models.gemini import GeminiModel
@@ -112,6 +112,7 @@ if TYPE_CHECKING:
     from agentlog.runtime.models.pricing import ModelPrices
     from agentlog.runtime.models.scripted import ScriptedModel, Turn
     from agentlog.runtime.permission import PermissionPlugin
+    from agentlog.runtime.runs.handle import RunHandle, RunResult
     from agentlog.runtime.state.keys import StateKey
     from agentlog.runtime.toolkits.mcp import McpServerConfig, McpToolset
     from agentlog.runtime.toolkits.memory import MemoryPlugin

@@ -342,13 +342,13 @@ async def test_wait_and_current_answer_while_the_views_lag(nats_server: Any) -> 
 
     from agentlog.gateway.http import Settings, create_app
     from agentlog.gateway.http.write import write_routes
-    from agentlog.gateway.operations.dispatch import InProcessDispatcher
     from agentlog.projections.kv import KVViewStore
     from agentlog.projections.runner import ProjectionRunner
     from agentlog.runtime import AgentSpec, Runtime
     from agentlog.runtime.models import ScriptedModel
 
     from tests.support.http_stack import stop_runner
+    from tests.support.inprocess import InProcessDispatcher
 
     store = await JetStreamEventStore.connect(nats_server.url)
     views = await KVViewStore.open(store.nc)

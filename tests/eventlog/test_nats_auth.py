@@ -45,7 +45,8 @@ from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.subjects import EVENTS_STREAM
 from agentlog.gateway.operations.connection import ConnectionOptions, open_store
 from agentlog.projections.kv import ensure_bucket
-from agentlog.runtime.workers.commands import COMMANDS_STREAM, CommandClient, StartRun
+from agentlog.runtime.inputs.commands import StartRun
+from agentlog.runtime.workers.commands import COMMANDS_STREAM, CommandClient
 
 from tests.support.topology import TOPOLOGIES, Kind, deploy
 

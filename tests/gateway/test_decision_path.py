@@ -1,7 +1,8 @@
 """One decision over HTTP, through the stack `agentlog serve` assembles (`agentlog.cli.server`):
-what it costs on the way to the resumed run's commit. The gateway checks it once, the run is
-loaded once (`agentlog.runtime.loading.RunLoader`: snapshot + tail), the loop resumes it once,
-and the run id is validated once, where it comes in (the HTTP path).
+what it costs on the way to the resumed run's commit. The decision is parsed and checked once
+(`agentlog.runtime.loop.hitl`, by the gateway: the worker's runtime takes the verdict with the run),
+the run is loaded once (`agentlog.runtime.loading.RunLoader`: snapshot + tail), the loop resumes
+it once, and the run id is validated once, where it comes in (the HTTP path).
 
 The serve process's store is wrapped (its reads of runs and threads are counted by method) and
 the run id's validations are counted by a profile hook on `agentlog.eventlog.ids.validate_id`.
@@ -27,6 +28,7 @@ from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 from agentlog.eventlog.events import RunResumed, RunSuspended, StoredCommit
 from agentlog.gateway.operations.connection import ConnectionOptions
 from agentlog.runtime.loading import RunLoader
+from agentlog.runtime.loop import hitl
 
 from tests.apps import approval_app
 
@@ -72,8 +74,13 @@ class Validations:
         self.value = value
         self.code = ids.validate_id.__code__
         self.callers: list[str] = []
+        #: Calls of the decision's parse and check (`agentlog.runtime.loop.hitl`), by name.
+        self.decision_checks: Counter[str] = Counter()
+        self._counted = {hitl.parse_decisions.__code__: "parse", hitl.check_decisions.__code__: "check"}
 
     def _profile(self, frame: FrameType, event: str, _arg: Any) -> None:
+        if event == "call" and frame.f_code in self._counted:
+            self.decision_checks[self._counted[frame.f_code]] += 1
         if event != "call" or frame.f_code is not self.code or frame.f_locals.get("value") != self.value:
             return
         caller = frame.f_back
@@ -165,6 +172,7 @@ async def _decide_once(http: aiohttp.ClientSession, server: Any, counted: dict[s
     commits = [sc async for sc in reads.raw_read_thread(thread_id, waiting.seq)]
     assert sum(type(e) is RunResumed for sc in commits for e in sc.commit.events) == 1
     assert validations.on_the_path == ["path_id"]
+    assert validations.decision_checks == {"parse": 1, "check": 1}
 
 
 async def test_one_decision_over_http_is_checked_loaded_and_resumed_once(

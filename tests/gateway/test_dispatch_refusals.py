@@ -1,12 +1,11 @@
-"""Both dispatchers refuse the same bad input to a run (queued messages, a continuation, decisions,
-a cancel) with the same typed error, in the same order of checks, and write nothing: the answer
-of the Python API (the adapters and the A2A server call it directly, without the HTTP body's
-checks) does not depend on the deployment. A caller the access check refuses learns nothing about
-the run: the refusal comes before any other answer about its state.
+"""The dispatcher refuses bad input to a run (queued messages, a continuation, decisions, a cancel)
+with the typed error the runtime would raise, in one order of checks, and writes nothing: the
+Python API (the adapters and the A2A server call it directly, without the HTTP body's checks)
+answers as the HTTP API does. A caller the access check refuses learns nothing about the run: the
+refusal comes before any other answer about its state.
 
 Against a real nats-server, on the `serve` assembly in this process (tests/support/input.py): its
-own `QueueDispatcher` (what `agentlog serve` and `agentlog gateway` answer with), and an
-`InProcessDispatcher` over its `Runtime` (an app embedding the runtime)."""
+own `QueueDispatcher`, what `agentlog serve` and `agentlog gateway` answer with."""
 
 from __future__ import annotations
 
@@ -15,11 +14,9 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import pytest
-
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 from agentlog.eventlog.events import RunFinished
-from agentlog.gateway.operations.dispatch import Dispatcher, InProcessDispatcher, QueueDispatcher
+from agentlog.gateway.operations.dispatch import Dispatcher, QueueDispatcher
 from agentlog.runtime.errors import RunNotFound
 
 from tests.support.input import TIMEOUT, Stack, codes_of, commands_queued, open_stack, waiting_run
@@ -46,13 +43,12 @@ async def _finished(s: Stack, thread_id: str) -> None:
                 return
 
 
-@pytest.mark.parametrize("kind", ["in_process", "queue"])
-async def test_both_dispatchers_refuse_bad_input_to_a_run_alike_and_write_nothing(
-        kind: str, nats_server: EmbeddedNatsServer) -> None:
+async def test_the_dispatcher_refuses_bad_input_to_a_run_with_typed_errors_and_writes_nothing(
+        nats_server: EmbeddedNatsServer) -> None:
     async with asyncio.timeout(TIMEOUT * 3), open_stack(nats_server.url, "serve") as s:
-        assert s.front is not None and s.front.runtime is not None and s.front.dispatcher is not None
-        d: Dispatcher = InProcessDispatcher(s.front.runtime) if kind == "in_process" else s.front.dispatcher
-        assert isinstance(d, QueueDispatcher) == (kind == "queue")
+        assert s.front is not None and s.front.dispatcher is not None
+        d: Dispatcher = s.front.dispatcher
+        assert isinstance(d, QueueDispatcher)
         t, r, c = await waiting_run(s)
         refuse = Refuse()
         ok = {"target_id": c, "decision_id": "d-ok", "action": "resume"}

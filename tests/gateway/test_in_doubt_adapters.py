@@ -9,7 +9,7 @@ from typing import Any
 
 from agentlog.eventlog.memory import MemoryEventStore
 from agentlog.gateway.adapters import agui, aisdk
-from agentlog.gateway.operations.agents import agent_catalog
+from agentlog.runtime import agent_catalog
 from agentlog.runtime.loop.in_doubt import IN_DOUBT_SCHEMA
 
 from tests.support.in_doubt import Payments, interrupted, resumed

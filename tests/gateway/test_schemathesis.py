@@ -79,7 +79,8 @@ class LiveApi:
         from agentlog.gateway.adapters.routes import ROUTES as ADAPTER_ROUTES
         from agentlog.gateway.http import Settings
         from agentlog.gateway.http.write import write_routes
-        from agentlog.gateway.operations.dispatch import InProcessDispatcher
+
+        from tests.support.inprocess import InProcessDispatcher
 
         self._stop = asyncio.Event()
         async with open_stack(self.server) as stack:

@@ -45,6 +45,28 @@ def test_runtime_root_is_small() -> None:
         assert (room / "__init__.py").is_file(), f"{room.name}/ is not a package"
 
 
+#: The runtime's public face: what the gateway may import (the package's own names, and these rooms).
+RUNTIME_FACE = {"inputs", "workers", "models", "replay", "config"}
+
+
+def test_the_gateway_contract_closes_every_room_of_the_runtime_but_its_face() -> None:
+    """The import-linter contract that keeps the gateway on the runtime's public face forbids every
+    other module and room of `agentlog.runtime`: one added later is closed too, or named here."""
+    import tomllib
+
+    pyproject = tomllib.loads((pathlib.Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    [contract] = [c for c in pyproject["tool"]["importlinter"]["contracts"]
+                  if c.get("source_modules") == ["agentlog.gateway"]]
+    runtime = importlib.util.find_spec("agentlog.runtime")
+    assert runtime is not None and runtime.submodule_search_locations
+    root = pathlib.Path(next(iter(runtime.submodule_search_locations)))
+    rooms = {p.stem for p in root.glob("*.py") if p.stem != "__init__"}
+    rooms |= {p.name for p in root.iterdir() if (p / "__init__.py").is_file()}
+    assert {"loop", "loading"} <= rooms
+    closed = {m.removeprefix("agentlog.runtime.") for m in contract["forbidden_modules"]}
+    assert closed == rooms - RUNTIME_FACE
+
+
 @pytest.mark.parametrize("module", GONE)
 def test_module_is_not_shipped(module: str) -> None:
     assert importlib.util.find_spec(module) is None, f"{module} should not be in the product"

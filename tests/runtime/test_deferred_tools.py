@@ -11,8 +11,7 @@ import pytest
 
 from agentlog.eventlog.events import StatePatched
 from agentlog.eventlog.memory import MemoryEventStore
-from agentlog.gateway.operations.agents import agent_catalog
-from agentlog.runtime import AgentSpec, DeterministicEntropy, Runtime, Tool, tool
+from agentlog.runtime import AgentSpec, DeterministicEntropy, Runtime, Tool, agent_catalog, tool
 from agentlog.runtime.agents.deferred import MAX_RESULTS, PROMOTED_KEY, TOOL_SEARCH, search
 from agentlog.runtime.config import ConfigError, build, parse_config
 from agentlog.runtime.models import ScriptedModel, Turn

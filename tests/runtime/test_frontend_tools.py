@@ -24,6 +24,7 @@ from agentlog.eventlog.events import (
 )
 from agentlog.gateway.operations.dispatch import InvalidInput, QueueDispatcher
 from agentlog.runtime import AgentSpec, PermissionPlugin, RunRequest, Runtime, tool
+from agentlog.runtime.inputs.commands import InvalidCommand, StartRun, decode_command, encode_command
 from agentlog.runtime.inputs.frontend import (
     ACTION,
     FrontendToolConflict,
@@ -33,7 +34,6 @@ from agentlog.runtime.inputs.frontend import (
 from agentlog.runtime.models import ToolSpec
 from agentlog.runtime.models.scripted import ScriptedModel, Turn, last_tool_result
 from agentlog.runtime.replay.verify import ReplayApp, verify_run
-from agentlog.runtime.workers.commands import InvalidCommand, StartRun, decode_command, encode_command
 from agentlog.runtime.workers.worker import Worker
 
 from tests.support.frontend_stubs import frontend_tool

@@ -21,7 +21,6 @@ from agentlog.eventlog.events import (
 )
 from agentlog.gateway.adapters.agui import AguiTranslator
 from agentlog.gateway.adapters.aisdk import AiSdkTranslator
-from agentlog.gateway.operations.dispatch import InProcessDispatcher
 from agentlog.projections import fold_commits
 from agentlog.runtime import (
     AgentSpec,
@@ -40,6 +39,7 @@ from agentlog.runtime.models import ScriptedModel, Turn
 from agentlog.runtime.replay.verify import verify_run
 from agentlog.testing import RecordingModel
 
+from tests.support.inprocess import InProcessDispatcher
 from tests.support.runtime import logged, store  # noqa: F401  (fixture)
 
 

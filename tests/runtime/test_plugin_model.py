@@ -24,7 +24,6 @@ from agentlog.eventlog.events import (
     ToolCall,
 )
 from agentlog.eventlog.memory import MemoryEventStore
-from agentlog.gateway.operations.agents import agent_catalog
 from agentlog.runtime import (
     ActionHandler,
     AddContext,
@@ -44,6 +43,7 @@ from agentlog.runtime import (
     ToolContext,
     ToolResult,
     WarnInput,
+    agent_catalog,
     tool,
 )
 from agentlog.runtime.config import ConfigError, build, parse_config

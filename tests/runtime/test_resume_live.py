@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from agentlog.runtime import AgentSpec, DeterministicEntropy, Runtime, ToolContext, ToolResult, tool
-from agentlog.runtime.facade import CommittedEvent
 from agentlog.runtime.models.scripted import ScriptedCall, ScriptedModel, Turn
+from agentlog.runtime.runs.handle import CommittedEvent
 
 from tests.support.runtime import shape, store, thread_log  # noqa: F401  (fixture)
 

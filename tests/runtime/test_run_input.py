@@ -23,6 +23,7 @@ from agentlog.runtime.inputs.run_input import (
     CONTEXT_HEADING,
     OverrideNotAllowed,
     OverridePolicy,
+    OverrideScope,
     RunInput,
     as_run_input,
     check_overrides,
@@ -256,7 +257,7 @@ async def test_override_refused_by_the_worker_when_the_gateway_knows_no_policy(n
         assert [sc async for sc in store.read_thread("t-override-worker")] == []
         # the same gateway knowing the policy refuses it itself, before anything is queued
         knowing = QueueDispatcher(store.nc, store, timeout=20.0,
-                                  override_policies={"echo": ("echo-model", OverridePolicy())})
+                                  override_policies={"echo": OverrideScope("echo-model", OverridePolicy(), ["echo"])})
         with pytest.raises(OverrideNotAllowed):
             await knowing.start_run(RunRequest(agent_id="echo", messages="hi", thread_id="t-override-worker",
                                                run_input={"overrides": {"model": "other"}}))

@@ -6,13 +6,14 @@ from typing import Any
 
 import pytest
 
-from agentlog.eventlog.events import ToolCallDecided
+from agentlog.eventlog.events import ToolCallDecided, ToolCallDecision
 from agentlog.eventlog.memory import MemoryEventStore
 from agentlog.runtime import AgentSpec, Runtime, ToolContext, ToolResult, tool
-from agentlog.runtime.loading import Handoff, LoadedRun, RunLoader
+from agentlog.runtime.loading import LoadedRun, RunLoader
 from agentlog.runtime.loop.hitl import CallNotSuspended
 from agentlog.runtime.loop.run_context import RunContext
 from agentlog.runtime.models import ScriptedModel, Turn
+from agentlog.runtime.runs.intake import CheckedDecisions, Handoff, check_loaded
 from agentlog.runtime.snapshots.format import CHUNKS, decode_snapshot
 from agentlog.runtime.snapshots.store import MemorySnapshotStore
 
@@ -79,36 +80,43 @@ async def test_a_snapshot_replaced_while_it_is_read_is_read_again_not_folded() -
 
 
 async def test_a_run_handed_on_that_the_thread_left_behind_is_loaded_afresh() -> None:
-    """`Handoff`: a run a gateway loaded and checked is taken by `decide` instead of a second
-    load; if the thread moved meanwhile (another decision for the same call landed), the append
-    conflicts and `decide` answers from the run loaded afresh: nothing recorded twice."""
+    """`Handoff`: decisions a gateway checked, with the run it loaded, are taken by `decide`
+    instead of a second load and check; if the thread moved meanwhile (another decision for the
+    same call landed), the append conflicts and `decide` checks them again on the run loaded
+    afresh: nothing recorded twice."""
     store, snaps = MemoryEventStore(), MemorySnapshotStore()
     rt = cycler(store, snaps)
     assert (await rt.run("cycler", "go", thread_id="t-h", run_id="t-h-run")).status == "waiting"
     await rt.flush_snapshots()
     [call] = [c for c, v in (await rt.run_view("t-h-run")).calls.items() if v.status == "suspended"]
 
-    stale = await rt.loader().load("t-h-run")  # the gateway's load, checked for d-late
-    rt.handoff.give(stale, ["d-late"])
+    late = {"target_id": call, "decision_id": "d-late", "action": "resume"}
+    rt.handoff.give(check_loaded(await rt.loader().load("t-h-run"), [late], 1))  # the gateway's load and check
     other = cycler(store, snaps)  # another process decides the same call first
     res = await other.decide("t-h-run", [{"target_id": call, "decision_id": "d-first", "action": "resume"}])
     assert res.handle is not None and (await res.handle.result()).status == "waiting"
 
     with pytest.raises(CallNotSuspended):
-        await rt.decide("t-h-run", [{"target_id": call, "decision_id": "d-late", "action": "resume"}])
+        await rt.decide("t-h-run", [late])
     assert len(rt.handoff) == 0  # taken once
     recorded = [e.decision.decision_id async for sc in store.read_run("t-h-run") for e in sc.commit.events
                 if type(e) is ToolCallDecided]
     assert recorded == ["d-first"]
 
 
+def _checked(run_id: str, *decision_ids: str) -> CheckedDecisions:
+    run = LoadedRun("t", "a", RunContext(thread_id="t", run_id=run_id), 1, [])
+    return CheckedDecisions(run, [ToolCallDecision(target_id="c", decision_id=d, action="resume")
+                                  for d in decision_ids], [])
+
+
 def test_a_run_handed_on_is_taken_only_for_the_decisions_it_was_checked_for() -> None:
     handoff = Handoff(limit=2)
-    run = LoadedRun("t", "a", RunContext(thread_id="t", run_id="r"), 1, [])
-    handoff.give(run, ["d1", "d2"])
+    checked = _checked("r", "d1", "d2")
+    handoff.give(checked)
     assert handoff.take("r", ["d1"]) is None and "r" not in handoff  # another decision: dropped
-    handoff.give(run, ["d1", "d2"])
-    assert handoff.take("r", ["d2", "d1"]) is run and handoff.take("r", ["d1", "d2"]) is None
+    handoff.give(checked)
+    assert handoff.take("r", ["d2", "d1"]) is checked and handoff.take("r", ["d1", "d2"]) is None
     for n in range(3):
-        handoff.give(LoadedRun("t", "a", RunContext(thread_id="t", run_id=f"r{n}"), 1, []), ["d"])
+        handoff.give(_checked(f"r{n}", "d"))
     assert len(handoff) == 2 and "r0" not in handoff  # the oldest pushed out

@@ -70,7 +70,7 @@ async def test_a_deleted_thread_takes_no_run_through_any_path(store: Any) -> Non
     waiting parent stays waiting. `Runtime.start` raises the typed error, not a bare
     AgentlogError (a 500 `agentlog_error` over HTTP), and a continuation is refused before it
     cancels the waiting parent (a write)."""
-    from agentlog.gateway.operations.dispatch import InProcessDispatcher
+    from tests.support.inprocess import InProcessDispatcher
 
     async with asyncio.timeout(WAIT):
         rt = await waiting_parent(store)

@@ -209,7 +209,7 @@ def test_snapshot_of_a_prefix_plus_the_rest_folds_to_the_whole(raw: list[Any], d
                        base_seq=prefix[-1].seq)
     for sc in rest:
         if sc.commit.run_id == RUN:
-            handle._on_commit(sc)
+            handle.on_commit(sc)
     assert handle.status == whole_run.status
     assert cold._finished is None  # nothing decoded the finished calls' views yet
     assert handle.view() == whole_run
@@ -382,7 +382,7 @@ def test_run_handle_folds_each_commit_once(monkeypatch: Any) -> None:
     handle = RunHandle(RUN, THREAD, "a")
     views = []
     for sc in commits:
-        handle._on_commit(sc)
+        handle.on_commit(sc)
         views.append(handle.view())
     views += [handle.view(), handle.view()]
     assert applied == events
@@ -456,7 +456,7 @@ def test_a_resumed_handle_joins_a_finished_call_a_later_commit_touched() -> None
     handle = RunHandle(RUN, THREAD, "a", base=loaded.tail_view(), finished=loaded, base_seq=4)
     as_of: list[Any] = []
     for n, sc in enumerate(later, start=1):
-        handle._on_commit(sc)
+        handle.on_commit(sc)
         as_of.append((handle.view_as_of(), fold_commits(history + later[:n]).runs[RUN]))
         assert handle.status == as_of[-1][1].status
     assert loaded._finished is None  # the status never needed the finished calls

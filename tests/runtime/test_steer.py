@@ -222,10 +222,13 @@ async def test_steer_is_refused_once_the_run_finished_and_is_idempotent_on_ids(s
 
 @pytest.mark.asyncio
 async def test_steer_through_the_in_process_dispatcher(store: Any) -> None:
-    """`InProcessDispatcher.submit_inputs` with a queue mode: the run itself answers (its id, the
-    queueing commit's seq); a finished run is `run_finished`; decisions cannot be queued."""
-    from agentlog.gateway.operations.dispatch import InProcessDispatcher, InvalidInput
+    """The dispatcher's `submit_inputs` with a queue mode, carried out by the runtime in this
+    process: the answer is the run's (its id, the queueing commit's seq); a finished run is
+    `run_finished`; decisions cannot be queued."""
+    from agentlog.gateway.operations.dispatch import InvalidInput, RunAlreadyFinished
     from agentlog.gateway.operations.timeline import event_summary
+
+    from tests.support.inprocess import InProcessDispatcher
 
     gate = Gate()
     rt = runtime(store, gate)
@@ -240,7 +243,7 @@ async def test_steer_through_the_in_process_dispatcher(store: Any) -> None:
         assert (accepted.run_id, accepted.thread_id) == (handle.run_id, "t-steer-disp")
         gate.of(gate.released, "t-steer-disp").set()
         await handle.result()
-        with pytest.raises(RunEnded) as late:
+        with pytest.raises(RunAlreadyFinished) as late:
             await dispatcher.submit_inputs(handle.run_id, messages="too late", mode="steer")
         assert late.value.code == "run_finished"
     log = await thread_log(store, "t-steer-disp")

@@ -27,9 +27,10 @@ from agentlog.eventlog.events import RunFinished, StoredCommit, ToolCallComplete
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.projections.fold import fold_commits
 from agentlog.runtime import AgentSpec, Runtime, ToolContext, tool
+from agentlog.runtime.inputs.commands import StartRun
 from agentlog.runtime.models.scripted import ScriptedModel, Turn
 from agentlog.runtime.outage import OutagePolicy
-from agentlog.runtime.workers.commands import CommandClient, StartRun
+from agentlog.runtime.workers.commands import CommandClient
 from agentlog.runtime.workers.worker import Worker
 
 LIMIT = 60

@@ -18,8 +18,9 @@ from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 from agentlog.eventlog.events import RunStarted
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.projections.fold import fold_commits
+from agentlog.runtime.inputs.commands import Decide, StartRun
 from agentlog.runtime.toolkits.subagents import child_ids
-from agentlog.runtime.workers.commands import CommandClient, Decide, StartRun
+from agentlog.runtime.workers.commands import CommandClient
 
 from tests.support.worker import Watch, kill_all, read_lines, spawn_worker
 

@@ -16,7 +16,8 @@ import pytest
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.gateway.http.requests import SERVICES
-from agentlog.runtime.workers.commands import CommandClient, StartRun
+from agentlog.runtime.inputs.commands import StartRun
+from agentlog.runtime.workers.commands import CommandClient
 
 from tests.gateway.test_http_write import until_status
 from tests.support.http_stack import TIMEOUT, body

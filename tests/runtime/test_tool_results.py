@@ -10,7 +10,6 @@ import pytest
 
 from agentlog.eventlog.events import ToolCallCompleted
 from agentlog.eventlog.memory import MemoryEventStore
-from agentlog.gateway.operations.agents import agent_catalog
 from agentlog.runtime import (
     AgentSpec,
     DeterministicEntropy,
@@ -18,6 +17,7 @@ from agentlog.runtime import (
     ToolContext,
     ToolError,
     ToolResult,
+    agent_catalog,
     tool,
 )
 from agentlog.runtime.models import ScriptedModel, Turn

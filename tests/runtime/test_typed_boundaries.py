@@ -13,9 +13,8 @@ import pytest
 from agentlog.eventlog.errors import VersionConflict
 from agentlog.eventlog.events import RunFinished
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
-from agentlog.gateway.operations.agents import agent_catalog
-from agentlog.gateway.operations.dispatch import InProcessDispatcher, QueueDispatcher
-from agentlog.runtime import AgentSpec, Runtime, ToolContext, tool
+from agentlog.gateway.operations.dispatch import QueueDispatcher
+from agentlog.runtime import AgentSpec, Runtime, ToolContext, agent_catalog, tool
 from agentlog.runtime.errors import CONFLICT_ATTEMPTS, RunConflict, retry_on_conflict
 from agentlog.runtime.models.scripted import ScriptedCall, ScriptedModel, Turn
 
@@ -111,16 +110,12 @@ async def test_abandon_runs_stops_them_without_committing(store: JetStreamEventS
     assert rt.active(handle.run_id) is None
 
 
-async def test_dispatchers_say_where_runs_execute_and_what_they_can_start(store: JetStreamEventStore) -> None:
+async def test_catalogs_say_what_an_app_and_a_gateway_can_start(store: JetStreamEventStore) -> None:
     rt = BlockingApp().runtime(store)
-    in_process = InProcessDispatcher(rt)
-    assert in_process.runtime is rt
-    assert in_process.agent_catalog() == agent_catalog(rt)
-    assert [a["id"] for a in in_process.agent_catalog()] == ["holder"]
-    assert in_process.agent_catalog()[0]["tools"][0]["name"] == "hold"
+    assert [a["id"] for a in agent_catalog(rt)] == ["holder"]
+    assert agent_catalog(rt)[0]["tools"][0]["name"] == "hold"
 
     queue = QueueDispatcher(store.nc, store, agents=["b", "a"], descriptions={"a": "first"})
-    assert queue.runtime is None, "runs execute on workers: nothing to replay with here"
     assert queue.agent_catalog() == [{"id": "a", "description": "first", "tools": None},
                                      {"id": "b", "description": "", "tools": None}]
     assert QueueDispatcher(store.nc, store).agent_catalog() == [], "agents unknown to this gateway"

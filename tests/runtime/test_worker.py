@@ -11,12 +11,11 @@ from typing import Any
 import pytest
 
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.events import ToolCallDecision
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.projections.fold import fold_commits
-from agentlog.runtime.workers.commands import (
-    COMMANDS_STREAM,
+from agentlog.runtime.inputs.commands import (
     Cancel,
-    CommandClient,
     ContinueRun,
     Decide,
     InvalidCommand,
@@ -24,6 +23,7 @@ from agentlog.runtime.workers.commands import (
     decode_command,
     encode_command,
 )
+from agentlog.runtime.workers.commands import COMMANDS_STREAM, CommandClient
 from agentlog.runtime.workers.worker import Worker
 
 from tests.apps import worker_app
@@ -40,7 +40,7 @@ async def test_codec_round_trip_and_typed_errors() -> None:
         StartRun(thread_id="t", run_id="r", agent_id="a", messages=["hi", {"role": "user", "content": "x"}]),
         ContinueRun(thread_id="t", run_id="r2", agent_id="a", parent_run_id="r",
                     decisions=[{"target_id": "c", "decision_id": "d", "action": "resume", "result": True}]),
-        Decide(thread_id="t", run_id="r", decisions=[{"target_id": "c", "decision_id": "d", "action": "cancel"}]),
+        Decide(thread_id="t", run_id="r", decisions=[ToolCallDecision(target_id="c", decision_id="d", action="cancel")]),
         Cancel(thread_id="t", run_id="r", reason="bye"),
     ]
     for cmd in cmds:

@@ -23,7 +23,8 @@ import pytest
 
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
-from agentlog.runtime.workers.commands import CommandClient, Decide, StartRun
+from agentlog.runtime.inputs.commands import Decide, StartRun
+from agentlog.runtime.workers.commands import CommandClient
 
 from tests.apps import worker_app
 from tests.support.worker import Watch, kill_all, message_list, read_lines, spawn_worker, thread_state

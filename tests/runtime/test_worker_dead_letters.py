@@ -22,13 +22,13 @@ from agentlog.eventlog.ids import new_id, now_ms
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.gateway.operations.dispatch import CommandFailed, QueueDispatcher
 from agentlog.runtime import RunRequest
+from agentlog.runtime.inputs.commands import StartRun
 from agentlog.runtime.workers.commands import (
     COMMANDS_STREAM,
     DLQ_CODE,
     DLQ_COMMAND_ID,
     DLQ_DELIVERIES,
     CommandClient,
-    StartRun,
     dlq_subject,
 )
 from agentlog.runtime.workers.worker import Worker
@@ -115,7 +115,7 @@ async def test_a_failing_command_is_dead_lettered_after_max_deliver_and_its_run_
             attempts.append(1)
             raise RuntimeError("boom")
 
-        monkeypatch.setattr(worker, "_resume", broken_resume)
+        monkeypatch.setattr(worker.runtime, "resume", broken_resume)
         cmd = StartRun(thread_id=thread_id, run_id=run_id, agent_id="echo", messages=["hi"])
         msg = await _dead_letter(store, dlq_subject(thread_id), lambda: CommandClient(store.nc).submit(cmd))
         assert msg.headers[DLQ_CODE] == "max_deliveries" and msg.headers[DLQ_DELIVERIES] == "3"

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.runtime.inputs.commands import StartRun
 from agentlog.runtime.outage import is_transient
-from agentlog.runtime.workers.commands import CommandClient, StartRun
+from agentlog.runtime.workers.commands import CommandClient
 
 from tests.support.worker import Watch, kill_all, spawn_worker
 

@@ -21,7 +21,6 @@ from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.gateway.adapters import nats_routes, routes
 from agentlog.gateway.adapters.session import Backend
 from agentlog.gateway.http import Settings, create_app
-from agentlog.gateway.operations.dispatch import InProcessDispatcher
 from agentlog.projections.kv import KVViewStore
 from agentlog.projections.runner import ProjectionRunner
 from agentlog.runtime import AgentSpec, NatsLiveSink, Runtime
@@ -29,6 +28,7 @@ from agentlog.runtime.models import ScriptedModel
 
 from tests.support.adapters import ALL_TOOLS
 from tests.support.http_stack import stop_runner
+from tests.support.inprocess import InProcessDispatcher
 from tests.support.protocol_verify.agui import parse_sse
 from tests.support.protocol_verify.aisdk import parse_ui_sse
 

@@ -19,8 +19,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.gateway.http import Settings, create_app
+from agentlog.gateway.http.inspector import REPLAY_APP
 from agentlog.gateway.http.write import write_routes
-from agentlog.gateway.operations.dispatch import Dispatcher, InProcessDispatcher, QueueDispatcher
+from agentlog.gateway.operations.dispatch import Dispatcher, QueueDispatcher
 from agentlog.projections.kv import KVViewStore
 from agentlog.projections.runner import ProjectionRunner
 from agentlog.runtime import AgentSpec, PermissionPlugin, Runtime, ToolContext, tool
@@ -28,6 +29,7 @@ from agentlog.runtime.models.scripted import ScriptedModel, Turn
 from agentlog.runtime.workers.worker import Worker
 
 from tests.support.http_stack import Api, stop_runner
+from tests.support.inprocess import InProcessDispatcher
 
 AGENTS = ("approver", "quick")
 
@@ -85,6 +87,7 @@ async def open_stack(server: EmbeddedNatsServer, mode: str = "inprocess", *, tok
     app = create_app(store, views, runner, auth_tokens=tokens, dispatcher=InProcessDispatcher(runtime),
                      extra_routes=[*write_routes(dispatcher), *(more_routes(dispatcher, runtime) if more_routes else ())],
                      settings=Settings(read_wait=5.0, sse_heartbeat=0.2, max_body=64 * 1024))
+    app[REPLAY_APP] = runtime
     client = TestClient(TestServer(app, host="127.0.0.1"))
     await client.start_server()
     try:

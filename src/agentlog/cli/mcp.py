@@ -40,7 +40,7 @@ async def serve_stdio(source: Any, options: ConnectionOptions, app_spec: str | N
     from agentlog.gateway.adapters import session
     from agentlog.gateway.adapters.mcp_server import build_server
     from agentlog.gateway.operations import dispatch
-    from agentlog.gateway.operations.agents import agent_catalog
+    from agentlog.runtime import agent_catalog
 
     config = ServerConfig(role="worker", app=source, app_spec=app_spec, connection=options, nats_service=False)
     async with serve(config) as server:

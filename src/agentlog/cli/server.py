@@ -22,7 +22,7 @@ Roles:
   for `agentlog worker` processes.
 - `worker`: a `Worker` only (no HTTP).
 
-The write routes (`agentlog.gateway.http.write`), the dispatchers (`agentlog.gateway.operations.dispatch`), the protocol
+The write routes (`agentlog.gateway.http.write`), the dispatcher (`agentlog.gateway.operations.dispatch`), the protocol
 adapters (`agentlog.gateway.adapters.routes` / `nats_routes`) and the NATS micro service
 (`agentlog.gateway.nats.service`) are imported at the top like any other dependency: a broken module fails
 the process loudly at start instead of serving a quietly smaller API.
@@ -46,9 +46,9 @@ from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.subjects import DEFAULT_APP
 from agentlog.gateway.nats import service as nats_service
 from agentlog.gateway.operations import dispatch
-from agentlog.gateway.operations.agents import agent_catalog
 from agentlog.gateway.operations.app_loader import AppSource, load_app, resolve_app
 from agentlog.gateway.operations.connection import ConnectionOptions, connect
+from agentlog.runtime import agent_catalog
 from agentlog.runtime.agents.setup import check_models
 from agentlog.runtime.inputs.run_input import OverrideScope
 from agentlog.runtime.outage import OutagePolicy, is_transient, through_outage

@@ -1,5 +1,10 @@
 """agentlog runtime: define tools and agents, run them on the log.
 
+The names here, with the rooms `agentlog.runtime.inputs` (what comes into a run),
+`agentlog.runtime.workers` (the command queue), `agentlog.runtime.models`,
+`agentlog.runtime.replay` and `agentlog.runtime.config`, are the runtime's public face: the gateway
+uses nothing else of it (an import-linter contract in pyproject.toml keeps it so).
+
     from agentlog.runtime import AgentSpec, Runtime, tool
 
     @tool
@@ -23,16 +28,18 @@
     result = await rt.run("calc", "hi")                  # start + result
 """
 
+from agentlog.runtime.agents.catalog import AgentApp, agent_catalog
 from agentlog.runtime.agents.spec import (
     AgentRegistry,
     AgentSpec,
     ModelRegistry,
     RetryPolicy,
     ToolExecutionMode,
+    UnknownAgent,
 )
 from agentlog.runtime.context_policy import ContextPolicy
-from agentlog.runtime.errors import RunConflict, RunNotFound, ThreadNotFound
-from agentlog.runtime.facade import CommittedEvent, DecideResult, RunHandle, RunResult, Runtime
+from agentlog.runtime.errors import CommandRejected, RunConflict, RunEnded, RunNotFound, ThreadNotFound
+from agentlog.runtime.facade import DecideResult, Runtime
 from agentlog.runtime.inputs.request import RunRequest
 from agentlog.runtime.live import LiveSink, MemoryLiveSink, NatsLiveSink, NullLiveSink
 from agentlog.runtime.loop.entropy import DeterministicEntropy, Entropy, SystemEntropy
@@ -45,7 +52,8 @@ from agentlog.runtime.loop.hitl import (
 )
 from agentlog.runtime.loop.run_context import RunContext, apply_event
 from agentlog.runtime.models.breaker import CircuitBreakerPolicy, CircuitBreakers
-from agentlog.runtime.permission import PermissionPlugin, PermissionRule
+from agentlog.runtime.outage import is_transient
+from agentlog.runtime.permission import STANDING_KEY, PermissionPlugin, PermissionRule
 from agentlog.runtime.plugins import (
     ActionHandler,
     AddContext,
@@ -71,7 +79,10 @@ from agentlog.runtime.plugins import (
     Terminate,
     WarnInput,
 )
+from agentlog.runtime.queued import recorded_ids
 from agentlog.runtime.rules.reminders import ReminderPlugin, ReminderRule
+from agentlog.runtime.runs.handle import CommittedEvent, RunHandle, RunResult
+from agentlog.runtime.runs.intake import Access, CheckedDecisions, DecisionIntake, Handoff, check_decision_on
 from agentlog.runtime.snapshots.format import RunSnapshot
 from agentlog.runtime.snapshots.store import KVSnapshotStore, MemorySnapshotStore, SnapshotStore
 from agentlog.runtime.stop import (
@@ -83,7 +94,8 @@ from agentlog.runtime.stop import (
     Timeout,
     TokenBudget,
 )
-from agentlog.runtime.toolkits.mcp import McpServerConfig, McpToolset
+from agentlog.runtime.telemetry import AgentMetrics, records_json, spans_from_commits
+from agentlog.runtime.toolkits.mcp import McpServerConfig, McpToolset, mcp_health
 from agentlog.runtime.toolkits.openapi import OpenApiConfig, load_openapi_tools
 from agentlog.runtime.tools import Tool, ToolContext, ToolError, ToolRegistry, ToolResult, tool
 
@@ -106,4 +118,8 @@ __all__ = [
     "ReminderRule",
     # models' circuit breakers, OpenAPI tools
     "CircuitBreakerPolicy", "CircuitBreakers", "OpenApiConfig", "load_openapi_tools",
+    # for the gateway and the processes: decisions taken in, commands, catalogs, health
+    "Access", "AgentApp", "AgentMetrics", "CheckedDecisions", "check_decision_on", "CommandRejected", "DecisionIntake", "Handoff",
+    "RunEnded", "STANDING_KEY", "UnknownAgent", "agent_catalog", "is_transient", "mcp_health", "recorded_ids",
+    "records_json", "spans_from_commits",
 ]

@@ -41,9 +41,26 @@ class RunEnded(AgentlogError):
     code = "run_finished"
 
 
+class CommandRejected(AgentlogError):
+    """A command that can never be carried out (an unknown agent, a decision for a finished run,
+    input the runtime refuses): nothing of it was written. `code` is the refusal's own."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+    @classmethod
+    def of(cls, exc: BaseException, default: str = "command_rejected") -> CommandRejected:
+        """The rejection that `exc` (the runtime's refusal) amounts to."""
+        return cls(getattr(exc, "code", None) or default, f"{type(exc).__name__}: {exc}")
+
+
 async def retry_on_conflict(attempt: Callable[[int], Awaitable[T]], what: str, *,
-                            attempts: int = CONFLICT_ATTEMPTS) -> T:
-    """`await attempt(i)` for i = 0, 1, ... until it returns without `VersionConflict`.
+                            attempts: int = CONFLICT_ATTEMPTS,
+                            conflicts: tuple[type[Exception], ...] = (VersionConflict,)) -> T:
+    """`await attempt(i)` for i = 0, 1, ... until it returns without a conflict (`VersionConflict`,
+    or the `conflicts` given).
 
     Every append under OCC follows the same shape: read the log, decide, append at the version
     read; a conflict means another writer moved the thread, so the decision is made again from
@@ -52,9 +69,9 @@ async def retry_on_conflict(attempt: Callable[[int], Awaitable[T]], what: str, *
     for i in range(attempts):
         try:
             return await attempt(i)
-        except VersionConflict:
+        except conflicts:
             continue
     raise RunConflict(f"could not {what}: the thread keeps moving")
 
 
-__all__ = ["CONFLICT_ATTEMPTS", "RunConflict", "RunEnded", "RunNotFound", "ThreadNotFound", "retry_on_conflict"]
+__all__ = ["CONFLICT_ATTEMPTS", "CommandRejected", "RunConflict", "RunEnded", "RunNotFound", "ThreadNotFound", "retry_on_conflict"]

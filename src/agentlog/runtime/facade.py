@@ -1,54 +1,58 @@
-"""`Runtime`: start, follow, cancel and continue runs. The I/O shell around `loop.RunLoop`.
+"""`Runtime`: start, decide, cancel, resume and continue runs, and carry out the commands a
+worker takes (`execute`). The I/O shell around `loop.RunLoop`.
 
-A run is started by folding its thread's log (so a continuation sees the whole conversation and
-state), committing the run start, and driving the loop in a task. The caller gets a `RunHandle`:
-`events()` streams the run's committed events in log order (from an in-process broadcaster fed by
-the loop after each append), `result()` gives the termination and the final `RunView` (the
-projections' fold over exactly those commits).
+    handle = await runtime.start(RunRequest(agent_id="calc", messages=["2+3?"]))
+    result = await handle.result()                 # termination + the final RunView
+    await runtime.execute(command)                 # what a worker does with a queued command
+
+Every operation works from the log alone (the run's snapshot and the log after it), so any
+process can carry it out; a run it starts or resumes is driven in a task of this process, and
+the caller holds its `RunHandle` (`agentlog.runtime.runs.handle`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal, NamedTuple
 
-from agentlog.eventlog.errors import VersionConflict
+from agentlog.eventlog.errors import AgentlogError, VersionConflict
 from agentlog.eventlog.events import (
-    AnyEvent,
     AppRef,
     Commit,
     Message,
-    Position,
     QueueMode,
     RunCancelRequested,
+    RunFinished,
+    RunStarted,
     StoredCommit,
     Termination,
     ToolCallDecided,
     ToolCallDecision,
 )
 from agentlog.eventlog.ids import validate_id, validate_run_id
-from agentlog.eventlog.store import EventStore, as_generator
-from agentlog.projections.fold import RunFolder, fold_commits
+from agentlog.eventlog.store import EventStore
+from agentlog.projections.fold import fold_commits
 from agentlog.projections.store import ViewStore
 from agentlog.projections.views import RunView, ThreadView
 from agentlog.runtime.agents.spec import AgentRegistry, AgentSpec, ModelRegistry, derived_tools
 from agentlog.runtime.context_policy import Summarizer
-from agentlog.runtime.errors import RunConflict, RunNotFound, retry_on_conflict
-from agentlog.runtime.inputs.admission import admit_thread, check_request
+from agentlog.runtime.errors import CommandRejected, RunConflict, RunEnded, RunNotFound, retry_on_conflict
+from agentlog.runtime.inputs.admission import admit_thread, check_request, queue_input
 from agentlog.runtime.inputs.admission import as_messages as _as_messages
+from agentlog.runtime.inputs.commands import Cancel, Command, Decide, QueueMessages, StartRun
 from agentlog.runtime.inputs.frontend import check_no_conflict, is_frontend_stub
 from agentlog.runtime.inputs.request import RunRequest
 from agentlog.runtime.inputs.run_input import OverrideScope
 from agentlog.runtime.live import LiveSink, NullLiveSink
-from agentlog.runtime.loading import Handoff, LoadedRun, RunLoader, known_calls
+from agentlog.runtime.loading import LoadedRun, RunLoader, known_calls
 from agentlog.runtime.logs import get_logger
 from agentlog.runtime.loop.driver import RunLoop
 from agentlog.runtime.loop.entropy import SYSTEM_ENTROPY, Entropy
 from agentlog.runtime.loop.hitl import (
     DecisionInput,
+    HitlError,
+    RunNotWaiting,
     check_decisions,
     decision_seqs,
     parse_decisions,
@@ -59,67 +63,22 @@ from agentlog.runtime.models.base import Model
 from agentlog.runtime.models.breaker import Breakers
 from agentlog.runtime.models.providers import build_provider_model
 from agentlog.runtime.outage import OutagePolicy
-from agentlog.runtime.queued import Queued, queue_input, queue_messages
-from agentlog.runtime.snapshots.format import LoadedSnapshot, RunSnapshot, make_snapshot, with_finished_calls
+from agentlog.runtime.queued import Queued, queue_messages
+from agentlog.runtime.runs.active import ActiveRuns
+from agentlog.runtime.runs.handle import RunHandle, RunResult
+from agentlog.runtime.runs.intake import Handoff
+from agentlog.runtime.snapshots.format import LoadedSnapshot, RunSnapshot, make_snapshot
 from agentlog.runtime.snapshots.store import SnapshotStore, save_snapshot
+from agentlog.runtime.snapshots.writes import SnapshotWrites
 from agentlog.runtime.tools import Tool, ToolRegistry
 
 _log = get_logger()
 
-_SNAPSHOT_SEQS_KEPT = 10_000
+#: What became of a command (`Runtime.execute`): carried out, or to be tried again later.
+Executed = Literal["done", "later"]
 
 #: A callable given every commit a run loop writes (`Runtime.observers`).
 CommitObserver = Callable[[StoredCommit], None]
-
-
-class CommittedEvent(NamedTuple):
-    """One event of a run as committed: its position in the log and the commit's timestamp."""
-
-    position: Position
-    event: AnyEvent
-    ts: int
-
-
-class RunResult:
-    """How a run ended, or stopped to wait. `termination` is None while the run is `waiting`
-    (suspended calls).
-
-    `run`, the run view, is built when first read (then kept): for a run resumed from a snapshot
-    that decodes the views of all its finished calls, which a caller that wants the status (a
-    worker settling a command) or nothing at all never pays for. It is the view as of the
-    result, whatever the run did since."""
-
-    __slots__ = ("_run", "_view_of", "run_id", "status", "termination", "thread_id")
-
-    def __init__(self, run_id: str, thread_id: str, status: str, termination: Termination | None,
-                 run: RunView | None = None, *, view_of: Callable[[], RunView] | None = None) -> None:
-        if (run is None) == (view_of is None):
-            raise TypeError("RunResult needs the run view or view_of, the function that builds it")
-        self.run_id = run_id
-        self.thread_id = thread_id
-        self.status = status
-        self.termination = termination
-        self._run = run
-        self._view_of = view_of
-
-    @property
-    def run(self) -> RunView:
-        if self._run is None:
-            assert self._view_of is not None  # one of them is always set
-            self._run, self._view_of = self._view_of(), None
-        return self._run
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, RunResult):
-            return NotImplemented
-        return (self.run_id, self.thread_id, self.status, self.termination, self.run) == (
-            other.run_id, other.thread_id, other.status, other.termination, other.run)
-
-    __hash__ = None  # type: ignore[assignment]  # like the view it holds
-
-    def __repr__(self) -> str:
-        return (f"RunResult(run_id={self.run_id!r}, thread_id={self.thread_id!r}, status={self.status!r}, "
-                f"termination={self.termination!r}, run={self.run!r})")
 
 
 class DecideResult(NamedTuple):
@@ -135,6 +94,16 @@ class DecideResult(NamedTuple):
     thread_id: str = ""
 
 
+def _decision_ids(decisions: Sequence[DecisionInput]) -> list[str]:
+    """The decision ids given (unparsed: what a handed-on check is looked up by)."""
+    ids = []
+    for d in decisions:
+        decision_id = d.decision_id if isinstance(d, ToolCallDecision) else d.get("decision_id") \
+            if isinstance(d, Mapping) else None
+        ids.append(decision_id if isinstance(decision_id, str) else "")
+    return ids
+
+
 class _Loaded(NamedTuple):
     """A run folded from the log: what `decide`/`cancel` need to act on it. `older_messages`
     is set when the context came from a thread-view snapshot: it loads the messages the snapshot
@@ -148,136 +117,6 @@ class _Loaded(NamedTuple):
     run_commits: list[StoredCommit]
     older_messages: Callable[[], Awaitable[list[Message]]] | None = None
     snapshot: LoadedSnapshot | None = None
-
-
-class RunHandle:
-    """A started run. Its commits are collected as the loop appends them, so `events()` can be
-    iterated any number of times, from the start, while the run goes on or after it ended.
-
-    The run view is kept incrementally (`RunFolder`: each commit folded once as it arrives), so
-    `view()`/`result()` cost the same at step 2 and step 230. A handle resumed from a snapshot
-    starts from the snapshot's view as of `base_seq` (`base`): `commits` then holds the commits
-    after `base_seq`, and `events()` reads the older ones from the log (`older`) before yielding
-    those.
-
-    Such a base may leave the run's finished calls out (`finished`: a long run's snapshot keeps
-    them in chunks, decoded when first needed). The commits are folded on the base without them,
-    and they are joined to the folded view only when the whole view is asked for: driving the
-    run and knowing its status never decode them. That fold is the whole fold unless a commit
-    touched one of those finished calls (an event for a call the base lacks starts a new one): the
-    status is the same either way (a finished call and a new one both count for nothing), and
-    the whole view, which has them all at hand, then folds the commits again on the base with
-    the finished calls found by id (`RunFolder`'s lookup)."""
-
-    def __init__(
-        self, run_id: str, thread_id: str, agent_id: str, *, base: RunView | None = None,
-        finished: LoadedSnapshot | None = None,
-        base_seq: int = 0, older: Callable[[], AsyncIterator[StoredCommit]] | None = None,
-    ) -> None:
-        self.run_id = run_id
-        self.thread_id = thread_id
-        self.agent_id = agent_id
-        self.commits: list[StoredCommit] = []
-        self.base_seq = base_seq
-        self._older = older
-        self._finished = finished
-        self._base = base if base is not None else RunView(run_id=run_id, thread_id=thread_id)
-        self._folder = RunFolder(self._base)
-        #: The last whole view built (`view()`), and the folded view it was built from.
-        self._whole: tuple[RunView, RunView] | None = None
-        self._changed = asyncio.Event()
-        self._done = False
-        self._task: asyncio.Task[RunContext] | None = None
-        self._loop: RunLoop | None = None
-        #: The snapshot chunks already in the store (digest -> key: those of the snapshot this
-        #: handle resumed from): the run's next snapshot does not write them again, and purges
-        #: those it no longer names.
-        self.stored_chunks: Mapping[str, str] = {}
-
-    def request_cancel(self) -> bool:
-        """Signal the run's loop in this process to cancel, without appending anything (the
-        loop commits its cancelled finish itself). For callers that already have the cancel in
-        the log, e.g. verified replay feeding a recorded `RunCancelRequested`. Returns False if
-        the run is not being driven here (done, or a handle without a loop)."""
-        if self._loop is None or self._done:
-            return False
-        self._loop.request_cancel()
-        return True
-
-    def _on_commit(self, stored: StoredCommit) -> None:
-        self.commits.append(stored)
-        self._folder.apply(stored)
-        self._changed.set()
-
-    def _close(self, _task: Any = None) -> None:
-        self._done = True
-        self._changed.set()
-
-    async def events(self) -> AsyncIterator[CommittedEvent]:
-        """The run's committed events in log order; ends when the run finishes or waits."""
-        if self._older is not None:
-            async with contextlib.aclosing(as_generator(self._older())) as older:
-                async for sc in older:
-                    if sc.seq > self.base_seq:
-                        break
-                    for i, ev in enumerate(sc.commit.events):
-                        yield CommittedEvent(Position(sc.seq, i), ev, sc.commit.ts)
-        index = 0
-        while True:
-            while index < len(self.commits):
-                sc = self.commits[index]
-                index += 1
-                for i, ev in enumerate(sc.commit.events):
-                    yield CommittedEvent(Position(sc.seq, i), ev, sc.commit.ts)
-            if self._done:
-                return
-            self._changed.clear()
-            await self._changed.wait()
-
-    async def result(self) -> RunResult:
-        """Wait for the run to finish (or suspend); raises what ended it abnormally
-        (e.g. `RunConflict`). The result's status is known at once; its run view is built when
-        first read (see `RunResult`)."""
-        assert self._task is not None
-        ctx = await asyncio.shield(self._task)
-        folded = self._folder.view()
-        return RunResult(self.run_id, self.thread_id, folded.status, ctx.finished, view_of=self.view_as_of())
-
-    @property
-    def status(self) -> str:
-        """The run's status so far (what `view().status` says, without building the view)."""
-        return self._folder.view().status
-
-    def view(self) -> RunView:
-        """The run view so far: the projections' fold over this run's commits (kept as they
-        arrive, never refolded)."""
-        return self._whole_view(self._folder.view())
-
-    def view_as_of(self) -> Callable[[], RunView]:
-        """A function that builds the run view as it is now, when called: what can be handed
-        on (a result, a background snapshot write) without building the view first."""
-        folded = self._folder.view()
-        return lambda: self._whole_view(folded)
-
-    def _whole_view(self, folded: RunView) -> RunView:
-        if self._finished is None:
-            return folded
-        whole = self._whole
-        if whole is None or whole[0] is not folded:
-            finished = self._finished.finished_calls()
-            view = folded
-            if not finished.keys().isdisjoint(folded.calls):  # a commit touched a finished call
-                refold = RunFolder(self._base, lookup=finished.get)
-                for sc in self.commits:
-                    if sc.seq <= folded.last_seq:
-                        refold.apply(sc)
-                view = refold.view()
-            whole = self._whole = (folded, with_finished_calls(view, finished))
-        return whole[1]
-
-    @property
-    def done(self) -> bool:
-        return self._done
 
 
 class Runtime:
@@ -321,16 +160,11 @@ class Runtime:
         self.views = views
         #: Answers context-compaction summaries (`agentlog.runtime.context_policy`); default: the registry's models.
         self.summarizer = summarizer
-        #: Optional `agentlog.runtime.snapshots.store.SnapshotStore` (e.g. `KVSnapshotStore`): run contexts are
-        #: written there when a run this Runtime drives suspends or finishes, and a cold resume
-        #: starts from one (see `_load`). A cache: every miss falls back to folding the log.
         self.snapshots = snapshots
-        self._snapshot_writes: set[asyncio.Task[None]] = set()
-        # run id -> seq of the last snapshot this Runtime wrote or is writing (see `snapshot_seq`)
-        self._snapshot_seqs: OrderedDict[str, int] = OrderedDict()
-        self._active: dict[str, tuple[RunLoop, RunHandle]] = {}
-        #: Runs a gateway in this process loaded to check a decision and handed on, so that
-        #: `decide` does not load them again (`agentlog.runtime.loading.Handoff`).
+        #: The runs this Runtime drives now.
+        self.runs = ActiveRuns()
+        #: Decisions a gateway in this process checked and handed on, with the run it read, so
+        #: that `decide` neither reads nor checks them again (`agentlog.runtime.runs.intake`).
         self.handoff = Handoff()
         #: Called with every commit a run loop of this Runtime writes (telemetry, metrics,
         #: sub-agent lineage); an observer's `run_released(run_id, ts)`, if any, when a loop
@@ -492,47 +326,28 @@ class Runtime:
         await save_snapshot(self.snapshots, snap, chunks, replaced=known)
         return snap
 
-    def _save_run_snapshot(self, loop: RunLoop, handle: RunHandle) -> None:
-        """After the run's loop stopped (waiting or finished): its context, which is exactly the
-        fold of the thread up to `loop.version`, becomes the run's snapshot. Written in the
-        background: the run's result is in the log already and does not wait for a cache (a
-        resume that comes first reads the older snapshot and a longer tail). Nothing changes
-        the stopped loop's context afterwards (a later resume folds its own)."""
-        if self.snapshots is None or not loop.snapshot_ready:
-            return
-        self._snapshot_seqs[handle.run_id] = loop.version
-        self._snapshot_seqs.move_to_end(handle.run_id)
-        while len(self._snapshot_seqs) > _SNAPSHOT_SEQS_KEPT:
-            self._snapshot_seqs.popitem(last=False)
-        task = asyncio.get_running_loop().create_task(
-            self._write_snapshot_later(loop, handle.view_as_of(), handle.stored_chunks))
-        self._snapshot_writes.add(task)
-        task.add_done_callback(self._snapshot_writes.discard)
+    @property
+    def snapshots(self) -> SnapshotStore | None:
+        """Where run contexts are kept (e.g. `KVSnapshotStore`), if anywhere: written when a run
+        this Runtime drives suspends or finishes, read by a cold resume (`loader`). A cache:
+        every miss falls back to folding the log."""
+        return self._snapshots
 
-    async def _write_snapshot_later(self, loop: RunLoop, view_of: Callable[[], RunView], known: Mapping[str, str]) -> None:
-        snapshots = self.snapshots
-        if snapshots is None:  # the caller checks first
-            return
-        # Yield first, so whoever awaits the run's result runs before the encoding (CPU work
-        # that grows with the run's length: the run view too, whose finished calls a resumed
-        # run decodes only now); this only orders work, nothing waits on time.
-        for _ in range(3):
-            await asyncio.sleep(0)
-        snap, chunks = make_snapshot(seq=loop.version, agent_id=loop.spec.id, ctx=loop.ctx, run=view_of(),
-                                     known=known)
-        await save_snapshot(snapshots, snap, chunks, replaced=known)
+    @snapshots.setter
+    def snapshots(self, store: SnapshotStore | None) -> None:
+        self._snapshots = store
+        self._snapshot_writes = SnapshotWrites(store) if store is not None else None
 
     def snapshot_seq(self, run_id: str) -> int:
         """The seq of the last snapshot of `run_id` this Runtime wrote (or is writing in the
-        background) when a loop of it stopped; 0 if none (of its last 10,000 runs). A
-        `SnapshotWriter` over this Runtime (`agentlog serve`: the projections' hook) then does not
-        fold and write the same snapshot a second time."""
-        return self._snapshot_seqs.get(run_id, 0)
+        background) when a loop of it stopped; 0 if none. A `SnapshotWriter` over this Runtime
+        (`agentlog serve`: the projections' hook) then does not write the same snapshot again."""
+        return self._snapshot_writes.seq(run_id) if self._snapshot_writes is not None else 0
 
     async def flush_snapshots(self) -> None:
         """Wait for the snapshot writes in flight (tests, benchmarks, shutdown)."""
-        while self._snapshot_writes:
-            await asyncio.gather(*self._snapshot_writes)
+        if self._snapshot_writes is not None:
+            await self._snapshot_writes.flush()
 
     def _loop_for(self, loaded: _Loaded, handle: RunHandle) -> RunLoop:
         return RunLoop(
@@ -546,11 +361,11 @@ class Runtime:
     def _on_commit_for(self, handle: RunHandle) -> Callable[[StoredCommit], None]:
         """The loop's commit callback: the handle, then the observers (see `observers`)."""
         if not self.observers:
-            return handle._on_commit
+            return handle.on_commit
         observers = self.observers
 
         def on_commit(sc: StoredCommit) -> None:
-            handle._on_commit(sc)
+            handle.on_commit(sc)
             for observer in observers:
                 try:
                     observer(sc)
@@ -571,41 +386,32 @@ class Runtime:
 
     def _drive(self, loop: RunLoop, handle: RunHandle) -> None:
         run_id = handle.run_id
-        self._active[run_id] = (loop, handle)
-        handle._loop = loop
+        self.runs.add(loop, handle)
         task = asyncio.get_running_loop().create_task(self._run_loop(loop, handle), name=f"agentlog-run-{run_id}")
-        handle._task = task
-        task.add_done_callback(handle._close)
-        task.add_done_callback(lambda _t: self._forget(run_id, handle))
+        handle.attach(loop, task)
+        task.add_done_callback(lambda _t: self.runs.forget(handle))
         if self.observers:
             task.add_done_callback(lambda _t: self._released(handle))
 
     async def _run_loop(self, loop: RunLoop, handle: RunHandle) -> RunContext:
         ctx = await loop.run()
-        self._save_run_snapshot(loop, handle)
+        if self._snapshot_writes is not None:  # a cache: the result is in the log already
+            self._snapshot_writes.after_stop(loop, handle.view_as_of(), handle.stored_chunks)
         return ctx
-
-    def _forget(self, run_id: str, handle: RunHandle) -> None:
-        active = self._active.get(run_id)
-        if active is not None and active[1] is handle:
-            del self._active[run_id]
 
     def active(self, run_id: str) -> RunHandle | None:
         """The handle of `run_id` if this Runtime drives it now (its loop has not returned),
         else None: the run is finished, waiting, or driven by another process."""
-        active = self._active.get(run_id)
-        return active[1] if active is not None and not active[1].done else None
+        return self.runs.handle(run_id)
 
     def active_handles(self) -> list[RunHandle]:
         """The handles of every run this Runtime drives now."""
-        return [handle for _loop, handle in self._active.values() if not handle.done]
+        return self.runs.handles()
 
     def fence_runs(self) -> None:
         """Fence every run driven here: each writes nothing more (`RunLoop.fence`), while its
         task goes on until `abandon_runs` cancels it (so its worker can first hand it back)."""
-        for loop, handle in list(self._active.values()):
-            if not handle.done:
-                loop.fence()
+        self.runs.fence()
 
     def abandon_runs(self) -> list[asyncio.Task[Any]]:
         """Stop the runs driven here WITHOUT committing anything: each loop is fenced (it writes
@@ -613,29 +419,22 @@ class Runtime:
         cancelled. A process going away leaves them to be resumed from the log by the next one,
         where a cancel would end them for good. Returns the cancelled tasks, to be awaited (a
         tool that ignores cancellation keeps its task alive until it returns: bound the wait)."""
-        tasks = []
-        for loop, handle in list(self._active.values()):
-            task = handle._task
-            if task is not None and not task.done():
-                loop.fence()
-                task.cancel()
-                tasks.append(task)
-        return tasks
+        return self.runs.abandon()
 
     def signal_cancel(self, run_id: str) -> bool:
         """Signal a run driven by this process to cancel, without appending a cancel request
         (see `RunHandle.request_cancel`). Returns False if it is not running here."""
-        active = self._active.get(run_id)
-        return active is not None and active[1].request_cancel()
+        handle = self.runs.entry(run_id)
+        return handle is not None and handle.request_cancel()
 
     def poke(self, run_id: str) -> bool:
         """Tell a run driven by this process that its thread has new commits for it (a queued
         message): it reads them at its next step boundary instead of at its next append.
         Returns False if it is not running here."""
-        active = self._active.get(run_id)
-        if active is None or active[1].done:
+        loop = self.runs.loop(run_id)
+        if loop is None:
             return False
-        active[0].poke()
+        loop.poke()
         return True
 
     async def queue_messages(
@@ -649,9 +448,9 @@ class Runtime:
         subject). Raises `RunEnded` (finished), `RunNotFound`, `ValueError` (bad input)."""
         validate_run_id(run_id)
         msgs = queue_input(messages, mode, self.entropy)
-        active = self._active.get(run_id)
+        known = self.runs.entry(run_id)
         if thread_id is None:
-            thread_id = active[1].thread_id if active is not None else await self._thread_of(run_id)
+            thread_id = known.thread_id if known is not None else await self._thread_of(run_id)
         res = await queue_messages(self.store, self.entropy, run_id, thread_id, msgs, mode)
         if not res.duplicate:
             _log.info("run.messages_queued", thread_id=thread_id, run_id=run_id, mode=mode, seq=res.seq)
@@ -659,27 +458,21 @@ class Runtime:
         return res
 
     async def resume(self, run_id: str, *, thread_id: str | None = None) -> RunHandle | None:
-        """Continue an unfinished run from the log alone, on any worker, in any process.
+        """Continue an unfinished run from the log alone, in any process. Returns its handle
+        (the one of this Runtime's loop if it drives the run already), or None when there is
+        nothing to drive: finished, or waiting with no decision that may apply now.
 
-        Nothing is appended before the loop's first commit point:
-        - waiting, with recorded decisions that the execution mode lets resume now (appended by
-          another process, or by one that crashed before resuming): they are applied as
-          `decide` would (`RunResumed` + `ToolCallResuming` commit, then the replays);
-        - running, its worker gone: it goes on from its last commit: calls started but not
-          completed run again with the same call_id (at-least-once: the call_id is the
-          idempotency key), un-started calls start, `resuming` calls are re-driven, an
-          inference that was not committed is redone; a recorded cancel request finishes it.
-        Returns the run's handle (its `commits` hold the run's log so far), the handle of the
-        in-process loop if this Runtime drives it already, or None when there is nothing to
-        drive: finished, or waiting with no applicable decision.
-
-        Do not resume a run whose worker is alive elsewhere: per-thread OCC makes one of the two
-        fail with `RunConflict`, but a call in flight may have run twice.
-        """
+        Nothing is appended before the loop's first commit point. A waiting run applies its
+        recorded decisions as `decide` would. A running run whose worker is gone goes on from
+        its last commit: a call started and not completed runs again with the same call_id
+        (at-least-once: the call_id is the idempotency key), an uncommitted inference is redone,
+        a recorded cancel request finishes it. Resuming a run whose worker is alive elsewhere
+        makes one of the two fail with `RunConflict` (per-thread OCC), after a call in flight
+        may have run twice."""
         validate_run_id(run_id)
-        active = self._active.get(run_id)
-        if active is not None and not active[1].done:
-            return active[1]
+        active = self.runs.handle(run_id)
+        if active is not None:
+            return active
 
         async def attempt(i: int) -> RunHandle | None:
             nonlocal thread_id
@@ -706,7 +499,7 @@ class Runtime:
                                base_seq=snap.seq, older=lambda: store.read_run(run_id))
             handle.stored_chunks = loaded.snapshot.chunks
         for sc in loaded.run_commits:
-            handle._on_commit(sc)
+            handle.on_commit(sc)
         return handle
 
     @staticmethod
@@ -729,48 +522,44 @@ class Runtime:
     async def decide(
         self, run_id: str, decisions: Sequence[DecisionInput] | DecisionInput, *, thread_id: str | None = None
     ) -> DecideResult:
-        """Record human decisions for a run's suspended calls and resume what they unblock.
+        """Record human decisions for a run's suspended calls and resume what they unblock;
+        returns where they were recorded (`DecideResult`).
 
-        Works from the log alone: the run is loaded here (no in-memory state of the worker that
-        suspended it is needed), once: the run a gateway in this process loaded to check these
-        same decisions is taken from `handoff` instead of being read again. Validation happens before anything is appended, so every error
-        leaves the log unchanged: `InvalidDecision` (malformed), `RunNotWaiting` (finished, or
-        nothing suspended), `UnknownCall`, `CallNotSuspended`, `RunNotFound`. A decision whose
-        decision_id is already recorded has no effect (idempotent retries); if all are such,
-        the answer is the original seq with `duplicate=True`.
+        Raises before anything is appended: `InvalidDecision`, `RunNotWaiting`, `UnknownCall`,
+        `CallNotSuspended`, `RunNotFound`. A decision whose decision_id is recorded already has
+        no effect; if all are such, the answer is the seq that recorded them, `duplicate=True`.
 
-        A waiting run: the decision commit holds `ToolCallDecided` and, when the execution mode
-        lets calls resume now, `RunResumed` + `ToolCallResuming`; the run then goes on in a
-        background task (its `handle`) until it finishes or waits again (`decide` = that commit
-        + the continue path of `resume`).
-
-        A running run with a suspended call (parallel modes: other calls still in flight): the
-        decisions are recorded (a commit of `ToolCallDecided` only) and the running loop applies
-        them as they arrive (parallel_streaming; parallel_batch_approval once the batch is
-        decided): told at once through `RunLoop.poke` when it runs in this Runtime (the answer's
-        `handle` is then its handle), else at its next append (OCC conflict path), or by
-        whoever `resume`s it if its worker died. `resumed` is empty: the loop resumes them.
+        A waiting run resumes the calls its execution mode lets go on now, in a background task
+        (the answer's `handle`). A running one (parallel modes) gets the decisions recorded for
+        its loop to apply: at once if it runs here (`handle` is its handle), else at its next
+        append. Decisions a gateway in this process checked already are taken from `handoff`
+        with the run it read: neither read nor checked again.
         """
-        if run_id not in self.handoff:  # a run handed on here was loaded under a valid id
-            validate_run_id(run_id)
-        parsed = parse_decisions(decisions, self.entropy.now_ms())
-        handed = self.handoff.take(run_id, (d.decision_id for d in parsed))
+        if isinstance(decisions, (ToolCallDecision, Mapping)):
+            decisions = [decisions]
+        handed = self.handoff.take(run_id, _decision_ids(decisions))
         if handed is not None and thread_id is not None and handed.thread_id != thread_id:
             handed = None
-        active = self._active.get(run_id)
-        if thread_id is None and active is not None:
-            thread_id = active[1].thread_id
+        if handed is None:  # a run handed on here was loaded under a valid id
+            validate_run_id(run_id)
+        parsed = None if handed is not None else parse_decisions(decisions, self.entropy.now_ms())
+        known = self.runs.entry(run_id)
+        if thread_id is None and known is not None:
+            thread_id = known.thread_id
 
         async def attempt(i: int) -> DecideResult:
             # a conflict anywhere below: someone else moved the thread, re-fold and re-check
-            nonlocal thread_id
+            nonlocal thread_id, parsed
             if i == 0 and handed is not None:
-                loaded = self._loaded(handed)
+                loaded = self._loaded(handed.run)
+                new, dups = handed.new, handed.duplicates
             else:  # a conflict after a handed-on run: the snapshot is still worth a try
                 fresh = i == 0 or (i == 1 and handed is not None)
                 loaded = await self._load(run_id, thread_id, use_snapshot=fresh)
+                if parsed is None:
+                    parsed = parse_decisions(decisions, self.entropy.now_ms())
+                new, dups = check_decisions(loaded.ctx, parsed, self._known_calls(loaded, parsed))
             thread_id = loaded.thread_id
-            new, dups = check_decisions(loaded.ctx, parsed, self._known_calls(loaded, parsed))
             if not new:
                 seq = await self._decision_seq(loaded, dups[0].decision_id)
                 return DecideResult(seq, True, [], None, loaded.thread_id)
@@ -824,22 +613,17 @@ class Runtime:
     async def cancel(self, run_id: str, reason: str | None = None) -> bool:
         """Cancel the run. Returns False if it had already finished (nothing appended).
 
-        A run that waits for decisions runs nowhere: it is cancelled here, from the log, in one
-        commit (its suspended calls become `cancelled`, the run finishes `cancelled`). A running
-        run gets a `RunCancelRequested` (and the signal, if it runs in this process), which its
-        loop takes at its next commit.
-
-        Which of the two is decided on each attempt from the run as read after the thread's
-        version, and the commit is appended at that version: a run that suspends while the
-        cancel is on its way (its loop commits the suspension and stops) makes the append
-        conflict, and the next attempt sees it waiting. Deciding from whether a loop was running
-        when the call began would leave a waiting run holding a request no loop reads."""
+        A waiting run is cancelled here, from the log, in one commit (its suspended calls and
+        the run finish `cancelled`). A running run gets a `RunCancelRequested` (and the signal,
+        if it runs here), which its loop takes at its next commit. Which of the two is decided
+        from the run as read on each attempt, and appended at that version: a run that suspends
+        meanwhile makes the append conflict, and the next attempt sees it waiting."""
         validate_run_id(run_id)
-        running = self._active.get(run_id)
-        thread_id = running[1].thread_id if running is not None else await self._thread_of(run_id)
+        known = self.runs.entry(run_id)
+        thread_id = known.thread_id if known is not None else await self._thread_of(run_id)
 
         async def attempt(i: int) -> bool:
-            active = self._active.get(run_id)
+            loop = self.runs.loop(run_id)
             loaded = await self._load(run_id, thread_id, use_snapshot=i == 0)
             ctx = loaded.ctx
             if ctx.finished is not None:
@@ -855,8 +639,8 @@ class Runtime:
             )
             await self.store.append(commit, loaded.version)  # a conflict: the run moved on, look again
             _log.info("run.cancel_requested", thread_id=thread_id, run_id=run_id)
-            if active is not None and not active[1].done:
-                active[0].request_cancel()
+            if loop is not None:
+                loop.request_cancel()
             return True
 
         return await retry_on_conflict(attempt, f"cancel run {run_id!r}")
@@ -878,6 +662,193 @@ class Runtime:
             if drain is not None:
                 await drain(run_id)
 
+    # -- commands ------------------------------------------------------------------------------
+
+    async def execute(self, command: Command, *, unheld: Callable[[], Awaitable[bool]] | None = None) -> Executed:
+        """Carry out `command` until its effects are in the log: a start, or a decision, until
+        its run finishes or waits (following a continuation made here on the way), a cancel
+        once recorded, queued messages once recorded. `"done"`, or `"later"`: it cannot be
+        carried out now (the thread has another active run, or the run goes on elsewhere). A
+        command carried out again picks up where the last attempt stopped: a run already
+        started is resumed, decisions already recorded are not recorded twice.
+
+        Raises `CommandRejected` for a command that can never succeed (nothing written).
+        `unheld` (a cancel): whether nobody drives the run, which is then resumed here so that
+        the recorded cancel ends it. An interrupting continuation's cancel of its parent
+        (`ContinueRun.interruption`) is the caller's to execute first."""
+        if isinstance(command, StartRun):
+            return await self._execute_start(command)
+        if isinstance(command, Decide):
+            return await self._execute_decide(command)
+        if isinstance(command, Cancel):
+            return await self._execute_cancel(command, unheld)
+        return await self._execute_queue(command)
+
+    async def _execute_start(self, cmd: StartRun) -> Executed:
+        async def attempt(i: int) -> Executed:
+            if i:
+                _log.info("command.reevaluate", thread_id=cmd.thread_id, run_id=cmd.run_id)
+            handle = self.active(cmd.run_id)  # not None: carried out again while it runs here
+            if handle is None and await self._started(cmd.run_id):
+                handle = await self._resume_from_log(cmd.run_id, cmd.thread_id)
+            elif handle is None:
+                try:
+                    handle = await self.start(cmd)
+                except RunConflict as exc:
+                    if await self._started(cmd.run_id):
+                        raise  # started meanwhile (here before, or elsewhere): look again, and resume it
+                    _log.info("command.thread_busy", thread_id=cmd.thread_id, run_id=cmd.run_id, reason=str(exc))
+                    return "later"
+                except (HitlError, RunNotFound, LookupError, ValueError, TypeError) as exc:
+                    raise CommandRejected.of(exc) from None
+            if handle is None:  # finished or waiting: the effects of a process that died may be missing
+                await self.settled(cmd.run_id, recover=True)
+                return "done"
+            await self._until_settled(handle)
+            return "done"
+
+        return await self._reevaluating(attempt, f"start run {cmd.run_id!r}")
+
+    async def _execute_decide(self, cmd: Decide) -> Executed:
+        async def attempt(i: int) -> Executed:
+            if i:
+                _log.info("command.reevaluate", thread_id=cmd.thread_id, run_id=cmd.run_id)
+            active = self.active(cmd.run_id)
+            if active is not None:
+                await self._until_settled(active)  # it runs here: decide once it waits
+            try:
+                res = await self.decide(cmd.run_id, cmd.decisions, thread_id=cmd.thread_id)
+            except RunNotWaiting as exc:
+                if (await self.run_view(cmd.run_id)).finished:
+                    raise CommandRejected("run_not_waiting", f"decision after the run finished: {exc}") from None
+                if self.active(cmd.run_id) is not None:
+                    raise RunConflict("the run goes on here: decide once it waits") from None
+                _log.info("command.run_busy_elsewhere", thread_id=cmd.thread_id, run_id=cmd.run_id)
+                return "later"
+            except (HitlError, RunNotFound) as exc:
+                raise CommandRejected.of(exc) from None
+            handle = res.handle
+            if handle is None:
+                # recorded before, by an earlier attempt whose process may have died mid-way (the
+                # decision moved the run, nobody drives it now): resume it
+                handle = await self._resume_from_log(cmd.run_id, cmd.thread_id)
+                if handle is None:
+                    await self.settled(cmd.run_id, recover=True)
+                    return "done"
+            await self._until_settled(handle)
+            return "done"
+
+        return await self._reevaluating(attempt, f"decide for run {cmd.run_id!r}")
+
+    async def _execute_cancel(self, cmd: Cancel, unheld: Callable[[], Awaitable[bool]] | None) -> Executed:
+        try:
+            done = await self.cancel(cmd.run_id, reason=cmd.reason)
+        except RunNotFound as exc:
+            raise CommandRejected.of(exc) from None
+        except RunConflict:
+            return "later"
+        await self.settled(cmd.run_id)  # e.g. its sub-agents cancelled
+        _log.info("run.cancel_command", thread_id=cmd.thread_id, run_id=cmd.run_id, appended=done)
+        if done and unheld is not None and self.active(cmd.run_id) is None and await unheld():
+            # nobody drives the run, so nobody would act on its recorded cancel: resume it here,
+            # and the loop meets the request and finishes the run `cancelled`
+            _log.info("run.cancel_orphan", thread_id=cmd.thread_id, run_id=cmd.run_id)
+            try:
+                handle = await self._resume_from_log(cmd.run_id, cmd.thread_id)
+                if handle is not None:
+                    await self._until_settled(handle)
+            except RunConflict as exc:  # someone else moved it on: it is not ours to finish
+                _log.info("command.reevaluate", thread_id=cmd.thread_id, run_id=cmd.run_id, reason=str(exc))
+        return "done"
+
+    async def _execute_queue(self, cmd: QueueMessages) -> Executed:
+        try:
+            await self.queue_messages(cmd.run_id, cmd.messages, mode=cmd.mode, thread_id=cmd.thread_id)
+        except (RunEnded, RunNotFound, ValueError, TypeError) as exc:
+            raise CommandRejected.of(exc) from None
+        except RunConflict:
+            return "later"
+        return "done"
+
+    @staticmethod
+    async def _reevaluating(attempt: Callable[[int], Awaitable[Executed]], what: str) -> Executed:
+        """`attempt` again from a fresh read of the log while it meets a `RunConflict` (another
+        writer moved the run on); `"later"` if it still does after `CONFLICT_ATTEMPTS`."""
+        try:
+            return await retry_on_conflict(attempt, what, conflicts=(RunConflict,))
+        except RunConflict:
+            return "later"
+
+    async def _started(self, run_id: str) -> bool:
+        async for sc in self.store.read_run(run_id):
+            return any(type(e) is RunStarted for e in sc.commit.events)
+        return False
+
+    async def _resume_from_log(self, run_id: str, thread_id: str) -> RunHandle | None:
+        handle = await self.resume(run_id, thread_id=thread_id)
+        if handle is not None:
+            _log.info("run.resumed_from_log", thread_id=thread_id, run_id=run_id)
+        return handle
+
+    async def _until_settled(self, handle: RunHandle) -> None:
+        """Wait until the run finishes or waits, following a continuation of it made here
+        meanwhile (a decision that resumed it again), then for its observers' effects."""
+        while True:
+            result = await handle.result()
+            nxt = self.active(handle.run_id)
+            if nxt is not None and nxt is not handle:
+                handle = nxt
+                continue
+            await self.settled(handle.run_id)
+            _log.info("run.settled", thread_id=handle.thread_id, run_id=handle.run_id, status=result.status,
+                      termination=None if result.termination is None else result.termination.type)
+            return
+
+    async def control(self, command: Command) -> None:
+        """Apply `command` at once to a run this Runtime drives now: it came on the run's control
+        subject ahead of its place in the queue. A cancel is recorded and signalled, a decision
+        recorded, queued messages (recorded already) read at the run's next step boundary. A run
+        not driven here, or a refusal, is left to the queued command."""
+        try:
+            if isinstance(command, QueueMessages):
+                self.poke(command.run_id)
+            elif self.active(command.run_id) is None:
+                return
+            elif isinstance(command, Cancel):
+                # recorded first, then signalled (`cancel` does both): a loop stopped by the
+                # signal alone would finish `cancelled` with no request in the log to say why
+                await self.cancel(command.run_id, reason=command.reason)
+            elif isinstance(command, Decide):
+                await self.decide(command.run_id, command.decisions, thread_id=command.thread_id)
+        except AgentlogError as exc:
+            _log.debug("control.not_applied", run_id=command.run_id, error=str(exc))
+        except Exception as exc:  # noqa: BLE001 - the queued command is the truth
+            _log.warning("control.failed", run_id=command.run_id, error=f"{type(exc).__name__}: {exc}")
+
+    async def record_failure(self, run_id: str, thread_id: str, code: str, detail: str) -> bool:
+        """Finish run `run_id` as an `error` with `code` when it started, has not finished and is
+        not driven here: its command was given up on, and it must not look `running` forever.
+        Returns whether it was recorded."""
+
+        async def attempt(_i: int) -> bool:
+            if self.active(run_id) is not None:
+                return False
+            commits = [sc async for sc in self.store.read_run(run_id)]
+            events = [type(e) for sc in commits for e in sc.commit.events]
+            if RunStarted not in events or RunFinished in events:
+                return False
+            commit = Commit(commit_id=self.entropy.new_id(), thread_id=thread_id, run_id=run_id,
+                            ts=self.entropy.now_ms(),
+                            events=[RunFinished(termination=Termination(type="error", code=code, detail=detail))])
+            await self.store.append(commit, await self.store.thread_version(thread_id))
+            _log.warning("run.failed_by_dead_letter", thread_id=thread_id, run_id=run_id, code=code)
+            return True
+
+        try:
+            return await retry_on_conflict(attempt, f"record the failure of run {run_id!r}")
+        except RunConflict:
+            return False
+
     # -- views ---------------------------------------------------------------------------------
 
     async def thread_view(self, thread_id: str) -> ThreadView:
@@ -893,8 +864,8 @@ class Runtime:
 
     async def aclose(self) -> None:
         """Cancel every run still going in this process and wait for them to finish."""
-        for run_id, (_loop, handle) in list(self._active.items()):
-            await self.cancel(run_id, reason="runtime closing")
+        for handle in self.runs.handles():
+            await self.cancel(handle.run_id, reason="runtime closing")
             try:
                 await handle.result()
             except Exception:  # noqa: BLE001

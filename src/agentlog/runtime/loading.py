@@ -5,7 +5,7 @@
     check_decisions(loaded.ctx, ...)          # what the runtime, a gateway or a worker decides on
 
 Why one loader: every caller that acts on a run (the `Runtime` deciding, resuming or cancelling,
-the queue dispatcher checking a decision before it queues it, the worker) needs the same thing,
+a gateway checking a decision before it queues it, `agentlog.runtime.runs.intake`) needs the same thing,
 the run's `RunContext` folded up to the thread's head. Folding it from seq 1 grows with the
 thread's history; the cheapest exact answer is a snapshot plus the log after it, and that is the
 one path here, in order:
@@ -18,21 +18,12 @@ one path here, in order:
 
 A snapshot is a cache: a miss, a stale entry, another thread's entry, or a store that does not
 answer only lengthens the tail. The loader never writes.
-
-One process, one read: in `agentlog serve` the gateway's dispatcher checks a decision on the run
-it loaded, then queues the command for the worker in the same process. It hands the loaded run on
-(`Handoff.give`), and the worker's `Runtime.decide` takes it (`Handoff.take`) instead of loading
-the run a second time. A run handed on is as of the gateway's read: like a stale snapshot, a
-thread that moved meanwhile shows up as an OCC conflict at the first append, and the retry loads
-the run afresh. It is taken only for the very decisions it was checked for, so a decision it was
-not checked for never meets an old context.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Container, Iterable, Sequence
 from typing import NamedTuple
 
@@ -236,38 +227,4 @@ class RunLoader:
         return LoadedRun(thread_id, agent_of(run_commits_all), ctx, version, run_commits_all, older_messages)
 
 
-class Handoff:
-    """Runs loaded by one part of a process and handed to another that would load them next
-    (see the module docstring): run id -> (the decision ids it was checked for, the run). At
-    most `limit` are kept (a command taken by another process's worker leaves its run here
-    until newer ones push it out); each is taken once, by its new owner (the loop then folds
-    into its context)."""
-
-    def __init__(self, limit: int = 64) -> None:
-        self.limit = limit
-        self._runs: OrderedDict[str, tuple[frozenset[str], LoadedRun]] = OrderedDict()
-
-    def give(self, run: LoadedRun, decision_ids: Iterable[str]) -> None:
-        """Hand `run` on, checked for the decisions `decision_ids` (its giver no longer uses it)."""
-        run_id = run.ctx.run_id
-        self._runs[run_id] = (frozenset(decision_ids), run)
-        self._runs.move_to_end(run_id)
-        while len(self._runs) > self.limit:
-            self._runs.popitem(last=False)
-
-    def take(self, run_id: str, decision_ids: Iterable[str]) -> LoadedRun | None:
-        """The run handed on for exactly these decisions, once; None otherwise (and a run
-        handed on for other decisions is dropped: the run has moved on from it)."""
-        given = self._runs.pop(run_id, None)
-        if given is None or given[0] != frozenset(decision_ids):
-            return None
-        return given[1]
-
-    def __contains__(self, run_id: object) -> bool:
-        return run_id in self._runs
-
-    def __len__(self) -> int:
-        return len(self._runs)
-
-
-__all__ = ["Handoff", "LoadedRun", "RunLoader", "agent_of", "call_ids", "known_calls"]
+__all__ = ["LoadedRun", "RunLoader", "agent_of", "call_ids", "known_calls"]

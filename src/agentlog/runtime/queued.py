@@ -13,8 +13,8 @@ run has finished (`RunEnded`): what the caller sent would never be read.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from agentlog.eventlog.events import (
     Commit,
@@ -27,10 +27,7 @@ from agentlog.eventlog.events import (
 )
 from agentlog.eventlog.store import EventStore
 from agentlog.runtime.errors import RunEnded, RunNotFound, retry_on_conflict
-from agentlog.runtime.inputs.admission import as_messages, check_messages
 from agentlog.runtime.loop.entropy import Entropy
-
-QUEUE_MODES: tuple[QueueMode, ...] = ("steer", "follow_up")
 
 
 class Queued(NamedTuple):
@@ -41,22 +38,6 @@ class Queued(NamedTuple):
     seq: int
     duplicate: bool = False
     message_ids: tuple[str, ...] = ()
-
-
-def queue_input(messages: str | Message | Mapping[str, Any] | Sequence[Any], mode: str,
-                entropy: Any) -> list[Message]:
-    """Validated messages to queue (ids drawn from `entropy` where not given): user messages
-    only (a steer is the user speaking), at least one; `ValueError` otherwise."""
-    if mode not in QUEUE_MODES:
-        raise ValueError(f"unknown queue mode {mode!r} (one of {', '.join(QUEUE_MODES)})")
-    check_messages(messages)
-    out = as_messages(messages, entropy)
-    if not out:
-        raise ValueError("give at least one message to queue")
-    for m in out:
-        if m.role != "user":
-            raise ValueError(f"a queued message is a user message, not {m.role!r}")
-    return out
 
 
 def recorded_ids(commits: Sequence[StoredCommit]) -> dict[str, int]:

@@ -88,8 +88,8 @@ from agentlog.gateway.adapters.common import (
 )
 from agentlog.projections.errors import InvalidPatch
 from agentlog.projections.state import apply_ops
-from agentlog.runtime.inputs.admission import as_parts
-from agentlog.runtime.models.base import ToolSpec
+from agentlog.runtime.inputs import as_parts
+from agentlog.runtime.models import ToolSpec
 
 #: `Content-Type` of the SSE encoding (`ag_ui.encoder.EventEncoder().get_content_type()`).
 CONTENT_TYPE = "text/event-stream"

@@ -82,7 +82,7 @@ from agentlog.gateway.adapters.common import (
     request_overrides,
     safe_id,
 )
-from agentlog.runtime.inputs.admission import as_parts
+from agentlog.runtime.inputs import as_parts
 
 #: Response headers of a UI message stream (AI SDK `uiMessageStreamHeaders`).
 HEADERS: dict[str, str] = {

@@ -20,7 +20,7 @@ from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.events import AgentHandedOff, Event, Message, SuspendTicket
 from agentlog.eventlog.ids import is_valid_id
 from agentlog.gateway.operations.errors import ApiError
-from agentlog.runtime.inputs.frontend import ACTION as FRONTEND_ACTION
+from agentlog.runtime.inputs import FRONTEND_ACTION
 
 _encode = msgspec.json.Encoder(order="deterministic").encode
 log = structlog.get_logger("agentlog.gateway.adapters")

@@ -39,7 +39,7 @@ from agentlog.eventlog.ids import new_id, validate_id
 from agentlog.gateway.adapters import agui, session
 from agentlog.gateway.adapters.common import AdapterInputError, error_text
 from agentlog.projections.fold import fold_commits
-from agentlog.runtime.loop.hitl import InvalidDecision
+from agentlog.runtime import InvalidDecision
 
 #: The input of every agent tool: a new message, or the answer to a waiting run's approvals.
 AGENT_INPUT: dict[str, Any] = {

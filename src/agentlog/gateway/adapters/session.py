@@ -11,8 +11,8 @@ The order of every session, and why:
 3. check resume entries / approvals against the open interrupts BEFORE writing; a mismatch ends
    the stream with an error and nothing is written;
 4. subscribe to the run's live subject, note the thread's last seq, then start/decide through
-   the `Dispatcher` (in-process runtime or work queue: the session cannot tell), then follow the
-   log from that seq (`source.RunSource`) until the run finishes or suspends.
+   the `Dispatcher`, then follow the log from that seq (`source.RunSource`) until the run
+   finishes or suspends.
 """
 
 from __future__ import annotations
@@ -62,8 +62,7 @@ from agentlog.projections.fold import fold_commits
 from agentlog.projections.timetravel import messages_at, state_at
 from agentlog.projections.views import RunView, ThreadView
 from agentlog.runtime import CommittedEvent, RunRequest
-from agentlog.runtime.inputs.admission import PlaceholderIds, as_messages
-from agentlog.runtime.inputs.run_input import OverrideNotAllowed, as_run_input
+from agentlog.runtime.inputs import OverrideNotAllowed, PlaceholderIds, as_messages, as_run_input
 
 
 class NotVisible(AgentlogError, LookupError):

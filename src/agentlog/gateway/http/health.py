@@ -34,8 +34,8 @@ from agentlog.gateway.http.replies import reply
 from agentlog.gateway.http.requests import services
 from agentlog.gateway.http.routing import Route
 from agentlog.gateway.operations.services import Services
-from agentlog.runtime.toolkits.mcp import mcp_health
-from agentlog.runtime.workers.commands import COMMANDS_STREAM
+from agentlog.runtime import mcp_health
+from agentlog.runtime.workers import COMMANDS_STREAM
 
 #: Bound of the lag probe, so a health check never hangs on a dead server.
 PROBE_TIMEOUT = 2.0

@@ -31,12 +31,12 @@ from pydantic import Field
 from agentlog.eventlog.events import Position
 from agentlog.gateway.http.errors import ApiError
 from agentlog.gateway.http.replies import reply
-from agentlog.gateway.http.requests import SERVICES, principal, services
+from agentlog.gateway.http.requests import principal, services
 from agentlog.gateway.http.routing import Route, parse_body, parse_query, path_id
 from agentlog.gateway.http.runs import run_from_log
 from agentlog.gateway.operations.models import EventId, Model, Query
 from agentlog.gateway.operations.timeline import build_replay, event_state_diffs
-from agentlog.runtime.telemetry import records_json, spans_from_commits
+from agentlog.runtime import records_json, spans_from_commits
 
 log = structlog.get_logger("agentlog.gateway.http.inspector")
 
@@ -78,25 +78,22 @@ async def run_timeline(request: web.Request) -> web.Response:
     return reply(out)
 
 
-#: The app verified replay runs with, when the dispatcher does not run them in this process:
-#: `serve` hands the HTTP app its queue dispatcher (runs go through the worker), so it sets its
-#: own `Runtime` here.
+#: The app verified replay runs with: a process that runs the app (`serve`) sets its `Runtime`
+#: here.
 REPLAY_APP = web.AppKey("agentlog.replay_app", object)
 
 
 def replay_app(app: web.Application) -> Any:
-    """What this gateway can replay with (anything with `agents` and `tools`): `REPLAY_APP`, else
-    the runtime behind an in-process dispatcher. None when the runs execute elsewhere
-    (`agentlog gateway`: queue dispatch, no app in this process)."""
-    dispatcher = app[SERVICES].dispatcher
-    for candidate in (app.get(REPLAY_APP), dispatcher.runtime if dispatcher is not None else None):
-        if candidate is not None and hasattr(candidate, "agents") and hasattr(candidate, "tools"):
-            return candidate
+    """What this gateway can replay with (anything with `agents` and `tools`): `REPLAY_APP`. None
+    when the runs execute elsewhere (`agentlog gateway`: no app in this process)."""
+    candidate = app.get(REPLAY_APP)
+    if candidate is not None and hasattr(candidate, "agents") and hasattr(candidate, "tools"):
+        return candidate
     return None
 
 
 async def verify(request: web.Request) -> web.Response:
-    from agentlog.runtime.agents.spec import UnknownAgent
+    from agentlog.runtime import UnknownAgent
     from agentlog.runtime.replay.verify import verify_run
 
     svc, who = services(request), principal(request)

@@ -184,7 +184,7 @@ async def start_nats_service(
 ) -> Service:
     """Start the `agentlog` micro service on `nc` (default: the store's connection, the one the
     runtime uses). `auth_tokens` as for `create_app` (`None` reads AGENTLOG_TOKENS; "" = off);
-    `catalog`: what `agents.list` answers when the app is known (`agentlog.gateway.operations.agents`).
+    `catalog`: what `agents.list` answers when the app is known (`agentlog.runtime.agent_catalog`).
     Returns the nats-py `Service`; `await service.stop()` to leave."""
     svc = Services(store=store, views=views, runner=runner, metrics=metrics or Metrics(),
                    settings=settings or Settings())

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     # Not imported at run time: importing `runtime` binds its module-level loggers to whatever
     # structlog config exists then, and the CLI must configure logging first.
     from agentlog.runtime import AgentSpec, Runtime, Tool
-    from agentlog.runtime.models.base import Model
+    from agentlog.runtime.models import Model
 
 __all__ = [
     "App", "AppAttributeMissing", "AppConfigInvalid", "AppImportFailed", "AppLoadError", "AppModuleNotFound", "AppWrongType",
@@ -104,8 +104,7 @@ def _as_app(obj: Any) -> Any | None:
     of `AgentSpec`) become an `App` without tools."""
     if _is_app(obj):
         return obj
-    from agentlog.runtime import AgentSpec
-    from agentlog.runtime.agents.spec import AgentRegistry
+    from agentlog.runtime import AgentRegistry, AgentSpec
 
     if isinstance(obj, AgentRegistry):
         return App(agents=list(obj))

@@ -8,7 +8,7 @@ the new decision goes the way of any decision (the dispatcher: a worker records 
 the new run); at an inference, the dispatcher has a worker resume the new run from the log
 (`Dispatcher.resume_run`), which takes the replaced answer at that step. Every check is made
 before the first commit: an unknown run, call or inference, a call that never waited, a decision
-its ticket's `response_schema` refuses (`agentlog.runtime.loop.hitl.check_decisions`, on the
+its ticket's `response_schema` refuses (`agentlog.runtime.check_decision_on`, on the
 branch's own context) or a taken thread id write nothing.
 """
 
@@ -30,8 +30,7 @@ from agentlog.gateway.operations.threads import conflict
 from agentlog.gateway.operations.timeline import event_summary, learn_call_names
 from agentlog.projections import branchdiff
 from agentlog.projections.counterfactual import AnswerAt, BranchError, branch_commits
-from agentlog.runtime.loop.hitl import check_decisions, parse_decision
-from agentlog.runtime.loop.run_context import RunContext, fold_context
+from agentlog.runtime import check_decision_on
 
 
 async def _thread_of_run(svc: Services, run_id: str) -> str:
@@ -69,11 +68,10 @@ async def counterfactual(svc: Services, who: Principal, dispatcher: Dispatcher, 
     decision = None
     if body.decision is not None:
         given = body.decision.model_dump(exclude_none=True)
-        decision = parse_decision({**given, "target_id": at, "decision_id": given.get("decision_id") or new_id()},
-                                  now_ms())
-        ctx = fold_context(RunContext(thread_id=new_thread, run_id=new_run),
-                           [StoredCommit(seq=i + 1, commit=c) for i, c in enumerate(branch)])
-        check_decisions(ctx, [decision], ())  # InvalidDecision: the ticket's response_schema refuses it
+        # InvalidDecision: e.g. the ticket's response_schema refuses it
+        decision = check_decision_on([StoredCommit(seq=i + 1, commit=c) for i, c in enumerate(branch)], new_thread,
+                                     new_run, {**given, "target_id": at, "decision_id": given.get("decision_id") or new_id()},
+                                     now_ms())
     if await svc.store.thread_version(new_thread) != 0:
         raise conflict(f"thread {new_thread!r} already exists")
     version = 0

@@ -99,7 +99,7 @@ async def prepare_layout(replicas: int | None, url: str, credentials: Credential
     """Run by the process that starts the embedded server: create the streams and KV buckets
     (as `serve`), so processes with narrower roles (`readonly`) find them in place."""
     from agentlog.projections.kv import KVViewStore
-    from agentlog.runtime.workers.commands import ensure_runtime_streams
+    from agentlog.runtime.workers import ensure_runtime_streams
 
     store = await JetStreamEventStore.connect(url, name="agentlog-setup", replicas=replicas,
                                               **credentials.login("serve"))

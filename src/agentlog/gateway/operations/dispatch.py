@@ -1,22 +1,20 @@
 """The one seam every way in (HTTP, the NATS micro service, protocol adapters) uses to change a run.
 
-    dispatcher = InProcessDispatcher(runtime)            # `agentlog serve`: gateway + worker
-    dispatcher = QueueDispatcher(store.nc, store)        # `agentlog gateway`: workers elsewhere
-    accepted = await dispatcher.start_run("calc", "hi")  # Accepted(thread_id, run_id, seq)
-    accepted = await dispatcher.submit_inputs(run_id, decisions=[...])   # or messages=[...]
+    dispatcher = QueueDispatcher(store.nc, store)           # runs execute on workers
+    accepted = await dispatcher.start_run(RunRequest(agent_id="calc", messages=["hi"]))
+    accepted = await dispatcher.submit_inputs(run_id, decisions=[...])          # or messages=[...]
     accepted = await dispatcher.submit_inputs(run_id, messages="...", mode="steer")  # or follow_up
     accepted = await dispatcher.cancel(run_id)
 
-Why one seam: the callers must not know whether runs execute in this process or on workers, and
-both implementations must reject bad input with the SAME typed errors (`agentlog.runtime.loop.hitl`'s
-`InvalidDecision`, `UnknownCall`, `CallNotSuspended`, `RunNotWaiting`, `RunNotFound`, and the ones
-below) before anything is written, so an HTTP or NATS answer does not depend on the deployment.
-So the opening of an input to a run and of a cancel (routing, checks, the caller's access) is
-written once (`_submit_inputs`, `_cancellable`); each dispatcher only executes what passed.
+A request is checked against the log with the runtime's own checks, so bad input gets the typed
+error the runtime would raise, and nothing is queued or written. What passed is queued as a
+command (`agentlog.runtime.inputs.commands`) for the workers of the run's app; the answer waits
+(bounded) until its effect is in the log. `agentlog serve` runs its worker in the same process,
+through the same queue.
 
 Every answer carries `seq`: the log seq of the commit that made the request visible (the run's
-`RunStarted`, the `ToolCallDecided`, the `RunCancelRequested`, the `MessageQueued`), which a client passes as `min_seq`
-to read its own write from the views.
+`RunStarted`, the `ToolCallDecided`, the `RunCancelRequested`, the `MessageQueued`), which a
+client passes as `min_seq` to read its own write from the views.
 """
 
 from __future__ import annotations
@@ -39,43 +37,48 @@ from agentlog.eventlog.events import (
     RunStarted,
     StoredCommit,
     ToolCallDecided,
-    ToolCallDecision,
 )
-from agentlog.eventlog.ids import new_id, now_ms, validate_run_id
+from agentlog.eventlog.ids import new_id, validate_run_id
 from agentlog.eventlog.store import EventStore, as_generator
-from agentlog.gateway.operations.agents import agent_catalog
 from agentlog.gateway.operations.errors import about_run
 from agentlog.projections.fold import fold_commits
-from agentlog.runtime.errors import RunConflict, RunNotFound, ThreadNotFound
-from agentlog.runtime.facade import Runtime
-from agentlog.runtime.inputs.admission import (
+from agentlog.runtime import (
+    CheckedDecisions,
+    DecisionIntake,
+    Handoff,
+    RunConflict,
+    RunNotFound,
+    SnapshotStore,
+    ThreadNotFound,
+    is_transient,
+    recorded_ids,
+)
+from agentlog.runtime.inputs import (
+    QUEUE_MODES,
+    Cancel,
+    Command,
+    Decide,
+    InvalidFrontendTools,
     InvalidRunInput,
+    OverrideScope,
     PlaceholderIds,
+    QueueMessages,
+    RunRequest,
+    StartRun,
     admit_thread,
     check_ids,
     check_messages,
     check_request,
     check_storable,
+    queue_input,
 )
-from agentlog.runtime.inputs.frontend import InvalidFrontendTools
-from agentlog.runtime.inputs.request import RunRequest
-from agentlog.runtime.inputs.run_input import OverrideScope
-from agentlog.runtime.loading import Handoff, LoadedRun, RunLoader, known_calls
-from agentlog.runtime.loop.hitl import check_decisions, decision_seqs, parse_decisions
-from agentlog.runtime.outage import is_transient
-from agentlog.runtime.queued import QUEUE_MODES, queue_input, recorded_ids
-from agentlog.runtime.snapshots.store import SnapshotStore
-from agentlog.runtime.workers.claims import StartClaims, Withdrawal
-from agentlog.runtime.workers.commands import (
+from agentlog.runtime.workers import (
     DLQ_CODE,
     DLQ_COMMAND_ID,
     DLQ_ERROR,
-    INTERRUPTED,
-    Cancel,
     CommandClient,
-    Decide,
-    QueueMessages,
-    StartRun,
+    StartClaims,
+    Withdrawal,
     dlq_subject,
 )
 
@@ -94,9 +97,6 @@ class Accepted(NamedTuple):
     seq: int
     duplicate: bool = False
     queued: bool = False
-
-
-# == errors (codes map to statuses in src/agentlog/gateway/http/errors.STATUS_BY_CODE) ==========================
 
 
 class AgentNotFound(AgentlogError, LookupError):
@@ -154,14 +154,24 @@ RunAccess = Callable[[str, int], Awaitable[None]]
 
 
 class Dispatcher(Protocol):
-    async def start_run(self, request: RunRequest) -> Accepted: ...
+    """How a request reaches a run (see the module docstring)."""
+
+    async def start_run(self, request: RunRequest) -> Accepted:
+        """Start `request`'s run; `Accepted` once its `RunStarted` is in the log."""
+        ...
 
     async def submit_inputs(
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
         mode: str | None = None, access: RunAccess | None = None,
-    ) -> Accepted: ...
+    ) -> Accepted:
+        """Decisions for the run's suspended calls, and/or messages: a continuation run, or with
+        `mode` messages the running run takes itself (`steer`, `follow_up`; `interrupt` cancels it
+        and goes on with a new run)."""
+        ...
 
-    async def cancel(self, run_id: str, reason: str | None = None) -> Accepted: ...
+    async def cancel(self, run_id: str, reason: str | None = None) -> Accepted:
+        """Cancel the run (`run_finished` if it has finished)."""
+        ...
 
     async def resume_run(self, run_id: str, thread_id: str, after: int) -> Accepted:
         """Have an unfinished run that nobody drives (its log written whole, e.g. a counterfactual
@@ -175,33 +185,17 @@ class Dispatcher(Protocol):
         something else first."""
         ...
 
-    @property
-    def runtime(self) -> Runtime | None:
-        """The `Runtime` that executes the runs in this process (it can also replay them), or
-        None: the runs execute on workers."""
-
     def agent_catalog(self) -> list[dict[str, Any]]:
-        """The agents this dispatcher can start (`agentlog.gateway.operations.agents.agent_catalog`)."""
+        """The agents this dispatcher can start (`agentlog.runtime.agent_catalog`)."""
         ...
 
 
-def _has_messages(messages: Messages | None) -> bool:
-    return bool(messages)
-
-
 def _check_storable(value: Any, what: str) -> None:
-    """Both dispatchers, before anything: input that can never be written is `InvalidInput`."""
+    """Input that can never be written is `InvalidInput`."""
     try:
         check_storable(value if not isinstance(value, Sequence) or isinstance(value, str) else list(value), what)
     except InvalidRunInput as exc:
         raise InvalidInput(str(exc)) from None
-
-
-def _seq_of(commits: Sequence[StoredCommit], pred: Callable[[Any], bool], last: bool = False) -> int:
-    seqs = [sc.seq for sc in commits if any(pred(e) for e in sc.commit.events)]
-    if not seqs:
-        raise RunNotFound("the run's commit was not found in the log")
-    return seqs[-1] if last else seqs[0]
 
 
 async def _run_commits(store: EventStore, run_id: str) -> list[StoredCommit]:
@@ -229,41 +223,8 @@ def _app_of(commits: Sequence[StoredCommit]) -> str | None:
     return app.name if app is not None else None
 
 
-def _app_of_loaded(run: LoadedRun) -> str | None:
-    """`_app_of` for a run loaded from its snapshot + tail: the tail's `RunStarted` if it holds
-    it, else the app the snapshot's run view recorded."""
-    if any(type(e) is RunStarted for sc in run.run_commits for e in sc.commit.events):
-        return _app_of(run.run_commits)
-    if run.snapshot is not None:
-        app = run.snapshot.tail_view().app
-        return app.name if app is not None else None
-    return None
-
-
-def _first_seq(run: LoadedRun) -> int:
-    """A seq of the run's that the views have once they hold its thread: its first commit read,
-    else its snapshot's."""
-    if run.snapshot is not None:
-        return run.snapshot.seq
-    return run.run_commits[0].seq if run.run_commits else run.version
-
-
-def _check_decisions(run: LoadedRun, decisions: Sequence[Mapping[str, Any]]) -> tuple[list[ToolCallDecision],
-                                                                                      list[ToolCallDecision]]:
-    """`Runtime.decide`'s validation (new decisions, duplicates), on a run loaded from the log."""
-    parsed = parse_decisions(decisions, now_ms())
-    return check_decisions(run.ctx, parsed, known_calls(run.ctx, run.run_commits, run.snapshot, parsed))
-
-
 def _finished(commits: Sequence[StoredCommit]) -> bool:
     return any(type(e) is RunFinished for sc in commits for e in sc.commit.events)
-
-
-async def _decision_seq(store: EventStore, run: LoadedRun, decision_id: str) -> int:
-    """The seq of the commit that first recorded `decision_id` (a retried decision's answer). A
-    snapshot does not keep it: that rare path reads the run's commits."""
-    commits = run.run_commits if run.snapshot is None else [sc async for sc in store.read_run(run.ctx.run_id)]
-    return decision_seqs(commits)[decision_id]
 
 
 async def _started_already(store: EventStore, request: RunRequest) -> Accepted | None:
@@ -286,19 +247,6 @@ async def _started_already(store: EventStore, request: RunRequest) -> Accepted |
     return None
 
 
-# == a run's input and its cancel: the checks both deployments make ================================
-
-
-class _RunIO(NamedTuple):
-    """Where a dispatcher reads a run (`store`; `loader`: snapshot + tail) and to whom it hands
-    a run it loaded to check decisions (`handoff`: the runtime that executes them, if in this
-    process), so that the run is not loaded twice."""
-
-    store: EventStore
-    loader: RunLoader
-    handoff: Handoff | None
-
-
 class _QueuedInput(NamedTuple):
     """Messages checked for queueing on a running run: as they go on the wire, each with an id
     (chosen here, so that a retry and the wait for the effect know them), and those ids."""
@@ -308,64 +256,12 @@ class _QueuedInput(NamedTuple):
     mode: QueueMode
 
 
-class _Executor(Dispatcher, Protocol):
-    """A dispatcher as `_submit_inputs` drives it: how it reads runs, and the steps that execute
-    input already checked and allowed, the only part where the two deployments differ (the
-    runtime in this process, or a command queued for a worker and its effect waited for)."""
-
-    def _run_io(self) -> _RunIO: ...
-
-    async def _queue_checked(self, run_id: str, commits: list[StoredCommit], queued: _QueuedInput) -> Accepted:
-        """Record `queued` for the run whose commits are `commits` (`run_finished` once it has finished)."""
-        ...
-
-    async def _decide_checked(self, run: LoadedRun, decisions: Sequence[Mapping[str, Any]],
-                              new: frozenset[str]) -> Accepted:
-        """Record `decisions` (`new`: the ids not recorded yet) for `run`, loaded and checked."""
-        ...
-
-
-async def _submit_inputs(via: _Executor, run_id: str, decisions: Sequence[Mapping[str, Any]], messages: Messages,
-                         mode: str | None, access: RunAccess | None) -> Accepted:
-    """`Dispatcher.submit_inputs` of both deployments: the routing and every check of the input
-    run here, in one order, before `via` executes anything, so a rule added here holds for both
-    and a refused input writes nothing. The caller's `access` is checked on the one read of the
-    run, before anything else looks at its state: a refused caller learns nothing about it."""
-    _check_storable(decisions, "decisions")
-    io = via._run_io()
-    if mode in QUEUE_MODES:  # for the running run to take (steer / follow_up)
-        queued = _queueable(run_id, messages, decisions, mode)
-        commits = await _run_commits(io.store, run_id)
-        if access is not None:
-            await access(commits[0].commit.thread_id, commits[0].seq)
-        return await via._queue_checked(run_id, commits, queued)
-    if _has_messages(messages):  # a continuation run, interrupting this one if asked
-        commits = await _run_commits(io.store, run_id)
-        thread_id = commits[0].commit.thread_id
-        if access is not None:
-            await access(thread_id, commits[0].seq)
-        return await via.start_run(RunRequest(
-            agent_id=_agent_of(commits), messages=_wire_messages(messages), thread_id=thread_id, parent_run_id=run_id,
-            decisions=list(decisions), interrupt=mode == "interrupt" and not _finished(commits)))
-    if not decisions:
-        raise InvalidInput("give decisions and/or messages")
-    run = await io.loader.load(run_id)  # the one read of the run: snapshot + tail
-    if access is not None:
-        await access(run.thread_id, _first_seq(run))
-    new, dups = _check_decisions(run, decisions)
-    if not new:  # a retried request: answered from where it was recorded
-        return Accepted(run.thread_id, run_id, await _decision_seq(io.store, run, dups[0].decision_id), True)
-    if io.handoff is not None:  # before they execute: a worker may take the command at once
-        io.handoff.give(run, [d.decision_id for d in (*new, *dups)])
-    return await via._decide_checked(run, decisions, frozenset(d.decision_id for d in new))
-
-
 def _queueable(run_id: str, messages: Messages, decisions: Sequence[Mapping[str, Any]],
                mode: QueueMode) -> _QueuedInput:
     """Messages for a running run, checked as the runtime checks them (`queue_input`) and as
     something the log can store."""
     validate_run_id(run_id)
-    if not _has_messages(messages):
+    if not messages:
         raise InvalidInput("a queued input needs messages")
     if decisions:
         raise InvalidInput("decisions cannot be queued: send them without a mode")
@@ -376,16 +272,6 @@ def _queueable(run_id: str, messages: Messages, decisions: Sequence[Mapping[str,
         raise InvalidInput(str(exc)) from None
     _check_storable(wire, "messages")
     return _QueuedInput(wire, ids, mode)
-
-
-async def _cancellable(store: EventStore, run_id: str, reason: str | None) -> list[StoredCommit]:
-    """Both dispatchers' `cancel`, before anything: the reason storable, the run known and not
-    finished (`run_finished`: nothing is appended). Returns the run's commits."""
-    _check_storable(reason, "reason")
-    commits = await _run_commits(store, run_id)
-    if _finished(commits):
-        raise RunAlreadyFinished(f"run {run_id!r} has already finished")
-    return commits
 
 
 def _checked(request: RunRequest, *, max_payload: int | None,
@@ -401,144 +287,29 @@ def _checked(request: RunRequest, *, max_payload: int | None,
         raise InvalidInput(str(exc)) from None
 
 
-# == in process ====================================================================================
-
-
-#: How long an in-process interrupt waits for the cancelled run to finish.
-INTERRUPT_WAIT = 30.0
-
-
-class InProcessDispatcher:
-    """Runs execute in this process (`serve`): calls the `Runtime` directly. The runtime
-    validates before it appends, so its typed errors are the answers."""
-
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
-
-    def agent_catalog(self) -> list[dict[str, Any]]:
-        return agent_catalog(self.runtime)
-
-    async def start_run(self, request: RunRequest) -> Accepted:
-        with about_run(request.run_id):
-            return await self._start_run(request)
-
-    async def _start_run(self, request: RunRequest) -> Accepted:
-        check_ids(request)
-        if request.agent_id not in self.runtime.agents:
-            raise AgentNotFound(f"unknown agent {request.agent_id!r}")
-        parent_run_id = request.continues
-        if request.interrupt and parent_run_id is not None:
-            # the cancel is a write: a continuation the runtime would refuse must fail before it
-            self.check(request)
-            commits = await _run_commits(self.runtime.store, parent_run_id)
-            if not _finished(commits):
-                await self._interrupt(parent_run_id, commits[0].commit.thread_id)
-        try:
-            handle = await self.runtime.start(request.replace(interrupt=False))
-        except RunConflict:
-            same = None if request.run_id is None else await _started_already(self.runtime.store, request)
-            if same is None:
-                raise
-            return same
-        except AgentlogError:
-            raise
-        except (ValueError, TypeError) as exc:
-            raise InvalidInput(str(exc)) from None
-        seq = _seq_of(handle.commits, lambda e: type(e) is RunStarted)
-        return Accepted(handle.thread_id, handle.run_id, seq)
-
-    def check(self, request: RunRequest) -> RunRequest:
-        spec = self.runtime.agents.get(request.agent_id) if request.agent_id in self.runtime.agents else None
-        return _checked(request, max_payload=getattr(self.runtime.store, "max_payload", None),
-                        overrides=None if spec is None else OverrideScope(spec.model_name, spec.overrides, spec.tools))
-
-    async def submit_inputs(
-        self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
-        mode: str | None = None, access: RunAccess | None = None,
-    ) -> Accepted:
-        with about_run(run_id):
-            return await _submit_inputs(self, run_id, decisions, messages, mode, access)
-
-    def _run_io(self) -> _RunIO:
-        rt = self.runtime
-        return _RunIO(rt.store, rt.loader(), rt.handoff)
-
-    async def _queue_checked(self, run_id: str, commits: list[StoredCommit], queued: _QueuedInput) -> Accepted:
-        try:
-            res = await self.runtime.queue_messages(run_id, queued.wire, mode=queued.mode,
-                                                    thread_id=commits[0].commit.thread_id)
-        except (ValueError, TypeError) as exc:
-            raise InvalidInput(str(exc)) from None
-        return Accepted(res.thread_id, run_id, res.seq, res.duplicate)
-
-    async def _decide_checked(self, run: LoadedRun, decisions: Sequence[Mapping[str, Any]],
-                              new: frozenset[str]) -> Accepted:
-        # the runtime's `decide` takes the run handed on (`_submit_inputs`): no second load
-        res = await self.runtime.decide(run.ctx.run_id, list(decisions))
-        return Accepted(res.thread_id, run.ctx.run_id, res.seq, res.duplicate)
-
-    async def _interrupt(self, run_id: str, thread_id: str) -> None:
-        """Cancel the run and wait (bounded by the caller) until it has finished, so the
-        continuation never runs beside it."""
-        store = self.runtime.store
-        version = await store.thread_version(thread_id)
-        await self.runtime.cancel(run_id, reason=INTERRUPTED)
-        if _finished(await _run_commits(store, run_id)):
-            return
-        try:
-            async with asyncio.timeout(INTERRUPT_WAIT):
-                await _first(store.follow(thread_id, after=version),
-                             lambda sc: sc.commit.run_id == run_id and _has(sc, RunFinished))
-        except TimeoutError:
-            raise RunConflict(f"run {run_id!r} did not stop within {INTERRUPT_WAIT:g}s of its cancel") from None
-
-    async def resume_run(self, run_id: str, thread_id: str, after: int) -> Accepted:
-        handle = await self.runtime.resume(run_id, thread_id=thread_id)
-        if handle is None:
-            return Accepted(thread_id, run_id, after)
-        seq = await _first(as_generator(self.runtime.store.follow(thread_id, after=after)),
-                           lambda sc: sc.commit.run_id == run_id)
-        return Accepted(thread_id, run_id, seq)
-
-    async def cancel(self, run_id: str, reason: str | None = None) -> Accepted:
-        with about_run(run_id):
-            return await self._cancel(run_id, reason)
-
-    async def _cancel(self, run_id: str, reason: str | None) -> Accepted:
-        commits = await _cancellable(self.runtime.store, run_id, reason)
-        if not await self.runtime.cancel(run_id, reason=reason):  # it finished meanwhile
-            raise RunAlreadyFinished(f"run {run_id!r} has already finished")
-        after = [sc async for sc in self.runtime.store.read_run(run_id, after=commits[-1].seq)]
-        seq = _seq_of(after, lambda e: type(e) is RunCancelRequested, last=True)
-        return Accepted(commits[0].commit.thread_id, run_id, seq)
-
-
 # == via the work queue ============================================================================
 
 
 class QueueDispatcher:
-    """Runs execute on workers (`gateway`): validate against the log, queue the command, wait
-    (bounded) until its effect is in the log.
+    """Runs execute on workers: check against the log, queue the command, wait (bounded) until
+    its effect is in the log.
 
-    The checks here are the runtime's own (the pure functions of `agentlog.runtime.loop.hitl` over the run
-    folded with `agentlog.runtime.loop.run_context.fold_context`), so a bad request gets the error the runtime would
-    raise and NOTHING is queued or written. The remaining race (the run changes between our
-    check and the worker's) is the worker's to settle; it then terminates the command and the
-    wait here ends in `DispatchTimeout`.
+    The checks are the runtime's own, so a bad request gets the error the runtime would raise
+    and NOTHING is queued or written. The remaining race (the run changes between this check and
+    the worker's) is the worker's to settle: it dead-letters the command, and the answer here is
+    its error (`CommandFailed`).
 
     `agents`: ids a worker can run; when given, unknown agents are refused here (404).
     `descriptions`: their `AgentSpec.description`s (agent id -> text), for `GET /v1/agents`.
     `snapshots`: the workers' run-context snapshots (read only): the run a decision is checked
-    against is then loaded from its snapshot and the log after it (`RunLoader`), not folded
-    from the thread's first commit.
-    `app_name`: the app whose workers get new runs; a run's later commands (continue, decide,
-    cancel) go to the app recorded in its `RunStarted` (`_app_of`), this one if none is.
+    against is read from its snapshot and the log after it, not folded from the thread's first
+    commit. `app_name`: the app whose workers get new runs; a run's later commands (continue,
+    decide, cancel) go to the app recorded in its `RunStarted`, this one if none is.
     `override_policies`: agent id -> its `OverrideScope`, when the gateway
     knows the app: a request's overrides are then checked here, else by the worker (which
-    refuses the command with the same code).
-    `handoff`: the `Runtime.handoff` of a worker in this process (`agentlog serve`): a run
-    loaded here to check a decision is handed to it, so that its `decide` does not load the run
-    again (`agentlog.runtime.loading.Handoff`).
+    refuses the command with the same code). `handoff`: the `Runtime.handoff` of a worker in
+    this process (`agentlog serve`): decisions checked here are handed to it with the run they
+    were checked against (`agentlog.runtime.DecisionIntake`).
     """
 
     def __init__(self, nc: NATS, store: EventStore, *, agents: Collection[str] | None = None,
@@ -547,19 +318,14 @@ class QueueDispatcher:
                  override_policies: Mapping[str, OverrideScope] | None = None,
                  handoff: Handoff | None = None) -> None:
         self.store = store
-        self.handoff = handoff
         self.override_policies = dict(override_policies or {})
         self.client = CommandClient(nc, app_name=app_name)
         self.agents = set(agents) if agents is not None else None
         self.descriptions = dict(descriptions or {})
         self.timeout = timeout
-        self.loader = RunLoader(store, snapshots=snapshots)
+        self.decisions = DecisionIntake(store, snapshots=snapshots, handoff=handoff)
         #: The offers of the starts queued here, which a start not taken in time is withdrawn from.
         self.claims = StartClaims(self.client.js)
-
-    @property
-    def runtime(self) -> Runtime | None:
-        return None  # the runs execute on workers
 
     def agent_catalog(self) -> list[dict[str, Any]]:
         """Ids and descriptions only: the tools are the workers' to know (`null`)."""
@@ -570,16 +336,14 @@ class QueueDispatcher:
     # -- start ---------------------------------------------------------------------------------
 
     async def start_run(self, request: RunRequest) -> Accepted:
-        """`interrupt` (a continuation of a running parent): ONE command (`ContinueRun.interrupt`)
-        that the worker executes as "cancel the parent, then start once it has finished", so the
-        thread never has two active runs and a crash between the two leaves the command queued.
+        """Queue the start of `request`'s run; `Accepted` once its `RunStarted` is in the log.
 
-        The start is offered (`agentlog.runtime.workers.claims`): if no worker has started it
-        within the timeout it is withdrawn, and the answer is `DispatchTimeout` (it will not run;
-        a retry is safe); if a worker took it meanwhile, the answer waits for its `RunStarted`
-        once more, and is `queued` (it will run) if that has not shown either. A start whose run
-        id is in the log already is answered as the `duplicate` of the original (or refused,
-        `RunConflict`, if the id names another start)."""
+        A start no worker took within the timeout is withdrawn (`agentlog.runtime.workers.claims`)
+        and answered `DispatchTimeout`: it will not run, and a retry is safe. One a worker took
+        meanwhile is answered once its `RunStarted` shows, or `queued` (it will run). A start
+        whose run id is in the log already is the `duplicate` of the original, or `RunConflict`
+        if the id names another start. An interrupting continuation is one command ("cancel the
+        parent, then start"), so the thread never has two active runs."""
         with about_run(request.run_id):
             return await self._start_run(request)
 
@@ -598,7 +362,7 @@ class QueueDispatcher:
                 raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")
             thread_id = parent_thread
             if request.decisions:
-                _check_decisions(await self.loader.load(parent_run_id, thread_id), request.decisions)
+                await self.decisions.check(parent_run_id, request.decisions, thread_id=thread_id, hand_on=False)
         thread_id = thread_id or new_id()
         try:
             version = await self._check_start(thread_id, request.run_id, parent_run_id,
@@ -676,13 +440,37 @@ class QueueDispatcher:
         self, run_id: str, *, decisions: Sequence[Mapping[str, Any]] = (), messages: Messages = (),
         mode: str | None = None, access: RunAccess | None = None,
     ) -> Accepted:
+        """Routed and checked in one order before anything is queued, so a refused input writes
+        nothing. The caller's `access` is checked on the one read of the run, before anything
+        else looks at its state: a refused caller learns nothing about it."""
         with about_run(run_id):
-            return await _submit_inputs(self, run_id, decisions, messages, mode, access)
+            return await self._submit_inputs(run_id, decisions, messages, mode, access)
 
-    def _run_io(self) -> _RunIO:
-        return _RunIO(self.store, self.loader, self.handoff)
+    async def _submit_inputs(self, run_id: str, decisions: Sequence[Mapping[str, Any]], messages: Messages,
+                             mode: str | None, access: RunAccess | None) -> Accepted:
+        _check_storable(decisions, "decisions")
+        if mode in QUEUE_MODES:  # for the running run to take (steer / follow_up)
+            queued = _queueable(run_id, messages, decisions, mode)
+            commits = await _run_commits(self.store, run_id)
+            if access is not None:
+                await access(commits[0].commit.thread_id, commits[0].seq)
+            return await self._queue_messages(run_id, commits, queued)
+        if messages:  # a continuation run, interrupting this one if asked
+            commits = await _run_commits(self.store, run_id)
+            thread_id = commits[0].commit.thread_id
+            if access is not None:
+                await access(thread_id, commits[0].seq)
+            return await self.start_run(RunRequest(
+                agent_id=_agent_of(commits), messages=_wire_messages(messages), thread_id=thread_id,
+                parent_run_id=run_id, decisions=list(decisions), interrupt=mode == "interrupt" and not _finished(commits)))
+        if not decisions:
+            raise InvalidInput("give decisions and/or messages")
+        checked = await self.decisions.check(run_id, decisions, access=access)  # the one read and check
+        if not checked.new:  # a retried request: answered from where it was recorded
+            return Accepted(checked.thread_id, run_id, await checked.first_recorded(self.store), True)
+        return await self._decide(checked)
 
-    async def _queue_checked(self, run_id: str, commits: list[StoredCommit], queued: _QueuedInput) -> Accepted:
+    async def _queue_messages(self, run_id: str, commits: list[StoredCommit], queued: _QueuedInput) -> Accepted:
         """`QueueMessages`, decided here as the worker's runtime would (a retry is answered from
         where it was recorded; a finished run is `run_finished`, nothing queued); the effect
         waited for is the `MessageQueued` of these message ids."""
@@ -702,14 +490,14 @@ class QueueDispatcher:
             _app_of(commits))
         return Accepted(thread_id, run_id, seq)
 
-    async def _decide_checked(self, run: LoadedRun, decisions: Sequence[Mapping[str, Any]],
-                              new: frozenset[str]) -> Accepted:
-        thread_id, run_id = run.thread_id, run.ctx.run_id
-        cmd = Decide(thread_id=thread_id, run_id=run_id, decisions=[dict(d) for d in decisions])
+    async def _decide(self, checked: CheckedDecisions) -> Accepted:
+        thread_id, run_id = checked.thread_id, checked.run_id
+        new = frozenset(d.decision_id for d in checked.new)
+        cmd = Decide(thread_id=thread_id, run_id=run_id, decisions=[*checked.new, *checked.duplicates])
         seq = await self._submit_and_wait(
-            cmd, thread_id, run.version,
+            cmd, thread_id, checked.version,
             lambda sc: any(type(e) is ToolCallDecided and e.decision.decision_id in new for e in sc.commit.events),
-            _app_of_loaded(run))
+            checked.app)
         return Accepted(thread_id, run_id, seq)
 
     # -- cancel --------------------------------------------------------------------------------
@@ -727,7 +515,10 @@ class QueueDispatcher:
             return await self._cancel(run_id, reason)
 
     async def _cancel(self, run_id: str, reason: str | None) -> Accepted:
-        commits = await _cancellable(self.store, run_id, reason)
+        _check_storable(reason, "reason")
+        commits = await _run_commits(self.store, run_id)
+        if _finished(commits):
+            raise RunAlreadyFinished(f"run {run_id!r} has already finished")
         thread_id = commits[0].commit.thread_id
         version = await self.store.thread_version(thread_id)
         seq = await self._submit_and_wait(
@@ -738,9 +529,9 @@ class QueueDispatcher:
 
     # -- waiting for the effect ----------------------------------------------------------------
 
-    async def _queue(self, cmd: Any, app_name: str | None) -> None:
-        """Queue `cmd` for `app_name`'s workers; its outcome is a write of this process
-        (`/health`'s `log writes failing`)."""
+    async def _queue(self, cmd: Command, app_name: str | None) -> None:
+        """Queue `cmd` for `app_name`'s workers (the one place a command leaves this gateway);
+        its outcome is a write of this process (`/health`'s `log writes failing`)."""
         writes = getattr(self.store, "writes", None)
         try:
             await self.client.submit(cmd, app_name=app_name)
@@ -848,6 +639,6 @@ def _wire_messages(messages: Messages) -> list[Any]:
 
 
 __all__ = [
-    "Accepted", "AgentNotFound", "CommandFailed", "DispatchTimeout", "Dispatcher", "InProcessDispatcher", "InvalidInput",
-    "QueueDispatcher", "RunAccess", "RunAlreadyFinished", "ThreadNotFound",
+    "Accepted", "AgentNotFound", "CommandFailed", "DispatchTimeout", "Dispatcher", "InvalidInput", "QueueDispatcher",
+    "RunAccess", "RunAlreadyFinished", "ThreadNotFound",
 ]

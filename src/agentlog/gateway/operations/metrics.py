@@ -28,8 +28,7 @@ from prometheus_client.registry import Collector
 from agentlog.eventlog.events import RunFinished, RunStarted
 from agentlog.eventlog.store import EventStore
 from agentlog.projections import finished_status
-from agentlog.runtime.telemetry import AgentMetrics
-from agentlog.runtime.toolkits.mcp import mcp_health
+from agentlog.runtime import AgentMetrics, mcp_health
 
 
 class Metrics:

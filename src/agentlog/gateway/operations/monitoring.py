@@ -16,7 +16,7 @@ from typing import Any
 
 import nats.js.errors
 
-from agentlog.runtime.workers.commands import (
+from agentlog.runtime.workers import (
     COMMANDS_STREAM,
     DLQ_CODE,
     DLQ_COMMAND_ID,

@@ -45,9 +45,8 @@ from agentlog.gateway.operations.services import (
 )
 from agentlog.projections.fold import fold_messages
 from agentlog.projections.index import RUN_FILTERS, THREAD_FILTERS
-from agentlog.runtime import RunRequest
-from agentlog.runtime.errors import RunConflict, RunNotFound
-from agentlog.runtime.inputs.run_input import RunInput, as_run_input
+from agentlog.runtime import RunConflict, RunNotFound, RunRequest
+from agentlog.runtime.inputs import RunInput, as_run_input
 
 
 def accepted(a: Accepted) -> dict[str, Any]:

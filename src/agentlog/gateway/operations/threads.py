@@ -18,7 +18,7 @@ from agentlog.gateway.operations.services import Services, thread_from_log, visi
 from agentlog.projections.fold import Folder
 from agentlog.projections.fork import InvalidFork, fork_events
 from agentlog.projections.views import ThreadView
-from agentlog.runtime.permission import STANDING_KEY
+from agentlog.runtime import STANDING_KEY
 
 
 def conflict(message: str) -> ApiError:

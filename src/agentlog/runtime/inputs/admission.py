@@ -29,6 +29,7 @@ from agentlog.eventlog.events import (
     ContentPart,
     Message,
     MessageAppended,
+    QueueMode,
     RunStarted,
     StatePatched,
     StoredCommit,
@@ -147,6 +148,26 @@ def check_messages(messages: Any) -> list[Message]:
     return out
 
 
+#: How a message for a running run is taken: at its next step boundary, or when it would end.
+QUEUE_MODES: tuple[QueueMode, ...] = ("steer", "follow_up")
+
+
+def queue_input(messages: str | Message | Mapping[str, Any] | Sequence[Any], mode: str,
+                entropy: Any) -> list[Message]:
+    """Validated messages to queue (ids drawn from `entropy` where not given): user messages
+    only (a steer is the user speaking), at least one; `ValueError` otherwise."""
+    if mode not in QUEUE_MODES:
+        raise ValueError(f"unknown queue mode {mode!r} (one of {', '.join(QUEUE_MODES)})")
+    check_messages(messages)
+    out = as_messages(messages, entropy)
+    if not out:
+        raise ValueError("give at least one message to queue")
+    for m in out:
+        if m.role != "user":
+            raise ValueError(f"a queued message is a user message, not {m.role!r}")
+    return out
+
+
 def check_storable(value: Any, what: str) -> None:
     """`value` can be written to the log as JSON text (no lone surrogate, no absurd nesting);
     raises `InvalidRunInput`. For input that rides in commits the caller does not build here
@@ -257,5 +278,6 @@ async def admit_thread(
     return history, check_thread(thread_id, history, run_id=run_id, parent_run_id=parent_run_id)
 
 
-__all__ = ["HEADER_ALLOWANCE", "InvalidRunInput", "PlaceholderIds", "admit_thread", "as_messages", "as_parts",
-           "check_ids", "check_messages", "check_request", "check_storable", "check_thread"]
+__all__ = ["HEADER_ALLOWANCE", "QUEUE_MODES", "InvalidRunInput", "PlaceholderIds", "admit_thread", "as_messages", "as_parts",
+           "check_ids", "check_messages", "check_request", "check_storable", "check_thread",
+           "queue_input"]

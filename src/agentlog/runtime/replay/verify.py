@@ -57,7 +57,7 @@ from agentlog.projections.fold import fold_commits
 from agentlog.runtime.agents.spec import AgentRegistry, AgentSpec, derived_tools
 from agentlog.runtime.context_policy import RecordedSummaries
 from agentlog.runtime.digest import REQUEST_PARTS, differing_parts, request_digest, request_part_digests
-from agentlog.runtime.facade import RunHandle, RunResult, Runtime
+from agentlog.runtime.facade import Runtime
 from agentlog.runtime.models.base import ModelRequest
 from agentlog.runtime.replay.answer import (
     ReplayBreakers,
@@ -81,6 +81,7 @@ from agentlog.runtime.replay.plan import (
     next_session,
     plan_replay,
 )
+from agentlog.runtime.runs.handle import RunHandle, RunResult
 from agentlog.runtime.tools import Tool, ToolRegistry
 
 __all__ = [

@@ -52,7 +52,7 @@ from agentlog.runtime.agents.spec import AgentRegistry, AgentSpec
 from agentlog.runtime.errors import RunConflict
 from agentlog.runtime.inputs.request import RunRequest
 from agentlog.runtime.logs import get_logger
-from agentlog.runtime.loop.hitl import HitlError
+from agentlog.runtime.loop.hitl import HitlError, parse_decision
 from agentlog.runtime.tools import Tool, ToolContext, ToolError, ToolResult
 
 if TYPE_CHECKING:
@@ -209,7 +209,7 @@ class SubAgents:
             parent_thread_id=ctx.thread_id, origin=ORIGIN, resource_id=await self._resource_of(ctx.thread_id),
             thread_metadata={"parent_call_id": ctx.call_id, "parent_agent_id": ctx.agent_id})
         if self.commands is not None:
-            from agentlog.runtime.workers.commands import StartRun
+            from agentlog.runtime.inputs.commands import StartRun
 
             # the queue dedups this id; a worker resumes a started run from the log
             await self.commands.submit(StartRun.of(request, thread_id, run_id, command_id=f"start-{run_id}"),
@@ -326,11 +326,11 @@ class SubAgents:
                     "result": child_result(view, [c for c in history if c.commit.run_id == run_id])}
         try:
             if self.commands is not None:
-                from agentlog.runtime.workers.commands import Decide
+                from agentlog.runtime.inputs.commands import Decide
 
                 await self.commands.submit(Decide(
                     command_id=f"d-{run_id}", thread_id=started.parent_thread_id or "", run_id=started.parent_run_id,
-                    decisions=[decision],
+                    decisions=[parse_decision(decision, rt.entropy.now_ms())],
                 ), app_name=rt.app.name if rt.app is not None else None)
             else:
                 await rt.decide(started.parent_run_id, [decision])

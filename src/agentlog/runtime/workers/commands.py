@@ -1,11 +1,12 @@
-"""Commands for workers (DESIGN 4.5): what a client asks a worker to do, on a JetStream work queue.
+"""The command queue (DESIGN 4.5): commands (`agentlog.runtime.inputs.commands`) on a JetStream work
+queue, for workers to take.
 
     client = CommandClient(nc)
     await client.ensure_stream()
     ack = await client.submit(StartRun(thread_id="t1", run_id="r1", agent_id="calc",
                                        messages=[{"role": "user", "content": "hi"}]))
 
-Commands are msgspec structs with a `type` tag, JSON on the wire. They go to the work-queue stream
+Commands go to the work-queue stream
 `AGENTLOG_COMMANDS` on `agentlog.cmd.<app>.<thread_id>` (`agentlog.cmd.<thread_id>` for the
 default app; one subject per app and thread, so a worker takes only its app's commands and can
 see whether an earlier command of the same thread is still unacknowledged), with
@@ -20,16 +21,14 @@ when the queued command reaches the head of its thread; so are queued messages o
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
-import msgspec
 from nats.aio.client import Client as NATS
 
 from agentlog.eventlog.errors import AgentlogError, InvalidId
-from agentlog.eventlog.ids import new_id, validate_id
+from agentlog.eventlog.ids import validate_id
 from agentlog.eventlog.subjects import DEFAULT_APP, PREFIX, command_subject
-from agentlog.runtime.inputs.frontend import InvalidFrontendTools, normalize_frontend_tools
-from agentlog.runtime.inputs.request import RunRequest
+from agentlog.runtime.inputs.commands import Cancel, Command, Decide, encode_command
 
 COMMANDS_STREAM = "AGENTLOG_COMMANDS"
 COMMANDS_SUBJECTS = f"{PREFIX}.cmd.>"
@@ -71,140 +70,10 @@ def worker_consumer(app: str | None = None) -> str:
     return WORKER_CONSUMER if app is None or app == DEFAULT_APP else f"{WORKER_CONSUMER}-{app}"
 
 
-class InvalidCommand(AgentlogError, ValueError):
-    """Bytes or fields that are not a valid command. Nothing was queued / nothing will run."""
-
-    code = "invalid_command"
-
-
-class _Base(msgspec.Struct, kw_only=True, tag_field="type", forbid_unknown_fields=True):
-    #: Idempotency key (`Nats-Msg-Id`); generated when not given.
-    command_id: str = msgspec.field(default_factory=new_id)
-    thread_id: str
-
-
-class StartRun(RunRequest, tag_field="type", tag="start", kw_only=True, omit_defaults=True,
-               forbid_unknown_fields=True):
-    """Start a run: a `RunRequest` with its thread and run ids chosen, as a gateway queues it
-    (`StartRun.of`). The worker's runtime checks it again and records it (`Runtime.execute`)."""
-
-    #: Idempotency key (`Nats-Msg-Id`); generated when not given.
-    command_id: str = msgspec.field(default_factory=new_id)
-    thread_id: str
-    run_id: str = msgspec.field(default_factory=new_id)
-    #: Offered by a gateway that may withdraw it (`agentlog.runtime.workers.claims`): a worker
-    #: starts the run only once it has taken the offer, and acks the command unexecuted if the
-    #: offer was withdrawn, replaced or is gone.
-    offered: bool = False
-
-    @classmethod
-    def of(cls, request: RunRequest, thread_id: str, run_id: str, **command: Any) -> StartRun:
-        """The command that starts `request` as run `run_id` on `thread_id` (a `ContinueRun`
-        for a continuation); `command`: `command_id`, `offered`."""
-        kind = ContinueRun if request.continues is not None else StartRun
-        fields = {f: getattr(request, f) for f in RunRequest.__struct_fields__}
-        return kind(**{**fields, "thread_id": thread_id, "run_id": run_id, **command})
-
-
-class ContinueRun(StartRun, tag="continue", kw_only=True):
-    """A continuation: a new run after `parent_run_id` (required) on the same thread. With
-    `interrupt` the parent may still be running: the worker cancels it (reason `INTERRUPTED`)
-    and starts this run once the parent has finished, "stop, then send" as one command, so the
-    thread never has two active runs and a crash in between leaves the command to redo (a
-    finished parent is not cancelled again, a started run is resumed)."""
-
-
-#: The cancel reason an interrupting continuation records on the run it stops.
-INTERRUPTED = "interrupted by a new message"
-
-
-class Decide(_Base, tag="decide", kw_only=True):
-    """Human decisions for suspended calls of `run_id` (idempotent on each `decision_id`)."""
-
-    run_id: str
-    decisions: list[dict[str, Any]]
-
-
-class Cancel(_Base, tag="cancel", kw_only=True):
-    run_id: str
-    reason: str | None = None
-
-
-class QueueMessages(_Base, tag="queue", kw_only=True):
-    """User messages for run `run_id`, which is running (`agentlog.runtime.queued`): `steer` ones
-    join its conversation at its next step boundary, `follow_up` ones when it would otherwise
-    end. Each message carries its id (chosen by the client), so the effect is recognisable in
-    the log and a redelivered command records nothing twice. Like a cancel it skips the
-    thread's order (the run's own command holds the thread until the run ends)."""
-
-    run_id: str
-    messages: list[Any]
-    mode: Literal["steer", "follow_up"] = "steer"
-
-
-Command = StartRun | ContinueRun | Decide | Cancel | QueueMessages
-CommandKind = Literal["start", "continue", "decide", "cancel", "queue"]
-
-_encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder(Command)
-
-
-def validate_command(cmd: Command) -> Command:
-    """Check ids and required shapes; raises `InvalidCommand`."""
-    try:
-        validate_id(cmd.command_id, "command_id")
-        validate_id(cmd.thread_id, "thread_id")
-        validate_id(cmd.run_id, "run_id")
-        if isinstance(cmd, StartRun):
-            validate_id(cmd.agent_id, "agent_id")
-            if cmd.parent_run_id is not None:
-                validate_id(cmd.parent_run_id, "parent_run_id")
-            if cmd.parent_thread_id is not None:
-                validate_id(cmd.parent_thread_id, "parent_thread_id")
-                if cmd.parent_run_id is None or cmd.decisions or isinstance(cmd, ContinueRun):
-                    raise InvalidCommand("a sub-agent start (parent_thread_id) needs parent_run_id, no decisions")
-            if isinstance(cmd, ContinueRun) and cmd.parent_run_id is None:
-                raise InvalidCommand("a continue command needs parent_run_id")
-            if cmd.decisions and cmd.parent_run_id is None:
-                raise InvalidCommand("decisions on a start command need parent_run_id (the waiting run)")
-            if cmd.interrupt and not isinstance(cmd, ContinueRun):
-                raise InvalidCommand("only a continue command interrupts its parent")
-            try:
-                normalize_frontend_tools(cmd.frontend_tools)
-            except InvalidFrontendTools as exc:
-                raise InvalidCommand(str(exc)) from None
-        if isinstance(cmd, QueueMessages) and not cmd.messages:
-            raise InvalidCommand("a queue command needs at least one message")
-        if isinstance(cmd, Decide) and not cmd.decisions:
-            raise InvalidCommand("a decide command needs at least one decision")
-    except InvalidId as exc:
-        raise InvalidCommand(str(exc)) from None
-    return cmd
-
-
 class CommandTooLarge(AgentlogError):
     """A command over the server's max payload: it could never be queued (HTTP 413)."""
 
     code = "command_too_large"
-
-
-def encode_command(cmd: Command) -> bytes:
-    """Validate and encode; raises `InvalidCommand` for anything that cannot go on the wire
-    (a lone surrogate in some string, a value that is not JSON), never anything else."""
-    validate_command(cmd)
-    try:
-        return _encoder.encode(cmd)
-    except (TypeError, UnicodeError, RecursionError, msgspec.EncodeError) as exc:
-        raise InvalidCommand(f"the command cannot be encoded: {exc}") from None
-
-
-def decode_command(data: bytes) -> Command:
-    """Bytes -> a validated command; raises `InvalidCommand` (never anything else) on bad input."""
-    try:
-        cmd = _decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise InvalidCommand(f"invalid command: {exc}") from None
-    return validate_command(cmd)
 
 
 # == the stream ===================================================================================

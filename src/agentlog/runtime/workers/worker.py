@@ -1,8 +1,11 @@
-"""Workers (DESIGN 4.5): take commands from the `AGENTLOG_COMMANDS` work queue and run them.
+"""Workers (DESIGN 4.5): take commands from the `AGENTLOG_COMMANDS` work queue and have their
+`Runtime` carry them out (`Runtime.execute`).
 
     worker = Worker(store, app=my_app, concurrency=4)   # app(store) -> Runtime (sync or async)
     await worker.start(); ...; await worker.stop()
     # or, as a process:  agentlog worker --nats nats://127.0.0.1:4222 --app pkg.mod:app
+
+The worker owns the queue (which command, when, ack or not); the runtime owns the runs.
 
 Guarantees, and how:
 
@@ -26,27 +29,24 @@ Guarantees, and how:
 - **Withdrawn starts.** A start a gateway queued and then withdrew (no worker took it in time;
   `agentlog.runtime.workers.claims`) is acked without running: the gateway answered that it
   will not run. A worker starts an offered run only once it has taken the offer.
-- **Races.** Per-thread OCC keeps two workers from interleaving. A worker that loses a race
-  (`VersionConflict`/`RunConflict`) re-reads the log and re-evaluates its command (the run
-  exists -> resume it; it finished or waits -> ack; the thread is busy with another run -> nak
-  with delay) instead of failing it.
+- **Races.** Per-thread OCC keeps two workers from interleaving. A command that loses a race is
+  re-evaluated from the log by the runtime (the run exists -> resume it; it finished or waits ->
+  ack; the thread is busy with another run -> nak with delay) instead of failing.
 - **Live control.** Decisions and cancels are also published on core NATS
   `agentlog.ctl.<run_id>` (`CommandClient`); the worker driving that run applies them at once.
 - **Dead letters.** A command that can never succeed (unreadable, rejected by the runtime, a
   commit over the server's max payload) or that failed on its `max_deliver`-th delivery is
   published to `agentlog.dlq.<thread_id>` (stream `AGENTLOG_DLQ`; headers carry the error code
-  and message) and acked, so it neither loops forever nor blocks its thread's later commands. If
-  its run started and did not finish, a `RunFinished{error, code}` records the failure in the
-  log, so the run does not stay `running` forever. The limit is enforced here from the delivery
-  count in the message metadata, not by the consumer's own `max_deliver`: in a work-queue stream
-  a message the server stops delivering is never removed, and would block its thread forever.
-- **Graceful stop.** `stop(timeout)` stops fetching, lets in-flight commands finish for up to
-  `timeout` seconds (`hand_back_now()` cuts that short), then hands back what is left: the runs
-  are fenced (`Runtime.abandon_runs`: nothing more is written for them here, even by a tool that
-  ignores cancellation) and each command is nak'ed with a confirmed, persisted immediate
-  redelivery, so the next worker, or the next process after a restart of the nats-server, takes
-  it within a second or two instead of after `ack_wait`. It logs `handing N runs back (run ...)`.
-  The resuming worker re-runs a tool call that started and did not complete (at-least-once).
+  and message) and acked: it neither loops forever nor blocks its thread's later commands. A run
+  it started and did not finish is finished `error` with its code (`Runtime.record_failure`).
+  The limit is counted here from the message's deliveries, not by the consumer's `max_deliver`:
+  a work-queue message the server stops delivering is never removed, and would block its thread.
+- **Graceful stop.** `stop(timeout)` stops fetching and lets in-flight commands finish for up
+  to `timeout` seconds (`hand_back_now()` cuts that short). What is left is handed back: its
+  runs are fenced (nothing more is written for them here, even by a tool that ignores
+  cancellation), and each command is nak'ed for an immediate redelivery the server persists, so
+  the next worker takes it within a second or two, also after a nats-server restart. It logs
+  `handing N runs back (run ...)`.
 """
 
 from __future__ import annotations
@@ -60,21 +60,28 @@ from typing import Any
 import msgspec
 
 from agentlog.eventlog.errors import (
-    AgentlogError,
     CodecError,
     CommitTooLarge,
     InvalidCommit,
     StoreUnavailable,
-    VersionConflict,
 )
-from agentlog.eventlog.events import Commit, RunFinished, RunStarted, Termination
-from agentlog.eventlog.ids import is_valid_id, new_id, now_ms
+from agentlog.eventlog.events import RunStarted
+from agentlog.eventlog.ids import is_valid_id
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.subjects import DEFAULT_APP, command_subject, commands_filter
-from agentlog.runtime.errors import RunConflict, RunEnded, RunNotFound
-from agentlog.runtime.facade import RunHandle, Runtime
+from agentlog.runtime.errors import CommandRejected
+from agentlog.runtime.facade import Runtime
+from agentlog.runtime.inputs.commands import (
+    Cancel,
+    Command,
+    ContinueRun,
+    InvalidCommand,
+    QueueMessages,
+    StartRun,
+    decode_command,
+    encode_command,
+)
 from agentlog.runtime.logs import get_logger
-from agentlog.runtime.loop.hitl import HitlError, RunNotWaiting
 from agentlog.runtime.workers.claims import StartClaims
 from agentlog.runtime.workers.commands import (
     COMMANDS_STREAM,
@@ -84,17 +91,8 @@ from agentlog.runtime.workers.commands import (
     DLQ_ERROR,
     DLQ_QUEUE_SEQ,
     DLQ_RUN_ID,
-    INTERRUPTED,
-    Cancel,
-    ContinueRun,
-    Decide,
-    InvalidCommand,
-    QueueMessages,
-    StartRun,
     control_subject,
-    decode_command,
     dlq_subject,
-    encode_command,
     ensure_commands_stream,
     ensure_dlq_stream,
     validate_app_name,
@@ -110,6 +108,9 @@ ACK, NAK, TERM = "ack", "nak", "term"
 
 #: Failed deliveries of one command before it is dead-lettered (see the module doc).
 DEFAULT_MAX_DELIVER = 25
+
+#: Tries to settle one command while NATS is away (backing off up to 1 s between them).
+SETTLE_ATTEMPTS = 50
 
 #: Errors no retry can fix: the command is dead-lettered at once, with the error's code.
 PERMANENT = (CommitTooLarge, InvalidCommit, CodecError, InvalidCommand)
@@ -128,19 +129,6 @@ ABANDON_GRACE = 2.0
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
-
-
-class GiveUp(Exception):
-    """Raised by a command handler: this command can never succeed; dead-letter it."""
-
-    def __init__(self, code: str, detail: str) -> None:
-        super().__init__(detail)
-        self.code = code
-        self.detail = detail
-
-
-def _give_up(exc: BaseException, default: str = "command_rejected") -> GiveUp:
-    return GiveUp(getattr(exc, "code", None) or default, f"{type(exc).__name__}: {exc}")
 
 
 # == the worker ===================================================================================
@@ -172,7 +160,7 @@ class Worker:
         self.nc = store.nc
         self.js = self.nc.jetstream(timeout=5.0)
         self._app = app
-        self.runtime: Runtime | None = runtime
+        self._runtime: Runtime | None = runtime
         self.concurrency = max(1, concurrency)
         self.ack_wait = ack_wait
         self.max_deliver = max_deliver
@@ -197,10 +185,17 @@ class Worker:
         self._fetcher: asyncio.Task[None] | None = None
         self.log = _log.bind(consumer=self.consumer, app=self.app_name, pid=os.getpid())
         #: Counters (for tests and `bench_workers`).
-        self.stats = {"acked": 0, "naked": 0, "termed": 0, "resumed": 0, "reevaluated": 0, "dead_lettered": 0,
+        self.stats = {"acked": 0, "naked": 0, "termed": 0, "dead_lettered": 0,
                       "withdrawn": 0}
         #: The gateways' offers of the starts they queued (`agentlog.runtime.workers.claims`).
         self.claims = StartClaims(self.js)
+
+    @property
+    def runtime(self) -> Runtime:
+        """The `Runtime` that carries the commands out (made by `start` from `app=`)."""
+        if self._runtime is None:
+            raise RuntimeError("the worker has no Runtime before start(): it is made from its app there")
+        return self._runtime
 
     # -- setup ---------------------------------------------------------------------------------
 
@@ -208,10 +203,9 @@ class Worker:
         from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
         from nats.js.errors import BadRequestError
 
-        if self.runtime is None:
-            assert self._app is not None
-            rt = self._app(self.store)
-            self.runtime = await rt if inspect.isawaitable(rt) else rt
+        if self._runtime is None and self._app is not None:
+            made = self._app(self.store)
+            self._runtime = await made if inspect.isawaitable(made) else made
         await ensure_commands_stream(self.js)
         await ensure_dlq_stream(self.js)
         config = ConsumerConfig(  # max_deliver unlimited on the server: see "Dead letters" above
@@ -245,7 +239,7 @@ class Worker:
             finished.cancel()
             hurry.cancel()
         late = {task: msg for task, msg in self._tasks.items() if not task.done()}
-        rt = self.runtime
+        rt = self._runtime
         if late:
             if rt is not None:
                 rt.fence_runs()  # nothing more is written for them here, before anyone else may take them
@@ -377,24 +371,25 @@ class Worker:
         try:
             if isinstance(cmd, StartRun) and cmd.offered and not await self._may_start(cmd, log):
                 outcome = ACK  # withdrawn by its gateway (or replaced): acked unexecuted
-            elif isinstance(cmd, Cancel):
-                outcome = await self._cancel(cmd, log, meta.sequence.stream)
-            elif isinstance(cmd, QueueMessages):
-                outcome = await self._queue_messages(cmd, log)
+            elif isinstance(cmd, (Cancel, QueueMessages)):  # outside the thread's order: for a running run
+                outcome = await self._execute(cmd, meta.sequence.stream)
+                if isinstance(cmd, QueueMessages) and outcome == ACK:
+                    await self._publish_control(cmd)  # recorded: the worker driving the run reads it now
             else:
-                if isinstance(cmd, ContinueRun) and cmd.interrupt and cmd.parent_run_id is not None:
-                    # stop the parent first (outside the thread's order: its own command holds
-                    # the thread until it finishes); the start below then waits for that
-                    await self._interrupt_parent(cmd, log, meta.sequence.stream)
+                stop = cmd.interruption() if isinstance(cmd, ContinueRun) else None
+                if stop is not None:
+                    # the parent's own command holds the thread until it finishes: stop it first,
+                    # outside the order; the start below then waits for it
+                    await self._execute(stop, meta.sequence.stream)
+                    await self._publish_control(stop)  # a loop blocked in a tool meets it at once
+                    cmd = msgspec.structs.replace(cmd, interrupt=False)
                 lock = self._locks.setdefault(cmd.thread_id, asyncio.Lock())
                 async with lock:
                     if await self._earlier_pending(cmd.thread_id, meta.sequence.stream):
                         outcome = NAK
                         log.debug("command.behind_earlier")
-                    elif isinstance(cmd, StartRun):
-                        outcome = await self._start(cmd, log)
                     else:
-                        outcome = await self._decide(cmd, log)
+                        outcome = await self._execute(cmd, meta.sequence.stream)
                 if not lock.locked() and not lock._waiters:
                     self._locks.pop(cmd.thread_id, None)
             if outcome == NAK:
@@ -409,9 +404,9 @@ class Worker:
         except StoreUnavailable as exc:
             log.warning("command.store_unavailable", error=str(exc))
             outcome, delay = NAK, self.max_nak_delay
-        except (GiveUp, *PERMANENT) as exc:
+        except (CommandRejected, *PERMANENT) as exc:
             beat.cancel()
-            give_up = exc if isinstance(exc, GiveUp) else _give_up(exc)
+            give_up = exc if isinstance(exc, CommandRejected) else CommandRejected.of(exc)
             log.error("command.rejected", code=give_up.code, error=give_up.detail)
             await self._dead_letter(msg, cmd, give_up.code, give_up.detail, log)
             return
@@ -440,8 +435,8 @@ class Worker:
             headers.update({DLQ_COMMAND_ID: cmd.command_id, DLQ_RUN_ID: cmd.run_id})
         payload = msg.data if len(msg.data) + 2048 < self.nc.max_payload else b""  # the headers must fit too
         try:
-            if isinstance(cmd, StartRun):
-                await self._record_failure(cmd, code, detail, log)
+            if isinstance(cmd, StartRun) and self._runtime is not None:
+                await self._runtime.record_failure(cmd.run_id, cmd.thread_id, code, detail)
             await self.js.publish(dlq_subject(thread_id if is_valid_id(thread_id) else None), payload, headers=headers)
         except Exception as exc:  # noqa: BLE001 - not given up yet: retry the whole command later
             log.warning("command.dead_letter_failed", error=f"{type(exc).__name__}: {exc}")
@@ -451,29 +446,10 @@ class Worker:
         self.stats["dead_lettered"] += 1
         await self._settle(msg, ACK, 0.0, log)
 
-    async def _record_failure(self, cmd: StartRun, code: str, detail: str, log: Any) -> None:
-        """`RunFinished{error, code}` for the command's run if it started and is not finished
-        (nor driven by this worker): a dead-lettered run must not look `running` forever."""
-        rt = self.runtime
-        for _ in range(10):
-            if rt is not None and rt.active(cmd.run_id) is not None:
-                return
-            commits = [sc async for sc in self.store.read_run(cmd.run_id)]
-            started = any(type(e) is RunStarted for sc in commits for e in sc.commit.events)
-            if not started or any(type(e) is RunFinished for sc in commits for e in sc.commit.events):
-                return
-            version = await self.store.thread_version(cmd.thread_id)
-            commit = Commit(commit_id=new_id(), thread_id=cmd.thread_id, run_id=cmd.run_id, ts=now_ms(),
-                            events=[RunFinished(termination=Termination(type="error", code=code, detail=detail))])
-            try:
-                await self.store.append(commit, version)
-            except VersionConflict:
-                continue  # the thread moved: look again
-            log.warning("run.failed_by_dead_letter", code=code)
-            return
-
     async def _settle(self, msg: Any, outcome: str, delay: float = 0.0, log: Any = None) -> None:
-        for attempt in range(50):
+        """Ack, nak or term `msg`. An ack is confirmed, and retried while NATS reconnects (a lost
+        one would run the command again); a lost nak or term is redelivered after `ack_wait`."""
+        for attempt in range(SETTLE_ATTEMPTS):
             try:
                 if outcome == ACK:
                     await msg.ack_sync(timeout=2.0)  # synchronous: the next command of the thread sees it gone
@@ -527,7 +503,7 @@ class Worker:
         message = msgspec.json.decode(resp.data).get("message")
         return int(message["seq"]) if message else None
 
-    # -- start / continue ------------------------------------------------------------------------
+    # -- carrying a command out ---------------------------------------------------------------
 
     async def _may_start(self, cmd: StartRun, log: Any) -> bool:
         """May this offered start (`StartRun.offered`) run? Yes when its run is in the log
@@ -545,215 +521,41 @@ class Worker:
             return any(type(e) is RunStarted for e in sc.commit.events)
         return False
 
-    async def _start(self, cmd: StartRun, log: Any) -> str:
+    async def _execute(self, cmd: Command, queue_seq: int) -> str:
+        """`Runtime.execute(cmd)`, listening meanwhile to the run's control subject (a decision or
+        a cancel for it that arrives ahead of its place in the queue). A cancel's run is resumed
+        here when no command of its thread is left in the queue: nobody holds it."""
         rt = self.runtime
-        assert rt is not None
-        for _ in range(20):
-            handle = rt.active(cmd.run_id)  # not None: redelivered to the worker that runs it
-            if handle is None and await self._run_started(cmd.run_id):
-                try:
-                    handle = await self._resume(cmd.run_id, cmd.thread_id, log)
-                except RunConflict as exc:
-                    log.info("command.reevaluate", reason=str(exc))
-                    self.stats["reevaluated"] += 1
-                    continue
-            elif handle is None:
-                try:
-                    handle = await rt.start(cmd)
-                    log.info("run.started_by_worker")
-                except RunConflict as exc:
-                    self.stats["reevaluated"] += 1
-                    if await self._run_started(cmd.run_id):
-                        continue  # someone else (or an earlier delivery) started it: resume
-                    log.info("command.thread_busy", reason=str(exc))
-                    return NAK  # another run is active on the thread
-                except (HitlError, RunNotFound, LookupError, ValueError, TypeError) as exc:
-                    raise _give_up(exc) from None
-            if handle is None:
-                await rt.settled(cmd.run_id, recover=True)  # effects its dead worker may have missed
-                return ACK  # finished or waiting: nothing left to do
-            try:
-                await self._follow(handle, log)
-                return ACK
-            except RunConflict as exc:
-                log.info("command.reevaluate", reason=str(exc))
-                self.stats["reevaluated"] += 1
-                continue
-        return NAK
-
-    async def _resume(self, run_id: str, thread_id: str | None, log: Any) -> RunHandle | None:
-        rt = self.runtime
-        assert rt is not None
-        handle = await rt.resume(run_id, thread_id=thread_id)
-        if handle is not None:
-            self.stats["resumed"] += 1
-            log.info("run.resumed_from_log")
-        return handle
-
-    async def _follow(self, handle: RunHandle, log: Any) -> None:
-        """Wait until the run finishes or waits, applying live control messages meanwhile. If a
-        live decision resumed it again in this process, follow that continuation too."""
-        rt = self.runtime
-        assert rt is not None
-        sub = await self.nc.subscribe(control_subject(handle.run_id), cb=self._on_control)
+        sub = await self.nc.subscribe(control_subject(cmd.run_id), cb=self._on_control)
         try:
-            while True:
-                result = await handle.result()
-                nxt = rt.active(handle.run_id)
-                if nxt is not None and nxt is not handle:
-                    handle = nxt
-                    continue
-                await rt.settled(handle.run_id)  # observers' effects (sub-agent lineage) before the ack
-                log.info("run.settled", status=result.status,
-                         termination=None if result.termination is None else result.termination.type)
-                return
+            done = await rt.execute(cmd, unheld=lambda: self._unheld(cmd.thread_id, queue_seq))
         finally:
             try:
                 await sub.unsubscribe()
             except Exception:  # noqa: BLE001
                 pass
+        return ACK if done == "done" else NAK
 
     async def _on_control(self, msg: Any) -> None:
-        rt = self.runtime
-        assert rt is not None
         try:
             cmd = decode_command(msg.data)
         except InvalidCommand:
             return
-        try:
-            if isinstance(cmd, Cancel):
-                if rt.active(cmd.run_id) is not None:
-                    # Record the request, then signal the loop (`Runtime.cancel` does both, in that
-                    # order): a loop stopped by the signal alone finishes `cancelled` before the
-                    # queued command can record why, and its log then shows no cancel request for
-                    # resume and `replay --verify` to follow. The queued command then finds the
-                    # run finished or its request recorded.
-                    await rt.cancel(cmd.run_id, reason=cmd.reason)
-            elif isinstance(cmd, QueueMessages):
-                rt.poke(cmd.run_id)  # recorded already: the loop reads it at its next step boundary
-            elif isinstance(cmd, Decide):
-                if rt.active(cmd.run_id) is not None:
-                    # only takes effect if the runtime delivers decisions into a running loop;
-                    # otherwise RunNotWaiting and the queued command applies it once the run waits
-                    await rt.decide(cmd.run_id, cmd.decisions, thread_id=cmd.thread_id)
-        except (HitlError, AgentlogError) as exc:
-            _log.debug("control.not_applied", run_id=cmd.run_id, error=str(exc))
-        except Exception as exc:  # noqa: BLE001
-            _log.warning("control.failed", run_id=cmd.run_id, error=f"{type(exc).__name__}: {exc}")
+        await self.runtime.control(cmd)
 
-    # -- decide / cancel -------------------------------------------------------------------------
-
-    async def _decide(self, cmd: Decide, log: Any) -> str:
-        rt = self.runtime
-        assert rt is not None
-        for _ in range(20):
-            active = rt.active(cmd.run_id)
-            if active is not None:
-                await self._follow(active, log)  # runs here: decide once it waits
-            try:
-                res = await rt.decide(cmd.run_id, cmd.decisions, thread_id=cmd.thread_id)
-            except RunNotWaiting as exc:
-                view = await rt.run_view(cmd.run_id)
-                if view.finished:
-                    raise GiveUp("run_not_waiting", f"decision after the run finished: {exc}") from None
-                if rt.active(cmd.run_id) is not None:
-                    continue
-                log.info("command.run_busy_elsewhere", status=view.status)
-                return NAK  # running on another worker: apply once it waits
-            except RunConflict as exc:
-                self.stats["reevaluated"] += 1
-                log.info("command.reevaluate", reason=str(exc))
-                continue
-            except (HitlError, RunNotFound) as exc:
-                raise _give_up(exc) from None
-            handle = res.handle
-            if handle is None:
-                # Recorded before: by an earlier delivery of this command whose worker may have
-                # died mid-way (the decision moved the run, nobody drives it now): resume it.
-                try:
-                    handle = await self._resume(cmd.run_id, cmd.thread_id, log)
-                except RunConflict as exc:
-                    self.stats["reevaluated"] += 1
-                    log.info("command.reevaluate", reason=str(exc))
-                    continue
-                if handle is None:
-                    await rt.settled(cmd.run_id, recover=True)  # effects its dead worker may have missed
-                    return ACK  # finished or waiting: the decision's effects are committed
-            try:
-                await self._follow(handle, log)
-            except RunConflict as exc:
-                self.stats["reevaluated"] += 1
-                log.info("command.reevaluate", reason=str(exc))
-                continue  # the decision is recorded: the next round resumes the run
-            return ACK
-        return NAK
-
-    async def _cancel(self, cmd: Cancel, log: Any, queue_seq: int) -> str:
-        rt = self.runtime
-        assert rt is not None
-        try:
-            done = await rt.cancel(cmd.run_id, reason=cmd.reason)
-        except RunNotFound as exc:
-            raise _give_up(exc) from None
-        except RunConflict:
-            return NAK
-        await rt.settled(cmd.run_id)  # e.g. its sub-agents cancelled before the ack
-        log.info("run.cancel_command", appended=done)
-        if done and await self._orphaned(cmd, queue_seq):
-            # Nobody holds the run: its cancel request would never be acted on. Resume it here;
-            # the loop meets the recorded request and finishes the run `cancelled`.
-            log.info("run.cancel_orphan")
-            try:
-                handle = await self._resume(cmd.run_id, cmd.thread_id, log)
-                if handle is not None:
-                    await self._follow(handle, log)
-            except RunConflict as exc:  # someone else moved it on: it is not ours to finish
-                log.info("command.reevaluate", reason=str(exc))
-        return ACK
-
-    async def _queue_messages(self, cmd: QueueMessages, log: Any) -> str:
-        """Record the messages on the run (idempotent on their ids), then poke the worker driving
-        it through the control subject: it may be another one, and it would otherwise meet them
-        only at its next append. A run that has finished cannot take them: dead-lettered with
-        `run_finished`, which the gateway answers as a 409."""
-        rt = self.runtime
-        assert rt is not None
-        try:
-            res = await rt.queue_messages(cmd.run_id, cmd.messages, mode=cmd.mode, thread_id=cmd.thread_id)
-        except (RunEnded, RunNotFound, ValueError, TypeError) as exc:
-            raise _give_up(exc) from None
-        except RunConflict:
-            return NAK
-        log.info("run.queue_command", seq=res.seq, duplicate=res.duplicate, mode=cmd.mode)
+    async def _publish_control(self, cmd: Command) -> None:
+        """Tell the worker driving `cmd`'s run (maybe another one) at once; the queue stays the
+        truth, so a lost message only delays it to the run's next append."""
         try:
             await self.nc.publish(control_subject(cmd.run_id), encode_command(cmd))
-        except Exception:  # noqa: BLE001 - live delivery is a shortcut; the recorded message is the truth
-            pass
-        return ACK
-
-    async def _interrupt_parent(self, cmd: ContinueRun, log: Any, queue_seq: int) -> None:
-        """Record the cancel of the parent (`RunCancelRequested`, so resume and replay see why it
-        stopped), then signal it live: the worker driving it may be another one, and a loop
-        blocked in a tool only meets a recorded request at its next append."""
-        assert cmd.parent_run_id is not None
-        stop = Cancel(thread_id=cmd.thread_id, run_id=cmd.parent_run_id, reason=INTERRUPTED)
-        await self._cancel(stop, log, queue_seq)
-        try:
-            await self.nc.publish(control_subject(cmd.parent_run_id), encode_command(stop))
-        except Exception:  # noqa: BLE001 - live delivery is a shortcut; the recorded request is the truth
+        except Exception:  # noqa: BLE001 - live delivery is a shortcut
             pass
 
-    async def _orphaned(self, cmd: Cancel, queue_seq: int) -> bool:
-        """Is the run driven by nobody? Not here, and no other command of its thread is in the
-        queue: a run being driven always has its (unacked) command there, the lease of the
-        worker driving it. A run started outside the queue, or whose command was given up on,
-        has none."""
-        rt = self.runtime
-        assert rt is not None
-        if rt.active(cmd.run_id) is not None:
-            return False
-        first = await self._next_pending(cmd.thread_id, 1)
+    async def _unheld(self, thread_id: str, queue_seq: int) -> bool:
+        """No other command of the thread is in the queue: a run being driven always has its
+        (unacked) command there, the lease of the worker driving it. A run started outside the
+        queue, or whose command was given up on, has none."""
+        first = await self._next_pending(thread_id, 1)
         if first == queue_seq:
-            first = await self._next_pending(cmd.thread_id, queue_seq + 1)
+            first = await self._next_pending(thread_id, queue_seq + 1)
         return first is None
-

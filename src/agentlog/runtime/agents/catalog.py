@@ -1,5 +1,5 @@
-"""The agents a gateway can run (`GET /v1/agents`, NATS `agentlog.api.agents.list`): the one
-catalog both transports answer with, so a client choosing an `agent_id` sees the same list."""
+"""The catalog of the agents an app runs (`GET /v1/agents`, NATS `agentlog.api.agents.list`): ids,
+descriptions and tools with their JSON Schemas, for clients choosing an `agent_id`."""
 
 from __future__ import annotations
 
@@ -61,4 +61,4 @@ def _tool_entry(t: Tool) -> dict[str, Any]:
     return entry
 
 
-__all__ = ["agent_catalog"]
+__all__ = ["AgentApp", "agent_catalog"]
