@@ -226,7 +226,7 @@ async def test_steer_through_the_in_process_dispatcher(store: Any) -> None:
     process: the answer is the run's (its id, the queueing commit's seq); a finished run is
     `run_finished`; decisions cannot be queued."""
     from agentlog.gateway.operations.dispatch import InvalidInput, RunAlreadyFinished
-    from agentlog.gateway.operations.timeline import event_summary
+    from agentlog.projections.timeline import event_summary
 
     from tests.support.inprocess import InProcessDispatcher
 

@@ -50,7 +50,7 @@ from agentlog.gateway.operations.connection import (
     NoServer,
     open_store,
 )
-from agentlog.gateway.operations.timeline import (
+from agentlog.projections.timeline import (
     InvalidEventId,
     UnknownRun,
 )

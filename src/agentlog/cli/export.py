@@ -48,7 +48,7 @@ from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.recording import Recording, read_recording, recording_lines
 from agentlog.gateway.operations.app_loader import load_app, resolve_app
-from agentlog.gateway.operations.timeline import UnknownRun
+from agentlog.projections.timeline import UnknownRun
 
 if TYPE_CHECKING:
     from agentlog.runtime.replay.recorded import RunSelection, VerifyAllReport

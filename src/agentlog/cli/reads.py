@@ -57,7 +57,12 @@ from agentlog.eventlog.ids import validate_id, validate_run_id
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.store import as_generator
 from agentlog.gateway.operations.models import MAX_LIMIT
-from agentlog.gateway.operations.timeline import (
+from agentlog.projections import RunView, ThreadView, fold_commits
+from agentlog.projections.fold import fold_messages
+from agentlog.projections.kv import KVViewStore
+from agentlog.projections.profile import fold_profile
+from agentlog.projections.rebuild import rebuild
+from agentlog.projections.timeline import (
     UnknownRun,
     event_data,
     event_summary,
@@ -65,11 +70,6 @@ from agentlog.gateway.operations.timeline import (
     parse_event_id,
     within,
 )
-from agentlog.projections import RunView, ThreadView, fold_commits
-from agentlog.projections.fold import fold_messages
-from agentlog.projections.kv import KVViewStore
-from agentlog.projections.profile import fold_profile
-from agentlog.projections.rebuild import rebuild
 from agentlog.projections.timetravel import state_at
 from agentlog.projections.views import calls_in_doubt
 

@@ -46,7 +46,7 @@ from agentlog.eventlog.events import Position, StoredCommit
 from agentlog.eventlog.ids import validate_run_id
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.gateway.operations.app_loader import load_app, resolve_app
-from agentlog.gateway.operations.timeline import (
+from agentlog.projections.timeline import (
     UnknownRun,
     build_replay,
     last_position,

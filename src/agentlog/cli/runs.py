@@ -72,8 +72,8 @@ from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.roles import Role
 from agentlog.eventlog.store import as_generator
 from agentlog.gateway.operations.connection import ConnectionOptions, NoServer, open_store
-from agentlog.gateway.operations.timeline import event_summary, learn_call_names
 from agentlog.projections import FAILED_TERMINATIONS
+from agentlog.projections.timeline import event_summary, learn_call_names
 
 run_app = group("Start and steer runs on a running agentlog server (its NATS API, or --url).")
 app.add_typer(run_app, name="run")

@@ -15,7 +15,7 @@ from rich.tree import Tree
 
 from agentlog.eventlog.events import StoredCommit
 from agentlog.eventlog.store import EventStore
-from agentlog.gateway.operations.timeline import UnknownRun
+from agentlog.projections.timeline import UnknownRun
 from agentlog.runtime.telemetry import (
     SpanRecord,
     otlp_tracer_provider,

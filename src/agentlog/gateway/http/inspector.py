@@ -1,6 +1,6 @@
 """The two API routes the run inspector page (`/ui`) needs beyond the read API.
 
-* `GET /v1/runs/{id}/timeline?to=`: the `agentlog replay` report of the run (`agentlog.gateway.operations.timeline`:
+* `GET /v1/runs/{id}/timeline?to=`: the `agentlog replay` report of the run (`agentlog.projections.timeline`:
   step groups, per-group state diffs, state and status as of `to`) plus the state diff of every
   event that changed state, so the page can time-travel event by event, and `spans`: the run's
   steps, inferences and tool calls with their start and end (what `agentlog trace --json` prints,
@@ -35,7 +35,7 @@ from agentlog.gateway.http.requests import principal, services
 from agentlog.gateway.http.routing import Route, parse_body, parse_query, path_id
 from agentlog.gateway.http.runs import run_from_log
 from agentlog.gateway.operations.models import EventId, Model, Query
-from agentlog.gateway.operations.timeline import build_replay, event_state_diffs
+from agentlog.projections.timeline import build_replay, event_state_diffs
 from agentlog.runtime import records_json, spans_from_commits
 
 log = structlog.get_logger("agentlog.gateway.http.inspector")

@@ -28,7 +28,7 @@ _ERROR = {"type": "object", "required": ["error", "code"], "properties": {
     "error": {"type": "string"}, "code": {"type": "string"},
     "detail": {"type": "array", "items": {"type": "object"}}}}
 #: A time-travel answer given as of the thread's last event, the asked one being after it
-#: (`agentlog.gateway.operations.timeline.within`).
+#: (`agentlog.projections.timeline.within`).
 _POSITION_WARNING = {"type": "object", "required": ["code", "requested", "end", "message"], "properties": {
     "code": {"type": "string", "enum": ["position_past_end"]}, "requested": {"type": "string"},
     "end": {"type": "string"}, "message": {"type": "string"}}}

@@ -36,7 +36,7 @@ from agentlog.gateway.operations.models import (
 )
 from agentlog.gateway.operations.services import thread_from_log
 from agentlog.gateway.operations.threads import after, append, create, current, revoke
-from agentlog.gateway.operations.timeline import within
+from agentlog.projections.timeline import within
 from agentlog.projections.timetravel import state_at
 
 

@@ -27,9 +27,9 @@ from agentlog.gateway.operations.errors import ApiError, not_found
 from agentlog.gateway.operations.models import CounterfactualBody
 from agentlog.gateway.operations.services import Services, thread_from_log
 from agentlog.gateway.operations.threads import conflict
-from agentlog.gateway.operations.timeline import event_summary, learn_call_names
 from agentlog.projections import branchdiff
 from agentlog.projections.counterfactual import AnswerAt, BranchError, branch_commits
+from agentlog.projections.timeline import event_summary, learn_call_names
 from agentlog.runtime import check_decision_on
 
 

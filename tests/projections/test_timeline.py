@@ -1,4 +1,4 @@
-"""Pure tests of `agentlog.gateway.operations.timeline`: the replay report and event summaries from in-memory commits
+"""Pure tests of `agentlog.projections.timeline`: the replay report and event summaries from in-memory commits
 (no server needed: the report is a function of the commits alone)."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from agentlog.eventlog.events import (
     ToolCallStarted,
     ToolCallSuspended,
 )
-from agentlog.gateway.operations.timeline import (
+from agentlog.projections.timeline import (
     InvalidEventId,
     UnknownRun,
     build_replay,

@@ -1,4 +1,4 @@
-"""Property: the inspector's per-event state diffs (`agentlog.gateway.operations.timeline.event_state_diffs`) are the
+"""Property: the inspector's per-event state diffs (`agentlog.projections.timeline.event_state_diffs`) are the
 state history of the run. Applied in log order to the state before the run, they give the state
 the replay report ends with; only state events carry one. Pure: commits built in memory."""
 
@@ -20,8 +20,8 @@ from agentlog.eventlog.events import (
     StoredCommit,
     ThreadCreated,
 )
-from agentlog.gateway.operations.timeline import build_replay, event_state_diffs
 from agentlog.projections import run_at, state_at, states_along
+from agentlog.projections.timeline import build_replay, event_state_diffs
 
 KEYS = st.sampled_from(["/a", "/b", "/c"])
 OPS = st.one_of(

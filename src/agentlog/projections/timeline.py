@@ -41,7 +41,9 @@ from agentlog.eventlog.events import (
     ToolCallSuspended,
 )
 from agentlog.eventlog.quarantine import is_quarantined, quarantined_run
-from agentlog.projections import RunView, fold_commits, run_at, states_along
+from agentlog.projections.fold import fold_commits
+from agentlog.projections.timetravel import run_at, states_along
+from agentlog.projections.views import RunView
 
 #: An index past the end of any commit: `Position(seq, END)` means "all of commit seq".
 _END = 2**31
