@@ -54,8 +54,13 @@ SCRIPTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "src"))  # agentlog from this checkout, installed or not
 
 from agentlog.eventlog.events import Usage  # noqa: E402
-from agentlog.gateway.operations.app_loader import App  # noqa: E402
-from agentlog.runtime import AgentSpec, ToolContext, ToolResult, tool  # noqa: E402
+from agentlog.runtime import (  # noqa: E402
+    AgentSpec,
+    App,
+    ToolContext,
+    ToolResult,
+    tool,
+)
 from agentlog.runtime.models import ScriptedModel, Turn  # noqa: E402
 
 TOPOLOGIES = ("serve", "split")

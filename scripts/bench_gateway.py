@@ -37,9 +37,13 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from agentlog.cli.server import ServerConfig, serve  # noqa: E402
-from agentlog.gateway.operations.app_loader import App  # noqa: E402
 from agentlog.gateway.operations.connection import ConnectionOptions  # noqa: E402
-from agentlog.runtime import AgentSpec, ToolContext, tool  # noqa: E402
+from agentlog.runtime import (  # noqa: E402
+    AgentSpec,
+    App,
+    ToolContext,
+    tool,
+)
 from agentlog.runtime.models.scripted import ScriptedModel, Turn  # noqa: E402
 
 _gates: dict[str, asyncio.Event] = {}

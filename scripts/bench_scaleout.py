@@ -52,8 +52,13 @@ from agentlog.client.aio import AsyncClient  # noqa: E402
 from agentlog.client.errors import Conflict, ConnectionFailed, Unavailable  # noqa: E402
 from agentlog.eventlog.events import Commit, Position, RunFinished, RunStarted, ThreadCreated, Usage  # noqa: E402
 from agentlog.eventlog.jetstream.store import JetStreamEventStore  # noqa: E402
-from agentlog.gateway.operations.app_loader import App  # noqa: E402
-from agentlog.runtime import AgentSpec, ToolContext, ToolResult, tool  # noqa: E402
+from agentlog.runtime import (  # noqa: E402
+    AgentSpec,
+    App,
+    ToolContext,
+    ToolResult,
+    tool,
+)
 from agentlog.runtime.models import ScriptedModel, Turn  # noqa: E402
 
 import bench_e2e  # noqa: E402  (its process wrapper and CPU reader)

@@ -52,7 +52,7 @@ _EXPORTS: dict[str, str] = {
     "ScriptedModel": "agentlog.runtime.models.scripted",
     "Turn": "agentlog.runtime.models.scripted",
     # an app for `agentlog serve|worker --app module:attr`
-    "App": "agentlog.gateway.operations.app_loader",
+    "App": "agentlog.runtime.facade",
 }
 
 __all__ = [
@@ -98,11 +98,10 @@ if TYPE_CHECKING:
     from agentlog.eventlog.errors import AgentlogError
     from agentlog.eventlog.jetstream.store import JetStreamEventStore
     from agentlog.eventlog.memory import MemoryEventStore
-    from agentlog.gateway.operations.app_loader import App
     from agentlog.runtime.agents.spec import AgentSpec
     from agentlog.runtime.config import load_config
     from agentlog.runtime.context_policy import ContextPolicy
-    from agentlog.runtime.facade import Runtime
+    from agentlog.runtime.facade import App, Runtime
     from agentlog.runtime.models.anthropic import AnthropicModel
     from agentlog.runtime.models.base import Model
     from agentlog.runtime.models.gemini import GeminiModel

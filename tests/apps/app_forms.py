@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentlog.eventlog.memory import MemoryEventStore
-from agentlog.gateway.operations.app_loader import App
-from agentlog.runtime import AgentSpec, Runtime
+from agentlog.runtime import AgentSpec, App, Runtime
 from agentlog.runtime.agents.spec import AgentRegistry
 from agentlog.runtime.models.scripted import ScriptedModel, Turn
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentlog.gateway.operations.app_loader import App
-from agentlog.runtime import AgentSpec, ToolContext, ToolResult, tool
+from agentlog.runtime import AgentSpec, App, ToolContext, ToolResult, tool
 from agentlog.runtime.models import ScriptedModel, Turn
 
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentlog.cli.demo import demo_app
-from agentlog.gateway.operations.app_loader import App
-from agentlog.runtime import AgentSpec, ToolResult, tool
+from agentlog.runtime import AgentSpec, App, ToolResult, tool
 from agentlog.runtime.models.scripted import ScriptedModel, Turn
 
 RELEASE_SCHEMA: dict[str, Any] = {

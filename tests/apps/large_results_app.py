@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentlog.gateway.operations.app_loader import App
-from agentlog.runtime import AgentSpec, ToolContext, tool
+from agentlog.runtime import AgentSpec, App, ToolContext, tool
 from agentlog.runtime.models import ScriptedModel, Turn
 
 #: Characters of one `read_blob` result: a commit holds one (and the tool message that mirrors

@@ -17,8 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentlog.gateway.operations.app_loader import App
-from agentlog.runtime import AgentSpec, McpServerConfig, McpToolset
+from agentlog.runtime import AgentSpec, App, McpServerConfig, McpToolset
 from agentlog.runtime.models.scripted import ScriptedModel, Turn
 from agentlog.runtime.tools import ToolRegistry
 

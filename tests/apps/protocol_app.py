@@ -20,8 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from agentlog.gateway.operations.app_loader import App
-from agentlog.runtime import AgentSpec, PermissionPlugin, ToolContext, ToolError, ToolResult, tool
+from agentlog.runtime import AgentSpec, App, PermissionPlugin, ToolContext, ToolError, ToolResult, tool
 from agentlog.runtime.inputs.run_input import OverridePolicy
 from agentlog.runtime.models import ModelRequestRejected, ScriptedModel, Turn
 from agentlog.runtime.models.pricing import ModelPrices

@@ -5,7 +5,7 @@ diverge from at its first inference."""
 
 from __future__ import annotations
 
-from agentlog.gateway.operations.app_loader import App
+from agentlog.runtime import App
 
 from tests.apps import protocol_app
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentlog.gateway.operations.app_loader import App
-from agentlog.runtime import AddContext, AgentSpec, Plugin, Runtime, ToolContext, tool
+from agentlog.runtime import AddContext, AgentSpec, App, Plugin, Runtime, ToolContext, tool
 from agentlog.runtime.models import ScriptedModel, Turn
 
 SCRIPT = [

@@ -18,9 +18,9 @@ from agentlog.eventlog.codec import decode_commit, encode_commit
 from agentlog.eventlog.events import Commit, Message, MessageAppended, PayloadRef, ToolCallCompleted
 from agentlog.eventlog.jetstream.payloads import PayloadMissing, has_refs, offload, resolve
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
-from agentlog.runtime import AgentSpec, DeterministicEntropy, Runtime, tool
+from agentlog.runtime import AgentSpec, App, DeterministicEntropy, Runtime, tool
 from agentlog.runtime.models import ScriptedModel, Turn
-from agentlog.runtime.replay.verify import ReplayApp, verify_run
+from agentlog.runtime.replay.verify import verify_run
 
 from tests.support.runtime import events_of, logged, store  # noqa: F401  (fixture, on the server above)
 
@@ -70,7 +70,7 @@ async def test_oversized_tool_result_is_stored_by_reference(store: JetStreamEven
     # the run view keeps the reference (a KV value has the same limit); replay sees the value
     assert result.run.calls[done.call_id].status == "succeeded"
     async with asyncio.timeout(30):
-        report = await verify_run(store, result.run_id, ReplayApp(agents=[spec], tools=[dump]))
+        report = await verify_run(store, result.run_id, App(agents=[spec], tools=[dump]))
     assert report.ok, report.divergence
 
 

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from agentlog.runtime import App
 from agentlog.runtime.models import ToolSpec, Turn
 from agentlog.runtime.models.scripted import last_tool_result
-from agentlog.runtime.replay.verify import ReplayApp, verify_run
+from agentlog.runtime.replay.verify import verify_run
 
 from tests.gateway.test_adapters_routes import agui_ok, run_input, text_of, user
 from tests.support.adapters_routes import TOOLS, TRANSPORTS, Transport, open_stack
@@ -113,7 +114,7 @@ async def test_request_only_frontend_tool_round_trip(nats_server: Any, tr: Trans
         assert view.status == "done" and view.termination.type == "natural_end"
         assert view.calls[interrupt.id].status == "succeeded"
         assert view.calls[interrupt.id].result == {"color": "blue"}
-        report = await verify_run(stack.store, "r1", ReplayApp(agents=stack.runtime.agents, tools=TOOLS))
+        report = await verify_run(stack.store, "r1", App(agents=stack.runtime.agents, tools=TOOLS))
         assert report.ok and report.status == "done" and report.tools_executed == 0
 
 
@@ -128,7 +129,7 @@ async def test_cold_resume_by_a_fresh_runtime(nats_server: Any, tr: Transport) -
         assert text_of(events) == "You picked blue."
         (request,) = model_of(second).requests
         assert request.tools[-1] == ToolSpec(**PICK)  # from RunStarted, not from this process
-        report = await verify_run(second.store, "r1", ReplayApp(agents=second.runtime.agents, tools=TOOLS))
+        report = await verify_run(second.store, "r1", App(agents=second.runtime.agents, tools=TOOLS))
         assert report.ok
 
 

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentlog.eventlog.events import ContextCompacted, Message, ToolCall
-from agentlog.runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime, tool
+from agentlog.runtime import AgentSpec, App, DeterministicEntropy, PermissionPlugin, Runtime, tool
 from agentlog.runtime.context_policy import (
     SUMMARY_MESSAGE_ID,
     ContextPolicy,
@@ -22,7 +22,7 @@ from agentlog.runtime.context_policy import (
     units,
 )
 from agentlog.runtime.models import ScriptedModel, Turn
-from agentlog.runtime.replay.verify import ReplayApp, verify_run
+from agentlog.runtime.replay.verify import verify_run
 
 from tests.support.runtime import events_of, logged, store  # noqa: F401  (fixture)
 
@@ -158,5 +158,5 @@ async def test_summary_is_recorded_and_reused_by_resume_and_replay(store: Any) -
 
     # verified replay answers the summary from the log and checks every request digest
     async with asyncio.timeout(30):
-        report = await verify_run(store, second.run_id, ReplayApp(agents=[spec(model)], tools=[blob, deploy]))
+        report = await verify_run(store, second.run_id, App(agents=[spec(model)], tools=[blob, deploy]))
     assert report.ok, report.divergence

@@ -19,10 +19,10 @@ from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 from agentlog.eventlog.events import Usage
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.projections import fold_commits
-from agentlog.runtime import AgentSpec, PermissionPlugin, Runtime, tool
+from agentlog.runtime import AgentSpec, App, PermissionPlugin, Runtime, tool
 from agentlog.runtime.loop.hitl import InvalidDecision
 from agentlog.runtime.models import ModelUnavailable, ScriptedModel, Turn
-from agentlog.runtime.replay.verify import ReplayApp, verify_run
+from agentlog.runtime.replay.verify import verify_run
 from agentlog.runtime.stop import Budget
 from agentlog.runtime.telemetry import AgentMetrics
 
@@ -49,7 +49,7 @@ def priced(script: list[Turn], name: str = "m") -> ScriptedModel:
 
 async def verified(rt: Runtime, run_id: str, thread_id: str) -> None:
     log = await thread_log(rt.store, thread_id)
-    report = await verify_run(log, run_id, ReplayApp(agents=list(rt.agents), tools=[add]))
+    report = await verify_run(log, run_id, App(agents=list(rt.agents), tools=[add]))
     assert report.ok, report
 
 

@@ -23,7 +23,7 @@ from agentlog.eventlog.events import (
     ToolCallDecision,
 )
 from agentlog.gateway.operations.dispatch import InvalidInput, QueueDispatcher
-from agentlog.runtime import AgentSpec, PermissionPlugin, RunRequest, Runtime, tool
+from agentlog.runtime import AgentSpec, App, PermissionPlugin, RunRequest, Runtime, tool
 from agentlog.runtime.inputs.commands import InvalidCommand, StartRun, decode_command, encode_command
 from agentlog.runtime.inputs.frontend import (
     ACTION,
@@ -33,7 +33,7 @@ from agentlog.runtime.inputs.frontend import (
 )
 from agentlog.runtime.models import ToolSpec
 from agentlog.runtime.models.scripted import ScriptedModel, Turn, last_tool_result
-from agentlog.runtime.replay.verify import ReplayApp, verify_run
+from agentlog.runtime.replay.verify import verify_run
 from agentlog.runtime.workers.worker import Worker
 
 from tests.support.frontend_stubs import frontend_tool
@@ -139,7 +139,7 @@ async def test_round_trip_log_view_and_model(store: Any) -> None:
         ["ToolCallDecided", "RunResumed", "ToolCallResuming", "ToolCallCompleted", "MessageAppended"],
         ["StepStarted", "MessageAppended", "InferenceCompleted", "StepFinished", "RunFinished"],
     ]
-    report = await verify_run(store, "r1", ReplayApp(agents=rt.agents, tools=[add]))
+    report = await verify_run(store, "r1", App(agents=rt.agents, tools=[add]))
     assert report.ok and report.commits_verified == len(log) and report.tools_executed == 0
 
 
@@ -153,7 +153,7 @@ async def test_cancel_decision_cancels_the_call(store: Any) -> None:
     done = await decided.handle.result()  # type: ignore[union-attr]
     assert done.run.calls[call_id].status == "cancelled"
     assert "user closed the dialog" in (last_tool_result(model.requests[1]) or "")
-    assert (await verify_run(store, "r1", ReplayApp(agents=rt.agents, tools=[add]))).ok
+    assert (await verify_run(store, "r1", App(agents=rt.agents, tools=[add]))).ok
 
 
 @pytest.mark.asyncio
@@ -180,7 +180,7 @@ async def test_cold_resume_in_a_fresh_runtime(store: Any, how: str) -> None:
     assert done.run.calls[call_id].result == "yes"
     (request,) = model2.requests
     assert [t.name for t in request.tools] == ["add", "confirm"] and last_tool_result(request) == "yes"
-    assert (await verify_run(store, "r1", ReplayApp(agents=rt2.agents, tools=[add]))).ok
+    assert (await verify_run(store, "r1", App(agents=rt2.agents, tools=[add]))).ok
 
 
 @pytest.mark.asyncio
@@ -223,7 +223,7 @@ async def test_permission_rules_apply_to_frontend_tools(store: Any) -> None:
     answered = await rt.decide("r1", {"target_id": call_id, "decision_id": "d2", "action": "resume", "result": 42})
     done = await answered.handle.result()  # type: ignore[union-attr]
     assert done.termination.type == "natural_end" and last_tool_result(model.requests[1]) == "42"  # type: ignore[union-attr]
-    assert (await verify_run(store, "r1", ReplayApp(agents=rt.agents, tools=[add]))).ok
+    assert (await verify_run(store, "r1", App(agents=rt.agents, tools=[add]))).ok
 
 
 @pytest.mark.asyncio
@@ -240,7 +240,7 @@ async def test_stub_still_works_and_is_no_conflict(store: Any) -> None:
     decided = await rt.decide("r1", {"target_id": call_id, "decision_id": "d1", "action": "resume", "result": "ok"})
     done = await decided.handle.result()  # type: ignore[union-attr]
     assert done.termination.type == "natural_end"  # type: ignore[union-attr]
-    assert (await verify_run(store, "r1", ReplayApp(agents=rt.agents, tools=[add, stub]))).ok
+    assert (await verify_run(store, "r1", App(agents=rt.agents, tools=[add, stub]))).ok
 
 
 # -- through the work queue: StartRun carries them to a worker -------------------------------------
@@ -280,4 +280,4 @@ async def test_queue_dispatcher_and_worker(store: Any) -> None:
         await worker.stop(timeout=2.0)
     assert [t.name for t in model.requests[0].tools] == ["add", "confirm"]
     assert last_tool_result(model.requests[1]) == "yes"
-    assert (await verify_run(store, "r1", ReplayApp(agents=rt.agents, tools=[add]))).ok
+    assert (await verify_run(store, "r1", App(agents=rt.agents, tools=[add]))).ok

@@ -28,10 +28,11 @@ from agentlog.eventlog.events import (
     ToolCallStarted,
 )
 from agentlog.eventlog.memory import MemoryEventStore
+from agentlog.runtime import App
 from agentlog.runtime.loop.hitl import InvalidDecision
 from agentlog.runtime.loop.in_doubt import IN_DOUBT_SCHEMA, in_doubt_calls, resolution
 from agentlog.runtime.loop.run_context import RunContext, apply_event
-from agentlog.runtime.replay.verify import ReplayApp, verify_run
+from agentlog.runtime.replay.verify import verify_run
 
 from tests.support.in_doubt import Payments, interrupted, resumed
 from tests.support.runtime import events_of, thread_log
@@ -104,7 +105,7 @@ async def test_in_doubt_idempotent_call_runs_again_with_its_call_id() -> None:
     assert view.calls["c-look"].status == "succeeded"
     assert view.calls["c-pay"].in_doubt
     app = Payments(mode="parallel_streaming")
-    report = await verify_run(store, "r2", ReplayApp(agents=[app.spec], tools=app.tools))
+    report = await verify_run(store, "r2", App(agents=[app.spec], tools=app.tools))
     assert report.ok and report.commits_verified == report.commits_recorded
 
 
@@ -169,7 +170,7 @@ async def test_in_doubt_runs_replay_verified_whichever_way_they_were_resolved(an
     assert res.handle is not None
     assert (await res.handle.result()).status == "done"
     app = Payments()
-    report = await verify_run(store, "r6", ReplayApp(agents=[app.spec], tools=app.tools))
+    report = await verify_run(store, "r6", App(agents=[app.spec], tools=app.tools))
     assert report.ok and report.commits_verified == report.commits_recorded
     assert app.executions == []  # answered from the log
 
@@ -194,7 +195,7 @@ async def test_in_doubt_retry_interrupted_again_goes_in_doubt_again_and_replays(
     tickets = [s.ticket.action for s in events_of(await thread_log(store, "t7"), "ToolCallSuspended")]
     assert tickets == [IN_DOUBT_ACTION, IN_DOUBT_ACTION]
     app = Payments()
-    report = await verify_run(store, "r7", ReplayApp(agents=[app.spec], tools=app.tools))
+    report = await verify_run(store, "r7", App(agents=[app.spec], tools=app.tools))
     assert report.ok and app.executions == []
 
 

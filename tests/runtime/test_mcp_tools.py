@@ -17,10 +17,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentlog.runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime
+from agentlog.runtime import AgentSpec, App, DeterministicEntropy, PermissionPlugin, Runtime
 from agentlog.runtime.live import NatsLiveSink
 from agentlog.runtime.models import ScriptedModel, Turn
-from agentlog.runtime.replay.verify import ReplayApp, verify_run
+from agentlog.runtime.replay.verify import verify_run
 from agentlog.runtime.toolkits.mcp import McpError, McpServerConfig, McpToolset
 from agentlog.runtime.tools import ToolRegistry
 
@@ -109,7 +109,7 @@ async def test_stdio_tools_listed_called_recorded_with_progress(store: Any, stdi
     # verified replay: re-executing the MCP tools, and answering them from the log
     for from_log in (False, True):
         async with asyncio.timeout(30):
-            report = await verify_run(store, result.run_id, ReplayApp(agents=[spec], tools=stdio_tools.tools),
+            report = await verify_run(store, result.run_id, App(agents=[spec], tools=stdio_tools.tools),
                                       tools_from_log=from_log)
         assert report.ok, report.divergence
         assert (report.tools_from_log, report.tools_executed) == ((2, 0) if from_log else (0, 2))
@@ -123,7 +123,7 @@ async def test_http_server_tool_call(store: Any, http_url: str) -> None:
         async with asyncio.timeout(30):
             result = await rt.run("agent", "go")
             log = await logged(rt, result)
-            report = await verify_run(store, result.run_id, ReplayApp(agents=[spec], tools=toolset.tools))
+            report = await verify_run(store, result.run_id, App(agents=[spec], tools=toolset.tools))
         assert [(e.outcome, e.result) for e in events_of(log, "ToolCallCompleted")] == [
             ("succeeded", {"result": "HI"})]
         assert report.ok and report.tools_executed == 1
@@ -146,7 +146,7 @@ async def test_permission_ask_then_approve_runs_the_mcp_call(store: Any, stdio_t
                                                 "result": {"approved": True}}])
         final = await res.handle.result()
         log = await logged(rt, final)
-        report = await verify_run(store, waiting.run_id, ReplayApp(agents=[spec], tools=stdio_tools.tools))
+        report = await verify_run(store, waiting.run_id, App(agents=[spec], tools=stdio_tools.tools))
     assert final.termination.type == "natural_end"
     assert [(e.outcome, e.result) for e in events_of(log, "ToolCallCompleted")] == [("succeeded", {"sum": 2})]
     assert report.ok, report.divergence

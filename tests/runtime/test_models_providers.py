@@ -17,10 +17,10 @@ import pytest
 
 from agentlog import AnthropicModel, GeminiModel, ModelPrices, OpenAIResponsesModel
 from agentlog.eventlog.events import Message
-from agentlog.runtime import AgentSpec, Runtime, tool
+from agentlog.runtime import AgentSpec, App, Runtime, tool
 from agentlog.runtime.live import MemoryLiveSink
 from agentlog.runtime.models import ModelRequest, ToolSpec, complete
-from agentlog.runtime.replay.verify import ReplayApp, verify_run
+from agentlog.runtime.replay.verify import verify_run
 
 from tests.fakes.fake_providers import Answer, FakeProviders
 from tests.support.runtime import events_of, logged, store  # noqa: F401  (fixture)
@@ -67,7 +67,7 @@ async def run_and_verify(rt: Runtime, model: Any, messages: Any = "what is 1 + 2
     async with asyncio.timeout(LIMIT):
         result = await rt.run("agent", messages)
         log = await logged(rt, result)
-        report = await verify_run(log, result.run_id, ReplayApp(agents=[rt.agents.get("agent")], tools=[add]))
+        report = await verify_run(log, result.run_id, App(agents=[rt.agents.get("agent")], tools=[add]))
     assert report.ok, report
     return result, log
 
@@ -121,7 +121,7 @@ async def test_provider_reasoning_is_recorded_sent_back_and_replayed(store: Any,
     async with asyncio.timeout(LIMIT):
         result = await rt.run("agent", "what is 1 + 2?")
         log = await logged(rt, result)
-        report = await verify_run(log, result.run_id, ReplayApp(agents=[rt.agents.get("agent")], tools=[add]))
+        report = await verify_run(log, result.run_id, App(agents=[rt.agents.get("agent")], tools=[add]))
     assert report.ok, report
     first = [e.message for e in events_of(log, "MessageAppended") if e.message.role == "assistant"][0]
     assert first.reasoning and first.reasoning[0].text == "the user wants a sum"

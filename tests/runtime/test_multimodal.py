@@ -21,12 +21,12 @@ from agentlog.eventlog.codec import decode_commit
 from agentlog.eventlog.events import ContentPart, MessageAppended
 from agentlog.eventlog.jetstream.payloads import INLINE_BINARY_LIMIT, has_refs
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
-from agentlog.runtime import AgentSpec, Runtime
+from agentlog.runtime import AgentSpec, App, Runtime
 from agentlog.runtime.inputs.admission import as_messages, check_messages
 from agentlog.runtime.models import ScriptedModel
 from agentlog.runtime.models.openai import OpenAIChatModel, to_wire_messages
 from agentlog.runtime.models.openai_sdk import OpenAISDKChatModel
-from agentlog.runtime.replay.verify import ReplayApp, verify_run
+from agentlog.runtime.replay.verify import verify_run
 
 from tests.fakes.fake_providers import Answer, FakeProviders
 from tests.support.runtime import events_of, logged, store  # noqa: F401  (fixture)
@@ -207,7 +207,7 @@ async def test_large_image_is_kept_in_the_object_store_by_reference(store: JetSt
     assert read.parts == [ContentPart(type="text", text="look"),
                           ContentPart(type="image", media_type="image/png", data=big),
                           ContentPart(type="image", media_type="image/png", data=PNG)]
-    report = await verify_run(store, result.run_id, ReplayApp(agents=[rt.agents.get("agent")]))
+    report = await verify_run(store, result.run_id, App(agents=[rt.agents.get("agent")]))
     assert report.ok, report.divergence
 
 

@@ -42,7 +42,7 @@ from agentlog.eventlog.recording import (
     read_recording,
 )
 from agentlog.projections.views import RunView
-from agentlog.runtime import AgentSpec, DeterministicEntropy, Runtime, tool
+from agentlog.runtime import AgentSpec, App, DeterministicEntropy, Runtime, tool
 from agentlog.runtime.models import ScriptedModel, Turn
 from agentlog.runtime.replay.recorded import (
     RunSelection,
@@ -52,7 +52,6 @@ from agentlog.runtime.replay.recorded import (
     select_runs,
     verify_all,
 )
-from agentlog.runtime.replay.verify import ReplayApp
 from agentlog.testing import assert_recorded_runs_verify, verify_recorded_runs
 from agentlog.testing.synth import generate_history, stored
 
@@ -377,10 +376,10 @@ def dump(n: int) -> dict[str, Any]:
     return {"rows": ["r" * 99 for _ in range(n)]}
 
 
-def _dump_app() -> ReplayApp:
+def _dump_app() -> App:
     spec = AgentSpec(id="agent", model=ScriptedModel([Turn.tool("dump", {"n": BIG // 100}), "done"],
                                                      position="conversation"), tools=["dump"])
-    return ReplayApp(agents=[spec], tools=[dump])
+    return App(agents=[spec], tools=[dump])
 
 
 def test_export_runs_inlines_large_payloads_and_import_runs_stores_them_by_reference_again(tmp_path: Path) -> None:
@@ -454,7 +453,7 @@ def test_verify_all_helper_fails_on_skipped_runs_and_on_a_folder_without_runs(tm
     rec = run(export_runs(store, RunSelection()))
     path = tmp_path / "runs.jsonl"
     path.write_bytes(encode_recording(rec.header, rec.commits))
-    no_calc = ReplayApp(agents=[AgentSpec(id="renamed", model=ScriptedModel(["x"]))])
+    no_calc = App(agents=[AgentSpec(id="renamed", model=ScriptedModel(["x"]))])
     with pytest.raises(AssertionError, match="the app has no agent 'calc'"):
         assert_recorded_runs_verify(path, no_calc)
     assert assert_recorded_runs_verify(path, no_calc, allow_skipped=True).counts["skipped"] == 1

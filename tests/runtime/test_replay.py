@@ -19,11 +19,19 @@ from typing import Any
 import pytest
 
 from agentlog.eventlog.events import StoredCommit
-from agentlog.runtime import AddContext, AgentSpec, DeterministicEntropy, Plugin, Runtime, ToolContext, tool
+from agentlog.runtime import (
+    AddContext,
+    AgentSpec,
+    App,
+    DeterministicEntropy,
+    Plugin,
+    Runtime,
+    ToolContext,
+    tool,
+)
 from agentlog.runtime.models import ScriptedModel, Turn
 from agentlog.runtime.replay.verify import (
     NonDeterminismError,
-    ReplayApp,
     plan_replay,
     request_digest,
     verify_run,
@@ -158,9 +166,9 @@ async def record(store: Any, *, tools: list[Any] | None = None, script: list[Any
     return result, recorder, await logged(rt, result), spec
 
 
-def app(recorder: RecordingModel, tools: list[Any] | None = None, **spec: Any) -> ReplayApp:
+def app(recorder: RecordingModel, tools: list[Any] | None = None, **spec: Any) -> App:
     tools = tools if tools is not None else [add, echo]
-    return ReplayApp(agents=[AgentSpec(id="agent", model=recorder, tools=[t.name for t in tools], **spec)], tools=tools)
+    return App(agents=[AgentSpec(id="agent", model=recorder, tools=[t.name for t in tools], **spec)], tools=tools)
 
 
 def position_of(log: list[StoredCommit], kind: str, nth: int = 0) -> Any:

@@ -18,11 +18,18 @@ from typing import Any
 import pytest
 
 from agentlog.eventlog.events import ToolCallCompleted
-from agentlog.runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, Runtime, ToolContext, tool
+from agentlog.runtime import (
+    AgentSpec,
+    App,
+    DeterministicEntropy,
+    PermissionPlugin,
+    Runtime,
+    ToolContext,
+    tool,
+)
 from agentlog.runtime.models import ScriptedModel, Turn
 from agentlog.runtime.replay.verify import (
     NonDeterminismError,
-    ReplayApp,
     next_session,
     plan_replay,
     verify_run,
@@ -82,13 +89,13 @@ def deploy_elsewhere(env: str) -> str:
     return f"deployed {env} (staging)"
 
 
-def tampered(name: str) -> ReplayApp:
+def tampered(name: str) -> App:
     sc = S.SCENARIOS[name]
     tools = [deploy_elsewhere, *(t for t in S.TOOLS if t.name != "deploy")]
     agent = AgentSpec(id="agent", model=ScriptedModel(sc.script, position="conversation"),
                       tools=[t.name for t in S.TOOLS], plugins=[PermissionPlugin(ask=sc.ask)],
                       tool_execution_mode=sc.mode, max_rounds=10)
-    return ReplayApp(agents=[agent], tools=tools)
+    return App(agents=[agent], tools=tools)
 
 
 @pytest.mark.parametrize("name", ["ask_approve", "two_batch", "two_streaming", "continuation"])
@@ -163,7 +170,7 @@ async def test_a_run_resumed_after_its_process_died_verifies(store: Any, after: 
         return 2 * x
 
     async with asyncio.timeout(30):
-        report = await verify_run(store, "rc", ReplayApp(agents=[crash_agent()], tools=[counted]))
+        report = await verify_run(store, "rc", App(agents=[crash_agent()], tools=[counted]))
     assert report.ok and report.commits_verified == after and report.status == "running"
     assert report.termination is None
     completed = sum(isinstance(e, ToolCallCompleted) for sc in prefix for e in sc.commit.events)
@@ -177,12 +184,12 @@ async def test_a_run_resumed_after_its_process_died_verifies(store: Any, after: 
     log = await thread_log(store, "tc")
     assert len(log) > after
     async with asyncio.timeout(30):
-        report = await verify_run(store, "rc", ReplayApp(agents=[crash_agent()], tools=[double]))
+        report = await verify_run(store, "rc", App(agents=[crash_agent()], tools=[double]))
     assert report.ok and report.commits_verified == len(log) and report.termination.type == "natural_end"
     # and a changed tool still diverges in a resumed run
     with pytest.raises(NonDeterminismError):
         async with asyncio.timeout(30):
-            await verify_run(store, "rc", ReplayApp(agents=[crash_agent()], tools=[triple]))
+            await verify_run(store, "rc", App(agents=[crash_agent()], tools=[triple]))
 
 
 @tool(name="double")

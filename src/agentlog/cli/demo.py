@@ -51,10 +51,10 @@ from agentlog.eventlog.events import (
 )
 from agentlog.eventlog.ids import new_id
 from agentlog.eventlog.store import EventStore, as_generator
-from agentlog.gateway.operations.app_loader import App
 from agentlog.projections.timeline import build_replay, event_summary, learn_call_names
 from agentlog.runtime import (
     AgentSpec,
+    App,
     McpServerConfig,
     McpToolset,
     PermissionPlugin,

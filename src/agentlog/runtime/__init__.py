@@ -39,7 +39,7 @@ from agentlog.runtime.agents.spec import (
 )
 from agentlog.runtime.context_policy import ContextPolicy
 from agentlog.runtime.errors import CommandRejected, RunConflict, RunEnded, RunNotFound, ThreadNotFound
-from agentlog.runtime.facade import DecideResult, Runtime
+from agentlog.runtime.facade import App, DecideResult, Runtime
 from agentlog.runtime.inputs.request import RunRequest
 from agentlog.runtime.live import LiveSink, MemoryLiveSink, NatsLiveSink, NullLiveSink
 from agentlog.runtime.loop.entropy import DeterministicEntropy, Entropy, SystemEntropy
@@ -100,7 +100,7 @@ from agentlog.runtime.toolkits.openapi import OpenApiConfig, load_openapi_tools
 from agentlog.runtime.tools import Tool, ToolContext, ToolError, ToolRegistry, ToolResult, tool
 
 __all__ = [
-    "AddContext", "AddUserMessage", "AgentRegistry", "AgentSpec", "Block", "CommittedEvent", "ContextPolicy",
+    "AddContext", "AddUserMessage", "AgentRegistry", "App", "AgentSpec", "Block", "CommittedEvent", "ContextPolicy",
     "McpServerConfig", "McpToolset",
     "ConsecutiveErrors", "ContentMatch", "DeterministicEntropy", "Entropy", "ExcludeTools", "Gate", "HandOff",
     "IncludeOnlyTools", "LiveSink", "LoopDetection", "MaxRounds", "MemoryLiveSink", "ModelRegistry",

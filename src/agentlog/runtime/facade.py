@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 from agentlog.eventlog.errors import AgentlogError, VersionConflict
@@ -117,6 +118,22 @@ class _Loaded(NamedTuple):
     run_commits: list[StoredCommit]
     older_messages: Callable[[], Awaitable[list[Message]]] | None = None
     snapshot: LoadedSnapshot | None = None
+
+
+@dataclass(frozen=True)
+class App:
+    """A user's application: its agents, the tools they use, and models by name (an agent whose
+    `model` is a name resolves it here; one holding a model instance needs no entry). What
+    `--app module:attr` names (`agentlog.gateway.operations.app_loader`), what verified replay
+    runs again (its agents and tools), what the agent catalog lists."""
+
+    agents: Iterable[AgentSpec]
+    tools: Iterable[Tool] = ()
+    models: Mapping[str, Model] = field(default_factory=dict)
+
+    def runtime(self, store: EventStore, **options: Any) -> Runtime:
+        """A `Runtime` over `store` (options: those of `Runtime`, e.g. live, entropy, views)."""
+        return Runtime(store, agents=self.agents, tools=self.tools, models=dict(self.models), **options)
 
 
 class Runtime:

@@ -4,7 +4,7 @@ agentlog never guesses what an application is; the attribute named by `module:at
 of these, so a typo or a wrong object fails at once with a clear, typed error instead of deep
 inside a run:
 
-1. an `App` (below): `App(agents=[...], tools=[...], models={"name": model})`;
+1. an `agentlog.runtime.App`: `App(agents=[...], tools=[...], models={"name": model})`;
 2. a `runtime.Runtime` (made on another store, e.g. at import time, its parts are re-wired onto
    the command's store: `agentlog.cli.server.build_runtime`);
 3. agents alone: a `runtime.AgentRegistry` or a list/tuple of `AgentSpec` (no tools, models by
@@ -29,8 +29,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from agentlog.eventlog.errors import AgentlogError
@@ -39,11 +38,10 @@ from agentlog.eventlog.store import EventStore
 if TYPE_CHECKING:
     # Not imported at run time: importing `runtime` binds its module-level loggers to whatever
     # structlog config exists then, and the CLI must configure logging first.
-    from agentlog.runtime import AgentSpec, Runtime, Tool
-    from agentlog.runtime.models import Model
+    pass
 
 __all__ = [
-    "App", "AppAttributeMissing", "AppConfigInvalid", "AppImportFailed", "AppLoadError", "AppModuleNotFound", "AppWrongType",
+    "AppAttributeMissing", "AppConfigInvalid", "AppImportFailed", "AppLoadError", "AppModuleNotFound", "AppWrongType",
     "InvalidAppSpec", "load_app", "resolve_app",
 ]
 
@@ -74,22 +72,6 @@ class AppWrongType(AppLoadError, TypeError):
     code = "app_wrong_type"
 
 
-@dataclass(frozen=True)
-class App:
-    """A user's application: agents, the tools they use, and models by name (an agent whose
-    `model` is a name resolves it here; one holding a model instance needs no entry)."""
-
-    agents: Iterable[AgentSpec]
-    tools: Iterable[Tool] = ()
-    models: Mapping[str, Model] = field(default_factory=dict)
-
-    def runtime(self, store: EventStore, **options: Any) -> Runtime:
-        """A `Runtime` over `store` (options: live, entropy, views)."""
-        from agentlog.runtime import Runtime
-
-        return Runtime(store, agents=self.agents, tools=self.tools, models=dict(self.models), **options)
-
-
 #: What `load_app` returns: an app now, or a factory to call with the store.
 AppSource = Any
 
@@ -104,7 +86,7 @@ def _as_app(obj: Any) -> Any | None:
     of `AgentSpec`) become an `App` without tools."""
     if _is_app(obj):
         return obj
-    from agentlog.runtime import AgentRegistry, AgentSpec
+    from agentlog.runtime import AgentRegistry, AgentSpec, App
 
     if isinstance(obj, AgentRegistry):
         return App(agents=list(obj))

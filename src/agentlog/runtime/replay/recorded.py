@@ -35,9 +35,10 @@ from agentlog.eventlog.recording import Recording, RecordingHeader
 from agentlog.eventlog.store import EventStore, as_generator
 from agentlog.projections.fold import Folder
 from agentlog.projections.views import RunView
+from agentlog.runtime.agents.catalog import AgentApp
 from agentlog.runtime.agents.spec import AgentRegistry, UnknownAgent
 from agentlog.runtime.replay.plan import NonDeterminismError, UnknownReplayRun, describe
-from agentlog.runtime.replay.verify import AgentsAndTools, ReplayReport, replay_app_digest, verify_run
+from agentlog.runtime.replay.verify import ReplayReport, replay_app_digest, verify_run
 
 __all__ = [
     "ImportReport", "RunSelection", "RunVerdict", "Selected", "ThreadConflict", "UnknownSelectedRun", "VerifyAllReport", "export_runs",
@@ -344,7 +345,7 @@ def _skip_reason(view_agent: str | None, commits: Iterable[StoredCommit], run_id
 
 async def verify_all(
     source: Recording | EventStore,
-    app: AgentsAndTools,
+    app: AgentApp,
     runs: Sequence[RunView] | None = None,
     *,
     tools_from_log: bool | Iterable[str] = True,

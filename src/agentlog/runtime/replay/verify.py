@@ -47,14 +47,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
 from agentlog.eventlog.events import ContextCompacted, Position, StoredCommit, Termination
 from agentlog.eventlog.store import EventStore
 from agentlog.projections.fold import fold_commits
-from agentlog.runtime.agents.spec import AgentRegistry, AgentSpec, derived_tools
+from agentlog.runtime.agents.catalog import AgentApp
+from agentlog.runtime.agents.spec import AgentRegistry, derived_tools
 from agentlog.runtime.context_policy import RecordedSummaries
 from agentlog.runtime.digest import REQUEST_PARTS, differing_parts, request_digest, request_part_digests
 from agentlog.runtime.facade import Runtime
@@ -82,10 +83,10 @@ from agentlog.runtime.replay.plan import (
     plan_replay,
 )
 from agentlog.runtime.runs.handle import RunHandle, RunResult
-from agentlog.runtime.tools import Tool, ToolRegistry
+from agentlog.runtime.tools import Tool
 
 __all__ = [
-    "AgentsAndTools", "NonDeterminismError", "ReplayApp", "ReplayEntropy", "ReplayModel", "ReplayPlan",
+    "NonDeterminismError", "ReplayEntropy", "ReplayModel", "ReplayPlan",
     "ReplayReport", "ReplayThroughput", "UnknownReplayRun", "VerifyingStore", "plan_replay", "replay_throughput",
     "REQUEST_PARTS", "differing_parts", "replay_app_digest", "request_digest", "request_part_digests", "verify_run",
     "EXTERNAL_EVENT_TYPES", "RecordedInference", "RecordedOutcome", "describe", "is_external", "next_session",
@@ -93,15 +94,6 @@ __all__ = [
 
 
 # == the entry point ==============================================================================
-
-
-@dataclass(frozen=True)
-class ReplayApp:
-    """What replay needs from the user's app: its agents and tools (models, store, entropy and
-    live sink always come from the replay)."""
-
-    agents: Iterable[AgentSpec] | AgentRegistry
-    tools: Iterable[Tool] | ToolRegistry = ()
 
 
 @dataclass(frozen=True)
@@ -146,17 +138,7 @@ async def load_run_log(store: EventStore, run_id: str) -> list[StoredCommit]:
     return [sc async for sc in store.read_thread(thread_id)]
 
 
-class AgentsAndTools(Protocol):
-    """The part of an app replay uses: a `Runtime`, a `ReplayApp`, `agentlog.gateway.operations.app_loader.App`."""
-
-    @property
-    def agents(self) -> Any: ...
-
-    @property
-    def tools(self) -> Any: ...
-
-
-def _agents_and_tools(app: AgentsAndTools) -> tuple[AgentRegistry, list[Tool]]:
+def _agents_and_tools(app: AgentApp) -> tuple[AgentRegistry, list[Tool]]:
     agents = app.agents if isinstance(app.agents, AgentRegistry) else AgentRegistry(app.agents)
     tools = list(app.tools)
     # the tools a `Runtime` registers for its agents (handoffs, tool_search: an app given as
@@ -166,7 +148,7 @@ def _agents_and_tools(app: AgentsAndTools) -> tuple[AgentRegistry, list[Tool]]:
     return agents, tools
 
 
-def replay_app_digest(app: AgentsAndTools) -> str:
+def replay_app_digest(app: AgentApp) -> str:
     """The `agentlog.runtime.digest.app_digest` of `app` as a `Runtime` built from it records it
     (`RunStarted.app.digest`): equal to a recorded run's digest when the app is unchanged."""
     from agentlog.runtime.digest import app_digest
@@ -220,7 +202,7 @@ async def _settled(handle: RunHandle, session: ReplaySession) -> RunResult | Non
 async def verify_run(
     log: EventStore | Sequence[StoredCommit],
     run_id: str,
-    app: AgentsAndTools,
+    app: AgentApp,
     *,
     tools_from_log: bool | Iterable[str] = True,
     requests: Sequence[ModelRequest | str] | None = None,
@@ -229,7 +211,7 @@ async def verify_run(
 ) -> ReplayReport:
     """Re-execute run `run_id` of `log` with the app's agents and tools and verify every commit.
 
-    `app`: the user's `Runtime` (only its agents and tools are used), a `ReplayApp`, or anything
+    `app`: the user's `Runtime` (only its agents and tools are used), an `App`, or anything
     with `agents` and `tools`. `tools_from_log`: True (the default: every tool, as Temporal never
     re-runs activities), False, or names of tools, to answer from the recorded results instead of
     running them; the others are re-executed for real (a changed tool value then diverges). `requests`: the recorded
@@ -336,7 +318,7 @@ class ReplayThroughput:
 
 
 async def replay_throughput(
-    log: EventStore | Sequence[StoredCommit], run_ids: Sequence[str], app: AgentsAndTools,
+    log: EventStore | Sequence[StoredCommit], run_ids: Sequence[str], app: AgentApp,
     **options: Any,
 ) -> ReplayThroughput:
     """Verify `run_ids` one after another and time it (for scripts/bench_replay.py). Raises the
