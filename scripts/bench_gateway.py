@@ -2,7 +2,7 @@
 
     python scripts/bench_gateway.py [--quick] [--clients N] [--seconds S] [--followers N]
 
-1. Reads. One `agentlog.cli.server` (embedded NATS, views, runtime, HTTP) and, in the same process, a
+1. Reads. One `agentlog.cli.assembly` (embedded NATS, views, runtime, HTTP) and, in the same process, a
    bare aiohttp app whose one handler returns the same JSON bytes. The same aiohttp client
    (keep-alive, `--clients` concurrent tasks looping for `--seconds`) loads each in turn; we report
    requests/s, p50 and p99, and the ratio gateway/bare (target >= 0.5). Both servers share the
@@ -36,7 +36,7 @@ from aiohttp import web  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from agentlog.cli.server import ServerConfig, serve  # noqa: E402
+from agentlog.cli.assembly import ServerConfig, serve  # noqa: E402
 from agentlog.gateway.operations.connection import ConnectionOptions  # noqa: E402
 from agentlog.runtime import (  # noqa: E402
     AgentSpec,

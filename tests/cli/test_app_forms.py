@@ -13,7 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from agentlog.cli.server import Server, ServerConfig
+from agentlog.cli.assembly import Server, ServerConfig
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 from agentlog.gateway.operations.connection import ConnectionOptions
 
@@ -39,7 +39,7 @@ async def _run_finishes(http_url: str, where: str) -> None:
 
 @contextlib.asynccontextmanager
 async def _served(config: ServerConfig) -> AsyncIterator[Server]:
-    """`cli.server.serve`, its start and its stop each a step of their own."""
+    """`cli.assembly.serve`, its start and its stop each a step of their own."""
     server = Server(config)
     try:
         async with within(f"starting the {config.role}", STEP):

@@ -1,4 +1,4 @@
-"""`agentlog.cli.server`: one process assembled from its parts, answering HTTP; clean, ordered stop;
+"""`agentlog.cli.assembly`: one process assembled from its parts, answering HTTP; clean, ordered stop;
 and the point of the whole design: a run waiting for approval survives the process. The server
 is stopped while the run waits, a new one starts on the same embedded data dir, the approval goes
 to the new one over HTTP, and the run finishes. Gateway and worker as separate roles too."""
@@ -14,8 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from agentlog.cli.assembly import Server, ServerConfig, serve
 from agentlog.cli.demo import DEMO_AGENT, approval_for, follow_run, suspended_calls
-from agentlog.cli.server import Server, ServerConfig, serve
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 from agentlog.eventlog.events import RunFinished, RunSuspended, StoredCommit
 from agentlog.gateway.operations.connection import ConnectionOptions

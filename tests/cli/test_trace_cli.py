@@ -114,7 +114,7 @@ def test_serve_exports_live_spans_when_otlp_is_configured(nats_server: EmbeddedN
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` set: the process that executes runs (here `serve`:
     its worker part) exports each run's spans live, as they happen, without `agentlog trace`."""
-    from agentlog.cli.server import ServerConfig, serve
+    from agentlog.cli.assembly import ServerConfig, serve
     from agentlog.gateway.operations.connection import ConnectionOptions
 
     async def run_one() -> str:

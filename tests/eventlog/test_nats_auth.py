@@ -34,7 +34,7 @@ import nats.errors
 import nats.js.errors
 import pytest
 
-from agentlog.cli.server import ServerConfig, serve
+from agentlog.cli.assembly import ServerConfig, serve
 from agentlog.eventlog import roles as auth
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer, find_nats_server
 from agentlog.eventlog.errors import PermissionDenied, StoreUnavailable

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentlog.cli.server import ServerConfig, serve
+from agentlog.cli.assembly import ServerConfig, serve
 from agentlog.eventlog.jetstream.payloads import PAYLOAD_BUCKET
 from agentlog.eventlog.jetstream.replicas import PlacementRefused, placed, replicas_target
 from agentlog.eventlog.jetstream.store import JetStreamEventStore

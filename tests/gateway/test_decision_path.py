@@ -1,4 +1,4 @@
-"""One decision over HTTP, through the stack `agentlog serve` assembles (`agentlog.cli.server`):
+"""One decision over HTTP, through the stack `agentlog serve` assembles (`agentlog.cli.assembly`):
 what it costs on the way to the resumed run's commit. The decision is parsed and checked once
 (`agentlog.runtime.loop.hitl`, by the gateway: the worker's runtime takes the verdict with the run),
 the run is loaded once (`agentlog.runtime.loading.RunLoader`: snapshot + tail), the loop resumes
@@ -21,8 +21,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentlog.cli import server as server_module
-from agentlog.cli.server import ServerConfig, serve
+from agentlog.cli import assembly
+from agentlog.cli.assembly import ServerConfig, serve
 from agentlog.eventlog import ids
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 from agentlog.eventlog.events import RunResumed, RunSuspended, StoredCommit
@@ -102,16 +102,16 @@ class Validations:
 
 @pytest.fixture
 def counted_serve(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Reads]]:
-    """`agentlog.cli.server`'s own assembly, on a store whose reads are counted."""
+    """`agentlog.cli.assembly`'s own assembly, on a store whose reads are counted."""
     wrapped: dict[str, Reads] = {}
-    real_connect = server_module.connect
+    real_connect = assembly.connect
 
     async def connect(*args: Any, **kwargs: Any) -> Any:
         store, embedded = await real_connect(*args, **kwargs)
         wrapped["reads"] = Reads(store)
         return store, embedded
 
-    monkeypatch.setattr(server_module, "connect", connect)
+    monkeypatch.setattr(assembly, "connect", connect)
     loads: Counter[str] = Counter()
     real_load = RunLoader.load
 

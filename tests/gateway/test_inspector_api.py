@@ -12,8 +12,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from agentlog.cli.assembly import Server, ServerConfig
 from agentlog.cli.demo import DEMO_AGENT, follow_run
-from agentlog.cli.server import Server, ServerConfig
 from agentlog.gateway.operations.connection import ConnectionOptions
 from agentlog.runtime import Runtime, ToolContext, tool
 

@@ -43,13 +43,13 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 #: What the fork server imports before it forks: the CLI, and what `serve`, `gateway` and
-#: `worker` import when they start (agentlog/cli/server.py imports these inside functions; the
+#: `worker` import when they start (agentlog/cli/assembly.py imports these inside functions; the
 #: A2A, MCP-over-HTTP and telemetry ones bring their SDKs). A module of an extra that is not
 #: installed is left out.
 PRELOAD = (
     "agentlog.cli",
     "agentlog.cli.demo",
-    "agentlog.cli.server",
+    "agentlog.cli.assembly",
     "agentlog.eventlog.embedded.datadir",
     "agentlog.gateway.adapters.a2a.mapping",
     "agentlog.gateway.adapters.a2a.push",

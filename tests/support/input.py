@@ -18,8 +18,8 @@ from typing import Any
 
 import aiohttp
 
+from agentlog.cli.assembly import Server, ServerConfig, serve
 from agentlog.cli.demo import DEMO_AGENT
-from agentlog.cli.server import Server, ServerConfig, serve
 from agentlog.eventlog.events import RunSuspended
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.gateway.operations.connection import ConnectionOptions

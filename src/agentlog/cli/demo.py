@@ -225,7 +225,7 @@ def suspended_calls(commits: list[StoredCommit]) -> list[str]:
 
 async def run_demo(server: Any, *, auto_approve: bool, keep_running: bool, console: Console,
                    token: str | None = None) -> int:
-    """The demo flow on a started `agentlog.cli.server.Server`. Returns the exit code."""
+    """The demo flow on a started `agentlog.cli.assembly.Server`. Returns the exit code."""
     store = server.store
     console.print(Panel.fit(
         Text.assemble(("agentlog demo\n", "bold"),

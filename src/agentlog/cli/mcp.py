@@ -36,7 +36,7 @@ async def serve_stdio(source: Any, options: ConnectionOptions, app_spec: str | N
     """Run the app's worker and the MCP server on this process's stdin/stdout until stdin ends."""
     from mcp.server.stdio import stdio_server
 
-    from agentlog.cli.server import ServerConfig, serve
+    from agentlog.cli.assembly import ServerConfig, serve
     from agentlog.gateway.adapters import session
     from agentlog.gateway.adapters.mcp_server import build_server
     from agentlog.gateway.operations import dispatch
@@ -65,7 +65,7 @@ async def serve_acp(source: Any, options: ConnectionOptions, app_spec: str | Non
         raise MissingExtra("acp", "agentlog acp", exc) from None
 
     from agentlog import __version__
-    from agentlog.cli.server import ServerConfig, serve
+    from agentlog.cli.assembly import ServerConfig, serve
     from agentlog.gateway.adapters import session
     from agentlog.gateway.adapters.acp import AgentlogAcpAgent
     from agentlog.gateway.operations import dispatch

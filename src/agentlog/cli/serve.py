@@ -1,4 +1,4 @@
-"""`agentlog serve | gateway | worker | demo`: the long-running processes (`agentlog.cli.server`
+"""`agentlog serve | gateway | worker | demo`: the long-running processes (`agentlog.cli.assembly`
 assembles them). `agentlog worker` is the one worker entry point. Registered on
 `agentlog.cli.core.app`."""
 
@@ -52,7 +52,7 @@ def _server_config(role: str, app_spec: str | None, host: str, port: int, tokens
                    max_deliver: int | None = None, metrics_port: int | None = None,
                    public_url: str | None = None, archive_after: float | None = None,
                    app_name: str | None = None, max_concurrent_requests: int | None = None) -> Any:
-    from agentlog.cli.server import ServerConfig
+    from agentlog.cli.assembly import ServerConfig
     from agentlog.gateway.operations.services import Settings
 
     source = app_obj if app_obj is not None else (guard(lambda: load_app(app_spec)) if app_spec else None)
@@ -99,7 +99,7 @@ def _serve_role(role: str, app_spec: str | None, host: str, port: int, tokens: s
                 metrics_port: int | None = None, ready_file: Path | None = None,
                 public_url: str | None = None, archive_after: float | None = None,
                 app_name: str | None = None, max_concurrent_requests: int | None = None) -> None:
-    from agentlog.cli.server import run_until_stopped
+    from agentlog.cli.assembly import run_until_stopped
     from agentlog.gateway.http.urls import public_base_url
 
     config = _server_config(role, app_spec, host, port, tokens, options, concurrency,
@@ -244,9 +244,9 @@ def demo_cmd(
     options = connection_options(nats, creds, token, data_dir, timeout, replicas)
 
     async def main() -> int:
+        from agentlog.cli.assembly import serve
         from agentlog.cli.demo import app_with_mcp as demo_factory
         from agentlog.cli.demo import run_demo
-        from agentlog.cli.server import serve
         from agentlog.gateway.operations.auth import resolve_tokens
 
         config = _server_config("serve", None, host, port, tokens, options, app_obj=demo_factory,

@@ -188,7 +188,7 @@ class Runtime:
         #: lets go of a run. Their failures are logged and never reach the run.
         self.observers: list[CommitObserver] = list(observers)
         #: The app this Runtime is (name + digest), recorded in each run it starts (`RunStarted.app`);
-        #: set by the server processes (`agentlog.cli.server`), None in process unless set.
+        #: set by the server processes (`agentlog.cli.assembly`), None in process unless set.
         self.app: AppRef | None = None
         self._register_handoff_tools(self.agents)
         # tools that act on runs (sub-agents: `agentlog.runtime.toolkits.subagents`) bind to the runtime they run in

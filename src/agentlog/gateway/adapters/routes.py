@@ -177,7 +177,7 @@ async def aisdk_messages(request: web.Request) -> web.Response:
 # -- agents --------------------------------------------------------------------------------------
 
 
-#: The catalog of the app this gateway serves, set by the server assembly (`agentlog.cli.server`)
+#: The catalog of the app this gateway serves, set by the server assembly (`agentlog.cli.assembly`)
 #: whenever it knows the app (always in `serve`, with `--app` in `gateway`): the dispatcher of a
 #: deployment is the work queue, which knows agent ids only.
 AGENT_CATALOG = web.AppKey("agentlog.agent_catalog", list)

@@ -6,7 +6,7 @@ inside a run:
 
 1. an `agentlog.runtime.App`: `App(agents=[...], tools=[...], models={"name": model})`;
 2. a `runtime.Runtime` (made on another store, e.g. at import time, its parts are re-wired onto
-   the command's store: `agentlog.cli.server.build_runtime`);
+   the command's store: `agentlog.cli.assembly.build_runtime`);
 3. agents alone: a `runtime.AgentRegistry` or a list/tuple of `AgentSpec` (no tools, models by
    instance), wrapped in an `App`;
 4. a callable `factory(store) -> any of the above`: for apps that build models or clients per

@@ -28,7 +28,7 @@ def agent_catalog(app: AgentApp) -> list[dict[str, Any]]:
     Schema of their section. A gateway without
     the app answers from its dispatcher (`Dispatcher.agent_catalog`: a work queue knows only the
     ids and descriptions); a server that knows its app gives the transports its catalog
-    (`agentlog.cli.server`)."""
+    (`agentlog.cli.assembly`)."""
     agents, tools = app.agents, app.tools
     by_name = {t.name: t for t in tools}  # a ToolRegistry or an App's list of tools
     # the tools a Runtime makes for its agents (handoffs, tool_search: an App's list lacks them)
