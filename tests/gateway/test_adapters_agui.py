@@ -29,7 +29,7 @@ from agentlog.eventlog.events import (
     ToolCallStarted,
     ToolCallSuspended,
 )
-from agentlog.gateway.adapters.agui import (
+from agentlog.gateway.adapters.agui.translator import (
     AguiTranslator,
     check_resume,
     open_interrupts,

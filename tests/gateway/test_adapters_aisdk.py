@@ -22,7 +22,7 @@ from agentlog.eventlog.events import (
     ToolCallResuming,
     ToolCallSuspended,
 )
-from agentlog.gateway.adapters.aisdk import (
+from agentlog.gateway.adapters.aisdk.translator import (
     DONE,
     HEADERS,
     AiSdkTranslator,

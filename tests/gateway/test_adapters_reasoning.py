@@ -22,7 +22,11 @@ from hypothesis import strategies as st
 
 from agentlog import AnthropicModel, GeminiModel, OpenAIResponsesModel
 from agentlog.eventlog.events import MessageAppended, StoredCommit
-from agentlog.gateway.adapters import agui, aisdk, session
+from agentlog.gateway.adapters import session
+from agentlog.gateway.adapters.agui import session as agui_session
+from agentlog.gateway.adapters.agui import translator as agui
+from agentlog.gateway.adapters.aisdk import session as aisdk_session
+from agentlog.gateway.adapters.aisdk import translator as aisdk
 from agentlog.gateway.adapters.source import Merge
 from agentlog.runtime import AgentSpec, Runtime, tool
 from agentlog.runtime.live import MemoryLiveSink
@@ -104,7 +108,7 @@ def check_stream(run: Run, items: list[Any], thoughts: list[str]) -> None:
     events = wire(agui_events(run, items))
     starts = [e["messageId"] for e in events if e["type"] == "REASONING_START"]
     assert len(starts) == len(set(starts)) == len(thoughts)
-    expected = normalise_agui(session.agui_history(run.log))
+    expected = normalise_agui(agui_session.history(run.log))
     assert [m["content"] for m in expected if m["role"] == "reasoning"] == thoughts
     for snapshots in (False, True):
         client = AguiClient().apply_all(events, snapshots=snapshots)
@@ -115,7 +119,7 @@ def check_stream(run: Run, items: list[Any], thoughts: list[str]) -> None:
     assert len(starts) == len(set(starts)) == len(thoughts)
     chat = AiSdkChat(messages=[copy.deepcopy(run.user)])
     chat.receive(parts)
-    history = normalise_aisdk(session.aisdk_history(run.log))
+    history = normalise_aisdk(aisdk_session.history(run.log))
     assert normalise_aisdk(chat.messages) == history
     assert [p["text"] for m in history for p in m["parts"] if p["type"] == "reasoning"] == thoughts
 
@@ -179,7 +183,7 @@ async def test_text_without_reasoning_has_no_reasoning_events(store: Any) -> Non
     items = arrival(run, run.belongs)
     assert not any(e.type.value.startswith("REASONING") for e in agui_events(run, items))
     assert not any(p["type"].startswith("reasoning") for p in aisdk.translate(run.thread_id, run.run_id, items))
-    assert all(m["role"] != "reasoning" for m in session.agui_history(run.log))
+    assert all(m["role"] != "reasoning" for m in agui_session.history(run.log))
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import pytest
 
 from agentlog.eventlog.events import Emitted
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
-from agentlog.gateway.adapters.agui import emitted_events
+from agentlog.gateway.adapters.agui.translator import emitted_events
 from agentlog.runtime import Emit, PhaseContext, Plugin
 
 from tests.support.js_clients import JS, ensure_js_clients

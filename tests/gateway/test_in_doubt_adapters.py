@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from agentlog.eventlog.memory import MemoryEventStore
-from agentlog.gateway.adapters import agui, aisdk
+from agentlog.gateway.adapters.agui import translator as agui
+from agentlog.gateway.adapters.aisdk import translator as aisdk
 from agentlog.runtime import agent_catalog
 from agentlog.runtime.loop.in_doubt import IN_DOUBT_SCHEMA
 

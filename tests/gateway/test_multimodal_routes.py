@@ -20,8 +20,9 @@ from a2a.types.a2a_pb2 import Part, Role, SendMessageRequest
 from agentlog.cli.demo import follow_run
 from agentlog.eventlog.events import MessageAppended
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
-from agentlog.gateway.adapters import agui, aisdk
 from agentlog.gateway.adapters.a2a.mapping import a2a_parts, message_content
+from agentlog.gateway.adapters.agui import translator as agui
+from agentlog.gateway.adapters.aisdk import translator as aisdk
 from agentlog.gateway.adapters.common import AdapterInputError
 from agentlog.projections.fold import fold_commits
 from agentlog.runtime.inputs.admission import as_messages

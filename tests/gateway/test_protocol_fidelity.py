@@ -141,7 +141,7 @@ async def test_agui_stream_ends_with_run_error_on_unexpected_error(nats_server: 
     surrogate in the exception text), the stream ends with RUN_ERROR `internal_error` whose text
     can be encoded, so the client is never left on an HTTP stream that does not end. In process:
     it patches the translator."""
-    from agentlog.gateway.adapters import agui
+    from agentlog.gateway.adapters.agui import translator as agui
 
     feed = agui.AguiTranslator.feed
     calls = {"n": 0}

@@ -23,7 +23,11 @@ from hypothesis import strategies as st
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 from agentlog.eventlog.events import MessageAppended, StoredCommit
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
-from agentlog.gateway.adapters import agui, aisdk, session
+from agentlog.gateway.adapters import session
+from agentlog.gateway.adapters.agui import session as agui_session
+from agentlog.gateway.adapters.agui import translator as agui
+from agentlog.gateway.adapters.aisdk import session as aisdk_session
+from agentlog.gateway.adapters.aisdk import translator as aisdk
 from agentlog.gateway.adapters.source import Merge
 from agentlog.runtime import PermissionPlugin
 
@@ -121,7 +125,7 @@ async def _check(server: EmbeddedNatsServer, history: dict[str, Any], data: Any,
                 wire = [e.model_dump(mode="json", by_alias=True, exclude_none=True) for e in events]
                 _once(wire, "TEXT_MESSAGE_START", "messageId")
                 _once(wire, "TOOL_CALL_START", "toolCallId")
-                expected = normalise_agui(session.agui_history(log))
+                expected = normalise_agui(agui_session.history(log))
                 live_view = copy.deepcopy(agui_client).apply_all(events, snapshots=False)
                 full = copy.deepcopy(agui_client).apply_all(events)
                 assert live_view.problems == [] and full.problems == []
@@ -132,7 +136,7 @@ async def _check(server: EmbeddedNatsServer, history: dict[str, Any], data: Any,
                 other = copy.deepcopy(chat)
                 other.messages.append(_user_part(rec))
                 other.receive(parts)
-                assert normalise_aisdk(other.messages) == normalise_aisdk(session.aisdk_history(log))
+                assert normalise_aisdk(other.messages) == normalise_aisdk(aisdk_session.history(log))
             agui_client.apply_all(verify_agui_stream(agui_stream(in_order)))
             chat.messages.append(_user_part(rec))
             chat.receive(verify_ui_stream(expected_ui, require_end=False))

@@ -16,7 +16,11 @@ from hypothesis import strategies as st
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 from agentlog.eventlog.events import MessageAppended, RunStarted, StepStarted
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
-from agentlog.gateway.adapters import agui, aisdk, session
+from agentlog.gateway.adapters import session
+from agentlog.gateway.adapters.agui import session as agui_session
+from agentlog.gateway.adapters.agui import translator as agui
+from agentlog.gateway.adapters.aisdk import session as aisdk_session
+from agentlog.gateway.adapters.aisdk import translator as aisdk
 from agentlog.runtime import PermissionPlugin
 from agentlog.runtime.models import Turn
 from agentlog.runtime.models.scripted import ScriptedCall
@@ -105,7 +109,7 @@ async def _check(server: EmbeddedNatsServer, history: dict[str, Any], n: int) ->
                                                        messages=rec.messages_before, echo_user_messages=True))
             live_view = before.apply_all(events, snapshots=False)
             agui_client.apply_all(events)
-            expected = normalise_agui(session.agui_history(log))
+            expected = normalise_agui(agui_session.history(log))
             assert agui_client.problems == [] and live_view.problems == []
             assert normalise_agui(agui_client.messages) == expected
             assert normalise_agui(live_view.messages) == expected
@@ -116,7 +120,7 @@ async def _check(server: EmbeddedNatsServer, history: dict[str, Any], n: int) ->
             chat.messages.append({"id": user.id, "role": "user", "parts": [{"type": "text", "text": user.content}]})
             parts = verify_ui_stream(aisdk.translate(thread, run_id, items), require_end=False)
             chat.receive(parts)
-            assert normalise_aisdk(chat.messages) == normalise_aisdk(session.aisdk_history(log))
+            assert normalise_aisdk(chat.messages) == normalise_aisdk(aisdk_session.history(log))
             if rec.result.status == "waiting":
                 break
     finally:

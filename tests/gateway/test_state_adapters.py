@@ -8,8 +8,8 @@ import jsonpatch
 from ag_ui import core as ag
 
 from agentlog.eventlog.events import RunFinished, RunStarted, StateCleared, StateWritten, Termination
-from agentlog.gateway.adapters.agui import translate
-from agentlog.gateway.adapters.aisdk import translate as translate_aisdk
+from agentlog.gateway.adapters.agui.translator import translate
+from agentlog.gateway.adapters.aisdk.translator import translate as translate_aisdk
 
 WRITES = [
     RunStarted(run_id="r1", agent_id="a"),

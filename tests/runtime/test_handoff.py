@@ -19,8 +19,8 @@ from agentlog.eventlog.events import (
     StoredCommit,
     ThreadCreated,
 )
-from agentlog.gateway.adapters.agui import AguiTranslator
-from agentlog.gateway.adapters.aisdk import AiSdkTranslator
+from agentlog.gateway.adapters.agui.translator import AguiTranslator
+from agentlog.gateway.adapters.aisdk.translator import AiSdkTranslator
 from agentlog.projections import fold_commits
 from agentlog.runtime import (
     AgentSpec,

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from agentlog.eventlog.events import ContextEntry, RunOverrides, RunStarted, StatePatched
-from agentlog.gateway.adapters.agui import agui_run_input, parse_run_input
+from agentlog.gateway.adapters.agui.translator import agui_run_input, parse_run_input
 from agentlog.gateway.adapters.common import AdapterInputError
 from agentlog.runtime import AgentSpec, DeterministicEntropy, PermissionPlugin, RunRequest, Runtime, tool
 from agentlog.runtime.inputs.run_input import (

@@ -213,7 +213,7 @@ class Server:
         self.service: Any = None
         self.adapter_service: Any = None
         self.retention: Any = None
-        #: `/v1/mcp` (agentlog.gateway.adapters.mcp_http) when the app's agents are known here.
+        #: `/v1/mcp` (agentlog.gateway.adapters.mcp.streamable_http) when the app's agents are known here.
         self.mcp: Any = None
         #: A2A push notification delivery (agentlog.gateway.adapters.a2a.push), with the A2A server.
         self.a2a_push: Any = None
@@ -397,8 +397,8 @@ class Server:
             self.a2a_push = PushDelivery(self.store, configs)
             routes += a2a_routes(self.dispatcher, lambda: specs, public_url=public, push=configs)
             self.parts.append("a2a")
-        if self.agent_catalog is not None:  # the agents as MCP tools (agentlog.gateway.adapters.mcp_http)
-            from agentlog.gateway.adapters.mcp_http import McpEndpoint
+        if self.agent_catalog is not None:  # the agents as MCP tools (agentlog.gateway.adapters.mcp.streamable_http)
+            from agentlog.gateway.adapters.mcp.streamable_http import McpEndpoint
 
             catalog = self.agent_catalog
             assert self.store is not None

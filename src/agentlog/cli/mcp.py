@@ -1,7 +1,7 @@
-"""`agentlog mcp --app X`: the app's agents as an MCP server on stdio (agentlog.gateway.adapters.mcp_server),
+"""`agentlog mcp --app X`: the app's agents as an MCP server on stdio (agentlog.gateway.adapters.mcp.agent_tools),
 for MCP hosts that start their servers as subprocesses (editors, desktop assistants); and
 `agentlog acp --app X [--agent ID]`: one agent over the Agent Client Protocol on stdio
-(agentlog.gateway.adapters.acp), for editors that drive agents.
+(agentlog.gateway.adapters.acp.agent), for editors that drive agents.
 
 The process is a worker for the app plus the MCP session: calls go through the durable command
 queue like the gateway's (its own worker takes them, or any other worker of the deployment when
@@ -38,7 +38,7 @@ async def serve_stdio(source: Any, options: ConnectionOptions, app_spec: str | N
 
     from agentlog.cli.assembly import ServerConfig, serve
     from agentlog.gateway.adapters import session
-    from agentlog.gateway.adapters.mcp_server import build_server
+    from agentlog.gateway.adapters.mcp.agent_tools import build_server
     from agentlog.gateway.operations import dispatch
     from agentlog.runtime import agent_catalog
 
@@ -67,7 +67,7 @@ async def serve_acp(source: Any, options: ConnectionOptions, app_spec: str | Non
     from agentlog import __version__
     from agentlog.cli.assembly import ServerConfig, serve
     from agentlog.gateway.adapters import session
-    from agentlog.gateway.adapters.acp import AgentlogAcpAgent
+    from agentlog.gateway.adapters.acp.agent import AgentlogAcpAgent
     from agentlog.gateway.operations import dispatch
     from agentlog.gateway.operations.dispatch import AgentNotFound
 

@@ -31,7 +31,10 @@ import structlog
 from nats.aio.client import Client as NATS
 
 from agentlog.eventlog.jetstream.store import flush_subscriptions
-from agentlog.gateway.adapters import aisdk, session
+from agentlog.gateway.adapters import session
+from agentlog.gateway.adapters.agui import session as agui_session
+from agentlog.gateway.adapters.aisdk import session as aisdk_session
+from agentlog.gateway.adapters.aisdk import translator as aisdk
 from agentlog.gateway.adapters.common import AdapterInputError, guarded
 from agentlog.gateway.operations.auth import Authenticator, Principal, resolve_tokens
 from agentlog.gateway.operations.errors import ApiError
@@ -98,10 +101,10 @@ class AdapterService:
         task.add_done_callback(self._tasks.discard)
 
     async def _on_agui(self, msg: Any) -> None:
-        self._spawn(self._serve(msg, self._agui, _agui_bytes, session.agui_error_event))
+        self._spawn(self._serve(msg, self._agui, _agui_bytes, agui_session.error_event))
 
     async def _on_aisdk(self, msg: Any) -> None:
-        self._spawn(self._serve(msg, self._aisdk, _part_bytes, session.aisdk_error_part))
+        self._spawn(self._serve(msg, self._aisdk, _part_bytes, aisdk_session.error_part))
 
     def _agent(self, msg: Any) -> str:
         agent = (msg.headers or {}).get(AGENT_HEADER) or self.default_agent
@@ -115,13 +118,13 @@ class AdapterService:
 
     def _agui(self, msg: Any) -> AsyncGenerator[Any, None]:
         who = self._who(msg)
-        req = session.agui_parse(_body(msg.data))
-        return session.agui_events(self.backend, self._agent(msg), req, who)
+        req = agui_session.parse(_body(msg.data))
+        return agui_session.events(self.backend, self._agent(msg), req, who)
 
     def _aisdk(self, msg: Any) -> AsyncGenerator[Any, None]:
         who = self._who(msg)
         req = aisdk.parse_chat_request(_body(msg.data))
-        return session.aisdk_events(self.backend, self._agent(msg), req, who)
+        return aisdk_session.events(self.backend, self._agent(msg), req, who)
 
     async def _serve(self, msg: Any, open_events: Callable[[Any], AsyncGenerator[Any, None]],
                      encode: Callable[[Any], bytes], error: Callable[[BaseException], Any]) -> None:

@@ -28,7 +28,10 @@ from ag_ui.encoder import EventEncoder
 from aiohttp import web
 
 from agentlog.eventlog.errors import AgentlogError
-from agentlog.gateway.adapters import aisdk, session
+from agentlog.gateway.adapters import session
+from agentlog.gateway.adapters.agui import session as agui_session
+from agentlog.gateway.adapters.aisdk import session as aisdk_session
+from agentlog.gateway.adapters.aisdk import translator as aisdk
 from agentlog.gateway.adapters.common import AdapterInputError, guarded
 from agentlog.gateway.http.errors import ApiError
 from agentlog.gateway.http.replies import reply
@@ -133,19 +136,19 @@ async def _visible_thread(request: web.Request) -> session.ThreadLog:
 
 
 async def agui_run(request: web.Request) -> web.StreamResponse:
-    return await _run_stream(request, session.agui_parse, session.agui_events, _ENCODER.encode,
-                             session.agui_error_event, _SSE)
+    return await _run_stream(request, agui_session.parse, agui_session.events, _ENCODER.encode,
+                             agui_session.error_event, _SSE)
 
 
 async def agui_connect(request: web.Request) -> web.StreamResponse:
-    """AG-UI `connect`: a client reconnecting to its thread's run (see `session.agui_connect`)."""
-    return await _run_stream(request, session.agui_parse, session.agui_connect, _ENCODER.encode,
-                             session.agui_error_event, _SSE)
+    """AG-UI `connect`: a client reconnecting to its thread's run (see `agui.session.connect`)."""
+    return await _run_stream(request, agui_session.parse, agui_session.connect, _ENCODER.encode,
+                             agui_session.error_event, _SSE)
 
 
 async def agui_messages(request: web.Request) -> web.Response:
     thread = await _visible_thread(request)
-    return reply({"thread_id": thread.thread_id, "messages": session.agui_history(thread)})
+    return reply({"thread_id": thread.thread_id, "messages": agui_session.history(thread)})
 
 
 # -- AI SDK --------------------------------------------------------------------------------------
@@ -156,22 +159,22 @@ def _part(p: Any) -> str:
 
 
 async def aisdk_run(request: web.Request) -> web.StreamResponse:
-    return await _run_stream(request, aisdk.parse_chat_request, session.aisdk_events, _part,
-                             session.aisdk_error_part, dict(aisdk.HEADERS), aisdk.DONE.encode())
+    return await _run_stream(request, aisdk.parse_chat_request, aisdk_session.events, _part,
+                             aisdk_session.error_part, dict(aisdk.HEADERS), aisdk.DONE.encode())
 
 
 async def aisdk_stream(request: web.Request) -> web.StreamResponse:
     svc, who = services(request), principal(request)
     run_id = path_id(request, kind="run_id")
     backend = session.backend_of(svc.store, svc.dispatcher)
-    return await _stream(request, session.aisdk_replay(backend, run_id, who), _part,
-                         session.aisdk_error_part, dict(aisdk.HEADERS), aisdk.DONE.encode())
+    return await _stream(request, aisdk_session.replay(backend, run_id, who), _part,
+                         aisdk_session.error_part, dict(aisdk.HEADERS), aisdk.DONE.encode())
 
 
 async def aisdk_messages(request: web.Request) -> web.Response:
     thread = await _visible_thread(request)
-    branch = await session.chat_branch(services(request).store, thread, principal(request))  # a regenerated chat: its fork
-    return reply({"thread_id": thread.thread_id, "messages": session.aisdk_history(branch)})
+    branch = await aisdk_session.chat_branch(services(request).store, thread, principal(request))  # a regenerated chat: its fork
+    return reply({"thread_id": thread.thread_id, "messages": aisdk_session.history(branch)})
 
 
 # -- agents --------------------------------------------------------------------------------------

@@ -127,6 +127,10 @@ def encode_stream(parts: Iterable[Mapping[str, Any]]) -> str:
     return "".join(encode(p) for p in parts) + DONE
 
 
+#: The type of the transient data part that carries the log position a stream ended at (`with_position`).
+POSITION = "data-agentlog-position"
+
+
 class AiSdkTranslator:
     """Canonical run events (committed or live) -> AI SDK v6 UI message stream parts."""
 
@@ -192,6 +196,17 @@ class AiSdkTranslator:
             for p in held:
                 out += self._live(p)
         return out
+
+    def rewind(self, state: dict[str, Any], messages: list[Message]) -> None:
+        """A UI message stream carries no snapshot: nothing to start from."""
+
+    def with_position(self, out: list[dict[str, Any]], seq: int) -> list[dict[str, Any]]:
+        """`out` with a transient `data-agentlog-position` part `{"seq": seq}` before its terminal
+        part: the log position the stream ended at, which a client passes as `min_seq` to read
+        its run's effects (a transient part is not kept in the message)."""
+        at = next((i for i, p in enumerate(out) if p.get("type") in ("error", "finish", "abort")), None)
+        part = {"type": POSITION, "transient": True, "data": {"seq": seq}}
+        return out if at is None else [*out[:at], part, *out[at:]]
 
     def finish(self, error: BaseException | str | None = None) -> list[dict[str, Any]]:
         """Close a stream whose source ended without a terminal event (or failed)."""

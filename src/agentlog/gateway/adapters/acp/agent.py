@@ -15,7 +15,7 @@ editors that drive agents on stdio (`agentlog acp --app X`).
                       answered `cancelled` by the client, and the turn ends `cancelled` without
                       a decision sent to the cancelled run
 
-Runs go through the AG-UI session (`session.agui_events`), so starting, deciding and following a
+Runs go through the AG-UI session (`agui.session.events`), so starting, deciding and following a
 run is the one tested path every adapter uses; this module only maps its events to ACP updates.
 """
 
@@ -30,6 +30,7 @@ from ag_ui import core as ag
 from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.ids import new_id
 from agentlog.gateway.adapters import session
+from agentlog.gateway.adapters.agui import session as agui_session
 
 #: The permission options offered for an approval (their ids are what the client answers).
 ALLOW, REJECT = "allow", "reject"
@@ -141,11 +142,11 @@ class AgentlogAcpAgent:
 
         send: Callable[[Any], Any] = lambda update: self.client.session_update(session_id=session_id,  # noqa: E731
                                                                                update=update)
-        req = session.agui_parse(body)
+        req = agui_session.parse(body)
         calls: dict[str, str] = {}
         args: dict[str, str] = {}
         outcome, interrupts = "end_turn", []
-        async for ev in session.agui_events(self.backend, self.agent_id, req, self.who):
+        async for ev in agui_session.events(self.backend, self.agent_id, req, self.who):
             if isinstance(ev, ag.TextMessageContentEvent) and ev.delta:
                 await send(update_agent_message_text(ev.delta))
             elif isinstance(ev, ag.ToolCallStartEvent):

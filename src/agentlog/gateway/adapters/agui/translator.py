@@ -243,6 +243,10 @@ class _Text:
     text: str = ""
 
 
+#: The name of the CUSTOM event that carries the log position a stream ended at (`with_position`).
+POSITION = "agentlog.position"
+
+
 class AguiTranslator:
     """Canonical run events (committed or live) -> AG-UI events, for one AG-UI run.
 
@@ -361,6 +365,21 @@ class AguiTranslator:
     def _resolve(self, call_id: str) -> None:
         self._unresolved.pop(call_id, None)
         self._resolved.add(call_id)
+
+    def rewind(self, state: dict[str, Any], messages: list[Message]) -> None:
+        """Start from this state and these messages (a retried answer replays from where it was
+        recorded: the state then, or the client applies the replayed deltas twice); no-op once
+        the snapshot went out."""
+        if not self.started:
+            self.state, self.messages = state, messages
+
+    def with_position(self, out: list[Any], seq: int) -> list[Any]:
+        """`out` with a CUSTOM `agentlog.position` event `{"seq": seq}` before its terminal event:
+        the log position the stream ended at, which a client passes as `min_seq` to read its
+        run's effects (the official clients give CUSTOM events to subscribers only)."""
+        at = next((i for i, ev in enumerate(out) if isinstance(ev, (ag.RunFinishedEvent, ag.RunErrorEvent))), None)
+        event = ag.CustomEvent(name=POSITION, value={"seq": seq})
+        return out if at is None else [*out[:at], event, *out[at:]]
 
     def finish(self, error: BaseException | str | None = None, code: str | None = None) -> list[Any]:
         """Close the stream when the source ended without a terminal event (or failed):

@@ -1,7 +1,7 @@
 """agentlog's agents as an MCP server (the official `mcp` SDK's lowlevel `Server`): each agent is
 a tool. Served over streamable HTTP at `/v1/mcp` (`mcp_http`) and over stdio (`agentlog mcp`).
 
-A tool call is one AG-UI request driven through `session.agui_events`, so it starts, resumes and
+A tool call is one AG-UI request driven through `agui.session.events`, so it starts, resumes and
 follows a run exactly like the AG-UI and AI SDK adapters do (tenant checks, resume checks before
 anything is written, live deltas ordered with the commits); this module only reads the events
 and shapes the answer:
@@ -36,7 +36,9 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.ids import new_id, validate_id
-from agentlog.gateway.adapters import agui, session
+from agentlog.gateway.adapters import session
+from agentlog.gateway.adapters.agui import session as agui_session
+from agentlog.gateway.adapters.agui import translator as agui
 from agentlog.gateway.adapters.common import AdapterInputError, error_text
 from agentlog.projections.fold import fold_commits
 from agentlog.runtime import InvalidDecision
@@ -120,10 +122,10 @@ async def drive(backend: session.Backend, agent_id: str, body: dict[str, Any], w
                 ) -> Outcome:
     """Run one AG-UI request to its end (finished, waiting, failed) and read the outcome.
     `run_id`: the agentlog run the request starts or resumes (AG-UI names a resume by a new id)."""
-    req = session.agui_parse(body)
+    req = agui_session.parse(body)
     out = Outcome(thread_id=req.thread_id, run_id=run_id, status="done")
     texts: dict[str, list[str]] = {}
-    async for ev in session.agui_events(backend, agent_id, req, who):
+    async for ev in agui_session.events(backend, agent_id, req, who):
         if isinstance(ev, (ag.TextMessageContentEvent, ag.TextMessageChunkEvent)) and ev.delta:
             texts.setdefault(ev.message_id or "", []).append(ev.delta)
         elif isinstance(ev, ag.RunErrorEvent):

@@ -46,7 +46,7 @@ class McpEndpoint:
             if self._task is None:
                 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-                from agentlog.gateway.adapters.mcp_server import build_server
+                from agentlog.gateway.adapters.mcp.agent_tools import build_server
 
                 self._manager = StreamableHTTPSessionManager(build_server(self.backend, self.catalog))
                 self._task = asyncio.create_task(self._hold(), name="agentlog-mcp-sessions")
@@ -62,7 +62,7 @@ class McpEndpoint:
             self._ready.set()  # a failed start must not leave requests waiting
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        from agentlog.gateway.adapters.mcp_server import PRINCIPAL_SCOPE_KEY
+        from agentlog.gateway.adapters.mcp.agent_tools import PRINCIPAL_SCOPE_KEY
 
         manager = await self._started()
         return await serve_asgi(manager.handle_request, request, {PRINCIPAL_SCOPE_KEY: principal(request)})
