@@ -54,7 +54,7 @@ PRELOAD = (
     "agentlog.gateway.adapters.a2a.mapping",
     "agentlog.gateway.adapters.a2a.push",
     "agentlog.gateway.adapters.a2a.routes",
-    "agentlog.gateway.adapters.a2a.server",
+    "agentlog.gateway.adapters.a2a.handler",
     "agentlog.gateway.adapters.mcp.streamable_http",
     "agentlog.gateway.adapters.nats_routes",
     "agentlog.gateway.adapters.routes",

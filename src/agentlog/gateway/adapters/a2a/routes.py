@@ -146,7 +146,7 @@ def _jsonrpc_app(agent_id: str, dispatcher: Dispatcher, svc: Services, extended_
     from a2a.server.routes.jsonrpc_routes import create_jsonrpc_routes
     from starlette.applications import Starlette
 
-    from agentlog.gateway.adapters.a2a.server import PRINCIPAL_STATE, RunTaskHandler
+    from agentlog.gateway.adapters.a2a.handler import PRINCIPAL_STATE, RunTaskHandler
 
     class WithCaller(DefaultServerCallContextBuilder):
         """The SDK's call context plus the caller the gateway authenticated."""
