@@ -37,9 +37,7 @@ from agentlog.eventlog.events import (
 )
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.store import EventStore
-from agentlog.gateway.adapters.common import (
-    Decision,
-)
+from agentlog.gateway.adapters.common import Decision
 from agentlog.gateway.adapters.source import RunSource
 from agentlog.gateway.operations.auth import Principal
 from agentlog.gateway.operations.dispatch import Dispatcher

@@ -10,9 +10,7 @@ from typing import Any
 
 from ag_ui import core as ag
 
-from agentlog.eventlog.events import (
-    RunFinished,
-)
+from agentlog.eventlog.events import RunFinished
 from agentlog.gateway.adapters.agui import translator as agui
 from agentlog.gateway.adapters.common import (
     AdapterInputError,
