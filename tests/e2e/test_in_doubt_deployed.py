@@ -77,6 +77,10 @@ async def test_in_doubt_after_a_worker_sigkill_mid_call_then_resolved(deployment
             for thread in ("ta", "tb"):
                 started = await until(store, thread, ToolCallStarted)
                 calls[thread] = next(e.call_id for e in started.commit.events if isinstance(e, ToolCallStarted))
+            # ToolCallStarted is committed before the tool runs: wait for both effects (the file
+            # the tools append to, in another process: polled, there is nothing to subscribe to)
+            while len(executions(hold)) < 2:
+                await asyncio.sleep(0.02)
             for thread in ("ta", "tb"):
                 (hold / thread).touch()  # released: a retry finishes
             await asyncio.to_thread(d.kill, driver)

@@ -111,6 +111,11 @@ class _Stderr:
         with self.changed:
             return self.changed.wait_for(lambda: text in self.text, timeout)
 
+    def wait_closed(self, timeout: float) -> bool:
+        """Until the stream has ended and all of it is copied, at most `timeout` s."""
+        with self.changed:
+            return self.changed.wait_for(lambda: self.closed, timeout)
+
     def wait_or_closed(self, text: str, timeout: float) -> bool:
         """Until `text` is printed (True) or the stream ends (everything holding it closed it), at
         most `timeout` s (False for both of those)."""
@@ -246,7 +251,12 @@ class Deployment:
             raise AssertionError(f"{name} did not log {text!r} in {timeout} s:\n{self.output(name)}")
 
     def output(self, name: str) -> str:
-        """What the process printed (all its starts), for assertion messages."""
+        """What the process printed (all its starts), for assertions. Once the process has ended,
+        everything it printed: its last lines may still be on their way through the pipe to the
+        copying thread, so this waits (bounded) for the stream to end."""
+        proc, stderr = self.procs.get(name), self._stderr.get(name)
+        if proc is not None and stderr is not None and proc.poll() is not None:
+            stderr.wait_closed(30)
         path = self.tmp / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
 

@@ -209,6 +209,9 @@ async function applyChanges(p) {
     Promise.all([...p.threads].map((id) => fetchView("threads", id).then((v) => [id, v]))),
     Promise.all([...p.runs].map((id) => fetchView("runs", id).then((v) => [id, v])))]);
   for (const id of p.deleted) threads.push([id, null]);
+  // the run on show changed: draw it too (its thread's follow does as well; either may come first)
+  const onShow = runs.find(([id, v]) => id === S.run && v);
+  if (onShow) await renderRun(onShow[1]);
   S.runs = merged(S.runs, runs, "run_id", () => true);
   const shown = new Set(S.runs.map((r) => r.thread_id));  // an old thread with a new run comes in too
   S.threads = merged(S.threads, threads, "thread_id", (t) => !t.deleted, (id) => shown.has(id));
