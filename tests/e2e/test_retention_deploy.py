@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from agentlog.eventlog.jetstream.archive import ARCHIVE_BUCKET, marker_of
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.subjects import EVENTS_STREAM, thread_filter
 
+from tests.support import forkserver
 from tests.support.topology import PYTHONPATH, REPO, TOPOLOGIES, Deployment, Kind, deploy
 
 LIMIT = 90
@@ -39,10 +39,9 @@ def deployment_options(tmp_path: Path) -> dict[str, object]:
 
 
 def agentlog(*args: str) -> subprocess.CompletedProcess[str]:
-    """The CLI as users run it (its own process)."""
+    """The CLI as users run it (its own process, forked from the fork server: tests/support/forkserver.py)."""
     env = {**os.environ, "PYTHONPATH": PYTHONPATH, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "agentlog", *args], capture_output=True, text=True,
-                          env=env, cwd=str(REPO), timeout=LIMIT)
+    return forkserver.run(args, env=env, cwd=str(REPO), timeout=LIMIT)
 
 
 async def run_to_end(http: aiohttp.ClientSession, store: JetStreamEventStore, thread_id: str) -> str:
