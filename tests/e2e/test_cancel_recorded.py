@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ import pytest
 from agentlog.eventlog.events import RunCancelRequested, RunFinished
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 
+from tests.support import forkserver
 from tests.support.topology import PYTHONPATH, Deployment
 
 
@@ -51,9 +50,8 @@ async def test_a_cancel_of_a_run_blocked_in_a_tool_is_recorded_and_verifies(depl
         assert finished and finished[0].termination.type == "cancelled", events_
         assert any(type(e) is RunCancelRequested for e in events_), events_
         verify = await asyncio.to_thread(
-            subprocess.run, [sys.executable, "-m", "agentlog", "replay", run_id, "--verify", "--app", "tests.apps.serve_app:app",
-                             "--nats", deployment.nats_url],
-            capture_output=True, text=True, timeout=60,
+            forkserver.run, ["replay", run_id, "--verify", "--app", "tests.apps.serve_app:app", "--nats", deployment.nats_url],
+            cwd=os.getcwd(), timeout=60,
             env={**os.environ, "PYTHONPATH": PYTHONPATH, "SERVE_APP_HOLD_DIR": deployment.env["SERVE_APP_HOLD_DIR"]})
         assert verify.returncode == 0, verify.stdout + verify.stderr
     finally:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from agentlog.cli.core import app as cli_app
 from agentlog.cli.demo import follow_run
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 
+from tests.support import forkserver
 from tests.support.topology import PYTHONPATH, REPO, TOPOLOGIES, Deployment, deploy
 
 LIMIT = 60
@@ -142,13 +142,11 @@ async def test_handoff_and_skill_over_http_then_continue_with_active_agent(app_d
 
     if app_deployment.kind == "serve":  # the recording is the same in both topologies
         for rid in (run_id, nxt["run_id"]):
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "agentlog", "replay", rid, "--verify",
-                "--app", str(app_deployment.config), "--nats", app_deployment.nats_url,  # type: ignore[attr-defined]
-                cwd=str(REPO), env={**os.environ, "PYTHONPATH": PYTHONPATH},
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-            out, err = await asyncio.wait_for(proc.communicate(), LIMIT)
-            assert proc.returncode == 0, (out + err).decode(errors="replace")[-3000:]
+            proc = await asyncio.to_thread(
+                forkserver.run, ["replay", rid, "--verify", "--app", str(app_deployment.config),  # type: ignore[attr-defined]
+                                 "--nats", app_deployment.nats_url],
+                cwd=str(REPO), env={**os.environ, "PYTHONPATH": PYTHONPATH}, timeout=LIMIT)
+            assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
 
 
 async def test_handoff_and_skill_over_agui_and_ai_sdk(app_deployment: Deployment) -> None:

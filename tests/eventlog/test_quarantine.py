@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from agentlog.projections.kv import KVViewStore
 from agentlog.projections.rebuild import rebuild
 from agentlog.projections.runner import ProjectionRunner
 
+from tests.support import forkserver
 from tests.support.topology import Deployment
 
 POISONS = [b"{not json", b'{"v": 99, "commit_id": "x", "thread_id": "t", "ts": 1, "events": []}', b"\x00\xff"]
@@ -141,8 +141,8 @@ async def _start(http: aiohttp.ClientSession, url: str, thread: str) -> dict[str
 
 
 def _cli(deployment: Deployment, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agentlog", *args, "--nats", deployment.nats_url, "--json"],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"})
+    return forkserver.run([*args, "--nats", deployment.nats_url, "--json"], cwd=os.getcwd(), timeout=120,
+                          env={**os.environ, "NO_COLOR": "1"})
 
 
 async def test_a_poisoned_thread_keeps_working(deployment: Deployment, deployment_options: dict[str, Any]) -> None:
@@ -180,11 +180,10 @@ async def test_a_poisoned_thread_keeps_working(deployment: Deployment, deploymen
         assert view["termination"]["type"] == "natural_end", view
 
         for run_id in (first["run_id"], second["run_id"]):  # verified replay: the marker changes nothing
-            verified = subprocess.run(
-                [sys.executable, "-m", "agentlog", "replay", run_id, "--verify", "--app", "tests.apps.serve_app:app",
-                 "--nats", deployment.nats_url], capture_output=True, text=True, timeout=120,
-                env={**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(Path(__file__).parents[2]),
-                     "SERVE_APP_HOLD_DIR": str(hold)})
+            verified = forkserver.run(
+                ["replay", run_id, "--verify", "--app", "tests.apps.serve_app:app", "--nats", deployment.nats_url],
+                cwd=os.getcwd(), timeout=120, env={**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(Path(__file__).parents[2]),
+                                                   "SERVE_APP_HOLD_DIR": str(hold)})
             assert verified.returncode == 0, verified.stdout + verified.stderr
         async with http.get(f"{url}/v1/threads/poisoned", params={"min_seq": str(second["seq"])}) as resp:
             assert resp.status == 200

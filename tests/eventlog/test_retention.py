@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +47,8 @@ from agentlog.gateway.operations.connection import ConnectionOptions, open_store
 from agentlog.projections import fold_commits
 from agentlog.projections.kv import KVViewStore
 from agentlog.projections.rebuild import rebuild
+
+from tests.support import forkserver
 
 WAIT = 30.0
 NOW = 1_800_000_000_000
@@ -264,7 +267,8 @@ async def test_lossy_stream_limits_are_refused_at_start(nats_server: EmbeddedNat
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agentlog", *args], capture_output=True, text=True, timeout=WAIT)
+    """`agentlog ARGS` in its own process (forked from the fork server: tests/support/forkserver.py)."""
+    return forkserver.run(args, cwd=os.getcwd(), env=os.environ, timeout=WAIT)
 
 
 async def test_listings_from_the_log_and_view_rebuilds_keep_archived_threads(nats_server: EmbeddedNatsServer) -> None:

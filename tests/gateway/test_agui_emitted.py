@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 import uuid
 from typing import Any
 
@@ -21,6 +20,7 @@ from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.gateway.adapters.agui.translator import emitted_events
 from agentlog.runtime import Emit, PhaseContext, Plugin
 
+from tests.support import forkserver
 from tests.support.js_clients import JS, ensure_js_clients
 from tests.support.topology import PYTHONPATH, REPO, Deployment
 
@@ -125,9 +125,8 @@ async def test_custom_event_runs_verify_by_replay(protocol_deployment: Deploymen
     finally:
         await store.close()
     args = ["--reexecute-tools", "report"] if reexecute else []
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agentlog", "replay", run_id, "--verify", "--app", "tests.apps.protocol_app:app", *args,
-        "--nats", protocol_deployment.nats_url, cwd=str(REPO), env={**os.environ, "PYTHONPATH": PYTHONPATH},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
-    assert proc.returncode == 0, (out + err).decode(errors="replace")[-3000:]
+    proc = await asyncio.to_thread(
+        forkserver.run, ["replay", run_id, "--verify", "--app", "tests.apps.protocol_app:app", *args,
+                         "--nats", protocol_deployment.nats_url],
+        cwd=str(REPO), env={**os.environ, "PYTHONPATH": PYTHONPATH}, timeout=TIMEOUT)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 import uuid
 from typing import Any
 
@@ -36,6 +35,7 @@ from agentlog.eventlog.events import (
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.runtime.inputs.run_input import CONTEXT_HEADING
 
+from tests.support import forkserver
 from tests.support.adapters_routes import TRANSPORTS, Transport, open_deployed
 from tests.support.js_clients import JS, ensure_js_clients
 from tests.support.topology import PYTHONPATH, REPO, TESTS, Deployment
@@ -200,12 +200,11 @@ async def test_override_run_verifies_by_replay(protocol_deployment: Deployment) 
     thread = f"t{uuid.uuid4().hex[:12]}"
     await official_client(protocol_deployment.http_url, thread, OVERRIDES)
     run_id = started_of(await thread_log(protocol_deployment, thread)).run_id
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agentlog", "replay", run_id, "--verify", "--app", "tests.apps.protocol_app:app",
-        "--nats", protocol_deployment.nats_url, cwd=str(REPO), env={**os.environ, "PYTHONPATH": PYTHONPATH},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
-    assert proc.returncode == 0, (out + err).decode(errors="replace")[-3000:]
+    proc = await asyncio.to_thread(
+        forkserver.run, ["replay", run_id, "--verify", "--app", "tests.apps.protocol_app:app",
+                         "--nats", protocol_deployment.nats_url],
+        cwd=str(REPO), env={**os.environ, "PYTHONPATH": PYTHONPATH}, timeout=TIMEOUT)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
 
 
 async def test_override_on_ai_sdk_route(protocol_deployment: Deployment) -> None:

@@ -23,6 +23,7 @@ from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.runtime.digest import app_digest
 
 from tests.apps import two_apps
+from tests.support import forkserver
 from tests.support.topology import PYTHONPATH, REPO, deploy
 
 AGENTLOG = Path(sys.executable).parent / "agentlog"
@@ -61,10 +62,8 @@ async def _driven_by(store: JetStreamEventStore, run_id: str) -> tuple[Any, list
 
 
 def _verify(nats_url: str, run_id: str, app: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["timeout", "60", str(AGENTLOG), "replay", run_id, "--verify", "--app", f"tests.apps.two_apps:{app}", "--nats", nats_url],
-        cwd=REPO, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": PYTHONPATH})
+    return forkserver.run(["replay", run_id, "--verify", "--app", f"tests.apps.two_apps:{app}", "--nats", nats_url],
+                          cwd=str(REPO), timeout=60, env={**os.environ, "PYTHONPATH": PYTHONPATH})
 
 
 async def test_two_serve_processes_with_different_apps_drive_only_their_own_runs(tmp_path: Path) -> None:
