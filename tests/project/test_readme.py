@@ -236,15 +236,22 @@ def test_every_yaml_block_is_a_config_file_that_loads(tmp_path: Path) -> None:
     providers' keys given, none used: nothing is sent to a model)."""
     configs = all_blocks("yaml")
     assert len(configs) >= 2
+    paths = []
     for n, block in enumerate(configs):
-        path = tmp_path / f"config-{n}.yaml"
-        path.write_text(block.code)
-        check = "import sys; from agentlog.runtime.config import load_config; load_config(sys.argv[1]).close()"
-        done = subprocess.run([sys.executable, "-c", check, str(path)], cwd=REPO, stdin=subprocess.DEVNULL,
-                              env=_child_env(OPENAI_API_KEY="sk-not-used", ANTHROPIC_API_KEY="not-used",
-                                             GEMINI_API_KEY="not-used"),
-                              capture_output=True, text=True, timeout=SNIPPET_TIMEOUT)
-        assert done.returncode == 0, f"{page_name(block.page)} line {block.line}:\n{done.stderr[-3000:]}"
+        paths.append(tmp_path / f"config-{n}.yaml")
+        paths[-1].write_text(block.code)
+    # one process loads them all, each on its own: a file that fails is reported by its index
+    check = ("import sys, traceback\nfrom agentlog.runtime.config import load_config\n"
+             "for n, path in enumerate(sys.argv[1:]):\n"
+             "    try:\n        load_config(path).close()\n"
+             "    except Exception:\n        print(f'failed {n}', file=sys.stderr); traceback.print_exc()\n")
+    done = subprocess.run([sys.executable, "-c", check, *map(str, paths)], cwd=REPO, stdin=subprocess.DEVNULL,
+                          env=_child_env(OPENAI_API_KEY="sk-not-used", ANTHROPIC_API_KEY="not-used",
+                                         GEMINI_API_KEY="not-used"),
+                          capture_output=True, text=True, timeout=SNIPPET_TIMEOUT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    failed = [configs[int(n)] for n in re.findall(r"^failed (\d+)$", done.stderr, re.M)]
+    assert not failed, [f"{page_name(b.page)} line {b.line}" for b in failed] + [done.stderr[-3000:]]
 
 
 def test_agentlog_command_lines_use_real_commands_and_flags() -> None:
