@@ -838,17 +838,18 @@ async def disk(quick: bool, runs: int | None = None) -> tuple[Rows, Figures]:
 # == the report =====================================================================================
 
 
-def _external(module: str) -> Section:
-    """A section kept in its own module, `scripts/<module>.py` (`async def run(quick)`), imported
-    only when selected (the cluster section needs three nats-servers, the list one builds 20k runs)."""
+def _external(module: str, **options: Any) -> Section:
+    """A section kept in its own module, `scripts/<module>.py` (`async def run(quick, **options)`),
+    imported only when selected (the cluster section needs three nats-servers, the list one builds
+    20k runs)."""
 
     async def run(quick: bool) -> tuple[Rows, Figures]:
-        return await importlib.import_module(module).run(quick)
+        return await importlib.import_module(module).run(quick, **options)
 
     return run
 
 
-def sections(runs: int | None) -> dict[str, Section]:
+def sections(runs: int | None, list_sizes: tuple[int, ...] | None = None) -> dict[str, Section]:
     return {
         "crash": lambda quick: crash(quick, runs),
         "in_doubt": lambda quick: in_doubt(quick, runs),
@@ -856,7 +857,7 @@ def sections(runs: int | None) -> dict[str, Section]:
         "poison": lambda quick: poison(quick, runs),
         "disk": lambda quick: disk(quick, runs),
         "stop": lambda quick: stop(quick, runs),
-        "list": _external("reliability_list"),
+        "list": _external("reliability_list", **({"sizes": list_sizes} if list_sizes else {})),
         "cluster": _external("reliability_cluster"),
     }
 
@@ -881,8 +882,11 @@ async def main(argv: list[str] | None = None) -> int:
                                    "cluster); "
                                    "default all")
     ap.add_argument("--runs", type=int, help="runs per chaos section (default 20 quick, 100 full)")
+    ap.add_argument("--list-sizes", help="the list section's run counts, comma separated, smallest first, whole "
+                                         "thousands (default 1000,20000 quick, 1000,20000,100000 full)")
     args = ap.parse_args(argv)
-    available = sections(args.runs)
+    list_sizes = tuple(int(size) for size in args.list_sizes.split(",")) if args.list_sizes else None
+    available = sections(args.runs, list_sizes)
     chosen = [s.strip() for s in args.only.split(",")] if args.only else list(available)
     unknown = [s for s in chosen if s not in available]
     if unknown:
