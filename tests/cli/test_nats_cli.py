@@ -32,6 +32,7 @@ from typer.testing import CliRunner
 from agentlog.cli.core import app
 from agentlog.gateway.operations.connection import ConnectionOptions, acquire_embedded
 
+from tests.support import forkserver
 from tests.support.docs import all_blocks
 from tests.support.topology import TOPOLOGIES, Deployment, deploy
 
@@ -77,8 +78,8 @@ def demo(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 
 def agentlog(demo: Deployment, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([AGENTLOG, "nats", *args], cwd=demo.tmp.parent, env=_env(), capture_output=True,
-                          text=True, timeout=LIMIT, stdin=subprocess.DEVNULL)
+    """`agentlog nats ARGS` in its own process (forked from the fork server: tests/support/forkserver.py)."""
+    return forkserver.run(["nats", *args], cwd=str(demo.tmp.parent), env=_env(), timeout=LIMIT)
 
 
 class Watcher:
