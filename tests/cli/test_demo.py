@@ -1,4 +1,4 @@
-"""`agentlog demo --auto-approve` and `scripts/demo` end to end: the run waits, the printed curl
+"""`scripts/demo` end to end, running `agentlog demo --auto-approve`: the run waits, the printed curl
 names the real run and call ids, the demo approves through that very HTTP request, the run
 finishes, exit 0. Subprocesses (the installed script), each bounded by `timeout`, data in tmp."""
 
@@ -50,16 +50,6 @@ def _check_output(out: str) -> None:
     assert "agent_run succeeded" in out
     assert re.search(r"sub-agent checker ran as run subrun-\w+ on its own thread sub-\w+: "
                      r"'All 42 release checks passed for 1.4.2.'", after), after
-
-
-@pytest.mark.timeout(200)
-def test_agentlog_demo_auto_approve(tmp_path: Path) -> None:
-    proc = subprocess.run(["timeout", "150", str(AGENTLOG), "demo", "--auto-approve", "--port", "0"],
-                          cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    _check_output(proc.stdout)
-    assert not (tmp_path / ".agentlog").exists()  # the data dir option was honoured
-    assert (tmp_path / "data" / "jetstream").is_dir()
 
 
 def test_scripts_demo_installs_with_pip_when_uv_cannot_be_had(tmp_path: Path) -> None:
@@ -121,7 +111,9 @@ def test_scripts_demo_end_to_end(tmp_path: Path) -> None:
     proc = subprocess.run(["timeout", "300", str(checkout / "scripts" / "demo")], cwd=tmp_path, env=env,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    _check_output(proc.stdout)
+    _check_output(proc.stdout)  # `agentlog demo --auto-approve --port 0`, run by the script
+    assert not (checkout / ".agentlog").exists()  # the data dir variable was honoured
+    assert (tmp_path / "data" / "jetstream").is_dir()
     assert "scripts/demo: installing agentlog" in proc.stderr, proc.stderr
     # pip fetches uv (one wheel), uv installs the package (parallel downloads)
     assert (checkout / "pip.log").read_text().split() == ["-m", "pip", "install", "--disable-pip-version-check", "-q", "uv"]
