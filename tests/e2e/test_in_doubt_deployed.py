@@ -87,15 +87,17 @@ async def test_in_doubt_after_a_worker_sigkill_mid_call_then_resolved(deployment
             # the effect happened (the lines were appended before the tools blocked); it is in doubt
             assert sorted(executions(hold)) == sorted((runs[t], calls[t]) for t in ("ta", "tb"))
             await asyncio.to_thread(d.start, driver)
+            suspended_at = 0  # the log position of the later suspension: reads below wait for it
             for thread in ("ta", "tb"):
                 waiting = await until(store, thread, RunSuspended)
+                suspended_at = max(suspended_at, waiting.seq)
                 [suspended] = [e for e in waiting.commit.events if type(e).__name__ == "ToolCallSuspended"]
                 assert suspended.ticket.action == IN_DOUBT_ACTION and suspended.call_id == calls[thread]
             assert len(executions(hold)) == 2, "an in-doubt call ran again"
 
             run_a, call_a = runs["ta"], calls["ta"]
             async with aiohttp.ClientSession(d.http_url) as http:
-                async with http.get(f"/v1/runs/{run_a}") as r:
+                async with http.get(f"/v1/runs/{run_a}?min_seq={suspended_at}") as r:
                     view = await r.json()
                 assert view["status"] == "waiting" and view["calls"][call_a]["in_doubt"] is True
                 assert view["calls"][call_a]["ticket"]["action"] == IN_DOUBT_ACTION
@@ -114,6 +116,9 @@ async def test_in_doubt_after_a_worker_sigkill_mid_call_then_resolved(deployment
                 assert (msg.headers or {}).get("Nats-Service-Error-Code") == "400", msg.data
                 assert json.loads(msg.data)["code"] == "invalid_decision"
                 assert [sc.seq async for sc in store.read_thread("ta")] == before  # nothing written
+                # the views have both suspensions before the CLI lists them (its read takes no min_seq)
+                async with http.get(f"/v1/runs?min_seq={suspended_at}") as r:
+                    assert r.status == 200, await r.text()
 
             code, listing = await cli("runs", "--url", d.http_url)
             assert code == 0 and f"(in doubt: {calls['tb']})" in listing, listing
