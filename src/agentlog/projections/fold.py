@@ -445,20 +445,27 @@ class _RunAcc:
 
     # state
     def _patched(self, ev: StatePatched, ts: int) -> None:
-        if ev.scope == "run":
-            if self.state_elided:  # nothing to patch
+        self._scoped(ev.scope, ev.call_id, lambda doc: validate_patch(doc, ev.ops), ts)
+
+    def _scoped(self, scope: str, call_id: str | None, apply: Callable[[dict[str, Any]], dict[str, Any]],
+                ts: int) -> None:
+        """Change the run scope's state (unless elided: nothing to change) or a tool call's with
+        `apply`; a change that does not apply, or a call scope without a call, is counted as
+        rejected. Other scopes are not the run's."""
+        if scope == "run":
+            if self.state_elided:
                 return
             try:
-                self.state = validate_patch(self.state, ev.ops)
+                self.state = apply(self.state)
             except InvalidPatch:
                 self.rejected_patches += 1
-        elif ev.scope == "tool_call":
-            if ev.call_id is None:
+        elif scope == "tool_call":
+            if call_id is None:
                 self.rejected_patches += 1
                 return
-            call = self._call(ev.call_id, ts)
+            call = self._call(call_id, ts)
             try:
-                state = validate_patch(call.state, ev.ops)
+                state = apply(call.state)
             except InvalidPatch:
                 self.rejected_patches += 1
                 return
@@ -484,24 +491,7 @@ class _RunAcc:
         if ev.scope in ("run", "tool_call") and not key_ops_valid(ev.ops, ev.key):
             self.rejected_patches += 1
             return
-        if ev.scope == "run":
-            if self.state_elided:
-                return
-            try:
-                self.state = apply_ops(self.state, ev.ops)
-            except InvalidPatch:
-                self.rejected_patches += 1
-        elif ev.scope == "tool_call":
-            if ev.call_id is None:
-                self.rejected_patches += 1
-                return
-            call = self._call(ev.call_id, ts)
-            try:
-                state = apply_ops(call.state, ev.ops)
-            except InvalidPatch:
-                self.rejected_patches += 1
-                return
-            self._set_call(_replace(call, state=state, updated=ts))
+        self._scoped(ev.scope, ev.call_id, lambda doc: apply_ops(doc, ev.ops), ts)
 
     def _cleared(self, ev: StateCleared, ts: int) -> None:
         if ev.scope == "run":
