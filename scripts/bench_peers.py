@@ -75,10 +75,12 @@ from rich.table import Table  # noqa: E402
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer  # noqa: E402
 from agentlog.eventlog.events import Usage  # noqa: E402
 from agentlog.eventlog.jetstream.store import JetStreamEventStore  # noqa: E402
-from agentlog.runtime import AgentSpec, Runtime, ToolContext, ToolResult, tool  # noqa: E402
+from agentlog.runtime import AgentSpec, Runtime, tool  # noqa: E402
 from agentlog.runtime.models import ScriptedModel, Turn  # noqa: E402
 from agentlog.runtime.snapshots.format import CHUNKS  # noqa: E402
 from agentlog.runtime.snapshots.store import KVSnapshotStore  # noqa: E402
+
+from bench_e2e import approve, ask_again  # noqa: E402  (the approval cycle the HTTP legs run too)
 
 SECTIONS = ("loop", "resume", "approval", "sse")
 #: SQLite's `synchronous` for the checkpointer's connections (`--sqlite-synchronous`): NORMAL (in
@@ -189,21 +191,6 @@ async def section_loop(n: int, tmp: Path, peers: bool) -> dict[str, Any]:
 
 
 # == cold resume ==================================================================================
-
-
-@tool
-def approve(why: str, ctx: ToolContext) -> Any:
-    """Pending until a human decides, then approved."""
-    if ctx.decision is None:
-        return ToolResult.pending(f"t-{ctx.call_id}", resume_mode="pass_decision_to_tool")
-    return "approved"
-
-
-def ask_again(req: Any) -> Turn:
-    """Ask for approval after every answer (call ids from the conversation)."""
-    asked = sum(1 for m in req.messages if m.role == "assistant")
-    return Turn.tool("approve", {"why": f"cycle {asked}"}, id=f"ask{asked}", text=f"asking approval #{asked}",
-                     usage=USAGE)
 
 
 def cycler(store: Any, snapshots: Any = None) -> Runtime:
