@@ -16,7 +16,7 @@ import msgspec
 import pytest
 
 from agentlog.eventlog.errors import InvalidId
-from agentlog.eventlog.events import Position, StoredCommit
+from agentlog.eventlog.events import Position, StoredCommit, ToolCallDecided
 from agentlog.eventlog.memory import MemoryEventStore
 from agentlog.projections.fold import fold_commits
 from agentlog.projections.kv import KVViewStore
@@ -30,6 +30,7 @@ from agentlog.runtime import (
     UnknownCall,
     tool,
 )
+from agentlog.runtime.inputs.commands import Decide
 from agentlog.runtime.loop.hitl import CallNotSuspended
 from agentlog.runtime.models.scripted import ScriptedModel, Turn
 from agentlog.runtime.snapshots.format import decode_snapshot, encode_snapshot
@@ -177,6 +178,36 @@ async def test_decision_errors_and_duplicates_on_the_snapshot_path(store: Any) -
     with pytest.raises(CallNotSuspended):
         await rt.decide(run_id, [{"target_id": "ask0", "decision_id": "dy", "action": "resume"}])
     assert [sc async for sc in store.read_run(run_id)] == logged  # nothing written
+
+
+class RunReadsRecorded(CountingStore):
+    """The real store, recording where each `read_run` starts (`after`)."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.run_reads_after: list[int] = []
+
+    def read_run(self, run_id: str, after: int = 0) -> AsyncIterator[StoredCommit]:
+        self.run_reads_after.append(after)
+        return super().read_run(run_id, after)
+
+
+async def test_a_worker_given_a_decision_again_does_not_read_the_run_from_its_first_commit(store: Any) -> None:
+    """A worker gets each decision twice: its queued command and the live shortcut, in either
+    order. The second finds it recorded (before the snapshot, once the run has paused again);
+    the worker uses only the handle, so it does not look up which commit recorded it, a read
+    of the run from its first commit."""
+    snaps = await KVSnapshotStore.open(store.nc)
+    await drive(store, "snap-w", "w", ["snap", "snap"], snaps)
+    run_id = "snap-w-run"
+    decided = [e.decision for sc in [sc async for sc in store.read_run(run_id)] for e in sc.commit.events
+               if type(e) is ToolCallDecided and e.decision.decision_id == "d1"]
+    logged = [sc async for sc in store.read_run(run_id)]
+    recording = RunReadsRecorded(store)
+    rt = app(recording, DeterministicEntropy(prefix="w2"), snaps)
+    assert await rt.execute(Decide(thread_id="snap-w", run_id=run_id, decisions=decided)) == "done"
+    assert 0 not in recording.run_reads_after, recording.run_reads_after
+    assert [sc async for sc in store.read_run(run_id)] == logged  # a duplicate: nothing written
 
 
 class ReadsRecorded:

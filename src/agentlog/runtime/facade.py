@@ -552,6 +552,15 @@ class Runtime:
         append. Decisions a gateway in this process checked already are taken from `handoff`
         with the run it read: neither read nor checked again.
         """
+        return await self._decide(run_id, decisions, thread_id, first_recorded=True)
+
+    async def _decide(self, run_id: str, decisions: Sequence[DecisionInput] | DecisionInput, thread_id: str | None,
+                      *, first_recorded: bool) -> DecideResult:
+        """`decide`. `first_recorded=False` (a worker carrying out a command, or its live
+        shortcut, which use only the handle): a pure duplicate answers the thread's head as its
+        seq, a position at which the decisions are recorded, instead of looking up the commit
+        that first recorded them (for a run loaded from a snapshot, that reads the run's log
+        from its first commit)."""
         if isinstance(decisions, (ToolCallDecision, Mapping)):
             decisions = [decisions]
         handed = self.handoff.take(run_id, _decision_ids(decisions))
@@ -578,7 +587,7 @@ class Runtime:
                 new, dups = check_decisions(loaded.ctx, parsed, self._known_calls(loaded, parsed))
             thread_id = loaded.thread_id
             if not new:
-                seq = await self._decision_seq(loaded, dups[0].decision_id)
+                seq = await self._decision_seq(loaded, dups[0].decision_id) if first_recorded else loaded.version
                 return DecideResult(seq, True, [], None, loaded.thread_id)
             ctx = loaded.ctx
             if not (ctx.waiting and not ctx.running and not ctx.resuming):
@@ -607,12 +616,13 @@ class Runtime:
         return known_calls(loaded.ctx, loaded.run_commits, loaded.snapshot, decisions)
 
     async def _decision_seq(self, loaded: _Loaded, decision_id: str) -> int:
-        """The seq of the commit that first recorded `decision_id` (the answer to a duplicate).
-        A snapshot does not keep it: that rare path reads the run's commits."""
-        commits = loaded.run_commits
-        if loaded.snapshot is not None:
-            commits = [sc async for sc in self.store.read_run(loaded.ctx.run_id)]
-        return decision_seqs(commits)[decision_id]
+        """The seq of the commit that first recorded `decision_id` (the answer to a duplicate):
+        in the commits loaded, else (recorded before the run's snapshot, which does not keep it)
+        in the run's commits read from the log, the rare path."""
+        seqs = decision_seqs(loaded.run_commits)
+        if decision_id not in seqs and loaded.snapshot is not None:
+            seqs = decision_seqs([sc async for sc in self.store.read_run(loaded.ctx.run_id)])
+        return seqs[decision_id]
 
     async def _close_parent(self, parent_run_id: str, decisions: Sequence[DecisionInput]) -> None:
         """Before a continuation: apply its decisions to the parent (and let it run to its next
@@ -734,7 +744,7 @@ class Runtime:
             if active is not None:
                 await self._until_settled(active)  # it runs here: decide once it waits
             try:
-                res = await self.decide(cmd.run_id, cmd.decisions, thread_id=cmd.thread_id)
+                res = await self._decide(cmd.run_id, cmd.decisions, cmd.thread_id, first_recorded=False)
             except RunNotWaiting as exc:
                 if (await self.run_view(cmd.run_id)).finished:
                     raise CommandRejected("run_not_waiting", f"decision after the run finished: {exc}") from None
@@ -836,7 +846,7 @@ class Runtime:
                 # signal alone would finish `cancelled` with no request in the log to say why
                 await self.cancel(command.run_id, reason=command.reason)
             elif isinstance(command, Decide):
-                await self.decide(command.run_id, command.decisions, thread_id=command.thread_id)
+                await self._decide(command.run_id, command.decisions, command.thread_id, first_recorded=False)
         except AgentlogError as exc:
             _log.debug("control.not_applied", run_id=command.run_id, error=str(exc))
         except Exception as exc:  # noqa: BLE001 - the queued command is the truth
