@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from agentlog.runtime import RunConflict, RunNotFound, RunRequest
+from agentlog.runtime.inputs.commands import StartRun
 
 from tests.support import hitl as S
 from tests.support.input import codes_of
@@ -88,4 +89,23 @@ async def test_a_deleted_thread_takes_no_run_through_any_path(store: Any) -> Non
         ]
         assert await codes_of(attempts) == ["thread_not_found"] * len(attempts)
         assert await store.last_seq() == before
+        assert (await rt.run_view(S.RUN)).status == "waiting"
+
+
+# -- a start command for a run that is in the log already -------------------------------------
+
+
+@pytest.mark.parametrize("first_delivery", [True, False], ids=["first-delivery", "redelivery"])
+async def test_a_start_command_for_a_run_in_the_log_resumes_it_and_starts_nothing(
+        store: Any, first_delivery: bool) -> None:
+    """On its first delivery a start is tried at once (no read of the run first); a run of that
+    id in the log anyway is refused by the start's admission and taken up as it is, like a
+    redelivered start's: nothing is started twice, nothing is written for a waiting run."""
+    async with asyncio.timeout(WAIT):
+        await waiting_parent(store)
+        logged = [sc async for sc in store.read_run(S.RUN)]
+        rt = S.build(store, "continuation", 1)  # another process: nothing of the run in memory
+        command = StartRun.of(RunRequest(agent_id="agent", messages="again"), S.THREAD, S.RUN)
+        assert await rt.execute(command, first_delivery=first_delivery) == "done"
+        assert [sc async for sc in store.read_run(S.RUN)] == logged
         assert (await rt.run_view(S.RUN)).status == "waiting"

@@ -691,7 +691,8 @@ class Runtime:
 
     # -- commands ------------------------------------------------------------------------------
 
-    async def execute(self, command: Command, *, unheld: Callable[[], Awaitable[bool]] | None = None) -> Executed:
+    async def execute(self, command: Command, *, unheld: Callable[[], Awaitable[bool]] | None = None,
+                      first_delivery: bool = False) -> Executed:
         """Carry out `command` until its effects are in the log: a start, or a decision, until
         its run finishes or waits (following a continuation made here on the way), a cancel
         once recorded, queued messages once recorded. `"done"`, or `"later"`: it cannot be
@@ -702,21 +703,24 @@ class Runtime:
         Raises `CommandRejected` for a command that can never succeed (nothing written).
         `unheld` (a cancel): whether nobody drives the run, which is then resumed here so that
         the recorded cancel ends it. An interrupting continuation's cancel of its parent
-        (`ContinueRun.interruption`) is the caller's to execute first."""
+        (`ContinueRun.interruption`) is the caller's to execute first. `first_delivery`: the
+        queue hands `command` out for the first time, so no attempt of it can have started its
+        run: a start is tried at once, without first reading whether the run is in the log (a run
+        that is, started some other way, is refused by the start's admission and resumed)."""
         if isinstance(command, StartRun):
-            return await self._execute_start(command)
+            return await self._execute_start(command, first_delivery)
         if isinstance(command, Decide):
             return await self._execute_decide(command)
         if isinstance(command, Cancel):
             return await self._execute_cancel(command, unheld)
         return await self._execute_queue(command)
 
-    async def _execute_start(self, cmd: StartRun) -> Executed:
+    async def _execute_start(self, cmd: StartRun, first_delivery: bool) -> Executed:
         async def attempt(i: int) -> Executed:
             if i:
                 _log.info("command.reevaluate", thread_id=cmd.thread_id, run_id=cmd.run_id)
             handle = self.active(cmd.run_id)  # not None: carried out again while it runs here
-            if handle is None and await self._started(cmd.run_id):
+            if handle is None and not (first_delivery and i == 0) and await self._started(cmd.run_id):
                 handle = await self._resume_from_log(cmd.run_id, cmd.thread_id)
             elif handle is None:
                 try:

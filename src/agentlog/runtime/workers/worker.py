@@ -24,8 +24,9 @@ Guarantees, and how:
 - **Per-thread order.** Commands of a thread share the subject `agentlog.cmd.<app>.<thread_id>`. Before
   a start/continue/decide runs, the worker checks that no earlier command of that thread is still
   in the queue (work-queue retention deletes acked commands; acks are synchronous); if one is, the
-  command is nak'ed with a short delay. Inside one worker, commands of a thread also queue on a
-  per-thread lock. Cancels and queued messages skip the order (they must reach a running run).
+  command is nak'ed for a redelivery 5 ms later, then 10, 20, ... (up to `max_nak_delay`): the
+  earlier one is usually being carried out by another worker, and done within milliseconds.
+  Inside one worker, commands of a thread also queue on a per-thread lock. Cancels and queued messages skip the order (they must reach a running run).
 - **Withdrawn starts.** A start a gateway queued and then withdrew (no worker took it in time;
   `agentlog.runtime.workers.claims`) is acked without running: the gateway answered that it
   will not run. A worker starts an offered run only once it has taken the offer.
@@ -148,6 +149,7 @@ class Worker:
         max_deliver: int = DEFAULT_MAX_DELIVER,
         heartbeat: float | None = None,
         nak_delay: float = 0.05,
+        order_nak_delay: float = 0.005,
         max_nak_delay: float = 0.25,
         shutdown_timeout: float = 10.0,
         consumer: str | None = None,
@@ -166,6 +168,9 @@ class Worker:
         self.max_deliver = max_deliver
         self.heartbeat = heartbeat or max(0.05, ack_wait / 4)
         self.nak_delay = nak_delay
+        #: The first redelivery delay of a command behind an earlier one of its thread (which
+        #: another worker is carrying out, usually for a few milliseconds), doubling from there.
+        self.order_nak_delay = order_nak_delay
         self.max_nak_delay = max_nak_delay
         self.shutdown_timeout = shutdown_timeout
         #: The app whose commands this worker takes (see "Per app" above).
@@ -367,7 +372,7 @@ class Worker:
             run_id=cmd.run_id, delivery=meta.num_delivered, queue_seq=meta.sequence.stream,
         )
         beat = asyncio.get_running_loop().create_task(self._heartbeat(msg))
-        outcome, delay = NAK, 0.0
+        outcome, delay, first_delay = NAK, 0.0, self.nak_delay
         try:
             if isinstance(cmd, StartRun) and cmd.offered and not await self._may_start(cmd, log):
                 outcome = ACK  # withdrawn by its gateway (or replaced): acked unexecuted
@@ -386,14 +391,14 @@ class Worker:
                 lock = self._locks.setdefault(cmd.thread_id, asyncio.Lock())
                 async with lock:
                     if await self._earlier_pending(cmd.thread_id, meta.sequence.stream):
-                        outcome = NAK
+                        outcome, first_delay = NAK, self.order_nak_delay
                         log.debug("command.behind_earlier")
                     else:
-                        outcome = await self._execute(cmd, meta.sequence.stream)
+                        outcome = await self._execute(cmd, meta.sequence.stream, meta.num_delivered == 1)
                 if not lock.locked() and not lock._waiters:
                     self._locks.pop(cmd.thread_id, None)
             if outcome == NAK:
-                delay = min(self.max_nak_delay, self.nak_delay * (2 ** min(meta.num_delivered - 1, 6)))
+                delay = min(self.max_nak_delay, first_delay * (2 ** min(meta.num_delivered - 1, 6)))
         except asyncio.CancelledError:
             log.info("command.interrupted")
             beat.cancel()
@@ -510,7 +515,7 @@ class Worker:
         already (a redelivery: it is resumed) or this command takes the gateway's offer
         (`StartClaims.take`); no when the offer was withdrawn (the gateway answered that the
         start will not run), replaced by another attempt, taken by another command, or is gone."""
-        if await self._run_started(cmd.run_id) or await self.claims.take(cmd.run_id, cmd.command_id):
+        if await self.claims.take(cmd.run_id, cmd.command_id) or await self._run_started(cmd.run_id):
             return True
         log.warning("command.start_withdrawn")
         self.stats["withdrawn"] += 1
@@ -521,14 +526,15 @@ class Worker:
             return any(type(e) is RunStarted for e in sc.commit.events)
         return False
 
-    async def _execute(self, cmd: Command, queue_seq: int) -> str:
+    async def _execute(self, cmd: Command, queue_seq: int, first_delivery: bool = False) -> str:
         """`Runtime.execute(cmd)`, listening meanwhile to the run's control subject (a decision or
         a cancel for it that arrives ahead of its place in the queue). A cancel's run is resumed
         here when no command of its thread is left in the queue: nobody holds it."""
         rt = self.runtime
         sub = await self.nc.subscribe(control_subject(cmd.run_id), cb=self._on_control)
         try:
-            done = await rt.execute(cmd, unheld=lambda: self._unheld(cmd.thread_id, queue_seq))
+            done = await rt.execute(cmd, unheld=lambda: self._unheld(cmd.thread_id, queue_seq),
+                                    first_delivery=first_delivery)
         finally:
             try:
                 await sub.unsubscribe()
