@@ -1,18 +1,16 @@
-"""The SSE fan-out hub (`agentlog.gateway.http.sse.FollowHub`) on a real nats-server: one JetStream
-consumer per followed thread however many followers, same commits in log order for each, a slow
+"""The SSE fan-out hub (`agentlog.gateway.http.sse.FollowHub`) on a real nats-server: one store
+follow per followed thread however many followers, same commits in log order for each, a slow
 follower dropped alone, the follow stopped when the last follower leaves, and followers that join
 while the thread is being written get every event exactly once (join, then history, dedupe)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import pytest
 
 from agentlog.eventlog.events import ThreadCreated, ThreadMetadataUpdated
-from agentlog.eventlog.subjects import EVENTS_STREAM, thread_filter
 from agentlog.gateway.http.sse import HUB, FollowHub, SlowFollower
 
 from tests.support.http_stack import TIMEOUT, Api, api, sse_events  # noqa: F401
@@ -20,31 +18,28 @@ from tests.support.http_stack import TIMEOUT, Api, api, sse_events  # noqa: F401
 pytestmark = pytest.mark.asyncio
 
 
-async def consumers(api: Api, thread_id: str) -> int:
-    """Consumers on the events stream that follow `thread_id` (the projection runner's and other
-    tests' consumers are not counted: they come and go on their own schedule)."""
-    reply = await api.store.nc.request(f"$JS.API.CONSUMER.LIST.{EVENTS_STREAM}", b"{}", timeout=5)
-    listed = json.loads(reply.data)["consumers"]
-    return sum(1 for c in listed if c["config"].get("filter_subject") == thread_filter(thread_id))
+def follows(api: Api, thread_id: str) -> int:
+    """The store's live follows of `thread_id` (other tests' threads are not counted)."""
+    return api.store.thread_follows(thread_id)
 
 
 async def test_one_follow_per_thread_shared_and_stopped_by_the_last_leaver(api: Api) -> None:
     async with asyncio.timeout(TIMEOUT):
         await api.append("h1", None, [ThreadCreated()])
-        assert await consumers(api, "h1") == 0
+        assert follows(api, "h1") == 0
         hub = FollowHub(api.store)
         members = [await hub.join("h1") for _ in range(3)]
         assert hub.feeds == 1
         seqs = [await api.append("h1", None, [ThreadMetadataUpdated(metadata={"n": i})]) for i in range(4)]
         for member in members:
             assert [(await anext(member)).seq for _ in seqs] == seqs
-        assert await consumers(api, "h1") == 1
+        assert follows(api, "h1") == 1
         await members[0].aclose()
         assert hub.feeds == 1
         for member in members[1:]:
             await member.aclose()
         assert hub.feeds == 0
-        assert await consumers(api, "h1") == 0
+        assert follows(api, "h1") == 0
         # a new follower after that starts a new follow
         again = await hub.join("h1")
         seq = await api.append("h1", None, [ThreadMetadataUpdated(metadata={"n": 9})])

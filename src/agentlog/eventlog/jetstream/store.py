@@ -90,6 +90,7 @@ from agentlog.eventlog.jetstream.replicas import (
     wait_replicated,
 )
 from agentlog.eventlog.jetstream.requests import JetStreamRequests
+from agentlog.eventlog.jetstream.tails import ThreadTails
 from agentlog.eventlog.quarantine import Quarantine
 from agentlog.eventlog.store import check_profile_commit, encode_checked
 from agentlog.eventlog.subjects import (
@@ -121,12 +122,14 @@ class JetStreamEventStore(JetStreamRequests):
         stream: str = EVENTS_STREAM,
         request_timeout: float = 5.0,
         follow_heartbeat: float = 2.0,
+        follow_linger: float = 30.0,
         read_batch: int = 1000,
         read_max_bytes: int = 8 * 1024 * 1024,
         replicas: int | None = None,
     ) -> None:
         """Wrap an already connected client. Prefer `connect()`, which also checks the server and
-        sets up the stream. `replicas`: for the large-payload bucket, created on first use."""
+        sets up the stream. `replicas`: for the large-payload bucket, created on first use.
+        `follow_linger`: seconds the live tail of thread follows runs on after the last one ended."""
         self._nc = nc
         self._owns_connection = owns_connection
         self.stream = stream
@@ -149,6 +152,8 @@ class JetStreamEventStore(JetStreamRequests):
         self._closed = False
         #: Large tool outputs of an oversized commit go here by reference (`agentlog.eventlog.jetstream.payloads`).
         self._blobs = ObjectStoreBlobs(nc, replicas=replicas)
+        #: Every thread's follow reads this one live tail.
+        self._tails = ThreadTails(self, linger=follow_linger)
         self.quarantine = Quarantine()
         #: Whether this process's appends go through (`/health`: `agentlog.eventlog.write_health`).
         self.writes = WriteHealth()
@@ -178,6 +183,7 @@ class JetStreamEventStore(JetStreamRequests):
         connect_timeout: float = 10.0,
         reconnect_wait: float = 0.5,
         follow_heartbeat: float = 2.0,
+        follow_linger: float = 30.0,
         setup_stream: bool = True,
     ) -> JetStreamEventStore:
         """Connect (or adopt a connected `nats.aio.client.Client`), refuse servers older than
@@ -212,6 +218,7 @@ class JetStreamEventStore(JetStreamRequests):
             stream=stream,
             request_timeout=request_timeout,
             follow_heartbeat=follow_heartbeat,
+            follow_linger=follow_linger,
             replicas=replicas,
         )
         try:
@@ -228,6 +235,7 @@ class JetStreamEventStore(JetStreamRequests):
         """Drop our subscriptions; close the connection only if `connect()` opened it."""
         if self._closed:
             return
+        await self._tails.close()  # its consumer deleted while the connection is still ours
         self._closed = True
         if self._sweeper is not None:
             self._sweeper.cancel()
@@ -538,15 +546,24 @@ class JetStreamEventStore(JetStreamRequests):
         return None
 
     async def follow(self, thread_id: str | None = None, after: int = 0) -> AsyncIterator[StoredCommit]:
+        """A thread's follow shares this store's one live tail (`agentlog.eventlog.jetstream.tails`);
+        a follow of every thread (`thread_id` None) has a consumer of its own."""
         if thread_id is not None:
             validate_id(thread_id, "thread_id")
-        subject = thread_filter(thread_id) if thread_id is not None else EVENTS_SUBJECTS
-        follower = Follower(self, subject, after)
+            async with contextlib.aclosing(self._tails.follow(thread_id, after)) as commits:
+                async for sc in commits:
+                    yield sc
+            return
+        follower = Follower(self, EVENTS_SUBJECTS, after)
         try:
             while True:
                 yield await follower.next()
         finally:
             await follower.stop()
+
+    def thread_follows(self, thread_id: str | None = None) -> int:
+        """How many follows of `thread_id` (of any thread: None) read this store's live tail now."""
+        return self._tails.follows(thread_id)
 
     async def _resolve_conflict(self, commit: Commit, expected: int, description: str) -> AppendResult:
         """A 10071 is either a real conflict or the retry of a commit already written after
