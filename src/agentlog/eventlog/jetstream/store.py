@@ -561,6 +561,12 @@ class JetStreamEventStore(JetStreamRequests):
         finally:
             await follower.stop()
 
+    async def live_position(self) -> int:
+        """A seq at or below which every commit is in the stream, as recent as this process
+        knows without asking the server (the live tail's; one request to start the tail when it
+        is not running): a follow from it that reads the history after it joined misses nothing."""
+        return await self._tails.position()
+
     def thread_follows(self, thread_id: str | None = None) -> int:
         """How many follows of `thread_id` (of any thread: None) read this store's live tail now."""
         return self._tails.follows(thread_id)

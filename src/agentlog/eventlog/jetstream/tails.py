@@ -127,6 +127,14 @@ class ThreadTails:
             finally:
                 self._leave(member)
 
+    async def position(self) -> int:
+        """A seq every message at or below which is in the stream, and from which a follow
+        misses nothing: the last the tail saw (it starts the tail if need be; no request once
+        it runs). What a follow that reads its history after joining can start from."""
+        await self._start()
+        follower = self._follower
+        return follower.last if follower is not None else self.floor
+
     async def _decoded(self, seen: _Seen) -> StoredCommit:
         if seen.commit is None:
             seen.commit = StoredCommit(seen.seq, await self.store._decode(seen.seq, seen.msg))

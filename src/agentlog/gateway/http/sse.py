@@ -5,7 +5,7 @@ Each event is one SSE frame: `id: <seq>:<index>` (the event id, so a browser's a
 `data:` one line of JSON `{"thread_id", "run_id", "event"}`.
 
 Why a pump with a bounded queue: the producer (a log read, then a live `follow`) must never wait
-long on a slow client, or one stalled browser would pin a JetStream consumer and memory without
+long on a slow client, or one stalled browser would pin a log follow and memory without
 bound. When a client's queue is full the producer waits for room at most `stall` seconds; a client
 that takes no frame for that long is dropped (the connection is closed) and reconnects with
 `Last-Event-ID`, losing nothing. The wait is what lets a client read a history longer than its
@@ -15,8 +15,8 @@ hub below puts them into each follower's own bounded queue without waiting and d
 whose queue is full. Heartbeat comment lines keep proxies from timing the stream out and are how
 a vanished client is noticed while the log is quiet.
 
-Why a fan-out hub (`FollowHub`): a consumer per followed stream would mean N consumers and N
-copies of every message over NATS for N browsers on one run. The hub keeps one
+Why a fan-out hub (`FollowHub`): a follow per followed stream would mean N follows, each decoding
+and queueing every commit, for N browsers on one run. The hub keeps one
 `store.follow` per followed thread in the process, shared by every live follower of that thread
 (thread streams and run streams alike), each with its own bounded queue: a slow follower is
 dropped alone (and resumes with `Last-Event-ID`), the others never wait on it. The follow stops
@@ -196,10 +196,10 @@ class _Feed:
         self.task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Follow from the thread's current head: anything at or below it is in the history
+        """Follow from the store's live position: anything at or below it is in the history
         every member reads after joining."""
         try:
-            head = await self.hub.store.thread_version(self.thread_id)
+            head = await self.hub.store.live_position()
         except BaseException as exc:
             self._end(exc)
             raise
@@ -259,7 +259,7 @@ class FollowHub:
 
     @property
     def feeds(self) -> int:
-        """How many threads are followed now (one JetStream consumer each)."""
+        """How many threads are followed now (one store follow each)."""
         return len(self._feeds)
 
     async def join(self, thread_id: str) -> Membership:
