@@ -13,9 +13,11 @@ Design notes (the why behind the code):
 * Reads use batched Direct Get (`$JS.API.DIRECT.GET.<stream>` with `next_by_subj` and `batch`):
   no consumer to create or delete, one round trip per batch, an empty thread costs one request.
   With replicas > 1 a Direct Get may be answered by a follower that lags the leader slightly.
-* `follow` runs its own ephemeral push consumer (ack none, flow control, idle heartbeats) and keeps
-  the last stream sequence it yielded; on a gap, a stall or any consumer error it recreates the
-  consumer from last + 1, so nothing is missed or repeated across reconnects and server restarts.
+* Every `follow` of a store reads one live tail (`agentlog.eventlog.jetstream.tails`): an ephemeral
+  push consumer on the whole stream (ack none, flow control, idle heartbeats) that keeps the last
+  stream sequence it saw; on a gap, a stall or any consumer error it recreates the consumer from
+  last + 1, so nothing is missed or repeated across reconnects and server restarts. A follow is
+  a local registration: no consumer is created or deleted for it.
 * Threads archived by retention (`agentlog.eventlog.jetstream.retention`) live in the Object Store; `read_thread`
   and `read_run` put their commits back at their positions (`agentlog.eventlog.jetstream.archive`), so no reader
   knows the difference. The stream refuses to run under limits that would delete commits
@@ -26,7 +28,7 @@ Design notes (the why behind the code):
 
 This module is the store: its lifecycle, stream setup, append with OCC and the `EventStore`
 operations. Its parts: `js_api` (wire format, version gate), `js_connection` (connecting),
-`js_requests` (request/reply and batched Direct Get), `js_follow` (the live tail).
+`js_requests` (request/reply and batched Direct Get), `js_follow` (the live tail), `js_tails` (the tail shared by every follow).
 """
 
 from __future__ import annotations
@@ -79,7 +81,6 @@ from agentlog.eventlog.jetstream.api import (
 )
 from agentlog.eventlog.jetstream.archive import ThreadArchive
 from agentlog.eventlog.jetstream.connection import DENIED_HOOKS, flush_subscriptions, open_connection
-from agentlog.eventlog.jetstream.follow import Follower
 from agentlog.eventlog.jetstream.limits import check_limits
 from agentlog.eventlog.jetstream.payloads import ObjectStoreBlobs, offload, offload_binaries
 from agentlog.eventlog.jetstream.replicas import (
@@ -546,20 +547,13 @@ class JetStreamEventStore(JetStreamRequests):
         return None
 
     async def follow(self, thread_id: str | None = None, after: int = 0) -> AsyncIterator[StoredCommit]:
-        """A thread's follow shares this store's one live tail (`agentlog.eventlog.jetstream.tails`);
-        a follow of every thread (`thread_id` None) has a consumer of its own."""
+        """Every follow of this store, of one thread or of all, reads its one live tail
+        (`agentlog.eventlog.jetstream.tails`)."""
         if thread_id is not None:
             validate_id(thread_id, "thread_id")
-            async with contextlib.aclosing(self._tails.follow(thread_id, after)) as commits:
-                async for sc in commits:
-                    yield sc
-            return
-        follower = Follower(self, EVENTS_SUBJECTS, after)
-        try:
-            while True:
-                yield await follower.next()
-        finally:
-            await follower.stop()
+        async with contextlib.aclosing(self._tails.follow(thread_id, after)) as commits:
+            async for sc in commits:
+                yield sc
 
     async def live_position(self) -> int:
         """A seq at or below which every commit is in the stream, as recent as this process

@@ -1,7 +1,7 @@
 """The store's shared live tail: every `follow(thread_id, after)` of one store reads one consumer.
 
-`ThreadTails` runs one `Follower` on the whole events stream while anyone follows a thread, and
-hands each commit to the follows of its thread. A follow then costs no consumer of its own:
+`ThreadTails` runs one `Follower` on the whole events stream while anyone follows, and hands each
+commit to the follows of its thread and to the follows of every thread (`thread_id` None). A follow then costs no consumer of its own:
 opening one is a dictionary entry, closing one is its removal, and no JetStream API request is
 on the path of either (a consumer per follow cost a create and a delete request each, and the
 server the consumer's set-up, on every SSE follow and every wait for a command's effect).
@@ -62,7 +62,7 @@ class _Member:
 
     __slots__ = ("dropped", "queue", "thread")
 
-    def __init__(self, thread: str) -> None:
+    def __init__(self, thread: str | None) -> None:
         self.thread = thread
         self.queue: asyncio.Queue[_Seen | BaseException] = asyncio.Queue()
         #: Set when the follow fell `queue_limit` behind and was taken off the tail.
@@ -79,7 +79,8 @@ class ThreadTails:
         self.ring_bytes = ring_bytes
         self.queue_limit = queue_limit
         self.linger = linger
-        self._members: dict[str, set[_Member]] = {}
+        #: Thread id (None: every thread) -> the follows of it.
+        self._members: dict[str | None, set[_Member]] = {}
         self._count = 0
         self._ring: collections.deque[_Seen] = collections.deque()
         self._ring_used = 0
@@ -95,19 +96,20 @@ class ThreadTails:
         return self._task is not None and not self._task.done()
 
     def follows(self, thread_id: str | None = None) -> int:
-        """The follows of `thread_id` (of every thread: None) on the tail now."""
+        """The follows of `thread_id` on the tail now (None: every follow, of one thread or all)."""
         return self._count if thread_id is None else len(self._members.get(thread_id, ()))
 
-    async def follow(self, thread_id: str, after: int) -> AsyncGenerator[StoredCommit, None]:
-        """The thread's commits with seq > `after`, in order, each once, then live (as
-        `EventStore.follow`)."""
+    async def follow(self, thread_id: str | None, after: int) -> AsyncGenerator[StoredCommit, None]:
+        """The thread's (every thread's: None) commits with seq > `after`, in order, each once,
+        then live (as `EventStore.follow`)."""
+        subjects = thread_filter(thread_id) if thread_id is not None else EVENTS_SUBJECTS
         last = after
         while True:
             await self._start()
             member, kept, floor = self._join(thread_id, last)
             try:
                 if last < floor:
-                    async for seq, msg in self.store._scan(thread_filter(thread_id), last):
+                    async for seq, msg in self.store._scan(subjects, last):
                         commit = await self.store._decode(seq, msg)
                         last = seq
                         yield StoredCommit(seq, commit)
@@ -140,7 +142,7 @@ class ThreadTails:
             seen.commit = StoredCommit(seen.seq, await self.store._decode(seen.seq, seen.msg))
         return seen.commit
 
-    def _join(self, thread_id: str, after: int) -> tuple[_Member, list[_Seen], int]:
+    def _join(self, thread_id: str | None, after: int) -> tuple[_Member, list[_Seen], int]:
         """Register a follow (synchronous: nothing the tail sees can fall between the kept
         messages and the queue); returns it, the kept messages of its thread above `after`, and
         the floor at the join."""
@@ -150,7 +152,7 @@ class ThreadTails:
         member = _Member(thread_id)
         self._members.setdefault(thread_id, set()).add(member)
         self._count += 1
-        kept = [seen for seen in self._ring if seen.thread == thread_id and seen.seq > after]
+        kept = [seen for seen in self._ring if seen.seq > after and (thread_id is None or seen.thread == thread_id)]
         return member, kept, self.floor
 
     def _leave(self, member: _Member) -> None:
@@ -213,7 +215,7 @@ class ThreadTails:
             gone = self._ring.popleft()
             self._ring_used -= gone.size
             self.floor = gone.seq
-        for member in list(self._members.get(seen.thread, ())):
+        for member in [*self._members.get(seen.thread, ()), *self._members.get(None, ())]:
             if member.queue.qsize() >= self.queue_limit:
                 member.dropped = True  # it reads what it missed from the stream when it joins again
                 self._leave(member)
