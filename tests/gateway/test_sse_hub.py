@@ -102,3 +102,19 @@ async def test_followers_joining_during_writes_get_every_event_once(api: Api) ->
         assert all(ids == expected for ids in got), got
         app: Any = api.client.server.app
         assert app[HUB].feeds <= 1
+
+
+async def test_a_member_that_starts_the_feed_from_a_seq_gets_every_commit_after_it(api: Api) -> None:
+    """What `GET /v1/runs/{id}/events?follow=true` relies on to read the run once: the commits
+    appended between the caller's read and its join come through the feed."""
+    async with asyncio.timeout(TIMEOUT):
+        read = await api.append("h4", None, [ThreadCreated()])
+        missed = await api.append("h4", None, [ThreadMetadataUpdated(metadata={"n": 1})])  # after the read
+        hub = FollowHub(api.store)
+        first = await hub.join("h4", after=read)
+        second = await hub.join("h4", after=read)
+        assert (first.since, second.since) == (read, None)  # the second joined a running feed
+        later = await api.append("h4", None, [ThreadMetadataUpdated(metadata={"n": 2})])
+        assert [(await anext(first)).seq for _ in range(2)] == [missed, later]
+        assert await after(second, missed) == later
+        await hub.close()

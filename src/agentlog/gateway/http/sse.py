@@ -147,6 +147,10 @@ class Membership:
 
     def __init__(self, feed: _Feed, queue_size: int) -> None:
         self._feed = feed
+        #: Set when this member started the feed from a seq it gave (`FollowHub.join`'s
+        #: `after`): the feed delivers it every commit after that seq, so it reads no history
+        #: after joining. None: only the commits delivered after the join.
+        self.since: int | None = None
         # commits, or None once the membership failed (`_failure` says why)
         self._queue: asyncio.Queue[StoredCommit | None] = asyncio.Queue(maxsize=queue_size)
         self._failure: BaseException | None = None
@@ -195,11 +199,12 @@ class _Feed:
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.task: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
-        """Follow from the store's live position: anything at or below it is in the history
-        every member reads after joining."""
+    async def start(self, after: int | None = None) -> None:
+        """Follow from `after` (a seq its first member has read up to), else from the store's
+        live position: anything at or below it is in the history every member reads after
+        joining."""
         try:
-            head = await self.hub.store.live_position()
+            head = after if after is not None else await self.hub.store.live_position()
         except BaseException as exc:
             self._end(exc)
             raise
@@ -262,9 +267,11 @@ class FollowHub:
         """How many threads are followed now (one store follow each)."""
         return len(self._feeds)
 
-    async def join(self, thread_id: str) -> Membership:
+    async def join(self, thread_id: str, after: int | None = None) -> Membership:
         """A membership of `thread_id`'s feed (started for the first member). Call before
-        reading the history the live commits are to continue."""
+        reading the history the live commits are to continue. `after`: a seq the caller has
+        read the thread (or its run) up to; a member that starts the feed starts it there, and
+        its `since` says it needs no history read after the join."""
         feed = self._feeds.get(thread_id)
         created = feed is None
         if feed is None:
@@ -273,7 +280,8 @@ class FollowHub:
         feed.members.add(member)
         try:
             if created:
-                await feed.start()
+                await feed.start(after)
+                member.since = after
             else:
                 await asyncio.shield(feed.ready)
         except BaseException:
