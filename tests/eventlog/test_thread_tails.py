@@ -120,3 +120,32 @@ async def test_closing_the_tail_ends_its_follows(store: JetStreamEventStore) -> 
             await pending
         with contextlib.suppress(StopAsyncIteration, StoreUnavailable):
             await follow.aclose()  # type: ignore[attr-defined]
+
+
+async def test_a_tail_that_failed_ends_its_follows_and_the_next_follow_starts_it_again(
+        store: JetStreamEventStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentlog.eventlog.errors import StoreUnavailable
+    from agentlog.eventlog.jetstream.follow import Follower
+
+    real = Follower.next_raw
+    failures = [StoreUnavailable("the consumer went away")]
+
+    async def fail_once(self: Follower) -> object:
+        if failures:
+            raise failures.pop()
+        return await real(self)
+
+    monkeypatch.setattr(Follower, "next_raw", fail_once)
+    tails = ThreadTails(store)
+    async with asyncio.timeout(WAIT):
+        first = (await store.append(commit("f"), None)).seq
+        broken = tails.follow("f", first)
+        with pytest.raises(StoreUnavailable):
+            await anext(broken)
+        assert not tails.running and tails.follows() == 0
+        again = tails.follow("f", first)
+        pending = asyncio.ensure_future(anext(again))
+        second = (await store.append(commit("f"), None)).seq
+        assert (await pending).seq == second
+        await again.aclose()  # type: ignore[attr-defined]
+        await tails.close()

@@ -21,7 +21,7 @@ from the tail and joins again from its last commit, reading what it missed from 
 
 The tail starts with the first follow (one stream info request, then its consumer) and stops
 `linger` seconds after the last follow ended, so a process nobody follows through receives
-nothing. A failure of the tail (the connection closed) ends every follow with it.
+nothing. A failure of the tail (the connection closed) ends every follow with a `StoreUnavailable`.
 """
 
 from __future__ import annotations
@@ -106,6 +106,8 @@ class ThreadTails:
         last = after
         while True:
             await self._start()
+            if not self.running:
+                continue  # it failed before this follow could join: start it again
             member, kept, floor = self._join(thread_id, last)
             try:
                 if last < floor:
@@ -226,7 +228,9 @@ class ThreadTails:
         log.debug("thread tail failed: %s", exc)
         for members in list(self._members.values()):
             for member in members:
-                member.queue.put_nowait(exc)
+                error = StoreUnavailable(str(exc) or type(exc).__name__)  # one each: raised in its own task
+                error.__cause__ = exc
+                member.queue.put_nowait(error)
         self._members.clear()
         self._count = 0
 
