@@ -213,7 +213,9 @@ async def _consumers(nc: nats.NATS) -> int:
 async def test_thread_follows_share_one_consumer_removed_after_the_last(nats_server: EmbeddedNatsServer) -> None:
     """However many threads and follows, one consumer (the store's live tail); it goes once the
     last follow has ended for `follow_linger`, and a later follow brings it back."""
-    store = await connect(nats_server, follow_heartbeat=0.3, follow_linger=0.2)
+    # the default heartbeat: a short one lets a loaded machine stall the tail into recreating its
+    # consumer, and an old consumer whose delete timed out then lingers until it expires
+    store = await connect(nats_server, follow_linger=0.2)
     try:
         await store.append(commit("t"), 0)
         await store.append(commit("u"), 0)
@@ -245,7 +247,7 @@ async def test_thread_follows_share_one_consumer_removed_after_the_last(nats_ser
 
 async def test_closing_the_store_removes_the_tail_and_ends_its_follows(nats_server: EmbeddedNatsServer) -> None:
     nc = await nats.connect(nats_server.url)
-    store = await connect(nats_server, follow_heartbeat=0.3)
+    store = await connect(nats_server)  # the default heartbeat, as above
     try:
         await store.append(commit("t"), 0)
         async with asyncio.timeout(WAIT):
