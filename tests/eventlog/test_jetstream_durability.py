@@ -206,16 +206,27 @@ async def test_undecodable_message_is_quarantined_not_raised(nats_server: Embedd
         await store.close()
 
 
-async def test_follow_removes_its_consumer_when_closed(nats_server: EmbeddedNatsServer) -> None:
-    store = await connect(nats_server, follow_heartbeat=0.3)
+async def _consumers(nc: nats.NATS) -> int:
+    return int((await stream_info(nc))["state"]["consumer_count"])
+
+
+async def test_thread_follows_share_one_consumer_removed_after_the_last(nats_server: EmbeddedNatsServer) -> None:
+    """However many threads and follows, one consumer (the store's live tail); it goes once the
+    last follow has ended for `follow_linger`, and a later follow brings it back."""
+    # the default heartbeat: a short one lets a loaded machine stall the tail into recreating its
+    # consumer, and an old consumer whose delete timed out then lingers until it expires
+    store = await connect(nats_server, follow_linger=0.2)
     try:
         await store.append(commit("t"), 0)
+        await store.append(commit("u"), 0)
         async with asyncio.timeout(WAIT):
-            follower = store.follow("t")
-            await anext(follower)
-            assert (await stream_info(store.nc))["state"]["consumer_count"] == 1
-            await follower.aclose()
-            assert (await stream_info(store.nc))["state"]["consumer_count"] == 0
+            follows = [store.follow(t) for t in ("t", "t", "u")]
+            assert [(await anext(f)).seq for f in follows] == [1, 1, 2]
+            assert await _consumers(store.nc) == 1
+            for f in follows:
+                await f.aclose()
+            while await _consumers(store.nc):  # the tail lingers, then deletes its consumer
+                await asyncio.sleep(0.05)
 
             started = asyncio.Event()
 
@@ -225,11 +236,31 @@ async def test_follow_removes_its_consumer_when_closed(nats_server: EmbeddedNats
 
             task = asyncio.create_task(tail())
             await started.wait()
+            assert await _consumers(store.nc) == 1
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-            assert (await stream_info(store.nc))["state"]["consumer_count"] == 0
+            while await _consumers(store.nc):
+                await asyncio.sleep(0.05)
     finally:
         await store.close()
+
+
+async def test_closing_the_store_removes_the_tail_and_ends_its_follows(nats_server: EmbeddedNatsServer) -> None:
+    nc = await nats.connect(nats_server.url)
+    store = await connect(nats_server)  # the default heartbeat, as above
+    try:
+        await store.append(commit("t"), 0)
+        async with asyncio.timeout(WAIT):
+            follower = store.follow("t")
+            await anext(follower)
+            pending = asyncio.ensure_future(anext(follower))
+            await store.close()
+            with pytest.raises(StoreUnavailable):
+                await pending
+            assert await _consumers(nc) == 0
+    finally:
+        await store.close()
+        await nc.close()
 
 
 async def test_context_manager_closes_an_owned_connection(nats_server: EmbeddedNatsServer) -> None:
@@ -346,12 +377,12 @@ async def test_a_follow_whose_create_answer_is_lost_leaves_no_orphan_consumer(
             monkeypatch.setattr(store, "_api", lose_first_create_answer)
             feed = store.follow("orph")
             assert (await anext(feed)).seq == first.seq
+            second = await store.append(commit("orph"), first.seq)
+            assert (await anext(feed)).seq == second.seq  # from the live tail's consumer
             reply = await store.nc.request(f"$JS.API.CONSUMER.LIST.{EVENTS_STREAM}", b"{}", timeout=5)
             following = [c for c in json.loads(reply.data)["consumers"]
-                         if c["config"].get("filter_subject", "").startswith("agentlog.ev.orph.")]
+                         if c["config"].get("filter_subject") == "agentlog.ev.>"]
             assert lost and len(following) == 1
-            second = await store.append(commit("orph"), first.seq)
-            assert (await anext(feed)).seq == second.seq
             await feed.aclose()
     finally:
         await store.close()

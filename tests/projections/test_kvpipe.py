@@ -10,8 +10,8 @@ import pytest
 from nats.js.api import KeyValueConfig
 
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
-from agentlog.projections.errors import ProjectionError
-from agentlog.projections.kvpipe import get_many, put_many
+from agentlog.projections.errors import ProjectionError, WriterFenced
+from agentlog.projections.kvpipe import get_many, put_many, update
 
 
 async def test_put_many_then_get_many_like_the_client(nats_server: EmbeddedNatsServer) -> None:
@@ -30,5 +30,41 @@ async def test_put_many_then_get_many_like_the_client(nats_server: EmbeddedNatsS
             await js.delete_key_value("pipe_b")  # its stream is gone: no one answers the puts
             with pytest.raises(ProjectionError):
                 await put_many(nc, [(b, "k0", b"x")])
+    finally:
+        await nc.close()
+
+
+async def test_concurrent_exchanges_on_one_connection_each_get_their_own_replies(nats_server: EmbeddedNatsServer) -> None:
+    """Every exchange of a connection shares its one reply subscription: replies are filed by
+    exchange, so exchanges in flight together never take each other's answers."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        async with asyncio.timeout(30):
+            js = nc.jetstream()
+            kv = await js.create_key_value(KeyValueConfig(bucket="pipe_c", history=1, direct=True))
+            await asyncio.gather(*(put_many(nc, [(kv, f"e{e}k{i}", f"{e}:{i}".encode()) for i in range(e + 1)])
+                                   for e in range(20)))
+            reads = [(kv, f"e{e}k{i}") for e in range(20) for i in range(e + 1)]
+            got = await asyncio.gather(*(get_many(nc, [read]) for read in reads))
+            assert [value for (value,) in got] == [f"{e}:{i}".encode() for e in range(20) for i in range(e + 1)]
+    finally:
+        await nc.close()
+
+
+async def test_update_writes_only_at_the_expected_revision(nats_server: EmbeddedNatsServer) -> None:
+    """`update` is nats-py's `kv.update`: the new revision, or `WriterFenced` when the key moved."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        async with asyncio.timeout(30):
+            kv = await nc.jetstream().create_key_value(KeyValueConfig(bucket="pipe_d", history=1, direct=True))
+            first = await update(kv, "pos", b"1", 0)
+            assert (await kv.get("pos")).revision == first
+            second = await update(kv, "pos", b"2", first)
+            with pytest.raises(WriterFenced):
+                await update(kv, "pos", b"3", first)  # another writer's revision is on the key
+            with pytest.raises(WriterFenced):
+                await update(kv, "new", b"1", second)  # the key has no revision yet
+            entry = await kv.get("pos")
+            assert (entry.value, entry.revision) == (b"2", second)
     finally:
         await nc.close()

@@ -28,14 +28,13 @@ from nats.js.errors import (
     BadRequestError,
     BucketNotFoundError,
     KeyNotFoundError,
-    KeyWrongLastSequenceError,
     NotFoundError,
 )
 from nats.js.kv import KeyValue
 
 from agentlog.eventlog.jetstream.replicas import placed, raise_replicas
-from agentlog.projections.errors import ProjectionError, WriterFenced
-from agentlog.projections.kvpipe import WriteFence, get_many
+from agentlog.projections.errors import ProjectionError
+from agentlog.projections.kvpipe import WriteFence, get_many, update
 from agentlog.projections.listing import IndexedListings, KVBlobs, ListingIndex, kv_get, put_pipelined
 from agentlog.projections.views import RunView, ThreadView, ViewEncoder, decode_run, decode_thread
 
@@ -267,10 +266,7 @@ class KVViewStore(IndexedListings):
         if last is None:
             last = (await self._entry(key))[1]
         self._revisions.pop(key, None)  # unknown until this write is acked (it may land or not)
-        try:
-            self._revisions[key] = await self.meta.update(key, str(seq).encode(), last=last)
-        except KeyWrongLastSequenceError:
-            raise WriterFenced(f"{key!r} was written by another writer") from None
+        self._revisions[key] = await update(self.meta, key, str(seq).encode(), last)
 
     # -- ViewStore ----------------------------------------------------------------------------
 

@@ -3,8 +3,8 @@
 Why not `asyncio.gather(kv.put(...) ...)`: each of those is a task, a future, a timer and a
 lookup in the client's reply table; for the thousands of views a rebuild or a catching-up runner
 writes, that bookkeeping costs more than the server's work. Here every request is one publish
-with its own reply subject under one inbox (`<inbox>.<index>`), and one callback files each
-reply by its index. Same requests and replies as nats-py's own `kv.put` (a JetStream publish,
+with its own reply subject (`<inbox>.<exchange>.<index>`) under one inbox per connection,
+subscribed once, and one callback files each reply by its exchange and index. Same requests and replies as nats-py's own `kv.put` (a JetStream publish,
 acked) and `kv.get` (a Direct Get of the key's last message).
 
 Fenced writes (`WriteFence`): every put carries `Nats-Expected-Last-Sequence`, the seq its
@@ -17,7 +17,8 @@ last seq + n - 1.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -35,9 +36,47 @@ WINDOW = 2048
 
 #: JetStream's error code for a publish whose expected last sequence does not match.
 WRONG_LAST_SEQUENCE = 10071
+WRONG_LAST_SEQUENCE_CONSTANT = 10164
 EXPECTED_LAST_SEQUENCE = "Nats-Expected-Last-Sequence"
+EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
 
 Request = tuple[str, bytes] | tuple[str, bytes, dict[str, str]]
+
+
+class _Replies:
+    """One connection's reply subscription for every exchange on it (`<inbox>.<exchange>.<index>`):
+    subscribed once, so an exchange of one or two puts (the runner's usual batch) pays no
+    subscription of its own (a SUB, an UNSUB and nats-py's task per subscription)."""
+
+    def __init__(self, nc: NATS) -> None:
+        self.nc = nc
+        self.inbox = nc.new_inbox()
+        self.waiting: dict[str, Callable[[int, Msg], None]] = {}
+        self._next = 0
+        self._sub: asyncio.Future[None] | None = None
+
+    async def ready(self) -> None:
+        if self._sub is None or (self._sub.done() and self._sub.exception() is not None):
+            self._sub = asyncio.ensure_future(self._subscribe())
+        await asyncio.shield(self._sub)
+
+    async def _subscribe(self) -> None:
+        await self.nc.subscribe(f"{self.inbox}.>", cb=self._on_reply)
+
+    async def _on_reply(self, msg: Msg) -> None:
+        exchange_id, _, index = msg.subject[len(self.inbox) + 1:].partition(".")
+        handler = self.waiting.get(exchange_id)
+        if handler is not None:
+            handler(int(index), msg)
+
+    def register(self, handler: Callable[[int, Msg], None]) -> str:
+        self._next += 1
+        exchange_id = str(self._next)
+        self.waiting[exchange_id] = handler
+        return exchange_id
+
+
+_replies: weakref.WeakKeyDictionary[NATS, _Replies] = weakref.WeakKeyDictionary()
 
 
 async def exchange(nc: NATS, requests: Sequence[Request], *, timeout: float = TIMEOUT) -> list[Msg]:
@@ -50,32 +89,35 @@ async def exchange(nc: NATS, requests: Sequence[Request], *, timeout: float = TI
     received = 0
     space = asyncio.Event()
     done = asyncio.Event()
-    inbox = nc.new_inbox()
+    shared = _replies.get(nc)
+    if shared is None:
+        shared = _replies[nc] = _Replies(nc)
+    await shared.ready()
 
-    async def on_reply(msg: Msg) -> None:
+    def on_reply(index: int, msg: Msg) -> None:
         nonlocal received
-        index = int(msg.subject.rpartition(".")[2])
-        if replies[index] is None:
+        if 0 <= index < n and replies[index] is None:
             replies[index] = msg
             received += 1
             space.set()
             if received == n:
                 done.set()
 
-    sub = await nc.subscribe(f"{inbox}.*", cb=on_reply)
+    exchange_id = shared.register(on_reply)
+    prefix = f"{shared.inbox}.{exchange_id}."
     try:
         async with asyncio.timeout(timeout):
             for index, request in enumerate(requests):
                 while index - received >= WINDOW:
                     space.clear()
                     await space.wait()
-                await nc.publish(request[0], request[1], reply=f"{inbox}.{index}",
+                await nc.publish(request[0], request[1], reply=f"{prefix}{index}",
                                  headers=request[2] if len(request) == 3 else None)
             await done.wait()
     except TimeoutError:
         raise ProjectionError(f"KV: {n - received} of {n} requests got no reply within {timeout}s") from None
     finally:
-        await sub.unsubscribe()
+        del shared.waiting[exchange_id]
     return replies  # type: ignore[return-value] # all filled: `done` was set
 
 
@@ -136,6 +178,22 @@ async def put_many(nc: NATS, writes: Sequence[tuple[KeyValue, str, bytes]], *, f
         raise
     if fence is not None:
         fence._last.update(expected)
+
+
+async def update(kv: KeyValue, key: str, value: bytes, last: int) -> int:
+    """Write the key if its last revision is `last` (0: it has none) and return its new
+    revision; `WriterFenced` if it is not (another writer wrote it). nats-py's `kv.update` as
+    one request of an exchange."""
+    (reply,) = await exchange(kv._js._nc, [(f"{kv._pre}{key}", value, {EXPECTED_LAST_SUBJECT_SEQUENCE: str(last)})],
+                              timeout=kv._js._timeout)
+    status = _status(reply)
+    ack = _ack(reply.data) if status is None else None
+    if ack is None or "error" in ack:
+        error = ack.get("error") if ack is not None else None
+        if isinstance(error, dict) and error.get("err_code") in (WRONG_LAST_SEQUENCE, WRONG_LAST_SEQUENCE_CONSTANT):
+            raise WriterFenced(f"{key!r} in {kv._name!r} was written by another writer")
+        raise ProjectionError(f"KV update of {key!r} in {kv._name!r} failed: {status or reply.data!r}")
+    return int(ack["seq"])
 
 
 def _ack(data: bytes) -> dict[str, Any] | None:

@@ -129,6 +129,11 @@ class Follower:
             pass
 
     async def next(self) -> StoredCommit:
+        sseq, msg = await self.next_raw()
+        return StoredCommit(sseq, await self.store._decode(sseq, msg))
+
+    async def next_raw(self) -> tuple[int, Msg]:
+        """The next message's stream seq and the message itself, not decoded."""
         if self.sub is None:
             await self._start()
         stall = self.heartbeat * 2.5
@@ -154,9 +159,8 @@ class Follower:
             self.next_dseq = dseq + 1
             if sseq <= self.last:
                 continue
-            commit = await self.store._decode(sseq, msg)
             self.last = sseq
-            return StoredCommit(sseq, commit)
+            return sseq, msg
 
     async def _control(self, msg: Msg, status: str) -> bool:
         """Handle a status message; False means the consumer must be recreated."""

@@ -13,9 +13,11 @@ Design notes (the why behind the code):
 * Reads use batched Direct Get (`$JS.API.DIRECT.GET.<stream>` with `next_by_subj` and `batch`):
   no consumer to create or delete, one round trip per batch, an empty thread costs one request.
   With replicas > 1 a Direct Get may be answered by a follower that lags the leader slightly.
-* `follow` runs its own ephemeral push consumer (ack none, flow control, idle heartbeats) and keeps
-  the last stream sequence it yielded; on a gap, a stall or any consumer error it recreates the
-  consumer from last + 1, so nothing is missed or repeated across reconnects and server restarts.
+* Every `follow` of a store reads one live tail (`agentlog.eventlog.jetstream.tails`): an ephemeral
+  push consumer on the whole stream (ack none, flow control, idle heartbeats) that keeps the last
+  stream sequence it saw; on a gap, a stall or any consumer error it recreates the consumer from
+  last + 1, so nothing is missed or repeated across reconnects and server restarts. A follow is
+  a local registration: no consumer is created or deleted for it.
 * Threads archived by retention (`agentlog.eventlog.jetstream.retention`) live in the Object Store; `read_thread`
   and `read_run` put their commits back at their positions (`agentlog.eventlog.jetstream.archive`), so no reader
   knows the difference. The stream refuses to run under limits that would delete commits
@@ -26,7 +28,7 @@ Design notes (the why behind the code):
 
 This module is the store: its lifecycle, stream setup, append with OCC and the `EventStore`
 operations. Its parts: `js_api` (wire format, version gate), `js_connection` (connecting),
-`js_requests` (request/reply and batched Direct Get), `js_follow` (the live tail).
+`js_requests` (request/reply and batched Direct Get), `js_follow` (the live tail), `js_tails` (the tail shared by every follow).
 """
 
 from __future__ import annotations
@@ -79,7 +81,6 @@ from agentlog.eventlog.jetstream.api import (
 )
 from agentlog.eventlog.jetstream.archive import ThreadArchive
 from agentlog.eventlog.jetstream.connection import DENIED_HOOKS, flush_subscriptions, open_connection
-from agentlog.eventlog.jetstream.follow import Follower
 from agentlog.eventlog.jetstream.limits import check_limits
 from agentlog.eventlog.jetstream.payloads import ObjectStoreBlobs, offload, offload_binaries
 from agentlog.eventlog.jetstream.replicas import (
@@ -90,6 +91,7 @@ from agentlog.eventlog.jetstream.replicas import (
     wait_replicated,
 )
 from agentlog.eventlog.jetstream.requests import JetStreamRequests
+from agentlog.eventlog.jetstream.tails import ThreadTails
 from agentlog.eventlog.quarantine import Quarantine
 from agentlog.eventlog.store import check_profile_commit, encode_checked
 from agentlog.eventlog.subjects import (
@@ -121,12 +123,14 @@ class JetStreamEventStore(JetStreamRequests):
         stream: str = EVENTS_STREAM,
         request_timeout: float = 5.0,
         follow_heartbeat: float = 2.0,
+        follow_linger: float = 30.0,
         read_batch: int = 1000,
         read_max_bytes: int = 8 * 1024 * 1024,
         replicas: int | None = None,
     ) -> None:
         """Wrap an already connected client. Prefer `connect()`, which also checks the server and
-        sets up the stream. `replicas`: for the large-payload bucket, created on first use."""
+        sets up the stream. `replicas`: for the large-payload bucket, created on first use.
+        `follow_linger`: seconds the live tail of thread follows runs on after the last one ended."""
         self._nc = nc
         self._owns_connection = owns_connection
         self.stream = stream
@@ -149,6 +153,8 @@ class JetStreamEventStore(JetStreamRequests):
         self._closed = False
         #: Large tool outputs of an oversized commit go here by reference (`agentlog.eventlog.jetstream.payloads`).
         self._blobs = ObjectStoreBlobs(nc, replicas=replicas)
+        #: Every thread's follow reads this one live tail.
+        self._tails = ThreadTails(self, linger=follow_linger)
         self.quarantine = Quarantine()
         #: Whether this process's appends go through (`/health`: `agentlog.eventlog.write_health`).
         self.writes = WriteHealth()
@@ -178,6 +184,7 @@ class JetStreamEventStore(JetStreamRequests):
         connect_timeout: float = 10.0,
         reconnect_wait: float = 0.5,
         follow_heartbeat: float = 2.0,
+        follow_linger: float = 30.0,
         setup_stream: bool = True,
     ) -> JetStreamEventStore:
         """Connect (or adopt a connected `nats.aio.client.Client`), refuse servers older than
@@ -212,6 +219,7 @@ class JetStreamEventStore(JetStreamRequests):
             stream=stream,
             request_timeout=request_timeout,
             follow_heartbeat=follow_heartbeat,
+            follow_linger=follow_linger,
             replicas=replicas,
         )
         try:
@@ -228,6 +236,7 @@ class JetStreamEventStore(JetStreamRequests):
         """Drop our subscriptions; close the connection only if `connect()` opened it."""
         if self._closed:
             return
+        await self._tails.close()  # its consumer deleted while the connection is still ours
         self._closed = True
         if self._sweeper is not None:
             self._sweeper.cancel()
@@ -538,15 +547,23 @@ class JetStreamEventStore(JetStreamRequests):
         return None
 
     async def follow(self, thread_id: str | None = None, after: int = 0) -> AsyncIterator[StoredCommit]:
+        """Every follow of this store, of one thread or of all, reads its one live tail
+        (`agentlog.eventlog.jetstream.tails`)."""
         if thread_id is not None:
             validate_id(thread_id, "thread_id")
-        subject = thread_filter(thread_id) if thread_id is not None else EVENTS_SUBJECTS
-        follower = Follower(self, subject, after)
-        try:
-            while True:
-                yield await follower.next()
-        finally:
-            await follower.stop()
+        async with contextlib.aclosing(self._tails.follow(thread_id, after)) as commits:
+            async for sc in commits:
+                yield sc
+
+    async def live_position(self) -> int:
+        """A seq at or below which every commit is in the stream, as recent as this process
+        knows without asking the server (the live tail's; one request to start the tail when it
+        is not running): a follow from it that reads the history after it joined misses nothing."""
+        return await self._tails.position()
+
+    def thread_follows(self, thread_id: str | None = None) -> int:
+        """How many follows of `thread_id` (of any thread: None) read this store's live tail now."""
+        return self._tails.follows(thread_id)
 
     async def _resolve_conflict(self, commit: Commit, expected: int, description: str) -> AppendResult:
         """A 10071 is either a real conflict or the retry of a commit already written after

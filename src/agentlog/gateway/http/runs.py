@@ -100,8 +100,12 @@ async def follow_run(request: web.Request, svc: Services, run_id: str, thread_id
                      commits: list[StoredCommit]) -> sse.Membership | None:
     """Join the thread's shared feed, then read the run's commits appended since `commits` (so
     the history ends after the join: no gap). Extends `commits`; None (and left) if the run
-    paused meanwhile (its pause is then in the history, and nothing live would end the stream)."""
-    live = await sse.hub_of(request).join(thread_id)
+    paused meanwhile (its pause is then in the history, and nothing live would end the stream).
+    A member that started the feed from the last commit read reads nothing: the feed delivers
+    every commit after it, a pause included."""
+    live = await sse.hub_of(request).join(thread_id, after=commits[-1].seq)
+    if live.since is not None:
+        return live
     try:
         tail = [c async for c in svc.store.read_run_tail(run_id, commits[-1].seq)]
     except BaseException:

@@ -5,7 +5,7 @@ Each event is one SSE frame: `id: <seq>:<index>` (the event id, so a browser's a
 `data:` one line of JSON `{"thread_id", "run_id", "event"}`.
 
 Why a pump with a bounded queue: the producer (a log read, then a live `follow`) must never wait
-long on a slow client, or one stalled browser would pin a JetStream consumer and memory without
+long on a slow client, or one stalled browser would pin a log follow and memory without
 bound. When a client's queue is full the producer waits for room at most `stall` seconds; a client
 that takes no frame for that long is dropped (the connection is closed) and reconnects with
 `Last-Event-ID`, losing nothing. The wait is what lets a client read a history longer than its
@@ -15,8 +15,8 @@ hub below puts them into each follower's own bounded queue without waiting and d
 whose queue is full. Heartbeat comment lines keep proxies from timing the stream out and are how
 a vanished client is noticed while the log is quiet.
 
-Why a fan-out hub (`FollowHub`): a consumer per followed stream would mean N consumers and N
-copies of every message over NATS for N browsers on one run. The hub keeps one
+Why a fan-out hub (`FollowHub`): a follow per followed stream would mean N follows, each decoding
+and queueing every commit, for N browsers on one run. The hub keeps one
 `store.follow` per followed thread in the process, shared by every live follower of that thread
 (thread streams and run streams alike), each with its own bounded queue: a slow follower is
 dropped alone (and resumes with `Last-Event-ID`), the others never wait on it. The follow stops
@@ -147,6 +147,10 @@ class Membership:
 
     def __init__(self, feed: _Feed, queue_size: int) -> None:
         self._feed = feed
+        #: Set when this member started the feed from a seq it gave (`FollowHub.join`'s
+        #: `after`): the feed delivers it every commit after that seq, so it reads no history
+        #: after joining. None: only the commits delivered after the join.
+        self.since: int | None = None
         # commits, or None once the membership failed (`_failure` says why)
         self._queue: asyncio.Queue[StoredCommit | None] = asyncio.Queue(maxsize=queue_size)
         self._failure: BaseException | None = None
@@ -195,11 +199,12 @@ class _Feed:
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.task: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
-        """Follow from the thread's current head: anything at or below it is in the history
-        every member reads after joining."""
+    async def start(self, after: int | None = None) -> None:
+        """Follow from `after` (a seq its first member has read up to), else from the store's
+        live position: anything at or below it is in the history every member reads after
+        joining."""
         try:
-            head = await self.hub.store.thread_version(self.thread_id)
+            head = after if after is not None else await self.hub.store.live_position()
         except BaseException as exc:
             self._end(exc)
             raise
@@ -259,12 +264,14 @@ class FollowHub:
 
     @property
     def feeds(self) -> int:
-        """How many threads are followed now (one JetStream consumer each)."""
+        """How many threads are followed now (one store follow each)."""
         return len(self._feeds)
 
-    async def join(self, thread_id: str) -> Membership:
+    async def join(self, thread_id: str, after: int | None = None) -> Membership:
         """A membership of `thread_id`'s feed (started for the first member). Call before
-        reading the history the live commits are to continue."""
+        reading the history the live commits are to continue. `after`: a seq the caller has
+        read the thread (or its run) up to; a member that starts the feed starts it there, and
+        its `since` says it needs no history read after the join."""
         feed = self._feeds.get(thread_id)
         created = feed is None
         if feed is None:
@@ -273,7 +280,8 @@ class FollowHub:
         feed.members.add(member)
         try:
             if created:
-                await feed.start()
+                await feed.start(after)
+                member.since = after
             else:
                 await asyncio.shield(feed.ready)
         except BaseException:

@@ -76,10 +76,10 @@ from agentlog.runtime.workers import (
     DLQ_CODE,
     DLQ_COMMAND_ID,
     DLQ_ERROR,
+    DLQ_SUBJECTS,
     CommandClient,
     StartClaims,
     Withdrawal,
-    dlq_subject,
 )
 
 Messages = str | Sequence[Any]
@@ -326,6 +326,9 @@ class QueueDispatcher:
         self.decisions = DecisionIntake(store, snapshots=snapshots, handoff=handoff)
         #: The offers of the starts queued here, which a start not taken in time is withdrawn from.
         self.claims = StartClaims(self.client.js)
+        #: Command id -> the future of a wait for its effect, set if a worker dead-letters it.
+        self._dead: dict[str, asyncio.Future[Any]] = {}
+        self._dead_sub: asyncio.Future[None] | None = None
 
     def agent_catalog(self) -> list[dict[str, Any]]:
         """Ids and descriptions only: the tools are the workers' to know (`null`)."""
@@ -563,15 +566,10 @@ class QueueDispatcher:
         returned if the effect still has not shown (the caller answers)."""
         follower = as_generator(self.store.follow(thread_id, after=after))
         dead: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-
-        async def on_dead_letter(msg: Any) -> None:
-            headers = msg.headers or {}
-            if cmd is not None and headers.get(DLQ_COMMAND_ID) == cmd.command_id and not dead.done():
-                dead.set_result(headers)
-
-        sub = await self.client.nc.subscribe(dlq_subject(thread_id), cb=on_dead_letter)
+        if cmd is not None:
+            await self._hear_dead_letters()
+            self._dead[cmd.command_id] = dead
         try:
-            await self.client.nc.flush()
             first = asyncio.ensure_future(_first(follower, done))
             try:
                 if cmd is not None:
@@ -599,10 +597,32 @@ class QueueDispatcher:
                 with contextlib.suppress(BaseException):
                     await first
         finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+            if cmd is not None and self._dead.get(cmd.command_id) is dead:
+                del self._dead[cmd.command_id]
             with contextlib.suppress(Exception):
                 await follower.aclose()
+
+    async def _hear_dead_letters(self) -> None:
+        """Subscribe once (on the first wait) to every dead letter: each wait registers its
+        command id in `_dead`, so no wait pays a subscription and its round trip of its own."""
+        if self._dead_sub is None:
+            self._dead_sub = asyncio.ensure_future(self._subscribe_dead_letters())
+        try:
+            await asyncio.shield(self._dead_sub)
+        except Exception:
+            if self._dead_sub.done():
+                self._dead_sub = None  # the next wait tries again
+            raise
+
+    async def _subscribe_dead_letters(self) -> None:
+        async def on_dead_letter(msg: Any) -> None:
+            headers = msg.headers or {}
+            dead = self._dead.get(headers.get(DLQ_COMMAND_ID, ""))
+            if dead is not None and not dead.done():
+                dead.set_result(headers)
+
+        await self.client.nc.subscribe(DLQ_SUBJECTS, cb=on_dead_letter)
+        await self.client.nc.flush()  # on the server before the first command is queued
 
 
 async def _wait_once_more() -> bool:

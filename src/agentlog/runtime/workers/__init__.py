@@ -13,6 +13,7 @@ from agentlog.runtime.workers.commands import (
     DLQ_QUEUE_SEQ,
     DLQ_RUN_ID,
     DLQ_STREAM,
+    DLQ_SUBJECTS,
     WORKER_CONSUMER,
     CommandClient,
     CommandTooLarge,
@@ -25,6 +26,6 @@ from agentlog.runtime.workers.commands import (
 
 __all__ = [
     "COMMANDS_STREAM", "DLQ_CODE", "DLQ_COMMAND_ID", "DLQ_DELIVERIES", "DLQ_ERROR", "DLQ_QUEUE_SEQ", "DLQ_RUN_ID",
-    "DLQ_STREAM", "WORKER_CONSUMER", "CommandClient", "CommandTooLarge", "StartClaims", "Withdrawal", "control_subject", "dlq_subject",
+    "DLQ_STREAM", "DLQ_SUBJECTS", "WORKER_CONSUMER", "CommandClient", "CommandTooLarge", "StartClaims", "Withdrawal", "control_subject", "dlq_subject",
     "ensure_runtime_streams", "validate_app_name", "worker_consumer",
 ]

@@ -39,6 +39,7 @@ from agentlog.eventlog.events import RunFinished, RunResumed, RunStarted, RunSus
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.eventlog.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 from agentlog.projections.fold import fold_commits
+from agentlog.projections.kvpipe import get_many
 
 log = structlog.get_logger("agentlog.a2a.push")
 
@@ -79,17 +80,25 @@ class PushConfigs:
             try:
                 self._kv = await js.key_value(BUCKET)
             except BucketNotFoundError:
-                self._kv = await js.create_key_value(bucket=BUCKET, history=1)
+                from nats.js.api import KeyValueConfig
+
+                self._kv = await js.create_key_value(KeyValueConfig(bucket=BUCKET, history=1, direct=True))
         return self._kv
 
     async def get(self, task_id: str) -> list[dict[str, Any]]:
+        """The task's configs ([] if none): a Direct Get where the bucket allows it (the scan
+        asks for every state change of every task)."""
         from nats.js.errors import KeyNotFoundError
 
-        try:
-            entry = await (await self.kv()).get(task_id)
-        except KeyNotFoundError:
-            return []
-        value: list[dict[str, Any]] = json.loads(entry.value) if entry.value else []
+        kv = await self.kv()
+        if kv._direct:
+            (data,) = await get_many(self.nc, [(kv, task_id)])
+        else:  # a bucket made before Direct Gets were asked for
+            try:
+                data = (await kv.get(task_id)).value
+            except KeyNotFoundError:
+                return []
+        value: list[dict[str, Any]] = json.loads(data) if data else []
         return value
 
     async def put(self, task_id: str, configs: list[dict[str, Any]]) -> None:
