@@ -3,7 +3,11 @@
     configs   KV bucket `agentlog_a2a_push`, key = task (run) id -> the task's configs (JSON)
     scan      durable consumer on the event stream: each commit that changes a task's state
               (run started, suspended, resumed, finished) of a task with configs becomes one
-              outbox message per config (the task as of that commit), then the commit is acked
+              outbox message per config (the task as of that commit), then the commit is acked.
+              It reads only while some task has a config (a watch of the bucket says so): a
+              deployment that never uses push pays nothing per commit. It resumes at the oldest
+              config's `since` (the log's last seq when the config was set), skipping the commits
+              of the pause, which no config was set for
     outbox    stream `AGENTLOG_A2A_PUSH` (work queue), message id `<config>:<seq>` (a commit the
               scan sees twice is enqueued once)
     send      durable consumer on the outbox: POST the notification; a 2xx acks it, anything
@@ -98,11 +102,43 @@ class PushConfigs:
                 data = (await kv.get(task_id)).value
             except KeyNotFoundError:
                 return []
-        value: list[dict[str, Any]] = json.loads(data) if data else []
-        return value
+        return _configs_of(data)[1]
 
     async def put(self, task_id: str, configs: list[dict[str, Any]]) -> None:
-        await (await self.kv()).put(task_id, json.dumps(configs).encode())
+        """Set the task's configs, with `since`: the log's last seq now (the scan of a gateway
+        that was not reading resumes after it, see `PushDelivery`)."""
+        since = (await self.nc.jetstream().stream_info(EVENTS_STREAM)).state.last_seq if configs else 0
+        await (await self.kv()).put(task_id, json.dumps({"since": since, "configs": configs}).encode())
+
+    async def oldest_since(self) -> int | None:
+        """The smallest `since` of the tasks that have configs, read from the bucket now; None if
+        no task has one."""
+        from nats.js.errors import KeyNotFoundError, NoKeysError
+
+        kv = await self.kv()
+        try:
+            keys = await kv.keys()
+        except NoKeysError:
+            return None
+        found: list[int] = []
+        for key in keys:
+            try:
+                since, configs = _configs_of((await kv.get(key)).value)
+            except KeyNotFoundError:  # deleted since it was listed
+                continue
+            if configs:
+                found.append(since)
+        return min(found) if found else None
+
+
+def _configs_of(value: bytes | None) -> tuple[int, list[dict[str, Any]]]:
+    """(since, configs) of a bucket entry (a bare list: since 0)."""
+    if not value:
+        return 0, []
+    data = json.loads(value)
+    if isinstance(data, list):
+        return 0, data
+    return int(data.get("since") or 0), list(data.get("configs") or [])
 
 
 class PushDelivery:
@@ -116,6 +152,11 @@ class PushDelivery:
         self._subs: list[Any] = []
         self._stopping = False
         self._http: aiohttp.ClientSession | None = None
+        #: Set while some task has configs (the bucket's watch says so, or the watch failed):
+        #: the scan reads only then.
+        self._wanted = asyncio.Event()
+        #: Whether the scan has not read since it started or last paused.
+        self._paused = True
 
     async def start(self) -> None:
         from nats.js.api import ConsumerConfig, DeliverPolicy, RetentionPolicy, StreamConfig
@@ -128,18 +169,90 @@ class PushDelivery:
             await js.add_stream(StreamConfig(name=OUTBOX_STREAM, subjects=[f"{OUTBOX_SUBJECT}.>"],
                                              retention=RetentionPolicy.WORK_QUEUE, duplicate_window=600))
         # the scan starts at the log's head when first created (no config can predate it) and
-        # then resumes where it was acked, across restarts
+        # then resumes where it was acked, across restarts (or, after a pause, see `_resume_scan`)
         scan = await js.pull_subscribe(EVENTS_SUBJECTS, durable=SCAN_CONSUMER, stream=EVENTS_STREAM,
-                                       config=ConsumerConfig(deliver_policy=DeliverPolicy.NEW,
-                                                             ack_wait=min(self.ack_wait, SCAN_ACK_WAIT),
-                                                             max_ack_pending=1))
+                                       config=self._scan_config(DeliverPolicy.NEW))
         send = await js.pull_subscribe(f"{OUTBOX_SUBJECT}.>", durable=SEND_CONSUMER, stream=OUTBOX_STREAM,
                                        config=ConsumerConfig(ack_wait=self.ack_wait, max_deliver=-1))
         self._http = aiohttp.ClientSession()
         self._stopping = False
         self._subs = [scan, send]
-        self._tasks = [asyncio.create_task(self._loop(scan, self._scan), name="a2a-push-scan"),
+        self._wanted.clear()
+        self._paused = True
+        self._tasks = [asyncio.create_task(self._watch_configs(), name="a2a-push-watch"),
+                       asyncio.create_task(self._loop(scan, self._scan, self._scan_gate), name="a2a-push-scan"),
                        asyncio.create_task(self._loop(send, self._send), name="a2a-push-send")]
+
+    def _scan_config(self, policy: Any, start: int | None = None) -> Any:
+        from nats.js.api import ConsumerConfig
+
+        return ConsumerConfig(durable_name=SCAN_CONSUMER, deliver_policy=policy, opt_start_seq=start,
+                              filter_subject=EVENTS_SUBJECTS, ack_wait=min(self.ack_wait, SCAN_ACK_WAIT),
+                              max_ack_pending=1)
+
+    async def _watch_configs(self) -> None:
+        """Keep `_wanted` set while some task has configs. If the watch fails, the scan reads
+        (as if some had): it never misses a commit for want of knowing."""
+        while not self._stopping:
+            live: set[str] = set()
+            watcher = None
+            try:
+                watcher = await (await self.configs.kv()).watchall()
+                async for entry in watcher:
+                    if entry is None:  # the bucket's current entries are all in
+                        continue
+                    if entry.operation is None and _configs_of(entry.value)[1]:
+                        live.add(entry.key)
+                    else:
+                        live.discard(entry.key)
+                    if live:
+                        self._wanted.set()
+                    else:
+                        self._wanted.clear()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - NATS away: scan meanwhile, watch again
+                log.warning("a2a.push.watch_failed", error=str(exc))
+                self._wanted.set()
+                await asyncio.sleep(1)  # retry pacing, not synchronisation
+            finally:
+                if watcher is not None:
+                    with contextlib.suppress(Exception):
+                        await watcher.stop()
+
+    async def _scan_gate(self) -> None:
+        """Before each fetch of the scan: wait while no task has configs; when reading again
+        after that, first skip what no config was set for (`_resume_scan`)."""
+        if not self._wanted.is_set():
+            self._paused = True
+            await self._wanted.wait()
+        if self._paused:
+            await self._resume_scan()
+            self._paused = False
+
+    async def _resume_scan(self) -> None:
+        """Move the scan consumer on to after the oldest config's `since` (read from the bucket
+        now, so a config set meanwhile counts) if it is behind that: the commits in between were
+        made before any config there is now was set. A consumer that is not behind keeps its
+        place (the commits after it may be due to a config: a gateway was down, say). Another
+        gateway doing the same at once may scan a few commits twice: the outbox drops the
+        second enqueue."""
+        from nats.js.api import DeliverPolicy
+        from nats.js.errors import NotFoundError
+
+        since = await self.configs.oldest_since()
+        if since is None:
+            return
+        js = self.store.nc.jetstream()
+        try:
+            info = await js.consumer_info(EVENTS_STREAM, SCAN_CONSUMER)
+            if info.ack_floor is not None and (info.ack_floor.stream_seq or 0) >= since:
+                return
+            await js.delete_consumer(EVENTS_STREAM, SCAN_CONSUMER)
+        except NotFoundError:
+            pass
+        with contextlib.suppress(Exception):  # made by another gateway meanwhile: its start is as good
+            await js.add_consumer(EVENTS_STREAM, self._scan_config(DeliverPolicy.BY_START_SEQUENCE, since + 1))
 
     async def stop(self) -> None:
         """Stop both loops and wait for them. A cancel can be lost in any nats-py call that waits
@@ -160,11 +273,13 @@ class PushDelivery:
             await self._http.close()
             self._http = None
 
-    async def _loop(self, sub: Any, handle: Any) -> None:
+    async def _loop(self, sub: Any, handle: Any, gate: Any = None) -> None:
         from nats.errors import TimeoutError as NatsTimeout
 
         while not self._stopping:
             try:
+                if gate is not None:
+                    await gate()
                 msgs = await cancel_wins(sub.fetch(1, timeout=5))
             except (TimeoutError, NatsTimeout):
                 continue
