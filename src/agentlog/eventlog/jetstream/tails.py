@@ -154,7 +154,13 @@ class ThreadTails:
         member = _Member(thread_id)
         self._members.setdefault(thread_id, set()).add(member)
         self._count += 1
-        kept = [seen for seen in self._ring if seen.seq > after and (thread_id is None or seen.thread == thread_id)]
+        kept: list[_Seen] = []
+        for seen in reversed(self._ring):  # in seq order: from the newest back to `after` only
+            if seen.seq <= after:
+                break
+            if thread_id is None or seen.thread == thread_id:
+                kept.append(seen)
+        kept.reverse()
         return member, kept, self.floor
 
     def _leave(self, member: _Member) -> None:
