@@ -294,7 +294,9 @@ class Server:
         self.views, self.snapshots = views, snapshots
         if self.has_http:
             self.runner = ProjectionRunner(nc, views, quarantine=store.quarantine, lease=lease)
-            await self.runner.start()
+            # it reads the log's head and position: on a cluster still settling that can time
+            # out too (start is repeatable: the lease it holds is kept, the feed opened again)
+            await through_outage(self.runner.start, policy, log, "projections.start", is_transient)
         if self.has_worker:
             self.live = NatsLiveSink(nc)
             self.live.start()
@@ -431,8 +433,8 @@ class Server:
         await site.start()
         sockets = getattr(site._server, "sockets", None) or []  # noqa: SLF001 - the bound port
         self.port = sockets[0].getsockname()[1] if sockets else self.config.port
-        if self.a2a_push is not None:
-            await self.a2a_push.start()
+        if self.a2a_push is not None:  # its stream and consumers, created if missing (repeatable)
+            await through_outage(self.a2a_push.start, OutagePolicy.from_env(), log, "a2a_push.start", is_transient)
             self.parts.append("a2a-push")
 
     async def _start_service(self) -> None:
