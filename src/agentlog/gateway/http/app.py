@@ -115,6 +115,8 @@ def create_app(
     # one shared log follow per followed thread for every SSE client of this app (sse.FollowHub)
     hub = app[sse.HUB] = sse.FollowHub(store, queue_size=settings.sse_queue)
     app.on_cleanup.append(lambda _app: hub.close())
+    app[sse.STREAMS] = set()
+    app.on_shutdown.append(sse.end_streams)
     # what changed in the views, live, for lists kept open (the inspector's)
     changes.install(app, runner)
     if count_runs:

@@ -304,6 +304,16 @@ class FollowHub:
 
 
 HUB = web.AppKey("agentlog.sse_hub", FollowHub)
+#: The event streams the app is sending now (`stream`), which its shutdown ends (`end_streams`).
+STREAMS = web.AppKey("agentlog.sse_streams", set)
+
+
+async def end_streams(app: web.Application) -> None:
+    """On the app's shutdown: end every event stream at once. A stream is open until its client
+    leaves, so the server's graceful stop would otherwise wait out its whole timeout for each
+    client still connected (and up to a heartbeat for each that left)."""
+    for pump in list(app.get(STREAMS, ())):
+        pump.stop()
 
 
 def hub_of(request: web.Request) -> FollowHub:
@@ -321,6 +331,13 @@ class Pump:
         self.heartbeat = heartbeat
         self.stall = stall
         self.overflowed = False
+        self._tasks: tuple[asyncio.Task[None], ...] = ()
+
+    def stop(self) -> None:
+        """End the stream now, as if the client had left (the gateway is stopping: the client
+        resumes with `Last-Event-ID`, on another gateway or this one once it is back)."""
+        for task in self._tasks:
+            task.cancel()
 
     async def _put(self, item: bytes | None) -> None:
         """Queue `item`, waiting for room at most `stall` seconds (QueueFull after that)."""
@@ -378,6 +395,7 @@ class Pump:
     async def run(self) -> Outcome:
         producer = asyncio.create_task(self._produce(), name="sse-producer")
         consumer = asyncio.create_task(self._consume(), name="sse-consumer")
+        self._tasks = (producer, consumer)
         try:
             await asyncio.wait({producer, consumer}, return_when=asyncio.FIRST_COMPLETED)
             if producer.done() and not self.overflowed:
@@ -408,7 +426,14 @@ async def stream(request: web.Request, frames: AsyncIterator[bytes], *,
     })
     await response.prepare(request)
     pump = Pump(frames, response.write, queue_size=queue_size, heartbeat=heartbeat, stall=stall)
-    outcome = await pump.run()
+    streams = request.app.get(STREAMS)
+    if streams is not None:
+        streams.add(pump)
+    try:
+        outcome = await pump.run()
+    finally:
+        if streams is not None:
+            streams.discard(pump)
     if outcome == "overflow":
         log.info("dropping slow event-stream client", path=request.path, queue_size=queue_size)
     if outcome != "end" and request.transport is not None:
@@ -419,5 +444,5 @@ async def stream(request: web.Request, frames: AsyncIterator[bytes], *,
     return response
 
 
-__all__ = ["HEARTBEAT", "HUB", "FollowHub", "Membership", "Pump", "SlowFollower", "frame", "hub_of",
+__all__ = ["HEARTBEAT", "HUB", "STREAMS", "FollowHub", "Membership", "Pump", "SlowFollower", "end_streams", "frame", "hub_of",
            "positioned_events", "stream"]
