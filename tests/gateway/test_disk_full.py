@@ -26,7 +26,10 @@ from tests.support.topology import Deployment
 def deployment_options(tmp_path: Path) -> dict[str, object]:
     hold = tmp_path / "hold"
     hold.mkdir()
-    return {"app": "tests.apps.serve_app:app", "env": {"SERVE_APP_HOLD_DIR": str(hold)}}
+    # the gateway answers a start that cannot commit `queued` after twice its dispatch timeout
+    # (the worker's take, then the commit): 3 s instead of 10 s each
+    return {"app": "tests.apps.serve_app:app",
+            "env": {"SERVE_APP_HOLD_DIR": str(hold), "AGENTLOG_DISPATCH_TIMEOUT": "3"}}
 
 
 async def limit_events_stream(nats_url: str, room: int | None) -> None:
