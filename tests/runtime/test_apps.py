@@ -97,12 +97,13 @@ async def test_two_serve_processes_with_different_apps_drive_only_their_own_runs
 
 async def test_a_gateway_queues_new_runs_for_its_apps_workers_only(tmp_path: Path) -> None:
     """Gateway + workers: alpha's gateway with no alpha worker yet, beta's serve running. Beta's
-    worker never takes alpha's start; no alpha worker does in time, so the gateway withdraws it
-    (503: it will not run). Once an alpha worker runs, the same start sent again runs there."""
+    worker never takes alpha's start; no alpha worker does in time (3 s here,
+    `AGENTLOG_DISPATCH_TIMEOUT`), so the gateway withdraws it (503: it will not run). Once an alpha
+    worker runs, the same start sent again runs there."""
     with EmbeddedNatsServer(tmp_path / "nats") as nats, \
             deploy("serve", tmp_path / "beta", app="tests.apps.two_apps:beta", args=_args("beta"), nats=nats), \
             deploy("split", tmp_path / "alpha", app="tests.apps.two_apps:alpha", args=_args("alpha"), nats=nats,
-                   workers=0) as alpha:
+                   workers=0, env={"AGENTLOG_DISPATCH_TIMEOUT": "3"}) as alpha:
         async with aiohttp.ClientSession() as http:
             async with asyncio.timeout(120):
                 body = {"agent_id": "greeter", "messages": "go", "run_id": "r-alpha", "thread_id": "t-alpha"}
