@@ -172,8 +172,8 @@ def test_req_and_sub_errors_are_one_line_and_an_exit_code(demo: Deployment) -> N
     so in one line. (In process, the command's own code: the subprocess path is covered above.)"""
     data_dir = str(demo.tmp.parent / ".agentlog")
 
-    def cli(*args: str) -> Any:
-        result = runner.invoke(app, ["nats", *args, "--data-dir", data_dir, "--timeout", "5"],
+    def cli(*args: str, timeout: str = "5") -> Any:
+        result = runner.invoke(app, ["nats", *args, "--data-dir", data_dir, "--timeout", timeout],
                                env={"AGENTLOG_NATS_URL": None, "AGENTLOG_DATA_DIR": None})
         assert "Traceback" not in result.output, result.output
         return result
@@ -186,7 +186,8 @@ def test_req_and_sub_errors_are_one_line_and_an_exit_code(demo: Deployment) -> N
     assert nobody.exit_code == 1 and "error [store_unavailable]" in nobody.output, nobody.output
     refused = cli("sub", "agentlog.live.>", "--user", "client")
     assert refused.exit_code == 1 and "error [permission_denied]" in refused.output, refused.output
-    denied = cli("req", "agentlog.ev.t1", "{}")
+    # a denied request gets no answer: the command says why once its timeout is out
+    denied = cli("req", "agentlog.ev.t1", "{}", timeout="2")
     assert denied.exit_code == 1 and "error [permission_denied]" in denied.output, denied.output
     for args in (["req", "x", "--user", "root"], ["req", "x", "-H", "no-colon"]):
         usage = cli(*args)
