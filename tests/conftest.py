@@ -77,6 +77,42 @@ def keep_structlog_config() -> Iterator[None]:
     structlog.configure(**saved)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "early: a test of many seconds, run before the others "
+                                       "(`pytest_collection_modifyitems`)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `early` start first: at the head of each pytest process's share of the list.
+
+    Why: `--dist worksteal` hands each of the W processes a run of the list (the first
+    len // W tests, then a share of the rest, and so on) and lets a process that is done take the
+    last tests of another's. A test of 10 s or more near the end of a run is then what the whole
+    suite waits for while the other processes have nothing left to take. Each module marked so
+    (kept whole: module fixtures start once) goes to the process with the fewest early tests so
+    far, and the list is cut where worksteal will cut it."""
+    early = [item for item in items if item.get_closest_marker("early")]
+    if not early:
+        return
+    rest = [item for item in items if not item.get_closest_marker("early")]
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in early:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+    heads: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    for module in sorted(modules.values(), key=len, reverse=True):
+        min(heads, key=len).extend(module)
+    ordered: list[pytest.Item] = []
+    left = len(items)
+    for n, head in enumerate(heads):
+        share = left // (workers - n)  # as worksteal's first distribution cuts the list
+        taken = max(0, share - len(head))
+        ordered += head + rest[:taken]
+        rest = rest[taken:]
+        left -= share
+    items[:] = ordered + rest
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Freeze what collection made (every test module, the SDKs they import: most of a pytest
     process's heap, alive to the end) out of the cyclic GC, whose full passes walked all of it

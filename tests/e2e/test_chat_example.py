@@ -27,6 +27,7 @@ from tests.support.topology import deploy
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "chat"
 NPM = shutil.which("npm")
 pytestmark = [
+    pytest.mark.early,
     pytest.mark.asyncio,
     pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium not installed (/usr/bin/chromium missing)"),
     pytest.mark.skipif(NPM is None, reason="npm not installed"),

@@ -21,6 +21,8 @@ from agentlog.eventlog.embedded.revive import server_pid
 
 from tests.support.serve import HTTP_ROW
 
+pytestmark = pytest.mark.early  # many seconds: started first (tests/conftest.py)
+
 REPO = Path(__file__).resolve().parents[2]
 
 

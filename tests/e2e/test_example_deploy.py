@@ -33,6 +33,8 @@ from agentlog.testing.cluster import CLUSTER_NAME, LocalCluster
 from tests.project.test_deploy_docker import ROLES, interpolate
 from tests.support.examples import Processes, clean_env, readme_commands, run, with_url
 
+pytestmark = pytest.mark.early  # many seconds: started first (tests/conftest.py)
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "deploy"
 ACCOUNTS = REPO / "scripts" / "nats" / "agentlog-accounts.conf"

@@ -34,7 +34,7 @@ from tests.support.examples import Processes, clean_env, run
 REPO = Path(__file__).resolve().parents[2]
 UV = Path(sys.executable).parent / "uv"
 
-pytestmark = [pytest.mark.skipif(not UV.exists(), reason="uv is not installed in the venv"),
+pytestmark = [pytest.mark.early, pytest.mark.skipif(not UV.exists(), reason="uv is not installed in the venv"),
               pytest.mark.timeout(300)]
 
 FIRST_APP = '''

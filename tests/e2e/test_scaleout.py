@@ -22,9 +22,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 import bench_scaleout  # noqa: E402
+
+pytestmark = pytest.mark.early  # many seconds: started first (tests/conftest.py)
 
 #: A bound on the takeover, far above what the bench measures (a few seconds): not a timing assert.
 TAKEOVER_BOUND = 60.0

@@ -21,8 +21,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from tests.support.serve import HTTP_ROW, read_banner
+
+pytestmark = pytest.mark.early  # many seconds: started first (tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENTLOG = str(Path(sys.executable).parent / "agentlog")

@@ -118,6 +118,7 @@ async def test_a_refusal_that_lasts_stands() -> None:
     assert create.calls > 1
 
 
+@pytest.mark.early  # many seconds: started first (tests/conftest.py)
 async def test_replicas_flag_raises_and_nothing_lowers_them(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     async with LocalCluster(tmp_path / "cluster", 3) as cluster:
         assert set((await _ensure_all(None, cluster)).values()) == {1}  # created with the default
@@ -139,6 +140,7 @@ async def test_replicas_flag_raises_and_nothing_lowers_them(tmp_path: Path, capl
             assert set((await _replicas(store.nc)).values()) == {3}
 
 
+@pytest.mark.early  # many seconds: started first (tests/conftest.py)
 async def test_cluster_survives_a_killed_stream_leader_without_losing_or_duplicating(tmp_path: Path) -> None:
     figures = await reliability_cluster.chaos(tmp_path, runs=200, threads=50, workers=2, timeout=100)
     assert figures["leader_killed"], figures

@@ -31,6 +31,7 @@ from tests.gateway.test_inspector_browser import CHROMIUM, chromium_page
 from tests.support.topology import TOPOLOGIES, Kind, deploy
 
 pytestmark = [
+    pytest.mark.early,
     pytest.mark.asyncio,
     pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium not installed (/usr/bin/chromium missing: "
                                                      "apt-get install chromium)"),

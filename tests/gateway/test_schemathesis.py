@@ -43,6 +43,8 @@ from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 
 from tests.support.http_write import open_stack
 
+pytestmark = pytest.mark.early  # many seconds: started first (tests/conftest.py)
+
 MAX_EXAMPLES = int(os.environ.get("AGENTLOG_SCHEMATHESIS_EXAMPLES", "20"))
 #: Valid input (does the happy path hold up?) and schema-violating input (is it a clean 4xx?).
 MODES = (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)

@@ -13,6 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+pytestmark = pytest.mark.early  # many seconds: started first (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
