@@ -23,7 +23,10 @@ async def test_a_worker_started_before_nats_waits_for_it_then_runs(tmp_path: Pat
     held.bind(("127.0.0.1", 0))
     port = held.getsockname()[1]
     url = f"nats://127.0.0.1:{port}"
-    worker = await spawn_worker(url, tmp_path, "w", env={"AGENTLOG_STORE_OUTAGE_DEADLINE": "60"})
+    # each connect attempt gives up after --timeout (5 s by default): the first failed one is
+    # the "store.waiting" line waited for below
+    worker = await spawn_worker(url, tmp_path, "w", env={"AGENTLOG_STORE_OUTAGE_DEADLINE": "60"},
+                                args=["--timeout", "2"])
     server = EmbeddedNatsServer(tmp_path / "nats", port=port)
     store = None
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +23,11 @@ WorkerProcess = asyncio.subprocess.Process | forkserver.AsyncForkedProcess
 
 
 async def spawn_worker(url: str, logdir: Path, name: str, *, env: dict[str, str] | None = None,
-                       ack_wait: float = 1.0, concurrency: int = 4) -> WorkerProcess:
+                       ack_wait: float = 1.0, concurrency: int = 4, args: Sequence[str] = ()) -> WorkerProcess:
     """An `agentlog worker` process (`python -m agentlog worker`, or the same forked from the
-    fork server); its output goes to `<logdir>/<name>.log`."""
+    fork server), with `args` added to its command line; its output goes to `<logdir>/<name>.log`."""
     argv = ["worker", "--nats", url, "--app", "tests.apps.worker_app:app", "--ack-wait", str(ack_wait),
-            "--concurrency", str(concurrency), "--shutdown-timeout", "5"]
+            "--concurrency", str(concurrency), "--shutdown-timeout", "5", *args]
     full_env = {**os.environ, "PYTHONPATH": PYTHONPATH, **(env or {})}
     with open(logdir / f"{name}.log", "wb") as out:
         if forkserver.enabled():
