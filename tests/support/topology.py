@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,8 +216,11 @@ class Deployment:
         self._signal(signal.SIGTERM, (), hurry=True)
 
     def _hurry(self, name: str, proc: Process) -> None:
+        """Until the process has ended (or 30 s: then `_signal` waits as for any stop, and kills
+        it), hurry it with a SIGINT once it says it waits for its runs."""
         stderr = self._stderr.get(name)
-        while stderr is not None and proc.poll() is None:
+        deadline = time.monotonic() + 30
+        while stderr is not None and proc.poll() is None and time.monotonic() < deadline:
             # the stream ends with the process (or its last child): then nothing more is awaited
             if stderr.wait_or_closed(WAITING_FOR_RUNS, 0.5):
                 with contextlib.suppress(ProcessLookupError):

@@ -197,8 +197,10 @@ class PushDelivery:
             live: set[str] = set()
             watcher = None
             try:
-                watcher = await (await self.configs.kv()).watchall()
-                async for entry in watcher:
+                kv = await cancel_wins(self.configs.kv())
+                watcher = await cancel_wins(kv.watchall())
+                while not self._stopping:
+                    entry = await cancel_wins(watcher.updates(timeout=None))
                     if entry is None:  # the bucket's current entries are all in
                         continue
                     if entry.operation is None and _configs_of(entry.value)[1]:
@@ -255,16 +257,19 @@ class PushDelivery:
             await js.add_consumer(EVENTS_STREAM, self._scan_config(DeliverPolicy.BY_START_SEQUENCE, since + 1))
 
     async def stop(self) -> None:
-        """Stop both loops and wait for them. A cancel can be lost in any nats-py call that waits
-        (see `agentlog.eventlog.cancel`; the fetch is awaited through `cancel_wins`, the KV read, the
-        publish and the ack are not), and a loop that lost it fetched on, so a gateway's shutdown
-        waited forever: each loop also checks `_stopping` before every fetch, and gives back what
-        it fetched after the stop."""
+        """Stop the loops and wait for them. A cancel can be lost in any nats-py call that waits
+        (see `agentlog.eventlog.cancel`; the fetch and the watch's waits are awaited through
+        `cancel_wins`, the KV read, the publish and the ack are not), and a loop that lost it went
+        on, so a gateway's shutdown waited forever: each loop also checks `_stopping` before every
+        wait, gives back what it fetched after the stop, and is cancelled again until it has
+        ended."""
         self._stopping = True
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        tasks, self._tasks = self._tasks, []
+        while pending := [task for task in tasks if not task.done()]:
+            for task in pending:
+                task.cancel()
+            await asyncio.wait(pending, timeout=0.5)  # a cancel lost meanwhile: cancel again
+        await asyncio.gather(*tasks, return_exceptions=True)
         for sub in self._subs:  # no more deliveries to this process's inboxes
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
