@@ -24,13 +24,11 @@ import contextlib
 import json
 import math
 import sys
-from collections.abc import AsyncGenerator
 from typing import Annotated, Any
 
 import nats.errors
 import typer
 from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
 from rich.console import Console
 from rich.text import Text
 
@@ -127,12 +125,37 @@ def _write(data: bytes) -> None:
 NO_RESPONDERS = "503"
 
 
-async def _answers(nc: NATS, subject: str, payload: bytes, headers: dict[str, str] | None,
-                   timeout: float) -> AsyncGenerator[Msg, None]:
-    """The answers to a request, on an inbox of its own, each awaited at most `timeout` seconds;
-    an error answer raises (`ApiRejected`, `StoreUnavailable` when nothing answers). A
-    subscription or a publish the login may not make is named at once: the server reports it
-    before it answers the flush that follows."""
+async def _request(nc: NATS, subject: str, payload: bytes, headers: dict[str, str] | None, timeout: float) -> None:
+    """One answer on an inbox of its own. A publish the login may not make is named at once: the
+    server reports it before it answers the flush that follows the publish."""
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox, max_msgs=1)
+    try:
+        await flush_subscriptions(nc, timeout)
+        await nc.publish(subject, payload, reply=inbox, headers=headers)
+        await nc.flush(math.ceil(timeout))
+        if (refused := _refused(nc, f"publish to {subject}")) is not None:
+            raise refused
+        try:
+            msg = await sub.next_msg(timeout=timeout)
+        except nats.errors.TimeoutError:
+            raise _refused(nc, f"publish to {subject}") or StoreUnavailable(
+                f"no answer on {subject} within {timeout:g}s") from None
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+    status = (msg.headers or {}).get("Status")
+    if status == NO_RESPONDERS and not msg.data:
+        raise StoreUnavailable(f"nothing answers on {subject} (is `agentlog serve` or `agentlog gateway` "
+                               f"running on this NATS?)")
+    if (msg.headers or {}).get(ERROR_CODE_HEADER):
+        raise _rejected(dict(msg.headers or {}), msg.data)
+    _write(msg.data)
+
+
+
+async def _stream(nc: NATS, subject: str, payload: bytes, headers: dict[str, str] | None, timeout: float) -> None:
+    """Many answers on one inbox until the empty end marker; `timeout` bounds the wait for each."""
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox)
     try:
@@ -140,42 +163,19 @@ async def _answers(nc: NATS, subject: str, payload: bytes, headers: dict[str, st
         if (refused := _refused(nc, f"receive on {inbox}")) is not None:
             raise refused
         await nc.publish(subject, payload, reply=inbox, headers=headers)
-        await nc.flush(math.ceil(timeout))
-        if (refused := _refused(nc, f"publish to {subject}")) is not None:
-            raise refused
         while True:
             try:
                 msg = await sub.next_msg(timeout=timeout)
             except nats.errors.TimeoutError:
                 raise _refused(nc, f"publish to {subject}") or StoreUnavailable(
                     f"no answer on {subject} within {timeout:g}s") from None
-            answer_headers = msg.headers or {}
-            if answer_headers.get("Status") == NO_RESPONDERS and not msg.data:
-                raise StoreUnavailable(f"nothing answers on {subject} (is `agentlog serve` or `agentlog "
-                                       f"gateway` running on this NATS?)")
-            if answer_headers.get(ERROR_CODE_HEADER):
-                raise _rejected(dict(answer_headers), msg.data)
-            yield msg
-    finally:
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
-
-
-async def _request(nc: NATS, subject: str, payload: bytes, headers: dict[str, str] | None, timeout: float) -> None:
-    """One answer."""
-    async with contextlib.aclosing(_answers(nc, subject, payload, headers, timeout)) as answers:
-        async for msg in answers:
-            _write(msg.data)
-            return
-
-
-async def _stream(nc: NATS, subject: str, payload: bytes, headers: dict[str, str] | None, timeout: float) -> None:
-    """Many answers until the empty end marker."""
-    async with contextlib.aclosing(_answers(nc, subject, payload, headers, timeout)) as answers:
-        async for msg in answers:
+            if (msg.headers or {}).get(ERROR_CODE_HEADER):
+                raise _rejected(dict(msg.headers or {}), msg.data)
             if not msg.data:
                 return
             _write(msg.data)
+    finally:
+        await sub.unsubscribe()
 
 
 @nats_app.command("req")
