@@ -20,9 +20,7 @@ make something happen.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import math
 import sys
 from typing import Annotated, Any
 
@@ -121,37 +119,18 @@ def _write(data: bytes) -> None:
     sys.stdout.flush()
 
 
-#: The status header nats-server puts on the answer to a request nobody subscribes to.
-NO_RESPONDERS = "503"
-
-
 async def _request(nc: NATS, subject: str, payload: bytes, headers: dict[str, str] | None, timeout: float) -> None:
-    """One answer on an inbox of its own. A publish the login may not make is named at once: the
-    server reports it before it answers the flush that follows the publish."""
-    inbox = nc.new_inbox()
-    sub = await nc.subscribe(inbox, max_msgs=1)
     try:
-        await flush_subscriptions(nc, timeout)
-        await nc.publish(subject, payload, reply=inbox, headers=headers)
-        await nc.flush(math.ceil(timeout))
-        if (refused := _refused(nc, f"publish to {subject}")) is not None:
-            raise refused
-        try:
-            msg = await sub.next_msg(timeout=timeout)
-        except nats.errors.TimeoutError:
-            raise _refused(nc, f"publish to {subject}") or StoreUnavailable(
-                f"no answer on {subject} within {timeout:g}s") from None
-    finally:
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
-    status = (msg.headers or {}).get("Status")
-    if status == NO_RESPONDERS and not msg.data:
+        msg = await nc.request(subject, payload, timeout=timeout, headers=headers)
+    except nats.errors.NoRespondersError:
         raise StoreUnavailable(f"nothing answers on {subject} (is `agentlog serve` or `agentlog gateway` "
-                               f"running on this NATS?)")
+                               f"running on this NATS?)") from None
+    except nats.errors.TimeoutError:
+        raise _refused(nc, f"publish to {subject}") or StoreUnavailable(
+            f"no answer on {subject} within {timeout:g}s") from None
     if (msg.headers or {}).get(ERROR_CODE_HEADER):
         raise _rejected(dict(msg.headers or {}), msg.data)
     _write(msg.data)
-
 
 
 async def _stream(nc: NATS, subject: str, payload: bytes, headers: dict[str, str] | None, timeout: float) -> None:
