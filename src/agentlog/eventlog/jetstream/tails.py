@@ -84,6 +84,8 @@ class ThreadTails:
         self._count = 0
         self._ring: collections.deque[_Seen] = collections.deque()
         self._ring_used = 0
+        #: The kept messages again, by thread (a join looks at its own thread's only).
+        self._kept: dict[str, collections.deque[_Seen]] = {}
         #: Every message with a seq above it has been seen by the tail (and is kept, or was).
         self.floor = 0
         self._started: asyncio.Future[None] | None = None
@@ -155,11 +157,11 @@ class ThreadTails:
         self._members.setdefault(thread_id, set()).add(member)
         self._count += 1
         kept: list[_Seen] = []
-        for seen in reversed(self._ring):  # in seq order: from the newest back to `after` only
+        ring = self._ring if thread_id is None else self._kept.get(thread_id, ())
+        for seen in reversed(ring):  # in seq order: from the newest back to `after` only
             if seen.seq <= after:
                 break
-            if thread_id is None or seen.thread == thread_id:
-                kept.append(seen)
+            kept.append(seen)
         kept.reverse()
         return member, kept, self.floor
 
@@ -192,6 +194,7 @@ class ThreadTails:
             if self._started is not started:
                 continue  # closed meanwhile
             self._ring.clear()
+            self._kept.clear()
             self._ring_used = 0
             self.floor = int((info.state or {}).get("last_seq", 0))
             self._follower = Follower(self.store, EVENTS_SUBJECTS, self.floor)
@@ -218,9 +221,14 @@ class ThreadTails:
         parts = msg.subject.split(".", 3)
         seen = _Seen(seq, parts[2] if len(parts) > 2 else "", msg)
         self._ring.append(seen)
+        self._kept.setdefault(seen.thread, collections.deque()).append(seen)
         self._ring_used += seen.size
         while len(self._ring) > self.ring_size or (self._ring_used > self.ring_bytes and len(self._ring) > 1):
             gone = self._ring.popleft()
+            thread = self._kept[gone.thread]
+            thread.popleft()  # its oldest: the ring and each thread's deque are in the same order
+            if not thread:
+                del self._kept[gone.thread]
             self._ring_used -= gone.size
             self.floor = gone.seq
         for member in [*self._members.get(seen.thread, ()), *self._members.get(None, ())]:
