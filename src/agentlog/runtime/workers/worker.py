@@ -35,6 +35,10 @@ Guarantees, and how:
   ack; the thread is busy with another run -> nak with delay) instead of failing.
 - **Live control.** Decisions and cancels are also published on core NATS
   `agentlog.ctl.<run_id>` (`CommandClient`); the worker driving that run applies them at once.
+  Each worker holds one subscription to every run's control subject for its whole life (not one
+  per command: a subscription and its removal per command cost the server, and in a cluster
+  every route, two more protocol messages per command); what is not for a run driven here is
+  dropped. The messages of one run are applied in the order they came.
 - **Dead letters.** A command that can never succeed (unreadable, rejected by the runtime, a
   commit over the server's max payload) or that failed on its `max_deliver`-th delivery is
   published to `agentlog.dlq.<thread_id>` (stream `AGENTLOG_DLQ`; headers carry the error code
@@ -178,6 +182,10 @@ class Worker:
         self.consumer = consumer or worker_consumer(self.app_name)
         self.fetch_timeout = fetch_timeout
         self._sub: Any = None
+        #: The subscription to every run's control subject (see "Live control" above).
+        self._control: Any = None
+        #: The last control message being applied, by run (the next one of the run waits for it).
+        self._controls: dict[str, asyncio.Task[None]] = {}
         self._slots = asyncio.Semaphore(self.concurrency)
         self._tasks: dict[asyncio.Task[None], Any] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -222,6 +230,7 @@ class Worker:
             await self.js.add_consumer(COMMANDS_STREAM, config)
         except BadRequestError:
             pass  # exists with another config (another worker's settings win); bind to it
+        self._control = await self.nc.subscribe(control_subject("*"), cb=self._on_control)
         self._sub = await self.js.pull_subscribe_bind(self.consumer, COMMANDS_STREAM)
         self._fetcher = asyncio.get_running_loop().create_task(self._fetch_loop(), name="agentlog-worker-fetch")
         self.log.info("worker.started", concurrency=self.concurrency, ack_wait=self.ack_wait)
@@ -258,11 +267,16 @@ class Worker:
             await asyncio.gather(*(self._hand_back(msg, runs[task], self.log) for task, msg in late.items()))
         if rt is not None:  # runs nobody holds a command for any more: stop them uncommitted
             await self._await_abandoned(rt.abandon_runs())
-        if self._sub is not None:
-            try:
-                await self._sub.unsubscribe()
-            except Exception:  # noqa: BLE001
-                pass
+        for sub in (self._sub, self._control):
+            if sub is not None:
+                try:
+                    await sub.unsubscribe()
+                except Exception:  # noqa: BLE001
+                    pass
+        controls = list(self._controls.values())
+        for task in controls:
+            task.cancel()
+        await asyncio.gather(*controls, return_exceptions=True)
         self.log.info("worker.stopped", **self.stats)
 
     def hand_back_now(self) -> None:
@@ -527,27 +541,35 @@ class Worker:
         return False
 
     async def _execute(self, cmd: Command, queue_seq: int, first_delivery: bool = False) -> str:
-        """`Runtime.execute(cmd)`, listening meanwhile to the run's control subject (a decision or
-        a cancel for it that arrives ahead of its place in the queue). A cancel's run is resumed
-        here when no command of its thread is left in the queue: nobody holds it."""
-        rt = self.runtime
-        sub = await self.nc.subscribe(control_subject(cmd.run_id), cb=self._on_control)
-        try:
-            done = await rt.execute(cmd, unheld=lambda: self._unheld(cmd.thread_id, queue_seq),
-                                    first_delivery=first_delivery)
-        finally:
-            try:
-                await sub.unsubscribe()
-            except Exception:  # noqa: BLE001
-                pass
+        """`Runtime.execute(cmd)` (meanwhile, a decision or a cancel for its run that arrives on
+        the control subject ahead of its place in the queue is applied at once: "Live control").
+        A cancel's run is resumed here when no command of its thread is left in the queue:
+        nobody holds it."""
+        done = await self.runtime.execute(cmd, unheld=lambda: self._unheld(cmd.thread_id, queue_seq),
+                                          first_delivery=first_delivery)
         return ACK if done == "done" else NAK
 
     async def _on_control(self, msg: Any) -> None:
+        """A message on some run's control subject: applied in a task of its own (a decision
+        appends a commit, and must not hold up the other runs' messages), after the run's
+        previous one."""
         try:
             cmd = decode_command(msg.data)
         except InvalidCommand:
             return
+        before = self._controls.get(cmd.run_id)
+        task = asyncio.get_running_loop().create_task(self._apply_control(cmd, before))
+        self._controls[cmd.run_id] = task
+        task.add_done_callback(lambda done: self._control_done(cmd.run_id, done))
+
+    async def _apply_control(self, cmd: Command, before: asyncio.Task[None] | None) -> None:
+        if before is not None:
+            await asyncio.wait((before,))
         await self.runtime.control(cmd)
+
+    def _control_done(self, run_id: str, task: asyncio.Task[None]) -> None:
+        if self._controls.get(run_id) is task:
+            del self._controls[run_id]
 
     async def _publish_control(self, cmd: Command) -> None:
         """Tell the worker driving `cmd`'s run (maybe another one) at once; the queue stays the
