@@ -12,7 +12,10 @@ waits, approve, follow until it finishes. The client is `agentlog.client`, one p
   holder of the writer lease writes; target <= 1.1). Also the CPU seconds per run of all the
   agentlog processes (Linux schedstat), over the same runs driven in this one process (a
   `Runtime` and a lease-less `ProjectionRunner`, no HTTP): `split_cpu_per_run_over_inprocess`
-  (1 gateway + 1 worker) and `gateways_2_cpu_per_run_over_inprocess`.
+  (1 gateway + 1 worker) and `gateways_2_cpu_per_run_over_inprocess`. And the same client load
+  through one `agentlog serve` (gateway and worker in one process): `split_cpu_per_run_over_serve`,
+  what splitting the tiers into processes costs, the HTTP, SSE and projection work of the
+  gateway being in both.
 - failover (`failover()`, which tests/e2e/test_scaleout.py asserts on): a 3-node cluster, R3,
   2 gateways and 2 workers; the client alternates gateways for starts, decisions, reads (with
   `min_seq`) and follows; a third of the way in, the gateway holding the writer lease is
@@ -96,10 +99,13 @@ def app(_store: Any) -> App:
 
 
 class Topology:
-    """`agentlog gateway` and `agentlog worker` processes on one NATS URL (a server or a cluster)."""
+    """`agentlog gateway` and `agentlog worker` processes on one NATS URL (a server or a cluster);
+    `front="serve"`: `agentlog serve` processes in the gateways' place (then give `workers=0`)."""
 
-    def __init__(self, tmp: Path, nats_url: str, *, gateways: int, workers: int, replicas: int | None = None) -> None:
+    def __init__(self, tmp: Path, nats_url: str, *, gateways: int, workers: int, replicas: int | None = None,
+                 front: str = "gateway") -> None:
         self.tmp = tmp
+        self.front = front
         self.nats_url = nats_url
         self.replicas = replicas
         self.gateways: list[bench_e2e.Proc | None] = [None] * gateways
@@ -113,7 +119,7 @@ class Topology:
         cmd = [sys.executable, "-m", "agentlog", role, "--nats", self.nats_url, "--app", APP]
         if self.replicas:
             cmd += ["--replicas", str(self.replicas)]
-        if role == "gateway":
+        if role in ("gateway", "serve"):
             cmd += ["--host", "127.0.0.1", "--port", "0", "--tokens", ""]
         else:
             cmd += ["--concurrency", "16"]
@@ -123,7 +129,7 @@ class Topology:
     def start(self) -> None:
         """Every process at once (as a service manager starts them), then wait for each."""
         self.tmp.mkdir(parents=True, exist_ok=True)
-        gateways = [self._proc(f"gateway-{i}", "gateway") for i in range(len(self.gateways))]
+        gateways = [self._proc(f"gateway-{i}", self.front) for i in range(len(self.gateways))]
         self.workers = [self._proc(f"worker-{i}", "worker") for i in range(self._workers)]
         for i, proc in enumerate(gateways):
             self._ready(i, proc)
@@ -447,14 +453,16 @@ async def kv_puts(store: JetStreamEventStore) -> dict[str, int]:
 # == sections ======================================================================================
 
 
-async def writes(tmp: Path, runs: int, gateways: int, concurrency: int, timeout: float) -> dict[str, Any]:
-    """`runs` runs through `gateways` gateways and 1 worker on a fresh nats-server: KV puts per
-    commit, CPU seconds per run of the agentlog processes."""
+async def writes(tmp: Path, runs: int, gateways: int, concurrency: int, timeout: float, *,
+                 workers: int = 1, front: str = "gateway") -> dict[str, Any]:
+    """`runs` runs through `gateways` gateways (`front`: `agentlog gateway`, or `serve`) and
+    `workers` workers on a fresh nats-server: KV puts per commit, CPU seconds per run of the
+    agentlog processes."""
     from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 
     tmp.mkdir(parents=True, exist_ok=True)
     with EmbeddedNatsServer(tmp / "nats") as nats:
-        topology = Topology(tmp, nats.url, gateways=gateways, workers=1)
+        topology = Topology(tmp, nats.url, gateways=gateways, workers=workers, front=front)
         store = await JetStreamEventStore.connect(nats.url)
         load = Load(topology, tag=f"w{gateways}", checks=False, deadline=time.monotonic() + timeout)
         try:
@@ -647,12 +655,16 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             one = await writes(base / "g1", args.runs, 1, args.writes_concurrency, args.timeout)
             two = await writes(base / "g2", args.runs, 2, args.writes_concurrency, args.timeout)
             local = await inprocess(base / "in", args.runs, args.writes_concurrency)
+            serve = await writes(base / "serve", args.runs, 1, args.writes_concurrency, args.timeout,
+                                 workers=0, front="serve")
             doc.update({f"gateways_1_{k}": v for k, v in one.items() if k != "runs"})
             doc.update({f"gateways_2_{k}": v for k, v in two.items() if k != "runs"})
             doc["inprocess_cpu_s_per_run"] = local["cpu_s_per_run"]
             doc["gateways_2_view_writes_per_commit"] = round(two["puts_per_commit"] / one["puts_per_commit"], 3)
             doc["split_cpu_per_run_over_inprocess"] = round(one["cpu_s_per_run"] / local["cpu_s_per_run"], 2)
             doc["gateways_2_cpu_per_run_over_inprocess"] = round(two["cpu_s_per_run"] / local["cpu_s_per_run"], 2)
+            doc["serve_cpu_s_per_run"] = serve["cpu_s_per_run"]
+            doc["split_cpu_per_run_over_serve"] = round(one["cpu_s_per_run"] / serve["cpu_s_per_run"], 2)
         if "failover" in sections:
             chaos = await failover(base / "failover", runs=args.runs, concurrency=args.concurrency,
                                    timeout=args.timeout)
@@ -673,11 +685,13 @@ def table(doc: dict[str, Any]) -> Any:
         ("view puts per commit, 1 gateway", "gateways_1_puts_per_commit", ""),
         ("view puts per commit, 2 gateways", "gateways_2_puts_per_commit", ""),
         ("  2 gateways / 1 gateway", "gateways_2_view_writes_per_commit", "<= 1.1"),
-        ("CPU s per run, in-process", "inprocess_cpu_s_per_run", ""),
-        ("CPU s per run, 1 gateway + 1 worker", "gateways_1_cpu_s_per_run", ""),
-        ("CPU s per run, 2 gateways + 1 worker", "gateways_2_cpu_s_per_run", ""),
+        ("CPU ms per run, in-process", "inprocess_cpu_s_per_run", ""),
+        ("CPU ms per run, 1 gateway + 1 worker", "gateways_1_cpu_s_per_run", ""),
+        ("CPU ms per run, 2 gateways + 1 worker", "gateways_2_cpu_s_per_run", ""),
         ("  split / in-process", "split_cpu_per_run_over_inprocess", "<= 1.5"),
         ("  2 gateways / in-process", "gateways_2_cpu_per_run_over_inprocess", ""),
+        ("CPU ms per run, agentlog serve (same HTTP load)", "serve_cpu_s_per_run", ""),
+        ("  split / serve", "split_cpu_per_run_over_serve", ""),
         ("failover: SIGKILL -> views written again (s)", "runner_failover_s", "<= 5"),
         ("failover: runs lost / duplicated", None, "0 / 0"),
         ("failover: reads with min_seq / stale", None, "- / 0"),
@@ -690,6 +704,8 @@ def table(doc: dict[str, Any]) -> Any:
             if key not in doc:
                 continue
             value = doc[key]
+            if key.endswith("cpu_s_per_run"):
+                value *= 1000  # shown in ms
             text = f"{value:.3f}" if isinstance(value, float) else str(value)
         elif "lost" in label:
             if "lost_runs" not in doc:
