@@ -29,7 +29,7 @@ import msgspec
 import pydantic
 
 from agentlog.eventlog.events import ContextCompacted, Message, Usage
-from agentlog.runtime.models.base import ModelDone, ModelRequest
+from agentlog.runtime.models.base import ModelDone, ModelProtocolError, ModelRequest, closing_stream
 
 __all__ = [
     "ContextPolicy", "ModelSummarizer", "context_tokens", "overflow_policy", "SummaryResult", "Summarizer", "estimate_tokens", "fit",
@@ -249,11 +249,11 @@ class ModelSummarizer:
         self.models = models
 
     async def summarize(self, model: Any, request: ModelRequest) -> SummaryResult:
-        async for chunk in self.models.resolve(model).stream(request):
-            if type(chunk) is ModelDone:
-                r = chunk.response
-                return SummaryResult(r.text, r.model, r.usage)
-        from agentlog.runtime.models.base import ModelProtocolError
+        async with closing_stream(self.models.resolve(model).stream(request)) as chunks:
+            async for chunk in chunks:
+                if type(chunk) is ModelDone:
+                    r = chunk.response
+                    return SummaryResult(r.text, r.model, r.usage)
 
         raise ModelProtocolError(f"model {request.model!r} ended its stream without a summary")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from agentlog.runtime.models.base import Model, ModelChunk, ModelDone, ModelRequest
+from agentlog.runtime.models.base import Model, ModelChunk, ModelDone, ModelRequest, closing_stream
 
 
 class RecordingModel:
@@ -21,7 +21,8 @@ class RecordingModel:
         self.requests: list[ModelRequest] = []
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
-        async for chunk in self.inner.stream(request):
-            if isinstance(chunk, ModelDone):
-                self.requests.append(request)
-            yield chunk
+        async with closing_stream(self.inner.stream(request)) as chunks:
+            async for chunk in chunks:
+                if isinstance(chunk, ModelDone):
+                    self.requests.append(request)
+                yield chunk

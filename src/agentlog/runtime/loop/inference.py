@@ -47,6 +47,7 @@ from agentlog.runtime.models.base import (
     SelfRetrying,
     TextDelta,
     ToolCallDelta,
+    closing_stream,
 )
 from agentlog.runtime.models.breaker import Breakers, CircuitOpen, NoBreakers, counts_as_failure
 from agentlog.runtime.models.pricing import prices_of
@@ -240,21 +241,22 @@ class Inference:
         # the thread seq every delta of this inference follows: a listener merging deltas with
         # the log holds them until its log follow has reached it (see agentlog.gateway.adapters.source)
         seq = self.staging.version
-        async for chunk in model.stream(request):
-            t = type(chunk)
-            if t is ModelDone:
-                return chunk.response
-            if live_on:
-                if t is TextDelta:
-                    self.live.publish(*for_live, {"type": "text_delta", "step": step, "text": chunk.text,
-                                                  "message_id": self._message_id(), "seq": seq})
-                elif t is ReasoningDelta:
-                    self.live.publish(*for_live, {"type": "reasoning_delta", "step": step, "text": chunk.text,
-                                                  "message_id": self._message_id(), "seq": seq})
-                elif t is ToolCallDelta:
-                    self.live.publish(*for_live, {
-                        "type": "tool_call_delta", "step": step, "index": chunk.index,
-                        "message_id": self._message_id(), "seq": seq,
-                        "call_id": chunk.call_id, "name": chunk.name, "arguments_delta": chunk.arguments_delta,
-                    })
+        async with closing_stream(model.stream(request)) as chunks:
+            async for chunk in chunks:
+                t = type(chunk)
+                if t is ModelDone:
+                    return chunk.response
+                if live_on:
+                    if t is TextDelta:
+                        self.live.publish(*for_live, {"type": "text_delta", "step": step, "text": chunk.text,
+                                                      "message_id": self._message_id(), "seq": seq})
+                    elif t is ReasoningDelta:
+                        self.live.publish(*for_live, {"type": "reasoning_delta", "step": step, "text": chunk.text,
+                                                      "message_id": self._message_id(), "seq": seq})
+                    elif t is ToolCallDelta:
+                        self.live.publish(*for_live, {
+                            "type": "tool_call_delta", "step": step, "index": chunk.index,
+                            "message_id": self._message_id(), "seq": seq,
+                            "call_id": chunk.call_id, "name": chunk.name, "arguments_delta": chunk.arguments_delta,
+                        })
         raise ModelProtocolError(f"model {request.model!r} ended its stream without a final response")

@@ -9,7 +9,7 @@ means the loop never re-assembles fragments and replay can answer with the recor
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import msgspec
 
@@ -112,11 +112,36 @@ class SelfRetrying(Protocol):
     def single_attempt(self) -> Model: ...
 
 
+_Chunk = TypeVar("_Chunk")
+
+
+class closing_stream(Generic[_Chunk]):
+    """`async with closing_stream(model.stream(request)) as chunks:` the stream, closed on leaving
+    the block when it can be (an async generator's `aclose`). A caller that returns at
+    `ModelDone` (or fails midway) ends the stream there, its HTTP response with it, rather than
+    leaving it to the garbage collector, which asyncio then closes in a task of its own after a
+    wake-up of the event loop."""
+
+    __slots__ = ("stream",)
+
+    def __init__(self, stream: AsyncIterator[_Chunk]) -> None:
+        self.stream = stream
+
+    async def __aenter__(self) -> AsyncIterator[_Chunk]:
+        return self.stream
+
+    async def __aexit__(self, *exc: object) -> None:
+        aclose = getattr(self.stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
 async def complete(model: Model, request: ModelRequest) -> ModelResponse:
     """Drain a stream and return its final response (for callers that don't need deltas)."""
-    async for chunk in model.stream(request):
-        if isinstance(chunk, ModelDone):
-            return chunk.response
+    async with closing_stream(model.stream(request)) as chunks:
+        async for chunk in chunks:
+            if isinstance(chunk, ModelDone):
+                return chunk.response
     raise ModelProtocolError("model stream ended without a ModelDone chunk")
 
 
