@@ -144,3 +144,16 @@ def as_generator(commits: AsyncIterator[_T]) -> AsyncGenerator[_T, None]:
 
 async def collect(commits: AsyncIterator[StoredCommit]) -> list[StoredCommit]:
     return [c async for c in commits]
+
+
+async def first_commit(commits: AsyncIterator[StoredCommit]) -> StoredCommit | None:
+    """The first of `commits` (a store's `read_run` / `read_thread`), or None when there is none;
+    the read is closed here, in the caller's task, rather than left to the garbage collector
+    (which asyncio closes later, in a task of its own, after a wake-up of its loop)."""
+    reader = as_generator(commits)
+    try:
+        async for sc in reader:
+            return sc
+        return None
+    finally:
+        await reader.aclose()

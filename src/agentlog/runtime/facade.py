@@ -32,7 +32,7 @@ from agentlog.eventlog.events import (
     ToolCallDecision,
 )
 from agentlog.eventlog.ids import validate_id, validate_run_id
-from agentlog.eventlog.store import EventStore
+from agentlog.eventlog.store import EventStore, first_commit
 from agentlog.projections.fold import fold_commits
 from agentlog.projections.store import ViewStore
 from agentlog.projections.views import RunView, ThreadView
@@ -811,9 +811,8 @@ class Runtime:
             return "later"
 
     async def _started(self, run_id: str) -> bool:
-        async for sc in self.store.read_run(run_id):
-            return any(type(e) is RunStarted for e in sc.commit.events)
-        return False
+        first = await first_commit(self.store.read_run(run_id))
+        return first is not None and any(type(e) is RunStarted for e in first.commit.events)
 
     async def _resume_from_log(self, run_id: str, thread_id: str) -> RunHandle | None:
         handle = await self.resume(run_id, thread_id=thread_id)

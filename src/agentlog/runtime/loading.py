@@ -36,7 +36,7 @@ from agentlog.eventlog.events import (
     ToolCallDecision,
 )
 from agentlog.eventlog.ids import validate_id
-from agentlog.eventlog.store import EventStore, as_generator
+from agentlog.eventlog.store import EventStore, as_generator, first_commit
 from agentlog.projections.store import ViewStore
 from agentlog.runtime.errors import RunNotFound
 from agentlog.runtime.loop.run_context import RunContext, fold_context
@@ -104,9 +104,10 @@ class RunLoader:
         self.agents = agents
 
     async def thread_of(self, run_id: str) -> str:
-        async for sc in self.store.read_run(run_id):
-            return sc.commit.thread_id
-        raise RunNotFound(f"unknown run {run_id!r}")
+        first = await first_commit(self.store.read_run(run_id))
+        if first is None:
+            raise RunNotFound(f"unknown run {run_id!r}")
+        return first.commit.thread_id
 
     async def load(self, run_id: str, thread_id: str | None = None, *, use_snapshot: bool = True) -> LoadedRun:
         """The run's context as of the thread's head. `use_snapshot=False` skips the run-context

@@ -21,6 +21,7 @@ import msgspec
 from agentlog.eventlog.errors import VersionConflict
 from agentlog.eventlog.events import Message, StoredCommit, ThreadCreated, ToolCall
 from agentlog.eventlog.ids import new_id, now_ms
+from agentlog.eventlog.store import first_commit
 from agentlog.gateway.operations.auth import Principal
 from agentlog.gateway.operations.dispatch import Dispatcher
 from agentlog.gateway.operations.errors import ApiError, not_found
@@ -34,9 +35,10 @@ from agentlog.runtime import check_decision_on
 
 
 async def _thread_of_run(svc: Services, run_id: str) -> str:
-    async for sc in svc.store.read_run(run_id):
-        return sc.commit.thread_id
-    raise not_found("run", run_id)
+    first = await first_commit(svc.store.read_run(run_id))
+    if first is None:
+        raise not_found("run", run_id)
+    return first.commit.thread_id
 
 
 async def counterfactual(svc: Services, who: Principal, dispatcher: Dispatcher, run_id: str,

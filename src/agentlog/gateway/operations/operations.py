@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from agentlog.eventlog.events import Position
+from agentlog.eventlog.store import first_commit
 from agentlog.gateway.operations import threads
 from agentlog.gateway.operations.auth import Principal
 from agentlog.gateway.operations.dispatch import Accepted, Dispatcher, RunAccess
@@ -96,10 +97,7 @@ async def check_thread_access(svc: Services, who: Principal, thread_id: str) -> 
 
 async def check_run_access(svc: Services, who: Principal, run_id: str) -> None:
     """404 `run_not_found` for an unknown run, or one on a thread the caller may not see."""
-    first = None
-    async for sc in svc.store.read_run(run_id):
-        first = sc
-        break
+    first = await first_commit(svc.store.read_run(run_id))
     if first is None:
         raise not_found("run", run_id)
     if who.tenant is None:

@@ -18,6 +18,7 @@ import msgspec
 from agentlog.eventlog.errors import StoreUnavailable
 from agentlog.eventlog.events import StoredCommit
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.eventlog.store import first_commit
 from agentlog.gateway.operations.auth import Principal
 from agentlog.gateway.operations.dispatch import Dispatcher
 from agentlog.gateway.operations.errors import ApiError, not_found
@@ -238,10 +239,7 @@ async def current_run(svc: Services, who: Principal, run_id: str) -> RunView:
     if view is not None:
         thread_id = view.thread_id
     else:
-        first = None
-        async for sc in svc.store.read_run(run_id):
-            first = sc
-            break
+        first = await first_commit(svc.store.read_run(run_id))
         if first is None:
             raise not_found("run", run_id)
         thread_id = first.commit.thread_id

@@ -52,7 +52,7 @@ from typing import Any
 import msgspec
 
 from agentlog.eventlog.events import ContextCompacted, Position, StoredCommit, Termination
-from agentlog.eventlog.store import EventStore
+from agentlog.eventlog.store import EventStore, first_commit
 from agentlog.projections.fold import fold_commits
 from agentlog.runtime.agents.catalog import AgentApp
 from agentlog.runtime.agents.spec import AgentRegistry, derived_tools
@@ -129,13 +129,10 @@ class ReplayReport:
 
 async def load_run_log(store: EventStore, run_id: str) -> list[StoredCommit]:
     """The commits of the thread holding `run_id`, in log order."""
-    thread_id = None
-    async for sc in store.read_run(run_id):
-        thread_id = sc.commit.thread_id
-        break
-    if thread_id is None:
+    first = await first_commit(store.read_run(run_id))
+    if first is None:
         raise UnknownReplayRun(f"unknown run {run_id!r}")
-    return [sc async for sc in store.read_thread(thread_id)]
+    return [sc async for sc in store.read_thread(first.commit.thread_id)]
 
 
 def _agents_and_tools(app: AgentApp) -> tuple[AgentRegistry, list[Tool]]:

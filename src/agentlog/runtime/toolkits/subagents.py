@@ -45,7 +45,7 @@ from agentlog.eventlog.events import (
     ThreadCreated,
     ToolCallStarted,
 )
-from agentlog.eventlog.store import as_generator
+from agentlog.eventlog.store import as_generator, first_commit
 from agentlog.projections.fold import RunFolder, fold_commits
 from agentlog.projections.views import RunView
 from agentlog.runtime.agents.spec import AgentRegistry, AgentSpec
@@ -192,11 +192,11 @@ class SubAgents:
 
     async def _own_child(self, run_id: str, ctx: ToolContext) -> str:
         """The thread of `run_id` if it is a child of a run on the caller's thread; ToolError else."""
-        async for sc in self.runtime.store.read_run(run_id):
-            for ev in sc.commit.events:
+        first = await first_commit(self.runtime.store.read_run(run_id))
+        if first is not None:
+            for ev in first.commit.events:
                 if type(ev) is RunStarted and ev.parent_thread_id == ctx.thread_id and ev.origin == ORIGIN:
-                    return sc.commit.thread_id
-            break
+                    return first.commit.thread_id
         raise ToolError(f"{run_id!r} is not a sub-agent run of this thread")
 
     # -- launching and waiting -----------------------------------------------------------------
@@ -215,11 +215,7 @@ class SubAgents:
             await self.commands.submit(StartRun.of(request, thread_id, run_id, command_id=f"start-{run_id}"),
                                        app_name=rt.app.name if rt.app is not None else None)  # this app's workers
             return
-        started = False
-        async for _sc in rt.store.read_run(run_id):
-            started = True
-            break
-        if not started:
+        if await first_commit(rt.store.read_run(run_id)) is None:
             try:
                 await rt.start(request)
                 return
@@ -232,9 +228,10 @@ class SubAgents:
 
     async def _resource_of(self, thread_id: str) -> str | None:
         """The `resource_id` (tenant) of a thread: set by its `ThreadCreated`, in its first commit."""
-        async for sc in self.runtime.store.read_thread(thread_id):
-            return next((e.resource_id for e in sc.commit.events if type(e) is ThreadCreated), None)
-        return None
+        first = await first_commit(self.runtime.store.read_thread(thread_id))
+        if first is None:
+            return None
+        return next((e.resource_id for e in first.commit.events if type(e) is ThreadCreated), None)
 
     async def _wait(self, thread_id: str, run_id: str, ctx: ToolContext) -> tuple[RunView, list[StoredCommit]]:
         """Follow the child's thread from the log until the run finishes or waits, forwarding

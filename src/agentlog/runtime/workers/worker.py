@@ -73,6 +73,7 @@ from agentlog.eventlog.errors import (
 from agentlog.eventlog.events import RunStarted
 from agentlog.eventlog.ids import is_valid_id
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.eventlog.store import first_commit
 from agentlog.eventlog.subjects import DEFAULT_APP, command_subject, commands_filter
 from agentlog.runtime.errors import CommandRejected
 from agentlog.runtime.facade import Runtime
@@ -536,9 +537,8 @@ class Worker:
         return False
 
     async def _run_started(self, run_id: str) -> bool:
-        async for sc in self.store.read_run(run_id):
-            return any(type(e) is RunStarted for e in sc.commit.events)
-        return False
+        first = await first_commit(self.store.read_run(run_id))
+        return first is not None and any(type(e) is RunStarted for e in first.commit.events)
 
     async def _execute(self, cmd: Command, queue_seq: int, first_delivery: bool = False) -> str:
         """`Runtime.execute(cmd)` (meanwhile, a decision or a cancel for its run that arrives on
