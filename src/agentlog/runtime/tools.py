@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
-import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, get_type_hints
 
@@ -21,6 +20,7 @@ import pydantic
 from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.events import JSON, Emitted, ResumeMode, SuspendTicket, ToolCallDecision
 from agentlog.eventlog.ids import validate_id
+from agentlog.runtime.daemon_threads import DAEMON_THREADS
 from agentlog.runtime.models.base import ToolSpec
 from agentlog.runtime.state.access import ProfileAccess, ProfileLoader, TypedState
 from agentlog.runtime.state.batch import MutationBatch
@@ -348,7 +348,8 @@ def with_context_result(result: ToolResult, ctx: ToolContext) -> ToolResult:
 
 
 async def in_daemon_thread(function: Callable[..., Any], kwargs: dict[str, Any], name: str) -> Any:
-    """`function(**kwargs)` in a new daemon thread (with this task's context variables), awaited.
+    """`function(**kwargs)` in a daemon thread of its own while it runs (with this task's context
+    variables; `agentlog.runtime.daemon_threads`), awaited.
 
     A thread cannot be cancelled: a cancelled call stops waiting and the function goes on until it
     returns, its answer dropped. In a daemon thread (not the default executor's, which the
@@ -378,7 +379,7 @@ async def in_daemon_thread(function: Callable[..., Any], kwargs: dict[str, Any],
         except RuntimeError:
             pass  # the event loop is gone (the process is stopping): nobody waits for the answer
 
-    threading.Thread(target=body, name=name, daemon=True).start()
+    DAEMON_THREADS.submit(body, name=name)
     return await answer
 
 
