@@ -186,9 +186,12 @@ def test_req_and_sub_errors_are_one_line_and_an_exit_code(demo: Deployment) -> N
     assert nobody.exit_code == 1 and "error [store_unavailable]" in nobody.output, nobody.output
     refused = cli("sub", "agentlog.live.>", "--user", "client")
     assert refused.exit_code == 1 and "error [permission_denied]" in refused.output, refused.output
-    # a denied request gets no answer: the command says why once its timeout is out
-    denied = cli("req", "agentlog.ev.t1", "{}", timeout="2")
-    assert denied.exit_code == 1 and "error [permission_denied]" in denied.output, denied.output
+    # a denied request gets no answer: the command says why as soon as the server refuses the
+    # publish, not after its timeout (600 s: the test would time out first)
+    for stream in ([], ["--stream"]):
+        denied = cli("req", *stream, "agentlog.ev.t1", "{}", timeout="600")
+        assert denied.exit_code == 1 and "error [permission_denied]" in denied.output, denied.output
+        assert 'Publish to "agentlog.ev.t1"' in denied.output, denied.output
     for args in (["req", "x", "--user", "root"], ["req", "x", "-H", "no-colon"]):
         usage = cli(*args)
         assert usage.exit_code == 2 and "error [usage_error]" in usage.output, usage.output

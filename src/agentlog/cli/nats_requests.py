@@ -9,7 +9,8 @@ its own inboxes only and live output is not per-tenant. On the data dir's embedd
 password is read from the data dir (`passwords.<user>` in its credentials.json); on a server
 named by `--nats URL` it is `--password` (or the URL's `user:password@`, `--creds`, `--token`).
 
-`req` prints the answer's body as received. A micro service error (the `Nats-Service-Error-Code`
+`req` prints the answer's body as received. A publish the login may not make is named as soon as
+the server refuses it (not after `--timeout`: a refused request gets no answer). A micro service error (the `Nats-Service-Error-Code`
 header) is one line `error [<code>]: <message>` on stderr, exit 2 for a 4xx and 1 otherwise, like
 the `run` commands. `--stream` reads the many answers of an adapter subject (AG-UI, AI SDK over
 NATS) until their empty end marker. `sub` prints one line per message; it says `listening on
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import weakref
 from typing import Annotated, Any
 
 import nats.errors
@@ -45,7 +47,7 @@ from agentlog.cli.core import (
 from agentlog.cli.runs import ApiRejected
 from agentlog.eventlog.embedded.server import DEFAULT_DATA_DIR
 from agentlog.eventlog.errors import AgentlogError, PermissionDenied, StoreUnavailable
-from agentlog.eventlog.jetstream.connection import flush_subscriptions
+from agentlog.eventlog.jetstream.connection import DENIED_HOOKS, flush_subscriptions
 from agentlog.eventlog.roles import ROLES, Role
 from agentlog.gateway.operations.connection import open_nats
 
@@ -109,9 +111,48 @@ def _refused(nc: NATS, what: str) -> AgentlogError | None:
     """The server's permissions violation for `what` on this connection, if it reported one."""
     error = nc.last_error
     if error is not None and "permissions violation" in str(error).lower():
-        return PermissionDenied(f"{str(error).removeprefix('nats: ')}: the login may not {what} "
-                                f"(see `agentlog.eventlog.roles` for what each role may do)")
+        return _denied(str(error).removeprefix("nats: "), what)
     return None
+
+
+def _denied(violation: str, what: str) -> PermissionDenied:
+    return PermissionDenied(f"{violation}: the login may not {what} "
+                            f"(see `agentlog.eventlog.roles` for what each role may do)")
+
+
+class _Denials:
+    """The publishes the server refuses on one connection, as they are reported (its error
+    callback, `DENIED_HOOKS`): `refused(subject)` is done once a publish to `subject` is."""
+
+    def __init__(self, nc: NATS) -> None:
+        self._waiting: dict[str, asyncio.Future[None]] = {}
+        DENIED_HOOKS[nc] = weakref.WeakMethod(self._denied)
+
+    def _denied(self, subject: str) -> None:
+        refused = self.refused(subject)
+        if not refused.done():
+            refused.set_result(None)
+
+    def refused(self, subject: str) -> asyncio.Future[None]:
+        if subject not in self._waiting:
+            self._waiting[subject] = asyncio.get_running_loop().create_future()
+        return self._waiting[subject]
+
+
+async def _unless_refused(denials: _Denials, subject: str, answer: Any) -> Any:
+    """Await `answer` (the request or the next message), unless the publish to `subject` is
+    refused first: then `PermissionDenied`, at once."""
+    answering = asyncio.ensure_future(answer)
+    refused = denials.refused(subject)
+    try:
+        await asyncio.wait((answering, refused), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not answering.done():
+            answering.cancel()
+            await asyncio.gather(answering, return_exceptions=True)
+    if answering.done() and not answering.cancelled():
+        return answering.result()
+    raise _denied(f'Permissions Violation for Publish to "{subject}"', f"publish to {subject}")
 
 
 def _write(data: bytes) -> None:
@@ -121,7 +162,8 @@ def _write(data: bytes) -> None:
 
 async def _request(nc: NATS, subject: str, payload: bytes, headers: dict[str, str] | None, timeout: float) -> None:
     try:
-        msg = await nc.request(subject, payload, timeout=timeout, headers=headers)
+        msg = await _unless_refused(_Denials(nc), subject,
+                                    nc.request(subject, payload, timeout=timeout, headers=headers))
     except nats.errors.NoRespondersError:
         raise StoreUnavailable(f"nothing answers on {subject} (is `agentlog serve` or `agentlog gateway` "
                                f"running on this NATS?)") from None
@@ -137,6 +179,7 @@ async def _stream(nc: NATS, subject: str, payload: bytes, headers: dict[str, str
     """Many answers on one inbox until the empty end marker; `timeout` bounds the wait for each."""
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox)
+    denials = _Denials(nc)
     try:
         await flush_subscriptions(nc, timeout)
         if (refused := _refused(nc, f"receive on {inbox}")) is not None:
@@ -144,7 +187,7 @@ async def _stream(nc: NATS, subject: str, payload: bytes, headers: dict[str, str
         await nc.publish(subject, payload, reply=inbox, headers=headers)
         while True:
             try:
-                msg = await sub.next_msg(timeout=timeout)
+                msg = await _unless_refused(denials, subject, sub.next_msg(timeout=timeout))
             except nats.errors.TimeoutError:
                 raise _refused(nc, f"publish to {subject}") or StoreUnavailable(
                     f"no answer on {subject} within {timeout:g}s") from None
