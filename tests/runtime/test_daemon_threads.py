@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 
-from agentlog.runtime.daemon_threads import DaemonThreads
+from agentlog.runtime.tools import DaemonThreads
 
 WAIT = 20.0
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import queue
+import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, get_type_hints
 
@@ -20,7 +22,6 @@ import pydantic
 from agentlog.eventlog.errors import AgentlogError
 from agentlog.eventlog.events import JSON, Emitted, ResumeMode, SuspendTicket, ToolCallDecision
 from agentlog.eventlog.ids import validate_id
-from agentlog.runtime.daemon_threads import DAEMON_THREADS
 from agentlog.runtime.models.base import ToolSpec
 from agentlog.runtime.state.access import ProfileAccess, ProfileLoader, TypedState
 from agentlog.runtime.state.batch import MutationBatch
@@ -347,9 +348,69 @@ def with_context_result(result: ToolResult, ctx: ToolContext) -> ToolResult:
     )
 
 
+# == the threads sync tools run in ==================================================================
+
+
+class DaemonThreads:
+    """Daemon threads for blocking calls, each running one call at a time and kept `idle`
+    seconds after it for the next one. Every call has a thread of its own while it runs (a new
+    one when none is idle), so a call that blocks for an hour holds up no other; they are daemons
+    (not the default executor's, which the interpreter joins at exit), so one stuck in a call
+    never keeps a stopping process alive. Why keep them: `Thread.start` waits, on the event loop,
+    for the new thread to be scheduled, on the path of every sync tool call."""
+
+    def __init__(self, *, idle: float = 60.0) -> None:
+        self.idle = idle
+        self._lock = threading.Lock()
+        #: Kept threads blocked on `_jobs`, waiting for a call.
+        self._waiting = 0
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], None], str]] = queue.SimpleQueue()
+
+    def submit(self, job: Callable[[], None], *, name: str) -> None:
+        """Run `job()` in an idle kept thread, else in a new one (named `name` while it runs).
+        `job` must not raise: what it raises is dropped with its thread."""
+        with self._lock:
+            if self._waiting > 0:
+                self._waiting -= 1
+                self._jobs.put((job, name))  # under the lock: a waiter timing out finds it
+                return
+        threading.Thread(target=self._serve, args=(job, name), name=name, daemon=True).start()
+
+    def _serve(self, job: Callable[[], None], name: str) -> None:
+        thread = threading.current_thread()
+        while True:
+            thread.name = name
+            try:
+                job()
+            except BaseException:  # noqa: BLE001 - a job reports through its own callback; the thread goes on
+                pass
+            thread.name = "agentlog-idle"
+            with self._lock:
+                self._waiting += 1
+            try:
+                job, name = self._jobs.get(timeout=self.idle)
+            except queue.Empty:
+                with self._lock:
+                    try:  # submitted between the timeout and this lock: counted off for us already
+                        job, name = self._jobs.get_nowait()
+                    except queue.Empty:
+                        self._waiting -= 1
+                        return
+
+    @property
+    def idle_threads(self) -> int:
+        """Kept threads waiting for a call now."""
+        with self._lock:
+            return self._waiting
+
+
+#: The process's pool (sync tools: `agentlog.runtime.tools.in_daemon_thread`).
+DAEMON_THREADS = DaemonThreads()
+
+
 async def in_daemon_thread(function: Callable[..., Any], kwargs: dict[str, Any], name: str) -> Any:
     """`function(**kwargs)` in a daemon thread of its own while it runs (with this task's context
-    variables; `agentlog.runtime.daemon_threads`), awaited.
+    variables; `DaemonThreads`), awaited.
 
     A thread cannot be cancelled: a cancelled call stops waiting and the function goes on until it
     returns, its answer dropped. In a daemon thread (not the default executor's, which the
