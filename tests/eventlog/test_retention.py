@@ -435,3 +435,29 @@ def test_due_is_finished_and_old_or_an_unfinished_purge() -> None:
     marker = StoredCommit(4, marker_commit("t", 3, 3, "0" * 64, NOW))
     assert due(tally([*done, marker])["t"], NOW) == "purge"  # the purge did not happen
     assert due(tally([marker])["t"], NOW) is None  # archived and purged: nothing to do
+
+
+async def test_a_run_found_in_the_stream_is_read_again_without_an_index_lookup_until_archived(
+        nats_server: EmbeddedNatsServer) -> None:
+    """The archive index is asked about a run alongside its first read; once the run was found in
+    the stream, later reads ask it only when the stream turns out empty (the run archived since)."""
+    store = await connect(nats_server)
+    lookups: list[str] = []
+    lookup = store.archive.thread_of_run
+
+    async def counted(run_id: str) -> str | None:
+        lookups.append(run_id)
+        return await lookup(run_id)
+
+    store.archive.thread_of_run = counted  # type: ignore[method-assign]
+    try:
+        async with asyncio.timeout(WAIT):
+            [run] = await write_thread(store, "lookups", ts=OLD)
+            first = [sc async for sc in store.read_run(run)]
+            again = [sc async for sc in store.read_run(run)]
+            assert again == first and lookups == [run]
+            await archive_due(store, 30 * DAY_MS, now=NOW)
+            assert [sc async for sc in store.read_run(run)] == first  # from the archive
+            assert lookups == [run, run]
+    finally:
+        await store.close()

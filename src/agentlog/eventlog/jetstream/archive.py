@@ -58,6 +58,8 @@ RUN_INDEX_BUCKET = "agentlog_archive_runs"
 #: Thread metadata key of the marker: `{"upto", "commits", "sha256", "at"}`.
 ARCHIVE_KEY = "agentlog.archived"
 SHA_HEADER = "Agentlog-Sha256"
+#: Runs a store remembers having found in the stream (`ThreadArchive.fill_run`).
+LIVE_RUNS_KEPT = 10_000
 _MAGIC = b"agentlog-archive 1 "
 _json = msgspec.json.Encoder()
 _dec = msgspec.json.Decoder()
@@ -147,6 +149,9 @@ class ThreadArchive:
         self._cache: OrderedDict[str, tuple[str, list[tuple[int, bytes]]]] = OrderedDict()
         self._cache_size = cache_size
         self._obs: Any = None
+        #: Runs this process last found in the stream (most recent last, at most `LIVE_RUNS_KEPT`):
+        #: `fill_run` asks the archive index about them only when the stream turns out empty.
+        self._live_runs: OrderedDict[str, None] = OrderedDict()
 
     def forget(self) -> None:
         """Drop the parsed archives kept in memory (the next read fetches and checks again)."""
@@ -192,19 +197,27 @@ class ThreadArchive:
         the stream holds all of it or none."""
         # The index lookup is sent at once, alongside the stream read, so that a run the stream
         # does not hold (a run being started, an archived run) costs no extra round trip; when
-        # the stream holds the run its answer is dropped.
-        lookup = asyncio.ensure_future(self.thread_of_run(run_id))
-        lookup.add_done_callback(_retrieved)
+        # the stream holds the run its answer is dropped. For a run last found in the stream it
+        # is sent only if the stream turns out empty (archived since): the lookup, its reply and
+        # its task would be spent on every read of a live run (a gateway reads each run it serves).
+        lookup: asyncio.Future[str | None] | None = None
+        if run_id not in self._live_runs:
+            lookup = asyncio.ensure_future(self.thread_of_run(run_id))
+            lookup.add_done_callback(_retrieved)
         found = False
         try:
             async for sc in live:
-                found = True
+                if not found:
+                    found = True
+                    self._seen_live(run_id)
                 yield sc
             if found:
                 return
-            thread_id = await lookup
+            self._live_runs.pop(run_id, None)
+            thread_id = await (lookup if lookup is not None else self.thread_of_run(run_id))
         finally:
-            lookup.cancel()  # a no-op once it is done
+            if lookup is not None:
+                lookup.cancel()  # a no-op once it is done
         if thread_id is None:
             return
         for seq, raw in await self.load(thread_id):
@@ -212,6 +225,12 @@ class ThreadArchive:
                 commit = await self._decode(raw)
                 if commit.run_id == run_id:
                     yield StoredCommit(seq, commit)
+
+    def _seen_live(self, run_id: str) -> None:
+        self._live_runs[run_id] = None
+        self._live_runs.move_to_end(run_id)
+        if len(self._live_runs) > LIVE_RUNS_KEPT:
+            self._live_runs.popitem(last=False)
 
     async def thread_of_run(self, run_id: str) -> str | None:
         """The thread an archived run belongs to (one Direct Get on the run index), None when the
