@@ -136,12 +136,15 @@ class ListingIndex:
 
     # -- writer (the projection runner) ------------------------------------------------------
 
-    async def _cached(self, key: str, decode: Callable[[bytes], Any], default: Any) -> Any:
-        value = self._cache.get(key)
-        if value is None:
-            data = await self.blobs.get(key)
-            value = decode(data) if data is not None else default
-        return value
+    async def _cached(self, keys: list[str], decode: Callable[[bytes], Any], default: Any) -> list[Any]:
+        """The values of `keys`, from the cache, else read (the misses at once)."""
+        values = [self._cache.get(key) for key in keys]
+        missing = [i for i, value in enumerate(values) if value is None]
+        if missing:
+            datas = await asyncio.gather(*(self.blobs.get(keys[i]) for i in missing))
+            for i, data in zip(missing, datas, strict=True):
+                values[i] = decode(data) if data is not None else default
+        return values
 
     async def apply(self, changes: Changes) -> None:
         """Apply list changes: every changed page first, then the headers (see `index`)."""
@@ -149,12 +152,11 @@ class ListingIndex:
             return
         try:
             names = list(changes)
-            headers: list[Header] = await asyncio.gather(
-                *(self._cached(header_key(n), decode_header, EMPTY) for n in names))
+            headers: list[Header] = await self._cached([header_key(n) for n in names], decode_header, EMPTY)
             wanted = [(n, h, h.pages[pos]) for n, h in zip(names, headers, strict=True)
                       for pos in target_pages(h, changes[n].inserts | changes[n].removes)]
-            loaded: list[Page | None] = await asyncio.gather(
-                *(self._cached(page_key(n, ref.no), decode_page, None) for n, _, ref in wanted))
+            loaded: list[Page | None] = await self._cached([page_key(n, ref.no) for n, _, ref in wanted],
+                                                           decode_page, None)
             pages: dict[str, dict[int, Page]] = {n: {} for n in names}
             for (n, _, ref), page in zip(wanted, loaded, strict=True):
                 if page is None or page.stamp != ref.stamp:
