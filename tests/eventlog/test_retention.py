@@ -440,7 +440,8 @@ def test_due_is_finished_and_old_or_an_unfinished_purge() -> None:
 async def test_a_run_found_in_the_stream_is_read_again_without_an_index_lookup_until_archived(
         nats_server: EmbeddedNatsServer) -> None:
     """The archive index is asked about a run alongside its first read; once the run was found in
-    the stream, later reads ask it only when the stream turns out empty (the run archived since)."""
+    the stream (or appended by this store), reads ask it only when the stream turns out empty (the
+    run archived since)."""
     store = await connect(nats_server)
     lookups: list[str] = []
     lookup = store.archive.thread_of_run
@@ -453,11 +454,26 @@ async def test_a_run_found_in_the_stream_is_read_again_without_an_index_lookup_u
     try:
         async with asyncio.timeout(WAIT):
             [run] = await write_thread(store, "lookups", ts=OLD)
-            first = [sc async for sc in store.read_run(run)]
-            again = [sc async for sc in store.read_run(run)]
-            assert again == first and lookups == [run]
+            [other] = await write_thread(store, "lookups-other", ts=OLD)
+            reader = await connect(nats_server)  # appended nothing: learns from its reads
+            read_lookups: list[str] = []
+            read_lookup = reader.archive.thread_of_run
+
+            async def read_counted(run_id: str) -> str | None:
+                read_lookups.append(run_id)
+                return await read_lookup(run_id)
+
+            reader.archive.thread_of_run = read_counted  # type: ignore[method-assign]
+            try:
+                first = [sc async for sc in reader.read_run(other)]
+                again = [sc async for sc in reader.read_run(other)]
+                assert first and again == first and read_lookups == [other]
+            finally:
+                await reader.close()
+            mine = [sc async for sc in store.read_run(run)]
+            assert mine and lookups == []  # appended here: known to be in the stream
             await archive_due(store, 30 * DAY_MS, now=NOW)
-            assert [sc async for sc in store.read_run(run)] == first  # from the archive
-            assert lookups == [run, run]
+            assert [sc async for sc in store.read_run(run)] == mine  # from the archive
+            assert lookups == [run]
     finally:
         await store.close()

@@ -209,7 +209,7 @@ class ThreadArchive:
             async for sc in live:
                 if not found:
                     found = True
-                    self._seen_live(run_id)
+                    self.saw_live(run_id)
                 yield sc
             if found:
                 return
@@ -226,7 +226,8 @@ class ThreadArchive:
                 if commit.run_id == run_id:
                     yield StoredCommit(seq, commit)
 
-    def _seen_live(self, run_id: str) -> None:
+    def saw_live(self, run_id: str) -> None:
+        """`run_id` has commits in the stream (read there, or appended by this process)."""
         self._live_runs[run_id] = None
         self._live_runs.move_to_end(run_id)
         if len(self._live_runs) > LIVE_RUNS_KEPT:

@@ -405,6 +405,8 @@ class JetStreamEventStore(JetStreamRequests):
             raise
         if ack.error is None:
             self.writes.succeeded()
+            if commit.run_id is not None:
+                self.archive.saw_live(commit.run_id)
             return AppendResult(ack.seq, duplicate=ack.duplicate)
         if ack.error.err_code == ERR_WRONG_LAST_SEQUENCE and expected_version is not None:
             self.writes.succeeded()  # the server took the request and checked it: writes work
