@@ -215,11 +215,10 @@ class Deployment:
         once instead of waiting out its shutdown timeout. The end of a deployment."""
         self._signal(signal.SIGTERM, (), hurry=True)
 
-    def _hurry(self, name: str, proc: Process) -> None:
-        """Until the process has ended (or 30 s: then `_signal` waits as for any stop, and kills
-        it), hurry it with a SIGINT once it says it waits for its runs."""
+    def _hurry(self, name: str, proc: Process, deadline: float) -> None:
+        """Until the process has ended (or `deadline`: then `_signal` kills it), hurry it with a
+        SIGINT once it says it waits for its runs."""
         stderr = self._stderr.get(name)
-        deadline = time.monotonic() + 30
         while stderr is not None and proc.poll() is None and time.monotonic() < deadline:
             # the stream ends with the process (or its last child): then nothing more is awaited
             if stderr.wait_or_closed(WAITING_FOR_RUNS, 0.5):
@@ -235,17 +234,26 @@ class Deployment:
         self.start(*(names or self.names))
 
     def _signal(self, sig: signal.Signals, names: Sequence[str], hurry: bool = False) -> None:
+        """Send `sig` to the chosen processes, then wait for them all within one 30 s deadline
+        (not 30 s each, one after the other); any still there then is SIGKILLed, and named on
+        stderr: a process that does not stop on SIGTERM is a bug to look into."""
         chosen = {n: self.procs[n] for n in (names or list(self.procs)) if n in self.procs}
         for proc in chosen.values():
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     proc.send_signal(sig)
+        deadline = time.monotonic() + 30
         for name, proc in chosen.items():
             if hurry:
-                self._hurry(name, proc)
+                self._hurry(name, proc, deadline)
             try:
-                proc.wait(timeout=30)
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                pass
+        for name, proc in chosen.items():
+            if proc.poll() is None:
+                print(f"deployment: {name} (pid {proc.pid}) did not end within 30 s of {sig.name}: killed",
+                      file=sys.stderr)
                 proc.kill()
                 proc.wait(timeout=10)
 
