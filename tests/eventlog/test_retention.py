@@ -437,12 +437,8 @@ def test_due_is_finished_and_old_or_an_unfinished_purge() -> None:
     assert due(tally([marker])["t"], NOW) is None  # archived and purged: nothing to do
 
 
-async def test_a_run_found_in_the_stream_is_read_again_without_an_index_lookup_until_archived(
-        nats_server: EmbeddedNatsServer) -> None:
-    """The archive index is asked about a run alongside its first read; once the run was found in
-    the stream (or appended by this store), reads ask it only when the stream turns out empty (the
-    run archived since)."""
-    store = await connect(nats_server)
+def counted_lookups(store: JetStreamEventStore) -> list[str]:
+    """The runs `store` asks the archive index about from now on, in order."""
     lookups: list[str] = []
     lookup = store.archive.thread_of_run
 
@@ -451,19 +447,22 @@ async def test_a_run_found_in_the_stream_is_read_again_without_an_index_lookup_u
         return await lookup(run_id)
 
     store.archive.thread_of_run = counted  # type: ignore[method-assign]
+    return lookups
+
+
+async def test_a_run_found_in_the_stream_is_read_again_without_an_index_lookup_until_archived(
+        nats_server: EmbeddedNatsServer) -> None:
+    """The archive index is asked about a run alongside its first read; once the run was found in
+    the stream (or appended by this store), reads ask it only when the stream turns out empty (the
+    run archived since)."""
+    store = await connect(nats_server)
+    lookups = counted_lookups(store)
     try:
         async with asyncio.timeout(WAIT):
             [run] = await write_thread(store, "lookups", ts=OLD)
             [other] = await write_thread(store, "lookups-other", ts=OLD)
             reader = await connect(nats_server)  # appended nothing: learns from its reads
-            read_lookups: list[str] = []
-            read_lookup = reader.archive.thread_of_run
-
-            async def read_counted(run_id: str) -> str | None:
-                read_lookups.append(run_id)
-                return await read_lookup(run_id)
-
-            reader.archive.thread_of_run = read_counted  # type: ignore[method-assign]
+            read_lookups = counted_lookups(reader)
             try:
                 first = [sc async for sc in reader.read_run(other)]
                 again = [sc async for sc in reader.read_run(other)]
