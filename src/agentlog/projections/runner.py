@@ -628,12 +628,12 @@ class ProjectionRunner:
             before = await self._load(folder, thread_ids, run_ids)
         else:  # the batch's end is stored before any index write (module docstring)
             self._redo = last
+            load = self._load(folder, thread_ids, run_ids)
             if all(t in self._threads for t in thread_ids) and all(r in self._runs for r in run_ids):
-                before = await self._load(folder, thread_ids, run_ids)  # from the cache: no read to overlap
+                before = await load  # from the cache: no read to overlap with the write
                 await self._store_batch_end(last)
             else:
-                before, _ = await asyncio.gather(self._load(folder, thread_ids, run_ids),
-                                                 self._store_batch_end(last))
+                before, _ = await asyncio.gather(load, self._store_batch_end(last))
         for seq, subject, data in fresh:
             try:
                 commit = decode_commit(data)

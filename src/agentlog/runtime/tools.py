@@ -368,7 +368,7 @@ class DaemonThreads:
 
     def submit(self, job: Callable[[], None], *, name: str) -> None:
         """Run `job()` in an idle kept thread, else in a new one (named `name` while it runs).
-        `job` must not raise: what it raises is dropped with its thread."""
+        `job` reports its own outcome: what it raises is dropped, and its thread goes on."""
         with self._lock:
             if self._waiting > 0:
                 self._waiting -= 1
