@@ -108,28 +108,32 @@ class Crash(Exception):
 
 
 class CrashingBlobs(DictBlobs):
-    """Dies on the n-th `put_many` (after the pages, before the headers, ...)."""
+    """Dies on the n-th `put_many` (after the pages, before the headers, ...): having written
+    the first half of its items (`chained`: a store that stops at its first failure), or every
+    other one (a store whose puts land or fail each on its own)."""
 
-    def __init__(self) -> None:
+    def __init__(self, chained: bool) -> None:
         super().__init__()
+        self.chained = chained
         self.crash_at: int | None = None
         self.calls = 0
 
     async def put_many(self, items) -> None:
         self.calls += 1
         if self.crash_at is not None and self.calls == self.crash_at:
-            await super().put_many(list(items)[: len(items) // 2])
+            items = list(items)
+            await super().put_many(items[: len(items) // 2] if self.chained else items[1::2])
             raise Crash()
         await super().put_many(items)
 
 
 @settings(max_examples=100, deadline=None)
-@given(ops, st.integers(1, 3))
-def test_a_crash_mid_write_leaves_the_committed_list_and_a_retry_completes_it(steps, crash_at) -> None:
+@given(ops, st.integers(1, 3), st.booleans())
+def test_a_crash_mid_write_leaves_the_committed_list_and_a_retry_completes_it(steps, crash_at, chained) -> None:
     """Copy-on-write: until the header is written, readers (and the next writer) see the old
     list whole; re-applying the same change (the redelivered batch) gives the new one."""
     async def go() -> None:
-        blobs = CrashingBlobs()
+        blobs = CrashingBlobs(chained)
         index = ListingIndex(blobs)
         model: set[str] = set()
         for inserts, removes in steps:

@@ -9,10 +9,11 @@ Readers open whatever the pointer names and `refresh()` to follow a flip, so a h
 generation is never visible. Buckets are created idempotently with explicit config (file storage,
 history 1, direct gets on).
 
-Writes are fenced (`pin_writes`, `agentlog.projections.kvpipe.WriteFence`): the views and the
-index carry the stream seq their bucket must be at, the position and the batch end the
-revision of their key, so a writer that lost the writer lease (`agentlog.projections.lease`)
-while it was stalled is refused (`WriterFenced`) instead of writing over the next writer.
+Writes are fenced (`pin_writes`, `agentlog.projections.kvpipe.WriteFence`): the puts of the views
+and of the index to each bucket are a chain whose first put expects the bucket's stream at the
+seq this writer last left it, the position and the batch end carry the revision of their key,
+so a writer that lost the writer lease (`agentlog.projections.lease`) while it was stalled is
+refused (`WriterFenced`) instead of writing over the next writer.
 """
 
 from __future__ import annotations

@@ -7,16 +7,22 @@ with its own reply subject (`<inbox>.<exchange>.<index>`) under one inbox per co
 subscribed once, and one callback files each reply by its exchange and index. Same requests and replies as nats-py's own `kv.put` (a JetStream publish,
 acked) and `kv.get` (a Direct Get of the key's last message).
 
-Fenced writes (`WriteFence`): every put carries `Nats-Expected-Last-Sequence`, the seq its
-bucket's stream must be at when the put lands, so the server refuses it if anyone else wrote the
-bucket since this writer last did. The puts of one exchange reach each stream in the order they
-were published (one connection), so the n-th put to a bucket expects the stream at its known
-last seq + n - 1.
+Fenced writes (`WriteFence`): the puts of one call to one bucket are a chain. The first expects
+the bucket's stream at the seq this writer last left it (`Nats-Expected-Last-Sequence`); each
+next one carries a message id of its own and expects the stream's last message to be the put
+before it (`Nats-Expected-Last-Msg-Id`). So the server stores a prefix of the chain, in order,
+and none of it if anyone else wrote the bucket since this writer last did. Why not each put
+expecting the stream one seq further than the put before it: when the first of those is
+refused, a later one is accepted if the other writer happened to write exactly as many
+messages as there were puts before it. (JetStream's atomic batches would do as well, but each
+costs the server many times what a put does: docs/design/decisions/gateways.md.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import secrets
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -39,6 +45,13 @@ WRONG_LAST_SEQUENCE = 10071
 WRONG_LAST_SEQUENCE_CONSTANT = 10164
 EXPECTED_LAST_SEQUENCE = "Nats-Expected-Last-Sequence"
 EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
+#: ... and whose expected last message id does not match.
+WRONG_LAST_MSG_ID = 10070
+MSG_ID = "Nats-Msg-Id"
+EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
+#: The duplicate window (s) the fence gives the buckets it writes: the chain needs no duplicate
+#: detection, and the server keeps every message id for that long (2 min by default).
+FENCED_DUPLICATE_WINDOW = 1.0
 
 Request = tuple[str, bytes] | tuple[str, bytes, dict[str, str]]
 
@@ -133,12 +146,17 @@ class WriteFence:
 
     def __init__(self) -> None:
         self._last: dict[str, int] = {}
+        self._ids = map(f"{secrets.token_hex(8)}.{{}}".format, itertools.count())
 
     async def pin(self, kvs: Sequence[KeyValue]) -> None:
-        """Learn the last seq of the streams of `kvs` this fence does not know yet."""
+        """Learn the last seq of the streams of `kvs` this fence does not know yet (and shorten
+        their duplicate window to `FENCED_DUPLICATE_WINDOW`)."""
         unknown = [kv for kv in kvs if kv._stream not in self._last]
         infos = await asyncio.gather(*(kv._js.stream_info(kv._stream) for kv in unknown))
         for kv, info in zip(unknown, infos, strict=True):
+            if not 0 < info.config.duplicate_window <= FENCED_DUPLICATE_WINDOW:
+                info.config.duplicate_window = FENCED_DUPLICATE_WINDOW
+                await kv._js.update_stream(info.config)
             self._last.setdefault(kv._stream, info.state.last_seq)
 
     def forget(self) -> None:
@@ -147,37 +165,54 @@ class WriteFence:
     def known(self, stream: str) -> int | None:
         return self._last.get(stream)
 
+    def next_id(self) -> str:
+        """A message id no other put carries (this fence's random prefix, a counter)."""
+        return next(self._ids)
+
 
 async def put_many(nc: NATS, writes: Sequence[tuple[KeyValue, str, bytes]], *, fence: WriteFence | None = None) -> None:
     """Write every `(bucket, key, value)`; each is acked by the server (raises `ProjectionError`
-    on any refusal). With `fence`, each put expects its bucket's stream where the fence knows it
-    (`WriterFenced` if it is not: someone else wrote the bucket); streams it does not know are
-    pinned first."""
+    on any refusal). With `fence`, the puts to each bucket are a chain (module doc): a put is
+    stored only if every put before it to that bucket was, the first only if the bucket's stream
+    is where the fence knows it (`WriterFenced` if not: someone else wrote the bucket); streams
+    the fence does not know are pinned first."""
     if fence is None:
         requests: list[Request] = [(f"{kv._pre}{key}", value) for kv, key, value in writes]
     else:
         await fence.pin(list({kv._stream: kv for kv, _, _ in writes}.values()))
-        expected = dict(fence._last)
+        previous: dict[str, str] = {}
         requests = []
         for kv, key, value in writes:
-            requests.append((f"{kv._pre}{key}", value, {EXPECTED_LAST_SEQUENCE: str(expected[kv._stream])}))
-            expected[kv._stream] += 1
+            msg_id = fence.next_id()
+            before = previous.get(kv._stream)
+            expect = ({EXPECTED_LAST_SEQUENCE: str(fence._last[kv._stream])} if before is None
+                      else {EXPECTED_LAST_MSG_ID: before})
+            requests.append((f"{kv._pre}{key}", value, {MSG_ID: msg_id, **expect}))
+            previous[kv._stream] = msg_id
     try:
         replies = await exchange(nc, requests)
+        stored: dict[str, int] = {}
         for (kv, key, _), reply in zip(writes, replies, strict=True):
-            status = _status(reply)
-            ack = _ack(reply.data) if status is None else None
-            if ack is None or "error" in ack:
-                error = ack.get("error") if ack is not None else None
-                if isinstance(error, dict) and error.get("err_code") == WRONG_LAST_SEQUENCE:
-                    raise WriterFenced(f"KV put of {key!r} in {kv._name!r} refused: another writer wrote the bucket")
-                raise ProjectionError(f"KV put of {key!r} in {kv._name!r} failed: {status or reply.data!r}")
+            stored[kv._stream] = _acked(reply, kv, key)
     except BaseException:
         if fence is not None:
             fence.forget()
         raise
     if fence is not None:
-        fence._last.update(expected)
+        fence._last.update(stored)
+
+
+def _acked(reply: Msg, kv: KeyValue, key: str) -> int:
+    """The stream seq a publish ack gives; `WriterFenced` for a wrong expected sequence or
+    message id, `ProjectionError` for any other refusal."""
+    status = _status(reply)
+    ack = _ack(reply.data) if status is None else None
+    if ack is None or "error" in ack:
+        error = ack.get("error") if ack is not None else None
+        if isinstance(error, dict) and error.get("err_code") in (WRONG_LAST_SEQUENCE, WRONG_LAST_MSG_ID):
+            raise WriterFenced(f"KV put of {key!r} in {kv._name!r} refused: another writer wrote the bucket")
+        raise ProjectionError(f"KV put of {key!r} in {kv._name!r} failed: {status or reply.data!r}")
+    return int(ack.get("seq", 0))
 
 
 async def update(kv: KeyValue, key: str, value: bytes, last: int) -> int:

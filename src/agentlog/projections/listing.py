@@ -76,6 +76,10 @@ Span = tuple[PageRef, int, int]
 
 
 class Blobs(Protocol):
+    #: `put_many` stores its items in order and none after one it could not store (else any of
+    #: them may land without the ones before it).
+    chained: bool
+
     async def get(self, key: str) -> bytes | None: ...
 
     async def put_many(self, items: Sequence[tuple[str, bytes]]) -> None: ...
@@ -83,6 +87,8 @@ class Blobs(Protocol):
 
 class DictBlobs:
     """`Blobs` in a dict (pure unit tests). `gets` counts reads."""
+
+    chained = True
 
     def __init__(self) -> None:
         self.data: dict[str, bytes] = {}
@@ -103,6 +109,8 @@ class KVBlobs:
     def __init__(self, kv: KeyValue, fence: WriteFence | None = None) -> None:
         self.kv = kv
         self.fence = fence
+        #: Fenced puts are a chain (`agentlog.projections.kvpipe`).
+        self.chained = fence is not None
 
     async def get(self, key: str) -> bytes | None:
         return await kv_get(self.kv, key)
@@ -147,7 +155,8 @@ class ListingIndex:
         return values
 
     async def apply(self, changes: Changes) -> None:
-        """Apply list changes: every changed page first, then the headers (see `index`)."""
+        """Apply list changes: every changed page, then the headers (see `index`), so a header
+        never lands without its pages: in one `put_many` where the store chains its items."""
         if not changes:
             return
         try:
@@ -170,7 +179,7 @@ class ListingIndex:
                     continue
                 page_puts += [(page_key(n, no), p) for no, p in written.items()]
                 header_puts.append((header_key(n), new))
-            for puts in (page_puts, header_puts):
+            for puts in ([page_puts + header_puts] if self.blobs.chained else [page_puts, header_puts]):
                 await self.blobs.put_many([(k, encode(v)) for k, v in puts])
                 self._remember(puts)
         except BaseException:
