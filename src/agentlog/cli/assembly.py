@@ -68,8 +68,6 @@ log = structlog.get_logger("agentlog.server")
 Role = Literal["serve", "gateway", "worker"]
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8480
-#: Default worker concurrency of `serve`: it drives every run its HTTP API accepts.
-SERVE_CONCURRENCY = 64
 
 
 @dataclass(frozen=True)
@@ -329,12 +327,11 @@ class Server:
         if self.has_http:
             self.dispatcher = self._dispatcher(source)
         if self.has_worker:
-            from agentlog.runtime.workers.worker import DEFAULT_MAX_DELIVER, Worker
+            from agentlog.runtime.workers.worker import DEFAULT_CONCURRENCY, DEFAULT_MAX_DELIVER, Worker
 
             max_deliver = self.config.worker_max_deliver
             self.worker = Worker(
-                self.store, runtime=self.runtime, concurrency=self.config.worker_concurrency
-                or (SERVE_CONCURRENCY if self.config.role == "serve" else 4),
+                self.store, runtime=self.runtime, concurrency=self.config.worker_concurrency or DEFAULT_CONCURRENCY,
                 ack_wait=_seconds(self.config.worker_ack_wait, ENV_ACK_WAIT, 30.0),
                 shutdown_timeout=_seconds(self.config.worker_shutdown_timeout, ENV_SHUTDOWN_TIMEOUT, 10.0),
                 max_deliver=DEFAULT_MAX_DELIVER if max_deliver is None else max_deliver, app_name=app_name)

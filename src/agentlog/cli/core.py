@@ -145,7 +145,8 @@ PublicUrlOpt = Annotated[str | None, typer.Option(
          "bound to 0.0.0.0: the base of the URLs it publishes (A2A agent cards). Default: the listen address.")]
 TokensOpt = Annotated[str | None, typer.Option(
     "--tokens", envvar="AGENTLOG_TOKENS", help="API bearer tokens 'tok1,tok2:tenant' (empty: no auth).")]
-ConcurrencyOpt = Annotated[int, typer.Option("--concurrency", min=1, help="Commands a worker runs at once.")]
+ConcurrencyOpt = Annotated[int | None, typer.Option(
+    "--concurrency", min=1, help="Commands a worker runs at once (default 64).")]
 ServeConcurrencyOpt = Annotated[int | None, typer.Option(
     "--concurrency", min=1, help="Runs this process drives at once (default 64).")]
 AckWaitOpt = Annotated[float | None, typer.Option(

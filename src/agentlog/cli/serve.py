@@ -187,7 +187,7 @@ def gateway_cmd(
 
 @app.command("worker")
 def worker_cmd(
-    app_spec: AppOpt = None, concurrency: ConcurrencyOpt = 4,
+    app_spec: AppOpt = None, concurrency: ConcurrencyOpt = None,
     ack_wait: AckWaitOpt = None, shutdown_timeout: ShutdownOpt = None,
     max_deliver: Annotated[int, typer.Option(
         "--max-deliver", help="Failed deliveries of a command before it is dead-lettered to agentlog.dlq.<thread> "

@@ -1,7 +1,7 @@
 """Workers (DESIGN 4.5): take commands from the `AGENTLOG_COMMANDS` work queue and have their
 `Runtime` carry them out (`Runtime.execute`).
 
-    worker = Worker(store, app=my_app, concurrency=4)   # app(store) -> Runtime (sync or async)
+    worker = Worker(store, app=my_app, concurrency=64)  # app(store) -> Runtime (sync or async)
     await worker.start(); ...; await worker.stop()
     # or, as a process:  agentlog worker --nats nats://127.0.0.1:4222 --app pkg.mod:app
 
@@ -112,6 +112,13 @@ App = Callable[[Any], "Runtime | Awaitable[Runtime]"]
 #: What to do with a command's message once handled.
 ACK, NAK, TERM = "ack", "nak", "term"
 
+#: Runs a worker drives at once (`agentlog worker --concurrency`, and `agentlog serve`): a run
+#: spends most of its time waiting on a model or a tool, not on this process's CPU.
+DEFAULT_CONCURRENCY = 64
+#: The most commands one fetch takes: a burst is shared by the workers, not taken whole by the
+#: first one whose slots are free.
+FETCH_BATCH = 8
+
 #: Failed deliveries of one command before it is dead-lettered (see the module doc).
 DEFAULT_MAX_DELIVER = 25
 
@@ -149,7 +156,7 @@ class Worker:
         *,
         app: App | None = None,
         runtime: Runtime | None = None,
-        concurrency: int = 4,
+        concurrency: int = DEFAULT_CONCURRENCY,
         ack_wait: float = 30.0,
         max_deliver: int = DEFAULT_MAX_DELIVER,
         heartbeat: float | None = None,
@@ -320,7 +327,7 @@ class Worker:
             if not await self._take_slot():
                 break
             free = 1
-            while free < self.concurrency and not self._slots.locked():
+            while free < min(self.concurrency, FETCH_BATCH) and not self._slots.locked():
                 await self._slots.acquire()
                 free += 1
             try:
