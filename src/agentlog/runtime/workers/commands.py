@@ -13,6 +13,14 @@ see whether an earlier command of the same thread is still unacknowledged), with
 `Nats-Msg-Id: <command_id>`: a resubmitted command is a no-op inside the duplicate window. The
 client chooses `run_id` (and `command_id`), so it knows them before any worker runs anything.
 
+A start, continue or decide that may be alone in the queue for its thread is published with
+`Nats-Expected-Last-Subject-Sequence: 0` (`ALONE`): the server stores it only if no other command
+of the thread is queued (else it is published again without), so a command that carries it
+proves that no earlier one of its thread is pending, and a worker runs it without asking the
+queue (the order check, a request per command otherwise). A client that submitted for the
+thread in the last `RECENT` seconds publishes without it at once: the command before is likely
+still queued (a burst on one thread).
+
 Decisions and cancels are also published on core NATS `agentlog.ctl.<run_id>`, so the worker that
 is driving the run sees them at once (a cancel mid-tool, a parallel_streaming decision) instead of
 when the queued command reaches the head of its thread; so are queued messages once recorded
@@ -21,18 +29,29 @@ when the queued command reaches the head of its thread; so are queued messages o
 
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
 from typing import Any, NamedTuple
 
 from nats.aio.client import Client as NATS
+from nats.js.errors import BadRequestError
 
 from agentlog.eventlog.errors import AgentlogError, InvalidId
 from agentlog.eventlog.ids import validate_id
+from agentlog.eventlog.jetstream.api import ERR_WRONG_LAST_SEQUENCE
 from agentlog.eventlog.subjects import DEFAULT_APP, PREFIX, command_subject
-from agentlog.runtime.inputs.commands import Cancel, Command, Decide, encode_command
+from agentlog.runtime.inputs.commands import Cancel, Command, ContinueRun, Decide, StartRun, encode_command
 
 COMMANDS_STREAM = "AGENTLOG_COMMANDS"
 COMMANDS_SUBJECTS = f"{PREFIX}.cmd.>"
 WORKER_CONSUMER = "agentlog-workers"
+
+#: The header (and value) a command stored alone in the queue for its thread carries (module doc).
+ALONE = ("Nats-Expected-Last-Subject-Sequence", "0")
+#: Seconds after a client's submit for a thread during which it publishes the next one for that
+#: thread without `ALONE` (module doc); the threads it remembers.
+RECENT = 1.0
+RECENT_THREADS = 10_000
 
 #: Dead letters: commands a worker gave up on, on `agentlog.dlq.<thread_id>` (`_` when the
 #: command could not even be read), kept in this stream (limits retention, `DLQ_MAX_AGE`). The
@@ -162,6 +181,8 @@ class CommandClient:
         self.app_name = validate_app_name(app_name) if app_name is not None else DEFAULT_APP
         self.js = nc.jetstream(timeout=timeout)
         self._ensured = False
+        #: The last submit's time (monotonic) by command subject, for `ALONE` (module doc).
+        self._submitted: OrderedDict[str, float] = OrderedDict()
 
     async def ensure_stream(self) -> None:
         if not self._ensured:
@@ -182,9 +203,21 @@ class CommandClient:
         """Queue `cmd` for the workers of `app_name` (default: this client's app)."""
         payload = self.check(cmd)
         await self.ensure_stream()
-        ack = await self.js.publish(
-            command_subject(cmd.thread_id, app_name or self.app_name), payload, headers={"Nats-Msg-Id": cmd.command_id}
-        )
+        subject = command_subject(cmd.thread_id, app_name or self.app_name)
+        headers = {"Nats-Msg-Id": cmd.command_id}
+        ack = None
+        if isinstance(cmd, (StartRun, ContinueRun, Decide)) and not self._submitted_lately(subject):
+            try:
+                ack = await self.js.publish(subject, payload, headers={**headers, ALONE[0]: ALONE[1]})
+            except BadRequestError as exc:
+                if exc.err_code != ERR_WRONG_LAST_SEQUENCE:
+                    raise  # else another command of the thread is queued: published below without
+        if ack is None:
+            ack = await self.js.publish(subject, payload, headers=headers)
+        self._submitted[subject] = time.monotonic()
+        self._submitted.move_to_end(subject)
+        if len(self._submitted) > RECENT_THREADS:
+            self._submitted.popitem(last=False)
         live: tuple[str, bytes] | None = None
         if isinstance(cmd, (Decide, Cancel)):
             live = (cmd.run_id, payload)
@@ -194,3 +227,7 @@ class CommandClient:
             except Exception:  # noqa: BLE001 - live delivery is a shortcut; the queue is the truth
                 pass
         return Submitted(cmd.command_id, cmd.thread_id, cmd.run_id, ack.seq, bool(ack.duplicate))
+
+    def _submitted_lately(self, subject: str) -> bool:
+        last = self._submitted.get(subject)
+        return last is not None and time.monotonic() - last < RECENT

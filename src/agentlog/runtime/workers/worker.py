@@ -23,7 +23,9 @@ Guarantees, and how:
   with another app never drives a run.
 - **Per-thread order.** Commands of a thread share the subject `agentlog.cmd.<app>.<thread_id>`. Before
   a start/continue/decide runs, the worker checks that no earlier command of that thread is still
-  in the queue (work-queue retention deletes acked commands; acks are synchronous); if one is, the
+  in the queue (work-queue retention deletes acked commands; acks are synchronous), unless the
+  command proves it: stored with `ALONE`, the server took it only while no other command of its
+  thread was queued (`agentlog.runtime.workers.commands`). If an earlier one is queued, the
   command is nak'ed for a redelivery 5 ms later, then 10, 20, ... (up to `max_nak_delay`): the
   earlier one is usually being carried out by another worker, and done within milliseconds.
   Inside one worker, commands of a thread also queue on a per-thread lock. Cancels and queued messages skip the order (they must reach a running run).
@@ -90,6 +92,7 @@ from agentlog.runtime.inputs.commands import (
 from agentlog.runtime.logs import get_logger
 from agentlog.runtime.workers.claims import StartClaims
 from agentlog.runtime.workers.commands import (
+    ALONE,
     COMMANDS_STREAM,
     DLQ_CODE,
     DLQ_COMMAND_ID,
@@ -138,6 +141,12 @@ HAND_BACK_TIMEOUT = 2.0
 #: Seconds a stopping worker waits for its abandoned runs' tasks to end (a tool may ignore the
 #: cancellation; its run is fenced and handed back, so the process goes on without it).
 ABANDON_GRACE = 2.0
+
+
+def _stored_alone(msg: Any) -> bool:
+    """Was the command stored only while no other command of its thread was queued (`ALONE`)?"""
+    headers = msg.headers
+    return headers is not None and headers.get(ALONE[0]) == ALONE[1]
 
 
 def plural(n: int, word: str) -> str:
@@ -412,7 +421,7 @@ class Worker:
                     cmd = msgspec.structs.replace(cmd, interrupt=False)
                 lock = self._locks.setdefault(cmd.thread_id, asyncio.Lock())
                 async with lock:
-                    if await self._earlier_pending(cmd.thread_id, meta.sequence.stream):
+                    if not _stored_alone(msg) and await self._earlier_pending(cmd.thread_id, meta.sequence.stream):
                         outcome, first_delay = NAK, self.order_nak_delay
                         log.debug("command.behind_earlier")
                     else:
