@@ -152,6 +152,8 @@ class WriteFence:
         """Learn the last seq of the streams of `kvs` this fence does not know yet (and shorten
         their duplicate window to `FENCED_DUPLICATE_WINDOW`)."""
         unknown = [kv for kv in kvs if kv._stream not in self._last]
+        if not unknown:
+            return
         infos = await asyncio.gather(*(kv._js.stream_info(kv._stream) for kv in unknown))
         for kv, info in zip(unknown, infos, strict=True):
             if not 0 < info.config.duplicate_window <= FENCED_DUPLICATE_WINDOW:
