@@ -45,6 +45,7 @@ from agentlog.runtime.inputs.commands import Cancel, Command, Decide, QueueMessa
 from agentlog.runtime.inputs.frontend import check_no_conflict, is_frontend_stub
 from agentlog.runtime.inputs.request import RunRequest
 from agentlog.runtime.inputs.run_input import OverrideScope
+from agentlog.runtime.inputs.thread_folds import ThreadFolds
 from agentlog.runtime.live import LiveSink, NullLiveSink
 from agentlog.runtime.loading import LoadedRun, RunLoader, known_calls
 from agentlog.runtime.logs import get_logger
@@ -59,7 +60,8 @@ from agentlog.runtime.loop.hitl import (
     parse_decisions,
     ready_calls,
 )
-from agentlog.runtime.loop.run_context import RunContext, fold_context
+from agentlog.runtime.loop.run_context import RunContext
+from agentlog.runtime.loop.thread_fold import ThreadFold
 from agentlog.runtime.models.base import Model
 from agentlog.runtime.models.breaker import Breakers
 from agentlog.runtime.models.providers import build_provider_model
@@ -178,6 +180,8 @@ class Runtime:
         #: Answers context-compaction summaries (`agentlog.runtime.context_policy`); default: the registry's models.
         self.summarizer = summarizer
         self.snapshots = snapshots
+        #: The threads this Runtime started runs on, folded (a start reads only their new commits).
+        self.thread_folds = ThreadFolds(ThreadFold)
         #: The runs this Runtime drives now.
         self.runs = ActiveRuns()
         #: Decisions a gateway in this process checked and handed on, with the run it read, so
@@ -241,16 +245,18 @@ class Runtime:
             thread_id = parent_thread
             # the whole admission before the parent is closed (a write): a refused continuation
             # leaves the log as it was; after the close the thread is checked again as it is then
-            await admit_thread(self.store, thread_id, run_id=request.run_id, parent_run_id=parent_run_id)
+            await admit_thread(self.store, thread_id, run_id=request.run_id, parent_run_id=parent_run_id,
+                               folds=self.thread_folds)
             await self._close_parent(parent_run_id, request.decisions)
         thread_id = thread_id or self.entropy.new_id()
         run_id = request.run_id or self.entropy.new_id()
         # only a chosen run id can be taken: a generated one is new
-        history, thread = await admit_thread(self.store, thread_id, run_id=request.run_id, parent_run_id=parent_run_id)
+        fold, thread = await admit_thread(self.store, thread_id, run_id=request.run_id, parent_run_id=parent_run_id,
+                                          folds=self.thread_folds)
         request = request.replace(thread_id=thread_id, run_id=run_id, frontend_tools=frontend)
 
         msgs = _as_messages(request.messages, self.entropy)
-        ctx = fold_context(RunContext(thread_id=thread_id, run_id=run_id), history)
+        ctx = fold.run_context(run_id)
         handle = RunHandle(run_id, thread_id, spec.id)
         loop = RunLoop(
             spec=spec, ctx=ctx, version=thread.version if thread else 0, store=self.store,

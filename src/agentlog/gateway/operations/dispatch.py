@@ -41,7 +41,6 @@ from agentlog.eventlog.events import (
 from agentlog.eventlog.ids import new_id, validate_run_id
 from agentlog.eventlog.store import EventStore, as_generator
 from agentlog.gateway.operations.errors import about_run
-from agentlog.projections.fold import fold_commits
 from agentlog.runtime import (
     CheckedDecisions,
     DecisionIntake,
@@ -65,6 +64,8 @@ from agentlog.runtime.inputs import (
     QueueMessages,
     RunRequest,
     StartRun,
+    ThreadFolds,
+    ThreadViews,
     admit_thread,
     check_ids,
     check_messages,
@@ -324,6 +325,8 @@ class QueueDispatcher:
         self.descriptions = dict(descriptions or {})
         self.timeout = timeout
         self.decisions = DecisionIntake(store, snapshots=snapshots, handoff=handoff)
+        #: The threads started on here, folded (a start's admission reads only their new commits).
+        self.thread_folds = ThreadFolds(ThreadViews)
         #: The offers of the starts queued here, which a start not taken in time is withdrawn from.
         self.claims = StartClaims(self.client.js)
         #: Command id -> the future of a wait for its effect, set if a worker dead-letters it.
@@ -427,15 +430,16 @@ class QueueDispatcher:
         for the effect starts). `interrupting`: the running run the command cancels first (its
         being active is then no conflict; the worker starts only once it has finished)."""
         try:
-            history, _thread = await admit_thread(self.store, thread_id, run_id=run_id, parent_run_id=parent_run_id)
+            fold, _thread = await admit_thread(self.store, thread_id, run_id=run_id, parent_run_id=parent_run_id,
+                                               folds=self.thread_folds)
         except RunConflict:
             if interrupting is None:
                 raise
-            history = [sc async for sc in self.store.read_thread(thread_id)]
-            thread = fold_commits(history).threads.get(thread_id)
+            fold = await self.thread_folds.read(self.store, thread_id)
+            thread = fold.thread
             if thread is None or thread.active_run_id != interrupting or (run_id is not None and run_id in thread.run_ids):
                 raise
-        return history[-1].seq if history else 0
+        return fold.seq
 
     # -- inputs --------------------------------------------------------------------------------
 

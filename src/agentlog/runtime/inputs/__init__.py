@@ -46,11 +46,13 @@ from agentlog.runtime.inputs.run_input import (
     RunInput,
     as_run_input,
 )
+from agentlog.runtime.inputs.thread_folds import ThreadFolds, ThreadViews
 
 __all__ = [
     "FRONTEND_ACTION", "INTERRUPTED", "QUEUE_MODES", "Cancel", "Command", "ContinueRun", "Decide",
     "FrontendToolConflict", "InvalidCommand", "InvalidFrontendTools", "InvalidRunInput", "OverrideNotAllowed",
-    "OverridePolicy", "OverrideScope", "PlaceholderIds", "QueueMessages", "RunInput", "RunRequest", "StartRun", "admit_thread",
+    "OverridePolicy", "OverrideScope", "PlaceholderIds", "QueueMessages", "RunInput", "RunRequest", "StartRun", "ThreadFolds", "ThreadViews",
+    "admit_thread",
     "as_messages", "as_parts", "as_run_input", "check_ids", "check_messages", "check_request", "check_storable",
     "decode_command", "encode_command", "queue_input",
 ]

@@ -38,7 +38,6 @@ from agentlog.eventlog.events import (
 from agentlog.eventlog.ids import validate_id, validate_run_id
 from agentlog.eventlog.jetstream.payloads import without_binaries
 from agentlog.eventlog.store import EventStore, as_generator, encode_checked
-from agentlog.projections.fold import fold_commits
 from agentlog.projections.views import ThreadView
 from agentlog.runtime.errors import RunConflict, RunNotFound, ThreadNotFound
 from agentlog.runtime.inputs.frontend import normalize_frontend_tools
@@ -51,6 +50,7 @@ from agentlog.runtime.inputs.run_input import (
     check_overrides,
     client_state_ops,
 )
+from agentlog.runtime.inputs.thread_folds import Fold, ThreadFolds, ThreadViews
 
 #: Bytes the store adds around a commit's payload (NATS headers: msg id, expected sequence and
 #: subject), over-estimated so the check never passes what the append would refuse.
@@ -236,17 +236,23 @@ def check_request(request: RunRequest, *, max_payload: int | None = None,
 def check_thread(
     thread_id: str, history: Sequence[StoredCommit], *, run_id: str | None, parent_run_id: str | None = None,
 ) -> ThreadView | None:
-    """The part of start admission that needs the thread's log (`history`, all its commits), for
-    a run `run_id` (None: not chosen yet, so new) that continues `parent_run_id` (None: a new
-    conversation; a child run on another thread passes None too). Returns the thread's view (None
-    for a new thread) or raises: `ThreadNotFound` (deleted), `RunConflict` (the run id is taken,
-    or another run of the thread is running), `RunNotFound` (the parent is not on this thread)."""
-    if not history:
+    """`check_fold` over the thread's log (`history`, all its commits)."""
+    return check_fold(ThreadViews.of(thread_id, history), run_id=run_id, parent_run_id=parent_run_id)
+
+
+def check_fold(fold: ThreadViews, *, run_id: str | None, parent_run_id: str | None = None) -> ThreadView | None:
+    """The part of start admission that needs the thread's log (`fold`: folded up to its last
+    commit), for a run `run_id` (None: not chosen yet, so new) that continues `parent_run_id`
+    (None: a new conversation; a child run on another thread passes None too). Returns the
+    thread's view (None for a new thread) or raises: `ThreadNotFound` (deleted), `RunConflict`
+    (the run id is taken, or another run of the thread is running), `RunNotFound` (the parent is
+    not on this thread)."""
+    thread_id = fold.thread_id
+    if fold.seq == 0:
         if parent_run_id is not None:
             raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")
         return None
-    views = fold_commits(history)
-    thread = views.threads.get(thread_id)
+    thread = fold.thread
     if thread is None:  # commits without a thread (never written by agentlog): nothing to check
         return None
     if thread.deleted:
@@ -254,7 +260,7 @@ def check_thread(
     if run_id is not None and run_id in thread.run_ids:
         raise RunConflict(f"run {run_id!r} already exists on thread {thread_id!r}")
     active = thread.active_run_id
-    if active is not None and views.runs[active].status == "running":
+    if active is not None and (view := fold.runs.get(active)) is not None and view.status == "running":
         raise RunConflict(f"thread {thread_id!r} has an active run {active!r}; cancel it or wait")
     if parent_run_id is not None and parent_run_id not in thread.run_ids:
         raise RunNotFound(f"parent run {parent_run_id!r} is not on thread {thread_id!r}")
@@ -263,21 +269,23 @@ def check_thread(
 
 async def admit_thread(
     store: EventStore, thread_id: str, *, run_id: str | None, parent_run_id: str | None = None,
-) -> tuple[list[StoredCommit], ThreadView | None]:
-    """`check_thread` over the thread as the store holds it now, plus the one check a new thread
+    folds: ThreadFolds[Fold],
+) -> tuple[Fold, ThreadView | None]:
+    """`check_fold` over the thread as the store holds it now (read through `folds`, the
+    process's kept folds: only the commits after its kept one), plus the one check a new thread
     cannot answer from its own log: a run id the caller chose must not name a run of another
     thread. The one rule every way of starting a run applies before its first write
     (`Runtime.start` in the process that drives the run, the gateway's `QueueDispatcher` before it
     queues the command), so both refuse the same starts with the same typed errors. Returns the
-    thread's commits (the caller folds them) and its view."""
-    history = [sc async for sc in store.read_thread(thread_id)]
-    if not history and run_id is not None:
+    thread's fold and its view."""
+    fold = await folds.read(store, thread_id)
+    if fold.seq == 0 and run_id is not None:
         async with aclosing(as_generator(store.read_run(run_id))) as taken:
             async for _ in taken:
                 raise RunConflict(f"run {run_id!r} already exists")
-    return history, check_thread(thread_id, history, run_id=run_id, parent_run_id=parent_run_id)
+    return fold, check_fold(fold, run_id=run_id, parent_run_id=parent_run_id)
 
 
 __all__ = ["HEADER_ALLOWANCE", "QUEUE_MODES", "InvalidRunInput", "PlaceholderIds", "admit_thread", "as_messages", "as_parts",
-           "check_ids", "check_messages", "check_request", "check_storable", "check_thread",
+           "check_fold", "check_ids", "check_messages", "check_request", "check_storable", "check_thread",
            "queue_input"]
