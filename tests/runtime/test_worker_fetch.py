@@ -1,6 +1,8 @@
-"""How a worker takes commands from the queue (`Worker._fetch_loop`, pure: a stand-in
-subscription): one fetch asks for at most `FETCH_BATCH` commands whatever its free slots, so a
-backlog is shared by the workers instead of taken whole by the first one that asks."""
+"""How a worker takes commands from the queue, pure (a stand-in subscription and queue answers):
+one fetch asks for at most `FETCH_BATCH` commands whatever its free slots, so a backlog is shared
+by the workers instead of taken whole by the first one that asks; a command behind an earlier one
+of its thread is kept while it asks the queue again (`Worker._its_turn`), and given up after
+`order_hold` or when the worker stops."""
 
 from __future__ import annotations
 
@@ -43,3 +45,34 @@ async def test_a_fetch_asks_for_at_most_a_batch_of_the_free_slots(concurrency: i
         await worker._fetch_loop()
     assert sub.asked == [most] * 3
     assert worker._slots._value == concurrency  # every slot a fetch took and did not fill is back
+
+
+def _answering(worker: Worker, answers: list[bool]) -> list[int]:
+    """Make the worker's queue question answer `answers` in turn (then "none earlier")."""
+    asked: list[int] = []
+
+    async def earlier_pending(thread_id: str, seq: int) -> bool:
+        asked.append(seq)
+        return answers.pop(0) if answers else False
+
+    worker._earlier_pending = earlier_pending  # type: ignore[method-assign]
+    return asked
+
+
+async def test_a_command_behind_an_earlier_one_is_kept_until_its_turn() -> None:
+    worker = Worker(cast(Any, _Store()), runtime=cast(Any, object()), order_hold=30.0)
+    asked = _answering(worker, [True, True, True])
+    async with asyncio.timeout(10):
+        assert await worker._its_turn("t", 7)
+    assert asked == [7, 7, 7, 7]  # asked again until no earlier command was left
+
+
+@pytest.mark.parametrize("stopping", [False, True])
+async def test_a_held_command_is_given_up_after_the_hold_or_when_the_worker_stops(stopping: bool) -> None:
+    worker = Worker(cast(Any, _Store()), runtime=cast(Any, object()), order_hold=0.0 if not stopping else 30.0)
+    if stopping:
+        worker._stopping.set()
+    asked = _answering(worker, [True] * 100)
+    async with asyncio.timeout(10):
+        assert not await worker._its_turn("t", 7)
+    assert asked == [7]  # nak'ed (by the caller) at once: no second question

@@ -25,9 +25,12 @@ Guarantees, and how:
   a start/continue/decide runs, the worker checks that no earlier command of that thread is still
   in the queue (work-queue retention deletes acked commands; acks are synchronous), unless the
   command proves it: stored with `ALONE`, the server took it only while no other command of its
-  thread was queued (`agentlog.runtime.workers.commands`). If an earlier one is queued, the
-  command is nak'ed for a redelivery 5 ms later, then 10, 20, ... (up to `max_nak_delay`): the
-  earlier one is usually being carried out by another worker, and done within milliseconds.
+  thread was queued (`agentlog.runtime.workers.commands`). If an earlier one is queued (usually
+  being carried out by another worker, and done within milliseconds), the worker keeps the
+  command and asks again after 2 ms, then 4, 8, ... (up to 32 ms) for at most `order_hold`
+  seconds; after that it naks it for a redelivery 5 ms later, then 10, 20, ... (up to
+  `max_nak_delay`), freeing its slot. Kept, not nak'ed at once: a nak and its redelivery cost
+  more than a question, and the redelivery may go to a third worker that finds the same.
   Inside one worker, commands of a thread also queue on a per-thread lock. Cancels and queued messages skip the order (they must reach a running run).
 - **Withdrawn starts.** A start a gateway queued and then withdrew (no worker took it in time;
   `agentlog.runtime.workers.claims`) is acked without running: the gateway answered that it
@@ -122,6 +125,10 @@ DEFAULT_CONCURRENCY = 64
 #: first one whose slots are free.
 FETCH_BATCH = 8
 
+#: Pauses between a held command's questions to the queue ("Per-thread order" in the module doc).
+ORDER_FIRST_PAUSE = 0.002
+ORDER_MAX_PAUSE = 0.032
+
 #: Failed deliveries of one command before it is dead-lettered (see the module doc).
 DEFAULT_MAX_DELIVER = 25
 
@@ -172,6 +179,7 @@ class Worker:
         nak_delay: float = 0.05,
         order_nak_delay: float = 0.005,
         max_nak_delay: float = 0.25,
+        order_hold: float = 1.0,
         shutdown_timeout: float = 10.0,
         consumer: str | None = None,
         fetch_timeout: float = 0.5,
@@ -193,6 +201,9 @@ class Worker:
         #: another worker is carrying out, usually for a few milliseconds), doubling from there.
         self.order_nak_delay = order_nak_delay
         self.max_nak_delay = max_nak_delay
+        #: How long a command behind an earlier one of its thread is kept, asking again, before
+        #: it is nak'ed ("Per-thread order" above).
+        self.order_hold = order_hold
         self.shutdown_timeout = shutdown_timeout
         #: The app whose commands this worker takes (see "Per app" above).
         self.app_name = validate_app_name(app_name) if app_name is not None else DEFAULT_APP
@@ -421,7 +432,7 @@ class Worker:
                     cmd = msgspec.structs.replace(cmd, interrupt=False)
                 lock = self._locks.setdefault(cmd.thread_id, asyncio.Lock())
                 async with lock:
-                    if not _stored_alone(msg) and await self._earlier_pending(cmd.thread_id, meta.sequence.stream):
+                    if not _stored_alone(msg) and not await self._its_turn(cmd.thread_id, meta.sequence.stream):
                         outcome, first_delay = NAK, self.order_nak_delay
                         log.debug("command.behind_earlier")
                     else:
@@ -525,6 +536,18 @@ class Worker:
                 await msg.in_progress()
             except Exception:  # noqa: BLE001 - disconnected: the next beat retries
                 pass
+
+    async def _its_turn(self, thread_id: str, seq: int) -> bool:
+        """Wait (at most `order_hold` s, asking the queue at growing intervals) until no earlier
+        command of the thread is queued; False if one still is then, or the worker stops."""
+        deadline = asyncio.get_running_loop().time() + self.order_hold
+        pause = ORDER_FIRST_PAUSE
+        while await self._earlier_pending(thread_id, seq):
+            if self._stopping.is_set() or asyncio.get_running_loop().time() + pause > deadline:
+                return False
+            await asyncio.sleep(pause)  # pacing of the questions while the earlier command runs elsewhere
+            pause = min(pause * 2, ORDER_MAX_PAUSE)
+        return True
 
     async def _earlier_pending(self, thread_id: str, seq: int) -> bool:
         """Is an earlier command of this thread still in the queue (not yet acked)?"""
