@@ -132,3 +132,34 @@ def test_thread_folds_read_only_the_commits_after_the_fold_they_keep() -> None:
         assert store.read == 5 + 5  # a fold kept by none reads the whole thread
 
     asyncio.run(go())
+
+
+async def _thread_with(store: MemoryEventStore, thread_id: str, messages: int) -> None:
+    version = 0
+    for n in range(messages):
+        events: list[Any] = [ThreadCreated()] if n == 0 else []
+        events += [RunStarted(run_id=f"{thread_id}r{n}", agent_id="a"),
+                   MessageAppended(message=Message(id=f"{thread_id}m{n}", role="user", content="hi")),
+                   RunFinished(termination=Termination(type="natural_end"))]
+        version = (await store.append(Commit(commit_id=f"{thread_id}c{n}", thread_id=thread_id, run_id=f"{thread_id}r{n}",
+                                             ts=n, events=events), expected_version=version)).seq
+
+
+def test_thread_folds_keep_at_most_their_messages_dropping_the_least_recent_first() -> None:
+    async def go() -> None:
+        store = _CountingStore()
+        for thread_id, messages in (("a", 2), ("b", 2), ("c", 4)):
+            await _thread_with(store, thread_id, messages)
+        folds = ThreadFolds(ThreadFold, size=10, messages=3)
+
+        async def commits_read(thread_id: str) -> int:
+            before = store.read
+            await folds.read(store, thread_id)
+            return store.read - before
+
+        assert [await commits_read("a"), await commits_read("a")] == [2, 0]  # kept
+        assert await commits_read("b") == 2  # kept: 4 messages now, over 3, so a is dropped
+        assert [await commits_read("b"), await commits_read("a")] == [0, 2]
+        assert [await commits_read("c"), await commits_read("c")] == [4, 4]  # 4 alone: never kept
+
+    asyncio.run(go())

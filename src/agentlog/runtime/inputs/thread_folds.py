@@ -26,8 +26,10 @@ from agentlog.eventlog.store import EventStore
 from agentlog.projections.fold import fold_commits
 from agentlog.projections.views import RunView, ThreadView
 
-#: Threads a process keeps folded (the least recently started on are dropped first).
+#: Threads a process keeps folded, and the messages their folds may hold together (a fold's
+#: `weight`): the least recently started on are dropped first.
 THREAD_FOLDS = 1024
+KEPT_MESSAGES = 50_000
 
 Fold = TypeVar("Fold", bound="ThreadViews")
 
@@ -41,6 +43,11 @@ class ThreadViews:
     seq: int = 0
     thread: ThreadView | None = None
     runs: Mapping[str, RunView] = field(default_factory=dict)
+
+    @property
+    def weight(self) -> int:
+        """What keeping this fold costs, in messages held (views hold none)."""
+        return 0
 
     @classmethod
     def of(cls: type[Fold], thread_id: str, history: Sequence[StoredCommit]) -> Fold:
@@ -68,13 +75,15 @@ class ThreadViews:
 
 
 class ThreadFolds(Generic[Fold]):
-    """The folds (`kind`) of the threads this process started runs on, kept up to `size` (LRU;
-    0 keeps none)."""
+    """The folds (`kind`) of the threads this process started runs on, kept up to `size` of them
+    and `messages` of their weight (LRU; 0 keeps none)."""
 
-    def __init__(self, kind: type[Fold], size: int = THREAD_FOLDS) -> None:
+    def __init__(self, kind: type[Fold], size: int = THREAD_FOLDS, messages: int = KEPT_MESSAGES) -> None:
         self.kind = kind
         self.size = size
+        self.messages = messages
         self._kept: OrderedDict[str, Fold] = OrderedDict()
+        self._weight = 0
 
     async def read(self, store: EventStore, thread_id: str) -> Fold:
         """The thread folded up to its last commit now: the kept fold and the commits after it,
@@ -89,14 +98,17 @@ class ThreadFolds(Generic[Fold]):
         return fold
 
     def _keep(self, fold: Fold) -> None:
-        if self.size <= 0:
+        kept = self._kept.pop(fold.thread_id, None)
+        if kept is not None:
+            self._weight -= kept.weight
+            if kept.seq > fold.seq:  # two starts at once: the later fold stays
+                fold = kept
+        if self.size <= 0 or fold.weight > self.messages:
             return
-        kept = self._kept.get(fold.thread_id)
-        if kept is None or kept.seq <= fold.seq:  # two starts at once: the later fold stays
-            self._kept[fold.thread_id] = fold
-        self._kept.move_to_end(fold.thread_id)
-        while len(self._kept) > self.size:
-            self._kept.popitem(last=False)
+        self._kept[fold.thread_id] = fold
+        self._weight += fold.weight
+        while len(self._kept) > self.size or self._weight > self.messages:
+            self._weight -= self._kept.popitem(last=False)[1].weight
 
 
-__all__ = ["THREAD_FOLDS", "ThreadFolds", "ThreadViews"]
+__all__ = ["KEPT_MESSAGES", "THREAD_FOLDS", "ThreadFolds", "ThreadViews"]

@@ -23,6 +23,10 @@ class ThreadFold(ThreadViews):
 
     context: RunContext = field(kw_only=True, default_factory=lambda: RunContext(thread_id="", run_id=NO_RUN))
 
+    @property
+    def weight(self) -> int:
+        return len(self.context.messages)
+
     def _folded(self, commits: Sequence[StoredCommit]) -> ThreadFold:
         if not commits:
             return self
