@@ -50,13 +50,16 @@ async def test_a_command_is_stored_alone_only_when_no_other_of_its_thread_is_que
             asked = recording(first)
             queued = await first.submit(start("t1", "r1"))
             assert await stored_alone(first, queued.seq)
-            # the same client, right after: published without the header (no refused publish)
+            # while r1 is queued: refused with the header, stored without it
             behind = await first.submit(start("t1", "r2"))
-            assert not await stored_alone(first, behind.seq) and asked == [True, False]
-            # another client, which cannot know: refused with it, stored without it
+            assert not await stored_alone(first, behind.seq) and asked == [True, True, False]
+            # the same client, right after that refusal: published without the header at once
+            third = await first.submit(start("t1", "r3"))
+            assert not await stored_alone(first, third.seq) and asked == [True, True, False, False]
+            # another client has seen no refusal: it asks, and is refused too
             asked_other = recording(other)
-            third = await other.submit(start("t1", "r3"))
-            assert not await stored_alone(other, third.seq) and asked_other == [True, False]
+            fourth = await other.submit(start("t1", "r5"))
+            assert not await stored_alone(other, fourth.seq) and asked_other == [True, False]
             # the same command again: the server's duplicate detection still answers
             again = await other.submit(start("t1", "r1"))
             assert again.duplicate and again.seq == queued.seq

@@ -17,9 +17,9 @@ A start, continue or decide that may be alone in the queue for its thread is pub
 `Nats-Expected-Last-Subject-Sequence: 0` (`ALONE`): the server stores it only if no other command
 of the thread is queued (else it is published again without), so a command that carries it
 proves that no earlier one of its thread is pending, and a worker runs it without asking the
-queue (the order check, a request per command otherwise). A client that submitted for the
-thread in the last `RECENT` seconds publishes without it at once: the command before is likely
-still queued (a burst on one thread).
+queue (the order check, a request per command otherwise). A client whose publish with it was
+refused for the thread in the last `RECENT` seconds publishes without it at once: the thread has
+commands queued back to back (a burst), and each would be refused too.
 
 Decisions and cancels are also published on core NATS `agentlog.ctl.<run_id>`, so the worker that
 is driving the run sees them at once (a cancel mid-tool, a parallel_streaming decision) instead of
@@ -48,8 +48,8 @@ WORKER_CONSUMER = "agentlog-workers"
 
 #: The header (and value) a command stored alone in the queue for its thread carries (module doc).
 ALONE = ("Nats-Expected-Last-Subject-Sequence", "0")
-#: Seconds after a client's submit for a thread during which it publishes the next one for that
-#: thread without `ALONE` (module doc); the threads it remembers.
+#: Seconds after a refused `ALONE` publish for a thread during which a client publishes the
+#: thread's next commands without it (module doc); the threads it remembers.
 RECENT = 1.0
 RECENT_THREADS = 10_000
 
@@ -181,8 +181,8 @@ class CommandClient:
         self.app_name = validate_app_name(app_name) if app_name is not None else DEFAULT_APP
         self.js = nc.jetstream(timeout=timeout)
         self._ensured = False
-        #: The last submit's time (monotonic) by command subject, for `ALONE` (module doc).
-        self._submitted: OrderedDict[str, float] = OrderedDict()
+        #: When a publish with `ALONE` was last refused (monotonic), by command subject (module doc).
+        self._refused: OrderedDict[str, float] = OrderedDict()
 
     async def ensure_stream(self) -> None:
         if not self._ensured:
@@ -206,18 +206,18 @@ class CommandClient:
         subject = command_subject(cmd.thread_id, app_name or self.app_name)
         headers = {"Nats-Msg-Id": cmd.command_id}
         ack = None
-        if isinstance(cmd, (StartRun, ContinueRun, Decide)) and not self._submitted_lately(subject):
+        if isinstance(cmd, (StartRun, ContinueRun, Decide)) and not self._refused_lately(subject):
             try:
                 ack = await self.js.publish(subject, payload, headers={**headers, ALONE[0]: ALONE[1]})
             except BadRequestError as exc:
                 if exc.err_code != ERR_WRONG_LAST_SEQUENCE:
-                    raise  # else another command of the thread is queued: published below without
+                    raise
+                self._refused[subject] = time.monotonic()  # another command of the thread is queued
+                self._refused.move_to_end(subject)
+                if len(self._refused) > RECENT_THREADS:
+                    self._refused.popitem(last=False)
         if ack is None:
             ack = await self.js.publish(subject, payload, headers=headers)
-        self._submitted[subject] = time.monotonic()
-        self._submitted.move_to_end(subject)
-        if len(self._submitted) > RECENT_THREADS:
-            self._submitted.popitem(last=False)
         live: tuple[str, bytes] | None = None
         if isinstance(cmd, (Decide, Cancel)):
             live = (cmd.run_id, payload)
@@ -228,6 +228,6 @@ class CommandClient:
                 pass
         return Submitted(cmd.command_id, cmd.thread_id, cmd.run_id, ack.seq, bool(ack.duplicate))
 
-    def _submitted_lately(self, subject: str) -> bool:
-        last = self._submitted.get(subject)
+    def _refused_lately(self, subject: str) -> bool:
+        last = self._refused.get(subject)
         return last is not None and time.monotonic() - last < RECENT
