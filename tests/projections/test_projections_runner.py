@@ -317,3 +317,30 @@ async def test_the_feed_gives_a_batch_again_whole_past_its_bound(nats_server):
         await feed.close()
         await store.close()
         await nc.close()
+
+
+async def test_the_batch_end_is_stored_before_list_changes_and_only_for_them(nats_server):
+    """A batch stores its end before it changes a list (module doc of the runner); a batch whose
+    commits change no list (a step, a message: the run stays where it was listed) stores none."""
+    nc = await nats.connect(nats_server.url)
+    store = await JetStreamEventStore.connect(nc)
+    try:
+        views = await KVViewStore.open(nc)
+        runner = ProjectionRunner(nc, views)
+        await runner.open()
+        listed = [commit(0, "t1", None, [ThreadCreated()]), commit(1, "t1", "r1", [RunStarted(run_id="r1", agent_id="a")])]
+        async with asyncio.timeout(20):
+            last = await append_all(store, listed, {})
+            while runner.applied_seq < last:
+                await runner.step()
+            assert (await views.read_batch_end(), await views.read_position()) == (last, last)
+            quiet = [commit(2, "t1", "r1", [StepStarted(step=1), MessageAppended(message=Message(id="m1", role="assistant"))])]
+            latest = await append_all(store, quiet, {"t1": last})
+            while runner.applied_seq < latest:
+                await runner.step()
+            assert (await views.read_batch_end(), await views.read_position()) == (last, latest)
+            assert (await views.get_run("r1")).last_seq == latest  # type: ignore[union-attr]
+        await runner.stop()
+    finally:
+        await store.close()
+        await nc.close()

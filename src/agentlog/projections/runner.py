@@ -18,9 +18,11 @@ match the batch's end while the views not yet written are as before it. Read aga
 same end, those views make the same, idempotent, changes. Read again further, they would not
 undo what the failed batch added: a run started in it (listed as running, its view never
 written) and finished by the next commit goes from no view straight to "done", and stays
-listed as running too. So each batch stores its end (`write_batch_end`, next to the position)
-before it writes any index change, and the runner, this one or the next after a crash, takes
-exactly the commits up to that end (`LogFeed.take_through`) before any new batch.
+listed as running too. So each batch that changes a list stores its end (`write_batch_end`,
+next to the position) before it writes any index change, and the runner, this one or the next
+after a crash, takes exactly the commits up to that end (`LogFeed.take_through`) before any new
+batch. A batch that changes no list (most commits: a step, a message, a call) stores none: read
+again to any end, it changes no list either.
 
 One writer per view set: with a `WriterLease` (`agentlog.projections.lease`; every gateway
 process passes one) any number of runners share a view set and only the lease's holder writes.
@@ -624,16 +626,17 @@ class ProjectionRunner:
                 run_ids.add(run_id)
         folder = Folder()
         update_index = getattr(self.store, "update_index", None)
-        if update_index is None:
+        # The batch's end is stored before any index write (module docstring): alongside the
+        # views' read when they are not cached, else only once the batch turns out to change
+        # the index (most commits change no list: no write for them).
+        end_stored = False
+        if update_index is None or (all(t in self._threads for t in thread_ids)
+                                    and all(r in self._runs for r in run_ids)):
             before = await self._load(folder, thread_ids, run_ids)
-        else:  # the batch's end is stored before any index write (module docstring)
+        else:
             self._redo = last
-            load = self._load(folder, thread_ids, run_ids)
-            if all(t in self._threads for t in thread_ids) and all(r in self._runs for r in run_ids):
-                before = await load  # from the cache: no read to overlap with the write
-                await self._store_batch_end(last)
-            else:
-                before, _ = await asyncio.gather(load, self._store_batch_end(last))
+            before, _ = await asyncio.gather(self._load(folder, thread_ids, run_ids), self._store_batch_end(last))
+            end_stored = True
         for seq, subject, data in fresh:
             try:
                 commit = decode_commit(data)
@@ -664,8 +667,12 @@ class ProjectionRunner:
             # old views (then re-applies the same, idempotent, changes). Written after the views,
             # a crash in between would lose them for good (the next reading would see the new
             # views and change nothing).
-            if update_index is not None:
-                await update_index(diff(before.threads, touched.threads, before.runs, touched.runs))
+            list_changes = diff(before.threads, touched.threads, before.runs, touched.runs) if update_index else None
+            if update_index is not None and list_changes:
+                if not end_stored:
+                    self._redo = last
+                    await self._store_batch_end(last)
+                await update_index(list_changes)
             await self.store.put_views(touched.threads.values(), touched.runs.values())
             self.puts += len(touched.threads) + len(touched.runs)
         self._remember(touched.threads, touched.runs)
