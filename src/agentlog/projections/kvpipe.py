@@ -204,16 +204,16 @@ async def put_many(nc: NATS, writes: Sequence[tuple[KeyValue, str, bytes]], *, f
         fence._last.update(stored)
 
 
-def _acked(reply: Msg, kv: KeyValue, key: str) -> int:
-    """The stream seq a publish ack gives; `WriterFenced` for a wrong expected sequence or
-    message id, `ProjectionError` for any other refusal."""
+def _acked(reply: Msg, kv: KeyValue, key: str, fenced: tuple[int, ...] = (WRONG_LAST_SEQUENCE, WRONG_LAST_MSG_ID)) -> int:
+    """The stream seq a publish ack gives; `WriterFenced` for a refusal whose code is one of
+    `fenced` (an expectation another writer broke), `ProjectionError` for any other."""
     status = _status(reply)
     ack = _ack(reply.data) if status is None else None
     if ack is None or "error" in ack:
         error = ack.get("error") if ack is not None else None
-        if isinstance(error, dict) and error.get("err_code") in (WRONG_LAST_SEQUENCE, WRONG_LAST_MSG_ID):
-            raise WriterFenced(f"KV put of {key!r} in {kv._name!r} refused: another writer wrote the bucket")
-        raise ProjectionError(f"KV put of {key!r} in {kv._name!r} failed: {status or reply.data!r}")
+        if isinstance(error, dict) and error.get("err_code") in fenced:
+            raise WriterFenced(f"KV write of {key!r} in {kv._name!r} refused: another writer wrote the bucket")
+        raise ProjectionError(f"KV write of {key!r} in {kv._name!r} failed: {status or reply.data!r}")
     return int(ack.get("seq", 0))
 
 
@@ -223,14 +223,7 @@ async def update(kv: KeyValue, key: str, value: bytes, last: int) -> int:
     one request of an exchange."""
     (reply,) = await exchange(kv._js._nc, [(f"{kv._pre}{key}", value, {EXPECTED_LAST_SUBJECT_SEQUENCE: str(last)})],
                               timeout=kv._js._timeout)
-    status = _status(reply)
-    ack = _ack(reply.data) if status is None else None
-    if ack is None or "error" in ack:
-        error = ack.get("error") if ack is not None else None
-        if isinstance(error, dict) and error.get("err_code") in (WRONG_LAST_SEQUENCE, WRONG_LAST_SEQUENCE_CONSTANT):
-            raise WriterFenced(f"{key!r} in {kv._name!r} was written by another writer")
-        raise ProjectionError(f"KV update of {key!r} in {kv._name!r} failed: {status or reply.data!r}")
-    return int(ack["seq"])
+    return _acked(reply, kv, key, (WRONG_LAST_SEQUENCE, WRONG_LAST_SEQUENCE_CONSTANT))
 
 
 def _ack(data: bytes) -> dict[str, Any] | None:
