@@ -3,11 +3,12 @@ latency (submit -> the run's RunStarted commit), against an in-process Runtime b
 
     python scripts/bench_workers.py [--quick] [--runs N] [--threads N] [--concurrency N] [--repeat N]
 
-Each configuration gets a fresh nats-server. Runs are small (`quick` agent: one tool call, then a
+Each configuration gets a fresh nats-server; the workers run this checkout's code, at the
+concurrency `agentlog worker` has by default. Runs are small (`quick` agent: one tool call, then a
 text answer: 4 commits), spread over threads, all submitted at once. The configurations are
-measured in rounds (`--repeat`, default 3), each round every configuration once, baseline first,
-and each figure is the median over the rounds: a quick round lasts a fraction of a second, so one
-moment of another process on the machine moves a single measurement by a factor of two or more.
+measured in rounds (`--repeat`, default 5), each round every configuration once, baseline first,
+and each figure is the median over the rounds: a quick round lasts a tenth of a second, so one
+moment of another process on the machine moves a single measurement by a fifth or more.
 Prints a table and, as the last line, `{"bench": "workers", ...}`.
 """
 
@@ -34,6 +35,7 @@ from agentlog.runtime import AgentSpec, Runtime, tool  # noqa: E402
 from agentlog.runtime.inputs.commands import StartRun  # noqa: E402
 from agentlog.runtime.models.scripted import ScriptedModel, Turn  # noqa: E402
 from agentlog.runtime.workers.commands import CommandClient  # noqa: E402
+from agentlog.runtime.workers.worker import DEFAULT_CONCURRENCY  # noqa: E402
 
 
 @tool
@@ -66,7 +68,7 @@ async def spawn(url: str, logdir: Path, i: int, concurrency: int, *, app_spec: s
             sys.executable, "-m", "agentlog", "worker", "--nats", url, "--app", app_spec,
             "--concurrency", str(concurrency), "--ready-file", str(ready), *extra,
             stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, cwd=str(ROOT),
-            env={**os.environ, "PYTHONPATH": str(ROOT / "scripts"), **(env or {})},
+            env={**os.environ, "PYTHONPATH": os.pathsep.join((str(ROOT / "src"), str(ROOT / "scripts"))), **(env or {})},
         )
     finally:
         out.close()
@@ -152,8 +154,9 @@ async def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--runs", type=int)
     ap.add_argument("--threads", type=int)
-    ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--repeat", type=int, default=3, help="rounds of every configuration (medians)")
+    ap.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY,
+                    help="runs each worker drives at once (default: the worker's own default)")
+    ap.add_argument("--repeat", type=int, default=5, help="rounds of every configuration (medians)")
     args = ap.parse_args()
     runs = args.runs or (120 if args.quick else 600)
     threads = args.threads or (30 if args.quick else 100)
