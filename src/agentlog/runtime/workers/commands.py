@@ -13,13 +13,17 @@ see whether an earlier command of the same thread is still unacknowledged), with
 `Nats-Msg-Id: <command_id>`: a resubmitted command is a no-op inside the duplicate window. The
 client chooses `run_id` (and `command_id`), so it knows them before any worker runs anything.
 
-A start, continue or decide that may be alone in the queue for its thread is published with
-`Nats-Expected-Last-Subject-Sequence: 0` (`ALONE`): the server stores it only if no other command
-of the thread is queued (else it is published again without), so a command that carries it
-proves that no earlier one of its thread is pending, and a worker runs it without asking the
-queue (the order check, a request per command otherwise). A client whose publish with it was
-refused for the thread in the last `RECENT` seconds publishes without it at once: the thread has
-commands queued back to back (a burst), and each would be refused too.
+A start, continue or decide is published with `Nats-Expected-Last-Subject-Sequence`
+(`PREDECESSOR`): the queue seq of the command it must come right after, which the server checks
+against the last command of the thread still queued before it stores it. `0` (`ALONE`): no other
+command of the thread is queued, so none is ahead of it, and a worker runs it without asking the
+queue (the order check, a request otherwise). `N`: the command right ahead of it is the one at
+seq `N`, so a worker that carried that one out itself (and had its ack confirmed) knows that
+nothing of the thread is ahead any more, and does not ask either. A publish the server refuses
+(another command is last) is tried once more with the seq the refusal names, then published
+without the header. The first command a client sends on a thread expects `0`; one sent within
+`RECENT` seconds of a refusal on the thread (a burst: commands queued back to back) expects the
+seq of the client's own last command there, which is then usually right at once.
 
 Decisions and cancels are also published on core NATS `agentlog.ctl.<run_id>`, so the worker that
 is driving the run sees them at once (a cancel mid-tool, a parallel_streaming decision) instead of
@@ -38,7 +42,7 @@ from nats.js.errors import BadRequestError
 
 from agentlog.eventlog.errors import AgentlogError, InvalidId
 from agentlog.eventlog.ids import validate_id
-from agentlog.eventlog.jetstream.api import ERR_WRONG_LAST_SEQUENCE
+from agentlog.eventlog.jetstream.api import ERR_WRONG_LAST_SEQUENCE, WRONG_LAST_RE
 from agentlog.eventlog.subjects import DEFAULT_APP, PREFIX, command_subject
 from agentlog.runtime.inputs.commands import Cancel, Command, ContinueRun, Decide, StartRun, encode_command
 
@@ -46,10 +50,12 @@ COMMANDS_STREAM = "AGENTLOG_COMMANDS"
 COMMANDS_SUBJECTS = f"{PREFIX}.cmd.>"
 WORKER_CONSUMER = "agentlog-workers"
 
-#: The header (and value) a command stored alone in the queue for its thread carries (module doc).
-ALONE = ("Nats-Expected-Last-Subject-Sequence", "0")
-#: Seconds after a refused `ALONE` publish for a thread during which a client publishes the
-#: thread's next commands without it (module doc); the threads it remembers.
+#: The header naming the queue seq of the command of the thread a command comes right after,
+#: checked by the server (module doc); with `0`, the command was stored alone (`ALONE`).
+PREDECESSOR = "Nats-Expected-Last-Subject-Sequence"
+ALONE = (PREDECESSOR, "0")
+#: Seconds after a refused publish on a thread during which a client expects its own last
+#: command of the thread ahead of the next one (module doc); the threads it remembers.
 RECENT = 1.0
 RECENT_THREADS = 10_000
 
@@ -181,8 +187,9 @@ class CommandClient:
         self.app_name = validate_app_name(app_name) if app_name is not None else DEFAULT_APP
         self.js = nc.jetstream(timeout=timeout)
         self._ensured = False
-        #: When a publish with `ALONE` was last refused (monotonic), by command subject (module doc).
-        self._refused: OrderedDict[str, float] = OrderedDict()
+        #: By command subject with a publish refused in the last `RECENT` s: when (monotonic),
+        #: and the queue seq of this client's last command there (module doc).
+        self._bursts: OrderedDict[str, tuple[float, int]] = OrderedDict()
 
     async def ensure_stream(self) -> None:
         if not self._ensured:
@@ -206,18 +213,12 @@ class CommandClient:
         subject = command_subject(cmd.thread_id, app_name or self.app_name)
         headers = {"Nats-Msg-Id": cmd.command_id}
         ack = None
-        if isinstance(cmd, (StartRun, ContinueRun, Decide)) and not self._refused_lately(subject):
-            try:
-                ack = await self.js.publish(subject, payload, headers={**headers, ALONE[0]: ALONE[1]})
-            except BadRequestError as exc:
-                if exc.err_code != ERR_WRONG_LAST_SEQUENCE:
-                    raise
-                self._refused[subject] = time.monotonic()  # another command of the thread is queued
-                self._refused.move_to_end(subject)
-                if len(self._refused) > RECENT_THREADS:
-                    self._refused.popitem(last=False)
+        if isinstance(cmd, (StartRun, ContinueRun, Decide)):
+            ack = await self._publish_in_order(subject, payload, headers)
         if ack is None:
             ack = await self.js.publish(subject, payload, headers=headers)
+        if subject in self._bursts:
+            self._bursts[subject] = (self._bursts[subject][0], ack.seq)
         live: tuple[str, bytes] | None = None
         if isinstance(cmd, (Decide, Cancel)):
             live = (cmd.run_id, payload)
@@ -228,6 +229,22 @@ class CommandClient:
                 pass
         return Submitted(cmd.command_id, cmd.thread_id, cmd.run_id, ack.seq, bool(ack.duplicate))
 
-    def _refused_lately(self, subject: str) -> bool:
-        last = self._refused.get(subject)
-        return last is not None and time.monotonic() - last < RECENT
+    async def _publish_in_order(self, subject: str, payload: bytes, headers: dict[str, str]) -> Any:
+        """Publish with `PREDECESSOR` (module doc): the ack, or None if the server refused it twice."""
+        burst = self._bursts.get(subject)
+        expected = burst[1] if burst is not None and time.monotonic() - burst[0] < RECENT else 0
+        for _attempt in range(2):
+            try:
+                return await self.js.publish(subject, payload, headers={**headers, PREDECESSOR: str(expected)})
+            except BadRequestError as exc:
+                if exc.err_code != ERR_WRONG_LAST_SEQUENCE:
+                    raise
+                last = WRONG_LAST_RE.search(exc.description or "")
+                self._bursts[subject] = (time.monotonic(), 0)
+                self._bursts.move_to_end(subject)
+                if len(self._bursts) > RECENT_THREADS:
+                    self._bursts.popitem(last=False)
+                if last is None or int(last.group(1)) == expected:
+                    return None
+                expected = int(last.group(1))  # the command of the thread queued last, as the server saw it
+        return None

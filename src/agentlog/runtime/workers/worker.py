@@ -24,14 +24,17 @@ Guarantees, and how:
 - **Per-thread order.** Commands of a thread share the subject `agentlog.cmd.<app>.<thread_id>`. Before
   a start/continue/decide runs, the worker checks that no earlier command of that thread is still
   in the queue (work-queue retention deletes acked commands; acks are synchronous), unless the
-  command proves it: stored with `ALONE`, the server took it only while no other command of its
-  thread was queued (`agentlog.runtime.workers.commands`). If an earlier one is queued (usually
+  command proves it (`PREDECESSOR` in `agentlog.runtime.workers.commands`): stored alone (the
+  server took it only while no other command of its thread was queued), or stored right after
+  the command this worker carried out last for the thread, in its turn, and acked (all before
+  that one were gone when it ran; it is gone; none came between). If an earlier one is queued (usually
   being carried out by another worker, and done within milliseconds), the worker keeps the
   command and asks again after 2 ms, then 4, 8, ... (up to 32 ms) for at most `order_hold`
   seconds; after that it naks it for a redelivery 5 ms later, then 10, 20, ... (up to
   `max_nak_delay`), freeing its slot. Kept, not nak'ed at once: a nak and its redelivery cost
   more than a question, and the redelivery may go to a third worker that finds the same.
-  Inside one worker, commands of a thread also queue on a per-thread lock. Cancels and queued messages skip the order (they must reach a running run).
+  Inside one worker, commands of a thread also queue on a per-thread lock, held until the
+  command is acked: the next one there finds it gone. Cancels and queued messages skip the order (they must reach a running run).
 - **Withdrawn starts.** A start a gateway queued and then withdrew (no worker took it in time;
   `agentlog.runtime.workers.claims`) is acked without running: the gateway answered that it
   will not run. A worker starts an offered run only once it has taken the offer.
@@ -64,6 +67,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -95,7 +99,6 @@ from agentlog.runtime.inputs.commands import (
 from agentlog.runtime.logs import get_logger
 from agentlog.runtime.workers.claims import StartClaims
 from agentlog.runtime.workers.commands import (
-    ALONE,
     COMMANDS_STREAM,
     DLQ_CODE,
     DLQ_COMMAND_ID,
@@ -103,6 +106,7 @@ from agentlog.runtime.workers.commands import (
     DLQ_ERROR,
     DLQ_QUEUE_SEQ,
     DLQ_RUN_ID,
+    PREDECESSOR,
     control_subject,
     dlq_subject,
     ensure_commands_stream,
@@ -124,6 +128,9 @@ DEFAULT_CONCURRENCY = 64
 #: The most commands one fetch takes: a burst is shared by the workers, not taken whole by the
 #: first one whose slots are free.
 FETCH_BATCH = 8
+
+#: Threads whose last command carried out here in its turn (and acked) a worker remembers.
+TURNS_KEPT = 10_000
 
 #: Pauses between a held command's questions to the queue ("Per-thread order" in the module doc).
 ORDER_FIRST_PAUSE = 0.002
@@ -150,10 +157,11 @@ HAND_BACK_TIMEOUT = 2.0
 ABANDON_GRACE = 2.0
 
 
-def _stored_alone(msg: Any) -> bool:
-    """Was the command stored only while no other command of its thread was queued (`ALONE`)?"""
-    headers = msg.headers
-    return headers is not None and headers.get(ALONE[0]) == ALONE[1]
+def _predecessor(msg: Any) -> int | None:
+    """The queue seq of the command of its thread the server stored this one right after (`0`:
+    none was queued), if it was published with `PREDECESSOR`."""
+    value = msg.headers.get(PREDECESSOR) if msg.headers else None
+    return int(value) if value is not None and value.isdigit() else None
 
 
 def plural(n: int, word: str) -> str:
@@ -217,6 +225,8 @@ class Worker:
         self._slots = asyncio.Semaphore(self.concurrency)
         self._tasks: dict[asyncio.Task[None], Any] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        #: By thread: the queue seq of the last command carried out here in its turn and acked.
+        self._turns_taken: OrderedDict[str, int] = OrderedDict()
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()
         #: Messages (by id) whose hand-back `stop` does itself, after their handlers ended.
@@ -415,6 +425,7 @@ class Worker:
         )
         beat = asyncio.get_running_loop().create_task(self._heartbeat(msg))
         outcome, delay, first_delay = NAK, 0.0, self.nak_delay
+        settled = False
         try:
             if isinstance(cmd, StartRun) and cmd.offered and not await self._may_start(cmd, log):
                 outcome = ACK  # withdrawn by its gateway (or replaced): acked unexecuted
@@ -432,11 +443,17 @@ class Worker:
                     cmd = msgspec.structs.replace(cmd, interrupt=False)
                 lock = self._locks.setdefault(cmd.thread_id, asyncio.Lock())
                 async with lock:
-                    if not _stored_alone(msg) and not await self._its_turn(cmd.thread_id, meta.sequence.stream):
+                    seq = meta.sequence.stream
+                    if not self._turn_proven(msg, cmd.thread_id) and not await self._its_turn(cmd.thread_id, seq):
                         outcome, first_delay = NAK, self.order_nak_delay
                         log.debug("command.behind_earlier")
                     else:
-                        outcome = await self._execute(cmd, meta.sequence.stream, meta.num_delivered == 1)
+                        outcome = await self._execute(cmd, seq, meta.num_delivered == 1)
+                        if outcome == ACK:  # acked under the lock: the thread's next command here finds it gone
+                            beat.cancel()
+                            settled = True
+                            if await self._settle(msg, ACK, 0.0, log):
+                                self._took_turn(cmd.thread_id, seq)
                 if not lock.locked() and not lock._waiters:
                     self._locks.pop(cmd.thread_id, None)
             if outcome == NAK:
@@ -445,7 +462,7 @@ class Worker:
             log.info("command.interrupted")
             beat.cancel()
             await asyncio.gather(beat, return_exceptions=True)  # no in-progress signal after the hand-back
-            if id(msg) not in self._handing_back:  # else `stop` hands it back once this handler ended
+            if id(msg) not in self._handing_back and not settled:  # else `stop` hands it back once this handler ended
                 await self._hand_back(msg, cmd.run_id, log)
             raise
         except StoreUnavailable as exc:
@@ -468,7 +485,8 @@ class Worker:
                 return
         finally:
             beat.cancel()
-        await self._settle(msg, outcome, delay, log)
+        if not settled:
+            await self._settle(msg, outcome, delay, log)
 
     async def _dead_letter(self, msg: Any, cmd: Any, code: str, detail: str, log: Any) -> None:
         """Give up on `msg` (see "Dead letters" in the module doc): record the failure on its run,
@@ -493,9 +511,11 @@ class Worker:
         self.stats["dead_lettered"] += 1
         await self._settle(msg, ACK, 0.0, log)
 
-    async def _settle(self, msg: Any, outcome: str, delay: float = 0.0, log: Any = None) -> None:
-        """Ack, nak or term `msg`. An ack is confirmed, and retried while NATS reconnects (a lost
-        one would run the command again); a lost nak or term is redelivered after `ack_wait`."""
+    async def _settle(self, msg: Any, outcome: str, delay: float = 0.0, log: Any = None) -> bool:
+        """Ack, nak or term `msg`; whether the server took it. An ack is confirmed, and retried
+        while NATS reconnects (a lost one would run the command again); a lost nak or term is
+        redelivered after `ack_wait`."""
+        taken = False
         for attempt in range(SETTLE_ATTEMPTS):
             try:
                 if outcome == ACK:
@@ -504,9 +524,11 @@ class Worker:
                     await msg.term()
                 else:
                     await msg.nak(delay=delay or None)
+                taken = True
                 break
             except Exception as exc:  # noqa: BLE001
                 if "already acknowledged" in str(exc).lower():
+                    taken = True
                     break
                 (log or self.log).warning("command.settle_failed", outcome=outcome, error=str(exc))
                 if outcome != ACK or (self._stopping.is_set() and attempt > 3):
@@ -515,6 +537,7 @@ class Worker:
         self.stats[{"ack": "acked", "nak": "naked", "term": "termed"}[outcome]] += 1
         if log is not None:
             log.debug("command.settled", outcome=outcome)
+        return taken
 
     async def _hand_back(self, msg: Any, run_id: str, log: Any) -> None:
         """Give an unfinished command back to the queue for immediate redelivery (`HAND_BACK`),
@@ -536,6 +559,18 @@ class Worker:
                 await msg.in_progress()
             except Exception:  # noqa: BLE001 - disconnected: the next beat retries
                 pass
+
+    def _turn_proven(self, msg: Any, thread_id: str) -> bool:
+        """Does the command's `PREDECESSOR` prove that no earlier command of its thread is queued
+        ("Per-thread order" in the module doc)?"""
+        predecessor = _predecessor(msg)
+        return predecessor is not None and (predecessor == 0 or self._turns_taken.get(thread_id) == predecessor)
+
+    def _took_turn(self, thread_id: str, seq: int) -> None:
+        self._turns_taken[thread_id] = seq
+        self._turns_taken.move_to_end(thread_id)
+        if len(self._turns_taken) > TURNS_KEPT:
+            self._turns_taken.popitem(last=False)
 
     async def _its_turn(self, thread_id: str, seq: int) -> bool:
         """Wait (at most `order_hold` s, asking the queue at growing intervals) until no earlier

@@ -1,0 +1,173 @@
+"""Commands that prove their turn (`agentlog.runtime.workers.commands.PREDECESSOR`), against a real
+nats-server: a start/continue/decide is stored with the queue seq of the command of its thread it
+comes right after (`0`: none was queued), as the server checked it, and a worker runs it without
+asking the queue for an earlier one when that proves none is left."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+import pytest
+
+from agentlog.eventlog.embedded.server import EmbeddedNatsServer
+from agentlog.eventlog.jetstream.store import JetStreamEventStore
+from agentlog.runtime.inputs.commands import Cancel, Command, StartRun
+from agentlog.runtime.workers.commands import COMMANDS_STREAM, PREDECESSOR, CommandClient
+from agentlog.runtime.workers.worker import Worker
+
+pytestmark = pytest.mark.asyncio
+
+
+def start(thread: str, run: str) -> StartRun:
+    return StartRun(thread_id=thread, run_id=run, agent_id="a", messages=["hi"], command_id=f"start-{run}")
+
+
+async def predecessor(client: CommandClient, seq: int) -> int | None:
+    """The `PREDECESSOR` the command at queue seq `seq` was stored with (None: without)."""
+    value = ((await client.js.get_msg(COMMANDS_STREAM, seq)).headers or {}).get(PREDECESSOR)
+    return None if value is None else int(value)
+
+
+def recording(client: CommandClient, *, before_retry: Any = None) -> list[int | None]:
+    """The `PREDECESSOR` each publish of `client` asked for (a refused one included). With
+    `before_retry`, that is awaited once, right after the first refused publish."""
+    asked: list[int | None] = []
+    publish = client.js.publish
+
+    async def record(subject: str, payload: bytes, **kwargs: Any) -> Any:
+        value = (kwargs.get("headers") or {}).get(PREDECESSOR)
+        asked.append(None if value is None else int(value))
+        try:
+            return await publish(subject, payload, **kwargs)
+        except Exception:
+            nonlocal before_retry
+            if before_retry is not None:
+                hook, before_retry = before_retry, None
+                await hook()
+            raise
+
+    client.js.publish = record  # type: ignore[method-assign]
+    return asked
+
+
+async def test_a_command_is_stored_after_the_command_queued_right_before_it(nats_server: EmbeddedNatsServer) -> None:
+    store = await JetStreamEventStore.connect(nats_server.url)
+    try:
+        async with asyncio.timeout(30):
+            first, other = CommandClient(store.nc), CommandClient(store.nc)
+            asked = recording(first)
+            r1 = await first.submit(start("t1", "r1"))
+            assert await predecessor(first, r1.seq) == 0 and asked == [0]  # nothing of t1 queued
+            # r1 is queued: `0` is refused, the seq the refusal names is taken
+            r2 = await first.submit(start("t1", "r2"))
+            assert await predecessor(first, r2.seq) == r1.seq and asked == [0, 0, r1.seq]
+            # right after that refusal (a burst): the client expects its own last command at once
+            r3 = await first.submit(start("t1", "r3"))
+            assert await predecessor(first, r3.seq) == r2.seq and asked == [0, 0, r1.seq, r2.seq]
+            # another client knows nothing of the burst: refused once, then right
+            asked_other = recording(other)
+            r4 = await other.submit(start("t1", "r4"))
+            assert await predecessor(other, r4.seq) == r3.seq and asked_other == [0, r3.seq]
+            # the first client's own last command is no longer the last one queued: refused, then right
+            r5 = await first.submit(start("t1", "r5"))
+            assert await predecessor(first, r5.seq) == r4.seq and asked[-2:] == [r3.seq, r4.seq]
+            # the same command again: the server's duplicate detection still answers
+            again = await other.submit(start("t1", "r1"))
+            assert again.duplicate and again.seq == r1.seq
+            # a cancel is for a run being driven: never published with the header
+            cancel = await other.submit(Cancel(thread_id="t2", run_id="r9"))
+            assert await predecessor(other, cancel.seq) is None
+            # another thread's queue is its own
+            assert await predecessor(other, (await other.submit(start("t3", "r6"))).seq) == 0
+    finally:
+        await store.close()
+
+
+async def test_a_command_refused_twice_is_stored_without_a_predecessor(nats_server: EmbeddedNatsServer) -> None:
+    """Another command lands between the refusal and the retry: the retry is refused too, and the
+    command is queued without the header (the worker then asks the queue)."""
+    store = await JetStreamEventStore.connect(nats_server.url)
+    try:
+        async with asyncio.timeout(30):
+            client, racing = CommandClient(store.nc), CommandClient(store.nc)
+            r1 = await client.submit(start("t1", "r1"))
+            landed: list[int] = []
+
+            async def another_lands() -> None:
+                landed.append((await racing.submit(start("t1", "r2"))).seq)
+
+            asked = recording(client, before_retry=another_lands)
+            r3 = await client.submit(start("t1", "r3"))
+            assert asked == [0, r1.seq, None] and await predecessor(client, r3.seq) is None
+            assert await predecessor(client, landed[0]) == r1.seq
+    finally:
+        await store.close()
+
+
+class _Runtime:
+    """Stands in for a `Runtime`: records the runs it is given and finishes them at once."""
+
+    def __init__(self) -> None:
+        self.ran: asyncio.Queue[str] = asyncio.Queue()
+
+    async def execute(self, cmd: Command, **_: Any) -> str:
+        self.ran.put_nowait(cmd.run_id)
+        return "done"
+
+    def abandon_runs(self) -> list[asyncio.Task[Any]]:
+        return []
+
+
+def asking(worker: Worker) -> set[int]:
+    """The queue seqs of the commands `worker` asks the queue about (an earlier one of the thread?)."""
+    checked: set[int] = set()
+    check = worker._earlier_pending
+
+    async def recorded(thread_id: str, seq: int) -> bool:
+        checked.add(seq)
+        return await check(thread_id, seq)
+
+    worker._earlier_pending = recorded  # type: ignore[method-assign]
+    return checked
+
+
+async def test_a_worker_does_not_ask_the_queue_after_the_command_it_carried_out_right_before(
+        nats_server: EmbeddedNatsServer) -> None:
+    store = await JetStreamEventStore.connect(nats_server.url)
+    runtime = _Runtime()
+    worker = Worker(store, runtime=cast(Any, runtime))
+    checked = asking(worker)
+    try:
+        async with asyncio.timeout(30):
+            client = CommandClient(store.nc)
+            burst = [await client.submit(start("t1", f"r{i}")) for i in range(1, 5)]
+            await worker.start()
+            assert [await runtime.ran.get() for _ in burst] == ["r1", "r2", "r3", "r4"]
+            assert checked == set()
+    finally:
+        await worker.stop(timeout=10)
+        await store.close()
+
+
+async def test_a_worker_asks_the_queue_when_another_carried_out_the_command_before(
+        nats_server: EmbeddedNatsServer) -> None:
+    """r2 was stored right after r1, but this worker did not carry r1 out (it is gone from the
+    queue, as after another worker's ack): r2 proves nothing here, so the worker asks."""
+    store = await JetStreamEventStore.connect(nats_server.url)
+    runtime = _Runtime()
+    worker = Worker(store, runtime=cast(Any, runtime))
+    checked = asking(worker)
+    try:
+        async with asyncio.timeout(30):
+            client = CommandClient(store.nc)
+            r1 = await client.submit(start("t1", "r1"))
+            r2 = await client.submit(start("t1", "r2"))
+            assert await predecessor(client, r2.seq) == r1.seq
+            await client.js.delete_msg(COMMANDS_STREAM, r1.seq)
+            await worker.start()
+            assert await runtime.ran.get() == "r2"
+            assert checked == {r2.seq}
+    finally:
+        await worker.stop(timeout=10)
+        await store.close()
