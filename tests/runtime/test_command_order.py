@@ -47,7 +47,7 @@ def recording(client: CommandClient, *, before_retry: Any = None) -> list[int | 
                 await hook()
             raise
 
-    client.js.publish = record  # type: ignore[method-assign]
+    client.js.publish = record  # type: ignore[method-assign,assignment]
     return asked
 
 
@@ -171,3 +171,59 @@ async def test_a_worker_asks_the_queue_when_another_carried_out_the_command_befo
     finally:
         await worker.stop(timeout=10)
         await store.close()
+
+
+class _Recorder:
+    """Stands in for the `Runtime` of several workers: records which run each one started, in
+    the order they were started (yielding to the loop on the way, so that workers interleave)."""
+
+    def __init__(self, started: list[str], progress: asyncio.Event) -> None:
+        self.started = started
+        self.progress = progress
+
+    async def execute(self, cmd: Command, **_: Any) -> str:
+        self.started.append(cmd.run_id)
+        self.progress.set()
+        for _turn in range(3):
+            await asyncio.sleep(0)  # a yield to the other workers, not a wait for anything
+        return "done"
+
+    def abandon_runs(self) -> list[asyncio.Task[Any]]:
+        return []
+
+
+async def test_two_workers_take_a_threads_commands_in_queue_order_under_bursts_from_two_clients(
+        nats_server: EmbeddedNatsServer) -> None:
+    """Two clients queue bursts on the same threads at once (refusals, retries and foreign
+    predecessors interleave); two workers each on their own connection carry the commands out,
+    and every thread's commands start in the order of their queue seqs, each once."""
+    stores = [await JetStreamEventStore.connect(nats_server.url) for _ in range(4)]
+    started: list[str] = []
+    progress = asyncio.Event()
+    workers = [Worker(store, runtime=cast(Any, _Recorder(started, progress)), concurrency=16) for store in stores[:2]]
+    clients = [CommandClient(store.nc) for store in stores[2:]]
+    try:
+        async with asyncio.timeout(120):
+            for worker in workers:
+                await worker.start()
+            for round_ in range(6):
+                seqs: dict[str, int] = {}
+
+                async def burst(c: int, t: int, round_: int = round_, seqs: dict[str, int] = seqs) -> None:
+                    for r in range(3):
+                        run = f"x{round_}-t{t}-c{c}-r{r}"
+                        seqs[run] = (await clients[c].submit(start(f"x{round_}-t{t}", run))).seq
+
+                await asyncio.gather(*(burst(c, t) for t in range(15) for c in range(2)))
+                while len([run for run in started if run.startswith(f"x{round_}-")]) < len(seqs):
+                    progress.clear()
+                    await progress.wait()
+                for t in range(15):
+                    thread = [run for run in started if run.startswith(f"x{round_}-t{t}-")]
+                    assert thread == sorted(thread, key=seqs.__getitem__), (round_, t)
+                    assert len(thread) == len(set(thread)) == 6
+    finally:
+        for worker in workers:
+            await worker.stop(timeout=10)
+        for store in stores:
+            await store.close()
