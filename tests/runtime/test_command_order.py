@@ -6,6 +6,8 @@ asking the queue for an earlier one when that proves none is left."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import pytest
@@ -132,45 +134,41 @@ def asking(worker: Worker) -> set[int]:
     return checked
 
 
-async def test_a_worker_does_not_ask_the_queue_after_the_command_it_carried_out_right_before(
-        nats_server: EmbeddedNatsServer) -> None:
+@contextlib.asynccontextmanager
+async def one_worker(nats_server: EmbeddedNatsServer) -> AsyncIterator[tuple[CommandClient, Worker, _Runtime, set[int]]]:
+    """A client, a worker (not started) with a `_Runtime`, and the seqs it asks the queue about."""
     store = await JetStreamEventStore.connect(nats_server.url)
     runtime = _Runtime()
     worker = Worker(store, runtime=cast(Any, runtime))
-    checked = asking(worker)
     try:
         async with asyncio.timeout(30):
-            client = CommandClient(store.nc)
-            burst = [await client.submit(start("t1", f"r{i}")) for i in range(1, 5)]
-            await worker.start()
-            assert [await runtime.ran.get() for _ in burst] == ["r1", "r2", "r3", "r4"]
-            assert checked == set()
+            yield CommandClient(store.nc), worker, runtime, asking(worker)
     finally:
         await worker.stop(timeout=10)
         await store.close()
+
+
+async def test_a_worker_does_not_ask_the_queue_after_the_command_it_carried_out_right_before(
+        nats_server: EmbeddedNatsServer) -> None:
+    async with one_worker(nats_server) as (client, worker, runtime, checked):
+        burst = [await client.submit(start("t1", f"r{i}")) for i in range(1, 5)]
+        await worker.start()
+        assert [await runtime.ran.get() for _ in burst] == ["r1", "r2", "r3", "r4"]
+        assert checked == set()
 
 
 async def test_a_worker_asks_the_queue_when_another_carried_out_the_command_before(
         nats_server: EmbeddedNatsServer) -> None:
     """r2 was stored right after r1, but this worker did not carry r1 out (it is gone from the
     queue, as after another worker's ack): r2 proves nothing here, so the worker asks."""
-    store = await JetStreamEventStore.connect(nats_server.url)
-    runtime = _Runtime()
-    worker = Worker(store, runtime=cast(Any, runtime))
-    checked = asking(worker)
-    try:
-        async with asyncio.timeout(30):
-            client = CommandClient(store.nc)
-            r1 = await client.submit(start("t1", "r1"))
-            r2 = await client.submit(start("t1", "r2"))
-            assert await predecessor(client, r2.seq) == r1.seq
-            await client.js.delete_msg(COMMANDS_STREAM, r1.seq)
-            await worker.start()
-            assert await runtime.ran.get() == "r2"
-            assert checked == {r2.seq}
-    finally:
-        await worker.stop(timeout=10)
-        await store.close()
+    async with one_worker(nats_server) as (client, worker, runtime, checked):
+        r1 = await client.submit(start("t1", "r1"))
+        r2 = await client.submit(start("t1", "r2"))
+        assert await predecessor(client, r2.seq) == r1.seq
+        await client.js.delete_msg(COMMANDS_STREAM, r1.seq)
+        await worker.start()
+        assert await runtime.ran.get() == "r2"
+        assert checked == {r2.seq}
 
 
 class _Recorder:
