@@ -225,3 +225,43 @@ async def test_two_workers_take_a_threads_commands_in_queue_order_under_bursts_f
             await worker.stop(timeout=10)
         for store in stores:
             await store.close()
+
+
+class _NoConnection:
+    """What `CommandClient` asks of a connection before it publishes."""
+
+    max_payload = 1 << 20
+
+    def jetstream(self, **_: Any) -> Any:
+        return None
+
+
+class _RefusingJetStream:
+    """Refuses every publish with `PREDECESSOR` (the refusal saying `description`, perhaps not
+    as nats-server words it), and takes one without it."""
+
+    def __init__(self, description: str) -> None:
+        self.description = description
+        self.asked: list[str | None] = []
+
+    async def publish(self, subject: str, payload: bytes, headers: dict[str, str] | None = None, **_: Any) -> Any:
+        from nats.js.api import PubAck
+        from nats.js.errors import BadRequestError
+
+        expected = (headers or {}).get(PREDECESSOR)
+        self.asked.append(expected)
+        if expected is not None:
+            raise BadRequestError(code=400, err_code=10071, description=self.description)
+        return PubAck(stream=COMMANDS_STREAM, seq=7)
+
+
+@pytest.mark.parametrize("description", ["wrong last sequence", "wrong last sequence: 0"])
+async def test_a_refusal_that_names_no_other_predecessor_queues_the_command_without_one(description: str) -> None:
+    """A pure unit test of the client's retry: a refusal it cannot read, or one naming the seq it
+    expected, is not tried again with a guess."""
+    client = CommandClient(cast(Any, _NoConnection()))
+    client._ensured = True
+    js = _RefusingJetStream(description)
+    client.js = cast(Any, js)
+    queued = await client.submit(start("t1", "r1"))
+    assert queued.seq == 7 and js.asked == ["0", None]
