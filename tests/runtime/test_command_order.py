@@ -15,6 +15,7 @@ import pytest
 from agentlog.eventlog.embedded.server import EmbeddedNatsServer
 from agentlog.eventlog.jetstream.store import JetStreamEventStore
 from agentlog.runtime.inputs.commands import Cancel, Command, StartRun
+from agentlog.runtime.workers import commands
 from agentlog.runtime.workers.commands import COMMANDS_STREAM, PREDECESSOR, CommandClient
 from agentlog.runtime.workers.worker import Worker
 
@@ -53,7 +54,9 @@ def recording(client: CommandClient, *, before_retry: Any = None) -> list[int | 
     return asked
 
 
-async def test_a_command_is_stored_after_the_command_queued_right_before_it(nats_server: EmbeddedNatsServer) -> None:
+async def test_a_command_is_stored_after_the_command_queued_right_before_it(
+        nats_server: EmbeddedNatsServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(commands, "RECENT", 600.0)  # a slow machine's pauses do not end the bursts below
     store = await JetStreamEventStore.connect(nats_server.url)
     try:
         async with asyncio.timeout(30):
