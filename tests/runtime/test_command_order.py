@@ -138,11 +138,13 @@ def asking(worker: Worker) -> set[int]:
 
 
 @contextlib.asynccontextmanager
-async def one_worker(nats_server: EmbeddedNatsServer) -> AsyncIterator[tuple[CommandClient, Worker, _Runtime, set[int]]]:
-    """A client, a worker (not started) with a `_Runtime`, and the seqs it asks the queue about."""
+async def one_worker(nats_server: EmbeddedNatsServer, **options: Any,
+                     ) -> AsyncIterator[tuple[CommandClient, Worker, _Runtime, set[int]]]:
+    """A client, a worker (not started, made with `options`) with a `_Runtime`, and the seqs it
+    asks the queue about."""
     store = await JetStreamEventStore.connect(nats_server.url)
     runtime = _Runtime()
-    worker = Worker(store, runtime=cast(Any, runtime))
+    worker = Worker(store, runtime=cast(Any, runtime), **options)
     try:
         async with asyncio.timeout(30):
             yield CommandClient(store.nc), worker, runtime, asking(worker)
@@ -172,6 +174,42 @@ async def test_a_worker_asks_the_queue_when_another_carried_out_the_command_befo
         await worker.start()
         assert await runtime.ran.get() == "r2"
         assert checked == {r2.seq}
+
+
+async def test_an_earlier_command_that_reaches_the_worker_after_a_later_one_runs_first(
+        nats_server: EmbeddedNatsServer) -> None:
+    """r1 is leased by another consumer client when the worker takes r2 (as when a worker that
+    took r1 hands it back, or dies and its lease ends): r2 waits for r1 without holding its
+    thread in the worker, so r1, redelivered to this worker, runs at once, and r2 right after it,
+    proven by r1, before its `order_hold` ends and without a nak."""
+    from nats.js.api import AckPolicy, ConsumerConfig
+
+    from agentlog.eventlog.subjects import commands_filter
+
+    async with one_worker(nats_server, order_hold=3600.0) as (client, worker, runtime, checked):
+        r1 = await client.submit(start("t1", "r1"))
+        r2 = await client.submit(start("t1", "r2"))
+        await client.js.add_consumer(COMMANDS_STREAM, ConsumerConfig(
+            durable_name=worker.consumer, ack_policy=AckPolicy.EXPLICIT, filter_subject=commands_filter()))
+        elsewhere = await client.js.pull_subscribe_bind(worker.consumer, COMMANDS_STREAM)
+        [leased] = await elsewhere.fetch(1, timeout=5)
+        assert leased.metadata.sequence.stream == r1.seq
+        held = asyncio.Event()
+        ask = worker._earlier_pending
+
+        async def asked(thread_id: str, seq: int) -> bool:
+            earlier = await ask(thread_id, seq)
+            if seq == r2.seq and earlier:
+                held.set()
+            return earlier
+
+        worker._earlier_pending = asked  # type: ignore[method-assign]
+        await worker.start()
+        await held.wait()  # the worker holds r2: r1 is still queued
+        await leased.nak()
+        assert [await runtime.ran.get() for _ in range(2)] == ["r1", "r2"]
+        assert worker.stats["naked"] == 0
+        assert r2.seq in checked
 
 
 class _Recorder:

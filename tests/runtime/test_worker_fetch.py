@@ -47,6 +47,10 @@ async def test_a_fetch_asks_for_at_most_a_batch_of_the_free_slots(concurrency: i
     assert worker._slots._value == concurrency  # every slot a fetch took and did not fill is back
 
 
+#: A command held behind an earlier one, as the worker received it (no `PREDECESSOR`).
+_held = cast(Any, type("Msg", (), {"headers": None})())
+
+
 def _answering(worker: Worker, answers: list[bool]) -> list[int]:
     """Make the worker's queue question answer `answers` in turn (then "none earlier")."""
     asked: list[int] = []
@@ -63,7 +67,7 @@ async def test_a_command_behind_an_earlier_one_is_kept_until_its_turn() -> None:
     worker = Worker(cast(Any, _Store()), runtime=cast(Any, object()), order_hold=30.0)
     asked = _answering(worker, [True, True, True])
     async with asyncio.timeout(10):
-        assert await worker._its_turn("t", 7)
+        assert await worker._its_turn(_held, "t", 7)
     assert asked == [7, 7, 7, 7]  # asked again until no earlier command was left
 
 
@@ -74,5 +78,5 @@ async def test_a_held_command_is_given_up_after_the_hold_or_when_the_worker_stop
         worker._stopping.set()
     asked = _answering(worker, [True] * 100)
     async with asyncio.timeout(10):
-        assert not await worker._its_turn("t", 7)
+        assert not await worker._its_turn(_held, "t", 7)
     assert asked == [7]  # nak'ed (by the caller) at once: no second question

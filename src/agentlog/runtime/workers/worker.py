@@ -33,8 +33,12 @@ Guarantees, and how:
   seconds; after that it naks it for a redelivery 5 ms later, then 10, 20, ... (up to
   `max_nak_delay`), freeing its slot. Kept, not nak'ed at once: a nak and its redelivery cost
   more than a question, and the redelivery may go to a third worker that finds the same.
-  Inside one worker, commands of a thread also queue on a per-thread lock, held until the
-  command is acked: the next one there finds it gone. Cancels and queued messages skip the order (they must reach a running run).
+  Inside one worker, commands of a thread also queue on a per-thread lock, held while one runs
+  and until it is acked: the next one there finds it gone. A command that waits for an earlier
+  one waits outside that lock, and asks again at once when this worker carries a command of the
+  thread out: the earlier one may reach this worker after it (a redelivery: handed back, or a
+  dead worker's lease ended), and must not wait behind it. Cancels and queued messages skip the
+  order (they must reach a running run).
 - **Withdrawn starts.** A start a gateway queued and then withdrew (no worker took it in time;
   `agentlog.runtime.workers.claims`) is acked without running: the gateway answered that it
   will not run. A worker starts an offered run only once it has taken the offer.
@@ -65,10 +69,11 @@ Guarantees, and how:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -227,6 +232,8 @@ class Worker:
         self._locks: dict[str, asyncio.Lock] = {}
         #: By thread: the queue seq of the last command carried out here in its turn and acked.
         self._turns_taken: OrderedDict[str, int] = OrderedDict()
+        #: By thread: set when a command of it is carried out here (a held later one asks again).
+        self._turn_waits: dict[str, asyncio.Event] = {}
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()
         #: Messages (by id) whose hand-back `stop` does itself, after their handlers ended.
@@ -441,21 +448,31 @@ class Worker:
                     await self._execute(stop, meta.sequence.stream)
                     await self._publish_control(stop)  # a loop blocked in a tool meets it at once
                     cmd = msgspec.structs.replace(cmd, interrupt=False)
-                lock = self._locks.setdefault(cmd.thread_id, asyncio.Lock())
-                async with lock:
-                    seq = meta.sequence.stream
-                    if not self._turn_proven(msg, cmd.thread_id) and not await self._its_turn(cmd.thread_id, seq):
+                seq = meta.sequence.stream
+                ordered = cmd
+
+                async def carry_out() -> str:
+                    nonlocal settled
+                    done = await self._execute(ordered, seq, meta.num_delivered == 1)
+                    if done == ACK:  # acked under the thread's lock: its next command here finds it gone
+                        beat.cancel()
+                        settled = True
+                        if await self._settle(msg, ACK, 0.0, log):
+                            self._took_turn(ordered.thread_id, seq)
+                    return done
+
+                outcome = ""
+                async with self._thread_lock(cmd.thread_id):
+                    if self._turn_proven(msg, cmd.thread_id):
+                        outcome = await carry_out()
+                if not outcome:
+                    # waits outside the lock: the earlier command it waits for may be waiting for it here
+                    if await self._its_turn(msg, cmd.thread_id, seq):
+                        async with self._thread_lock(cmd.thread_id):
+                            outcome = await carry_out()
+                    else:
                         outcome, first_delay = NAK, self.order_nak_delay
                         log.debug("command.behind_earlier")
-                    else:
-                        outcome = await self._execute(cmd, seq, meta.num_delivered == 1)
-                        if outcome == ACK:  # acked under the lock: the thread's next command here finds it gone
-                            beat.cancel()
-                            settled = True
-                            if await self._settle(msg, ACK, 0.0, log):
-                                self._took_turn(cmd.thread_id, seq)
-                if not lock.locked() and not lock._waiters:
-                    self._locks.pop(cmd.thread_id, None)
             if outcome == NAK:
                 delay = min(self.max_nak_delay, first_delay * (2 ** min(meta.num_delivered - 1, 6)))
         except asyncio.CancelledError:
@@ -560,6 +577,17 @@ class Worker:
             except Exception:  # noqa: BLE001 - disconnected: the next beat retries
                 pass
 
+    @contextlib.asynccontextmanager
+    async def _thread_lock(self, thread_id: str) -> AsyncIterator[None]:
+        """Hold the thread's lock in this worker: its commands run here one at a time."""
+        lock = self._locks.setdefault(thread_id, asyncio.Lock())
+        try:
+            async with lock:
+                yield
+        finally:
+            if not lock.locked() and not lock._waiters and self._locks.get(thread_id) is lock:
+                del self._locks[thread_id]
+
     def _turn_proven(self, msg: Any, thread_id: str) -> bool:
         """Does the command's `PREDECESSOR` prove that no earlier command of its thread is queued
         ("Per-thread order" in the module doc)?"""
@@ -571,18 +599,31 @@ class Worker:
         self._turns_taken.move_to_end(thread_id)
         if len(self._turns_taken) > TURNS_KEPT:
             self._turns_taken.popitem(last=False)
+        waiting = self._turn_waits.pop(thread_id, None)
+        if waiting is not None:
+            waiting.set()  # a later command of the thread held here asks again now
 
-    async def _its_turn(self, thread_id: str, seq: int) -> bool:
-        """Wait (at most `order_hold` s, asking the queue at growing intervals) until no earlier
-        command of the thread is queued; False if one still is then, or the worker stops."""
+    async def _its_turn(self, msg: Any, thread_id: str, seq: int) -> bool:
+        """Wait (at most `order_hold` s) until no earlier command of the thread is queued: asking
+        the queue at growing intervals, and at once when this worker carried out a command of
+        the thread (the one this waits for may have reached this worker after it); False if
+        one still is then, or the worker stops."""
         deadline = asyncio.get_running_loop().time() + self.order_hold
         pause = ORDER_FIRST_PAUSE
-        while await self._earlier_pending(thread_id, seq):
-            if self._stopping.is_set() or asyncio.get_running_loop().time() + pause > deadline:
-                return False
-            await asyncio.sleep(pause)  # pacing of the questions while the earlier command runs elsewhere
-            pause = min(pause * 2, ORDER_MAX_PAUSE)
-        return True
+        try:
+            while not self._turn_proven(msg, thread_id) and await self._earlier_pending(thread_id, seq):
+                if self._stopping.is_set() or asyncio.get_running_loop().time() + pause > deadline:
+                    return False
+                taken = self._turn_waits.setdefault(thread_id, asyncio.Event())
+                with contextlib.suppress(TimeoutError):
+                    # the pacing of the questions while the earlier command runs elsewhere
+                    await asyncio.wait_for(taken.wait(), pause)
+                pause = min(pause * 2, ORDER_MAX_PAUSE)
+            return True
+        finally:
+            waits = self._turn_waits.get(thread_id)
+            if waits is not None and not waits._waiters:
+                del self._turn_waits[thread_id]
 
     async def _earlier_pending(self, thread_id: str, seq: int) -> bool:
         """Is an earlier command of this thread still in the queue (not yet acked)?"""
