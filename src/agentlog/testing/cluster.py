@@ -2,7 +2,12 @@
 
 For tests and the reliability benchmark of replication (R3 streams, a killed stream leader), and
 as a ready dev helper. Each node is an `EmbeddedNatsServer` (its own data dir, client port and
-ports-file readiness check) with a `cluster {}` block naming every other node as a route. The
+ports-file readiness check) with a `cluster {}` block. Route ports are never picked for a node
+that others then route to before it holds them: the first node starts alone (routed to itself,
+which the server skips; JetStream wants a route configured), on a port picked for it and picked
+again if that was taken in between; every other node listens on a port the server picks (`-1`)
+and routes to the nodes already running, at the ports they reported in their ports files. The
+routes the servers gossip join them all. `start_node` (re)starts one node the same way. The
 cluster is usable once it can place a stream on every node (a meta leader is elected and counts
 every peer online), which `start()` waits for.
 """
@@ -22,6 +27,17 @@ from agentlog.eventlog.embedded.server import EmbeddedNatsServer, free_port
 from agentlog.eventlog.errors import StoreUnavailable
 
 CLUSTER_NAME = "agentlog"
+#: Ports the first node tries for its route listener (each picked afresh) before giving up.
+PORT_ATTEMPTS = 5
+
+
+def _port_taken_in_log(node: EmbeddedNatsServer, listen: str) -> bool:
+    """Did the node's last start fail because its route port `listen` (host:port) was taken?"""
+    try:
+        log = (node.data_dir / "nats-server.log").read_text(errors="replace")
+    except OSError:
+        return False
+    return any("address already in use" in line and listen in line for line in log.splitlines()[-50:])
 
 
 class LocalCluster:
@@ -34,18 +50,10 @@ class LocalCluster:
         `start` checks JetStream as, when that config requires one (a user allowed to create streams)."""
         self.base_dir = Path(base_dir)
         self.login = login
-        route_ports = [free_port() for _ in range(size)]
-        routes = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in route_ports)
-        self.nodes = [
-            EmbeddedNatsServer(
-                self.base_dir / f"n{i + 1}", server_name=f"n{i + 1}",
-                extra_config=[
-                    f'cluster {{ name: "{CLUSTER_NAME}", listen: "127.0.0.1:{port}", routes: [{routes}] }}',
-                    *(extra_config or []),
-                ],
-            )
-            for i, port in enumerate(route_ports)
-        ]
+        self._extra_config = list(extra_config or [])
+        self.nodes = [EmbeddedNatsServer(self.base_dir / f"n{i + 1}", server_name=f"n{i + 1}") for i in range(size)]
+        #: By node name: the route URL its server reported when it last started (`start_node`).
+        self._routes: dict[str, str] = {}
 
     @property
     def urls(self) -> list[str]:
@@ -63,12 +71,45 @@ class LocalCluster:
         raise KeyError(server_name)
 
     async def start(self, timeout: float = 30.0) -> None:
-        """Start every node, then wait (bounded) until JetStream answers through the cluster."""
-        await asyncio.gather(*(node.astart(timeout) for node in self.nodes))
+        """Start every node (the first alone, the others routed to it), then wait (bounded) until
+        JetStream answers through the cluster."""
+        first, *others = self.nodes
+        await self.start_node(first.server_name, timeout)
+        await asyncio.gather(*(self.start_node(node.server_name, timeout) for node in others))
         if self.login is None:
             await self.wait_jetstream(timeout)
         else:
             await self.wait_jetstream(timeout, user=self.login[0], password=self.login[1])
+
+    async def start_node(self, server_name: str, timeout: float = 30.0) -> None:
+        """Start one node (again, after a stop or a kill), routed to every node running (module doc)."""
+        node = self.node(server_name)
+        routes = [url for name, url in self._routes.items() if name != server_name and self.node(name).running]
+        for _attempt in range(PORT_ATTEMPTS):
+            if routes:
+                listen = "127.0.0.1:-1"
+            else:  # alone: a route to itself, on a port nobody else was told of yet
+                listen = f"127.0.0.1:{free_port()}"
+                routes = [f"nats-route://{listen}"]
+            quoted = ", ".join(f'"{url}"' for url in routes)
+            node.extra_config = [
+                f'cluster {{ name: "{CLUSTER_NAME}", listen: "{listen}", routes: [{quoted}] }}',
+                *self._extra_config,
+            ]
+            try:
+                await node.astart(timeout)
+                break
+            except StoreUnavailable:
+                if not listen.endswith(":-1") and _port_taken_in_log(node, listen):
+                    routes = []
+                    continue  # lost the picked route port to another process before the server bound it
+                raise
+        else:
+            raise StoreUnavailable(f"nats-server {server_name}: no free route port in {PORT_ATTEMPTS} tries")
+        reported = [url for url in node.listening("cluster") if url.startswith("nats://127.0.0.1:")]
+        if not reported:
+            raise StoreUnavailable(f"nats-server {server_name} reported no route listener on 127.0.0.1")
+        self._routes[server_name] = "nats-route://" + reported[0].removeprefix("nats://")
 
     async def wait_jetstream(self, timeout: float = 30.0, **connect: object) -> None:
         """Wait until the cluster can place a stream on every node: a meta leader answering

