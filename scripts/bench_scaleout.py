@@ -154,7 +154,16 @@ class Topology:
 
     @property
     def pids(self) -> list[int]:
-        return [p.proc.pid for p in [*self.gateways, *self.workers] if p is not None]
+        return [*self.gateway_pids, *self.worker_pids]
+
+    @property
+    def gateway_pids(self) -> list[int]:
+        """The processes serving HTTP (`agentlog gateway`, or `serve`), running now."""
+        return [p.proc.pid for p in self.gateways if p is not None]
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return [p.proc.pid for p in self.workers]
 
     def stop(self) -> None:
         for proc in [*self.gateways, *self.workers]:
@@ -467,12 +476,14 @@ async def writes(tmp: Path, runs: int, gateways: int, concurrency: int, timeout:
         load = Load(topology, tag=f"w{gateways}", checks=False, deadline=time.monotonic() + timeout)
         try:
             await asyncio.to_thread(topology.start)
-            cpu0 = bench_e2e.cpu_ns(topology.pids)
+            kinds = {"gateways": topology.gateway_pids, "workers": topology.worker_pids}
+            cpu0 = {kind: bench_e2e.cpu_ns(pids) for kind, pids in kinds.items()}
             t0 = time.perf_counter()
             await load.run(range(runs), concurrency)
             await load.settled(await store.last_seq())
             seconds = time.perf_counter() - t0
-            cpu = (bench_e2e.cpu_ns(topology.pids) - cpu0) / 1e9
+            by_kind = {kind: (bench_e2e.cpu_ns(pids) - cpu0[kind]) / 1e9 for kind, pids in kinds.items()}
+            cpu = sum(by_kind.values())
             puts = await kv_puts(store)
             commits = await store.last_seq()
         finally:
@@ -480,7 +491,8 @@ async def writes(tmp: Path, runs: int, gateways: int, concurrency: int, timeout:
             await store.close()
             await asyncio.to_thread(topology.stop)
     return {"runs": runs, "commits": commits, **{f"{k}_puts": v for k, v in puts.items()},
-            "puts_per_commit": sum(puts.values()) / commits, "cpu_s_per_run": cpu / runs, "seconds": seconds}
+            "puts_per_commit": sum(puts.values()) / commits, "cpu_s_per_run": cpu / runs,
+            **{f"{kind}_cpu_s_per_run": used / runs for kind, used in by_kind.items()}, "seconds": seconds}
 
 
 async def inprocess(tmp: Path, runs: int, concurrency: int) -> dict[str, Any]:
@@ -687,6 +699,8 @@ def table(doc: dict[str, Any]) -> Any:
         ("  2 gateways / 1 gateway", "gateways_2_view_writes_per_commit", "<= 1.1"),
         ("CPU ms per run, in-process", "inprocess_cpu_s_per_run", ""),
         ("CPU ms per run, 1 gateway + 1 worker", "gateways_1_cpu_s_per_run", ""),
+        ("  of which the gateway", "gateways_1_gateways_cpu_s_per_run", ""),
+        ("  of which the worker", "gateways_1_workers_cpu_s_per_run", ""),
         ("CPU ms per run, 2 gateways + 1 worker", "gateways_2_cpu_s_per_run", ""),
         ("  split / in-process", "split_cpu_per_run_over_inprocess", "<= 1.5"),
         ("  2 gateways / in-process", "gateways_2_cpu_per_run_over_inprocess", ""),
