@@ -105,7 +105,8 @@ def _post(client: SyncClient, run_id: str, body: dict[str, Any]) -> Any:
 
 def test_counterfactual_bad_input_is_a_typed_4xx_and_writes_nothing(client: SyncClient) -> None:
     """An unknown run or call, a call that never waited, a decision the ticket's response schema
-    refuses, a malformed body, a taken thread id: each a typed 4xx, and no thread is written."""
+    refuses, a malformed body, the thread id of another branch: each a typed 4xx, and no thread
+    is written."""
     _thread, run_id, call = decided_run(client)
     plain = client.runs.create("sequential", "state: add")
     done = client.runs.wait(plain["run_id"], timeout=WAIT)
@@ -121,8 +122,8 @@ def test_counterfactual_bad_input_is_a_typed_4xx_and_writes_nothing(client: Sync
         (run_id, {"at": {"decision": call}, "decision": {"action": "resume"}}, 400, "invalid_decision"),
         (run_id, {"at": {"decision": call}, "decision": {"action": "maybe"}}, 400, "invalid_input"),
         (run_id, {"at": {"step": 1}, "decision": deny}, 400, "invalid_input"),
-        (run_id, {"at": {"decision": call}, "decision": deny, "new_thread_id": taken["thread_id"]}, 409,
-         "thread_exists"),
+        (run_id, {"at": {"decision": call}, "decision": {**deny, "reason": "another branch"},
+                  "new_thread_id": taken["thread_id"]}, 409, "thread_exists"),
     ]
     for target, body, status, code in cases:
         new_thread = body.setdefault("new_thread_id", uid("never"))

@@ -10,10 +10,20 @@ the new run); at an inference, the dispatcher has a worker resume the new run fr
 before the first commit: an unknown run, call or inference, a call that never waited, a decision
 its ticket's `response_schema` refuses (`agentlog.runtime.check_decision_on`, on the
 branch's own context) or a taken thread id write nothing.
+
+A request is safe to retry with the same `new_thread_id`: every id of the branch (its run, its
+commits, a generated decision id, a replaced answer's message and calls) is derived from the
+request (`_request_ids`), so a retry of one that failed part way (NATS away between two commits)
+finds the commits it wrote, appends the rest and goes on, and a retry of one that succeeded
+answers the same branch. A thread of that id holding anything else is a 409.
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import json
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -21,7 +31,7 @@ import msgspec
 from agentlog.eventlog.errors import VersionConflict
 from agentlog.eventlog.events import Message, StoredCommit, ThreadCreated, ToolCall
 from agentlog.eventlog.ids import new_id, now_ms
-from agentlog.eventlog.store import first_commit
+from agentlog.eventlog.store import EventStore, first_commit
 from agentlog.gateway.operations.auth import Principal
 from agentlog.gateway.operations.dispatch import Dispatcher
 from agentlog.gateway.operations.errors import ApiError, not_found
@@ -53,17 +63,19 @@ async def counterfactual(svc: Services, who: Principal, dispatcher: Dispatcher, 
         commits, _view = await thread_from_log(svc, who, thread_id)
     except ApiError:
         raise not_found("run", run_id) from None
-    new_thread, new_run = body.new_thread_id or new_id(), new_id()
+    new_thread = body.new_thread_id or new_id()
+    ids = _request_ids(run_id, body, new_thread)
+    new_run = ids()
     at: str | AnswerAt
     if body.answer is not None and body.at.inference is not None:
-        calls = [ToolCall(id=c.id or new_id(), name=c.name, arguments=c.arguments) for c in body.answer.tool_calls]
-        at = AnswerAt(body.at.inference, Message(id=new_id(), role="assistant", content=body.answer.content,
+        calls = [ToolCall(id=c.id or ids(), name=c.name, arguments=c.arguments) for c in body.answer.tool_calls]
+        at = AnswerAt(body.at.inference, Message(id=ids(), role="assistant", content=body.answer.content,
                                                  tool_calls=calls or None))
     else:
         assert body.at.decision is not None
         at = body.at.decision
     try:
-        branch = branch_commits(commits, run_id, at, new_thread_id=new_thread, new_run_id=new_run, new_id=new_id,
+        branch = branch_commits(commits, run_id, at, new_thread_id=new_thread, new_run_id=new_run, new_id=ids,
                                 ts=now_ms())
     except BranchError as exc:
         raise ApiError(exc.status, exc.code, str(exc)) from None
@@ -72,16 +84,9 @@ async def counterfactual(svc: Services, who: Principal, dispatcher: Dispatcher, 
         given = body.decision.model_dump(exclude_none=True)
         # InvalidDecision: e.g. the ticket's response_schema refuses it
         decision = check_decision_on([StoredCommit(seq=i + 1, commit=c) for i, c in enumerate(branch)], new_thread,
-                                     new_run, {**given, "target_id": at, "decision_id": given.get("decision_id") or new_id()},
+                                     new_run, {**given, "target_id": at, "decision_id": given.get("decision_id") or ids()},
                                      now_ms())
-    if await svc.store.thread_version(new_thread) != 0:
-        raise conflict(f"thread {new_thread!r} already exists")
-    version = 0
-    try:
-        for commit in branch:
-            version = (await svc.store.append(commit, expected_version=version)).seq
-    except VersionConflict:
-        raise conflict(f"thread {new_thread!r} already exists") from None
+    version = await _write(svc.store, new_thread, branch)
     if decision is not None:
         done = await dispatcher.submit_inputs(new_run, decisions=[msgspec.to_builtins(decision)])
     else:
@@ -114,6 +119,31 @@ async def diff(svc: Services, who: Principal, a: str, b: str) -> dict[str, Any]:
             if row[side] is not None:
                 row[side]["summary"] = event_summary(by_id[side][row[side]["id"]], names)
     return {"a": a, "b": b, **answer}
+
+
+def _request_ids(run_id: str, body: CounterfactualBody, new_thread: str) -> Callable[[], str]:
+    """The ids of the branch a request asks for, in the order they are taken: the same for every
+    attempt of the same request (the run, the thread id and the rest of the body), so another
+    request for that thread id finds commits that are not its own (module doc)."""
+    asked = json.dumps(body.model_dump(mode="json", exclude={"new_thread_id"}), sort_keys=True)
+    base = hashlib.sha256(f"{run_id}\x00{new_thread}\x00{asked}".encode()).hexdigest()[:24]
+    taken = itertools.count()
+    return lambda: f"br{base}{next(taken)}"
+
+
+async def _write(store: EventStore, thread_id: str, branch: list[Any]) -> int:
+    """Append the branch's commits to its new thread, after those an earlier attempt of the same
+    request wrote; the seq of its last one. A 409 when the thread holds anything else."""
+    written = [sc async for sc in store.read_thread(thread_id)][:len(branch)]
+    if [sc.commit.commit_id for sc in written] != [commit.commit_id for commit in branch[:len(written)]]:
+        raise conflict(f"thread {thread_id!r} already exists")
+    version = written[-1].seq if written else 0
+    try:
+        for commit in branch[len(written):]:
+            version = (await store.append(commit, expected_version=version)).seq
+    except VersionConflict:
+        raise conflict(f"thread {thread_id!r} already exists") from None
+    return version
 
 
 def _origin(commits: list[StoredCommit]) -> str | None:

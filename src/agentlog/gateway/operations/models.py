@@ -303,7 +303,9 @@ class CounterfactualBody(Model):
     at: BranchPoint
     decision: BranchDecision | None = Field(default=None, description="with at.decision")
     answer: BranchAnswer | None = Field(default=None, description="with at.inference")
-    new_thread_id: Id | None = Field(default=None, description="the branch's thread id; generated when absent")
+    new_thread_id: Id | None = Field(default=None, description=(
+        "the branch's thread id; generated when absent. The same request again (same run, id and body) "
+        "answers the same branch, finishing it if an earlier attempt was cut short"))
 
     def model_post_init(self, _context: Any) -> None:
         if (self.at.decision is None) != (self.decision is None) or (self.at.inference is None) != (self.answer is None):
