@@ -80,3 +80,62 @@ async def test_a_held_command_is_given_up_after_the_hold_or_when_the_worker_stop
     async with asyncio.timeout(10):
         assert not await worker._its_turn(_held, "t", 7)
     assert asked == [7]  # nak'ed (by the caller) at once: no second question
+
+
+class _AckingMsg:
+    """A start whose ack the server never answers (the worker is stopped while it waits)."""
+
+    def __init__(self) -> None:
+        from agentlog.runtime.inputs.commands import StartRun, encode_command
+        from agentlog.runtime.workers.commands import ALONE
+
+        self.data = encode_command(StartRun(thread_id="t", run_id="r", agent_id="a", messages=["hi"]))
+        self.headers = dict([ALONE])
+        self.subject, self.reply = "agentlog.cmd.t", "$JS.ACK.reply"
+        self.metadata = type("Meta", (), {"num_delivered": 1, "sequence": type("Seq", (), {"stream": 5})()})()
+        self.acking = asyncio.Event()
+
+    async def ack_sync(self, timeout: float) -> None:
+        self.acking.set()
+        await asyncio.Event().wait()  # no answer: the stop cancels this
+
+    async def in_progress(self) -> None:
+        pass
+
+
+class _Finishing:
+    """Stands in for a `Runtime`: carries every command out at once."""
+
+    async def execute(self, *_: Any, **__: Any) -> str:
+        return "done"
+
+    def fence_runs(self) -> None:
+        pass
+
+    def abandon_runs(self) -> list[asyncio.Task[Any]]:
+        return []
+
+
+async def test_a_stop_does_not_hand_back_a_command_whose_ack_was_sent() -> None:
+    """Its run is done: handing it back would ask the server about an acked message (and wait
+    for an answer that may not come), and the stop would log that it handed a finished run back."""
+    asked: list[bytes] = []
+
+    class Connection:
+        def jetstream(self, **_: Any) -> None:
+            return None
+
+        async def request(self, subject: str, payload: bytes, timeout: float) -> None:
+            asked.append(payload)
+
+    store = cast(Any, type("Store", (), {"nc": Connection()})())
+    worker = Worker(store, runtime=cast(Any, _Finishing()))
+    msg = _AckingMsg()
+    task = asyncio.get_running_loop().create_task(worker._handle(msg))
+    worker._tasks[task] = msg
+    task.add_done_callback(worker._done)
+    async with asyncio.timeout(10):
+        await msg.acking.wait()
+        await worker.stop(timeout=0)
+    assert task.cancelled() or task.done()
+    assert asked == []  # no hand-back

@@ -238,6 +238,8 @@ class Worker:
         self._hurry = asyncio.Event()
         #: Messages (by id) whose hand-back `stop` does itself, after their handlers ended.
         self._handing_back: set[int] = set()
+        #: Messages (by id) whose ack a handler has begun to send: never handed back.
+        self._acking: set[int] = set()
         #: The run each in-flight command drives (for what a stop says it hands back).
         self._runs: dict[asyncio.Task[None], str] = {}
         self._fetcher: asyncio.Task[None] | None = None
@@ -306,10 +308,13 @@ class Worker:
             count, which = self._describe(late)
             self.log.warning(f"handing {count} back {which}", runs=self._run_ids(late))
             self._handing_back.update(id(msg) for msg in late.values())
+            acking = {id(msg) for msg in late.values()} & self._acking  # before they end (`_done`)
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
-            await asyncio.gather(*(self._hand_back(msg, runs[task], self.log) for task, msg in late.items()))
+            # a command whose ack was sent is done (or redelivered after its lease if the ack was lost)
+            await asyncio.gather(*(self._hand_back(msg, runs[task], self.log) for task, msg in late.items()
+                                   if id(msg) not in acking))
         if rt is not None:  # runs nobody holds a command for any more: stop them uncommitted
             await self._await_abandoned(rt.abandon_runs())
         for sub in (self._sub, self._control):
@@ -387,7 +392,8 @@ class Worker:
                 task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.pop(task, None)
+        msg = self._tasks.pop(task, None)
+        self._acking.discard(id(msg))
         self._runs.pop(task, None)
         self._slots.release()
 
@@ -457,6 +463,7 @@ class Worker:
                     if done == ACK:  # acked under the thread's lock: its next command here finds it gone
                         beat.cancel()
                         settled = True
+                        self._acking.add(id(msg))
                         if await self._settle(msg, ACK, 0.0, log):
                             self._took_turn(ordered.thread_id, seq)
                     return done
