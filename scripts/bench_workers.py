@@ -37,6 +37,8 @@ from agentlog.runtime.models.scripted import ScriptedModel, Turn  # noqa: E402
 from agentlog.runtime.workers.commands import CommandClient  # noqa: E402
 from agentlog.runtime.workers.worker import DEFAULT_CONCURRENCY  # noqa: E402
 
+from bench_e2e import cpu_ns  # noqa: E402
+
 
 @tool
 async def work(k: int) -> str:
@@ -123,6 +125,8 @@ async def measure(workers: int, runs: int, threads: int, concurrency: int) -> di
 
             follower = asyncio.get_running_loop().create_task(follow())
             per_thread = runs // threads
+            kinds = {"client": [os.getpid()], "workers": [p.pid for p in procs], "nats": [server.pid or 0]}
+            cpu0 = {kind: cpu_ns(pids) for kind, pids in kinds.items()}
             t0 = time.perf_counter()
 
             async def one_thread(t: int) -> None:
@@ -138,11 +142,13 @@ async def measure(workers: int, runs: int, threads: int, concurrency: int) -> di
                 await asyncio.gather(*(one_thread(t) for t in range(threads)))
                 await done.wait()
             elapsed = time.perf_counter() - t0
+            cpu = {kind: (cpu_ns(pids) - cpu0[kind]) / 1e6 / runs for kind, pids in kinds.items()}
             follower.cancel()
             await asyncio.gather(follower, return_exceptions=True)
             lat = [(first[r] - submitted[r]) * 1000 for r in submitted if r in first]
             return {"runs": len(finished), "seconds": elapsed, "runs_per_s": len(finished) / elapsed,
-                    "p50_ms": pct(lat, 50), "p95_ms": pct(lat, 95)}
+                    "p50_ms": pct(lat, 50), "p95_ms": pct(lat, 95),
+                    **{f"cpu_ms_{kind}": used for kind, used in cpu.items()}, "cpu_ms": sum(cpu.values())}
         finally:
             await stop_all(procs)
             await store.close()
@@ -174,11 +180,15 @@ async def main() -> None:
     base = results[0]["runs_per_s"]
     print(f"bench_workers: {runs} runs over {threads} threads (4 commits each), worker concurrency {args.concurrency}, "
           f"{os.cpu_count()} CPUs, median of {max(1, args.repeat)} rounds")
-    print(f"{'config':<24}{'runs/s':>10}{'x baseline':>12}{'p50 ms':>10}{'p95 ms':>10}")
+    print(f"{'config':<24}{'runs/s':>10}{'x baseline':>12}{'p50 ms':>10}{'p95 ms':>10}"
+          f"{'CPU ms/run':>12}{'client':>8}{'workers':>9}{'nats':>7}")
     for n in configs:
         r = results[n]
         name = "in-process baseline" if n == 0 else f"{n} worker process{'es' if n > 1 else ''}"
-        print(f"{name:<24}{r['runs_per_s']:>10.1f}{ratios[n]:>12.2f}{r['p50_ms']:>10.1f}{r['p95_ms']:>10.1f}")
+        print(f"{name:<24}{r['runs_per_s']:>10.1f}{ratios[n]:>12.2f}{r['p50_ms']:>10.1f}{r['p95_ms']:>10.1f}"
+              f"{r['cpu_ms']:>12.2f}{r['cpu_ms_client']:>8.2f}{r['cpu_ms_workers']:>9.2f}{r['cpu_ms_nats']:>7.2f}")
+    print("CPU ms/run: all three summed (client: this process, the whole runtime in the baseline); "
+          f"{os.cpu_count()} CPUs to share")
     out: dict[str, Any] = {"bench": "workers", "quick": args.quick, "runs": runs, "threads": threads,
                            "concurrency": args.concurrency, "rounds": max(1, args.repeat),
                            "baseline_runs_per_s": round(base, 1)}
@@ -188,7 +198,9 @@ async def main() -> None:
         out[f"w{n}_ratio"] = round(ratios[n], 3)
         out[f"w{n}_first_commit_p50_ms"] = round(r["p50_ms"], 2)
         out[f"w{n}_first_commit_p95_ms"] = round(r["p95_ms"], 2)
+        out[f"w{n}_cpu_ms_per_run"] = round(r["cpu_ms"], 3)
     out["baseline_first_commit_p50_ms"] = round(results[0]["p50_ms"], 2)
+    out["baseline_cpu_ms_per_run"] = round(results[0]["cpu_ms"], 3)
     print(json.dumps(out))
 
 
