@@ -199,6 +199,9 @@ async def test_metrics_restart_while_waiting_and_nats_down(deployment: Deploymen
         for line in ("agentlog_runs_started_total 2.0", 'agentlog_runs_finished_total{status="done",termination="natural_end"} 1.0',
                      "agentlog_runs_active 1.0"):
             await metric(s, line)
+        if deployment.kind == "serve":  # its worker's too: both starts acked (one run done, one waiting)
+            for line in ("agentlog_worker_concurrency 64.0", 'agentlog_worker_commands_total{outcome="acked"} 2.0'):
+                await metric(s, line)
 
         deployment.restart(kill=False)
         async with open_remote(deployment) as s2:  # the gateway's new address

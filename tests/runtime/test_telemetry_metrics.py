@@ -61,10 +61,14 @@ async def test_worker_serves_agent_metrics(nats_server: EmbeddedNatsServer, tmp_
                     async with http.get(metrics_url[0]) as resp:
                         assert resp.status == 200
                         text = await resp.text()
-                    if 'agentlog_model_calls_total{model="quick"} 2.0' in text:
+                    if ('agentlog_model_calls_total{model="quick"} 2.0' in text
+                            and 'agentlog_worker_commands_total{outcome="acked"} 1.0' in text):
                         break
                     await asyncio.sleep(0.02)  # polling another process's endpoint, bounded above
         assert 'agentlog_tool_calls_total{outcome="succeeded",tool="work"} 1.0' in text
+        # the worker's own: how full it is, and what became of its commands
+        assert "agentlog_worker_concurrency 64.0" in text and "agentlog_worker_commands_in_flight 0.0" in text
+        assert 'agentlog_worker_commands_total{outcome="naked"} 0.0' in text
         assert 'agentlog_model_calls_total{model="quick"} 2.0' in text
         assert 'agentlog_model_latency_seconds_count{model="quick"} 2.0' in text
         assert 'agentlog_model_tokens_total{model="quick",type="input"}' in text

@@ -139,3 +139,31 @@ async def test_a_stop_does_not_hand_back_a_command_whose_ack_was_sent() -> None:
         await worker.stop(timeout=0)
     assert task.cancelled() or task.done()
     assert asked == []  # no hand-back
+
+
+async def test_the_worker_metrics_count_commands_and_their_waits_for_their_turn() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from agentlog.runtime.workers.metrics import WorkerCollector
+
+    worker = Worker(cast(Any, _Store()), runtime=cast(Any, object()), concurrency=16, order_hold=30.0)
+    registry = CollectorRegistry()
+    registry.register(WorkerCollector(worker))
+    waiting: list[float | None] = []
+
+    async def earlier_pending(thread_id: str, seq: int) -> bool:
+        waiting.append(registry.get_sample_value("agentlog_worker_commands_waiting_for_turn"))
+        return len(waiting) < 3  # an earlier one twice, then none
+
+    worker._earlier_pending = earlier_pending  # type: ignore[method-assign]
+    worker.stats["acked"] += 2
+    async with asyncio.timeout(10):
+        assert await worker._its_turn(_held, "t", 7)
+        assert await worker._its_turn(_held, "t", 8)  # no earlier one: no wait
+    assert waiting == [0.0, 1.0, 1.0, 0.0]  # waiting from the first "earlier" on, until its turn
+    assert registry.get_sample_value("agentlog_worker_commands_waiting_for_turn") == 0.0
+    assert registry.get_sample_value("agentlog_worker_order_waits_total") == 1.0
+    assert (registry.get_sample_value("agentlog_worker_order_wait_seconds_total") or 0.0) > 0.0
+    assert registry.get_sample_value("agentlog_worker_commands_total", {"outcome": "acked"}) == 2.0
+    assert registry.get_sample_value("agentlog_worker_concurrency") == 16.0
+    assert registry.get_sample_value("agentlog_worker_commands_in_flight") == 0.0

@@ -95,8 +95,9 @@ class ServerConfig:
     #: Failed deliveries of a command before it is dead-lettered (0: never). None: the worker's
     #: default (`agentlog.runtime.workers.worker.DEFAULT_MAX_DELIVER`).
     worker_max_deliver: int | None = None
-    #: Serve Prometheus `/metrics` (tokens, tool calls, model latency of the runs this worker
-    #: executes) on 127.0.0.1:PORT: for the `worker` role, which has no gateway (0: any port).
+    #: Serve Prometheus `/metrics` (the worker's commands and load, and the tokens, tool calls and
+    #: model latency of the runs it executes) on 127.0.0.1:PORT: for the `worker` role, which has
+    #: no gateway (0: any port).
     worker_metrics_port: int | None = None
     #: agentlog.gateway.http Settings (None: defaults).
     settings: Any = None
@@ -289,6 +290,7 @@ class Server:
             return views, snapshots, lease
 
         views, snapshots, lease = await through_outage(layout, policy, log, "server.layout", is_transient)
+        registry: Any = None
         self.views, self.snapshots = views, snapshots
         if self.has_http:
             self.runner = ProjectionRunner(nc, views, quarantine=store.quarantine, lease=lease)
@@ -310,7 +312,6 @@ class Server:
             # is set (agentlog.runtime.telemetry); the gateway's /metrics counts tokens/tools from the log
             from agentlog.runtime.telemetry import instrument
 
-            registry = None
             if self.config.worker_metrics_port is not None:
                 from prometheus_client import CollectorRegistry
 
@@ -337,6 +338,10 @@ class Server:
                 max_deliver=DEFAULT_MAX_DELIVER if max_deliver is None else max_deliver, app_name=app_name)
             await through_outage(self.worker.start, policy, log, "worker.start", is_transient)
             self.parts.append("worker")
+            if registry is not None:  # the worker's own /metrics
+                from agentlog.runtime.workers.metrics import WorkerCollector
+
+                registry.register(WorkerCollector(self.worker))
         if self.has_http:
             await self._start_http()
             if self.config.nats_service:
@@ -408,10 +413,16 @@ class Server:
 
     async def _start_http(self) -> None:
         from agentlog.gateway.http import Settings, create_app
+        from agentlog.gateway.operations.metrics import Metrics
 
         assert self.store is not None and self.views is not None and self.runner is not None
+        metrics = Metrics()
+        if self.worker is not None:  # `serve`: the worker's metrics on the gateway's /metrics
+            from agentlog.runtime.workers.metrics import WorkerCollector
+
+            metrics.registry.register(WorkerCollector(self.worker))
         self.app = create_app(self.store, self.views, self.runner, auth_tokens=self.config.tokens,
-                              dispatcher=self.dispatcher,
+                              dispatcher=self.dispatcher, metrics=metrics,
                               extra_routes=self._routes(), settings=self.config.settings or Settings())
         self.app[SERVER] = self
         if self.mcp is not None:

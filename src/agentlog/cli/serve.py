@@ -194,7 +194,8 @@ def worker_cmd(
                               "(0: never).")] = 25,  # agentlog.runtime.workers.worker.DEFAULT_MAX_DELIVER
     metrics_port: Annotated[int | None, typer.Option(
         "--metrics-port", min=0, max=65535,
-        help="Serve Prometheus /metrics (tokens, tool calls, model latency) on 127.0.0.1:PORT.")] = None,
+        help="Serve Prometheus /metrics (the worker's commands and load; tokens, tool calls, model latency) "
+             "on 127.0.0.1:PORT.")] = None,
     nats: NatsOpt = None, creds: CredsOpt = None, token: TokenOpt = None,
     data_dir: DataDirOpt = DEFAULT_DATA_DIR, timeout: TimeoutOpt = 5.0, replicas: ReplicasOpt = None,
     ready_file: Annotated[Path | None, typer.Option(

@@ -245,8 +245,10 @@ class Worker:
         self._fetcher: asyncio.Task[None] | None = None
         self.log = _log.bind(consumer=self.consumer, app=self.app_name, pid=os.getpid())
         #: Counters (for tests and `bench_workers`).
-        self.stats = {"acked": 0, "naked": 0, "termed": 0, "dead_lettered": 0,
-                      "withdrawn": 0}
+        self.stats: dict[str, float] = {"acked": 0, "naked": 0, "termed": 0, "dead_lettered": 0, "withdrawn": 0,
+                                        "order_waits": 0, "order_wait_seconds": 0.0}
+        #: Commands waiting now for an earlier one of their thread ("Per-thread order").
+        self.waiting_for_turn = 0
         #: The gateways' offers of the starts they queued (`agentlog.runtime.workers.claims`).
         self.claims = StartClaims(self.js)
 
@@ -615,12 +617,18 @@ class Worker:
         the queue at growing intervals, and at once when this worker carried out a command of
         the thread (the one this waits for may have reached this worker after it); False if
         one still is then, or the worker stops."""
-        deadline = asyncio.get_running_loop().time() + self.order_hold
+        began = asyncio.get_running_loop().time()
+        deadline = began + self.order_hold
         pause = ORDER_FIRST_PAUSE
+        waited = False
         try:
             while not self._turn_proven(msg, thread_id) and await self._earlier_pending(thread_id, seq):
                 if self._stopping.is_set() or asyncio.get_running_loop().time() + pause > deadline:
                     return False
+                if not waited:
+                    waited = True
+                    self.waiting_for_turn += 1
+                    self.stats["order_waits"] += 1
                 taken = self._turn_waits.setdefault(thread_id, asyncio.Event())
                 with contextlib.suppress(TimeoutError):
                     # the pacing of the questions while the earlier command runs elsewhere
@@ -628,6 +636,9 @@ class Worker:
                 pause = min(pause * 2, ORDER_MAX_PAUSE)
             return True
         finally:
+            if waited:
+                self.waiting_for_turn -= 1
+                self.stats["order_wait_seconds"] += asyncio.get_running_loop().time() - began
             waits = self._turn_waits.get(thread_id)
             if waits is not None and not waits._waiters:
                 del self._turn_waits[thread_id]
