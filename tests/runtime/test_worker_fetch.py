@@ -71,6 +71,14 @@ async def test_a_command_behind_an_earlier_one_is_kept_until_its_turn() -> None:
     assert asked == [7, 7, 7, 7]  # asked again until no earlier command was left
 
 
+async def test_of_two_commands_of_a_thread_waiting_in_one_worker_only_the_earlier_asks_the_queue() -> None:
+    worker = Worker(cast(Any, _Store()), runtime=cast(Any, object()), order_hold=30.0)
+    asked = _answering(worker, [True, True])  # the earlier one is told twice that one before it is queued
+    async with asyncio.timeout(10):
+        assert all(await asyncio.gather(worker._its_turn(_held, "t", 7), worker._its_turn(_held, "t", 8)))
+    assert asked == [7, 7, 7, 8]  # 8 waited for 7 without asking, then asked once
+
+
 @pytest.mark.parametrize("stopping", [False, True])
 async def test_a_held_command_is_given_up_after_the_hold_or_when_the_worker_stops(stopping: bool) -> None:
     worker = Worker(cast(Any, _Store()), runtime=cast(Any, object()), order_hold=0.0 if not stopping else 30.0)

@@ -234,6 +234,8 @@ class Worker:
         self._turns_taken: OrderedDict[str, int] = OrderedDict()
         #: By thread: set when a command of it is carried out here (a held later one asks again).
         self._turn_waits: dict[str, asyncio.Event] = {}
+        #: By thread: the queue seqs of its commands waiting here for their turn.
+        self._waiting_seqs: dict[str, set[int]] = {}
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()
         #: Messages (by id) whose hand-back `stop` does itself, after their handlers ended.
@@ -608,21 +610,29 @@ class Worker:
         self._turns_taken.move_to_end(thread_id)
         if len(self._turns_taken) > TURNS_KEPT:
             self._turns_taken.popitem(last=False)
+        self._wake(thread_id)
+
+    def _wake(self, thread_id: str) -> None:
+        """The commands of the thread waiting here for their turn look again now."""
         waiting = self._turn_waits.pop(thread_id, None)
         if waiting is not None:
-            waiting.set()  # a later command of the thread held here asks again now
+            waiting.set()
 
     async def _its_turn(self, msg: Any, thread_id: str, seq: int) -> bool:
         """Wait (at most `order_hold` s) until no earlier command of the thread is queued: asking
         the queue at growing intervals, and at once when this worker carried out a command of
         the thread (the one this waits for may have reached this worker after it); False if
-        one still is then, or the worker stops."""
+        one still is then, or the worker stops. While an earlier command of the thread waits in
+        this worker too, only that one asks the queue: this one waits for it to run or give up."""
         began = asyncio.get_running_loop().time()
         deadline = began + self.order_hold
         pause = ORDER_FIRST_PAUSE
         waited = False
+        here = self._waiting_seqs.setdefault(thread_id, set())
+        here.add(seq)
         try:
-            while not self._turn_proven(msg, thread_id) and await self._earlier_pending(thread_id, seq):
+            while not self._turn_proven(msg, thread_id) and (
+                    any(other < seq for other in here) or await self._earlier_pending(thread_id, seq)):
                 if self._stopping.is_set() or asyncio.get_running_loop().time() + pause > deadline:
                     return False
                 if not waited:
@@ -639,6 +649,11 @@ class Worker:
             if waited:
                 self.waiting_for_turn -= 1
                 self.stats["order_wait_seconds"] += asyncio.get_running_loop().time() - began
+            here.discard(seq)
+            if not here and self._waiting_seqs.get(thread_id) is here:
+                del self._waiting_seqs[thread_id]
+            if any(other > seq for other in here):
+                self._wake(thread_id)  # a later one waiting behind this one asks the queue itself now
             waits = self._turn_waits.get(thread_id)
             if waits is not None and not waits._waiters:
                 del self._turn_waits[thread_id]
