@@ -300,6 +300,39 @@ async def test_a_broken_stream_resumes_after_the_last_event() -> None:
         await runner.cleanup()
 
 
+async def test_a_branch_asked_for_again_after_a_503_is_the_same_request() -> None:
+    """The gateway answers the first attempt 503 (NATS went away part way through the branch's
+    commits); the client sends it again with the same body, its new thread id chosen by the
+    client, which is what lets the gateway finish that branch instead of starting another."""
+    bodies: list[Any] = []
+
+    async def counterfactual(request: web.Request) -> web.Response:
+        bodies.append(await request.json())
+        if len(bodies) == 1:
+            return web.json_response({"error": "nats-server went away", "code": "store_unavailable"}, status=503,
+                                     headers={"Retry-After": "0"})
+        return web.json_response({"thread_id": bodies[-1]["new_thread_id"], "run_id": "rb", "seq": 9,
+                                  "forked_from": {"thread_id": "t", "run_id": "r"}}, status=201)
+
+    app = web.Application()
+    app.router.add_post("/v1/runs/r/counterfactual", counterfactual)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        async with get_client(f"http://127.0.0.1:{port}") as client:
+            branch = await client.runs.counterfactual("r", "call-1", result={"approved": False})
+            answered = await client.runs.replace_answer("r", 1, content="no")
+        assert len(bodies) == 3 and bodies[0] == bodies[1]
+        assert bodies[0]["new_thread_id"] and branch["thread_id"] == bodies[0]["new_thread_id"]
+        assert bodies[2]["new_thread_id"] not in ("", None, bodies[0]["new_thread_id"])  # one per branch asked
+        assert answered["thread_id"] == bodies[2]["new_thread_id"]
+    finally:
+        await runner.cleanup()
+
+
 async def test_a_silent_stream_is_resumed() -> None:
     """A server that stops sending (no heartbeat, connection left open) is taken for gone after
     `stream_idle`; the client reconnects after the last event and gets the rest."""

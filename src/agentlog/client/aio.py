@@ -290,11 +290,16 @@ class Runs:
                      overrides=dict(overrides) if overrides is not None else None,
                      context=[dict(c) for c in options.get("context", ())] or None,
                      state=dict(state) if state is not None else None)
-        retries = options.get("retries", 2)
+        return await self._post_again("/v1/runs", body, options.get("retries", 2), run_id=run_id)
+
+    async def _post_again(self, path: str, body: Json, retries: int, *, run_id: str | None = None) -> Json:
+        """POST `body` (an idempotent request: its ids chosen) to `path`; sent again, the same,
+        after no answer (`ConnectionFailed`) or a 503 (`Unavailable`), up to `retries` times
+        (after the server's `Retry-After`, at most 5 s). Errors name `run_id` when given."""
         attempt = 0
         while True:
             try:
-                answer: Json = await self.client.request("POST", "/v1/runs", json_body=body)
+                answer: Json = await self.client.request("POST", path, json_body=body)
                 return answer
             except ClientError as exc:
                 exc.run_id = exc.run_id or run_id
@@ -439,23 +444,28 @@ class Runs:
 
     async def counterfactual(self, run_id: str, call_id: str, *, action: str = "resume", result: Any = None,
                              reason: str | None = None, decision_id: str | None = None,
-                             new_thread_id: str | None = None) -> Json:
+                             new_thread_id: str | None = None, retries: int = 2) -> Json:
         """Branch the run at the decision of tool call `call_id` into a new thread and take this
         decision there instead ("what if the approver had denied?"): `{"thread_id", "run_id",
-        "seq", "forked_from"}`. The new run resumes on a worker; wait for it like any run."""
+        "seq", "forked_from"}`. The new run resumes on a worker; wait for it like any run.
+
+        Idempotent: the new thread's id is chosen here when not given, so a branch asked again
+        is made once; no answer or a 503 is sent again, up to `retries` times (as `create`)."""
         decision = _body(action=action, result=result, reason=reason, decision_id=decision_id)
-        return await self.client.request("POST", f"/v1/runs/{run_id}/counterfactual", json_body=_body(
-            at={"decision": call_id}, decision=decision, new_thread_id=new_thread_id))
+        body = _body(at={"decision": call_id}, decision=decision, new_thread_id=new_thread_id or uuid.uuid4().hex)
+        return await self._post_again(f"/v1/runs/{run_id}/counterfactual", body, retries)
 
     async def replace_answer(self, run_id: str, inference: str | int, *, content: str = "",
-                             tool_calls: Sequence[Mapping[str, Any]] = (), new_thread_id: str | None = None) -> Json:
+                             tool_calls: Sequence[Mapping[str, Any]] = (), new_thread_id: str | None = None,
+                             retries: int = 2) -> Json:
         """Branch the run at one of its model's answers (an assistant message id, or the number of
         the inference, 1-based) into a new thread whose run takes this answer instead (`content`
         and/or `tool_calls`: `{"name", "arguments"[, "id"]}`) and goes on from there on a worker:
-        `{"thread_id", "run_id", "seq", "forked_from"}`."""
+        `{"thread_id", "run_id", "seq", "forked_from"}`. Idempotent and sent again as
+        `counterfactual`."""
         answer = {"content": content, "tool_calls": [dict(c) for c in tool_calls]}
-        return await self.client.request("POST", f"/v1/runs/{run_id}/counterfactual", json_body=_body(
-            at={"inference": inference}, answer=answer, new_thread_id=new_thread_id))
+        body = _body(at={"inference": inference}, answer=answer, new_thread_id=new_thread_id or uuid.uuid4().hex)
+        return await self._post_again(f"/v1/runs/{run_id}/counterfactual", body, retries)
 
 
 class Agents:

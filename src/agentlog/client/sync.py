@@ -214,14 +214,15 @@ class SyncRuns:
 
     def counterfactual(self, run_id: str, call_id: str, *, action: str = "resume", result: Any = None,
                        reason: str | None = None, decision_id: str | None = None,
-                       new_thread_id: str | None = None) -> Json:
+                       new_thread_id: str | None = None, retries: int = 2) -> Json:
         return self.c.call(self.a.counterfactual(run_id, call_id, action=action, result=result, reason=reason,
-                                                 decision_id=decision_id, new_thread_id=new_thread_id))
+                                                 decision_id=decision_id, new_thread_id=new_thread_id, retries=retries))
 
     def replace_answer(self, run_id: str, inference: str | int, *, content: str = "",
-                       tool_calls: Sequence[Mapping[str, Any]] = (), new_thread_id: str | None = None) -> Json:
+                       tool_calls: Sequence[Mapping[str, Any]] = (), new_thread_id: str | None = None,
+                       retries: int = 2) -> Json:
         return self.c.call(self.a.replace_answer(run_id, inference, content=content, tool_calls=tool_calls,
-                                                 new_thread_id=new_thread_id))
+                                                 new_thread_id=new_thread_id, retries=retries))
 
 
 class SyncAgents:
