@@ -12,9 +12,10 @@ lag the log are made in process (the real HTTP app with its projection runner st
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -263,6 +264,22 @@ def test_status_table_mirrors_the_server() -> None:
     assert {c: STATUS_BY_CODE.get(c) for c in SERVER_STATUS_BY_CODE} == SERVER_STATUS_BY_CODE
 
 
+@contextlib.asynccontextmanager
+async def fake_gateway(*routes: web.RouteDef) -> AsyncIterator[str]:
+    """An aiohttp app in the test's loop answering `routes` on a loopback port: its base URL."""
+    app = web.Application()
+    app.router.add_routes(routes)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
 async def test_a_broken_stream_resumes_after_the_last_event() -> None:
     """The server closes the connection after two frames (as it does to a client that fell
     behind); the client reconnects with `Last-Event-ID` and gets the rest, once each."""
@@ -284,20 +301,10 @@ async def test_a_broken_stream_resumes_after_the_last_event() -> None:
         await response.write_eof()
         return response
 
-    app = web.Application()
-    app.router.add_get("/v1/runs/r/events", events)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        async with get_client(f"http://127.0.0.1:{port}") as client:
-            got = [e async for e in client.runs.stream("r")]
-        assert [(e.id, e.event["n"]) for e in got] == [(f"{n}:0", n) for n in range(1, 6)]
-        assert seen == [None, "2:0"]
-    finally:
-        await runner.cleanup()
+    async with fake_gateway(web.get("/v1/runs/r/events", events)) as url, get_client(url) as client:
+        got = [e async for e in client.runs.stream("r")]
+    assert [(e.id, e.event["n"]) for e in got] == [(f"{n}:0", n) for n in range(1, 6)]
+    assert seen == [None, "2:0"]
 
 
 async def test_a_branch_asked_for_again_after_a_503_is_the_same_request() -> None:
@@ -314,23 +321,13 @@ async def test_a_branch_asked_for_again_after_a_503_is_the_same_request() -> Non
         return web.json_response({"thread_id": bodies[-1]["new_thread_id"], "run_id": "rb", "seq": 9,
                                   "forked_from": {"thread_id": "t", "run_id": "r"}}, status=201)
 
-    app = web.Application()
-    app.router.add_post("/v1/runs/r/counterfactual", counterfactual)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        async with get_client(f"http://127.0.0.1:{port}") as client:
-            branch = await client.runs.counterfactual("r", "call-1", result={"approved": False})
-            answered = await client.runs.replace_answer("r", 1, content="no")
-        assert len(bodies) == 3 and bodies[0] == bodies[1]
-        assert bodies[0]["new_thread_id"] and branch["thread_id"] == bodies[0]["new_thread_id"]
-        assert bodies[2]["new_thread_id"] not in ("", None, bodies[0]["new_thread_id"])  # one per branch asked
-        assert answered["thread_id"] == bodies[2]["new_thread_id"]
-    finally:
-        await runner.cleanup()
+    async with fake_gateway(web.post("/v1/runs/r/counterfactual", counterfactual)) as url, get_client(url) as client:
+        branch = await client.runs.counterfactual("r", "call-1", result={"approved": False})
+        answered = await client.runs.replace_answer("r", 1, content="no")
+    assert len(bodies) == 3 and bodies[0] == bodies[1]
+    assert bodies[0]["new_thread_id"] and branch["thread_id"] == bodies[0]["new_thread_id"]
+    assert bodies[2]["new_thread_id"] not in ("", None, bodies[0]["new_thread_id"])  # one per branch asked
+    assert answered["thread_id"] == bodies[2]["new_thread_id"]
 
 
 async def test_a_silent_stream_is_resumed() -> None:
@@ -351,19 +348,10 @@ async def test_a_silent_stream_is_resumed() -> None:
         await response.write_eof()
         return response
 
-    app = web.Application()
-    app.router.add_get("/v1/runs/r/events", events)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        async with AsyncClient(f"http://127.0.0.1:{port}", stream_idle=0.5) as client, asyncio.timeout(30):
-            got = [e.id async for e in client.runs.stream("r")]
-        assert got == ["1:0", "2:0"] and seen == [None, "1:0"]
-    finally:
-        await runner.cleanup()
+    async with fake_gateway(web.get("/v1/runs/r/events", events)) as url, \
+            AsyncClient(url, stream_idle=0.5) as client, asyncio.timeout(30):
+        got = [e.id async for e in client.runs.stream("r")]
+    assert got == ["1:0", "2:0"] and seen == [None, "1:0"]
 
 
 async def test_wait_and_current_answer_while_the_views_lag(nats_server: Any) -> None:
