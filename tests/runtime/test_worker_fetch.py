@@ -1,8 +1,9 @@
 """How a worker takes commands from the queue, pure (a stand-in subscription and queue answers):
 one fetch asks for at most `FETCH_BATCH` commands whatever its free slots, so a backlog is shared
 by the workers instead of taken whole by the first one that asks; a command behind an earlier one
-of its thread is kept while it asks the queue again (`Worker._its_turn`), and given up after
-`order_hold` or when the worker stops."""
+of its thread is kept while it asks the queue again (`agentlog.runtime.workers.order`), and given
+up after `order_hold` or when the worker stops; a stop leaves a command whose ack was sent alone;
+the worker's metrics."""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ async def test_a_command_behind_an_earlier_one_is_kept_until_its_turn() -> None:
     worker = Worker(cast(Any, _Store()), runtime=cast(Any, object()), order_hold=30.0)
     asked = _answering(worker, [True, True, True])
     async with asyncio.timeout(10):
-        assert await worker._its_turn(_held, "t", 7)
+        assert await worker.order.wait(_held, "t", 7)
     assert asked == [7, 7, 7, 7]  # asked again until no earlier command was left
 
 
@@ -75,7 +76,7 @@ async def test_of_two_commands_of_a_thread_waiting_in_one_worker_only_the_earlie
     worker = Worker(cast(Any, _Store()), runtime=cast(Any, object()), order_hold=30.0)
     asked = _answering(worker, [True, True])  # the earlier one is told twice that one before it is queued
     async with asyncio.timeout(10):
-        assert all(await asyncio.gather(worker._its_turn(_held, "t", 7), worker._its_turn(_held, "t", 8)))
+        assert all(await asyncio.gather(worker.order.wait(_held, "t", 7), worker.order.wait(_held, "t", 8)))
     assert asked == [7, 7, 7, 8]  # 8 waited for 7 without asking, then asked once
 
 
@@ -86,7 +87,7 @@ async def test_a_held_command_is_given_up_after_the_hold_or_when_the_worker_stop
         worker._stopping.set()
     asked = _answering(worker, [True] * 100)
     async with asyncio.timeout(10):
-        assert not await worker._its_turn(_held, "t", 7)
+        assert not await worker.order.wait(_held, "t", 7)
     assert asked == [7]  # nak'ed (by the caller) at once: no second question
 
 
@@ -166,8 +167,8 @@ async def test_the_worker_metrics_count_commands_and_their_waits_for_their_turn(
     worker._earlier_pending = earlier_pending  # type: ignore[method-assign]
     worker.stats["acked"] += 2
     async with asyncio.timeout(10):
-        assert await worker._its_turn(_held, "t", 7)
-        assert await worker._its_turn(_held, "t", 8)  # no earlier one: no wait
+        assert await worker.order.wait(_held, "t", 7)
+        assert await worker.order.wait(_held, "t", 8)  # no earlier one: no wait
     assert waiting == [0.0, 1.0, 1.0, 0.0]  # waiting from the first "earlier" on, until its turn
     assert registry.get_sample_value("agentlog_worker_commands_waiting_for_turn") == 0.0
     assert registry.get_sample_value("agentlog_worker_order_waits_total") == 1.0

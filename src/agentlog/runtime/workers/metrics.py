@@ -40,7 +40,7 @@ class WorkerCollector:
                                 "Commands this worker has taken and not yet settled", value=len(worker._tasks))
         yield GaugeMetricFamily("agentlog_worker_commands_waiting_for_turn",
                                 "Commands waiting now for an earlier command of their thread to finish",
-                                value=worker.waiting_for_turn)
+                                value=worker.order.waiting)
         outcomes = CounterMetricFamily("agentlog_worker_commands", "Commands settled, by outcome (acked: carried "
                                        "out; naked: given back to the queue; dead_lettered: given up; withdrawn: an "
                                        "offered start its gateway withdrew)", labels=["outcome"])
@@ -48,9 +48,9 @@ class WorkerCollector:
             outcomes.add_metric([outcome], worker.stats[outcome])
         yield outcomes
         yield CounterMetricFamily("agentlog_worker_order_waits", "Commands that waited for an earlier command "
-                                  "of their thread", value=worker.stats["order_waits"])
+                                  "of their thread", value=worker.order.waits)
         yield CounterMetricFamily("agentlog_worker_order_wait_seconds", "Seconds commands spent waiting for an "
-                                  "earlier command of their thread", value=worker.stats["order_wait_seconds"])
+                                  "earlier command of their thread", value=worker.order.wait_seconds)
 
 
 __all__ = ["OUTCOMES", "WorkerCollector"]

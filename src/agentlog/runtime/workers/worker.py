@@ -37,8 +37,8 @@ Guarantees, and how:
   and until it is acked: the next one there finds it gone. A command that waits for an earlier
   one waits outside that lock, and asks again at once when this worker carries a command of the
   thread out: the earlier one may reach this worker after it (a redelivery: handed back, or a
-  dead worker's lease ended), and must not wait behind it. Cancels and queued messages skip the
-  order (they must reach a running run).
+  dead worker's lease ended), and must not wait behind it (`agentlog.runtime.workers.order`).
+  Cancels and queued messages skip the order (they must reach a running run).
 - **Withdrawn starts.** A start a gateway queued and then withdrew (no worker took it in time;
   `agentlog.runtime.workers.claims`) is acked without running: the gateway answered that it
   will not run. A worker starts an offered run only once it has taken the offer.
@@ -69,11 +69,9 @@ Guarantees, and how:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import os
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -111,7 +109,6 @@ from agentlog.runtime.workers.commands import (
     DLQ_ERROR,
     DLQ_QUEUE_SEQ,
     DLQ_RUN_ID,
-    PREDECESSOR,
     control_subject,
     dlq_subject,
     ensure_commands_stream,
@@ -119,6 +116,7 @@ from agentlog.runtime.workers.commands import (
     validate_app_name,
     worker_consumer,
 )
+from agentlog.runtime.workers.order import ThreadOrder
 
 _log = get_logger("agentlog.worker")
 
@@ -133,13 +131,6 @@ DEFAULT_CONCURRENCY = 64
 #: The most commands one fetch takes: a burst is shared by the workers, not taken whole by the
 #: first one whose slots are free.
 FETCH_BATCH = 8
-
-#: Threads whose last command carried out here in its turn (and acked) a worker remembers.
-TURNS_KEPT = 10_000
-
-#: Pauses between a held command's questions to the queue ("Per-thread order" in the module doc).
-ORDER_FIRST_PAUSE = 0.002
-ORDER_MAX_PAUSE = 0.032
 
 #: Failed deliveries of one command before it is dead-lettered (see the module doc).
 DEFAULT_MAX_DELIVER = 25
@@ -160,13 +151,6 @@ HAND_BACK_TIMEOUT = 2.0
 #: Seconds a stopping worker waits for its abandoned runs' tasks to end (a tool may ignore the
 #: cancellation; its run is fenced and handed back, so the process goes on without it).
 ABANDON_GRACE = 2.0
-
-
-def _predecessor(msg: Any) -> int | None:
-    """The queue seq of the command of its thread the server stored this one right after (`0`:
-    none was queued), if it was published with `PREDECESSOR`."""
-    value = msg.headers.get(PREDECESSOR) if msg.headers else None
-    return int(value) if value is not None and value.isdigit() else None
 
 
 def plural(n: int, word: str) -> str:
@@ -229,14 +213,10 @@ class Worker:
         self._controls: dict[str, asyncio.Task[None]] = {}
         self._slots = asyncio.Semaphore(self.concurrency)
         self._tasks: dict[asyncio.Task[None], Any] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
-        #: By thread: the queue seq of the last command carried out here in its turn and acked.
-        self._turns_taken: OrderedDict[str, int] = OrderedDict()
-        #: By thread: set when a command of it is carried out here (a held later one asks again).
-        self._turn_waits: dict[str, asyncio.Event] = {}
-        #: By thread: the queue seqs of its commands waiting here for their turn.
-        self._waiting_seqs: dict[str, set[int]] = {}
         self._stopping = asyncio.Event()
+        #: Which of a thread's commands may run now ("Per-thread order" above).
+        self.order = ThreadOrder(lambda thread_id, seq: self._earlier_pending(thread_id, seq), hold=order_hold,
+                                 stopping=self._stopping)
         self._hurry = asyncio.Event()
         #: Messages (by id) whose hand-back `stop` does itself, after their handlers ended.
         self._handing_back: set[int] = set()
@@ -247,10 +227,8 @@ class Worker:
         self._fetcher: asyncio.Task[None] | None = None
         self.log = _log.bind(consumer=self.consumer, app=self.app_name, pid=os.getpid())
         #: Counters (for tests and `bench_workers`).
-        self.stats: dict[str, float] = {"acked": 0, "naked": 0, "termed": 0, "dead_lettered": 0, "withdrawn": 0,
-                                        "order_waits": 0, "order_wait_seconds": 0.0}
-        #: Commands waiting now for an earlier one of their thread ("Per-thread order").
-        self.waiting_for_turn = 0
+        self.stats = {"acked": 0, "naked": 0, "termed": 0, "dead_lettered": 0,
+                      "withdrawn": 0}
         #: The gateways' offers of the starts they queued (`agentlog.runtime.workers.claims`).
         self.claims = StartClaims(self.js)
 
@@ -469,17 +447,17 @@ class Worker:
                         settled = True
                         self._acking.add(id(msg))
                         if await self._settle(msg, ACK, 0.0, log):
-                            self._took_turn(ordered.thread_id, seq)
+                            self.order.took(ordered.thread_id, seq)
                     return done
 
                 outcome = ""
-                async with self._thread_lock(cmd.thread_id):
-                    if self._turn_proven(msg, cmd.thread_id):
+                async with self.order.lock(cmd.thread_id):
+                    if self.order.proven(msg, cmd.thread_id):
                         outcome = await carry_out()
                 if not outcome:
                     # waits outside the lock: the earlier command it waits for may be waiting for it here
-                    if await self._its_turn(msg, cmd.thread_id, seq):
-                        async with self._thread_lock(cmd.thread_id):
+                    if await self.order.wait(msg, cmd.thread_id, seq):
+                        async with self.order.lock(cmd.thread_id):
                             outcome = await carry_out()
                     else:
                         outcome, first_delay = NAK, self.order_nak_delay
@@ -587,76 +565,6 @@ class Worker:
                 await msg.in_progress()
             except Exception:  # noqa: BLE001 - disconnected: the next beat retries
                 pass
-
-    @contextlib.asynccontextmanager
-    async def _thread_lock(self, thread_id: str) -> AsyncIterator[None]:
-        """Hold the thread's lock in this worker: its commands run here one at a time."""
-        lock = self._locks.setdefault(thread_id, asyncio.Lock())
-        try:
-            async with lock:
-                yield
-        finally:
-            if not lock.locked() and not lock._waiters and self._locks.get(thread_id) is lock:
-                del self._locks[thread_id]
-
-    def _turn_proven(self, msg: Any, thread_id: str) -> bool:
-        """Does the command's `PREDECESSOR` prove that no earlier command of its thread is queued
-        ("Per-thread order" in the module doc)?"""
-        predecessor = _predecessor(msg)
-        return predecessor is not None and (predecessor == 0 or self._turns_taken.get(thread_id) == predecessor)
-
-    def _took_turn(self, thread_id: str, seq: int) -> None:
-        self._turns_taken[thread_id] = seq
-        self._turns_taken.move_to_end(thread_id)
-        if len(self._turns_taken) > TURNS_KEPT:
-            self._turns_taken.popitem(last=False)
-        self._wake(thread_id)
-
-    def _wake(self, thread_id: str) -> None:
-        """The commands of the thread waiting here for their turn look again now."""
-        waiting = self._turn_waits.pop(thread_id, None)
-        if waiting is not None:
-            waiting.set()
-
-    async def _its_turn(self, msg: Any, thread_id: str, seq: int) -> bool:
-        """Wait (at most `order_hold` s) until no earlier command of the thread is queued: asking
-        the queue at growing intervals, and at once when this worker carried out a command of
-        the thread (the one this waits for may have reached this worker after it); False if
-        one still is then, or the worker stops. While an earlier command of the thread waits in
-        this worker too, only that one asks the queue: this one waits for it to run or give up."""
-        began = asyncio.get_running_loop().time()
-        deadline = began + self.order_hold
-        pause = ORDER_FIRST_PAUSE
-        waited = False
-        here = self._waiting_seqs.setdefault(thread_id, set())
-        here.add(seq)
-        try:
-            while not self._turn_proven(msg, thread_id) and (
-                    any(other < seq for other in here) or await self._earlier_pending(thread_id, seq)):
-                if self._stopping.is_set() or asyncio.get_running_loop().time() + pause > deadline:
-                    return False
-                if not waited:
-                    waited = True
-                    self.waiting_for_turn += 1
-                    self.stats["order_waits"] += 1
-                taken = self._turn_waits.setdefault(thread_id, asyncio.Event())
-                with contextlib.suppress(TimeoutError):
-                    # the pacing of the questions while the earlier command runs elsewhere
-                    await asyncio.wait_for(taken.wait(), pause)
-                pause = min(pause * 2, ORDER_MAX_PAUSE)
-            return True
-        finally:
-            if waited:
-                self.waiting_for_turn -= 1
-                self.stats["order_wait_seconds"] += asyncio.get_running_loop().time() - began
-            here.discard(seq)
-            if not here and self._waiting_seqs.get(thread_id) is here:
-                del self._waiting_seqs[thread_id]
-            if any(other > seq for other in here):
-                self._wake(thread_id)  # a later one waiting behind this one asks the queue itself now
-            waits = self._turn_waits.get(thread_id)
-            if waits is not None and not waits._waiters:
-                del self._turn_waits[thread_id]
 
     async def _earlier_pending(self, thread_id: str, seq: int) -> bool:
         """Is an earlier command of this thread still in the queue (not yet acked)?"""
