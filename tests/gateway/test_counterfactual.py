@@ -99,6 +99,21 @@ def test_counterfactual_lineage_links_both_branches(client: SyncClient) -> None:
     assert view["children"] == []
 
 
+def test_the_same_branch_request_again_answers_the_same_branch(client: SyncClient) -> None:
+    """The request sent again with its `new_thread_id` (a client that lost the answer): the same
+    branch and run, nothing written twice, and the branch's run goes on once."""
+    _thread, run_id, call = decided_run(client)
+    body = {"at": {"decision": call}, "decision": {"action": "resume", "result": {"approved": False}},
+            "new_thread_id": uid("again")}
+    first = _post(client, run_id, body)
+    assert client.runs.wait(first["run_id"], timeout=WAIT)["status"] == "done"
+    before = client.threads.messages(first["thread_id"])["messages"]
+    assert _post(client, run_id, body) == first
+    assert client.runs.wait(first["run_id"], timeout=WAIT)["status"] == "done"
+    assert client.threads.get(first["thread_id"])["run_ids"] == [first["run_id"]]
+    assert client.threads.messages(first["thread_id"])["messages"] == before
+
+
 def _post(client: SyncClient, run_id: str, body: dict[str, Any]) -> Any:
     return client.call(client.aio.request("POST", f"/v1/runs/{run_id}/counterfactual", json_body=body))
 
